@@ -1,0 +1,12 @@
+//! iptables (xtables) rules: the rule index, the line-format reader, the `-nvL`
+//! listing reader and the canonical printer that reproduces `iptables-save` text.
+
+pub mod canonical;
+pub mod listing;
+mod rule;
+pub mod save;
+pub mod words;
+
+pub use rule::{
+    SpecProblem, TARGET_EXTENSIONS, XtMatchView, XtOptionView, XtRule, XtTargetView, XtView,
+};

@@ -1,0 +1,635 @@
+//! The structure of one xtables rule: generic options, matches, target.
+//!
+//! An `XtRule` is a compact index over the rule's text (spans, not strings), so a
+//! 100k-rule dump costs little more memory than its text. `XtView` is the API the
+//! rest of plumb uses: iterate matches and options, read values unquoted.
+//!
+//! Grouping follows iptables' command-line parser: options after `-m NAME` belong
+//! to that match until the next `-m`/`-j`/`-g`; generic options (`-s`, `-p`, ...)
+//! may appear anywhere without closing the current match (kube-proxy writes
+//! `-m tcp -p tcp -d X --dport 80`); options before any `-m` that are not generic
+//! load the protocol's match implicitly (`-p tcp --dport 80` = `-p tcp -m tcp --dport 80`).
+
+use super::words::Word;
+use crate::model::{ChainRef, TransferKind};
+use std::borrow::Cow;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct OptionIdx {
+    negated: bool,
+    name: u16,
+    args_start: u16,
+    args_end: u16,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct MatchIdx {
+    /// Word index of the module name (for an implicit match: of the protocol).
+    module: u16,
+    implicit: bool,
+    opts_start: u16,
+    opts_end: u16,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TargetIdx {
+    name: u16,
+    goto: bool,
+    opts_start: u16,
+    opts_end: u16,
+}
+
+/// An xtables rule as an index over its text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XtRule {
+    words: Box<[Word]>,
+    options: Box<[OptionIdx]>,
+    generic_len: u16,
+    matches: Box<[MatchIdx]>,
+    target: Option<TargetIdx>,
+}
+
+/// A problem in a rule's options, at a word.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecProblem {
+    /// Byte offset in the rule text.
+    pub offset: usize,
+    pub message: String,
+}
+
+/// Generic (match-independent) options, long and short spellings, and whether they take a value.
+const GENERIC: &[(&str, &str, bool)] = &[
+    ("-s", "--source", true),
+    ("-d", "--destination", true),
+    ("-i", "--in-interface", true),
+    ("-o", "--out-interface", true),
+    ("-p", "--protocol", true),
+    ("-f", "--fragment", false),
+];
+
+fn generic_option(word: &str) -> Option<(&'static str, bool)> {
+    GENERIC.iter().find_map(|&(short, long, takes)| {
+        let alias = match word {
+            "--src" => "--source",
+            "--dst" => "--destination",
+            w => w,
+        };
+        (alias == short || alias == long).then_some((short, takes))
+    })
+}
+
+/// Protocols whose match iptables loads implicitly after `-p`.
+const IMPLICIT_PROTOCOL_MATCHES: &[&str] = &[
+    "tcp",
+    "udp",
+    "icmp",
+    "icmpv6",
+    "ipv6-icmp",
+    "sctp",
+    "udplite",
+    "dccp",
+    "esp",
+    "ah",
+];
+
+enum Group {
+    Generic,
+    Match(usize),
+    Target,
+}
+
+impl XtRule {
+    /// Indexes `words` of `text` (the words after `-A CHAIN`). Never fails: problems
+    /// are returned alongside and the rule keeps every word.
+    pub fn build(text: &str, words: Vec<Word>) -> (XtRule, Vec<SpecProblem>) {
+        let mut problems = Vec::new();
+        if words.len() > u16::MAX as usize {
+            problems.push(SpecProblem {
+                offset: 0,
+                message: "rule has more than 65535 words".into(),
+            });
+        }
+        let n = words.len().min(u16::MAX as usize);
+        // Options tagged with their group: 0 = generic, m + 1 = match m, MAX = target.
+        // Groups only grow while reading, except generic options that interleave, so a
+        // stable sort by tag puts every option where it belongs without nested vectors.
+        const TARGET_GROUP: u16 = u16::MAX;
+        let mut tagged: Vec<(u16, OptionIdx)> = Vec::with_capacity(n / 2);
+        let mut match_heads: Vec<(u16, bool)> = Vec::new();
+        let mut target_head: Option<(u16, bool)> = None;
+        let mut group = Group::Generic;
+        let mut protocol_word: Option<u16> = None;
+        let mut negate_next = false;
+        let mut i = 0usize;
+        while i < n {
+            let w = words[i];
+            let raw = w.raw(text);
+            if w.is_bang(text) {
+                negate_next = true;
+                i += 1;
+                continue;
+            }
+            if !w.is_option(text) {
+                problems.push(SpecProblem {
+                    offset: w.start as usize,
+                    message: format!(
+                        "unexpected value {raw:?}: expected an option such as -m, -j or --dport"
+                    ),
+                });
+                i += 1;
+                continue;
+            }
+            let negated = std::mem::take(&mut negate_next);
+            if matches!(raw, "-m" | "--match" | "-j" | "--jump" | "-g" | "--goto") {
+                if !words[..n]
+                    .get(i + 1)
+                    .is_some_and(|w| !w.is_option(text) && !w.is_bang(text))
+                {
+                    problems.push(SpecProblem {
+                        offset: w.start as usize,
+                        message: format!("{raw} needs a name after it"),
+                    });
+                    i += 1;
+                    continue;
+                }
+                let name_idx = (i + 1) as u16;
+                if raw == "-m" || raw == "--match" {
+                    match_heads.push((name_idx, false));
+                    group = Group::Match(match_heads.len() - 1);
+                } else {
+                    if target_head.is_some() {
+                        problems.push(SpecProblem {
+                            offset: w.start as usize,
+                            message: "more than one target (-j/-g) in one rule".into(),
+                        });
+                    }
+                    target_head = Some((name_idx, raw == "-g" || raw == "--goto"));
+                    group = Group::Target;
+                }
+                i += 2;
+                continue;
+            }
+            // An ordinary option: collect its arguments.
+            let (args_start, args_end, arg_negated) = collect_args(text, &words[..n], i + 1);
+            let opt = OptionIdx {
+                negated: negated || arg_negated,
+                name: i as u16,
+                args_start: args_start as u16,
+                args_end: args_end as u16,
+            };
+            if let Some((short, takes_value)) = generic_option(raw) {
+                if takes_value && args_end == args_start {
+                    problems.push(SpecProblem {
+                        offset: w.start as usize,
+                        message: format!("{raw} needs a value"),
+                    });
+                }
+                if short == "-p" {
+                    protocol_word = (args_end > args_start).then_some(args_start as u16);
+                }
+                tagged.push((0, opt));
+            } else {
+                match group {
+                    Group::Match(m) => tagged.push((m as u16 + 1, opt)),
+                    Group::Target => tagged.push((TARGET_GROUP, opt)),
+                    Group::Generic => {
+                        let implicit = protocol_word.filter(|&p| {
+                            IMPLICIT_PROTOCOL_MATCHES
+                                .contains(&words[p as usize].value(text).as_ref())
+                        });
+                        if let Some(p) = implicit {
+                            match_heads.push((p, true));
+                            group = Group::Match(match_heads.len() - 1);
+                            tagged.push((match_heads.len() as u16, opt));
+                        } else {
+                            problems.push(SpecProblem {
+                                offset: w.start as usize,
+                                message: format!(
+                                    "option {raw} belongs to no match (add -m MODULE before it)"
+                                ),
+                            });
+                            // Keep it as a generic option so no word is lost.
+                            tagged.push((0, opt));
+                        }
+                    }
+                }
+            }
+            i = args_end;
+        }
+        if negate_next {
+            problems.push(SpecProblem {
+                offset: text.len(),
+                message: "\"!\" at the end of the rule negates nothing".into(),
+            });
+        }
+
+        tagged.sort_by_key(|&(g, _)| g);
+        let generic_len = tagged.iter().take_while(|&&(g, _)| g == 0).count() as u16;
+        let mut matches = Vec::with_capacity(match_heads.len());
+        let mut cursor = generic_len as usize;
+        for (m, (module, implicit)) in match_heads.into_iter().enumerate() {
+            let start = cursor;
+            while cursor < tagged.len() && tagged[cursor].0 == m as u16 + 1 {
+                cursor += 1;
+            }
+            matches.push(MatchIdx {
+                module,
+                implicit,
+                opts_start: start as u16,
+                opts_end: cursor as u16,
+            });
+        }
+        let target = target_head.map(|(name, goto)| TargetIdx {
+            name,
+            goto,
+            opts_start: cursor as u16,
+            opts_end: tagged.len() as u16,
+        });
+        let options: Box<[OptionIdx]> = tagged.into_iter().map(|(_, o)| o).collect();
+        let rule = XtRule {
+            words: words.into_boxed_slice(),
+            options,
+            generic_len,
+            matches: matches.into_boxed_slice(),
+            target,
+        };
+        (rule, problems)
+    }
+
+    pub fn view<'a>(&'a self, text: &'a str) -> XtView<'a> {
+        XtView { rule: self, text }
+    }
+}
+
+/// Arguments of the option whose name is just before `from`: following words that are
+/// not options. A `!` right after the option name (pre-1.4.3 syntax `--dport ! 80`)
+/// negates the option.
+fn collect_args(text: &str, words: &[Word], from: usize) -> (usize, usize, bool) {
+    let mut start = from;
+    let mut negated = false;
+    if words.get(start).is_some_and(|w| w.is_bang(text))
+        && words
+            .get(start + 1)
+            .is_some_and(|w| !w.is_option(text) && !w.is_bang(text))
+    {
+        negated = true;
+        start += 1;
+    }
+    let mut end = start;
+    while let Some(w) = words.get(end) {
+        if w.is_option(text) || w.is_bang(text) {
+            break;
+        }
+        end += 1;
+    }
+    (start, end, negated)
+}
+
+/// Names `-j` can take that are verdicts or target extensions, not chains.
+pub const TARGET_EXTENSIONS: &[&str] = &[
+    "ACCEPT",
+    "DROP",
+    "RETURN",
+    "QUEUE",
+    "AUDIT",
+    "CHECKSUM",
+    "CLASSIFY",
+    "CLUSTERIP",
+    "CONNMARK",
+    "CONNSECMARK",
+    "CT",
+    "DNAT",
+    "DNPT",
+    "DSCP",
+    "ECN",
+    "HL",
+    "HMARK",
+    "IDLETIMER",
+    "LED",
+    "LOG",
+    "MARK",
+    "MASQUERADE",
+    "MIRROR",
+    "NETMAP",
+    "NFLOG",
+    "NFQUEUE",
+    "NOTRACK",
+    "RATEEST",
+    "REDIRECT",
+    "REJECT",
+    "SAME",
+    "SECMARK",
+    "SET",
+    "SNAT",
+    "SNPT",
+    "SYNPROXY",
+    "TCPMSS",
+    "TCPOPTSTRIP",
+    "TEE",
+    "TOS",
+    "TPROXY",
+    "TRACE",
+    "TTL",
+    "ULOG",
+];
+
+/// Read access to an `XtRule` together with its text.
+#[derive(Clone, Copy)]
+pub struct XtView<'a> {
+    rule: &'a XtRule,
+    text: &'a str,
+}
+
+/// One option (`! --dport 80`) of a match, of the target or generic (`-s 10.0.0.0/8`).
+#[derive(Clone, Copy)]
+pub struct XtOptionView<'a> {
+    idx: OptionIdx,
+    rule: &'a XtRule,
+    text: &'a str,
+}
+
+/// One match module (`-m tcp --dport 80`), possibly implicit (`-p tcp --dport 80`).
+#[derive(Clone, Copy)]
+pub struct XtMatchView<'a> {
+    idx: MatchIdx,
+    rule: &'a XtRule,
+    text: &'a str,
+}
+
+/// The rule's target (`-j DNAT --to-destination ...`) or goto (`-g CHAIN`).
+#[derive(Clone, Copy)]
+pub struct XtTargetView<'a> {
+    idx: TargetIdx,
+    rule: &'a XtRule,
+    text: &'a str,
+}
+
+impl<'a> XtView<'a> {
+    fn word(&self, i: u16) -> &'a str {
+        self.rule.words[i as usize].raw(self.text)
+    }
+
+    fn options_in(self, start: u16, end: u16) -> impl Iterator<Item = XtOptionView<'a>> + 'a {
+        let (rule, text) = (self.rule, self.text);
+        rule.options[start as usize..end as usize]
+            .iter()
+            .map(move |&idx| XtOptionView { idx, rule, text })
+    }
+
+    /// Generic options in the order written (`-s`, `-d`, `-i`, `-o`, `-p`, `-f`).
+    pub fn generic(&self) -> impl Iterator<Item = XtOptionView<'a>> + 'a {
+        self.options_in(0, self.rule.generic_len)
+    }
+
+    /// A generic option by its short name (`"-s"`, `"-p"`, ...), whatever spelling was used.
+    pub fn generic_option(&self, short: &str) -> Option<XtOptionView<'a>> {
+        self.generic()
+            .find(|o| generic_option(o.name()).is_some_and(|(s, _)| s == short))
+    }
+
+    pub fn matches(&self) -> impl Iterator<Item = XtMatchView<'a>> + 'a {
+        let (rule, text) = (self.rule, self.text);
+        rule.matches
+            .iter()
+            .map(move |&idx| XtMatchView { idx, rule, text })
+    }
+
+    pub fn match_named(&self, module: &str) -> Option<XtMatchView<'a>> {
+        self.matches().find(|m| m.module() == module)
+    }
+
+    pub fn target(&self) -> Option<XtTargetView<'a>> {
+        self.rule.target.map(|idx| XtTargetView {
+            idx,
+            rule: self.rule,
+            text: self.text,
+        })
+    }
+
+    /// Every `--comment` value, in order.
+    pub fn comments(&self) -> impl Iterator<Item = Cow<'a, str>> + 'a {
+        self.matches()
+            .filter(|m| m.module() == "comment")
+            .filter_map(|m| m.option("--comment").and_then(|o| o.arg(0)))
+    }
+
+    /// The chain this rule jumps or goes to, if its target is a chain.
+    pub fn chain_reference(&self) -> Option<ChainRef<'a>> {
+        let t = self.target()?;
+        let name = t.name();
+        if t.is_goto() {
+            return Some(ChainRef {
+                kind: TransferKind::Goto,
+                chain: name,
+            });
+        }
+        (!TARGET_EXTENSIONS.contains(&name)).then_some(ChainRef {
+            kind: TransferKind::Jump,
+            chain: name,
+        })
+    }
+
+    /// All words after the chain name, raw, in order (for verbatim printing).
+    pub fn raw_words(&self) -> impl Iterator<Item = &'a str> + 'a {
+        let text = self.text;
+        self.rule.words.iter().map(move |w| w.raw(text))
+    }
+}
+
+impl<'a> XtOptionView<'a> {
+    /// The option as written (`--dport`, `-s`, `--source`).
+    pub fn name(&self) -> &'a str {
+        self.rule.words[self.idx.name as usize].raw(self.text)
+    }
+
+    pub fn negated(&self) -> bool {
+        self.idx.negated
+    }
+
+    pub fn arg_count(&self) -> usize {
+        (self.idx.args_end - self.idx.args_start) as usize
+    }
+
+    /// The i-th argument, unquoted.
+    pub fn arg(&self, i: usize) -> Option<Cow<'a, str>> {
+        let w = self.idx.args_start as usize + i;
+        (w < self.idx.args_end as usize).then(|| self.rule.words[w].value(self.text))
+    }
+
+    /// The i-th argument exactly as written (quotes kept).
+    pub fn raw_arg(&self, i: usize) -> Option<&'a str> {
+        let w = self.idx.args_start as usize + i;
+        (w < self.idx.args_end as usize).then(|| self.rule.words[w].raw(self.text))
+    }
+
+    pub fn args(&self) -> impl Iterator<Item = Cow<'a, str>> + 'a {
+        let (rule, text) = (self.rule, self.text);
+        rule.words[self.idx.args_start as usize..self.idx.args_end as usize]
+            .iter()
+            .map(move |w| w.value(text))
+    }
+
+    pub fn raw_args(&self) -> impl Iterator<Item = &'a str> + 'a {
+        let (rule, text) = (self.rule, self.text);
+        rule.words[self.idx.args_start as usize..self.idx.args_end as usize]
+            .iter()
+            .map(move |w| w.raw(text))
+    }
+}
+
+impl<'a> XtMatchView<'a> {
+    pub fn module(&self) -> &'a str {
+        self.rule.words[self.idx.module as usize].raw(self.text)
+    }
+
+    /// True when loaded by `-p PROTO` without `-m PROTO`.
+    pub fn implicit(&self) -> bool {
+        self.idx.implicit
+    }
+
+    pub fn options(&self) -> impl Iterator<Item = XtOptionView<'a>> + 'a {
+        XtView {
+            rule: self.rule,
+            text: self.text,
+        }
+        .options_in(self.idx.opts_start, self.idx.opts_end)
+    }
+
+    pub fn option(&self, name: &str) -> Option<XtOptionView<'a>> {
+        self.options().find(|o| o.name() == name)
+    }
+}
+
+impl<'a> XtTargetView<'a> {
+    pub fn name(&self) -> &'a str {
+        self.rule.words[self.idx.name as usize].raw(self.text)
+    }
+
+    pub fn is_goto(&self) -> bool {
+        self.idx.goto
+    }
+
+    pub fn options(&self) -> impl Iterator<Item = XtOptionView<'a>> + 'a {
+        XtView {
+            rule: self.rule,
+            text: self.text,
+        }
+        .options_in(self.idx.opts_start, self.idx.opts_end)
+    }
+
+    pub fn option(&self, name: &str) -> Option<XtOptionView<'a>> {
+        self.options().find(|o| o.name() == name)
+    }
+}
+
+impl std::fmt::Debug for XtView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XtView")
+            .field("text", &self.text)
+            .field("target", &self.target().map(|t| self.word(t.idx.name)))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::iptables::words::split;
+
+    fn build(text: &str) -> (XtRule, Vec<SpecProblem>) {
+        let mut w = Vec::new();
+        split(text, 0, &mut w).unwrap();
+        XtRule::build(text, w)
+    }
+
+    #[test]
+    fn kube_proxy_order_groups_dport_with_tcp_match() {
+        let t = r#"-m comment --comment "ns1/svc1:p80 cluster IP" -m tcp -p tcp -d 172.30.0.41 --dport 80 -j KUBE-SVC-XPGD46QRK7WJZT7O"#;
+        let (r, p) = build(t);
+        assert!(p.is_empty(), "{p:?}");
+        let v = r.view(t);
+        let tcp = v.match_named("tcp").unwrap();
+        assert_eq!(tcp.option("--dport").unwrap().arg(0).unwrap(), "80");
+        assert_eq!(
+            v.generic_option("-d").unwrap().arg(0).unwrap(),
+            "172.30.0.41"
+        );
+        assert_eq!(v.comments().next().unwrap(), "ns1/svc1:p80 cluster IP");
+        assert_eq!(
+            v.chain_reference(),
+            Some(ChainRef {
+                kind: TransferKind::Jump,
+                chain: "KUBE-SVC-XPGD46QRK7WJZT7O"
+            })
+        );
+    }
+
+    #[test]
+    fn implicit_protocol_match() {
+        let t = "-p tcp --dport 80 -j ACCEPT";
+        let (r, p) = build(t);
+        assert!(p.is_empty());
+        let m = r.view(t).matches().next().unwrap();
+        assert!(m.implicit());
+        assert_eq!(m.module(), "tcp");
+        assert_eq!(r.view(t).chain_reference(), None);
+    }
+
+    #[test]
+    fn negations_before_and_after_option_name() {
+        let t = "! -s 10.0.0.0/8 -m tcp -p tcp --dport ! 22 -m mark ! --mark 0x4000/0x4000";
+        let (r, p) = build(t);
+        assert!(p.is_empty(), "{p:?}");
+        let v = r.view(t);
+        assert!(v.generic_option("-s").unwrap().negated());
+        assert!(
+            v.match_named("tcp")
+                .unwrap()
+                .option("--dport")
+                .unwrap()
+                .negated()
+        );
+        assert!(
+            v.match_named("mark")
+                .unwrap()
+                .option("--mark")
+                .unwrap()
+                .negated()
+        );
+    }
+
+    #[test]
+    fn target_options_and_goto() {
+        let t = "-p tcp -j DNAT --to-destination 10.244.1.5:8080";
+        let (r, _) = build(t);
+        let tg = r.view(t).target().unwrap();
+        assert_eq!(tg.name(), "DNAT");
+        assert_eq!(
+            tg.option("--to-destination").unwrap().arg(0).unwrap(),
+            "10.244.1.5:8080"
+        );
+        let t = "-g cali-fw-abc";
+        let (r, _) = build(t);
+        assert_eq!(
+            r.view(t).chain_reference().unwrap().kind,
+            TransferKind::Goto
+        );
+    }
+
+    #[test]
+    fn rule_without_target_is_legal() {
+        let t = r#"-m comment --comment "Profile ksa.kube-system.default ingress""#;
+        let (r, p) = build(t);
+        assert!(p.is_empty());
+        assert!(r.view(t).target().is_none());
+    }
+
+    #[test]
+    fn problems_are_reported_and_words_kept() {
+        let t = "--dport 80 stray -j";
+        let (r, p) = build(t);
+        // "--dport" belongs to no match (and swallows "80 stray"); "-j" has no name.
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert_eq!(r.view(t).raw_words().count(), 4);
+    }
+}

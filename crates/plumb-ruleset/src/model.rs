@@ -1,0 +1,405 @@
+//! The ruleset model: ruleset -> tables -> chains -> rules, for every backend.
+//!
+//! One model serves iptables-legacy, iptables-nft and native nftables so that
+//! ownership, diff, checks and trace are written once. Invariants:
+//! - nothing read is dropped: every rule keeps its original text and location,
+//!   and parts plumb does not understand stay available verbatim;
+//! - rules are kept in kernel order, `position` is 1-based within the chain;
+//! - a `Ruleset` never holds IO handles: it is built from text by the parsers.
+
+use crate::diagnostic::Diagnostic;
+use crate::iptables::XtRule;
+use crate::nft::{NftRule, NftSet};
+use serde::Serialize;
+use std::fmt;
+
+/// Address family of a table (`ip`/`ip6` for iptables; all nft families).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Family {
+    Ip,
+    Ip6,
+    Inet,
+    Arp,
+    Bridge,
+    Netdev,
+}
+
+impl Family {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::Ip => "ip",
+            Family::Ip6 => "ip6",
+            Family::Inet => "inet",
+            Family::Arp => "arp",
+            Family::Bridge => "bridge",
+            Family::Netdev => "netdev",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Family> {
+        Some(match s {
+            "ip" => Family::Ip,
+            "ip6" => Family::Ip6,
+            "inet" => Family::Inet,
+            "arp" => Family::Arp,
+            "bridge" => Family::Bridge,
+            "netdev" => Family::Netdev,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which kernel interface holds the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// x_tables via setsockopt (`iptables-legacy`).
+    IptablesLegacy,
+    /// nf_tables through the iptables-nft compatibility layer.
+    IptablesNft,
+    /// Native nf_tables tables written with `nft` or netlink.
+    Nftables,
+    /// An iptables dump that does not say which backend produced it.
+    IptablesUnknown,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::IptablesLegacy => "iptables-legacy",
+            Backend::IptablesNft => "iptables-nft",
+            Backend::Nftables => "nftables",
+            Backend::IptablesUnknown => "iptables",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Netfilter hook a base chain is attached to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hook {
+    Prerouting,
+    Input,
+    Forward,
+    Output,
+    Postrouting,
+    Ingress,
+    Egress,
+    Other(String),
+}
+
+impl Hook {
+    /// The hook of an iptables built-in chain name (`PREROUTING`, ...).
+    pub fn from_builtin_chain(name: &str) -> Option<Hook> {
+        Some(match name {
+            "PREROUTING" => Hook::Prerouting,
+            "INPUT" => Hook::Input,
+            "FORWARD" => Hook::Forward,
+            "OUTPUT" => Hook::Output,
+            "POSTROUTING" => Hook::Postrouting,
+            _ => return None,
+        })
+    }
+
+    pub fn parse_nft(s: &str) -> Hook {
+        match s {
+            "prerouting" => Hook::Prerouting,
+            "input" => Hook::Input,
+            "forward" => Hook::Forward,
+            "output" => Hook::Output,
+            "postrouting" => Hook::Postrouting,
+            "ingress" => Hook::Ingress,
+            "egress" => Hook::Egress,
+            other => Hook::Other(other.to_string()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Hook::Prerouting => "prerouting",
+            Hook::Input => "input",
+            Hook::Forward => "forward",
+            Hook::Output => "output",
+            Hook::Postrouting => "postrouting",
+            Hook::Ingress => "ingress",
+            Hook::Egress => "egress",
+            Hook::Other(s) => s,
+        }
+    }
+}
+
+/// Default verdict of a base chain.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Policy {
+    Accept,
+    Drop,
+    /// Anything else a dump may carry (kept verbatim).
+    Other(String),
+}
+
+impl Policy {
+    pub fn parse(s: &str) -> Policy {
+        match s {
+            "ACCEPT" | "accept" => Policy::Accept,
+            "DROP" | "drop" => Policy::Drop,
+            other => Policy::Other(other.to_string()),
+        }
+    }
+
+    /// iptables spelling (`ACCEPT`, `DROP`).
+    pub fn as_iptables(&self) -> &str {
+        match self {
+            Policy::Accept => "ACCEPT",
+            Policy::Drop => "DROP",
+            Policy::Other(s) => s,
+        }
+    }
+}
+
+/// Packet and byte counters as printed by `iptables-save -c` or `nft list`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Counters {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// Where something was read: 1-based line and column in the source text.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Location {
+    pub line: u32,
+    pub column: u32,
+}
+
+/// Whether a parsed text was a complete dump or only part of one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Completeness {
+    /// A full dump (`iptables-save`, `nft list ruleset`): absent chains do not exist.
+    Full,
+    /// An `iptables-restore --noflush` payload (kube-proxy partial sync): chains it
+    /// references may exist in the kernel without being declared here.
+    Partial,
+    /// The input ended early (no COMMIT, unbalanced braces, a literal "...." line).
+    Truncated,
+    /// A listing that loses detail (`iptables -nvL`): rules are approximate.
+    Approximate,
+}
+
+/// The whole firewall as read from one or more dumps.
+#[derive(Clone, Debug, Serialize)]
+pub struct Ruleset {
+    pub tables: Vec<Table>,
+    pub completeness: Completeness,
+    /// Problems found while reading, with locations. Empty for clean input.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Default for Ruleset {
+    fn default() -> Self {
+        Ruleset {
+            tables: Vec::new(),
+            completeness: Completeness::Full,
+            diagnostics: Vec::new(),
+        }
+    }
+}
+
+impl Ruleset {
+    pub fn table(&self, family: Family, name: &str) -> Option<&Table> {
+        self.tables
+            .iter()
+            .find(|t| t.family == family && &*t.name == name)
+    }
+
+    /// The tables of a given backend, e.g. to compare legacy and nft.
+    pub fn tables_of(&self, backend: Backend) -> impl Iterator<Item = &Table> {
+        self.tables.iter().filter(move |t| t.backend == backend)
+    }
+
+    pub fn rule_count(&self) -> usize {
+        self.tables.iter().map(Table::rule_count).sum()
+    }
+
+    pub fn chain_count(&self) -> usize {
+        self.tables.iter().map(|t| t.chains.len()).sum()
+    }
+
+    /// Adds the tables and diagnostics of another ruleset (e.g. ip and ip6 dumps).
+    pub fn merge(&mut self, other: Ruleset) {
+        self.tables.extend(other.tables);
+        self.diagnostics.extend(other.diagnostics);
+        if other.completeness != Completeness::Full {
+            self.completeness = other.completeness;
+        }
+    }
+}
+
+/// One table: `*nat` in iptables-save, `table ip kube-proxy { ... }` in nft.
+#[derive(Clone, Debug, Serialize)]
+pub struct Table {
+    pub family: Family,
+    pub backend: Backend,
+    pub name: Box<str>,
+    pub chains: Vec<Chain>,
+    /// nft sets and maps (empty for iptables tables).
+    pub sets: Vec<NftSet>,
+    /// Chains deleted by the dump itself (`-X NAME` in a restore payload).
+    pub deleted_chains: Vec<Box<str>>,
+    /// nft table comment or flags kept verbatim (`comment "rules for kube-proxy"`).
+    pub attributes: Vec<Box<str>>,
+    pub location: Location,
+}
+
+impl Table {
+    pub fn new(family: Family, backend: Backend, name: &str, location: Location) -> Table {
+        Table {
+            family,
+            backend,
+            name: name.into(),
+            chains: Vec::new(),
+            sets: Vec::new(),
+            deleted_chains: Vec::new(),
+            attributes: Vec::new(),
+            location,
+        }
+    }
+
+    pub fn chain(&self, name: &str) -> Option<&Chain> {
+        self.chains.iter().find(|c| &*c.name == name)
+    }
+
+    pub fn set(&self, name: &str) -> Option<&NftSet> {
+        self.sets.iter().find(|s| &*s.name == name)
+    }
+
+    pub fn rule_count(&self) -> usize {
+        self.chains.iter().map(|c| c.rules.len()).sum()
+    }
+}
+
+/// A chain: built-in/base (attached to a hook, with a policy) or user-defined.
+#[derive(Clone, Debug, Serialize)]
+pub struct Chain {
+    pub name: Box<str>,
+    pub base: Option<BaseChain>,
+    pub rules: Vec<Rule>,
+    pub location: Location,
+}
+
+impl Chain {
+    pub fn new(name: &str, base: Option<BaseChain>, location: Location) -> Chain {
+        Chain {
+            name: name.into(),
+            base,
+            rules: Vec::new(),
+            location,
+        }
+    }
+
+    pub fn is_builtin(&self) -> bool {
+        self.base.is_some()
+    }
+
+    pub fn policy(&self) -> Option<&Policy> {
+        self.base.as_ref().and_then(|b| b.policy.as_ref())
+    }
+}
+
+/// What makes a chain a base chain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BaseChain {
+    pub hook: Hook,
+    pub policy: Option<Policy>,
+    pub counters: Option<Counters>,
+    /// nft only: `type filter|nat|route`.
+    pub chain_type: Option<Box<str>>,
+    /// nft only: priority as written (`dstnat`, `-100`, `filter + 10`).
+    pub priority: Option<Box<str>>,
+}
+
+/// One rule, in chain order.
+#[derive(Clone, Debug, Serialize)]
+pub struct Rule {
+    /// 1-based position within its chain.
+    pub position: u32,
+    pub location: Location,
+    pub counters: Option<Counters>,
+    /// The rule exactly as read (one line of the dump).
+    pub text: Box<str>,
+    #[serde(skip)]
+    pub body: RuleBody,
+}
+
+/// Backend-specific structure of a rule.
+#[derive(Clone, Debug)]
+pub enum RuleBody {
+    /// An xtables rule: generic options, matches, target.
+    Xt(XtRule),
+    /// A native nftables rule: a statement sequence.
+    Nft(NftRule),
+    /// Read from a lossy listing (`-nvL`); only the text and what was recognised.
+    Approximate(crate::iptables::listing::ListedRule),
+}
+
+impl Rule {
+    pub fn xt(&self) -> Option<crate::iptables::XtView<'_>> {
+        match &self.body {
+            RuleBody::Xt(x) => Some(x.view(&self.text)),
+            _ => None,
+        }
+    }
+
+    /// Every chain this rule can transfer control to (jump, goto, verdict map entries).
+    pub fn chain_references(&self) -> Vec<ChainRef<'_>> {
+        match &self.body {
+            RuleBody::Xt(x) => x.view(&self.text).chain_reference().into_iter().collect(),
+            RuleBody::Nft(n) => n.chain_references(),
+            RuleBody::Approximate(l) => l.chain_reference().into_iter().collect(),
+        }
+    }
+
+    /// Comments attached to the rule (`-m comment --comment`, nft `comment "..."`).
+    pub fn comments(&self) -> Vec<std::borrow::Cow<'_, str>> {
+        match &self.body {
+            RuleBody::Xt(x) => x.view(&self.text).comments().collect(),
+            RuleBody::Nft(n) => n.comments().map(std::borrow::Cow::Borrowed).collect(),
+            RuleBody::Approximate(l) => l
+                .comment
+                .as_deref()
+                .map(std::borrow::Cow::Borrowed)
+                .into_iter()
+                .collect(),
+        }
+    }
+}
+
+/// How a rule reaches another chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransferKind {
+    /// Call: the chain returns to the next rule.
+    Jump,
+    /// Tail call: the chain's RETURN goes to the caller's caller.
+    Goto,
+}
+
+/// A reference from a rule to a chain by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainRef<'a> {
+    pub kind: TransferKind,
+    pub chain: &'a str,
+}
