@@ -11,3 +11,9 @@ pub mod nft;
 
 pub use diagnostic::{Diagnostic, InputError, Severity};
 pub use model::*;
+pub mod format;
+pub mod owner;
+
+pub use format::{Format, ParseOptions, Parsed, parse_bytes};
+pub mod diff;
+pub mod summary;

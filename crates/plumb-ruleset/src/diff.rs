@@ -1,0 +1,388 @@
+//! Semantic diff of two rulesets: tables and chains added or removed, policy
+//! changes, rules added, removed or moved — ignoring counters and handles.
+//!
+//! Rules are compared by identity text (canonical iptables-save form for xtables
+//! rules, the statement text without counters for nft), as multisets per chain,
+//! so a 10k-rule chain diffs in O(n log n): no quadratic edit distance. A rule
+//! present on both sides whose order relative to the others changed is "moved"
+//! (common rules outside a longest increasing subsequence of positions).
+
+use crate::iptables::canonical::write_spec;
+use crate::model::{Backend, Chain, Family, Rule, RuleBody, Ruleset, Table};
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// One difference.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Change {
+    TableAdded {
+        table: String,
+    },
+    TableRemoved {
+        table: String,
+    },
+    ChainAdded {
+        table: String,
+        chain: String,
+        rules: usize,
+    },
+    ChainRemoved {
+        table: String,
+        chain: String,
+        rules: usize,
+    },
+    PolicyChanged {
+        table: String,
+        chain: String,
+        from: String,
+        to: String,
+    },
+    RuleAdded {
+        table: String,
+        chain: String,
+        position: u32,
+        rule: String,
+    },
+    RuleRemoved {
+        table: String,
+        chain: String,
+        position: u32,
+        rule: String,
+    },
+    RuleMoved {
+        table: String,
+        chain: String,
+        from: u32,
+        to: u32,
+        rule: String,
+    },
+}
+
+impl Change {
+    pub fn table(&self) -> &str {
+        match self {
+            Change::TableAdded { table }
+            | Change::TableRemoved { table }
+            | Change::ChainAdded { table, .. }
+            | Change::ChainRemoved { table, .. }
+            | Change::PolicyChanged { table, .. }
+            | Change::RuleAdded { table, .. }
+            | Change::RuleRemoved { table, .. }
+            | Change::RuleMoved { table, .. } => table,
+        }
+    }
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Change::TableAdded { table } => write!(f, "+ table {table}"),
+            Change::TableRemoved { table } => write!(f, "- table {table}"),
+            Change::ChainAdded {
+                table,
+                chain,
+                rules,
+            } => write!(f, "+ chain {table} {chain} ({rules} rules)"),
+            Change::ChainRemoved {
+                table,
+                chain,
+                rules,
+            } => write!(f, "- chain {table} {chain} ({rules} rules)"),
+            Change::PolicyChanged {
+                table,
+                chain,
+                from,
+                to,
+            } => write!(f, "~ policy {table} {chain}: {from} -> {to}"),
+            Change::RuleAdded {
+                table,
+                chain,
+                position,
+                rule,
+            } => write!(f, "+ {table} {chain} #{position}: {rule}"),
+            Change::RuleRemoved {
+                table,
+                chain,
+                position,
+                rule,
+            } => write!(f, "- {table} {chain} #{position}: {rule}"),
+            Change::RuleMoved {
+                table,
+                chain,
+                from,
+                to,
+                rule,
+            } => {
+                write!(f, "~ {table} {chain} moved #{from} -> #{to}: {rule}")
+            }
+        }
+    }
+}
+
+/// The differences from `old` to `new`, in table and chain order.
+pub fn diff(old: &Ruleset, new: &Ruleset) -> Vec<Change> {
+    let mut out = Vec::new();
+    let key = |t: &Table| (t.family, t.backend == Backend::Nftables, t.name.to_string());
+    let old_tables: HashMap<_, &Table> = old.tables.iter().map(|t| (key(t), t)).collect();
+    let new_keys: std::collections::HashSet<_> = new.tables.iter().map(key).collect();
+    for t in &old.tables {
+        if !new_keys.contains(&key(t)) {
+            out.push(Change::TableRemoved {
+                table: table_label(t),
+            });
+        }
+    }
+    for t in &new.tables {
+        match old_tables.get(&key(t)) {
+            None => out.push(Change::TableAdded {
+                table: table_label(t),
+            }),
+            Some(o) => diff_table(o, t, &mut out),
+        }
+    }
+    out
+}
+
+fn table_label(t: &Table) -> String {
+    match (t.backend, t.family) {
+        (Backend::Nftables, f) => format!("{f} {}", t.name),
+        (_, Family::Ip6) => format!("ip6 {}", t.name),
+        _ => t.name.to_string(),
+    }
+}
+
+fn diff_table(old: &Table, new: &Table, out: &mut Vec<Change>) {
+    let label = table_label(new);
+    let old_chains: HashMap<&str, &Chain> = old.chains.iter().map(|c| (&*c.name, c)).collect();
+    let new_chains: HashMap<&str, &Chain> = new.chains.iter().map(|c| (&*c.name, c)).collect();
+    for c in &old.chains {
+        if !new_chains.contains_key(&*c.name) {
+            out.push(Change::ChainRemoved {
+                table: label.clone(),
+                chain: c.name.to_string(),
+                rules: c.rules.len(),
+            });
+        }
+    }
+    for c in &new.chains {
+        let Some(o) = old_chains.get(&*c.name) else {
+            out.push(Change::ChainAdded {
+                table: label.clone(),
+                chain: c.name.to_string(),
+                rules: c.rules.len(),
+            });
+            continue;
+        };
+        let (op, np) = (o.policy(), c.policy());
+        if op != np {
+            let show = |p: Option<&crate::Policy>| {
+                p.map(|p| p.as_iptables().to_string())
+                    .unwrap_or_else(|| "-".into())
+            };
+            out.push(Change::PolicyChanged {
+                table: label.clone(),
+                chain: c.name.to_string(),
+                from: show(op),
+                to: show(np),
+            });
+        }
+        diff_rules(&label, o, c, old.family, out);
+    }
+}
+
+/// Identity of a rule for diffing: canonical text without counters.
+pub fn rule_identity(rule: &Rule, family: Family) -> String {
+    match &rule.body {
+        RuleBody::Xt(x) => {
+            let mut s = String::with_capacity(rule.text.len());
+            write_spec(&mut s, &x.view(&rule.text), family);
+            s.trim_start().to_string()
+        }
+        _ => strip_nft_noise(&rule.text),
+    }
+}
+
+/// Drops `counter packets N bytes M` and `# handle N` from nft rule text.
+fn strip_nft_noise(text: &str) -> String {
+    let text = text.split(" # handle ").next().unwrap_or(text);
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut out: Vec<&str> = Vec::with_capacity(words.len());
+    let mut i = 0;
+    while i < words.len() {
+        if words[i] == "counter"
+            && words.get(i + 1) == Some(&"packets")
+            && words.get(i + 3) == Some(&"bytes")
+        {
+            out.push("counter");
+            i += 5;
+            continue;
+        }
+        out.push(words[i]);
+        i += 1;
+    }
+    out.join(" ")
+}
+
+fn diff_rules(table: &str, old: &Chain, new: &Chain, family: Family, out: &mut Vec<Change>) {
+    let old_ids: Vec<String> = old.rules.iter().map(|r| rule_identity(r, family)).collect();
+    let new_ids: Vec<String> = new.rules.iter().map(|r| rule_identity(r, family)).collect();
+    if old_ids == new_ids {
+        return;
+    }
+    // Pair equal rules in order of appearance (duplicates pair up one to one).
+    let mut available: HashMap<&str, std::collections::VecDeque<usize>> = HashMap::new();
+    for (i, id) in new_ids.iter().enumerate() {
+        available.entry(id).or_default().push_back(i);
+    }
+    let mut pairs: Vec<(usize, usize)> = Vec::new();
+    for (i, id) in old_ids.iter().enumerate() {
+        match available.get_mut(id.as_str()).and_then(|q| q.pop_front()) {
+            Some(j) => pairs.push((i, j)),
+            None => out.push(Change::RuleRemoved {
+                table: table.into(),
+                chain: new.name.to_string(),
+                position: i as u32 + 1,
+                rule: id.clone(),
+            }),
+        }
+    }
+    let paired_new: std::collections::HashSet<usize> = pairs.iter().map(|&(_, j)| j).collect();
+    for (j, id) in new_ids.iter().enumerate() {
+        if !paired_new.contains(&j) {
+            out.push(Change::RuleAdded {
+                table: table.into(),
+                chain: new.name.to_string(),
+                position: j as u32 + 1,
+                rule: id.clone(),
+            });
+        }
+    }
+    let keep = longest_increasing(&pairs.iter().map(|&(_, j)| j).collect::<Vec<_>>());
+    for (k, &(i, j)) in pairs.iter().enumerate() {
+        if !keep[k] {
+            out.push(Change::RuleMoved {
+                table: table.into(),
+                chain: new.name.to_string(),
+                from: i as u32 + 1,
+                to: j as u32 + 1,
+                rule: old_ids[i].clone(),
+            });
+        }
+    }
+}
+
+/// Marks the members of one longest strictly increasing subsequence (O(n log n)).
+fn longest_increasing(seq: &[usize]) -> Vec<bool> {
+    let mut tails: Vec<usize> = Vec::new(); // index into seq of the tail of each length
+    let mut prev: Vec<Option<usize>> = vec![None; seq.len()];
+    for (i, &v) in seq.iter().enumerate() {
+        let pos = tails.partition_point(|&t| seq[t] < v);
+        if pos > 0 {
+            prev[i] = Some(tails[pos - 1]);
+        }
+        if pos == tails.len() {
+            tails.push(i);
+        } else {
+            tails[pos] = i;
+        }
+    }
+    let mut keep = vec![false; seq.len()];
+    let mut cur = tails.last().copied();
+    while let Some(i) = cur {
+        keep[i] = true;
+        cur = prev[i];
+    }
+    keep
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::iptables::save::{IptablesInput, parse};
+
+    fn rs(rules: &str, policy: &str) -> Ruleset {
+        parse(
+            &format!(
+                "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD {policy} [5:6]\n:X - [0:0]\n{rules}COMMIT\n"
+            ),
+            &IptablesInput::default(),
+        )
+    }
+
+    #[test]
+    fn identical_rulesets_with_other_counters_have_no_changes() {
+        let a = rs("[1:2] -A X -j ACCEPT\n", "ACCEPT");
+        let b = rs("[9:9] -A X -j ACCEPT\n", "ACCEPT");
+        assert!(diff(&a, &b).is_empty());
+    }
+
+    #[test]
+    fn adds_removes_moves_and_policy() {
+        let a = rs(
+            "-A X -s 1.1.1.1/32 -j ACCEPT\n-A X -s 2.2.2.2/32 -j ACCEPT\n-A X -s 3.3.3.3/32 -j ACCEPT\n",
+            "ACCEPT",
+        );
+        let b = rs(
+            "-A X -s 3.3.3.3/32 -j ACCEPT\n-A X -s 1.1.1.1/32 -j ACCEPT\n-A X -s 4.4.4.4/32 -j DROP\n",
+            "DROP",
+        );
+        let changes = diff(&a, &b);
+        let kinds: Vec<String> = changes.iter().map(|c| c.to_string()).collect();
+        assert!(
+            kinds.contains(&"~ policy filter FORWARD: ACCEPT -> DROP".to_string()),
+            "{kinds:?}"
+        );
+        assert!(
+            kinds.contains(&"- filter X #2: -s 2.2.2.2/32 -j ACCEPT".to_string()),
+            "{kinds:?}"
+        );
+        assert!(
+            kinds.contains(&"+ filter X #3: -s 4.4.4.4/32 -j DROP".to_string()),
+            "{kinds:?}"
+        );
+        assert_eq!(
+            changes
+                .iter()
+                .filter(|c| matches!(c, Change::RuleMoved { .. }))
+                .count(),
+            1,
+            "{kinds:?}"
+        );
+    }
+
+    #[test]
+    fn chains_added_and_removed() {
+        let a = parse(
+            "*nat\n:KUBE-SVC-A - [0:0]\n-A KUBE-SVC-A -j ACCEPT\nCOMMIT\n",
+            &IptablesInput::default(),
+        );
+        let b = parse(
+            "*nat\n:KUBE-SVC-B - [0:0]\nCOMMIT\n",
+            &IptablesInput::default(),
+        );
+        let c = diff(&a, &b);
+        assert_eq!(
+            c[0],
+            Change::ChainRemoved {
+                table: "nat".into(),
+                chain: "KUBE-SVC-A".into(),
+                rules: 1
+            }
+        );
+        assert_eq!(
+            c[1],
+            Change::ChainAdded {
+                table: "nat".into(),
+                chain: "KUBE-SVC-B".into(),
+                rules: 0
+            }
+        );
+    }
+
+    #[test]
+    fn lis_keeps_longest_order() {
+        assert_eq!(longest_increasing(&[2, 0, 1]), vec![false, true, true]);
+        assert_eq!(longest_increasing(&[]), Vec::<bool>::new());
+    }
+}

@@ -1,0 +1,249 @@
+//! Who owns each table, chain and rule: kube-proxy, kubelet, a CNI, a host firewall.
+//!
+//! The catalogue lives in `data/owners.json` (names, prefixes, comment tags, nft
+//! table names) so a new writer is a data change. Every answer carries its
+//! evidence ("chain name prefix KUBE-", "comment tag cali:"), because a wrong
+//! owner would make plumb blame the wrong process.
+//!
+//! Rules: a rule's comment tag wins; else a rule that jumps to an owned chain from
+//! a built-in chain is that owner's hook; else the rule belongs to its chain's owner.
+//! Built-in chains (INPUT, FORWARD, ...) belong to no one: their owner is `builtin`.
+
+use crate::model::{Backend, Chain, Rule, Ruleset, Table};
+use serde::{Deserialize, Serialize};
+use std::sync::OnceLock;
+
+/// A writer of netfilter objects.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Owner(pub String);
+
+impl Owner {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+    pub fn unknown() -> Owner {
+        Owner("unknown".into())
+    }
+    pub fn builtin() -> Owner {
+        Owner("builtin".into())
+    }
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An owner and why plumb believes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Attribution {
+    pub owner: Owner,
+    pub evidence: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Catalogue {
+    owners: Vec<Entry>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Entry {
+    owner: String,
+    #[serde(default)]
+    chain_names: Vec<String>,
+    #[serde(default)]
+    chain_prefixes: Vec<String>,
+    #[serde(default)]
+    comment_prefixes: Vec<String>,
+    #[serde(default)]
+    comment_contains: Vec<String>,
+    #[serde(default)]
+    nft_tables: Vec<String>,
+}
+
+fn catalogue() -> &'static Catalogue {
+    static CATALOGUE: OnceLock<Catalogue> = OnceLock::new();
+    CATALOGUE.get_or_init(|| {
+        serde_json::from_str(include_str!("../data/owners.json"))
+            .expect("data/owners.json is valid (checked by a unit test)")
+    })
+}
+
+/// Owner of a table: native nft tables by name; iptables tables are shared.
+pub fn table_owner(table: &Table) -> Option<Attribution> {
+    if table.backend != Backend::Nftables {
+        return None;
+    }
+    catalogue().owners.iter().find_map(|e| {
+        e.nft_tables
+            .iter()
+            .find(|t| **t == *table.name)
+            .map(|t| Attribution {
+                owner: Owner(e.owner.clone()),
+                evidence: format!("nft table named '{t}'"),
+            })
+    })
+}
+
+/// Owner of a chain by its name (or its table, for native nft tables).
+pub fn chain_owner(table: &Table, chain: &Chain) -> Attribution {
+    if let Some(t) = table_owner(table) {
+        return t;
+    }
+    if let Some(a) = owner_of_chain_name(&chain.name) {
+        return a;
+    }
+    if chain.is_builtin() {
+        return Attribution {
+            owner: Owner::builtin(),
+            evidence: "built-in chain".into(),
+        };
+    }
+    Attribution {
+        owner: Owner::unknown(),
+        evidence: "no catalogue entry matches the chain name".into(),
+    }
+}
+
+/// Owner implied by a chain name alone.
+pub fn owner_of_chain_name(name: &str) -> Option<Attribution> {
+    for e in &catalogue().owners {
+        if let Some(n) = e.chain_names.iter().find(|n| **n == *name) {
+            return Some(Attribution {
+                owner: Owner(e.owner.clone()),
+                evidence: format!("chain named {n}"),
+            });
+        }
+        if let Some(p) = e
+            .chain_prefixes
+            .iter()
+            .find(|p| name.starts_with(p.as_str()))
+        {
+            return Some(Attribution {
+                owner: Owner(e.owner.clone()),
+                evidence: format!("chain name prefix {p}"),
+            });
+        }
+    }
+    None
+}
+
+fn owner_of_comment(comment: &str) -> Option<Attribution> {
+    for e in &catalogue().owners {
+        if let Some(p) = e
+            .comment_prefixes
+            .iter()
+            .find(|p| comment.starts_with(p.as_str()))
+        {
+            return Some(Attribution {
+                owner: Owner(e.owner.clone()),
+                evidence: format!("comment tag {p}"),
+            });
+        }
+        if let Some(p) = e
+            .comment_contains
+            .iter()
+            .find(|p| comment.contains(p.as_str()))
+        {
+            return Some(Attribution {
+                owner: Owner(e.owner.clone()),
+                evidence: format!("comment \"{p}\""),
+            });
+        }
+    }
+    None
+}
+
+/// Owner of a rule within its chain.
+pub fn rule_owner(table: &Table, chain: &Chain, rule: &Rule) -> Attribution {
+    if let Some(t) = table_owner(table) {
+        return t;
+    }
+    for c in rule.comments() {
+        if let Some(a) = owner_of_comment(&c) {
+            return a;
+        }
+    }
+    let chain_attr = chain_owner(table, chain);
+    if chain.is_builtin() || chain_attr.owner == Owner::unknown() {
+        for r in rule.chain_references() {
+            if let Some(a) = owner_of_chain_name(r.chain) {
+                return Attribution {
+                    owner: a.owner,
+                    evidence: format!("jumps to {} ({})", r.chain, a.evidence),
+                };
+            }
+        }
+    }
+    chain_attr
+}
+
+/// Counts of chains and rules per owner over a whole ruleset.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OwnerCounts {
+    pub chains: std::collections::BTreeMap<String, usize>,
+    pub rules: std::collections::BTreeMap<String, usize>,
+}
+
+pub fn count(ruleset: &Ruleset) -> OwnerCounts {
+    let mut out = OwnerCounts::default();
+    for t in &ruleset.tables {
+        for c in &t.chains {
+            *out.chains.entry(chain_owner(t, c).owner.0).or_default() += 1;
+            for r in &c.rules {
+                *out.rules.entry(rule_owner(t, c, r).owner.0).or_default() += 1;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::iptables::save::{IptablesInput, parse};
+
+    #[test]
+    fn catalogue_parses() {
+        assert!(catalogue().owners.len() >= 8);
+    }
+
+    #[test]
+    fn chains_and_rules_get_owners_with_evidence() {
+        let text = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:KUBE-FIREWALL - [0:0]\n:KUBE-SERVICES - [0:0]\n:cali-FORWARD - [0:0]\n:my-chain - [0:0]\n\
+-A INPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+-A INPUT -j KUBE-FIREWALL\n\
+-A FORWARD -m comment --comment \"cali:wUHhoiAYhphO9Mso\" -j cali-FORWARD\n\
+-A FORWARD -j ACCEPT\n\
+-A my-chain -j KUBE-SERVICES\nCOMMIT\n";
+        let rs = parse(text, &IptablesInput::default());
+        let t = &rs.tables[0];
+        let owner = |c: &str| chain_owner(t, t.chain(c).unwrap()).owner.0;
+        assert_eq!(owner("KUBE-FIREWALL"), "kubelet");
+        assert_eq!(owner("KUBE-SERVICES"), "kube-proxy");
+        assert_eq!(owner("cali-FORWARD"), "calico");
+        assert_eq!(owner("INPUT"), "builtin");
+        assert_eq!(owner("my-chain"), "unknown");
+        let input = t.chain("INPUT").unwrap();
+        let r0 = rule_owner(t, input, &input.rules[0]);
+        assert_eq!(r0.owner.0, "kube-proxy");
+        assert!(
+            r0.evidence.contains("kubernetes service"),
+            "{}",
+            r0.evidence
+        );
+        let r1 = rule_owner(t, input, &input.rules[1]);
+        assert_eq!(r1.owner.0, "kubelet");
+        assert!(r1.evidence.contains("jumps to KUBE-FIREWALL"));
+        let fwd = t.chain("FORWARD").unwrap();
+        assert_eq!(
+            rule_owner(t, fwd, &fwd.rules[0]).evidence,
+            "comment tag cali:"
+        );
+        assert_eq!(rule_owner(t, fwd, &fwd.rules[1]).owner.0, "builtin");
+        let mine = t.chain("my-chain").unwrap();
+        assert_eq!(rule_owner(t, mine, &mine.rules[0]).owner.0, "kube-proxy");
+    }
+}

@@ -1,0 +1,57 @@
+//! The summary `plumb ruleset show|parse` prints: backends, tables, chains and
+//! rules per owner, and problems. Its JSON shape is a documented contract
+//! (README "JSON output"): `tables[]`, `owners` (chains per owner), `diagnostics[]`.
+
+use crate::diagnostic::Diagnostic;
+use crate::model::{Backend, Completeness, Ruleset};
+use crate::owner;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One table's size.
+#[derive(Clone, Debug, Serialize)]
+pub struct TableSummary {
+    pub family: String,
+    pub name: String,
+    pub backend: Backend,
+    pub chains: usize,
+    pub rules: usize,
+}
+
+/// What a ruleset holds, for people and scripts.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub backends: Vec<Backend>,
+    pub completeness: Completeness,
+    pub tables: Vec<TableSummary>,
+    /// Chains per owner.
+    pub owners: BTreeMap<String, usize>,
+    /// Rules per owner.
+    pub owner_rules: BTreeMap<String, usize>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+pub fn summarize(ruleset: &Ruleset) -> Summary {
+    let mut backends: Vec<Backend> = ruleset.tables.iter().map(|t| t.backend).collect();
+    backends.sort();
+    backends.dedup();
+    let counts = owner::count(ruleset);
+    Summary {
+        backends,
+        completeness: ruleset.completeness,
+        tables: ruleset
+            .tables
+            .iter()
+            .map(|t| TableSummary {
+                family: t.family.to_string(),
+                name: t.name.to_string(),
+                backend: t.backend,
+                chains: t.chains.len(),
+                rules: t.rule_count(),
+            })
+            .collect(),
+        owners: counts.chains,
+        owner_rules: counts.rules,
+        diagnostics: ruleset.diagnostics.clone(),
+    }
+}
