@@ -221,6 +221,13 @@ pub fn parse_bytes(bytes: &[u8], options: &ParseOptions) -> Result<Parsed, Input
         Format::NftText => crate::nft::parse_text(text),
         Format::NftJson => crate::nft::parse_json(text),
     };
+    // A text in save syntax that turned out to be a restore payload says so.
+    let format = if format == Format::IptablesSave && ruleset.completeness == Completeness::Partial
+    {
+        Format::IptablesRestore
+    } else {
+        format
+    };
     Ok(Parsed { format, ruleset })
 }
 

@@ -68,6 +68,7 @@ pub enum Backend {
     /// Native nf_tables tables written with `nft` or netlink.
     Nftables,
     /// An iptables dump that does not say which backend produced it.
+    #[serde(rename = "iptables")]
     IptablesUnknown,
 }
 

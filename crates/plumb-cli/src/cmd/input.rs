@@ -1,0 +1,65 @@
+//! Reading a ruleset file or stdin with the user's format hints.
+
+use crate::flags::InputFlags;
+use anyhow::{Context, bail};
+use plumb_ruleset::format::{Format, ParseOptions, Parsed, table_from_file_name};
+use plumb_ruleset::{Family, parse_bytes};
+use std::io::Read;
+use std::path::Path;
+
+/// A parsed file and the name to show for it in messages.
+pub struct Loaded {
+    pub name: String,
+    pub parsed: Parsed,
+}
+
+pub fn load(path: &Path, flags: &InputFlags) -> anyhow::Result<Loaded> {
+    let name = if path.as_os_str() == "-" {
+        "<stdin>".to_string()
+    } else {
+        path.display().to_string()
+    };
+    let mut bytes = Vec::new();
+    let limit = flags.max_input_size as u64 + 1;
+    if path.as_os_str() == "-" {
+        std::io::stdin()
+            .lock()
+            .take(limit)
+            .read_to_end(&mut bytes)
+            .context("reading standard input")?;
+    } else {
+        std::fs::File::open(path)
+            .and_then(|f| f.take(limit).read_to_end(&mut bytes))
+            .with_context(|| format!("reading {name}"))?;
+    }
+    let format = flags
+        .format
+        .as_deref()
+        .map(str::parse::<Format>)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let file_name = path
+        .file_name()
+        .map(|f| f.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let family = match flags.family.as_deref() {
+        None if file_name.contains("ip6") => Some(Family::Ip6),
+        None => None,
+        Some("ip" | "ipv4" | "4") => Some(Family::Ip),
+        Some("ip6" | "ipv6" | "6") => Some(Family::Ip6),
+        Some(other) => bail!("--family {other:?}: expected ip or ip6"),
+    };
+    let table = flags
+        .table
+        .clone()
+        .or_else(|| table_from_file_name(&file_name).map(str::to_string));
+    let options = ParseOptions {
+        format,
+        family,
+        table,
+        backend: None,
+        max_size: flags.max_input_size,
+    };
+    let parsed = parse_bytes(&bytes, &options).with_context(|| format!("reading {name}"))?;
+    Ok(Loaded { name, parsed })
+}

@@ -1,0 +1,225 @@
+//! `plumb ruleset show|parse|print|diff`.
+
+use super::input::load;
+use crate::Verdict;
+use crate::flags::RulesetCommand;
+use crate::output;
+use plumb_collect::{SystemRunner, ToolOutcome, collect_rulesets};
+use plumb_ruleset::diff::{Change, diff};
+use plumb_ruleset::iptables::canonical::{SaveOptions, save_text};
+use plumb_ruleset::summary::{Summary, summarize};
+use plumb_ruleset::{Completeness, Severity};
+use serde::Serialize;
+use std::io::Write;
+
+pub fn run(cmd: RulesetCommand) -> anyhow::Result<Verdict> {
+    match cmd {
+        RulesetCommand::Show { netns, json } => show(netns.as_deref(), json),
+        RulesetCommand::Parse { file, input, json } => {
+            let loaded = load(&file, &input)?;
+            let summary = summarize(&loaded.parsed.ruleset);
+            let verdict = verdict(&summary);
+            if json {
+                #[derive(Serialize)]
+                struct Out<'a> {
+                    source: &'a str,
+                    format: &'static str,
+                    #[serde(flatten)]
+                    summary: &'a Summary,
+                }
+                output::json(&Out {
+                    source: &loaded.name,
+                    format: loaded.parsed.format.name(),
+                    summary: &summary,
+                })?;
+            } else {
+                let mut out = std::io::stdout().lock();
+                writeln!(
+                    out,
+                    "{}: {} ({})",
+                    loaded.name,
+                    loaded.parsed.format.name(),
+                    completeness(&summary)
+                )?;
+                print_summary(&mut out, &summary, &loaded.name)?;
+            }
+            Ok(verdict)
+        }
+        RulesetCommand::Print {
+            file,
+            input,
+            counters,
+        } => {
+            let loaded = load(&file, &input)?;
+            let text = save_text(&loaded.parsed.ruleset, SaveOptions { counters });
+            std::io::stdout().lock().write_all(text.as_bytes())?;
+            print_diagnostics_to_stderr(&loaded.name, &summarize(&loaded.parsed.ruleset));
+            Ok(verdict(&summarize(&loaded.parsed.ruleset)))
+        }
+        RulesetCommand::Diff {
+            old,
+            new,
+            input,
+            json,
+        } => {
+            let a = load(&old, &input)?;
+            let b = load(&new, &input)?;
+            let changes = diff(&a.parsed.ruleset, &b.parsed.ruleset);
+            if json {
+                #[derive(Serialize)]
+                struct Out<'a> {
+                    old: &'a str,
+                    new: &'a str,
+                    changes: &'a [Change],
+                }
+                output::json(&Out {
+                    old: &a.name,
+                    new: &b.name,
+                    changes: &changes,
+                })?;
+            } else {
+                let mut out = std::io::stdout().lock();
+                for c in &changes {
+                    writeln!(out, "{c}")?;
+                }
+                writeln!(
+                    out,
+                    "{} change(s) from {} to {}",
+                    changes.len(),
+                    a.name,
+                    b.name
+                )?;
+            }
+            // Like diff(1): differences are "problems" for scripts.
+            Ok(if changes.is_empty() {
+                Verdict::Clean
+            } else {
+                Verdict::Problems
+            })
+        }
+    }
+}
+
+fn show(netns: Option<&str>, json: bool) -> anyhow::Result<Verdict> {
+    let collected = collect_rulesets(&SystemRunner, netns);
+    let summary = summarize(&collected.ruleset);
+    let where_ = netns
+        .map(|n| format!("network namespace {n}"))
+        .unwrap_or_else(|| "this machine".into());
+    if json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            source: &'a str,
+            tools: &'a [ToolOutcome],
+            #[serde(flatten)]
+            summary: &'a Summary,
+        }
+        output::json(&Out {
+            source: &where_,
+            tools: &collected.tools,
+            summary: &summary,
+        })?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "rulesets of {where_}")?;
+        for t in &collected.tools {
+            let detail = if t.detail.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", t.detail)
+            };
+            writeln!(out, "  {:<22} {}{}", t.tool, t.status, detail)?;
+        }
+        print_summary(&mut out, &summary, &where_)?;
+    }
+    Ok(verdict(&summary))
+}
+
+fn verdict(s: &Summary) -> Verdict {
+    let errors = s.diagnostics.iter().any(|d| d.severity == Severity::Error);
+    if errors || s.completeness == Completeness::Truncated {
+        Verdict::Problems
+    } else {
+        Verdict::Clean
+    }
+}
+
+fn completeness(s: &Summary) -> &'static str {
+    match s.completeness {
+        Completeness::Full => "complete dump",
+        Completeness::Partial => "partial: a restore payload, chains may exist elsewhere",
+        Completeness::Truncated => "TRUNCATED",
+        Completeness::Approximate => "approximate: listing format loses detail",
+    }
+}
+
+fn print_summary(out: &mut impl Write, s: &Summary, source: &str) -> std::io::Result<()> {
+    let backends: Vec<&str> = s.backends.iter().map(|b| b.as_str()).collect();
+    writeln!(
+        out,
+        "backends: {}",
+        if backends.is_empty() {
+            "none".into()
+        } else {
+            backends.join(", ")
+        }
+    )?;
+    if !s.tables.is_empty() {
+        writeln!(
+            out,
+            "\n{:<8} {:<20} {:<16} {:>7} {:>8}",
+            "FAMILY", "TABLE", "BACKEND", "CHAINS", "RULES"
+        )?;
+        for t in &s.tables {
+            writeln!(
+                out,
+                "{:<8} {:<20} {:<16} {:>7} {:>8}",
+                t.family,
+                t.name,
+                t.backend.as_str(),
+                t.chains,
+                t.rules
+            )?;
+        }
+        writeln!(out, "\n{:<14} {:>7} {:>8}", "OWNER", "CHAINS", "RULES")?;
+        let mut owners: Vec<&String> = s.owners.keys().chain(s.owner_rules.keys()).collect();
+        owners.sort();
+        owners.dedup();
+        for o in owners {
+            let c = s.owners.get(o).copied().unwrap_or(0);
+            let r = s.owner_rules.get(o).copied().unwrap_or(0);
+            writeln!(out, "{o:<14} {c:>7} {r:>8}")?;
+        }
+    }
+    if s.diagnostics.is_empty() {
+        writeln!(out, "\nno problems")?;
+    } else {
+        writeln!(out, "\n{} problem(s):", s.diagnostics.len())?;
+        for d in &s.diagnostics {
+            writeln!(out, "  {}", diagnostic_line(source, d))?;
+        }
+    }
+    Ok(())
+}
+
+fn diagnostic_line(source: &str, d: &plumb_ruleset::Diagnostic) -> String {
+    let sev = match d.severity {
+        Severity::Error => "error",
+        Severity::Note => "note",
+    };
+    let text = if d.text.is_empty() {
+        String::new()
+    } else {
+        format!("\n      | {}", d.text)
+    };
+    format!(
+        "{source}:{}:{}: {sev}: {}{text}",
+        d.line, d.column, d.message
+    )
+}
+
+fn print_diagnostics_to_stderr(source: &str, s: &Summary) {
+    for d in &s.diagnostics {
+        eprintln!("{}", diagnostic_line(source, d));
+    }
+}

@@ -1,0 +1,84 @@
+//! Command-line flags (clap derive). No IO here: just the shape of the CLI.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "plumb",
+    version,
+    about = "Explains a Kubernetes node's network dataplane: rulesets, owners, what changed.",
+    long_about = None,
+    propagate_version = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Read, summarise, print and diff netfilter rulesets.
+    #[command(subcommand)]
+    Ruleset(RulesetCommand),
+    /// Print shell completions.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RulesetCommand {
+    /// Read this machine's (or a network namespace's) rulesets with the native tools and summarise them.
+    Show {
+        /// Look inside this network namespace (as in `ip netns exec NAME`).
+        #[arg(long, value_name = "NAME")]
+        netns: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Summarise a ruleset file (format auto-detected).
+    Parse {
+        /// File to read, or - for standard input.
+        file: PathBuf,
+        #[command(flatten)]
+        input: InputFlags,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-print a ruleset file in canonical iptables-save form.
+    Print {
+        file: PathBuf,
+        #[command(flatten)]
+        input: InputFlags,
+        /// Print [packets:bytes] counters like iptables-save -c.
+        #[arg(long)]
+        counters: bool,
+    },
+    /// Semantic difference between two rulesets (counters ignored).
+    Diff {
+        old: PathBuf,
+        new: PathBuf,
+        #[command(flatten)]
+        input: InputFlags,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct InputFlags {
+    /// Input format: iptables-save, iptables-restore, iptables-list-rules, iptables-listing, nft, nft-json.
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<String>,
+    /// Address family when the input does not say: ip or ip6.
+    #[arg(long, value_name = "FAMILY")]
+    pub family: Option<String>,
+    /// Table for inputs without table headers (iptables -S, -nvL).
+    #[arg(long, value_name = "TABLE")]
+    pub table: Option<String>,
+    /// Refuse inputs larger than this many bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = plumb_ruleset::format::DEFAULT_MAX_SIZE)]
+    pub max_input_size: usize,
+}

@@ -1,0 +1,32 @@
+//! `plumb`: the command-line entry point. Parses flags (flags.rs, no IO), runs the
+//! chosen command (cmd/), and maps the outcome to the exit-code contract:
+//! 0 clean, 1 the input or node has problems, 2 usage or IO error.
+
+mod cmd;
+mod flags;
+mod output;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+/// Outcome of a command that ran: did it find problems?
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Clean,
+    Problems,
+}
+
+fn main() -> ExitCode {
+    let cli = flags::Cli::parse();
+    match cmd::run(cli) {
+        Ok(Verdict::Clean) => ExitCode::from(0),
+        Ok(Verdict::Problems) => ExitCode::from(1),
+        Err(e) => {
+            if output::is_broken_pipe(&e) {
+                return ExitCode::from(0);
+            }
+            eprintln!("plumb: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

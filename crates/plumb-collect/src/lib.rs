@@ -1,0 +1,11 @@
+//! plumb-collect: the edge that reads the live firewall.
+//!
+//! Everything here is read-only: plumb only runs dump commands (`*-save`, `nft
+//! list`) and reads /proc. Every external command goes through one [`Runner`]
+//! so tests can substitute it, and every command is bounded by a timeout.
+
+pub mod rulesets;
+pub mod runner;
+
+pub use rulesets::{Collected, ToolOutcome, collect_rulesets};
+pub use runner::{CommandOutput, Runner, SystemRunner};

@@ -1,0 +1,129 @@
+//! Running external commands, optionally inside a named network namespace, with a
+//! deadline. The one place plumb starts processes for reading state.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What a command printed and how it ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandOutput {
+    pub status: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+}
+
+impl CommandOutput {
+    pub fn success(&self) -> bool {
+        self.status == Some(0)
+    }
+}
+
+/// Why a command could not give output.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{program}: not installed")]
+    NotFound { program: String },
+    #[error("{program}: did not finish within {timeout:?}")]
+    Timeout { program: String, timeout: Duration },
+    #[error("{program}: {source}")]
+    Io {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Runs commands; tests may provide canned outputs instead.
+pub trait Runner: Sync {
+    /// Runs `program args...` (inside `netns` when given) and waits at most `timeout`.
+    fn run(
+        &self,
+        program: &str,
+        args: &[&str],
+        netns: Option<&str>,
+        timeout: Duration,
+    ) -> Result<CommandOutput, RunError>;
+}
+
+/// Runs real processes; a namespace is entered with `ip netns exec`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemRunner;
+
+/// Finds `program` on PATH (plus the sbin directories root's PATH usually has).
+pub fn which(program: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(Into::into))
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+impl Runner for SystemRunner {
+    fn run(
+        &self,
+        program: &str,
+        args: &[&str],
+        netns: Option<&str>,
+        timeout: Duration,
+    ) -> Result<CommandOutput, RunError> {
+        let exe = which(program).ok_or_else(|| RunError::NotFound {
+            program: program.into(),
+        })?;
+        let mut cmd = match netns {
+            Some(ns) => {
+                let ip = which("ip").ok_or_else(|| RunError::NotFound {
+                    program: "ip".into(),
+                })?;
+                let mut c = Command::new(ip);
+                c.args(["netns", "exec", ns]).arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let io = |source| RunError::Io {
+            program: program.into(),
+            source,
+        };
+        let mut child = cmd.spawn().map_err(io)?;
+        // Drain pipes on threads so a large dump cannot block the child.
+        let mut out = child.stdout.take().expect("piped");
+        let mut err = child.stderr.take().expect("piped");
+        let out_t = std::thread::spawn(move || {
+            let mut b = Vec::new();
+            let _ = out.read_to_end(&mut b);
+            b
+        });
+        let err_t = std::thread::spawn(move || {
+            let mut b = Vec::new();
+            let _ = err.read_to_end(&mut b);
+            b
+        });
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(s) = child.try_wait().map_err(io)? {
+                break s;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(RunError::Timeout {
+                    program: program.into(),
+                    timeout,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let stdout = out_t.join().unwrap_or_default();
+        let stderr = String::from_utf8_lossy(&err_t.join().unwrap_or_default()).into_owned();
+        Ok(CommandOutput {
+            status: status.code(),
+            stdout,
+            stderr,
+        })
+    }
+}
