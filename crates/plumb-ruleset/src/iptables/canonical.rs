@@ -1043,7 +1043,9 @@ mod tests {
 /// Options for printing a ruleset in `iptables-save` form.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SaveOptions {
-    /// Print `[packets:bytes]` before rules (like `iptables-save -c`).
+    /// Keep counters as read: chain counters, and `[packets:bytes]` before rules that
+    /// had them (`iptables-save -c`). When false every counter prints as zero/absent,
+    /// which is what comparisons want.
     pub counters: bool,
 }
 
@@ -1083,8 +1085,9 @@ pub fn save_text(ruleset: &crate::Ruleset, options: SaveOptions) -> String {
         }
         for chain in &table.chains {
             for rule in &chain.rules {
-                if options.counters {
-                    let c = rule.counters.unwrap_or_default();
+                if options.counters
+                    && let Some(c) = rule.counters
+                {
                     let _ = write!(out, "[{}:{}] ", c.packets, c.bytes);
                 }
                 match &rule.body {
