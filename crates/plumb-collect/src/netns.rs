@@ -17,7 +17,11 @@ pub fn can_create() -> bool {
     // SAFETY-free check: effective uid from /proc (no libc dependency).
     let root = std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
         .unwrap_or(false);
     root && crate::runner::which("ip").is_some()
 }
@@ -27,10 +31,16 @@ impl Netns {
     pub fn create(prefix: &str) -> std::io::Result<Netns> {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static N: AtomicUsize = AtomicUsize::new(0);
-        let name = format!("{prefix}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+        let name = format!(
+            "{prefix}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
         let status = Command::new("ip").args(["netns", "add", &name]).status()?;
         if !status.success() {
-            return Err(std::io::Error::other(format!("ip netns add {name} failed: {status}")));
+            return Err(std::io::Error::other(format!(
+                "ip netns add {name} failed: {status}"
+            )));
         }
         let ns = Netns { name };
         // Loopback up so local sockets work; still no link to the outside.
@@ -43,13 +53,22 @@ impl Netns {
     }
 
     /// Runs a command inside the namespace, feeding `stdin`; returns (success, stdout, stderr).
-    pub fn exec(&self, program: &str, args: &[&str], stdin: Option<&str>) -> std::io::Result<(bool, String, String)> {
+    pub fn exec(
+        &self,
+        program: &str,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> std::io::Result<(bool, String, String)> {
         use std::io::Write;
         use std::process::Stdio;
         let mut child = Command::new("ip")
             .args(["netns", "exec", &self.name, program])
             .args(args)
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()?;
@@ -71,6 +90,8 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
     }
 }

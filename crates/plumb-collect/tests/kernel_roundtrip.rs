@@ -16,7 +16,9 @@ use std::path::PathBuf;
 fn corpus() -> Option<PathBuf> {
     let dir = std::env::var_os("PLUMB_CORPUS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus"));
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
+        });
     dir.is_dir().then_some(dir)
 }
 
@@ -33,7 +35,10 @@ fn ready(tools: &[&str]) -> bool {
 }
 
 fn parse(text: &str, family: Family) -> Ruleset {
-    let opts = ParseOptions { family: Some(family), ..Default::default() };
+    let opts = ParseOptions {
+        family: Some(family),
+        ..Default::default()
+    };
     parse_bytes(text.as_bytes(), &opts).expect("parse").ruleset
 }
 
@@ -46,7 +51,10 @@ fn normalise(text: &str, family: Family) -> String {
     let mut tables: Vec<_> = rs.tables.iter().collect();
     tables.sort_by(|a, b| a.name.cmp(&b.name));
     for t in tables {
-        let one = Ruleset { tables: vec![t.clone()], ..Default::default() };
+        let one = Ruleset {
+            tables: vec![t.clone()],
+            ..Default::default()
+        };
         let printed = save_text(&one, SaveOptions { counters: false });
         // The kernel creates every built-in chain even when a dump does not declare it;
         // an empty ACCEPT built-in carries no information, so it is left out.
@@ -82,7 +90,12 @@ struct Outcome {
 }
 
 fn round_trip(files: &[(PathBuf, Family)], restore: &str, save: &str) -> Outcome {
-    let mut o = Outcome { agreed: 0, total: 0, skipped: Vec::new(), disagreements: Vec::new() };
+    let mut o = Outcome {
+        agreed: 0,
+        total: 0,
+        skipped: Vec::new(),
+        disagreements: Vec::new(),
+    };
     for (path, family) in files {
         let original = std::fs::read_to_string(path).unwrap();
         let ours = parse(&original, *family);
@@ -91,7 +104,11 @@ fn round_trip(files: &[(PathBuf, Family)], restore: &str, save: &str) -> Outcome
         let (ok, _, err) = ns.exec(restore, &[], Some(&ours_text)).unwrap();
         if !ok {
             // Extensions this kernel lacks (e.g. -m time, ipt_ULOG) or hostnames.
-            o.skipped.push(format!("{}: {}", path.display(), err.lines().next().unwrap_or("")));
+            o.skipped.push(format!(
+                "{}: {}",
+                path.display(),
+                err.lines().next().unwrap_or("")
+            ));
             continue;
         }
         o.total += 1;
@@ -107,7 +124,8 @@ fn round_trip(files: &[(PathBuf, Family)], restore: &str, save: &str) -> Outcome
                 .find(|(x, y)| x != y)
                 .map(|(x, y)| format!("plumb:  {x}\n      kernel: {y}"))
                 .unwrap_or_else(|| "line counts differ".into());
-            o.disagreements.push(format!("{}:\n      {diff}", path.display()));
+            o.disagreements
+                .push(format!("{}:\n      {diff}", path.display()));
         }
     }
     o
@@ -115,15 +133,25 @@ fn round_trip(files: &[(PathBuf, Family)], restore: &str, save: &str) -> Outcome
 
 fn corpus_dumps(c: &std::path::Path) -> Vec<(PathBuf, Family)> {
     let mut files = Vec::new();
-    for sub in ["kube-proxy-iptables/real-nodes", "general-iptables-save/diekmann-Iptables_Semantics"] {
-        let mut v: Vec<_> = std::fs::read_dir(c.join(sub)).unwrap().map(|e| e.unwrap().path()).collect();
+    for sub in [
+        "kube-proxy-iptables/real-nodes",
+        "general-iptables-save/diekmann-Iptables_Semantics",
+    ] {
+        let mut v: Vec<_> = std::fs::read_dir(c.join(sub))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
         v.sort();
         for p in v {
             let name = p.file_name().unwrap().to_string_lossy().to_string();
             if name.contains(".S.") || name.contains("README") {
                 continue;
             }
-            let family = if name.contains("ip6") { Family::Ip6 } else { Family::Ip };
+            let family = if name.contains("ip6") {
+                Family::Ip6
+            } else {
+                Family::Ip
+            };
             files.push((p, family));
         }
     }
@@ -143,7 +171,10 @@ fn check(restore_v4: &str, save_v4: &str, restore_v6: &str, save_v6: &str, label
     a.total += b.total;
     a.skipped.extend(b.skipped);
     a.disagreements.extend(b.disagreements);
-    println!("{label}: {}/{} dumps print exactly as the kernel's iptables-save", a.agreed, a.total);
+    println!(
+        "{label}: {}/{} dumps print exactly as the kernel's iptables-save",
+        a.agreed, a.total
+    );
     for s in &a.skipped {
         println!("  not loadable here: {s}");
     }
@@ -151,20 +182,38 @@ fn check(restore_v4: &str, save_v4: &str, restore_v6: &str, save_v6: &str, label
         println!("  DIFFERS {d}");
     }
     assert!(a.total >= 10, "too few dumps could be loaded: {}", a.total);
-    assert!(a.disagreements.is_empty(), "{} dumps differ", a.disagreements.len());
+    assert!(
+        a.disagreements.is_empty(),
+        "{} dumps differ",
+        a.disagreements.len()
+    );
 }
 
 #[test]
 fn corpus_dumps_round_trip_through_iptables_nft() {
-    if !ready(&["iptables-nft-restore", "iptables-nft-save", "ip6tables-nft-restore"]) {
+    if !ready(&[
+        "iptables-nft-restore",
+        "iptables-nft-save",
+        "ip6tables-nft-restore",
+    ]) {
         return;
     }
-    check("iptables-nft-restore", "iptables-nft-save", "ip6tables-nft-restore", "ip6tables-nft-save", "iptables-nft");
+    check(
+        "iptables-nft-restore",
+        "iptables-nft-save",
+        "ip6tables-nft-restore",
+        "ip6tables-nft-save",
+        "iptables-nft",
+    );
 }
 
 #[test]
 fn corpus_dumps_round_trip_through_iptables_legacy() {
-    if !ready(&["iptables-legacy-restore", "iptables-legacy-save", "ip6tables-legacy-restore"]) {
+    if !ready(&[
+        "iptables-legacy-restore",
+        "iptables-legacy-save",
+        "ip6tables-legacy-restore",
+    ]) {
         return;
     }
     check(
@@ -186,10 +235,17 @@ fn ruleset_show_reads_a_namespace() {
     let (ok, _, err) = ns.exec("iptables-nft-restore", &[], Some(payload)).unwrap();
     assert!(ok, "{err}");
     let c = plumb_collect::collect_rulesets(&plumb_collect::SystemRunner, Some(ns.name()));
-    let nat = c.ruleset.table(Family::Ip, "nat").expect("nat table read from the namespace");
+    let nat = c
+        .ruleset
+        .table(Family::Ip, "nat")
+        .expect("nat table read from the namespace");
     assert_eq!(nat.backend, plumb_ruleset::Backend::IptablesNft);
     assert!(nat.chain("KUBE-SERVICES").is_some());
     // The namespace has no legacy tables: the legacy dump must not have run.
-    let legacy = c.tools.iter().find(|t| t.tool == "iptables-legacy-save").unwrap();
+    let legacy = c
+        .tools
+        .iter()
+        .find(|t| t.tool == "iptables-legacy-save")
+        .unwrap();
     assert_eq!(legacy.status, "skipped", "{:?}", legacy);
 }

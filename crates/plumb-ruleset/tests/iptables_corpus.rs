@@ -4,24 +4,42 @@
 mod common;
 
 use plumb_ruleset::iptables::canonical::{SaveOptions, save_text};
-use plumb_ruleset::{Completeness, Family, Format, ParseOptions, Ruleset, Severity, Table, parse_bytes};
+use plumb_ruleset::{
+    Completeness, Family, Format, ParseOptions, Ruleset, Severity, Table, parse_bytes,
+};
 use std::path::Path;
 
 fn load(path: &Path, format: Option<Format>, table: Option<&str>) -> Ruleset {
-    let opts = ParseOptions { format, table: table.map(str::to_string), ..Default::default() };
-    parse_bytes(common::read(path).as_bytes(), &opts).unwrap().ruleset
+    let opts = ParseOptions {
+        format,
+        table: table.map(str::to_string),
+        ..Default::default()
+    };
+    parse_bytes(common::read(path).as_bytes(), &opts)
+        .unwrap()
+        .ruleset
 }
 
 fn errors(rs: &Ruleset) -> Vec<String> {
-    rs.diagnostics.iter().filter(|d| d.severity == Severity::Error).map(|d| d.to_string()).collect()
+    rs.diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .map(|d| d.to_string())
+        .collect()
 }
 
 fn rules(rs: &Ruleset, table: &str) -> usize {
-    rs.table(Family::Ip, table).map(Table::rule_count).unwrap_or(0)
+    rs.table(Family::Ip, table)
+        .map(Table::rule_count)
+        .unwrap_or(0)
 }
 
 fn chains_with_prefix(rs: &Ruleset, prefix: &str) -> usize {
-    rs.tables.iter().flat_map(|t| &t.chains).filter(|c| c.name.starts_with(prefix)).count()
+    rs.tables
+        .iter()
+        .flat_map(|t| &t.chains)
+        .filter(|c| c.name.starts_with(prefix))
+        .count()
 }
 
 /// References to chains the table does not have.
@@ -51,20 +69,44 @@ fn assert_round_trip(path: &Path, rs: &Ruleset) {
     let printed = save_text(rs, SaveOptions { counters: true });
     if printed != original {
         for (i, (a, b)) in original.lines().zip(printed.lines()).enumerate() {
-            assert_eq!(a, b, "{}: first difference at line {} (comments removed)", path.display(), i + 1);
+            assert_eq!(
+                a,
+                b,
+                "{}: first difference at line {} (comments removed)",
+                path.display(),
+                i + 1
+            );
         }
-        assert_eq!(original.lines().count(), printed.lines().count(), "{}: line count", path.display());
+        assert_eq!(
+            original.lines().count(),
+            printed.lines().count(),
+            "{}: line count",
+            path.display()
+        );
     }
 }
 
 #[test]
 fn kubeadm_flannel_docker_master() {
-    let Some(c) = common::corpus_dir() else { return };
+    let Some(c) = common::corpus_dir() else {
+        return;
+    };
     let p = c.join("kube-proxy-iptables/real-nodes/master_flannel_docker_kubeproxy-iptables_3tables.iptables-save");
     let rs = load(&p, None, None);
     assert_eq!(errors(&rs), Vec::<String>::new());
-    assert_eq!((rules(&rs, "mangle"), rules(&rs, "filter"), rules(&rs, "nat")), (0, 29, 70));
-    let fwd = rs.table(Family::Ip, "filter").unwrap().chain("FORWARD").unwrap();
+    assert_eq!(
+        (
+            rules(&rs, "mangle"),
+            rules(&rs, "filter"),
+            rules(&rs, "nat")
+        ),
+        (0, 29, 70)
+    );
+    let fwd = rs
+        .table(Family::Ip, "filter")
+        .unwrap()
+        .chain("FORWARD")
+        .unwrap();
     assert_eq!(fwd.policy().unwrap().as_iptables(), "DROP");
     assert_eq!(chains_with_prefix(&rs, "KUBE-SVC-"), 6);
     assert_eq!(chains_with_prefix(&rs, "KUBE-SEP-"), 13);
@@ -78,7 +120,10 @@ fn kubeadm_flannel_docker_master() {
         .flat_map(|c| &c.rules)
         .filter_map(|r| {
             let x = r.xt()?;
-            let p = x.match_named("statistic")?.option("--probability")?.arg(0)?;
+            let p = x
+                .match_named("statistic")?
+                .option("--probability")?
+                .arg(0)?;
             Some(p.into_owned())
         })
         .collect();
@@ -88,12 +133,19 @@ fn kubeadm_flannel_docker_master() {
 
 #[test]
 fn k3s_dump_with_counters_and_no_endpoint_rejects() {
-    let Some(c) = common::corpus_dir() else { return };
+    let Some(c) = common::corpus_dir() else {
+        return;
+    };
     let p = c.join("kube-proxy-iptables/real-nodes/k3s-node_iptables-save-c_with-counters_dns-no-endpoints.iptables-save");
     let rs = load(&p, None, None);
     assert_eq!(errors(&rs), Vec::<String>::new());
     assert_eq!(
-        (rules(&rs, "raw"), rules(&rs, "mangle"), rules(&rs, "nat"), rules(&rs, "filter")),
+        (
+            rules(&rs, "raw"),
+            rules(&rs, "mangle"),
+            rules(&rs, "nat"),
+            rules(&rs, "filter")
+        ),
         (0, 0, 18, 28)
     );
     let filter = rs.table(Family::Ip, "filter").unwrap();
@@ -105,26 +157,53 @@ fn k3s_dump_with_counters_and_no_endpoint_rejects() {
         .filter(|r| r.comments().iter().any(|c| c.ends_with("has no endpoints")))
         .count();
     assert_eq!(no_endpoints, 4, "kube-dns (3 ports) and metrics-server");
-    assert!(filter.chains.iter().flat_map(|c| &c.rules).all(|r| r.counters.is_some()));
+    assert!(
+        filter
+            .chains
+            .iter()
+            .flat_map(|c| &c.rules)
+            .all(|r| r.counters.is_some())
+    );
     assert_eq!(chains_with_prefix(&rs, "FLANNEL-"), 0);
     assert_round_trip(&p, &rs);
 }
 
 #[test]
 fn iptables_nft_dump_and_its_list_rules_twins_agree() {
-    let Some(c) = common::corpus_dir() else { return };
+    let Some(c) = common::corpus_dir() else {
+        return;
+    };
     let dir = c.join("kube-proxy-iptables/real-nodes");
-    let save = load(&dir.join("opkhs2026_kubeadm-1.32_flannel_control-plane_iptables-nft-1.8.10.iptables-save"), None, None);
+    let save = load(
+        &dir.join("opkhs2026_kubeadm-1.32_flannel_control-plane_iptables-nft-1.8.10.iptables-save"),
+        None,
+        None,
+    );
     assert_eq!(errors(&save), Vec::<String>::new());
     assert_eq!(save.tables[0].backend, plumb_ruleset::Backend::IptablesNft);
-    assert_eq!((rules(&save, "mangle"), rules(&save, "filter"), rules(&save, "nat")), (0, 18, 44));
+    assert_eq!(
+        (
+            rules(&save, "mangle"),
+            rules(&save, "filter"),
+            rules(&save, "nat")
+        ),
+        (0, 18, 44)
+    );
     assert_eq!(chains_with_prefix(&save, "KUBE-SVC-"), 4);
     assert_eq!(chains_with_prefix(&save, "KUBE-SEP-"), 7);
     let dnat: Vec<String> = save
         .tables
         .iter()
         .flat_map(|t| t.chains.iter().flat_map(|c| &c.rules))
-        .filter_map(|r| Some(r.xt()?.target()?.option("--to-destination")?.arg(0)?.into_owned()))
+        .filter_map(|r| {
+            Some(
+                r.xt()?
+                    .target()?
+                    .option("--to-destination")?
+                    .arg(0)?
+                    .into_owned(),
+            )
+        })
         .collect();
     assert!(dnat.contains(&"172.31.7.91:6443".to_string()), "{dnat:?}");
     for table in ["filter", "nat"] {
@@ -136,9 +215,14 @@ fn iptables_nft_dump_and_its_list_rules_twins_agree() {
         let a = save.table(Family::Ip, table).unwrap();
         let b = listed.table(Family::Ip, table).unwrap();
         for chain in &a.chains {
-            let other = b.chain(&chain.name).unwrap_or_else(|| panic!("{name}: chain {} missing", chain.name));
+            let other = b
+                .chain(&chain.name)
+                .unwrap_or_else(|| panic!("{name}: chain {} missing", chain.name));
             let ids = |c: &plumb_ruleset::Chain| {
-                c.rules.iter().map(|r| plumb_ruleset::diff::rule_identity(r, Family::Ip)).collect::<Vec<_>>()
+                c.rules
+                    .iter()
+                    .map(|r| plumb_ruleset::diff::rule_identity(r, Family::Ip))
+                    .collect::<Vec<_>>()
             };
             assert_eq!(ids(chain), ids(other), "{name}: chain {}", chain.name);
         }
@@ -147,9 +231,15 @@ fn iptables_nft_dump_and_its_list_rules_twins_agree() {
 
 #[test]
 fn kube_proxy_restore_payloads_are_partial_not_broken() {
-    let Some(c) = common::corpus_dir() else { return };
+    let Some(c) = common::corpus_dir() else {
+        return;
+    };
     let dir = c.join("kube-proxy-iptables/k8s-proxier-test");
-    let full = load(&dir.join("TestOverallIPTablesRules.expected.iptables-restore"), None, None);
+    let full = load(
+        &dir.join("TestOverallIPTablesRules.expected.iptables-restore"),
+        None,
+        None,
+    );
     assert_eq!(errors(&full), Vec::<String>::new());
     assert_eq!((rules(&full, "filter"), rules(&full, "nat")), (10, 55));
     assert_eq!(
@@ -158,31 +248,70 @@ fn kube_proxy_restore_payloads_are_partial_not_broken() {
     );
     // Payload without built-in chains: a restore payload, hence partial.
     assert_eq!(full.completeness, Completeness::Partial);
-    for step in ["step2-partial-add-svc3", "step3-partial-delete-svc2", "step4-partial-svc4-no-endpoints"] {
-        let rs = load(&dir.join(format!("TestSyncProxyRulesRepeated.{step}.iptables-restore")), None, None);
+    for step in [
+        "step2-partial-add-svc3",
+        "step3-partial-delete-svc2",
+        "step4-partial-svc4-no-endpoints",
+    ] {
+        let rs = load(
+            &dir.join(format!(
+                "TestSyncProxyRulesRepeated.{step}.iptables-restore"
+            )),
+            None,
+            None,
+        );
         assert_eq!(errors(&rs), Vec::<String>::new(), "{step}");
         assert_eq!(rs.completeness, Completeness::Partial, "{step}");
     }
-    let step3 = load(&dir.join("TestSyncProxyRulesRepeated.step3-partial-delete-svc2.iptables-restore"), None, None);
+    let step3 = load(
+        &dir.join("TestSyncProxyRulesRepeated.step3-partial-delete-svc2.iptables-restore"),
+        None,
+        None,
+    );
     let nat = step3.table(Family::Ip, "nat").unwrap();
-    assert_eq!(&*nat.deleted_chains, &["KUBE-SEP-UHEGFW77JX3KXTOV".into(), "KUBE-SVC-2VJB64SDSIJUP5T6".into()]);
-    assert!(nat.chain("KUBE-SVC-2VJB64SDSIJUP5T6").is_none(), "declared then deleted");
+    assert_eq!(
+        &*nat.deleted_chains,
+        &[
+            "KUBE-SEP-UHEGFW77JX3KXTOV".into(),
+            "KUBE-SVC-2VJB64SDSIJUP5T6".into()
+        ]
+    );
+    assert!(
+        nat.chain("KUBE-SVC-2VJB64SDSIJUP5T6").is_none(),
+        "declared then deleted"
+    );
     // Jumps to chains that live in the kernel, not in the payload.
-    assert!(dangling(&step3).iter().any(|d| d.contains("KUBE-SVC-XPGD46QRK7WJZT7O")));
+    assert!(
+        dangling(&step3)
+            .iter()
+            .any(|d| d.contains("KUBE-SVC-XPGD46QRK7WJZT7O"))
+    );
 }
 
 #[test]
 fn calico_list_rules_with_gotos_and_targetless_rules() {
-    let Some(c) = common::corpus_dir() else { return };
+    let Some(c) = common::corpus_dir() else {
+        return;
+    };
     let p = c.join("other-cni/calico/aks-kubenet+calico_node_filter_iptables-list-rules.S.txt");
     let rs = load(&p, None, Some("filter"));
     assert_eq!(errors(&rs), Vec::<String>::new());
     let t = rs.table(Family::Ip, "filter").unwrap();
     assert_eq!((t.chains.len(), t.rule_count()), (48, 194));
     assert_eq!(dangling(&rs), Vec::<String>::new());
-    let targetless = t.chains.iter().flat_map(|c| &c.rules).filter(|r| r.xt().unwrap().target().is_none()).count();
+    let targetless = t
+        .chains
+        .iter()
+        .flat_map(|c| &c.rules)
+        .filter(|r| r.xt().unwrap().target().is_none())
+        .count();
     assert_eq!(targetless, 8);
-    let two_comments = t.chains.iter().flat_map(|c| &c.rules).filter(|r| r.comments().len() == 2).count();
+    let two_comments = t
+        .chains
+        .iter()
+        .flat_map(|c| &c.rules)
+        .filter(|r| r.comments().len() == 2)
+        .count();
     assert!(two_comments > 0);
 }
 
@@ -193,20 +322,35 @@ fn calico_list_rules_with_gotos_and_targetless_rules() {
 /// the kernel in plumb-collect's privileged round-trip test.
 #[test]
 fn general_dumps_parse_cleanly_and_print_is_a_fixed_point() {
-    let Some(c) = common::corpus_dir() else { return };
+    let Some(c) = common::corpus_dir() else {
+        return;
+    };
     let dir = c.join("general-iptables-save/diekmann-Iptables_Semantics");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     files.sort();
     assert!(files.len() >= 20);
     let mut failures = Vec::new();
     for p in &files {
-        let family = if p.to_string_lossy().contains("ip6") { Some(Family::Ip6) } else { None };
-        let opts = ParseOptions { family, ..Default::default() };
+        let family = if p.to_string_lossy().contains("ip6") {
+            Some(Family::Ip6)
+        } else {
+            None
+        };
+        let opts = ParseOptions {
+            family,
+            ..Default::default()
+        };
         let rs = match parse_bytes(common::read(p).as_bytes(), &opts) {
             Ok(parsed) => parsed.ruleset,
             // A README in the dump collection: prose must be refused, not misread.
             Err(e) if p.ends_with("TUM_Net_Firewall_README_cheating") => {
-                assert!(e.to_string().contains("could not recognise the format"), "{e}");
+                assert!(
+                    e.to_string().contains("could not recognise the format"),
+                    "{e}"
+                );
                 continue;
             }
             Err(e) => panic!("{}: {e}", p.display()),

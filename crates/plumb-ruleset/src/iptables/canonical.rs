@@ -324,7 +324,7 @@ fn mark_match(s: &str) -> String {
 }
 
 fn one(o: &XtOptionView<'_>, name: &str, f: impl Fn(&str) -> String) -> Printed {
-    let v = o.raw_arg(0).map(|a| f(a)).unwrap_or_default();
+    let v = o.raw_arg(0).map(f).unwrap_or_default();
     Printed::new(o.negated(), name, vec![v])
 }
 

@@ -368,7 +368,7 @@ impl Reader<'_> {
                 if !self.table_or_error(loc, "chain", line) {
                     return;
                 }
-                if !self.input.table.is_some() {
+                if self.input.table.is_none() {
                     self.restore_commands = true;
                 }
                 self.declare_chain(Chain::new(arg, None, loc), loc, line);
