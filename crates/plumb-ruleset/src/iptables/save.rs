@@ -485,7 +485,8 @@ impl Reader<'_> {
             position: 0,
             location: loc,
             counters,
-            text: line.trim().into(),
+            // Word spans index this exact text: keep it as read (no trimming).
+            text: line.into(),
             body: RuleBody::Xt(xt),
         };
         match insert_at {
