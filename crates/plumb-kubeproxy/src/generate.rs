@@ -351,7 +351,7 @@ pub fn generate(config: &GeneratorConfig) -> Result<Cluster, GenerateError> {
             if rng.chance(config.source_ranges_fraction) {
                 svc.load_balancer_source_ranges
                     .push(Ipv4Cidr::new(Ipv4Addr::new(198, 51, 100, 0), 24));
-                if i % 2 == 0 {
+                if i.is_multiple_of(2) {
                     // A range holding the node IP adds the "allow from node" rules.
                     svc.load_balancer_source_ranges
                         .push(Ipv4Cidr::new(config.node_ip, 24));

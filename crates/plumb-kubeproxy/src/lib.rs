@@ -30,7 +30,7 @@ pub mod sync;
 
 pub use chain_name::{
     ChainPrefix, NftChainPrefix, chain_matches_endpoint, chain_matches_service_port,
-    endpoint_chain_name, service_port_chain_name,
+    endpoint_chain_name, parse_chain_name, service_port_chain_name,
 };
 pub use generate::{GenerateError, GeneratorConfig, generate};
 pub use model::{Cluster, Endpoint, Ipv4Cidr, Node, Protocol, ServicePort, ServicePortName};

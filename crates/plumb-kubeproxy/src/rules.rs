@@ -249,11 +249,8 @@ impl Rule {
                     );
                 }
                 Match::RandomOneIn(n) => {
-                    let _ = write!(
-                        out,
-                        " -m statistic --mode random --probability {}",
-                        kube_probability(*n)
-                    );
+                    out.push_str(" -m statistic --mode random --probability ");
+                    push_probability(out, *n, false);
                 }
                 Match::RecentSet(name) => {
                     let _ = write!(out, " -m recent --name {name} --set");
@@ -352,11 +349,8 @@ impl Rule {
                     );
                 }
                 Match::RandomOneIn(n) => {
-                    let _ = write!(
-                        out,
-                        " -m statistic --mode random --probability {}",
-                        canonical_probability(*n)
-                    );
+                    out.push_str(" -m statistic --mode random --probability ");
+                    push_probability(out, *n, true);
                 }
                 Match::RecentSet(name) => {
                     let _ = write!(
@@ -399,6 +393,33 @@ impl Rule {
                 let _ = write!(out, " -j DNAT --to-destination {to}");
             }
         }
+    }
+}
+
+const PRECOMPUTED_PROBABILITIES: usize = 1024;
+
+/// Appends `text(n)`, from a table for the common small `n` (kube-proxy keeps the same kind
+/// of cache, `precomputedProbabilities`).
+fn push_probability(out: &mut String, n: usize, canonical: bool) {
+    use std::sync::OnceLock;
+    static KUBE: OnceLock<Vec<String>> = OnceLock::new();
+    static CANONICAL: OnceLock<Vec<String>> = OnceLock::new();
+    type Table = OnceLock<Vec<String>>;
+    let (table, text): (&Table, fn(usize) -> String) = if canonical {
+        (&CANONICAL, canonical_probability)
+    } else {
+        (&KUBE, kube_probability)
+    };
+    if n < PRECOMPUTED_PROBABILITIES {
+        out.push_str(
+            &table.get_or_init(|| {
+                (0..PRECOMPUTED_PROBABILITIES)
+                    .map(|i| text(i.max(1)))
+                    .collect()
+            })[n],
+        );
+    } else {
+        out.push_str(&text(n));
     }
 }
 
