@@ -78,20 +78,18 @@ fn check_file(path: &Path) -> Checked {
                 );
                 checked.endpoints += 1;
             }
-        } else if chain == "KUBE-SERVICES" {
-            if let (Some(spn), Some(target)) =
+        } else if chain == "KUBE-SERVICES"
+            && let (Some(spn), Some(target)) =
                 (comment.strip_suffix(" cluster IP"), value_after(&w, "-j"))
-            {
-                if parse_chain_name(target).is_some() {
-                    assert!(
-                        chain_matches_service_port(target, spn, proto),
-                        "{}:{}: {target} is not the service chain of {spn} {proto}",
-                        path.display(),
-                        n + 1
-                    );
-                    checked.services += 1;
-                }
-            }
+            && parse_chain_name(target).is_some()
+        {
+            assert!(
+                chain_matches_service_port(target, spn, proto),
+                "{}:{}: {target} is not the service chain of {spn} {proto}",
+                path.display(),
+                n + 1
+            );
+            checked.services += 1;
         }
     }
     checked
