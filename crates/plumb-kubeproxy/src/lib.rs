@@ -1,1 +1,37 @@
-//! kube-proxy conventions (placeholder).
+//! kube-proxy's dataplane conventions, as pure functions and data.
+//!
+//! - [`chain_name`]: the hashed chain names of iptables mode (`KUBE-SVC-…`, `KUBE-SEP-…`) and
+//!   nftables mode (`service-HASH-ns/name/proto/port`), and checks that a chain name belongs
+//!   to a given service port or endpoint.
+//! - [`model`]: the service model kube-proxy programs (service ports, virtual IPs, endpoints).
+//! - [`generate`]: a deterministic generator of such models from counts and fractions.
+//! - [`rules`] and [`sync`]: the iptables rules kubelet and kube-proxy (1.28+) write for a
+//!   model, printed as kube-proxy's own `iptables-restore` payload and as `iptables-save`
+//!   prints them back from the kernel.
+//!
+//! This crate does no IO. `tests/kernel_roundtrip.rs` proves the saved form against a real
+//! kernel inside a private network namespace.
+//!
+//! ```
+//! use plumb_kubeproxy::{generate, GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions};
+//!
+//! let cluster = generate(&GeneratorConfig { services: 5, ..GeneratorConfig::default() }).unwrap();
+//! let rules = KubeProxyRules::new(&cluster, &ProxierOptions::default());
+//! let saved = rules.to_iptables_save(&SaveOptions::default());
+//! assert!(saved.contains(":KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]"));
+//! assert!(rules.to_restore_payload().starts_with("*filter\n:KUBE-SERVICES - [0:0]\n"));
+//! ```
+
+pub mod chain_name;
+pub mod generate;
+pub mod model;
+pub mod rules;
+pub mod sync;
+
+pub use chain_name::{
+    ChainPrefix, NftChainPrefix, chain_matches_endpoint, chain_matches_service_port,
+    endpoint_chain_name, parse_chain_name, service_port_chain_name,
+};
+pub use generate::{GenerateError, GeneratorConfig, generate};
+pub use model::{Cluster, Endpoint, Ipv4Cidr, Node, Protocol, ServicePort, ServicePortName};
+pub use sync::{KubeProxyRules, ProxierOptions, SaveOptions};
