@@ -79,7 +79,7 @@ proptest! {
         if s.is_char_boundary(at) { s.insert_str(at, insert); }
         let mut end = cut.min(s.len());
         while !s.is_char_boundary(end) { end -= 1; }
-        exercise(s[..end].as_bytes());
+        exercise(&s.as_bytes()[..end]);
         exercise(s.as_bytes());
     }
 }

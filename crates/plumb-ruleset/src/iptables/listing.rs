@@ -1943,8 +1943,3 @@ LOG        all  --  anywhere             anywhere             LOG level warn pre
         assert!(open);
     }
 }
-
-/// Reads a listing. TODO(issue 2): replaced by the listing reader.
-pub fn parse(_text: &str, _family: crate::Family, _default_table: Option<&str>) -> crate::Ruleset {
-    crate::Ruleset::default()
-}

@@ -7,8 +7,8 @@
 #
 #   capture.sh KUBE-NODE.iptables-save
 #
-# KUBE-NODE.iptables-save is a real node's dump (we used the kubeadm + flannel +
-# Docker master from plumb's shared corpus). Deterministic fake counters are added to
+# KUBE-NODE.iptables-save is a kube-proxy dump: plumb generates it with
+# `cargo run -p plumb-kubeproxy --example generate -- 12 3 all`. Deterministic fake counters are added to
 # every rule so that the listings show K/M/G/T suffixes. Outputs (all ours to commit):
 #   kube-node.save-c            iptables-save -c of what was loaded (the reference)
 #   kube-node.nat.nvL           iptables -t nat -nvL
