@@ -386,6 +386,18 @@ impl JsonReader<'_> {
                 StatementKind::Verdict(Verdict::Reject(with))
             }
             "queue" => StatementKind::Verdict(Verdict::Queue(kv_args(o))),
+            "counter" if !(v.is_null() || v.get("packets").is_some()) => {
+                // Named counter reference: `counter name "x"` / `counter name ... map`.
+                StatementKind::Other(k.clone())
+            }
+            "secmark" | "ct helper" | "ct timeout" | "ct expectation" => StatementKind::Mangle {
+                key: if k == "secmark" {
+                    "meta secmark".into()
+                } else {
+                    k.clone()
+                },
+                value: render(v),
+            },
             "counter" => StatementKind::Counter(
                 match (
                     o.get("packets").and_then(J::as_u64),

@@ -831,7 +831,7 @@ impl<'a> Reader<'a> {
                     self.skip_statement();
                 }
                 "timeout" | "gc-interval" | "size" | "policy" | "auto-merge" | "counter"
-                | "quota" | "limit" | "last" => {
+                | "quota" | "limit" | "last" | "ct" => {
                     let stmt = self.skip_statement();
                     set.attributes.push(collapse(stmt).into());
                 }
@@ -1126,6 +1126,7 @@ fn is_stmt_start(w: &str) -> bool {
                 | "masquerade"
                 | "redirect"
                 | "xt"
+                | "reset"
         )
 }
 
@@ -1261,7 +1262,17 @@ impl<'a> StmtParser<'_, 'a> {
             "queue" => {
                 self.i += 1;
                 let from = self.i;
-                self.skip_args();
+                while let Some(o) = self.cur() {
+                    match o {
+                        "num" | "to" => {
+                            self.i += 1;
+                            self.value_expr();
+                        }
+                        "flags" => self.i = (self.i + 2).min(self.toks.len()),
+                        "bypass" | "fanout" | "bypass,fanout" | "fanout,bypass" => self.i += 1,
+                        _ => break,
+                    }
+                }
                 StatementKind::Verdict(Verdict::Queue(self.span_text(from, self.i)))
             }
             "reject" => {
@@ -1302,7 +1313,9 @@ impl<'a> StmtParser<'_, 'a> {
                         }
                     }
                 } else if self.cur() == Some("name") {
-                    self.i = (self.i + 2).min(self.toks.len());
+                    // `counter name "c"` or `counter name ip saddr map { ... }`
+                    self.i += 1;
+                    self.value_expr();
                     StatementKind::Other("counter".into())
                 } else {
                     StatementKind::Counter(None)
@@ -1345,6 +1358,12 @@ impl<'a> StmtParser<'_, 'a> {
                 }
             }
             "dnat" | "snat" | "masquerade" | "redirect" => self.nat(w),
+            "reset" => {
+                // `reset tcp option fastopen`
+                self.i += 1;
+                self.selector();
+                StatementKind::Other(w.to_string())
+            }
             "xt" => {
                 self.i = (self.i + 3).min(self.toks.len());
                 self.r.note(
@@ -1354,8 +1373,22 @@ impl<'a> StmtParser<'_, 'a> {
                 );
                 StatementKind::Other("xt".into())
             }
-            _ if OTHER_STMTS.contains(&w) && !(w == "set" && false) => {
+            "flow" => {
+                // `flow add @ft` / `flow offload @ft`
                 self.i += 1;
+                if matches!(self.cur(), Some("add" | "offload")) {
+                    self.i += 1;
+                }
+                self.skip_args();
+                StatementKind::Other(w.to_string())
+            }
+            _ if OTHER_STMTS.contains(&w) => {
+                self.i += 1;
+                if self.cur() == Some("name") {
+                    // Object reference: `limit name "x"`, `quota name ip saddr map @m`.
+                    self.i += 1;
+                    self.value_expr();
+                }
                 if matches!(self.cur(), Some("ip" | "ip6"))
                     && matches!(self.w(self.i + 1), Some("to"))
                 {
@@ -1424,15 +1457,27 @@ impl<'a> StmtParser<'_, 'a> {
         if !self.selector() {
             return false;
         }
-        while self.cur() == Some(".") && self.w(self.i + 1).is_some_and(is_selector_start) {
+        // `ip saddr . "lo" @s`: constants may be concatenated too.
+        while self.cur() == Some(".") && self.i + 1 < self.toks.len() {
             self.i += 1;
-            self.selector();
+            if !self.selector() {
+                self.value_atom();
+            }
         }
-        while matches!(self.cur(), Some("&" | "|" | "^" | "<<" | ">>")) {
-            self.i += 1;
-            self.value();
-        }
+        self.bitops();
         true
+    }
+
+    /// `& 0xff | meta mark >> 2 ...`: operands are selectors or values.
+    fn bitops(&mut self) {
+        while matches!(self.cur(), Some("&" | "|" | "^" | "<<" | ">>"))
+            && self.i + 1 < self.toks.len()
+        {
+            self.i += 1;
+            if !self.selector() {
+                self.value_atom();
+            }
+        }
     }
 
     fn selector(&mut self) -> bool {
@@ -1568,6 +1613,15 @@ impl<'a> StmtParser<'_, 'a> {
         } else {
             Value::Concat(parts)
         };
+        // `established | related`, `ack | urg`: flag combinations.
+        if matches!(self.cur(), Some("|" | "&" | "^")) && self.i + 1 < self.toks.len() {
+            let from = self.i - 1;
+            while matches!(self.cur(), Some("|" | "&" | "^")) && self.i + 1 < self.toks.len() {
+                self.i += 1;
+                self.value_atom();
+            }
+            v = Value::Expr(self.span_text(from, self.i));
+        }
         if self.cur() == Some("/") {
             let from = self.i - 1;
             self.i = (self.i + 2).min(self.toks.len());
@@ -1663,12 +1717,18 @@ impl<'a> StmtParser<'_, 'a> {
         let from = self.i;
         if self.cur().is_some_and(is_selector_start) && self.cur_is_word() {
             self.selector_expr();
+        } else if let Some(rest) = self.cur().and_then(|w| w.strip_prefix(':'))
+            && is_selector_start(rest)
+        {
+            // `redirect to :tcp dport map { ... }`
+            self.i += 1;
+            if PROTOS.contains(&rest) || rest == "meta" {
+                self.bump_word(from);
+            }
+            self.bitops();
         } else {
             self.value();
-            while matches!(self.cur(), Some("&" | "|" | "^" | "<<" | ">>")) {
-                self.i += 1;
-                self.value();
-            }
+            self.bitops();
         }
         if self.cur() == Some("map") {
             self.i += 1;
