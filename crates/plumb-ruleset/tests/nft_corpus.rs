@@ -396,3 +396,77 @@ fn upstream_text_and_json_agree_on_statements() {
     assert!(rules > 500);
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
 }
+
+/// Our own fixture, generated with nft 1.0.6 in a private network namespace from
+/// `tests/data/nft/plumb-fixture.nft.in`: `nft list ruleset`, `nft -a list ruleset`
+/// and `nft -j list ruleset` of the same kernel state.
+#[test]
+fn own_fixture_text_handles_and_json_agree() {
+    let read = |n: &str| std::fs::read_to_string(data(n)).unwrap();
+    let plain = parse_text(&read("plumb-fixture.nft"));
+    let with_handles = parse_text(&read("plumb-fixture-a.nft"));
+    let json = parse_json(&read("plumb-fixture.json"));
+    for rs in [&plain, &with_handles, &json] {
+        assert!(errors(rs).is_empty(), "{:?}", errors(rs));
+        assert_eq!(rs.completeness, Completeness::Full);
+        let t = rs.table(Family::Inet, "plumb").unwrap();
+        assert_eq!(t.chains.len(), 5);
+        assert_eq!(rs.rule_count(), 12);
+        let input = t.chain("input").unwrap();
+        let b = input.base.as_ref().unwrap();
+        assert_eq!(b.hook, Hook::Input);
+        assert_eq!(b.policy, Some(Policy::Drop));
+        let kinds: Vec<Vec<&str>> = input
+            .rules
+            .iter()
+            .map(|r| {
+                nft(r)
+                    .statements
+                    .iter()
+                    .map(|s| kind_name(&s.kind))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(kinds[1], ["match", "counter", "verdict", "comment"]);
+        assert_eq!(kinds[4], ["match", "mangle"]);
+        assert_eq!(kinds[3], ["match", "other", "log"]);
+        assert_eq!(kinds[6], ["vmap"]);
+        assert_eq!(input.rules[1].comments(), ["allowed services"]);
+        let allowed = t.set("allowed").unwrap();
+        assert_eq!(allowed.elements.len(), 2);
+        assert_eq!(allowed.flags, [Box::from("interval")]);
+        let jumps = t.set("jumps").unwrap();
+        assert_eq!(
+            jumps.verdict_targets().map(|r| r.chain).collect::<Vec<_>>(),
+            ["web"]
+        );
+        let refs = table_chain_references(t);
+        assert_eq!(refs.len(), 3);
+        for r in refs {
+            assert!(t.chain(r.chain).is_some());
+        }
+    }
+    // Same element keys from text and JSON.
+    let keys = |rs: &Ruleset| {
+        rs.tables[0]
+            .set("allowed")
+            .unwrap()
+            .elements
+            .iter()
+            .map(|e| e.key.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(keys(&plain), keys(&json));
+    // Handles only with -a (and in JSON).
+    let handles = |rs: &Ruleset| {
+        rs.tables[0]
+            .chains
+            .iter()
+            .flat_map(|c| &c.rules)
+            .filter(|r| nft(r).handle.is_some())
+            .count()
+    };
+    assert_eq!(handles(&plain), 0);
+    assert_eq!(handles(&with_handles), 12);
+    assert_eq!(handles(&json), 12);
+}

@@ -906,7 +906,7 @@ impl<'a> Reader<'a> {
                     } else if last_was_comma && let Some(c) = comma_tok {
                         self.error(
                             &c,
-                            "trailing comma before '}': `nft list` never prints one (hand-edited text?)",
+                            "trailing comma before '}': `nft -f` accepts it but `nft list` never prints one, so this text was edited by hand",
                             ",",
                         );
                     }
@@ -1848,7 +1848,7 @@ impl<'a> StmtParser<'_, 'a> {
                 } else if t.kind == Tok::RBrace && !entries.is_empty() {
                     self.r.error(
                         &t,
-                        "trailing comma before '}': `nft list` never prints one (hand-edited text?)",
+                        "trailing comma before '}': `nft -f` accepts it but `nft list` never prints one, so this text was edited by hand",
                         "}",
                     );
                 }
