@@ -17,6 +17,7 @@ use crate::model::{
     Backend, BaseChain, Chain, Completeness, Counters, Family, Hook, Location, Policy, Rule,
     RuleBody, Ruleset, Table,
 };
+use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Tok {
@@ -163,6 +164,7 @@ pub fn parse_text(text: &str) -> Ruleset {
         pos: 0,
         ruleset: Ruleset::default(),
         rule_buf: Vec::new(),
+        chain_index: HashMap::new(),
     };
     r.ruleset.diagnostics = diags;
     r.top();
@@ -177,6 +179,9 @@ struct Reader<'a> {
     pos: usize,
     ruleset: Ruleset,
     rule_buf: Vec<Token>,
+    /// (table index, chain name) -> chain index: chains are looked up once each,
+    /// and kube-proxy tables have tens of thousands of them.
+    chain_index: HashMap<(usize, &'a str), usize>,
 }
 
 const FAMILIES: &[&str] = &["ip", "ip6", "inet", "arp", "bridge", "netdev"];
@@ -505,13 +510,10 @@ impl<'a> Reader<'a> {
         };
         let loc = self.loc(&kw);
         let table = &mut self.ruleset.tables[ti];
-        let ci = match table.chains.iter().position(|c| &*c.name == name) {
-            Some(i) => i,
-            None => {
-                table.chains.push(Chain::new(name, None, loc));
-                table.chains.len() - 1
-            }
-        };
+        let ci = *self.chain_index.entry((ti, name)).or_insert_with(|| {
+            table.chains.push(Chain::new(name, None, loc));
+            table.chains.len() - 1
+        });
         loop {
             self.skip_blank();
             let Some(t) = self.peek() else {
