@@ -154,13 +154,11 @@ impl JsonReader<'_> {
             match serde_json::from_str::<J>(slice) {
                 Ok(v) => self.item(&v, loc, slice),
                 Err(e) => {
-                    let at = location_of(slice, 0);
                     let (line, column) = if e.line() <= 1 {
                         (loc.line, loc.column + e.column().saturating_sub(1) as u32)
                     } else {
                         (loc.line + e.line() as u32 - 1, e.column() as u32)
                     };
-                    let _ = at;
                     if e.is_eof() {
                         self.ruleset.completeness = Completeness::Truncated;
                     }
