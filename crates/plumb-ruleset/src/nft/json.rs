@@ -1,0 +1,814 @@
+//! Reader for `nft -j list ruleset` JSON (libnftables JSON schema).
+//!
+//! The top-level `nftables` array is split into items by a small scanner, so
+//! each item gets a line and column and one bad item does not lose the others;
+//! an array that never closes marks the result [`Completeness::Truncated`].
+//! Rule expressions become the same [`Statement`] model as the text reader, with
+//! an nft-like text rendering; unknown expressions are kept as compact JSON.
+//! `xt` expressions (iptables-nft compat) are opaque and kept as `Other`.
+
+use super::{
+    NatKind, NftRule, NftSet, Op, SetElement, SetKind, Statement, StatementKind, Value, Verdict,
+    VerdictMapRef,
+};
+use crate::diagnostic::Diagnostic;
+use crate::model::{
+    Backend, BaseChain, Chain, Completeness, Counters, Family, Hook, Location, Policy, Rule,
+    RuleBody, Ruleset, Table,
+};
+use serde_json::{Map, Value as J};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+/// Reads `nft -j list ruleset` output.
+pub fn parse_json(text: &str) -> Ruleset {
+    let mut r = JsonReader {
+        text,
+        ruleset: Ruleset::default(),
+        tables: HashMap::new(),
+        chains: HashMap::new(),
+        xt_seen: None,
+    };
+    r.run();
+    if let Some(loc) = r.xt_seen {
+        r.ruleset.diagnostics.push(Diagnostic::note(
+            loc.line,
+            loc.column,
+            "rules contain iptables-nft compat (xt) expressions: their match/target options are opaque in nft JSON and kept as-is",
+            "{\"xt\":...}",
+        ));
+    }
+    r.ruleset.diagnostics.sort_by_key(|d| (d.line, d.column));
+    r.ruleset
+}
+
+struct JsonReader<'a> {
+    text: &'a str,
+    ruleset: Ruleset,
+    tables: HashMap<(Family, String), usize>,
+    chains: HashMap<(usize, String), usize>,
+    xt_seen: Option<Location>,
+}
+
+fn location_of(text: &str, offset: usize) -> Location {
+    let before = &text.as_bytes()[..offset.min(text.len())];
+    let line = before.iter().filter(|&&b| b == b'\n').count() as u32 + 1;
+    let line_start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |p| p + 1);
+    let col = text
+        .get(line_start..offset)
+        .map_or(1, |s| s.chars().count() as u32 + 1);
+    Location { line, column: col }
+}
+
+/// Byte ranges of the items of the JSON array whose `[` is at `open`, and
+/// whether the array was closed.
+fn array_items(b: &[u8], open: usize) -> (Vec<(usize, usize)>, bool) {
+    let mut items = Vec::new();
+    let mut depth = 0usize;
+    let mut in_str = false;
+    let mut escape = false;
+    let mut start = None;
+    let mut i = open + 1;
+    while i < b.len() {
+        let c = b[i];
+        if in_str {
+            if escape {
+                escape = false;
+            } else if c == b'\\' {
+                escape = true;
+            } else if c == b'"' {
+                in_str = false;
+            }
+            i += 1;
+            continue;
+        }
+        match c {
+            b'"' => {
+                in_str = true;
+                start.get_or_insert(i);
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                start.get_or_insert(i);
+            }
+            b'}' | b']' => {
+                if depth == 0 {
+                    if let Some(s) = start.take() {
+                        items.push((s, i));
+                    }
+                    return (items, c == b']');
+                }
+                depth -= 1;
+            }
+            b',' if depth == 0 => {
+                if let Some(s) = start.take() {
+                    items.push((s, i));
+                }
+            }
+            b' ' | b'\t' | b'\r' | b'\n' => {}
+            _ => {
+                start.get_or_insert(i);
+            }
+        }
+        i += 1;
+    }
+    if let Some(s) = start {
+        items.push((s, b.len()));
+    }
+    (items, false)
+}
+
+fn s<'v>(o: &'v Map<String, J>, k: &str) -> Option<&'v str> {
+    o.get(k).and_then(J::as_str)
+}
+
+impl JsonReader<'_> {
+    fn error(&mut self, loc: Location, msg: impl Into<String>, text: &str) {
+        self.ruleset
+            .diagnostics
+            .push(Diagnostic::error(loc.line, loc.column, msg, text));
+    }
+
+    fn run(&mut self) {
+        let text = self.text;
+        let open = text
+            .find("\"nftables\"")
+            .and_then(|k| text[k..].find('[').map(|p| k + p));
+        let Some(open) = open else {
+            let t = text.trim_start();
+            let loc = location_of(text, text.len() - t.len());
+            self.error(
+                loc,
+                "expected nft JSON: {\"nftables\": [ ... ]} (output of `nft -j list ruleset`)",
+                t,
+            );
+            return;
+        };
+        let (items, closed) = array_items(text.as_bytes(), open);
+        for (a, b) in items {
+            let slice = text[a..b].trim_end();
+            let loc = location_of(text, a);
+            match serde_json::from_str::<J>(slice) {
+                Ok(v) => self.item(&v, loc, slice),
+                Err(e) => {
+                    let (line, column) = if e.line() <= 1 {
+                        (loc.line, loc.column + e.column().saturating_sub(1) as u32)
+                    } else {
+                        (loc.line + e.line() as u32 - 1, e.column() as u32)
+                    };
+                    if e.is_eof() {
+                        self.ruleset.completeness = Completeness::Truncated;
+                    }
+                    self.ruleset.diagnostics.push(Diagnostic::error(
+                        line,
+                        column,
+                        format!("invalid JSON item: {e}"),
+                        slice,
+                    ));
+                }
+            }
+        }
+        if !closed {
+            self.ruleset.completeness = Completeness::Truncated;
+            let loc = location_of(text, text.len());
+            self.error(
+                loc,
+                "input ends inside the \"nftables\" array (missing ']'): truncated?",
+                "",
+            );
+        }
+    }
+
+    fn item(&mut self, v: &J, loc: Location, raw: &str) {
+        let Some((kind, body)) = v.as_object().and_then(|o| o.iter().next()) else {
+            self.error(loc, "expected an object like {\"rule\": {...}}", raw);
+            return;
+        };
+        let empty = Map::new();
+        let o = body.as_object().unwrap_or(&empty);
+        match kind.as_str() {
+            "metainfo" => {}
+            "table" => {
+                self.table_index(o, loc, raw, true);
+            }
+            "chain" => self.chain(o, loc, raw),
+            "rule" => self.rule(o, loc, raw),
+            "set" | "map" => self.set(kind, o, loc, raw),
+            _ => {
+                // Stateful objects, flowtables...: kept verbatim on the table.
+                if let Some(ti) = self.table_index(o, loc, raw, false) {
+                    self.ruleset.tables[ti].attributes.push(compact(v).into());
+                }
+            }
+        }
+    }
+
+    fn table_index(
+        &mut self,
+        o: &Map<String, J>,
+        loc: Location,
+        raw: &str,
+        declare: bool,
+    ) -> Option<usize> {
+        let fam = s(o, "family").and_then(Family::parse);
+        let name = if declare { s(o, "name") } else { s(o, "table") };
+        let (Some(family), Some(name)) = (fam, name) else {
+            self.error(
+                loc,
+                "expected \"family\" (ip, ip6, inet, arp, bridge, netdev) and a table name",
+                raw,
+            );
+            return None;
+        };
+        let key = (family, name.to_string());
+        if let Some(&i) = self.tables.get(&key) {
+            return Some(i);
+        }
+        let mut t = Table::new(family, Backend::Nftables, name, loc);
+        if declare {
+            if let Some(c) = s(o, "comment") {
+                t.attributes.push(format!("comment \"{c}\"").into());
+            }
+            if let Some(f) = o.get("flags") {
+                t.attributes.push(format!("flags {}", render(f)).into());
+            }
+        }
+        self.ruleset.tables.push(t);
+        let i = self.ruleset.tables.len() - 1;
+        self.tables.insert(key, i);
+        Some(i)
+    }
+
+    fn chain_index(&mut self, ti: usize, name: &str, loc: Location) -> usize {
+        if let Some(&i) = self.chains.get(&(ti, name.to_string())) {
+            return i;
+        }
+        let t = &mut self.ruleset.tables[ti];
+        t.chains.push(Chain::new(name, None, loc));
+        let i = t.chains.len() - 1;
+        self.chains.insert((ti, name.to_string()), i);
+        i
+    }
+
+    fn chain(&mut self, o: &Map<String, J>, loc: Location, raw: &str) {
+        let Some(ti) = self.table_index(o, loc, raw, false) else {
+            return;
+        };
+        let Some(name) = s(o, "name") else {
+            self.error(loc, "chain without \"name\"", raw);
+            return;
+        };
+        let ci = self.chain_index(ti, name, loc);
+        if let Some(hook) = s(o, "hook") {
+            let base = BaseChain {
+                hook: Hook::parse_nft(hook),
+                policy: s(o, "policy").map(Policy::parse),
+                counters: None,
+                chain_type: s(o, "type").map(Into::into),
+                priority: o.get("prio").map(|p| render(p).into()),
+            };
+            self.ruleset.tables[ti].chains[ci].base = Some(base);
+        }
+    }
+
+    fn rule(&mut self, o: &Map<String, J>, loc: Location, raw: &str) {
+        let Some(ti) = self.table_index(o, loc, raw, false) else {
+            return;
+        };
+        let Some(chain) = s(o, "chain") else {
+            self.error(loc, "rule without \"chain\"", raw);
+            return;
+        };
+        let ci = match self.chains.get(&(ti, chain.to_string())) {
+            Some(&i) => i,
+            None => {
+                self.error(
+                    loc,
+                    format!("rule for chain '{chain}' which was not declared before it"),
+                    raw,
+                );
+                self.chain_index(ti, chain, loc)
+            }
+        };
+        let mut statements = Vec::new();
+        match o.get("expr").and_then(J::as_array) {
+            Some(exprs) => {
+                for e in exprs {
+                    statements.push(self.statement(e, loc));
+                }
+            }
+            None => self.error(loc, "rule without an \"expr\" array", raw),
+        }
+        if let Some(c) = s(o, "comment") {
+            statements.push(Statement {
+                text: format!("comment {}", quote(c)),
+                kind: StatementKind::Comment(c.to_string()),
+            });
+        }
+        let rule = NftRule {
+            statements,
+            handle: o.get("handle").and_then(J::as_u64),
+        };
+        let mut text = String::new();
+        for st in &rule.statements {
+            if !text.is_empty() {
+                text.push(' ');
+            }
+            text.push_str(&st.text);
+        }
+        let counters = rule.counters();
+        let c = &mut self.ruleset.tables[ti].chains[ci];
+        c.rules.push(Rule {
+            position: c.rules.len() as u32 + 1,
+            location: loc,
+            counters,
+            text: text.into(),
+            body: RuleBody::Nft(rule),
+        });
+    }
+
+    fn statement(&mut self, e: &J, loc: Location) -> Statement {
+        let Some((k, v)) = e.as_object().and_then(|o| o.iter().next()) else {
+            return Statement {
+                text: compact(e),
+                kind: StatementKind::Other(compact(e)),
+            };
+        };
+        let empty = Map::new();
+        let o = v.as_object().unwrap_or(&empty);
+        let kind = match k.as_str() {
+            "match" => {
+                let left = o.get("left").map(render).unwrap_or_default();
+                let op = s(o, "op").and_then(Op::parse).unwrap_or(Op::Implicit);
+                let right = o
+                    .get("right")
+                    .map(value)
+                    .unwrap_or(Value::Single(String::new()));
+                let text = match op {
+                    Op::Implicit => {
+                        format!("{left} {}", o.get("right").map(render).unwrap_or_default())
+                    }
+                    _ => format!(
+                        "{left} {} {}",
+                        s(o, "op").unwrap_or(""),
+                        o.get("right").map(render).unwrap_or_default()
+                    ),
+                };
+                return Statement {
+                    text,
+                    kind: StatementKind::Match { left, op, right },
+                };
+            }
+            "accept" | "drop" | "continue" | "return" | "jump" | "goto" => {
+                let target = s(o, "target").unwrap_or("");
+                let words: Vec<&str> = if target.is_empty() {
+                    vec![k.as_str()]
+                } else {
+                    vec![k.as_str(), target]
+                };
+                match Verdict::parse(&words) {
+                    Some(v) => StatementKind::Verdict(v),
+                    None => StatementKind::Other(k.clone()),
+                }
+            }
+            "reject" => {
+                let with = match (s(o, "type"), o.get("expr")) {
+                    (Some(t), Some(x)) => Some(format!("{t} {}", render(x))),
+                    (Some(t), None) => Some(t.to_string()),
+                    (None, Some(x)) => Some(render(x)),
+                    _ => None,
+                };
+                StatementKind::Verdict(Verdict::Reject(with))
+            }
+            "queue" => StatementKind::Verdict(Verdict::Queue(kv_args(o))),
+            "counter" if !(v.is_null() || v.get("packets").is_some()) => {
+                // Named counter reference: `counter name "x"` / `counter name ... map`.
+                StatementKind::Other(k.clone())
+            }
+            "secmark" | "ct helper" | "ct timeout" | "ct expectation" => StatementKind::Mangle {
+                key: if k == "secmark" {
+                    "meta secmark".into()
+                } else {
+                    k.clone()
+                },
+                value: render(v),
+            },
+            "counter" => StatementKind::Counter(
+                match (
+                    o.get("packets").and_then(J::as_u64),
+                    o.get("bytes").and_then(J::as_u64),
+                ) {
+                    (Some(packets), Some(bytes)) => Some(Counters { packets, bytes }),
+                    _ => None,
+                },
+            ),
+            "vmap" => {
+                let key = o.get("key").map(render).unwrap_or_default();
+                let map = match o.get("data") {
+                    Some(J::String(n)) => VerdictMapRef::Named(n.trim_start_matches('@').into()),
+                    Some(J::Object(d)) => {
+                        let mut entries = Vec::new();
+                        for pair in d.get("set").and_then(J::as_array).into_iter().flatten() {
+                            if let Some([k, v]) = pair.as_array().map(Vec::as_slice) {
+                                match verdict_of(v) {
+                                    Some(verdict) => entries.push((render(k), verdict)),
+                                    None => self.error(
+                                        loc,
+                                        "verdict map value is not a verdict",
+                                        &compact(pair),
+                                    ),
+                                }
+                            }
+                        }
+                        VerdictMapRef::Inline(entries)
+                    }
+                    _ => VerdictMapRef::Inline(Vec::new()),
+                };
+                StatementKind::VerdictMap { key, map }
+            }
+            "mangle" => StatementKind::Mangle {
+                key: o.get("key").map(render).unwrap_or_default(),
+                value: o.get("value").map(render).unwrap_or_default(),
+            },
+            "dnat" | "snat" | "masquerade" | "redirect" => {
+                let mut args = String::new();
+                if let Some(f) = s(o, "family") {
+                    args.push_str(f);
+                }
+                if o.contains_key("addr") || o.contains_key("port") {
+                    push_word(&mut args, "to");
+                    let mut to = o.get("addr").map(render).unwrap_or_default();
+                    if let Some(p) = o.get("port") {
+                        let _ = write!(to, ":{}", render(p));
+                    }
+                    push_word(&mut args, &to);
+                }
+                if let Some(f) = o.get("flags") {
+                    push_word(&mut args, &render(f));
+                }
+                StatementKind::Nat {
+                    kind: NatKind::parse(k).expect("nat key"),
+                    args,
+                }
+            }
+            "log" => StatementKind::Log { args: kv_args(o) },
+            "xt" => {
+                self.xt_seen.get_or_insert(loc);
+                StatementKind::Other("xt".into())
+            }
+            _ => StatementKind::Other(k.clone()),
+        };
+        let text = match &kind {
+            StatementKind::Verdict(v) => verdict_text(v),
+            StatementKind::VerdictMap { key, map } => match map {
+                VerdictMapRef::Named(n) => format!("{key} vmap @{n}"),
+                VerdictMapRef::Inline(es) => {
+                    let mut t = format!("{key} vmap {{ ");
+                    for (i, (k, v)) in es.iter().enumerate() {
+                        if i > 0 {
+                            t.push_str(", ");
+                        }
+                        let _ = write!(t, "{k} : {}", verdict_text(v));
+                    }
+                    t.push_str(" }");
+                    t
+                }
+            },
+            StatementKind::Counter(Some(c)) => {
+                format!("counter packets {} bytes {}", c.packets, c.bytes)
+            }
+            StatementKind::Counter(None) => "counter".into(),
+            StatementKind::Mangle { key, value } => format!("{key} set {value}"),
+            StatementKind::Nat { args, .. } | StatementKind::Log { args } if args.is_empty() => {
+                k.clone()
+            }
+            StatementKind::Nat { args, .. } | StatementKind::Log { args } => format!("{k} {args}"),
+            StatementKind::Other(x) if x == "xt" => format!(
+                "xt {} {}",
+                s(o, "type").unwrap_or("?"),
+                s(o, "name").unwrap_or("?")
+            ),
+            _ => compact(e),
+        };
+        Statement { text, kind }
+    }
+
+    fn set(&mut self, kind: &str, o: &Map<String, J>, loc: Location, raw: &str) {
+        let Some(ti) = self.table_index(o, loc, raw, false) else {
+            return;
+        };
+        let Some(name) = s(o, "name") else {
+            self.error(loc, "set without \"name\"", raw);
+            return;
+        };
+        let mut set = NftSet {
+            name: name.into(),
+            kind: if kind == "map" {
+                SetKind::Map
+            } else {
+                SetKind::Set
+            },
+            location: loc,
+            handle: o.get("handle").and_then(J::as_u64),
+            comment: s(o, "comment").map(Into::into),
+            ..NftSet::default()
+        };
+        set.key_type = match (o.get("type"), o.get("typeof")) {
+            (Some(t), _) => type_text(t).into(),
+            (None, Some(t)) => format!("typeof {}", render(t)).into(),
+            _ => "".into(),
+        };
+        set.value_type = o.get("map").map(|m| type_text(m).into());
+        if let Some(f) = o.get("flags") {
+            set.flags = match f {
+                J::Array(a) => a.iter().map(|x| render(x).into()).collect(),
+                other => vec![render(other).into()],
+            };
+        }
+        for k in ["timeout", "gc-interval", "size", "policy"] {
+            if let Some(v) = o.get(k) {
+                set.attributes.push(format!("{k} {}", render(v)).into());
+            }
+        }
+        for el in o.get("elem").and_then(J::as_array).into_iter().flatten() {
+            let (key, val) = match el.as_array().map(Vec::as_slice) {
+                Some([k, v]) if set.kind == SetKind::Map => (k, Some(v)),
+                _ => (el, None),
+            };
+            let (key, comment) = match key.get("elem") {
+                Some(e) => (
+                    e.get("val").unwrap_or(key),
+                    e.get("comment").and_then(J::as_str).map(Into::into),
+                ),
+                None => (key, None),
+            };
+            let verdict = val.and_then(verdict_of);
+            if set.is_verdict_map()
+                && let Some(v) = val
+                && verdict.is_none()
+            {
+                self.error(
+                    loc,
+                    "verdict map element value is not a verdict",
+                    &compact(v),
+                );
+            }
+            set.elements.push(SetElement {
+                key_text: render(key).into(),
+                key: value(key),
+                value: val.map(|v| match verdict_of(v) {
+                    Some(vd) => verdict_text(&vd).into(),
+                    None => render(v).into(),
+                }),
+                verdict,
+                comment,
+            });
+        }
+        self.ruleset.tables[ti].sets.push(set);
+    }
+}
+
+fn push_word(s: &mut String, w: &str) {
+    if w.is_empty() {
+        return;
+    }
+    if !s.is_empty() {
+        s.push(' ');
+    }
+    s.push_str(w);
+}
+
+fn quote(s: &str) -> String {
+    format!("\"{s}\"")
+}
+
+fn compact(v: &J) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// `"ipv4_addr"` or `["ipv4_addr", "inet_proto"]` -> `ipv4_addr . inet_proto`.
+fn type_text(t: &J) -> String {
+    match t {
+        J::Array(a) => a.iter().map(render).collect::<Vec<_>>().join(" . "),
+        other => render(other),
+    }
+}
+
+/// `key value` pairs of a statement object (`prefix "x" level info`).
+fn kv_args(o: &Map<String, J>) -> String {
+    let mut out = String::new();
+    for (k, v) in o {
+        let v = match v {
+            J::String(x) if k == "prefix" => quote(x),
+            _ => render(v),
+        };
+        push_word(&mut out, k);
+        push_word(&mut out, &v);
+    }
+    out
+}
+
+fn verdict_of(v: &J) -> Option<Verdict> {
+    let (k, body) = v.as_object()?.iter().next()?;
+    let target = body.get("target").and_then(J::as_str);
+    match target {
+        Some(t) => Verdict::parse(&[k.as_str(), t]),
+        None => Verdict::parse(&[k.as_str()]),
+    }
+}
+
+fn verdict_text(v: &Verdict) -> String {
+    match v {
+        Verdict::Accept => "accept".into(),
+        Verdict::Drop => "drop".into(),
+        Verdict::Return => "return".into(),
+        Verdict::Continue => "continue".into(),
+        Verdict::Reject(None) => "reject".into(),
+        Verdict::Reject(Some(w)) => format!("reject with {w}"),
+        Verdict::Queue(a) if a.is_empty() => "queue".into(),
+        Verdict::Queue(a) => format!("queue {a}"),
+        Verdict::Jump(c) => format!("jump {c}"),
+        Verdict::Goto(c) => format!("goto {c}"),
+    }
+}
+
+/// A JSON right-hand side as a [`Value`].
+fn value(v: &J) -> Value {
+    match v {
+        J::String(x) if x.starts_with('@') => Value::Named(x[1..].to_string()),
+        J::Array(a) => Value::Single(a.iter().map(render).collect::<Vec<_>>().join(",")),
+        J::Object(o) => match o.iter().next() {
+            Some((k, b)) => match (k.as_str(), b) {
+                ("set", J::Array(items)) => Value::Set(items.iter().map(value).collect()),
+                ("set", other) => Value::Set(vec![value(other)]),
+                ("concat", J::Array(items)) => Value::Concat(items.iter().map(value).collect()),
+                ("range", J::Array(r)) if r.len() == 2 => {
+                    Value::Range(render(&r[0]), render(&r[1]))
+                }
+                ("prefix", J::Object(p)) => match (p.get("addr"), p.get("len").and_then(J::as_u64))
+                {
+                    (Some(a), Some(l)) if l <= 255 => Value::Prefix(render(a), l as u8),
+                    _ => Value::Expr(render(v)),
+                },
+                ("elem", J::Object(e)) => e.get("val").map(value).unwrap_or(Value::Expr(render(v))),
+                _ => Value::Expr(render(v)),
+            },
+            None => Value::Expr(render(v)),
+        },
+        other => Value::Single(render(other)),
+    }
+}
+
+/// nft-like text for a JSON expression; unknown shapes become compact JSON.
+fn render(v: &J) -> String {
+    match v {
+        J::String(x) => x.clone(),
+        J::Number(n) => n.to_string(),
+        J::Bool(b) => b.to_string(),
+        J::Null => String::new(),
+        J::Array(a) => a.iter().map(render).collect::<Vec<_>>().join(","),
+        J::Object(o) => {
+            let Some((k, b)) = o.iter().next() else {
+                return "{}".into();
+            };
+            let bo = b.as_object();
+            let f = |key: &str| bo.and_then(|m| m.get(key)).map(render).unwrap_or_default();
+            match (k.as_str(), b) {
+                ("payload", _) => {
+                    if bo.is_some_and(|m| m.contains_key("protocol")) {
+                        format!("{} {}", f("protocol"), f("field"))
+                    } else {
+                        format!("@{},{},{}", f("base"), f("offset"), f("len"))
+                    }
+                }
+                ("meta", _) => format!("meta {}", f("key")),
+                ("ct", _) => {
+                    let mut t = String::from("ct");
+                    for key in ["dir", "family", "key"] {
+                        push_word(&mut t, &f(key));
+                    }
+                    t
+                }
+                ("concat", J::Array(a)) => a.iter().map(render).collect::<Vec<_>>().join(" . "),
+                ("set", J::Array(a)) => {
+                    let items: Vec<String> = a
+                        .iter()
+                        .map(|x| match x.as_array().map(Vec::as_slice) {
+                            Some([k, v]) => format!("{} : {}", render(k), render_data(v)),
+                            _ => render(x),
+                        })
+                        .collect();
+                    format!("{{ {} }}", items.join(", "))
+                }
+                ("set", other) => format!("{{ {} }}", render(other)),
+                ("prefix", _) => format!("{}/{}", f("addr"), f("len")),
+                ("range", J::Array(r)) if r.len() == 2 => {
+                    format!("{}-{}", render(&r[0]), render(&r[1]))
+                }
+                ("numgen", _) => {
+                    let mut t = format!("numgen {} mod {}", f("mode"), f("mod"));
+                    let off = f("offset");
+                    if !off.is_empty() && off != "0" {
+                        let _ = write!(t, " offset {off}");
+                    }
+                    t
+                }
+                ("&" | "|" | "^" | "<<" | ">>", J::Array(a)) => a
+                    .iter()
+                    .map(render)
+                    .collect::<Vec<_>>()
+                    .join(&format!(" {k} ")),
+                ("map", _) => format!(
+                    "{} map {}",
+                    f("key"),
+                    render_data(bo.and_then(|m| m.get("data")).unwrap_or(&J::Null))
+                ),
+                ("fib", _) => format!(
+                    "fib {} {}",
+                    match bo.and_then(|m| m.get("flags")) {
+                        Some(J::Array(a)) => a.iter().map(render).collect::<Vec<_>>().join(" . "),
+                        Some(x) => render(x),
+                        None => String::new(),
+                    },
+                    f("result")
+                ),
+                ("elem", _) => f("val"),
+                ("tcp option", _) => format!("tcp option {} {}", f("name"), f("field"))
+                    .trim_end()
+                    .into(),
+                ("accept" | "drop" | "continue" | "return" | "jump" | "goto", _) => {
+                    verdict_of(v).map_or_else(|| compact(v), |vd| verdict_text(&vd))
+                }
+                (key, J::Object(m)) => {
+                    let mut t = key.to_string();
+                    for (mk, mv) in m {
+                        push_word(&mut t, mk);
+                        push_word(&mut t, &render(mv));
+                    }
+                    t
+                }
+                _ => compact(v),
+            }
+        }
+    }
+}
+
+/// Map data: verdicts render as nft verdict text.
+fn render_data(v: &J) -> String {
+    match verdict_of(v) {
+        Some(vd) => verdict_text(&vd),
+        None => render(v),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_with_vmap_and_counter() {
+        let j = r#"{"nftables":[{"metainfo":{"json_schema_version":1}},
+{"table":{"family":"ip","name":"kube-proxy","handle":1}},
+{"chain":{"family":"ip","table":"kube-proxy","name":"services","handle":2}},
+{"chain":{"family":"ip","table":"kube-proxy","name":"nat-prerouting","handle":3,"type":"nat","hook":"prerouting","prio":-100,"policy":"accept"}},
+{"rule":{"family":"ip","table":"kube-proxy","chain":"nat-prerouting","handle":4,"expr":[{"match":{"op":"==","left":{"payload":{"protocol":"ip","field":"daddr"}},"right":{"prefix":{"addr":"10.0.0.0","len":8}}}},{"counter":{"packets":2,"bytes":120}},{"vmap":{"key":{"numgen":{"mode":"random","mod":2,"offset":0}},"data":{"set":[[0,{"goto":{"target":"a"}}],[1,{"jump":{"target":"b"}}]]}}}]}},
+{"map":{"family":"ip","name":"service-ips","table":"kube-proxy","type":["ipv4_addr","inet_proto","inet_service"],"handle":5,"map":"verdict","elem":[[{"concat":["10.43.0.1","tcp",443]},{"goto":{"target":"services"}}]]}}
+]}"#;
+        let rs = parse_json(j);
+        assert!(rs.diagnostics.is_empty(), "{:?}", rs.diagnostics);
+        let t = &rs.tables[0];
+        let c = t.chain("nat-prerouting").unwrap();
+        assert_eq!(c.base.as_ref().unwrap().priority.as_deref(), Some("-100"));
+        let r = &c.rules[0];
+        assert_eq!(r.location.line, 5);
+        assert_eq!(
+            &*r.text,
+            "ip daddr == 10.0.0.0/8 counter packets 2 bytes 120 numgen random mod 2 vmap { 0 : goto a, 1 : jump b }"
+        );
+        assert_eq!(
+            r.counters,
+            Some(Counters {
+                packets: 2,
+                bytes: 120
+            })
+        );
+        assert_eq!(r.chain_references().len(), 2);
+        let m = t.set("service-ips").unwrap();
+        assert_eq!(&*m.key_type, "ipv4_addr . inet_proto . inet_service");
+        assert_eq!(m.elements[0].key_text.as_ref(), "10.43.0.1 . tcp . 443");
+        assert_eq!(m.verdict_targets().next().unwrap().chain, "services");
+    }
+
+    #[test]
+    fn truncated_json() {
+        let rs = parse_json(
+            "{\"nftables\":[{\"table\":{\"family\":\"ip\",\"name\":\"t\"}},{\"chain\":{\"fam",
+        );
+        assert_eq!(rs.completeness, Completeness::Truncated);
+        assert_eq!(rs.tables.len(), 1);
+        assert!(!rs.diagnostics.is_empty());
+    }
+}
