@@ -378,13 +378,3 @@ mod tests {
         );
     }
 }
-
-/// Reads `nft list ruleset` text. TODO(issue 2): replaced by the nft reader.
-pub fn parse_text(_text: &str) -> crate::Ruleset {
-    crate::Ruleset::default()
-}
-
-/// Reads `nft -j list ruleset` JSON. TODO(issue 2): replaced by the nft reader.
-pub fn parse_json(_text: &str) -> crate::Ruleset {
-    crate::Ruleset::default()
-}
