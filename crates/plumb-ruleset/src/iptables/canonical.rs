@@ -328,6 +328,18 @@ fn one(o: &XtOptionView<'_>, name: &str, f: impl Fn(&str) -> String) -> Printed 
     Printed::new(o.negated(), name, vec![v])
 }
 
+/// Appends `name args` unless one of `present` is already there: the defaults
+/// iptables-save prints for options the rule left out.
+fn default_option(out: &mut Vec<Printed>, present: &[&str], name: &str, args: &[&str]) {
+    if !out.iter().any(|p| present.contains(&p.name.as_str())) {
+        out.push(Printed::new(
+            false,
+            name,
+            args.iter().map(|a| a.to_string()).collect(),
+        ));
+    }
+}
+
 /// Orders options by the extension's save order; unknown ones keep their place at the end.
 fn ordered(opts: Vec<Printed>, order: &[&str]) -> Vec<Printed> {
     let mut opts = opts;
@@ -423,16 +435,14 @@ fn match_options(
             .collect(),
         "connlimit" => {
             let mut out: Vec<Printed> = opts.iter().map(verbatim).collect();
-            if !out.iter().any(|p| p.name == "--connlimit-mask") {
-                let bits = if family == Family::Ip6 { "128" } else { "32" };
-                out.push(Printed::new(false, "--connlimit-mask", vec![bits.into()]));
-            }
-            if !out
-                .iter()
-                .any(|p| p.name == "--connlimit-saddr" || p.name == "--connlimit-daddr")
-            {
-                out.push(Printed::new(false, "--connlimit-saddr", Vec::new()));
-            }
+            let bits = if family == Family::Ip6 { "128" } else { "32" };
+            default_option(&mut out, &["--connlimit-mask"], "--connlimit-mask", &[bits]);
+            default_option(
+                &mut out,
+                &["--connlimit-saddr", "--connlimit-daddr"],
+                "--connlimit-saddr",
+                &[],
+            );
             ordered(
                 out,
                 &[
@@ -691,23 +701,14 @@ fn recent(opts: &[XtOptionView<'_>], family: Family) -> Vec<Printed> {
     let mut out: Vec<Printed> = opts.iter().map(verbatim).collect();
     // kube-proxy writes "--name X --rcheck --seconds N --reap"; save prints the
     // command first and adds the defaults for mask and side.
-    if !out.iter().any(|p| p.name == "--name") {
-        out.push(Printed::new(false, "--name", vec!["DEFAULT".into()]));
-    }
-    if !out.iter().any(|p| p.name == "--mask") {
-        let all_ones = if family == Family::Ip6 {
-            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
-        } else {
-            "255.255.255.255"
-        };
-        out.push(Printed::new(false, "--mask", vec![all_ones.into()]));
-    }
-    if !out
-        .iter()
-        .any(|p| p.name == "--rsource" || p.name == "--rdest")
-    {
-        out.push(Printed::new(false, "--rsource", Vec::new()));
-    }
+    let all_ones = if family == Family::Ip6 {
+        "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+    } else {
+        "255.255.255.255"
+    };
+    default_option(&mut out, &["--name"], "--name", &["DEFAULT"]);
+    default_option(&mut out, &["--mask"], "--mask", &[all_ones]);
+    default_option(&mut out, &["--rsource", "--rdest"], "--rsource", &[]);
     ordered(
         out,
         &[
@@ -821,12 +822,12 @@ fn target_options(target: &str, opts: &[XtOptionView<'_>], family: Family) -> Ve
                     _ => Some(verbatim(o)),
                 })
                 .collect();
-            if !out
-                .iter()
-                .any(|p| p.name == "--queue-num" || p.name == "--queue-balance")
-            {
-                out.push(Printed::new(false, "--queue-num", vec!["0".into()]));
-            }
+            default_option(
+                &mut out,
+                &["--queue-num", "--queue-balance"],
+                "--queue-num",
+                &["0"],
+            );
             ordered(
                 out,
                 &[
@@ -898,10 +899,8 @@ fn connmark_target(opts: &[XtOptionView<'_>]) -> Vec<Printed> {
             out.push(Printed::new(false, "--ctmask", v));
         }
     }
-    for (name, default) in [("--nfmask", "0xffffffff"), ("--ctmask", "0xffffffff")] {
-        if !out.iter().any(|p| p.name == name) {
-            out.push(Printed::new(false, name, vec![default.into()]));
-        }
+    for name in ["--nfmask", "--ctmask"] {
+        default_option(&mut out, &[name], name, &["0xffffffff"]);
     }
     ordered(
         out,
