@@ -8,7 +8,7 @@
 //! (common rules outside a longest increasing subsequence of positions).
 
 use crate::iptables::canonical::write_spec;
-use crate::model::{Backend, Chain, Family, Rule, RuleBody, Ruleset, Table};
+use crate::model::{Backend, Chain, Family, Rule, Ruleset, Table};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -193,13 +193,13 @@ fn diff_table(old: &Table, new: &Table, out: &mut Vec<Change>) {
 
 /// Identity of a rule for diffing: canonical text without counters.
 pub fn rule_identity(rule: &Rule, family: Family) -> String {
-    match &rule.body {
-        RuleBody::Xt(x) => {
+    match rule.xt() {
+        Some(x) => {
             let mut s = String::with_capacity(rule.text.len());
-            write_spec(&mut s, &x.view(&rule.text), family);
+            write_spec(&mut s, &x, family);
             s.trim_start().to_string()
         }
-        _ => strip_nft_noise(&rule.text),
+        None => strip_nft_noise(&rule.text),
     }
 }
 

@@ -9,6 +9,7 @@ use crate::iptables::save::IptablesInput;
 use crate::model::{Backend, Completeness, Family, Ruleset};
 use serde::Serialize;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// Every text format plumb reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -185,7 +186,20 @@ pub fn table_from_file_name(name: &str) -> Option<&'static str> {
 
 /// Reads `bytes` in the given or detected format.
 pub fn parse_bytes(bytes: &[u8], options: &ParseOptions) -> Result<Parsed, InputError> {
-    let text = as_text(bytes, options.max_size)?;
+    let source: Arc<str> = Arc::from(as_text(bytes, options.max_size)?);
+    parse_source(source, options)
+}
+
+/// Like [`parse_bytes`], taking the input by value so that it is freed as soon as the
+/// rules' shared copy of it exists (peak memory: one input less).
+pub fn parse_owned(bytes: Vec<u8>, options: &ParseOptions) -> Result<Parsed, InputError> {
+    let source: Arc<str> = Arc::from(as_text(&bytes, options.max_size)?);
+    drop(bytes);
+    parse_source(source, options)
+}
+
+fn parse_source(source: Arc<str>, options: &ParseOptions) -> Result<Parsed, InputError> {
+    let text = &*source;
     let format = match options.format {
         Some(f) => f,
         None => detect(text)?,
@@ -198,11 +212,18 @@ pub fn parse_bytes(bytes: &[u8], options: &ParseOptions) -> Result<Parsed, Input
         restore_payload: restore,
     };
     let ruleset = match format {
-        Format::IptablesSave => crate::iptables::save::parse(text, &ip_input(false, None)),
-        Format::IptablesRestore => crate::iptables::save::parse(text, &ip_input(true, None)),
+        Format::IptablesSave => {
+            crate::iptables::save::parse_shared(Arc::clone(&source), &ip_input(false, None))
+        }
+        Format::IptablesRestore => {
+            crate::iptables::save::parse_shared(Arc::clone(&source), &ip_input(true, None))
+        }
         Format::IptablesListRules => {
             let table = options.table.clone().unwrap_or_else(|| "filter".into());
-            let mut rs = crate::iptables::save::parse(text, &ip_input(false, Some(table)));
+            let mut rs = crate::iptables::save::parse_shared(
+                Arc::clone(&source),
+                &ip_input(false, Some(table)),
+            );
             if options.table.is_none() {
                 rs.diagnostics.push(crate::Diagnostic::note(
                     1,

@@ -5,6 +5,7 @@
 //! [`Ruleset`] plus [`Diagnostic`]s with line and column. See ARCHITECTURE.md.
 
 pub mod diagnostic;
+pub mod fasthash;
 pub mod iptables;
 pub mod model;
 pub mod nft;

@@ -8,10 +8,11 @@
 //! - a `Ruleset` never holds IO handles: it is built from text by the parsers.
 
 use crate::diagnostic::Diagnostic;
-use crate::iptables::XtRule;
+use crate::iptables::XtCell;
 use crate::nft::{NftRule, NftSet};
 use serde::Serialize;
 use std::fmt;
+use std::sync::Arc;
 
 /// Address family of a table (`ip`/`ip6` for iptables; all nft families).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -296,7 +297,8 @@ impl Table {
 #[derive(Clone, Debug, Serialize)]
 pub struct Chain {
     pub name: Box<str>,
-    pub base: Option<BaseChain>,
+    /// Boxed: most chains are user-defined, and a 10k-service dump has 40k of them.
+    pub base: Option<Box<BaseChain>>,
     pub rules: Vec<Rule>,
     pub location: Location,
 }
@@ -305,7 +307,7 @@ impl Chain {
     pub fn new(name: &str, base: Option<BaseChain>, location: Location) -> Chain {
         Chain {
             name: name.into(),
-            base,
+            base: base.map(Box::new),
             rules: Vec::new(),
             location,
         }
@@ -340,7 +342,7 @@ pub struct Rule {
     pub location: Location,
     pub counters: Option<Counters>,
     /// The rule exactly as read (one line of the dump).
-    pub text: Box<str>,
+    pub text: RuleText,
     #[serde(skip)]
     pub body: RuleBody,
 }
@@ -348,18 +350,18 @@ pub struct Rule {
 /// Backend-specific structure of a rule.
 #[derive(Clone, Debug)]
 pub enum RuleBody {
-    /// An xtables rule: generic options, matches, target.
-    Xt(XtRule),
+    /// An xtables rule: generic options, matches, target (indexed on first use).
+    Xt(XtCell),
     /// A native nftables rule: a statement sequence.
-    Nft(NftRule),
+    Nft(Box<NftRule>),
     /// Read from a lossy listing (`-nvL`); only the text and what was recognised.
-    Approximate(crate::iptables::listing::ListedRule),
+    Approximate(Box<crate::iptables::listing::ListedRule>),
 }
 
 impl Rule {
     pub fn xt(&self) -> Option<crate::iptables::XtView<'_>> {
         match &self.body {
-            RuleBody::Xt(x) => Some(x.view(&self.text)),
+            RuleBody::Xt(x) => Some(x.get(&self.text).view(&self.text)),
             _ => None,
         }
     }
@@ -367,16 +369,31 @@ impl Rule {
     /// Every chain this rule can transfer control to (jump, goto, verdict map entries).
     pub fn chain_references(&self) -> Vec<ChainRef<'_>> {
         match &self.body {
-            RuleBody::Xt(x) => x.view(&self.text).chain_reference().into_iter().collect(),
+            RuleBody::Xt(_) => self
+                .xt()
+                .and_then(|x| x.chain_reference())
+                .into_iter()
+                .collect(),
             RuleBody::Nft(n) => n.chain_references(),
             RuleBody::Approximate(l) => l.chain_reference().into_iter().collect(),
         }
     }
 
     /// Comments attached to the rule (`-m comment --comment`, nft `comment "..."`).
+    /// Does not make an xtables rule keep its index (see [`XtCell`]).
     pub fn comments(&self) -> Vec<std::borrow::Cow<'_, str>> {
+        use std::borrow::Cow;
         match &self.body {
-            RuleBody::Xt(x) => x.view(&self.text).comments().collect(),
+            RuleBody::Xt(cell) => match cell.built() {
+                Some(x) => x.view(&self.text).comments().collect(),
+                None => {
+                    let x = cell.build(&self.text);
+                    x.view(&self.text)
+                        .comments()
+                        .map(|c| Cow::Owned(c.into_owned()))
+                        .collect()
+                }
+            },
             RuleBody::Nft(n) => n.comments().map(std::borrow::Cow::Borrowed).collect(),
             RuleBody::Approximate(l) => l
                 .comment
@@ -385,6 +402,118 @@ impl Rule {
                 .into_iter()
                 .collect(),
         }
+    }
+}
+
+/// A rule's text: a line of the dump it was read from, shared with every other rule
+/// of that dump (one copy of the input instead of one string per rule), or a string
+/// of its own when the text was composed (nft JSON). Reads as a `&str`.
+#[derive(Clone)]
+pub struct RuleText {
+    source: Arc<str>,
+    start: u32,
+    end: u32,
+}
+
+impl RuleText {
+    /// `source[range]`. Ranges past `u32::MAX` are refused by the parsers' size limit;
+    /// an out-of-range span reads as empty rather than panicking.
+    pub fn span(source: &Arc<str>, range: std::ops::Range<usize>) -> RuleText {
+        let fits = range.end <= source.len()
+            && range.start <= range.end
+            && u32::try_from(range.end).is_ok()
+            && source.is_char_boundary(range.start)
+            && source.is_char_boundary(range.end);
+        let (start, end) = if fits {
+            (range.start as u32, range.end as u32)
+        } else {
+            (0, 0)
+        };
+        RuleText {
+            source: Arc::clone(source),
+            start,
+            end,
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.source[self.start as usize..self.end as usize]
+    }
+}
+
+impl From<&str> for RuleText {
+    fn from(s: &str) -> RuleText {
+        let source: Arc<str> = Arc::from(s);
+        RuleText::span(&source, 0..s.len())
+    }
+}
+
+impl From<String> for RuleText {
+    fn from(s: String) -> RuleText {
+        RuleText::from(s.as_str())
+    }
+}
+
+impl std::ops::Deref for RuleText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for RuleText {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::borrow::Borrow<str> for RuleText {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for RuleText {
+    fn eq(&self, other: &RuleText) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for RuleText {}
+
+impl PartialEq<str> for RuleText {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for RuleText {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::hash::Hash for RuleText {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl fmt::Debug for RuleText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for RuleText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for RuleText {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -403,4 +532,38 @@ pub enum TransferKind {
 pub struct ChainRef<'a> {
     pub kind: TransferKind,
     pub chain: &'a str,
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 10k-service dump holds ~110k rules and ~40k chains: these sizes are the
+    /// model's memory budget (docs/benchmarks.md). Grow them only on purpose.
+    #[test]
+    fn rule_and_chain_stay_small() {
+        assert!(
+            std::mem::size_of::<Rule>() <= 96,
+            "{}",
+            std::mem::size_of::<Rule>()
+        );
+        assert!(
+            std::mem::size_of::<Chain>() <= 56,
+            "{}",
+            std::mem::size_of::<Chain>()
+        );
+    }
+
+    #[test]
+    fn rule_text_reads_its_span_and_refuses_bad_ones() {
+        let src: Arc<str> = Arc::from("ab\ncd é");
+        assert_eq!(RuleText::span(&src, 3..5).as_str(), "cd");
+        assert_eq!(RuleText::span(&src, 0..2), "ab");
+        // Inside the two-byte 'é', past the end, reversed: empty, never a panic.
+        assert_eq!(RuleText::span(&src, 0..src.len() - 1).as_str(), "");
+        assert_eq!(RuleText::span(&src, 3..99).as_str(), "");
+        #[allow(clippy::reversed_empty_ranges)]
+        let reversed = RuleText::span(&src, 5..4);
+        assert_eq!(reversed.as_str(), "");
+        assert_eq!(RuleText::from("x y").to_string(), "x y");
+    }
 }

@@ -2,8 +2,9 @@
 
 use crate::flags::InputFlags;
 use anyhow::{Context, bail};
+use plumb_ruleset::Family;
+use plumb_ruleset::format::parse_owned;
 use plumb_ruleset::format::{Format, ParseOptions, Parsed, table_from_file_name};
-use plumb_ruleset::{Family, parse_bytes};
 use std::io::Read;
 use std::path::Path;
 
@@ -29,7 +30,12 @@ pub fn load(path: &Path, flags: &InputFlags) -> anyhow::Result<Loaded> {
             .context("reading standard input")?;
     } else {
         std::fs::File::open(path)
-            .and_then(|f| f.take(limit).read_to_end(&mut bytes))
+            .and_then(|f| {
+                // Size the buffer once: read_to_end's doubling would hold up to 2x.
+                let size = f.metadata().map(|m| m.len()).unwrap_or(0).min(limit);
+                bytes.reserve_exact(usize::try_from(size).unwrap_or(0));
+                f.take(limit).read_to_end(&mut bytes)
+            })
             .with_context(|| format!("reading {name}"))?;
     }
     let format = flags
@@ -60,6 +66,6 @@ pub fn load(path: &Path, flags: &InputFlags) -> anyhow::Result<Loaded> {
         backend: None,
         max_size: flags.max_input_size,
     };
-    let parsed = parse_bytes(&bytes, &options).with_context(|| format!("reading {name}"))?;
+    let parsed = parse_owned(bytes, &options).with_context(|| format!("reading {name}"))?;
     Ok(Loaded { name, parsed })
 }

@@ -1052,7 +1052,7 @@ pub struct SaveOptions {
 /// Native nft tables are skipped (they have no iptables form). Rules that are not
 /// xtables rules (listings) are printed as read.
 pub fn save_text(ruleset: &crate::Ruleset, options: SaveOptions) -> String {
-    use crate::model::{Backend, RuleBody};
+    use crate::model::Backend;
     let mut out = String::with_capacity(ruleset.rule_count() * 128);
     for table in ruleset
         .tables
@@ -1089,13 +1089,13 @@ pub fn save_text(ruleset: &crate::Ruleset, options: SaveOptions) -> String {
                 {
                     let _ = write!(out, "[{}:{}] ", c.packets, c.bytes);
                 }
-                match &rule.body {
-                    RuleBody::Xt(x) => {
+                match rule.xt() {
+                    Some(x) => {
                         out.push_str("-A ");
                         out.push_str(&chain.name);
-                        write_spec(&mut out, &x.view(&rule.text), table.family);
+                        write_spec(&mut out, &x, table.family);
                     }
-                    _ => out.push_str(&rule.text),
+                    None => out.push_str(&rule.text),
                 }
                 out.push('\n');
             }

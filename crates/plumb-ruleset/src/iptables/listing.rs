@@ -731,7 +731,7 @@ impl Reader<'_> {
             },
             counters: columns.counters,
             text: line.into(),
-            body: RuleBody::Approximate(listed),
+            body: RuleBody::Approximate(Box::new(listed)),
         });
         true
     }
@@ -1816,7 +1816,7 @@ mod tests {
     fn listed(rs: &Ruleset, chain: &str, i: usize) -> ListedRule {
         let c = rs.tables[0].chain(chain).unwrap();
         match &c.rules[i].body {
-            RuleBody::Approximate(l) => l.clone(),
+            RuleBody::Approximate(l) => (**l).clone(),
             _ => unreachable!(),
         }
     }

@@ -8,5 +8,6 @@ pub mod save;
 pub mod words;
 
 pub use rule::{
-    SpecProblem, TARGET_EXTENSIONS, XtMatchView, XtOptionView, XtRule, XtTargetView, XtView,
+    IndexScratch, SpecProblem, TARGET_EXTENSIONS, XtCell, XtMatchView, XtOptionView, XtRule,
+    XtTargetView, XtView,
 };

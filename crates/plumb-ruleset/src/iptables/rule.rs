@@ -10,9 +10,10 @@
 //! `-m tcp -p tcp -d X --dport 80`); options before any `-m` that are not generic
 //! load the protocol's match implicitly (`-p tcp --dport 80` = `-p tcp -m tcp --dport 80`).
 
-use super::words::Word;
+use super::words::{Word, split};
 use crate::model::{ChainRef, TransferKind};
 use std::borrow::Cow;
+use std::sync::OnceLock;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct OptionIdx {
@@ -98,11 +99,46 @@ enum Group {
     Target,
 }
 
+/// Reusable buffers for indexing many rules without allocating for each one.
+#[derive(Debug, Default)]
+pub struct IndexScratch {
+    /// Options tagged with their group: 0 = generic, m + 1 = match m, MAX = target.
+    tagged: Vec<(u16, OptionIdx)>,
+    /// (word index of the module name, implicit) per match, in order.
+    match_heads: Vec<(u16, bool)>,
+    /// (word index of the target name, goto).
+    target_head: Option<(u16, bool)>,
+}
+
+const TARGET_GROUP: u16 = u16::MAX;
+
 impl XtRule {
     /// Indexes `words` of `text` (the words after `-A CHAIN`). Never fails: problems
     /// are returned alongside and the rule keeps every word.
     pub fn build(text: &str, words: Vec<Word>) -> (XtRule, Vec<SpecProblem>) {
+        let mut scratch = IndexScratch::default();
         let mut problems = Vec::new();
+        Self::analyse(text, &words, &mut scratch, &mut problems);
+        (Self::assemble(words.into_boxed_slice(), scratch), problems)
+    }
+
+    /// Checks a rule's words and reports problems without keeping an index: what the
+    /// parsers do for every rule (the index is built again on first use, see [`XtCell`]).
+    pub fn validate(
+        text: &str,
+        words: &[Word],
+        scratch: &mut IndexScratch,
+        problems: &mut Vec<SpecProblem>,
+    ) {
+        Self::analyse(text, words, scratch, problems);
+    }
+
+    fn analyse(
+        text: &str,
+        words: &[Word],
+        scratch: &mut IndexScratch,
+        problems: &mut Vec<SpecProblem>,
+    ) {
         if words.len() > u16::MAX as usize {
             problems.push(SpecProblem {
                 offset: 0,
@@ -110,13 +146,16 @@ impl XtRule {
             });
         }
         let n = words.len().min(u16::MAX as usize);
-        // Options tagged with their group: 0 = generic, m + 1 = match m, MAX = target.
         // Groups only grow while reading, except generic options that interleave, so a
         // stable sort by tag puts every option where it belongs without nested vectors.
-        const TARGET_GROUP: u16 = u16::MAX;
-        let mut tagged: Vec<(u16, OptionIdx)> = Vec::with_capacity(n / 2);
-        let mut match_heads: Vec<(u16, bool)> = Vec::new();
-        let mut target_head: Option<(u16, bool)> = None;
+        let IndexScratch {
+            tagged,
+            match_heads,
+            target_head,
+        } = scratch;
+        tagged.clear();
+        match_heads.clear();
+        *target_head = None;
         let mut group = Group::Generic;
         let mut protocol_word: Option<u16> = None;
         let mut negate_next = false;
@@ -163,7 +202,7 @@ impl XtRule {
                             message: "more than one target (-j/-g) in one rule".into(),
                         });
                     }
-                    target_head = Some((name_idx, raw == "-g" || raw == "--goto"));
+                    *target_head = Some((name_idx, raw == "-g" || raw == "--goto"));
                     group = Group::Target;
                 }
                 i += 2;
@@ -224,6 +263,14 @@ impl XtRule {
         }
 
         tagged.sort_by_key(|&(g, _)| g);
+    }
+
+    fn assemble(words: Box<[Word]>, scratch: IndexScratch) -> XtRule {
+        let IndexScratch {
+            tagged,
+            match_heads,
+            target_head,
+        } = scratch;
         let generic_len = tagged.iter().take_while(|&&(g, _)| g == 0).count() as u16;
         let mut matches = Vec::with_capacity(match_heads.len());
         let mut cursor = generic_len as usize;
@@ -246,18 +293,79 @@ impl XtRule {
             opts_end: tagged.len() as u16,
         });
         let options: Box<[OptionIdx]> = tagged.into_iter().map(|(_, o)| o).collect();
-        let rule = XtRule {
-            words: words.into_boxed_slice(),
+        XtRule {
+            words,
             options,
             generic_len,
             matches: matches.into_boxed_slice(),
             target,
-        };
-        (rule, problems)
+        }
     }
 
     pub fn view<'a>(&'a self, text: &'a str) -> XtView<'a> {
         XtView { rule: self, text }
+    }
+}
+
+/// The structure of an xtables rule, built from the rule's text on first use.
+///
+/// Parsers check every rule while reading (diagnostics need it) but keep only where
+/// the rule's words are; the index is built again, once, when someone looks at the
+/// rule. A 100k-rule dump then costs little more than its text (the foundation
+/// issue's memory budget is 3x the input), and consumers that walk every rule pay
+/// the indexing once per rule, as they would have at parse time.
+#[derive(Clone, Debug, Default)]
+pub struct XtCell {
+    /// Byte range of the words after `-A CHAIN` in the rule text (a trailing
+    /// `-c PACKETS BYTES` excluded).
+    spec_start: u32,
+    spec_end: u32,
+    index: OnceLock<Box<XtRule>>,
+}
+
+impl XtCell {
+    /// A cell for the words of `text[spec]` (split again when first used).
+    pub fn new(spec: std::ops::Range<usize>) -> XtCell {
+        XtCell {
+            spec_start: u32::try_from(spec.start).unwrap_or(u32::MAX),
+            spec_end: u32::try_from(spec.end).unwrap_or(u32::MAX),
+            index: OnceLock::new(),
+        }
+    }
+
+    /// A cell holding an index built already.
+    pub fn from_rule(rule: XtRule) -> XtCell {
+        XtCell {
+            index: OnceLock::from(Box::new(rule)),
+            ..XtCell::default()
+        }
+    }
+
+    /// The rule's index, built and kept on first use; `text` must be the text the
+    /// cell was made for.
+    pub fn get(&self, text: &str) -> &XtRule {
+        self.index.get_or_init(|| Box::new(self.build(text)))
+    }
+
+    /// The index if something built it already.
+    pub fn built(&self) -> Option<&XtRule> {
+        self.index.get().map(|b| &**b)
+    }
+
+    /// Builds the index without keeping it: for one-off questions over a whole
+    /// ruleset (owner classification) that should not make every rule's index stay.
+    pub fn build(&self, text: &str) -> XtRule {
+        let mut words = Vec::new();
+        let end = (self.spec_end as usize).min(text.len());
+        let start = (self.spec_start as usize).min(end);
+        if text.is_char_boundary(start)
+            && text.is_char_boundary(end)
+            && split(&text[..end], start, &mut words).is_err()
+        {
+            // The parser reported the bad quote; the rule keeps no structure.
+            words.clear();
+        }
+        XtRule::build(text, words).0
     }
 }
 

@@ -4,14 +4,15 @@
 //!
 //! One pass, one line at a time; a bad line becomes a diagnostic and reading goes on.
 
-use super::rule::XtRule;
+use super::rule::{IndexScratch, SpecProblem, XtCell, XtRule};
 use super::words::{SplitError, Word, split};
 use crate::diagnostic::Diagnostic;
+use crate::fasthash::FastMap;
 use crate::model::{
     Backend, BaseChain, Chain, Completeness, Counters, Family, Hook, Location, Policy, Rule,
-    RuleBody, Ruleset, Table,
+    RuleBody, RuleText, Ruleset, Table,
 };
-use std::collections::HashMap;
+use std::sync::Arc;
 
 /// What the caller knows about an iptables text.
 #[derive(Clone, Debug)]
@@ -48,49 +49,63 @@ pub fn builtin_chains(table: &str) -> &'static [&'static str] {
     }
 }
 
-struct TableState {
+struct TableState<'t> {
     table: Table,
-    index: HashMap<Box<str>, usize>,
+    /// Chain name -> index in `table.chains`; names borrow the input text.
+    index: FastMap<&'t str, usize>,
     committed: bool,
     /// Chains referenced by `-A` before (or without) a declaration.
     undeclared: Vec<usize>,
 }
 
-impl TableState {
-    fn new(table: Table) -> TableState {
+impl<'t> TableState<'t> {
+    fn new(table: Table) -> TableState<'t> {
         TableState {
             table,
-            index: HashMap::new(),
+            index: FastMap::default(),
             committed: false,
             undeclared: Vec::new(),
         }
     }
 
-    fn declare(&mut self, chain: Chain) -> Result<usize, usize> {
-        if let Some(&i) = self.index.get(&chain.name) {
+    fn declare(&mut self, name: &'t str, chain: Chain) -> Result<usize, usize> {
+        if let Some(&i) = self.index.get(name) {
             return Err(i);
         }
         let i = self.table.chains.len();
-        self.index.insert(chain.name.clone(), i);
+        self.index.insert(name, i);
         self.table.chains.push(chain);
         Ok(i)
     }
 }
 
-struct Reader<'o> {
+struct Reader<'o, 't> {
     input: &'o IptablesInput,
     family: Family,
     backend: Option<Backend>,
     ruleset: Ruleset,
-    current: Option<TableState>,
+    current: Option<TableState<'t>>,
     last_chain: Option<(usize, usize)>, // (table generation, chain index) cache
     generation: usize,
     restore_commands: bool,
     word_buf: Vec<Word>,
+    scratch: IndexScratch,
+    problems: Vec<SpecProblem>,
+    /// The whole input; rule texts are spans of it.
+    source: Arc<str>,
+    /// Byte offset of the current line in `source`.
+    line_start: usize,
 }
 
 /// Reads iptables text (save, restore or `-S` format).
 pub fn parse(text: &str, input: &IptablesInput) -> Ruleset {
+    parse_shared(Arc::from(text), input)
+}
+
+/// Like [`parse`], for a text the caller already holds shared: the rules' texts point
+/// into it instead of copying it.
+pub fn parse_shared(source: Arc<str>, input: &IptablesInput) -> Ruleset {
+    let text = Arc::clone(&source);
     let mut r = Reader {
         input,
         family: input.family,
@@ -101,25 +116,32 @@ pub fn parse(text: &str, input: &IptablesInput) -> Ruleset {
         generation: 0,
         restore_commands: false,
         word_buf: Vec::with_capacity(32),
+        scratch: IndexScratch::default(),
+        problems: Vec::new(),
+        source,
+        line_start: 0,
     };
     if let Some(t) = &input.table {
         r.open_table(t, Location { line: 1, column: 1 });
     }
     let mut line_no = 0u32;
+    let mut offset = 0usize;
     for raw_line in text.split('\n') {
         line_no += 1;
+        r.line_start = offset;
+        offset += raw_line.len() + 1;
         let line = raw_line.strip_suffix('\r').unwrap_or(raw_line);
         r.line(line, line_no);
     }
     r.finish(line_no)
 }
 
-impl Reader<'_> {
+impl<'t> Reader<'_, 't> {
     fn diag(&mut self, d: Diagnostic) {
         self.ruleset.diagnostics.push(d);
     }
 
-    fn line(&mut self, line: &str, n: u32) {
+    fn line(&mut self, line: &'t str, n: u32) {
         let trimmed = line.trim_start();
         let indent = (line.len() - trimmed.len()) as u32;
         let trimmed = trimmed.trim_end();
@@ -225,7 +247,7 @@ impl Reader<'_> {
         false
     }
 
-    fn chain_decl(&mut self, line: &str, loc: Location) {
+    fn chain_decl(&mut self, line: &'t str, loc: Location) {
         if !self.table_or_error(loc, "chain declaration", line) {
             return;
         }
@@ -263,12 +285,12 @@ impl Reader<'_> {
                 priority: None,
             }),
         };
-        self.declare_chain(Chain::new(name, base, loc), loc, line);
+        self.declare_chain(name, Chain::new(name, base, loc), loc, line);
     }
 
-    fn declare_chain(&mut self, chain: Chain, loc: Location, line: &str) {
+    fn declare_chain(&mut self, name: &'t str, chain: Chain, loc: Location, line: &str) {
         let st = self.current.as_mut().expect("checked by caller");
-        match st.declare(chain) {
+        match st.declare(name, chain) {
             Ok(_) => {}
             Err(i) => {
                 if let Some(pos) = st.undeclared.iter().position(|&u| u == i) {
@@ -300,7 +322,7 @@ impl Reader<'_> {
     }
 
     /// `[packets:bytes] -A CHAIN ...` (iptables-save -c).
-    fn counted_rule(&mut self, line: &str, n: u32) {
+    fn counted_rule(&mut self, line: &'t str, n: u32) {
         let start = line.len() - line.trim_start().len();
         let Some(close) = line[start..].find(']') else {
             self.diag(Diagnostic::error(
@@ -325,7 +347,7 @@ impl Reader<'_> {
         self.command(line, after, counters, n);
     }
 
-    fn command(&mut self, line: &str, at: usize, counters: Option<Counters>, n: u32) {
+    fn command(&mut self, line: &'t str, at: usize, counters: Option<Counters>, n: u32) {
         let col = at as u32 + 1;
         let loc = Location {
             line: n,
@@ -371,7 +393,7 @@ impl Reader<'_> {
                 if self.input.table.is_none() {
                     self.restore_commands = true;
                 }
-                self.declare_chain(Chain::new(arg, None, loc), loc, line);
+                self.declare_chain(arg, Chain::new(arg, None, loc), loc, line);
             }
             "-P" | "--policy" => {
                 if !self.table_or_error(loc, "policy", line) {
@@ -388,9 +410,9 @@ impl Reader<'_> {
                     priority: None,
                 };
                 match st.index.get(arg) {
-                    Some(&i) => st.table.chains[i].base = Some(base),
+                    Some(&i) => st.table.chains[i].base = Some(Box::new(base)),
                     None => {
-                        let _ = st.declare(Chain::new(arg, Some(base), loc));
+                        let _ = st.declare(arg, Chain::new(arg, Some(base), loc));
                     }
                 }
             }
@@ -440,7 +462,7 @@ impl Reader<'_> {
     fn rule(
         &mut self,
         line: &str,
-        chain: &str,
+        chain: &'t str,
         chain_offset: usize,
         spec_at: usize,
         mut counters: Option<Counters>,
@@ -460,25 +482,30 @@ impl Reader<'_> {
             words.clear();
         }
         // `iptables -v -S` appends "-c PACKETS BYTES"; restore payloads may too.
+        let mut spec_end = line.len();
         if words.len() >= 3 && words[words.len() - 3].raw(line) == "-c" {
             let p = words[words.len() - 2].raw(line).parse().ok();
             let b = words[words.len() - 1].raw(line).parse().ok();
             if let (Some(packets), Some(bytes)) = (p, b) {
                 counters = Some(Counters { packets, bytes });
+                spec_end = words[words.len() - 3].start as usize;
                 words.truncate(words.len() - 3);
             }
         }
-        let spec_words = words.clone();
+        let mut problems = std::mem::take(&mut self.problems);
+        problems.clear();
+        XtRule::validate(line, &words, &mut self.scratch, &mut problems);
         self.word_buf = words;
-        let (xt, problems) = XtRule::build(line, spec_words);
-        for p in problems {
+        for p in problems.drain(..) {
             let col = column_of(line, p.offset);
             let text = line.get(p.offset..).unwrap_or("");
             self.ruleset
                 .diagnostics
                 .push(Diagnostic::error(loc.line, col, p.message, text));
         }
+        self.problems = problems;
         let chain_idx = self.chain_index(chain, chain_offset, loc, line);
+        let text = RuleText::span(&self.source, self.line_start..self.line_start + line.len());
         let st = self.current.as_mut().expect("checked by caller");
         let rules = &mut st.table.chains[chain_idx].rules;
         let rule = Rule {
@@ -486,8 +513,8 @@ impl Reader<'_> {
             location: loc,
             counters,
             // Word spans index this exact text: keep it as read (no trimming).
-            text: line.into(),
-            body: RuleBody::Xt(xt),
+            text,
+            body: RuleBody::Xt(XtCell::new(spec_at..spec_end)),
         };
         match insert_at {
             Some(p) if p >= 1 && p <= rules.len() + 1 => rules.insert(p - 1, rule),
@@ -495,7 +522,7 @@ impl Reader<'_> {
         }
     }
 
-    fn chain_index(&mut self, chain: &str, offset: usize, loc: Location, line: &str) -> usize {
+    fn chain_index(&mut self, chain: &'t str, offset: usize, loc: Location, line: &str) -> usize {
         if let Some((generation, i)) = self.last_chain
             && generation == self.generation
             && let Some(st) = self.current.as_ref()
@@ -518,7 +545,7 @@ impl Reader<'_> {
                         priority: None,
                     });
                 let i = st
-                    .declare(Chain::new(chain, base, loc))
+                    .declare(chain, Chain::new(chain, base, loc))
                     .unwrap_or_else(|i| i);
                 st.undeclared.push(i);
                 let _ = (offset, line);
@@ -529,7 +556,7 @@ impl Reader<'_> {
         i
     }
 
-    fn close(&mut self, mut st: TableState) {
+    fn close(&mut self, mut st: TableState<'t>) {
         for &i in &st.undeclared {
             let c = &st.table.chains[i];
             if c.is_builtin() && self.input.table.is_some() {
@@ -552,7 +579,11 @@ impl Reader<'_> {
             for (i, r) in c.rules.iter_mut().enumerate() {
                 r.position = i as u32 + 1;
             }
+            // kube-proxy's endpoint chains hold 2 rules in a vector grown to 4: on a
+            // 10k-service dump the slack alone is half the input's size.
+            c.rules.shrink_to_fit();
         }
+        st.table.chains.shrink_to_fit();
         // A dump (iptables-save) declares every built-in chain of the table; a restore
         // payload written by kube-proxy declares only its own chains.
         let builtins = builtin_chains(&st.table.name);
@@ -613,4 +644,76 @@ pub fn parse_counters(s: &str) -> Option<Counters> {
         packets: p.parse().ok()?,
         bytes: b.parse().ok()?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn only_rule(rs: &Ruleset) -> &Rule {
+        let rules: Vec<&Rule> = rs.tables[0].chains.iter().flat_map(|c| &c.rules).collect();
+        assert_eq!(rules.len(), 1, "{rs:?}");
+        rules[0]
+    }
+
+    /// The structure is built on first use from the rule's text span: it must see
+    /// exactly the words the parser checked, whatever came before or after them.
+    #[test]
+    fn lazy_index_sees_the_spec_words_of_counted_and_verbose_rules() {
+        let rs = parse(
+            "*filter\n:INPUT ACCEPT [0:0]\n  [3:4] -A INPUT -p tcp --dport 22 -j ACCEPT\r\nCOMMIT\n",
+            &IptablesInput::default(),
+        );
+        assert!(rs.diagnostics.is_empty(), "{:?}", rs.diagnostics);
+        let r = only_rule(&rs);
+        assert_eq!(
+            r.counters,
+            Some(Counters {
+                packets: 3,
+                bytes: 4
+            })
+        );
+        let x = r.xt().unwrap();
+        assert_eq!(x.target().unwrap().name(), "ACCEPT");
+        assert_eq!(
+            x.raw_words().collect::<Vec<_>>().join(" "),
+            "-p tcp --dport 22 -j ACCEPT"
+        );
+
+        let input = IptablesInput {
+            table: Some("filter".into()),
+            ..IptablesInput::default()
+        };
+        let rs = parse("-A INPUT -s 10.0.0.0/8 -j DROP -c 5 10\n", &input);
+        let r = only_rule(&rs);
+        assert_eq!(
+            r.counters,
+            Some(Counters {
+                packets: 5,
+                bytes: 10
+            })
+        );
+        let x = r.xt().unwrap();
+        assert_eq!(x.raw_words().last(), Some("DROP"));
+        assert_eq!(
+            x.generic_option("-s").unwrap().arg(0).unwrap(),
+            "10.0.0.0/8"
+        );
+    }
+
+    #[test]
+    fn a_rule_with_a_bad_quote_keeps_its_text_and_no_structure() {
+        let rs = parse(
+            "*filter\n-A INPUT -m comment --comment \"open -j ACCEPT\nCOMMIT\n",
+            &IptablesInput::default(),
+        );
+        assert!(
+            rs.diagnostics
+                .iter()
+                .any(|d| d.message.contains("unterminated quote"))
+        );
+        let r = only_rule(&rs);
+        assert!(r.text.ends_with("open -j ACCEPT"));
+        assert!(r.xt().unwrap().target().is_none());
+    }
 }

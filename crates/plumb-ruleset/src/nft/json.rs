@@ -270,7 +270,7 @@ impl JsonReader<'_> {
                 chain_type: s(o, "type").map(Into::into),
                 priority: o.get("prio").map(|p| render(p).into()),
             };
-            self.ruleset.tables[ti].chains[ci].base = Some(base);
+            self.ruleset.tables[ti].chains[ci].base = Some(Box::new(base));
         }
     }
 
@@ -326,7 +326,7 @@ impl JsonReader<'_> {
             location: loc,
             counters,
             text: text.into(),
-            body: RuleBody::Nft(rule),
+            body: RuleBody::Nft(Box::new(rule)),
         });
     }
 

@@ -646,13 +646,13 @@ impl<'a> Reader<'a> {
         };
         let chain = &mut self.ruleset.tables[ti].chains[ci];
         let policy = chain.base.as_ref().and_then(|b| b.policy.clone());
-        chain.base = Some(BaseChain {
+        chain.base = Some(Box::new(BaseChain {
             hook,
             policy,
             counters: None,
             chain_type: chain_type.map(Into::into),
             priority: priority.map(Into::into),
-        });
+        }));
     }
 
     fn policy(&mut self, ti: usize, ci: usize) {
@@ -750,7 +750,7 @@ impl<'a> Reader<'a> {
             },
             counters,
             text: text.into(),
-            body: RuleBody::Nft(rule),
+            body: RuleBody::Nft(Box::new(rule)),
         });
         self.rule_buf = buf;
     }
@@ -1896,7 +1896,7 @@ mod tests {
         ));
         assert!(errors(&rs).is_empty(), "{:?}", errors(&rs));
         match &rs.tables[0].chains[0].rules[0].body {
-            RuleBody::Nft(n) => n.clone(),
+            RuleBody::Nft(n) => (**n).clone(),
             _ => unreachable!(),
         }
     }
