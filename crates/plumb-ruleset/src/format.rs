@@ -236,7 +236,7 @@ fn parse_source(source: Arc<str>, options: &ParseOptions) -> Result<Parsed, Inpu
         }
         Format::IptablesListing => {
             let mut rs = crate::iptables::listing::parse(text, family, options.table.as_deref());
-            rs.completeness = Completeness::Approximate;
+            rs.approximate = true;
             rs
         }
         Format::NftText => crate::nft::parse_text(text),

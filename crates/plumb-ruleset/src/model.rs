@@ -197,8 +197,6 @@ pub enum Completeness {
     Partial,
     /// The input ended early (no COMMIT, unbalanced braces, a literal "...." line).
     Truncated,
-    /// A listing that loses detail (`iptables -nvL`): rules are approximate.
-    Approximate,
 }
 
 /// The whole firewall as read from one or more dumps.
@@ -206,6 +204,9 @@ pub enum Completeness {
 pub struct Ruleset {
     pub tables: Vec<Table>,
     pub completeness: Completeness,
+    /// Read from a listing that loses detail (`iptables -nvL`): rules are approximate
+    /// (independent of completeness: a listing can also be truncated).
+    pub approximate: bool,
     /// Problems found while reading, with locations. Empty for clean input.
     pub diagnostics: Vec<Diagnostic>,
 }
@@ -215,6 +216,7 @@ impl Default for Ruleset {
         Ruleset {
             tables: Vec::new(),
             completeness: Completeness::Full,
+            approximate: false,
             diagnostics: Vec::new(),
         }
     }
@@ -244,6 +246,7 @@ impl Ruleset {
     pub fn merge(&mut self, other: Ruleset) {
         self.tables.extend(other.tables);
         self.diagnostics.extend(other.diagnostics);
+        self.approximate |= other.approximate;
         if other.completeness != Completeness::Full {
             self.completeness = other.completeness;
         }
@@ -394,13 +397,8 @@ impl Rule {
                         .collect()
                 }
             },
-            RuleBody::Nft(n) => n.comments().map(std::borrow::Cow::Borrowed).collect(),
-            RuleBody::Approximate(l) => l
-                .comment
-                .as_deref()
-                .map(std::borrow::Cow::Borrowed)
-                .into_iter()
-                .collect(),
+            RuleBody::Nft(n) => n.comments().map(Cow::Borrowed).collect(),
+            RuleBody::Approximate(l) => l.comments().map(Cow::Borrowed).collect(),
         }
     }
 }

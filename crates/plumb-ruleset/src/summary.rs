@@ -23,6 +23,8 @@ pub struct TableSummary {
 pub struct Summary {
     pub backends: Vec<Backend>,
     pub completeness: Completeness,
+    /// Rules come from a lossy listing (`iptables -nvL`).
+    pub approximate: bool,
     pub tables: Vec<TableSummary>,
     /// Chains per owner.
     pub owners: BTreeMap<String, usize>,
@@ -39,6 +41,7 @@ pub fn summarize(ruleset: &Ruleset) -> Summary {
     Summary {
         backends,
         completeness: ruleset.completeness,
+        approximate: ruleset.approximate,
         tables: ruleset
             .tables
             .iter()

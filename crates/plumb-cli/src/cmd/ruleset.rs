@@ -144,12 +144,16 @@ fn verdict(s: &Summary) -> Verdict {
     }
 }
 
-fn completeness(s: &Summary) -> &'static str {
-    match s.completeness {
+fn completeness(s: &Summary) -> String {
+    let what = match s.completeness {
         Completeness::Full => "complete dump",
         Completeness::Partial => "partial: a restore payload, chains may exist elsewhere",
         Completeness::Truncated => "TRUNCATED",
-        Completeness::Approximate => "approximate: listing format loses detail",
+    };
+    if s.approximate {
+        format!("{what}; approximate: listing format loses detail")
+    } else {
+        what.to_string()
     }
 }
 

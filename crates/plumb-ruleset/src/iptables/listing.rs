@@ -7,7 +7,7 @@
 //! (`tcp dpt:443`, `ctstate NEW`), counters may be rounded (`2657K`), host names may
 //! replace addresses. Every rule therefore becomes [`RuleBody::Approximate`] holding a
 //! [`ListedRule`]: the columns, what plumb recognised in the trailing option text, and
-//! the rest verbatim. The ruleset is [`Completeness::Approximate`] (or `Truncated`).
+//! the rest verbatim. The ruleset is marked [`Ruleset::approximate`] (and `Truncated` when cut short).
 //!
 //! Layout, as printed by iptables 1.4 to 1.8 (`print_header`/`print_firewall`):
 //! ```text
@@ -345,7 +345,7 @@ pub fn parse(text: &str, family: Family, default_table: Option<&str>) -> Ruleset
         default_table,
         backend: Backend::IptablesUnknown,
         ruleset: Ruleset {
-            completeness: Completeness::Approximate,
+            approximate: true,
             ..Ruleset::default()
         },
         current: None,
