@@ -52,41 +52,32 @@ impl Netns {
         &self.name
     }
 
-    /// Runs a command inside the namespace, feeding `stdin`; returns (success, stdout, stderr).
+    /// Runs a command inside the namespace, feeding `stdin`; returns (success, stdout,
+    /// stderr). Bounded by [`EXEC_TIMEOUT`]: a hung command becomes an error.
     pub fn exec(
         &self,
         program: &str,
         args: &[&str],
         stdin: Option<&str>,
     ) -> std::io::Result<(bool, String, String)> {
-        use std::io::Write;
-        use std::process::Stdio;
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.name, program])
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        if let Some(input) = stdin {
-            let mut pipe = child.stdin.take().expect("piped");
-            let input = input.to_string();
-            std::thread::spawn(move || {
-                let _ = pipe.write_all(input.as_bytes());
-            });
-        }
-        let out = child.wait_with_output()?;
+        let out = crate::runner::run_with_input(
+            program,
+            args,
+            Some(&self.name),
+            stdin.map(str::as_bytes),
+            EXEC_TIMEOUT,
+        )
+        .map_err(std::io::Error::other)?;
         Ok((
-            out.status.success(),
+            out.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+            out.stderr,
         ))
     }
 }
+
+/// Longest a command inside a test namespace may run (a 10k-service restore takes ~2 s).
+pub const EXEC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 impl Drop for Netns {
     fn drop(&mut self) {

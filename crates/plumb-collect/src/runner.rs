@@ -67,63 +67,88 @@ impl Runner for SystemRunner {
         netns: Option<&str>,
         timeout: Duration,
     ) -> Result<CommandOutput, RunError> {
-        let exe = which(program).ok_or_else(|| RunError::NotFound {
-            program: program.into(),
-        })?;
-        let mut cmd = match netns {
-            Some(ns) => {
-                let ip = which("ip").ok_or_else(|| RunError::NotFound {
-                    program: "ip".into(),
-                })?;
-                let mut c = Command::new(ip);
-                c.args(["netns", "exec", ns]).arg(&exe);
-                c
-            }
-            None => Command::new(&exe),
-        };
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let io = |source| RunError::Io {
-            program: program.into(),
-            source,
-        };
-        let mut child = cmd.spawn().map_err(io)?;
-        // Drain pipes on threads so a large dump cannot block the child.
-        let mut out = child.stdout.take().expect("piped");
-        let mut err = child.stderr.take().expect("piped");
-        let out_t = std::thread::spawn(move || {
-            let mut b = Vec::new();
-            let _ = out.read_to_end(&mut b);
-            b
-        });
-        let err_t = std::thread::spawn(move || {
-            let mut b = Vec::new();
-            let _ = err.read_to_end(&mut b);
-            b
-        });
-        let deadline = Instant::now() + timeout;
-        let status = loop {
-            if let Some(s) = child.try_wait().map_err(io)? {
-                break s;
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(RunError::Timeout {
-                    program: program.into(),
-                    timeout,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        };
-        let stdout = out_t.join().unwrap_or_default();
-        let stderr = String::from_utf8_lossy(&err_t.join().unwrap_or_default()).into_owned();
-        Ok(CommandOutput {
-            status: status.code(),
-            stdout,
-            stderr,
-        })
+        run_with_input(program, args, netns, None, timeout)
     }
+}
+
+/// Runs `program args...` (inside `netns` when given), writes `stdin` to it, and waits
+/// at most `timeout`, killing it then. Pipes are drained on threads so neither a large
+/// dump nor a large input can block the child.
+pub fn run_with_input(
+    program: &str,
+    args: &[&str],
+    netns: Option<&str>,
+    stdin: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<CommandOutput, RunError> {
+    let exe = which(program).ok_or_else(|| RunError::NotFound {
+        program: program.into(),
+    })?;
+    let mut cmd = match netns {
+        Some(ns) => {
+            let ip = which("ip").ok_or_else(|| RunError::NotFound {
+                program: "ip".into(),
+            })?;
+            let mut c = Command::new(ip);
+            c.args(["netns", "exec", ns]).arg(&exe);
+            c
+        }
+        None => Command::new(&exe),
+    };
+    cmd.args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let io = |source| RunError::Io {
+        program: program.into(),
+        source,
+    };
+    let mut child = cmd.spawn().map_err(io)?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        let input = input.to_vec();
+        // Dropping the pipe at the end of the thread closes the child's stdin.
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let _ = pipe.write_all(&input);
+        });
+    }
+    // Drain pipes on threads so a large dump cannot block the child.
+    let mut out = child.stdout.take().expect("piped");
+    let mut err = child.stderr.take().expect("piped");
+    let out_t = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = out.read_to_end(&mut b);
+        b
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = err.read_to_end(&mut b);
+        b
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(s) = child.try_wait().map_err(io)? {
+            break s;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(RunError::Timeout {
+                program: program.into(),
+                timeout,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let stdout = out_t.join().unwrap_or_default();
+    let stderr = String::from_utf8_lossy(&err_t.join().unwrap_or_default()).into_owned();
+    Ok(CommandOutput {
+        status: status.code(),
+        stdout,
+        stderr,
+    })
 }

@@ -6,88 +6,31 @@
 //! namespace is deleted by a Drop guard, also on panic. Run with `--test-threads=1` if other
 //! privileged tests share the machine.
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
+use plumb_collect::netns::Netns;
 use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
 
-static NEXT: AtomicUsize = AtomicUsize::new(0);
-
-struct Netns(String);
-
-impl Netns {
-    fn new() -> Self {
-        let name = format!(
-            "plumb-t-kp-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        );
-        let status = Command::new("ip")
-            .args(["netns", "add", &name])
-            .status()
-            .expect("running ip netns add");
-        assert!(status.success(), "ip netns add {name} failed");
-        Netns(name)
-    }
-
-    fn exec(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.0])
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning {args:?} in {}: {e}", self.0));
-        if let Some(input) = stdin {
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .expect("writing stdin");
-        }
-        let out = child.wait_with_output().expect("waiting for child");
-        assert!(
-            out.status.success(),
-            "{args:?} in {} failed: {}\n{}",
-            self.0,
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("utf-8 output")
-    }
+/// A fresh private namespace (deleted on drop, also on panic).
+fn netns() -> Netns {
+    Netns::create("plumb-t-kp").expect("creating a test network namespace")
 }
 
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
+/// Runs `args` in `ns`, asserting success; returns stdout.
+fn run(ns: &Netns, args: &[&str], stdin: Option<&str>) -> String {
+    let (ok, out, err) = ns
+        .exec(args[0], &args[1..], stdin)
+        .unwrap_or_else(|e| panic!("{args:?} in {}: {e}", ns.name()));
+    assert!(ok, "{args:?} in {} failed: {err}", ns.name());
+    out
 }
 
 fn skip_reason() -> Option<String> {
-    // SAFETY-free check of the effective uid through /proc, no libc needed.
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let euid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1));
-    if euid != Some("0") {
-        return Some("not running as root".into());
+    if !plumb_collect::netns::can_create() {
+        return Some("needs root and `ip` to create network namespaces".into());
     }
-    for tool in ["ip", "iptables-nft-restore", "iptables-nft-save"] {
-        if Command::new(tool).arg("--version").output().is_err()
-            && Command::new(tool).arg("-V").output().is_err()
-        {
-            return Some(format!("{tool} not found"));
-        }
-    }
-    None
+    ["iptables-nft-restore", "iptables-nft-save"]
+        .into_iter()
+        .find(|t| plumb_collect::runner::which(t).is_none())
+        .map(|t| format!("{t} not found"))
 }
 
 /// Drops `#` lines and rewrites counters to `[0:0]`.
@@ -143,11 +86,11 @@ fn check(config: &GeneratorConfig, options: &ProxierOptions) {
     let expected = rules.to_iptables_save(&SaveOptions::default());
 
     // a. The saved form restores and saves back byte for byte.
-    let ns = Netns::new();
-    ns.exec(&["iptables-nft-restore"], Some(&expected));
+    let ns = netns();
+    run(&ns, &["iptables-nft-restore"], Some(&expected));
     assert_same(
         &expected,
-        &normalise(&ns.exec(&["iptables-nft-save"], None)),
+        &normalise(&run(&ns, &["iptables-nft-save"], None)),
         "save -> restore -> save",
     );
     let with_counters = rules.to_iptables_save(&SaveOptions {
@@ -156,34 +99,37 @@ fn check(config: &GeneratorConfig, options: &ProxierOptions) {
     });
     assert_same(
         &with_counters,
-        &normalise(&ns.exec(&["iptables-nft-save", "-c"], None)),
+        &normalise(&run(&ns, &["iptables-nft-save", "-c"], None)),
         "save -c",
     );
     drop(ns);
 
     // b. kubelet/kube-proxy bootstrap, then kube-proxy's own full-sync payload with --noflush.
-    let ns = Netns::new();
-    ns.exec(
+    let ns = netns();
+    run(
+        &ns,
         &["iptables-nft-restore", "--noflush"],
         Some(&rules.to_bootstrap_payload()),
     );
-    ns.exec(
+    run(
+        &ns,
         &["iptables-nft-restore", "--noflush"],
         Some(&rules.to_restore_payload()),
     );
     assert_same(
         &expected,
-        &normalise(&ns.exec(&["iptables-nft-save"], None)),
+        &normalise(&run(&ns, &["iptables-nft-save"], None)),
         "bootstrap + restore payload -> save",
     );
     // A second full sync on top changes nothing (kube-proxy's steady state).
-    ns.exec(
+    run(
+        &ns,
         &["iptables-nft-restore", "--noflush"],
         Some(&rules.to_restore_payload()),
     );
     assert_same(
         &expected,
-        &normalise(&ns.exec(&["iptables-nft-save"], None)),
+        &normalise(&run(&ns, &["iptables-nft-save"], None)),
         "second sync -> save",
     );
 }

@@ -108,26 +108,34 @@ fn upstream_json_dumps_parse_clean() {
     check_all("json-nft", parse_json);
 }
 
+/// Every upstream test that has both an `.nft` and a `.json-nft` dump, parsed both ways.
+fn upstream_text_json_pairs(corpus: &Path) -> Vec<(PathBuf, Ruleset, Ruleset)> {
+    let mut files = Vec::new();
+    files_with_ext(
+        &corpus.join("nftables-upstream/tests/shell"),
+        "json-nft",
+        &mut files,
+    );
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|j| {
+            let text = std::fs::read_to_string(j.with_extension("nft")).ok()?;
+            let json = std::fs::read_to_string(&j).unwrap();
+            let (a, b) = (parse_text(&text), parse_json(&json));
+            Some((j, a, b))
+        })
+        .collect()
+}
+
 /// The JSON and text dumps of the same upstream test describe the same tables
 /// and chains with the same rule counts.
 #[test]
 fn upstream_text_and_json_agree_on_shape() {
     let Some(c) = corpus() else { return };
-    let mut files = Vec::new();
-    files_with_ext(
-        &c.join("nftables-upstream/tests/shell"),
-        "json-nft",
-        &mut files,
-    );
     let mut compared = 0;
     let mut mismatches = Vec::new();
-    for j in &files {
-        let t = j.with_extension("nft");
-        let Ok(text) = std::fs::read_to_string(&t) else {
-            continue;
-        };
-        let a = parse_text(&text);
-        let b = parse_json(&std::fs::read_to_string(j).unwrap());
+    for (j, a, b) in upstream_text_json_pairs(&c) {
         compared += 1;
         let shape = |rs: &Ruleset| {
             let mut v: Vec<String> = rs
@@ -351,21 +359,9 @@ fn kind_name(k: &StatementKind) -> &'static str {
 #[test]
 fn upstream_text_and_json_agree_on_statements() {
     let Some(c) = corpus() else { return };
-    let mut files = Vec::new();
-    files_with_ext(
-        &c.join("nftables-upstream/tests/shell"),
-        "json-nft",
-        &mut files,
-    );
-    files.sort();
     let mut rules = 0;
     let mut mismatches = Vec::new();
-    for j in &files {
-        let Ok(text) = std::fs::read_to_string(j.with_extension("nft")) else {
-            continue;
-        };
-        let a = parse_text(&text);
-        let b = parse_json(&std::fs::read_to_string(j).unwrap());
+    for (j, a, b) in upstream_text_json_pairs(&c) {
         for (ta, tb) in a.tables.iter().zip(&b.tables) {
             for (ca, cb) in ta.chains.iter().zip(&tb.chains) {
                 for (ra, rb) in ca.rules.iter().zip(&cb.rules) {

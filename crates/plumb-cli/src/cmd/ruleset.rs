@@ -53,8 +53,9 @@ pub fn run(cmd: RulesetCommand) -> anyhow::Result<Verdict> {
             let loaded = load(&file, &input)?;
             let text = save_text(&loaded.parsed.ruleset, SaveOptions { counters });
             std::io::stdout().lock().write_all(text.as_bytes())?;
-            print_diagnostics_to_stderr(&loaded.name, &summarize(&loaded.parsed.ruleset));
-            Ok(verdict(&summarize(&loaded.parsed.ruleset)))
+            let summary = summarize(&loaded.parsed.ruleset);
+            print_diagnostics_to_stderr(&loaded.name, &summary);
+            Ok(verdict(&summary))
         }
         RulesetCommand::Diff {
             old,
