@@ -123,18 +123,18 @@ impl std::fmt::Display for Change {
 /// The differences from `old` to `new`, in table and chain order.
 pub fn diff(old: &Ruleset, new: &Ruleset) -> Vec<Change> {
     let mut out = Vec::new();
-    let key = |t: &Table| (t.family, t.backend == Backend::Nftables, t.name.to_string());
-    let old_tables: HashMap<_, &Table> = old.tables.iter().map(|t| (key(t), t)).collect();
-    let new_keys: std::collections::HashSet<_> = new.tables.iter().map(key).collect();
-    for t in &old.tables {
-        if !new_keys.contains(&key(t)) {
+    let (old_keys, new_keys) = (table_keys(old), table_keys(new));
+    let old_tables: HashMap<_, &Table> = old_keys.iter().cloned().zip(&old.tables).collect();
+    let new_set: std::collections::HashSet<_> = new_keys.iter().collect();
+    for (k, t) in old_keys.iter().zip(&old.tables) {
+        if !new_set.contains(k) {
             out.push(Change::TableRemoved {
                 table: table_label(t),
             });
         }
     }
-    for t in &new.tables {
-        match old_tables.get(&key(t)) {
+    for (k, t) in new_keys.iter().zip(&new.tables) {
+        match old_tables.get(k) {
             None => out.push(Change::TableAdded {
                 table: table_label(t),
             }),
@@ -142,6 +142,21 @@ pub fn diff(old: &Ruleset, new: &Ruleset) -> Vec<Change> {
         }
     }
     out
+}
+
+/// Identity of each table: family, native-nft or not, name, and which occurrence of that
+/// name it is (a text may hold `*nat` twice; the n-th pairs with the n-th).
+fn table_keys(rs: &Ruleset) -> Vec<(Family, bool, &str, usize)> {
+    let mut seen: HashMap<(Family, bool, &str), usize> = HashMap::new();
+    rs.tables
+        .iter()
+        .map(|t| {
+            let k = (t.family, t.backend == Backend::Nftables, &*t.name);
+            let n = seen.entry(k).or_default();
+            *n += 1;
+            (k.0, k.1, k.2, *n - 1)
+        })
+        .collect()
 }
 
 fn table_label(t: &Table) -> String {
@@ -308,6 +323,31 @@ mod tests {
             ),
             &IptablesInput::default(),
         )
+    }
+
+    /// Found by cargo-fuzz: a text holding `*nat` twice differed from itself.
+    #[test]
+    fn a_table_named_twice_pairs_by_occurrence() {
+        let text = "*nat\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n*nat\n:X - [0:0]\nCOMMIT\n";
+        let once = parse(text, &IptablesInput::default());
+        assert!(
+            once.diagnostics
+                .iter()
+                .any(|d| d.message.contains("table 'nat' appears again")),
+            "{:?}",
+            once.diagnostics
+        );
+        assert_eq!(diff(&once, &once), vec![]);
+        let other = parse(
+            "*nat\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n",
+            &IptablesInput::default(),
+        );
+        assert_eq!(
+            diff(&once, &other),
+            vec![Change::TableRemoved {
+                table: "nat".into()
+            }]
+        );
     }
 
     #[test]

@@ -223,6 +223,21 @@ impl<'t> Reader<'_, 't> {
             self.close(prev);
         }
         let name = name.trim();
+        if self
+            .ruleset
+            .tables
+            .iter()
+            .any(|t| t.family == self.family && &*t.name == name)
+        {
+            self.diag(Diagnostic::note(
+                loc.line,
+                loc.column,
+                format!(
+                    "table '{name}' appears again: iptables-restore would replace the earlier one (unless --noflush)"
+                ),
+                name,
+            ));
+        }
         if name.is_empty() || name.contains(char::is_whitespace) {
             self.diag(Diagnostic::error(
                 loc.line,
