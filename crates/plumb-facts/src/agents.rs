@@ -1,0 +1,93 @@
+//! Host security agents (seed 000's Illumio VEN, Tanium, Trellix/McAfee ENS): the
+//! catalogue in `data/agents.json` and matching of what a node shows against it.
+//!
+//! An agent is "present" when any of its units, processes or install paths is seen,
+//! and "tampering" when its logs carry one of its revert phrases. The catalogue is
+//! data so that support engineers can add the agent they meet without a rebuild of
+//! the logic (a rebuild of the binary is still needed: it is embedded).
+
+use serde::{Deserialize, Serialize};
+use std::sync::OnceLock;
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Agent {
+    pub name: String,
+    pub display: String,
+    /// Whether it enforces its own view of the host firewall (and may revert others').
+    pub manages_firewall: bool,
+    pub units: Vec<String>,
+    pub processes: Vec<String>,
+    pub paths: Vec<String>,
+    pub log_dirs: Vec<String>,
+    pub tamper_phrases: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Catalogue {
+    agents: Vec<Agent>,
+}
+
+/// The embedded catalogue.
+pub fn catalogue() -> &'static [Agent] {
+    static C: OnceLock<Vec<Agent>> = OnceLock::new();
+    C.get_or_init(|| {
+        serde_json::from_str::<Catalogue>(include_str!("../data/agents.json"))
+            .map(|c| c.agents)
+            .unwrap_or_default()
+    })
+}
+
+impl Agent {
+    pub fn matches_unit(&self, unit: &str) -> bool {
+        self.units.iter().any(|u| u == unit)
+    }
+
+    /// `comm` is at most 15 bytes in the kernel: compare on that prefix.
+    pub fn matches_process(&self, comm: &str) -> bool {
+        let comm = truncate15(comm);
+        self.processes.iter().any(|p| truncate15(p) == comm)
+    }
+
+    pub fn matches_path(&self, path: &str) -> bool {
+        self.paths
+            .iter()
+            .chain(&self.log_dirs)
+            .any(|p| path == p || path.starts_with(&format!("{p}/")))
+    }
+
+    pub fn is_tamper_line(&self, line: &str) -> bool {
+        let lower = line.to_ascii_lowercase();
+        self.tamper_phrases
+            .iter()
+            .any(|p| lower.contains(&p.to_ascii_lowercase()))
+    }
+}
+
+fn truncate15(s: &str) -> &str {
+    let mut end = s.len().min(15);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalogue_loads_and_matches() {
+        let c = catalogue();
+        assert!(c.len() >= 3);
+        let ven = c.iter().find(|a| a.name == "illumio-ven").unwrap();
+        assert!(ven.matches_process("venAgent"));
+        assert!(
+            ven.matches_process("venPlatformHandler"),
+            "comm is cut at 15 bytes"
+        );
+        assert!(ven.matches_path("/opt/illumio_ven_data/log/platform.log"));
+        assert!(!ven.matches_path("/opt/illumio_ven_database"));
+        assert!(ven.is_tamper_line("2024-01-02 Repeated FW TAMPERING has been detected"));
+        assert!(!ven.is_tamper_line("policy sync complete"));
+    }
+}

@@ -1,0 +1,89 @@
+//! One fact about a node: a value with where it came from, or why it is not known.
+//!
+//! Every probe ends in a `Fact`: a probe that could not run (tool missing, permission
+//! denied, not in the bundle) is a fact too ("not readable: permission denied"), so the
+//! doctor can say "unknown" instead of guessing and nothing crashes.
+
+use serde::Serialize;
+
+/// Where a value was read: a command or a file, optionally a line, and the quoted text.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Evidence {
+    /// The command (`iptables-nft-save`) or file (`/etc/rancher/rke2/config.yaml`,
+    /// `sos_commands/kernel/lsmod`) the value came from.
+    pub source: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// The text quoted as proof (one line, or a short excerpt).
+    pub text: String,
+}
+
+impl Evidence {
+    pub fn new(source: impl Into<String>, line: Option<u32>, text: impl Into<String>) -> Evidence {
+        Evidence {
+            source: source.into(),
+            line,
+            text: text.into(),
+        }
+    }
+}
+
+/// A value, or the reason it is unknown.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum Fact<T> {
+    Known {
+        value: T,
+        /// Command or file the value was read from.
+        source: String,
+    },
+    Unknown {
+        /// Why: "not installed", "not in this bundle", "permission denied", "timed out after 2s".
+        reason: String,
+    },
+}
+
+impl<T> Fact<T> {
+    pub fn known(value: T, source: impl Into<String>) -> Fact<T> {
+        Fact::Known {
+            value,
+            source: source.into(),
+        }
+    }
+
+    pub fn unknown(reason: impl Into<String>) -> Fact<T> {
+        Fact::Unknown {
+            reason: reason.into(),
+        }
+    }
+
+    pub fn value(&self) -> Option<&T> {
+        match self {
+            Fact::Known { value, .. } => Some(value),
+            Fact::Unknown { .. } => None,
+        }
+    }
+
+    pub fn source(&self) -> Option<&str> {
+        match self {
+            Fact::Known { source, .. } => Some(source),
+            Fact::Unknown { .. } => None,
+        }
+    }
+
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Fact<U> {
+        match self {
+            Fact::Known { value, source } => Fact::Known {
+                value: f(value),
+                source,
+            },
+            Fact::Unknown { reason } => Fact::Unknown { reason },
+        }
+    }
+}
+
+impl<T> Default for Fact<T> {
+    fn default() -> Self {
+        Fact::unknown("not collected")
+    }
+}

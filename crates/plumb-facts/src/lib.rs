@@ -1,0 +1,16 @@
+//! What plumb knows about a node, and how to read it from text. Pure: no IO.
+//!
+//! - [`model`]: the [`Facts`] contract: every probe's result as a [`Fact`] (value and
+//!   source, or why it is unknown), filled by plumb-collect from a live node, a
+//!   namespace (the lab) or a support bundle, and read by doctor.
+//! - [`parse`]: parsers for `sysctl -a`, `lsmod`, `ss -tlnp`, `ufw status verbose`,
+//!   `systemctl list-units`, CRI/klog logs, kube-proxy's health JSON, RKE2's config.
+//! - [`agents`]: the catalogue of host security agents (data/agents.json).
+
+pub mod agents;
+pub mod fact;
+pub mod model;
+pub mod parse;
+
+pub use fact::{Evidence, Fact};
+pub use model::*;

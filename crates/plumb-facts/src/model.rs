@@ -1,0 +1,216 @@
+//! `Facts`: everything plumb read about one node, live or from a bundle. The contract
+//! between the collectors (plumb-collect, which fills it) and doctor (which reasons
+//! over it without doing IO). Every field is a [`Fact`]: a value with its source, or
+//! the reason it is unknown.
+
+use crate::fact::Fact;
+use crate::parse::health::ProxyHealth;
+use crate::parse::logs::{LogLine, Signal};
+use crate::parse::rke2::{ProbePaths, Rke2Config};
+use crate::parse::ss::Listener;
+use crate::parse::systemd::Unit;
+use crate::parse::ufw::UfwStatus;
+use plumb_ruleset::Ruleset;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// What was looked at.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceKind {
+    /// This machine, as it runs now.
+    Live,
+    /// A network namespace (`--netns`) and/or a file tree (`--root`) standing for a node;
+    /// the lab is one.
+    Namespace,
+    /// A RHEL sosreport.
+    Sosreport,
+    /// Rancher's rancher2_logs_collector output.
+    RancherCollector,
+    /// `plumb collect` output.
+    PlumbBundle,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SourceInfo {
+    pub kind: SourceKind,
+    /// "live node", "sosreport at /tmp/x", "netns plumb-node, root /run/plumb-lab".
+    pub description: String,
+}
+
+/// How reading one ruleset dump went (one per tool or bundle file).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RulesetRead {
+    /// `iptables-nft-save`, `sos_commands/firewall_tables/nft_list_ruleset`, ...
+    pub source: String,
+    /// `ok`, `missing`, `failed: ...`, `not in bundle`.
+    pub outcome: String,
+    /// Rules read (0 when not ok).
+    pub rules: usize,
+}
+
+/// One running process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Process {
+    pub pid: u32,
+    pub comm: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exe: Option<String>,
+    /// Command line as printed (`ps` args or /proc/PID/cmdline with spaces).
+    pub args: String,
+}
+
+/// An HTTP GET made by a probe (kube-proxy health, API server readyz).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HttpReply {
+    pub url: String,
+    pub status: u16,
+    /// Body, cut to a few KiB.
+    pub body: String,
+}
+
+impl HttpReply {
+    /// kube-proxy's health JSON, when the body is one.
+    pub fn proxy_health(&self) -> Option<ProxyHealth> {
+        crate::parse::health::parse(&self.body)
+    }
+}
+
+/// A TCP connect attempt and how it ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Connect {
+    /// `10.43.0.1:443`.
+    pub target: String,
+    pub outcome: ConnectOutcome,
+    pub millis: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConnectOutcome {
+    Connected,
+    /// No answer within the timeout: packets silently dropped or not translated.
+    TimedOut,
+    /// RST: nothing listens, or a REJECT rule answered.
+    Refused,
+    /// No route / network unreachable (ICMP or local routing).
+    Unreachable,
+}
+
+/// Signal lines of one log file (pod log or agent log), not the whole file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LogFile {
+    /// Node path (`/var/log/pods/kube-system_kube-proxy-x_uid/kube-proxy/0.log`) or bundle path.
+    pub path: String,
+    /// For pod logs: namespace, pod and container from the path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodRef>,
+    /// Agent name from the catalogue when this is an agent's log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    pub lines_read: usize,
+    /// Lines that mean something to doctor, in file order (bounded per file).
+    pub signals: Vec<(Signal, LogLine)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PodRef {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+}
+
+/// A security agent seen on the node, and how.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AgentSighting {
+    /// Catalogue name (`illumio-ven`).
+    pub agent: String,
+    /// `unit illumio-ven.service active`, `process venAgent[4211]`, `path /opt/illumio_ven`.
+    pub how: String,
+    pub source: String,
+}
+
+/// Everything read about a node.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Facts {
+    pub source: Option<SourceInfo>,
+    /// All rulesets read (both backends, both families, native nft), merged.
+    #[serde(skip)]
+    pub ruleset: Fact<Ruleset>,
+    pub ruleset_reads: Vec<RulesetRead>,
+    /// `/proc/net/ip_tables_names` and `ip6_tables_names`: legacy tables that exist.
+    pub ip_tables_names: Fact<Vec<String>>,
+    pub ip6_tables_names: Fact<Vec<String>>,
+    /// `iptables --version`: `iptables v1.8.9 (nf_tables)`.
+    pub iptables_version: Fact<String>,
+    pub kernel: Fact<String>,
+    pub units: Fact<Vec<Unit>>,
+    pub processes: Fact<Vec<Process>>,
+    pub ufw: Fact<UfwStatus>,
+    /// `firewall-cmd --state`: `running` / `not running`.
+    pub firewalld: Fact<String>,
+    pub agents: Vec<AgentSighting>,
+    pub sysctls: Fact<BTreeMap<String, String>>,
+    /// Loaded modules (name -> line in lsmod).
+    pub modules: Fact<BTreeMap<String, u32>>,
+    pub listeners: Fact<Vec<Listener>>,
+    pub rke2_config: Fact<Rke2Config>,
+    pub kube_proxy_probes: Fact<ProbePaths>,
+    /// Files in /etc/cni/net.d.
+    pub cni_conf_files: Fact<Vec<String>>,
+    pub kube_proxy_healthz: Fact<HttpReply>,
+    pub kube_proxy_livez: Fact<HttpReply>,
+    pub api_readyz: Fact<HttpReply>,
+    /// TCP connect to the `kubernetes` Service ClusterIP (first IP of the service CIDR).
+    pub clusterip_connect: Fact<Connect>,
+    /// TCP connect to the local API server endpoint (127.0.0.1:6443 or the node IP).
+    pub api_local_connect: Fact<Connect>,
+    pub pod_logs: Vec<LogFile>,
+    pub agent_logs: Vec<LogFile>,
+}
+
+impl Facts {
+    /// A sysctl value by dotted name.
+    pub fn sysctl(&self, key: &str) -> Option<&str> {
+        self.sysctls.value()?.get(key).map(String::as_str)
+    }
+
+    /// The pod logs of containers with this name (`kube-proxy`, `install-cni`).
+    pub fn container_logs<'a>(&'a self, container: &'a str) -> impl Iterator<Item = &'a LogFile> {
+        self.pod_logs
+            .iter()
+            .filter(move |l| l.pod.as_ref().is_some_and(|p| p.container == container))
+    }
+}
+
+/// `/var/log/pods/<ns>_<pod>_<uid>/<container>/N.log` -> namespace, pod, container.
+pub fn pod_ref_from_path(path: &str) -> Option<PodRef> {
+    let mut parts = path.rsplit('/');
+    let _file = parts.next()?;
+    let container = parts.next()?;
+    let dir = parts.next()?;
+    let mut it = dir.splitn(3, '_');
+    let (ns, pod, _uid) = (it.next()?, it.next()?, it.next()?);
+    Some(PodRef {
+        namespace: ns.to_string(),
+        pod: pod.to_string(),
+        container: container.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_ref_from_cri_log_path() {
+        let p = pod_ref_from_path(
+            "/var/log/pods/kube-system_rke2-canal-abcde_0f1e2d3c-1111/install-cni/3.log",
+        )
+        .unwrap();
+        assert_eq!(p.namespace, "kube-system");
+        assert_eq!(p.pod, "rke2-canal-abcde");
+        assert_eq!(p.container, "install-cni");
+        assert!(pod_ref_from_path("0.log").is_none());
+    }
+}

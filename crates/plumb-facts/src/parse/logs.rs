@@ -1,0 +1,218 @@
+//! Log lines a node keeps: the CRI container-log wrapper, klog lines (kube-proxy,
+//! kubelet) and the few messages doctor's checks look for.
+//!
+//! - CRI (`/var/log/pods/<ns>_<pod>_<uid>/<container>/N.log`):
+//!   `2024-08-27T17:30:29.414588123Z stderr F <message>` (`P` = partial line, continued).
+//! - klog: `E0827 17:30:29.414588 2101747 proxier.go:1598] "Failed to execute iptables-restore" err=<`
+//!   (severity letter, MMDD, time, pid, file:line, then the message). Structured klog
+//!   continues a multi-line value on the following lines until `>`.
+//! - calico install-cni: `2024-04-27 18:13:03.606 [FATAL][1] cni-installer/<nil> <nil>: Unable to create token ...`.
+//!
+//! Matching is deliberately loose where field reports differ (facts-kubernetes.md): what
+//! matters is the message, not its exact framing.
+
+use serde::Serialize;
+
+/// One log line with where it was found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LogLine {
+    /// 1-based line number in the file.
+    pub line: u32,
+    /// Timestamp as written (CRI RFC 3339, klog `MMDD hh:mm:ss.us`, or calico's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    /// The message without the CRI wrapper.
+    pub text: String,
+}
+
+/// Splits a CRI log file into messages, joining `P` (partial) pieces; plain files
+/// (journal exports, agent logs) come back line by line.
+pub fn cri_lines(text: &str) -> Vec<LogLine> {
+    let mut out: Vec<LogLine> = Vec::new();
+    let mut partial: Option<LogLine> = None;
+    for (i, raw) in text.lines().enumerate() {
+        let n = u32::try_from(i + 1).unwrap_or(u32::MAX);
+        match split_cri(raw) {
+            Some((time, tag, msg)) => {
+                let piece = match partial.take() {
+                    Some(mut p) => {
+                        p.text.push_str(msg);
+                        p
+                    }
+                    None => LogLine {
+                        line: n,
+                        time: Some(time.to_string()),
+                        text: msg.to_string(),
+                    },
+                };
+                if tag == "P" {
+                    partial = Some(piece);
+                } else {
+                    out.push(piece);
+                }
+            }
+            None => out.push(LogLine {
+                line: n,
+                time: None,
+                text: raw.to_string(),
+            }),
+        }
+    }
+    out.extend(partial);
+    out
+}
+
+/// `TIME STREAM TAG MESSAGE` -> (time, tag, message).
+fn split_cri(line: &str) -> Option<(&str, &str, &str)> {
+    let mut it = line.splitn(4, ' ');
+    let time = it.next()?;
+    let stream = it.next()?;
+    let tag = it.next()?;
+    let msg = it.next().unwrap_or("");
+    let looks_like_time = time.len() >= 20 && time.as_bytes()[4] == b'-' && time.contains('T');
+    (looks_like_time && matches!(stream, "stdout" | "stderr") && matches!(tag, "F" | "P"))
+        .then_some((time, tag, msg))
+}
+
+/// A klog header: severity letter and the text after `file.go:NNN] `.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Klog<'a> {
+    pub severity: char,
+    /// `MMDD hh:mm:ss.uuuuuu`.
+    pub time: &'a str,
+    pub message: &'a str,
+}
+
+pub fn klog(line: &str) -> Option<Klog<'_>> {
+    let b = line.as_bytes();
+    if b.len() < 22
+        || !matches!(b[0], b'I' | b'W' | b'E' | b'F')
+        || !b[1..5].iter().all(u8::is_ascii_digit)
+    {
+        return None;
+    }
+    let close = line.find("] ")?;
+    let time = line.get(1..21)?;
+    Some(Klog {
+        severity: b[0] as char,
+        time,
+        message: &line[close + 2..],
+    })
+}
+
+/// What a line means to doctor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Signal {
+    /// kube-proxy: `Failed to execute iptables-restore` (any era's spelling).
+    RestoreFailed,
+    /// iptables-restore: `Chain 'KUBE-SVC-…' does not exist` — its chains were deleted under it.
+    ChainDoesNotExist,
+    /// kube-proxy: `Sync failed; retrying` / `syncProxyRules` errors.
+    SyncFailed,
+    /// install-cni: `Unable to create token for CNI kubeconfig` at FATAL level.
+    InstallCniFatal,
+    /// A connection to a Service ClusterIP timed out (`dial tcp 10.43.0.1:443: i/o timeout`).
+    ClusterIpTimeout,
+    /// RBAC: `is forbidden: User "system:node:..." cannot ...` (often transient at boot).
+    RbacForbidden,
+    /// A security agent says it reverted firewall changes (`tamper`, `reverted out of band`).
+    AgentTamper,
+}
+
+/// Classifies one message (CRI wrapper already removed).
+pub fn signal(text: &str) -> Option<Signal> {
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("chain '") && lower.contains("does not exist") {
+        return Some(Signal::ChainDoesNotExist);
+    }
+    if lower.contains("failed to execute iptables-restore") {
+        return Some(Signal::RestoreFailed);
+    }
+    if lower.contains("sync failed") {
+        return Some(Signal::SyncFailed);
+    }
+    if lower.contains("unable to create token for cni kubeconfig") && lower.contains("fatal") {
+        return Some(Signal::InstallCniFatal);
+    }
+    if lower.contains("dial tcp") && lower.contains("i/o timeout") {
+        return Some(Signal::ClusterIpTimeout);
+    }
+    if lower.contains("is forbidden") && lower.contains("cannot") {
+        return Some(Signal::RbacForbidden);
+    }
+    if lower.contains("tamper") || lower.contains("reverted out of band") {
+        return Some(Signal::AgentTamper);
+    }
+    None
+}
+
+/// The `ip:port` a `dial tcp IP:PORT: i/o timeout` line was dialling.
+pub fn dial_target(text: &str) -> Option<&str> {
+    let rest = &text[text.find("dial tcp ")? + 9..];
+    let end = rest.find(": ")?;
+    Some(&rest[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cri_wrapper_and_partials() {
+        let lines = cri_lines(
+            "2024-08-27T17:30:29.414588123Z stderr F E0827 17:30:29.414588 1 proxier.go:1598] \"Failed to execute iptables-restore\" err=<\n\
+             2024-08-27T17:30:29.414588124Z stderr P first half \n\
+             2024-08-27T17:30:29.414588125Z stderr F second half\n\
+             not a cri line\n",
+        );
+        assert_eq!(lines.len(), 3);
+        assert_eq!(
+            lines[0].time.as_deref(),
+            Some("2024-08-27T17:30:29.414588123Z")
+        );
+        assert_eq!(signal(&lines[0].text), Some(Signal::RestoreFailed));
+        assert_eq!(lines[1].text, "first half second half");
+        assert_eq!(lines[1].line, 2);
+        assert_eq!(
+            lines[2],
+            LogLine {
+                line: 4,
+                time: None,
+                text: "not a cri line".into()
+            }
+        );
+    }
+
+    #[test]
+    fn klog_header() {
+        let k = klog("E0627 09:28:54.054930 1 proxier.go:1598] Failed to execute iptables-restore: exit status 1").unwrap();
+        assert_eq!(k.severity, 'E');
+        assert_eq!(k.time, "0627 09:28:54.054930");
+        assert!(k.message.starts_with("Failed to execute"));
+        assert!(klog("2024-04-27 18:12:33.296 [INFO][1] x").is_none());
+        assert!(klog("Ex").is_none());
+    }
+
+    #[test]
+    fn signals_of_the_founding_incidents() {
+        let fatal = "2024-04-27 18:13:03.606 [FATAL][1] cni-installer/<nil> <nil>: Unable to create token for CNI kubeconfig error=Post \"https://10.43.0.1:443/api/v1/namespaces/kube-system/serviceaccounts/canal/token\": dial tcp 10.43.0.1:443: i/o timeout";
+        assert_eq!(signal(fatal), Some(Signal::InstallCniFatal));
+        assert_eq!(dial_target(fatal), Some("10.43.0.1:443"));
+        assert_eq!(
+            signal(
+                "iptables-restore: line 12 failed: Chain 'KUBE-SVC-NPX46M4PTMTKRN6Y' does not exist"
+            ),
+            Some(Signal::ChainDoesNotExist)
+        );
+        assert_eq!(
+            signal("Repeated FW tampering has been detected"),
+            Some(Signal::AgentTamper)
+        );
+        assert_eq!(
+            signal("Successfully reverted out of band firewall changes entries"),
+            Some(Signal::AgentTamper)
+        );
+        assert_eq!(signal("I0827 Syncing iptables rules"), None);
+    }
+}

@@ -1,0 +1,65 @@
+//! `systemctl list-units --all --no-pager` (and `--plain`), and `systemctl is-active`.
+//!
+//! A unit line is `[●] NAME LOAD ACTIVE SUB DESCRIPTION...`; the legend and the
+//! footer ("LOAD   = ...", "N loaded units listed.") are skipped.
+
+use serde::Serialize;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Unit {
+    pub name: String,
+    pub load: String,
+    pub active: String,
+    pub sub: String,
+    pub line: u32,
+}
+
+impl Unit {
+    pub fn is_active(&self) -> bool {
+        self.active == "active"
+    }
+}
+
+pub fn list_units(text: &str) -> Vec<Unit> {
+    text.lines()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let mut w = l.split_whitespace().skip_while(|w| *w == "●" || *w == "*");
+            let name = w.next()?;
+            let (load, active, sub) = (w.next()?, w.next()?, w.next()?);
+            let is_unit = name.contains('.')
+                && matches!(
+                    load,
+                    "loaded" | "not-found" | "masked" | "error" | "bad-setting"
+                )
+                && !name.starts_with("UNIT");
+            is_unit.then(|| Unit {
+                name: name.to_string(),
+                load: load.to_string(),
+                active: active.to_string(),
+                sub: sub.to_string(),
+                line: u32::try_from(i + 1).unwrap_or(u32::MAX),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn units_with_and_without_bullets() {
+        let u = super::list_units(
+            "  UNIT                 LOAD   ACTIVE SUB     DESCRIPTION\n\
+             ● firewalld.service    loaded active running firewalld - dynamic firewall daemon\n\
+               ufw.service          loaded inactive dead  Uncomplicated firewall\n\
+               illumio-ven.service  not-found inactive dead illumio-ven.service\n\
+             LOAD   = Reflects whether the unit definition was properly loaded.\n\
+             3 loaded units listed.\n",
+        );
+        assert_eq!(u.len(), 3);
+        assert!(u[0].is_active());
+        assert_eq!(u[0].name, "firewalld.service");
+        assert_eq!(u[1].active, "inactive");
+        assert_eq!(u[2].load, "not-found");
+    }
+}
