@@ -5,6 +5,8 @@
 //! so tests can substitute it, and every command is bounded by a timeout.
 
 pub mod netns;
+pub mod node;
+pub mod probe;
 pub mod rulesets;
 pub mod runner;
 

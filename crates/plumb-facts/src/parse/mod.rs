@@ -4,6 +4,7 @@
 pub mod health;
 pub mod logs;
 pub mod lsmod;
+pub mod ps;
 pub mod rke2;
 pub mod ss;
 pub mod sysctl;

@@ -1,0 +1,196 @@
+//! This machine, or one of its network namespaces with a file tree standing for a node
+//! (`--netns NAME --root DIR`; the lab is both). Commands run with deadlines through a
+//! [`Runner`]; network-scoped ones (dumps, sysctls, sockets, /proc/net) inside the
+//! namespace, host-scoped ones (units, processes, modules) on the host.
+//!
+//! Read-only: only dump and status commands run. `iptables -nvL` is refused live because
+//! listing a legacy table that does not exist creates it (facts-kernel.md).
+
+use super::{Captured, MAX_READ, Node, NodeCommand, Unavailable};
+use crate::runner::{RunError, Runner};
+use plumb_facts::{SourceInfo, SourceKind};
+use plumb_ruleset::{Backend, Family};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+const DUMP_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct LiveNode<R: Runner> {
+    runner: R,
+    netns: Option<String>,
+    root: PathBuf,
+}
+
+impl<R: Runner> LiveNode<R> {
+    /// `netns`: read network state inside it; `root`: read node files under it ("/" = this machine).
+    pub fn new(runner: R, netns: Option<String>, root: impl Into<PathBuf>) -> LiveNode<R> {
+        LiveNode {
+            runner,
+            netns,
+            root: root.into(),
+        }
+    }
+
+    fn run(
+        &self,
+        program: &str,
+        args: &[&str],
+        in_netns: bool,
+        timeout: Duration,
+        accept_failure: bool,
+    ) -> Result<Captured, Unavailable> {
+        let netns = if in_netns {
+            self.netns.as_deref()
+        } else {
+            None
+        };
+        let out = self
+            .runner
+            .run(program, args, netns, timeout)
+            .map_err(|e| match e {
+                RunError::NotFound { .. } => format!("{program}: not installed"),
+                e => e.to_string(),
+            })?;
+        let source = match netns {
+            Some(ns) => format!("{} (netns {ns})", command_line(program, args)),
+            None => command_line(program, args),
+        };
+        let answered = accept_failure && !out.stdout.is_empty();
+        if !out.success() && !answered {
+            let err = out.stderr.trim();
+            return Err(format!(
+                "{source}: exit status {}{}{err}",
+                out.status.map_or("killed".into(), |c| c.to_string()),
+                if err.is_empty() { "" } else { ": " }
+            ));
+        }
+        Ok(Captured {
+            source,
+            bytes: out.stdout,
+        })
+    }
+
+    fn host_path(&self, path: &str) -> PathBuf {
+        self.root.join(path.trim_start_matches('/'))
+    }
+
+    /// /proc/net and /proc/sys/net describe the reading process's namespace: inside a
+    /// namespace they must be read from there.
+    fn netns_scoped(&self, path: &str) -> bool {
+        self.netns.is_some()
+            && (path.starts_with("/proc/net/") || path.starts_with("/proc/sys/net/"))
+    }
+}
+
+fn command_line(program: &str, args: &[&str]) -> String {
+    std::iter::once(program)
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl<R: Runner> Node for LiveNode<R> {
+    fn info(&self) -> SourceInfo {
+        let description = match (&self.netns, self.root == Path::new("/")) {
+            (None, true) => "this machine".to_string(),
+            (Some(ns), true) => format!("network namespace {ns}"),
+            (None, false) => format!("files under {}", self.root.display()),
+            (Some(ns), false) => format!(
+                "network namespace {ns}, files under {}",
+                self.root.display()
+            ),
+        };
+        SourceInfo {
+            kind: if self.netns.is_none() && self.root == Path::new("/") {
+                SourceKind::Live
+            } else {
+                SourceKind::Namespace
+            },
+            description,
+        }
+    }
+
+    fn command(&self, command: &NodeCommand) -> Result<Captured, Unavailable> {
+        match command {
+            NodeCommand::IptablesSave { family, backend } => {
+                let tool = match (family, backend) {
+                    (Family::Ip6, Backend::IptablesNft) => "ip6tables-nft-save",
+                    (Family::Ip6, Backend::IptablesLegacy) => "ip6tables-legacy-save",
+                    (Family::Ip6, _) => "ip6tables-save",
+                    (_, Backend::IptablesNft) => "iptables-nft-save",
+                    (_, Backend::IptablesLegacy) => "iptables-legacy-save",
+                    _ => "iptables-save",
+                };
+                self.run(tool, &[], true, DUMP_TIMEOUT, false)
+            }
+            NodeCommand::IptablesListing { .. } => Err(
+                "not read live: listing a legacy table that does not exist creates it; plumb reads iptables-save".into(),
+            ),
+            NodeCommand::NftListRuleset => self.run("nft", &["list", "ruleset"], true, DUMP_TIMEOUT, false),
+            NodeCommand::IptablesVersion => self.run("iptables", &["--version"], true, TIMEOUT, false),
+            NodeCommand::Uname => self.run("uname", &["-a"], false, TIMEOUT, false),
+            NodeCommand::Lsmod => self.file("/proc/modules"),
+            NodeCommand::SysctlAll => self.run("sysctl", &["-a"], true, TIMEOUT, true),
+            NodeCommand::SsListening => self.run("ss", &["-tulnp"], true, TIMEOUT, false),
+            NodeCommand::UfwStatus => self.run("ufw", &["status", "verbose"], false, TIMEOUT, false),
+            // Exit status 252 with "not running" is an answer, not a failure.
+            NodeCommand::FirewalldState => self.run("firewall-cmd", &["--state"], false, TIMEOUT, true),
+            NodeCommand::ListUnits => self.run(
+                "systemctl",
+                &["list-units", "--all", "--no-pager", "--plain"],
+                false,
+                TIMEOUT,
+                false,
+            ),
+            NodeCommand::Ps => self.run("ps", &["-eo", "pid,comm,args"], false, TIMEOUT, false),
+        }
+    }
+
+    fn file(&self, path: &str) -> Result<Captured, Unavailable> {
+        if self.netns_scoped(path) {
+            return self.run("cat", &[path], true, TIMEOUT, false);
+        }
+        let p = self.host_path(path);
+        let mut bytes = Vec::new();
+        std::fs::File::open(&p)
+            .and_then(|f| f.take(MAX_READ as u64).read_to_end(&mut bytes))
+            .map_err(|e| format!("{}: {}", p.display(), reason(&e)))?;
+        Ok(Captured {
+            source: p.display().to_string(),
+            bytes,
+        })
+    }
+
+    fn dir(&self, path: &str) -> Result<Vec<String>, Unavailable> {
+        let p = self.host_path(path);
+        let mut names: Vec<String> = std::fs::read_dir(&p)
+            .map_err(|e| format!("{}: {}", p.display(), reason(&e)))?
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn exists(&self, path: &str) -> bool {
+        self.host_path(path).exists()
+    }
+
+    fn is_live(&self) -> bool {
+        true
+    }
+
+    fn netns(&self) -> Option<&str> {
+        self.netns.as_deref()
+    }
+}
+
+/// "not readable: permission denied" rather than "Permission denied (os error 13)".
+pub(crate) fn reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "does not exist".into(),
+        std::io::ErrorKind::PermissionDenied => "not readable: permission denied".into(),
+        _ => e.to_string(),
+    }
+}

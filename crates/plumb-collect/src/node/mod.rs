@@ -1,0 +1,125 @@
+//! A node to read: this machine (optionally a network namespace and a file tree standing
+//! for a node, as in the lab), or a support bundle of one (sosreport, Rancher's log
+//! collector, plumb's own bundle).
+//!
+//! Facts gathering asks a [`Node`] for *what* it wants — "the iptables-nft dump", "the
+//! sysctls", "the file /etc/rancher/rke2/config.yaml" — and each source answers from where
+//! it keeps that: a command run with a deadline, a bundle file at its tool's path, or a
+//! clear reason it cannot ("sosreport does not collect iptables-save"). That keeps the
+//! per-bundle knowledge (docs/bundles.md) in one table per source instead of in every check.
+
+mod bundle;
+mod live;
+
+pub use bundle::{BundleKind, BundleNode, open_bundle};
+pub use live::LiveNode;
+
+use plumb_facts::SourceInfo;
+use plumb_ruleset::{Backend, Family};
+
+/// Something plumb asks a node for by meaning, not by command line.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum NodeCommand {
+    /// `iptables-save` of one family and backend (`IptablesUnknown` = whatever
+    /// `iptables-save` is on the node, as bundles record it).
+    IptablesSave { family: Family, backend: Backend },
+    /// `iptables -t TABLE -nvL` (bundles that only keep listings).
+    IptablesListing { family: Family, table: String },
+    /// `nft list ruleset`.
+    NftListRuleset,
+    /// `iptables --version`.
+    IptablesVersion,
+    /// `uname -a`.
+    Uname,
+    /// `lsmod`.
+    Lsmod,
+    /// `sysctl -a` (network settings are per namespace).
+    SysctlAll,
+    /// Listening TCP/UDP sockets with processes (`ss -tulnp`).
+    SsListening,
+    /// `ufw status verbose`.
+    UfwStatus,
+    /// `firewall-cmd --state`.
+    FirewalldState,
+    /// `systemctl list-units --all`.
+    ListUnits,
+    /// Process list with command lines.
+    Ps,
+}
+
+impl NodeCommand {
+    /// File name used for this command in plumb's own bundle.
+    pub fn bundle_name(&self) -> String {
+        match self {
+            NodeCommand::IptablesSave { family, backend } => {
+                let tool = if *family == Family::Ip6 {
+                    "ip6tables"
+                } else {
+                    "iptables"
+                };
+                match backend {
+                    Backend::IptablesLegacy => format!("{tool}-legacy-save"),
+                    Backend::IptablesNft => format!("{tool}-nft-save"),
+                    _ => format!("{tool}-save"),
+                }
+            }
+            NodeCommand::IptablesListing { family, table } => {
+                let tool = if *family == Family::Ip6 {
+                    "ip6tables"
+                } else {
+                    "iptables"
+                };
+                format!("{tool}_-t_{table}_-nvL")
+            }
+            NodeCommand::NftListRuleset => "nft_list_ruleset".into(),
+            NodeCommand::IptablesVersion => "iptables_--version".into(),
+            NodeCommand::Uname => "uname_-a".into(),
+            NodeCommand::Lsmod => "lsmod".into(),
+            NodeCommand::SysctlAll => "sysctl_-a".into(),
+            NodeCommand::SsListening => "ss_-tulnp".into(),
+            NodeCommand::UfwStatus => "ufw_status_verbose".into(),
+            NodeCommand::FirewalldState => "firewall-cmd_--state".into(),
+            NodeCommand::ListUnits => "systemctl_list-units_--all".into(),
+            NodeCommand::Ps => "ps_-eo_pid_comm_args".into(),
+        }
+    }
+}
+
+/// Bytes read from a node and where they came from (for evidence).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Captured {
+    /// `iptables-nft-save (netns plumb-node)`, `sos_commands/kernel/lsmod`, `/etc/...`.
+    pub source: String,
+    pub bytes: Vec<u8>,
+}
+
+impl Captured {
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.bytes)
+    }
+}
+
+/// Why something could not be read: shown to the user as the fact's reason.
+pub type Unavailable = String;
+
+/// A node, live or in a bundle.
+pub trait Node: Sync {
+    fn info(&self) -> SourceInfo;
+    /// The output of a command (exit status 0 only; failures become the reason).
+    fn command(&self, command: &NodeCommand) -> Result<Captured, Unavailable>;
+    /// A file by its absolute path on the node.
+    fn file(&self, path: &str) -> Result<Captured, Unavailable>;
+    /// Entry names of a directory on the node, sorted.
+    fn dir(&self, path: &str) -> Result<Vec<String>, Unavailable>;
+    /// Whether a path exists on the node (install directories of agents).
+    fn exists(&self, path: &str) -> bool;
+    /// True for a running node: network probes (HTTP, TCP connect) make sense.
+    fn is_live(&self) -> bool;
+    /// The network namespace probes must run in (`None` = plumb's own).
+    fn netns(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// Largest file or command output read (pod logs are tails of this size).
+pub const MAX_READ: usize = 64 * 1024 * 1024;
