@@ -6,11 +6,11 @@
 //! table that does not exist creates it (facts-kernel.md) and a missing x_tables
 //! module would be loaded by the tool. A missing tool is reported, never fatal.
 
-use crate::runner::{RunError, Runner};
+use crate::node::{LiveNode, Node, NodeCommand};
+use crate::runner::Runner;
 use plumb_ruleset::iptables::save::{IptablesInput, parse as parse_iptables};
 use plumb_ruleset::{Backend, Family, Ruleset};
 use serde::Serialize;
-use std::time::Duration;
 
 /// How one dump command went.
 #[derive(Clone, Debug, Serialize)]
@@ -29,11 +29,7 @@ pub struct Collected {
     pub tools: Vec<ToolOutcome>,
 }
 
-const TIMEOUT: Duration = Duration::from_secs(20);
-
 struct Dump {
-    tool: &'static str,
-    args: &'static [&'static str],
     family: Family,
     backend: Backend,
     /// Only run when this /proc file lists tables (legacy).
@@ -42,34 +38,29 @@ struct Dump {
 
 const DUMPS: &[Dump] = &[
     Dump {
-        tool: "iptables-nft-save",
-        args: &[],
         family: Family::Ip,
         backend: Backend::IptablesNft,
         gate: None,
     },
     Dump {
-        tool: "ip6tables-nft-save",
-        args: &[],
         family: Family::Ip6,
         backend: Backend::IptablesNft,
         gate: None,
     },
     Dump {
-        tool: "iptables-legacy-save",
-        args: &[],
         family: Family::Ip,
         backend: Backend::IptablesLegacy,
         gate: Some("/proc/net/ip_tables_names"),
     },
     Dump {
-        tool: "ip6tables-legacy-save",
-        args: &[],
         family: Family::Ip6,
         backend: Backend::IptablesLegacy,
         gate: Some("/proc/net/ip6_tables_names"),
     },
 ];
+
+/// Tables bundles keep as `-nvL` listings when they have no iptables-save.
+const LISTED_TABLES: &[&str] = &["filter", "nat", "mangle", "raw"];
 
 fn outcome(tool: &str, status: &str, detail: impl Into<String>, tables: usize) -> ToolOutcome {
     ToolOutcome {
@@ -80,62 +71,117 @@ fn outcome(tool: &str, status: &str, detail: impl Into<String>, tables: usize) -
     }
 }
 
-fn run_dump(runner: &dyn Runner, d: &Dump, netns: Option<&str>) -> (Option<Ruleset>, ToolOutcome) {
+/// "missing" when the tool is not installed or the bundle lacks it, else "failed".
+fn unavailable(tool: &str, reason: String) -> ToolOutcome {
+    let absent = ["not installed", "not in this", "does not"];
+    let status = if absent.iter().any(|a| reason.contains(a)) {
+        "missing"
+    } else {
+        "failed"
+    };
+    outcome(tool, status, reason, 0)
+}
+
+fn run_dump(node: &dyn Node, d: &Dump) -> (Option<Ruleset>, ToolOutcome) {
+    let command = NodeCommand::IptablesSave {
+        family: d.family,
+        backend: d.backend,
+    };
+    let tool = command.bundle_name();
     if let Some(gate) = d.gate {
-        match runner.run("cat", &[gate], netns, TIMEOUT) {
-            Ok(o) if o.success() && !o.stdout.iter().all(u8::is_ascii_whitespace) => {}
+        match node.file(gate) {
+            Ok(c) if !c.bytes.iter().all(u8::is_ascii_whitespace) => {}
             Ok(_) => {
                 return (
                     None,
-                    outcome(d.tool, "skipped", format!("{gate} lists no tables"), 0),
+                    outcome(&tool, "skipped", format!("{gate} lists no tables"), 0),
                 );
             }
-            Err(e) => return (None, outcome(d.tool, "skipped", format!("{gate}: {e}"), 0)),
+            Err(e) => return (None, outcome(&tool, "skipped", format!("{gate}: {e}"), 0)),
         }
     }
-    match runner.run(d.tool, d.args, netns, TIMEOUT) {
-        Err(RunError::NotFound { .. }) => (None, outcome(d.tool, "missing", "not installed", 0)),
-        Err(e) => (None, outcome(d.tool, "failed", e.to_string(), 0)),
-        Ok(o) if !o.success() => (
-            None,
-            outcome(d.tool, "failed", o.stderr.trim().to_string(), 0),
-        ),
-        Ok(o) => {
-            let text = String::from_utf8_lossy(&o.stdout);
+    match node.command(&command) {
+        Err(e) => (None, unavailable(&tool, e)),
+        Ok(c) => {
             let input = IptablesInput {
                 family: d.family,
                 backend: Some(d.backend),
                 ..Default::default()
             };
-            let rs = parse_iptables(&text, &input);
+            let rs = parse_iptables(&c.text(), &input);
             let n = rs.tables.len();
-            (Some(rs), outcome(d.tool, "ok", String::new(), n))
+            (Some(rs), outcome(&tool, "ok", c.source, n))
         }
     }
 }
 
-/// Reads all rulesets of this machine, or of network namespace `netns`.
-pub fn collect_rulesets(runner: &dyn Runner, netns: Option<&str>) -> Collected {
-    let mut results: Vec<(Option<Ruleset>, ToolOutcome)> = std::thread::scope(|s| {
-        let handles: Vec<_> = DUMPS
-            .iter()
-            .map(|d| s.spawn(move || run_dump(runner, d, netns)))
-            .collect();
-        handles
+/// A bundle's own `iptables-save` (whatever backend the node used; its header says
+/// which), or failing that its per-table `-nvL` listings (approximate).
+fn read_bundle_dumps(node: &dyn Node, family: Family) -> Vec<(Option<Ruleset>, ToolOutcome)> {
+    let save = NodeCommand::IptablesSave {
+        family,
+        backend: Backend::IptablesUnknown,
+    };
+    let tool = save.bundle_name();
+    match node.command(&save) {
+        Ok(c) => {
+            let input = IptablesInput {
+                family,
+                ..Default::default()
+            };
+            let rs = parse_iptables(&c.text(), &input);
+            let n = rs.tables.len();
+            vec![(Some(rs), outcome(&tool, "ok", c.source, n))]
+        }
+        Err(save_reason) => {
+            let mut out = vec![(None, unavailable(&tool, save_reason))];
+            for table in LISTED_TABLES {
+                let listing = NodeCommand::IptablesListing {
+                    family,
+                    table: table.to_string(),
+                };
+                let name = listing.bundle_name();
+                out.push(match node.command(&listing) {
+                    Err(e) => (None, unavailable(&name, e)),
+                    Ok(c) => {
+                        let mut rs =
+                            plumb_ruleset::iptables::listing::parse(&c.text(), family, Some(table));
+                        rs.approximate = true;
+                        let n = rs.tables.len();
+                        (Some(rs), outcome(&name, "ok", c.source, n))
+                    }
+                });
+            }
+            out
+        }
+    }
+}
+
+/// Reads every ruleset of a node: live (nft and legacy iptables dumps, native nft) or
+/// from a bundle (its iptables-save or listings, and its nft ruleset).
+pub fn read_rulesets(node: &dyn Node) -> Collected {
+    let mut results: Vec<(Option<Ruleset>, ToolOutcome)> = if node.is_live() {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = DUMPS
+                .iter()
+                .map(|d| s.spawn(move || run_dump(node, d)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("dump thread"))
+                .collect()
+        })
+    } else {
+        [Family::Ip, Family::Ip6]
             .into_iter()
-            .map(|h| h.join().expect("dump thread"))
+            .flat_map(|f| read_bundle_dumps(node, f))
             .collect()
-    });
-    let nft = match runner.run("nft", &["list", "ruleset"], netns, TIMEOUT) {
-        Err(RunError::NotFound { .. }) => (None, outcome("nft", "missing", "not installed", 0)),
-        Err(e) => (None, outcome("nft", "failed", e.to_string(), 0)),
-        Ok(o) if !o.success() => (
-            None,
-            outcome("nft", "failed", o.stderr.trim().to_string(), 0),
-        ),
-        Ok(o) => {
-            let rs = plumb_ruleset::nft::parse_text(&String::from_utf8_lossy(&o.stdout));
-            (Some(rs), outcome("nft", "ok", String::new(), 0))
+    };
+    let nft = match node.command(&NodeCommand::NftListRuleset) {
+        Err(e) => (None, unavailable("nft", e)),
+        Ok(c) => {
+            let rs = plumb_ruleset::nft::parse_text(&c.text());
+            (Some(rs), outcome("nft", "ok", c.source, 0))
         }
     };
     let mut ruleset = Ruleset::default();
@@ -149,11 +195,12 @@ pub fn collect_rulesets(runner: &dyn Runner, netns: Option<&str>) -> Collected {
     let (nft_rs, mut nft_outcome) = nft;
     if let Some(mut rs) = nft_rs {
         // iptables-nft tables also show up in `nft list ruleset` (as xt expressions);
-        // they were read above with iptables-nft-save, which decodes them correctly.
+        // they were read above with iptables-save, which decodes them correctly.
         rs.tables.retain(|t| {
-            !ruleset.tables.iter().any(|x| {
-                x.backend == Backend::IptablesNft && x.family == t.family && x.name == t.name
-            })
+            !ruleset
+                .tables
+                .iter()
+                .any(|x| x.backend != Backend::Nftables && x.family == t.family && x.name == t.name)
         });
         nft_outcome.tables = rs.tables.len();
         ruleset.merge(rs);
@@ -162,11 +209,17 @@ pub fn collect_rulesets(runner: &dyn Runner, netns: Option<&str>) -> Collected {
     Collected { ruleset, tools }
 }
 
+/// Reads all rulesets of this machine, or of network namespace `netns`.
+pub fn collect_rulesets(runner: &dyn Runner, netns: Option<&str>) -> Collected {
+    read_rulesets(&LiveNode::new(runner, netns.map(str::to_string), "/"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::CommandOutput;
+    use crate::runner::{CommandOutput, RunError};
     use std::collections::HashMap;
+    use std::time::Duration;
 
     /// Canned outputs per program; anything else is "not installed".
     struct Canned(HashMap<&'static str, &'static str>);

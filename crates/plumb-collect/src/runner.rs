@@ -46,6 +46,18 @@ pub trait Runner: Sync {
     ) -> Result<CommandOutput, RunError>;
 }
 
+impl<T: Runner + ?Sized> Runner for &T {
+    fn run(
+        &self,
+        program: &str,
+        args: &[&str],
+        netns: Option<&str>,
+        timeout: Duration,
+    ) -> Result<CommandOutput, RunError> {
+        (**self).run(program, args, netns, timeout)
+    }
+}
+
 /// Runs real processes; a namespace is entered with `ip netns exec`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemRunner;

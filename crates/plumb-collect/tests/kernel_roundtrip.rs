@@ -249,3 +249,57 @@ fn ruleset_show_reads_a_namespace() {
         .unwrap();
     assert_eq!(legacy.status, "skipped", "{:?}", legacy);
 }
+
+/// Facts of a network namespace standing for a node: its kube-proxy rules, its sysctls,
+/// and the network probes run from inside it (setns on a probe thread).
+#[test]
+fn facts_of_a_namespace_include_rules_sysctls_and_probes_from_inside() {
+    if !ready(&["iptables-nft-restore", "sysctl", "ss"]) {
+        return;
+    }
+    use plumb_collect::facts::{GatherOptions, gather};
+    use plumb_collect::node::LiveNode;
+    use plumb_facts::ConnectOutcome;
+    let ns = Netns::create("plumb-t-facts").unwrap();
+    let cluster = plumb_kubeproxy::generate(&plumb_kubeproxy::GeneratorConfig {
+        services: 3,
+        ..Default::default()
+    })
+    .unwrap();
+    let save = plumb_kubeproxy::KubeProxyRules::new(&cluster, &Default::default())
+        .to_iptables_save(&Default::default());
+    let (ok, _, err) = ns.exec("iptables-nft-restore", &[], Some(&save)).unwrap();
+    assert!(ok, "{err}");
+    let node = LiveNode::new(
+        plumb_collect::SystemRunner,
+        Some(ns.name().to_string()),
+        "/",
+    );
+    let options = GatherOptions {
+        probe_timeout: std::time::Duration::from_millis(500),
+        ..Default::default()
+    };
+    let f = gather(&node, &options);
+    let rs = f.ruleset.value().expect("rules read inside the namespace");
+    let nat = rs.table(Family::Ip, "nat").unwrap();
+    assert!(nat.chain("KUBE-SERVICES").is_some());
+    // The namespace's own settings, not the host's: a fresh netns forwards nothing.
+    assert_eq!(f.sysctl("net.ipv4.ip_forward"), Some("0"));
+    // Probes ran inside: nothing listens on 10256 there, and 10.43.0.1 has no route.
+    assert!(
+        f.kube_proxy_healthz.value().is_none(),
+        "{:?}",
+        f.kube_proxy_healthz
+    );
+    let c = f.clusterip_connect.value().expect("connect attempted");
+    assert_eq!(c.target, "10.43.0.1:443");
+    assert_eq!(c.outcome, ConnectOutcome::Unreachable, "{c:?}");
+    // The API endpoint came from kube-proxy's DNAT for default/kubernetes:https.
+    let endpoint = plumb_collect::facts::kubernetes_endpoint(rs).expect("kubernetes endpoint");
+    assert!(
+        f.api_local_connect
+            .source()
+            .unwrap()
+            .contains(&endpoint.to_string())
+    );
+}

@@ -1,0 +1,440 @@
+//! Gathers [`Facts`] from a [`Node`]: every probe concurrently, each bounded, each ending
+//! in a fact or a reason (never a panic or an abort).
+//!
+//! What is read and why is listed in issue 5 and docs/bundles.md; how to interpret it is
+//! doctor's business (plumb-doctor), not this module's.
+
+use crate::node::{Node, NodeCommand};
+use crate::probe;
+use crate::rulesets::read_rulesets;
+use plumb_facts::agents::catalogue;
+use plumb_facts::parse::{logs, lsmod, ps, rke2, ss, sysctl, systemd, ufw};
+use plumb_facts::{AgentSighting, Fact, Facts, LogFile, RulesetRead, pod_ref_from_path};
+use plumb_ruleset::Ruleset;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// How long network probes may take (each).
+#[derive(Clone, Debug)]
+pub struct GatherOptions {
+    pub probe_timeout: Duration,
+    /// Pod-log namespaces read (kube-proxy and the CNI live in these).
+    pub log_namespaces: Vec<String>,
+    /// Most signal lines kept per log file (the latest ones).
+    pub max_signals_per_file: usize,
+}
+
+impl Default for GatherOptions {
+    fn default() -> Self {
+        GatherOptions {
+            probe_timeout: Duration::from_secs(2),
+            log_namespaces: vec!["kube-system".into(), "calico-system".into()],
+            max_signals_per_file: 100,
+        }
+    }
+}
+
+/// The kube-proxy static pod manifest (RKE2).
+pub const KUBE_PROXY_MANIFEST: &str = "/var/lib/rancher/rke2/agent/pod-manifests/kube-proxy.yaml";
+pub const RKE2_CONFIG: &str = "/etc/rancher/rke2/config.yaml";
+pub const CNI_DIR: &str = "/etc/cni/net.d";
+pub const POD_LOG_DIR: &str = "/var/log/pods";
+
+fn text_fact<T>(
+    node: &dyn Node,
+    cmd: &NodeCommand,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Fact<T> {
+    match node.command(cmd) {
+        Err(e) => Fact::unknown(e),
+        Ok(c) => match parse(&c.text()) {
+            Some(v) => Fact::known(v, c.source),
+            None => Fact::unknown(format!("{}: output not understood", c.source)),
+        },
+    }
+}
+
+/// Everything about the node, gathered concurrently.
+pub fn gather(node: &dyn Node, options: &GatherOptions) -> Facts {
+    let mut facts = Facts {
+        source: Some(node.info()),
+        ..Facts::default()
+    };
+    std::thread::scope(|s| {
+        let rulesets = s.spawn(|| read_rulesets(node));
+        let logs = s.spawn(|| (pod_logs(node, options), agent_logs(node, options)));
+        let probes = s.spawn(|| network_probes(node, options));
+        let f = &mut facts;
+        f.ip_tables_names = names_file(node, "/proc/net/ip_tables_names");
+        f.ip6_tables_names = names_file(node, "/proc/net/ip6_tables_names");
+        f.iptables_version = text_fact(node, &NodeCommand::IptablesVersion, |t| {
+            Some(t.trim().to_string()).filter(|s| !s.is_empty())
+        });
+        f.kernel = text_fact(node, &NodeCommand::Uname, |t| {
+            Some(t.trim().to_string()).filter(|s| !s.is_empty())
+        });
+        f.units = text_fact(node, &NodeCommand::ListUnits, |t| {
+            Some(systemd::list_units(t))
+        });
+        f.processes = text_fact(node, &NodeCommand::Ps, |t| {
+            Some(ps::parse(t)).filter(|p| !p.is_empty())
+        });
+        if node.is_live()
+            && let Fact::Known { value, .. } = &mut f.processes
+        {
+            for p in value.iter_mut() {
+                p.exe = std::fs::read_link(format!("/proc/{}/exe", p.pid))
+                    .ok()
+                    .map(|e| e.display().to_string());
+            }
+        }
+        f.ufw = text_fact(node, &NodeCommand::UfwStatus, ufw::parse);
+        f.firewalld = text_fact(node, &NodeCommand::FirewalldState, firewalld_state);
+        f.sysctls = text_fact(node, &NodeCommand::SysctlAll, |t| {
+            let s = sysctl::parse(t);
+            Some(s.values.into_iter().map(|(k, v)| (k, v.value)).collect())
+                .filter(|m: &std::collections::BTreeMap<_, _>| !m.is_empty())
+        });
+        f.modules = text_fact(node, &NodeCommand::Lsmod, |t| {
+            Some(lsmod::parse(t)).filter(|m| !m.is_empty())
+        });
+        f.listeners = text_fact(node, &NodeCommand::SsListening, |t| Some(ss::parse(t)));
+        f.rke2_config = match node.file(RKE2_CONFIG) {
+            Err(e) => Fact::unknown(e),
+            Ok(c) => match rke2::parse_config(&c.text()) {
+                Ok(v) => Fact::known(v, c.source),
+                Err(e) => Fact::unknown(format!("{}: not valid YAML: {e}", c.source)),
+            },
+        };
+        f.kube_proxy_probes = match node.file(KUBE_PROXY_MANIFEST) {
+            Err(e) => Fact::unknown(e),
+            Ok(c) => match rke2::parse_probe_paths(&c.text()) {
+                Ok(v) => Fact::known(v, c.source),
+                Err(e) => Fact::unknown(format!("{}: {e}", c.source)),
+            },
+        };
+        f.cni_conf_files = match node.dir(CNI_DIR) {
+            Ok(v) => Fact::known(v, CNI_DIR),
+            Err(e) => Fact::unknown(e),
+        };
+        f.agents = agent_sightings(node, f);
+        let collected = rulesets.join().expect("ruleset thread");
+        f.ruleset_reads = collected
+            .tools
+            .iter()
+            .map(|t| RulesetRead {
+                source: if t.status == "ok" {
+                    t.detail.clone()
+                } else {
+                    t.tool.clone()
+                },
+                outcome: if t.status == "ok" {
+                    "ok".into()
+                } else {
+                    format!("{}: {}", t.status, t.detail)
+                },
+                rules: 0,
+            })
+            .collect();
+        let any_ok = collected.tools.iter().any(|t| t.status == "ok");
+        f.ruleset = if any_ok {
+            let sources: Vec<&str> = f
+                .ruleset_reads
+                .iter()
+                .filter(|r| r.outcome == "ok")
+                .map(|r| r.source.as_str())
+                .collect();
+            Fact::known(collected.ruleset, sources.join(", "))
+        } else {
+            Fact::unknown("no ruleset could be read (see ruleset_reads)")
+        };
+        let (pods, agents) = logs.join().expect("log thread");
+        f.pod_logs = pods;
+        f.agent_logs = agents;
+        let p = probes.join().expect("probe thread");
+        f.kube_proxy_healthz = p.healthz;
+        f.kube_proxy_livez = p.livez;
+        f.api_readyz = p.readyz;
+        f.clusterip_connect = p.clusterip;
+        f.api_local_connect = p.api_local;
+    });
+    facts
+}
+
+fn names_file(node: &dyn Node, path: &str) -> Fact<Vec<String>> {
+    match node.file(path) {
+        Ok(c) => Fact::known(
+            c.text().split_whitespace().map(str::to_string).collect(),
+            c.source,
+        ),
+        Err(e) => Fact::unknown(e),
+    }
+}
+
+/// `running` / `not running` from `firewall-cmd --state` or `systemctl status firewalld`.
+fn firewalld_state(text: &str) -> Option<String> {
+    let t = text.trim();
+    if t == "running" || t == "not running" {
+        return Some(t.to_string());
+    }
+    let active = t.lines().find_map(|l| l.trim().strip_prefix("Active:"))?;
+    Some(
+        if active.trim_start().starts_with("active (running)") {
+            "running"
+        } else {
+            "not running"
+        }
+        .to_string(),
+    )
+}
+
+fn agent_sightings(node: &dyn Node, f: &Facts) -> Vec<AgentSighting> {
+    let mut out = Vec::new();
+    for agent in catalogue() {
+        if let Fact::Known { value, source } = &f.units {
+            for u in value
+                .iter()
+                .filter(|u| agent.matches_unit(&u.name) && u.load != "not-found")
+            {
+                out.push(AgentSighting {
+                    agent: agent.name.clone(),
+                    how: format!("unit {} {} ({})", u.name, u.active, u.sub),
+                    source: format!("{source}:{}", u.line),
+                });
+            }
+        }
+        if let Fact::Known { value, source } = &f.processes {
+            for p in value.iter().filter(|p| agent.matches_process(&p.comm)) {
+                let exe = p
+                    .exe
+                    .as_deref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default();
+                out.push(AgentSighting {
+                    agent: agent.name.clone(),
+                    how: format!("process {}[{}]{exe}", p.comm, p.pid),
+                    source: source.clone(),
+                });
+            }
+        }
+        for path in agent.paths.iter().filter(|p| node.exists(p)) {
+            out.push(AgentSighting {
+                agent: agent.name.clone(),
+                how: format!("install path {path}"),
+                source: path.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// Reads one log file and keeps its signal lines.
+fn log_file(
+    node: &dyn Node,
+    path: &str,
+    agent: Option<&plumb_facts::agents::Agent>,
+    max: usize,
+) -> Option<LogFile> {
+    let c = node.file(path).ok()?;
+    let lines = logs::cri_lines(&c.text());
+    let mut signals: Vec<_> = lines
+        .iter()
+        .filter_map(|l| {
+            let s = match agent {
+                Some(a) if a.is_tamper_line(&l.text) => Some(logs::Signal::AgentTamper),
+                Some(_) => None,
+                None => logs::signal(&l.text),
+            }?;
+            Some((s, l.clone()))
+        })
+        .collect();
+    if signals.len() > max {
+        signals.drain(..signals.len() - max);
+    }
+    Some(LogFile {
+        path: c.source,
+        pod: pod_ref_from_path(path),
+        agent: agent.map(|a| a.name.clone()),
+        lines_read: lines.len(),
+        signals,
+    })
+}
+
+/// The newest log of each container of the pods in the watched namespaces, under
+/// /var/log/pods (`<ns>_<pod>_<uid>/<container>/<n>.log`) or, in Rancher bundles, flat
+/// `<ns>-<pod>` files.
+fn pod_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
+    let Ok(entries) = node.dir(POD_LOG_DIR) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let in_scope = options
+            .log_namespaces
+            .iter()
+            .any(|ns| entry.starts_with(&format!("{ns}_")) || entry.starts_with(&format!("{ns}-")));
+        if !in_scope {
+            continue;
+        }
+        let pod_dir = format!("{POD_LOG_DIR}/{entry}");
+        match node.dir(&pod_dir) {
+            Ok(containers) => {
+                for c in containers {
+                    let cdir = format!("{pod_dir}/{c}");
+                    let newest = node.dir(&cdir).ok().and_then(|files| {
+                        files
+                            .into_iter()
+                            .filter_map(|f| Some((f.strip_suffix(".log")?.parse::<u32>().ok()?, f)))
+                            .max()
+                    });
+                    if let Some((_, file)) = newest
+                        && let Some(l) = log_file(
+                            node,
+                            &format!("{cdir}/{file}"),
+                            None,
+                            options.max_signals_per_file,
+                        )
+                    {
+                        out.push(l);
+                    }
+                }
+            }
+            // A flat file (Rancher server bundles): every container's lines together.
+            Err(_) => out.extend(log_file(node, &pod_dir, None, options.max_signals_per_file)),
+        }
+    }
+    out
+}
+
+fn agent_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
+    let mut out = Vec::new();
+    for agent in catalogue() {
+        for dir in &agent.log_dirs {
+            let Ok(files) = node.dir(dir) else { continue };
+            for f in files {
+                out.extend(log_file(
+                    node,
+                    &format!("{dir}/{f}"),
+                    Some(agent),
+                    options.max_signals_per_file,
+                ));
+            }
+        }
+    }
+    out
+}
+
+struct Probes {
+    healthz: Fact<plumb_facts::HttpReply>,
+    livez: Fact<plumb_facts::HttpReply>,
+    readyz: Fact<plumb_facts::HttpReply>,
+    clusterip: Fact<plumb_facts::Connect>,
+    api_local: Fact<plumb_facts::Connect>,
+}
+
+/// kube-proxy's health server (127.0.0.1:10256), the local API server (6443) and the
+/// `kubernetes` Service ClusterIP — only on a running node.
+fn network_probes(node: &dyn Node, options: &GatherOptions) -> Probes {
+    if !node.is_live() {
+        let not = || "a bundle holds no live network probes".to_string();
+        return Probes {
+            healthz: Fact::unknown(not()),
+            livez: Fact::unknown(not()),
+            readyz: Fact::unknown(not()),
+            clusterip: Fact::unknown(not()),
+            api_local: Fact::unknown(not()),
+        };
+    }
+    let t = options.probe_timeout;
+    let ns = node.netns();
+    let clusterip = kubernetes_clusterip(node);
+    let api = api_endpoint(node);
+    let result =
+        probe::in_netns(ns, move || {
+            std::thread::scope(|s| {
+                let health = SocketAddr::from(([127, 0, 0, 1], 10256));
+                let h = s.spawn(move || probe::http_get(health, "/healthz", false, t));
+                let l = s.spawn(move || probe::http_get(health, "/livez", false, t));
+                let r = s.spawn(move || probe::http_get(api, "/readyz?verbose", true, t));
+                let c = s.spawn(move || probe::tcp_connect(clusterip, t));
+                let a = s.spawn(move || probe::tcp_connect(api, t));
+                let http = |j: std::thread::ScopedJoinHandle<
+                    '_,
+                    Result<plumb_facts::HttpReply, String>,
+                >| match j.join() {
+                    Ok(Ok(r)) => Fact::known(r.clone(), r.url),
+                    Ok(Err(e)) => Fact::unknown(e),
+                    Err(_) => Fact::unknown("probe panicked"),
+                };
+                let tcp = |j: std::thread::ScopedJoinHandle<'_, plumb_facts::Connect>,
+                           what: &str| match j.join() {
+                    Ok(c) => Fact::known(c, what.to_string()),
+                    Err(_) => Fact::unknown("probe panicked"),
+                };
+                Probes {
+                    healthz: http(h),
+                    livez: http(l),
+                    readyz: http(r),
+                    clusterip: tcp(c, &format!("TCP connect to {clusterip}")),
+                    api_local: tcp(a, &format!("TCP connect to {api}")),
+                }
+            })
+        });
+    result.unwrap_or_else(|e| Probes {
+        healthz: Fact::unknown(e.clone()),
+        livez: Fact::unknown(e.clone()),
+        readyz: Fact::unknown(e.clone()),
+        clusterip: Fact::unknown(e.clone()),
+        api_local: Fact::unknown(e),
+    })
+}
+
+/// The `kubernetes` Service ClusterIP: the first address of the service CIDR (RKE2's
+/// config or its default 10.43.0.0/16), port 443.
+fn kubernetes_clusterip(node: &dyn Node) -> SocketAddr {
+    let cidr = node
+        .file(RKE2_CONFIG)
+        .ok()
+        .and_then(|c| rke2::parse_config(&c.text()).ok())
+        .map(|c| c.service_cidr().to_string())
+        .unwrap_or_else(|| rke2::Rke2Config::DEFAULT_SERVICE_CIDR.to_string());
+    let base: std::net::Ipv4Addr = cidr
+        .split('/')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(std::net::Ipv4Addr::new(10, 43, 0, 0));
+    SocketAddr::from((
+        std::net::Ipv4Addr::from(u32::from(base).wrapping_add(1)),
+        443,
+    ))
+}
+
+/// The API server endpoint kube-proxy sends `default/kubernetes:https` to (from its DNAT
+/// rule), else 127.0.0.1:6443.
+fn api_endpoint(node: &dyn Node) -> SocketAddr {
+    let local = SocketAddr::from(([127, 0, 0, 1], 6443));
+    let Ok(c) = node.command(&NodeCommand::IptablesSave {
+        family: plumb_ruleset::Family::Ip,
+        backend: plumb_ruleset::Backend::IptablesNft,
+    }) else {
+        return local;
+    };
+    let rs = plumb_ruleset::iptables::save::parse(&c.text(), &Default::default());
+    kubernetes_endpoint(&rs).unwrap_or(local)
+}
+
+/// The first DNAT destination of a rule commented `default/kubernetes:https`.
+pub fn kubernetes_endpoint(rs: &Ruleset) -> Option<SocketAddr> {
+    rs.tables
+        .iter()
+        .filter(|t| &*t.name == "nat")
+        .flat_map(|t| t.chains.iter())
+        .flat_map(|c| c.rules.iter())
+        .filter(|r| r.text.contains("default/kubernetes:https"))
+        .find_map(|r| {
+            let x = r.xt()?;
+            let t = x.target()?;
+            (t.name() == "DNAT").then_some(())?;
+            t.option("--to-destination")?.arg(0)?.parse().ok()
+        })
+}
