@@ -263,7 +263,7 @@ fn log_file(
 /// The newest log of each container of the pods in the watched namespaces, under
 /// /var/log/pods (`<ns>_<pod>_<uid>/<container>/<n>.log`) or, in Rancher bundles, flat
 /// `<ns>-<pod>` files.
-fn pod_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
+pub fn pod_log_paths(node: &dyn Node, options: &GatherOptions) -> Vec<String> {
     let Ok(entries) = node.dir(POD_LOG_DIR) else {
         return Vec::new();
     };
@@ -287,62 +287,98 @@ fn pod_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
                             .filter_map(|f| Some((f.strip_suffix(".log")?.parse::<u32>().ok()?, f)))
                             .max()
                     });
-                    if let Some((_, file)) = newest
-                        && let Some(l) = log_file(
-                            node,
-                            &format!("{cdir}/{file}"),
-                            None,
-                            options.max_signals_per_file,
-                        )
-                    {
-                        out.push(l);
+                    if let Some((_, file)) = newest {
+                        out.push(format!("{cdir}/{file}"));
                     }
                 }
             }
             // A flat file (Rancher server bundles): every container's lines together.
-            Err(_) => out.extend(log_file(node, &pod_dir, None, options.max_signals_per_file)),
+            Err(_) => out.push(pod_dir),
+        }
+    }
+    out
+}
+
+fn pod_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
+    pod_log_paths(node, options)
+        .iter()
+        .filter_map(|p| log_file(node, p, None, options.max_signals_per_file))
+        .collect()
+}
+
+/// Every file in the catalogue's agent log directories, with its agent.
+pub fn agent_log_paths(node: &dyn Node) -> Vec<(&'static plumb_facts::agents::Agent, String)> {
+    let mut out = Vec::new();
+    for agent in catalogue() {
+        for dir in &agent.log_dirs {
+            let Ok(files) = node.dir(dir) else { continue };
+            out.extend(files.into_iter().map(|f| (agent, format!("{dir}/{f}"))));
         }
     }
     out
 }
 
 fn agent_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
-    let mut out = Vec::new();
-    for agent in catalogue() {
-        for dir in &agent.log_dirs {
-            let Ok(files) = node.dir(dir) else { continue };
-            for f in files {
-                out.extend(log_file(
-                    node,
-                    &format!("{dir}/{f}"),
-                    Some(agent),
-                    options.max_signals_per_file,
-                ));
-            }
-        }
-    }
-    out
+    agent_log_paths(node)
+        .into_iter()
+        .filter_map(|(agent, p)| log_file(node, &p, Some(agent), options.max_signals_per_file))
+        .collect()
 }
 
-struct Probes {
-    healthz: Fact<plumb_facts::HttpReply>,
-    livez: Fact<plumb_facts::HttpReply>,
-    readyz: Fact<plumb_facts::HttpReply>,
-    clusterip: Fact<plumb_facts::Connect>,
-    api_local: Fact<plumb_facts::Connect>,
+/// A probe result a plumb bundle recorded when it was collected.
+fn recorded<T: serde::de::DeserializeOwned>(node: &dyn Node, name: &str) -> Fact<T> {
+    match node.recorded_probe(name) {
+        None => Fact::unknown("a bundle holds no live network probes"),
+        Some(c) => serde_json::from_slice(&c.bytes)
+            .unwrap_or_else(|e| Fact::unknown(format!("{}: {e}", c.source))),
+    }
+}
+
+/// Network probe results, by the names plumb bundles record them under.
+pub struct Probes {
+    pub healthz: Fact<plumb_facts::HttpReply>,
+    pub livez: Fact<plumb_facts::HttpReply>,
+    pub readyz: Fact<plumb_facts::HttpReply>,
+    pub clusterip: Fact<plumb_facts::Connect>,
+    pub api_local: Fact<plumb_facts::Connect>,
+}
+
+impl Probes {
+    /// (name, JSON) of each probe, as a plumb bundle stores them.
+    pub fn to_json(&self) -> Vec<(&'static str, String)> {
+        let j = |v: &dyn erased::Json| v.json();
+        vec![
+            ("kube-proxy-healthz", j(&self.healthz)),
+            ("kube-proxy-livez", j(&self.livez)),
+            ("api-readyz", j(&self.readyz)),
+            ("clusterip-connect", j(&self.clusterip)),
+            ("api-local-connect", j(&self.api_local)),
+        ]
+    }
+}
+
+mod erased {
+    /// Serialises any fact to pretty JSON (object-safe helper for `Probes::to_json`).
+    pub trait Json {
+        fn json(&self) -> String;
+    }
+    impl<T: serde::Serialize> Json for T {
+        fn json(&self) -> String {
+            serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+        }
+    }
 }
 
 /// kube-proxy's health server (127.0.0.1:10256), the local API server (6443) and the
 /// `kubernetes` Service ClusterIP — only on a running node.
-fn network_probes(node: &dyn Node, options: &GatherOptions) -> Probes {
+pub fn network_probes(node: &dyn Node, options: &GatherOptions) -> Probes {
     if !node.is_live() {
-        let not = || "a bundle holds no live network probes".to_string();
         return Probes {
-            healthz: Fact::unknown(not()),
-            livez: Fact::unknown(not()),
-            readyz: Fact::unknown(not()),
-            clusterip: Fact::unknown(not()),
-            api_local: Fact::unknown(not()),
+            healthz: recorded(node, "kube-proxy-healthz"),
+            livez: recorded(node, "kube-proxy-livez"),
+            readyz: recorded(node, "api-readyz"),
+            clusterip: recorded(node, "clusterip-connect"),
+            api_local: recorded(node, "api-local-connect"),
         };
     }
     let t = options.probe_timeout;

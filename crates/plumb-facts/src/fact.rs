@@ -4,7 +4,7 @@
 //! denied, not in the bundle) is a fact too ("not readable: permission denied"), so the
 //! doctor can say "unknown" instead of guessing and nothing crashes.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Where a value was read: a command or a file, optionally a line, and the quoted text.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -29,7 +29,7 @@ impl Evidence {
 }
 
 /// A value, or the reason it is unknown.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "lowercase")]
 pub enum Fact<T> {
     Known {

@@ -11,6 +11,7 @@ pub mod agents;
 pub mod fact;
 pub mod model;
 pub mod parse;
+pub mod redact;
 
 pub use fact::{Evidence, Fact};
 pub use model::*;

@@ -11,7 +11,7 @@ use crate::parse::ss::Listener;
 use crate::parse::systemd::Unit;
 use crate::parse::ufw::UfwStatus;
 use plumb_ruleset::Ruleset;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// What was looked at.
@@ -61,7 +61,7 @@ pub struct Process {
 }
 
 /// An HTTP GET made by a probe (kube-proxy health, API server readyz).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HttpReply {
     pub url: String,
     pub status: u16,
@@ -77,7 +77,7 @@ impl HttpReply {
 }
 
 /// A TCP connect attempt and how it ended.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Connect {
     /// `10.43.0.1:443`.
     pub target: String,
@@ -85,7 +85,7 @@ pub struct Connect {
     pub millis: u64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ConnectOutcome {
     Connected,

@@ -359,6 +359,15 @@ impl Node for BundleNode {
     fn is_live(&self) -> bool {
         false
     }
+
+    fn recorded_probe(&self, name: &str) -> Option<Captured> {
+        (self.kind == BundleKind::Plumb)
+            .then(|| {
+                self.read(&self.root.join("probes").join(format!("{name}.json")))
+                    .ok()
+            })
+            .flatten()
+    }
 }
 
 /// A private temporary directory, removed with everything in it on drop.

@@ -119,6 +119,10 @@ pub trait Node: Sync {
     fn netns(&self) -> Option<&str> {
         None
     }
+    /// A network probe's result recorded in a plumb bundle (`kube-proxy-healthz`, ...).
+    fn recorded_probe(&self, _name: &str) -> Option<Captured> {
+        None
+    }
 }
 
 /// Largest file or command output read (pod logs are tails of this size).
