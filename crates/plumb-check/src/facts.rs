@@ -6,7 +6,86 @@
 
 use crate::finding::Evidence;
 use plumb_kubeproxy::recover::{ServiceMap, recover};
-use plumb_ruleset::{Backend, Chain, Completeness, Family, Rule, Ruleset, Table};
+use plumb_ruleset::iptables::TARGET_EXTENSIONS;
+use plumb_ruleset::{Backend, Chain, Completeness, Family, Rule, RuleBody, Ruleset, Table};
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// FNV-1a: chain names are short and come from the input, not an attacker; SipHash's
+/// DoS resistance costs a third of the checks' time on a 100k-rule dump.
+#[derive(Default)]
+pub struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+pub type FastSet<K> = HashSet<K, BuildHasherDefault<Fnv>>;
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+
+/// Every chain reference of one table, computed once and shared by the checks.
+pub struct TableRefs<'a> {
+    /// Chains declared in the table.
+    pub declared: FastSet<&'a str>,
+    /// Chains some rule or verdict-map element references.
+    pub referenced: FastSet<&'a str>,
+    /// (target chain, rule) for every rule that jumps or goes to a chain.
+    pub rules: Vec<(&'a str, &'a Rule)>,
+}
+
+impl<'a> TableRefs<'a> {
+    fn new(table: &'a Table) -> TableRefs<'a> {
+        let declared: FastSet<&str> = table.chains.iter().map(|c| &*c.name).collect();
+        let mut rules = Vec::new();
+        for c in &table.chains {
+            for r in &c.rules {
+                match &r.body {
+                    RuleBody::Xt(_) => {
+                        let Some(v) = r.xt() else { continue };
+                        let Some(t) = v.target() else { continue };
+                        let name = t.name();
+                        // A declared chain is a chain; otherwise a target with options or a
+                        // known extension is not (the rest are dangling jumps).
+                        let is_chain = t.is_goto()
+                            || declared.contains(name)
+                            || (t.options().next().is_none() && !TARGET_EXTENSIONS.contains(&name));
+                        if is_chain {
+                            rules.push((name, r));
+                        }
+                    }
+                    _ => {
+                        for x in r.chain_references() {
+                            rules.push((x.chain, r));
+                        }
+                    }
+                }
+            }
+        }
+        let mut referenced: FastSet<&str> = rules.iter().map(|(c, _)| *c).collect();
+        for s in &table.sets {
+            referenced.extend(s.verdict_targets().map(|x| x.chain));
+        }
+        TableRefs {
+            declared,
+            referenced,
+            rules,
+        }
+    }
+}
 
 /// Where the ruleset was read from (names evidence sources).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +105,8 @@ pub struct Facts<'a> {
     pub partial_flag: bool,
     /// kube-proxy's service maps, recovered once.
     pub services: Vec<ServiceMap<'a>>,
+    /// Chain references per table, parallel to `ruleset.tables`.
+    pub refs: Vec<TableRefs<'a>>,
 }
 
 impl<'a> Facts<'a> {
@@ -35,7 +116,19 @@ impl<'a> Facts<'a> {
             origin,
             partial_flag,
             services: recover(ruleset),
+            refs: ruleset.tables.iter().map(TableRefs::new).collect(),
         }
+    }
+
+    /// The chain references of `table` (which must belong to this ruleset).
+    pub fn refs_of(&self, table: &Table) -> &TableRefs<'a> {
+        let i = self
+            .ruleset
+            .tables
+            .iter()
+            .position(|t| std::ptr::eq(t, table))
+            .expect("table of this ruleset");
+        &self.refs[i]
     }
 
     /// True when absent chains may exist elsewhere: a restore payload, by flag or by content.

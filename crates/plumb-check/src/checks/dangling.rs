@@ -12,40 +12,16 @@
 //! declared may live in the kernel, so only references to chains the payload itself
 //! deletes (`-X`) are problems. With a truncated input the answer is `unknown`.
 
-use super::{short_list, xt_jump};
+use super::short_list;
 use crate::facts::Facts;
 use crate::finding::{Evidence, Finding, Severity};
-use plumb_ruleset::{Backend, RuleBody, Table};
-use std::collections::HashSet;
+use plumb_ruleset::{Backend, Table};
 
 pub const ID: &str = "dangling-reference";
 
-/// Rules (and verdict-map elements) of `table` that reference a chain, with the chain name.
-fn references<'a>(facts: &Facts, table: &'a Table) -> Vec<(&'a str, Evidence)> {
+/// Verdict-map elements of an nft table that reference a chain, as evidence.
+fn set_references<'a>(facts: &Facts, table: &'a Table) -> Vec<(&'a str, Evidence)> {
     let mut out = Vec::new();
-    for c in &table.chains {
-        for r in &c.rules {
-            match &r.body {
-                RuleBody::Xt(_) => {
-                    if let Some(v) = r.xt()
-                        && let Some(target) = xt_jump(&v)
-                    {
-                        out.push((target, facts.rule(table, r)));
-                    }
-                }
-                RuleBody::Nft(n) => {
-                    for x in n.chain_references() {
-                        out.push((x.chain, facts.rule(table, r)));
-                    }
-                }
-                RuleBody::Approximate(_) => {
-                    for x in r.chain_references() {
-                        out.push((x.chain, facts.rule(table, r)));
-                    }
-                }
-            }
-        }
-    }
     if table.backend == Backend::Nftables {
         for s in &table.sets {
             for e in &s.elements {
@@ -73,14 +49,26 @@ fn references<'a>(facts: &Facts, table: &'a Table) -> Vec<(&'a str, Evidence)> {
 pub fn check(facts: &Facts) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut skipped_partial = 0usize;
-    for table in &facts.ruleset.tables {
-        let declared: HashSet<&str> = table.chains.iter().map(|c| &*c.name).collect();
-        let deleted: HashSet<&str> = table.deleted_chains.iter().map(|c| &**c).collect();
+    for (table, refs) in facts.ruleset.tables.iter().zip(&facts.refs) {
+        let declared = &refs.declared;
+        let deleted: Vec<&str> = table.deleted_chains.iter().map(|c| &**c).collect();
         let mut missing: Vec<&str> = Vec::new();
         let mut deleted_refs: Vec<&str> = Vec::new();
         let mut evidence = Vec::new();
-        for (target, ev) in references(facts, table) {
-            if deleted.contains(target) {
+        let cheap = refs
+            .rules
+            .iter()
+            .filter(|(t, _)| deleted.contains(t) || !declared.contains(t))
+            .map(|(t, r)| (*t, facts.rule(table, r)));
+        let all: Vec<(&str, Evidence)> = cheap
+            .chain(
+                set_references(facts, table)
+                    .into_iter()
+                    .filter(|(t, _)| deleted.contains(t) || !declared.contains(t)),
+            )
+            .collect();
+        for (target, ev) in all {
+            if deleted.contains(&target) {
                 if !deleted_refs.contains(&target) {
                     deleted_refs.push(target);
                 }

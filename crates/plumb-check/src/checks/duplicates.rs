@@ -8,8 +8,8 @@
 
 use super::rule_body_text;
 use crate::facts::Facts;
+use crate::facts::FastMap;
 use crate::finding::{Finding, Severity};
-use std::collections::HashMap;
 
 pub const ID: &str = "duplicate-rule";
 
@@ -18,7 +18,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
     for table in &facts.ruleset.tables {
         let mut evidence = Vec::new();
         let mut chains: Vec<&str> = Vec::new();
-        let mut seen: HashMap<&str, u32> = HashMap::new();
+        let mut seen: FastMap<&str, u32> = FastMap::default();
         for c in &table.chains {
             seen.clear();
             for r in &c.rules {

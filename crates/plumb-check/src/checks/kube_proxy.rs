@@ -17,7 +17,7 @@
 //!
 //! Only judged on complete dumps; partial inputs get an `unknown` answer.
 
-use super::{is_kube_proxy_chain, referenced_chains, short_list};
+use super::{is_kube_proxy_chain, short_list};
 use crate::facts::{Facts, group_name};
 use crate::finding::{Evidence, Finding, Severity};
 use plumb_kubeproxy::ChainPrefix;
@@ -193,7 +193,7 @@ fn xt_group(facts: &Facts, group: (Backend, Family), out: &mut Vec<Finding>) {
             }
         }
         if !ipvs_mode(nat) {
-            let referenced = referenced_chains(nat);
+            let referenced = &facts.refs_of(nat).referenced;
             let orphans: Vec<&str> = svc_chains
                 .iter()
                 .copied()

@@ -12,10 +12,9 @@ pub mod stale;
 
 use crate::facts::Facts;
 use crate::finding::Finding;
+use plumb_ruleset::Rule;
 use plumb_ruleset::iptables::XtView;
 use plumb_ruleset::owner::owner_of_chain_name;
-use plumb_ruleset::{Rule, Table};
-use std::collections::HashSet;
 
 /// A check: its finding ids and the function that runs it.
 pub struct Check {
@@ -86,34 +85,16 @@ pub(crate) fn owner_name(chain: &str) -> Option<String> {
 
 /// True for chains of a CNI (Calico, Flannel, Cilium).
 pub(crate) fn is_cni_chain(chain: &str) -> bool {
-    matches!(
-        owner_name(chain).as_deref(),
-        Some("calico" | "flannel" | "cilium")
-    )
+    !chain.starts_with("KUBE-")
+        && matches!(
+            owner_name(chain).as_deref(),
+            Some("calico" | "flannel" | "cilium")
+        )
 }
 
 /// True for kube-proxy's own chains (not kubelet's KUBE-FIREWALL and canaries).
 pub(crate) fn is_kube_proxy_chain(chain: &str) -> bool {
     owner_name(chain).as_deref() == Some("kube-proxy")
-}
-
-/// Names of every chain some rule of `table` references (jumps, gotos, verdict maps).
-pub(crate) fn referenced_chains(table: &Table) -> HashSet<&str> {
-    let mut out = HashSet::new();
-    if table.backend == plumb_ruleset::Backend::Nftables {
-        for r in plumb_ruleset::nft::table_chain_references(table) {
-            out.insert(r.chain);
-        }
-        return out;
-    }
-    for c in &table.chains {
-        for r in &c.rules {
-            for x in r.chain_references() {
-                out.insert(x.chain);
-            }
-        }
-    }
-    out
 }
 
 /// The chain a rule jumps/goes to, for iptables rules whose target is a chain (a target

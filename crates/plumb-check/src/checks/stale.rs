@@ -10,7 +10,7 @@
 //! Only judged on complete dumps: in a restore payload the references may be in the kernel.
 
 use super::kube_proxy::ipvs_mode;
-use super::{owner_name, referenced_chains, short_list};
+use super::{owner_name, short_list};
 use crate::facts::Facts;
 use crate::finding::{Finding, Severity};
 use plumb_kubeproxy::ChainPrefix;
@@ -36,7 +36,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
     }
     let mut out = Vec::new();
     for table in &facts.ruleset.tables {
-        let referenced = referenced_chains(table);
+        let referenced = &facts.refs_of(table).referenced;
         let ipvs = &*table.name == "nat" && ipvs_mode(table);
         // owner -> chains
         let mut stale: BTreeMap<String, Vec<&plumb_ruleset::Chain>> = BTreeMap::new();

@@ -23,6 +23,9 @@ use crate::chain_name::{ChainPrefix, endpoint_chain_name, parse_chain_name, port
 use plumb_ruleset::iptables::XtView;
 use plumb_ruleset::{Backend, Chain, Family, Rule, Ruleset, Table};
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<crate::sync::Fnv>>;
 use std::net::IpAddr;
 
 /// What a kube-proxy comment says about the rule (the name is returned alongside).
@@ -126,9 +129,9 @@ impl<'a> R<'a> {
         self.v.target().map(|t| t.name())
     }
 
-    fn generic(&self, short: &str) -> Option<(bool, String)> {
+    fn generic(&self, short: &str) -> Option<(bool, std::borrow::Cow<'a, str>)> {
         let o = self.v.generic_option(short)?;
-        Some((o.negated(), o.arg(0)?.into_owned()))
+        Some((o.negated(), o.arg(0)?))
     }
 
     fn dst_host(&self) -> Option<IpAddr> {
@@ -282,8 +285,8 @@ fn has_kube_proxy_rules(g: &Group) -> bool {
 
 struct Recovery<'a> {
     builders: Vec<Builder<'a>>,
-    by_key: HashMap<String, usize>,
-    nat_chains: HashMap<&'a str, &'a Chain>,
+    by_key: FastMap<String, usize>,
+    nat_chains: FastMap<&'a str, &'a Chain>,
     mismatches: Vec<NameMismatch<'a>>,
     endpoints: Vec<Vec<RecoveredEndpoint<'a>>>,
     affinity: Vec<Option<u32>>,
@@ -312,8 +315,8 @@ impl<'a> Recovery<'a> {
 fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
     let mut rec = Recovery {
         builders: Vec::new(),
-        by_key: HashMap::new(),
-        nat_chains: HashMap::new(),
+        by_key: FastMap::default(),
+        nat_chains: FastMap::default(),
         mismatches: Vec::new(),
         endpoints: Vec::new(),
         affinity: Vec::new(),
@@ -467,20 +470,19 @@ fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain) {
 
 /// Reads the SVC, SVL, EXT and FW chains of one service port.
 fn service_chains<'a>(rec: &mut Recovery<'a>, table: &'a str, hash: &str, i: usize) {
-    let chain = |p: ChainPrefix| format!("{}{hash}", p.as_str());
-    let svc = rec
-        .nat_chains
-        .get(chain(ChainPrefix::Svc).as_str())
-        .copied();
-    let svl = rec
-        .nat_chains
-        .get(chain(ChainPrefix::Svl).as_str())
-        .copied();
-    let ext = rec
-        .nat_chains
-        .get(chain(ChainPrefix::Ext).as_str())
-        .copied();
-    let fw = rec.nat_chains.get(chain(ChainPrefix::Fw).as_str()).copied();
+    let mut name = String::with_capacity(25);
+    let mut chain = |p: ChainPrefix| {
+        name.clear();
+        name.push_str(p.as_str());
+        name.push_str(hash);
+        rec.nat_chains.get(name.as_str()).copied()
+    };
+    let (svc, svl, ext, fw) = (
+        chain(ChainPrefix::Svc),
+        chain(ChainPrefix::Svl),
+        chain(ChainPrefix::Ext),
+        chain(ChainPrefix::Fw),
+    );
     let mut eps: Vec<RecoveredEndpoint<'a>> = Vec::new();
     for (c, local) in [(svc, false), (svl, true)] {
         let Some(c) = c else { continue };
@@ -535,7 +537,7 @@ fn service_chains<'a>(rec: &mut Recovery<'a>, table: &'a str, hash: &str, i: usi
                 continue;
             }
             let range = match src.split_once('/') {
-                Some(_) => src,
+                Some(_) => src.into_owned(),
                 None => format!("{src}/32"),
             };
             push_unique(&mut b.source_ranges, range);
@@ -560,14 +562,16 @@ fn endpoint_cascade<'a>(
     for rule in &chain.rules {
         let Some(r) = R::new(rule) else { continue };
         let Some(target) = r.target() else { continue };
-        let comment = r.comment();
-        let said = comment.as_deref().and_then(read_comment);
         if target == "KUBE-MARK-MASQ" {
             let b = &mut rec.builders[i];
-            if let Some((n, _)) = said {
+            if b.name.is_none()
+                && let Some((n, _)) = r.comment().as_deref().and_then(read_comment)
+            {
                 b.name(n);
             }
-            b.protocol(r.protocol());
+            if b.protocol.is_none() {
+                b.protocol = r.protocol();
+            }
             if b.cluster_ip.is_none() {
                 b.cluster_ip = r.dst_host();
                 b.port = b.port.or(r.dport());
@@ -594,7 +598,8 @@ fn endpoint_cascade<'a>(
         };
         let effective = remaining * p;
         remaining *= 1.0 - p;
-        let mut evidence = vec![Evidence::rule(table, &chain.name, rule)];
+        let mut evidence = Vec::with_capacity(2);
+        evidence.push(Evidence::rule(table, &chain.name, rule));
         let mut address = None;
         if let Some(sep) = rec.nat_chains.get(target) {
             for sr in &sep.rules {
@@ -603,16 +608,23 @@ fn endpoint_cascade<'a>(
                     address = Some(to);
                     evidence.push(Evidence::rule(table, &sep.name, sr));
                     let b = &mut rec.builders[i];
-                    b.protocol(x.protocol());
-                    if let Some((n, _)) = x.comment().as_deref().and_then(read_comment) {
+                    if b.protocol.is_none() {
+                        b.protocol = x.protocol();
+                    }
+                    if b.name.is_none()
+                        && let Some((n, _)) = x.comment().as_deref().and_then(read_comment)
+                    {
                         b.name(n);
                     }
                 }
             }
         }
-        if let Some((n, Says::Endpoint(addr))) = said {
-            rec.builders[i].name(n);
-            address.get_or_insert_with(|| addr.to_string());
+        if address.is_none() || rec.builders[i].name.is_none() {
+            let comment = r.comment();
+            if let Some((n, Says::Endpoint(addr))) = comment.as_deref().and_then(read_comment) {
+                rec.builders[i].name(n);
+                address.get_or_insert_with(|| addr.to_string());
+            }
         }
         if out.iter().any(|e| e.chain == Some(target)) {
             continue;

@@ -25,6 +25,9 @@ use crate::chain_name::{NftChainPrefix, nft_endpoint_chain_name, nft_service_por
 use plumb_ruleset::nft::{NftSet, StatementKind, Value, Verdict, VerdictMapRef};
 use plumb_ruleset::{Backend, Chain, Family, RuleBody, Ruleset, Table};
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<crate::sync::Fnv>>;
 use std::net::IpAddr;
 
 const PREFIXES: [NftChainPrefix; 5] = [
@@ -101,8 +104,8 @@ pub fn recover(ruleset: &Ruleset) -> Vec<ServiceMap<'_>> {
 struct Recovery<'a> {
     table: &'a Table,
     builders: Vec<Builder<'a>>,
-    by_name: HashMap<String, usize>,
-    chains: HashMap<&'a str, &'a Chain>,
+    by_name: FastMap<String, usize>,
+    chains: FastMap<&'a str, &'a Chain>,
     mismatches: Vec<NameMismatch<'a>>,
 }
 
@@ -153,7 +156,7 @@ fn recover_table(table: &Table) -> ServiceMap<'_> {
     let mut rec = Recovery {
         table,
         builders: Vec::new(),
-        by_name: HashMap::new(),
+        by_name: FastMap::default(),
         chains: table.chains.iter().map(|c| (&*c.name, c)).collect(),
         mismatches: Vec::new(),
     };
