@@ -21,6 +21,29 @@ pub enum Command {
     /// Read, summarise, print and diff netfilter rulesets.
     #[command(subcommand)]
     Ruleset(RulesetCommand),
+    /// The service map kube-proxy programmed, recovered from the rules (iptables or nftables mode).
+    Services {
+        #[command(flatten)]
+        source: SourceFlags,
+        #[command(flatten)]
+        input: InputFlags,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Integrity findings: dangling jumps, broken kube-proxy chains, stale chains, backend
+    /// mix, firewall rules shadowing pod traffic, garbled NAT, services without endpoints.
+    Check {
+        #[command(flatten)]
+        source: SourceFlags,
+        #[command(flatten)]
+        input: InputFlags,
+        /// The input is a restore payload (kube-proxy --noflush): chains it references may
+        /// live in the kernel, so they are not reported as missing.
+        #[arg(long)]
+        partial: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -81,4 +104,15 @@ pub struct InputFlags {
     /// Refuse inputs larger than this many bytes.
     #[arg(long, value_name = "BYTES", default_value_t = plumb_ruleset::format::DEFAULT_MAX_SIZE)]
     pub max_input_size: usize,
+}
+
+/// Where to read the ruleset: a file, a network namespace, or (neither) this machine.
+#[derive(Debug, Args, Clone)]
+pub struct SourceFlags {
+    /// Read this ruleset file (any supported format, - for standard input).
+    #[arg(long, value_name = "FILE", conflicts_with = "netns")]
+    pub ruleset: Option<PathBuf>,
+    /// Read the live rulesets of this network namespace (as in `ip netns exec NAME`).
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
 }

@@ -139,9 +139,17 @@ pub fn endpoint_chain_name(service_port_name: &str, protocol: &str, endpoint: &s
 
 /// Splits a kube-proxy per-service chain name into its prefix and 16-character hash.
 pub fn parse_chain_name(chain: &str) -> Option<(ChainPrefix, &str)> {
+    // Hot in service-map recovery and checks (every chain and jump of a 100k-rule dump):
+    // reject by length and the shared "KUBE-" prefix first, then test the alphabet by range.
+    if !(24..=25).contains(&chain.len()) || !chain.starts_with("KUBE-") {
+        return None;
+    }
     ChainPrefix::ALL.into_iter().find_map(|prefix| {
         let hash = chain.strip_prefix(prefix.as_str())?;
-        let valid = hash.len() == 16 && hash.bytes().all(|b| BASE32_ALPHABET.contains(&b));
+        let valid = hash.len() == 16
+            && hash
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || (b'2'..=b'7').contains(&b));
         valid.then_some((prefix, hash))
     })
 }

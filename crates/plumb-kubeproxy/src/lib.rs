@@ -5,6 +5,8 @@
 //!   to a given service port or endpoint.
 //! - [`model`]: the service model kube-proxy programs (service ports, virtual IPs, endpoints).
 //! - [`generate`]: a deterministic generator of such models from counts and fractions.
+//! - [`recover`]: the inverse: the service map read back from a parsed ruleset (iptables
+//!   and nftables mode), with evidence and chain-hash verification.
 //! - [`rules`] and [`sync`]: the iptables rules kubelet and kube-proxy (1.28+) write for a
 //!   model, printed as kube-proxy's own `iptables-restore` payload and as `iptables-save`
 //!   prints them back from the kernel.
@@ -25,6 +27,7 @@
 pub mod chain_name;
 pub mod generate;
 pub mod model;
+pub mod recover;
 pub mod rules;
 pub mod sync;
 

@@ -739,7 +739,7 @@ fn full_sync(cluster: &Cluster, options: &ProxierOptions, large: bool) -> Vec<Ta
 
 /// FNV-1a: chain names are short and trusted, SipHash's DoS resistance buys nothing here.
 #[derive(Default)]
-struct Fnv(u64);
+pub(crate) struct Fnv(u64);
 
 impl Hasher for Fnv {
     fn finish(&self) -> u64 {

@@ -1,6 +1,6 @@
 //! Reading a ruleset file or stdin with the user's format hints.
 
-use crate::flags::InputFlags;
+use crate::flags::{InputFlags, SourceFlags};
 use anyhow::{Context, bail};
 use plumb_ruleset::Family;
 use plumb_ruleset::format::parse_owned;
@@ -68,4 +68,54 @@ pub fn load(path: &Path, flags: &InputFlags) -> anyhow::Result<Loaded> {
     };
     let parsed = parse_owned(bytes, &options).with_context(|| format!("reading {name}"))?;
     Ok(Loaded { name, parsed })
+}
+
+/// A ruleset read from a file or live, with what to call it in messages and evidence.
+pub struct Source {
+    /// `dump.txt`, `network namespace X`, `this machine`.
+    pub name: String,
+    /// Format name for files; `live` for collected rulesets.
+    pub format: &'static str,
+    pub ruleset: plumb_ruleset::Ruleset,
+    /// `None` for a file; the netns (or `Some(None)` for this machine) when read live.
+    pub live: Option<Option<String>>,
+    /// Dump commands that failed or were missing (live only), for the report.
+    pub tools: Vec<plumb_collect::ToolOutcome>,
+}
+
+/// Reads `--ruleset FILE`, or the live rulesets of `--netns NAME` / this machine.
+pub fn load_source(source: &SourceFlags, input: &InputFlags) -> anyhow::Result<Source> {
+    if let Some(path) = &source.ruleset {
+        let loaded = load(path, input)?;
+        return Ok(Source {
+            name: loaded.name,
+            format: loaded.parsed.format.name(),
+            ruleset: loaded.parsed.ruleset,
+            live: None,
+            tools: Vec::new(),
+        });
+    }
+    let netns = source.netns.clone();
+    let collected = plumb_collect::collect_rulesets(&plumb_collect::SystemRunner, netns.as_deref());
+    if collected.tools.iter().all(|t| t.status != "ok") {
+        let why: Vec<String> = collected
+            .tools
+            .iter()
+            .map(|t| format!("{}: {} {}", t.tool, t.status, t.detail))
+            .collect();
+        bail!(
+            "could not read any ruleset ({}); run as root or pass --ruleset FILE",
+            why.join("; ")
+        );
+    }
+    Ok(Source {
+        name: match &netns {
+            Some(n) => format!("network namespace {n}"),
+            None => "this machine".into(),
+        },
+        format: "live",
+        ruleset: collected.ruleset,
+        live: Some(netns),
+        tools: collected.tools,
+    })
 }

@@ -1,8 +1,10 @@
 //! Command implementations: each takes parsed flags, does its IO at the edge, and
 //! returns a `Verdict` for the exit code.
 
+mod check;
 mod input;
 mod ruleset;
+mod services;
 
 use crate::Verdict;
 use crate::flags::{Cli, Command};
@@ -10,6 +12,17 @@ use crate::flags::{Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
     match cli.command {
         Command::Ruleset(c) => ruleset::run(c),
+        Command::Services {
+            source,
+            input,
+            json,
+        } => services::run(&source, &input, json),
+        Command::Check {
+            source,
+            input,
+            partial,
+            json,
+        } => check::run(&source, &input, partial, json),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();

@@ -1,0 +1,31 @@
+//! `plumb check`'s pure part on a parsed 10k-service x 3-endpoint kube-proxy dump:
+//! service-map recovery (inside `Facts::new`) plus every check.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use plumb_check::{Facts, Origin, run};
+use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+use plumb_ruleset::iptables::save::{IptablesInput, parse};
+
+fn bench(c: &mut Criterion) {
+    let cluster = generate(&GeneratorConfig {
+        services: 10_000,
+        endpoints_per_service: 3,
+        ..Default::default()
+    })
+    .expect("generator config");
+    let text = KubeProxyRules::new(&cluster, &ProxierOptions::default())
+        .to_iptables_save(&SaveOptions::default());
+    let ruleset = parse(&text, &IptablesInput::default());
+    let mut g = c.benchmark_group("check");
+    g.sample_size(10);
+    g.bench_function("facts_and_all_checks_10k", |b| {
+        b.iter(|| {
+            let facts = Facts::new(&ruleset, Origin::File("dump".into()), false);
+            run(&facts)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

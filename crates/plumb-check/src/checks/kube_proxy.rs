@@ -1,0 +1,523 @@
+//! Findings: kube-proxy is present but its dataplane is broken.
+//!
+//! - `kube-proxy-rules-missing`: nat `KUBE-SERVICES` missing or without service rules while
+//!   `KUBE-SVC-*` chains exist (nothing captures ClusterIPs: seed 000's "the API server
+//!   answers locally but 10.43.0.1:443 times out"), or a hook from PREROUTING/OUTPUT/
+//!   POSTROUTING (nat) or FORWARD (filter) is gone. nftables mode: the `services` chain or
+//!   the `nat-prerouting`/`nat-output` base chains are missing.
+//! - `kube-proxy-service-unreachable`: a `KUBE-SVC-*`/`KUBE-SVL-*` chain nothing jumps to —
+//!   the state left when a tool deletes kube-proxy's jump rules (and the next partial sync
+//!   then fails with "Chain … does not exist"). In IPVS mode such chains are leftovers and
+//!   reported by `stale-chain` instead.
+//! - `kube-proxy-canary-missing`: mangle `KUBE-PROXY-CANARY` (kube-proxy polls it every
+//!   sync period and resyncs when it vanishes), `KUBE-KUBELET-CANARY` or kubelet's
+//!   `KUBE-IPTABLES-HINT` are missing: something flushed or replaced the tables.
+//! - `kube-proxy-chain-hash-mismatch`: a KUBE-SVC/SEP/… chain whose hash is not what
+//!   kube-proxy computes for the service named in its comments.
+//!
+//! Only judged on complete dumps; partial inputs get an `unknown` answer.
+
+use super::{is_kube_proxy_chain, short_list};
+use crate::facts::{Facts, group_name};
+use crate::finding::{Evidence, Finding, Severity};
+use plumb_kubeproxy::ChainPrefix;
+use plumb_kubeproxy::chain_name::parse_chain_name;
+use plumb_ruleset::{Backend, Family, Table};
+
+pub const ID_MISSING: &str = "kube-proxy-rules-missing";
+pub const ID_UNREACHABLE: &str = "kube-proxy-service-unreachable";
+pub const ID_CANARY: &str = "kube-proxy-canary-missing";
+pub const ID_HASH: &str = "kube-proxy-chain-hash-mismatch";
+
+const DO_NOT_FLUSH: &str = "Do not flush iptables or restart kube-proxy in a loop: if something keeps deleting its rules (seed 000: a security agent's tamper protection), they disappear again; fix the cause.";
+
+/// True when nat `KUBE-SERVICES` selects services through ipsets (IPVS mode).
+pub(crate) fn ipvs_mode(nat: &Table) -> bool {
+    nat.chain("KUBE-SERVICES").is_some_and(|c| {
+        c.rules.iter().any(|r| {
+            r.xt().is_some_and(|v| {
+                v.match_named("set").is_some_and(|m| {
+                    m.option("--match-set")
+                        .and_then(|o| o.arg(0))
+                        .is_some_and(|s| s.starts_with("KUBE-"))
+                })
+            })
+        })
+    })
+}
+
+fn kube_proxy_present(tables: &[&Table]) -> bool {
+    tables
+        .iter()
+        .any(|t| t.chains.iter().any(|c| is_kube_proxy_chain(&c.name)))
+}
+
+/// Does `builtin` of `table` jump to `target`?
+fn hooked(table: &Table, builtin: &str, target: &str) -> Option<bool> {
+    let c = table.chain(builtin)?;
+    Some(
+        c.rules
+            .iter()
+            .any(|r| r.chain_references().iter().any(|x| x.chain == target)),
+    )
+}
+
+pub fn check(facts: &Facts) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut judged = false;
+    for group in facts.xt_groups() {
+        let tables: Vec<&Table> = ["nat", "filter", "mangle"]
+            .iter()
+            .filter_map(|n| facts.xt_table(group, n))
+            .collect();
+        if !kube_proxy_present(&tables) {
+            continue;
+        }
+        if !facts.is_full() {
+            out.push(
+                Finding::unknown(
+                    ID_MISSING,
+                    Severity::Info,
+                    format!(
+                        "kube-proxy rules in {} not judged: the input is partial or truncated",
+                        group_name(group)
+                    ),
+                )
+                .explain("A restore payload or a cut-off dump does not show the whole kernel state, so missing chains and hooks prove nothing."),
+            );
+            continue;
+        }
+        judged = true;
+        xt_group(facts, group, &mut out);
+    }
+    for table in &facts.ruleset.tables {
+        if table.backend == Backend::Nftables && &*table.name == "kube-proxy" && facts.is_full() {
+            judged = true;
+            nft_table(facts, table, &mut out);
+        }
+    }
+    hash_mismatches(facts, &mut out);
+    if judged {
+        for id in [ID_MISSING, ID_UNREACHABLE, ID_CANARY] {
+            if !out.iter().any(|f| f.id == id) {
+                out.push(Finding::ok(id, ok_title(id)));
+            }
+        }
+    }
+    if !out.iter().any(|f| f.id == ID_HASH) && !facts.services.is_empty() {
+        out.push(Finding::ok(
+            ID_HASH,
+            "every kube-proxy chain name matches the hash of its service",
+        ));
+    }
+    out
+}
+
+fn ok_title(id: &str) -> &'static str {
+    match id {
+        ID_MISSING => "kube-proxy's top chains and hooks are in place",
+        ID_UNREACHABLE => "every KUBE-SVC/KUBE-SVL chain is referenced",
+        _ => "kube-proxy and kubelet canary chains are present",
+    }
+}
+
+fn xt_group(facts: &Facts, group: (Backend, Family), out: &mut Vec<Finding>) {
+    let gname = group_name(group);
+    let nat = facts.xt_table(group, "nat");
+    let filter = facts.xt_table(group, "filter");
+    let mangle = facts.xt_table(group, "mangle");
+    if let Some(nat) = nat {
+        let svc_chains: Vec<&str> = nat
+            .chains
+            .iter()
+            .filter(|c| {
+                matches!(
+                    parse_chain_name(&c.name),
+                    Some((ChainPrefix::Svc | ChainPrefix::Svl, _))
+                )
+            })
+            .map(|c| &*c.name)
+            .collect();
+        let services = nat.chain("KUBE-SERVICES");
+        let captures = services.map_or(0, |c| {
+            c.rules
+                .iter()
+                .filter(|r| {
+                    r.chain_references().iter().any(|x| {
+                        parse_chain_name(x.chain).is_some()
+                            || x.chain == "KUBE-NODEPORTS"
+                            || x.chain.starts_with("KUBE-")
+                    }) || r.xt().is_some_and(|v| v.match_named("set").is_some())
+                })
+                .count()
+        });
+        if !svc_chains.is_empty() && captures == 0 {
+            let (title, ev): (String, Vec<Evidence>) = match services {
+                None => (
+                    format!(
+                        "{gname}: nat KUBE-SERVICES is missing while {} KUBE-SVC/KUBE-SVL chains exist",
+                        svc_chains.len()
+                    ),
+                    nat.chains
+                        .iter()
+                        .filter(|c| svc_chains.contains(&&*c.name))
+                        .take(5)
+                        .map(|c| facts.chain(nat, c))
+                        .collect(),
+                ),
+                Some(c) => (
+                    format!(
+                        "{gname}: nat KUBE-SERVICES has no service rules while {} KUBE-SVC/KUBE-SVL chains exist",
+                        svc_chains.len()
+                    ),
+                    vec![facts.chain(nat, c)],
+                ),
+            };
+            out.push(
+                Finding::problem(ID_MISSING, Severity::Critical, title)
+                    .with_evidence(ev)
+                    .explain("Packets to a ClusterIP are only redirected to a pod because PREROUTING/OUTPUT jump to KUBE-SERVICES, which matches the ClusterIP and jumps to the service's KUBE-SVC chain. With KUBE-SERVICES gone or emptied, every ClusterIP (including the `kubernetes` service the CNI installer uses, seed 000) times out while the endpoints themselves still answer.")
+                    .fix("Check kube-proxy's log for `iptables-restore` failures and whether the rules come back after its next full sync (syncPeriod, 30 s by default).")
+                    .fix("If they keep disappearing, find the writer: a host security agent's tamper protection or a firewall manager reload (`plumb watch`, the agent's logs).")
+                    .do_not(DO_NOT_FLUSH),
+            );
+        }
+        for (builtin, target) in [
+            ("PREROUTING", "KUBE-SERVICES"),
+            ("OUTPUT", "KUBE-SERVICES"),
+            ("POSTROUTING", "KUBE-POSTROUTING"),
+        ] {
+            if nat.chain(target).is_some() && hooked(nat, builtin, target) == Some(false) {
+                let c = nat.chain(builtin).expect("hooked() found it");
+                out.push(hook_missing(facts, nat, &gname, builtin, target, c));
+            }
+        }
+        if !ipvs_mode(nat) {
+            let referenced = &facts.refs_of(nat).referenced;
+            let orphans: Vec<&str> = svc_chains
+                .iter()
+                .copied()
+                .filter(|c| !referenced.contains(c))
+                .collect();
+            if !orphans.is_empty() {
+                let names: Vec<String> = orphans
+                    .iter()
+                    .map(|c| {
+                        facts
+                            .services
+                            .iter()
+                            .flat_map(|m| &m.services)
+                            .find(|s| s.chains.contains(c))
+                            .and_then(|s| s.name.clone())
+                            .map_or_else(|| c.to_string(), |n| format!("{n} ({c})"))
+                    })
+                    .collect();
+                let critical = names.iter().any(|n| n.starts_with("default/kubernetes"));
+                out.push(
+                    Finding::problem(
+                        ID_UNREACHABLE,
+                        if critical { Severity::Critical } else { Severity::High },
+                        format!(
+                            "{gname}: {} service chain(s) nothing jumps to: {}",
+                            orphans.len(),
+                            short_list(&names, 3)
+                        ),
+                    )
+                    .with_evidence(
+                        nat.chains
+                            .iter()
+                            .filter(|c| orphans.contains(&&*c.name))
+                            .map(|c| facts.chain(nat, c)),
+                    )
+                    .explain("kube-proxy writes a KUBE-SERVICES (or KUBE-EXT/KUBE-NODEPORTS) rule for every service chain it creates. A service chain without one is never reached: its ClusterIP is not redirected. This is the state a tool leaves when it deletes kube-proxy's jump rules; kube-proxy's next partial sync then fails with `Chain 'KUBE-SVC-…' does not exist` until a full sync rebuilds everything.")
+                    .fix("Look for `iptables-restore` failures in kube-proxy's log and for a process rewriting the nat table (security agent, firewall manager).")
+                    .do_not(DO_NOT_FLUSH),
+                );
+            }
+        }
+    }
+    if let Some(filter) = filter
+        && filter.chain("KUBE-FORWARD").is_some()
+        && hooked(filter, "FORWARD", "KUBE-FORWARD") == Some(false)
+    {
+        let c = filter.chain("FORWARD").expect("hooked() found it");
+        out.push(hook_missing(
+            facts,
+            filter,
+            &gname,
+            "FORWARD",
+            "KUBE-FORWARD",
+            c,
+        ));
+    }
+    // Canaries and the backend hint live in mangle (kubelet and kube-proxy create them).
+    let mut missing = Vec::new();
+    match mangle {
+        Some(m) => {
+            for c in [
+                "KUBE-PROXY-CANARY",
+                "KUBE-KUBELET-CANARY",
+                "KUBE-IPTABLES-HINT",
+            ] {
+                if m.chain(c).is_none() {
+                    missing.push(c);
+                }
+            }
+        }
+        None if nat.is_some() && filter.is_some() => missing.extend([
+            "KUBE-PROXY-CANARY",
+            "KUBE-KUBELET-CANARY",
+            "KUBE-IPTABLES-HINT",
+        ]),
+        None => {}
+    }
+    if !missing.is_empty() {
+        let proxy_canary = missing.contains(&"KUBE-PROXY-CANARY");
+        let ev = match mangle {
+            Some(_) => facts.note(format!(
+                "mangle table ({}) declares no {}",
+                group_name(group),
+                missing.join(", ")
+            )),
+            None => facts.note(format!("no mangle table in {}", group_name(group))),
+        };
+        out.push(
+            Finding::problem(
+                ID_CANARY,
+                if proxy_canary { Severity::Medium } else { Severity::Low },
+                format!("{gname}: mangle {} missing", missing.join(", ")),
+            )
+            .with_evidence([ev])
+            .explain("kube-proxy creates KUBE-PROXY-CANARY in mangle and checks it every sync period; kubelet keeps KUBE-KUBELET-CANARY and marks its backend with KUBE-IPTABLES-HINT. When they vanish, something flushed or replaced the tables (a firewall reload, an agent restoring its own snapshot). kube-proxy resyncs when it notices, so a missing canary on a node where the services work points at a writer that fights kube-proxy — or at an agent whose snapshot happens to keep the canary while dropping the rules.")
+            .fix("Find who rewrote the mangle table (firewalld reload with FlushAllOnReload, `ufw reload`, a security agent) and exempt Kubernetes' chains.")
+            .do_not(DO_NOT_FLUSH),
+        );
+    }
+}
+
+fn hook_missing(
+    facts: &Facts,
+    table: &Table,
+    gname: &str,
+    builtin: &str,
+    target: &str,
+    chain: &plumb_ruleset::Chain,
+) -> Finding {
+    let sev = if target == "KUBE-FORWARD" {
+        Severity::High
+    } else {
+        Severity::Critical
+    };
+    Finding::problem(
+        ID_MISSING,
+        sev,
+        format!(
+            "{gname}: {} {builtin} does not jump to {target}",
+            table.name
+        ),
+    )
+    .with_evidence([facts.chain(table, chain)])
+    .explain(format!(
+        "kube-proxy inserts `-A {builtin} -j {target}` at the top of {builtin}; without it {target} exists but no packet ever reaches it ({}).",
+        match target {
+            "KUBE-SERVICES" => "ClusterIPs and NodePorts are not translated",
+            "KUBE-POSTROUTING" => "service traffic that needs SNAT is not masqueraded, so replies go astray",
+            _ => "forwarded service traffic is not accepted by kube-proxy's rules and falls to FORWARD's other rules and policy",
+        }
+    ))
+    .fix("kube-proxy re-adds its hooks on its next sync; if they stay missing, something removes them (firewall manager reload, security agent).")
+    .do_not(DO_NOT_FLUSH)
+}
+
+fn nft_table(facts: &Facts, table: &Table, out: &mut Vec<Finding>) {
+    let service_chains = table
+        .chains
+        .iter()
+        .filter(|c| c.name.starts_with("service-"))
+        .count();
+    let services = table.chain("services");
+    let has_rules = services.is_some_and(|c| !c.rules.is_empty());
+    if service_chains > 0 && !has_rules {
+        out.push(
+            Finding::problem(
+                ID_MISSING,
+                Severity::Critical,
+                format!(
+                    "table {} kube-proxy: chain `services` is missing or empty while {service_chains} service chains exist",
+                    table.family
+                ),
+            )
+            .with_evidence(services.map(|c| facts.chain(table, c)))
+            .explain("In nftables mode, `services` looks packets up in the service-ips and service-nodeports maps; without it no ClusterIP or NodePort is translated.")
+            .do_not(DO_NOT_FLUSH),
+        );
+    }
+    for base in ["nat-prerouting", "nat-output"] {
+        if service_chains > 0 && table.chain(base).is_none() {
+            out.push(
+                Finding::problem(
+                    ID_MISSING,
+                    Severity::Critical,
+                    format!("table {} kube-proxy: base chain {base} is missing", table.family),
+                )
+                .with_evidence([facts.note(format!("table {} kube-proxy has no chain {base}", table.family))])
+                .explain("kube-proxy hooks `services` into prerouting and output through these base chains; without them service traffic is never translated.")
+                .do_not(DO_NOT_FLUSH),
+            );
+        }
+    }
+}
+
+fn hash_mismatches(facts: &Facts, out: &mut Vec<Finding>) {
+    for map in &facts.services {
+        if map.name_mismatches.is_empty() {
+            continue;
+        }
+        let source = facts.source_of(map.backend, map.family);
+        let names: Vec<String> = map
+            .name_mismatches
+            .iter()
+            .map(|m| format!("{} (expected {})", m.chain, m.expected))
+            .collect();
+        out.push(
+            Finding::problem(
+                ID_HASH,
+                Severity::High,
+                format!(
+                    "{} kube-proxy chain name(s) do not match their service: {}",
+                    names.len(),
+                    short_list(&names, 2)
+                ),
+            )
+            .with_evidence(map.name_mismatches.iter().map(|m| Evidence {
+                source: source.clone(),
+                line: Some(m.evidence.line).filter(|&l| l > 0),
+                text: m.evidence.text.to_string(),
+            }))
+            .explain("kube-proxy names each chain after a hash of the service port (and endpoint) it serves. A chain whose name does not match the service in its own comments was not written by this kube-proxy for that service: hand edits, a snapshot restored from another node or cluster, or a tool that renames chains. kube-proxy will not clean it up and may fail to update it.")
+            .fix("Compare with a fresh dump after kube-proxy's next full sync; find the writer of the mismatching rules."),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Status;
+    use crate::facts::Origin;
+    use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+    use plumb_ruleset::format::{ParseOptions, parse_bytes};
+
+    fn dump() -> String {
+        let c = generate(&GeneratorConfig {
+            services: 8,
+            ..Default::default()
+        })
+        .unwrap();
+        KubeProxyRules::new(&c, &ProxierOptions::default())
+            .to_iptables_save(&SaveOptions::default())
+    }
+
+    fn run(text: &str) -> Vec<Finding> {
+        let text = crate::checks::full_dump(text);
+        let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
+            .unwrap()
+            .ruleset;
+        check(&Facts::new(&rs, Origin::File("dump".into()), false))
+    }
+
+    fn problems<'a>(f: &'a [Finding], id: &str) -> Vec<&'a Finding> {
+        f.iter().filter(|x| x.id == id && x.is_problem()).collect()
+    }
+
+    #[test]
+    fn healthy_generated_node_is_ok() {
+        let f = run(&dump());
+        assert!(f.iter().all(|x| x.status == Status::Ok), "{f:#?}");
+    }
+
+    #[test]
+    fn emptied_kube_services_is_critical() {
+        // What an agent restoring a pre-Kubernetes snapshot of the nat table leaves.
+        let text: String = dump()
+            .lines()
+            .filter(|l| !l.starts_with("-A KUBE-SERVICES"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let f = run(&text);
+        let p = problems(&f, ID_MISSING);
+        assert_eq!(p.len(), 1, "{f:#?}");
+        assert_eq!(p[0].severity, Severity::Critical);
+        assert!(p[0].title.contains("KUBE-SERVICES has no service rules"));
+        // Every service chain is now unreachable too.
+        assert!(!problems(&f, ID_UNREACHABLE).is_empty());
+    }
+
+    #[test]
+    fn deleted_jump_leaves_unreachable_service_chain() {
+        let text: String = dump()
+            .lines()
+            .filter(|l| {
+                !(l.starts_with("-A KUBE-SERVICES") && l.contains("KUBE-SVC-NPX46M4PTMTKRN6Y"))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let f = run(&text);
+        let p = problems(&f, ID_UNREACHABLE);
+        assert_eq!(p.len(), 1, "{f:#?}");
+        assert_eq!(p[0].severity, Severity::Critical);
+        assert!(
+            p[0].title
+                .contains("default/kubernetes:https (KUBE-SVC-NPX46M4PTMTKRN6Y)")
+        );
+        assert!(
+            p[0].evidence[0]
+                .text
+                .starts_with(":KUBE-SVC-NPX46M4PTMTKRN6Y")
+        );
+    }
+
+    #[test]
+    fn missing_hook_and_canary() {
+        let text: String = dump()
+            .lines()
+            .filter(|l| !l.starts_with("-A PREROUTING") && !l.starts_with(":KUBE-PROXY-CANARY"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let f = run(&text);
+        let p = problems(&f, ID_MISSING);
+        assert!(
+            p.iter().any(|x| x
+                .title
+                .contains("PREROUTING does not jump to KUBE-SERVICES")),
+            "{f:#?}"
+        );
+        let c = problems(&f, ID_CANARY);
+        assert_eq!(c.len(), 1);
+        assert!(c[0].title.contains("KUBE-PROXY-CANARY"));
+    }
+
+    #[test]
+    fn partial_payload_is_unknown_not_broken() {
+        let c = generate(&GeneratorConfig {
+            services: 8,
+            ..Default::default()
+        })
+        .unwrap();
+        let payload = KubeProxyRules::new(&c, &ProxierOptions::default()).to_restore_payload();
+        let rs = parse_bytes(payload.as_bytes(), &ParseOptions::default())
+            .unwrap()
+            .ruleset;
+        let f = check(&Facts::new(&rs, Origin::File("payload".into()), false));
+        assert!(f.iter().all(|x| !x.is_problem()), "{f:#?}");
+        assert!(f.iter().any(|x| x.status == Status::Unknown));
+    }
+
+    #[test]
+    fn cilium_node_without_kube_proxy_is_not_judged() {
+        let f = run(
+            "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:CILIUM_FORWARD - [0:0]\n:KUBE-FIREWALL - [0:0]\n-A FORWARD -j CILIUM_FORWARD\n-A INPUT -j KUBE-FIREWALL\nCOMMIT\n",
+        );
+        assert!(f.is_empty(), "{f:#?}");
+    }
+}

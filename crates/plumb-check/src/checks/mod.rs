@@ -1,0 +1,187 @@
+//! The integrity checks, one module each. [`ALL`] lists them with their ids.
+
+pub mod backends;
+pub mod cni;
+pub mod dangling;
+pub mod duplicates;
+pub mod garbled_nat;
+pub mod kube_proxy;
+pub mod no_endpoints;
+pub mod shadow;
+pub mod stale;
+
+use crate::facts::Facts;
+use crate::finding::Finding;
+use plumb_ruleset::Rule;
+use plumb_ruleset::iptables::XtView;
+use plumb_ruleset::owner::owner_of_chain_name;
+
+/// A check: its finding ids and the function that runs it.
+pub struct Check {
+    /// Ids of the findings it can emit.
+    pub ids: &'static [&'static str],
+    pub summary: &'static str,
+    pub check: fn(&Facts) -> Vec<Finding>,
+}
+
+/// Every check `plumb check` runs, in a fixed order.
+pub const ALL: &[Check] = &[
+    Check {
+        ids: &[dangling::ID],
+        summary: "rules that jump or go to chains that do not exist",
+        check: dangling::check,
+    },
+    Check {
+        ids: &[
+            kube_proxy::ID_MISSING,
+            kube_proxy::ID_UNREACHABLE,
+            kube_proxy::ID_CANARY,
+            kube_proxy::ID_HASH,
+        ],
+        summary: "kube-proxy present but its top chains, hooks, canaries or chain names are broken",
+        check: kube_proxy::check,
+    },
+    Check {
+        ids: &[stale::ID],
+        summary: "chains declared but never referenced",
+        check: stale::check,
+    },
+    Check {
+        ids: &[backends::ID, backends::ID_MODE],
+        summary: "iptables-legacy and iptables-nft (or nftables mode) both hold Kubernetes rules",
+        check: backends::check,
+    },
+    Check {
+        ids: &[shadow::ID_FORWARD, shadow::ID_INPUT],
+        summary: "foreign DROP/REJECT rules or policies that pod or node traffic hits before it is accepted",
+        check: shadow::check,
+    },
+    Check {
+        ids: &[garbled_nat::ID],
+        summary: "DNAT/SNAT targets without a usable address (iptables version skew)",
+        check: garbled_nat::check,
+    },
+    Check {
+        ids: &[no_endpoints::ID],
+        summary: "services kube-proxy rejects because they have no endpoints",
+        check: no_endpoints::check,
+    },
+    Check {
+        ids: &[duplicates::ID],
+        summary: "identical rules repeated in one chain",
+        check: duplicates::check,
+    },
+    Check {
+        ids: &[cni::ID],
+        summary: "CNI chains missing although the CNI is evidently present",
+        check: cni::check,
+    },
+];
+
+/// Owner name of a chain by its name (`kube-proxy`, `flannel`, `ufw`, ...), if catalogued.
+pub(crate) fn owner_name(chain: &str) -> Option<String> {
+    owner_of_chain_name(chain).map(|a| a.owner.0)
+}
+
+/// True for chains of a CNI (Calico, Flannel, Cilium).
+pub(crate) fn is_cni_chain(chain: &str) -> bool {
+    !chain.starts_with("KUBE-")
+        && matches!(
+            owner_name(chain).as_deref(),
+            Some("calico" | "flannel" | "cilium")
+        )
+}
+
+/// True for kube-proxy's own chains (not kubelet's KUBE-FIREWALL and canaries).
+pub(crate) fn is_kube_proxy_chain(chain: &str) -> bool {
+    owner_name(chain).as_deref() == Some("kube-proxy")
+}
+
+/// The chain a rule jumps/goes to, for iptables rules whose target is a chain (a target
+/// with options is an extension, not a chain, even if plumb does not know its name).
+pub(crate) fn xt_jump<'a>(v: &XtView<'a>) -> Option<&'a str> {
+    let t = v.target()?;
+    if t.options().next().is_some() && !t.is_goto() {
+        return None;
+    }
+    v.chain_reference().map(|c| c.chain)
+}
+
+/// Rule text without an `iptables-save -c` counter prefix (`[12:345] `) or nft handle.
+pub(crate) fn rule_body_text(rule: &Rule) -> &str {
+    let t = rule.text.trim();
+    let t = match t.strip_prefix('[').and_then(|r| r.split_once("] ")) {
+        Some((_, rest)) => rest,
+        None => t,
+    };
+    match t.rfind(" # handle ") {
+        Some(i) => &t[..i],
+        None => t,
+    }
+}
+
+/// "Matches all traffic" for the purposes of shadowing: no address, interface or protocol
+/// restriction, and only matches that do not narrow the packets (comments, conntrack NEW).
+/// Conservative: anything plumb cannot judge counts as narrowing (no false alarms).
+pub(crate) fn is_broad(v: &XtView) -> bool {
+    if v.generic().next().is_some() {
+        return false;
+    }
+    v.matches().all(|m| match m.module() {
+        "comment" => true,
+        "conntrack" | "state" => m.options().all(|o| {
+            !o.negated()
+                && matches!(o.name(), "--ctstate" | "--state")
+                && o.arg(0).is_some_and(|s| s.split(',').any(|x| x == "NEW"))
+        }),
+        _ => false,
+    })
+}
+
+/// Short list of names for titles: `a, b, c and 5 more`.
+pub(crate) fn short_list<S: AsRef<str>>(names: &[S], max: usize) -> String {
+    let shown: Vec<&str> = names.iter().take(max).map(|s| s.as_ref()).collect();
+    let mut s = shown.join(", ");
+    if names.len() > max {
+        s.push_str(&format!(" and {} more", names.len() - max));
+    }
+    s
+}
+
+/// Test helper: declares every built-in chain a hand-written dump leaves out, so the
+/// parser reads it as a complete `iptables-save` dump (a dump without them is a restore
+/// payload, i.e. partial).
+#[cfg(test)]
+pub(crate) fn full_dump(text: &str) -> String {
+    let mut out = String::new();
+    let mut table: Option<&str> = None;
+    for line in text.lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            table = Some(t);
+            out.push_str(line);
+            out.push('\n');
+            for b in plumb_ruleset::iptables::save::builtin_chains(t) {
+                if !text.contains(&format!("*{t}\n:{b} ")) && !declared_in(text, t, b) {
+                    out.push_str(&format!(":{b} ACCEPT [0:0]\n"));
+                }
+            }
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    let _ = table;
+    out
+}
+
+#[cfg(test)]
+fn declared_in(text: &str, table: &str, chain: &str) -> bool {
+    let Some(start) = text.find(&format!("*{table}\n")) else {
+        return false;
+    };
+    let body = &text[start..];
+    let end = body.find("COMMIT").unwrap_or(body.len());
+    body[..end]
+        .lines()
+        .any(|l| l.starts_with(&format!(":{chain} ")))
+}

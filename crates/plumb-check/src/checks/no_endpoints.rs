@@ -1,0 +1,110 @@
+//! Finding: `service-no-endpoints` — services kube-proxy rejects because they have no
+//! endpoints.
+//!
+//! kube-proxy answers connections to a service without ready endpoints with an ICMP
+//! reject (filter `KUBE-SERVICES` "NAME has no endpoints" REJECT; nftables mode:
+//! `no-endpoint-services` -> `reject-chain`). Often legitimate (scaled to zero), but for
+//! cluster plumbing — `kube-system/kube-dns`, `default/kubernetes` — it breaks the cluster
+//! (corpus: a k3s node whose kube-dns and metrics-server had no endpoints). Services with
+//! `Local` policy and no local endpoints are dropped by design and not reported.
+
+use super::short_list;
+use crate::facts::Facts;
+use crate::finding::{Evidence, Finding, Severity};
+use plumb_kubeproxy::recover::NoEndpoints;
+
+pub const ID: &str = "service-no-endpoints";
+
+pub fn check(facts: &Facts) -> Vec<Finding> {
+    let mut names: Vec<String> = Vec::new();
+    let mut evidence = Vec::new();
+    for map in &facts.services {
+        let source = facts.source_of(map.backend, map.family);
+        for s in &map.services {
+            if s.no_endpoints != Some(NoEndpoints::Reject) {
+                continue;
+            }
+            names.push(s.display_name());
+            let ev = s
+                .evidence
+                .iter()
+                .find(|e| e.text.contains("has no endpoints") || e.chain.starts_with("no-endpoint"))
+                .or(s.evidence.first());
+            if let Some(e) = ev {
+                evidence.push(Evidence {
+                    source: source.clone(),
+                    line: Some(e.line).filter(|&l| l > 0),
+                    text: e.text.to_string(),
+                });
+            }
+        }
+    }
+    if facts.services.is_empty() {
+        return Vec::new();
+    }
+    if names.is_empty() {
+        return vec![Finding::ok(ID, "every recovered service has endpoints")];
+    }
+    names.sort();
+    names.dedup();
+    let system = names
+        .iter()
+        .any(|n| n.starts_with("kube-system/") || n.starts_with("default/kubernetes"));
+    vec![
+        Finding::problem(
+            ID,
+            if system { Severity::Medium } else { Severity::Low },
+            format!(
+                "{} service port(s) have no endpoints: {}",
+                names.len(),
+                short_list(&names, 4)
+            ),
+        )
+        .with_evidence(evidence)
+        .explain("kube-proxy has no ready endpoint for these service ports, so it rejects connections to them (clients see \"connection refused\" or ICMP port unreachable, not a timeout). For application services this may be intended (scaled to zero); for kube-system services such as kube-dns it means their pods are not running or not ready — often because the CNI is not initialised (seed 000: pods stay Pending when install-cni cannot reach the API server).")
+        .fix("Check the pods behind them: `kubectl -n <ns> get endpointslices -l kubernetes.io/service-name=<name>` and the pods' readiness.")
+        .fix("If kube-system pods are Pending, look at the CNI first (`/etc/cni/net.d` empty, install-cni errors)."),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Status;
+    use crate::facts::Origin;
+    use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+    use plumb_ruleset::format::{ParseOptions, parse_bytes};
+
+    fn run(config: GeneratorConfig) -> Vec<Finding> {
+        let c = generate(&config).unwrap();
+        let text = KubeProxyRules::new(&c, &ProxierOptions::default())
+            .to_iptables_save(&SaveOptions::default());
+        let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
+            .unwrap()
+            .ruleset;
+        check(&Facts::new(&rs, Origin::File("dump".into()), false))
+    }
+
+    #[test]
+    fn services_without_endpoints_are_listed_with_their_reject_rule() {
+        let f = run(GeneratorConfig {
+            services: 60,
+            no_endpoints_fraction: 0.5,
+            ..Default::default()
+        });
+        assert!(f[0].is_problem());
+        assert_eq!(f[0].severity, Severity::Low);
+        assert!(f[0].evidence[0].text.contains("has no endpoints"));
+        assert!(f[0].evidence[0].text.contains("-j REJECT"));
+    }
+
+    #[test]
+    fn all_endpoints_ready_is_ok() {
+        let f = run(GeneratorConfig {
+            services: 30,
+            no_endpoints_fraction: 0.0,
+            ..Default::default()
+        });
+        assert_eq!(f[0].status, Status::Ok);
+    }
+}

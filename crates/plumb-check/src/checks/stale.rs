@@ -1,0 +1,170 @@
+//! Finding: `stale-chain` — chains that are declared but nothing references.
+//!
+//! An unreferenced user chain is never evaluated. Typical sources: kube-proxy's
+//! `KUBE-SEP-*` chains whose service chain was deleted, `KUBE-SVC-*`/`KUBE-SEP-*` leftovers
+//! after a switch to IPVS mode (facts-kubernetes.md), chains of an uninstalled CNI or
+//! firewall. kube-proxy's unreachable *service* chains (not in IPVS mode) are reported by
+//! `kube-proxy-service-unreachable` because they mean broken services, not litter.
+//! Canary and hint chains are unreferenced by design and exempt.
+//!
+//! Only judged on complete dumps: in a restore payload the references may be in the kernel.
+
+use super::kube_proxy::ipvs_mode;
+use super::{owner_name, short_list};
+use crate::facts::Facts;
+use crate::finding::{Finding, Severity};
+use plumb_kubeproxy::ChainPrefix;
+use plumb_kubeproxy::chain_name::parse_chain_name;
+use plumb_ruleset::{Backend, Table};
+use std::collections::BTreeMap;
+
+pub const ID: &str = "stale-chain";
+
+/// Chains that exist to be looked at, not jumped to.
+const EXEMPT: &[&str] = &[
+    "KUBE-PROXY-CANARY",
+    "KUBE-KUBELET-CANARY",
+    "KUBE-IPTABLES-HINT",
+    "KUBE-MARK-DROP",
+    "KUBE-MARK-MASQ",
+    "DOCKER-USER",
+];
+
+pub fn check(facts: &Facts) -> Vec<Finding> {
+    if !facts.is_full() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for table in &facts.ruleset.tables {
+        let referenced = &facts.refs_of(table).referenced;
+        let ipvs = &*table.name == "nat" && ipvs_mode(table);
+        // owner -> chains
+        let mut stale: BTreeMap<String, Vec<&plumb_ruleset::Chain>> = BTreeMap::new();
+        for c in &table.chains {
+            if c.is_builtin() || referenced.contains(&*c.name) || EXEMPT.contains(&&*c.name) {
+                continue;
+            }
+            if !ipvs
+                && matches!(
+                    parse_chain_name(&c.name),
+                    Some((ChainPrefix::Svc | ChainPrefix::Svl, _))
+                )
+            {
+                continue; // kube-proxy-service-unreachable
+            }
+            let owner = if table.backend == Backend::Nftables {
+                plumb_ruleset::owner::table_owner(table)
+                    .map(|a| a.owner.0)
+                    .unwrap_or_else(|| "unknown".into())
+            } else {
+                owner_name(&c.name).unwrap_or_else(|| "unknown".into())
+            };
+            stale.entry(owner).or_default().push(c);
+        }
+        for (owner, chains) in stale {
+            out.push(finding(facts, table, &owner, &chains, ipvs));
+        }
+    }
+    if out.is_empty() {
+        out.push(Finding::ok(
+            ID,
+            "every user chain is referenced by some rule",
+        ));
+    }
+    out
+}
+
+fn finding(
+    facts: &Facts,
+    table: &Table,
+    owner: &str,
+    chains: &[&plumb_ruleset::Chain],
+    ipvs: bool,
+) -> Finding {
+    let names: Vec<&str> = chains.iter().map(|c| &*c.name).collect();
+    let kube = owner == "kube-proxy";
+    let severity = if kube {
+        Severity::Medium
+    } else {
+        Severity::Low
+    };
+    let explanation = if kube && ipvs {
+        "kube-proxy runs in IPVS mode here (KUBE-SERVICES matches ipsets), so iptables-mode KUBE-SVC/KUBE-SEP chains are leftovers of an earlier mode: nothing reaches them. Harmless for traffic, confusing for anyone reading the rules."
+    } else if kube {
+        "kube-proxy removes endpoint and service chains it no longer references in each full sync. Unreferenced KUBE-* chains mean a sync did not complete (a failing iptables-restore) or another tool deleted the rules that referenced them (the service chain or its jumps) — check kube-proxy's log for restore failures."
+    } else {
+        "Nothing jumps to these chains, so they are never evaluated: leftovers of an uninstalled or restarted component. Harmless for traffic, but they hide what is really in effect."
+    };
+    let f = Finding::problem(
+        ID,
+        severity,
+        format!(
+            "{} {} {}: {} unreferenced {owner} chain(s): {}",
+            table.backend,
+            table.family,
+            table.name,
+            names.len(),
+            short_list(&names, 4)
+        ),
+    )
+    .with_evidence(chains.iter().map(|c| facts.chain(table, c)))
+    .explain(explanation);
+    if kube && ipvs {
+        f.fix("They disappear after a reboot or `kube-proxy --cleanup` run by the cluster's tooling; no action is needed for traffic.")
+    } else if kube {
+        f.fix("Let kube-proxy finish a full sync (restart the kube-proxy pod if its log shows restore failures) and check again.")
+    } else {
+        f.fix("Identify the owner from the chain names and remove the component's rules with its own tool, not by hand.")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Status;
+    use crate::facts::Origin;
+    use plumb_ruleset::format::{ParseOptions, parse_bytes};
+
+    fn run(text: &str, partial: bool) -> Vec<Finding> {
+        let text = crate::checks::full_dump(text);
+        let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
+            .unwrap()
+            .ruleset;
+        check(&Facts::new(&rs, Origin::File("dump".into()), partial))
+    }
+
+    #[test]
+    fn orphan_endpoint_chain_is_stale_and_canaries_are_not() {
+        let f = run(
+            "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-PROXY-CANARY - [0:0]\n:KUBE-SEP-SXIVWICOYRO3J4NJ - [0:0]\n-A KUBE-SEP-SXIVWICOYRO3J4NJ -p tcp -j DNAT --to-destination 10.180.0.1:80\nCOMMIT\n",
+            false,
+        );
+        assert_eq!(f.len(), 1);
+        assert!(f[0].is_problem());
+        assert_eq!(f[0].severity, Severity::Medium);
+        assert!(f[0].title.contains("KUBE-SEP-SXIVWICOYRO3J4NJ"));
+        assert!(!f[0].title.contains("CANARY"));
+        assert_eq!(f[0].evidence[0].line, Some(7));
+    }
+
+    #[test]
+    fn ipvs_leftovers_are_explained_as_such() {
+        let f = run(
+            "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT\nCOMMIT\n",
+            false,
+        );
+        assert!(f[0].is_problem());
+        assert!(f[0].explanation.contains("IPVS"));
+    }
+
+    #[test]
+    fn partial_input_is_not_judged() {
+        let f = run("*nat\n:KUBE-SEP-SXIVWICOYRO3J4NJ - [0:0]\nCOMMIT\n", true);
+        assert!(f.is_empty());
+        let f = run(
+            "*filter\n:INPUT ACCEPT [0:0]\n:A - [0:0]\n-A INPUT -j A\nCOMMIT\n",
+            false,
+        );
+        assert_eq!(f[0].status, Status::Ok);
+    }
+}

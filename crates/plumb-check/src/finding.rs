@@ -1,0 +1,223 @@
+//! The `Finding`: one conclusion about a node, with the evidence that supports it.
+//!
+//! Shared by `plumb check` and (later) `plumb doctor` (issue 5), so it is deliberately
+//! plain data with a stable JSON shape:
+//! `{"id","status","severity","title","evidence":[{"source","line","text"}],
+//!   "explanation","remediation":[...],"do_not":[...]}`.
+//! `id` is a stable kebab-case code (one per check module); `status` says whether the
+//! check found a problem, ruled one out (`ok`) or could not tell (`unknown`).
+
+use serde::Serialize;
+use std::fmt;
+
+/// Did the check find a problem?
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Problem,
+    Ok,
+    /// The input does not allow a conclusion (partial or truncated input, missing data).
+    Unknown,
+}
+
+/// How much a finding matters. Ordered: `Info < Low < Medium < High < Critical`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Low,
+    Medium,
+    High,
+    /// Service traffic is broken now (e.g. ClusterIPs not captured).
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Low => "low",
+            Severity::Medium => "medium",
+            Severity::High => "high",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One quoted piece of evidence: where it was read and what it said.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Evidence {
+    /// File name, or the command that printed it (`iptables-nft-save`, `nft list ruleset`).
+    pub source: String,
+    /// 1-based line in that source, when known.
+    pub line: Option<u32>,
+    /// The text as read (a rule, a chain declaration).
+    pub text: String,
+}
+
+impl fmt::Display for Evidence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{l}: {}", self.source, self.text),
+            None => write!(f, "{}: {}", self.source, self.text),
+        }
+    }
+}
+
+/// A conclusion with its evidence, explanation and what to do about it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// Stable code, e.g. `dangling-reference`.
+    pub id: String,
+    pub status: Status,
+    pub severity: Severity,
+    /// One line, specific to this node ("KUBE-SERVICES is empty while 42 KUBE-SVC chains exist").
+    pub title: String,
+    pub evidence: Vec<Evidence>,
+    /// Why it matters, for a platform engineer.
+    pub explanation: String,
+    pub remediation: Vec<String>,
+    /// What not to do (the write-ups warn against flushing rules, for instance).
+    pub do_not: Vec<String>,
+}
+
+/// Evidence lists are capped so a 10k-service node does not print 10k lines per finding.
+pub const MAX_EVIDENCE: usize = 20;
+
+impl Finding {
+    /// A problem finding; fill the rest with the builder methods.
+    pub fn problem(id: &str, severity: Severity, title: impl Into<String>) -> Finding {
+        Finding {
+            id: id.into(),
+            status: Status::Problem,
+            severity,
+            title: title.into(),
+            evidence: Vec::new(),
+            explanation: String::new(),
+            remediation: Vec::new(),
+            do_not: Vec::new(),
+        }
+    }
+
+    /// "Checked, nothing wrong".
+    pub fn ok(id: &str, title: impl Into<String>) -> Finding {
+        Finding {
+            status: Status::Ok,
+            ..Finding::problem(id, Severity::Info, title)
+        }
+    }
+
+    /// "Could not tell" (with the reason in the title or explanation).
+    pub fn unknown(id: &str, severity: Severity, title: impl Into<String>) -> Finding {
+        Finding {
+            status: Status::Unknown,
+            ..Finding::problem(id, severity, title)
+        }
+    }
+
+    pub fn explain(mut self, text: impl Into<String>) -> Finding {
+        self.explanation = text.into();
+        self
+    }
+
+    pub fn fix(mut self, step: impl Into<String>) -> Finding {
+        self.remediation.push(step.into());
+        self
+    }
+
+    pub fn do_not(mut self, what: impl Into<String>) -> Finding {
+        self.do_not.push(what.into());
+        self
+    }
+
+    /// Adds evidence up to [`MAX_EVIDENCE`] items; beyond that one line says how many more.
+    pub fn with_evidence(mut self, evidence: impl IntoIterator<Item = Evidence>) -> Finding {
+        let mut more = 0usize;
+        for e in evidence {
+            if self.evidence.len() < MAX_EVIDENCE {
+                self.evidence.push(e);
+            } else {
+                more += 1;
+            }
+        }
+        if more > 0 {
+            self.evidence.push(Evidence {
+                source: "plumb".into(),
+                line: None,
+                text: format!("... and {more} more"),
+            });
+        }
+        self
+    }
+
+    pub fn is_problem(&self) -> bool {
+        self.status == Status::Problem
+    }
+}
+
+/// Orders findings for display: problems first, then unknown, then ok; within a status by
+/// severity (highest first), then id and title.
+pub fn sort(findings: &mut [Finding]) {
+    let rank = |s: Status| match s {
+        Status::Problem => 0,
+        Status::Unknown => 1,
+        Status::Ok => 2,
+    };
+    findings.sort_by(|a, b| {
+        rank(a.status)
+            .cmp(&rank(b.status))
+            .then(b.severity.cmp(&a.severity))
+            .then(a.id.cmp(&b.id))
+            .then(a.title.cmp(&b.title))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_shape_is_stable() {
+        let f = Finding::problem("dangling-reference", Severity::High, "t")
+            .with_evidence([Evidence {
+                source: "dump".into(),
+                line: Some(3),
+                text: "-A X -j Y".into(),
+            }])
+            .explain("e")
+            .fix("r");
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"id":"dangling-reference","status":"problem","severity":"high",
+            "title":"t","evidence":[{"source":"dump","line":3,"text":"-A X -j Y"}],
+            "explanation":"e","remediation":["r"],"do_not":[]})
+        );
+    }
+
+    #[test]
+    fn evidence_is_capped_and_sorting_puts_worst_first() {
+        let ev = (0..30).map(|i| Evidence {
+            source: "s".into(),
+            line: Some(i),
+            text: String::new(),
+        });
+        let f = Finding::problem("x", Severity::Low, "t").with_evidence(ev);
+        assert_eq!(f.evidence.len(), MAX_EVIDENCE + 1);
+        assert!(f.evidence.last().unwrap().text.contains("10 more"));
+        let mut v = vec![
+            Finding::ok("a", "ok"),
+            Finding::problem("b", Severity::Low, "low"),
+            Finding::problem("c", Severity::Critical, "crit"),
+        ];
+        sort(&mut v);
+        assert_eq!(v[0].id, "c");
+        assert_eq!(v[2].id, "a");
+    }
+}

@@ -1,0 +1,27 @@
+//! plumb-check: integrity checks over a node's netfilter rulesets, as [`Finding`]s.
+//!
+//! Each check is one module under [`checks`] with a doc comment that explains it, one
+//! `check(&Facts) -> Vec<Finding>` function and its tests (rust-analyzer's diagnostics
+//! style). A check returns an `ok` finding when it ruled its problem out, so reports can
+//! say what was checked. The later `plumb doctor` reuses [`Finding`] and these checks.
+//!
+//! Pure crate: no IO, no clock, no processes. Facts in, findings out. A partial input
+//! (a kube-proxy restore payload) is never judged as a full dump: checks that need the
+//! whole kernel state skip it or answer `unknown`.
+
+pub mod checks;
+pub mod facts;
+pub mod finding;
+
+pub use facts::{Facts, Origin};
+pub use finding::{Evidence, Finding, Severity, Status};
+
+/// Runs every check and returns the findings sorted for display (problems first, worst first).
+pub fn run(facts: &Facts) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for c in checks::ALL {
+        out.extend((c.check)(facts));
+    }
+    finding::sort(&mut out);
+    out
+}

@@ -1,0 +1,125 @@
+//! `plumb check`: integrity findings over a ruleset (file, netns or this machine).
+
+use super::input::load_source;
+use crate::Verdict;
+use crate::flags::{InputFlags, SourceFlags};
+use crate::output;
+use plumb_check::{Facts, Finding, Origin, Severity, Status};
+use serde::Serialize;
+use std::io::Write;
+
+pub fn run(
+    source: &SourceFlags,
+    input: &InputFlags,
+    partial: bool,
+    json: bool,
+) -> anyhow::Result<Verdict> {
+    let src = load_source(source, input)?;
+    let origin = match &src.live {
+        Some(netns) => Origin::Live {
+            netns: netns.clone(),
+        },
+        None => Origin::File(src.name.clone()),
+    };
+    let facts = Facts::new(&src.ruleset, origin, partial);
+    let findings = plumb_check::run(&facts);
+    let problems = findings.iter().filter(|f| f.is_problem()).count();
+    if json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            source: &'a str,
+            format: &'a str,
+            completeness: plumb_ruleset::Completeness,
+            partial: bool,
+            problems: usize,
+            findings: &'a [Finding],
+        }
+        output::json(&Out {
+            source: &src.name,
+            format: src.format,
+            completeness: src.ruleset.completeness,
+            partial: facts.is_partial(),
+            problems,
+            findings: &findings,
+        })?;
+    } else {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        writeln!(
+            out,
+            "plumb check: {} ({}{})\n",
+            src.name,
+            src.format,
+            if facts.is_partial() {
+                ", partial: chains declared elsewhere are not judged"
+            } else if facts.is_truncated() {
+                ", TRUNCATED"
+            } else {
+                ""
+            }
+        )?;
+        for t in src.tools.iter().filter(|t| t.status == "failed") {
+            writeln!(out, "warning: {} failed: {}", t.tool, t.detail)?;
+        }
+        for f in findings.iter().filter(|f| f.status != Status::Ok) {
+            print_finding(&mut out, f)?;
+        }
+        let ok: Vec<&str> = findings
+            .iter()
+            .filter(|f| f.status == Status::Ok)
+            .map(|f| f.id.as_str())
+            .collect();
+        if !ok.is_empty() {
+            writeln!(out, "checked, no problem: {}", ok.join(", "))?;
+        }
+        let count = |s: Severity| {
+            findings
+                .iter()
+                .filter(|f| f.is_problem() && f.severity == s)
+                .count()
+        };
+        let by_sev: Vec<String> = [
+            Severity::Critical,
+            Severity::High,
+            Severity::Medium,
+            Severity::Low,
+            Severity::Info,
+        ]
+        .into_iter()
+        .filter(|s| count(*s) > 0)
+        .map(|s| format!("{} {s}", count(s)))
+        .collect();
+        if problems == 0 {
+            writeln!(out, "no problems found")?;
+        } else {
+            writeln!(out, "{problems} problem(s): {}", by_sev.join(", "))?;
+        }
+        out.flush()?;
+    }
+    Ok(if problems > 0 {
+        Verdict::Problems
+    } else {
+        Verdict::Clean
+    })
+}
+
+fn print_finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
+    let label = match f.status {
+        Status::Problem => f.severity.as_str().to_ascii_uppercase(),
+        Status::Unknown => "UNKNOWN".into(),
+        Status::Ok => "OK".into(),
+    };
+    writeln!(out, "{label:<9} {}  {}", f.id, f.title)?;
+    for e in &f.evidence {
+        writeln!(out, "    {e}")?;
+    }
+    if !f.explanation.is_empty() {
+        writeln!(out, "  why: {}", f.explanation)?;
+    }
+    for r in &f.remediation {
+        writeln!(out, "  fix: {r}")?;
+    }
+    for d in &f.do_not {
+        writeln!(out, "  do not: {d}")?;
+    }
+    writeln!(out)
+}

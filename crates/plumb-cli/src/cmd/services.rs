@@ -1,0 +1,260 @@
+//! `plumb services`: kube-proxy's service map recovered from the rules, as a table or JSON.
+
+use super::input::{Source, load_source};
+use crate::Verdict;
+use crate::flags::{InputFlags, SourceFlags};
+use crate::output;
+use plumb_kubeproxy::recover::{NoEndpoints, RecoveredService, ServiceMap, recover};
+use serde::Serialize;
+use std::io::Write;
+
+pub fn run(source: &SourceFlags, input: &InputFlags, json: bool) -> anyhow::Result<Verdict> {
+    let src = load_source(source, input)?;
+    let maps = recover(&src.ruleset);
+    let mismatches: usize = maps.iter().map(|m| m.name_mismatches.len()).sum();
+    if json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            source: &'a str,
+            format: &'a str,
+            completeness: plumb_ruleset::Completeness,
+            maps: &'a [ServiceMap<'a>],
+        }
+        output::json(&Out {
+            source: &src.name,
+            format: src.format,
+            completeness: src.ruleset.completeness,
+            maps: &maps,
+        })?;
+    } else {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        print_human(&mut out, &src, &maps)?;
+        out.flush()?;
+    }
+    Ok(if mismatches > 0 {
+        Verdict::Problems
+    } else {
+        Verdict::Clean
+    })
+}
+
+fn percent(p: f64) -> String {
+    let v = p * 100.0;
+    if (v - v.round()).abs() < 0.05 {
+        format!("{v:.0}%")
+    } else {
+        format!("{v:.1}%")
+    }
+}
+
+fn endpoints_cell(s: &RecoveredService) -> String {
+    match s.no_endpoints {
+        Some(NoEndpoints::Reject) if s.endpoints.is_empty() => {
+            return "<none: REJECT>".into();
+        }
+        Some(NoEndpoints::DropNoLocal) if s.endpoints.is_empty() => {
+            return "<no local endpoints: DROP>".into();
+        }
+        _ => {}
+    }
+    if s.endpoints.is_empty() {
+        return "<none>".into();
+    }
+    let shown: Vec<String> = s
+        .endpoints
+        .iter()
+        .take(3)
+        .map(|e| {
+            let addr = e
+                .address
+                .clone()
+                .unwrap_or_else(|| e.chain.unwrap_or("?").to_string());
+            let local = if e.local == Some(true) { " local" } else { "" };
+            match e.probability {
+                Some(p) => format!("{addr} ({}{local})", percent(p)),
+                None => format!("{addr} (?{local})"),
+            }
+        })
+        .collect();
+    let mut cell = shown.join(", ");
+    if s.endpoints.len() > 3 {
+        cell.push_str(&format!(" +{} more", s.endpoints.len() - 3));
+    }
+    cell
+}
+
+fn extras(s: &RecoveredService) -> String {
+    let mut out = Vec::new();
+    for ip in &s.external_ips {
+        out.push(format!("ext {ip}"));
+    }
+    for ip in &s.load_balancer_ips {
+        out.push(format!("lb {ip}"));
+    }
+    if !s.load_balancer_source_ranges.is_empty() {
+        out.push(format!("from {}", s.load_balancer_source_ranges.join(",")));
+    }
+    if let Some(a) = s.session_affinity_seconds {
+        out.push(format!("affinity {a}s"));
+    }
+    if s.internal_traffic_local {
+        out.push("internal:Local".into());
+    }
+    if s.external_traffic_local {
+        out.push("external:Local".into());
+    }
+    if let Some(h) = s.health_check_node_port {
+        out.push(format!("healthcheck {h}"));
+    }
+    out.join(" ")
+}
+
+fn print_human(out: &mut impl Write, src: &Source, maps: &[ServiceMap]) -> std::io::Result<()> {
+    if maps.is_empty() {
+        writeln!(
+            out,
+            "{}: no kube-proxy rules (no KUBE-SERVICES/KUBE-SVC chains, no nftables kube-proxy table)",
+            src.name
+        )?;
+        writeln!(
+            out,
+            "kube-proxy may be replaced (Cilium kube-proxy replacement) or not running."
+        )?;
+        return Ok(());
+    }
+    for m in maps {
+        writeln!(
+            out,
+            "{}: kube-proxy {} mode, {} {}: {} service port(s){}",
+            src.name,
+            match m.mode {
+                plumb_kubeproxy::recover::ProxyMode::Iptables => "iptables",
+                plumb_kubeproxy::recover::ProxyMode::Nftables => "nftables",
+            },
+            m.backend,
+            m.family,
+            m.services.len(),
+            if src.ruleset.completeness == plumb_ruleset::Completeness::Partial {
+                " (partial input: services not in it are not shown)"
+            } else {
+                ""
+            }
+        )?;
+        let rows: Vec<[String; 6]> = m
+            .services
+            .iter()
+            .map(|s| {
+                [
+                    s.display_name(),
+                    s.protocol.clone().unwrap_or_else(|| "?".into()),
+                    s.cluster_ip.map_or_else(|| "-".into(), |i| i.to_string()),
+                    s.port.map_or_else(|| "-".into(), |p| p.to_string()),
+                    if s.node_ports.is_empty() {
+                        "-".into()
+                    } else {
+                        s.node_ports
+                            .iter()
+                            .map(u16::to_string)
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    },
+                    endpoints_cell(s),
+                ]
+            })
+            .collect();
+        let header = [
+            "SERVICE",
+            "PROTO",
+            "CLUSTER-IP",
+            "PORT",
+            "NODEPORT",
+            "ENDPOINTS",
+        ];
+        let mut w = header.map(str::len);
+        for r in &rows {
+            for (i, c) in r.iter().enumerate().take(5) {
+                w[i] = w[i].max(c.len());
+            }
+        }
+        writeln!(
+            out,
+            "\n{:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:<w4$}  {}",
+            header[0],
+            header[1],
+            header[2],
+            header[3],
+            header[4],
+            header[5],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3],
+            w4 = w[4]
+        )?;
+        for (r, s) in rows.iter().zip(&m.services) {
+            let x = extras(s);
+            writeln!(
+                out,
+                "{:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:<w4$}  {}{}",
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                if x.is_empty() {
+                    String::new()
+                } else {
+                    format!("  [{x}]")
+                },
+                w0 = w[0],
+                w1 = w[1],
+                w2 = w[2],
+                w3 = w[3],
+                w4 = w[4]
+            )?;
+        }
+        let noted: Vec<&RecoveredService> =
+            m.services.iter().filter(|s| !s.notes.is_empty()).collect();
+        if !noted.is_empty() {
+            writeln!(out, "\nnotes:")?;
+            for s in noted.iter().take(10) {
+                for n in &s.notes {
+                    writeln!(out, "  {}: {n}", s.display_name())?;
+                }
+            }
+            if noted.len() > 10 {
+                writeln!(
+                    out,
+                    "  ... and {} more services with notes (see --json)",
+                    noted.len() - 10
+                )?;
+            }
+        }
+        if !m.name_mismatches.is_empty() {
+            writeln!(
+                out,
+                "\n{} chain name(s) do not match kube-proxy's hash of their service:",
+                m.name_mismatches.len()
+            )?;
+            for x in &m.name_mismatches {
+                writeln!(
+                    out,
+                    "  {} for {}{}: expected {}\n      {}:{}: {}",
+                    x.chain,
+                    x.service,
+                    x.endpoint
+                        .as_deref()
+                        .map(|e| format!(" -> {e}"))
+                        .unwrap_or_default(),
+                    x.expected,
+                    src.name,
+                    x.evidence.line,
+                    x.evidence.text
+                )?;
+            }
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,847 @@
+//! Service-map recovery for kube-proxy's iptables mode.
+//!
+//! Reads what `syncProxyRules` (kubernetes `pkg/proxy/iptables/proxier.go`) writes, in the
+//! order a packet meets it:
+//! - nat `KUBE-SERVICES`: one rule per ClusterIP / external IP / load-balancer IP jumping to
+//!   `KUBE-SVC-*`, `KUBE-SVL-*`, `KUBE-EXT-*` or `KUBE-FW-*` (comment `NAME cluster IP`, ...);
+//! - nat `KUBE-NODEPORTS`: `--dport NODEPORT -j KUBE-EXT-*`;
+//! - `KUBE-SVC-*` / `KUBE-SVL-*`: the `statistic --probability` cascade to `KUBE-SEP-*`
+//!   (and `recent --rcheck` rules for ClientIP affinity); `KUBE-SEP-*` ends in `DNAT`;
+//! - `KUBE-EXT-*`: a `pod traffic for ...` short-circuit means `externalTrafficPolicy: Local`;
+//! - `KUBE-FW-*`: `-s RANGE -j KUBE-EXT-*` rules are `loadBalancerSourceRanges`;
+//! - filter `KUBE-SERVICES` / `KUBE-EXTERNAL-SERVICES`: `has no endpoints` REJECT and
+//!   `has no local endpoints` DROP; filter `KUBE-NODEPORTS`: health-check node ports.
+//!
+//! Everything is keyed by the 16-character hash shared by a service port's SVC/SVL/EXT/FW
+//! chains, so rules without comments still land on the right service.
+
+use super::{
+    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, RecoveredEndpoint,
+    RecoveredService, ServiceMap, host_addr, push_unique, split_service_port_name,
+};
+use crate::chain_name::{ChainPrefix, endpoint_chain_name, parse_chain_name, port_proto_hash};
+use plumb_ruleset::iptables::XtView;
+use plumb_ruleset::{Backend, Chain, Family, Rule, Ruleset, Table};
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<crate::sync::Fnv>>;
+use std::net::IpAddr;
+
+/// What a kube-proxy comment says about the rule (the name is returned alongside).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Says<'c> {
+    ClusterIp,
+    ExternalIp,
+    LoadBalancerIp,
+    NoEndpoints,
+    NoLocalEndpoints,
+    HealthCheck,
+    /// `NAME -> 10.42.0.5:8443` (endpoint choice).
+    Endpoint(&'c str),
+    /// Just `NAME` (endpoint chains, NodePorts).
+    Bare,
+    PodTraffic,
+    /// Other comments of EXT/FW chains that only carry the name.
+    Other,
+}
+
+/// Reads a kube-proxy comment: the service port name and what the rule is for.
+fn read_comment(c: &str) -> Option<(&str, Says<'_>)> {
+    const SUFFIXES: &[(&str, Says<'static>)] = &[
+        (" cluster IP", Says::ClusterIp),
+        (" external IP", Says::ExternalIp),
+        (" loadbalancer IP", Says::LoadBalancerIp),
+        (" has no endpoints", Says::NoEndpoints),
+        (" has no local endpoints", Says::NoLocalEndpoints),
+        (" health check node port", Says::HealthCheck),
+    ];
+    const WRAPPED: &[(&str, &str, Says<'static>)] = &[
+        (
+            "pod traffic for ",
+            " external destinations",
+            Says::PodTraffic,
+        ),
+        (
+            "masquerade traffic for ",
+            " external destinations",
+            Says::Other,
+        ),
+        (
+            "masquerade LOCAL traffic for ",
+            " external destinations",
+            Says::Other,
+        ),
+        (
+            "route LOCAL traffic for ",
+            " external destinations",
+            Says::Other,
+        ),
+        (
+            "other traffic to ",
+            " will be dropped by KUBE-PROXY-FIREWALL",
+            Says::Other,
+        ),
+    ];
+    let named = |n: &str| split_service_port_name(n).is_some();
+    for (suffix, says) in SUFFIXES {
+        if let Some(n) = c.strip_suffix(suffix)
+            && named(n)
+        {
+            return Some((n, *says));
+        }
+    }
+    for (prefix, suffix, says) in WRAPPED {
+        if let Some(n) = c.strip_prefix(prefix).and_then(|r| r.strip_suffix(suffix))
+            && named(n)
+        {
+            return Some((n, *says));
+        }
+    }
+    if let Some((n, addr)) = c.split_once(" -> ")
+        && named(n)
+    {
+        return Some((n, Says::Endpoint(addr)));
+    }
+    if let Some((n, _)) = c.split_once(" traffic not accepted by ")
+        && named(n)
+    {
+        return Some((n, Says::Other));
+    }
+    named(c).then_some((c, Says::Bare))
+}
+
+/// Small accessors over an xtables rule.
+struct R<'a> {
+    rule: &'a Rule,
+    v: XtView<'a>,
+}
+
+impl<'a> R<'a> {
+    fn new(rule: &'a Rule) -> Option<R<'a>> {
+        Some(R {
+            rule,
+            v: rule.xt()?,
+        })
+    }
+
+    fn target(&self) -> Option<&'a str> {
+        self.v.target().map(|t| t.name())
+    }
+
+    fn generic(&self, short: &str) -> Option<(bool, std::borrow::Cow<'a, str>)> {
+        let o = self.v.generic_option(short)?;
+        Some((o.negated(), o.arg(0)?))
+    }
+
+    fn dst_host(&self) -> Option<IpAddr> {
+        match self.generic("-d")? {
+            (false, d) => host_addr(&d),
+            _ => None,
+        }
+    }
+
+    fn protocol(&self) -> Option<String> {
+        match self.generic("-p")? {
+            (false, p) => Some(p.to_ascii_lowercase()),
+            _ => None,
+        }
+    }
+
+    fn dport(&self) -> Option<u16> {
+        self.v.matches().find_map(|m| {
+            let o = m
+                .option("--dport")
+                .or_else(|| m.option("--destination-port"))?;
+            if o.negated() {
+                return None;
+            }
+            o.arg(0)?.parse().ok()
+        })
+    }
+
+    fn comment(&self) -> Option<std::borrow::Cow<'a, str>> {
+        self.v.comments().next()
+    }
+
+    fn probability(&self) -> Option<f64> {
+        let m = self.v.match_named("statistic")?;
+        if m.option("--mode").and_then(|o| o.arg(0)).as_deref() != Some("random") {
+            return None;
+        }
+        m.option("--probability")?.arg(0)?.parse().ok()
+    }
+
+    /// `-m recent --rcheck --seconds N`: the affinity timeout.
+    fn recent_check_seconds(&self) -> Option<u32> {
+        let m = self.v.match_named("recent")?;
+        m.option("--rcheck")?;
+        m.option("--seconds")?.arg(0)?.parse().ok()
+    }
+
+    fn dst_type_local(&self) -> bool {
+        self.v.match_named("addrtype").is_some_and(|m| {
+            m.option("--dst-type")
+                .and_then(|o| o.arg(0))
+                .is_some_and(|t| t == "LOCAL")
+        })
+    }
+
+    fn dnat_to(&self) -> Option<String> {
+        let t = self.v.target()?;
+        if t.name() != "DNAT" {
+            return None;
+        }
+        Some(t.option("--to-destination")?.arg(0)?.into_owned())
+    }
+}
+
+#[derive(Default)]
+struct Builder<'a> {
+    name: Option<String>,
+    protocol: Option<String>,
+    cluster_ip: Option<IpAddr>,
+    port: Option<u16>,
+    node_ports: Vec<u16>,
+    external_ips: Vec<IpAddr>,
+    load_balancer_ips: Vec<IpAddr>,
+    source_ranges: Vec<String>,
+    health_check_node_port: Option<u16>,
+    internal_local: bool,
+    external_local: bool,
+    no_endpoints: Option<NoEndpoints>,
+    ambiguous_external: bool,
+    unlabelled_ips: bool,
+    chains: Vec<&'a str>,
+    evidence: Vec<Evidence<'a>>,
+}
+
+impl Builder<'_> {
+    fn name(&mut self, n: &str) {
+        if self.name.is_none() {
+            self.name = Some(n.to_string());
+        }
+    }
+
+    fn protocol(&mut self, p: Option<String>) {
+        if self.protocol.is_none() {
+            self.protocol = p;
+        }
+    }
+}
+
+struct Group<'a> {
+    family: Family,
+    backend: Backend,
+    nat: Option<&'a Table>,
+    filter: Option<&'a Table>,
+}
+
+/// Recovers the service maps of every iptables backend and family in `ruleset`.
+pub fn recover(ruleset: &Ruleset) -> Vec<ServiceMap<'_>> {
+    let mut groups: Vec<Group> = Vec::new();
+    for t in &ruleset.tables {
+        if t.backend == Backend::Nftables || !matches!(&*t.name, "nat" | "filter") {
+            continue;
+        }
+        let g = match groups
+            .iter_mut()
+            .position(|g| g.family == t.family && g.backend == t.backend)
+        {
+            Some(i) => &mut groups[i],
+            None => {
+                groups.push(Group {
+                    family: t.family,
+                    backend: t.backend,
+                    nat: None,
+                    filter: None,
+                });
+                groups.last_mut().expect("just pushed")
+            }
+        };
+        // A ruleset merged from several dumps may repeat a table; the first one wins.
+        match &*t.name {
+            "nat" if g.nat.is_none() => g.nat = Some(t),
+            "filter" if g.filter.is_none() => g.filter = Some(t),
+            _ => {}
+        }
+    }
+    groups
+        .into_iter()
+        .filter(has_kube_proxy_rules)
+        .map(recover_group)
+        .collect()
+}
+
+fn has_kube_proxy_rules(g: &Group) -> bool {
+    let svc_chain = |t: &Table| {
+        t.chains.iter().any(|c| {
+            &*c.name == "KUBE-SERVICES" && !c.rules.is_empty()
+                || parse_chain_name(&c.name).is_some()
+        })
+    };
+    g.nat.is_some_and(svc_chain) || g.filter.is_some_and(svc_chain)
+}
+
+struct Recovery<'a> {
+    builders: Vec<Builder<'a>>,
+    by_key: FastMap<String, usize>,
+    nat_chains: FastMap<&'a str, &'a Chain>,
+    mismatches: Vec<NameMismatch<'a>>,
+    endpoints: Vec<Vec<RecoveredEndpoint<'a>>>,
+    affinity: Vec<Option<u32>>,
+}
+
+impl<'a> Recovery<'a> {
+    fn builder(&mut self, key: &str) -> usize {
+        if let Some(&i) = self.by_key.get(key) {
+            return i;
+        }
+        self.builders.push(Builder::default());
+        self.by_key.insert(key.to_string(), self.builders.len() - 1);
+        self.builders.len() - 1
+    }
+
+    /// The builder for a rule that names its service only in a comment (filter rules).
+    fn builder_for_name(&mut self, name: &str, protocol: Option<&str>, r: &R<'a>) -> usize {
+        let key = match protocol {
+            Some(p) => port_proto_hash(name, p),
+            None => format!("{name}|{}", r.rule.text),
+        };
+        self.builder(&key)
+    }
+}
+
+fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
+    let mut rec = Recovery {
+        builders: Vec::new(),
+        by_key: FastMap::default(),
+        nat_chains: FastMap::default(),
+        mismatches: Vec::new(),
+        endpoints: Vec::new(),
+        affinity: Vec::new(),
+    };
+    let nat_name = g.nat.map(|t| &*t.name).unwrap_or("nat");
+    let filter_name = g.filter.map(|t| &*t.name).unwrap_or("filter");
+    if let Some(nat) = g.nat {
+        rec.nat_chains = nat.chains.iter().map(|c| (&*c.name, c)).collect();
+        if let Some(c) = nat.chain("KUBE-SERVICES") {
+            nat_services(&mut rec, nat_name, c);
+        }
+        if let Some(c) = nat.chain("KUBE-NODEPORTS") {
+            nat_nodeports(&mut rec, nat_name, c);
+        }
+        // Chains nothing in KUBE-SERVICES/NODEPORTS reached (stale, or reached only via EXT).
+        for c in &nat.chains {
+            if let Some((prefix, hash)) = parse_chain_name(&c.name)
+                && prefix != ChainPrefix::Sep
+            {
+                let i = rec.builder(hash);
+                push_unique(&mut rec.builders[i].chains, &*c.name);
+            }
+        }
+    }
+    rec.endpoints = vec![Vec::new(); rec.builders.len()];
+    rec.affinity = vec![None; rec.builders.len()];
+    // Per-service chains (by hash).
+    let keys: Vec<(String, usize)> = rec
+        .by_key
+        .iter()
+        .filter(|(k, _)| k.len() == 16)
+        .map(|(k, &i)| (k.clone(), i))
+        .collect();
+    for (hash, i) in keys {
+        service_chains(&mut rec, nat_name, &hash, i);
+    }
+    if let Some(filter) = g.filter {
+        filter_rules(&mut rec, filter_name, filter);
+    }
+    rec.endpoints.resize(rec.builders.len(), Vec::new());
+    rec.affinity.resize(rec.builders.len(), None);
+
+    let mut services = Vec::with_capacity(rec.builders.len());
+    let builders = std::mem::take(&mut rec.builders);
+    let endpoints = std::mem::take(&mut rec.endpoints);
+    for ((b, eps), affinity) in builders
+        .into_iter()
+        .zip(endpoints)
+        .zip(rec.affinity.clone())
+    {
+        services.push(finish(&mut rec.mismatches, b, eps, affinity));
+    }
+    services.sort_by(|a, b| {
+        (a.name.is_none(), &a.name, a.chains.first()).cmp(&(
+            b.name.is_none(),
+            &b.name,
+            b.chains.first(),
+        ))
+    });
+    ServiceMap {
+        mode: ProxyMode::Iptables,
+        family: g.family,
+        backend: g.backend,
+        services,
+        name_mismatches: rec.mismatches,
+    }
+}
+
+fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain) {
+    for rule in &chain.rules {
+        let Some(r) = R::new(rule) else { continue };
+        let Some(target) = r.target() else { continue };
+        let Some((prefix, hash)) = parse_chain_name(target) else {
+            continue;
+        };
+        if prefix == ChainPrefix::Sep {
+            continue;
+        }
+        let i = rec.builder(hash);
+        let comment = r.comment();
+        let said = comment.as_deref().and_then(read_comment);
+        let b = &mut rec.builders[i];
+        push_unique(&mut b.chains, target);
+        b.evidence.push(Evidence::rule(table, &chain.name, rule));
+        b.protocol(r.protocol());
+        if let Some((n, _)) = said {
+            b.name(n);
+        }
+        let says = said.map(|(_, s)| s);
+        let ip = r.dst_host();
+        let kind = match (says, prefix) {
+            (Some(s @ (Says::ClusterIp | Says::ExternalIp | Says::LoadBalancerIp)), _) => s,
+            (_, ChainPrefix::Svc | ChainPrefix::Svl) => Says::ClusterIp,
+            (_, ChainPrefix::Fw) => Says::LoadBalancerIp,
+            _ => {
+                b.unlabelled_ips = true;
+                Says::ExternalIp
+            }
+        };
+        match kind {
+            Says::ClusterIp => {
+                if b.cluster_ip.is_none() {
+                    b.cluster_ip = ip;
+                    b.port = r.dport().or(b.port);
+                }
+                if prefix == ChainPrefix::Svl {
+                    b.internal_local = true;
+                }
+            }
+            Says::LoadBalancerIp => {
+                if let Some(ip) = ip {
+                    push_unique(&mut b.load_balancer_ips, ip);
+                }
+                b.port = b.port.or(r.dport());
+            }
+            _ => {
+                if let Some(ip) = ip {
+                    push_unique(&mut b.external_ips, ip);
+                }
+                b.port = b.port.or(r.dport());
+            }
+        }
+    }
+}
+
+fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain) {
+    for rule in &chain.rules {
+        let Some(r) = R::new(rule) else { continue };
+        let Some(target) = r.target() else { continue };
+        let Some((prefix, hash)) = parse_chain_name(target) else {
+            continue;
+        };
+        if prefix == ChainPrefix::Sep {
+            continue;
+        }
+        let i = rec.builder(hash);
+        let b = &mut rec.builders[i];
+        push_unique(&mut b.chains, target);
+        if let Some((n, _)) = r.comment().as_deref().and_then(read_comment) {
+            b.name(n);
+        }
+        b.protocol(r.protocol());
+        if let Some(p) = r.dport() {
+            if !b.node_ports.contains(&p) {
+                b.evidence.push(Evidence::rule(table, &chain.name, rule));
+            }
+            push_unique(&mut b.node_ports, p);
+        }
+    }
+}
+
+/// Reads the SVC, SVL, EXT and FW chains of one service port.
+fn service_chains<'a>(rec: &mut Recovery<'a>, table: &'a str, hash: &str, i: usize) {
+    let mut name = String::with_capacity(25);
+    let mut chain = |p: ChainPrefix| {
+        name.clear();
+        name.push_str(p.as_str());
+        name.push_str(hash);
+        rec.nat_chains.get(name.as_str()).copied()
+    };
+    let (svc, svl, ext, fw) = (
+        chain(ChainPrefix::Svc),
+        chain(ChainPrefix::Svl),
+        chain(ChainPrefix::Ext),
+        chain(ChainPrefix::Fw),
+    );
+    let mut eps: Vec<RecoveredEndpoint<'a>> = Vec::new();
+    for (c, local) in [(svc, false), (svl, true)] {
+        let Some(c) = c else { continue };
+        let cascade = endpoint_cascade(rec, table, c, i);
+        for e in cascade {
+            match eps.iter_mut().find(|x| x.chain == e.chain) {
+                Some(x) => {
+                    if local {
+                        x.local = Some(true);
+                    }
+                }
+                None => eps.push(RecoveredEndpoint {
+                    local: local.then_some(true),
+                    ..e
+                }),
+            }
+        }
+    }
+    if svl.is_some() {
+        for e in &mut eps {
+            e.local.get_or_insert(false);
+        }
+    }
+    if let Some(c) = ext {
+        for rule in &c.rules {
+            let Some(r) = R::new(rule) else { continue };
+            let comment = r.comment();
+            let said = comment.as_deref().and_then(read_comment).map(|(_, s)| s);
+            let to = r.target().and_then(parse_chain_name).map(|(p, _)| p);
+            let pod_shortcut = said == Some(Says::PodTraffic)
+                || (to == Some(ChainPrefix::Svc)
+                    && r.generic("-s").is_some_and(|(neg, _)| !neg)
+                    && r.v.match_named("addrtype").is_none());
+            if pod_shortcut || to == Some(ChainPrefix::Svl) {
+                let b = &mut rec.builders[i];
+                b.external_local = true;
+            }
+        }
+    }
+    if let Some(c) = fw {
+        for rule in &c.rules {
+            let Some(r) = R::new(rule) else { continue };
+            if r.target().and_then(parse_chain_name).map(|(p, _)| p) != Some(ChainPrefix::Ext) {
+                continue;
+            }
+            let Some((false, src)) = r.generic("-s") else {
+                continue;
+            };
+            let b = &mut rec.builders[i];
+            // kube-proxy adds `-s LB_IP` rules ("allow from node") after the ranges.
+            if host_addr(&src).is_some_and(|ip| b.load_balancer_ips.contains(&ip)) {
+                continue;
+            }
+            let range = match src.split_once('/') {
+                Some(_) => src.into_owned(),
+                None => format!("{src}/32"),
+            };
+            push_unique(&mut b.source_ranges, range);
+            b.evidence.push(Evidence::rule(table, &c.name, rule));
+        }
+    }
+    if let Some(e) = rec.endpoints.get_mut(i) {
+        *e = eps;
+    }
+}
+
+/// The endpoints a `KUBE-SVC-*`/`KUBE-SVL-*` chain picks from, with their probabilities.
+fn endpoint_cascade<'a>(
+    rec: &mut Recovery<'a>,
+    table: &'a str,
+    chain: &'a Chain,
+    i: usize,
+) -> Vec<RecoveredEndpoint<'a>> {
+    let mut out: Vec<RecoveredEndpoint<'a>> = Vec::new();
+    let mut remaining = 1.0f64;
+    let mut exact = true;
+    for rule in &chain.rules {
+        let Some(r) = R::new(rule) else { continue };
+        let Some(target) = r.target() else { continue };
+        if target == "KUBE-MARK-MASQ" {
+            let b = &mut rec.builders[i];
+            if b.name.is_none()
+                && let Some((n, _)) = r.comment().as_deref().and_then(read_comment)
+            {
+                b.name(n);
+            }
+            if b.protocol.is_none() {
+                b.protocol = r.protocol();
+            }
+            if b.cluster_ip.is_none() {
+                b.cluster_ip = r.dst_host();
+                b.port = b.port.or(r.dport());
+            }
+            continue;
+        }
+        if !matches!(parse_chain_name(target), Some((ChainPrefix::Sep, _))) {
+            continue;
+        }
+        if let Some(s) = r.recent_check_seconds() {
+            // ClientIP affinity: returning clients go straight to their endpoint.
+            if let Some(a) = rec.affinity.get_mut(i) {
+                *a = Some(s);
+            }
+            continue;
+        }
+        let p = match r.probability() {
+            Some(p) => p.clamp(0.0, 1.0),
+            None if r.v.match_named("statistic").is_some() => {
+                exact = false;
+                0.0
+            }
+            None => 1.0,
+        };
+        let effective = remaining * p;
+        remaining *= 1.0 - p;
+        let mut evidence = Vec::with_capacity(2);
+        evidence.push(Evidence::rule(table, &chain.name, rule));
+        let mut address = None;
+        if let Some(sep) = rec.nat_chains.get(target) {
+            for sr in &sep.rules {
+                let Some(x) = R::new(sr) else { continue };
+                if let Some(to) = x.dnat_to() {
+                    address = Some(to);
+                    evidence.push(Evidence::rule(table, &sep.name, sr));
+                    let b = &mut rec.builders[i];
+                    if b.protocol.is_none() {
+                        b.protocol = x.protocol();
+                    }
+                    if b.name.is_none()
+                        && let Some((n, _)) = x.comment().as_deref().and_then(read_comment)
+                    {
+                        b.name(n);
+                    }
+                }
+            }
+        }
+        if address.is_none() || rec.builders[i].name.is_none() {
+            let comment = r.comment();
+            if let Some((n, Says::Endpoint(addr))) = comment.as_deref().and_then(read_comment) {
+                rec.builders[i].name(n);
+                address.get_or_insert_with(|| addr.to_string());
+            }
+        }
+        if out.iter().any(|e| e.chain == Some(target)) {
+            continue;
+        }
+        out.push(RecoveredEndpoint {
+            address,
+            probability: Some(effective),
+            local: None,
+            chain: Some(target),
+            evidence,
+        });
+    }
+    if !exact {
+        for e in &mut out {
+            e.probability = None;
+        }
+    }
+    out
+}
+
+fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table) {
+    for chain in &filter.chains {
+        let which = &*chain.name;
+        if !matches!(
+            which,
+            "KUBE-SERVICES" | "KUBE-EXTERNAL-SERVICES" | "KUBE-NODEPORTS" | "KUBE-PROXY-FIREWALL"
+        ) {
+            continue;
+        }
+        for rule in &chain.rules {
+            let Some(r) = R::new(rule) else { continue };
+            let comment = r.comment();
+            let Some((name, says)) = comment.as_deref().and_then(read_comment) else {
+                continue;
+            };
+            let proto = r.protocol();
+            let i = if says == Says::HealthCheck {
+                // Health-check node ports are TCP whatever the service protocol is.
+                let existing = ["tcp", "udp", "sctp"]
+                    .iter()
+                    .find_map(|p| rec.by_key.get(&port_proto_hash(name, p)).copied());
+                match existing {
+                    Some(i) => i,
+                    None => rec.builder_for_name(name, None, &r),
+                }
+            } else {
+                rec.builder_for_name(name, proto.as_deref(), &r)
+            };
+            let b = &mut rec.builders[i];
+            b.name(name);
+            if says != Says::HealthCheck {
+                b.protocol(proto);
+            }
+            b.evidence.push(Evidence::rule(table, which, rule));
+            match (which, says) {
+                ("KUBE-SERVICES", Says::NoEndpoints | Says::NoLocalEndpoints) => {
+                    b.cluster_ip = b.cluster_ip.or(r.dst_host());
+                    b.port = b.port.or(r.dport());
+                    if says == Says::NoEndpoints {
+                        b.no_endpoints = Some(NoEndpoints::Reject);
+                    } else {
+                        b.internal_local = true;
+                        b.no_endpoints.get_or_insert(NoEndpoints::DropNoLocal);
+                    }
+                }
+                ("KUBE-EXTERNAL-SERVICES", Says::NoEndpoints | Says::NoLocalEndpoints) => {
+                    if says == Says::NoEndpoints {
+                        b.no_endpoints = Some(NoEndpoints::Reject);
+                    } else {
+                        b.external_local = true;
+                        b.no_endpoints.get_or_insert(NoEndpoints::DropNoLocal);
+                    }
+                    if r.dst_type_local() {
+                        if let Some(p) = r.dport() {
+                            push_unique(&mut b.node_ports, p);
+                        }
+                    } else if let Some(ip) = r.dst_host() {
+                        b.port = b.port.or(r.dport());
+                        if !b.load_balancer_ips.contains(&ip) && !b.external_ips.contains(&ip) {
+                            b.external_ips.push(ip);
+                            b.ambiguous_external = true;
+                        }
+                    }
+                }
+                ("KUBE-NODEPORTS", Says::HealthCheck) => {
+                    b.health_check_node_port = r.dport();
+                }
+                ("KUBE-PROXY-FIREWALL", _) => {
+                    if let Some(ip) = r.dst_host() {
+                        b.external_ips.retain(|x| *x != ip);
+                        push_unique(&mut b.load_balancer_ips, ip);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+fn finish<'a>(
+    mismatches: &mut Vec<NameMismatch<'a>>,
+    b: Builder<'a>,
+    endpoints: Vec<RecoveredEndpoint<'a>>,
+    affinity: Option<u32>,
+) -> RecoveredService<'a> {
+    let mut notes = Vec::new();
+    let name_source = if b.name.is_some() {
+        NameSource::Comment
+    } else {
+        notes.push(
+            "no kube-proxy comments: name unknown, service identified by its chains and rules"
+                .to_string(),
+        );
+        NameSource::Unnamed
+    };
+    if b.ambiguous_external {
+        notes.push(
+            "no endpoints: external and load-balancer IPs are rejected alike and cannot be told apart; listed as external IPs"
+                .to_string(),
+        );
+    }
+    if b.unlabelled_ips {
+        notes.push(
+            "a KUBE-EXT capture rule has no comment: external or load-balancer IP, listed as external"
+                .to_string(),
+        );
+    }
+    let first_evidence = b.evidence.first().copied();
+    if let (Some(name), Some(proto)) = (&b.name, &b.protocol) {
+        let hash = port_proto_hash(name, proto);
+        for &c in &b.chains {
+            if let Some((prefix, h)) = parse_chain_name(c)
+                && h != hash
+            {
+                mismatches.push(NameMismatch {
+                    chain: c,
+                    service: format!("{name} ({proto})"),
+                    endpoint: None,
+                    expected: format!("{}{hash}", prefix.as_str()),
+                    evidence: first_evidence.unwrap_or(Evidence {
+                        table: "",
+                        chain: c,
+                        line: 0,
+                        text: "",
+                    }),
+                });
+            }
+        }
+        for e in &endpoints {
+            if let (Some(chain), Some(addr)) = (e.chain, &e.address) {
+                let expected = endpoint_chain_name(name, proto, addr);
+                if chain != expected {
+                    mismatches.push(NameMismatch {
+                        chain,
+                        service: format!("{name} ({proto})"),
+                        endpoint: Some(addr.clone()),
+                        expected,
+                        evidence: e.evidence[0],
+                    });
+                }
+            }
+        }
+    }
+    if endpoints.iter().any(|e| e.address.is_none()) {
+        notes.push(
+            "some endpoint chains are not in the input (partial payload?): their addresses are unknown"
+                .to_string(),
+        );
+    }
+    RecoveredService {
+        name: b.name,
+        name_source,
+        protocol: b.protocol,
+        cluster_ip: b.cluster_ip,
+        port: b.port,
+        node_ports: b.node_ports,
+        external_ips: b.external_ips,
+        load_balancer_ips: b.load_balancer_ips,
+        load_balancer_source_ranges: b.source_ranges,
+        health_check_node_port: b.health_check_node_port,
+        session_affinity_seconds: affinity,
+        internal_traffic_local: b.internal_local,
+        external_traffic_local: b.external_local,
+        endpoints,
+        no_endpoints: b.no_endpoints,
+        chains: b.chains,
+        evidence: b.evidence,
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comments_are_read() {
+        assert_eq!(
+            read_comment("default/kubernetes:https cluster IP"),
+            Some(("default/kubernetes:https", Says::ClusterIp))
+        );
+        assert_eq!(
+            read_comment("ns1/svc1:p80 -> 10.180.0.1:80"),
+            Some(("ns1/svc1:p80", Says::Endpoint("10.180.0.1:80")))
+        );
+        assert_eq!(
+            read_comment("pod traffic for ns2/svc2:p80 external destinations"),
+            Some(("ns2/svc2:p80", Says::PodTraffic))
+        );
+        assert_eq!(
+            read_comment("ns5/svc5:p80 traffic not accepted by KUBE-FW-NUKIZ6OKUXPJNT4C"),
+            Some(("ns5/svc5:p80", Says::Other))
+        );
+        assert_eq!(
+            read_comment("ns2/svc2:p80"),
+            Some(("ns2/svc2:p80", Says::Bare))
+        );
+        assert_eq!(read_comment("kubernetes service portals"), None);
+    }
+}

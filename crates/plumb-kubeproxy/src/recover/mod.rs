@@ -1,0 +1,255 @@
+//! Recovering kube-proxy's service map from a ruleset: the inverse of [`crate::sync`].
+//!
+//! Given a parsed [`Ruleset`] (a live dump, a bundle file, a restore payload), find every
+//! service port kube-proxy programmed and say what it does: ClusterIP, NodePorts, external
+//! and load-balancer IPs, endpoints with the probability each is picked, session affinity,
+//! `Local` traffic policies and "has no endpoints" rejects. Two dataplanes:
+//! - iptables mode ([`iptables`]): `KUBE-SERVICES` / `KUBE-SVC-*` / `KUBE-SEP-*` chains in the
+//!   `nat` and `filter` tables of either iptables backend;
+//! - nftables mode ([`nft`]): `table ip kube-proxy` / `table ip6 kube-proxy` with the
+//!   `service-ips` and `service-nodeports` verdict maps and `numgen` endpoint choice.
+//!
+//! Names come from kube-proxy's rule comments (iptables) or chain names (nftables). When
+//! comments are missing the service is identified by its chain and a note says so. Every
+//! hashed chain name is re-computed from the recovered name and a mismatch is reported
+//! ([`NameMismatch`]): it means the rules were not written by kube-proxy for that service
+//! (hand edits, a restored snapshot of another cluster, a bug). Every recovered fact keeps
+//! the rule it came from ([`Evidence`]).
+//!
+//! Pure: no IO. Never panics on any input (proptest in `tests/recover.rs`).
+
+pub mod iptables;
+pub mod nft;
+
+use plumb_ruleset::{Backend, Family, Location, Rule, Ruleset};
+use serde::Serialize;
+use std::net::IpAddr;
+
+/// Which kube-proxy dataplane a service map was read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyMode {
+    /// `KUBE-*` chains in iptables (legacy or nft backend).
+    Iptables,
+    /// Native nftables `table ip|ip6 kube-proxy`.
+    Nftables,
+}
+
+/// A rule that supports a recovered fact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Evidence<'a> {
+    /// Table name (`nat`, `filter`, `kube-proxy`).
+    pub table: &'a str,
+    /// Chain (or, for nft map elements, the map) the rule lives in.
+    pub chain: &'a str,
+    /// 1-based line in the source text.
+    pub line: u32,
+    /// The rule as read.
+    pub text: &'a str,
+}
+
+impl<'a> Evidence<'a> {
+    pub(crate) fn rule(table: &'a str, chain: &'a str, rule: &'a Rule) -> Evidence<'a> {
+        Evidence {
+            table,
+            chain,
+            line: rule.location.line,
+            text: &rule.text,
+        }
+    }
+
+    pub(crate) fn at(
+        table: &'a str,
+        chain: &'a str,
+        location: Location,
+        text: &'a str,
+    ) -> Evidence<'a> {
+        Evidence {
+            table,
+            chain,
+            line: location.line,
+            text,
+        }
+    }
+}
+
+/// How a service port got its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NameSource {
+    /// From kube-proxy's `--comment` texts (iptables mode) or element comments (nft).
+    Comment,
+    /// From the chain name (nftables mode spells `ns/name/proto/port` in it).
+    ChainName,
+    /// No name found: the service is known only by its chain(s).
+    Unnamed,
+}
+
+/// What kube-proxy does with traffic to a service port that has no usable endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NoEndpoints {
+    /// "has no endpoints": REJECT (ICMP port unreachable) — no endpoint at all.
+    Reject,
+    /// "has no local endpoints": DROP — `Local` policy and none on this node.
+    DropNoLocal,
+}
+
+/// One endpoint of a service port.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RecoveredEndpoint<'a> {
+    /// `ip:port` kube-proxy DNATs to (`[ip6]:port` for IPv6); `None` when the endpoint
+    /// chain is not in the input (a partial payload) and no comment names it.
+    pub address: Option<String>,
+    /// Probability that a new connection picks this endpoint (the `statistic` cascade or
+    /// `numgen` map, folded into one number per endpoint). `None` when it cannot be read.
+    pub probability: Option<f64>,
+    /// `Some(true)` when the endpoint appears in the service's local-policy chain
+    /// (`KUBE-SVL-*` / `local-*`); `None` when the rules do not say.
+    pub local: Option<bool>,
+    /// The endpoint chain (`KUBE-SEP-*`, `endpoint-*`).
+    pub chain: Option<&'a str>,
+    pub evidence: Vec<Evidence<'a>>,
+}
+
+/// One service port as kube-proxy programmed it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RecoveredService<'a> {
+    /// `namespace/name:port` (`namespace/name` for an unnamed port), if known.
+    pub name: Option<String>,
+    pub name_source: NameSource,
+    /// `tcp`, `udp` or `sctp`.
+    pub protocol: Option<String>,
+    pub cluster_ip: Option<IpAddr>,
+    /// The service port (on the ClusterIP, external and load-balancer IPs).
+    pub port: Option<u16>,
+    pub node_ports: Vec<u16>,
+    /// `spec.externalIPs`. In nftables mode, and in iptables mode for a service with no
+    /// endpoints, load-balancer IPs look the same and are listed here (see `notes`).
+    pub external_ips: Vec<IpAddr>,
+    pub load_balancer_ips: Vec<IpAddr>,
+    /// `loadBalancerSourceRanges` (from `KUBE-FW-*` / `firewall-*`).
+    pub load_balancer_source_ranges: Vec<String>,
+    pub health_check_node_port: Option<u16>,
+    /// `ClientIP` affinity timeout in seconds (`-m recent --rcheck --seconds`).
+    pub session_affinity_seconds: Option<u32>,
+    /// `internalTrafficPolicy: Local` (ClusterIP goes to `KUBE-SVL-*` / `local-*`).
+    pub internal_traffic_local: bool,
+    /// `externalTrafficPolicy: Local`.
+    pub external_traffic_local: bool,
+    pub endpoints: Vec<RecoveredEndpoint<'a>>,
+    /// Set when kube-proxy rejects or drops traffic for lack of endpoints.
+    pub no_endpoints: Option<NoEndpoints>,
+    /// kube-proxy chains of this service (SVC, SVL, EXT, FW / service-, local-, ...).
+    pub chains: Vec<&'a str>,
+    /// The rules that define the service (capture rules, filter rejects, NodePorts).
+    pub evidence: Vec<Evidence<'a>>,
+    /// What could not be recovered exactly, in words.
+    pub notes: Vec<String>,
+}
+
+impl RecoveredService<'_> {
+    /// The name to show: `ns/name:port`, else the service chain.
+    pub fn display_name(&self) -> String {
+        match (&self.name, self.chains.first()) {
+            (Some(n), _) => n.clone(),
+            (None, Some(c)) => format!("<unnamed {c}>"),
+            (None, None) => "<unnamed>".into(),
+        }
+    }
+}
+
+/// A kube-proxy chain whose hash does not match the service (or endpoint) it serves.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NameMismatch<'a> {
+    pub chain: &'a str,
+    /// `ns/name:port` (and endpoint) the chain belongs to according to the rules.
+    pub service: String,
+    pub endpoint: Option<String>,
+    /// The name kube-proxy would have used.
+    pub expected: String,
+    pub evidence: Evidence<'a>,
+}
+
+/// The service map of one kube-proxy dataplane (one family, one backend).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ServiceMap<'a> {
+    pub mode: ProxyMode,
+    pub family: Family,
+    pub backend: Backend,
+    pub services: Vec<RecoveredService<'a>>,
+    pub name_mismatches: Vec<NameMismatch<'a>>,
+}
+
+/// Recovers every kube-proxy service map in `ruleset`: one per (backend, family) holding
+/// iptables-mode chains, one per nftables `kube-proxy` table. Empty when kube-proxy left
+/// nothing (e.g. Cilium's kube-proxy replacement).
+pub fn recover(ruleset: &Ruleset) -> Vec<ServiceMap<'_>> {
+    let mut maps = iptables::recover(ruleset);
+    maps.extend(nft::recover(ruleset));
+    maps
+}
+
+/// `ns/name:port` split into its parts (port empty when absent). `None` when the text is
+/// not shaped like a service port name.
+pub fn split_service_port_name(s: &str) -> Option<(&str, &str, &str)> {
+    let (ns, rest) = s.split_once('/')?;
+    let (name, port) = rest.split_once(':').unwrap_or((rest, ""));
+    let ok = |p: &str| {
+        !p.is_empty()
+            && p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+    };
+    (ok(ns) && ok(name) && (port.is_empty() || ok(port))).then_some((ns, name, port))
+}
+
+/// `10.43.0.1`, `10.43.0.1/32`, `fd00::1/128` -> the address; other prefixes -> `None`.
+pub(crate) fn host_addr(s: &str) -> Option<IpAddr> {
+    match s.split_once('/') {
+        None => s.parse().ok(),
+        Some((a, "32")) | Some((a, "128")) => a.parse().ok(),
+        Some(_) => None,
+    }
+}
+
+/// `ip:port` / `[ip6]:port` -> parts.
+pub(crate) fn split_host_port(s: &str) -> Option<(IpAddr, u16)> {
+    let (ip, port) = s.rsplit_once(':')?;
+    let ip = ip.trim_start_matches('[').trim_end_matches(']');
+    Some((ip.parse().ok()?, port.parse().ok()?))
+}
+
+pub(crate) fn push_unique<T: PartialEq>(v: &mut Vec<T>, x: T) {
+    if !v.contains(&x) {
+        v.push(x);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_port_names() {
+        assert_eq!(
+            split_service_port_name("default/kubernetes:https"),
+            Some(("default", "kubernetes", "https"))
+        );
+        assert_eq!(
+            split_service_port_name("riset/hellopod"),
+            Some(("riset", "hellopod", ""))
+        );
+        assert_eq!(split_service_port_name("kubernetes service portals"), None);
+        assert_eq!(split_service_port_name("a/b c:d"), None);
+    }
+
+    #[test]
+    fn addresses() {
+        assert_eq!(host_addr("10.43.0.1/32"), "10.43.0.1".parse().ok());
+        assert_eq!(host_addr("10.42.0.0/16"), None);
+        assert_eq!(
+            split_host_port("[fd00::5]:8443"),
+            Some(("fd00::5".parse().unwrap(), 8443))
+        );
+    }
+}

@@ -1,0 +1,678 @@
+//! Service-map recovery for kube-proxy's nftables mode (`table ip|ip6 kube-proxy`).
+//!
+//! What kubernetes `pkg/proxy/nftables/proxier.go` writes, and how it is read back:
+//! - map `service-ips` (`IP . proto . port : goto CHAIN`): the chain's prefix says what the IP
+//!   is: `service-`/`local-` a ClusterIP (also listed in set `cluster-ips`), `external-` an
+//!   external or load-balancer IP (the map does not distinguish them), `firewall-` a
+//!   load-balancer IP with source ranges (also in map `firewall-ips`);
+//! - map `service-nodeports` (`proto . port : goto external-…`): NodePorts;
+//! - maps `no-endpoint-services` / `no-endpoint-nodeports`: elements commented with
+//!   `ns/name:port`, verdict `goto reject-chain` (no endpoints) or `drop` (no local ones);
+//! - chains `service-…`/`local-…`: `numgen random mod N vmap { i : goto endpoint-… }` picks an
+//!   endpoint with probability (entries for it) / N; `ip saddr @affinity-… goto endpoint-…`
+//!   rules are ClientIP affinity (the set's `timeout` is the affinity timeout);
+//! - chains `endpoint-…`: `dnat to IP:PORT`; `external-…`: `goto local-…` means
+//!   `externalTrafficPolicy: Local`; `firewall-…`: `ip saddr != { RANGES } drop`.
+//!
+//! Chain names spell the service (`service-HASH-ns/name/proto/port`), so names survive
+//! without comments; the hash is re-computed and mismatches reported.
+
+use super::{
+    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, RecoveredEndpoint,
+    RecoveredService, ServiceMap, push_unique, split_host_port, split_service_port_name,
+};
+use crate::chain_name::{NftChainPrefix, nft_endpoint_chain_name, nft_service_port_base};
+use plumb_ruleset::nft::{NftSet, StatementKind, Value, Verdict, VerdictMapRef};
+use plumb_ruleset::{Backend, Chain, Family, RuleBody, Ruleset, Table};
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<crate::sync::Fnv>>;
+use std::net::IpAddr;
+
+const PREFIXES: [NftChainPrefix; 5] = [
+    NftChainPrefix::Service,
+    NftChainPrefix::Local,
+    NftChainPrefix::External,
+    NftChainPrefix::Firewall,
+    NftChainPrefix::Endpoint,
+];
+
+/// `service-HASH-ns/name/proto/port` -> (prefix, base `HASH-ns/name/proto/port`).
+fn split_chain(name: &str) -> Option<(NftChainPrefix, &str)> {
+    PREFIXES.into_iter().find_map(|p| {
+        let base = name.strip_prefix(p.as_str())?;
+        let (hash, rest) = base.split_once('-')?;
+        (hash.len() == 8 && rest.contains('/')).then_some((p, base))
+    })
+}
+
+/// The parts of a service base name: namespace, name, protocol, port name.
+fn base_parts(base: &str) -> Option<(&str, &str, &str, &str)> {
+    let (_, rest) = base.split_once('-')?;
+    let rest = rest.split_once("__").map_or(rest, |(s, _)| s);
+    let mut it = rest.splitn(4, '/');
+    let (ns, name, proto, port) = (it.next()?, it.next()?, it.next()?, it.next()?);
+    Some((ns, name, proto, port))
+}
+
+/// The service base of an endpoint base (`HASH-ns/name/proto/port__ip/port`): everything
+/// needed to find its service is the name, not the hash, so match on the name part.
+fn service_name(ns: &str, name: &str, port: &str) -> String {
+    if port.is_empty() {
+        format!("{ns}/{name}")
+    } else {
+        format!("{ns}/{name}:{port}")
+    }
+}
+
+#[derive(Default)]
+struct Builder<'a> {
+    name: Option<String>,
+    name_source: Option<NameSource>,
+    protocol: Option<String>,
+    cluster_ip: Option<IpAddr>,
+    port: Option<u16>,
+    node_ports: Vec<u16>,
+    external_ips: Vec<IpAddr>,
+    load_balancer_ips: Vec<IpAddr>,
+    source_ranges: Vec<String>,
+    affinity: Option<u32>,
+    internal_local: bool,
+    external_local: bool,
+    no_endpoints: Option<NoEndpoints>,
+    external_ambiguous: bool,
+    chains: Vec<&'a str>,
+    endpoints: Vec<RecoveredEndpoint<'a>>,
+    evidence: Vec<Evidence<'a>>,
+}
+
+/// Recovers the service map of every nftables `kube-proxy` table.
+pub fn recover(ruleset: &Ruleset) -> Vec<ServiceMap<'_>> {
+    ruleset
+        .tables
+        .iter()
+        .filter(|t| {
+            t.backend == Backend::Nftables
+                && &*t.name == "kube-proxy"
+                && matches!(t.family, Family::Ip | Family::Ip6)
+        })
+        .map(recover_table)
+        .collect()
+}
+
+struct Recovery<'a> {
+    table: &'a Table,
+    builders: Vec<Builder<'a>>,
+    by_name: FastMap<String, usize>,
+    chains: FastMap<&'a str, &'a Chain>,
+    mismatches: Vec<NameMismatch<'a>>,
+}
+
+impl<'a> Recovery<'a> {
+    fn builder(&mut self, key: String) -> usize {
+        if let Some(&i) = self.by_name.get(&key) {
+            return i;
+        }
+        self.builders.push(Builder::default());
+        self.by_name.insert(key, self.builders.len() - 1);
+        self.builders.len() - 1
+    }
+
+    /// The builder for a service chain; names it from the chain and checks the hash.
+    fn builder_for_chain(&mut self, chain: &'a str, evidence: Evidence<'a>) -> Option<usize> {
+        let (prefix, base) = split_chain(chain)?;
+        let (ns, name, proto, port) = base_parts(base)?;
+        let spn = service_name(ns, name, port);
+        let i = self.builder(format!("{spn}|{proto}"));
+        let b = &mut self.builders[i];
+        if b.name.is_none() && split_service_port_name(&spn).is_some() {
+            b.name = Some(spn.clone());
+            b.name_source = Some(NameSource::ChainName);
+        }
+        if b.protocol.is_none() {
+            b.protocol = Some(proto.to_string());
+        }
+        if prefix != NftChainPrefix::Endpoint && !b.chains.contains(&chain) {
+            b.chains.push(chain);
+            if !base.ends_with("...") {
+                let expected = nft_service_port_base(ns, name, proto, port);
+                if expected != base {
+                    self.mismatches.push(NameMismatch {
+                        chain,
+                        service: format!("{spn} ({proto})"),
+                        endpoint: None,
+                        expected: format!("{}{expected}", prefix.as_str()),
+                        evidence,
+                    });
+                }
+            }
+        }
+        Some(i)
+    }
+}
+
+fn recover_table(table: &Table) -> ServiceMap<'_> {
+    let mut rec = Recovery {
+        table,
+        builders: Vec::new(),
+        by_name: FastMap::default(),
+        chains: table.chains.iter().map(|c| (&*c.name, c)).collect(),
+        mismatches: Vec::new(),
+    };
+    let cluster_ips: Option<Vec<&str>> = table
+        .set("cluster-ips")
+        .map(|s| s.elements.iter().map(|e| &*e.key_text).collect());
+    if let Some(m) = table.set("service-ips") {
+        service_ips(&mut rec, m, cluster_ips.as_deref());
+    }
+    if let Some(m) = table.set("firewall-ips") {
+        for e in &m.elements {
+            let Some(c) = e.verdict.as_ref().and_then(verdict_chain) else {
+                continue;
+            };
+            let ev = element_evidence(table, m, &e.key_text);
+            let Some(i) = rec.builder_for_chain(c, ev) else {
+                continue;
+            };
+            if let Some((ip, _, port)) = ip_proto_port(&e.key_text) {
+                let b = &mut rec.builders[i];
+                b.external_ips.retain(|x| *x != ip);
+                push_unique(&mut b.load_balancer_ips, ip);
+                b.port = b.port.or(Some(port));
+            }
+        }
+    }
+    if let Some(m) = table.set("service-nodeports") {
+        for e in &m.elements {
+            let Some(c) = e.verdict.as_ref().and_then(verdict_chain) else {
+                continue;
+            };
+            let ev = element_evidence(table, m, &e.key_text);
+            let Some(i) = rec.builder_for_chain(c, ev) else {
+                continue;
+            };
+            if let Some(p) = proto_port(&e.key_text) {
+                let b = &mut rec.builders[i];
+                push_unique(&mut b.node_ports, p);
+                b.evidence.push(ev);
+            }
+        }
+    }
+    for (map, nodeport) in [
+        ("no-endpoint-services", false),
+        ("no-endpoint-nodeports", true),
+    ] {
+        if let Some(m) = table.set(map) {
+            no_endpoint_elements(&mut rec, m, nodeport, cluster_ips.as_deref());
+        }
+    }
+    // Every service chain, also those no map element reaches.
+    for c in &table.chains {
+        if let Some((p, _)) = split_chain(&c.name)
+            && p != NftChainPrefix::Endpoint
+        {
+            let ev = chain_evidence(table, c);
+            rec.builder_for_chain(&c.name, ev);
+        }
+    }
+    for c in &table.chains {
+        let Some((prefix, _)) = split_chain(&c.name) else {
+            continue;
+        };
+        let ev = chain_evidence(table, c);
+        let Some(i) = rec.builder_for_chain(&c.name, ev) else {
+            continue;
+        };
+        match prefix {
+            NftChainPrefix::Service | NftChainPrefix::Local => {
+                service_chain(&mut rec, c, i, prefix == NftChainPrefix::Local)
+            }
+            NftChainPrefix::External => {
+                let local =
+                    c.rules.iter().flat_map(|r| r.chain_references()).any(|r| {
+                        split_chain(r.chain).is_some_and(|(p, _)| p == NftChainPrefix::Local)
+                    });
+                if local {
+                    rec.builders[i].external_local = true;
+                }
+            }
+            NftChainPrefix::Firewall => firewall_chain(&mut rec, c, i),
+            _ => {}
+        }
+    }
+    let mut services: Vec<RecoveredService> = Vec::with_capacity(rec.builders.len());
+    for b in std::mem::take(&mut rec.builders) {
+        services.push(finish(&mut rec, b));
+    }
+    services.sort_by(|a, b| (&a.name, &a.protocol).cmp(&(&b.name, &b.protocol)));
+    ServiceMap {
+        mode: ProxyMode::Nftables,
+        family: table.family,
+        backend: table.backend,
+        services,
+        name_mismatches: rec.mismatches,
+    }
+}
+
+fn verdict_chain(v: &Verdict) -> Option<&str> {
+    match v {
+        Verdict::Goto(c) | Verdict::Jump(c) => Some(c),
+        _ => None,
+    }
+}
+
+fn element_evidence<'a>(table: &'a Table, set: &'a NftSet, key: &'a str) -> Evidence<'a> {
+    Evidence::at(&table.name, &set.name, set.location, key)
+}
+
+fn chain_evidence<'a>(table: &'a Table, c: &'a Chain) -> Evidence<'a> {
+    match c.rules.first() {
+        Some(r) => Evidence::rule(&table.name, &c.name, r),
+        None => Evidence::at(&table.name, &c.name, c.location, &c.name),
+    }
+}
+
+/// `10.43.0.10 . tcp . 53` -> (ip, proto, port).
+fn ip_proto_port(key: &str) -> Option<(IpAddr, &str, u16)> {
+    let mut it = key.split(" . ").map(str::trim);
+    let ip = it.next()?.parse().ok()?;
+    let proto = it.next()?;
+    let port = it.next()?.parse().ok()?;
+    Some((ip, proto, port))
+}
+
+/// `tcp . 30000` -> port.
+fn proto_port(key: &str) -> Option<u16> {
+    let mut it = key.split(" . ").map(str::trim);
+    let _proto = it.next()?;
+    it.next()?.parse().ok()
+}
+
+fn service_ips<'a>(rec: &mut Recovery<'a>, m: &'a NftSet, cluster_ips: Option<&[&str]>) {
+    for e in &m.elements {
+        let Some(c) = e.verdict.as_ref().and_then(verdict_chain) else {
+            continue;
+        };
+        let ev = element_evidence(rec.table, m, &e.key_text);
+        let Some((prefix, _)) = split_chain(c) else {
+            continue;
+        };
+        let Some(i) = rec.builder_for_chain(c, ev) else {
+            continue;
+        };
+        let Some((ip, _, port)) = ip_proto_port(&e.key_text) else {
+            continue;
+        };
+        let b = &mut rec.builders[i];
+        b.evidence.push(ev);
+        let is_cluster_ip = cluster_ips.is_none_or(|s| s.iter().any(|x| x.parse() == Ok(ip)));
+        match prefix {
+            NftChainPrefix::Service | NftChainPrefix::Local if is_cluster_ip => {
+                b.cluster_ip = Some(ip);
+                b.port = Some(port);
+                b.internal_local |= prefix == NftChainPrefix::Local;
+            }
+            NftChainPrefix::Firewall => {
+                push_unique(&mut b.load_balancer_ips, ip);
+                b.port = b.port.or(Some(port));
+            }
+            _ => {
+                if !b.load_balancer_ips.contains(&ip) {
+                    push_unique(&mut b.external_ips, ip);
+                    b.external_ambiguous = true;
+                }
+                b.port = b.port.or(Some(port));
+            }
+        }
+    }
+}
+
+fn no_endpoint_elements<'a>(
+    rec: &mut Recovery<'a>,
+    m: &'a NftSet,
+    nodeport: bool,
+    cluster_ips: Option<&[&str]>,
+) {
+    for e in &m.elements {
+        let Some(comment) = e.comment.as_deref() else {
+            continue;
+        };
+        let Some((ns, name, port_name)) = split_service_port_name(comment) else {
+            continue;
+        };
+        let (ip, proto, port) = if nodeport {
+            let mut it = e.key_text.split(" . ").map(str::trim);
+            let proto = it.next().unwrap_or("");
+            (None, proto, it.next().and_then(|p| p.parse::<u16>().ok()))
+        } else {
+            match ip_proto_port(&e.key_text) {
+                Some((ip, proto, port)) => (Some(ip), proto, Some(port)),
+                None => continue,
+            }
+        };
+        let spn = service_name(ns, name, port_name);
+        let key = format!("{spn}|{proto}");
+        let i = rec.builder(key);
+        let ev = element_evidence(rec.table, m, &e.key_text);
+        let b = &mut rec.builders[i];
+        if b.name.is_none() {
+            b.name = Some(spn);
+            b.name_source = Some(NameSource::Comment);
+        }
+        if b.protocol.is_none() {
+            b.protocol = Some(proto.to_string());
+        }
+        b.evidence.push(ev);
+        let reject = match &e.verdict {
+            Some(Verdict::Drop) => false,
+            Some(v) => verdict_chain(v).is_none_or(|c| c.contains("reject")),
+            None => true,
+        };
+        b.no_endpoints = Some(if reject {
+            NoEndpoints::Reject
+        } else {
+            NoEndpoints::DropNoLocal
+        });
+        match (nodeport, ip, port) {
+            (true, _, Some(p)) => push_unique(&mut b.node_ports, p),
+            (false, Some(ip), Some(p)) => {
+                let is_cluster_ip =
+                    cluster_ips.is_none_or(|s| s.iter().any(|x| x.parse() == Ok(ip)));
+                if is_cluster_ip {
+                    b.cluster_ip = Some(ip);
+                    b.port = Some(p);
+                } else if !b.load_balancer_ips.contains(&ip) {
+                    push_unique(&mut b.external_ips, ip);
+                    b.external_ambiguous = true;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool) {
+    let table = rec.table;
+    let mut picks: Vec<(&'a str, f64, Evidence<'a>)> = Vec::new();
+    for r in &c.rules {
+        let RuleBody::Nft(n) = &r.body else { continue };
+        let ev = Evidence::rule(&table.name, &c.name, r);
+        for s in &n.statements {
+            match &s.kind {
+                StatementKind::Match { left, right, .. }
+                    if left == "ip saddr" || left == "ip6 saddr" =>
+                {
+                    if let Value::Named(set) = right
+                        && set.starts_with("affinity-")
+                    {
+                        let timeout = table.set(set).and_then(set_timeout_seconds);
+                        let b = &mut rec.builders[i];
+                        b.affinity = b.affinity.or(timeout).or(Some(0));
+                    }
+                }
+                StatementKind::Match {
+                    left,
+                    right: Value::Single(v),
+                    ..
+                } if (left == "ip daddr" || left == "ip6 daddr") => {
+                    let b = &mut rec.builders[i];
+                    if b.cluster_ip.is_none() {
+                        b.cluster_ip = v.parse().ok();
+                    }
+                }
+                StatementKind::Match {
+                    left,
+                    right: Value::Single(v),
+                    ..
+                } if left.ends_with(" dport") => {
+                    let b = &mut rec.builders[i];
+                    if b.port.is_none() {
+                        b.port = v.parse().ok();
+                    }
+                }
+                StatementKind::VerdictMap {
+                    key,
+                    map: VerdictMapRef::Inline(entries),
+                } if key.starts_with("numgen ") => {
+                    let n = key
+                        .rsplit(' ')
+                        .next()
+                        .and_then(|m| m.parse::<u32>().ok())
+                        .filter(|&m| m > 0)
+                        .unwrap_or(entries.len().max(1) as u32);
+                    for (_, v) in entries {
+                        let Some(target) = verdict_chain(v) else {
+                            continue;
+                        };
+                        match picks.iter_mut().find(|p| p.0 == target) {
+                            Some(p) => p.1 += 1.0 / f64::from(n),
+                            None => picks.push((target, 1.0 / f64::from(n), ev)),
+                        }
+                    }
+                }
+                StatementKind::Verdict(v) => {
+                    // A single endpoint may be a plain `goto endpoint-…` (no numgen).
+                    if let Some(target) = verdict_chain(v)
+                        && split_chain(target).is_some_and(|(p, _)| p == NftChainPrefix::Endpoint)
+                        && picks.is_empty()
+                        && !n.statements.iter().any(|s| {
+                            matches!(&s.kind, StatementKind::Match { right: Value::Named(set), .. } if set.starts_with("affinity-"))
+                        })
+                    {
+                        picks.push((target, 1.0, ev));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    for (target, p, ev) in picks {
+        let mut evidence = vec![ev];
+        let mut address = None;
+        if let Some(ep) = rec.chains.get(target) {
+            for r in &ep.rules {
+                let RuleBody::Nft(n) = &r.body else { continue };
+                for s in &n.statements {
+                    if let StatementKind::Nat { args, .. } = &s.kind
+                        && let Some(a) = args
+                            .split_whitespace()
+                            .find(|w| split_host_port(w).is_some())
+                    {
+                        address = Some(a.to_string());
+                        evidence.push(Evidence::rule(&table.name, &ep.name, r));
+                    }
+                }
+            }
+        }
+        let b = &mut rec.builders[i];
+        match b.endpoints.iter_mut().find(|e| e.chain == Some(target)) {
+            Some(e) => {
+                if local {
+                    e.local = Some(true);
+                } else {
+                    e.probability = Some(p);
+                }
+            }
+            None => b.endpoints.push(RecoveredEndpoint {
+                address,
+                probability: Some(p),
+                local: local.then_some(true),
+                chain: Some(target),
+                evidence,
+            }),
+        }
+    }
+}
+
+fn firewall_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize) {
+    for r in &c.rules {
+        let RuleBody::Nft(n) = &r.body else { continue };
+        for s in &n.statements {
+            if let StatementKind::Match { left, right, .. } = &s.kind
+                && (left == "ip saddr" || left == "ip6 saddr")
+            {
+                let values: Vec<&Value> = match right {
+                    Value::Set(v) => v.iter().collect(),
+                    v => vec![v],
+                };
+                let b = &mut rec.builders[i];
+                for v in values {
+                    let range = match v {
+                        Value::Prefix(a, l) => format!("{a}/{l}"),
+                        Value::Single(a) if a.parse::<IpAddr>().is_ok() => {
+                            if b.load_balancer_ips.iter().any(|x| x.to_string() == *a) {
+                                continue;
+                            }
+                            format!("{a}/32")
+                        }
+                        _ => continue,
+                    };
+                    push_unique(&mut b.source_ranges, range);
+                }
+                b.evidence.push(Evidence::rule(&rec.table.name, &c.name, r));
+            }
+        }
+    }
+}
+
+/// `timeout 3h` / `timeout 10800s` in a set's attributes -> seconds.
+fn set_timeout_seconds(s: &NftSet) -> Option<u32> {
+    s.attributes
+        .iter()
+        .find_map(|a| a.strip_prefix("timeout "))
+        .and_then(|t| parse_nft_duration(t.trim()))
+}
+
+/// nft time values: `3h`, `1d2h3m4s`, `250ms`, a bare number of seconds.
+fn parse_nft_duration(t: &str) -> Option<u32> {
+    if let Ok(n) = t.parse::<u32>() {
+        return Some(n);
+    }
+    let mut total: u64 = 0;
+    let mut num = String::new();
+    let mut chars = t.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let n: u64 = num.parse().ok()?;
+        num.clear();
+        let unit = if c == 'm' && chars.peek() == Some(&'s') {
+            chars.next();
+            0
+        } else {
+            match c {
+                'd' => 86400,
+                'h' => 3600,
+                'm' => 60,
+                's' => 1,
+                _ => return None,
+            }
+        };
+        total = total.saturating_add(n.saturating_mul(unit));
+    }
+    if !num.is_empty() {
+        return None;
+    }
+    u32::try_from(total).ok()
+}
+
+fn finish<'a>(rec: &mut Recovery<'a>, b: Builder<'a>) -> RecoveredService<'a> {
+    let mut notes = Vec::new();
+    if b.external_ambiguous {
+        notes.push(
+            "nftables mode sends external and load-balancer IPs to the same chain: listed as external IPs"
+                .to_string(),
+        );
+    }
+    if b.endpoints.iter().any(|e| e.address.is_none()) {
+        notes.push("some endpoint chains are missing: their addresses are unknown".to_string());
+    }
+    if b.affinity == Some(0) {
+        notes.push("ClientIP affinity set found but its timeout could not be read".to_string());
+    }
+    // Endpoint chain hashes.
+    if let (Some(name), Some(proto)) = (&b.name, &b.protocol)
+        && let Some((ns, svc, port)) = split_service_port_name(name)
+    {
+        for e in &b.endpoints {
+            if let (Some(chain), Some(addr)) = (e.chain, &e.address) {
+                if chain.ends_with("...") {
+                    continue;
+                }
+                let expected =
+                    nft_endpoint_chain_name(NftChainPrefix::Endpoint, ns, svc, proto, port, addr);
+                if expected != chain {
+                    rec.mismatches.push(NameMismatch {
+                        chain,
+                        service: format!("{name} ({proto})"),
+                        endpoint: Some(addr.clone()),
+                        expected,
+                        evidence: e.evidence[0],
+                    });
+                }
+            }
+        }
+    }
+    let mut endpoints = b.endpoints;
+    if endpoints.iter().any(|e| e.local.is_some()) {
+        for e in &mut endpoints {
+            e.local.get_or_insert(false);
+        }
+    }
+    RecoveredService {
+        name_source: b.name_source.unwrap_or(NameSource::Unnamed),
+        name: b.name,
+        protocol: b.protocol,
+        cluster_ip: b.cluster_ip,
+        port: b.port,
+        node_ports: b.node_ports,
+        external_ips: b.external_ips,
+        load_balancer_ips: b.load_balancer_ips,
+        load_balancer_source_ranges: b.source_ranges,
+        health_check_node_port: None,
+        session_affinity_seconds: b.affinity,
+        internal_traffic_local: b.internal_local,
+        external_traffic_local: b.external_local,
+        endpoints,
+        no_endpoints: b.no_endpoints,
+        chains: b.chains,
+        evidence: b.evidence,
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_names_split() {
+        let (p, base) = split_chain("service-P6J77WGM-riset/hellopod-np-svc/tcp/").unwrap();
+        assert_eq!(p, NftChainPrefix::Service);
+        assert_eq!(
+            base_parts(base),
+            Some(("riset", "hellopod-np-svc", "tcp", ""))
+        );
+        let (p, base) =
+            split_chain("endpoint-VNXJG24O-riset/hellopod-np-svc/tcp/__10.42.2.218/8080").unwrap();
+        assert_eq!(p, NftChainPrefix::Endpoint);
+        assert_eq!(
+            base_parts(base),
+            Some(("riset", "hellopod-np-svc", "tcp", ""))
+        );
+        assert!(split_chain("services").is_none());
+        assert!(split_chain("service-endpoints-check").is_none());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_nft_duration("3h"), Some(10800));
+        assert_eq!(parse_nft_duration("10800s"), Some(10800));
+        assert_eq!(parse_nft_duration("1d2h3m4s"), Some(93784));
+        assert_eq!(parse_nft_duration("250ms"), Some(0));
+        assert_eq!(parse_nft_duration("x"), None);
+    }
+}
