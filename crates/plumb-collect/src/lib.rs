@@ -4,12 +4,14 @@
 //! list`) and reads /proc. Every external command goes through one [`Runner`]
 //! so tests can substitute it, and every command is bounded by a timeout.
 
+pub mod bundle_writer;
 pub mod facts;
 pub mod netns;
 pub mod node;
 pub mod probe;
 pub mod rulesets;
 pub mod runner;
+mod tempdir;
 
 pub use rulesets::{Collected, ToolOutcome, collect_rulesets};
 pub use runner::{CommandOutput, Runner, SystemRunner};

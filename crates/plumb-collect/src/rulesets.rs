@@ -160,7 +160,7 @@ fn read_bundle_dumps(node: &dyn Node, family: Family) -> Vec<(Option<Ruleset>, T
 /// Reads every ruleset of a node: live (nft and legacy iptables dumps, native nft) or
 /// from a bundle (its iptables-save or listings, and its nft ruleset).
 pub fn read_rulesets(node: &dyn Node) -> Collected {
-    let mut results: Vec<(Option<Ruleset>, ToolOutcome)> = if node.is_live() {
+    let mut results: Vec<(Option<Ruleset>, ToolOutcome)> = if node.dumps_by_backend() {
         std::thread::scope(|s| {
             let handles: Vec<_> = DUMPS
                 .iter()

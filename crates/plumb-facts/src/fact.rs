@@ -2,31 +2,10 @@
 //!
 //! Every probe ends in a `Fact`: a probe that could not run (tool missing, permission
 //! denied, not in the bundle) is a fact too ("not readable: permission denied"), so the
-//! doctor can say "unknown" instead of guessing and nothing crashes.
+//! doctor can say "unknown" instead of guessing and nothing crashes. (Quoted evidence
+//! for findings is `plumb_check::Evidence`; a fact carries only its source.)
 
 use serde::{Deserialize, Serialize};
-
-/// Where a value was read: a command or a file, optionally a line, and the quoted text.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Evidence {
-    /// The command (`iptables-nft-save`) or file (`/etc/rancher/rke2/config.yaml`,
-    /// `sos_commands/kernel/lsmod`) the value came from.
-    pub source: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub line: Option<u32>,
-    /// The text quoted as proof (one line, or a short excerpt).
-    pub text: String,
-}
-
-impl Evidence {
-    pub fn new(source: impl Into<String>, line: Option<u32>, text: impl Into<String>) -> Evidence {
-        Evidence {
-            source: source.into(),
-            line,
-            text: text.into(),
-        }
-    }
-}
 
 /// A value, or the reason it is unknown.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

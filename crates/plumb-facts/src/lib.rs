@@ -13,5 +13,5 @@ pub mod model;
 pub mod parse;
 pub mod redact;
 
-pub use fact::{Evidence, Fact};
+pub use fact::Fact;
 pub use model::*;

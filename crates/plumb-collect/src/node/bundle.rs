@@ -9,6 +9,7 @@
 use super::live::reason;
 use super::{Captured, MAX_READ, Node, NodeCommand, Unavailable};
 use crate::runner::Runner;
+use crate::tempdir::TempDir;
 use plumb_facts::{SourceInfo, SourceKind};
 use plumb_ruleset::{Backend, Family};
 use std::io::Read;
@@ -43,7 +44,7 @@ pub fn open_bundle(path: &Path, runner: &dyn Runner) -> Result<BundleNode, Strin
     let (dir, extracted) = if meta.is_dir() {
         (path.to_path_buf(), None)
     } else {
-        let tmp = TempDir::create()?;
+        let tmp = TempDir::create("plumb-bundle")?;
         let out = runner
             .run(
                 "tar",
@@ -51,7 +52,7 @@ pub fn open_bundle(path: &Path, runner: &dyn Runner) -> Result<BundleNode, Strin
                     "-xf",
                     &path.to_string_lossy(),
                     "-C",
-                    &tmp.0.to_string_lossy(),
+                    &tmp.path().to_string_lossy(),
                     "--no-same-owner",
                     "--no-same-permissions",
                 ],
@@ -65,7 +66,7 @@ pub fn open_bundle(path: &Path, runner: &dyn Runner) -> Result<BundleNode, Strin
                 out.stderr.trim()
             ));
         }
-        (tmp.0.clone(), Some(tmp))
+        (tmp.path().to_path_buf(), Some(tmp))
     };
     let (root, kind) = find_root(&dir).ok_or_else(|| {
         format!("{label}: not a sosreport, Rancher log collector or plumb bundle (no sos_commands/, systeminfo/+networking/ or {PLUMB_MANIFEST} found)")
@@ -360,6 +361,10 @@ impl Node for BundleNode {
         false
     }
 
+    fn dumps_by_backend(&self) -> bool {
+        self.kind == BundleKind::Plumb
+    }
+
     fn recorded_probe(&self, name: &str) -> Option<Captured> {
         (self.kind == BundleKind::Plumb)
             .then(|| {
@@ -367,28 +372,5 @@ impl Node for BundleNode {
                     .ok()
             })
             .flatten()
-    }
-}
-
-/// A private temporary directory, removed with everything in it on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn create() -> Result<TempDir, String> {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "plumb-bundle-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-        Ok(TempDir(p))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }

@@ -11,7 +11,7 @@
 mod bundle;
 mod live;
 
-pub use bundle::{BundleKind, BundleNode, open_bundle};
+pub use bundle::{BundleKind, BundleNode, PLUMB_MANIFEST, open_bundle};
 pub use live::LiveNode;
 
 use plumb_facts::SourceInfo;
@@ -118,6 +118,12 @@ pub trait Node: Sync {
     /// The network namespace probes must run in (`None` = plumb's own).
     fn netns(&self) -> Option<&str> {
         None
+    }
+    /// True when iptables dumps are kept per backend (`iptables-nft-save`,
+    /// `iptables-legacy-save`) as on a live node; false for bundles that keep one
+    /// `iptables-save` or only listings.
+    fn dumps_by_backend(&self) -> bool {
+        self.is_live()
     }
     /// A network probe's result recorded in a plumb bundle (`kube-proxy-healthz`, ...).
     fn recorded_probe(&self, _name: &str) -> Option<Captured> {
