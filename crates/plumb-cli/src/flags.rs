@@ -44,6 +44,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write a support bundle of this node (raw outputs, secrets redacted) for offline
+    /// diagnosis with `plumb doctor --bundle`.
+    Collect {
+        /// Bundle to create (.tar.gz); never overwritten.
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+        #[command(flatten)]
+        node: NodeFlags,
+    },
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -104,6 +113,17 @@ pub struct InputFlags {
     /// Refuse inputs larger than this many bytes.
     #[arg(long, value_name = "BYTES", default_value_t = plumb_ruleset::format::DEFAULT_MAX_SIZE)]
     pub max_input_size: usize,
+}
+
+/// Which node to read: this machine, or a network namespace and a file tree standing for one.
+#[derive(Debug, Args, Clone)]
+pub struct NodeFlags {
+    /// Read network state (rules, sysctls, sockets, probes) inside this network namespace.
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
+    /// Read the node's files (RKE2 config, pod logs, CNI config) under this directory.
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
 }
 
 /// Where to read the ruleset: a file, a network namespace, or (neither) this machine.

@@ -2,6 +2,7 @@
 //! returns a `Verdict` for the exit code.
 
 mod check;
+mod collect;
 mod input;
 mod ruleset;
 mod services;
@@ -23,6 +24,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
             partial,
             json,
         } => check::run(&source, &input, partial, json),
+        Command::Collect { output, node } => collect::run(&output, &node),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();

@@ -1,0 +1,27 @@
+//! `plumb collect -o FILE`: plumb's own support bundle of this node (or a namespace).
+
+use crate::Verdict;
+use crate::flags::NodeFlags;
+use plumb_collect::SystemRunner;
+use plumb_collect::bundle_writer::write_bundle;
+use plumb_collect::facts::GatherOptions;
+use plumb_collect::node::LiveNode;
+use std::path::Path;
+
+pub fn run(output: &Path, node: &NodeFlags) -> anyhow::Result<Verdict> {
+    let live = LiveNode::new(SystemRunner, node.netns.clone(), &node.root);
+    let manifest = write_bundle(&live, output, &GatherOptions::default(), &SystemRunner)
+        .map_err(anyhow::Error::msg)?;
+    let redactions: usize = manifest.entries.iter().map(|e| e.redactions).sum();
+    eprintln!(
+        "wrote {}: {} entries ({} secrets redacted), {} not collected",
+        output.display(),
+        manifest.entries.len(),
+        redactions,
+        manifest.missing.len()
+    );
+    for m in &manifest.missing {
+        eprintln!("  not collected: {}: {}", m.what, m.reason);
+    }
+    Ok(Verdict::Clean)
+}
