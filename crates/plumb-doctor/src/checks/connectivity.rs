@@ -1,0 +1,116 @@
+//! `clusterip-unreachable` and `api-server-unhealthy`: seed 000's decisive symptom — the
+//! API server answers on its own address but the `kubernetes` Service ClusterIP times out,
+//! so the NAT path kube-proxy writes is broken (not the API server).
+
+use crate::context::{Ctx, fact_evidence, log_evidence};
+use plumb_check::{Finding, Severity};
+use plumb_facts::parse::logs::{Signal, dial_target};
+use plumb_facts::{ConnectOutcome, Fact};
+
+pub const ID_CLUSTERIP: &str = "clusterip-unreachable";
+pub const ID_API: &str = "api-server-unhealthy";
+
+pub fn check(ctx: &Ctx) -> Vec<Finding> {
+    vec![clusterip(ctx), api(ctx)]
+}
+
+fn clusterip(ctx: &Ctx) -> Finding {
+    let vip = &ctx.values.kubernetes_clusterip;
+    // Pod logs that dialled the ClusterIP and timed out (install-cni, controllers).
+    let timeouts: Vec<_> = ctx
+        .pod_signals(None, Signal::ClusterIpTimeout)
+        .into_iter()
+        .chain(ctx.pod_signals(None, Signal::InstallCniFatal))
+        .filter(|(_, l)| dial_target(&l.text).is_some_and(|t| t.starts_with(&format!("{vip}:"))))
+        .collect();
+    let probe = ctx.facts.clusterip_connect.value();
+    let local_ok = ctx
+        .facts
+        .api_local_connect
+        .value()
+        .is_some_and(|c| c.outcome == ConnectOutcome::Connected);
+    let probe_failed = probe.is_some_and(|c| c.outcome != ConnectOutcome::Connected);
+    if !probe_failed && timeouts.is_empty() {
+        return match probe {
+            Some(c) => Finding::ok(
+                ID_CLUSTERIP,
+                format!(
+                    "the kubernetes Service {} answers ({} ms)",
+                    c.target, c.millis
+                ),
+            ),
+            None => Finding::unknown(
+                ID_CLUSTERIP,
+                Severity::Critical,
+                format!(
+                    "the kubernetes Service {vip}:443 was not probed and no log shows it timing out"
+                ),
+            ),
+        };
+    }
+    let mut evidence = Vec::new();
+    if let (Some(c), Fact::Known { source, .. }) = (probe, &ctx.facts.clusterip_connect) {
+        evidence.push(fact_evidence(
+            source,
+            format!("{}: {:?} after {} ms", c.target, c.outcome, c.millis),
+        ));
+    }
+    if let (Some(c), Fact::Known { source, .. }) = (
+        ctx.facts.api_local_connect.value(),
+        &ctx.facts.api_local_connect,
+    ) {
+        evidence.push(fact_evidence(
+            source,
+            format!("{}: {:?} after {} ms", c.target, c.outcome, c.millis),
+        ));
+    }
+    evidence.extend(timeouts.iter().map(|(f, l)| log_evidence(f, l)));
+    let title = if local_ok {
+        format!(
+            "the kubernetes Service {vip}:443 times out while the API server answers on its own address"
+        )
+    } else {
+        format!("the kubernetes Service {vip}:443 is unreachable")
+    };
+    Finding::problem(ID_CLUSTERIP, Severity::Critical, title)
+        .with_evidence(evidence)
+        .explain(format!(
+            "{vip} is not a real listener: it works only because kube-proxy's NAT rules (KUBE-SERVICES -> KUBE-SVC-* -> KUBE-SEP-*) \
+             rewrite it to the API server's address. When the API server answers directly but the ClusterIP does not, those rules \
+             are missing or bypassed. Anything that uses the in-cluster API address fails — install-cni first, so the CNI never \
+             initialises and pods stay ContainerCreating."
+        ))
+        .fix("Find out what removes or shadows kube-proxy's rules (see the root cause), then let kube-proxy resync (it rewrites its rules every sync period).")
+}
+
+fn api(ctx: &Ctx) -> Finding {
+    let f = ctx.facts;
+    match (f.api_readyz.value(), &f.api_readyz) {
+        (Some(r), Fact::Known { source, .. }) if r.status == 200 => {
+            Finding::ok(ID_API, format!("the API server is ready ({source})"))
+        }
+        (Some(r), Fact::Known { source, .. }) => {
+            let failing: Vec<String> = r
+                .body
+                .lines()
+                .filter(|l| l.contains("failed"))
+                .map(str::to_string)
+                .collect();
+            Finding::problem(ID_API, Severity::High, format!("the API server's /readyz answered {}", r.status))
+                .with_evidence(std::iter::once(fact_evidence(source, format!("HTTP {}", r.status))).chain(
+                    failing.iter().map(|l| fact_evidence(source, l.clone())),
+                ))
+                .explain("The local API server reports itself not ready; clients fail independently of kube-proxy's rules.")
+                .fix("Check the failing readiness checks listed by /readyz?verbose and the kube-apiserver pod log.")
+        }
+        _ => match f.api_local_connect.value() {
+            Some(c) if c.outcome == ConnectOutcome::Connected => {
+                Finding::ok(ID_API, format!("the API server accepts connections on {}", c.target))
+            }
+            Some(c) => Finding::problem(ID_API, Severity::High, format!("the API server endpoint {} does not accept connections", c.target))
+                .with_evidence([fact_evidence(f.api_local_connect.source().unwrap_or(""), format!("{:?}", c.outcome))])
+                .explain("Neither the Service nor the API endpoint itself answers: the problem is the API server (or this node's path to it), not only kube-proxy's NAT."),
+            None => Finding::unknown(ID_API, Severity::High, "the API server was not probed (not a live node)"),
+        },
+    }
+}

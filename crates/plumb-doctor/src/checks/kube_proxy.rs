@@ -1,0 +1,128 @@
+//! kube-proxy's own signals: `kube-proxy-restore-failures` (its iptables-restore fails —
+//! "Chain 'KUBE-SVC-…' does not exist" means something deleted its chains under it),
+//! `kube-proxy-unhealthy` (/healthz not 200) and `kube-proxy-probe-semantics` (/healthz 503
+//! while /livez 200: the 1.31 split between dataplane health and liveness; seed 002 warns
+//! it is worth checking but not where to stop).
+
+use crate::context::{Ctx, fact_evidence, log_evidence};
+use plumb_check::{Finding, Severity};
+use plumb_facts::parse::logs::Signal;
+
+pub const ID_RESTORE: &str = "kube-proxy-restore-failures";
+pub const ID_UNHEALTHY: &str = "kube-proxy-unhealthy";
+pub const ID_PROBES: &str = "kube-proxy-probe-semantics";
+
+pub fn check(ctx: &Ctx) -> Vec<Finding> {
+    vec![restore(ctx), unhealthy(ctx), probes(ctx)]
+}
+
+fn restore(ctx: &Ctx) -> Finding {
+    let missing = ctx.pod_signals(Some("kube-proxy"), Signal::ChainDoesNotExist);
+    let failed = ctx.pod_signals(Some("kube-proxy"), Signal::RestoreFailed);
+    let logs_read = ctx.facts.container_logs("kube-proxy").count();
+    if missing.is_empty() && failed.is_empty() {
+        return if logs_read > 0 {
+            Finding::ok(
+                ID_RESTORE,
+                "kube-proxy's log shows no iptables-restore failures",
+            )
+        } else {
+            Finding::unknown(ID_RESTORE, Severity::High, "no kube-proxy log was readable")
+        };
+    }
+    let title = if missing.is_empty() {
+        format!(
+            "kube-proxy's iptables-restore failed {} times",
+            failed.len()
+        )
+    } else {
+        format!(
+            "kube-proxy's iptables-restore failed {} times because its own chains had been deleted (\"Chain ... does not exist\")",
+            missing.len().max(failed.len())
+        )
+    };
+    Finding::problem(ID_RESTORE, Severity::High, title)
+        .with_evidence(missing.iter().chain(failed.iter()).rev().take(6).map(|(f, l)| log_evidence(f, l)))
+        .explain(
+            "kube-proxy applies changes with partial `iptables-restore --noflush` payloads that jump to chains it created \
+             earlier. \"Chain 'KUBE-SVC-…' does not exist\" means another process deleted those chains between syncs; \
+             every partial sync then fails until the next full resync, and services flap.",
+        )
+        .fix("Find the process that deletes kube-proxy's chains (`plumb watch` names it) and stop it from doing so.")
+}
+
+fn unhealthy(ctx: &Ctx) -> Finding {
+    let Some(h) = ctx.facts.kube_proxy_healthz.value() else {
+        return Finding::unknown(
+            ID_UNHEALTHY,
+            Severity::High,
+            "kube-proxy's /healthz was not probed (not a live node, or nothing listens on 10256)",
+        );
+    };
+    let src = ctx.facts.kube_proxy_healthz.source().unwrap_or("");
+    if h.status == 200 {
+        return Finding::ok(
+            ID_UNHEALTHY,
+            format!("kube-proxy /healthz answers 200 ({src})"),
+        );
+    }
+    let eligible = h.proxy_health().and_then(|p| p.node_eligible);
+    Finding::problem(ID_UNHEALTHY, Severity::High, format!("kube-proxy /healthz answers {}", h.status))
+        .with_evidence([fact_evidence(src, format!("HTTP {} {}", h.status, h.body.trim()))])
+        .explain(match eligible {
+            Some(false) => "nodeEligible is false: the node is being deleted or drained; /healthz fails by design.",
+            _ => "kube-proxy reports that its last sync is too old: its rules could not be applied recently (restore failures, a firewall manager rewriting rules, or a stuck sync).",
+        })
+}
+
+fn probes(ctx: &Ctx) -> Finding {
+    let (Some(h), Some(l)) = (
+        ctx.facts.kube_proxy_healthz.value(),
+        ctx.facts.kube_proxy_livez.value(),
+    ) else {
+        return Finding::unknown(
+            ID_PROBES,
+            Severity::Low,
+            "kube-proxy's /healthz and /livez were not both probed",
+        );
+    };
+    let uses_healthz = ctx.facts.kube_proxy_probes.value().is_some_and(|p| {
+        p.liveness.as_deref() == Some("/healthz") || p.startup.as_deref() == Some("/healthz")
+    });
+    if h.status == 200 && l.status == 200 {
+        return Finding::ok(
+            ID_PROBES,
+            "kube-proxy /healthz and /livez both answer 200: probe paths are not the problem (red herring)",
+        );
+    }
+    if h.status != 200 && l.status == 200 {
+        let mut f = Finding::problem(
+            ID_PROBES,
+            Severity::Medium,
+            format!("kube-proxy /healthz answers {} while /livez answers 200{}", h.status, if uses_healthz { "; its liveness probe uses /healthz" } else { "" }),
+        )
+        .with_evidence([
+            fact_evidence(&h.url, format!("HTTP {}", h.status)),
+            fact_evidence(&l.url, format!("HTTP {}", l.status)),
+        ])
+        .explain(
+            "Since Kubernetes 1.31, /healthz reports dataplane health (and node eligibility) while /livez reports only \
+             that kube-proxy is alive. A liveness probe on /healthz restarts a healthy process whose dataplane is failing.",
+        )
+        .do_not("stop after pointing the probe at /livez: find why the dataplane is unhealthy (often a host firewall)");
+        if let Some(src) = ctx.facts.kube_proxy_probes.source() {
+            f.evidence.push(fact_evidence(
+                src,
+                "livenessProbe/startupProbe httpGet.path: /healthz",
+            ));
+        }
+        return f;
+    }
+    Finding::ok(
+        ID_PROBES,
+        format!(
+            "kube-proxy /healthz {} and /livez {} agree",
+            h.status, l.status
+        ),
+    )
+}

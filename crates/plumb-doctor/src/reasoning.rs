@@ -1,0 +1,218 @@
+//! From findings to a root cause: each candidate cause lists the symptoms it would explain;
+//! a candidate's score is its severity plus two points per explained symptom that is
+//! present. The best problem candidate (severity medium or worse) is the root cause; the
+//! problems it explains are its supporting evidence; `ok` findings are what was ruled out.
+//!
+//! The table encodes the founding write-ups: seed 000 (an agent deleting kube-proxy's
+//! chains explains the ClusterIP timeout, the restore failures, the missing chains and
+//! install-cni's crash loop), seed 002 (UFW explains kube-proxy's failing /healthz and the
+//! FORWARD drops; probe semantics and RBAC denials are red herrings).
+
+use plumb_check::{Finding, Severity, Status};
+use serde::Serialize;
+
+/// Candidate causes and the finding ids they explain.
+const CAUSES: &[(&str, &[&str])] = &[
+    (
+        "security-agent-tamper",
+        &[
+            "clusterip-unreachable",
+            "kube-proxy-restore-failures",
+            "kube-proxy-rules-missing",
+            "kube-proxy-service-unreachable",
+            "kube-proxy-canary-missing",
+            "dangling-reference",
+            "stale-chain",
+            "cni-not-initialized",
+            "security-agent-present",
+            "kube-proxy-unhealthy",
+        ],
+    ),
+    (
+        "host-firewall-ufw",
+        &[
+            "forward-drop-blocks-pods",
+            "input-drop-blocks-node",
+            "kube-proxy-unhealthy",
+            "kube-proxy-probe-semantics",
+            "clusterip-unreachable",
+            "cni-not-initialized",
+        ],
+    ),
+    (
+        "host-firewall-firewalld",
+        &[
+            "kube-proxy-rules-missing",
+            "kube-proxy-restore-failures",
+            "clusterip-unreachable",
+            "cni-not-initialized",
+            "kube-proxy-unhealthy",
+        ],
+    ),
+    (
+        "sysctl-requirement",
+        &[
+            "clusterip-unreachable",
+            "cni-not-initialized",
+            "kube-proxy-unhealthy",
+        ],
+    ),
+    (
+        "iptables-backend-mix",
+        &[
+            "kube-proxy-rules-missing",
+            "clusterip-unreachable",
+            "stale-chain",
+        ],
+    ),
+    (
+        "api-server-unhealthy",
+        &["clusterip-unreachable", "cni-not-initialized"],
+    ),
+    ("conntrack-pressure", &["clusterip-unreachable"]),
+    (
+        "garbled-nat-target",
+        &["clusterip-unreachable", "kube-proxy-restore-failures"],
+    ),
+    ("service-no-endpoints", &[]),
+    ("kube-proxy-probe-semantics", &["kube-proxy-unhealthy"]),
+    (
+        "security-agent-present",
+        &[
+            "kube-proxy-rules-missing",
+            "kube-proxy-restore-failures",
+            "clusterip-unreachable",
+            "cni-not-initialized",
+        ],
+    ),
+    (
+        "kube-proxy-restore-failures",
+        &[
+            "clusterip-unreachable",
+            "kube-proxy-unhealthy",
+            "cni-not-initialized",
+        ],
+    ),
+    (
+        "kube-proxy-rules-missing",
+        &[
+            "clusterip-unreachable",
+            "kube-proxy-service-unreachable",
+            "cni-not-initialized",
+        ],
+    ),
+    ("kernel-module-missing", &[]),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Confidence {
+    Low,
+    Medium,
+    High,
+}
+
+/// The conclusion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conclusion {
+    pub root_cause: String,
+    pub confidence: Confidence,
+    /// Problem finding ids the root cause explains.
+    pub supporting: Vec<String>,
+    /// Other candidates considered, with their scores (for the report's "also considered").
+    pub alternatives: Vec<(String, u32)>,
+}
+
+fn weight(s: Severity) -> u32 {
+    match s {
+        Severity::Info => 0,
+        Severity::Low => 1,
+        Severity::Medium => 2,
+        Severity::High => 3,
+        Severity::Critical => 4,
+    }
+}
+
+pub fn conclude(findings: &[Finding]) -> Option<Conclusion> {
+    let problem = |id: &str| {
+        findings
+            .iter()
+            .find(|f| f.id == id && f.status == Status::Problem)
+    };
+    let mut scored: Vec<(String, u32, Vec<String>)> = CAUSES
+        .iter()
+        .filter_map(|(cause, explains)| {
+            let own = problem(cause).filter(|f| f.severity >= Severity::Medium)?;
+            let supporting: Vec<String> = explains
+                .iter()
+                .filter(|s| problem(s).is_some())
+                .map(|s| s.to_string())
+                .collect();
+            Some((
+                cause.to_string(),
+                weight(own.severity) + 2 * supporting.len() as u32,
+                supporting,
+            ))
+        })
+        .collect();
+    // Highest score first; ties keep the table's order (more specific causes come first).
+    scored.sort_by_key(|c| std::cmp::Reverse(c.1));
+    let (root, _, supporting) = scored.first().cloned()?;
+    let confidence = match supporting.len() {
+        0 => Confidence::Low,
+        1 => Confidence::Medium,
+        _ => Confidence::High,
+    };
+    Some(Conclusion {
+        root_cause: root,
+        confidence,
+        supporting,
+        alternatives: scored
+            .iter()
+            .skip(1)
+            .map(|(c, s, _)| (c.clone(), *s))
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(id: &str, s: Severity) -> Finding {
+        Finding::problem(id, s, id)
+    }
+
+    #[test]
+    fn the_agent_explains_seed_000_symptoms() {
+        let f = vec![
+            p("clusterip-unreachable", Severity::Critical),
+            p("kube-proxy-restore-failures", Severity::High),
+            p("cni-not-initialized", Severity::High),
+            p("security-agent-present", Severity::Medium),
+            p("security-agent-tamper", Severity::Critical),
+            p("rbac-transient-denial", Severity::Info),
+        ];
+        let c = conclude(&f).unwrap();
+        assert_eq!(c.root_cause, "security-agent-tamper");
+        assert_eq!(c.confidence, Confidence::High);
+        assert!(c.supporting.contains(&"cni-not-initialized".to_string()));
+        assert!(!c.supporting.contains(&"rbac-transient-denial".to_string()));
+    }
+
+    #[test]
+    fn ufw_beats_probe_semantics_and_nothing_is_no_conclusion() {
+        let f = vec![
+            p("kube-proxy-unhealthy", Severity::High),
+            p("kube-proxy-probe-semantics", Severity::Medium),
+            p("host-firewall-ufw", Severity::High),
+            p("forward-drop-blocks-pods", Severity::High),
+        ];
+        assert_eq!(conclude(&f).unwrap().root_cause, "host-firewall-ufw");
+        let ok = vec![
+            Finding::ok("host-firewall-ufw", "inactive"),
+            p("rbac-transient-denial", Severity::Info),
+        ];
+        assert_eq!(conclude(&ok), None);
+    }
+}
