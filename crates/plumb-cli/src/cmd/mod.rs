@@ -2,6 +2,7 @@
 //! returns a `Verdict` for the exit code.
 
 mod input;
+mod lab;
 mod ruleset;
 
 use crate::Verdict;
@@ -10,6 +11,7 @@ use crate::flags::{Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
     match cli.command {
         Command::Ruleset(c) => ruleset::run(c),
+        Command::Lab(c) => lab::run(c),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();
