@@ -90,6 +90,74 @@ fn run_with_input(program: &str, args: &[&str], input: &str) -> std::io::Result<
     })
 }
 
+/// What `EnsureChain` / `EnsureRule` failed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnsureError {
+    /// `chain` or `rule`.
+    pub what: &'static str,
+    /// Table.
+    pub table: &'static str,
+    /// The iptables output.
+    pub output: String,
+}
+
+/// kubernetes `pkg/util/iptables` `EnsureChain` for every chain and `EnsureRule` for every
+/// rule of `tables`: `iptables -N` (an existing chain is fine), then `-C` and, when
+/// missing, `-I` for rules in built-in chains (kubelet and kube-proxy prepend their hook
+/// rules; inserted in reverse so the final order is the listed one) or `-A` otherwise.
+pub fn ensure(
+    tools: &Tools,
+    tables: &[plumb_kubeproxy::TablePayload],
+    mark_text: &str,
+) -> Result<(), EnsureError> {
+    const BUILTIN: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
+    for t in tables {
+        let fail = |what, output: String| EnsureError {
+            what,
+            table: t.table,
+            output,
+        };
+        for c in &t.chains {
+            let out = tools
+                .run(&["-t".into(), t.table.into(), "-N".into(), c.clone()])
+                .map_err(|e| fail("chain", e.to_string()))?;
+            if !out.ok() && !out.combined.contains("exists") {
+                return Err(fail("chain", out.combined));
+            }
+        }
+        let lines: Vec<(bool, Vec<String>)> = t
+            .rules
+            .iter()
+            .map(|r| {
+                let mut line = String::new();
+                r.write_kube(&mut line, mark_text);
+                let mut args = vec!["-t".to_string(), t.table.to_string()];
+                args.extend(split_args(&line));
+                (BUILTIN.contains(&r.chain.as_str()), args)
+            })
+            .collect();
+        let prepends = lines.iter().filter(|(b, _)| *b).rev();
+        let appends = lines.iter().filter(|(b, _)| !*b);
+        for (builtin, args) in prepends.chain(appends) {
+            let mut args = args.clone();
+            args[2] = "-C".into();
+            if tools
+                .run(&args)
+                .map_err(|e| fail("rule", e.to_string()))?
+                .ok()
+            {
+                continue;
+            }
+            args[2] = if *builtin { "-I".into() } else { "-A".into() };
+            let out = tools.run(&args).map_err(|e| fail("rule", e.to_string()))?;
+            if !out.ok() {
+                return Err(fail("rule", out.combined));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Splits a rule line into arguments, honouring double quotes (comments with spaces).
 pub fn split_args(line: &str) -> Vec<String> {
     let mut args = Vec::new();

@@ -430,6 +430,9 @@ impl Lab {
         if let Some(c) = plan.churn {
             kp_args.push(format!("--endpoint-churn={}s", c.as_secs_f64()));
         }
+        if plan.model_ufw_lock {
+            kp_args.push("--model-ufw-lock-contention".into());
+        }
         if let Some(svc) = plan.drop_endpoints {
             kp_args.push(format!("--drop-endpoints={svc}"));
             kp_args.push("--drop-endpoints-after=2s".into());

@@ -56,6 +56,8 @@ pub struct Plan {
     pub liveness: LivenessPlan,
     /// Pod namespaces.
     pub pods: usize,
+    /// kube-proxy's modelled xtables-lock contention with UFW (ufw-active only).
+    pub model_ufw_lock: bool,
 }
 
 impl Plan {
@@ -78,6 +80,7 @@ impl Plan {
                 failure_threshold: 3,
             },
             pods: 1,
+            model_ufw_lock: false,
         };
         match scenario {
             Scenario::Healthy => {}
@@ -94,6 +97,7 @@ impl Plan {
                 p.sync_period = Duration::from_secs(5);
                 p.ufw = true;
                 p.churn = Some(Duration::from_secs(2));
+                p.model_ufw_lock = true;
             }
             Scenario::ProbeSemantics => {
                 p.node_eligible = false;

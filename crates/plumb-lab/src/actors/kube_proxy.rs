@@ -23,7 +23,12 @@
 //! - klog lines on stderr (kubelet writes them into the CRI pod log), at -v=2.
 //!
 //! Services come from `plumb_kubeproxy::generate` (`--services` ports, deterministic); the
-//! `kubernetes` Service's endpoint is `--api-endpoint`. `--endpoint-churn=D` moves one
+//! `kubernetes` Service's endpoint is `--api-endpoint`.
+//!
+//! `--model-ufw-lock-contention` is the one modelled (not emergent) behaviour, used by the
+//! ufw-active scenario only: after the first successful sync, while UFW's chains exist,
+//! each sync waits 5 s and fails with the message kube-proxy logs when iptables-restore
+//! cannot take the xtables lock. docs/lab.md explains why. `--endpoint-churn=D` moves one
 //! endpoint every D (a pod restart somewhere); `--drop-endpoints=NS/NAME
 //! --drop-endpoints-after=D` removes a Service's endpoints (its ports get REJECT rules).
 
@@ -32,14 +37,12 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use plumb_kubeproxy::{
-    Cluster, GeneratorConfig, KubeProxyRules, ProxierOptions, TablePayload, generate,
-};
+use plumb_kubeproxy::{Cluster, GeneratorConfig, KubeProxyRules, ProxierOptions, generate};
 
 use super::{Flags, go_duration, nap, terminating};
 use crate::clock::{Utc, go_string_of};
 use crate::http;
-use crate::iptables::{Tools, split_args};
+use crate::iptables::Tools;
 use crate::logfmt::{KlogValue, klog, raw, s};
 
 /// Full syncs happen at least this often even without failures (`proxyutil.FullSyncPeriod`).
@@ -59,6 +62,7 @@ struct Options {
     churn: Option<Duration>,
     drop_endpoints: Option<(String, Duration)>,
     version: String,
+    model_ufw_lock: bool,
 }
 
 fn options(f: &Flags) -> Result<Options, String> {
@@ -87,6 +91,7 @@ fn options(f: &Flags) -> Result<Options, String> {
         churn: (!churn.is_zero()).then_some(churn),
         drop_endpoints: drop,
         version: f.get("version").unwrap_or("v1.31.4+rke2r1").to_string(),
+        model_ufw_lock: f.bool_or("model-ufw-lock-contention", false)?,
     })
 }
 
@@ -262,51 +267,26 @@ struct Proxier {
 
 impl Proxier {
     /// `EnsureChain` + `EnsureRule(Prepend)` for kube-proxy's part of the bootstrap.
-    fn ensure_jumps(&self, rules: &KubeProxyRules) -> Result<(), String> {
-        let tools = &self.opts.tools;
-        for t in rules.proxy_bootstrap() {
-            for c in &t.chains {
-                let out = tools
-                    .run(&["-t".into(), t.table.into(), "-N".into(), c.clone()])
-                    .map_err(|e| e.to_string())?;
-                if !out.ok() && !out.combined.contains("exists") {
-                    log(klog(
-                        'E',
-                        "proxier.go:767",
-                        "Failed to ensure chain exists",
-                        &[
-                            ("err", s(out.combined.trim())),
-                            ("table", s(t.table)),
-                            ("chain", s(c.as_str())),
-                        ],
-                    ));
-                    return Err(out.combined);
-                }
-            }
-            for r in rule_lines(rules, &t).iter().rev() {
-                let mut args = split_args(r);
-                args.insert(0, t.table.to_string());
-                args.insert(0, "-t".to_string());
-                // args: -t TABLE -A CHAIN ...
-                args[2] = "-C".into();
-                let check = tools.run(&args).map_err(|e| e.to_string())?;
-                if check.ok() {
-                    continue;
-                }
-                args[2] = "-I".into();
-                let out = tools.run(&args).map_err(|e| e.to_string())?;
-                if !out.ok() {
-                    log(klog(
-                        'E',
-                        "proxier.go:775",
-                        "Failed to ensure chain jumps",
-                        &[("err", s(out.combined.trim())), ("table", s(t.table))],
-                    ));
-                    return Err(out.combined);
-                }
-            }
-        }
-        Ok(())
+    fn ensure_jumps(&self, rules: &KubeProxyRules) -> Result<(), ()> {
+        crate::iptables::ensure(&self.opts.tools, &rules.proxy_bootstrap(), &rules.mark_text)
+            .map_err(|e| {
+                let msg = if e.what == "chain" {
+                    "Failed to ensure chain exists"
+                } else {
+                    "Failed to ensure chain jumps"
+                };
+                log(klog(
+                    'E',
+                    "proxier.go:767",
+                    msg,
+                    &[("err", s(e.output.trim())), ("table", s(e.table))],
+                ));
+            })
+    }
+
+    fn ufw_active(&self) -> bool {
+        let args = ["-t", "filter", "-S", "ufw-user-input"].map(String::from);
+        self.opts.tools.run(&args).map(|o| o.ok()).unwrap_or(false)
     }
 
     fn canary_present(&self, table: &str) -> bool {
@@ -324,6 +304,29 @@ impl Proxier {
         info("proxier.go:805", "Syncing iptables rules", &[]);
         let rules = KubeProxyRules::new(&self.cluster, &ProxierOptions::default());
         if full && self.ensure_jumps(&rules).is_err() {
+            return self.failed(full);
+        }
+        if self.opts.model_ufw_lock && self.applied.is_some() && self.ufw_active() {
+            // MODEL (ufw-active scenario, docs/lab.md): after kube-proxy's first sync, UFW's
+            // reloads keep the xtables lock busy and the restore gives up after its -w 5.
+            if !nap(Duration::from_secs(5)) {
+                return false;
+            }
+            log(klog(
+                'E',
+                "proxier.go:1551",
+                "Failed to execute iptables-restore",
+                &[(
+                    "err",
+                    s(
+                        "exit status 4 (Another app is currently holding the xtables lock. Stopped waiting after 5s.\n)",
+                    ),
+                )],
+            ));
+            self.health
+                .lock()
+                .expect("health lock")
+                .count("kubeproxy_sync_proxy_rules_iptables_restore_failures_total");
             return self.failed(full);
         }
         let payload = match (&self.applied, full) {
@@ -461,17 +464,6 @@ impl Proxier {
         }
         self.health.lock().expect("health lock").queued_update();
     }
-}
-
-fn rule_lines(rules: &KubeProxyRules, t: &TablePayload) -> Vec<String> {
-    t.rules
-        .iter()
-        .map(|r| {
-            let mut line = String::new();
-            r.write_kube(&mut line, &rules.mark_text);
-            line
-        })
-        .collect()
 }
 
 /// The line number in "Error occurred at line: N" (iptables-restore's report).

@@ -384,28 +384,18 @@ pub fn main(f: &Flags) -> Result<i32, String> {
     );
     let rules =
         plumb_kubeproxy::KubeProxyRules::new(&cluster, &plumb_kubeproxy::ProxierOptions::default());
-    let payload = rules.payload_text(&rules.kubelet_bootstrap());
-    match tools.restore(
-        &["-w", "5", "-W", "100000", "--noflush", "--counters"],
-        &payload,
-    ) {
-        Ok(o) if o.ok() => k.log(klog(
+    match crate::iptables::ensure(&tools, &rules.kubelet_bootstrap(), &rules.mark_text) {
+        Ok(()) => k.log(klog(
             'I',
             "kubelet_network_linux.go:50",
             "Initialized iptables rules.",
             &[("protocol", s("IPv4"))],
         )),
-        Ok(o) => k.log(klog(
-            'E',
-            "kubelet_network_linux.go:53",
-            "Failed to initialize iptables rules; some functionality may be missing.",
-            &[("protocol", s("IPv4")), ("err", s(o.combined))],
-        )),
         Err(e) => k.log(klog(
             'E',
             "kubelet_network_linux.go:53",
             "Failed to initialize iptables rules; some functionality may be missing.",
-            &[("err", s(e.to_string()))],
+            &[("protocol", s("IPv4")), ("err", s(e.output))],
         )),
     }
 
