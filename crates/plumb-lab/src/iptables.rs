@@ -196,13 +196,12 @@ pub fn normalize_save(text: &str) -> String {
         if line.starts_with('#') {
             continue;
         }
-        if line.starts_with(':') {
-            if let Some(i) = line.rfind(" [") {
+        if line.starts_with(':')
+            && let Some(i) = line.rfind(" [") {
                 out.push_str(&line[..i]);
                 out.push('\n');
                 continue;
             }
-        }
         out.push_str(line);
         out.push('\n');
     }

@@ -191,7 +191,12 @@ fn lab_mounts(root: &Path) -> Vec<String> {
     let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     text.lines()
         .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| Path::new(m).starts_with(root) || m.starts_with("/run/netns/plumb-"))
+        .filter(|m| {
+            Path::new(m).starts_with(root)
+                || m
+                    .strip_prefix("/run/netns/")
+                    .is_some_and(topology::is_lab_namespace)
+        })
         .map(String::from)
         .collect()
 }

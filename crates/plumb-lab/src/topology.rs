@@ -101,7 +101,19 @@ fn veth(a_ns: &str, a_name: &str, b_ns: &str, b_name: &str) -> Result<(), LabErr
     ip(&["-n", b_ns, "link", "set", &tb, "name", b_name])
 }
 
-/// Lists network namespaces whose name starts with the lab prefix.
+/// Whether `name` is one of the lab's namespaces: `plumb-node`, `plumb-api` or
+/// `plumb-pod-N`. Other `plumb-*` namespaces (other tests' `plumb-t-…`) are not the lab's
+/// and are never touched.
+pub fn is_lab_namespace(name: &str) -> bool {
+    name == NODE_NETNS
+        || name == API_NETNS
+        || name
+            .strip_prefix(NETNS_PREFIX)
+            .and_then(|r| r.strip_prefix("pod-"))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Lists the lab's network namespaces (see [`is_lab_namespace`]).
 pub fn lab_namespaces() -> Vec<String> {
     let Ok(dir) = std::fs::read_dir("/run/netns") else {
         return Vec::new();
@@ -109,7 +121,7 @@ pub fn lab_namespaces() -> Vec<String> {
     let mut names: Vec<String> = dir
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with(NETNS_PREFIX))
+        .filter(|n| is_lab_namespace(n))
         .collect();
     names.sort();
     names
@@ -233,4 +245,19 @@ pub fn destroy() -> (Vec<String>, Vec<String>) {
         }
     }
     (deleted, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_labs_own_namespaces_count() {
+        for n in ["plumb-node", "plumb-api", "plumb-pod-0", "plumb-pod-12"] {
+            assert!(is_lab_namespace(n), "{n}");
+        }
+        for n in ["plumb-t-rt-123-0", "plumb-pod-", "plumb-pod-x", "plumb-nodes", "other"] {
+            assert!(!is_lab_namespace(n), "{n}");
+        }
+    }
 }

@@ -65,9 +65,7 @@ fn respond(req: &http::Request) -> (u16, &'static str, String) {
         _ => (
             404,
             json,
-            format!(
-                r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{{}},"code":404}}"#
-            ),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}"#.to_string(),
         ),
     }
 }

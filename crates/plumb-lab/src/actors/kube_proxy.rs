@@ -574,21 +574,19 @@ pub fn main(f: &Flags) -> Result<i32, String> {
     let mut churn_step = 0;
     while !terminating() {
         let now = Instant::now();
-        if let Some((svc, at)) = drop_at.clone() {
-            if now >= at {
+        if let Some((svc, at)) = drop_at.clone()
+            && now >= at {
                 p.drop_endpoints(&svc);
                 drop_at = None;
                 next_sync = next_sync.min(last_sync + p.opts.min_sync_period);
             }
-        }
-        if let (Some(at), Some(c)) = (next_churn, p.opts.churn) {
-            if now >= at {
+        if let (Some(at), Some(c)) = (next_churn, p.opts.churn)
+            && now >= at {
                 churn_step += 1;
                 p.churn(churn_step);
                 next_churn = Some(now + c);
                 next_sync = next_sync.min(last_sync + p.opts.min_sync_period);
             }
-        }
         if now >= next_canary {
             if !p.canary_present("mangle") {
                 // pkg/util/iptables/monitor.go: log, wait (100 ms polls, up to 5 s) for the

@@ -112,11 +112,10 @@ type Statuses = Arc<Mutex<Vec<ContainerStatus>>>;
 fn write_status(path: &Path, statuses: &Statuses) {
     let list = statuses.lock().expect("status lock").clone();
     let tmp = path.with_extension("tmp");
-    if let Ok(text) = serde_json::to_vec_pretty(&list) {
-        if std::fs::write(&tmp, text).is_ok() {
+    if let Ok(text) = serde_json::to_vec_pretty(&list)
+        && std::fs::write(&tmp, text).is_ok() {
             let _ = std::fs::rename(tmp, path);
         }
-    }
 }
 
 struct Kubelet {
@@ -261,8 +260,8 @@ fn run_container(k: &Kubelet, idx: usize, pod: &PodSpec, c: &ContainerSpec) {
             if let Ok(Some(status)) = child.try_wait() {
                 break status.code().unwrap_or(137);
             }
-            if let (Some(p), Some(at)) = (&c.liveness, next_probe) {
-                if Instant::now() >= at {
+            if let (Some(p), Some(at)) = (&c.liveness, next_probe)
+                && Instant::now() >= at {
                     next_probe = Some(at + Duration::from_millis(p.period_ms));
                     match probe_ok(p) {
                         Ok(()) => failures = 0,
@@ -293,7 +292,6 @@ fn run_container(k: &Kubelet, idx: usize, pod: &PodSpec, c: &ContainerSpec) {
                         }
                     }
                 }
-            }
             std::thread::sleep(Duration::from_millis(50));
         };
         for p in pumps {

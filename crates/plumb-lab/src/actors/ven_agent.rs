@@ -143,8 +143,8 @@ pub fn main(f: &Flags) -> Result<i32, String> {
     say("INFO", "Policy applied; tamper detection armed");
     let mut detections = 0u64;
     while !terminating() {
-        if let Ok(cur) = tools.save() {
-            if cur.ok() && normalize_save(&cur.stdout) != normalize_save(&snapshot) {
+        if let Ok(cur) = tools.save()
+            && cur.ok() && normalize_save(&cur.stdout) != normalize_save(&snapshot) {
                 detections += 1;
                 let what = describe(&snapshot, &cur.stdout);
                 if detections == 1 {
@@ -175,7 +175,6 @@ pub fn main(f: &Flags) -> Result<i32, String> {
                     ),
                 }
             }
-        }
         if !nap(interval) {
             break;
         }
