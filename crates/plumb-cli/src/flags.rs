@@ -98,6 +98,9 @@ pub enum LabCommand {
         /// Override kube-proxy's sync period (seconds).
         #[arg(long, value_name = "SECS")]
         sync_period: Option<f64>,
+        /// iptables backend of kubelet, kube-proxy and the agent: nft or legacy.
+        #[arg(long, value_name = "BACKEND", default_value = "nft")]
+        backend: String,
     },
     /// Show the running lab: scenario, namespaces, actors, pods.
     Status {

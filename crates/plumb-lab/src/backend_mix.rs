@@ -37,14 +37,16 @@ pub fn stale_payload(services: usize, api: SocketAddrV4) -> String {
         .collect()
 }
 
-/// Writes the stale legacy rules inside the node namespace.
-pub fn write_stale_legacy(services: usize, api: SocketAddrV4) -> Result<(), LabError> {
+/// Writes the stale rules with `iptables` (`iptables-legacy` normally) inside the node
+/// namespace.
+pub fn write_stale(iptables: &str, services: usize, api: SocketAddrV4) -> Result<(), LabError> {
+    let iptables = iptables.to_string();
     let payload = stale_payload(services, api);
     let ns = crate::netns::open(NODE_NETNS)
         .map_err(|e| LabError::io("opening the node namespace", e))?;
     drop(ns);
     let out = crate::netns::run_in(NODE_NETNS, move || {
-        Tools::new("iptables-legacy").restore(&["-w", "5"], &payload)
+        Tools::new(&iptables).restore(&["-w", "5"], &payload)
     })
     .map_err(|e| LabError::io("entering the node namespace", e))?
     .map_err(|e| LabError::io("running iptables-legacy-restore", e))?;
@@ -52,7 +54,7 @@ pub fn write_stale_legacy(services: usize, api: SocketAddrV4) -> Result<(), LabE
         Ok(())
     } else {
         Err(LabError::Command {
-            command: "iptables-legacy-restore (stale kube-proxy rules)".into(),
+            command: "iptables-restore of the stale kube-proxy rules".into(),
             status: format!("exit status {}", out.code),
             stderr: out.combined,
         })

@@ -197,11 +197,12 @@ pub fn normalize_save(text: &str) -> String {
             continue;
         }
         if line.starts_with(':')
-            && let Some(i) = line.rfind(" [") {
-                out.push_str(&line[..i]);
-                out.push('\n');
-                continue;
-            }
+            && let Some(i) = line.rfind(" [")
+        {
+            out.push_str(&line[..i]);
+            out.push('\n');
+            continue;
+        }
         out.push_str(line);
         out.push('\n');
     }

@@ -38,6 +38,58 @@ pub struct LabOptions {
     pub actor_exe: Option<PathBuf>,
     /// Lab root (default `/run/plumb-lab/root`).
     pub root: Option<PathBuf>,
+    /// The iptables backend kubelet, kube-proxy and the agent write (default nft).
+    pub backend: Backend,
+}
+
+/// Which iptables variant the node's actors use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// `iptables-nft` (Debian 12's default `iptables`).
+    #[default]
+    Nft,
+    /// `iptables-legacy`.
+    Legacy,
+}
+
+impl Backend {
+    /// The iptables program name.
+    pub fn program(self) -> &'static str {
+        match self {
+            Self::Nft => "iptables-nft",
+            Self::Legacy => "iptables-legacy",
+        }
+    }
+
+    /// The other backend.
+    pub fn other(self) -> Self {
+        match self {
+            Self::Nft => Self::Legacy,
+            Self::Legacy => Self::Nft,
+        }
+    }
+
+    /// `nft` or `legacy`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Nft => "nft",
+            Self::Legacy => "legacy",
+        }
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = LabError;
+
+    fn from_str(s: &str) -> Result<Self, LabError> {
+        match s {
+            "nft" => Ok(Self::Nft),
+            "legacy" => Ok(Self::Legacy),
+            other => Err(LabError::Other(format!(
+                "unknown backend {other:?}; use nft or legacy"
+            ))),
+        }
+    }
 }
 
 /// A running lab.
@@ -193,8 +245,7 @@ fn lab_mounts(root: &Path) -> Vec<String> {
         .filter_map(|l| l.split(' ').nth(4))
         .filter(|m| {
             Path::new(m).starts_with(root)
-                || m
-                    .strip_prefix("/run/netns/")
+                || m.strip_prefix("/run/netns/")
                     .is_some_and(topology::is_lab_namespace)
         })
         .map(String::from)
@@ -403,8 +454,9 @@ impl Lab {
                 .map(|i| (topology::pod_netns(i), topology::pod_ip(i).to_string()))
                 .collect(),
             actors: BTreeMap::new(),
-            backend: "nft".into(),
+            backend: opts.backend.name().into(),
         };
+        let iptables_flag = format!("--iptables={}", opts.backend.program());
         state
             .save()
             .map_err(|e| LabError::io("writing the lab state", e))?;
@@ -429,6 +481,7 @@ impl Lab {
             format!("--services={services}"),
             format!("--api-endpoint={api}"),
             format!("--node-eligible={}", plan.node_eligible),
+            iptables_flag.clone(),
             "--v=2".into(),
         ];
         let mut kp_args = kp_args;
@@ -571,8 +624,13 @@ impl Lab {
         )?;
 
         if plan.stale_legacy {
-            crate::backend_mix::write_stale_legacy(services, api)?;
-            state.backend = "nft (stale kube-proxy chains in iptables-legacy)".into();
+            let stale = opts.backend.other();
+            crate::backend_mix::write_stale(stale.program(), services, api)?;
+            state.backend = format!(
+                "{} (stale kube-proxy chains in iptables-{})",
+                opts.backend.name(),
+                stale.name()
+            );
         }
 
         if let Some(agent) = &plan.agent {
@@ -600,7 +658,9 @@ impl Lab {
         }
 
         fs::write(&start_file, b"").map_err(|e| LabError::io("writing start-pods", e))?;
-        let deadline = Duration::from_secs(30 + services as u64 / 500);
+        // iptables-nft 1.8.9's --noflush restore grows quadratically: ~25 s for 10k
+        // services on the 2-core development machine (docs/benchmarks.md).
+        let deadline = Duration::from_secs(30 + services as u64 / 100);
         Self::wait("kube-proxy's first sync", deadline, || {
             pod_logs(&root, "kube-proxy").contains("SyncProxyRules complete")
         })?;

@@ -48,6 +48,8 @@ pub mod topology;
 pub mod ufw;
 
 pub use error::LabError;
-pub use lab::{DownReport, Lab, LabOptions, Leftovers, Status, down, exec, leftovers, status};
+pub use lab::{
+    Backend, DownReport, Lab, LabOptions, Leftovers, Status, down, exec, leftovers, status,
+};
 pub use scenario::Scenario;
 pub use state::LabState;

@@ -256,7 +256,13 @@ mod tests {
         for n in ["plumb-node", "plumb-api", "plumb-pod-0", "plumb-pod-12"] {
             assert!(is_lab_namespace(n), "{n}");
         }
-        for n in ["plumb-t-rt-123-0", "plumb-pod-", "plumb-pod-x", "plumb-nodes", "other"] {
+        for n in [
+            "plumb-t-rt-123-0",
+            "plumb-pod-",
+            "plumb-pod-x",
+            "plumb-nodes",
+            "other",
+        ] {
             assert!(!is_lab_namespace(n), "{n}");
         }
     }

@@ -15,7 +15,8 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<Verdict> {
             scenario,
             services,
             sync_period,
-        } => up(&scenario, services, sync_period),
+            backend,
+        } => up(&scenario, services, sync_period, &backend),
         LabCommand::Status { json } => status(json),
         LabCommand::Down { json } => {
             let report = plumb_lab::down();
@@ -55,24 +56,32 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<Verdict> {
     }
 }
 
-fn up(scenario: &str, services: usize, sync_period: Option<f64>) -> anyhow::Result<Verdict> {
+fn up(
+    scenario: &str,
+    services: usize,
+    sync_period: Option<f64>,
+    backend: &str,
+) -> anyhow::Result<Verdict> {
     let scenario: Scenario = scenario.parse()?;
+    let backend: plumb_lab::Backend = backend.parse()?;
     let start = Instant::now();
     let lab = Lab::up_with(
         scenario,
         LabOptions {
             services: Some(services),
             sync_period: sync_period.map(Duration::from_secs_f64),
+            backend,
             ..LabOptions::default()
         },
     )
     .with_context(|| format!("starting lab scenario {scenario}"))?;
     let state = lab.detach();
     println!(
-        "lab {} ready in {:.2} s ({} service ports)",
+        "lab {} ready in {:.2} s ({} service ports, iptables backend {})",
         state.scenario,
         start.elapsed().as_secs_f64(),
-        state.services
+        state.services,
+        state.backend
     );
     println!("  {}", scenario.summary());
     println!(

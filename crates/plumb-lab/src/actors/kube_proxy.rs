@@ -286,7 +286,11 @@ impl Proxier {
 
     fn ufw_active(&self) -> bool {
         let args = ["-t", "filter", "-S", "ufw-user-input"].map(String::from);
-        self.opts.tools.run(&args).map(|o| o.ok()).unwrap_or(false)
+        // UFW writes with the system's iptables, whatever backend kube-proxy uses.
+        Tools::new("iptables")
+            .run(&args)
+            .map(|o| o.ok())
+            .unwrap_or(false)
     }
 
     fn canary_present(&self, table: &str) -> bool {
@@ -575,18 +579,20 @@ pub fn main(f: &Flags) -> Result<i32, String> {
     while !terminating() {
         let now = Instant::now();
         if let Some((svc, at)) = drop_at.clone()
-            && now >= at {
-                p.drop_endpoints(&svc);
-                drop_at = None;
-                next_sync = next_sync.min(last_sync + p.opts.min_sync_period);
-            }
+            && now >= at
+        {
+            p.drop_endpoints(&svc);
+            drop_at = None;
+            next_sync = next_sync.min(last_sync + p.opts.min_sync_period);
+        }
         if let (Some(at), Some(c)) = (next_churn, p.opts.churn)
-            && now >= at {
-                churn_step += 1;
-                p.churn(churn_step);
-                next_churn = Some(now + c);
-                next_sync = next_sync.min(last_sync + p.opts.min_sync_period);
-            }
+            && now >= at
+        {
+            churn_step += 1;
+            p.churn(churn_step);
+            next_churn = Some(now + c);
+            next_sync = next_sync.min(last_sync + p.opts.min_sync_period);
+        }
         if now >= next_canary {
             if !p.canary_present("mangle") {
                 // pkg/util/iptables/monitor.go: log, wait (100 ms polls, up to 5 s) for the

@@ -113,9 +113,10 @@ fn write_status(path: &Path, statuses: &Statuses) {
     let list = statuses.lock().expect("status lock").clone();
     let tmp = path.with_extension("tmp");
     if let Ok(text) = serde_json::to_vec_pretty(&list)
-        && std::fs::write(&tmp, text).is_ok() {
-            let _ = std::fs::rename(tmp, path);
-        }
+        && std::fs::write(&tmp, text).is_ok()
+    {
+        let _ = std::fs::rename(tmp, path);
+    }
 }
 
 struct Kubelet {
@@ -261,37 +262,49 @@ fn run_container(k: &Kubelet, idx: usize, pod: &PodSpec, c: &ContainerSpec) {
                 break status.code().unwrap_or(137);
             }
             if let (Some(p), Some(at)) = (&c.liveness, next_probe)
-                && Instant::now() >= at {
-                    next_probe = Some(at + Duration::from_millis(p.period_ms));
-                    match probe_ok(p) {
-                        Ok(()) => failures = 0,
-                        Err(output) => {
-                            failures += 1;
+                && Instant::now() >= at
+            {
+                next_probe = Some(at + Duration::from_millis(p.period_ms));
+                match probe_ok(p) {
+                    Ok(()) => failures = 0,
+                    Err(output) => {
+                        failures += 1;
+                        k.log(klog(
+                            'I',
+                            "prober.go:107",
+                            "Probe failed",
+                            &[
+                                ("probeType", s("Liveness")),
+                                ("pod", s(podref.as_str())),
+                                ("podUID", s(pod.uid.as_str())),
+                                ("containerName", s(c.name.as_str())),
+                                ("probeResult", s("failure")),
+                                ("output", s(output)),
+                            ],
+                        ));
+                        if failures >= p.failure_threshold {
                             k.log(klog(
                                 'I',
-                                "prober.go:107",
-                                "Probe failed",
+                                "kuberuntime_manager.go:1057",
+                                "Message for Container of pod",
                                 &[
-                                    ("probeType", s("Liveness")),
-                                    ("pod", s(podref.as_str())),
-                                    ("podUID", s(pod.uid.as_str())),
                                     ("containerName", s(c.name.as_str())),
-                                    ("probeResult", s("failure")),
-                                    ("output", s(output)),
+                                    ("pod", s(podref.as_str())),
+                                    (
+                                        "containerMessage",
+                                        s(format!(
+                                            "Container {} failed liveness probe, will be restarted",
+                                            c.name
+                                        )),
+                                    ),
                                 ],
                             ));
-                            if failures >= p.failure_threshold {
-                                k.log(klog('I', "kuberuntime_manager.go:1057", "Message for Container of pod", &[
-                                    ("containerName", s(c.name.as_str())),
-                                    ("pod", s(podref.as_str())),
-                                    ("containerMessage", s(format!("Container {} failed liveness probe, will be restarted", c.name))),
-                                ]));
-                                kill(&mut child, Duration::from_secs(2));
-                                break 137;
-                            }
+                            kill(&mut child, Duration::from_secs(2));
+                            break 137;
                         }
                     }
                 }
+            }
             std::thread::sleep(Duration::from_millis(50));
         };
         for p in pumps {

@@ -144,37 +144,39 @@ pub fn main(f: &Flags) -> Result<i32, String> {
     let mut detections = 0u64;
     while !terminating() {
         if let Ok(cur) = tools.save()
-            && cur.ok() && normalize_save(&cur.stdout) != normalize_save(&snapshot) {
-                detections += 1;
-                let what = describe(&snapshot, &cur.stdout);
-                if detections == 1 {
-                    say("WARN", &format!("FW tampering has been detected: {what}"));
-                } else {
-                    say(
-                        "WARN",
-                        &format!(
-                            "Repeated FW tampering has been detected (count={detections}): {what}"
-                        ),
-                    );
-                }
-                let payload = revert_payload(&snapshot, &cur.stdout);
-                match tools.restore(&["-w", "5"], &payload) {
-                    Ok(o) if o.ok() => {
-                        say("INFO", "Successfully reverted out of band firewall changes")
-                    }
-                    Ok(o) => say(
-                        "ERROR",
-                        &format!(
-                            "Failed to revert out of band firewall changes: {}",
-                            o.combined.trim()
-                        ),
+            && cur.ok()
+            && normalize_save(&cur.stdout) != normalize_save(&snapshot)
+        {
+            detections += 1;
+            let what = describe(&snapshot, &cur.stdout);
+            if detections == 1 {
+                say("WARN", &format!("FW tampering has been detected: {what}"));
+            } else {
+                say(
+                    "WARN",
+                    &format!(
+                        "Repeated FW tampering has been detected (count={detections}): {what}"
                     ),
-                    Err(e) => say(
-                        "ERROR",
-                        &format!("Failed to revert out of band firewall changes: {e}"),
-                    ),
-                }
+                );
             }
+            let payload = revert_payload(&snapshot, &cur.stdout);
+            match tools.restore(&["-w", "5"], &payload) {
+                Ok(o) if o.ok() => {
+                    say("INFO", "Successfully reverted out of band firewall changes")
+                }
+                Ok(o) => say(
+                    "ERROR",
+                    &format!(
+                        "Failed to revert out of band firewall changes: {}",
+                        o.combined.trim()
+                    ),
+                ),
+                Err(e) => say(
+                    "ERROR",
+                    &format!("Failed to revert out of band firewall changes: {e}"),
+                ),
+            }
+        }
         if !nap(interval) {
             break;
         }
