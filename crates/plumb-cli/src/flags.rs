@@ -53,6 +53,9 @@ pub enum Command {
         #[command(flatten)]
         node: NodeFlags,
     },
+    /// Reproduce the founding incidents for real in network namespaces (root; never touches the host's firewall).
+    #[command(subcommand)]
+    Lab(LabCommand),
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -135,4 +138,51 @@ pub struct SourceFlags {
     /// Read the live rulesets of this network namespace (as in `ip netns exec NAME`).
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LabCommand {
+    /// Start a scenario: healthy, security-agent-revert, ufw-active, probe-semantics, backend-mix, no-endpoints, sysctl-missing.
+    Up {
+        /// Scenario name.
+        scenario: String,
+        /// Service ports kube-proxy programs.
+        #[arg(long, value_name = "N", default_value_t = 8)]
+        services: usize,
+        /// Override kube-proxy's sync period (seconds).
+        #[arg(long, value_name = "SECS")]
+        sync_period: Option<f64>,
+        /// iptables backend of kubelet, kube-proxy and the agent: nft or legacy.
+        #[arg(long, value_name = "BACKEND", default_value = "nft")]
+        backend: String,
+    },
+    /// Show the running lab: scenario, namespaces, actors, pods.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove everything the lab made (idempotent; also after a crash).
+    Down {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a command inside the lab node's network namespace (PLUMB_LAB_ROOT set, lab UFW files mounted).
+    Exec {
+        /// The command and its arguments (after --).
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            required = true,
+            value_name = "CMD"
+        )]
+        command: Vec<String>,
+    },
+    /// Run a lab actor in the foreground (used by the lab itself).
+    #[command(hide = true)]
+    Actor {
+        /// kube-proxy, kubelet, venAgent, install-cni or kube-apiserver.
+        name: String,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }

@@ -17,6 +17,10 @@ pub enum Verdict {
 }
 
 fn main() -> ExitCode {
+    // Lab actors are this executable under another name (kube-proxy, venAgent, ...).
+    if let Some(code) = plumb_lab::actors::dispatch_by_name() {
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     let cli = flags::Cli::parse();
     match cmd::run(cli) {
         Ok(Verdict::Clean) => ExitCode::from(0),

@@ -37,4 +37,4 @@ pub use chain_name::{
 };
 pub use generate::{GenerateError, GeneratorConfig, generate};
 pub use model::{Cluster, Endpoint, Ipv4Cidr, Node, Protocol, ServicePort, ServicePortName};
-pub use sync::{KubeProxyRules, ProxierOptions, SaveOptions};
+pub use sync::{KubeProxyRules, ProxierOptions, SaveOptions, TablePayload, is_top_level_chain};

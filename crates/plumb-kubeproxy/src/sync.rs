@@ -737,6 +737,19 @@ fn full_sync(cluster: &Cluster, options: &ProxierOptions, large: bool) -> Vec<Ta
     ]
 }
 
+/// Whether kube-proxy writes `chain` in every sync (not a per-service chain).
+pub fn is_top_level_chain(chain: &str) -> bool {
+    ![
+        "KUBE-SVC-",
+        "KUBE-SVL-",
+        "KUBE-EXT-",
+        "KUBE-FW-",
+        "KUBE-SEP-",
+    ]
+    .iter()
+    .any(|p| chain.starts_with(p))
+}
+
 /// FNV-1a: chain names are short and trusted, SipHash's DoS resistance buys nothing here.
 #[derive(Default)]
 pub(crate) struct Fnv(u64);
@@ -808,6 +821,117 @@ impl KubeProxyRules {
     pub fn to_bootstrap_payload(&self) -> String {
         let mut out = String::new();
         write_payload(&mut out, &self.bootstrap, &self.mark_text);
+        out
+    }
+
+    /// kube-proxy's partial-sync input to `iptables-restore --noflush` after `previous`
+    /// was applied (kubernetes `proxier.go` with `MinimizeIPTablesRestore`, GA in 1.28).
+    ///
+    /// The top-level chains (`KUBE-SERVICES`, `KUBE-NODEPORTS`, `KUBE-POSTROUTING`,
+    /// `KUBE-MARK-MASQ` and every filter chain) are always declared and rewritten, so they
+    /// keep jumping to every service chain; per-service chains (`KUBE-SVC-`, `KUBE-SVL-`,
+    /// `KUBE-EXT-`, `KUBE-FW-`, `KUBE-SEP-`) are written only when new or changed, and chains
+    /// that disappeared are declared (flushed) then deleted with `-X`. Unchanged service
+    /// chains are referenced without being declared: when something else deleted them from
+    /// the kernel, the restore fails with "Chain 'KUBE-SVC-…' does not exist", which is what
+    /// makes kube-proxy fall back to a full sync. Granularity is the chain, where kube-proxy
+    /// decides per service; the chains written are the same because a changed service
+    /// changes the rules of exactly its chains.
+    pub fn to_partial_restore_payload(&self, previous: &KubeProxyRules) -> String {
+        type ByChain<'a> = HashMap<&'a str, Vec<&'a Rule>, BuildHasherDefault<Fnv>>;
+        fn by_chain(t: &TablePayload) -> ByChain<'_> {
+            let mut map: ByChain = HashMap::default();
+            for c in &t.chains {
+                map.insert(c.as_str(), Vec::new());
+            }
+            for r in &t.rules {
+                map.entry(r.chain.as_str()).or_default().push(r);
+            }
+            map
+        }
+        let empty = TablePayload::default();
+        let mut out = String::new();
+        for t in &self.sync {
+            let prev_table = previous
+                .sync
+                .iter()
+                .find(|p| p.table == t.table)
+                .unwrap_or(&empty);
+            let prev = by_chain(prev_table);
+            let cur = by_chain(t);
+            let keep = |c: &str| is_top_level_chain(c) || prev.get(c) != cur.get(c);
+            let deleted: Vec<&String> = prev_table
+                .chains
+                .iter()
+                .filter(|c| !is_top_level_chain(c) && !cur.contains_key(c.as_str()))
+                .collect();
+            let _ = writeln!(out, "*{}", t.table);
+            for c in t
+                .chains
+                .iter()
+                .filter(|c| keep(c))
+                .chain(deleted.iter().copied())
+            {
+                let _ = writeln!(out, ":{c} - [0:0]");
+            }
+            for r in t.rules.iter().filter(|r| keep(&r.chain)) {
+                r.write_kube(&mut out, &self.mark_text);
+                out.push('\n');
+            }
+            for c in deleted {
+                let _ = writeln!(out, "-X {c}");
+            }
+            out.push_str("COMMIT\n");
+        }
+        out
+    }
+
+    /// The part of [`Self::bootstrap`] kubelet owns (kubernetes
+    /// `pkg/kubelet/kubelet_network_linux.go`): `KUBE-IPTABLES-HINT`, `KUBE-KUBELET-CANARY`,
+    /// `KUBE-FIREWALL` and the `INPUT`/`OUTPUT` jumps to it. Written first on a fresh node,
+    /// so `-A` lines give the same order as kubelet's prepends.
+    pub fn kubelet_bootstrap(&self) -> Vec<TablePayload> {
+        self.split_bootstrap(true)
+    }
+
+    /// The part of [`Self::bootstrap`] kube-proxy owns: its canary, its top-level chains and
+    /// the hook rules it prepends (`iptablesJumpChains`) in their final order. kube-proxy
+    /// writes them with `EnsureChain` and `EnsureRule(Prepend, …)`, so a writer that inserts
+    /// (`-I`) them in reverse order over [`Self::kubelet_bootstrap`] reaches the same state.
+    pub fn proxy_bootstrap(&self) -> Vec<TablePayload> {
+        self.split_bootstrap(false)
+    }
+
+    fn split_bootstrap(&self, kubelet: bool) -> Vec<TablePayload> {
+        let kubelet_chain =
+            |c: &str| matches!(c, KUBE_IPTABLES_HINT | KUBE_KUBELET_CANARY | KUBE_FIREWALL);
+        let kubelet_rule = |r: &Rule| {
+            r.chain == KUBE_FIREWALL || matches!(&r.target, Target::Jump(t) if t == KUBE_FIREWALL)
+        };
+        self.bootstrap
+            .iter()
+            .map(|t| TablePayload {
+                table: t.table,
+                chains: t
+                    .chains
+                    .iter()
+                    .filter(|c| kubelet_chain(c) == kubelet)
+                    .cloned()
+                    .collect(),
+                rules: t
+                    .rules
+                    .iter()
+                    .filter(|r| kubelet_rule(r) == kubelet)
+                    .cloned()
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Prints table payloads (for example [`Self::kubelet_bootstrap`]) as restore input.
+    pub fn payload_text(&self, tables: &[TablePayload]) -> String {
+        let mut out = String::new();
+        write_payload(&mut out, tables, &self.mark_text);
         out
     }
 

@@ -4,6 +4,7 @@
 mod check;
 mod collect;
 mod input;
+mod lab;
 mod ruleset;
 mod services;
 
@@ -25,6 +26,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
             json,
         } => check::run(&source, &input, partial, json),
         Command::Collect { output, node } => collect::run(&output, &node),
+        Command::Lab(c) => lab::run(c),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();

@@ -1,0 +1,800 @@
+//! `Lab`: bring a scenario up, look at it, tear it down.
+//!
+//! `up` records what it makes in the state file before making it, so `down` (idempotent)
+//! can remove everything — processes, namespaces, mounts, the lab root — even after a crash
+//! or a killed `up`; `down` also scans `/proc` and `/run/netns` for lab leftovers by name.
+//! A [`Lab`] value tears the lab down when dropped (panics included) unless
+//! [`Lab::detach`]ed, which is what `plumb lab up` does.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs;
+use std::net::{SocketAddr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::actors::{self, ActorKind, kubelet};
+use crate::error::LabError;
+use crate::layout::{self, paths};
+use crate::plan::Plan;
+use crate::probe::{self, Connect};
+use crate::scenario::Scenario;
+use crate::state::{API_NETNS, LabState, NODE_NETNS, RUN_DIR, default_root, state_path};
+use crate::topology::{self, API_IP, API_PORT, CLUSTER_IP, NODE_IP, TopologySpec};
+use crate::{netns, process, tls, ufw};
+
+/// Options for [`Lab::up_with`].
+#[derive(Debug, Clone, Default)]
+pub struct LabOptions {
+    /// Service ports kube-proxy programs (default 8).
+    pub services: Option<usize>,
+    /// Overrides the scenario's kube-proxy sync period.
+    pub sync_period: Option<Duration>,
+    /// The executable to run actors from (the plumb binary or `plumb-lab-actor`); default:
+    /// `PLUMB_LAB_ACTOR_EXE`, else the current executable or a `plumb` next to it.
+    pub actor_exe: Option<PathBuf>,
+    /// Lab root (default `/run/plumb-lab/root`).
+    pub root: Option<PathBuf>,
+    /// The iptables backend kubelet, kube-proxy and the agent write (default nft).
+    pub backend: Backend,
+}
+
+/// Which iptables variant the node's actors use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// `iptables-nft` (Debian 12's default `iptables`).
+    #[default]
+    Nft,
+    /// `iptables-legacy`.
+    Legacy,
+}
+
+impl Backend {
+    /// The iptables program name.
+    pub fn program(self) -> &'static str {
+        match self {
+            Self::Nft => "iptables-nft",
+            Self::Legacy => "iptables-legacy",
+        }
+    }
+
+    /// The other backend.
+    pub fn other(self) -> Self {
+        match self {
+            Self::Nft => Self::Legacy,
+            Self::Legacy => Self::Nft,
+        }
+    }
+
+    /// `nft` or `legacy`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Nft => "nft",
+            Self::Legacy => "legacy",
+        }
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = LabError;
+
+    fn from_str(s: &str) -> Result<Self, LabError> {
+        match s {
+            "nft" => Ok(Self::Nft),
+            "legacy" => Ok(Self::Legacy),
+            other => Err(LabError::Other(format!(
+                "unknown backend {other:?}; use nft or legacy"
+            ))),
+        }
+    }
+}
+
+/// A running lab.
+#[derive(Debug)]
+pub struct Lab {
+    state: LabState,
+    detached: bool,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn check_interrupted() -> Result<(), LabError> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        Err(LabError::Other("interrupted".into()))
+    } else {
+        Ok(())
+    }
+}
+
+fn resolve_actor_exe(explicit: Option<PathBuf>) -> Result<PathBuf, LabError> {
+    if let Some(p) = explicit.or_else(|| std::env::var_os("PLUMB_LAB_ACTOR_EXE").map(PathBuf::from))
+    {
+        return Ok(p);
+    }
+    let me = std::env::current_exe().map_err(|_| LabError::NoActorExe)?;
+    let name = me.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if name == "plumb" || name == "plumb-lab-actor" {
+        return Ok(me);
+    }
+    for dir in me.ancestors().skip(1).take(2) {
+        for cand in ["plumb", "plumb-lab-actor"] {
+            let p = dir.join(cand);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    Err(LabError::NoActorExe)
+}
+
+fn spawn_actor(root: &Path, kind: ActorKind, ns: &str, args: &[String]) -> Result<u32, LabError> {
+    let log_path = root
+        .join(paths::ACTOR_LOGS)
+        .join(format!("{}.log", kind.name));
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| LabError::io(format!("opening {}", log_path.display()), e))?;
+    let log2 = log.try_clone().map_err(|e| LabError::io("dup log", e))?;
+    let mut cmd = Command::new(layout::actor_path(root, kind));
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .env("PLUMB_LAB_ROOT", root);
+    netns::command_in(&mut cmd, ns, true)
+        .map_err(|e| LabError::io(format!("opening namespace {ns}"), e))?;
+    let child = cmd
+        .spawn()
+        .map_err(|e| LabError::io(format!("starting {}", kind.name), e))?;
+    Ok(child.id())
+}
+
+fn file_contains(path: &Path, needle: &str) -> bool {
+    fs::read_to_string(path).is_ok_and(|t| t.contains(needle))
+}
+
+/// All log text of `container` across pods and restarts (`var/log/pods/*/<container>/*.log`),
+/// in restart order.
+pub fn pod_logs(root: &Path, container: &str) -> String {
+    let mut out = String::new();
+    let Ok(pods) = fs::read_dir(root.join(paths::POD_LOGS)) else {
+        return out;
+    };
+    for pod in pods.flatten() {
+        let dir = pod.path().join(container);
+        let Ok(files) = fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut logs: Vec<(u32, PathBuf)> = files
+            .flatten()
+            .filter_map(|f| {
+                let n = f.file_name().to_str()?.strip_suffix(".log")?.parse().ok()?;
+                Some((n, f.path()))
+            })
+            .collect();
+        logs.sort();
+        for (_, p) in logs {
+            out.push_str(&fs::read_to_string(p).unwrap_or_default());
+        }
+    }
+    out
+}
+
+/// What `down` removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DownReport {
+    /// Processes terminated.
+    pub processes: Vec<String>,
+    /// Namespaces deleted.
+    pub namespaces: Vec<String>,
+    /// Lab root removed.
+    pub root_removed: Option<PathBuf>,
+    /// Problems met (down carries on).
+    pub errors: Vec<String>,
+}
+
+impl DownReport {
+    /// Whether there was nothing to remove.
+    pub fn was_clean(&self) -> bool {
+        self.processes.is_empty() && self.namespaces.is_empty() && self.root_removed.is_none()
+    }
+}
+
+/// What remains of the lab on this machine; all empty after `down`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Leftovers {
+    /// Lab network namespaces.
+    pub namespaces: Vec<String>,
+    /// Lab processes (`comm[pid]`).
+    pub processes: Vec<String>,
+    /// Mounts under the lab root or of lab namespaces.
+    pub mounts: Vec<String>,
+    /// Whether the state file exists.
+    pub state_file: bool,
+}
+
+impl Leftovers {
+    /// Nothing left.
+    pub fn is_empty(&self) -> bool {
+        self.namespaces.is_empty()
+            && self.processes.is_empty()
+            && self.mounts.is_empty()
+            && !self.state_file
+    }
+}
+
+fn lab_netns_inodes() -> HashSet<u64> {
+    topology::lab_namespaces()
+        .iter()
+        .filter_map(|n| netns::inode(&netns::path(n)))
+        .collect()
+}
+
+fn lab_mounts(root: &Path) -> Vec<String> {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| {
+            Path::new(m).starts_with(root)
+                || m.strip_prefix("/run/netns/")
+                    .is_some_and(topology::is_lab_namespace)
+        })
+        .map(String::from)
+        .collect()
+}
+
+/// Scans for anything the lab leaves behind (namespaces, processes, mounts, state file).
+pub fn leftovers() -> Leftovers {
+    let state = LabState::load().ok().flatten();
+    let root = state.as_ref().map_or_else(default_root, |s| s.root.clone());
+    let procs = process::lab_processes(Some(&root), &lab_netns_inodes());
+    let mut roots = vec![root];
+    if roots[0] != default_root() {
+        roots.push(default_root());
+    }
+    Leftovers {
+        namespaces: topology::lab_namespaces(),
+        processes: procs
+            .iter()
+            .map(|p| format!("{}[{}]", p.comm, p.pid))
+            .collect(),
+        mounts: roots.iter().flat_map(|r| lab_mounts(r)).collect(),
+        state_file: state_path().exists(),
+    }
+}
+
+/// Removes every trace of the lab. Idempotent; safe after a crash.
+pub fn down() -> DownReport {
+    let mut report = DownReport::default();
+    let state = LabState::load().unwrap_or_else(|e| {
+        report.errors.push(format!("unreadable state file: {e}"));
+        None
+    });
+    let root = state.as_ref().map_or_else(default_root, |s| s.root.clone());
+    // Processes: recorded actors, then anything under the root or inside a lab namespace
+    // (iptables children, ufw, a crashed up's actors). Repeat: a supervisor may restart one.
+    for _ in 0..3 {
+        let found = process::lab_processes(Some(&root), &lab_netns_inodes());
+        if found.is_empty() {
+            break;
+        }
+        let pids: Vec<u32> = found.iter().map(|p| p.pid).collect();
+        report
+            .processes
+            .extend(found.iter().map(|p| format!("{}[{}]", p.comm, p.pid)));
+        for pid in process::terminate(&pids, Duration::from_secs(3)) {
+            report
+                .errors
+                .push(format!("process {pid} survived SIGKILL"));
+        }
+    }
+    for m in lab_mounts(&root) {
+        if let Err(e) = topology::run_program("umount", &["-l", &m]) {
+            report.errors.push(e.to_string());
+        }
+    }
+    let (deleted, errors) = topology::destroy();
+    report.namespaces = deleted;
+    report.errors.extend(errors);
+    if root.exists() {
+        // Only remove a directory that looks like a lab root.
+        if root.join(paths::LAB_STATE_DIR).exists() || root == default_root() {
+            match fs::remove_dir_all(&root) {
+                Ok(()) => report.root_removed = Some(root.clone()),
+                Err(e) => report
+                    .errors
+                    .push(format!("removing {}: {e}", root.display())),
+            }
+        } else {
+            report.errors.push(format!(
+                "{} does not look like a lab root; left in place",
+                root.display()
+            ));
+        }
+    }
+    let _ = fs::remove_file(state_path());
+    let _ = fs::remove_file(Path::new(RUN_DIR).join("state.json.tmp"));
+    let _ = fs::remove_dir(RUN_DIR);
+    report
+}
+
+/// `lab status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// Whether a lab is recorded.
+    pub running: bool,
+    /// The recorded state.
+    pub state: Option<LabState>,
+    /// Actor name -> alive.
+    pub actors_alive: BTreeMap<String, bool>,
+    /// Pod containers as the kubelet sees them.
+    pub containers: Vec<kubelet::ContainerStatus>,
+    /// Leftovers (for a lab that is not recorded: what `down` would remove).
+    pub leftovers: Leftovers,
+}
+
+/// Reads the lab's status without changing anything.
+pub fn status() -> Result<Status, LabError> {
+    let state = LabState::load().map_err(|e| LabError::io("reading the lab state", e))?;
+    let mut actors_alive = BTreeMap::new();
+    let mut containers = Vec::new();
+    if let Some(s) = &state {
+        for (name, pid) in &s.actors {
+            actors_alive.insert(name.clone(), process::alive(*pid));
+        }
+        let path = s.root.join(paths::LAB_STATE_DIR).join("pods-status.json");
+        if let Ok(text) = fs::read_to_string(path) {
+            containers = serde_json::from_str(&text).unwrap_or_default();
+        }
+    }
+    Ok(Status {
+        running: state.is_some(),
+        state,
+        actors_alive,
+        containers,
+        leftovers: leftovers(),
+    })
+}
+
+/// Runs `argv` in the node namespace of the running lab (with the lab's UFW files mounted
+/// privately and `PLUMB_LAB_ROOT` set); returns its exit code.
+pub fn exec(argv: &[String]) -> Result<i32, LabError> {
+    let state = LabState::load()
+        .map_err(|e| LabError::io("reading the lab state", e))?
+        .ok_or(LabError::NotRunning)?;
+    let status = ufw::node_command(&state.root, argv).status().map_err(|e| {
+        LabError::io(
+            format!("running {}", argv.first().map_or("", String::as_str)),
+            e,
+        )
+    })?;
+    Ok(status.code().unwrap_or(128 + 9))
+}
+
+impl Lab {
+    /// Brings `scenario` up with default options; tears it down on drop.
+    pub fn up(scenario: Scenario) -> Result<Lab, LabError> {
+        Self::up_with(scenario, LabOptions::default())
+    }
+
+    /// Brings `scenario` up. Refuses when a lab (or its leftovers) exists; on any failure
+    /// (or SIGINT) removes what it made.
+    pub fn up_with(scenario: Scenario, opts: LabOptions) -> Result<Lab, LabError> {
+        crate::preflight::check()?;
+        if let Some(s) = LabState::load().map_err(|e| LabError::io("reading the lab state", e))? {
+            return Err(LabError::AlreadyRunning {
+                scenario: s.scenario,
+                root: s.root,
+            });
+        }
+        let left = leftovers();
+        if !left.is_empty() {
+            return Err(LabError::Other(format!(
+                "leftovers of an earlier lab exist (namespaces {:?}, processes {:?}); run `plumb lab down` first",
+                left.namespaces, left.processes
+            )));
+        }
+        INTERRUPTED.store(false, Ordering::SeqCst);
+        // SAFETY: the handler only stores to an atomic.
+        let previous = unsafe {
+            libc::signal(
+                libc::SIGINT,
+                on_interrupt as *const () as libc::sighandler_t,
+            )
+        };
+        let result = Self::build(scenario, opts);
+        // SAFETY: restores the handler that was installed before.
+        unsafe { libc::signal(libc::SIGINT, previous) };
+        match result {
+            Ok(lab) => Ok(lab),
+            Err(e) => {
+                let report = down();
+                if report.errors.is_empty() {
+                    Err(e)
+                } else {
+                    Err(LabError::Other(format!(
+                        "{e} (cleanup also failed: {})",
+                        report.errors.join("; ")
+                    )))
+                }
+            }
+        }
+    }
+
+    fn build(scenario: Scenario, opts: LabOptions) -> Result<Lab, LabError> {
+        let plan = Plan::of(scenario);
+        let services = opts.services.unwrap_or(8).max(1);
+        let sync_period = opts.sync_period.unwrap_or(plan.sync_period);
+        let exe = resolve_actor_exe(opts.actor_exe)?;
+        let root = opts.root.unwrap_or_else(default_root);
+        let mut state = LabState {
+            version: 1,
+            scenario: scenario.name().into(),
+            root: root.clone(),
+            services,
+            created_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs(),
+            phase: "starting".into(),
+            namespaces: Vec::new(),
+            node_ip: NODE_IP.to_string(),
+            api_endpoint: format!("{API_IP}:{API_PORT}"),
+            cluster_ip: format!("{CLUSTER_IP}:443"),
+            pods: (0..plan.pods)
+                .map(|i| (topology::pod_netns(i), topology::pod_ip(i).to_string()))
+                .collect(),
+            actors: BTreeMap::new(),
+            backend: opts.backend.name().into(),
+        };
+        let iptables_flag = format!("--iptables={}", opts.backend.program());
+        state
+            .save()
+            .map_err(|e| LabError::io("writing the lab state", e))?;
+        fs::create_dir_all(&root)
+            .map_err(|e| LabError::io(format!("creating {}", root.display()), e))?;
+        fs::create_dir_all(root.join(paths::LAB_STATE_DIR))
+            .map_err(|e| LabError::io("creating the lab state dir", e))?;
+        layout::install_actors(&root, &exe)?;
+        let pki = tls::generate(&[CLUSTER_IP.into(), API_IP.into(), [127, 0, 0, 1].into()])?;
+
+        let api: SocketAddrV4 = SocketAddrV4::new(API_IP, API_PORT);
+        let kp_args: Vec<String> = vec![
+            "--cluster-cidr=10.42.0.0/16".into(),
+            "--conntrack-max-per-core=0".into(),
+            "--healthz-bind-address=127.0.0.1:10256".into(),
+            "--metrics-bind-address=127.0.0.1:10249".into(),
+            "--hostname-override=plumb-node".into(),
+            format!("--bind-address={NODE_IP}"),
+            "--kubeconfig=/var/lib/rancher/rke2/agent/kubeproxy.kubeconfig".into(),
+            "--proxy-mode=iptables".into(),
+            format!("--iptables-sync-period={}s", sync_period.as_secs_f64()),
+            format!("--services={services}"),
+            format!("--api-endpoint={api}"),
+            format!("--node-eligible={}", plan.node_eligible),
+            iptables_flag.clone(),
+            "--v=2".into(),
+        ];
+        let mut kp_args = kp_args;
+        if let Some(c) = plan.churn {
+            kp_args.push(format!("--endpoint-churn={}s", c.as_secs_f64()));
+        }
+        if plan.model_ufw_lock {
+            kp_args.push("--model-ufw-lock-contention".into());
+        }
+        if let Some(svc) = plan.drop_endpoints {
+            kp_args.push(format!("--drop-endpoints={svc}"));
+            kp_args.push("--drop-endpoints-after=2s".into());
+        }
+        layout::write_node_files(&root, &pki, plan.liveness.path, &kp_args)?;
+        ufw::prepare(&root)?;
+
+        state.namespaces = topology::create(&TopologySpec {
+            pods: plan.pods,
+            node_ip_forward: plan.ip_forward,
+        })?;
+        state
+            .save()
+            .map_err(|e| LabError::io("writing the lab state", e))?;
+        check_interrupted()?;
+
+        if plan.ufw {
+            ufw::enable(&root)?;
+        }
+
+        // The API endpoint.
+        let pid = spawn_actor(
+            &root,
+            actors::API_SERVER,
+            API_NETNS,
+            &[
+                format!(
+                    "--tls-cert-file={}",
+                    root.join(paths::SERVING_CERT).display()
+                ),
+                format!(
+                    "--tls-private-key-file={}",
+                    root.join(paths::SERVING_KEY).display()
+                ),
+                "--bind-address=0.0.0.0".into(),
+                format!("--secure-port={API_PORT}"),
+            ],
+        )?;
+        state.actors.insert(actors::API_SERVER.name.into(), pid);
+        state
+            .save()
+            .map_err(|e| LabError::io("writing the lab state", e))?;
+        Self::wait(
+            "the API endpoint to listen",
+            Duration::from_secs(10),
+            || {
+                matches!(
+                    probe::tcp_connect(NODE_NETNS, SocketAddr::V4(api), Duration::from_millis(300)),
+                    Ok(Connect::Connected)
+                )
+            },
+        )?;
+
+        // kubelet with two pods: kube-proxy (static pod) and Canal (install-cni).
+        let lab_dir = root.join(paths::LAB_STATE_DIR);
+        let pods = vec![
+            kubelet::PodSpec {
+                namespace: "kube-system".into(),
+                name: "kube-proxy-plumb-node".into(),
+                uid: layout::uuid(),
+                containers: vec![kubelet::ContainerSpec {
+                    name: "kube-proxy".into(),
+                    exe: layout::actor_path(&root, actors::KUBE_PROXY),
+                    args: kp_args,
+                    restart: kubelet::Restart::Always,
+                    start_delay_ms: 0,
+                    backoff_initial_ms: 10_000,
+                    backoff_max_ms: 300_000,
+                    liveness: Some(kubelet::Probe {
+                        addr: "127.0.0.1:10256".parse().expect("address"),
+                        path: plan.liveness.path.into(),
+                        initial_delay_ms: 2000,
+                        period_ms: plan.liveness.period.as_millis() as u64,
+                        failure_threshold: plan.liveness.failure_threshold,
+                    }),
+                }],
+            },
+            kubelet::PodSpec {
+                namespace: "kube-system".into(),
+                name: format!("rke2-canal-{}", &layout::uuid()[..5]),
+                uid: layout::uuid(),
+                containers: vec![kubelet::ContainerSpec {
+                    name: "install-cni".into(),
+                    exe: layout::actor_path(&root, actors::INSTALL_CNI),
+                    args: vec![
+                        format!("--server={CLUSTER_IP}:443"),
+                        format!("--ca={}", root.join(paths::SERVER_CA).display()),
+                        format!("--cni-net-dir={}", root.join(paths::CNI_NET_DIR).display()),
+                        format!("--dial-timeout={}s", plan.install_cni_timeout.as_secs_f64()),
+                        "--service-account=canal".into(),
+                    ],
+                    restart: kubelet::Restart::OnFailure,
+                    start_delay_ms: plan.install_cni_delay.as_millis() as u64,
+                    backoff_initial_ms: 10_000,
+                    backoff_max_ms: 300_000,
+                    liveness: None,
+                }],
+            },
+        ];
+        let pods_file = lab_dir.join("pods.json");
+        fs::write(
+            &pods_file,
+            serde_json::to_vec_pretty(&pods).map_err(|e| LabError::Other(e.to_string()))?,
+        )
+        .map_err(|e| LabError::io("writing pods.json", e))?;
+        let start_file = lab_dir.join("start-pods");
+        let pid = spawn_actor(
+            &root,
+            actors::KUBELET,
+            NODE_NETNS,
+            &[
+                format!("--root={}", root.display()),
+                format!("--pods-file={}", pods_file.display()),
+                format!(
+                    "--status-file={}",
+                    lab_dir.join("pods-status.json").display()
+                ),
+                format!("--start-file={}", start_file.display()),
+                "--iptables=iptables".into(),
+            ],
+        )?;
+        state.actors.insert(actors::KUBELET.name.into(), pid);
+        state
+            .save()
+            .map_err(|e| LabError::io("writing the lab state", e))?;
+        let kubelet_log = root.join(paths::KUBELET_LOG);
+        Self::wait(
+            "kubelet's iptables bootstrap",
+            Duration::from_secs(10),
+            || file_contains(&kubelet_log, "iptables rules"),
+        )?;
+
+        if plan.stale_legacy {
+            let stale = opts.backend.other();
+            crate::backend_mix::write_stale(stale.program(), services, api)?;
+            state.backend = format!(
+                "{} (stale kube-proxy chains in iptables-{})",
+                opts.backend.name(),
+                stale.name()
+            );
+        }
+
+        if let Some(agent) = &plan.agent {
+            let log = root.join(paths::VEN_LOG);
+            let pid = spawn_actor(
+                &root,
+                actors::VEN_AGENT,
+                NODE_NETNS,
+                &[
+                    format!("--log={}", log.display()),
+                    format!("--interval={}s", agent.interval.as_secs_f64()),
+                    format!("--arm-delay={}s", agent.arm_delay.as_secs_f64()),
+                    "--iptables=iptables".into(),
+                ],
+            )?;
+            state.actors.insert(actors::VEN_AGENT.name.into(), pid);
+            state
+                .save()
+                .map_err(|e| LabError::io("writing the lab state", e))?;
+            Self::wait(
+                "venAgent's firewall snapshot",
+                Duration::from_secs(10),
+                || file_contains(&log, "Firewall snapshot taken"),
+            )?;
+        }
+
+        fs::write(&start_file, b"").map_err(|e| LabError::io("writing start-pods", e))?;
+        // iptables-nft 1.8.9's --noflush restore grows quadratically: ~25 s for 10k
+        // services on the 2-core development machine (docs/benchmarks.md).
+        let deadline = Duration::from_secs(30 + services as u64 / 100);
+        Self::wait("kube-proxy's first sync", deadline, || {
+            pod_logs(&root, "kube-proxy").contains("SyncProxyRules complete")
+        })?;
+        state.phase = "ready".into();
+        state
+            .save()
+            .map_err(|e| LabError::io("writing the lab state", e))?;
+        Ok(Lab {
+            state,
+            detached: false,
+        })
+    }
+
+    fn wait(
+        what: &str,
+        deadline: Duration,
+        mut check: impl FnMut() -> bool,
+    ) -> Result<(), LabError> {
+        probe::wait_for(what, deadline, Duration::from_millis(25), || {
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                return Some(Err(LabError::Other("interrupted".into())));
+            }
+            check().then_some(Ok(()))
+        })?
+    }
+
+    /// The running lab, if any (dropping it does not tear it down).
+    pub fn attach() -> Result<Option<Lab>, LabError> {
+        Ok(LabState::load()
+            .map_err(|e| LabError::io("reading the lab state", e))?
+            .map(|state| Lab {
+                state,
+                detached: true,
+            }))
+    }
+
+    /// Keeps the lab running after this value is dropped.
+    pub fn detach(mut self) -> LabState {
+        self.detached = true;
+        self.state.clone()
+    }
+
+    /// Tears the lab down now.
+    pub fn down(mut self) -> DownReport {
+        self.detached = true;
+        down()
+    }
+
+    /// The recorded state.
+    pub fn state(&self) -> &LabState {
+        &self.state
+    }
+
+    /// The lab root.
+    pub fn root(&self) -> &Path {
+        &self.state.root
+    }
+
+    /// TCP connect from the node namespace.
+    pub fn connect_from_node(
+        &self,
+        addr: SocketAddr,
+        timeout: Duration,
+    ) -> Result<Connect, LabError> {
+        probe::tcp_connect(NODE_NETNS, addr, timeout)
+    }
+
+    /// TCP connect from pod namespace `i`.
+    pub fn connect_from_pod(
+        &self,
+        i: usize,
+        addr: SocketAddr,
+        timeout: Duration,
+    ) -> Result<Connect, LabError> {
+        probe::tcp_connect(&topology::pod_netns(i), addr, timeout)
+    }
+
+    /// The `kubernetes` Service address.
+    pub fn cluster_ip(&self) -> SocketAddr {
+        SocketAddr::from((CLUSTER_IP, 443))
+    }
+
+    /// The API endpoint address.
+    pub fn api_endpoint(&self) -> SocketAddr {
+        SocketAddr::from((API_IP, API_PORT))
+    }
+
+    /// GET `path` on kube-proxy's health port (127.0.0.1:10256 in the node).
+    pub fn kube_proxy_health(&self, path: &str) -> Result<crate::http::Response, LabError> {
+        probe::http_get(
+            NODE_NETNS,
+            "127.0.0.1:10256".parse().expect("address"),
+            path,
+        )
+    }
+
+    /// All log text of a container (all restarts).
+    pub fn pod_logs(&self, container: &str) -> String {
+        pod_logs(self.root(), container)
+    }
+
+    /// Text of a file under the lab root ("" when absent).
+    pub fn read(&self, rel: &str) -> String {
+        fs::read_to_string(self.root().join(rel)).unwrap_or_default()
+    }
+
+    /// `iptables-save` (or another dump program) in the node namespace.
+    pub fn node_output(&self, argv: &[&str]) -> Result<String, LabError> {
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let out = ufw::node_command(self.root(), &argv)
+            .output()
+            .map_err(|e| LabError::io(format!("running {}", argv[0]), e))?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Waits (polling every 100 ms) until `check` holds, at most `deadline`.
+    pub fn wait_until(
+        &self,
+        what: &str,
+        deadline: Duration,
+        mut check: impl FnMut(&Lab) -> bool,
+    ) -> Result<Duration, LabError> {
+        let start = Instant::now();
+        probe::wait_for(what, deadline, Duration::from_millis(100), || {
+            check(self).then_some(())
+        })?;
+        Ok(start.elapsed())
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if !self.detached {
+            let _ = down();
+        }
+    }
+}

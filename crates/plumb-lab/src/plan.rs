@@ -1,0 +1,117 @@
+//! What each scenario sets up, as numbers: kube-proxy's sync period, the agent's timing,
+//! install-cni's start and timeout, kubelet's probe, and the one broken condition.
+//!
+//! Timings are scaled down from the real defaults so symptoms show in seconds (kube-proxy
+//! syncPeriod 30 s -> 5 s where the fight matters; kubelet probe period 10 s -> 2 s); the
+//! behaviour at each step is the original's.
+
+use std::time::Duration;
+
+use crate::scenario::Scenario;
+
+/// The security agent's timing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentPlan {
+    /// Time between two comparisons with the snapshot.
+    pub interval: Duration,
+    /// Time from start (snapshot) to the first comparison.
+    pub arm_delay: Duration,
+}
+
+/// kubelet's liveness probe on kube-proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LivenessPlan {
+    /// `/healthz` (RKE2 manifests before the seed's mitigation) or `/livez`.
+    pub path: &'static str,
+    /// Probe period.
+    pub period: Duration,
+    /// Consecutive failures that restart kube-proxy.
+    pub failure_threshold: u32,
+}
+
+/// Everything a scenario changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// kube-proxy `--iptables-sync-period`.
+    pub sync_period: Duration,
+    /// The security agent, if any.
+    pub agent: Option<AgentPlan>,
+    /// install-cni starts this long after the pods.
+    pub install_cni_delay: Duration,
+    /// install-cni's dial timeout.
+    pub install_cni_timeout: Duration,
+    /// Real UFW enabled in the node.
+    pub ufw: bool,
+    /// kube-proxy's node eligibility (false: being deleted / autoscaler taint).
+    pub node_eligible: bool,
+    /// `net.ipv4.ip_forward` in the node.
+    pub ip_forward: bool,
+    /// Stale kube-proxy chains left in iptables-legacy.
+    pub stale_legacy: bool,
+    /// A Service whose endpoints vanish shortly after start.
+    pub drop_endpoints: Option<&'static str>,
+    /// Endpoint churn period (queues updates, as a busy cluster does).
+    pub churn: Option<Duration>,
+    /// kubelet's liveness probe on kube-proxy.
+    pub liveness: LivenessPlan,
+    /// Pod namespaces.
+    pub pods: usize,
+    /// kube-proxy's modelled xtables-lock contention with UFW (ufw-active only).
+    pub model_ufw_lock: bool,
+}
+
+impl Plan {
+    /// The plan of `scenario`.
+    pub fn of(scenario: Scenario) -> Self {
+        let mut p = Plan {
+            sync_period: Duration::from_secs(30),
+            agent: None,
+            install_cni_delay: Duration::from_millis(500),
+            install_cni_timeout: Duration::from_secs(5),
+            ufw: false,
+            node_eligible: true,
+            ip_forward: true,
+            stale_legacy: false,
+            drop_endpoints: None,
+            churn: None,
+            liveness: LivenessPlan {
+                path: "/healthz",
+                period: Duration::from_secs(2),
+                failure_threshold: 3,
+            },
+            pods: 1,
+            model_ufw_lock: false,
+        };
+        match scenario {
+            Scenario::Healthy => {}
+            Scenario::SecurityAgentRevert => {
+                p.sync_period = Duration::from_secs(5);
+                p.agent = Some(AgentPlan {
+                    interval: Duration::from_millis(500),
+                    arm_delay: Duration::from_secs(3),
+                });
+                // install-cni is scheduled after the node settled: after the first revert.
+                p.install_cni_delay = Duration::from_millis(4500);
+            }
+            Scenario::UfwActive => {
+                p.sync_period = Duration::from_secs(5);
+                p.ufw = true;
+                p.churn = Some(Duration::from_secs(2));
+                p.model_ufw_lock = true;
+            }
+            Scenario::ProbeSemantics => {
+                p.node_eligible = false;
+            }
+            Scenario::BackendMix => {
+                p.stale_legacy = true;
+            }
+            Scenario::NoEndpoints => {
+                p.drop_endpoints = Some("kube-system/kube-dns");
+            }
+            Scenario::SysctlMissing => {
+                p.ip_forward = false;
+            }
+        }
+        p
+    }
+}

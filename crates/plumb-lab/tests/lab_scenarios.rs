@@ -1,0 +1,366 @@
+//! Privileged end-to-end tests: each scenario comes up, shows its symptom with real
+//! packets, and `down` leaves nothing behind. Run serially (`--test-threads=1`): there is
+//! one lab per machine. Skipped (with a reason) when not root.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use plumb_lab::layout::paths;
+use plumb_lab::probe::Connect;
+use plumb_lab::{Lab, LabOptions, Scenario};
+
+fn root_or_skip() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (network namespaces, iptables)");
+        return false;
+    }
+    true
+}
+
+fn up(scenario: Scenario) -> Lab {
+    up_with(scenario, LabOptions::default())
+}
+
+fn up_with(scenario: Scenario, mut opts: LabOptions) -> Lab {
+    opts.actor_exe = Some(env!("CARGO_BIN_EXE_plumb-lab-actor").into());
+    // A previous failed run may have left a lab: start clean.
+    let _ = plumb_lab::down();
+    let start = Instant::now();
+    let lab = Lab::up_with(scenario, opts).unwrap_or_else(|e| panic!("{scenario} up: {e}"));
+    eprintln!(
+        "{scenario}: ready in {:.2} s",
+        start.elapsed().as_secs_f64()
+    );
+    lab
+}
+
+fn assert_clean_after_down(lab: Lab) {
+    let report = lab.down();
+    assert!(report.errors.is_empty(), "down errors: {:?}", report.errors);
+    let left = plumb_lab::leftovers();
+    assert!(left.is_empty(), "leftovers after down: {left:?}");
+    // down is idempotent
+    let again = plumb_lab::down();
+    assert!(again.was_clean() && again.errors.is_empty(), "{again:?}");
+}
+
+fn connect(lab: &Lab, from_pod: bool, addr: SocketAddr, timeout: Duration) -> Connect {
+    if from_pod {
+        lab.connect_from_pod(0, addr, timeout).unwrap()
+    } else {
+        lab.connect_from_node(addr, timeout).unwrap()
+    }
+}
+
+#[test]
+fn healthy() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = up(Scenario::Healthy);
+    let svc = lab.cluster_ip();
+    assert_eq!(
+        connect(&lab, false, svc, Duration::from_secs(2)),
+        Connect::Connected
+    );
+    assert_eq!(
+        connect(&lab, true, svc, Duration::from_secs(2)),
+        Connect::Connected
+    );
+    assert_eq!(
+        connect(&lab, false, lab.api_endpoint(), Duration::from_secs(2)),
+        Connect::Connected
+    );
+    let h = lab.kube_proxy_health("/healthz").unwrap();
+    assert_eq!(h.status, 200, "{}", h.body);
+    assert!(h.body.contains("\"nodeEligible\": true"), "{}", h.body);
+    assert_eq!(lab.kube_proxy_health("/livez").unwrap().status, 200);
+    lab.wait_until(
+        "install-cni to write the CNI config",
+        Duration::from_secs(20),
+        |lab| {
+            !lab.read(&format!("{}/10-canal.conflist", paths::CNI_NET_DIR))
+                .is_empty()
+        },
+    )
+    .unwrap();
+    assert!(!lab.pod_logs("install-cni").contains("FATAL"));
+    assert_clean_after_down(lab);
+}
+
+#[test]
+fn security_agent_revert() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = up(Scenario::SecurityAgentRevert);
+    let svc = lab.cluster_ip();
+    // Works at first...
+    assert_eq!(
+        connect(&lab, false, svc, Duration::from_secs(2)),
+        Connect::Connected
+    );
+    // ...then the agent reverts kube-proxy's rules within seconds.
+    lab.wait_until("the agent's first revert", Duration::from_secs(15), |lab| {
+        lab.read(paths::VEN_LOG)
+            .contains("Successfully reverted out of band firewall changes")
+    })
+    .unwrap();
+    // and keeps failing: most connects time out (kube-proxy's resyncs open windows of
+    // at most the agent's interval).
+    let mut timeouts = 0;
+    for _ in 0..5 {
+        if connect(&lab, false, svc, Duration::from_secs(1)) == Connect::TimedOut {
+            timeouts += 1;
+        }
+    }
+    assert!(timeouts >= 3, "only {timeouts}/5 connects timed out");
+    // The API endpoint itself works.
+    assert_eq!(
+        connect(&lab, false, lab.api_endpoint(), Duration::from_secs(2)),
+        Connect::Connected
+    );
+    lab.wait_until(
+        "kube-proxy's restore failure",
+        Duration::from_secs(20),
+        |lab| {
+            let log = lab.pod_logs("kube-proxy");
+            log.contains("\"Failed to execute iptables-restore\"") && log.contains("does not exist")
+        },
+    )
+    .unwrap();
+    lab.wait_until("install-cni's FATAL", Duration::from_secs(20), |lab| {
+        lab.pod_logs("install-cni").contains("[FATAL]")
+    })
+    .unwrap();
+    let cni = lab.pod_logs("install-cni");
+    assert!(cni.contains("Unable to create token for CNI kubeconfig error=Post \"https://10.43.0.1:443/api/v1/namespaces/kube-system/serviceaccounts/canal/token\": dial tcp 10.43.0.1:443: i/o timeout"), "{cni}");
+    let agent = lab.read(paths::VEN_LOG);
+    assert!(agent.contains("FW tampering has been detected"), "{agent}");
+    assert_clean_after_down(lab);
+}
+
+fn host_fingerprint() -> (String, Vec<u8>) {
+    let rules = std::process::Command::new("iptables")
+        .arg("-S")
+        .output()
+        .unwrap()
+        .stdout;
+    let mut ufw = Vec::new();
+    for f in [
+        "/etc/ufw/ufw.conf",
+        "/etc/ufw/user.rules",
+        "/etc/default/ufw",
+    ] {
+        ufw.extend(std::fs::read(f).unwrap_or_default());
+    }
+    (String::from_utf8_lossy(&rules).into_owned(), ufw)
+}
+
+#[test]
+fn ufw_active() {
+    if !root_or_skip() {
+        return;
+    }
+    let host_before = host_fingerprint();
+    let lab = up(Scenario::UfwActive);
+    let svc = lab.cluster_ip();
+    let status = lab.node_output(&["ufw", "status", "verbose"]).unwrap();
+    assert!(status.contains("Status: active"), "{status}");
+    assert!(
+        lab.node_output(&["iptables", "-S", "FORWARD"])
+            .unwrap()
+            .contains("-P FORWARD DROP")
+    );
+    // Pod -> Service is dropped in FORWARD; the node itself still reaches it.
+    assert_eq!(
+        connect(&lab, true, svc, Duration::from_secs(2)),
+        Connect::TimedOut
+    );
+    assert_eq!(
+        connect(&lab, false, svc, Duration::from_secs(2)),
+        Connect::Connected
+    );
+    lab.wait_until("kube-proxy /healthz 503", Duration::from_secs(30), |lab| {
+        lab.kube_proxy_health("/healthz")
+            .is_ok_and(|r| r.status == 503)
+    })
+    .unwrap();
+    assert!(
+        lab.pod_logs("kube-proxy")
+            .contains("holding the xtables lock")
+    );
+    lab.wait_until(
+        "kubelet to restart kube-proxy",
+        Duration::from_secs(30),
+        |lab| {
+            lab.read(paths::KUBELET_LOG)
+                .contains("Container kube-proxy failed liveness probe, will be restarted")
+        },
+    )
+    .unwrap();
+    assert_clean_after_down(lab);
+    assert_eq!(
+        host_fingerprint(),
+        host_before,
+        "the host's firewall or UFW files changed"
+    );
+}
+
+#[test]
+fn probe_semantics() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = up(Scenario::ProbeSemantics);
+    let h = lab.kube_proxy_health("/healthz").unwrap();
+    assert_eq!(h.status, 503);
+    assert!(h.body.contains("\"nodeEligible\": false"), "{}", h.body);
+    let l = lab.kube_proxy_health("/livez").unwrap();
+    assert_eq!(l.status, 200, "{}", l.body);
+    assert!(!l.body.contains("nodeEligible"));
+    // Rules intact: the Service works from the node and from a pod.
+    assert_eq!(
+        connect(&lab, false, lab.cluster_ip(), Duration::from_secs(2)),
+        Connect::Connected
+    );
+    assert_eq!(
+        connect(&lab, true, lab.cluster_ip(), Duration::from_secs(2)),
+        Connect::Connected
+    );
+    assert!(
+        lab.read(paths::KUBE_PROXY_MANIFEST)
+            .contains("path: /healthz")
+    );
+    lab.wait_until(
+        "kubelet to restart kube-proxy",
+        Duration::from_secs(20),
+        |lab| {
+            lab.read(paths::KUBELET_LOG)
+                .contains("failed liveness probe, will be restarted")
+        },
+    )
+    .unwrap();
+    assert_clean_after_down(lab);
+}
+
+#[test]
+fn backend_mix() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = up(Scenario::BackendMix);
+    let legacy = lab.node_output(&["iptables-legacy-save"]).unwrap();
+    let nft = lab.node_output(&["iptables-nft-save"]).unwrap();
+    assert!(
+        legacy.contains(":KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]"),
+        "{legacy}"
+    );
+    assert!(
+        !legacy.contains("-A PREROUTING"),
+        "the stale legacy rules are not hooked"
+    );
+    assert!(nft.contains(
+        "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES"
+    ));
+    assert!(legacy.contains("192.168.100.99:6443") && !nft.contains("192.168.100.99"));
+    assert_eq!(
+        connect(&lab, true, lab.cluster_ip(), Duration::from_secs(2)),
+        Connect::Connected
+    );
+    assert_clean_after_down(lab);
+}
+
+#[test]
+fn no_endpoints() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = up(Scenario::NoEndpoints);
+    lab.wait_until("kube-dns REJECT rules", Duration::from_secs(15), |lab| {
+        lab.node_output(&["iptables-save", "-t", "filter"])
+            .is_ok_and(|t| t.contains("kube-system/kube-dns:dns-tcp has no endpoints"))
+    })
+    .unwrap();
+    let dns: SocketAddr = "10.43.0.10:53".parse().unwrap();
+    match connect(&lab, true, dns, Duration::from_secs(2)) {
+        Connect::Failed(e) => assert!(e.contains("refused"), "{e}"),
+        other => panic!("expected a refused connection, got {other:?}"),
+    }
+    assert_eq!(
+        connect(&lab, true, lab.cluster_ip(), Duration::from_secs(2)),
+        Connect::Connected
+    );
+    assert_clean_after_down(lab);
+}
+
+#[test]
+fn sysctl_missing() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = up(Scenario::SysctlMissing);
+    assert_eq!(
+        lab.node_output(&["sysctl", "-n", "net.ipv4.ip_forward"])
+            .unwrap()
+            .trim(),
+        "0"
+    );
+    assert_eq!(
+        connect(&lab, false, lab.cluster_ip(), Duration::from_secs(2)),
+        Connect::Connected
+    );
+    assert_eq!(
+        connect(&lab, true, lab.cluster_ip(), Duration::from_secs(2)),
+        Connect::TimedOut
+    );
+    assert_clean_after_down(lab);
+}
+
+#[test]
+fn a_second_up_is_refused_and_drop_cleans_up() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = up(Scenario::Healthy);
+    let err = Lab::up_with(
+        Scenario::Healthy,
+        LabOptions {
+            actor_exe: Some(env!("CARGO_BIN_EXE_plumb-lab-actor").into()),
+            ..LabOptions::default()
+        },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("already running"), "{err}");
+    drop(lab);
+    assert!(
+        plumb_lab::leftovers().is_empty(),
+        "{:?}",
+        plumb_lab::leftovers()
+    );
+}
+
+#[test]
+fn down_after_a_crash_finds_leftovers_by_name() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = up(Scenario::SecurityAgentRevert);
+    let state = lab.detach();
+    // Simulate a crash: the state file is gone, processes and namespaces remain.
+    std::fs::remove_file(plumb_lab::state::state_path()).unwrap();
+    let left = plumb_lab::leftovers();
+    assert!(
+        !left.namespaces.is_empty() && !left.processes.is_empty(),
+        "{left:?}"
+    );
+    let report = plumb_lab::down();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(
+        plumb_lab::leftovers().is_empty(),
+        "{:?}",
+        plumb_lab::leftovers()
+    );
+    assert!(!state.root.exists());
+}
