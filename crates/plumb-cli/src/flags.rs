@@ -44,6 +44,21 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Diagnose this node (or a namespace, the lab, or a support bundle): root cause first,
+    /// with evidence, next steps, what not to do, and what was ruled out.
+    Doctor {
+        #[command(flatten)]
+        node: NodeFlags,
+        /// Diagnose the running `plumb lab` (its node namespace and file tree).
+        #[arg(long, conflicts_with_all = ["netns", "bundle"])]
+        lab: bool,
+        /// Diagnose a support bundle: sosreport, Rancher log collector or `plumb collect`
+        /// output (directory, .tar, .tar.gz or .tar.xz).
+        #[arg(long, value_name = "PATH", conflicts_with = "netns")]
+        bundle: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Write a support bundle of this node (raw outputs, secrets redacted) for offline
     /// diagnosis with `plumb doctor --bundle`.
     Collect {

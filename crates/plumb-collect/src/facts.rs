@@ -445,18 +445,32 @@ fn kubernetes_clusterip(node: &dyn Node) -> SocketAddr {
     ))
 }
 
-/// The API server endpoint kube-proxy sends `default/kubernetes:https` to (from its DNAT
-/// rule), else 127.0.0.1:6443.
+/// The API server endpoint: where kube-proxy sends `default/kubernetes:https` (its DNAT
+/// rule), else the server of RKE2's kubeconfig, else 127.0.0.1:6443.
 fn api_endpoint(node: &dyn Node) -> SocketAddr {
-    let local = SocketAddr::from(([127, 0, 0, 1], 6443));
-    let Ok(c) = node.command(&NodeCommand::IptablesSave {
-        family: plumb_ruleset::Family::Ip,
-        backend: plumb_ruleset::Backend::IptablesNft,
-    }) else {
-        return local;
-    };
-    let rs = plumb_ruleset::iptables::save::parse(&c.text(), &Default::default());
-    kubernetes_endpoint(&rs).unwrap_or(local)
+    let from_rules = node
+        .command(&NodeCommand::IptablesSave {
+            family: plumb_ruleset::Family::Ip,
+            backend: plumb_ruleset::Backend::IptablesNft,
+        })
+        .ok()
+        .and_then(|c| kubernetes_endpoint(&plumb_ruleset::iptables::save::parse(&c.text(), &Default::default())));
+    from_rules
+        .or_else(|| {
+            let kubeconfig = node.file(RKE2_KUBECONFIG).ok()?;
+            kubeconfig_server(&kubeconfig.text())
+        })
+        .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 6443)))
+}
+
+/// RKE2's kubeconfig (its `server:` is the API endpoint this node uses).
+pub const RKE2_KUBECONFIG: &str = "/etc/rancher/rke2/rke2.yaml";
+
+/// `server: https://192.168.100.11:6443` -> the address (IP literals only).
+fn kubeconfig_server(text: &str) -> Option<SocketAddr> {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("server:"))
+        .and_then(|u| u.trim().trim_start_matches("https://").trim_end_matches('/').parse().ok())
 }
 
 /// The first DNAT destination of a rule commented `default/kubernetes:https`.

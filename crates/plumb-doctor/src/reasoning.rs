@@ -11,6 +11,10 @@
 use plumb_check::{Finding, Severity, Status};
 use serde::Serialize;
 
+/// Findings that make a cause only together with a symptom they explain: an installed
+/// agent or an unloaded module is not a failure by itself.
+const NEEDS_SUPPORT: &[&str] = &["security-agent-present", "kernel-module-missing"];
+
 /// Candidate causes and the finding ids they explain.
 const CAUSES: &[(&str, &[&str])] = &[
     (
@@ -148,6 +152,9 @@ pub fn conclude(findings: &[Finding]) -> Option<Conclusion> {
                 .filter(|s| problem(s).is_some())
                 .map(|s| s.to_string())
                 .collect();
+            if supporting.is_empty() && NEEDS_SUPPORT.contains(cause) {
+                return None;
+            }
             Some((
                 cause.to_string(),
                 weight(own.severity) + 2 * supporting.len() as u32,

@@ -464,7 +464,7 @@ impl Lab {
             .map_err(|e| LabError::io(format!("creating {}", root.display()), e))?;
         fs::create_dir_all(root.join(paths::LAB_STATE_DIR))
             .map_err(|e| LabError::io("creating the lab state dir", e))?;
-        layout::install_actors(&root, &exe)?;
+        layout::install_actors(&root, &exe, plan.agent.is_some())?;
         let pki = tls::generate(&[CLUSTER_IP.into(), API_IP.into(), [127, 0, 0, 1].into()])?;
 
         let api: SocketAddrV4 = SocketAddrV4::new(API_IP, API_PORT);

@@ -3,6 +3,7 @@
 
 mod check;
 mod collect;
+mod doctor;
 mod input;
 mod lab;
 mod ruleset;
@@ -26,6 +27,12 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
             json,
         } => check::run(&source, &input, partial, json),
         Command::Collect { output, node } => collect::run(&output, &node),
+        Command::Doctor {
+            node,
+            lab,
+            bundle,
+            json,
+        } => doctor::run(&node, lab, bundle.as_deref(), json),
         Command::Lab(c) => lab::run(c),
         Command::Completions { shell } => {
             use clap::CommandFactory;

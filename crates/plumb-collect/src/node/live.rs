@@ -134,6 +134,12 @@ impl<R: Runner> Node for LiveNode<R> {
             NodeCommand::Lsmod => self.file("/proc/modules"),
             NodeCommand::SysctlAll => self.run("sysctl", &["-a"], true, TIMEOUT, true),
             NodeCommand::SsListening => self.run("ss", &["-tulnp"], true, TIMEOUT, false),
+            // Firewall managers' status describes the host; inside a namespace the ruleset
+            // itself (ufw-* chains, firewalld tables) is the evidence.
+            NodeCommand::UfwStatus | NodeCommand::FirewalldState if self.netns.is_some() => Err(format!(
+                "describes the host, not network namespace {}; its ruleset is checked instead",
+                self.netns.as_deref().unwrap_or_default()
+            )),
             NodeCommand::UfwStatus => self.run("ufw", &["status", "verbose"], false, TIMEOUT, false),
             // Exit status 252 with "not running" is an answer, not a failure.
             NodeCommand::FirewalldState => self.run("firewall-cmd", &["--state"], false, TIMEOUT, true),
