@@ -384,38 +384,59 @@ pub fn network_probes(node: &dyn Node, options: &GatherOptions) -> Probes {
     let t = options.probe_timeout;
     let ns = node.netns();
     let clusterip = kubernetes_clusterip(node);
-    let api = api_endpoint(node);
-    let result =
-        probe::in_netns(ns, move || {
-            std::thread::scope(|s| {
-                let health = SocketAddr::from(([127, 0, 0, 1], 10256));
-                let h = s.spawn(move || probe::http_get(health, "/healthz", false, t));
-                let l = s.spawn(move || probe::http_get(health, "/livez", false, t));
-                let r = s.spawn(move || probe::http_get(api, "/readyz?verbose", true, t));
-                let c = s.spawn(move || probe::tcp_connect(clusterip, t));
-                let a = s.spawn(move || probe::tcp_connect(api, t));
-                let http = |j: std::thread::ScopedJoinHandle<
-                    '_,
-                    Result<plumb_facts::HttpReply, String>,
-                >| match j.join() {
-                    Ok(Ok(r)) => Fact::known(r.clone(), r.url),
-                    Ok(Err(e)) => Fact::unknown(e),
-                    Err(_) => Fact::unknown("probe panicked"),
-                };
-                let tcp = |j: std::thread::ScopedJoinHandle<'_, plumb_facts::Connect>,
-                           what: &str| match j.join() {
+    let rules = node
+        .command(&NodeCommand::IptablesSave {
+            family: plumb_ruleset::Family::Ip,
+            backend: plumb_ruleset::Backend::IptablesNft,
+        })
+        .ok()
+        .map(|c| plumb_ruleset::iptables::save::parse(&c.text(), &Default::default()));
+    let api = api_endpoint(node, rules.as_ref());
+    // Only a Kubernetes node translates the ClusterIP locally; elsewhere the SYN would
+    // leave the machine, so it is not sent.
+    let kube_node = node.file(RKE2_CONFIG).is_ok()
+        || rules
+            .as_ref()
+            .is_some_and(|rs| rs.tables.iter().any(|t| t.chain("KUBE-SERVICES").is_some()));
+    let result = probe::in_netns(ns, move || {
+        std::thread::scope(|s| {
+            let health = SocketAddr::from(([127, 0, 0, 1], 10256));
+            let h = s.spawn(move || probe::http_get(health, "/healthz", false, t));
+            let l = s.spawn(move || probe::http_get(health, "/livez", false, t));
+            let r = s.spawn(move || probe::http_get(api, "/readyz?verbose", true, t));
+            let c = s.spawn(move || kube_node.then(|| probe::tcp_connect(clusterip, t)));
+            let a = s.spawn(move || probe::tcp_connect(api, t));
+            let http = |j: std::thread::ScopedJoinHandle<
+                '_,
+                Result<plumb_facts::HttpReply, String>,
+            >| match j.join() {
+                Ok(Ok(r)) => Fact::known(r.clone(), r.url),
+                Ok(Err(e)) => Fact::unknown(e),
+                Err(_) => Fact::unknown("probe panicked"),
+            };
+            let tcp =
+                |j: std::thread::ScopedJoinHandle<'_, plumb_facts::Connect>, what: &str| match j
+                    .join()
+                {
                     Ok(c) => Fact::known(c, what.to_string()),
                     Err(_) => Fact::unknown("probe panicked"),
                 };
-                Probes {
-                    healthz: http(h),
-                    livez: http(l),
-                    readyz: http(r),
-                    clusterip: tcp(c, &format!("TCP connect to {clusterip}")),
-                    api_local: tcp(a, &format!("TCP connect to {api}")),
-                }
-            })
-        });
+            let clusterip = match c.join() {
+                Ok(Some(c)) => Fact::known(c, format!("TCP connect to {clusterip}")),
+                Ok(None) => Fact::unknown(format!(
+                    "not probed: no kube-proxy rules and no RKE2 config here, so {clusterip} is not a local Service address"
+                )),
+                Err(_) => Fact::unknown("probe panicked"),
+            };
+            Probes {
+                healthz: http(h),
+                livez: http(l),
+                readyz: http(r),
+                clusterip,
+                api_local: tcp(a, &format!("TCP connect to {api}")),
+            }
+        })
+    });
     result.unwrap_or_else(|e| Probes {
         healthz: Fact::unknown(e.clone()),
         livez: Fact::unknown(e.clone()),
@@ -447,15 +468,9 @@ fn kubernetes_clusterip(node: &dyn Node) -> SocketAddr {
 
 /// The API server endpoint: where kube-proxy sends `default/kubernetes:https` (its DNAT
 /// rule), else the server of RKE2's kubeconfig, else 127.0.0.1:6443.
-fn api_endpoint(node: &dyn Node) -> SocketAddr {
-    let from_rules = node
-        .command(&NodeCommand::IptablesSave {
-            family: plumb_ruleset::Family::Ip,
-            backend: plumb_ruleset::Backend::IptablesNft,
-        })
-        .ok()
-        .and_then(|c| kubernetes_endpoint(&plumb_ruleset::iptables::save::parse(&c.text(), &Default::default())));
-    from_rules
+fn api_endpoint(node: &dyn Node, rules: Option<&Ruleset>) -> SocketAddr {
+    rules
+        .and_then(kubernetes_endpoint)
         .or_else(|| {
             let kubeconfig = node.file(RKE2_KUBECONFIG).ok()?;
             kubeconfig_server(&kubeconfig.text())
@@ -470,7 +485,13 @@ pub const RKE2_KUBECONFIG: &str = "/etc/rancher/rke2/rke2.yaml";
 fn kubeconfig_server(text: &str) -> Option<SocketAddr> {
     text.lines()
         .find_map(|l| l.trim().strip_prefix("server:"))
-        .and_then(|u| u.trim().trim_start_matches("https://").trim_end_matches('/').parse().ok())
+        .and_then(|u| {
+            u.trim()
+                .trim_start_matches("https://")
+                .trim_end_matches('/')
+                .parse()
+                .ok()
+        })
 }
 
 /// The first DNAT destination of a rule commented `default/kubernetes:https`.

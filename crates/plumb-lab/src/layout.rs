@@ -117,7 +117,10 @@ pub fn write_node_files(
 pub fn install_actors(root: &Path, exe: &Path, with_agent: bool) -> Result<(), LabError> {
     // The agent is installed only where a scenario runs it: on a healthy node nothing of
     // it exists, so doctor's agent checks have nothing to find (no false positive).
-    for a in actors::ALL.into_iter().filter(|a| with_agent || *a != actors::VEN_AGENT) {
+    for a in actors::ALL
+        .into_iter()
+        .filter(|a| with_agent || *a != actors::VEN_AGENT)
+    {
         let target = actor_path(root, a);
         if let Some(d) = target.parent() {
             fs::create_dir_all(d)

@@ -10,7 +10,12 @@ use plumb_collect::node::{LiveNode, Node, open_bundle};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 
-pub fn run(node: &NodeFlags, lab: bool, bundle: Option<&Path>, json: bool) -> anyhow::Result<Verdict> {
+pub fn run(
+    node: &NodeFlags,
+    lab: bool,
+    bundle: Option<&Path>,
+    json: bool,
+) -> anyhow::Result<Verdict> {
     let options = GatherOptions::default();
     let facts = if let Some(path) = bundle {
         let b = open_bundle(path, &SystemRunner).map_err(anyhow::Error::msg)?;
@@ -19,7 +24,11 @@ pub fn run(node: &NodeFlags, lab: bool, bundle: Option<&Path>, json: bool) -> an
         let state = plumb_lab::state::LabState::load()
             .context("reading the lab state")?
             .context("no lab is running (start one with `plumb lab up SCENARIO`)")?;
-        let live = LiveNode::new(SystemRunner, Some(plumb_lab::state::NODE_NETNS.to_string()), &state.root);
+        let live = LiveNode::new(
+            SystemRunner,
+            Some(plumb_lab::state::NODE_NETNS.to_string()),
+            &state.root,
+        );
         gather(&live as &dyn Node, &options)
     } else {
         let live = LiveNode::new(SystemRunner, node.netns.clone(), &node.root);
@@ -30,7 +39,13 @@ pub fn run(node: &NodeFlags, lab: bool, bundle: Option<&Path>, json: bool) -> an
         output::json(&report)?;
     } else {
         let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        std::io::stdout().lock().write_all(report.render(color).as_bytes())?;
+        std::io::stdout()
+            .lock()
+            .write_all(report.render(color).as_bytes())?;
     }
-    Ok(if report.root_cause.is_some() { Verdict::Problems } else { Verdict::Clean })
+    Ok(if report.root_cause.is_some() {
+        Verdict::Problems
+    } else {
+        Verdict::Clean
+    })
 }
