@@ -318,11 +318,40 @@ pub fn agent_log_paths(node: &dyn Node) -> Vec<(&'static plumb_facts::agents::Ag
     out
 }
 
+/// System logs where agents' lines also land (the only trace of them that sosreport and
+/// Rancher's collector keep).
+pub const SYSLOG_FILES: &[&str] = &["/var/log/messages", "/var/log/syslog"];
+
 fn agent_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
-    agent_log_paths(node)
+    let mut out: Vec<LogFile> = agent_log_paths(node)
         .into_iter()
         .filter_map(|(agent, p)| log_file(node, &p, Some(agent), options.max_signals_per_file))
-        .collect()
+        .collect();
+    for path in SYSLOG_FILES {
+        let Ok(c) = node.file(path) else { continue };
+        let lines = logs::cri_lines(&c.text());
+        for agent in catalogue() {
+            let mut signals: Vec<_> = lines
+                .iter()
+                .filter(|l| agent.is_mentioned_in(&l.text) && agent.is_tamper_line(&l.text))
+                .map(|l| (logs::Signal::AgentTamper, l.clone()))
+                .collect();
+            if signals.is_empty() {
+                continue;
+            }
+            if signals.len() > options.max_signals_per_file {
+                signals.drain(..signals.len() - options.max_signals_per_file);
+            }
+            out.push(LogFile {
+                path: c.source.clone(),
+                pod: None,
+                agent: Some(agent.name.clone()),
+                lines_read: lines.len(),
+                signals,
+            });
+        }
+    }
+    out
 }
 
 /// A probe result a plumb bundle recorded when it was collected.

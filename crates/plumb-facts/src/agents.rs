@@ -55,6 +55,12 @@ impl Agent {
             .any(|p| path == p || path.starts_with(&format!("{p}/")))
     }
 
+    /// Whether a shared log line (syslog, journal) comes from this agent: it names one
+    /// of its processes (`venAgent[4211]: ...`).
+    pub fn is_mentioned_in(&self, line: &str) -> bool {
+        self.processes.iter().any(|p| line.contains(p.as_str()))
+    }
+
     pub fn is_tamper_line(&self, line: &str) -> bool {
         let lower = line.to_ascii_lowercase();
         self.tamper_phrases

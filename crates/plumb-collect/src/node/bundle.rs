@@ -222,7 +222,9 @@ impl BundleNode {
             BundleKind::Plumb => Some(self.root.join("files").join(rel)),
             BundleKind::Rancher => {
                 let d = &self.distro;
-                let table: [(String, String); 5] = [
+                let table: [(String, String); 7] = [
+                    ("var/log/messages".into(), "systemlogs/messages".into()),
+                    ("var/log/syslog".into(), "systemlogs/syslog".into()),
                     (
                         format!("etc/rancher/{d}/config.yaml"),
                         format!("{d}/config.yaml"),
