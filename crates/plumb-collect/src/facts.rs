@@ -27,7 +27,7 @@ pub struct GatherOptions {
 impl Default for GatherOptions {
     fn default() -> Self {
         GatherOptions {
-            probe_timeout: Duration::from_secs(2),
+            probe_timeout: Duration::from_secs(1),
             log_namespaces: vec!["kube-system".into(), "calico-system".into()],
             max_signals_per_file: 100,
         }
