@@ -714,16 +714,12 @@ impl<'a, 'i> Sim<'a, 'i> {
                                 rule.rule,
                                 i as u16,
                                 path.prob,
-                                Some(format!(
-                                    "NOT {why}: assumed `{}` does not match",
-                                    c.describe()
-                                )),
-                                format!("assuming `{}` does not match ({why})", c.describe()),
+                                Some(format!("not: {why}")),
+                                format!("assumed not: {why}"),
                                 work,
                             );
-                            path.conditions
-                                .push(format!("{why}: assumed `{}` matches", c.describe()));
-                            notes.push(format!("assuming `{}` matches ({why})", c.describe()));
+                            notes.push(format!("assumed: {why}"));
+                            path.conditions.push(why);
                         }
                     }
                 }

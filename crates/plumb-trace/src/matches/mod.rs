@@ -274,8 +274,12 @@ impl View<'_> {
     }
 }
 
+/// An undecidable condition, phrased as the statement that holds when it matches.
 fn unknown(what: &str, cond: &Cond) -> Eval {
-    Eval::Unknown(format!("{what} is not known ({})", cond.describe()))
+    Eval::Unknown(format!(
+        "`{}` matches ({what} is not known)",
+        cond.describe()
+    ))
 }
 
 impl Cond {
@@ -397,7 +401,12 @@ impl Cond {
                 match v.node.recent {
                     crate::packet::RecentAssumption::Fresh => Eval::No.negate_if(*neg),
                     crate::packet::RecentAssumption::Branch => Eval::Unknown(format!(
-                        "whether this client has a recent entry in list {name} (session affinity)"
+                        "the client has an entry in recent list {name} (session affinity){}",
+                        if *neg {
+                            " [negated match: it does not]"
+                        } else {
+                            ""
+                        }
                     )),
                 }
             }
@@ -412,7 +421,8 @@ impl Cond {
                 };
                 if v.node.ipsets.get(name).is_none() {
                     return Eval::Unknown(format!(
-                        "ipset {name} is not known (pass its `ipset save` with --ipsets)"
+                        "`{}` matches (ipset {name} is not known: pass `ipset save` output with --ipsets)",
+                        self.describe()
                     ));
                 }
                 match crate::ipset::contains(&v.node.ipsets, name, &key, 0) {
@@ -452,7 +462,9 @@ impl Cond {
                 }
             }
             Cond::Const(b, _) => Eval::from(*b),
-            Cond::Unknown(text) => Eval::Unknown(format!("plumb does not evaluate `{text}`")),
+            Cond::Unknown(text) => Eval::Unknown(format!(
+                "`{text}` matches (plumb does not evaluate this match)"
+            )),
         }
     }
 
