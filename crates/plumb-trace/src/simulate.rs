@@ -25,14 +25,17 @@ pub struct TraceOptions {
     pub max_steps: usize,
     /// Chain call depth.
     pub max_depth: usize,
+    /// Jumps and gotos per path (a goto loop in a malformed dump ends here).
+    pub max_transfers: usize,
 }
 
 impl Default for TraceOptions {
     fn default() -> Self {
         TraceOptions {
             max_paths: 4096,
-            max_steps: 100_000,
+            max_steps: 1_000_000,
             max_depth: 64,
+            max_transfers: 10_000,
         }
     }
 }
@@ -120,6 +123,9 @@ struct Path<'i> {
     recent_added: Vec<String>,
     /// A verdict chosen by a map lookup in a forked path, to apply first.
     pending: Option<MapVerdict>,
+    /// DNAT to a range (reported as written, not as one member).
+    dnat_range: bool,
+    transfers: usize,
 }
 
 enum Flow {
@@ -205,6 +211,8 @@ impl<'a, 'i> Sim<'a, 'i> {
             snat: None,
             recent_added: Vec::new(),
             pending: None,
+            dnat_range: false,
+            transfers: 0,
         };
         let mut work = vec![start];
         let mut outcomes = Vec::new();
@@ -254,7 +262,8 @@ impl<'a, 'i> Sim<'a, 'i> {
                 Delivery::Forwarded
             }
         });
-        let dnat = path.dnat.as_ref().map(|_| match path.dport {
+        let dnat = path.dnat.as_ref().map(|text| match path.dport {
+            _ if path.dnat_range => text.clone(),
             Some(p) if path.dst.is_ipv6() => format!("[{}]:{p}", path.dst),
             Some(p) => format!("{}:{p}", path.dst),
             None => path.dst.to_string(),
@@ -746,6 +755,16 @@ impl<'a, 'i> Sim<'a, 'i> {
     fn push_chain(&self, path: &mut Path<'a>, j: &Jump, goto: bool) -> Flow {
         match j {
             Jump::Chain(c) => {
+                path.transfers += 1;
+                if path.transfers > self.options.max_transfers {
+                    return Flow::Final(
+                        Verdict::Indeterminate,
+                        format!(
+                            "more than {} jumps: the ruleset loops",
+                            self.options.max_transfers
+                        ),
+                    );
+                }
                 if path.stack.len() >= self.options.max_depth {
                     return Flow::Final(
                         Verdict::Indeterminate,
@@ -756,11 +775,9 @@ impl<'a, 'i> Sim<'a, 'i> {
                     );
                 }
                 if goto {
-                    // The goto'd chain's RETURN goes back to our caller; a base frame
-                    // stays at the bottom so the policy still applies.
-                    if path.stack.len() > 1 {
-                        path.stack.pop();
-                    }
+                    // The goto'd chain replaces this one: its end returns to our
+                    // caller, or (from the base chain) applies the base policy.
+                    path.stack.pop();
                 }
                 let f = self.frame(*c, path);
                 path.stack.push(f);
@@ -829,12 +846,9 @@ impl<'a, 'i> Sim<'a, 'i> {
                         path.dport = Some(p.from);
                     }
                 }
-                if spec.addr_to.is_some() || spec.ports.is_some_and(|p| p.from != p.to) {
-                    path.conditions.push(format!(
-                        "DNAT to the range {}: the kernel picks one; plumb follows the first",
-                        spec.text
-                    ));
-                }
+                // A range: the kernel picks one member; `dnat` reports the range.
+                path.dnat_range =
+                    spec.addr_to.is_some() || spec.ports.is_some_and(|p| p.from != p.to);
                 path.dnat = Some(spec.text.clone());
                 path.dnat_done = true;
                 path.nat_set_here = true;
