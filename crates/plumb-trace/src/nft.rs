@@ -677,7 +677,7 @@ fn nat(kind: NatKind, args: &str, text: &str) -> Action {
                 };
                 match kind {
                     NatKind::Masquerade | NatKind::Redirect => {
-                        match v.strip_prefix(':').and_then(|p| PortRange::parse(p)) {
+                        match v.strip_prefix(':').and_then(PortRange::parse) {
                             Some(p) => ports = Some(p),
                             None => return Action::Unknown(text.to_string()),
                         }

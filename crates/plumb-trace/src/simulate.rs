@@ -478,10 +478,10 @@ impl<'a, 'i> Sim<'a, 'i> {
             let Some(r) = next else {
                 // End of chain: return to the caller, or the base chain's policy.
                 path.stack.pop();
-                if path.stack.is_empty() {
-                    if let Some(v) = self.policy(path) {
-                        return self.finish(path, v.0, v.1);
-                    }
+                if path.stack.is_empty()
+                    && let Some(v) = self.policy(path)
+                {
+                    return self.finish(path, v.0, v.1);
                 }
                 continue;
             };
@@ -599,6 +599,7 @@ impl<'a, 'i> Sim<'a, 'i> {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn fork_not_matched(
         &self,
         path: &Path<'a>,
@@ -821,10 +822,10 @@ impl<'a, 'i> Sim<'a, 'i> {
             ),
             Action::Return => {
                 path.stack.pop();
-                if path.stack.is_empty() {
-                    if let Some((v, why)) = self.policy(path) {
-                        return Flow::Final(v, why);
-                    }
+                if path.stack.is_empty()
+                    && let Some((v, why)) = self.policy(path)
+                {
+                    return Flow::Final(v, why);
                 }
                 Flow::NextRule
             }
@@ -841,10 +842,8 @@ impl<'a, 'i> Sim<'a, 'i> {
                 if let Some(a) = spec.addr {
                     path.dst = a;
                 }
-                if let Some(p) = spec.ports {
-                    if path.dport.is_some() {
-                        path.dport = Some(p.from);
-                    }
+                if let (Some(p), Some(_)) = (spec.ports, path.dport) {
+                    path.dport = Some(p.from);
                 }
                 // A range: the kernel picks one member; `dnat` reports the range.
                 path.dnat_range =
