@@ -138,6 +138,7 @@ fn skip_reason() -> Option<String> {
         "iptables-nft-restore",
         "iptables-nft-save",
         "conntrack",
+        "ping",
         "nft",
     ] {
         if Command::new(tool).arg("--version").output().is_err()
