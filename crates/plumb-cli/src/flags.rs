@@ -71,6 +71,8 @@ pub enum Command {
     /// Reproduce the founding incidents for real in network namespaces (root; never touches the host's firewall).
     #[command(subcommand)]
     Lab(LabCommand),
+    /// Simulate where a packet goes through the node's netfilter ruleset.
+    Trace(TraceArgs),
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -200,4 +202,52 @@ pub enum LabCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct TraceArgs {
+    /// Destination IP:PORT (or just IP for icmp).
+    #[arg(long, value_name = "IP:PORT")]
+    pub dst: String,
+    /// Source IP[:PORT]. Unknown fields give explicit branches when a rule needs them.
+    #[arg(long, value_name = "IP[:PORT]")]
+    pub src: Option<String>,
+    /// Protocol: tcp, udp or icmp.
+    #[arg(long, default_value = "tcp", value_name = "PROTO")]
+    pub proto: String,
+    /// Where the packet comes from: host (a process on the node), pod, external.
+    #[arg(long, default_value = "host", value_name = "ORIGIN")]
+    pub from: String,
+    /// Interface the packet arrives on (pod or external origin).
+    #[arg(long, value_name = "IFACE")]
+    pub in_iface: Option<String>,
+    /// Interface the packet leaves on, when known.
+    #[arg(long, value_name = "IFACE")]
+    pub out_iface: Option<String>,
+    /// The node's local addresses (repeatable; IP or IP/LEN). Decides INPUT vs FORWARD and addrtype LOCAL.
+    #[arg(long = "local-addr", value_name = "IP[/LEN]")]
+    pub local_addr: Vec<String>,
+    /// `ipset save` output for -m set matches.
+    #[arg(long, value_name = "FILE")]
+    pub ipsets: Option<PathBuf>,
+    /// Conntrack state: NEW (default), ESTABLISHED, RELATED, INVALID, UNTRACKED.
+    #[arg(long, default_value = "NEW", value_name = "STATE")]
+    pub ct_state: String,
+    /// Packet mark (e.g. 0x4000).
+    #[arg(long, value_name = "MARK")]
+    pub mark: Option<String>,
+    /// Session affinity (-m recent): branch (both possibilities) or fresh (a first-time client).
+    #[arg(long, default_value = "branch", value_name = "MODE")]
+    pub affinity: String,
+    /// Read the ruleset from this file (any format plumb reads) instead of the live node.
+    #[arg(long, value_name = "FILE", conflicts_with = "netns")]
+    pub ruleset: Option<PathBuf>,
+    /// Read the ruleset of this network namespace.
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
+    /// Show every step, including rules that did not match, for every outcome.
+    #[arg(long, short)]
+    pub verbose: bool,
+    #[arg(long)]
+    pub json: bool,
 }

@@ -8,6 +8,7 @@ mod input;
 mod lab;
 mod ruleset;
 mod services;
+mod trace;
 
 use crate::Verdict;
 use crate::flags::{Cli, Command};
@@ -34,6 +35,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
             json,
         } => doctor::run(&node, lab, bundle.as_deref(), json),
         Command::Lab(c) => lab::run(c),
+        Command::Trace(args) => trace::run(&args),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();

@@ -1,0 +1,203 @@
+//! `plumb trace`: read the ruleset (file, netns or live), check the flags, trace the
+//! packet with plumb-trace and print the outcomes.
+
+use super::input::load;
+use crate::Verdict;
+use crate::flags::{InputFlags, TraceArgs};
+use crate::output;
+use anyhow::{Context, bail};
+use plumb_collect::{SystemRunner, collect_rulesets};
+use plumb_trace::addr::Cidr;
+use plumb_trace::ipset::IpSets;
+use plumb_trace::{CtState, Index, Node, Origin, Packet, Proto, RecentAssumption, trace};
+use std::io::Write;
+use std::net::IpAddr;
+
+/// `IP:PORT`, `[v6]:PORT` or `IP`.
+fn addr_port(flag: &str, s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
+    let bad = || {
+        anyhow::anyhow!("{flag} {s:?}: expected IP:PORT (e.g. 10.43.0.1:443), [IPv6]:PORT or IP")
+    };
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok((ip, None));
+    }
+    let sa: std::net::SocketAddr = s.parse().map_err(|_| bad())?;
+    Ok((sa.ip(), Some(sa.port())))
+}
+
+pub fn packet_and_node(args: &TraceArgs) -> anyhow::Result<(Packet, Node)> {
+    let proto = match args.proto.to_ascii_lowercase().as_str() {
+        "tcp" => Proto::Tcp,
+        "udp" => Proto::Udp,
+        "icmp" => Proto::Icmp,
+        other => bail!("--proto {other:?}: expected tcp, udp or icmp"),
+    };
+    let (dst, dport) = addr_port("--dst", &args.dst)?;
+    if proto != Proto::Icmp && dport.is_none() {
+        bail!(
+            "--dst {:?}: a {} trace needs a port (IP:PORT)",
+            args.dst,
+            args.proto
+        );
+    }
+    let origin = Origin::parse(&args.from)
+        .ok_or_else(|| anyhow::anyhow!("--from {:?}: expected host, pod or external", args.from))?;
+    let mut packet = Packet::new(dst, dport.unwrap_or(0), proto, origin);
+    packet.dport = dport;
+    if let Some(src) = &args.src {
+        let (ip, port) = addr_port("--src", src)?;
+        if ip.is_ipv4() != dst.is_ipv4() {
+            bail!(
+                "--src {src:?} and --dst {:?} are of different address families",
+                args.dst
+            );
+        }
+        packet.src = Some(ip);
+        packet.sport = port;
+    }
+    packet.in_iface = args.in_iface.clone();
+    packet.out_iface = args.out_iface.clone();
+    packet.ct_state = CtState::parse(&args.ct_state).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--ct-state {:?}: expected NEW, ESTABLISHED, RELATED, INVALID or UNTRACKED",
+            args.ct_state
+        )
+    })?;
+    if let Some(m) = &args.mark {
+        packet.mark = plumb_trace::addr::parse_mark(m)
+            .map(|(v, _)| v)
+            .ok_or_else(|| anyhow::anyhow!("--mark {m:?}: expected a number such as 0x4000"))?;
+    }
+    let local_addrs = args
+        .local_addr
+        .iter()
+        .map(|a| {
+            Cidr::parse(a)
+                .ok_or_else(|| anyhow::anyhow!("--local-addr {a:?}: expected IP or IP/LEN"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let ipsets = match &args.ipsets {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading --ipsets {}", path.display()))?;
+            IpSets::parse(&text).with_context(|| format!("reading --ipsets {}", path.display()))?
+        }
+        None => IpSets::default(),
+    };
+    let recent = match args.affinity.as_str() {
+        "branch" => RecentAssumption::Branch,
+        "fresh" => RecentAssumption::Fresh,
+        other => bail!("--affinity {other:?}: expected branch or fresh"),
+    };
+    Ok((
+        packet,
+        Node {
+            local_addrs,
+            ipsets,
+            recent,
+        },
+    ))
+}
+
+pub fn run(args: &TraceArgs) -> anyhow::Result<Verdict> {
+    let (packet, node) = packet_and_node(args)?;
+    let (source, ruleset) = match (&args.ruleset, &args.netns) {
+        (Some(path), _) => {
+            let flags = InputFlags {
+                format: None,
+                family: None,
+                table: None,
+                max_input_size: plumb_ruleset::format::DEFAULT_MAX_SIZE,
+            };
+            let loaded = load(path, &flags)?;
+            (loaded.name, loaded.parsed.ruleset)
+        }
+        (None, netns) => {
+            let collected = collect_rulesets(&SystemRunner, netns.as_deref());
+            let name = netns
+                .as_ref()
+                .map(|n| format!("network namespace {n}"))
+                .unwrap_or_else(|| "this machine".into());
+            (name, collected.ruleset)
+        }
+    };
+    let index = Index::build(&ruleset);
+    let missing = index.missing_tables(packet.is_ipv6());
+    if !missing.is_empty() {
+        bail!(
+            "{source} lacks the table{} a trace needs: {} (plumb will not assume they accept everything; pass a full dump such as `iptables-save` output)",
+            if missing.len() == 1 { "" } else { "s" },
+            missing.join(", ")
+        );
+    }
+    let t = trace(&index, &packet, &node);
+    if args.json {
+        output::json(&t.report(&index))?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        let src = packet.src.map(|s| match packet.sport {
+            Some(p) => format!("{s}:{p}"),
+            None => s.to_string(),
+        });
+        writeln!(
+            out,
+            "{} {} -> {}{} from {:?}, conntrack {}, ruleset: {source}",
+            packet.proto.name(),
+            src.as_deref().unwrap_or("(source unknown)"),
+            packet.dst,
+            packet.dport.map(|p| format!(":{p}")).unwrap_or_default(),
+            packet.origin,
+            packet.ct_state.as_str(),
+        )?;
+        write!(
+            out,
+            "{}",
+            plumb_trace::explain::explain(&index, &t, args.verbose)
+        )?;
+    }
+    Ok(Verdict::Clean)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> TraceArgs {
+        let mut v = vec!["plumb", "trace"];
+        v.extend_from_slice(extra);
+        match crate::flags::Cli::parse_from(v).command {
+            crate::flags::Command::Trace(a) => a,
+            _ => unreachable!("trace"),
+        }
+    }
+
+    #[test]
+    fn bad_flags_name_the_flag() {
+        let e = packet_and_node(&args(&["--dst", "10.43.0.1"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--dst"), "{e}");
+        let e = packet_and_node(&args(&["--dst", "10.43.0.300:443"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--dst"), "{e}");
+        let e = packet_and_node(&args(&["--dst", "10.43.0.1:99999"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--dst"), "{e}");
+        let e = packet_and_node(&args(&["--dst", "10.43.0.1:443", "--src", "x"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--src"), "{e}");
+        let e = packet_and_node(&args(&["--dst", "10.43.0.1:443", "--proto", "gre"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--proto"), "{e}");
+        let e = packet_and_node(&args(&["--dst", "10.43.0.1:443", "--local-addr", "1.2.3"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--local-addr"), "{e}");
+        assert!(packet_and_node(&args(&["--dst", "10.43.0.1", "--proto", "icmp"])).is_ok());
+    }
+}

@@ -1,0 +1,34 @@
+//! plumb-trace: where does a packet go? A packet-path simulator over a node's
+//! netfilter ruleset (iptables-legacy, iptables-nft and native nftables), in kernel
+//! hook order, kube-proxy aware, proven against the real kernel in privileged tests.
+//!
+//! Pure crate: no IO, no clock, no randomness. Build an [`Index`] once per ruleset
+//! ([`Index::build`]), then [`trace`] packets through it. Each trace returns every
+//! possible [`Outcome`] with its probability (random endpoint choice) and the
+//! conditions it depends on (facts plumb was not told), with the steps of each path.
+//!
+//! ```
+//! use plumb_trace::{Index, Node, Origin, Packet, Proto, trace};
+//! let text = "*nat\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -d 10.43.0.1/32 -p tcp -m tcp --dport 443 -j DNAT --to-destination 10.42.0.5:6443\nCOMMIT\n*filter\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n";
+//! let parsed = plumb_ruleset::parse_bytes(text.as_bytes(), &Default::default()).unwrap();
+//! let index = Index::build(&parsed.ruleset);
+//! let packet = Packet::new("10.43.0.1".parse().unwrap(), 443, Proto::Tcp, Origin::Host);
+//! let t = trace(&index, &packet, &Node::default());
+//! assert_eq!(t.outcomes[0].dnat.as_deref(), Some("10.42.0.5:6443"));
+//! ```
+
+pub mod addr;
+pub mod explain;
+pub mod index;
+pub mod ipset;
+pub mod matches;
+pub mod nft;
+pub mod outcome;
+pub mod packet;
+pub mod simulate;
+pub mod targets;
+
+pub use index::{Index, IndexOptions};
+pub use outcome::{Delivery, Outcome, Step, StepKind, Trace, TraceReport, Verdict};
+pub use packet::{CtState, Node, Origin, Packet, Proto, RecentAssumption};
+pub use simulate::{TraceOptions, trace, trace_with};

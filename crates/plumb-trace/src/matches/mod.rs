@@ -1,0 +1,548 @@
+//! Compiled matches ([`Cond`]) and their evaluation against a packet.
+//!
+//! Rules are compiled once ([`xt`] for iptables rules, `crate::nft` for native nft)
+//! into conditions that evaluate without parsing. Evaluation returns [`Eval`]: a
+//! definite yes/no, a random branch with its probability (`statistic`, `numgen`), or
+//! an explicit unknown with the reason (a field plumb was not told, a match it does
+//! not model) that the simulator turns into two labelled branches.
+
+pub mod xt;
+
+use crate::addr::{AddrRange, Cidr, PortRange};
+use crate::ipset::{Dim, Key};
+use crate::packet::{AddrType, Node};
+use std::net::IpAddr;
+
+/// Result of evaluating one condition.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Eval {
+    Yes,
+    No,
+    /// Matches with this probability (independent random draw).
+    Random(f64),
+    /// plumb cannot decide; the string says why.
+    Unknown(String),
+}
+
+impl Eval {
+    fn from(b: bool) -> Eval {
+        if b { Eval::Yes } else { Eval::No }
+    }
+
+    fn negate_if(self, neg: bool) -> Eval {
+        if !neg {
+            return self;
+        }
+        match self {
+            Eval::Yes => Eval::No,
+            Eval::No => Eval::Yes,
+            Eval::Random(p) => Eval::Random(1.0 - p),
+            u => u,
+        }
+    }
+}
+
+/// An address match: prefix or range.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AddrMatch {
+    Net(Cidr),
+    Range(AddrRange),
+    /// Any of several (nft anonymous sets).
+    Any(Vec<AddrMatch>),
+}
+
+impl AddrMatch {
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match self {
+            AddrMatch::Net(c) => c.contains(ip),
+            AddrMatch::Range(r) => r.contains(ip),
+            AddrMatch::Any(v) => v.iter().any(|m| m.contains(ip)),
+        }
+    }
+}
+
+/// An interface name pattern: `eth0`, `veth+` (iptables), `veth*` (nft).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IfacePattern {
+    pub name: String,
+    pub prefix: bool,
+}
+
+impl IfacePattern {
+    pub fn parse(s: &str) -> IfacePattern {
+        match s.strip_suffix('+').or_else(|| s.strip_suffix('*')) {
+            Some(p) => IfacePattern {
+                name: p.to_string(),
+                prefix: true,
+            },
+            None => IfacePattern {
+                name: s.to_string(),
+                prefix: false,
+            },
+        }
+    }
+
+    pub fn matches(&self, iface: &str) -> bool {
+        if self.prefix {
+            iface.starts_with(&self.name)
+        } else {
+            iface == self.name
+        }
+    }
+}
+
+/// Conntrack state bits as `xt_conntrack` numbers them.
+pub mod ct_bits {
+    pub const INVALID: u16 = 1;
+    pub const ESTABLISHED: u16 = 2;
+    pub const RELATED: u16 = 4;
+    pub const NEW: u16 = 8;
+    pub const UNTRACKED: u16 = 64;
+    pub const SNAT: u16 = 256;
+    pub const DNAT: u16 = 512;
+
+    pub fn parse(list: &str) -> Option<u16> {
+        let mut bits = 0;
+        for s in list.split(',') {
+            bits |= match s.trim().to_ascii_uppercase().as_str() {
+                "INVALID" => INVALID,
+                "ESTABLISHED" => ESTABLISHED,
+                "RELATED" => RELATED,
+                "NEW" => NEW,
+                "UNTRACKED" => UNTRACKED,
+                "SNAT" => SNAT,
+                "DNAT" => DNAT,
+                _ => return None,
+            };
+        }
+        Some(bits)
+    }
+}
+
+/// How `-m recent` uses its list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecentMode {
+    Set,
+    Check,
+    Update,
+    Remove,
+}
+
+/// Which packet field a set dimension or an nft key reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Field {
+    Src,
+    Dst,
+    Sport,
+    Dport,
+    Proto,
+    InIface,
+    OutIface,
+    Mark,
+}
+
+/// One compiled condition.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cond {
+    Src(AddrMatch, bool),
+    Dst(AddrMatch, bool),
+    /// Protocol number (never 0: `-p all` compiles to nothing).
+    Proto(u8, bool),
+    InIface(IfacePattern, bool),
+    OutIface(IfacePattern, bool),
+    /// nft `iifname`/`oifname`: no match at all when the hook has no such device.
+    NftIface {
+        out: bool,
+        pat: Vec<IfacePattern>,
+        neg: bool,
+    },
+    /// Protocol the match module requires (`-m tcp` only matches TCP).
+    ModuleProto(u8),
+    Sport(Vec<PortRange>, bool),
+    Dport(Vec<PortRange>, bool),
+    /// multiport `--ports`: source or destination.
+    EitherPort(Vec<PortRange>, bool),
+    /// TCP SYN test (`--syn`, `--tcp-flags ... SYN` on the first packet).
+    TcpSyn(bool),
+    IcmpType {
+        ty: Option<u8>,
+        code: Option<u8>,
+        neg: bool,
+    },
+    Mark {
+        value: u32,
+        mask: u32,
+        neg: bool,
+    },
+    ConnMark {
+        value: u32,
+        mask: u32,
+        neg: bool,
+    },
+    CtState(u16, bool),
+    CtOrigSrc(AddrMatch, bool),
+    CtOrigDst(AddrMatch, bool),
+    CtOrigDport(PortRange, bool),
+    AddrType {
+        dst: bool,
+        types: Vec<AddrType>,
+        neg: bool,
+    },
+    Statistic {
+        p: f64,
+        neg: bool,
+    },
+    /// `--mode nth --every N`: one packet in N, modelled as probability 1/N.
+    Nth {
+        every: u32,
+        neg: bool,
+    },
+    Recent {
+        name: String,
+        mode: RecentMode,
+        source: bool,
+        neg: bool,
+    },
+    IpSet {
+        name: String,
+        dims: Vec<bool>,
+        neg: bool,
+    },
+    PhysdevIn(Option<IfacePattern>, bool),
+    PhysdevOut(Option<IfacePattern>, bool),
+    PhysdevBridged(bool),
+    /// A rate limit: plumb branches on "under the limit" / "over it".
+    Limit(String),
+    /// `-f`: second and later fragments (plumb traces first fragments).
+    Fragment(bool),
+    /// nft set of values for a field (`tcp dport { 80, 443 }`, `ip daddr @name`).
+    NftSet {
+        fields: Vec<Field>,
+        set: crate::nft::SetRef,
+        neg: bool,
+    },
+    /// A condition with a fixed result (e.g. `--pol ipsec` for plain packets), and why.
+    Const(bool, &'static str),
+    /// A match plumb does not evaluate, with its text.
+    Unknown(String),
+}
+
+/// What conditions can see of the packet at the current hook.
+pub struct View<'a> {
+    pub src: Option<IpAddr>,
+    pub dst: IpAddr,
+    pub sport: Option<u16>,
+    pub dport: Option<u16>,
+    pub proto: u8,
+    pub icmp_type: u8,
+    /// `Some("")`: the hook has no such device; `None`: unknown.
+    pub in_iface: Option<&'a str>,
+    pub out_iface: Option<&'a str>,
+    pub physdev_in: Option<&'a str>,
+    pub physdev_out: Option<&'a str>,
+    pub mark: u32,
+    pub ct_mark: u32,
+    /// `ct_bits` of the connection (state plus SNAT/DNAT status); `None` unknown.
+    pub ct: Option<u16>,
+    pub orig_src: Option<IpAddr>,
+    pub orig_dst: IpAddr,
+    pub orig_dport: Option<u16>,
+    pub node: &'a Node,
+    /// Lists `-m recent --set` added this source to during this trace.
+    pub recent_added: &'a [String],
+    pub sets: &'a [crate::nft::CompiledSet],
+}
+
+impl View<'_> {
+    fn has_ports(&self) -> bool {
+        matches!(self.proto, 6 | 17 | 132 | 136 | 33)
+    }
+
+    /// The value of a field as a set/map key atom.
+    pub fn atom(&self, f: Field) -> Option<crate::nft::Atom> {
+        use crate::nft::Atom;
+        Some(match f {
+            Field::Src => Atom::Addr(self.src?),
+            Field::Dst => Atom::Addr(self.dst),
+            Field::Sport => Atom::Num(self.sport? as u64),
+            Field::Dport => Atom::Num(self.dport? as u64),
+            Field::Proto => Atom::Num(self.proto as u64),
+            Field::Mark => Atom::Num(self.mark as u64),
+            Field::InIface => Atom::Name(self.in_iface?.to_string()),
+            Field::OutIface => Atom::Name(self.out_iface?.to_string()),
+        })
+    }
+}
+
+/// An undecidable condition, phrased as the statement that holds when it matches.
+fn unknown(what: &str, cond: &Cond) -> Eval {
+    Eval::Unknown(format!(
+        "`{}` matches ({what} is not known)",
+        cond.describe()
+    ))
+}
+
+impl Cond {
+    /// Conditions whose result depends only on the packet (no randomness, no state change).
+    pub fn is_pure(&self) -> bool {
+        !matches!(
+            self,
+            Cond::Statistic { .. } | Cond::Nth { .. } | Cond::Recent { .. } | Cond::Limit(_)
+        )
+    }
+
+    pub fn eval(&self, v: &View<'_>) -> Eval {
+        match self {
+            Cond::Src(m, neg) => match v.src {
+                Some(a) => Eval::from(m.contains(a)).negate_if(*neg),
+                None => unknown("the source address", self),
+            },
+            Cond::Dst(m, neg) => Eval::from(m.contains(v.dst)).negate_if(*neg),
+            Cond::Proto(p, neg) => Eval::from(v.proto == *p).negate_if(*neg),
+            Cond::ModuleProto(p) => Eval::from(v.proto == *p),
+            Cond::InIface(p, neg) => match v.in_iface {
+                Some(i) => Eval::from(p.matches(i)).negate_if(*neg),
+                None => unknown("the input interface", self),
+            },
+            Cond::OutIface(p, neg) => match v.out_iface {
+                Some(i) => Eval::from(p.matches(i)).negate_if(*neg),
+                None => unknown("the output interface", self),
+            },
+            Cond::NftIface { out, pat, neg } => match if *out { v.out_iface } else { v.in_iface } {
+                Some("") => Eval::No,
+                Some(i) => Eval::from(pat.iter().any(|p| p.matches(i))).negate_if(*neg),
+                None => unknown("the interface", self),
+            },
+            Cond::Sport(r, neg) => {
+                if !v.has_ports() {
+                    return Eval::No;
+                }
+                match v.sport {
+                    Some(p) => Eval::from(r.iter().any(|r| r.contains(p))).negate_if(*neg),
+                    None => unknown("the source port", self),
+                }
+            }
+            Cond::Dport(r, neg) => {
+                if !v.has_ports() {
+                    return Eval::No;
+                }
+                match v.dport {
+                    Some(p) => Eval::from(r.iter().any(|r| r.contains(p))).negate_if(*neg),
+                    None => unknown("the destination port", self),
+                }
+            }
+            Cond::EitherPort(r, neg) => {
+                if !v.has_ports() {
+                    return Eval::No;
+                }
+                let hit = |p: Option<u16>| p.map(|p| r.iter().any(|r| r.contains(p)));
+                match (hit(v.sport), hit(v.dport)) {
+                    (Some(true), _) | (_, Some(true)) => Eval::Yes.negate_if(*neg),
+                    (Some(false), Some(false)) => Eval::No.negate_if(*neg),
+                    _ => unknown("the source port", self),
+                }
+            }
+            Cond::TcpSyn(neg) => match v.ct {
+                Some(ct) if v.proto == 6 && ct & ct_bits::NEW != 0 => Eval::Yes.negate_if(*neg),
+                _ if v.proto != 6 => Eval::No,
+                _ => unknown("the TCP flags", self),
+            },
+            Cond::IcmpType { ty, code, neg } => {
+                if v.proto != 1 {
+                    return Eval::No;
+                }
+                let m = ty.is_none_or(|t| t == v.icmp_type) && code.is_none_or(|c| c == 0);
+                Eval::from(m).negate_if(*neg)
+            }
+            Cond::Mark { value, mask, neg } => Eval::from(v.mark & mask == *value).negate_if(*neg),
+            Cond::ConnMark { value, mask, neg } => {
+                Eval::from(v.ct_mark & mask == *value).negate_if(*neg)
+            }
+            Cond::CtState(bits, neg) => match v.ct {
+                Some(ct) => Eval::from(ct & bits != 0).negate_if(*neg),
+                None => unknown("the connection's NAT status", self),
+            },
+            Cond::CtOrigSrc(m, neg) => match v.orig_src {
+                Some(a) => Eval::from(m.contains(a)).negate_if(*neg),
+                None => unknown("the source address", self),
+            },
+            Cond::CtOrigDst(m, neg) => Eval::from(m.contains(v.orig_dst)).negate_if(*neg),
+            Cond::CtOrigDport(r, neg) => match v.orig_dport {
+                Some(p) => Eval::from(r.contains(p)).negate_if(*neg),
+                None => unknown("the destination port", self),
+            },
+            Cond::AddrType { dst, types, neg } => {
+                let addr = if *dst { Some(v.dst) } else { v.src };
+                match addr {
+                    Some(a) => {
+                        let t = v.node.addr_type(a);
+                        Eval::from(types.contains(&t)).negate_if(*neg)
+                    }
+                    None => unknown("the source address", self),
+                }
+            }
+            Cond::Statistic { p, neg } => Eval::Random(p.clamp(0.0, 1.0)).negate_if(*neg),
+            Cond::Nth { every, neg } => Eval::Random(1.0 / (*every).max(1) as f64).negate_if(*neg),
+            Cond::Recent {
+                name,
+                mode,
+                source,
+                neg,
+            } => {
+                if *mode == RecentMode::Set {
+                    return Eval::Yes.negate_if(*neg);
+                }
+                if v.recent_added.iter().any(|n| n == name) {
+                    return Eval::Yes.negate_if(*neg);
+                }
+                if *source && v.src.is_none() {
+                    return unknown("the source address", self);
+                }
+                match v.node.recent {
+                    crate::packet::RecentAssumption::Fresh => Eval::No.negate_if(*neg),
+                    crate::packet::RecentAssumption::Branch => Eval::Unknown(format!(
+                        "the client has an entry in recent list {name} (session affinity){}",
+                        if *neg {
+                            " [negated match: it does not]"
+                        } else {
+                            ""
+                        }
+                    )),
+                }
+            }
+            Cond::IpSet { name, dims, neg } => {
+                let key = |i: usize, d: Dim| {
+                    let src = dims.get(i).copied().unwrap_or(true);
+                    match d {
+                        Dim::Port => Key::Port(v.proto, if src { v.sport } else { v.dport }),
+                        Dim::Iface => Key::Iface(if src { v.in_iface } else { v.out_iface }),
+                        _ => Key::Addr(if src { v.src } else { Some(v.dst) }),
+                    }
+                };
+                if v.node.ipsets.get(name).is_none() {
+                    return Eval::Unknown(format!(
+                        "`{}` matches (ipset {name} is not known: pass `ipset save` output with --ipsets)",
+                        self.describe()
+                    ));
+                }
+                match crate::ipset::contains(&v.node.ipsets, name, &key, 0) {
+                    Some(b) => Eval::from(b).negate_if(*neg),
+                    None => unknown("a field the set needs", self),
+                }
+            }
+            Cond::PhysdevIn(p, neg) => match (v.physdev_in, p) {
+                (Some(i), Some(p)) => Eval::from(p.matches(i)).negate_if(*neg),
+                (Some(_), None) => Eval::Yes.negate_if(*neg),
+                (None, _) => unknown("the bridge port", self),
+            },
+            Cond::PhysdevOut(p, neg) => match (v.physdev_out, p) {
+                (Some(i), Some(p)) => Eval::from(p.matches(i)).negate_if(*neg),
+                (Some(_), None) => Eval::Yes.negate_if(*neg),
+                (None, _) => unknown("the bridge port", self),
+            },
+            Cond::PhysdevBridged(neg) => match (v.physdev_in, v.physdev_out) {
+                (Some(_), _) | (_, Some(_)) => Eval::Yes.negate_if(*neg),
+                _ => unknown("whether the packet is bridged", self),
+            },
+            Cond::Limit(text) => {
+                Eval::Unknown(format!("whether the rate limit `{text}` is exceeded"))
+            }
+            Cond::Fragment(neg) => Eval::No.negate_if(*neg),
+            Cond::NftSet { fields, set, neg } => {
+                let mut key = Vec::with_capacity(fields.len());
+                for f in fields {
+                    match v.atom(*f) {
+                        Some(a) => key.push(a),
+                        None => return unknown("a field of the lookup key", self),
+                    }
+                }
+                match crate::nft::lookup(v.sets, set, &key) {
+                    Some(hit) => Eval::from(hit.is_some()).negate_if(*neg),
+                    None => unknown("the set content", self),
+                }
+            }
+            Cond::Const(b, _) => Eval::from(*b),
+            Cond::Unknown(text) => Eval::Unknown(format!(
+                "`{text}` matches (plumb does not evaluate this match)"
+            )),
+        }
+    }
+
+    /// A short description in iptables-like words, for "why" texts.
+    pub fn describe(&self) -> String {
+        let n = |neg: &bool| if *neg { "! " } else { "" };
+        let ports = |r: &Vec<PortRange>| {
+            r.iter()
+                .map(|r| {
+                    if r.from == r.to {
+                        r.from.to_string()
+                    } else {
+                        format!("{}:{}", r.from, r.to)
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        match self {
+            Cond::Src(m, neg) => format!("{}-s {}", n(neg), addr_text(m)),
+            Cond::Dst(m, neg) => format!("{}-d {}", n(neg), addr_text(m)),
+            Cond::Proto(p, neg) => format!("{}-p {}", n(neg), crate::addr::protocol_name(*p)),
+            Cond::ModuleProto(p) => format!("-m {}", crate::addr::protocol_name(*p)),
+            Cond::InIface(p, neg) => {
+                format!("{}-i {}{}", n(neg), p.name, if p.prefix { "+" } else { "" })
+            }
+            Cond::OutIface(p, neg) => {
+                format!("{}-o {}{}", n(neg), p.name, if p.prefix { "+" } else { "" })
+            }
+            Cond::NftIface { out, neg, .. } => {
+                format!(
+                    "{}{}",
+                    if *out { "oifname" } else { "iifname" },
+                    if *neg { " !=" } else { "" }
+                )
+            }
+            Cond::Sport(r, neg) => format!("{}--sport {}", n(neg), ports(r)),
+            Cond::Dport(r, neg) => format!("{}--dport {}", n(neg), ports(r)),
+            Cond::EitherPort(r, neg) => format!("{}--ports {}", n(neg), ports(r)),
+            Cond::TcpSyn(neg) => format!("{}--syn", n(neg)),
+            Cond::IcmpType { ty, neg, .. } => format!(
+                "{}--icmp-type {}",
+                n(neg),
+                ty.map(|t| t.to_string()).unwrap_or("any".into())
+            ),
+            Cond::Mark { value, mask, neg } => format!("{}--mark {value:#x}/{mask:#x}", n(neg)),
+            Cond::ConnMark { value, mask, neg } => {
+                format!("connmark {}--mark {value:#x}/{mask:#x}", n(neg))
+            }
+            Cond::CtState(_, neg) => format!("{}--ctstate", n(neg)),
+            Cond::CtOrigSrc(m, neg) => format!("{}--ctorigsrc {}", n(neg), addr_text(m)),
+            Cond::CtOrigDst(m, neg) => format!("{}--ctorigdst {}", n(neg), addr_text(m)),
+            Cond::CtOrigDport(r, neg) => format!("{}--ctorigdstport {}", n(neg), r.from),
+            Cond::AddrType { dst, neg, .. } => {
+                format!("{}--{}-type", n(neg), if *dst { "dst" } else { "src" })
+            }
+            Cond::Statistic { p, neg } => format!("{}statistic --probability {p}", n(neg)),
+            Cond::Nth { every, neg } => format!("{}statistic --every {every}", n(neg)),
+            Cond::Recent { name, .. } => format!("recent --name {name}"),
+            Cond::IpSet { name, neg, .. } => format!("{}--match-set {name}", n(neg)),
+            Cond::PhysdevIn(_, neg) => format!("{}--physdev-in", n(neg)),
+            Cond::PhysdevOut(_, neg) => format!("{}--physdev-out", n(neg)),
+            Cond::PhysdevBridged(neg) => format!("{}--physdev-is-bridged", n(neg)),
+            Cond::Limit(t) => t.clone(),
+            Cond::Fragment(neg) => format!("{}-f", n(neg)),
+            Cond::NftSet { neg, .. } => {
+                format!("set lookup{}", if *neg { " (negated)" } else { "" })
+            }
+            Cond::Const(_, why) => why.to_string(),
+            Cond::Unknown(t) => t.clone(),
+        }
+    }
+}
+
+fn addr_text(m: &AddrMatch) -> String {
+    match m {
+        AddrMatch::Net(c) => c.to_string(),
+        AddrMatch::Range(r) => format!("{}-{}", r.from, r.to),
+        AddrMatch::Any(v) => v.iter().map(addr_text).collect::<Vec<_>>().join(","),
+    }
+}
