@@ -164,6 +164,20 @@ pub fn conclude(findings: &[Finding]) -> Option<Conclusion> {
         .collect();
     // Highest score first; ties keep the table's order (more specific causes come first).
     scored.sort_by_key(|c| std::cmp::Reverse(c.1));
+    if scored.is_empty() {
+        // Nothing in the table explains what is wrong: the worst high or critical problem
+        // leads on its own (a symptom whose cause plumb could not see), low confidence.
+        let worst = findings
+            .iter()
+            .filter(|f| f.status == Status::Problem && f.severity >= Severity::High)
+            .max_by_key(|f| f.severity)?;
+        return Some(Conclusion {
+            root_cause: worst.id.clone(),
+            confidence: Confidence::Low,
+            supporting: Vec::new(),
+            alternatives: Vec::new(),
+        });
+    }
     let (root, _, supporting) = scored.first().cloned()?;
     let confidence = match supporting.len() {
         0 => Confidence::Low,

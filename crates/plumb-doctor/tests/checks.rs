@@ -1,0 +1,188 @@
+//! Node checks on hand-built facts: each check's problem, ok and unknown answers, and the
+//! reasoning's choices, without any IO (the lab and bundle tests cover the edges).
+
+use plumb_check::Status;
+use plumb_doctor::diagnose;
+use plumb_facts::parse::logs::{LogLine, Signal};
+use plumb_facts::parse::rke2::{ProbePaths, Rke2Config};
+use plumb_facts::{Connect, ConnectOutcome, Fact, Facts, HttpReply, LogFile, PodRef};
+use std::collections::BTreeMap;
+
+fn finding<'a>(r: &'a plumb_doctor::Report, id: &str) -> &'a plumb_check::Finding {
+    r.findings
+        .iter()
+        .find(|f| f.id == id)
+        .unwrap_or_else(|| panic!("no finding {id}"))
+}
+
+fn reply(path: &str, status: u16, body: &str) -> Fact<HttpReply> {
+    let url = format!("http://127.0.0.1:10256{path}");
+    Fact::known(
+        HttpReply {
+            url: url.clone(),
+            status,
+            body: body.into(),
+        },
+        url,
+    )
+}
+
+fn sysctls(pairs: &[(&str, &str)]) -> Fact<BTreeMap<String, String>> {
+    Fact::known(
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        "sysctl -a",
+    )
+}
+
+#[test]
+fn nothing_known_is_unknown_not_a_problem() {
+    let r = diagnose(&Facts::default());
+    assert_eq!(r.root_cause, None);
+    assert_eq!(
+        r.problems().count(),
+        0,
+        "{:?}",
+        r.problems().map(|f| &f.id).collect::<Vec<_>>()
+    );
+    assert_eq!(finding(&r, "sysctl-requirement").status, Status::Unknown);
+    assert_eq!(finding(&r, "kube-proxy-unhealthy").status, Status::Unknown);
+}
+
+#[test]
+fn ip_forward_off_is_critical_and_the_root_cause() {
+    let f = Facts {
+        sysctls: sysctls(&[("net.ipv4.ip_forward", "0")]),
+        ..Facts::default()
+    };
+    let r = diagnose(&f);
+    assert_eq!(r.root_cause.as_deref(), Some("sysctl-requirement"));
+    assert_eq!(
+        finding(&r, "sysctl-requirement").severity,
+        plumb_check::Severity::Critical
+    );
+}
+
+#[test]
+fn conntrack_low_is_ruled_out_and_full_is_a_problem() {
+    let low = diagnose(&Facts {
+        sysctls: sysctls(&[
+            ("net.netfilter.nf_conntrack_count", "100"),
+            ("net.netfilter.nf_conntrack_max", "1000"),
+        ]),
+        ..Facts::default()
+    });
+    assert_eq!(finding(&low, "conntrack-pressure").status, Status::Ok);
+    let full = diagnose(&Facts {
+        sysctls: sysctls(&[
+            ("net.netfilter.nf_conntrack_count", "990"),
+            ("net.netfilter.nf_conntrack_max", "1000"),
+        ]),
+        ..Facts::default()
+    });
+    assert_eq!(finding(&full, "conntrack-pressure").status, Status::Problem);
+}
+
+#[test]
+fn healthz_503_with_livez_200_is_probe_semantics_and_both_200_is_a_red_herring() {
+    let probes = Fact::known(
+        ProbePaths {
+            liveness: Some("/healthz".into()),
+            ..ProbePaths::default()
+        },
+        "/var/lib/rancher/rke2/agent/pod-manifests/kube-proxy.yaml",
+    );
+    let r = diagnose(&Facts {
+        kube_proxy_healthz: reply(
+            "/healthz",
+            503,
+            r#"{"lastUpdated": "a","currentTime": "b", "nodeEligible": false}"#,
+        ),
+        kube_proxy_livez: reply("/livez", 200, r#"{"lastUpdated": "a","currentTime": "b"}"#),
+        kube_proxy_probes: probes.clone(),
+        ..Facts::default()
+    });
+    assert_eq!(r.root_cause.as_deref(), Some("kube-proxy-probe-semantics"));
+    assert!(
+        finding(&r, "kube-proxy-unhealthy")
+            .explanation
+            .contains("nodeEligible is false")
+    );
+    let fine = diagnose(&Facts {
+        kube_proxy_healthz: reply("/healthz", 200, "{}"),
+        kube_proxy_livez: reply("/livez", 200, "{}"),
+        kube_proxy_probes: probes,
+        ..Facts::default()
+    });
+    let p = finding(&fine, "kube-proxy-probe-semantics");
+    assert_eq!(p.status, Status::Ok);
+    assert!(p.title.contains("red herring"));
+}
+
+#[test]
+fn clusterip_timeout_with_local_api_up_and_install_cni_fatal() {
+    let fatal = "2026-11-30 08:13:03.606 [FATAL][1] cni-installer/<nil> <nil>: Unable to create token for CNI kubeconfig error=Post \"https://10.50.0.1:443/x\": dial tcp 10.50.0.1:443: i/o timeout";
+    let f = Facts {
+        rke2_config: Fact::known(
+            Rke2Config {
+                service_cidr: Some("10.50.0.0/16".into()),
+                ..Rke2Config::default()
+            },
+            "/etc/rancher/rke2/config.yaml",
+        ),
+        clusterip_connect: Fact::known(
+            Connect {
+                target: "10.50.0.1:443".into(),
+                outcome: ConnectOutcome::TimedOut,
+                millis: 1000,
+            },
+            "TCP connect to 10.50.0.1:443",
+        ),
+        api_local_connect: Fact::known(
+            Connect {
+                target: "10.0.0.5:6443".into(),
+                outcome: ConnectOutcome::Connected,
+                millis: 1,
+            },
+            "TCP connect to 10.0.0.5:6443",
+        ),
+        cni_conf_files: Fact::known(vec![], "/etc/cni/net.d"),
+        pod_logs: vec![LogFile {
+            path: "/var/log/pods/kube-system_rke2-canal-abc_u/install-cni/0.log".into(),
+            pod: Some(PodRef {
+                namespace: "kube-system".into(),
+                pod: "rke2-canal-abc".into(),
+                container: "install-cni".into(),
+            }),
+            agent: None,
+            lines_read: 1,
+            signals: vec![(
+                Signal::InstallCniFatal,
+                LogLine {
+                    line: 1,
+                    time: None,
+                    text: fatal.into(),
+                },
+            )],
+        }],
+        ..Facts::default()
+    };
+    let r = diagnose(&f);
+    let c = finding(&r, "clusterip-unreachable");
+    assert_eq!(c.status, Status::Problem);
+    assert!(
+        c.title.contains("10.50.0.1:443") && c.title.contains("answers on its own address"),
+        "{}",
+        c.title
+    );
+    let cni = finding(&r, "cni-not-initialized");
+    assert_eq!(cni.status, Status::Problem);
+    assert!(
+        cni.remediation[0].contains("kube-system/rke2-canal-abc"),
+        "{:?}",
+        cni.remediation
+    );
+    assert!(r.root_cause.is_some());
+}
