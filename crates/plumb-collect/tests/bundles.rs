@@ -280,3 +280,32 @@ fn not_a_bundle_is_a_clear_error() {
         .unwrap();
     assert!(err.contains("does not exist"), "{err}");
 }
+
+/// An archive that would unpack to more than plumb extracts is refused before anything is
+/// written (a sparse 5 GiB member keeps the archive itself tiny).
+#[test]
+fn an_oversized_archive_is_refused_before_extraction() {
+    let s = Scratch::new("huge");
+    let big = s.0.join("big.img");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(5 << 30)
+        .unwrap();
+    let tar = s.0.join("huge.tar");
+    let ok = std::process::Command::new("tar")
+        .args([
+            "--sparse",
+            "-cf",
+            &tar.to_string_lossy(),
+            "-C",
+            &s.0.to_string_lossy(),
+            "big.img",
+        ])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    assert!(std::fs::metadata(&tar).unwrap().len() < 1 << 20);
+    let err = open_bundle(&tar, &SystemRunner).err().unwrap();
+    assert!(err.contains("unpacks to 5120 MiB"), "{err}");
+}

@@ -44,6 +44,7 @@ pub fn open_bundle(path: &Path, runner: &dyn Runner) -> Result<BundleNode, Strin
     let (dir, extracted) = if meta.is_dir() {
         (path.to_path_buf(), None)
     } else {
+        check_archive_size(path, &label, runner)?;
         let tmp = TempDir::create("plumb-bundle")?;
         let out = runner
             .run(
@@ -83,6 +84,42 @@ pub fn open_bundle(path: &Path, runner: &dyn Runner) -> Result<BundleNode, Strin
         label,
         _extracted: extracted,
     })
+}
+
+/// Largest total size of an archive's members plumb extracts (a sosreport is typically
+/// 10–500 MB unpacked); beyond it, extract by hand and pass the directory.
+pub const MAX_EXTRACTED: u64 = 4 * 1024 * 1024 * 1024;
+
+/// Lists the archive (`tar -tvf`) and refuses it when its members add up to more than
+/// [`MAX_EXTRACTED`], before anything is written.
+fn check_archive_size(path: &Path, label: &str, runner: &dyn Runner) -> Result<(), String> {
+    let out = runner
+        .run(
+            "tar",
+            &["-tvf", &path.to_string_lossy()],
+            None,
+            Duration::from_secs(120),
+        )
+        .map_err(|e| format!("{label}: could not list: {e}"))?;
+    if !out.success() {
+        return Err(format!(
+            "{label}: not a readable tar archive (.tar, .tar.gz, .tar.xz): {}",
+            out.stderr.trim()
+        ));
+    }
+    // `-rw-r--r-- root/root 1234 2026-11-30 08:00 path`: the size is the third column.
+    let total: u64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok())
+        .sum();
+    if total > MAX_EXTRACTED {
+        return Err(format!(
+            "{label}: unpacks to {} MiB, more than plumb extracts ({} MiB); unpack it yourself and pass the directory",
+            total >> 20,
+            MAX_EXTRACTED >> 20
+        ));
+    }
+    Ok(())
 }
 
 fn kind_of(dir: &Path) -> Option<BundleKind> {
