@@ -186,3 +186,36 @@ fn clusterip_timeout_with_local_api_up_and_install_cni_fatal() {
     );
     assert!(r.root_cause.is_some());
 }
+
+#[test]
+fn kube_proxy_not_running_on_a_node_and_disabled_by_config() {
+    let node_cfg = Fact::known(Rke2Config::default(), "/etc/rancher/rke2/config.yaml");
+    let r = diagnose(&Facts {
+        rke2_config: node_cfg,
+        kube_proxy_healthz: Fact::unknown(
+            "http://127.0.0.1:10256/healthz: Connection refused (os error 111)",
+        ),
+        ..Facts::default()
+    });
+    let f = finding(&r, "kube-proxy-unhealthy");
+    assert_eq!(f.status, Status::Problem);
+    assert!(f.title.contains("not running"));
+    // Not a Kubernetes node: the same refusal means nothing.
+    let r = diagnose(&Facts {
+        kube_proxy_healthz: Fact::unknown("Connection refused"),
+        ..Facts::default()
+    });
+    assert_eq!(finding(&r, "kube-proxy-unhealthy").status, Status::Unknown);
+    let disabled = Fact::known(
+        Rke2Config {
+            disable_kube_proxy: Some(true),
+            ..Rke2Config::default()
+        },
+        "/etc/rancher/rke2/config.yaml",
+    );
+    let r = diagnose(&Facts {
+        rke2_config: disabled,
+        ..Facts::default()
+    });
+    assert_eq!(finding(&r, "kube-proxy-unhealthy").status, Status::Ok);
+}

@@ -52,12 +52,15 @@ fn restore(ctx: &Ctx) -> Finding {
 }
 
 fn unhealthy(ctx: &Ctx) -> Finding {
-    let Some(h) = ctx.facts.kube_proxy_healthz.value() else {
-        return Finding::unknown(
+    let f = ctx.facts;
+    if f.rke2_config.value().and_then(|c| c.disable_kube_proxy) == Some(true) {
+        return Finding::ok(
             ID_UNHEALTHY,
-            Severity::High,
-            "kube-proxy's /healthz was not probed (not a live node, or nothing listens on 10256)",
+            "kube-proxy is disabled in RKE2's config (disable-kube-proxy: true): another dataplane replaces it",
         );
+    }
+    let Some(h) = f.kube_proxy_healthz.value() else {
+        return not_answering(ctx);
     };
     let src = ctx.facts.kube_proxy_healthz.source().unwrap_or("");
     if h.status == 200 {
@@ -73,6 +76,40 @@ fn unhealthy(ctx: &Ctx) -> Finding {
             Some(false) => "nodeEligible is false: the node is being deleted or drained; /healthz fails by design.",
             _ => "kube-proxy reports that its last sync is too old: its rules could not be applied recently (restore failures, a firewall manager rewriting rules, or a stuck sync).",
         })
+}
+
+/// /healthz gave no reply. Live, on a Kubernetes node, a refused connection means
+/// kube-proxy is not running; otherwise nothing can be concluded.
+fn not_answering(ctx: &Ctx) -> Finding {
+    let f = ctx.facts;
+    let refused = matches!(&f.kube_proxy_healthz, plumb_facts::Fact::Unknown { reason } if reason.contains("refused"));
+    let kube_node = f.rke2_config.value().is_some()
+        || f.ruleset
+            .value()
+            .is_some_and(|rs| rs.tables.iter().any(|t| t.chain("KUBE-SERVICES").is_some()));
+    if !(refused && kube_node) {
+        return Finding::unknown(
+            ID_UNHEALTHY,
+            Severity::High,
+            "kube-proxy's /healthz was not probed (not a live node, or nothing listens on 10256)",
+        );
+    }
+    let mut ev = vec![fact_evidence(
+        "http://127.0.0.1:10256/healthz",
+        "connection refused",
+    )];
+    if let (Some(l), Some(src)) = (f.listeners.value(), f.listeners.source())
+        && !l.iter().any(|l| l.port == 10256)
+    {
+        ev.push(fact_evidence(src, "no socket listens on port 10256"));
+    }
+    Finding::problem(ID_UNHEALTHY, Severity::High, "kube-proxy is not running: nothing answers on 127.0.0.1:10256")
+        .with_evidence(ev)
+        .explain(
+            "kube-proxy serves /healthz and /livez on 127.0.0.1:10256 while it runs. Without it, Service rules are not \
+             maintained: new Services and endpoint changes never reach the node.",
+        )
+        .fix("Check the kube-proxy static pod (`crictl ps -a --name kube-proxy`) and its log under /var/log/pods/kube-system_kube-proxy-*.")
 }
 
 fn probes(ctx: &Ctx) -> Finding {
