@@ -18,8 +18,61 @@ use context::{Ctx, NodeValues};
 use plumb_check::{Finding, Status};
 use plumb_facts::{Facts, SourceKind};
 
-/// Runs every check over `facts` and concludes.
+/// Id of the finding that says the facts show no Kubernetes node at all.
+pub const ID_NOT_A_NODE: &str = "not-a-kubernetes-node";
+
+/// Signs that `facts` describe a Kubernetes node; empty when there is none.
+pub fn kubernetes_signs(facts: &Facts) -> Vec<String> {
+    let mut signs = Vec::new();
+    if let Some(src) = facts.rke2_config.source() {
+        signs.push(format!("RKE2 config {src}"));
+    }
+    if let Some(rs) = facts.ruleset.value()
+        && let Some(t) = rs.tables.iter().find(|t| {
+            t.chains.iter().any(|c| {
+                c.name.starts_with("KUBE-")
+                    || c.name.starts_with("cali-")
+                    || c.name.starts_with("CILIUM_")
+                    || c.name.starts_with("FLANNEL")
+            })
+        })
+    {
+        signs.push(format!("Kubernetes/CNI chains in {} {}", t.backend, t.name));
+    }
+    if let Some(p) = facts.processes.value().and_then(|ps| {
+        ps.iter()
+            .find(|p| matches!(p.comm.as_str(), "kubelet" | "kube-proxy" | "k3s" | "rke2"))
+    }) {
+        signs.push(format!("process {}[{}]", p.comm, p.pid));
+    }
+    if !facts.pod_logs.is_empty() {
+        signs.push(format!("{} pod logs", facts.pod_logs.len()));
+    }
+    if facts.kube_proxy_probes.value().is_some() {
+        signs.push("kube-proxy static pod manifest".into());
+    }
+    signs
+}
+
+/// Runs every check over `facts` and concludes. Facts read from a source that shows no
+/// Kubernetes node at all get a single "nothing to diagnose" finding; facts built by hand
+/// (no source, as in tests) are always diagnosed.
 pub fn diagnose(facts: &Facts) -> Report {
+    if facts.source.is_some() && kubernetes_signs(facts).is_empty() {
+        // A machine that is not a node: its ip_forward=0 or absent API server are not faults.
+        return Report {
+            version: REPORT_VERSION,
+            source: facts.source.clone(),
+            root_cause: None,
+            confidence: None,
+            supporting: Vec::new(),
+            findings: vec![Finding::unknown(
+                ID_NOT_A_NODE,
+                plumb_check::Severity::Info,
+                "no sign of a Kubernetes node here (no RKE2 config, no Kubernetes or CNI chains, no kubelet or kube-proxy process, no pod logs): nothing to diagnose",
+            )],
+        };
+    }
     let ruleset_findings = match facts.ruleset.value() {
         Some(rs) => {
             let origin = match &facts.source {

@@ -219,3 +219,31 @@ fn kube_proxy_not_running_on_a_node_and_disabled_by_config() {
     });
     assert_eq!(finding(&r, "kube-proxy-unhealthy").status, Status::Ok);
 }
+
+#[test]
+fn a_machine_that_is_not_a_node_has_nothing_to_diagnose() {
+    let source = Some(plumb_facts::SourceInfo {
+        kind: plumb_facts::SourceKind::Live,
+        description: "this machine".into(),
+    });
+    let laptop = Facts {
+        source: source.clone(),
+        sysctls: sysctls(&[("net.ipv4.ip_forward", "0")]),
+        ..Facts::default()
+    };
+    let r = diagnose(&laptop);
+    assert_eq!(r.root_cause, None);
+    assert_eq!(r.findings.len(), 1);
+    assert_eq!(r.findings[0].id, plumb_doctor::ID_NOT_A_NODE);
+    // The same sysctl on a node (RKE2 config present) is the root cause.
+    let node = Facts {
+        source,
+        sysctls: sysctls(&[("net.ipv4.ip_forward", "0")]),
+        rke2_config: Fact::known(Rke2Config::default(), "/etc/rancher/rke2/config.yaml"),
+        ..Facts::default()
+    };
+    assert_eq!(
+        diagnose(&node).root_cause.as_deref(),
+        Some("sysctl-requirement")
+    );
+}
