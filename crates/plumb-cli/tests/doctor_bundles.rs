@@ -3,30 +3,8 @@
 //! kube-proxy's rules), seed 002 (UFW active) and a healthy node; plus bad bundles.
 
 use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+use plumb_testkit::Scratch as Tree;
 use std::path::{Path, PathBuf};
-
-struct Tree(PathBuf);
-
-impl Tree {
-    fn new(tag: &str) -> Tree {
-        let p = std::env::temp_dir().join(format!("plumb-t-doctor-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Tree(p)
-    }
-
-    fn write(&self, rel: &str, text: &str) {
-        let p = self.0.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-}
-
-impl Drop for Tree {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn doctor(bundle: &Path) -> (i32, serde_json::Value, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"))
@@ -95,7 +73,7 @@ fn rancher(t: &Tree, iptables_save: &str, extra: impl Fn(&dyn Fn(&str, &str))) -
     );
     w("rke2/config.yaml", "cni: canal\n");
     extra(&w);
-    t.0.clone()
+    t.path().to_path_buf()
 }
 
 #[test]
@@ -127,7 +105,7 @@ fn seed_000_rancher_bundle_names_the_agent() {
             "rke2/podlogs/kube-system_rke2-canal-x7k2p_1111/install-cni/2.log",
             &cri(&[FATAL]),
         );
-        std::fs::create_dir_all(t.0.join("node1-2026-11-30_08_05_00/networking/cni")).unwrap();
+        std::fs::create_dir_all(t.path().join("node1-2026-11-30_08_05_00/networking/cni")).unwrap();
     });
     let (code, r, err) = doctor(&dir);
     assert_eq!(
@@ -199,7 +177,7 @@ Chain ufw-before-forward (1 references)\n pkts bytes target     prot opt in     
         "table ip filter { # handle 1\n}\n",
     );
     w("sos_commands/kernel/sysctl_-a", "net.ipv4.ip_forward = 1\n");
-    let (code, r, err) = doctor(&t.0);
+    let (code, r, err) = doctor(t.path());
     assert_eq!(
         r["root_cause"],
         "host-firewall-ufw",
@@ -248,19 +226,19 @@ fn healthy_rancher_bundle_has_no_problem() {
 fn bad_bundles_are_clear_errors_with_exit_2() {
     let t = Tree::new("bad");
     t.write("random/file.txt", "hello\n");
-    let (code, _, err) = doctor(&t.0);
+    let (code, _, err) = doctor(t.path());
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("not a sosreport, Rancher log collector or plumb bundle"),
         "{err}"
     );
     t.write("corrupt.tar.xz", "\u{fd}7zXZ garbage");
-    let (code, _, err) = doctor(&t.0.join("corrupt.tar.xz"));
+    let (code, _, err) = doctor(&t.path().join("corrupt.tar.xz"));
     assert_eq!(code, 2);
     assert!(err.contains("not a readable tar archive"), "{err}");
     // An empty but valid bundle: diagnosis runs, everything is "could not check".
     t.write("empty/sos_commands/.keep", "");
-    let (code, r, err) = doctor(&t.0.join("empty"));
+    let (code, r, err) = doctor(&t.path().join("empty"));
     assert_eq!(code, 0, "{err}");
     assert_eq!(r["root_cause"], serde_json::Value::Null);
 }

@@ -7,12 +7,7 @@ use plumb_lab::{Lab, LabOptions, Scenario};
 use std::time::Duration;
 
 fn root_or_skip() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (network namespaces, iptables)");
-        return false;
-    }
-    true
+    plumb_testkit::privileged(&["ip", "iptables-nft-restore", "ufw"])
 }
 
 fn up(scenario: Scenario) -> Lab {

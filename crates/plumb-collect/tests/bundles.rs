@@ -8,36 +8,8 @@ use plumb_collect::node::{BundleKind, Node, NodeCommand, open_bundle};
 use plumb_facts::parse::logs::Signal;
 use plumb_facts::{Fact, SourceKind};
 use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+use plumb_testkit::Scratch;
 use std::path::{Path, PathBuf};
-
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "plumb-test-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        Scratch(p)
-    }
-
-    fn write(&self, rel: &str, text: &str) {
-        let p = self.0.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn kube_proxy_save() -> String {
     let cluster = generate(&GeneratorConfig {
@@ -113,7 +85,7 @@ fn rancher_tree(s: &Scratch) -> PathBuf {
         "rke2/podlogs/default_web-1_3333/web/0.log",
         INSTALL_CNI_FATAL,
     );
-    s.0.clone()
+    s.path().to_path_buf()
 }
 
 #[test]
@@ -227,10 +199,10 @@ fn sosreport_listings_units_processes_and_escapes() {
         "etc/rancher/rke2/config.yaml",
         "service-cidr: 10.50.0.0/16\n",
     );
-    let node = open_bundle(&s.0, &SystemRunner).expect("opening the sosreport");
+    let node = open_bundle(s.path(), &SystemRunner).expect("opening the sosreport");
     assert_eq!(node.kind(), BundleKind::Sosreport);
     // A symlink out of the bundle is refused, not followed.
-    std::os::unix::fs::symlink("/etc/hostname", s.0.join(top).join("etc/hostname")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", s.path().join(top).join("etc/hostname")).unwrap();
     let err = node.file("/etc/hostname").err().unwrap();
     assert!(err.contains("outside the bundle"), "{err}");
     assert!(
@@ -270,7 +242,7 @@ fn sosreport_listings_units_processes_and_escapes() {
 #[test]
 fn not_a_bundle_is_a_clear_error() {
     let s = Scratch::new("empty");
-    let err = open_bundle(&s.0, &SystemRunner).err().unwrap();
+    let err = open_bundle(s.path(), &SystemRunner).err().unwrap();
     assert!(
         err.contains("not a sosreport, Rancher log collector or plumb bundle"),
         "{err}"
@@ -286,19 +258,19 @@ fn not_a_bundle_is_a_clear_error() {
 #[test]
 fn an_oversized_archive_is_refused_before_extraction() {
     let s = Scratch::new("huge");
-    let big = s.0.join("big.img");
+    let big = s.path().join("big.img");
     std::fs::File::create(&big)
         .unwrap()
         .set_len(5 << 30)
         .unwrap();
-    let tar = s.0.join("huge.tar");
+    let tar = s.path().join("huge.tar");
     let ok = std::process::Command::new("tar")
         .args([
             "--sparse",
             "-cf",
             &tar.to_string_lossy(),
             "-C",
-            &s.0.to_string_lossy(),
+            &s.path().to_string_lossy(),
             "big.img",
         ])
         .status()

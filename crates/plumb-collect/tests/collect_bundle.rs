@@ -5,29 +5,18 @@
 use plumb_collect::SystemRunner;
 use plumb_collect::bundle_writer::write_bundle;
 use plumb_collect::facts::{GatherOptions, gather};
-use plumb_collect::netns::{Netns, can_create};
+use plumb_collect::netns::Netns;
 use plumb_collect::node::{BundleKind, LiveNode, Node, open_bundle};
 use plumb_ruleset::Family;
-use std::path::PathBuf;
 use std::time::Duration;
-
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 #[test]
 fn collect_then_read_back_as_a_bundle() {
-    if !can_create() || plumb_collect::runner::which("iptables-nft-restore").is_none() {
-        eprintln!("SKIP: needs root, ip and iptables-nft-restore");
+    if !plumb_testkit::privileged(&["ip", "iptables-nft-restore"]) {
         return;
     }
-    let scratch =
-        Scratch(std::env::temp_dir().join(format!("plumb-t-collect-{}", std::process::id())));
-    let root = scratch.0.join("node");
+    let scratch = plumb_testkit::Scratch::new("collect");
+    let root = scratch.path().join("node");
     let w = |rel: &str, text: &str| {
         let p = root.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -55,7 +44,7 @@ fn collect_then_read_back_as_a_bundle() {
         probe_timeout: Duration::from_millis(300),
         ..Default::default()
     };
-    let out = scratch.0.join("bundle.tar.gz");
+    let out = scratch.path().join("bundle.tar.gz");
     let manifest = write_bundle(&live, &out, &options, &SystemRunner).expect("writing the bundle");
     assert!(out.is_file());
     // The config's token was redacted, the CNI kubeconfig was not collected at all.

@@ -1,0 +1,95 @@
+//! Helpers shared by plumb's integration tests (a dev-dependency only):
+//! - [`corpus_dir`]: the shared corpus (`../shared/corpus` beside the workspace, or
+//!   `$PLUMB_CORPUS`), or a printed skip reason;
+//! - [`Scratch`]: a private directory under `$TMPDIR`, removed on drop (panics included);
+//! - [`privileged`]: whether privileged tests can run (root, and the named tools), with a
+//!   printed reason when not.
+
+use std::path::{Path, PathBuf};
+
+/// The shared corpus, or `None` after printing why (tests then skip, not fail).
+pub fn corpus_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("PLUMB_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
+        });
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "SKIP: corpus not found at {} (set PLUMB_CORPUS)",
+            dir.display()
+        );
+        None
+    }
+}
+
+/// Reads a file the test needs, panicking with its path.
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// A scratch directory removed with its contents on drop.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    /// `$TMPDIR/plumb-t-<tag>-<pid>-<n>`, created empty.
+    pub fn new(tag: &str) -> Scratch {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "plumb-t-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("creating {}: {e}", p.display()));
+        Scratch(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Writes `text` at `rel` (parents created).
+    pub fn write(&self, rel: &str, text: &str) {
+        let p = self.0.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)
+                .unwrap_or_else(|e| panic!("creating {}: {e}", parent.display()));
+        }
+        std::fs::write(&p, text).unwrap_or_else(|e| panic!("writing {}: {e}", p.display()));
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// True when running as root with every tool in `tools` on PATH (or in /usr/sbin, /sbin);
+/// otherwise prints `SKIP: <reason>` and returns false.
+pub fn privileged(tools: &[&str]) -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1));
+    if euid != Some("0") {
+        eprintln!("SKIP: needs root (network namespaces, netfilter)");
+        return false;
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = |t: &str| {
+        std::env::split_paths(&path)
+            .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
+            .any(|d| d.join(t).is_file())
+    };
+    if let Some(t) = tools.iter().find(|t| !found(t)) {
+        eprintln!("SKIP: {t} not installed");
+        return false;
+    }
+    true
+}
