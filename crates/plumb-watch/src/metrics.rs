@@ -1,0 +1,294 @@
+//! Prometheus metrics (prometheus-client, no global registry) and a minimal HTTP
+//! endpoint for them (`GET /metrics`; `GET /healthz`).
+//!
+//! Label values are bounded: owners come from the ownership catalogue, actors are
+//! catalogue identities or a 15-character comm (capped at [`MAX_ACTOR_LABELS`]
+//! distinct values, then `other`), error kinds are a fixed set.
+//!
+//! The endpoint is a small std TcpListener loop rather than an HTTP framework: it
+//! serves one static document on a local address, and keeping the agent at a few
+//! MB and no async runtime matters more here than routing features.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+type Labels = Vec<(String, String)>;
+
+/// Most distinct actor label values; the rest are `other`.
+pub const MAX_ACTOR_LABELS: usize = 64;
+
+/// Error kinds counted in `plumb_watch_errors_total{kind}`.
+#[derive(Clone, Copy, Debug)]
+pub enum ErrorKind {
+    NetlinkReceive,
+    AuditReceive,
+    AuditUnavailable,
+    Reread,
+    Decode,
+}
+
+impl ErrorKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::NetlinkReceive => "netlink-receive",
+            ErrorKind::AuditReceive => "audit-receive",
+            ErrorKind::AuditUnavailable => "audit-unavailable",
+            ErrorKind::Reread => "reread",
+            ErrorKind::Decode => "decode",
+        }
+    }
+}
+
+/// All of watch's metrics.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    changes: Family<Labels, Counter>,
+    foreign: Family<Labels, Counter>,
+    fights: Family<Labels, Counter>,
+    last_foreign: Gauge<f64, AtomicU64>,
+    chains: Family<Labels, Gauge>,
+    latency: Histogram,
+    errors: Family<Labels, Counter>,
+    gaps: Counter,
+    actors: Arc<Mutex<BTreeSet<String>>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut r = Registry::default();
+        let changes = Family::<Labels, Counter>::default();
+        let foreign = Family::<Labels, Counter>::default();
+        let fights = Family::<Labels, Counter>::default();
+        let last_foreign = Gauge::<f64, AtomicU64>::default();
+        let chains = Family::<Labels, Gauge>::default();
+        // 0.5 ms .. ~8 s.
+        let latency = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+            0.0005, 2.0, 15,
+        ));
+        let errors = Family::<Labels, Counter>::default();
+        let gaps = Counter::default();
+        r.register(
+            "plumb_watch_changes",
+            "Netfilter changes seen, by owner of the objects, writer and kind",
+            changes.clone(),
+        );
+        r.register(
+            "plumb_watch_foreign_changes",
+            "Changes to owned objects by a writer that is not their owner",
+            foreign.clone(),
+        );
+        r.register(
+            "plumb_watch_fights",
+            "Revert fights detected (owned objects removed and restored repeatedly)",
+            fights.clone(),
+        );
+        r.register(
+            "plumb_watch_last_foreign_change_timestamp_seconds",
+            "Unix time of the last foreign change (0: none yet)",
+            last_foreign.clone(),
+        );
+        r.register(
+            "plumb_watch_chains",
+            "Chains currently in the watched nf_tables tables, by owner",
+            chains.clone(),
+        );
+        r.register(
+            "plumb_watch_detection_latency_seconds",
+            "Kernel notification to event, seconds",
+            latency.clone(),
+        );
+        r.register(
+            "plumb_watch_errors",
+            "Errors by kind (watch carries on)",
+            errors.clone(),
+        );
+        r.register(
+            "plumb_watch_event_gaps",
+            "Times notifications were lost (ENOBUFS) and a full resync followed",
+            gaps.clone(),
+        );
+        Metrics {
+            registry: Arc::new(r),
+            changes,
+            foreign,
+            fights,
+            last_foreign,
+            chains,
+            latency,
+            errors,
+            gaps,
+            actors: Arc::default(),
+        }
+    }
+
+    fn actor_label(&self, actor: &str) -> String {
+        let mut set = self.actors.lock().unwrap_or_else(|e| e.into_inner());
+        if set.contains(actor) {
+            return actor.to_string();
+        }
+        if set.len() < MAX_ACTOR_LABELS {
+            set.insert(actor.to_string());
+            return actor.to_string();
+        }
+        "other".into()
+    }
+
+    /// Counts one event.
+    pub fn event(&self, e: &crate::event::Event, unix_secs: f64) {
+        use crate::detect::Kind;
+        let owner = e.owner.clone().unwrap_or_else(|| "none".into());
+        let actor = self.actor_label(&e.actor.metric_label());
+        match e.kind {
+            Kind::Gap => {
+                self.gaps.inc();
+                return;
+            }
+            Kind::Fight => {
+                let remover = e
+                    .fight
+                    .as_ref()
+                    .map(|f| self.actor_label(&f.remover))
+                    .unwrap_or_else(|| actor.clone());
+                self.fights
+                    .get_or_create(&vec![("owner".into(), owner), ("remover".into(), remover)])
+                    .inc();
+                return;
+            }
+            Kind::ForeignChange => {
+                self.foreign
+                    .get_or_create(&vec![
+                        ("owner".into(), owner.clone()),
+                        ("actor".into(), actor.clone()),
+                    ])
+                    .inc();
+                self.last_foreign.set(unix_secs);
+            }
+            _ => {}
+        }
+        self.changes
+            .get_or_create(&vec![
+                ("owner".into(), owner),
+                ("actor".into(), actor),
+                ("kind".into(), e.kind.as_str().into()),
+            ])
+            .inc();
+        if let Some(ms) = e.latency_ms {
+            self.latency.observe(ms / 1000.0);
+        }
+    }
+
+    /// Records an error.
+    pub fn error(&self, kind: ErrorKind) {
+        self.errors
+            .get_or_create(&vec![("kind".into(), kind.as_str().into())])
+            .inc();
+    }
+
+    /// Sets the chains-per-owner gauge from chain names.
+    pub fn set_chains<'a>(&self, names: impl Iterator<Item = &'a str>) {
+        let mut counts: std::collections::BTreeMap<String, i64> = Default::default();
+        for n in names {
+            let owner = if crate::changes::is_builtin_chain(n) {
+                "builtin".to_string()
+            } else {
+                plumb_ruleset::owner::owner_of_chain_name(n)
+                    .map(|a| a.owner.0)
+                    .unwrap_or_else(|| "unknown".into())
+            };
+            *counts.entry(owner).or_default() += 1;
+        }
+        // Owners seen before but now without chains go to 0.
+        self.chains.clear();
+        for (o, n) in counts {
+            self.chains.get_or_create(&vec![("owner".into(), o)]).set(n);
+        }
+    }
+
+    /// The text exposition (OpenMetrics text, which Prometheus and promtool read).
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = encode(&mut s, &self.registry);
+        s
+    }
+
+    /// Serves `/metrics` on `addr` from a background thread; returns the bound address.
+    pub fn serve(&self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
+        let listener = TcpListener::bind(addr)?;
+        let local = listener.local_addr()?;
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name("plumb-metrics".into())
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    let Ok(mut s) = stream else { continue };
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                    let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+                    let mut req = [0u8; 2048];
+                    let n = s.read(&mut req).unwrap_or(0);
+                    let line = String::from_utf8_lossy(&req[..n]);
+                    let path = line.split_whitespace().nth(1).unwrap_or("");
+                    let (status, ctype, body) = match path {
+                        "/metrics" => (
+                            "200 OK",
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            me.render(),
+                        ),
+                        "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
+                        _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
+                    };
+                    let _ = write!(
+                        s,
+                        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                }
+            })?;
+        Ok(local)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_all_families_and_bounds_actor_labels() {
+        let m = Metrics::new();
+        m.error(ErrorKind::Decode);
+        m.set_chains(["KUBE-SERVICES", "INPUT", "ufw-before-input", "X"].into_iter());
+        for i in 0..(MAX_ACTOR_LABELS + 5) {
+            assert_eq!(
+                m.actor_label(&format!("a{i}")) == "other",
+                i >= MAX_ACTOR_LABELS
+            );
+        }
+        let text = m.render();
+        for name in [
+            "plumb_watch_errors_total{kind=\"decode\"} 1",
+            "plumb_watch_chains{owner=\"kube-proxy\"} 1",
+            "plumb_watch_chains{owner=\"builtin\"} 1",
+            "plumb_watch_last_foreign_change_timestamp_seconds 0",
+            "plumb_watch_event_gaps_total 0",
+            "# TYPE plumb_watch_detection_latency_seconds histogram",
+        ] {
+            assert!(text.contains(name), "{name} missing in\n{text}");
+        }
+    }
+}

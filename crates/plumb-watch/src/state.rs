@@ -1,0 +1,347 @@
+//! The chains plumb believes each nf_tables table holds, kept current from netlink
+//! notifications, so one transaction's messages become a [`ChangeSet`] without
+//! re-reading the ruleset. Pure.
+//!
+//! Seeded from a full dump ([`NftState::from_ruleset`]) and re-seeded after every
+//! gap. Only what detection needs is kept: per chain its rule count, whether it is
+//! a base chain and its policy, and for base chains how many rules jump to owned
+//! chains (kube-proxy's and the CNI's hooks). Net effects are computed per
+//! transaction: a chain flushed and refilled by kube-proxy's `iptables-restore`
+//! shows as N rules removed and N added, a chain deleted and re-created as both.
+
+use crate::changes::{ChainDelta, ChangeSet, HookRule, PolicyDelta, TableChanges, is_owned_chain};
+use crate::nft_events::{Batch, NftMessage, Op, family_name};
+use plumb_ruleset::{Backend, Family, Ruleset};
+use std::collections::{BTreeMap, HashMap};
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct ChainState {
+    rules: usize,
+    base: bool,
+    policy: Option<u32>,
+    /// Base chains: rules jumping to owned chains.
+    owned_hooks: usize,
+}
+
+#[derive(Clone, Debug, Default)]
+struct TableState {
+    chains: HashMap<String, ChainState>,
+}
+
+/// Tables of one network namespace, keyed by (NFPROTO family, name).
+#[derive(Clone, Debug, Default)]
+pub struct NftState {
+    tables: HashMap<(u8, String), TableState>,
+}
+
+/// `NFPROTO_*` code of a model family.
+pub fn family_code(f: Family) -> u8 {
+    match f {
+        Family::Inet => 1,
+        Family::Ip => 2,
+        Family::Arp => 3,
+        Family::Netdev => 5,
+        Family::Bridge => 7,
+        Family::Ip6 => 10,
+        _ => 0,
+    }
+}
+
+fn policy_code(p: &plumb_ruleset::Policy) -> Option<u32> {
+    match p.as_iptables() {
+        "ACCEPT" => Some(1),
+        "DROP" => Some(0),
+        _ => None,
+    }
+}
+
+fn policy_name(code: u32) -> &'static str {
+    match code {
+        0 => "DROP",
+        1 => "ACCEPT",
+        _ => "OTHER",
+    }
+}
+
+impl NftState {
+    /// Seeds from a full dump: its iptables-nft and native nftables tables.
+    pub fn from_ruleset(rs: &Ruleset) -> NftState {
+        let mut s = NftState::default();
+        for t in rs
+            .tables
+            .iter()
+            .filter(|t| matches!(t.backend, Backend::IptablesNft | Backend::Nftables))
+        {
+            let ts = s
+                .tables
+                .entry((family_code(t.family), t.name.to_string()))
+                .or_default();
+            for c in &t.chains {
+                let owned_hooks = c
+                    .rules
+                    .iter()
+                    .filter(|r| {
+                        crate::changes::jump_target(&r.text).is_some_and(|j| is_owned_chain(&j))
+                    })
+                    .count();
+                ts.chains.insert(
+                    c.name.to_string(),
+                    ChainState {
+                        rules: c.rules.len(),
+                        base: c.base.is_some(),
+                        policy: c.policy().and_then(policy_code),
+                        owned_hooks,
+                    },
+                );
+            }
+        }
+        s
+    }
+
+    /// Number of chains known in table (family, name).
+    pub fn chain_count(&self, family: u8, table: &str) -> usize {
+        self.tables
+            .get(&(family, table.to_string()))
+            .map_or(0, |t| t.chains.len())
+    }
+
+    /// Chain names per table (for the chains-per-owner gauge).
+    pub fn chain_names(&self) -> impl Iterator<Item = &str> {
+        self.tables
+            .values()
+            .flat_map(|t| t.chains.keys().map(String::as_str))
+    }
+
+    /// Applies one transaction and returns what it changed.
+    pub fn apply(&mut self, batch: &Batch) -> ChangeSet {
+        #[derive(Default)]
+        struct Acc {
+            table_existed: bool,
+            table_exists: bool,
+            /// chain -> state before the transaction (None: did not exist).
+            before: BTreeMap<String, Option<ChainState>>,
+            added: BTreeMap<String, usize>,
+            removed: BTreeMap<String, usize>,
+            hooks: Vec<HookRule>,
+            rules_before: usize,
+        }
+        let mut acc: BTreeMap<(u8, String), Acc> = BTreeMap::new();
+        for m in &batch.messages {
+            let (family, table) = match m {
+                NftMessage::Table { family, name, .. } => (*family, name),
+                NftMessage::Chain { family, table, .. }
+                | NftMessage::Rule { family, table, .. } => (*family, table),
+                _ => continue,
+            };
+            let key = (family, table.clone());
+            let a = acc.entry(key.clone()).or_insert_with(|| {
+                let t = self.tables.get(&key);
+                Acc {
+                    table_existed: t.is_some(),
+                    table_exists: t.is_some(),
+                    rules_before: t.map_or(0, |t| t.chains.values().map(|c| c.rules).sum()),
+                    ..Acc::default()
+                }
+            });
+            match m {
+                NftMessage::Table { op: Op::New, .. } => {
+                    self.tables.entry(key).or_default();
+                    a.table_exists = true;
+                }
+                NftMessage::Table { op: Op::Del, .. } => {
+                    if let Some(t) = self.tables.remove(&key) {
+                        for (name, c) in t.chains {
+                            a.before.entry(name).or_insert(Some(c));
+                        }
+                    }
+                    a.table_exists = false;
+                }
+                NftMessage::Chain {
+                    op,
+                    name,
+                    hook,
+                    policy,
+                    ..
+                } => {
+                    let t = self.tables.entry(key).or_default();
+                    a.table_exists = true;
+                    a.before
+                        .entry(name.clone())
+                        .or_insert_with(|| t.chains.get(name).cloned());
+                    match op {
+                        Op::New => {
+                            let c = t.chains.entry(name.clone()).or_default();
+                            c.base |= hook.is_some();
+                            if policy.is_some() {
+                                c.policy = *policy;
+                            }
+                        }
+                        Op::Del => {
+                            t.chains.remove(name);
+                        }
+                    }
+                }
+                NftMessage::Rule {
+                    op,
+                    chain,
+                    appended,
+                    summary,
+                    ..
+                } => {
+                    let t = self.tables.entry(key).or_default();
+                    a.table_exists = true;
+                    a.before
+                        .entry(chain.clone())
+                        .or_insert_with(|| t.chains.get(chain).cloned());
+                    let c = t.chains.entry(chain.clone()).or_default();
+                    let owned_jump = summary.jump.as_deref().is_some_and(is_owned_chain);
+                    let hooks_before = c.owned_hooks;
+                    match op {
+                        Op::New => {
+                            c.rules += 1;
+                            *a.added.entry(chain.clone()).or_default() += 1;
+                            if owned_jump {
+                                c.owned_hooks += 1;
+                            }
+                        }
+                        Op::Del => {
+                            c.rules = c.rules.saturating_sub(1);
+                            *a.removed.entry(chain.clone()).or_default() += 1;
+                            if owned_jump {
+                                c.owned_hooks = c.owned_hooks.saturating_sub(1);
+                            }
+                        }
+                    }
+                    if c.base || crate::changes::is_builtin_chain(chain) {
+                        let added = *op == Op::New;
+                        a.hooks.push(HookRule {
+                            chain: chain.clone(),
+                            added,
+                            jump: summary.jump.clone(),
+                            verdict: summary.verdict.clone(),
+                            inserted: added.then_some(!appended),
+                            ahead_of_owned_hooks: added && !appended && hooks_before > 0,
+                            text: None,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut out = ChangeSet::default();
+        for ((family, table), a) in acc {
+            let key = (family, table.clone());
+            let now = self.tables.get(&key);
+            let mut tc = TableChanges {
+                family: family_name(family).to_string(),
+                table,
+                table_added: !a.table_existed && a.table_exists,
+                table_removed: a.table_existed && !a.table_exists,
+                hook_rules: a.hooks,
+                ..TableChanges::default()
+            };
+            for (name, before) in &a.before {
+                let after = now.and_then(|t| t.chains.get(name));
+                match (before, after) {
+                    (None, Some(c)) => tc.chains_added.push(ChainDelta {
+                        name: name.clone(),
+                        rules: c.rules,
+                    }),
+                    (Some(b), None) => tc.chains_removed.push(ChainDelta {
+                        name: name.clone(),
+                        rules: b.rules,
+                    }),
+                    (Some(b), Some(c)) => {
+                        if let Some(to) = c.policy.filter(|p| Some(*p) != b.policy) {
+                            tc.policies.push(PolicyDelta {
+                                chain: name.clone(),
+                                from: b.policy.map(|p| policy_name(p).to_string()),
+                                to: policy_name(to).to_string(),
+                            });
+                        }
+                        let (ad, rm) = (
+                            a.added.get(name).copied().unwrap_or(0),
+                            a.removed.get(name).copied().unwrap_or(0),
+                        );
+                        if ad > 0 {
+                            tc.rules_added.insert(name.clone(), ad);
+                        }
+                        if rm > 0 {
+                            tc.rules_removed.insert(name.clone(), rm);
+                        }
+                        if ad > 0 || rm > 0 {
+                            tc.rules_after.insert(name.clone(), c.rules);
+                        }
+                    }
+                    (None, None) => {}
+                }
+            }
+            let rules_now: usize = now.map_or(0, |t| t.chains.values().map(|c| c.rules).sum());
+            tc.whole_table_flushed = a.rules_before > 0 && rules_now == 0;
+            if !tc.is_empty() {
+                out.tables.push(tc);
+            }
+        }
+        out
+    }
+}
+
+impl NftState {
+    /// What changed from `self` (what plumb believed) to `newer` (a fresh dump):
+    /// used after lost events, when the writer is unknown.
+    pub fn diff_to(&self, newer: &NftState) -> ChangeSet {
+        let mut keys: Vec<&(u8, String)> = self.tables.keys().chain(newer.tables.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        let mut out = ChangeSet::default();
+        let empty = TableState::default();
+        for key in keys {
+            let (old, new) = (self.tables.get(key), newer.tables.get(key));
+            let mut tc = TableChanges {
+                family: family_name(key.0).to_string(),
+                table: key.1.clone(),
+                table_added: old.is_none(),
+                table_removed: new.is_none(),
+                ..TableChanges::default()
+            };
+            let (o, n) = (old.unwrap_or(&empty), new.unwrap_or(&empty));
+            let mut names: Vec<&String> = o.chains.keys().chain(n.chains.keys()).collect();
+            names.sort();
+            names.dedup();
+            for name in names {
+                match (o.chains.get(name), n.chains.get(name)) {
+                    (None, Some(c)) => tc.chains_added.push(ChainDelta {
+                        name: name.clone(),
+                        rules: c.rules,
+                    }),
+                    (Some(c), None) => tc.chains_removed.push(ChainDelta {
+                        name: name.clone(),
+                        rules: c.rules,
+                    }),
+                    (Some(a), Some(b)) => {
+                        if b.rules > a.rules {
+                            tc.rules_added.insert(name.clone(), b.rules - a.rules);
+                        } else if a.rules > b.rules {
+                            tc.rules_removed.insert(name.clone(), a.rules - b.rules);
+                        }
+                        if a.rules != b.rules {
+                            tc.rules_after.insert(name.clone(), b.rules);
+                        }
+                        if let Some(to) = b.policy.filter(|p| Some(*p) != a.policy) {
+                            tc.policies.push(PolicyDelta {
+                                chain: name.clone(),
+                                from: a.policy.map(|p| policy_name(p).to_string()),
+                                to: policy_name(to).to_string(),
+                            });
+                        }
+                    }
+                    (None, None) => {}
+                }
+            }
+            if !tc.is_empty() {
+                out.tables.push(tc);
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,519 @@
+//! The watch loop: listeners on threads, one detection loop, events to a sink.
+//!
+//! ```text
+//!  nft listener (in netns) ──Batch+Actor──┐
+//!  audit listener (init netns) ──Audit────┼──> loop: state.apply → detect → Event → sink, metrics
+//!  timers (resync, legacy re-read/poll) ──┘
+//! ```
+//!
+//! The writer of an nf_tables batch is resolved on the listener thread the moment
+//! NEWGEN arrives (short-lived writers exit quickly). When the process is already gone
+//! and audit is available, the batch waits up to [`AUDIT_JOIN_WAIT`] for the audit
+//! event of the same generation (exe, ppid, argv). Lost notifications (ENOBUFS) produce
+//! a `gap` event and a debounced full re-read whose differences are a `resync` event.
+
+use crate::actor::{self, Actor, Hints};
+use crate::audit::{Assembler, AuditListener, NetfilterAudit};
+use crate::changes::{ChangeSet, from_rulesets};
+use crate::detect::{FightPolicy, FightTracker, Kind, Source, detect};
+use crate::event::Event;
+use crate::metrics::{ErrorKind, Metrics};
+use crate::nft_events::{Batch, NftListener, Received};
+use crate::state::NftState;
+use plumb_collect::{SystemRunner, collect_rulesets};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long a batch whose writer is gone waits for its audit record.
+pub const AUDIT_JOIN_WAIT: Duration = Duration::from_millis(30);
+
+/// How to watch.
+#[derive(Clone, Debug)]
+pub struct WatchOptions {
+    /// Network namespace name (under /run/netns) or path; None: this one.
+    pub netns: Option<String>,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Listen to audit when possible.
+    pub audit: bool,
+    /// Quiet time before a re-read after a burst (resync, legacy).
+    pub debounce: Duration,
+    /// Legacy fingerprint poll interval when audit is unavailable.
+    pub legacy_poll: Duration,
+    pub fight: FightPolicy,
+    /// Netlink receive buffer asked for (bytes).
+    pub receive_buffer: usize,
+    /// Set once subscribed and the baseline is read (tests wait for it).
+    pub ready: Option<Arc<AtomicBool>>,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions {
+            netns: None,
+            duration: None,
+            audit: true,
+            debounce: Duration::from_millis(100),
+            legacy_poll: Duration::from_secs(2),
+            fight: FightPolicy::default(),
+            ready: None,
+            receive_buffer: crate::nft_events::RECEIVE_BUFFER,
+        }
+    }
+}
+
+/// Why watch could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error(
+        "cannot subscribe to nftables notifications{}: {source} (needs CAP_NET_ADMIN, and CAP_SYS_ADMIN to enter a namespace)",
+        .netns.as_deref().map(|n| format!(" in network namespace {n}")).unwrap_or_default()
+    )]
+    Subscribe {
+        netns: Option<String>,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What a watch run saw (printed at the end).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Summary {
+    pub duration_s: f64,
+    pub events: BTreeMap<String, u64>,
+    pub batches: u64,
+    pub gaps: u64,
+    /// `listening`, `unavailable: <why>` or `off`.
+    pub audit: String,
+    /// `none`, `audit` (attributed) or `polling` (degraded).
+    pub legacy: String,
+    pub notes: Vec<String>,
+}
+
+enum Msg {
+    Batch(Box<Batch>, Actor),
+    Gap,
+    Audit(Box<NetfilterAudit>),
+    Error(ErrorKind, String),
+}
+
+struct Pending {
+    batch: Box<Batch>,
+    actor: Actor,
+    deadline: Instant,
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
+}
+
+/// Watches until `stop` is set or the duration ends; every event goes to `sink`.
+pub fn watch(
+    opts: &WatchOptions,
+    metrics: &Metrics,
+    stop: Arc<AtomicBool>,
+    sink: &mut dyn FnMut(&Event),
+) -> Result<Summary, WatchError> {
+    let started = Instant::now();
+    let netns = opts.netns.as_deref();
+    let mut summary = Summary::default();
+    let mut nft =
+        NftListener::open(netns, opts.receive_buffer).map_err(|source| WatchError::Subscribe {
+            netns: opts.netns.clone(),
+            source,
+        })?;
+    let (tx, rx) = mpsc::channel::<Msg>();
+    // Subscribe first, then read the baseline: nothing committed in between is missed.
+    let runner = SystemRunner;
+    let baseline = collect_rulesets(&runner, netns);
+    let mut state = NftState::from_ruleset(&baseline.ruleset);
+    metrics.set_chains(state.chain_names());
+    let mut legacy_rs = crate::legacy::read(&runner, netns);
+    let legacy_present = !legacy_rs.ruleset.tables.is_empty();
+
+    // nftables listener thread.
+    let nft_stop = stop.clone();
+    let nft_tx = tx.clone();
+    let nft_thread = std::thread::Builder::new()
+        .name("plumb-nft".into())
+        .spawn(move || {
+            while !nft_stop.load(Ordering::Relaxed) {
+                match nft.receive() {
+                    Ok(Received::Batches(batches)) => {
+                        for b in batches {
+                            let actor = match b.pid {
+                                Some(pid) if pid > 0 => actor::resolve(
+                                    pid,
+                                    &Hints {
+                                        comm: b.comm.clone(),
+                                        ..Hints::default()
+                                    },
+                                ),
+                                _ => Actor {
+                                    comm: b.comm.clone(),
+                                    ..Actor::unknown()
+                                },
+                            };
+                            if nft_tx.send(Msg::Batch(Box::new(b), actor)).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Ok(Received::Gap) => {
+                        let _ = nft_tx.send(Msg::Gap);
+                    }
+                    Ok(Received::Idle) => {}
+                    Err(e) => {
+                        let _ = nft_tx.send(Msg::Error(ErrorKind::NetlinkReceive, e.to_string()));
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            }
+        })
+        .ok();
+
+    // Audit listener thread (initial namespace only).
+    let mut audit_ok = false;
+    summary.audit = if !opts.audit {
+        "off".into()
+    } else if !crate::audit::in_initial_netns() {
+        metrics.error(ErrorKind::AuditUnavailable);
+        "unavailable: plumb is not in the initial network namespace".into()
+    } else {
+        match AuditListener::open() {
+            Ok(mut listener) => {
+                audit_ok = true;
+                let a_stop = stop.clone();
+                let a_tx = tx.clone();
+                let _ = std::thread::Builder::new()
+                    .name("plumb-audit".into())
+                    .spawn(move || {
+                        let mut asm = Assembler::default();
+                        while !a_stop.load(Ordering::Relaxed) {
+                            let now = unix_ms(SystemTime::now());
+                            let mut done = Vec::new();
+                            match listener.receive() {
+                                Ok(records) => {
+                                    for r in records {
+                                        done.extend(asm.push(r, now));
+                                    }
+                                }
+                                Err(e) => {
+                                    let _ = a_tx
+                                        .send(Msg::Error(ErrorKind::AuditReceive, e.to_string()));
+                                }
+                            }
+                            done.extend(asm.flush_older(now, 50));
+                            for ev in done {
+                                if a_tx.send(Msg::Audit(Box::new(ev))).is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    });
+                "listening".into()
+            }
+            Err(e) => {
+                metrics.error(ErrorKind::AuditUnavailable);
+                format!("unavailable: {e} (needs CAP_AUDIT_READ)")
+            }
+        }
+    };
+    drop(tx);
+    summary.legacy = match (legacy_present, audit_ok) {
+        (false, _) => "none".into(),
+        (true, true) => "audit".into(),
+        (true, false) => "polling".into(),
+    };
+    if legacy_present && !audit_ok {
+        summary.notes.push(
+            "iptables-legacy tables present and audit unavailable: legacy changes are found by polling; attribution and latency are degraded".into(),
+        );
+    }
+
+    if let Some(r) = &opts.ready {
+        r.store(true, Ordering::SeqCst);
+    }
+    let mut fights = FightTracker::new(opts.fight);
+    let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut recent_audit: VecDeque<NetfilterAudit> = VecDeque::new();
+    let mut resync_at: Option<Instant> = None;
+    let mut legacy_at: Option<(Instant, Actor)> = None;
+    let mut next_poll = Instant::now() + opts.legacy_poll;
+    let mut last_gauge = Instant::now();
+    let mut emit = |e: Event, summary: &mut Summary| {
+        metrics.event(&e, unix_ms(SystemTime::now()) as f64 / 1000.0);
+        *summary
+            .events
+            .entry(e.kind.as_str().to_string())
+            .or_default() += 1;
+        sink(&e);
+    };
+
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if opts.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        let wait = Duration::from_millis(if pending.is_empty() { 50 } else { 5 });
+        match rx.recv_timeout(wait) {
+            Ok(Msg::Batch(batch, actor)) => {
+                if actor.gone && audit_ok {
+                    // Try a join with an audit event already here.
+                    if let Some(a) = recent_audit
+                        .iter()
+                        .find(|a| a.generation() == Some(batch.generation))
+                    {
+                        let actor = enrich(actor, a);
+                        for e in
+                            process(&batch, &actor, &mut state, &mut fights, netns, &mut summary)
+                        {
+                            emit(e, &mut summary);
+                        }
+                    } else {
+                        pending.push_back(Pending {
+                            batch,
+                            actor,
+                            deadline: Instant::now() + AUDIT_JOIN_WAIT,
+                        });
+                    }
+                } else if !pending.is_empty() {
+                    // Keep order: later batches wait behind earlier ones.
+                    pending.push_back(Pending {
+                        batch,
+                        actor,
+                        deadline: Instant::now(),
+                    });
+                } else {
+                    for e in process(&batch, &actor, &mut state, &mut fights, netns, &mut summary) {
+                        emit(e, &mut summary);
+                    }
+                }
+            }
+            Ok(Msg::Audit(a)) => {
+                if let Some(p) = pending
+                    .iter_mut()
+                    .find(|p| a.generation() == Some(p.batch.generation))
+                {
+                    p.actor = enrich(std::mem::take(&mut p.actor), &a);
+                    p.deadline = Instant::now();
+                }
+                let legacy_change = a.changes.iter().any(|c| c.op == "xt_replace");
+                if legacy_change && audit_pid_in_netns(&a, netns) {
+                    let hints = Hints {
+                        comm: a.changes.iter().find_map(|c| c.comm.clone()),
+                        exe: a.syscall.as_ref().and_then(|s| s.exe.clone()),
+                        ppid: a.syscall.as_ref().and_then(|s| s.ppid),
+                        uid: a.syscall.as_ref().and_then(|s| s.uid),
+                        argv: a.argv.clone(),
+                    };
+                    let actor = a
+                        .pid()
+                        .map(|p| actor::resolve(p, &hints))
+                        .unwrap_or_default();
+                    legacy_at = Some((Instant::now() + opts.debounce, actor));
+                }
+                recent_audit.push_back(*a);
+                while recent_audit.len() > 256 {
+                    recent_audit.pop_front();
+                }
+            }
+            Ok(Msg::Gap) => {
+                summary.gaps += 1;
+                emit(
+                    Event::gap(
+                        SystemTime::now(),
+                        netns,
+                        "the kernel dropped nftables notifications (ENOBUFS)",
+                    ),
+                    &mut summary,
+                );
+                resync_at = Some(Instant::now() + opts.debounce);
+            }
+            Ok(Msg::Error(kind, _msg)) => metrics.error(kind),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        // Batches whose audit wait is over, in order.
+        while pending
+            .front()
+            .is_some_and(|p| p.deadline <= Instant::now())
+        {
+            if let Some(p) = pending.pop_front() {
+                for e in process(
+                    &p.batch,
+                    &p.actor,
+                    &mut state,
+                    &mut fights,
+                    netns,
+                    &mut summary,
+                ) {
+                    emit(e, &mut summary);
+                }
+            }
+        }
+        // Debounced full resync after a gap.
+        if resync_at.is_some_and(|t| t <= Instant::now()) {
+            resync_at = None;
+            let fresh = collect_rulesets(&runner, netns);
+            let new_state = NftState::from_ruleset(&fresh.ruleset);
+            let changes = state.diff_to(&new_state);
+            state = new_state;
+            resync_events(&changes, &mut fights, netns, &mut |e| emit(e, &mut summary));
+        }
+        // Legacy: audit-triggered re-read, or a poll without audit.
+        let poll_due = legacy_present && !audit_ok && Instant::now() >= next_poll;
+        let trigger_due = legacy_at
+            .as_ref()
+            .is_some_and(|(t, _)| *t <= Instant::now());
+        if poll_due || trigger_due {
+            next_poll = Instant::now() + opts.legacy_poll;
+            let (actor, source) = match legacy_at.take() {
+                Some((_, a)) if trigger_due => (a, Source::Write),
+                other => {
+                    legacy_at = other;
+                    (Actor::unknown(), Source::Poll)
+                }
+            };
+            let fresh = crate::legacy::read(&runner, netns);
+            if !fresh.errors.is_empty() {
+                metrics.error(ErrorKind::Reread);
+            }
+            if fresh.fingerprint != legacy_rs.fingerprint {
+                let changes = from_rulesets(&legacy_rs.ruleset, &fresh.ruleset);
+                let at = SystemTime::now();
+                for f in detect(&changes, &actor, source, unix_ms(at), &mut fights) {
+                    emit(
+                        Event::from_finding(f, at, netns, &actor, None, None),
+                        &mut summary,
+                    );
+                }
+                legacy_rs = fresh;
+            }
+        }
+        if last_gauge.elapsed() >= Duration::from_secs(1) {
+            last_gauge = Instant::now();
+            metrics.set_chains(state.chain_names());
+        }
+    }
+    // Flush what is still waiting for audit.
+    while let Some(p) = pending.pop_front() {
+        for e in process(
+            &p.batch,
+            &p.actor,
+            &mut state,
+            &mut fights,
+            netns,
+            &mut summary,
+        ) {
+            emit(e, &mut summary);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(t) = nft_thread {
+        let _ = t.join();
+    }
+    summary.duration_s = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+fn process(
+    batch: &Batch,
+    actor: &Actor,
+    state: &mut NftState,
+    fights: &mut FightTracker,
+    netns: Option<&str>,
+    summary: &mut Summary,
+) -> Vec<Event> {
+    let changes = state.apply(batch);
+    let received = batch.received.unwrap_or_else(SystemTime::now);
+    summary.batches += 1;
+    detect(&changes, actor, Source::Write, unix_ms(received), fights)
+        .into_iter()
+        .map(|f| {
+            let now = SystemTime::now();
+            let latency = now
+                .duration_since(received)
+                .map(|d| d.as_secs_f64() * 1000.0)
+                .ok();
+            Event::from_finding(f, now, netns, actor, Some(batch.generation), latency)
+        })
+        .collect()
+}
+
+fn resync_events(
+    changes: &ChangeSet,
+    fights: &mut FightTracker,
+    netns: Option<&str>,
+    emit: &mut dyn FnMut(Event),
+) {
+    let at = SystemTime::now();
+    let unknown = Actor::unknown();
+    for f in detect(changes, &unknown, Source::Resync, unix_ms(at), fights) {
+        debug_assert_eq!(f.kind, Kind::Resync);
+        emit(Event::from_finding(f, at, netns, &unknown, None, None));
+    }
+}
+
+/// Adds what an audit event knows about the writer (exe, ppid, uid, argv) and
+/// re-identifies it through its parent.
+fn enrich(actor: Actor, a: &NetfilterAudit) -> Actor {
+    let Some(pid) = actor.pid.or_else(|| a.pid()) else {
+        return actor;
+    };
+    let s = a.syscall.clone().unwrap_or_default();
+    let hints = Hints {
+        comm: actor.comm.clone().or(s.comm),
+        exe: actor.exe.clone().or(s.exe),
+        ppid: actor.ppid.or(s.ppid),
+        uid: actor.uid.or(s.uid),
+        argv: actor.argv.clone().or_else(|| a.argv.clone()),
+    };
+    let mut out = actor::resolve_with(pid, &hints, &|_| None);
+    // The parent usually outlives the writer: look it up for the identity.
+    if let Some(pp) = hints.ppid {
+        let mut chain = vec![crate::actor::ProcInfo {
+            pid,
+            comm: hints.comm.clone(),
+            exe: hints.exe.clone(),
+            ppid: Some(pp),
+            argv: hints.argv.clone(),
+            ..Default::default()
+        }];
+        let mut next = Some(pp);
+        while let Some(p) = next.filter(|&p| p > 1 && chain.len() < 7) {
+            match crate::actor::ProcInfo::read(p) {
+                Some(info) => {
+                    next = info.ppid;
+                    chain.push(info);
+                }
+                None => break,
+            }
+        }
+        out.identity = crate::actor::identify(&chain);
+    }
+    out.gone = true;
+    out
+}
+
+/// Whether the writer of an audit event lives in the watched namespace (true when
+/// it cannot be told: the process is gone).
+fn audit_pid_in_netns(a: &NetfilterAudit, netns: Option<&str>) -> bool {
+    let Some(pid) = a.pid() else { return true };
+    let watched = match netns {
+        Some(n) => crate::netns::netns_inode(&crate::netns::netns_path(n)),
+        None => crate::netns::netns_inode("/proc/self/ns/net"),
+    };
+    match (
+        watched,
+        crate::netns::netns_inode(&format!("/proc/{pid}/ns/net")),
+    ) {
+        (Ok(w), Ok(p)) => w == p,
+        _ => true,
+    }
+}
