@@ -21,6 +21,9 @@ pub enum Command {
     /// Read, summarise, print and diff netfilter rulesets.
     #[command(subcommand)]
     Ruleset(RulesetCommand),
+    /// Report who changes netfilter rules as it happens: foreign changes to kube-proxy/CNI
+    /// objects, revert fights, policy changes (nftables events, audit; read-only).
+    Watch(WatchFlags),
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -81,4 +84,24 @@ pub struct InputFlags {
     /// Refuse inputs larger than this many bytes.
     #[arg(long, value_name = "BYTES", default_value_t = plumb_ruleset::format::DEFAULT_MAX_SIZE)]
     pub max_input_size: usize,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct WatchFlags {
+    /// Watch this network namespace (as in `ip netns exec NAME`, or a path such as
+    /// /proc/PID/ns/net) instead of the host's.
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
+    /// One JSON object per line instead of human lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Stop after this many seconds and print a summary (default: until SIGINT/SIGTERM).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Serve Prometheus metrics on this address (GET /metrics).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Do not listen to audit (exe/ppid/argv of writers; the legacy-backend trigger).
+    #[arg(long)]
+    pub no_audit: bool,
 }

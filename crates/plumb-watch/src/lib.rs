@@ -15,6 +15,7 @@
 
 pub mod actor;
 pub mod audit;
+pub mod audit_control;
 pub mod changes;
 pub mod detect;
 pub mod event;
@@ -24,6 +25,7 @@ pub mod metrics;
 pub mod netlink;
 pub mod netns;
 pub mod nft_events;
+pub mod signals;
 pub mod state;
 pub mod watcher;
 

@@ -221,11 +221,18 @@ impl Metrics {
         }
     }
 
-    /// The text exposition (OpenMetrics text, which Prometheus and promtool read).
-    pub fn render(&self) -> String {
+    /// The OpenMetrics text exposition, as prometheus-client writes it.
+    pub fn render_openmetrics(&self) -> String {
         let mut s = String::new();
         let _ = encode(&mut s, &self.registry);
         s
+    }
+
+    /// The Prometheus text exposition (format 0.0.4), what `/metrics` serves and
+    /// `promtool check metrics` lints: counter families are named with their
+    /// `_total` suffix in HELP/TYPE, and the OpenMetrics `# EOF` is dropped.
+    pub fn render(&self) -> String {
+        to_prometheus_text(&self.render_openmetrics())
     }
 
     /// Serves `/metrics` on `addr` from a background thread; returns the bound address.
@@ -240,14 +247,21 @@ impl Metrics {
                     let Ok(mut s) = stream else { continue };
                     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
                     let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
-                    let mut req = [0u8; 2048];
-                    let n = s.read(&mut req).unwrap_or(0);
-                    let line = String::from_utf8_lossy(&req[..n]);
+                    // Read the request head (it may arrive in pieces), bounded.
+                    let mut req = Vec::with_capacity(1024);
+                    let mut chunk = [0u8; 1024];
+                    while req.len() < 16 * 1024 && !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut chunk) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => req.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let line = String::from_utf8_lossy(&req);
                     let path = line.split_whitespace().nth(1).unwrap_or("");
                     let (status, ctype, body) = match path {
                         "/metrics" => (
                             "200 OK",
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            "text/plain; version=0.0.4; charset=utf-8",
                             me.render(),
                         ),
                         "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
@@ -262,6 +276,41 @@ impl Metrics {
             })?;
         Ok(local)
     }
+}
+
+/// Rewrites prometheus-client's OpenMetrics text as Prometheus text format 0.0.4.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: BTreeSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = line
+            .strip_prefix("# HELP ")
+            .map(|r| ("# HELP ", r))
+            .or_else(|| line.strip_prefix("# TYPE ").map(|r| ("# TYPE ", r)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                if counters.contains(name) {
+                    out.push_str(&format!("{prefix}{name}_total {tail}\n"));
+                } else {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -287,8 +336,11 @@ mod tests {
             "plumb_watch_last_foreign_change_timestamp_seconds 0",
             "plumb_watch_event_gaps_total 0",
             "# TYPE plumb_watch_detection_latency_seconds histogram",
+            "# TYPE plumb_watch_errors_total counter",
+            "# HELP plumb_watch_errors_total Errors by kind",
         ] {
             assert!(text.contains(name), "{name} missing in\n{text}");
         }
+        assert!(!text.contains("# EOF"));
     }
 }

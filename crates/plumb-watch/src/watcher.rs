@@ -241,6 +241,7 @@ pub fn watch(
     let mut pending: VecDeque<Pending> = VecDeque::new();
     let mut recent_audit: VecDeque<NetfilterAudit> = VecDeque::new();
     let mut resync_at: Option<Instant> = None;
+    let mut audit_seen = false;
     let mut legacy_at: Option<(Instant, Actor)> = None;
     let mut next_poll = Instant::now() + opts.legacy_poll;
     let mut last_gauge = Instant::now();
@@ -263,7 +264,9 @@ pub fn watch(
         let wait = Duration::from_millis(if pending.is_empty() { 50 } else { 5 });
         match rx.recv_timeout(wait) {
             Ok(Msg::Batch(batch, actor)) => {
-                if actor.gone && audit_ok {
+                // Wait for audit only once audit has shown it delivers records
+                // (the kernel may have audit disabled: then nothing ever comes).
+                if actor.gone && audit_ok && audit_seen {
                     // Try a join with an audit event already here.
                     if let Some(a) = recent_audit
                         .iter()
@@ -296,6 +299,7 @@ pub fn watch(
                 }
             }
             Ok(Msg::Audit(a)) => {
+                audit_seen = true;
                 if let Some(p) = pending
                     .iter_mut()
                     .find(|p| a.generation() == Some(p.batch.generation))

@@ -3,6 +3,7 @@
 
 mod input;
 mod ruleset;
+mod watch;
 
 use crate::Verdict;
 use crate::flags::{Cli, Command};
@@ -10,6 +11,7 @@ use crate::flags::{Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
     match cli.command {
         Command::Ruleset(c) => ruleset::run(c),
+        Command::Watch(f) => watch::run(f),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();
