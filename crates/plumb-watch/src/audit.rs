@@ -127,7 +127,7 @@ fn fields(body: &str, proctitle: bool) -> Vec<(String, String)> {
 /// Decodes an even-length hex string; NULs (argv separators) become spaces when
 /// `argv`. Returns None unless the whole input is hex.
 fn decode_hex(s: &str, argv: bool) -> Option<String> {
-    if s.len() < 2 || s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if s.len() < 2 || !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     // Plain decimal-looking words like "1234" are valid hex too; require a letter or

@@ -94,7 +94,7 @@ pub struct Summary {
 }
 
 enum Msg {
-    Batch(Box<Batch>, Actor),
+    Batch(Box<(Batch, Actor)>),
     Gap,
     Audit(Box<NetfilterAudit>),
     Error(ErrorKind, String),
@@ -157,7 +157,7 @@ pub fn watch(
                                     ..Actor::unknown()
                                 },
                             };
-                            if nft_tx.send(Msg::Batch(Box::new(b), actor)).is_err() {
+                            if nft_tx.send(Msg::Batch(Box::new((b, actor)))).is_err() {
                                 return;
                             }
                         }
@@ -263,7 +263,9 @@ pub fn watch(
         }
         let wait = Duration::from_millis(if pending.is_empty() { 50 } else { 5 });
         match rx.recv_timeout(wait) {
-            Ok(Msg::Batch(batch, actor)) => {
+            Ok(Msg::Batch(ba)) => {
+                let (batch, actor) = *ba;
+                let batch = Box::new(batch);
                 // Wait for audit only once audit has shown it delivers records
                 // (the kernel may have audit disabled: then nothing ever comes).
                 if actor.gone && audit_ok && audit_seen {
