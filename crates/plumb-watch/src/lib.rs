@@ -16,6 +16,7 @@
 pub mod actor;
 pub mod audit;
 pub mod audit_control;
+pub mod baseline;
 pub mod changes;
 pub mod detect;
 pub mod event;

@@ -299,7 +299,7 @@ impl NftListener {
             Ok(s)
         })?;
         set_receive_buffer(&socket, receive_buffer);
-        set_receive_timeout(&socket, Duration::from_millis(200))?;
+        set_receive_timeout(&socket, Duration::from_millis(500))?;
         Ok(NftListener {
             socket,
             buf: vec![0; 256 * 1024],

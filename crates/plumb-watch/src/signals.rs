@@ -28,7 +28,7 @@ pub fn stop_on_signals() -> Arc<AtomicBool> {
         .name("plumb-signals".into())
         .spawn(move || {
             while !SIGNALLED.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::sleep(Duration::from_millis(200));
             }
             s.store(true, Ordering::SeqCst);
         });

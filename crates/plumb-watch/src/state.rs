@@ -345,3 +345,92 @@ impl NftState {
         out
     }
 }
+
+impl NftState {
+    /// Whether table (family, name) is known.
+    pub fn has_table(&self, family: u8, table: &str) -> bool {
+        self.tables.contains_key(&(family, table.to_string()))
+    }
+
+    /// Adds the nf_tables-backed tables of a parsed ruleset (native nft tables).
+    pub fn add_ruleset(&mut self, rs: &Ruleset) {
+        let other = NftState::from_ruleset(rs);
+        self.tables.extend(other.tables);
+    }
+
+    /// Seeds from iptables-save text (see [`SaveScanner`]).
+    pub fn scan_iptables_save<S: AsRef<str>>(
+        &mut self,
+        family: u8,
+        lines: impl Iterator<Item = S>,
+    ) {
+        let mut sc = SaveScanner::new(family);
+        for l in lines {
+            sc.line(self, l.as_ref());
+        }
+    }
+}
+
+/// Seeds [`NftState`] from iptables-save text one line at a time, without building
+/// the ruleset model: only chain names, policies, rule counts and owned hook jumps
+/// are kept, so a 10k-service dump costs a few MB instead of a full parse.
+#[derive(Debug)]
+pub struct SaveScanner {
+    family: u8,
+    table: Option<String>,
+}
+
+impl SaveScanner {
+    pub fn new(family: u8) -> SaveScanner {
+        SaveScanner {
+            family,
+            table: None,
+        }
+    }
+
+    /// Feeds one line of iptables-save output.
+    pub fn line(&mut self, state: &mut NftState, line: &str) {
+        let line = line.trim_end();
+        if let Some(t) = line.strip_prefix('*') {
+            let t = t.trim().to_string();
+            state.tables.entry((self.family, t.clone())).or_default();
+            self.table = Some(t);
+            return;
+        }
+        let Some(t) = &self.table else { return };
+        let Some(ts) = state.tables.get_mut(&(self.family, t.clone())) else {
+            return;
+        };
+        if let Some(rest) = line.strip_prefix(':') {
+            let mut words = rest.split_whitespace();
+            let (Some(name), policy) = (words.next(), words.next()) else {
+                return;
+            };
+            let policy = match policy {
+                Some("ACCEPT") => Some(1),
+                Some("DROP") => Some(0),
+                _ => None,
+            };
+            let c = ts.chains.entry(name.to_string()).or_default();
+            c.base = policy.is_some();
+            c.policy = policy;
+            return;
+        }
+        // `-A CHAIN ...`, or `[p:b] -A CHAIN ...` (iptables-save -c).
+        let rest = match line.strip_prefix("-A ") {
+            Some(r) => r,
+            None => match line.find("] -A ") {
+                Some(i) if line.starts_with('[') => &line[i + 5..],
+                _ => return,
+            },
+        };
+        let Some(name) = rest.split_whitespace().next() else {
+            return;
+        };
+        let c = ts.chains.entry(name.to_string()).or_default();
+        c.rules += 1;
+        if c.base && crate::changes::jump_target(rest).is_some_and(|j| is_owned_chain(&j)) {
+            c.owned_hooks += 1;
+        }
+    }
+}

@@ -20,7 +20,7 @@ use crate::event::Event;
 use crate::metrics::{ErrorKind, Metrics};
 use crate::nft_events::{Batch, NftListener, Received};
 use crate::state::NftState;
-use plumb_collect::{SystemRunner, collect_rulesets};
+use plumb_collect::SystemRunner;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -128,8 +128,14 @@ pub fn watch(
     let (tx, rx) = mpsc::channel::<Msg>();
     // Subscribe first, then read the baseline: nothing committed in between is missed.
     let runner = SystemRunner;
-    let baseline = collect_rulesets(&runner, netns);
-    let mut state = NftState::from_ruleset(&baseline.ruleset);
+    let baseline = crate::baseline::read(netns);
+    if !baseline.problems.is_empty() {
+        metrics.error(ErrorKind::Reread);
+        summary
+            .notes
+            .extend(baseline.problems.iter().map(|p| format!("baseline: {p}")));
+    }
+    let mut state = baseline.state;
     metrics.set_chains(state.chain_names());
     let mut legacy_rs = crate::legacy::read(&runner, netns);
     let legacy_present = !legacy_rs.ruleset.tables.is_empty();
@@ -261,7 +267,25 @@ pub fn watch(
         if opts.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
         }
-        let wait = Duration::from_millis(if pending.is_empty() { 50 } else { 5 });
+        // Sleep until the next thing that can be due (few wake-ups when idle).
+        let now = Instant::now();
+        let mut next = now + Duration::from_millis(500);
+        if let Some(p) = pending.front() {
+            next = next.min(p.deadline.max(now + Duration::from_millis(1)));
+        }
+        if let Some(t) = resync_at {
+            next = next.min(t);
+        }
+        if let Some((t, _)) = &legacy_at {
+            next = next.min(*t);
+        }
+        if legacy_present && !audit_ok {
+            next = next.min(next_poll);
+        }
+        if let Some(d) = opts.duration {
+            next = next.min(started + d);
+        }
+        let wait = next.saturating_duration_since(now);
         match rx.recv_timeout(wait) {
             Ok(Msg::Batch(ba)) => {
                 let (batch, actor) = *ba;
@@ -366,8 +390,11 @@ pub fn watch(
         // Debounced full resync after a gap.
         if resync_at.is_some_and(|t| t <= Instant::now()) {
             resync_at = None;
-            let fresh = collect_rulesets(&runner, netns);
-            let new_state = NftState::from_ruleset(&fresh.ruleset);
+            let fresh = crate::baseline::read(netns);
+            if !fresh.problems.is_empty() {
+                metrics.error(ErrorKind::Reread);
+            }
+            let new_state = fresh.state;
             let changes = state.diff_to(&new_state);
             state = new_state;
             resync_events(&changes, &mut fights, netns, &mut |e| emit(e, &mut summary));

@@ -461,3 +461,36 @@ fn native_nft_tables_are_owned_by_table_name() {
     assert_eq!(f[0].owner.as_deref(), Some("kube-proxy"));
     assert_eq!(f[0].kind, Kind::ForeignChange);
 }
+
+#[test]
+fn streaming_scanner_agrees_with_the_full_parse() {
+    let cluster = generate(&GeneratorConfig {
+        services: 40,
+        ..GeneratorConfig::all_features(40, 3)
+    })
+    .unwrap();
+    let text =
+        KubeProxyRules::new(&cluster, &ProxierOptions::default()).to_iptables_save(&SaveOptions {
+            rule_counters: true,
+            ..SaveOptions::default()
+        });
+    let full = NftState::from_ruleset(&nft_dump(&text));
+    let mut scanned = NftState::default();
+    scanned.scan_iptables_save(2, text.lines());
+    assert!(
+        full.diff_to(&scanned).is_empty(),
+        "{:#?}",
+        full.diff_to(&scanned)
+    );
+    assert!(scanned.chain_count(2, "nat") > 100);
+    // Owned hooks are counted the same way: an insertion ahead of them is seen.
+    let mut s = scanned;
+    let c = s.apply(&batch(vec![rule(
+        Op::New,
+        "nat",
+        "PREROUTING",
+        None,
+        false,
+    )]));
+    assert!(c.tables[0].hook_rules[0].ahead_of_owned_hooks);
+}
