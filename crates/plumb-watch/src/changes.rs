@@ -8,7 +8,7 @@
 //! tables, resyncs and polls). Detection ([`crate::detect`]) reads only this type.
 
 use plumb_ruleset::diff::Change;
-use plumb_ruleset::owner::owner_of_chain_name;
+use plumb_ruleset::owner::owner_name_of_chain;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -202,7 +202,7 @@ pub fn jump_target(rule: &str) -> Option<String> {
 
 /// True when `chain` (a jump target) belongs to an owner (not built-in, not unknown).
 pub fn is_owned_chain(chain: &str) -> bool {
-    owner_of_chain_name(chain).is_some()
+    owner_name_of_chain(chain).is_some()
 }
 
 /// The changes from `old` to `new` (two full dumps), with rule counts after and

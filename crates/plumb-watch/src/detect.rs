@@ -15,7 +15,7 @@
 
 use crate::actor::Actor;
 use crate::changes::{ChangeSet, TableChanges, is_builtin_chain};
-use plumb_ruleset::owner::{owner_of_chain_name, table_owner};
+use plumb_ruleset::owner::{owner_name_of_chain, table_owner};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -177,7 +177,7 @@ pub fn owner_of(t: &TableChanges, chain: &str) -> Option<String> {
     if is_builtin_chain(chain) {
         return None;
     }
-    owner_of_chain_name(chain).map(|a| a.owner.0)
+    owner_name_of_chain(chain).map(str::to_string)
 }
 
 /// Writers whose insertions into hook chains are normal (they own hooks themselves).

@@ -208,9 +208,9 @@ impl Metrics {
             let owner = if crate::changes::is_builtin_chain(n) {
                 "builtin".to_string()
             } else {
-                plumb_ruleset::owner::owner_of_chain_name(n)
-                    .map(|a| a.owner.0)
-                    .unwrap_or_else(|| "unknown".into())
+                plumb_ruleset::owner::owner_name_of_chain(n)
+                    .unwrap_or("unknown")
+                    .to_string()
             };
             *counts.entry(owner).or_default() += 1;
         }

@@ -212,8 +212,11 @@ pub struct Batch {
     pub pid: Option<u32>,
     pub comm: Option<String>,
     pub messages: Vec<NftMessage>,
-    /// When the NEWGEN was received (the closest we get to the commit time).
+    /// When the NEWGEN was received.
     pub received: Option<SystemTime>,
+    /// When the first notification of this transaction was received: the kernel
+    /// sends them all at commit, so this is the closest we get to the commit time.
+    pub started: Option<SystemTime>,
 }
 
 /// Groups messages until each NEWGEN. Memory is bounded: a transaction larger than
@@ -223,6 +226,7 @@ pub struct Batcher {
     pending: Vec<NftMessage>,
     dropped: usize,
     max_messages: usize,
+    started: Option<SystemTime>,
 }
 
 impl Default for Batcher {
@@ -237,6 +241,7 @@ impl Batcher {
             pending: Vec::new(),
             dropped: 0,
             max_messages,
+            started: None,
         }
     }
 
@@ -244,6 +249,9 @@ impl Batcher {
     pub fn push(&mut self, msgs: Vec<NftMessage>, now: SystemTime) -> Vec<Batch> {
         let mut out = Vec::new();
         for m in msgs {
+            if self.started.is_none() {
+                self.started = Some(now);
+            }
             match m {
                 NftMessage::Gen { id, pid, comm } => out.push(Batch {
                     generation: id,
@@ -251,6 +259,7 @@ impl Batcher {
                     comm,
                     messages: std::mem::take(&mut self.pending),
                     received: Some(now),
+                    started: self.started.take(),
                 }),
                 m if self.pending.len() < self.max_messages => self.pending.push(m),
                 _ => self.dropped += 1,
@@ -262,6 +271,7 @@ impl Batcher {
     /// Forgets a partial transaction (after a gap: its start was lost).
     pub fn reset(&mut self) {
         self.pending.clear();
+        self.started = None;
         self.dropped = 0;
     }
 }
@@ -310,9 +320,8 @@ impl NftListener {
     /// Waits up to the receive timeout for notifications.
     pub fn receive(&mut self) -> io::Result<Received> {
         let mut batches = Vec::new();
-        let mut flags = 0;
         loop {
-            let n = match self.socket.recv(&mut &mut self.buf[..], flags) {
+            let n = match self.socket.recv(&mut &mut self.buf[..], 0) {
                 Ok(n) => n,
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     self.batcher.reset();
@@ -331,9 +340,10 @@ impl NftListener {
             };
             let n = n.min(self.buf.len());
             batches.extend(self.batcher.push(decode(&self.buf[..n]), SystemTime::now()));
-            if !batches.is_empty() && flags == 0 {
-                // Drain what is already queued without waiting, then report.
-                flags = libc::MSG_DONTWAIT;
+            if !batches.is_empty() {
+                // A transaction is complete: report it now (latency), the rest of a
+                // burst is read on the next call.
+                break;
             }
         }
         Ok(if batches.is_empty() {

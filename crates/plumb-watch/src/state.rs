@@ -12,7 +12,7 @@
 use crate::changes::{ChainDelta, ChangeSet, HookRule, PolicyDelta, TableChanges, is_owned_chain};
 use crate::nft_events::{Batch, NftMessage, Op, family_name};
 use plumb_ruleset::{Backend, Family, Ruleset};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct ChainState {
@@ -119,13 +119,16 @@ impl NftState {
             table_existed: bool,
             table_exists: bool,
             /// chain -> state before the transaction (None: did not exist).
-            before: BTreeMap<String, Option<ChainState>>,
-            added: BTreeMap<String, usize>,
-            removed: BTreeMap<String, usize>,
+            before: HashMap<String, Option<ChainState>>,
+            added: HashMap<String, usize>,
+            removed: HashMap<String, usize>,
             hooks: Vec<HookRule>,
             rules_before: usize,
         }
-        let mut acc: BTreeMap<(u8, String), Acc> = BTreeMap::new();
+        // Hot loop (a 10k-service sync is ~150k messages): no allocation per message
+        // except for chain names seen for the first time in this transaction.
+        let mut acc: HashMap<(u8, String), Acc> = HashMap::new();
+        let mut key: (u8, String) = (0, String::new());
         for m in &batch.messages {
             let (family, table) = match m {
                 NftMessage::Table { family, name, .. } => (*family, name),
@@ -133,86 +136,103 @@ impl NftState {
                 | NftMessage::Rule { family, table, .. } => (*family, table),
                 _ => continue,
             };
-            let key = (family, table.clone());
-            let a = acc.entry(key.clone()).or_insert_with(|| {
+            if key.0 != family || key.1 != *table {
+                key.0 = family;
+                key.1.clone_from(table);
+            }
+            if !acc.contains_key(&key) {
                 let t = self.tables.get(&key);
-                Acc {
-                    table_existed: t.is_some(),
-                    table_exists: t.is_some(),
-                    rules_before: t.map_or(0, |t| t.chains.values().map(|c| c.rules).sum()),
-                    ..Acc::default()
-                }
-            });
-            match m {
-                NftMessage::Table { op: Op::New, .. } => {
-                    self.tables.entry(key).or_default();
-                    a.table_exists = true;
-                }
-                NftMessage::Table { op: Op::Del, .. } => {
-                    if let Some(t) = self.tables.remove(&key) {
-                        for (name, c) in t.chains {
-                            a.before.entry(name).or_insert(Some(c));
-                        }
+                acc.insert(
+                    key.clone(),
+                    Acc {
+                        table_existed: t.is_some(),
+                        table_exists: t.is_some(),
+                        rules_before: t.map_or(0, |t| t.chains.values().map(|c| c.rules).sum()),
+                        ..Acc::default()
+                    },
+                );
+            }
+            let Some(a) = acc.get_mut(&key) else { continue };
+            if matches!(m, NftMessage::Table { op: Op::Del, .. }) {
+                if let Some(t) = self.tables.remove(&key) {
+                    for (name, c) in t.chains {
+                        a.before.entry(name).or_insert(Some(c));
                     }
-                    a.table_exists = false;
                 }
+                a.table_exists = false;
+                continue;
+            }
+            if !self.tables.contains_key(&key) {
+                self.tables.insert(key.clone(), TableState::default());
+            }
+            let Some(t) = self.tables.get_mut(&key) else {
+                continue;
+            };
+            a.table_exists = true;
+            let chain = match m {
+                NftMessage::Chain { name, .. } => name,
+                NftMessage::Rule { chain, .. } => chain,
+                _ => continue,
+            };
+            if !a.before.contains_key(chain) {
+                a.before.insert(chain.clone(), t.chains.get(chain).cloned());
+            }
+            match m {
                 NftMessage::Chain {
-                    op,
-                    name,
+                    op: Op::New,
                     hook,
                     policy,
                     ..
                 } => {
-                    let t = self.tables.entry(key).or_default();
-                    a.table_exists = true;
-                    a.before
-                        .entry(name.clone())
-                        .or_insert_with(|| t.chains.get(name).cloned());
-                    match op {
-                        Op::New => {
-                            let c = t.chains.entry(name.clone()).or_default();
-                            c.base |= hook.is_some();
-                            if policy.is_some() {
-                                c.policy = *policy;
-                            }
-                        }
-                        Op::Del => {
-                            t.chains.remove(name);
-                        }
+                    let c = t.chains.entry(chain.clone()).or_default();
+                    c.base |= hook.is_some();
+                    if policy.is_some() {
+                        c.policy = *policy;
                     }
+                }
+                NftMessage::Chain { op: Op::Del, .. } => {
+                    t.chains.remove(chain);
                 }
                 NftMessage::Rule {
                     op,
-                    chain,
                     appended,
                     summary,
                     ..
                 } => {
-                    let t = self.tables.entry(key).or_default();
-                    a.table_exists = true;
-                    a.before
-                        .entry(chain.clone())
-                        .or_insert_with(|| t.chains.get(chain).cloned());
-                    let c = t.chains.entry(chain.clone()).or_default();
-                    let owned_jump = summary.jump.as_deref().is_some_and(is_owned_chain);
+                    if !t.chains.contains_key(chain) {
+                        t.chains.insert(chain.clone(), ChainState::default());
+                    }
+                    let Some(c) = t.chains.get_mut(chain) else {
+                        continue;
+                    };
+                    // Hooks matter only in base chains: skip the catalogue lookup elsewhere.
+                    let hook_chain = c.base || crate::changes::is_builtin_chain(chain);
+                    let owned_jump =
+                        hook_chain && summary.jump.as_deref().is_some_and(is_owned_chain);
                     let hooks_before = c.owned_hooks;
-                    match op {
+                    let counts = match op {
                         Op::New => {
                             c.rules += 1;
-                            *a.added.entry(chain.clone()).or_default() += 1;
                             if owned_jump {
                                 c.owned_hooks += 1;
                             }
+                            &mut a.added
                         }
                         Op::Del => {
                             c.rules = c.rules.saturating_sub(1);
-                            *a.removed.entry(chain.clone()).or_default() += 1;
                             if owned_jump {
                                 c.owned_hooks = c.owned_hooks.saturating_sub(1);
                             }
+                            &mut a.removed
+                        }
+                    };
+                    match counts.get_mut(chain) {
+                        Some(n) => *n += 1,
+                        None => {
+                            counts.insert(chain.clone(), 1);
                         }
                     }
-                    if c.base || crate::changes::is_builtin_chain(chain) {
+                    if hook_chain {
                         let added = *op == Op::New;
                         a.hooks.push(HookRule {
                             chain: chain.clone(),
@@ -228,6 +248,8 @@ impl NftState {
                 _ => {}
             }
         }
+        let mut acc: Vec<((u8, String), Acc)> = acc.into_iter().collect();
+        acc.sort_by(|a, b| a.0.cmp(&b.0));
         let mut out = ChangeSet::default();
         for ((family, table), a) in acc {
             let key = (family, table.clone());
@@ -240,7 +262,10 @@ impl NftState {
                 hook_rules: a.hooks,
                 ..TableChanges::default()
             };
-            for (name, before) in &a.before {
+            let mut names: Vec<&String> = a.before.keys().collect();
+            names.sort();
+            for name in names {
+                let before = &a.before[name];
                 let after = now.and_then(|t| t.chains.get(name));
                 match (before, after) {
                     (None, Some(c)) => tc.chains_added.push(ChainDelta {

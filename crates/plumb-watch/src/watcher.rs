@@ -251,6 +251,7 @@ pub fn watch(
     let mut legacy_at: Option<(Instant, Actor)> = None;
     let mut next_poll = Instant::now() + opts.legacy_poll;
     let mut last_gauge = Instant::now();
+    let mut counted_at = 0u64;
     let mut emit = |e: Event, summary: &mut Summary| {
         metrics.event(&e, unix_ms(SystemTime::now()) as f64 / 1000.0);
         *summary
@@ -429,7 +430,11 @@ pub fn watch(
                 legacy_rs = fresh;
             }
         }
-        if last_gauge.elapsed() >= Duration::from_secs(1) {
+        if summary.batches + summary.gaps != counted_at
+            && last_gauge.elapsed() >= Duration::from_secs(1)
+        {
+            // Only after changes: a 10k-service state has 40k chains to classify.
+            counted_at = summary.batches + summary.gaps;
             last_gauge = Instant::now();
             metrics.set_chains(state.chain_names());
         }
@@ -464,7 +469,11 @@ fn process(
     summary: &mut Summary,
 ) -> Vec<Event> {
     let changes = state.apply(batch);
-    let received = batch.received.unwrap_or_else(SystemTime::now);
+    // Latency counts from the transaction's first notification (≈ the commit).
+    let received = batch
+        .started
+        .or(batch.received)
+        .unwrap_or_else(SystemTime::now);
     summary.batches += 1;
     detect(&changes, actor, Source::Write, unix_ms(received), fights)
         .into_iter()

@@ -318,6 +318,7 @@ fn batch(messages: Vec<NftMessage>) -> Batch {
         comm: None,
         messages,
         received: None,
+        started: None,
     }
 }
 
