@@ -1,5 +1,6 @@
 //! Prometheus metrics (prometheus-client, no global registry) and a minimal HTTP
-//! endpoint for them (`GET /metrics`; `GET /healthz`).
+//! endpoint for them (`GET /metrics`; `GET /healthz`: alive; `GET /readyz`: subscribed
+//! and baseline read).
 //!
 //! Label values are bounded: owners come from the ownership catalogue, actors are
 //! catalogue identities or a 15-character comm (capped at [`MAX_ACTOR_LABELS`]
@@ -18,7 +19,7 @@ use prometheus_client::registry::Registry;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -62,6 +63,7 @@ pub struct Metrics {
     errors: Family<Labels, Counter>,
     gaps: Counter,
     actors: Arc<Mutex<BTreeSet<String>>>,
+    ready: Arc<AtomicBool>,
 }
 
 impl Default for Metrics {
@@ -135,6 +137,7 @@ impl Metrics {
             errors,
             gaps,
             actors: Arc::default(),
+            ready: Arc::default(),
         }
     }
 
@@ -148,6 +151,12 @@ impl Metrics {
             return actor.to_string();
         }
         "other".into()
+    }
+
+    /// The flag `/readyz` reports: pass it as [`crate::WatchOptions::ready`]; it is set
+    /// once watch is subscribed and has read its baseline.
+    pub fn ready_flag(&self) -> Arc<AtomicBool> {
+        self.ready.clone()
     }
 
     /// Counts one event.
@@ -265,6 +274,14 @@ impl Metrics {
                             me.render(),
                         ),
                         "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
+                        "/readyz" if me.ready.load(Ordering::SeqCst) => {
+                            ("200 OK", "text/plain", "ready\n".to_string())
+                        }
+                        "/readyz" => (
+                            "503 Service Unavailable",
+                            "text/plain",
+                            "reading the baseline\n".to_string(),
+                        ),
                         _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
                     };
                     let _ = write!(

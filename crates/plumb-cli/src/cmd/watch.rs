@@ -30,6 +30,7 @@ pub fn run(f: WatchFlags) -> anyhow::Result<Verdict> {
         netns: f.netns.clone(),
         duration,
         audit: !f.no_audit,
+        ready: Some(metrics.ready_flag()),
         ..WatchOptions::default()
     };
     let mut out = std::io::stdout().lock();
