@@ -21,6 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// nftables generation -> (commit time, writer comm, writer pid).
+type Generations = HashMap<u32, (f64, String, u32)>;
+
 fn unix_s(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -105,25 +108,37 @@ fn main() {
 
     // Independent NEWGEN timestamps.
     let stop = Arc::new(AtomicBool::new(false));
-    let gens: Arc<Mutex<HashMap<u32, (f64, String, u32)>>> = Arc::default();
+    let gens: Arc<Mutex<Generations>> = Arc::default();
     let mut probe = NftListener::open(Some(ns.name()), 256 << 20).unwrap();
     let (ps, pg) = (stop.clone(), gens.clone());
     let probe_t = std::thread::spawn(move || {
+        // Light: borrowed events, only the first message and the NEWGEN are kept.
         let mut gaps = 0;
+        let mut first: Option<f64> = None;
         while !ps.load(Ordering::SeqCst) {
-            match probe.receive() {
-                Ok(Received::Batches(bs)) => {
-                    let mut g = pg.lock().unwrap();
-                    for b in bs {
-                        let at = unix_s(b.started.or(b.received).unwrap_or_else(SystemTime::now));
-                        g.insert(
-                            b.generation,
-                            (at, b.comm.unwrap_or_default(), b.pid.unwrap_or(0)),
-                        );
+            let mut closed = Vec::new();
+            match probe.receive_each(&mut |e| match e {
+                plumb_watch::nft_events::NftEvent::Gen { id, pid, comm } => {
+                    let at = first.take().unwrap_or_else(|| unix_s(SystemTime::now()));
+                    closed.push((id, at, comm.unwrap_or("").to_string(), pid.unwrap_or(0)));
+                }
+                _ => {
+                    if first.is_none() {
+                        first = Some(unix_s(SystemTime::now()));
                     }
                 }
-                Ok(Received::Gap) => gaps += 1,
+            }) {
+                Ok(Received::Gap) => {
+                    gaps += 1;
+                    first = None;
+                }
                 _ => {}
+            }
+            if !closed.is_empty() {
+                let mut g = pg.lock().unwrap();
+                for (id, at, comm, pid) in closed {
+                    g.insert(id, (at, comm, pid));
+                }
             }
         }
         gaps

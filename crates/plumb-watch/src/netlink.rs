@@ -69,6 +69,12 @@ impl<'a> Attr<'a> {
         let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
         String::from_utf8_lossy(&v[..end]).into_owned()
     }
+    /// A NUL-terminated string value borrowed from the buffer ("" when not UTF-8).
+    pub fn str(&self) -> &'a str {
+        let v = self.value;
+        let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
+        std::str::from_utf8(&v[..end]).unwrap_or("")
+    }
     /// A big-endian u32 (netfilter attributes are in network byte order).
     pub fn be_u32(&self) -> Option<u32> {
         Some(u32::from_be_bytes(self.value.get(..4)?.try_into().ok()?))

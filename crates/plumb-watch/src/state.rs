@@ -10,7 +10,7 @@
 //! shows as N rules removed and N added, a chain deleted and re-created as both.
 
 use crate::changes::{ChainDelta, ChangeSet, HookRule, PolicyDelta, TableChanges, is_owned_chain};
-use crate::nft_events::{Batch, NftMessage, Op, family_name};
+use crate::nft_events::{Batch, NftEvent, Op, family_name};
 use plumb_ruleset::{Backend, Family, Ruleset};
 use std::collections::HashMap;
 
@@ -114,146 +114,188 @@ impl NftState {
 
     /// Applies one transaction and returns what it changed.
     pub fn apply(&mut self, batch: &Batch) -> ChangeSet {
-        #[derive(Default)]
-        struct Acc {
-            table_existed: bool,
-            table_exists: bool,
-            /// chain -> state before the transaction (None: did not exist).
-            before: HashMap<String, Option<ChainState>>,
-            added: HashMap<String, usize>,
-            removed: HashMap<String, usize>,
-            hooks: Vec<HookRule>,
-            rules_before: usize,
-        }
-        // Hot loop (a 10k-service sync is ~150k messages): no allocation per message
-        // except for chain names seen for the first time in this transaction.
-        let mut acc: HashMap<(u8, String), Acc> = HashMap::new();
-        let mut key: (u8, String) = (0, String::new());
+        let mut t = Transaction::default();
         for m in &batch.messages {
-            let (family, table) = match m {
-                NftMessage::Table { family, name, .. } => (*family, name),
-                NftMessage::Chain { family, table, .. }
-                | NftMessage::Rule { family, table, .. } => (*family, table),
-                _ => continue,
-            };
-            if key.0 != family || key.1 != *table {
-                key.0 = family;
-                key.1.clone_from(table);
+            t.push(self, &m.as_event());
+        }
+        t.finish(self)
+    }
+}
+
+#[derive(Default)]
+struct Acc {
+    table_existed: bool,
+    table_exists: bool,
+    /// chain -> state before the transaction (None: did not exist).
+    before: HashMap<String, Option<ChainState>>,
+    added: HashMap<String, usize>,
+    removed: HashMap<String, usize>,
+    hooks: Vec<HookRule>,
+    rules_before: usize,
+}
+
+/// One nf_tables transaction being applied, message by message, as notifications
+/// arrive (so the work overlaps with receiving them); [`Transaction::finish`] at
+/// NEWGEN gives its net effect. Hot path (a 10k-service sync is ~150k messages):
+/// no allocation per message except for chain names first seen in the transaction.
+#[derive(Default)]
+pub struct Transaction {
+    acc: HashMap<(u8, String), Acc>,
+    key: (u8, String),
+    messages: usize,
+}
+
+impl Transaction {
+    /// Messages applied so far.
+    pub fn len(&self) -> usize {
+        self.messages
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.messages == 0
+    }
+
+    /// Applies one notification to `state`, remembering what it was before.
+    pub fn push(&mut self, state: &mut NftState, m: &NftEvent<'_>) {
+        let (family, table) = match *m {
+            NftEvent::Table { family, name, .. } => (family, name),
+            NftEvent::Chain { family, table, .. } | NftEvent::Rule { family, table, .. } => {
+                (family, table)
             }
-            if !acc.contains_key(&key) {
-                let t = self.tables.get(&key);
-                acc.insert(
-                    key.clone(),
-                    Acc {
-                        table_existed: t.is_some(),
-                        table_exists: t.is_some(),
-                        rules_before: t.map_or(0, |t| t.chains.values().map(|c| c.rules).sum()),
-                        ..Acc::default()
-                    },
-                );
-            }
-            let Some(a) = acc.get_mut(&key) else { continue };
-            if matches!(m, NftMessage::Table { op: Op::Del, .. }) {
-                if let Some(t) = self.tables.remove(&key) {
-                    for (name, c) in t.chains {
-                        a.before.entry(name).or_insert(Some(c));
-                    }
+            _ => return,
+        };
+        self.messages += 1;
+        let key = &mut self.key;
+        if key.0 != family || key.1 != table {
+            key.0 = family;
+            key.1.clear();
+            key.1.push_str(table);
+        }
+        if !self.acc.contains_key(&*key) {
+            let t = state.tables.get(&*key);
+            self.acc.insert(
+                key.clone(),
+                Acc {
+                    table_existed: t.is_some(),
+                    table_exists: t.is_some(),
+                    rules_before: t.map_or(0, |t| t.chains.values().map(|c| c.rules).sum()),
+                    ..Acc::default()
+                },
+            );
+        }
+        let Some(a) = self.acc.get_mut(&*key) else {
+            return;
+        };
+        if matches!(m, NftEvent::Table { op: Op::Del, .. }) {
+            if let Some(t) = state.tables.remove(&*key) {
+                for (name, c) in t.chains {
+                    a.before.entry(name).or_insert(Some(c));
                 }
-                a.table_exists = false;
-                continue;
             }
-            if !self.tables.contains_key(&key) {
-                self.tables.insert(key.clone(), TableState::default());
-            }
-            let Some(t) = self.tables.get_mut(&key) else {
-                continue;
-            };
-            a.table_exists = true;
-            let chain = match m {
-                NftMessage::Chain { name, .. } => name,
-                NftMessage::Rule { chain, .. } => chain,
-                _ => continue,
-            };
-            if !a.before.contains_key(chain) {
-                a.before.insert(chain.clone(), t.chains.get(chain).cloned());
-            }
-            match m {
-                NftMessage::Chain {
-                    op: Op::New,
-                    hook,
-                    policy,
-                    ..
-                } => {
-                    let c = t.chains.entry(chain.clone()).or_default();
+            a.table_exists = false;
+            return;
+        }
+        if !state.tables.contains_key(&*key) {
+            state.tables.insert(key.clone(), TableState::default());
+        }
+        let Some(t) = state.tables.get_mut(&*key) else {
+            return;
+        };
+        a.table_exists = true;
+        let chain = match *m {
+            NftEvent::Chain { name, .. } => name,
+            NftEvent::Rule { chain, .. } => chain,
+            _ => return,
+        };
+        if !a.before.contains_key(chain) {
+            a.before
+                .insert(chain.to_string(), t.chains.get(chain).cloned());
+        }
+        match *m {
+            NftEvent::Chain {
+                op: Op::New,
+                hook,
+                policy,
+                ..
+            } => {
+                if !t.chains.contains_key(chain) {
+                    t.chains.insert(chain.to_string(), ChainState::default());
+                }
+                if let Some(c) = t.chains.get_mut(chain) {
                     c.base |= hook.is_some();
                     if policy.is_some() {
-                        c.policy = *policy;
+                        c.policy = policy;
                     }
                 }
-                NftMessage::Chain { op: Op::Del, .. } => {
-                    t.chains.remove(chain);
-                }
-                NftMessage::Rule {
-                    op,
-                    appended,
-                    summary,
-                    ..
-                } => {
-                    if !t.chains.contains_key(chain) {
-                        t.chains.insert(chain.clone(), ChainState::default());
-                    }
-                    let Some(c) = t.chains.get_mut(chain) else {
-                        continue;
-                    };
-                    // Hooks matter only in base chains: skip the catalogue lookup elsewhere.
-                    let hook_chain = c.base || crate::changes::is_builtin_chain(chain);
-                    let owned_jump =
-                        hook_chain && summary.jump.as_deref().is_some_and(is_owned_chain);
-                    let hooks_before = c.owned_hooks;
-                    let counts = match op {
-                        Op::New => {
-                            c.rules += 1;
-                            if owned_jump {
-                                c.owned_hooks += 1;
-                            }
-                            &mut a.added
-                        }
-                        Op::Del => {
-                            c.rules = c.rules.saturating_sub(1);
-                            if owned_jump {
-                                c.owned_hooks = c.owned_hooks.saturating_sub(1);
-                            }
-                            &mut a.removed
-                        }
-                    };
-                    match counts.get_mut(chain) {
-                        Some(n) => *n += 1,
-                        None => {
-                            counts.insert(chain.clone(), 1);
-                        }
-                    }
-                    if hook_chain {
-                        let added = *op == Op::New;
-                        a.hooks.push(HookRule {
-                            chain: chain.clone(),
-                            added,
-                            jump: summary.jump.clone(),
-                            verdict: summary.verdict.clone(),
-                            inserted: added.then_some(!appended),
-                            ahead_of_owned_hooks: added && !appended && hooks_before > 0,
-                            text: None,
-                        });
-                    }
-                }
-                _ => {}
             }
+            NftEvent::Chain { op: Op::Del, .. } => {
+                t.chains.remove(chain);
+            }
+            NftEvent::Rule {
+                op,
+                appended,
+                jump,
+                verdict,
+                ..
+            } => {
+                if !t.chains.contains_key(chain) {
+                    t.chains.insert(chain.to_string(), ChainState::default());
+                }
+                let Some(c) = t.chains.get_mut(chain) else {
+                    return;
+                };
+                // Hooks matter only in base chains: skip the catalogue lookup elsewhere.
+                let hook_chain = c.base || crate::changes::is_builtin_chain(chain);
+                let owned_jump = hook_chain && jump.is_some_and(is_owned_chain);
+                let hooks_before = c.owned_hooks;
+                let counts = match op {
+                    Op::New => {
+                        c.rules += 1;
+                        if owned_jump {
+                            c.owned_hooks += 1;
+                        }
+                        &mut a.added
+                    }
+                    Op::Del => {
+                        c.rules = c.rules.saturating_sub(1);
+                        if owned_jump {
+                            c.owned_hooks = c.owned_hooks.saturating_sub(1);
+                        }
+                        &mut a.removed
+                    }
+                };
+                match counts.get_mut(chain) {
+                    Some(n) => *n += 1,
+                    None => {
+                        counts.insert(chain.to_string(), 1);
+                    }
+                }
+                if hook_chain {
+                    let added = op == Op::New;
+                    a.hooks.push(HookRule {
+                        chain: chain.to_string(),
+                        added,
+                        jump: jump.map(str::to_string),
+                        verdict: verdict.map(str::to_string),
+                        inserted: added.then_some(!appended),
+                        ahead_of_owned_hooks: added && !appended && hooks_before > 0,
+                        text: None,
+                    });
+                }
+            }
+            _ => {}
         }
+    }
+
+    /// The net effect of the transaction on `state` (which it has already changed).
+    pub fn finish(self, state: &NftState) -> ChangeSet {
+        let acc = self.acc;
         let mut acc: Vec<((u8, String), Acc)> = acc.into_iter().collect();
         acc.sort_by(|a, b| a.0.cmp(&b.0));
         let mut out = ChangeSet::default();
         for ((family, table), a) in acc {
             let key = (family, table.clone());
-            let now = self.tables.get(&key);
+            let now = state.tables.get(&key);
             let mut tc = TableChanges {
                 family: family_name(family).to_string(),
                 table,

@@ -18,8 +18,8 @@ use crate::changes::{ChangeSet, from_rulesets};
 use crate::detect::{FightPolicy, FightTracker, Kind, Source, detect};
 use crate::event::Event;
 use crate::metrics::{ErrorKind, Metrics};
-use crate::nft_events::{Batch, NftListener, Received};
-use crate::state::NftState;
+use crate::nft_events::{NftEvent, NftListener, Received};
+use crate::state::{NftState, Transaction};
 use plumb_collect::SystemRunner;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -93,16 +93,28 @@ pub struct Summary {
     pub notes: Vec<String>,
 }
 
+/// A transaction closed by NEWGEN: changes, generation, writer pid and comm, start.
+type Finished = (ChangeSet, u32, Option<u32>, Option<String>, SystemTime);
+
+/// One committed nf_tables transaction, applied on the listener thread.
+struct Committed {
+    changes: ChangeSet,
+    actor: Actor,
+    generation: u32,
+    /// First notification of the transaction (≈ the commit).
+    started: SystemTime,
+}
+
 enum Msg {
-    Batch(Box<(Batch, Actor)>),
+    Committed(Box<Committed>),
+    Resync(Box<ChangeSet>),
     Gap,
     Audit(Box<NetfilterAudit>),
     Error(ErrorKind, String),
 }
 
 struct Pending {
-    batch: Box<Batch>,
-    actor: Actor,
+    c: Box<Committed>,
     deadline: Instant,
 }
 
@@ -135,47 +147,90 @@ pub fn watch(
             .notes
             .extend(baseline.problems.iter().map(|p| format!("baseline: {p}")));
     }
-    let mut state = baseline.state;
-    metrics.set_chains(state.chain_names());
     let mut legacy_rs = crate::legacy::read(&runner, netns);
     let legacy_present = !legacy_rs.ruleset.tables.is_empty();
 
-    // nftables listener thread.
+    // nftables listener thread: owns the chain state and applies each notification
+    // as it is decoded, so a 150k-message sync is done when its NEWGEN arrives.
     let nft_stop = stop.clone();
     let nft_tx = tx.clone();
+    let (resync_tx, resync_rx) = mpsc::channel::<NftState>();
+    let nft_metrics = metrics.clone();
+    let mut state = baseline.state;
+    metrics.set_chains(state.chain_names());
     let nft_thread = std::thread::Builder::new()
         .name("plumb-nft".into())
         .spawn(move || {
+            let mut txn: Option<(Transaction, SystemTime)> = None;
+            let mut dirty = false;
+            let mut last_gauge = Instant::now();
             while !nft_stop.load(Ordering::Relaxed) {
-                match nft.receive() {
-                    Ok(Received::Batches(batches)) => {
-                        for b in batches {
-                            let actor = match b.pid {
-                                Some(pid) if pid > 0 => actor::resolve(
-                                    pid,
-                                    &Hints {
-                                        comm: b.comm.clone(),
-                                        ..Hints::default()
-                                    },
-                                ),
-                                _ => Actor {
-                                    comm: b.comm.clone(),
-                                    ..Actor::unknown()
-                                },
-                            };
-                            if nft_tx.send(Msg::Batch(Box::new((b, actor)))).is_err() {
-                                return;
-                            }
-                        }
+                if let Ok(fresh) = resync_rx.try_recv() {
+                    let changes = state.diff_to(&fresh);
+                    state = fresh;
+                    txn = None;
+                    dirty = true;
+                    if nft_tx.send(Msg::Resync(Box::new(changes))).is_err() {
+                        return;
                     }
+                }
+                let mut done: Vec<Finished> = Vec::new();
+                let r = nft.receive_each(&mut |e| match e {
+                    NftEvent::Gen { id, pid, comm } => {
+                        let (t, started) = txn
+                            .take()
+                            .unwrap_or_else(|| (Transaction::default(), SystemTime::now()));
+                        let changes = t.finish(&state);
+                        done.push((changes, id, pid, comm.map(str::to_string), started));
+                    }
+                    e => {
+                        let (t, _) =
+                            txn.get_or_insert_with(|| (Transaction::default(), SystemTime::now()));
+                        t.push(&mut state, &e);
+                    }
+                });
+                match r {
                     Ok(Received::Gap) => {
+                        txn = None;
                         let _ = nft_tx.send(Msg::Gap);
                     }
-                    Ok(Received::Idle) => {}
+                    Ok(_) => {}
                     Err(e) => {
                         let _ = nft_tx.send(Msg::Error(ErrorKind::NetlinkReceive, e.to_string()));
                         std::thread::sleep(Duration::from_millis(100));
                     }
+                }
+                for (changes, generation, pid, comm, started) in done {
+                    dirty = true;
+                    // Resolve the writer now: it may exit any moment.
+                    let actor = match pid {
+                        Some(pid) if pid > 0 => actor::resolve(
+                            pid,
+                            &Hints {
+                                comm: comm.clone(),
+                                ..Hints::default()
+                            },
+                        ),
+                        _ => Actor {
+                            comm,
+                            ..Actor::unknown()
+                        },
+                    };
+                    let c = Committed {
+                        changes,
+                        actor,
+                        generation,
+                        started,
+                    };
+                    if nft_tx.send(Msg::Committed(Box::new(c))).is_err() {
+                        return;
+                    }
+                }
+                if dirty && txn.is_none() && last_gauge.elapsed() >= Duration::from_secs(1) {
+                    // Only after changes: a 10k-service state has 40k chains to classify.
+                    dirty = false;
+                    last_gauge = Instant::now();
+                    nft_metrics.set_chains(state.chain_names());
                 }
             }
         })
@@ -243,6 +298,8 @@ pub fn watch(
     if let Some(r) = &opts.ready {
         r.store(true, Ordering::SeqCst);
     }
+    // --duration counts from here: reading a 10k-service baseline takes seconds.
+    let watching = Instant::now();
     let mut fights = FightTracker::new(opts.fight);
     let mut pending: VecDeque<Pending> = VecDeque::new();
     let mut recent_audit: VecDeque<NetfilterAudit> = VecDeque::new();
@@ -250,8 +307,6 @@ pub fn watch(
     let mut audit_seen = false;
     let mut legacy_at: Option<(Instant, Actor)> = None;
     let mut next_poll = Instant::now() + opts.legacy_poll;
-    let mut last_gauge = Instant::now();
-    let mut counted_at = 0u64;
     let mut emit = |e: Event, summary: &mut Summary| {
         metrics.event(&e, unix_ms(SystemTime::now()) as f64 / 1000.0);
         *summary
@@ -265,7 +320,7 @@ pub fn watch(
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        if opts.duration.is_some_and(|d| started.elapsed() >= d) {
+        if opts.duration.is_some_and(|d| watching.elapsed() >= d) {
             break;
         }
         // Sleep until the next thing that can be due (few wake-ups when idle).
@@ -284,54 +339,52 @@ pub fn watch(
             next = next.min(next_poll);
         }
         if let Some(d) = opts.duration {
-            next = next.min(started + d);
+            next = next.min(watching + d);
         }
         let wait = next.saturating_duration_since(now);
         match rx.recv_timeout(wait) {
-            Ok(Msg::Batch(ba)) => {
-                let (batch, actor) = *ba;
-                let batch = Box::new(batch);
+            Ok(Msg::Committed(c)) => {
                 // Wait for audit only once audit has shown it delivers records
                 // (the kernel may have audit disabled: then nothing ever comes).
-                if actor.gone && audit_ok && audit_seen {
+                if c.actor.gone && audit_ok && audit_seen {
                     // Try a join with an audit event already here.
                     if let Some(a) = recent_audit
                         .iter()
-                        .find(|a| a.generation() == Some(batch.generation))
+                        .find(|a| a.generation() == Some(c.generation))
                     {
-                        let actor = enrich(actor, a);
-                        for e in
-                            process(&batch, &actor, &mut state, &mut fights, netns, &mut summary)
-                        {
+                        let mut c = c;
+                        c.actor = enrich(std::mem::take(&mut c.actor), a);
+                        for e in process(&c, &mut fights, netns, &mut summary) {
                             emit(e, &mut summary);
                         }
                     } else {
                         pending.push_back(Pending {
-                            batch,
-                            actor,
+                            c,
                             deadline: Instant::now() + AUDIT_JOIN_WAIT,
                         });
                     }
                 } else if !pending.is_empty() {
-                    // Keep order: later batches wait behind earlier ones.
+                    // Keep order: later transactions wait behind earlier ones.
                     pending.push_back(Pending {
-                        batch,
-                        actor,
+                        c,
                         deadline: Instant::now(),
                     });
                 } else {
-                    for e in process(&batch, &actor, &mut state, &mut fights, netns, &mut summary) {
+                    for e in process(&c, &mut fights, netns, &mut summary) {
                         emit(e, &mut summary);
                     }
                 }
+            }
+            Ok(Msg::Resync(changes)) => {
+                resync_events(&changes, &mut fights, netns, &mut |e| emit(e, &mut summary));
             }
             Ok(Msg::Audit(a)) => {
                 audit_seen = true;
                 if let Some(p) = pending
                     .iter_mut()
-                    .find(|p| a.generation() == Some(p.batch.generation))
+                    .find(|p| a.generation() == Some(p.c.generation))
                 {
-                    p.actor = enrich(std::mem::take(&mut p.actor), &a);
+                    p.c.actor = enrich(std::mem::take(&mut p.c.actor), &a);
                     p.deadline = Instant::now();
                 }
                 let legacy_change = a.changes.iter().any(|c| c.op == "xt_replace");
@@ -376,14 +429,7 @@ pub fn watch(
             .is_some_and(|p| p.deadline <= Instant::now())
         {
             if let Some(p) = pending.pop_front() {
-                for e in process(
-                    &p.batch,
-                    &p.actor,
-                    &mut state,
-                    &mut fights,
-                    netns,
-                    &mut summary,
-                ) {
+                for e in process(&p.c, &mut fights, netns, &mut summary) {
                     emit(e, &mut summary);
                 }
             }
@@ -391,14 +437,13 @@ pub fn watch(
         // Debounced full resync after a gap.
         if resync_at.is_some_and(|t| t <= Instant::now()) {
             resync_at = None;
+            // Blocking: a full dump; the listener thread swaps the state and reports
+            // what changed while events were lost.
             let fresh = crate::baseline::read(netns);
             if !fresh.problems.is_empty() {
                 metrics.error(ErrorKind::Reread);
             }
-            let new_state = fresh.state;
-            let changes = state.diff_to(&new_state);
-            state = new_state;
-            resync_events(&changes, &mut fights, netns, &mut |e| emit(e, &mut summary));
+            let _ = resync_tx.send(fresh.state);
         }
         // Legacy: audit-triggered re-read, or a poll without audit.
         let poll_due = legacy_present && !audit_ok && Instant::now() >= next_poll;
@@ -430,25 +475,10 @@ pub fn watch(
                 legacy_rs = fresh;
             }
         }
-        if summary.batches + summary.gaps != counted_at
-            && last_gauge.elapsed() >= Duration::from_secs(1)
-        {
-            // Only after changes: a 10k-service state has 40k chains to classify.
-            counted_at = summary.batches + summary.gaps;
-            last_gauge = Instant::now();
-            metrics.set_chains(state.chain_names());
-        }
     }
     // Flush what is still waiting for audit.
     while let Some(p) = pending.pop_front() {
-        for e in process(
-            &p.batch,
-            &p.actor,
-            &mut state,
-            &mut fights,
-            netns,
-            &mut summary,
-        ) {
+        for e in process(&p.c, &mut fights, netns, &mut summary) {
             emit(e, &mut summary);
         }
     }
@@ -461,31 +491,29 @@ pub fn watch(
 }
 
 fn process(
-    batch: &Batch,
-    actor: &Actor,
-    state: &mut NftState,
+    c: &Committed,
     fights: &mut FightTracker,
     netns: Option<&str>,
     summary: &mut Summary,
 ) -> Vec<Event> {
-    let changes = state.apply(batch);
-    // Latency counts from the transaction's first notification (≈ the commit).
-    let received = batch
-        .started
-        .or(batch.received)
-        .unwrap_or_else(SystemTime::now);
     summary.batches += 1;
-    detect(&changes, actor, Source::Write, unix_ms(received), fights)
-        .into_iter()
-        .map(|f| {
-            let now = SystemTime::now();
-            let latency = now
-                .duration_since(received)
-                .map(|d| d.as_secs_f64() * 1000.0)
-                .ok();
-            Event::from_finding(f, now, netns, actor, Some(batch.generation), latency)
-        })
-        .collect()
+    detect(
+        &c.changes,
+        &c.actor,
+        Source::Write,
+        unix_ms(c.started),
+        fights,
+    )
+    .into_iter()
+    .map(|f| {
+        let now = SystemTime::now();
+        let latency = now
+            .duration_since(c.started)
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .ok();
+        Event::from_finding(f, now, netns, &c.actor, Some(c.generation), latency)
+    })
+    .collect()
 }
 
 fn resync_events(
