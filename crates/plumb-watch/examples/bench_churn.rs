@@ -117,7 +117,7 @@ fn main() {
         let mut first: Option<f64> = None;
         while !ps.load(Ordering::SeqCst) {
             let mut closed = Vec::new();
-            match probe.receive_each(&mut |e| match e {
+            let r = probe.receive_each(&mut |e| match e {
                 plumb_watch::nft_events::NftEvent::Gen { id, pid, comm } => {
                     let at = first.take().unwrap_or_else(|| unix_s(SystemTime::now()));
                     closed.push((id, at, comm.unwrap_or("").to_string(), pid.unwrap_or(0)));
@@ -127,12 +127,10 @@ fn main() {
                         first = Some(unix_s(SystemTime::now()));
                     }
                 }
-            }) {
-                Ok(Received::Gap) => {
-                    gaps += 1;
-                    first = None;
-                }
-                _ => {}
+            });
+            if let Ok(Received::Gap) = r {
+                gaps += 1;
+                first = None;
             }
             if !closed.is_empty() {
                 let mut g = pg.lock().unwrap();
