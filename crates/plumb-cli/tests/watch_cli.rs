@@ -146,11 +146,11 @@ fn watch_binary_reports_writers_serves_valid_metrics_and_never_writes() {
         .and_then(|s| s.split('/').next())
         .unwrap_or_else(|| panic!("no metrics address in {first:?}"))
         .to_string();
-    // Wait until watch is subscribed: /healthz answers once the loop runs; then
-    // give it its baseline read (a change before that is still seen, only later).
+    // Wait until watch is subscribed and has read its baseline (/readyz).
     let deadline = Instant::now() + T;
-    while http_get(&addr, "/healthz") != "ok\n" {
-        assert!(Instant::now() < deadline);
+    while http_get(&addr, "/readyz") != "ready\n" {
+        assert!(Instant::now() < deadline, "plumb watch not ready");
+        std::thread::park_timeout(Duration::from_millis(20));
     }
     let wait_line = |pred: &dyn Fn(&serde_json::Value) -> bool, what: &str| {
         let deadline = Instant::now() + T;
@@ -172,9 +172,6 @@ fn watch_binary_reports_writers_serves_valid_metrics_and_never_writes() {
             std::thread::park_timeout(Duration::from_millis(20));
         }
     };
-    // Let the baseline read finish before the first write (the JSON would still
-    // show it, but attribution of a change made during the baseline is best effort).
-    std::thread::park_timeout(Duration::from_millis(800));
     let ven = run(
         "venAgent",
         &[],
@@ -268,8 +265,19 @@ fn watch_binary_reports_writers_serves_valid_metrics_and_never_writes() {
 
     // Never writes: no NETFILTER_CFG from plumb or its children (the dump tools).
     if let Some(t) = audit_thread {
-        // Records are delivered asynchronously: let the last ones arrive.
-        std::thread::park_timeout(Duration::from_millis(300));
+        // Records are delivered asynchronously: wait for the last writer's (kube-proxy's
+        // restore, after which watch ran to its end) before judging.
+        let deadline = Instant::now() + T;
+        let kp_pid = kp.pid.to_string();
+        while !records
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.kind == AUDIT_NETFILTER_CFG && r.get("pid") == Some(&kp_pid[..]))
+        {
+            assert!(Instant::now() < deadline, "kube-proxy's restore was not audited");
+            std::thread::park_timeout(Duration::from_millis(20));
+        }
         stop_audit.store(true, Ordering::SeqCst);
         t.join().unwrap();
         let recs = records.lock().unwrap();

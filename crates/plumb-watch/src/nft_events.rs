@@ -472,9 +472,11 @@ pub struct NftListener {
     batcher: Batcher,
 }
 
-/// Receive buffer asked for (SO_RCVBUFFORCE, falling back to SO_RCVBUF): a 10k-service
-/// kube-proxy sync produces ~100k notifications at once.
-pub const RECEIVE_BUFFER: usize = 64 << 20;
+/// Receive buffer asked for (SO_RCVBUFFORCE, falling back to SO_RCVBUF): replacing a
+/// 10k-service ruleset produces 150k–300k notifications at once, ~90 MB of socket
+/// buffers if watch is starved of CPU meanwhile (charged only while queued). Was 64 MiB
+/// during the first benchmark run, which saw one gap.
+pub const RECEIVE_BUFFER: usize = 128 << 20;
 
 impl NftListener {
     /// Subscribes in the current network namespace, or in `netns` (a name under

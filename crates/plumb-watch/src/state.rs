@@ -12,7 +12,9 @@
 use crate::changes::{ChainDelta, ChangeSet, HookRule, PolicyDelta, TableChanges, is_owned_chain};
 use crate::nft_events::{Batch, NftEvent, Op, family_name};
 use plumb_ruleset::{Backend, Family, Ruleset};
-use std::collections::HashMap;
+// Fx hashing: chain names come from the kernel, written by root; SipHash was a third
+// of the time spent applying a 10k-service sync.
+use plumb_ruleset::fasthash::FastMap as HashMap;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct ChainState {
