@@ -275,7 +275,10 @@ fn watch_binary_reports_writers_serves_valid_metrics_and_never_writes() {
             .iter()
             .any(|r| r.kind == AUDIT_NETFILTER_CFG && r.get("pid") == Some(&kp_pid[..]))
         {
-            assert!(Instant::now() < deadline, "kube-proxy's restore was not audited");
+            assert!(
+                Instant::now() < deadline,
+                "kube-proxy's restore was not audited"
+            );
             std::thread::park_timeout(Duration::from_millis(20));
         }
         stop_audit.store(true, Ordering::SeqCst);
