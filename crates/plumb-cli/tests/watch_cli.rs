@@ -318,3 +318,62 @@ fn watch_binary_reports_writers_serves_valid_metrics_and_never_writes() {
     }
     drop(audit);
 }
+
+/// SIGTERM (as systemd and kubelet send it) ends a watch cleanly: summary, exit 0
+/// when nothing foreign happened.
+#[test]
+fn sigterm_ends_watch_with_a_summary() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    let ns = Netns::create("plumb-t-watchterm").expect("netns");
+    let mut child = Child(
+        Command::new(env!("CARGO_BIN_EXE_plumb"))
+            .args([
+                "watch",
+                "--netns",
+                ns.name(),
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn plumb"),
+    );
+    let mut stderr = BufReader::new(child.0.stderr.take().unwrap());
+    let mut first = String::new();
+    stderr.read_line(&mut first).unwrap();
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .unwrap_or_else(|| panic!("no metrics address in {first:?}"))
+        .to_string();
+    let deadline = Instant::now() + T;
+    while http_get(&addr, "/readyz") != "ready\n" {
+        assert!(Instant::now() < deadline, "plumb watch not ready");
+        std::thread::park_timeout(Duration::from_millis(20));
+    }
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let deadline = Instant::now() + T;
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "plumb watch ignored SIGTERM");
+        std::thread::park_timeout(Duration::from_millis(20));
+    };
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert_eq!(status.code(), Some(0), "stderr: {rest}");
+    assert!(
+        rest.contains("plumb watch: ") && rest.contains("events"),
+        "{rest}"
+    );
+}
