@@ -124,26 +124,35 @@ impl NftState {
     }
 }
 
+/// What one transaction did to one chain.
+#[derive(Default)]
+struct Touched {
+    /// State before the transaction (None: did not exist).
+    before: Option<ChainState>,
+    added: usize,
+    removed: usize,
+}
+
 #[derive(Default)]
 struct Acc {
     table_existed: bool,
     table_exists: bool,
-    /// chain -> state before the transaction (None: did not exist).
-    before: HashMap<String, Option<ChainState>>,
-    added: HashMap<String, usize>,
-    removed: HashMap<String, usize>,
+    chains: HashMap<String, Touched>,
     hooks: Vec<HookRule>,
     rules_before: usize,
 }
 
 /// One nf_tables transaction being applied, message by message, as notifications
 /// arrive (so the work overlaps with receiving them); [`Transaction::finish`] at
-/// NEWGEN gives its net effect. Hot path (a 10k-service sync is ~150k messages):
-/// no allocation per message except for chain names first seen in the transaction.
+/// NEWGEN gives its net effect. Hot path (a 10k-service sync is ~150k messages): no
+/// allocation per message except for chain names first seen in the transaction, and
+/// three hash lookups (table, touched chain, chain state).
 #[derive(Default)]
 pub struct Transaction {
-    acc: HashMap<(u8, String), Acc>,
-    key: (u8, String),
+    /// Per table, in order of first appearance (a transaction touches few tables).
+    accs: Vec<((u8, String), Acc)>,
+    /// Index in `accs` of the table of the previous message.
+    current: Option<usize>,
     messages: usize,
 }
 
@@ -157,6 +166,37 @@ impl Transaction {
         self.messages == 0
     }
 
+    fn table_index(&mut self, state: &NftState, family: u8, table: &str) -> usize {
+        if let Some(i) = self.current
+            && let Some(((f, t), _)) = self.accs.get(i)
+            && *f == family
+            && t == table
+        {
+            return i;
+        }
+        let i = match self
+            .accs
+            .iter()
+            .position(|((f, t), _)| *f == family && t == table)
+        {
+            Some(i) => i,
+            None => {
+                let key = (family, table.to_string());
+                let t = state.tables.get(&key);
+                let acc = Acc {
+                    table_existed: t.is_some(),
+                    table_exists: t.is_some(),
+                    rules_before: t.map_or(0, |t| t.chains.values().map(|c| c.rules).sum()),
+                    ..Acc::default()
+                };
+                self.accs.push((key, acc));
+                self.accs.len() - 1
+            }
+        };
+        self.current = Some(i);
+        i
+    }
+
     /// Applies one notification to `state`, remembering what it was before.
     pub fn push(&mut self, state: &mut NftState, m: &NftEvent<'_>) {
         let (family, table) = match *m {
@@ -167,41 +207,25 @@ impl Transaction {
             _ => return,
         };
         self.messages += 1;
-        let key = &mut self.key;
-        if key.0 != family || key.1 != table {
-            key.0 = family;
-            key.1.clear();
-            key.1.push_str(table);
-        }
-        if !self.acc.contains_key(&*key) {
-            let t = state.tables.get(&*key);
-            self.acc.insert(
-                key.clone(),
-                Acc {
-                    table_existed: t.is_some(),
-                    table_exists: t.is_some(),
-                    rules_before: t.map_or(0, |t| t.chains.values().map(|c| c.rules).sum()),
-                    ..Acc::default()
-                },
-            );
-        }
-        let Some(a) = self.acc.get_mut(&*key) else {
+        let i = self.table_index(state, family, table);
+        let Some((key, a)) = self.accs.get_mut(i) else {
             return;
         };
         if matches!(m, NftEvent::Table { op: Op::Del, .. }) {
             if let Some(t) = state.tables.remove(&*key) {
                 for (name, c) in t.chains {
-                    a.before.entry(name).or_insert(Some(c));
+                    a.chains.entry(name).or_insert_with(|| Touched {
+                        before: Some(c),
+                        ..Touched::default()
+                    });
                 }
             }
             a.table_exists = false;
             return;
         }
-        if !state.tables.contains_key(&*key) {
-            state.tables.insert(key.clone(), TableState::default());
-        }
-        let Some(t) = state.tables.get_mut(&*key) else {
-            return;
+        let t = match state.tables.get_mut(&*key) {
+            Some(t) => t,
+            None => state.tables.entry(key.clone()).or_default(),
         };
         a.table_exists = true;
         let chain = match *m {
@@ -209,10 +233,16 @@ impl Transaction {
             NftEvent::Rule { chain, .. } => chain,
             _ => return,
         };
-        if !a.before.contains_key(chain) {
-            a.before
-                .insert(chain.to_string(), t.chains.get(chain).cloned());
-        }
+        let touched = match a.chains.get_mut(chain) {
+            Some(x) => x,
+            None => a
+                .chains
+                .entry(chain.to_string())
+                .or_insert_with(|| Touched {
+                    before: t.chains.get(chain).cloned(),
+                    ..Touched::default()
+                }),
+        };
         match *m {
             NftEvent::Chain {
                 op: Op::New,
@@ -220,14 +250,13 @@ impl Transaction {
                 policy,
                 ..
             } => {
-                if !t.chains.contains_key(chain) {
-                    t.chains.insert(chain.to_string(), ChainState::default());
-                }
-                if let Some(c) = t.chains.get_mut(chain) {
-                    c.base |= hook.is_some();
-                    if policy.is_some() {
-                        c.policy = policy;
-                    }
+                let c = match t.chains.get_mut(chain) {
+                    Some(c) => c,
+                    None => t.chains.entry(chain.to_string()).or_default(),
+                };
+                c.base |= hook.is_some();
+                if policy.is_some() {
+                    c.policy = policy;
                 }
             }
             NftEvent::Chain { op: Op::Del, .. } => {
@@ -240,36 +269,28 @@ impl Transaction {
                 verdict,
                 ..
             } => {
-                if !t.chains.contains_key(chain) {
-                    t.chains.insert(chain.to_string(), ChainState::default());
-                }
-                let Some(c) = t.chains.get_mut(chain) else {
-                    return;
+                let c = match t.chains.get_mut(chain) {
+                    Some(c) => c,
+                    None => t.chains.entry(chain.to_string()).or_default(),
                 };
                 // Hooks matter only in base chains: skip the catalogue lookup elsewhere.
                 let hook_chain = c.base || crate::changes::is_builtin_chain(chain);
                 let owned_jump = hook_chain && jump.is_some_and(is_owned_chain);
                 let hooks_before = c.owned_hooks;
-                let counts = match op {
+                match op {
                     Op::New => {
                         c.rules += 1;
+                        touched.added += 1;
                         if owned_jump {
                             c.owned_hooks += 1;
                         }
-                        &mut a.added
                     }
                     Op::Del => {
                         c.rules = c.rules.saturating_sub(1);
+                        touched.removed += 1;
                         if owned_jump {
                             c.owned_hooks = c.owned_hooks.saturating_sub(1);
                         }
-                        &mut a.removed
-                    }
-                };
-                match counts.get_mut(chain) {
-                    Some(n) => *n += 1,
-                    None => {
-                        counts.insert(chain.to_string(), 1);
                     }
                 }
                 if hook_chain {
@@ -291,13 +312,12 @@ impl Transaction {
 
     /// The net effect of the transaction on `state` (which it has already changed).
     pub fn finish(self, state: &NftState) -> ChangeSet {
-        let acc = self.acc;
-        let mut acc: Vec<((u8, String), Acc)> = acc.into_iter().collect();
-        acc.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut accs = self.accs;
+        accs.sort_by(|a, b| a.0.cmp(&b.0));
         let mut out = ChangeSet::default();
-        for ((family, table), a) in acc {
-            let key = (family, table.clone());
+        for (key, a) in accs {
             let now = state.tables.get(&key);
+            let (family, table) = key;
             let mut tc = TableChanges {
                 family: family_name(family).to_string(),
                 table,
@@ -306,12 +326,11 @@ impl Transaction {
                 hook_rules: a.hooks,
                 ..TableChanges::default()
             };
-            let mut names: Vec<&String> = a.before.keys().collect();
-            names.sort();
-            for name in names {
-                let before = &a.before[name];
+            let mut names: Vec<(&String, &Touched)> = a.chains.iter().collect();
+            names.sort_by(|x, y| x.0.cmp(y.0));
+            for (name, touched) in names {
                 let after = now.and_then(|t| t.chains.get(name));
-                match (before, after) {
+                match (&touched.before, after) {
                     (None, Some(c)) => tc.chains_added.push(ChainDelta {
                         name: name.clone(),
                         rules: c.rules,
@@ -328,10 +347,7 @@ impl Transaction {
                                 to: policy_name(to).to_string(),
                             });
                         }
-                        let (ad, rm) = (
-                            a.added.get(name).copied().unwrap_or(0),
-                            a.removed.get(name).copied().unwrap_or(0),
-                        );
+                        let (ad, rm) = (touched.added, touched.removed);
                         if ad > 0 {
                             tc.rules_added.insert(name.clone(), ad);
                         }
