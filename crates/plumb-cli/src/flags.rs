@@ -73,6 +73,9 @@ pub enum Command {
     Lab(LabCommand),
     /// Simulate where a packet goes through the node's netfilter ruleset.
     Trace(TraceArgs),
+    /// Report who changes netfilter rules as it happens: foreign changes to kube-proxy/CNI
+    /// objects, revert fights, policy changes (nftables events, audit; read-only).
+    Watch(WatchFlags),
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -250,4 +253,24 @@ pub struct TraceArgs {
     pub verbose: bool,
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct WatchFlags {
+    /// Watch this network namespace (as in `ip netns exec NAME`, or a path such as
+    /// /proc/PID/ns/net) instead of the host's.
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
+    /// One JSON object per line instead of human lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Stop after this many seconds and print a summary (default: until SIGINT/SIGTERM).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Serve Prometheus metrics on this address (GET /metrics).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Do not listen to audit (exe/ppid/argv of writers; the legacy-backend trigger).
+    #[arg(long)]
+    pub no_audit: bool,
 }

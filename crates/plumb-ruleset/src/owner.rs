@@ -107,6 +107,21 @@ pub fn chain_owner(table: &Table, chain: &Chain) -> Attribution {
     }
 }
 
+/// The owner name implied by a chain name alone, without building evidence (no
+/// allocation): for hot paths such as plumb watch classifying 100k notifications.
+pub fn owner_name_of_chain(name: &str) -> Option<&'static str> {
+    catalogue()
+        .owners
+        .iter()
+        .find(|e| {
+            e.chain_names.iter().any(|n| n == name)
+                || e.chain_prefixes
+                    .iter()
+                    .any(|p| name.starts_with(p.as_str()))
+        })
+        .map(|e| e.owner.as_str())
+}
+
 /// Owner implied by a chain name alone.
 pub fn owner_of_chain_name(name: &str) -> Option<Attribution> {
     for e in &catalogue().owners {
@@ -204,6 +219,26 @@ pub fn count(ruleset: &Ruleset) -> OwnerCounts {
 mod tests {
     use super::*;
     use crate::iptables::save::{IptablesInput, parse};
+
+    #[test]
+    fn owner_name_of_chain_agrees_with_owner_of_chain_name() {
+        for n in [
+            "KUBE-KUBELET-CANARY",
+            "KUBE-SVC-X",
+            "cali-INPUT",
+            "DOCKER",
+            "DOCKER-ISOLATION-STAGE-1",
+            "INPUT_direct",
+            "INPUT",
+            "x",
+        ] {
+            assert_eq!(
+                owner_name_of_chain(n),
+                owner_of_chain_name(n).map(|a| a.owner.0).as_deref(),
+                "{n}"
+            );
+        }
+    }
 
     #[test]
     fn catalogue_parses() {

@@ -9,6 +9,7 @@ mod lab;
 mod ruleset;
 mod services;
 mod trace;
+mod watch;
 
 use crate::Verdict;
 use crate::flags::{Cli, Command};
@@ -36,6 +37,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
         } => doctor::run(&node, lab, bundle.as_deref(), json),
         Command::Lab(c) => lab::run(c),
         Command::Trace(args) => trace::run(&args),
+        Command::Watch(f) => watch::run(f),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();

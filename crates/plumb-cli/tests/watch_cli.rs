@@ -1,0 +1,379 @@
+//! Privileged: the `plumb watch` binary end to end, in a private network namespace.
+//!
+//! - its JSON lines follow the contract (time, kind, table, chains, owner,
+//!   actor{pid,comm,exe,unit}, latency_ms) and name the real writer;
+//! - `--duration` ends it cleanly with a summary and exit code 1 (foreign changes);
+//! - its /metrics pass `promtool check metrics` (Debian package `prometheus`;
+//!   skipped with a reason when promtool is absent);
+//! - it never writes to netfilter: the audit listener sees no NETFILTER_CFG record
+//!   from its pid or from a child of it (audit is enabled for the test if it was off,
+//!   and restored afterwards).
+//!
+//! Skipped with a reason when not root. Deadlines everywhere; cleanup on drop.
+
+use plumb_collect::netns::Netns;
+use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, generate};
+use plumb_watch::audit::{AUDIT_NETFILTER_CFG, AUDIT_SYSCALL, AuditListener, Record};
+use plumb_watch::audit_control::AuditEnabled;
+use plumb_watch::impersonate::{Flavor, Impersonator};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(60);
+
+fn skip_reason() -> Option<String> {
+    if !plumb_collect::netns::can_create() {
+        return Some("needs root and `ip` to create network namespaces".into());
+    }
+    ["xtables-nft-multi", "iptables-nft-save"]
+        .into_iter()
+        .find(|t| plumb_collect::runner::which(t).is_none())
+        .map(|t| format!("{t} not found"))
+}
+
+/// Kills the child on drop (a failing assertion must not leave plumb running).
+struct Child(std::process::Child);
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let get = || -> std::io::Result<String> {
+        let mut s = std::net::TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)?;
+        Ok(out)
+    };
+    let out = get().unwrap_or_else(|e| panic!("GET {path} from {addr}: {e}"));
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn watch_binary_reports_writers_serves_valid_metrics_and_never_writes() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    let audit = match AuditEnabled::new() {
+        Ok(g) => Some(g),
+        Err(why) => {
+            eprintln!("note: audit unavailable ({why}); the never-writes check is skipped");
+            None
+        }
+    };
+    // Collect every audit record while the test runs.
+    let records: Arc<Mutex<Vec<Record>>> = Arc::default();
+    let stop_audit = Arc::new(AtomicBool::new(false));
+    let audit_thread = audit.as_ref().and_then(|_| {
+        let mut l = AuditListener::open().ok()?;
+        let (r, s) = (records.clone(), stop_audit.clone());
+        Some(std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                if let Ok(recs) = l.receive() {
+                    r.lock().unwrap().extend(recs);
+                }
+            }
+        }))
+    });
+
+    let cluster = generate(&GeneratorConfig {
+        services: 8,
+        ..GeneratorConfig::default()
+    })
+    .unwrap();
+    let rules = KubeProxyRules::new(&cluster, &ProxierOptions::default());
+    let ns = Netns::create("plumb-t-watchcli").expect("netns");
+    let actors = Impersonator::new().unwrap();
+    actors.install("kube-proxy", Flavor::Nft).unwrap();
+    actors.install("venAgent", Flavor::Nft).unwrap();
+    let run = |name: &str, args: &[&str], stdin: &str| {
+        let r = actors
+            .run(
+                ns.name(),
+                name,
+                "iptables-nft-restore",
+                args,
+                Some(stdin),
+                T,
+            )
+            .unwrap();
+        assert!(r.success, "{name}: {}", r.stderr);
+        r
+    };
+    let kp_sync = || {
+        run("kube-proxy", &["--noflush"], &rules.to_bootstrap_payload());
+        run("kube-proxy", &["--noflush"], &rules.to_restore_payload())
+    };
+    kp_sync();
+
+    let mut child = Child(
+        Command::new(env!("CARGO_BIN_EXE_plumb"))
+            .args(["watch", "--netns", ns.name(), "--json", "--duration", "6"])
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn plumb"),
+    );
+    let watch_pid = child.0.id();
+    let stdout = child.0.stdout.take().unwrap();
+    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    let l2 = lines.clone();
+    let out_thread = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            l2.lock().unwrap().push(line);
+        }
+    });
+    // The metrics address is the first stderr line.
+    let mut stderr = BufReader::new(child.0.stderr.take().unwrap());
+    let mut first = String::new();
+    stderr.read_line(&mut first).unwrap();
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .unwrap_or_else(|| panic!("no metrics address in {first:?}"))
+        .to_string();
+    // Wait until watch is subscribed and has read its baseline (/readyz).
+    let deadline = Instant::now() + T;
+    while http_get(&addr, "/readyz") != "ready\n" {
+        assert!(Instant::now() < deadline, "plumb watch not ready");
+        std::thread::park_timeout(Duration::from_millis(20));
+    }
+    let wait_line = |pred: &dyn Fn(&serde_json::Value) -> bool, what: &str| {
+        let deadline = Instant::now() + T;
+        loop {
+            if let Some(v) = lines
+                .lock()
+                .unwrap()
+                .iter()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .find(|v| pred(v))
+            {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what}: {:?}",
+                lines.lock().unwrap()
+            );
+            std::thread::park_timeout(Duration::from_millis(20));
+        }
+    };
+    let ven = run(
+        "venAgent",
+        &[],
+        "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n",
+    );
+    let e = wait_line(
+        &|v| v["kind"] == "foreign-change" && v["actor"]["pid"] == ven.pid,
+        "foreign-change from venAgent",
+    );
+    for key in [
+        "time",
+        "kind",
+        "table",
+        "chains",
+        "owner",
+        "actor",
+        "latency_ms",
+    ] {
+        assert!(e.get(key).is_some(), "{key} missing in {e}");
+    }
+    for key in ["pid", "comm", "exe", "unit"] {
+        assert!(e["actor"].get(key).is_some(), "actor.{key} missing in {e}");
+    }
+    assert_eq!(e["actor"]["comm"], "venAgent");
+    assert_eq!(e["owner"], "kube-proxy");
+    assert_eq!(e["table"], "nat");
+    assert!(e["latency_ms"].as_f64().is_some());
+    let kp = kp_sync();
+    wait_line(
+        &|v| v["kind"] == "owner-change" && v["actor"]["pid"] == kp.pid,
+        "owner-change from kube-proxy",
+    );
+
+    // Metrics: the foreign change is counted, and promtool accepts the document.
+    let metrics = http_get(&addr, "/metrics");
+    assert!(
+        metrics.contains(
+            "plumb_watch_foreign_changes_total{owner=\"kube-proxy\",actor=\"illumio-ven\"} 1"
+        ),
+        "{metrics}"
+    );
+    match plumb_collect::runner::which("promtool") {
+        None => {
+            eprintln!("skip promtool check: promtool not installed (Debian package prometheus)")
+        }
+        Some(promtool) => {
+            let mut p = Command::new(promtool)
+                .args(["check", "metrics"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            p.stdin
+                .take()
+                .unwrap()
+                .write_all(metrics.as_bytes())
+                .unwrap();
+            let out = p.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "promtool check metrics failed:\n{}{}\n--- metrics ---\n{metrics}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    // --duration ends it with a summary and exit code 1 (foreign changes seen).
+    let deadline = Instant::now() + T;
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "plumb watch did not end after --duration"
+        );
+        std::thread::park_timeout(Duration::from_millis(20));
+    };
+    out_thread.join().unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert_eq!(status.code(), Some(1), "stderr: {rest}");
+    let summary: serde_json::Value = serde_json::from_str(rest.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("summary is not JSON ({e}): {rest}"));
+    assert!(
+        summary["events"]["foreign-change"].as_u64() >= Some(1),
+        "{summary}"
+    );
+
+    // Never writes: no NETFILTER_CFG from plumb or its children (the dump tools).
+    if let Some(t) = audit_thread {
+        // Records are delivered asynchronously: wait for the last writer's (kube-proxy's
+        // restore, after which watch ran to its end) before judging.
+        let deadline = Instant::now() + T;
+        let kp_pid = kp.pid.to_string();
+        while !records
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.kind == AUDIT_NETFILTER_CFG && r.get("pid") == Some(&kp_pid[..]))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "kube-proxy's restore was not audited"
+            );
+            std::thread::park_timeout(Duration::from_millis(20));
+        }
+        stop_audit.store(true, Ordering::SeqCst);
+        t.join().unwrap();
+        let recs = records.lock().unwrap();
+        let by_serial = |serial: u64, kind: u16| {
+            recs.iter()
+                .find(|r| r.serial == serial && r.kind == kind)
+                .cloned()
+        };
+        let cfgs: Vec<&Record> = recs
+            .iter()
+            .filter(|r| r.kind == AUDIT_NETFILTER_CFG)
+            .collect();
+        assert!(
+            cfgs.iter()
+                .any(|r| r.get("pid") == Some(&ven.pid.to_string()[..])),
+            "positive control: venAgent's writes were audited ({} records)",
+            cfgs.len()
+        );
+        for r in &cfgs {
+            let pid: Option<u32> = r.get("pid").and_then(|p| p.parse().ok());
+            assert_ne!(
+                pid,
+                Some(watch_pid),
+                "plumb watch wrote to netfilter: {r:?}"
+            );
+            if let Some(sys) = by_serial(r.serial, AUDIT_SYSCALL) {
+                let ppid: Option<u32> = sys.get("ppid").and_then(|p| p.parse().ok());
+                assert_ne!(
+                    ppid,
+                    Some(watch_pid),
+                    "a child of plumb watch wrote: {r:?} {sys:?}"
+                );
+            }
+        }
+    }
+    drop(audit);
+}
+
+/// SIGTERM (as systemd and kubelet send it) ends a watch cleanly: summary, exit 0
+/// when nothing foreign happened.
+#[test]
+fn sigterm_ends_watch_with_a_summary() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    let ns = Netns::create("plumb-t-watchterm").expect("netns");
+    let mut child = Child(
+        Command::new(env!("CARGO_BIN_EXE_plumb"))
+            .args([
+                "watch",
+                "--netns",
+                ns.name(),
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn plumb"),
+    );
+    let mut stderr = BufReader::new(child.0.stderr.take().unwrap());
+    let mut first = String::new();
+    stderr.read_line(&mut first).unwrap();
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .unwrap_or_else(|| panic!("no metrics address in {first:?}"))
+        .to_string();
+    let deadline = Instant::now() + T;
+    while http_get(&addr, "/readyz") != "ready\n" {
+        assert!(Instant::now() < deadline, "plumb watch not ready");
+        std::thread::park_timeout(Duration::from_millis(20));
+    }
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let deadline = Instant::now() + T;
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "plumb watch ignored SIGTERM");
+        std::thread::park_timeout(Duration::from_millis(20));
+    };
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert_eq!(status.code(), Some(0), "stderr: {rest}");
+    assert!(
+        rest.contains("plumb watch: ") && rest.contains("events"),
+        "{rest}"
+    );
+}

@@ -1,0 +1,580 @@
+//! Detection: from what a write changed and who made it, to findings. Pure: no IO,
+//! the clock is a parameter.
+//!
+//! - **foreign-change**: chains, rules or hook rules owned by kube-proxy, kubelet or a
+//!   CNI (plumb-ruleset's ownership catalogue) deleted, flushed or modified by a
+//!   writer that is not their owner (data/actors.json says who writes what); also
+//!   rules inserted ahead of owned hook rules by a non-Kubernetes writer, canary and
+//!   hint chains vanishing, whole-table flushes.
+//! - **owner-change**: an owner's own writes (kube-proxy syncs, Felix refreshes): never
+//!   reported as tampering.
+//! - **policy-change**: a base chain's policy changed (`FORWARD` to DROP by ufw).
+//! - **fight**: the same owned objects removed by one party and restored by their
+//!   owner again and again within a window: the two parties, the count, the period.
+//! - **resync**: changes found by a full re-read after lost events: writer unknown.
+
+use crate::actor::Actor;
+use crate::changes::{ChangeSet, TableChanges, is_builtin_chain};
+use plumb_ruleset::owner::{owner_name_of_chain, table_owner};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Event kinds of the JSON contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    ForeignChange,
+    Fight,
+    PolicyChange,
+    OwnerChange,
+    Resync,
+    Gap,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::ForeignChange => "foreign-change",
+            Kind::Fight => "fight",
+            Kind::PolicyChange => "policy-change",
+            Kind::OwnerChange => "owner-change",
+            Kind::Resync => "resync",
+            Kind::Gap => "gap",
+        }
+    }
+}
+
+/// What happened to the objects, in words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// Chains deleted.
+    Deleted,
+    /// Chains emptied (rules removed, chain kept).
+    Flushed,
+    /// Rules added or removed.
+    Modified,
+    /// Chains created.
+    Added,
+    /// Chains re-created (or refilled) after someone removed them.
+    Restored,
+    /// Rules inserted ahead of owned hook rules.
+    Inserted,
+    /// Hook rules (jumps into owned chains from built-in chains) removed.
+    Unhooked,
+    /// A base-chain policy changed.
+    Policy,
+    /// Objects removed and restored repeatedly.
+    Fight,
+    /// Changes found by a re-read, writer unknown.
+    Changed,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Deleted => "deleted",
+            Action::Flushed => "flushed",
+            Action::Modified => "modified",
+            Action::Added => "added",
+            Action::Restored => "restored",
+            Action::Inserted => "inserted",
+            Action::Unhooked => "unhooked",
+            Action::Policy => "changed the policy of",
+            Action::Fight => "fight",
+            Action::Changed => "changed",
+        }
+    }
+}
+
+/// A revert fight between two parties.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FightInfo {
+    /// The party removing the owner's objects.
+    pub remover: String,
+    /// The owner's writer restoring them.
+    pub restorer: String,
+    /// Removals of these objects within the window (this one included).
+    pub reverts: u32,
+    pub restores: u32,
+    /// Seconds from the first removal in the window to this one.
+    pub span_s: f64,
+    /// Mean seconds between removals.
+    pub period_s: f64,
+}
+
+/// One detection result (the watcher adds time, actor and latency to make an event).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Finding {
+    pub kind: Kind,
+    pub action: Action,
+    pub family: String,
+    pub table: String,
+    pub owner: Option<String>,
+    /// Affected chains, sorted.
+    pub chains: Vec<String>,
+    pub rules_added: usize,
+    pub rules_removed: usize,
+    /// Extra facts: "canary chain KUBE-PROXY-CANARY vanished", "whole table flushed", ...
+    pub details: Vec<String>,
+    /// For removals: the how-many-th removal of these objects within the window.
+    pub revert: Option<u32>,
+    pub fight: Option<FightInfo>,
+}
+
+impl Finding {
+    fn new(kind: Kind, action: Action, t: &TableChanges, owner: Option<String>) -> Finding {
+        Finding {
+            kind,
+            action,
+            family: t.family.clone(),
+            table: t.table.clone(),
+            owner,
+            chains: Vec::new(),
+            rules_added: 0,
+            rules_removed: 0,
+            details: Vec::new(),
+            revert: None,
+            fight: None,
+        }
+    }
+    /// `nat`, `ip6 nat`, `inet kube-proxy`.
+    pub fn table_label(&self) -> String {
+        match self.family.as_str() {
+            "ip" | "" => self.table.clone(),
+            f => format!("{f} {}", self.table),
+        }
+    }
+}
+
+/// Canary and hint chains: their disappearance is what kube-proxy and kubelet watch for.
+const CANARIES: &[&str] = &[
+    "KUBE-PROXY-CANARY",
+    "KUBE-KUBELET-CANARY",
+    "KUBE-IPTABLES-HINT",
+];
+
+/// Table names the iptables-nft compatibility layer uses (ownership by chain name).
+fn is_xtables_table(name: &str) -> bool {
+    matches!(name, "filter" | "nat" | "mangle" | "raw" | "security")
+}
+
+/// Owner of `chain` in table `t`: native nft tables by table name, else by chain name.
+/// None for built-in chains and chains no catalogue entry claims.
+pub fn owner_of(t: &TableChanges, chain: &str) -> Option<String> {
+    if !is_xtables_table(&t.table) {
+        let fam = plumb_ruleset::Family::parse(&t.family).unwrap_or(plumb_ruleset::Family::Ip);
+        let table = plumb_ruleset::Table::new(
+            fam,
+            plumb_ruleset::Backend::Nftables,
+            &t.table,
+            plumb_ruleset::Location::default(),
+        );
+        if let Some(a) = table_owner(&table) {
+            return Some(a.owner.0);
+        }
+    }
+    if is_builtin_chain(chain) {
+        return None;
+    }
+    owner_name_of_chain(chain).map(str::to_string)
+}
+
+/// Writers whose insertions into hook chains are normal (they own hooks themselves).
+fn inserts_hooks_legitimately(actor: &Actor) -> bool {
+    actor
+        .identity
+        .as_ref()
+        .is_some_and(|i| matches!(i.kind.as_str(), "kubernetes" | "cni" | "container-runtime"))
+}
+
+#[derive(Default)]
+struct Group {
+    removed: BTreeSet<String>,
+    flushed: BTreeSet<String>,
+    modified: BTreeSet<String>,
+    added: BTreeSet<String>,
+    unhooked: BTreeSet<String>,
+    rules_added: usize,
+    rules_removed: usize,
+}
+
+/// How long a fight is remembered, and how many removals make one.
+#[derive(Clone, Copy, Debug)]
+pub struct FightPolicy {
+    pub window_ms: u64,
+    pub min_reverts: u32,
+}
+
+impl Default for FightPolicy {
+    fn default() -> Self {
+        FightPolicy {
+            window_ms: 10 * 60 * 1000,
+            min_reverts: 3,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct FightState {
+    reverts: Vec<u64>,
+    restores: Vec<(u64, String)>,
+    chains: BTreeSet<String>,
+}
+
+/// Remembers removals and restores of owned objects to recognise fights.
+/// Memory is bounded by the window and by [`MAX_FIGHTS`].
+#[derive(Debug, Default)]
+pub struct FightTracker {
+    policy: FightPolicy,
+    /// (table label, owner, remover) -> state.
+    fights: BTreeMap<(String, String, String), FightState>,
+}
+
+/// Most parties tracked at once.
+pub const MAX_FIGHTS: usize = 1024;
+/// Most chain names remembered per fight.
+const MAX_CHAINS: usize = 100_000;
+
+impl FightTracker {
+    pub fn new(policy: FightPolicy) -> FightTracker {
+        FightTracker {
+            policy,
+            fights: BTreeMap::new(),
+        }
+    }
+
+    fn prune(&mut self, now: u64) {
+        let w = self.policy.window_ms;
+        self.fights.retain(|_, f| {
+            f.reverts.retain(|&t| now.saturating_sub(t) <= w);
+            f.restores.retain(|(t, _)| now.saturating_sub(*t) <= w);
+            !f.reverts.is_empty()
+        });
+    }
+
+    /// Records a removal of `chains` (owned by `owner`) by `remover`; returns the fight
+    /// state after it.
+    fn revert(
+        &mut self,
+        table: &str,
+        owner: &str,
+        remover: &str,
+        chains: &BTreeSet<String>,
+        now: u64,
+    ) -> (u32, Option<FightInfo>) {
+        self.prune(now);
+        if self.fights.len() >= MAX_FIGHTS {
+            return (1, None);
+        }
+        let f = self
+            .fights
+            .entry((table.into(), owner.into(), remover.into()))
+            .or_default();
+        let overlaps = f.chains.is_empty() || chains.iter().any(|c| f.chains.contains(c));
+        if !overlaps {
+            // Other objects: a new episode.
+            *f = FightState::default();
+        }
+        f.reverts.push(now);
+        if f.chains.len() < MAX_CHAINS {
+            f.chains.extend(chains.iter().cloned());
+        }
+        let n = f.reverts.len() as u32;
+        let first = f.reverts[0];
+        let restores: Vec<&(u64, String)> =
+            f.restores.iter().filter(|(t, _)| *t >= first).collect();
+        let fight = (n >= self.policy.min_reverts
+            && restores.len() as u32 + 1 >= self.policy.min_reverts)
+            .then(|| {
+                let span = now.saturating_sub(first) as f64 / 1000.0;
+                FightInfo {
+                    remover: remover.into(),
+                    restorer: restores
+                        .last()
+                        .map(|(_, p)| p.clone())
+                        .unwrap_or_else(|| owner.into()),
+                    reverts: n,
+                    restores: restores.len() as u32,
+                    span_s: span,
+                    period_s: if n > 1 { span / f64::from(n - 1) } else { 0.0 },
+                }
+            });
+        (n, fight)
+    }
+
+    /// Records that `restorer` (writing for `owner`) put back `chains`.
+    fn restore(
+        &mut self,
+        table: &str,
+        owner: &str,
+        restorer: &str,
+        chains: &BTreeSet<String>,
+        now: u64,
+    ) -> bool {
+        let mut any = false;
+        for ((t, o, _), f) in self.fights.iter_mut() {
+            if t == table && o == owner && chains.iter().any(|c| f.chains.contains(c)) {
+                f.restores.push((now, restorer.into()));
+                any = true;
+            }
+        }
+        any
+    }
+}
+
+/// Where a change set came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A write the kernel attributed (NEWGEN pid/comm, audit).
+    Write,
+    /// A full re-read after lost events: the writer is unknown.
+    Resync,
+    /// A poll without audit (legacy): the writer is unknown, removals are still flagged.
+    Poll,
+}
+
+/// Detects findings in `changes` written by `actor` at `now_ms`.
+pub fn detect(
+    changes: &ChangeSet,
+    actor: &Actor,
+    source: Source,
+    now_ms: u64,
+    fights: &mut FightTracker,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let party = actor.metric_label();
+    for t in &changes.tables {
+        if source == Source::Resync {
+            if !t.is_empty() {
+                let mut f = Finding::new(Kind::Resync, Action::Changed, t, None);
+                f.chains = t
+                    .chains_added
+                    .iter()
+                    .chain(&t.chains_removed)
+                    .map(|c| c.name.clone())
+                    .chain(t.rules_added.keys().cloned())
+                    .chain(t.rules_removed.keys().cloned())
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                f.rules_added = t.rules_added.values().sum();
+                f.rules_removed = t.rules_removed.values().sum();
+                f.details.push(format!(
+                    "{} chains added, {} removed while events were lost; writer unknown",
+                    t.chains_added.len(),
+                    t.chains_removed.len()
+                ));
+                out.push(f);
+            }
+            continue;
+        }
+        let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+        for c in &t.chains_removed {
+            if let Some(o) = owner_of(t, &c.name) {
+                let g = groups.entry(o).or_default();
+                g.removed.insert(c.name.clone());
+                g.rules_removed += c.rules;
+            }
+        }
+        for c in &t.chains_added {
+            if let Some(o) = owner_of(t, &c.name) {
+                let g = groups.entry(o).or_default();
+                g.added.insert(c.name.clone());
+                g.rules_added += c.rules;
+            }
+        }
+        for (chain, n) in &t.rules_removed {
+            if let Some(o) = owner_of(t, chain) {
+                let g = groups.entry(o).or_default();
+                g.rules_removed += n;
+                let after = t.rules_after.get(chain).copied().unwrap_or(0);
+                let added = t.rules_added.get(chain).copied().unwrap_or(0);
+                if after == 0 && added == 0 {
+                    g.flushed.insert(chain.clone());
+                } else {
+                    g.modified.insert(chain.clone());
+                }
+            }
+        }
+        for (chain, n) in &t.rules_added {
+            if let Some(o) = owner_of(t, chain) {
+                let g = groups.entry(o).or_default();
+                g.rules_added += n;
+                if !t.rules_removed.contains_key(chain) {
+                    g.modified.insert(chain.clone());
+                }
+            }
+        }
+        // Hook rules: removal of a jump into an owned chain, or insertion ahead of one.
+        let mut inserted = Vec::new();
+        for h in &t.hook_rules {
+            let target_owner = h.jump.as_deref().and_then(|j| owner_of(t, j));
+            match (h.added, target_owner) {
+                (false, Some(o)) => {
+                    let g = groups.entry(o).or_default();
+                    g.unhooked.insert(format!(
+                        "{} -j {}",
+                        h.chain,
+                        h.jump.as_deref().unwrap_or("?")
+                    ));
+                }
+                (true, _) if h.ahead_of_owned_hooks && !inserts_hooks_legitimately(actor) => {
+                    inserted.push(h)
+                }
+                _ => {}
+            }
+        }
+        for (owner, g) in groups {
+            let legit = actor.writes(&owner);
+            let lost: BTreeSet<String> = g
+                .removed
+                .iter()
+                .chain(&g.flushed)
+                .cloned()
+                .chain(
+                    g.unhooked
+                        .iter()
+                        .filter_map(|h| h.split_once(" -j ").map(|(_, target)| target.to_string())),
+                )
+                .collect();
+            let put_back: BTreeSet<String> = g.added.union(&g.modified).cloned().collect();
+            if legit || (source == Source::Poll && lost.is_empty()) {
+                let restored = !put_back.is_empty()
+                    && fights.restore(&t.label(), &owner, &party, &put_back, now_ms);
+                let mut f = Finding::new(
+                    Kind::OwnerChange,
+                    if restored {
+                        Action::Restored
+                    } else if !g.added.is_empty() {
+                        Action::Added
+                    } else if !g.removed.is_empty() {
+                        Action::Deleted
+                    } else {
+                        Action::Modified
+                    },
+                    t,
+                    Some(owner),
+                );
+                f.chains = g
+                    .added
+                    .iter()
+                    .chain(&g.removed)
+                    .chain(&g.modified)
+                    .chain(&g.flushed)
+                    .cloned()
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                f.rules_added = g.rules_added;
+                f.rules_removed = g.rules_removed;
+                out.push(f);
+                continue;
+            }
+            let action = if !g.removed.is_empty() {
+                Action::Deleted
+            } else if !g.flushed.is_empty() {
+                Action::Flushed
+            } else if !g.unhooked.is_empty() {
+                Action::Unhooked
+            } else if !g.added.is_empty() && g.modified.is_empty() {
+                Action::Added
+            } else {
+                Action::Modified
+            };
+            let mut f = Finding::new(Kind::ForeignChange, action, t, Some(owner.clone()));
+            f.chains = match action {
+                Action::Deleted => g.removed.iter().cloned().collect(),
+                Action::Flushed => g.flushed.iter().cloned().collect(),
+                Action::Unhooked => g.unhooked.iter().cloned().collect(),
+                _ => put_back.iter().cloned().collect(),
+            };
+            if action == Action::Deleted && !g.flushed.is_empty() {
+                f.details
+                    .push(format!("also flushed {} {owner} chains", g.flushed.len()));
+            }
+            if !g.unhooked.is_empty() && action != Action::Unhooked {
+                f.details.push(format!(
+                    "removed hook rules: {}",
+                    g.unhooked.iter().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+            for c in CANARIES {
+                if g.removed.contains(*c) || g.flushed.contains(*c) {
+                    f.details.push(format!("canary/hint chain {c} vanished"));
+                }
+            }
+            if t.whole_table_flushed {
+                f.details.push(format!("whole {} table flushed", t.label()));
+            }
+            if source == Source::Poll {
+                f.details
+                    .push("writer unknown: found by polling (no audit)".into());
+            }
+            f.rules_added = g.rules_added;
+            f.rules_removed = g.rules_removed;
+            if !lost.is_empty() {
+                let (n, fight) = fights.revert(&t.label(), &owner, &party, &lost, now_ms);
+                f.revert = Some(n);
+                f.fight = fight.clone();
+                out.push(f.clone());
+                if let Some(fi) = fight {
+                    let mut ff = Finding::new(Kind::Fight, Action::Fight, t, Some(owner));
+                    ff.chains = f.chains.clone();
+                    ff.revert = Some(n);
+                    ff.fight = Some(fi);
+                    out.push(ff);
+                }
+            } else {
+                out.push(f);
+            }
+        }
+        if !inserted.is_empty() {
+            let mut f = Finding::new(Kind::ForeignChange, Action::Inserted, t, None);
+            f.chains = inserted
+                .iter()
+                .map(|h| h.chain.clone())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            f.rules_added = inserted.len();
+            for h in &inserted {
+                f.details.push(match (&h.text, &h.jump) {
+                    (Some(text), _) => format!("{}: {text}", h.chain),
+                    (None, Some(j)) => format!("{}: -j {j}", h.chain),
+                    (None, None) => match &h.verdict {
+                        Some(v) => format!("{}: a rule ending in {v}", h.chain),
+                        None => format!("{}: a rule", h.chain),
+                    },
+                });
+            }
+            f.details
+                .push("inserted ahead of kube-proxy/CNI hook rules".into());
+            out.push(f);
+        }
+        for p in &t.policies {
+            let mut f = Finding::new(Kind::PolicyChange, Action::Policy, t, None);
+            f.chains = vec![p.chain.clone()];
+            f.details.push(format!(
+                "{} policy {} -> {}",
+                p.chain,
+                p.from.as_deref().unwrap_or("?"),
+                p.to
+            ));
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// Convenience for callers and tests: detect the changes from `old` to `new`.
+pub fn detect_rulesets(
+    old: &plumb_ruleset::Ruleset,
+    new: &plumb_ruleset::Ruleset,
+    actor: &Actor,
+    now_ms: u64,
+    fights: &mut FightTracker,
+) -> Vec<Finding> {
+    let changes = crate::changes::from_rulesets(old, new);
+    detect(&changes, actor, Source::Write, now_ms, fights)
+}

@@ -1,0 +1,36 @@
+//! plumb-watch: who is changing the firewall, the moment it happens.
+//!
+//! An edge crate. Sources: nftables netlink notifications in the watched network
+//! namespace ([`nft_events`], NEWGEN names the writer), the audit multicast group
+//! ([`audit`], read-only: exe/ppid/argv of the writer, and the only trigger for
+//! iptables-legacy, see [`legacy`]), and /proc ([`actor`]). Pure parts, testable
+//! without a kernel: [`netlink`] and the decoders, [`state`] (chains per table kept
+//! from notifications), [`changes`], [`detect`] (foreign changes, owner changes,
+//! policy changes, hook insertions, fights) and [`event`] (the JSON line contract).
+//! [`watcher`] wires them; [`metrics`] exposes Prometheus metrics; [`impersonate`]
+//! runs iptables under another process name for tests and the lab.
+//!
+//! Read-only: plumb never sends a request that changes netfilter or audit state. It
+//! only listens on multicast groups and runs dump commands.
+
+pub mod actor;
+pub mod audit;
+pub mod audit_control;
+pub mod baseline;
+pub mod changes;
+pub mod detect;
+pub mod event;
+pub mod impersonate;
+pub mod legacy;
+pub mod metrics;
+pub mod netlink;
+pub mod netns;
+pub mod nft_events;
+pub mod signals;
+pub mod state;
+pub mod watcher;
+
+pub use actor::Actor;
+pub use detect::{Finding, Kind};
+pub use event::Event;
+pub use watcher::{Summary, WatchError, WatchOptions, watch};

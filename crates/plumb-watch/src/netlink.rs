@@ -1,0 +1,189 @@
+//! Netlink framing, decoded by hand and defensively: message headers (`nlmsghdr`) and
+//! attributes (`nlattr`, nested or not). Pure: takes bytes, never panics, never trusts
+//! a length field — a short or lying length ends the walk instead of indexing out of
+//! bounds. The nftables and audit decoders build on these two iterators.
+
+/// `NLMSG_ERROR`.
+pub const NLMSG_ERROR: u16 = 2;
+/// `NLMSG_DONE`.
+pub const NLMSG_DONE: u16 = 3;
+/// `NLMSG_OVERRUN`.
+pub const NLMSG_OVERRUN: u16 = 4;
+/// `NLM_F_APPEND` (in notifications: the rule was appended, not inserted).
+pub const NLM_F_APPEND: u16 = 0x800;
+
+const NLMSG_HDRLEN: usize = 16;
+const NLA_HDRLEN: usize = 4;
+/// Attribute type bits (without `NLA_F_NESTED` and `NLA_F_NET_BYTEORDER`).
+const NLA_TYPE_MASK: u16 = 0x3fff;
+
+fn align4(n: usize) -> usize {
+    n.saturating_add(3) & !3
+}
+
+/// One netlink message: header fields and its payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Message<'a> {
+    pub kind: u16,
+    pub flags: u16,
+    pub seq: u32,
+    pub pid: u32,
+    pub payload: &'a [u8],
+}
+
+/// Iterates the messages of one datagram. Stops at the first malformed header.
+pub fn messages(buf: &[u8]) -> impl Iterator<Item = Message<'_>> {
+    let mut rest = buf;
+    std::iter::from_fn(move || {
+        if rest.len() < NLMSG_HDRLEN {
+            return None;
+        }
+        let len = u32::from_ne_bytes(rest[0..4].try_into().ok()?) as usize;
+        if len < NLMSG_HDRLEN || len > rest.len() {
+            rest = &[];
+            return None;
+        }
+        let msg = Message {
+            kind: u16::from_ne_bytes(rest[4..6].try_into().ok()?),
+            flags: u16::from_ne_bytes(rest[6..8].try_into().ok()?),
+            seq: u32::from_ne_bytes(rest[8..12].try_into().ok()?),
+            pid: u32::from_ne_bytes(rest[12..16].try_into().ok()?),
+            payload: &rest[NLMSG_HDRLEN..len],
+        };
+        rest = rest.get(align4(len)..).unwrap_or(&[]);
+        Some(msg)
+    })
+}
+
+/// One attribute: its type (flags masked off) and value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attr<'a> {
+    pub kind: u16,
+    pub value: &'a [u8],
+}
+
+impl<'a> Attr<'a> {
+    /// A NUL-terminated (or not) string value, lossily decoded.
+    pub fn string(&self) -> String {
+        let v = self.value;
+        let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
+        String::from_utf8_lossy(&v[..end]).into_owned()
+    }
+    /// A NUL-terminated string value borrowed from the buffer ("" when not UTF-8).
+    pub fn str(&self) -> &'a str {
+        let v = self.value;
+        let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
+        std::str::from_utf8(&v[..end]).unwrap_or("")
+    }
+    /// A big-endian u32 (netfilter attributes are in network byte order).
+    pub fn be_u32(&self) -> Option<u32> {
+        Some(u32::from_be_bytes(self.value.get(..4)?.try_into().ok()?))
+    }
+    /// A big-endian u64.
+    pub fn be_u64(&self) -> Option<u64> {
+        Some(u64::from_be_bytes(self.value.get(..8)?.try_into().ok()?))
+    }
+    /// The attributes nested in this one.
+    pub fn nested(&self) -> impl Iterator<Item = Attr<'a>> {
+        attrs(self.value)
+    }
+}
+
+/// Iterates the attributes in `buf`. Stops at the first malformed one.
+pub fn attrs(buf: &[u8]) -> impl Iterator<Item = Attr<'_>> {
+    let mut rest = buf;
+    std::iter::from_fn(move || {
+        if rest.len() < NLA_HDRLEN {
+            return None;
+        }
+        let len = u16::from_ne_bytes([rest[0], rest[1]]) as usize;
+        let kind = u16::from_ne_bytes([rest[2], rest[3]]) & NLA_TYPE_MASK;
+        if len < NLA_HDRLEN || len > rest.len() {
+            rest = &[];
+            return None;
+        }
+        let attr = Attr {
+            kind,
+            value: &rest[NLA_HDRLEN..len],
+        };
+        rest = rest.get(align4(len)..).unwrap_or(&[]);
+        Some(attr)
+    })
+}
+
+/// Test and fuzz helpers: build netlink bytes.
+pub mod build {
+    /// Encodes one attribute (padded to 4 bytes).
+    pub fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
+        let len = (4 + value.len()) as u16;
+        let mut v = Vec::with_capacity(4 + value.len() + 3);
+        v.extend_from_slice(&len.to_ne_bytes());
+        v.extend_from_slice(&kind.to_ne_bytes());
+        v.extend_from_slice(value);
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+        v
+    }
+    /// A NUL-terminated string attribute.
+    pub fn str_attr(kind: u16, s: &str) -> Vec<u8> {
+        let mut b = s.as_bytes().to_vec();
+        b.push(0);
+        attr(kind, &b)
+    }
+    /// A nested attribute holding `inner` (already encoded attributes).
+    pub fn nested(kind: u16, inner: &[Vec<u8>]) -> Vec<u8> {
+        attr(kind | 0x8000, &inner.concat())
+    }
+    /// Encodes one message with `payload`.
+    pub fn message(kind: u16, flags: u16, payload: &[u8]) -> Vec<u8> {
+        let len = (16 + payload.len()) as u32;
+        let mut v = Vec::new();
+        v.extend_from_slice(&len.to_ne_bytes());
+        v.extend_from_slice(&kind.to_ne_bytes());
+        v.extend_from_slice(&flags.to_ne_bytes());
+        v.extend_from_slice(&0u32.to_ne_bytes());
+        v.extend_from_slice(&0u32.to_ne_bytes());
+        v.extend_from_slice(payload);
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walks_messages_and_attributes() {
+        let payload = [
+            build::str_attr(1, "nat"),
+            build::attr(2, &7u32.to_be_bytes()),
+        ]
+        .concat();
+        let buf = [
+            build::message(0x0a00, 0, &payload),
+            build::message(3, 0, &[]),
+        ]
+        .concat();
+        let msgs: Vec<_> = messages(&buf).collect();
+        assert_eq!(msgs.len(), 2);
+        assert_eq!(msgs[0].kind, 0x0a00);
+        let a: Vec<_> = attrs(msgs[0].payload).collect();
+        assert_eq!(a[0].string(), "nat");
+        assert_eq!(a[1].be_u32(), Some(7));
+    }
+
+    #[test]
+    fn lying_lengths_end_the_walk() {
+        let mut buf = build::message(0x0a00, 0, &[1, 2, 3, 4]);
+        buf[0] = 200; // longer than the buffer
+        assert_eq!(messages(&buf).count(), 0);
+        let mut a = build::attr(1, b"abcd");
+        a[0] = 2; // shorter than a header
+        assert_eq!(attrs(&a).count(), 0);
+        assert_eq!(messages(&[0u8; 15]).count(), 0);
+    }
+}

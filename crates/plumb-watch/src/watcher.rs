@@ -1,0 +1,589 @@
+//! The watch loop: listeners on threads, one detection loop, events to a sink.
+//!
+//! ```text
+//!  nft listener (in netns) ──Batch+Actor──┐
+//!  audit listener (init netns) ──Audit────┼──> loop: state.apply → detect → Event → sink, metrics
+//!  timers (resync, legacy re-read/poll) ──┘
+//! ```
+//!
+//! The writer of an nf_tables batch is resolved on the listener thread the moment
+//! NEWGEN arrives (short-lived writers exit quickly). When the process is already gone
+//! and audit is available, the batch waits up to [`AUDIT_JOIN_WAIT`] for the audit
+//! event of the same generation (exe, ppid, argv). Lost notifications (ENOBUFS) produce
+//! a `gap` event and a debounced full re-read whose differences are a `resync` event.
+
+use crate::actor::{self, Actor, Hints};
+use crate::audit::{Assembler, AuditListener, NetfilterAudit};
+use crate::changes::{ChangeSet, from_rulesets};
+use crate::detect::{FightPolicy, FightTracker, Kind, Source, detect};
+use crate::event::Event;
+use crate::metrics::{ErrorKind, Metrics};
+use crate::nft_events::{NftEvent, NftListener, Received};
+use crate::state::{NftState, Transaction};
+use plumb_collect::SystemRunner;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long a batch whose writer is gone waits for its audit record.
+pub const AUDIT_JOIN_WAIT: Duration = Duration::from_millis(30);
+
+/// How to watch.
+#[derive(Clone, Debug)]
+pub struct WatchOptions {
+    /// Network namespace name (under /run/netns) or path; None: this one.
+    pub netns: Option<String>,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Listen to audit when possible.
+    pub audit: bool,
+    /// Quiet time before a re-read after a burst (resync, legacy).
+    pub debounce: Duration,
+    /// Legacy fingerprint poll interval when audit is unavailable.
+    pub legacy_poll: Duration,
+    pub fight: FightPolicy,
+    /// Netlink receive buffer asked for (bytes).
+    pub receive_buffer: usize,
+    /// Set once subscribed and the baseline is read (tests wait for it).
+    pub ready: Option<Arc<AtomicBool>>,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions {
+            netns: None,
+            duration: None,
+            audit: true,
+            debounce: Duration::from_millis(100),
+            legacy_poll: Duration::from_secs(2),
+            fight: FightPolicy::default(),
+            ready: None,
+            receive_buffer: crate::nft_events::RECEIVE_BUFFER,
+        }
+    }
+}
+
+/// Why watch could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error(
+        "cannot subscribe to nftables notifications{}: {source} (needs CAP_NET_ADMIN, and CAP_SYS_ADMIN to enter a namespace)",
+        .netns.as_deref().map(|n| format!(" in network namespace {n}")).unwrap_or_default()
+    )]
+    Subscribe {
+        netns: Option<String>,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What a watch run saw (printed at the end).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Summary {
+    pub duration_s: f64,
+    pub events: BTreeMap<String, u64>,
+    pub batches: u64,
+    pub gaps: u64,
+    /// `listening`, `unavailable: <why>` or `off`.
+    pub audit: String,
+    /// `none`, `audit` (attributed) or `polling` (degraded).
+    pub legacy: String,
+    pub notes: Vec<String>,
+}
+
+/// A transaction closed by NEWGEN: changes, generation, writer pid and comm, start.
+type Finished = (ChangeSet, u32, Option<u32>, Option<String>, SystemTime);
+
+/// One committed nf_tables transaction, applied on the listener thread.
+struct Committed {
+    changes: ChangeSet,
+    actor: Actor,
+    generation: u32,
+    /// First notification of the transaction (≈ the commit).
+    started: SystemTime,
+}
+
+enum Msg {
+    Committed(Box<Committed>),
+    Resync(Box<ChangeSet>),
+    Gap,
+    Audit(Box<NetfilterAudit>),
+    Error(ErrorKind, String),
+}
+
+struct Pending {
+    c: Box<Committed>,
+    deadline: Instant,
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
+}
+
+/// Watches until `stop` is set or the duration ends; every event goes to `sink`.
+pub fn watch(
+    opts: &WatchOptions,
+    metrics: &Metrics,
+    stop: Arc<AtomicBool>,
+    sink: &mut dyn FnMut(&Event),
+) -> Result<Summary, WatchError> {
+    let started = Instant::now();
+    let netns = opts.netns.as_deref();
+    let mut summary = Summary::default();
+    let mut nft =
+        NftListener::open(netns, opts.receive_buffer).map_err(|source| WatchError::Subscribe {
+            netns: opts.netns.clone(),
+            source,
+        })?;
+    let (tx, rx) = mpsc::channel::<Msg>();
+    // Subscribe first, then read the baseline: nothing committed in between is missed.
+    let runner = SystemRunner;
+    let baseline = crate::baseline::read(netns);
+    if !baseline.problems.is_empty() {
+        metrics.error(ErrorKind::Reread);
+        summary
+            .notes
+            .extend(baseline.problems.iter().map(|p| format!("baseline: {p}")));
+    }
+    let mut legacy_rs = crate::legacy::read(&runner, netns);
+    let legacy_present = !legacy_rs.ruleset.tables.is_empty();
+
+    // nftables listener thread: owns the chain state and applies each notification
+    // as it is decoded, so a 150k-message sync is done when its NEWGEN arrives.
+    let nft_stop = stop.clone();
+    let nft_tx = tx.clone();
+    let (resync_tx, resync_rx) = mpsc::channel::<NftState>();
+    let nft_metrics = metrics.clone();
+    let mut state = baseline.state;
+    metrics.set_chains(state.chain_names());
+    let nft_thread = std::thread::Builder::new()
+        .name("plumb-nft".into())
+        .spawn(move || {
+            let mut txn: Option<(Transaction, SystemTime)> = None;
+            let mut dirty = false;
+            let mut last_gauge = Instant::now();
+            while !nft_stop.load(Ordering::Relaxed) {
+                if let Ok(fresh) = resync_rx.try_recv() {
+                    let changes = state.diff_to(&fresh);
+                    state = fresh;
+                    txn = None;
+                    dirty = true;
+                    if nft_tx.send(Msg::Resync(Box::new(changes))).is_err() {
+                        return;
+                    }
+                }
+                let mut done: Vec<Finished> = Vec::new();
+                let r = nft.receive_each(&mut |e| match e {
+                    NftEvent::Gen { id, pid, comm } => {
+                        let (t, started) = txn
+                            .take()
+                            .unwrap_or_else(|| (Transaction::default(), SystemTime::now()));
+                        let changes = t.finish(&state);
+                        done.push((changes, id, pid, comm.map(str::to_string), started));
+                    }
+                    e => {
+                        let (t, _) =
+                            txn.get_or_insert_with(|| (Transaction::default(), SystemTime::now()));
+                        t.push(&mut state, &e);
+                    }
+                });
+                match r {
+                    Ok(Received::Gap) => {
+                        txn = None;
+                        let _ = nft_tx.send(Msg::Gap);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        let _ = nft_tx.send(Msg::Error(ErrorKind::NetlinkReceive, e.to_string()));
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+                for (changes, generation, pid, comm, started) in done {
+                    dirty = true;
+                    // Resolve the writer now: it may exit any moment.
+                    let actor = match pid {
+                        Some(pid) if pid > 0 => actor::resolve(
+                            pid,
+                            &Hints {
+                                comm: comm.clone(),
+                                ..Hints::default()
+                            },
+                        ),
+                        _ => Actor {
+                            comm,
+                            ..Actor::unknown()
+                        },
+                    };
+                    let c = Committed {
+                        changes,
+                        actor,
+                        generation,
+                        started,
+                    };
+                    if nft_tx.send(Msg::Committed(Box::new(c))).is_err() {
+                        return;
+                    }
+                }
+                if dirty && txn.is_none() && last_gauge.elapsed() >= Duration::from_secs(1) {
+                    // Only after changes: a 10k-service state has 40k chains to classify.
+                    dirty = false;
+                    last_gauge = Instant::now();
+                    nft_metrics.set_chains(state.chain_names());
+                }
+            }
+        })
+        .ok();
+
+    // Audit listener thread (initial namespace only).
+    let mut audit_ok = false;
+    summary.audit = if !opts.audit {
+        "off".into()
+    } else if !crate::audit::in_initial_netns() {
+        metrics.error(ErrorKind::AuditUnavailable);
+        "unavailable: plumb is not in the initial network namespace".into()
+    } else {
+        match AuditListener::open() {
+            Ok(mut listener) => {
+                audit_ok = true;
+                let a_stop = stop.clone();
+                let a_tx = tx.clone();
+                let _ = std::thread::Builder::new()
+                    .name("plumb-audit".into())
+                    .spawn(move || {
+                        let mut asm = Assembler::default();
+                        while !a_stop.load(Ordering::Relaxed) {
+                            let now = unix_ms(SystemTime::now());
+                            let mut done = Vec::new();
+                            match listener.receive() {
+                                Ok(records) => {
+                                    for r in records {
+                                        done.extend(asm.push(r, now));
+                                    }
+                                }
+                                Err(e) => {
+                                    let _ = a_tx
+                                        .send(Msg::Error(ErrorKind::AuditReceive, e.to_string()));
+                                }
+                            }
+                            done.extend(asm.flush_older(now, 50));
+                            for ev in done {
+                                if a_tx.send(Msg::Audit(Box::new(ev))).is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    });
+                "listening".into()
+            }
+            Err(e) => {
+                metrics.error(ErrorKind::AuditUnavailable);
+                format!("unavailable: {e} (needs CAP_AUDIT_READ)")
+            }
+        }
+    };
+    drop(tx);
+    summary.legacy = match (legacy_present, audit_ok) {
+        (false, _) => "none".into(),
+        (true, true) => "audit".into(),
+        (true, false) => "polling".into(),
+    };
+    if legacy_present && !audit_ok {
+        summary.notes.push(
+            "iptables-legacy tables present and audit unavailable: legacy changes are found by polling; attribution and latency are degraded".into(),
+        );
+    }
+
+    if let Some(r) = &opts.ready {
+        r.store(true, Ordering::SeqCst);
+    }
+    // --duration counts from here: reading a 10k-service baseline takes seconds.
+    let watching = Instant::now();
+    let mut fights = FightTracker::new(opts.fight);
+    let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut recent_audit: VecDeque<NetfilterAudit> = VecDeque::new();
+    let mut resync_at: Option<Instant> = None;
+    let mut audit_seen = false;
+    let mut legacy_at: Option<(Instant, Actor)> = None;
+    let mut next_poll = Instant::now() + opts.legacy_poll;
+    let mut emit = |e: Event, summary: &mut Summary| {
+        metrics.event(&e, unix_ms(SystemTime::now()) as f64 / 1000.0);
+        *summary
+            .events
+            .entry(e.kind.as_str().to_string())
+            .or_default() += 1;
+        sink(&e);
+    };
+
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if opts.duration.is_some_and(|d| watching.elapsed() >= d) {
+            break;
+        }
+        // Sleep until the next thing that can be due (few wake-ups when idle).
+        let now = Instant::now();
+        let mut next = now + Duration::from_millis(500);
+        if let Some(p) = pending.front() {
+            next = next.min(p.deadline.max(now + Duration::from_millis(1)));
+        }
+        if let Some(t) = resync_at {
+            next = next.min(t);
+        }
+        if let Some((t, _)) = &legacy_at {
+            next = next.min(*t);
+        }
+        if legacy_present && !audit_ok {
+            next = next.min(next_poll);
+        }
+        if let Some(d) = opts.duration {
+            next = next.min(watching + d);
+        }
+        let wait = next.saturating_duration_since(now);
+        match rx.recv_timeout(wait) {
+            Ok(Msg::Committed(c)) => {
+                // Wait for audit only once audit has shown it delivers records
+                // (the kernel may have audit disabled: then nothing ever comes).
+                if c.actor.gone && audit_ok && audit_seen {
+                    // Try a join with an audit event already here.
+                    if let Some(a) = recent_audit
+                        .iter()
+                        .find(|a| a.generation() == Some(c.generation))
+                    {
+                        let mut c = c;
+                        c.actor = enrich(std::mem::take(&mut c.actor), a);
+                        for e in process(&c, &mut fights, netns, &mut summary) {
+                            emit(e, &mut summary);
+                        }
+                    } else {
+                        pending.push_back(Pending {
+                            c,
+                            deadline: Instant::now() + AUDIT_JOIN_WAIT,
+                        });
+                    }
+                } else if !pending.is_empty() {
+                    // Keep order: later transactions wait behind earlier ones.
+                    pending.push_back(Pending {
+                        c,
+                        deadline: Instant::now(),
+                    });
+                } else {
+                    for e in process(&c, &mut fights, netns, &mut summary) {
+                        emit(e, &mut summary);
+                    }
+                }
+            }
+            Ok(Msg::Resync(changes)) => {
+                resync_events(&changes, &mut fights, netns, &mut |e| emit(e, &mut summary));
+            }
+            Ok(Msg::Audit(a)) => {
+                audit_seen = true;
+                if let Some(p) = pending
+                    .iter_mut()
+                    .find(|p| a.generation() == Some(p.c.generation))
+                {
+                    p.c.actor = enrich(std::mem::take(&mut p.c.actor), &a);
+                    p.deadline = Instant::now();
+                }
+                let legacy_change = a.changes.iter().any(|c| c.op == "xt_replace");
+                if legacy_change && audit_pid_in_netns(&a, netns) {
+                    let hints = Hints {
+                        comm: a.changes.iter().find_map(|c| c.comm.clone()),
+                        exe: a.syscall.as_ref().and_then(|s| s.exe.clone()),
+                        ppid: a.syscall.as_ref().and_then(|s| s.ppid),
+                        uid: a.syscall.as_ref().and_then(|s| s.uid),
+                        argv: a.argv.clone(),
+                    };
+                    let actor = a
+                        .pid()
+                        .map(|p| actor::resolve(p, &hints))
+                        .unwrap_or_default();
+                    legacy_at = Some((Instant::now() + opts.debounce, actor));
+                }
+                recent_audit.push_back(*a);
+                while recent_audit.len() > 256 {
+                    recent_audit.pop_front();
+                }
+            }
+            Ok(Msg::Gap) => {
+                summary.gaps += 1;
+                emit(
+                    Event::gap(
+                        SystemTime::now(),
+                        netns,
+                        "the kernel dropped nftables notifications (ENOBUFS)",
+                    ),
+                    &mut summary,
+                );
+                resync_at = Some(Instant::now() + opts.debounce);
+            }
+            Ok(Msg::Error(kind, _msg)) => metrics.error(kind),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        // Batches whose audit wait is over, in order.
+        while pending
+            .front()
+            .is_some_and(|p| p.deadline <= Instant::now())
+        {
+            if let Some(p) = pending.pop_front() {
+                for e in process(&p.c, &mut fights, netns, &mut summary) {
+                    emit(e, &mut summary);
+                }
+            }
+        }
+        // Debounced full resync after a gap.
+        if resync_at.is_some_and(|t| t <= Instant::now()) {
+            resync_at = None;
+            // Blocking: a full dump; the listener thread swaps the state and reports
+            // what changed while events were lost.
+            let fresh = crate::baseline::read(netns);
+            if !fresh.problems.is_empty() {
+                metrics.error(ErrorKind::Reread);
+            }
+            let _ = resync_tx.send(fresh.state);
+        }
+        // Legacy: audit-triggered re-read, or a poll without audit.
+        let poll_due = legacy_present && !audit_ok && Instant::now() >= next_poll;
+        let trigger_due = legacy_at
+            .as_ref()
+            .is_some_and(|(t, _)| *t <= Instant::now());
+        if poll_due || trigger_due {
+            next_poll = Instant::now() + opts.legacy_poll;
+            let (actor, source) = match legacy_at.take() {
+                Some((_, a)) if trigger_due => (a, Source::Write),
+                other => {
+                    legacy_at = other;
+                    (Actor::unknown(), Source::Poll)
+                }
+            };
+            let fresh = crate::legacy::read(&runner, netns);
+            if !fresh.errors.is_empty() {
+                metrics.error(ErrorKind::Reread);
+            }
+            if fresh.fingerprint != legacy_rs.fingerprint {
+                let changes = from_rulesets(&legacy_rs.ruleset, &fresh.ruleset);
+                let at = SystemTime::now();
+                for f in detect(&changes, &actor, source, unix_ms(at), &mut fights) {
+                    emit(
+                        Event::from_finding(f, at, netns, &actor, None, None),
+                        &mut summary,
+                    );
+                }
+                legacy_rs = fresh;
+            }
+        }
+    }
+    // Flush what is still waiting for audit.
+    while let Some(p) = pending.pop_front() {
+        for e in process(&p.c, &mut fights, netns, &mut summary) {
+            emit(e, &mut summary);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(t) = nft_thread {
+        let _ = t.join();
+    }
+    summary.duration_s = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+fn process(
+    c: &Committed,
+    fights: &mut FightTracker,
+    netns: Option<&str>,
+    summary: &mut Summary,
+) -> Vec<Event> {
+    summary.batches += 1;
+    detect(
+        &c.changes,
+        &c.actor,
+        Source::Write,
+        unix_ms(c.started),
+        fights,
+    )
+    .into_iter()
+    .map(|f| {
+        let now = SystemTime::now();
+        let latency = now
+            .duration_since(c.started)
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .ok();
+        Event::from_finding(f, now, netns, &c.actor, Some(c.generation), latency)
+    })
+    .collect()
+}
+
+fn resync_events(
+    changes: &ChangeSet,
+    fights: &mut FightTracker,
+    netns: Option<&str>,
+    emit: &mut dyn FnMut(Event),
+) {
+    let at = SystemTime::now();
+    let unknown = Actor::unknown();
+    for f in detect(changes, &unknown, Source::Resync, unix_ms(at), fights) {
+        debug_assert_eq!(f.kind, Kind::Resync);
+        emit(Event::from_finding(f, at, netns, &unknown, None, None));
+    }
+}
+
+/// Adds what an audit event knows about the writer (exe, ppid, uid, argv) and
+/// re-identifies it through its parent.
+fn enrich(actor: Actor, a: &NetfilterAudit) -> Actor {
+    let Some(pid) = actor.pid.or_else(|| a.pid()) else {
+        return actor;
+    };
+    let s = a.syscall.clone().unwrap_or_default();
+    let hints = Hints {
+        comm: actor.comm.clone().or(s.comm),
+        exe: actor.exe.clone().or(s.exe),
+        ppid: actor.ppid.or(s.ppid),
+        uid: actor.uid.or(s.uid),
+        argv: actor.argv.clone().or_else(|| a.argv.clone()),
+    };
+    let mut out = actor::resolve_with(pid, &hints, &|_| None);
+    // The parent usually outlives the writer: look it up for the identity.
+    if let Some(pp) = hints.ppid {
+        let mut chain = vec![crate::actor::ProcInfo {
+            pid,
+            comm: hints.comm.clone(),
+            exe: hints.exe.clone(),
+            ppid: Some(pp),
+            argv: hints.argv.clone(),
+            ..Default::default()
+        }];
+        let mut next = Some(pp);
+        while let Some(p) = next.filter(|&p| p > 1 && chain.len() < 7) {
+            match crate::actor::ProcInfo::read(p) {
+                Some(info) => {
+                    next = info.ppid;
+                    chain.push(info);
+                }
+                None => break,
+            }
+        }
+        out.identity = crate::actor::identify(&chain);
+    }
+    out.gone = true;
+    out
+}
+
+/// Whether the writer of an audit event lives in the watched namespace (true when
+/// it cannot be told: the process is gone).
+fn audit_pid_in_netns(a: &NetfilterAudit, netns: Option<&str>) -> bool {
+    let Some(pid) = a.pid() else { return true };
+    let watched = match netns {
+        Some(n) => crate::netns::netns_inode(&crate::netns::netns_path(n)),
+        None => crate::netns::netns_inode("/proc/self/ns/net"),
+    };
+    match (
+        watched,
+        crate::netns::netns_inode(&format!("/proc/{pid}/ns/net")),
+    ) {
+        (Ok(w), Ok(p)) => w == p,
+        _ => true,
+    }
+}

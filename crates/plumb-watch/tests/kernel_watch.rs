@@ -1,0 +1,256 @@
+//! Privileged: plumb watch against real writers in a private network namespace.
+//!
+//! Writers are real processes with the comm the kernel reports: copies of
+//! xtables-nft-multi named `kube-proxy`, `venAgent`, `ufw` (see
+//! plumb_watch::impersonate). Run serially (`--test-threads=1`); skipped with a reason
+//! when not root. Every wait has a deadline; namespaces and copies are removed on
+//! drop; audit state is restored by a guard.
+
+mod common;
+use common::*;
+use plumb_watch::Kind;
+use plumb_watch::detect::Action;
+
+/// Seed 000: a security agent reverts kube-proxy's nat rules; kube-proxy restores them.
+#[test]
+fn security_agent_reverts_are_attributed_and_the_third_is_a_fight() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    let kp = kube_proxy_state(12);
+    let lab = Lab::new(&["kube-proxy", "venAgent"]);
+    lab.kube_proxy_sync(&kp);
+    let w = Watching::start(lab.ns.name());
+    let mut from = 0;
+    let mut agent_pids = Vec::new();
+    for cycle in 1..=3u32 {
+        let ven = lab.agent_revert("venAgent");
+        agent_pids.push(ven.pid);
+        let i = w.wait_for(from, "foreign-change by venAgent", |e| {
+            e.kind == Kind::ForeignChange
+                && e.actor.pid == Some(ven.pid)
+                && e.owner.as_deref() == Some("kube-proxy")
+        });
+        let e = &w.snapshot()[i];
+        assert_eq!(e.action, Action::Deleted, "{}", e.human());
+        assert_eq!(e.actor.comm.as_deref(), Some("venAgent"));
+        assert_eq!(
+            e.actor.exe.as_deref(),
+            Some(ven.exe.to_str().unwrap()),
+            "exe of the writer"
+        );
+        assert_eq!(
+            e.actor.identity.as_ref().map(|i| i.name.as_str()),
+            Some("illumio-ven")
+        );
+        assert_eq!(e.table, "nat");
+        assert!(
+            e.chains.iter().any(|c| c == "KUBE-SVC-NPX46M4PTMTKRN6Y"),
+            "the kubernetes service chain is among the deleted: {:?}",
+            e.chains
+        );
+        assert!(e.chains.iter().any(|c| c == "KUBE-SERVICES"));
+        assert_eq!(e.revert, Some(cycle), "{}", e.human());
+        assert!(e.latency_ms.is_some_and(|ms| ms >= 0.0));
+        if cycle < 3 {
+            assert!(e.fight.is_none(), "no fight before the third revert");
+        } else {
+            let f = e.fight.as_ref().expect("fight on the third revert");
+            assert_eq!(f.reverts, 3);
+            assert_eq!(f.remover, "illumio-ven");
+            assert_eq!(f.restorer, "kube-proxy");
+            assert!(e.human().contains("3rd revert in"), "{}", e.human());
+            assert!(e.human().contains("fight with kube-proxy"), "{}", e.human());
+            w.wait_for(i, "fight", |e| {
+                e.kind == Kind::Fight && e.fight.as_ref().is_some_and(|f| f.reverts == 3)
+            });
+        }
+        from = i + 1;
+        let kpr = lab.kube_proxy_sync(&kp);
+        from = w.wait_for(from, "kube-proxy restore", |e| {
+            e.kind == Kind::OwnerChange
+                && e.action == Action::Restored
+                && e.actor.pid == Some(kpr.pid)
+                && e.table == "nat"
+        }) + 1;
+    }
+    let (events, _) = w.finish();
+    for e in &events {
+        eprintln!("{}", e.human());
+    }
+    assert!(
+        events
+            .iter()
+            .filter(|e| e.kind == Kind::ForeignChange)
+            .all(|e| e.actor.comm.as_deref() == Some("venAgent")),
+        "only venAgent made foreign changes"
+    );
+    assert!(
+        events
+            .iter()
+            .filter(|e| e.actor.comm.as_deref() == Some("kube-proxy"))
+            .all(|e| e.kind == Kind::OwnerChange),
+        "kube-proxy's writes are owner changes"
+    );
+}
+
+/// kube-proxy's own full syncs (and kubelet-owned chains in them) never yield a
+/// foreign-change.
+#[test]
+fn owner_syncs_are_not_foreign() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    let kp = kube_proxy_state(30);
+    let lab = Lab::new(&["kube-proxy"]);
+    let w = Watching::start(lab.ns.name());
+    let mut last = 0;
+    for _ in 0..4 {
+        lab.kube_proxy_sync(&kp);
+        last = lab
+            .run(
+                "kube-proxy",
+                "iptables-nft-restore",
+                &["--noflush"],
+                Some(&kp.sync),
+            )
+            .pid;
+    }
+    // The last sync re-adds the same rules: an owner change with rules removed and added.
+    w.wait_for(0, "last sync", |e| e.actor.pid == Some(last));
+    let (events, summary) = w.finish();
+    assert!(summary.batches >= 8, "{summary:?}");
+    let foreign: Vec<String> = events
+        .iter()
+        .filter(|e| e.kind != Kind::OwnerChange)
+        .map(|e| e.human())
+        .collect();
+    assert!(foreign.is_empty(), "unexpected: {foreign:#?}");
+}
+
+/// ufw (by name) drops FORWARD and inserts a rule ahead of kube-proxy's INPUT hooks.
+#[test]
+fn host_firewall_policy_and_insertions_are_reported_appends_are_not() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    let kp = kube_proxy_state(3);
+    let lab = Lab::new(&["kube-proxy", "ufw"]);
+    lab.kube_proxy_sync(&kp);
+    let w = Watching::start(lab.ns.name());
+    let p = lab.run("ufw", "iptables-nft", &["-P", "FORWARD", "DROP"], None);
+    let i = w.wait_for(0, "policy-change", |e| e.kind == Kind::PolicyChange);
+    let e = &w.snapshot()[i];
+    assert_eq!(e.actor.pid, Some(p.pid));
+    assert_eq!(e.actor.comm.as_deref(), Some("ufw"));
+    assert_eq!(e.chains, ["FORWARD"]);
+    assert_eq!(e.details, ["FORWARD policy ACCEPT -> DROP"]);
+    let a = lab.run(
+        "ufw",
+        "iptables-nft",
+        &["-A", "INPUT", "-j", "ACCEPT"],
+        None,
+    );
+    let n = lab.run("ufw", "iptables-nft", &["-I", "INPUT", "-j", "DROP"], None);
+    let j = w.wait_for(i + 1, "insertion", |e| e.action == Action::Inserted);
+    let e = &w.snapshot()[j];
+    assert_eq!(e.kind, Kind::ForeignChange);
+    assert_eq!(e.actor.pid, Some(n.pid));
+    assert_eq!(e.chains, ["INPUT"]);
+    let (events, _) = w.finish();
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.actor.pid == Some(a.pid) && e.kind != Kind::OwnerChange),
+        "an appended rule runs after kube-proxy's hooks: not reported"
+    );
+}
+
+/// A receive buffer too small for a sync, not read while the sync runs: the kernel
+/// drops notifications and the listener reports a gap (the watcher then resyncs from
+/// a full dump, see `state::tests::resync_diff`).
+#[test]
+fn lost_notifications_are_reported_as_a_gap() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    let kp = kube_proxy_state(300);
+    let lab = Lab::new(&["kube-proxy"]);
+    let mut listener =
+        plumb_watch::nft_events::NftListener::open(Some(lab.ns.name()), 4096).expect("subscribe");
+    lab.kube_proxy_sync(&kp);
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        match listener.receive().expect("receive") {
+            plumb_watch::nft_events::Received::Gap => break,
+            plumb_watch::nft_events::Received::Idle => {
+                panic!("all notifications fit in 4 KiB? the test needs a bigger sync")
+            }
+            plumb_watch::nft_events::Received::Batches(_)
+            | plumb_watch::nft_events::Received::Data => {}
+        }
+        assert!(std::time::Instant::now() < deadline, "no gap");
+    }
+}
+
+/// Legacy tables have no netlink events: audit's xt_replace record is the trigger and
+/// names the writer. Needs audit; enabled for the test and restored after.
+#[test]
+fn legacy_changes_are_attributed_through_audit() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    if plumb_collect::runner::which("xtables-legacy-multi").is_none() {
+        eprintln!("skip: xtables-legacy-multi not found");
+        return;
+    }
+    let _audit = match AuditEnabled::new() {
+        Ok(g) => g,
+        Err(why) => {
+            eprintln!("skip: audit unavailable: {why}");
+            return;
+        }
+    };
+    let kp = kube_proxy_state(3);
+    let lab = Lab::new(&[]);
+    lab.actors
+        .install("kube-proxy", plumb_watch::impersonate::Flavor::Legacy)
+        .unwrap();
+    lab.actors
+        .install("venAgent", plumb_watch::impersonate::Flavor::Legacy)
+        .unwrap();
+    lab.run(
+        "kube-proxy",
+        "iptables-legacy-restore",
+        &["--noflush"],
+        Some(&kp.bootstrap),
+    );
+    lab.run(
+        "kube-proxy",
+        "iptables-legacy-restore",
+        &["--noflush"],
+        Some(&kp.sync),
+    );
+    let w = Watching::start(lab.ns.name());
+    let ven = lab.run(
+        "venAgent",
+        "iptables-legacy-restore",
+        &[],
+        Some(&plumb_watch::impersonate::pre_kubernetes_payload(&["nat"])),
+    );
+    let i = w.wait_for(0, "legacy foreign-change", |e| {
+        e.kind == Kind::ForeignChange && e.owner.as_deref() == Some("kube-proxy")
+    });
+    let e = &w.snapshot()[i];
+    assert_eq!(e.actor.pid, Some(ven.pid), "{}", e.human());
+    assert_eq!(e.actor.comm.as_deref(), Some("venAgent"));
+    assert_eq!(e.actor.exe.as_deref(), Some(ven.exe.to_str().unwrap()));
+    assert!(e.chains.iter().any(|c| c == "KUBE-SVC-NPX46M4PTMTKRN6Y"));
+    let (_, summary) = w.finish();
+    assert_eq!(summary.legacy, "audit", "{summary:?}");
+}
