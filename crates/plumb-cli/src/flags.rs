@@ -261,6 +261,9 @@ pub struct WatchFlags {
     /// /proc/PID/ns/net) instead of the host's.
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
+    /// Watch the running `plumb lab`'s node namespace.
+    #[arg(long, conflicts_with = "netns")]
+    pub lab: bool,
     /// One JSON object per line instead of human lines.
     #[arg(long)]
     pub json: bool,

@@ -26,8 +26,16 @@ pub fn run(f: WatchFlags) -> anyhow::Result<Verdict> {
         eprintln!("plumb watch: metrics on http://{bound}/metrics");
     }
     let stop = plumb_watch::signals::stop_on_signals();
+    let netns = if f.lab {
+        plumb_lab::state::LabState::load()
+            .context("reading the lab state")?
+            .context("no lab is running (start one with `plumb lab up SCENARIO`)")?;
+        Some(plumb_lab::state::NODE_NETNS.to_string())
+    } else {
+        f.netns.clone()
+    };
     let opts = WatchOptions {
-        netns: f.netns.clone(),
+        netns,
         duration,
         audit: !f.no_audit,
         ready: Some(metrics.ready_flag()),
