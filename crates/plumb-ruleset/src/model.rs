@@ -369,6 +369,19 @@ impl Rule {
         }
     }
 
+    /// The xtables structure like [`Rule::xt`], but without keeping it: built into
+    /// `buf` (no allocation once `buf` has grown) unless the rule holds an index
+    /// already. For passes over every rule of a ruleset; see [`crate::iptables::XtBuf`].
+    pub fn xt_in<'b, 't: 'b>(
+        &'t self,
+        buf: &'b mut crate::iptables::XtBuf,
+    ) -> Option<crate::iptables::XtViewOf<'b, 't>> {
+        match &self.body {
+            RuleBody::Xt(x) => Some(x.build_in(&self.text, buf).view_of(&self.text)),
+            _ => None,
+        }
+    }
+
     /// Every chain this rule can transfer control to (jump, goto, verdict map entries).
     pub fn chain_references(&self) -> Vec<ChainRef<'_>> {
         match &self.body {

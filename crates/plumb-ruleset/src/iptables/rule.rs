@@ -41,12 +41,15 @@ struct TargetIdx {
 }
 
 /// An xtables rule as an index over its text.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Vectors rather than boxed slices so that an [`XtBuf`] can index rule after rule
+/// into the same storage; an index kept in an [`XtCell`] is built to exact size.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct XtRule {
-    words: Box<[Word]>,
-    options: Box<[OptionIdx]>,
+    words: Vec<Word>,
+    options: Vec<OptionIdx>,
     generic_len: u16,
-    matches: Box<[MatchIdx]>,
+    matches: Vec<MatchIdx>,
     target: Option<TargetIdx>,
 }
 
@@ -115,11 +118,18 @@ const TARGET_GROUP: u16 = u16::MAX;
 impl XtRule {
     /// Indexes `words` of `text` (the words after `-A CHAIN`). Never fails: problems
     /// are returned alongside and the rule keeps every word.
-    pub fn build(text: &str, words: Vec<Word>) -> (XtRule, Vec<SpecProblem>) {
+    pub fn build(text: &str, mut words: Vec<Word>) -> (XtRule, Vec<SpecProblem>) {
         let mut scratch = IndexScratch::default();
         let mut problems = Vec::new();
         Self::analyse(text, &words, &mut scratch, &mut problems);
-        (Self::assemble(words.into_boxed_slice(), scratch), problems)
+        // Kept indexes live as long as the ruleset: no slack from the splitter's growth.
+        words.shrink_to_fit();
+        let mut rule = XtRule {
+            words,
+            ..XtRule::default()
+        };
+        rule.assemble(&scratch);
+        (rule, problems)
     }
 
     /// Checks a rule's words and reports problems without keeping an index: what the
@@ -265,46 +275,69 @@ impl XtRule {
         tagged.sort_by_key(|&(g, _)| g);
     }
 
-    fn assemble(words: Box<[Word]>, scratch: IndexScratch) -> XtRule {
+    /// Fills options, matches and target from `scratch` (filled by `analyse` over
+    /// `self.words`), reusing this rule's storage.
+    fn assemble(&mut self, scratch: &IndexScratch) {
         let IndexScratch {
             tagged,
             match_heads,
             target_head,
         } = scratch;
-        let generic_len = tagged.iter().take_while(|&&(g, _)| g == 0).count() as u16;
-        let mut matches = Vec::with_capacity(match_heads.len());
-        let mut cursor = generic_len as usize;
-        for (m, (module, implicit)) in match_heads.into_iter().enumerate() {
+        self.generic_len = tagged.iter().take_while(|&&(g, _)| g == 0).count() as u16;
+        self.matches.clear();
+        self.matches.reserve_exact(match_heads.len());
+        let mut cursor = self.generic_len as usize;
+        for (m, &(module, implicit)) in match_heads.iter().enumerate() {
             let start = cursor;
             while cursor < tagged.len() && tagged[cursor].0 == m as u16 + 1 {
                 cursor += 1;
             }
-            matches.push(MatchIdx {
+            self.matches.push(MatchIdx {
                 module,
                 implicit,
                 opts_start: start as u16,
                 opts_end: cursor as u16,
             });
         }
-        let target = target_head.map(|(name, goto)| TargetIdx {
+        self.target = target_head.map(|(name, goto)| TargetIdx {
             name,
             goto,
             opts_start: cursor as u16,
             opts_end: tagged.len() as u16,
         });
-        let options: Box<[OptionIdx]> = tagged.into_iter().map(|(_, o)| o).collect();
-        XtRule {
-            words,
-            options,
-            generic_len,
-            matches: matches.into_boxed_slice(),
-            target,
-        }
+        self.options.clear();
+        self.options.extend(tagged.iter().map(|&(_, o)| o));
     }
 
     pub fn view<'a>(&'a self, text: &'a str) -> XtView<'a> {
-        XtView { rule: self, text }
+        XtViewOf { rule: self, text }
     }
+
+    /// A view whose strings borrow `text` for longer than the index lives.
+    pub fn view_of<'r, 't>(&'r self, text: &'t str) -> XtViewOf<'r, 't> {
+        XtViewOf { rule: self, text }
+    }
+}
+
+/// Reusable storage for indexing many xtables rules one after another without
+/// allocating for each: what whole-ruleset passes (service recovery, checks, owner
+/// counts) use instead of [`crate::Rule::xt`], which builds and keeps an index per
+/// rule (about five allocations each, and the memory stays).
+///
+/// ```
+/// # use plumb_ruleset::iptables::XtBuf;
+/// # let ruleset = plumb_ruleset::iptables::save::parse("*nat\n:X - [0:0]\n-A X -j DNAT --to-destination 1.2.3.4:80\nCOMMIT\n", &Default::default());
+/// let mut buf = XtBuf::default();
+/// for rule in &ruleset.tables[0].chains[0].rules {
+///     let target = rule.xt_in(&mut buf).and_then(|v| v.target()).map(|t| t.name());
+///     assert_eq!(target, Some("DNAT"));
+/// }
+/// ```
+#[derive(Debug, Default)]
+pub struct XtBuf {
+    rule: XtRule,
+    scratch: IndexScratch,
+    problems: Vec<SpecProblem>,
 }
 
 /// The structure of an xtables rule, built from the rule's text on first use.
@@ -356,16 +389,41 @@ impl XtCell {
     /// ruleset (owner classification) that should not make every rule's index stay.
     pub fn build(&self, text: &str) -> XtRule {
         let mut words = Vec::new();
+        self.split_into(text, &mut words);
+        XtRule::build(text, words).0
+    }
+
+    /// The index in `buf`: the kept one if something built it already, else built into
+    /// `buf`'s storage (replacing what it held). Allocates only while `buf` grows.
+    pub fn build_in<'b>(&'b self, text: &str, buf: &'b mut XtBuf) -> &'b XtRule {
+        if let Some(kept) = self.built() {
+            return kept;
+        }
+        let XtBuf {
+            rule,
+            scratch,
+            problems,
+        } = buf;
+        self.split_into(text, &mut rule.words);
+        XtRule::analyse(text, &rule.words, scratch, problems);
+        // The parser reported these when it read the rule.
+        problems.clear();
+        rule.assemble(scratch);
+        rule
+    }
+
+    /// The words of the rule's spec (empty when they cannot be split).
+    fn split_into(&self, text: &str, words: &mut Vec<Word>) {
+        words.clear();
         let end = (self.spec_end as usize).min(text.len());
         let start = (self.spec_start as usize).min(end);
         if text.is_char_boundary(start)
             && text.is_char_boundary(end)
-            && split(&text[..end], start, &mut words).is_err()
+            && split(&text[..end], start, words).is_err()
         {
             // The parser reported the bad quote; the rule keeps no structure.
             words.clear();
         }
-        XtRule::build(text, words).0
     }
 }
 
@@ -441,73 +499,84 @@ pub const TARGET_EXTENSIONS: &[&str] = &[
     "ULOG",
 ];
 
-/// Read access to an `XtRule` together with its text.
+/// Read access to an `XtRule` together with its text. `'r` is the lifetime of the
+/// index, `'t` the lifetime of the text: strings read through the view borrow the
+/// text only, so they outlive a temporary index built in an [`XtBuf`].
 #[derive(Clone, Copy)]
-pub struct XtView<'a> {
-    rule: &'a XtRule,
-    text: &'a str,
+pub struct XtViewOf<'r, 't> {
+    rule: &'r XtRule,
+    text: &'t str,
 }
+
+/// A view whose index and text live equally long (an index kept in the rule).
+pub type XtView<'a> = XtViewOf<'a, 'a>;
 
 /// One option (`! --dport 80`) of a match, of the target or generic (`-s 10.0.0.0/8`).
 #[derive(Clone, Copy)]
-pub struct XtOptionView<'a> {
+pub struct XtOptionViewOf<'r, 't> {
     idx: OptionIdx,
-    rule: &'a XtRule,
-    text: &'a str,
+    rule: &'r XtRule,
+    text: &'t str,
 }
+
+pub type XtOptionView<'a> = XtOptionViewOf<'a, 'a>;
 
 /// One match module (`-m tcp --dport 80`), possibly implicit (`-p tcp --dport 80`).
 #[derive(Clone, Copy)]
-pub struct XtMatchView<'a> {
+pub struct XtMatchViewOf<'r, 't> {
     idx: MatchIdx,
-    rule: &'a XtRule,
-    text: &'a str,
+    rule: &'r XtRule,
+    text: &'t str,
 }
+
+pub type XtMatchView<'a> = XtMatchViewOf<'a, 'a>;
 
 /// The rule's target (`-j DNAT --to-destination ...`) or goto (`-g CHAIN`).
 #[derive(Clone, Copy)]
-pub struct XtTargetView<'a> {
+pub struct XtTargetViewOf<'r, 't> {
     idx: TargetIdx,
-    rule: &'a XtRule,
-    text: &'a str,
+    rule: &'r XtRule,
+    text: &'t str,
 }
 
-impl<'a> XtView<'a> {
-    fn word(&self, i: u16) -> &'a str {
+pub type XtTargetView<'a> = XtTargetViewOf<'a, 'a>;
+
+impl<'r, 't> XtViewOf<'r, 't> {
+    fn word(&self, i: u16) -> &'t str {
         self.rule.words[i as usize].raw(self.text)
     }
 
-    fn options_in(self, start: u16, end: u16) -> impl Iterator<Item = XtOptionView<'a>> + 'a {
+    fn options_in(self, start: u16, end: u16) -> impl Iterator<Item = XtOptionViewOf<'r, 't>> {
         let (rule, text) = (self.rule, self.text);
         rule.options[start as usize..end as usize]
             .iter()
-            .map(move |&idx| XtOptionView { idx, rule, text })
+            .map(move |&idx| XtOptionViewOf { idx, rule, text })
     }
 
     /// Generic options in the order written (`-s`, `-d`, `-i`, `-o`, `-p`, `-f`).
-    pub fn generic(&self) -> impl Iterator<Item = XtOptionView<'a>> + 'a {
+    pub fn generic(&self) -> impl Iterator<Item = XtOptionViewOf<'r, 't>> {
         self.options_in(0, self.rule.generic_len)
     }
 
     /// A generic option by its short name (`"-s"`, `"-p"`, ...), whatever spelling was used.
-    pub fn generic_option(&self, short: &str) -> Option<XtOptionView<'a>> {
+    pub fn generic_option(&self, short: &str) -> Option<XtOptionViewOf<'r, 't>> {
         self.generic()
             .find(|o| generic_option(o.name()).is_some_and(|(s, _)| s == short))
     }
 
-    pub fn matches(&self) -> impl Iterator<Item = XtMatchView<'a>> + 'a {
+    pub fn matches(&self) -> impl Iterator<Item = XtMatchViewOf<'r, 't>> {
         let (rule, text) = (self.rule, self.text);
         rule.matches
             .iter()
-            .map(move |&idx| XtMatchView { idx, rule, text })
+            .map(move |&idx| XtMatchViewOf { idx, rule, text })
     }
 
-    pub fn match_named(&self, module: &str) -> Option<XtMatchView<'a>> {
+    pub fn match_named(&self, module: &str) -> Option<XtMatchViewOf<'r, 't>> {
         self.matches().find(|m| m.module() == module)
     }
 
-    pub fn target(&self) -> Option<XtTargetView<'a>> {
-        self.rule.target.map(|idx| XtTargetView {
+    pub fn target(&self) -> Option<XtTargetViewOf<'r, 't>> {
+        self.rule.target.map(|idx| XtTargetViewOf {
             idx,
             rule: self.rule,
             text: self.text,
@@ -515,14 +584,14 @@ impl<'a> XtView<'a> {
     }
 
     /// Every `--comment` value, in order.
-    pub fn comments(&self) -> impl Iterator<Item = Cow<'a, str>> + 'a {
+    pub fn comments(&self) -> impl Iterator<Item = Cow<'t, str>> {
         self.matches()
             .filter(|m| m.module() == "comment")
             .filter_map(|m| m.option("--comment").and_then(|o| o.arg(0)))
     }
 
     /// The chain this rule jumps or goes to, if its target is a chain.
-    pub fn chain_reference(&self) -> Option<ChainRef<'a>> {
+    pub fn chain_reference(&self) -> Option<ChainRef<'t>> {
         let t = self.target()?;
         let name = t.name();
         if t.is_goto() {
@@ -538,15 +607,15 @@ impl<'a> XtView<'a> {
     }
 
     /// All words after the chain name, raw, in order (for verbatim printing).
-    pub fn raw_words(&self) -> impl Iterator<Item = &'a str> + 'a {
+    pub fn raw_words(&self) -> impl Iterator<Item = &'t str> {
         let text = self.text;
         self.rule.words.iter().map(move |w| w.raw(text))
     }
 }
 
-impl<'a> XtOptionView<'a> {
+impl<'r, 't> XtOptionViewOf<'r, 't> {
     /// The option as written (`--dport`, `-s`, `--source`).
-    pub fn name(&self) -> &'a str {
+    pub fn name(&self) -> &'t str {
         self.rule.words[self.idx.name as usize].raw(self.text)
     }
 
@@ -559,25 +628,25 @@ impl<'a> XtOptionView<'a> {
     }
 
     /// The i-th argument, unquoted.
-    pub fn arg(&self, i: usize) -> Option<Cow<'a, str>> {
+    pub fn arg(&self, i: usize) -> Option<Cow<'t, str>> {
         let w = self.idx.args_start as usize + i;
         (w < self.idx.args_end as usize).then(|| self.rule.words[w].value(self.text))
     }
 
     /// The i-th argument exactly as written (quotes kept).
-    pub fn raw_arg(&self, i: usize) -> Option<&'a str> {
+    pub fn raw_arg(&self, i: usize) -> Option<&'t str> {
         let w = self.idx.args_start as usize + i;
         (w < self.idx.args_end as usize).then(|| self.rule.words[w].raw(self.text))
     }
 
-    pub fn args(&self) -> impl Iterator<Item = Cow<'a, str>> + 'a {
+    pub fn args(&self) -> impl Iterator<Item = Cow<'t, str>> + use<'r, 't> {
         let (rule, text) = (self.rule, self.text);
         rule.words[self.idx.args_start as usize..self.idx.args_end as usize]
             .iter()
             .map(move |w| w.value(text))
     }
 
-    pub fn raw_args(&self) -> impl Iterator<Item = &'a str> + 'a {
+    pub fn raw_args(&self) -> impl Iterator<Item = &'t str> + use<'r, 't> {
         let (rule, text) = (self.rule, self.text);
         rule.words[self.idx.args_start as usize..self.idx.args_end as usize]
             .iter()
@@ -585,8 +654,8 @@ impl<'a> XtOptionView<'a> {
     }
 }
 
-impl<'a> XtMatchView<'a> {
-    pub fn module(&self) -> &'a str {
+impl<'r, 't> XtMatchViewOf<'r, 't> {
+    pub fn module(&self) -> &'t str {
         self.rule.words[self.idx.module as usize].raw(self.text)
     }
 
@@ -595,21 +664,21 @@ impl<'a> XtMatchView<'a> {
         self.idx.implicit
     }
 
-    pub fn options(&self) -> impl Iterator<Item = XtOptionView<'a>> + 'a {
-        XtView {
+    pub fn options(&self) -> impl Iterator<Item = XtOptionViewOf<'r, 't>> + use<'r, 't> {
+        XtViewOf {
             rule: self.rule,
             text: self.text,
         }
         .options_in(self.idx.opts_start, self.idx.opts_end)
     }
 
-    pub fn option(&self, name: &str) -> Option<XtOptionView<'a>> {
+    pub fn option(&self, name: &str) -> Option<XtOptionViewOf<'r, 't>> {
         self.options().find(|o| o.name() == name)
     }
 }
 
-impl<'a> XtTargetView<'a> {
-    pub fn name(&self) -> &'a str {
+impl<'r, 't> XtTargetViewOf<'r, 't> {
+    pub fn name(&self) -> &'t str {
         self.rule.words[self.idx.name as usize].raw(self.text)
     }
 
@@ -617,20 +686,20 @@ impl<'a> XtTargetView<'a> {
         self.idx.goto
     }
 
-    pub fn options(&self) -> impl Iterator<Item = XtOptionView<'a>> + 'a {
-        XtView {
+    pub fn options(&self) -> impl Iterator<Item = XtOptionViewOf<'r, 't>> + use<'r, 't> {
+        XtViewOf {
             rule: self.rule,
             text: self.text,
         }
         .options_in(self.idx.opts_start, self.idx.opts_end)
     }
 
-    pub fn option(&self, name: &str) -> Option<XtOptionView<'a>> {
+    pub fn option(&self, name: &str) -> Option<XtOptionViewOf<'r, 't>> {
         self.options().find(|o| o.name() == name)
     }
 }
 
-impl std::fmt::Debug for XtView<'_> {
+impl std::fmt::Debug for XtViewOf<'_, '_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("XtView")
             .field("text", &self.text)
