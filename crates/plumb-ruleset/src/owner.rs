@@ -293,7 +293,8 @@ pub fn count(ruleset: &Ruleset) -> OwnerCounts {
             }
         }
     }
-    let own = |v: Vec<(&'static str, usize)>| v.into_iter().map(|(o, n)| (o.to_string(), n)).collect();
+    let own =
+        |v: Vec<(&'static str, usize)>| v.into_iter().map(|(o, n)| (o.to_string(), n)).collect();
     OwnerCounts {
         chains: own(chains),
         rules: own(rules),

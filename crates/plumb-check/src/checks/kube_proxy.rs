@@ -22,6 +22,7 @@ use crate::facts::{Facts, group_name};
 use crate::finding::{Evidence, Finding, Severity};
 use plumb_kubeproxy::ChainPrefix;
 use plumb_kubeproxy::chain_name::parse_chain_name;
+use plumb_ruleset::iptables::XtBuf;
 use plumb_ruleset::{Backend, Family, Table};
 
 pub const ID_MISSING: &str = "kube-proxy-rules-missing";
@@ -33,9 +34,10 @@ const DO_NOT_FLUSH: &str = "Do not flush iptables or restart kube-proxy in a loo
 
 /// True when nat `KUBE-SERVICES` selects services through ipsets (IPVS mode).
 pub(crate) fn ipvs_mode(nat: &Table) -> bool {
+    let mut buf = XtBuf::default();
     nat.chain("KUBE-SERVICES").is_some_and(|c| {
         c.rules.iter().any(|r| {
-            r.xt().is_some_and(|v| {
+            r.xt_in(&mut buf).is_some_and(|v| {
                 v.match_named("set").is_some_and(|m| {
                     m.option("--match-set")
                         .and_then(|o| o.arg(0))
@@ -139,15 +141,23 @@ fn xt_group(facts: &Facts, group: (Backend, Family), out: &mut Vec<Finding>) {
             .map(|c| &*c.name)
             .collect();
         let services = nat.chain("KUBE-SERVICES");
+        // One index buffer for all of KUBE-SERVICES (10k rules on a big cluster).
+        let mut buf = XtBuf::default();
         let captures = services.map_or(0, |c| {
             c.rules
                 .iter()
-                .filter(|r| {
-                    r.chain_references().iter().any(|x| {
-                        parse_chain_name(x.chain).is_some()
-                            || x.chain == "KUBE-NODEPORTS"
-                            || x.chain.starts_with("KUBE-")
-                    }) || r.xt().is_some_and(|v| v.match_named("set").is_some())
+                .filter(|r| match r.xt_in(&mut buf) {
+                    Some(v) => {
+                        v.chain_reference().is_some_and(|x| {
+                            parse_chain_name(x.chain).is_some()
+                                || x.chain == "KUBE-NODEPORTS"
+                                || x.chain.starts_with("KUBE-")
+                        }) || v.match_named("set").is_some()
+                    }
+                    None => r
+                        .chain_references()
+                        .iter()
+                        .any(|x| x.chain.starts_with("KUBE-")),
                 })
                 .count()
         });

@@ -18,7 +18,7 @@
 use super::{is_broad, is_cni_chain, is_kube_proxy_chain, owner_name, xt_jump};
 use crate::facts::Facts;
 use crate::finding::{Evidence, Finding, Severity, Status};
-use plumb_ruleset::iptables::XtView;
+use plumb_ruleset::iptables::{XtBuf, XtView};
 use plumb_ruleset::{Chain, Policy, Table};
 
 pub const ID_FORWARD: &str = "forward-drop-blocks-pods";
@@ -267,9 +267,10 @@ fn input(facts: &Facts, table: &Table) -> Option<Finding> {
     // Any ACCEPT in the table counts (UFW keeps user rules in ufw-user-input).
     let mut ranges: Vec<(u16, u16, String)> = Vec::new();
     let mut source_accept: Option<Evidence> = None;
+    let mut buf = XtBuf::default();
     for c in &table.chains {
         for r in &c.rules {
-            let Some(v) = r.xt() else { continue };
+            let Some(v) = r.xt_in(&mut buf) else { continue };
             if v.target().map(|t| t.name()) != Some("ACCEPT") {
                 continue;
             }

@@ -19,13 +19,14 @@ use super::{
     Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, RecoveredEndpoint,
     RecoveredService, ServiceMap, host_addr, push_unique, split_service_port_name,
 };
-use crate::chain_name::{ChainPrefix, endpoint_chain_name, parse_chain_name, port_proto_hash};
-use plumb_ruleset::iptables::XtView;
+use crate::chain_name::{
+    ChainPrefix, chain_matches_endpoint, endpoint_chain_name, parse_chain_name, port_proto_hash,
+    port_proto_hash_bytes,
+};
+use plumb_ruleset::fasthash::FastMap;
+use plumb_ruleset::iptables::{XtBuf, XtViewOf};
 use plumb_ruleset::{Backend, Chain, Family, Rule, Ruleset, Table};
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<crate::sync::Fnv>>;
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 /// What a kube-proxy comment says about the rule (the name is returned alongside).
@@ -111,17 +112,19 @@ fn read_comment(c: &str) -> Option<(&str, Says<'_>)> {
     named(c).then_some((c, Says::Bare))
 }
 
-/// Small accessors over an xtables rule.
-struct R<'a> {
+/// Small accessors over an xtables rule, indexed in an [`XtBuf`]: recovery reads every
+/// kube-proxy rule once, so it neither allocates an index per rule nor makes the rules
+/// keep one (strings read borrow the rule text, `'a`, not the buffer, `'b`).
+struct R<'b, 'a> {
     rule: &'a Rule,
-    v: XtView<'a>,
+    v: XtViewOf<'b, 'a>,
 }
 
-impl<'a> R<'a> {
-    fn new(rule: &'a Rule) -> Option<R<'a>> {
+impl<'b, 'a: 'b> R<'b, 'a> {
+    fn new(rule: &'a Rule, buf: &'b mut XtBuf) -> Option<R<'b, 'a>> {
         Some(R {
             rule,
-            v: rule.xt()?,
+            v: rule.xt_in(buf)?,
         })
     }
 
@@ -129,7 +132,7 @@ impl<'a> R<'a> {
         self.v.target().map(|t| t.name())
     }
 
-    fn generic(&self, short: &str) -> Option<(bool, std::borrow::Cow<'a, str>)> {
+    fn generic(&self, short: &str) -> Option<(bool, Cow<'a, str>)> {
         let o = self.v.generic_option(short)?;
         Some((o.negated(), o.arg(0)?))
     }
@@ -160,7 +163,7 @@ impl<'a> R<'a> {
         })
     }
 
-    fn comment(&self) -> Option<std::borrow::Cow<'a, str>> {
+    fn comment(&self) -> Option<Cow<'a, str>> {
         self.v.comments().next()
     }
 
@@ -285,7 +288,9 @@ fn has_kube_proxy_rules(g: &Group) -> bool {
 
 struct Recovery<'a> {
     builders: Vec<Builder<'a>>,
-    by_key: FastMap<String, usize>,
+    /// Builders by the 16-character hash of their chains (borrowed from the chain
+    /// names), or by a key made up for rules that only name the service in a comment.
+    by_key: FastMap<Cow<'a, str>, usize>,
     nat_chains: FastMap<&'a str, &'a Chain>,
     mismatches: Vec<NameMismatch<'a>>,
     endpoints: Vec<Vec<RecoveredEndpoint<'a>>>,
@@ -293,22 +298,22 @@ struct Recovery<'a> {
 }
 
 impl<'a> Recovery<'a> {
-    fn builder(&mut self, key: &str) -> usize {
-        if let Some(&i) = self.by_key.get(key) {
+    fn builder(&mut self, key: Cow<'a, str>) -> usize {
+        if let Some(&i) = self.by_key.get(&*key) {
             return i;
         }
         self.builders.push(Builder::default());
-        self.by_key.insert(key.to_string(), self.builders.len() - 1);
+        self.by_key.insert(key, self.builders.len() - 1);
         self.builders.len() - 1
     }
 
     /// The builder for a rule that names its service only in a comment (filter rules).
-    fn builder_for_name(&mut self, name: &str, protocol: Option<&str>, r: &R<'a>) -> usize {
+    fn builder_for_name(&mut self, name: &str, protocol: Option<&str>, r: &R<'_, 'a>) -> usize {
         let key = match protocol {
             Some(p) => port_proto_hash(name, p),
             None => format!("{name}|{}", r.rule.text),
         };
-        self.builder(&key)
+        self.builder(Cow::Owned(key))
     }
 }
 
@@ -321,22 +326,24 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
         endpoints: Vec::new(),
         affinity: Vec::new(),
     };
+    // Two index buffers: the endpoint cascade reads a SEP rule while it holds an SVC rule.
+    let mut bufs = [XtBuf::default(), XtBuf::default()];
     let nat_name = g.nat.map(|t| &*t.name).unwrap_or("nat");
     let filter_name = g.filter.map(|t| &*t.name).unwrap_or("filter");
     if let Some(nat) = g.nat {
         rec.nat_chains = nat.chains.iter().map(|c| (&*c.name, c)).collect();
         if let Some(c) = nat.chain("KUBE-SERVICES") {
-            nat_services(&mut rec, nat_name, c);
+            nat_services(&mut rec, nat_name, c, &mut bufs[0]);
         }
         if let Some(c) = nat.chain("KUBE-NODEPORTS") {
-            nat_nodeports(&mut rec, nat_name, c);
+            nat_nodeports(&mut rec, nat_name, c, &mut bufs[0]);
         }
         // Chains nothing in KUBE-SERVICES/NODEPORTS reached (stale, or reached only via EXT).
         for c in &nat.chains {
             if let Some((prefix, hash)) = parse_chain_name(&c.name)
                 && prefix != ChainPrefix::Sep
             {
-                let i = rec.builder(hash);
+                let i = rec.builder(Cow::Borrowed(hash));
                 push_unique(&mut rec.builders[i].chains, &*c.name);
             }
         }
@@ -344,17 +351,20 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
     rec.endpoints = vec![Vec::new(); rec.builders.len()];
     rec.affinity = vec![None; rec.builders.len()];
     // Per-service chains (by hash).
-    let keys: Vec<(String, usize)> = rec
+    // (Every key is a chain's hash here: made-up keys come with the filter rules below.)
+    let keys: Vec<(&str, usize)> = rec
         .by_key
         .iter()
-        .filter(|(k, _)| k.len() == 16)
-        .map(|(k, &i)| (k.clone(), i))
+        .filter_map(|(k, &i)| match k {
+            Cow::Borrowed(h) if h.len() == 16 => Some((*h, i)),
+            _ => None,
+        })
         .collect();
     for (hash, i) in keys {
-        service_chains(&mut rec, nat_name, &hash, i);
+        service_chains(&mut rec, nat_name, hash, i, &mut bufs);
     }
     if let Some(filter) = g.filter {
-        filter_rules(&mut rec, filter_name, filter);
+        filter_rules(&mut rec, filter_name, filter, &mut bufs[0]);
     }
     rec.endpoints.resize(rec.builders.len(), Vec::new());
     rec.affinity.resize(rec.builders.len(), None);
@@ -385,9 +395,9 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
     }
 }
 
-fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain) {
+fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, buf: &mut XtBuf) {
     for rule in &chain.rules {
-        let Some(r) = R::new(rule) else { continue };
+        let Some(r) = R::new(rule, buf) else { continue };
         let Some(target) = r.target() else { continue };
         let Some((prefix, hash)) = parse_chain_name(target) else {
             continue;
@@ -395,7 +405,7 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain) {
         if prefix == ChainPrefix::Sep {
             continue;
         }
-        let i = rec.builder(hash);
+        let i = rec.builder(Cow::Borrowed(hash));
         let comment = r.comment();
         let said = comment.as_deref().and_then(read_comment);
         let b = &mut rec.builders[i];
@@ -442,9 +452,9 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain) {
     }
 }
 
-fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain) {
+fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, buf: &mut XtBuf) {
     for rule in &chain.rules {
-        let Some(r) = R::new(rule) else { continue };
+        let Some(r) = R::new(rule, buf) else { continue };
         let Some(target) = r.target() else { continue };
         let Some((prefix, hash)) = parse_chain_name(target) else {
             continue;
@@ -452,7 +462,7 @@ fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain) {
         if prefix == ChainPrefix::Sep {
             continue;
         }
-        let i = rec.builder(hash);
+        let i = rec.builder(Cow::Borrowed(hash));
         let b = &mut rec.builders[i];
         push_unique(&mut b.chains, target);
         if let Some((n, _)) = r.comment().as_deref().and_then(read_comment) {
@@ -469,7 +479,13 @@ fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain) {
 }
 
 /// Reads the SVC, SVL, EXT and FW chains of one service port.
-fn service_chains<'a>(rec: &mut Recovery<'a>, table: &'a str, hash: &str, i: usize) {
+fn service_chains<'a>(
+    rec: &mut Recovery<'a>,
+    table: &'a str,
+    hash: &str,
+    i: usize,
+    bufs: &mut [XtBuf; 2],
+) {
     let mut name = String::with_capacity(25);
     let mut chain = |p: ChainPrefix| {
         name.clear();
@@ -486,7 +502,7 @@ fn service_chains<'a>(rec: &mut Recovery<'a>, table: &'a str, hash: &str, i: usi
     let mut eps: Vec<RecoveredEndpoint<'a>> = Vec::new();
     for (c, local) in [(svc, false), (svl, true)] {
         let Some(c) = c else { continue };
-        let cascade = endpoint_cascade(rec, table, c, i);
+        let cascade = endpoint_cascade(rec, table, c, i, bufs);
         for e in cascade {
             match eps.iter_mut().find(|x| x.chain == e.chain) {
                 Some(x) => {
@@ -508,7 +524,9 @@ fn service_chains<'a>(rec: &mut Recovery<'a>, table: &'a str, hash: &str, i: usi
     }
     if let Some(c) = ext {
         for rule in &c.rules {
-            let Some(r) = R::new(rule) else { continue };
+            let Some(r) = R::new(rule, &mut bufs[0]) else {
+                continue;
+            };
             let comment = r.comment();
             let said = comment.as_deref().and_then(read_comment).map(|(_, s)| s);
             let to = r.target().and_then(parse_chain_name).map(|(p, _)| p);
@@ -524,7 +542,9 @@ fn service_chains<'a>(rec: &mut Recovery<'a>, table: &'a str, hash: &str, i: usi
     }
     if let Some(c) = fw {
         for rule in &c.rules {
-            let Some(r) = R::new(rule) else { continue };
+            let Some(r) = R::new(rule, &mut bufs[0]) else {
+                continue;
+            };
             if r.target().and_then(parse_chain_name).map(|(p, _)| p) != Some(ChainPrefix::Ext) {
                 continue;
             }
@@ -555,12 +575,14 @@ fn endpoint_cascade<'a>(
     table: &'a str,
     chain: &'a Chain,
     i: usize,
+    bufs: &mut [XtBuf; 2],
 ) -> Vec<RecoveredEndpoint<'a>> {
+    let [buf, sep_buf] = bufs;
     let mut out: Vec<RecoveredEndpoint<'a>> = Vec::new();
     let mut remaining = 1.0f64;
     let mut exact = true;
     for rule in &chain.rules {
-        let Some(r) = R::new(rule) else { continue };
+        let Some(r) = R::new(rule, buf) else { continue };
         let Some(target) = r.target() else { continue };
         if target == "KUBE-MARK-MASQ" {
             let b = &mut rec.builders[i];
@@ -603,7 +625,14 @@ fn endpoint_cascade<'a>(
         let mut address = None;
         if let Some(sep) = rec.nat_chains.get(target) {
             for sr in &sep.rules {
-                let Some(x) = R::new(sr) else { continue };
+                // Only the DNAT rule says anything here (the other one marks for
+                // masquerade): skip the rest without indexing them.
+                if !sr.text.contains("DNAT") {
+                    continue;
+                }
+                let Some(x) = R::new(sr, sep_buf) else {
+                    continue;
+                };
                 if let Some(to) = x.dnat_to() {
                     address = Some(to);
                     evidence.push(Evidence::rule(table, &sep.name, sr));
@@ -645,7 +674,7 @@ fn endpoint_cascade<'a>(
     out
 }
 
-fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table) {
+fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table, buf: &mut XtBuf) {
     for chain in &filter.chains {
         let which = &*chain.name;
         if !matches!(
@@ -655,7 +684,7 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table) {
             continue;
         }
         for rule in &chain.rules {
-            let Some(r) = R::new(rule) else { continue };
+            let Some(r) = R::new(rule, buf) else { continue };
             let comment = r.comment();
             let Some((name, says)) = comment.as_deref().and_then(read_comment) else {
                 continue;
@@ -665,7 +694,7 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table) {
                 // Health-check node ports are TCP whatever the service protocol is.
                 let existing = ["tcp", "udp", "sctp"]
                     .iter()
-                    .find_map(|p| rec.by_key.get(&port_proto_hash(name, p)).copied());
+                    .find_map(|p| rec.by_key.get(port_proto_hash(name, p).as_str()).copied());
                 match existing {
                     Some(i) => i,
                     None => rec.builder_for_name(name, None, &r),
@@ -754,11 +783,13 @@ fn finish<'a>(
     }
     let first_evidence = b.evidence.first().copied();
     if let (Some(name), Some(proto)) = (&b.name, &b.protocol) {
-        let hash = port_proto_hash(name, proto);
+        // Each chain name is verified once: one hash per service port, one per endpoint.
+        let hash = port_proto_hash_bytes(name, proto);
         for &c in &b.chains {
             if let Some((prefix, h)) = parse_chain_name(c)
-                && h != hash
+                && h.as_bytes() != hash
             {
+                let hash = String::from_utf8_lossy(&hash);
                 mismatches.push(NameMismatch {
                     chain: c,
                     service: format!("{name} ({proto})"),
@@ -774,17 +805,16 @@ fn finish<'a>(
             }
         }
         for e in &endpoints {
-            if let (Some(chain), Some(addr)) = (e.chain, &e.address) {
-                let expected = endpoint_chain_name(name, proto, addr);
-                if chain != expected {
-                    mismatches.push(NameMismatch {
-                        chain,
-                        service: format!("{name} ({proto})"),
-                        endpoint: Some(addr.clone()),
-                        expected,
-                        evidence: e.evidence[0],
-                    });
-                }
+            if let (Some(chain), Some(addr)) = (e.chain, &e.address)
+                && !chain_matches_endpoint(chain, name, proto, addr)
+            {
+                mismatches.push(NameMismatch {
+                    chain,
+                    service: format!("{name} ({proto})"),
+                    endpoint: Some(addr.clone()),
+                    expected: endpoint_chain_name(name, proto, addr),
+                    evidence: e.evidence[0],
+                });
             }
         }
     }
