@@ -7,7 +7,7 @@
 use crate::finding::Evidence;
 use plumb_kubeproxy::recover::{ServiceMap, recover};
 use plumb_ruleset::fasthash::FxHasher;
-use plumb_ruleset::iptables::{TARGET_EXTENSIONS, XtBuf};
+use plumb_ruleset::iptables::TARGET_EXTENSIONS;
 use plumb_ruleset::{Backend, Chain, Completeness, Family, Rule, RuleBody, Ruleset, Table};
 use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
@@ -33,20 +33,18 @@ impl<'a> TableRefs<'a> {
     fn new(table: &'a Table) -> TableRefs<'a> {
         let declared: FastSet<&str> = table.chains.iter().map(|c| &*c.name).collect();
         let mut rules = Vec::new();
-        // Every rule is read once: index into one buffer instead of making each keep one.
-        let mut buf = XtBuf::default();
         for c in &table.chains {
             for r in &c.rules {
                 match &r.body {
                     RuleBody::Xt(_) => {
-                        let Some(v) = r.xt_in(&mut buf) else { continue };
-                        let Some(t) = v.target() else { continue };
-                        let name = t.name();
+                        // The target the parser recorded: no rule is indexed here.
+                        let Some(t) = r.xt_target() else { continue };
+                        let name = t.name;
                         // A declared chain is a chain; otherwise a target with options or a
                         // known extension is not (the rest are dangling jumps).
-                        let is_chain = t.is_goto()
+                        let is_chain = t.goto
                             || declared.contains(name)
-                            || (t.options().next().is_none() && !TARGET_EXTENSIONS.contains(&name));
+                            || (!t.has_options && !TARGET_EXTENSIONS.contains(&name));
                         if is_chain {
                             rules.push((name, r));
                         }

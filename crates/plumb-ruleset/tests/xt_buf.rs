@@ -1,5 +1,5 @@
-//! Reading rules through a reused `XtBuf` (whole-ruleset passes) gives exactly what the
-//! kept per-rule index gives, and the allocation-free owner count agrees with the
+//! Reading rules through a reused `XtBuf` (whole-ruleset passes) and the target the
+//! parser recorded give exactly what the kept per-rule index gives, and the allocation-free owner count agrees with the
 //! per-rule owner functions; over every ruleset in the shared corpus.
 
 mod common;
@@ -89,8 +89,9 @@ COMMIT\n";
         .ruleset
 }
 
+/// The parser records each rule's target; `xt_target` and `chain_references` read it.
 #[test]
-fn xt_in_reads_what_xt_reads() {
+fn xt_in_and_recorded_target_read_what_xt_reads() {
     let mut sets = corpus_rulesets();
     sets.push(("generated".into(), generated()));
     let mut buf = XtBuf::default();
@@ -99,10 +100,19 @@ fn xt_in_reads_what_xt_reads() {
         for t in &rs.tables {
             for c in &t.chains {
                 for r in &c.rules {
+                    let recorded = r.xt_target().map(|t| (t.name, t.goto, t.has_options));
+                    let recorded_refs = r.chain_references();
                     let Some(fresh) = r.xt_in(&mut buf).map(|v| describe(&v)) else {
                         assert!(r.xt().is_none());
                         continue;
                     };
+                    let v = r.xt().unwrap();
+                    let target = v
+                        .target()
+                        .map(|t| (t.name(), t.is_goto(), t.options().next().is_some()));
+                    assert_eq!(recorded, target, "{}: {}", path.display(), &*r.text);
+                    let refs: Vec<_> = v.chain_reference().into_iter().collect();
+                    assert_eq!(recorded_refs, refs, "{}: {}", path.display(), &*r.text);
                     let kept = describe(&r.xt().unwrap());
                     assert_eq!(fresh, kept, "{}: {}", path.display(), &*r.text);
                     // Once the rule keeps an index, xt_in reads that one.

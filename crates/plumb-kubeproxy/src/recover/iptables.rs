@@ -582,6 +582,14 @@ fn endpoint_cascade<'a>(
     let mut remaining = 1.0f64;
     let mut exact = true;
     for rule in &chain.rules {
+        // The masquerade-mark rule only fills in what KUBE-SERVICES did not say (name,
+        // protocol, ClusterIP): skip it unindexed when all of that is known already.
+        if rule.xt_target().is_some_and(|t| t.name == "KUBE-MARK-MASQ") {
+            let b = &rec.builders[i];
+            if b.name.is_some() && b.protocol.is_some() && b.cluster_ip.is_some() {
+                continue;
+            }
+        }
         let Some(r) = R::new(rule, buf) else { continue };
         let Some(target) = r.target() else { continue };
         if target == "KUBE-MARK-MASQ" {

@@ -9,5 +9,6 @@ pub mod words;
 
 pub use rule::{
     IndexScratch, SpecProblem, TARGET_EXTENSIONS, XtBuf, XtCell, XtMatchView, XtMatchViewOf,
-    XtOptionView, XtOptionViewOf, XtRule, XtTargetView, XtTargetViewOf, XtView, XtViewOf,
+    XtOptionView, XtOptionViewOf, XtRule, XtTargetRef, XtTargetView, XtTargetViewOf, XtView,
+    XtViewOf,
 };

@@ -347,13 +347,59 @@ pub struct XtBuf {
 /// rule. A 100k-rule dump then costs little more than its text (the foundation
 /// issue's memory budget is 3x the input), and consumers that walk every rule pay
 /// the indexing once per rule, as they would have at parse time.
+///
+/// The parser also records where the rule's target is ([`XtCell::target`]): the one
+/// thing whole-ruleset passes (chain references, dangling and stale chains) need from
+/// every rule, read without splitting the rule again.
 #[derive(Clone, Debug, Default)]
 pub struct XtCell {
     /// Byte range of the words after `-A CHAIN` in the rule text (a trailing
     /// `-c PACKETS BYTES` excluded).
     spec_start: u32,
     spec_end: u32,
+    target: TargetSpan,
     index: OnceLock<Box<XtRule>>,
+}
+
+/// Where the target name is in the rule text, as the parser found it (8 bytes per rule).
+#[derive(Clone, Copy, Debug, Default)]
+struct TargetSpan {
+    start: u32,
+    len: u16,
+    /// `TARGET_*` bits; without `TARGET_RECORDED` the target is found by indexing.
+    flags: u8,
+}
+
+const TARGET_RECORDED: u8 = 1;
+const TARGET_PRESENT: u8 = 2;
+const TARGET_GOTO: u8 = 4;
+const TARGET_HAS_OPTIONS: u8 = 8;
+
+/// An xtables rule's target read without indexing the rule ([`crate::Rule::xt_target`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XtTargetRef<'t> {
+    /// As written (`KUBE-SVC-…`, `DNAT`), like [`XtTargetViewOf::name`].
+    pub name: &'t str,
+    /// `-g` rather than `-j`.
+    pub goto: bool,
+    /// The target has options (`-j DNAT --to-destination …`): an extension, not a chain.
+    pub has_options: bool,
+}
+
+impl<'t> XtTargetRef<'t> {
+    /// The chain this target transfers to, as [`XtViewOf::chain_reference`] says.
+    pub fn chain_reference(&self) -> Option<ChainRef<'t>> {
+        if self.goto {
+            return Some(ChainRef {
+                kind: TransferKind::Goto,
+                chain: self.name,
+            });
+        }
+        (!TARGET_EXTENSIONS.contains(&self.name)).then_some(ChainRef {
+            kind: TransferKind::Jump,
+            chain: self.name,
+        })
+    }
 }
 
 impl XtCell {
@@ -362,7 +408,69 @@ impl XtCell {
         XtCell {
             spec_start: u32::try_from(spec.start).unwrap_or(u32::MAX),
             spec_end: u32::try_from(spec.end).unwrap_or(u32::MAX),
+            target: TargetSpan::default(),
             index: OnceLock::new(),
+        }
+    }
+
+    /// A cell for the words of `text[spec]` that remembers the target the parser found
+    /// while validating them (`words` and `scratch` as [`XtRule::validate`] left them).
+    pub(crate) fn parsed(
+        spec: std::ops::Range<usize>,
+        words: &[Word],
+        scratch: &IndexScratch,
+    ) -> XtCell {
+        let mut cell = XtCell::new(spec);
+        cell.target = match scratch.target_head {
+            None => TargetSpan {
+                flags: TARGET_RECORDED,
+                ..TargetSpan::default()
+            },
+            Some((name, goto)) => {
+                let w = words[name as usize];
+                let mut flags = TARGET_RECORDED | TARGET_PRESENT;
+                if goto {
+                    flags |= TARGET_GOTO;
+                }
+                if scratch.tagged.iter().any(|&(g, _)| g == TARGET_GROUP) {
+                    flags |= TARGET_HAS_OPTIONS;
+                }
+                TargetSpan {
+                    start: w.start,
+                    len: w.len,
+                    flags,
+                }
+            }
+        };
+        cell
+    }
+
+    /// The rule's target: recorded by the parser, else read from the index (built
+    /// without keeping it). `text` must be the text the cell was made for.
+    pub fn target<'t>(&self, text: &'t str) -> Option<XtTargetRef<'t>> {
+        let t = self.target;
+        if t.flags & TARGET_RECORDED != 0 {
+            if t.flags & TARGET_PRESENT == 0 {
+                return None;
+            }
+            let start = t.start as usize;
+            return Some(XtTargetRef {
+                // A span the parser took from this text; `get` keeps a mismatch from panicking.
+                name: text.get(start..start + t.len as usize)?,
+                goto: t.flags & TARGET_GOTO != 0,
+                has_options: t.flags & TARGET_HAS_OPTIONS != 0,
+            });
+        }
+        let from_index = |rule: &XtRule| {
+            rule.view_of(text).target().map(|t| XtTargetRef {
+                name: t.name(),
+                goto: t.is_goto(),
+                has_options: t.options().next().is_some(),
+            })
+        };
+        match self.built() {
+            Some(rule) => from_index(rule),
+            None => from_index(&self.build(text)),
         }
     }
 
@@ -799,6 +907,25 @@ mod tests {
         let (r, p) = build(t);
         assert!(p.is_empty());
         assert!(r.view(t).target().is_none());
+    }
+
+    #[test]
+    fn target_of_a_cell_without_a_recorded_one_comes_from_the_index() {
+        let t = "-A X -p tcp -j DNAT --to-destination 10.0.0.1:80";
+        let cell = XtCell::new(5..t.len());
+        assert_eq!(
+            cell.target(t),
+            Some(XtTargetRef {
+                name: "DNAT",
+                goto: false,
+                has_options: true
+            })
+        );
+        let t = "-A X -g Y";
+        let cell = XtCell::new(5..t.len());
+        let r = cell.target(t).unwrap();
+        assert_eq!((r.name, r.goto, r.has_options), ("Y", true, false));
+        assert_eq!(XtCell::new(5..9).target("-A X -p tcp"), None);
     }
 
     #[test]

@@ -510,6 +510,7 @@ impl<'t> Reader<'_, 't> {
         let mut problems = std::mem::take(&mut self.problems);
         problems.clear();
         XtRule::validate(line, &words, &mut self.scratch, &mut problems);
+        let cell = XtCell::parsed(spec_at..spec_end, &words, &self.scratch);
         self.word_buf = words;
         for p in problems.drain(..) {
             let col = column_of(line, p.offset);
@@ -529,7 +530,7 @@ impl<'t> Reader<'_, 't> {
             counters,
             // Word spans index this exact text: keep it as read (no trimming).
             text,
-            body: RuleBody::Xt(XtCell::new(spec_at..spec_end)),
+            body: RuleBody::Xt(cell),
         };
         match insert_at {
             Some(p) if p >= 1 && p <= rules.len() + 1 => rules.insert(p - 1, rule),
