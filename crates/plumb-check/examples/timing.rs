@@ -43,7 +43,11 @@ fn run_once(path: &str, bytes: &[u8]) -> Vec<Phase> {
     let parsed = timed(&mut phases, "parse", || {
         plumb_ruleset::parse_bytes(bytes, &Default::default()).expect("ruleset")
     });
-    let facts = timed(&mut phases, "recover services", || {
+    let maps = timed(&mut phases, "recover services alone", || {
+        plumb_kubeproxy::recover::recover(&parsed.ruleset).len()
+    });
+    phases.last_mut().expect("just pushed").note = format!("({maps} maps, dropped)");
+    let facts = timed(&mut phases, "facts: recover + refs", || {
         Facts::new(&parsed.ruleset, Origin::File(path.to_string()), false)
     });
     let (c, w) = (cpu_ns(), Instant::now());

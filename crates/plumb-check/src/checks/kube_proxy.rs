@@ -36,7 +36,8 @@ const DO_NOT_FLUSH: &str = "Do not flush iptables or restart kube-proxy in a loo
 pub(crate) fn ipvs_mode(nat: &Table) -> bool {
     let mut buf = XtBuf::default();
     nat.chain("KUBE-SERVICES").is_some_and(|c| {
-        c.rules.iter().any(|r| {
+        // `-m set` needs the word "set": rules without it are not indexed.
+        c.rules.iter().filter(|r| r.text.contains("set")).any(|r| {
             r.xt_in(&mut buf).is_some_and(|v| {
                 v.match_named("set").is_some_and(|m| {
                     m.option("--match-set")
@@ -141,23 +142,20 @@ fn xt_group(facts: &Facts, group: (Backend, Family), out: &mut Vec<Finding>) {
             .map(|c| &*c.name)
             .collect();
         let services = nat.chain("KUBE-SERVICES");
-        // One index buffer for all of KUBE-SERVICES (10k rules on a big cluster).
+        // KUBE-SERVICES holds 10k rules on a big cluster: jumps come from the targets the
+        // parser recorded; only rules that can name `-m set` are indexed (one buffer).
         let mut buf = XtBuf::default();
         let captures = services.map_or(0, |c| {
             c.rules
                 .iter()
-                .filter(|r| match r.xt_in(&mut buf) {
-                    Some(v) => {
-                        v.chain_reference().is_some_and(|x| {
-                            parse_chain_name(x.chain).is_some()
-                                || x.chain == "KUBE-NODEPORTS"
-                                || x.chain.starts_with("KUBE-")
-                        }) || v.match_named("set").is_some()
-                    }
-                    None => r
-                        .chain_references()
-                        .iter()
-                        .any(|x| x.chain.starts_with("KUBE-")),
+                .filter(|r| {
+                    r.chain_references().iter().any(|x| {
+                        parse_chain_name(x.chain).is_some()
+                            || x.chain == "KUBE-NODEPORTS"
+                            || x.chain.starts_with("KUBE-")
+                    }) || (r.text.contains("set")
+                        && r.xt_in(&mut buf)
+                            .is_some_and(|v| v.match_named("set").is_some()))
                 })
                 .count()
         });
