@@ -20,7 +20,7 @@ use super::{
     RecoveredService, ServiceMap, host_addr, push_unique, split_service_port_name,
 };
 use crate::chain_name::{
-    ChainPrefix, chain_matches_endpoint, endpoint_chain_name, parse_chain_name, port_proto_hash,
+    ChainPrefix, chain_matches_endpoint, endpoint_chain_name, parse_chain_name,
     port_proto_hash_bytes,
 };
 use plumb_ruleset::fasthash::FastMap;
@@ -286,41 +286,59 @@ fn has_kube_proxy_rules(g: &Group) -> bool {
     g.nat.is_some_and(svc_chain) || g.filter.is_some_and(svc_chain)
 }
 
+/// A kube-proxy chain hash (16 base32 characters), held inline: map keys that are not
+/// pointers into the input compare without a cache miss, and 40k lookups add up.
+type Hash16 = [u8; 16];
+
+fn hash16(hash: &str) -> Option<Hash16> {
+    hash.as_bytes().try_into().ok()
+}
+
 struct Recovery<'a> {
     builders: Vec<Builder<'a>>,
-    /// Builders by the 16-character hash of their chains (borrowed from the chain
-    /// names), or by a key made up for rules that only name the service in a comment.
-    by_key: FastMap<Cow<'a, str>, usize>,
-    nat_chains: FastMap<&'a str, &'a Chain>,
+    /// Builders by the hash their chains share (or kube-proxy's hash of the name a
+    /// filter rule's comment gives).
+    by_hash: FastMap<Hash16, usize>,
+    /// Builders for filter rules that name a service without a protocol.
+    by_other_key: FastMap<String, usize>,
+    /// nat's per-service and endpoint chains by prefix and hash.
+    nat_chains: FastMap<(ChainPrefix, Hash16), &'a Chain>,
     mismatches: Vec<NameMismatch<'a>>,
     endpoints: Vec<Vec<RecoveredEndpoint<'a>>>,
     affinity: Vec<Option<u32>>,
 }
 
 impl<'a> Recovery<'a> {
-    fn builder(&mut self, key: Cow<'a, str>) -> usize {
-        if let Some(&i) = self.by_key.get(&*key) {
-            return i;
+    /// The builder of the service port whose chains carry `hash`.
+    fn builder(&mut self, hash: Hash16) -> usize {
+        let next = self.builders.len();
+        let i = *self.by_hash.entry(hash).or_insert(next);
+        if i == next {
+            self.builders.push(Builder::default());
         }
-        self.builders.push(Builder::default());
-        self.by_key.insert(key, self.builders.len() - 1);
-        self.builders.len() - 1
+        i
     }
 
     /// The builder for a rule that names its service only in a comment (filter rules).
     fn builder_for_name(&mut self, name: &str, protocol: Option<&str>, r: &R<'_, 'a>) -> usize {
-        let key = match protocol {
-            Some(p) => port_proto_hash(name, p),
-            None => format!("{name}|{}", r.rule.text),
-        };
-        self.builder(Cow::Owned(key))
+        if let Some(p) = protocol {
+            return self.builder(port_proto_hash_bytes(name, p));
+        }
+        let key = format!("{name}|{}", r.rule.text);
+        let next = self.builders.len();
+        let i = *self.by_other_key.entry(key).or_insert(next);
+        if i == next {
+            self.builders.push(Builder::default());
+        }
+        i
     }
 }
 
 fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
     let mut rec = Recovery {
         builders: Vec::new(),
-        by_key: FastMap::default(),
+        by_hash: FastMap::default(),
+        by_other_key: FastMap::default(),
         nat_chains: FastMap::default(),
         mismatches: Vec::new(),
         endpoints: Vec::new(),
@@ -331,7 +349,14 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
     let nat_name = g.nat.map(|t| &*t.name).unwrap_or("nat");
     let filter_name = g.filter.map(|t| &*t.name).unwrap_or("filter");
     if let Some(nat) = g.nat {
-        rec.nat_chains = nat.chains.iter().map(|c| (&*c.name, c)).collect();
+        rec.nat_chains = nat
+            .chains
+            .iter()
+            .filter_map(|c| {
+                let (prefix, hash) = parse_chain_name(&c.name)?;
+                Some(((prefix, hash16(hash)?), c))
+            })
+            .collect();
         if let Some(c) = nat.chain("KUBE-SERVICES") {
             nat_services(&mut rec, nat_name, c, &mut bufs[0]);
         }
@@ -342,24 +367,17 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
         for c in &nat.chains {
             if let Some((prefix, hash)) = parse_chain_name(&c.name)
                 && prefix != ChainPrefix::Sep
+                && let Some(hash) = hash16(hash)
             {
-                let i = rec.builder(Cow::Borrowed(hash));
+                let i = rec.builder(hash);
                 push_unique(&mut rec.builders[i].chains, &*c.name);
             }
         }
     }
     rec.endpoints = vec![Vec::new(); rec.builders.len()];
     rec.affinity = vec![None; rec.builders.len()];
-    // Per-service chains (by hash).
-    // (Every key is a chain's hash here: made-up keys come with the filter rules below.)
-    let keys: Vec<(&str, usize)> = rec
-        .by_key
-        .iter()
-        .filter_map(|(k, &i)| match k {
-            Cow::Borrowed(h) if h.len() == 16 => Some((*h, i)),
-            _ => None,
-        })
-        .collect();
+    // Per-service chains (by hash; every builder so far has one).
+    let keys: Vec<(Hash16, usize)> = rec.by_hash.iter().map(|(&k, &i)| (k, i)).collect();
     for (hash, i) in keys {
         service_chains(&mut rec, nat_name, hash, i, &mut bufs);
     }
@@ -405,7 +423,8 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, bu
         if prefix == ChainPrefix::Sep {
             continue;
         }
-        let i = rec.builder(Cow::Borrowed(hash));
+        let Some(hash) = hash16(hash) else { continue };
+        let i = rec.builder(hash);
         let comment = r.comment();
         let said = comment.as_deref().and_then(read_comment);
         let b = &mut rec.builders[i];
@@ -462,7 +481,8 @@ fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, b
         if prefix == ChainPrefix::Sep {
             continue;
         }
-        let i = rec.builder(Cow::Borrowed(hash));
+        let Some(hash) = hash16(hash) else { continue };
+        let i = rec.builder(hash);
         let b = &mut rec.builders[i];
         push_unique(&mut b.chains, target);
         if let Some((n, _)) = r.comment().as_deref().and_then(read_comment) {
@@ -482,17 +502,11 @@ fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, b
 fn service_chains<'a>(
     rec: &mut Recovery<'a>,
     table: &'a str,
-    hash: &str,
+    hash: Hash16,
     i: usize,
     bufs: &mut [XtBuf; 2],
 ) {
-    let mut name = String::with_capacity(25);
-    let mut chain = |p: ChainPrefix| {
-        name.clear();
-        name.push_str(p.as_str());
-        name.push_str(hash);
-        rec.nat_chains.get(name.as_str()).copied()
-    };
+    let chain = |p: ChainPrefix| rec.nat_chains.get(&(p, hash)).copied();
     let (svc, svl, ext, fw) = (
         chain(ChainPrefix::Svc),
         chain(ChainPrefix::Svl),
@@ -631,7 +645,9 @@ fn endpoint_cascade<'a>(
         let mut evidence = Vec::with_capacity(2);
         evidence.push(Evidence::rule(table, &chain.name, rule));
         let mut address = None;
-        if let Some(sep) = rec.nat_chains.get(target) {
+        let sep = parse_chain_name(target)
+            .and_then(|(prefix, hash)| rec.nat_chains.get(&(prefix, hash16(hash)?)));
+        if let Some(sep) = sep {
             for sr in &sep.rules {
                 // Only the DNAT rule says anything here (the other one marks for
                 // masquerade): skip the rest without indexing them.
@@ -702,7 +718,7 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table, b
                 // Health-check node ports are TCP whatever the service protocol is.
                 let existing = ["tcp", "udp", "sctp"]
                     .iter()
-                    .find_map(|p| rec.by_key.get(port_proto_hash(name, p).as_str()).copied());
+                    .find_map(|p| rec.by_hash.get(&port_proto_hash_bytes(name, p)).copied());
                 match existing {
                     Some(i) => i,
                     None => rec.builder_for_name(name, None, &r),
