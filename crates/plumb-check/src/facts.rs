@@ -41,10 +41,11 @@ impl<'a> TableRefs<'a> {
                         let Some(t) = r.xt_target() else { continue };
                         let name = t.name;
                         // A declared chain is a chain; otherwise a target with options or a
-                        // known extension is not (the rest are dangling jumps).
+                        // known extension is not (the rest are dangling jumps). The set is
+                        // asked last: most targets are plain chain names.
                         let is_chain = t.goto
-                            || declared.contains(name)
-                            || (!t.has_options && !TARGET_EXTENSIONS.contains(&name));
+                            || (!t.has_options && !TARGET_EXTENSIONS.contains(&name))
+                            || declared.contains(name);
                         if is_chain {
                             rules.push((name, r));
                         }

@@ -183,6 +183,12 @@ pub fn owner_of_chain_name(name: &str) -> Option<Attribution> {
     match_chain_name(name).map(attribution)
 }
 
+/// The owner [`owner_of_chain_name`] names, without evidence and without allocating:
+/// for passes that classify every chain of a ruleset.
+pub fn chain_name_owner(name: &str) -> Option<&'static str> {
+    match_chain_name(name).map(|(owner, _)| owner)
+}
+
 /// Owner of a rule within its chain.
 pub fn rule_owner(table: &Table, chain: &Chain, rule: &Rule) -> Attribution {
     if let Some(t) = table_owner(table) {
