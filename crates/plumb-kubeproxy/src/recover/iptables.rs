@@ -226,9 +226,10 @@ impl Builder<'_> {
         }
     }
 
-    fn protocol(&mut self, p: Option<String>) {
+    /// Sets the protocol from `r` unless known (reading it allocates: ask only then).
+    fn protocol_from(&mut self, r: &R<'_, '_>) {
         if self.protocol.is_none() {
-            self.protocol = p;
+            self.protocol = r.protocol();
         }
     }
 }
@@ -430,7 +431,7 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, bu
         let b = &mut rec.builders[i];
         push_unique(&mut b.chains, target);
         b.evidence.push(Evidence::rule(table, &chain.name, rule));
-        b.protocol(r.protocol());
+        b.protocol_from(&r);
         if let Some((n, _)) = said {
             b.name(n);
         }
@@ -488,7 +489,7 @@ fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, b
         if let Some((n, _)) = r.comment().as_deref().and_then(read_comment) {
             b.name(n);
         }
-        b.protocol(r.protocol());
+        b.protocol_from(&r);
         if let Some(p) = r.dport() {
             if !b.node_ports.contains(&p) {
                 b.evidence.push(Evidence::rule(table, &chain.name, rule));
@@ -728,8 +729,8 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table, b
             };
             let b = &mut rec.builders[i];
             b.name(name);
-            if says != Says::HealthCheck {
-                b.protocol(proto);
+            if says != Says::HealthCheck && b.protocol.is_none() {
+                b.protocol = proto;
             }
             b.evidence.push(Evidence::rule(table, which, rule));
             match (which, says) {

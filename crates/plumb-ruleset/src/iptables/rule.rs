@@ -61,24 +61,19 @@ pub struct SpecProblem {
     pub message: String,
 }
 
-/// Generic (match-independent) options, long and short spellings, and whether they take a value.
-const GENERIC: &[(&str, &str, bool)] = &[
-    ("-s", "--source", true),
-    ("-d", "--destination", true),
-    ("-i", "--in-interface", true),
-    ("-o", "--out-interface", true),
-    ("-p", "--protocol", true),
-    ("-f", "--fragment", false),
-];
-
+/// A generic (match-independent) option's short spelling and whether it takes a value:
+/// `-s`/`--source`/`--src`, `-d`/`--destination`/`--dst`, `-i`/`--in-interface`,
+/// `-o`/`--out-interface`, `-p`/`--protocol`, `-f`/`--fragment` (no value).
+/// A `match` rather than a table walk: every option word of every rule is looked up here.
 fn generic_option(word: &str) -> Option<(&'static str, bool)> {
-    GENERIC.iter().find_map(|&(short, long, takes)| {
-        let alias = match word {
-            "--src" => "--source",
-            "--dst" => "--destination",
-            w => w,
-        };
-        (alias == short || alias == long).then_some((short, takes))
+    Some(match word {
+        "-s" | "--source" | "--src" => ("-s", true),
+        "-d" | "--destination" | "--dst" => ("-d", true),
+        "-i" | "--in-interface" => ("-i", true),
+        "-o" | "--out-interface" => ("-o", true),
+        "-p" | "--protocol" => ("-p", true),
+        "-f" | "--fragment" => ("-f", false),
+        _ => return None,
     })
 }
 
