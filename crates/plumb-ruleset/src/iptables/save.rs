@@ -547,6 +547,15 @@ impl<'t> Reader<'_, 't> {
             return i;
         }
         let st = self.current.as_mut().expect("checked by caller");
+        // A dump lists each chain's rules together: the previous chain is most likely
+        // complete, so give back its growth slack now rather than at the table's end,
+        // where the slack of every chain would add up (peak memory, docs/benchmarks.md).
+        if let Some((generation, prev)) = self.last_chain
+            && generation == self.generation
+            && let Some(c) = st.table.chains.get_mut(prev)
+        {
+            c.rules.shrink_to_fit();
+        }
         let i = match st.index.get(chain) {
             Some(&i) => i,
             None => {
