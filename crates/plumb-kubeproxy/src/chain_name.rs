@@ -82,33 +82,55 @@ impl NftChainPrefix {
 
 const BASE32_ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
-/// The first `n` characters (n <= 51) of Go's `base32.StdEncoding` of `sha256(input)`.
-fn sha256_base32_prefix(input: &[&str], n: usize) -> String {
+/// Fills `out` (at most 51 bytes) with the first characters of Go's
+/// `base32.StdEncoding` of `sha256(input)`, without allocating.
+fn sha256_base32_into(input: &[&str], out: &mut [u8]) {
     let mut hasher = Sha256::new();
     for part in input {
         hasher.update(part.as_bytes());
     }
     let digest = hasher.finalize();
-    let mut out = String::with_capacity(n);
+    let mut n = 0;
     let (mut acc, mut bits) = (0u32, 0u32);
     for &byte in digest.iter() {
         acc = (acc << 8) | u32::from(byte);
         bits += 8;
         while bits >= 5 {
             bits -= 5;
-            out.push(BASE32_ALPHABET[((acc >> bits) & 31) as usize] as char);
-            if out.len() == n {
-                return out;
+            if n == out.len() {
+                return;
             }
+            out[n] = BASE32_ALPHABET[((acc >> bits) & 31) as usize];
+            n += 1;
         }
         acc &= (1 << bits) - 1;
     }
+}
+
+/// The first `n` characters (n <= 51) of Go's `base32.StdEncoding` of `sha256(input)`.
+fn sha256_base32_prefix(input: &[&str], n: usize) -> String {
+    let mut out = [0u8; 51];
+    let n = n.min(out.len());
+    sha256_base32_into(input, &mut out[..n]);
+    out[..n].iter().map(|&b| char::from(b)).collect()
+}
+
+/// The 16 characters of a kube-proxy hash (base32: ASCII), on the stack.
+fn hash16(input: &[&str]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    sha256_base32_into(input, &mut out);
     out
 }
 
 /// kube-proxy's 16-character `portProtoHash(servicePortName, protocol)`.
 pub fn port_proto_hash(service_port_name: &str, protocol: &str) -> String {
     sha256_base32_prefix(&[service_port_name, protocol], 16)
+}
+
+/// [`port_proto_hash`] as ASCII bytes, without allocating (verifying 10k services'
+/// chain names should not cost 10k strings).
+pub fn port_proto_hash_bytes(service_port_name: &str, protocol: &str) -> [u8; 16] {
+    hash16(&[service_port_name, protocol])
 }
 
 /// `KUBE-SVC-…`, `KUBE-SVL-…`, `KUBE-EXT-…` or `KUBE-FW-…` for a service port.
@@ -159,7 +181,7 @@ pub fn parse_chain_name(chain: &str) -> Option<(ChainPrefix, &str)> {
 pub fn chain_matches_service_port(chain: &str, service_port_name: &str, protocol: &str) -> bool {
     match parse_chain_name(chain) {
         Some((ChainPrefix::Sep, _)) | None => false,
-        Some((_, hash)) => hash == port_proto_hash(service_port_name, protocol),
+        Some((_, hash)) => hash.as_bytes() == port_proto_hash_bytes(service_port_name, protocol),
     }
 }
 
@@ -170,7 +192,10 @@ pub fn chain_matches_endpoint(
     protocol: &str,
     endpoint: &str,
 ) -> bool {
-    chain == endpoint_chain_name(service_port_name, protocol, endpoint)
+    // Allocation-free: service-map recovery checks every endpoint chain of a dump.
+    chain
+        .strip_prefix(ChainPrefix::Sep.as_str())
+        .is_some_and(|hash| hash.as_bytes() == hash16(&[service_port_name, protocol, endpoint]))
 }
 
 /// Maximum nftables object name length used by kube-proxy (knftables `NameLengthMax`, 256)

@@ -369,12 +369,36 @@ impl Rule {
         }
     }
 
+    /// The xtables structure like [`Rule::xt`], but without keeping it: built into
+    /// `buf` (no allocation once `buf` has grown) unless the rule holds an index
+    /// already. For passes over every rule of a ruleset; see [`crate::iptables::XtBuf`].
+    pub fn xt_in<'b, 't: 'b>(
+        &'t self,
+        buf: &'b mut crate::iptables::XtBuf,
+    ) -> Option<crate::iptables::XtViewOf<'b, 't>> {
+        match &self.body {
+            RuleBody::Xt(x) => Some(x.build_in(&self.text, buf).view_of(&self.text)),
+            _ => None,
+        }
+    }
+
+    /// The target of an xtables rule (`-j NAME`, `-g NAME`) as the parser recorded it:
+    /// no indexing, no allocation. `None` for rules without a target and for nft and
+    /// listing rules (see [`Rule::chain_references`] for those).
+    pub fn xt_target(&self) -> Option<crate::iptables::XtTargetRef<'_>> {
+        match &self.body {
+            RuleBody::Xt(x) => x.target(&self.text),
+            _ => None,
+        }
+    }
+
     /// Every chain this rule can transfer control to (jump, goto, verdict map entries).
     pub fn chain_references(&self) -> Vec<ChainRef<'_>> {
         match &self.body {
+            // From the recorded target: asking for references does not index the rule.
             RuleBody::Xt(_) => self
-                .xt()
-                .and_then(|x| x.chain_reference())
+                .xt_target()
+                .and_then(|t| t.chain_reference())
                 .into_iter()
                 .collect(),
             RuleBody::Nft(n) => n.chain_references(),
@@ -539,8 +563,10 @@ mod tests {
     /// model's memory budget (docs/benchmarks.md). Grow them only on purpose.
     #[test]
     fn rule_and_chain_stay_small() {
+        // 104: the parser records each xtables rule's target (8 bytes) so that chain
+        // references need no re-indexing (docs/benchmarks.md, services/check).
         assert!(
-            std::mem::size_of::<Rule>() <= 96,
+            std::mem::size_of::<Rule>() <= 104,
             "{}",
             std::mem::size_of::<Rule>()
         );

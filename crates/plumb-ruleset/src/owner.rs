@@ -9,6 +9,7 @@
 //! a built-in chain is that owner's hook; else the rule belongs to its chain's owner.
 //! Built-in chains (INPUT, FORWARD, ...) belong to no one: their owner is `builtin`.
 
+use crate::iptables::XtBuf;
 use crate::model::{Backend, Chain, Rule, Ruleset, Table};
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
@@ -71,8 +72,40 @@ fn catalogue() -> &'static Catalogue {
     })
 }
 
-/// Owner of a table: native nft tables by name; iptables tables are shared.
-pub fn table_owner(table: &Table) -> Option<Attribution> {
+/// Which catalogue entry matched, and on what (the evidence, before it is worded).
+#[derive(Clone, Copy)]
+enum Why {
+    NftTable(&'static str),
+    ChainName(&'static str),
+    ChainPrefix(&'static str),
+    CommentPrefix(&'static str),
+    CommentContains(&'static str),
+}
+
+impl Why {
+    fn evidence(self) -> String {
+        match self {
+            Why::NftTable(t) => format!("nft table named '{t}'"),
+            Why::ChainName(n) => format!("chain named {n}"),
+            Why::ChainPrefix(p) => format!("chain name prefix {p}"),
+            Why::CommentPrefix(p) => format!("comment tag {p}"),
+            Why::CommentContains(p) => format!("comment \"{p}\""),
+        }
+    }
+}
+
+/// An owner name from the catalogue and why it matched. Matching allocates nothing, so
+/// whole-ruleset counts ([`count`]) word no evidence they do not print.
+type Matched = (&'static str, Why);
+
+fn attribution((owner, why): Matched) -> Attribution {
+    Attribution {
+        owner: Owner(owner.to_string()),
+        evidence: why.evidence(),
+    }
+}
+
+fn match_table(table: &Table) -> Option<Matched> {
     if table.backend != Backend::Nftables {
         return None;
     }
@@ -80,11 +113,49 @@ pub fn table_owner(table: &Table) -> Option<Attribution> {
         e.nft_tables
             .iter()
             .find(|t| **t == *table.name)
-            .map(|t| Attribution {
-                owner: Owner(e.owner.clone()),
-                evidence: format!("nft table named '{t}'"),
-            })
+            .map(|t| (e.owner.as_str(), Why::NftTable(t.as_str())))
     })
+}
+
+fn match_chain_name(name: &str) -> Option<Matched> {
+    for e in &catalogue().owners {
+        if let Some(n) = e.chain_names.iter().find(|n| **n == *name) {
+            return Some((e.owner.as_str(), Why::ChainName(n.as_str())));
+        }
+        if let Some(p) = e
+            .chain_prefixes
+            .iter()
+            .find(|p| name.starts_with(p.as_str()))
+        {
+            return Some((e.owner.as_str(), Why::ChainPrefix(p.as_str())));
+        }
+    }
+    None
+}
+
+fn match_comment(comment: &str) -> Option<Matched> {
+    for e in &catalogue().owners {
+        if let Some(p) = e
+            .comment_prefixes
+            .iter()
+            .find(|p| comment.starts_with(p.as_str()))
+        {
+            return Some((e.owner.as_str(), Why::CommentPrefix(p.as_str())));
+        }
+        if let Some(p) = e
+            .comment_contains
+            .iter()
+            .find(|p| comment.contains(p.as_str()))
+        {
+            return Some((e.owner.as_str(), Why::CommentContains(p.as_str())));
+        }
+    }
+    None
+}
+
+/// Owner of a table: native nft tables by name; iptables tables are shared.
+pub fn table_owner(table: &Table) -> Option<Attribution> {
+    match_table(table).map(attribution)
 }
 
 /// Owner of a chain by its name (or its table, for native nft tables).
@@ -124,51 +195,13 @@ pub fn owner_name_of_chain(name: &str) -> Option<&'static str> {
 
 /// Owner implied by a chain name alone.
 pub fn owner_of_chain_name(name: &str) -> Option<Attribution> {
-    for e in &catalogue().owners {
-        if let Some(n) = e.chain_names.iter().find(|n| **n == *name) {
-            return Some(Attribution {
-                owner: Owner(e.owner.clone()),
-                evidence: format!("chain named {n}"),
-            });
-        }
-        if let Some(p) = e
-            .chain_prefixes
-            .iter()
-            .find(|p| name.starts_with(p.as_str()))
-        {
-            return Some(Attribution {
-                owner: Owner(e.owner.clone()),
-                evidence: format!("chain name prefix {p}"),
-            });
-        }
-    }
-    None
+    match_chain_name(name).map(attribution)
 }
 
-fn owner_of_comment(comment: &str) -> Option<Attribution> {
-    for e in &catalogue().owners {
-        if let Some(p) = e
-            .comment_prefixes
-            .iter()
-            .find(|p| comment.starts_with(p.as_str()))
-        {
-            return Some(Attribution {
-                owner: Owner(e.owner.clone()),
-                evidence: format!("comment tag {p}"),
-            });
-        }
-        if let Some(p) = e
-            .comment_contains
-            .iter()
-            .find(|p| comment.contains(p.as_str()))
-        {
-            return Some(Attribution {
-                owner: Owner(e.owner.clone()),
-                evidence: format!("comment \"{p}\""),
-            });
-        }
-    }
-    None
+/// The owner [`owner_of_chain_name`] names, without evidence and without allocating:
+/// for passes that classify every chain of a ruleset.
+pub fn chain_name_owner(name: &str) -> Option<&'static str> {
+    match_chain_name(name).map(|(owner, _)| owner)
 }
 
 /// Owner of a rule within its chain.
@@ -177,8 +210,8 @@ pub fn rule_owner(table: &Table, chain: &Chain, rule: &Rule) -> Attribution {
         return t;
     }
     for c in rule.comments() {
-        if let Some(a) = owner_of_comment(&c) {
-            return a;
+        if let Some(m) = match_comment(&c) {
+            return attribution(m);
         }
     }
     let chain_attr = chain_owner(table, chain);
@@ -202,17 +235,91 @@ pub struct OwnerCounts {
     pub rules: std::collections::BTreeMap<String, usize>,
 }
 
-pub fn count(ruleset: &Ruleset) -> OwnerCounts {
-    let mut out = OwnerCounts::default();
-    for t in &ruleset.tables {
-        for c in &t.chains {
-            *out.chains.entry(chain_owner(t, c).owner.0).or_default() += 1;
-            for r in &c.rules {
-                *out.rules.entry(rule_owner(t, c, r).owner.0).or_default() += 1;
+/// [`chain_owner`]'s owner name, without evidence.
+fn chain_owner_name(table_owner: Option<&'static str>, chain: &Chain) -> &'static str {
+    if let Some(t) = table_owner {
+        return t;
+    }
+    match match_chain_name(&chain.name) {
+        Some((owner, _)) => owner,
+        None if chain.is_builtin() => "builtin",
+        None => "unknown",
+    }
+}
+
+/// [`rule_owner`]'s owner name, without evidence. xtables rules are indexed in `buf`
+/// (not kept, see [`XtBuf`]): the summary reads every rule's comments once.
+fn rule_owner_name(
+    table_owner: Option<&'static str>,
+    chain: &Chain,
+    chain_owner: &'static str,
+    rule: &Rule,
+    buf: &mut XtBuf,
+) -> &'static str {
+    if let Some(t) = table_owner {
+        return t;
+    }
+    let may_follow_jump = chain.is_builtin() || chain_owner == "unknown";
+    if let Some(v) = rule.xt_in(buf) {
+        for c in v.comments() {
+            if let Some((owner, _)) = match_comment(&c) {
+                return owner;
+            }
+        }
+        if may_follow_jump
+            && let Some(r) = v.chain_reference()
+            && let Some((owner, _)) = match_chain_name(r.chain)
+        {
+            return owner;
+        }
+        return chain_owner;
+    }
+    for c in rule.comments() {
+        if let Some((owner, _)) = match_comment(&c) {
+            return owner;
+        }
+    }
+    if may_follow_jump {
+        for r in rule.chain_references() {
+            if let Some((owner, _)) = match_chain_name(r.chain) {
+                return owner;
             }
         }
     }
-    out
+    chain_owner
+}
+
+/// Chains and rules per owner (what [`chain_owner`] and [`rule_owner`] say, counted).
+pub fn count(ruleset: &Ruleset) -> OwnerCounts {
+    // Owner names are the catalogue's own strings: count by reference, own at the end.
+    let mut chains: Vec<(&'static str, usize)> = Vec::new();
+    let mut rules: Vec<(&'static str, usize)> = Vec::new();
+    fn bump(counts: &mut Vec<(&'static str, usize)>, owner: &'static str) {
+        match counts.iter_mut().find(|(o, _)| *o == owner) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((owner, 1)),
+        }
+    }
+    let mut buf = XtBuf::default();
+    for t in &ruleset.tables {
+        let table_owner = match_table(t).map(|(owner, _)| owner);
+        for c in &t.chains {
+            let chain_owner = chain_owner_name(table_owner, c);
+            bump(&mut chains, chain_owner);
+            for r in &c.rules {
+                bump(
+                    &mut rules,
+                    rule_owner_name(table_owner, c, chain_owner, r, &mut buf),
+                );
+            }
+        }
+    }
+    let own =
+        |v: Vec<(&'static str, usize)>| v.into_iter().map(|(o, n)| (o.to_string(), n)).collect();
+    OwnerCounts {
+        chains: own(chains),
+        rules: own(rules),
+    }
 }
 
 #[cfg(test)]

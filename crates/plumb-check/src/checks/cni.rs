@@ -41,11 +41,9 @@ const EXPECTED: &[(&str, &str, &str, Option<&str>)] = &[
 ];
 
 fn owns(tables: &[&Table], cni: &str) -> bool {
-    tables.iter().any(|t| {
-        t.chains
-            .iter()
-            .any(|c| owner_name(&c.name).as_deref() == Some(cni))
-    })
+    tables
+        .iter()
+        .any(|t| t.chains.iter().any(|c| owner_name(&c.name) == Some(cni)))
 }
 
 pub fn check(facts: &Facts) -> Vec<Finding> {

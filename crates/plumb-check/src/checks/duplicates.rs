@@ -13,22 +13,42 @@ use crate::finding::{Finding, Severity};
 
 pub const ID: &str = "duplicate-rule";
 
+/// Chains up to this many rules are checked by comparing rules pairwise.
+const SMALL_CHAIN: usize = 8;
+
 pub fn check(facts: &Facts) -> Vec<Finding> {
     let mut out = Vec::new();
     for table in &facts.ruleset.tables {
         let mut evidence = Vec::new();
         let mut chains: Vec<&str> = Vec::new();
         let mut seen: FastMap<&str, u32> = FastMap::default();
+        let mut small: Vec<&str> = Vec::new();
         for c in &table.chains {
+            // Most chains hold a few rules (kube-proxy's: one to four): comparing them
+            // with each other is cheaper than hashing every rule's text.
+            let few = c.rules.len() <= SMALL_CHAIN;
             seen.clear();
+            small.clear();
             for r in &c.rules {
                 let key = rule_body_text(r);
                 if key.is_empty() {
                     continue;
                 }
                 // The nft text reader keeps the statements only; key on chain + text.
-                if let Some(first) = seen.insert(key, r.location.line) {
-                    seen.insert(key, first);
+                let repeated = if few {
+                    let repeated = small.contains(&key);
+                    small.push(key);
+                    repeated
+                } else {
+                    match seen.insert(key, r.location.line) {
+                        Some(first) => {
+                            seen.insert(key, first);
+                            true
+                        }
+                        None => false,
+                    }
+                };
+                if repeated {
                     evidence.push(facts.rule(table, r));
                     if !chains.contains(&&*c.name) {
                         chains.push(&c.name);
@@ -86,6 +106,21 @@ mod tests {
         assert!(f[0].is_problem(), "{f:#?}");
         assert_eq!(f[0].evidence.len(), 1);
         assert_eq!(f[0].evidence[0].line, Some(7));
+    }
+
+    #[test]
+    fn repeats_are_found_in_long_chains_too() {
+        let mut text = String::from("*filter\n:INPUT ACCEPT [0:0]\n");
+        for port in 1..=20 {
+            text.push_str(&format!(
+                "-A INPUT -p tcp -m tcp --dport {port} -j ACCEPT\n"
+            ));
+        }
+        text.push_str("-A INPUT -p tcp -m tcp --dport 7 -j ACCEPT\nCOMMIT\n");
+        let f = run(&text);
+        assert!(f[0].is_problem(), "{f:#?}");
+        assert_eq!(f[0].evidence.len(), 1);
+        assert_eq!(f[0].evidence[0].line, Some(25));
     }
 
     #[test]

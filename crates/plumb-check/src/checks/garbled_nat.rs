@@ -10,6 +10,7 @@
 use crate::facts::Facts;
 use crate::finding::{Finding, Severity};
 use plumb_ruleset::RuleBody;
+use plumb_ruleset::iptables::XtBuf;
 use plumb_ruleset::nft::{NatKind, StatementKind};
 use std::net::IpAddr;
 
@@ -40,13 +41,14 @@ fn usable_nat_address(s: &str) -> bool {
 
 pub fn check(facts: &Facts) -> Vec<Finding> {
     let mut evidence = Vec::new();
+    let mut buf = XtBuf::default();
     for table in &facts.ruleset.tables {
         for c in &table.chains {
             for r in &c.rules {
                 let bad = match &r.body {
                     // DNAT/SNAT only exist in nat; the text test skips the rest cheaply.
                     RuleBody::Xt(_) if !r.text.contains("NAT") => false,
-                    RuleBody::Xt(_) => r.xt().is_some_and(|v| {
+                    RuleBody::Xt(_) => r.xt_in(&mut buf).is_some_and(|v| {
                         let Some(t) = v.target() else { return false };
                         let opt = match t.name() {
                             "DNAT" => "--to-destination",

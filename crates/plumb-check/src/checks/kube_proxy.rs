@@ -22,6 +22,7 @@ use crate::facts::{Facts, group_name};
 use crate::finding::{Evidence, Finding, Severity};
 use plumb_kubeproxy::ChainPrefix;
 use plumb_kubeproxy::chain_name::parse_chain_name;
+use plumb_ruleset::iptables::XtBuf;
 use plumb_ruleset::{Backend, Family, Table};
 
 pub const ID_MISSING: &str = "kube-proxy-rules-missing";
@@ -33,9 +34,11 @@ const DO_NOT_FLUSH: &str = "Do not flush iptables or restart kube-proxy in a loo
 
 /// True when nat `KUBE-SERVICES` selects services through ipsets (IPVS mode).
 pub(crate) fn ipvs_mode(nat: &Table) -> bool {
+    let mut buf = XtBuf::default();
     nat.chain("KUBE-SERVICES").is_some_and(|c| {
-        c.rules.iter().any(|r| {
-            r.xt().is_some_and(|v| {
+        // `-m set` needs the word "set": rules without it are not indexed.
+        c.rules.iter().filter(|r| r.text.contains("set")).any(|r| {
+            r.xt_in(&mut buf).is_some_and(|v| {
                 v.match_named("set").is_some_and(|m| {
                     m.option("--match-set")
                         .and_then(|o| o.arg(0))
@@ -139,6 +142,9 @@ fn xt_group(facts: &Facts, group: (Backend, Family), out: &mut Vec<Finding>) {
             .map(|c| &*c.name)
             .collect();
         let services = nat.chain("KUBE-SERVICES");
+        // KUBE-SERVICES holds 10k rules on a big cluster: jumps come from the targets the
+        // parser recorded; only rules that can name `-m set` are indexed (one buffer).
+        let mut buf = XtBuf::default();
         let captures = services.map_or(0, |c| {
             c.rules
                 .iter()
@@ -147,7 +153,9 @@ fn xt_group(facts: &Facts, group: (Backend, Family), out: &mut Vec<Finding>) {
                         parse_chain_name(x.chain).is_some()
                             || x.chain == "KUBE-NODEPORTS"
                             || x.chain.starts_with("KUBE-")
-                    }) || r.xt().is_some_and(|v| v.match_named("set").is_some())
+                    }) || (r.text.contains("set")
+                        && r.xt_in(&mut buf)
+                            .is_some_and(|v| v.match_named("set").is_some()))
                 })
                 .count()
         });

@@ -14,7 +14,7 @@ use crate::facts::Facts;
 use crate::finding::Finding;
 use plumb_ruleset::Rule;
 use plumb_ruleset::iptables::XtView;
-use plumb_ruleset::owner::owner_of_chain_name;
+use plumb_ruleset::owner::chain_name_owner;
 
 /// A check: its finding ids and the function that runs it.
 pub struct Check {
@@ -79,22 +79,19 @@ pub const ALL: &[Check] = &[
 ];
 
 /// Owner name of a chain by its name (`kube-proxy`, `flannel`, `ufw`, ...), if catalogued.
-pub(crate) fn owner_name(chain: &str) -> Option<String> {
-    owner_of_chain_name(chain).map(|a| a.owner.0)
+pub(crate) fn owner_name(chain: &str) -> Option<&'static str> {
+    chain_name_owner(chain)
 }
 
 /// True for chains of a CNI (Calico, Flannel, Cilium).
 pub(crate) fn is_cni_chain(chain: &str) -> bool {
     !chain.starts_with("KUBE-")
-        && matches!(
-            owner_name(chain).as_deref(),
-            Some("calico" | "flannel" | "cilium")
-        )
+        && matches!(owner_name(chain), Some("calico" | "flannel" | "cilium"))
 }
 
 /// True for kube-proxy's own chains (not kubelet's KUBE-FIREWALL and canaries).
 pub(crate) fn is_kube_proxy_chain(chain: &str) -> bool {
-    owner_name(chain).as_deref() == Some("kube-proxy")
+    owner_name(chain) == Some("kube-proxy")
 }
 
 /// The chain a rule jumps/goes to, for iptables rules whose target is a chain (a target

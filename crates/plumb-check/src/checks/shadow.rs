@@ -18,7 +18,7 @@
 use super::{is_broad, is_cni_chain, is_kube_proxy_chain, owner_name, xt_jump};
 use crate::facts::Facts;
 use crate::finding::{Evidence, Finding, Severity, Status};
-use plumb_ruleset::iptables::XtView;
+use plumb_ruleset::iptables::{XtBuf, XtView};
 use plumb_ruleset::{Chain, Policy, Table};
 
 pub const ID_FORWARD: &str = "forward-drop-blocks-pods";
@@ -74,12 +74,7 @@ fn kubernetes_present(facts: &Facts, filter: &Table) -> bool {
 
 /// Who most likely set a DROP policy, from the chains present.
 fn policy_owner(table: &Table) -> &'static str {
-    let has = |o: &str| {
-        table
-            .chains
-            .iter()
-            .any(|c| owner_name(&c.name).as_deref() == Some(o))
-    };
+    let has = |o: &str| table.chains.iter().any(|c| owner_name(&c.name) == Some(o));
     if has("ufw") {
         "UFW (default routed/incoming policy deny)"
     } else if has("firewalld") {
@@ -164,7 +159,7 @@ fn forward(facts: &Facts, table: &Table) -> Option<Finding> {
             if let Some(inner) = table.chain(c)
                 && let Some((dc, dr)) = broad_drop_in(table, inner, 0)
             {
-                let owner = owner_name(&dc.name).unwrap_or_else(|| "unknown".into());
+                let owner = owner_name(&dc.name).unwrap_or("unknown");
                 return Some(
                     forward_finding(
                         format!(
@@ -221,12 +216,9 @@ fn required_ports(facts: &Facts, table: &Table) -> Vec<(u16, &'static str, &'sta
         .iter()
         .filter_map(|n| facts.sibling(table, n))
         .any(|t| {
-            t.chains.iter().any(|c| {
-                matches!(
-                    owner_name(&c.name).as_deref(),
-                    Some("flannel") | Some("calico")
-                )
-            })
+            t.chains
+                .iter()
+                .any(|c| matches!(owner_name(&c.name), Some("flannel") | Some("calico")))
         });
     if flannel {
         ports.push((8472, "udp", "flannel/Canal VXLAN"));
@@ -267,9 +259,10 @@ fn input(facts: &Facts, table: &Table) -> Option<Finding> {
     // Any ACCEPT in the table counts (UFW keeps user rules in ufw-user-input).
     let mut ranges: Vec<(u16, u16, String)> = Vec::new();
     let mut source_accept: Option<Evidence> = None;
+    let mut buf = XtBuf::default();
     for c in &table.chains {
         for r in &c.rules {
-            let Some(v) = r.xt() else { continue };
+            let Some(v) = r.xt_in(&mut buf) else { continue };
             if v.target().map(|t| t.name()) != Some("ACCEPT") {
                 continue;
             }

@@ -57,7 +57,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
                     .map(|a| a.owner.0)
                     .unwrap_or_else(|| "unknown".into())
             } else {
-                owner_name(&c.name).unwrap_or_else(|| "unknown".into())
+                owner_name(&c.name).unwrap_or("unknown").to_string()
             };
             stale.entry(owner).or_default().push(c);
         }

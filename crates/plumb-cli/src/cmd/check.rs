@@ -95,6 +95,9 @@ pub fn run(
         }
         out.flush()?;
     }
+    super::leak_at_exit(findings);
+    super::leak_at_exit(facts);
+    super::leak_at_exit(src);
     Ok(if problems > 0 {
         Verdict::Problems
     } else {

@@ -46,3 +46,12 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
         }
     }
 }
+
+/// Gives up `value` without running its destructor: for the big structures of a
+/// command (a 100k-rule model, 10k recovered services) that live until the process
+/// exits anyway. Freeing them one allocation at a time costs about a tenth of
+/// `plumb services`' CPU time on a 10k-service dump; the OS reclaims the memory at
+/// exit all at once. Only for values a command holds until it returns to `main`.
+pub(crate) fn leak_at_exit<T>(value: T) {
+    std::mem::forget(value);
+}

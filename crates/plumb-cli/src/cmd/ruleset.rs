@@ -43,6 +43,7 @@ pub fn run(cmd: RulesetCommand) -> anyhow::Result<Verdict> {
                 )?;
                 print_summary(&mut out, &summary, &loaded.name)?;
             }
+            super::leak_at_exit(loaded);
             Ok(verdict)
         }
         RulesetCommand::Print {

@@ -6,12 +6,18 @@ use crate::flags::{InputFlags, SourceFlags};
 use crate::output;
 use plumb_kubeproxy::recover::{NoEndpoints, RecoveredService, ServiceMap, recover};
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::io::Write;
 
 pub fn run(source: &SourceFlags, input: &InputFlags, json: bool) -> anyhow::Result<Verdict> {
     let src = load_source(source, input)?;
     let maps = recover(&src.ruleset);
     let mismatches: usize = maps.iter().map(|m| m.name_mismatches.len()).sum();
+    let verdict = if mismatches > 0 {
+        Verdict::Problems
+    } else {
+        Verdict::Clean
+    };
     if json {
         #[derive(Serialize)]
         struct Out<'a> {
@@ -31,11 +37,9 @@ pub fn run(source: &SourceFlags, input: &InputFlags, json: bool) -> anyhow::Resu
         print_human(&mut out, &src, &maps)?;
         out.flush()?;
     }
-    Ok(if mismatches > 0 {
-        Verdict::Problems
-    } else {
-        Verdict::Clean
-    })
+    super::leak_at_exit(maps);
+    super::leak_at_exit(src);
+    Ok(verdict)
 }
 
 fn percent(p: f64) -> String {
@@ -60,25 +64,21 @@ fn endpoints_cell(s: &RecoveredService) -> String {
     if s.endpoints.is_empty() {
         return "<none>".into();
     }
-    let shown: Vec<String> = s
-        .endpoints
-        .iter()
-        .take(3)
-        .map(|e| {
-            let addr = e
-                .address
-                .clone()
-                .unwrap_or_else(|| e.chain.unwrap_or("?").to_string());
-            let local = if e.local == Some(true) { " local" } else { "" };
-            match e.probability {
-                Some(p) => format!("{addr} ({}{local})", percent(p)),
-                None => format!("{addr} (?{local})"),
-            }
-        })
-        .collect();
-    let mut cell = shown.join(", ");
+    // One string per cell, written in place (10k rows: no per-endpoint strings).
+    let mut cell = String::with_capacity(64);
+    for (i, e) in s.endpoints.iter().take(3).enumerate() {
+        if i > 0 {
+            cell.push_str(", ");
+        }
+        let addr = e.address.as_deref().or(e.chain).unwrap_or("?");
+        let local = if e.local == Some(true) { " local" } else { "" };
+        let _ = match e.probability {
+            Some(p) => write!(cell, "{addr} ({}{local})", percent(p)),
+            None => write!(cell, "{addr} (?{local})"),
+        };
+    }
     if s.endpoints.len() > 3 {
-        cell.push_str(&format!(" +{} more", s.endpoints.len() - 3));
+        let _ = write!(cell, " +{} more", s.endpoints.len() - 3);
     }
     cell
 }

@@ -19,13 +19,14 @@ use super::{
     Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, RecoveredEndpoint,
     RecoveredService, ServiceMap, host_addr, push_unique, split_service_port_name,
 };
-use crate::chain_name::{ChainPrefix, endpoint_chain_name, parse_chain_name, port_proto_hash};
-use plumb_ruleset::iptables::XtView;
+use crate::chain_name::{
+    ChainPrefix, chain_matches_endpoint, endpoint_chain_name, parse_chain_name,
+    port_proto_hash_bytes,
+};
+use plumb_ruleset::fasthash::FastMap;
+use plumb_ruleset::iptables::{XtBuf, XtViewOf};
 use plumb_ruleset::{Backend, Chain, Family, Rule, Ruleset, Table};
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<crate::sync::Fnv>>;
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 /// What a kube-proxy comment says about the rule (the name is returned alongside).
@@ -111,17 +112,19 @@ fn read_comment(c: &str) -> Option<(&str, Says<'_>)> {
     named(c).then_some((c, Says::Bare))
 }
 
-/// Small accessors over an xtables rule.
-struct R<'a> {
+/// Small accessors over an xtables rule, indexed in an [`XtBuf`]: recovery reads every
+/// kube-proxy rule once, so it neither allocates an index per rule nor makes the rules
+/// keep one (strings read borrow the rule text, `'a`, not the buffer, `'b`).
+struct R<'b, 'a> {
     rule: &'a Rule,
-    v: XtView<'a>,
+    v: XtViewOf<'b, 'a>,
 }
 
-impl<'a> R<'a> {
-    fn new(rule: &'a Rule) -> Option<R<'a>> {
+impl<'b, 'a: 'b> R<'b, 'a> {
+    fn new(rule: &'a Rule, buf: &'b mut XtBuf) -> Option<R<'b, 'a>> {
         Some(R {
             rule,
-            v: rule.xt()?,
+            v: rule.xt_in(buf)?,
         })
     }
 
@@ -129,7 +132,7 @@ impl<'a> R<'a> {
         self.v.target().map(|t| t.name())
     }
 
-    fn generic(&self, short: &str) -> Option<(bool, std::borrow::Cow<'a, str>)> {
+    fn generic(&self, short: &str) -> Option<(bool, Cow<'a, str>)> {
         let o = self.v.generic_option(short)?;
         Some((o.negated(), o.arg(0)?))
     }
@@ -160,7 +163,7 @@ impl<'a> R<'a> {
         })
     }
 
-    fn comment(&self) -> Option<std::borrow::Cow<'a, str>> {
+    fn comment(&self) -> Option<Cow<'a, str>> {
         self.v.comments().next()
     }
 
@@ -223,9 +226,10 @@ impl Builder<'_> {
         }
     }
 
-    fn protocol(&mut self, p: Option<String>) {
+    /// Sets the protocol from `r` unless known (reading it allocates: ask only then).
+    fn protocol_from(&mut self, r: &R<'_, '_>) {
         if self.protocol.is_none() {
-            self.protocol = p;
+            self.protocol = r.protocol();
         }
     }
 }
@@ -283,58 +287,88 @@ fn has_kube_proxy_rules(g: &Group) -> bool {
     g.nat.is_some_and(svc_chain) || g.filter.is_some_and(svc_chain)
 }
 
+/// A kube-proxy chain hash (16 base32 characters), held inline: map keys that are not
+/// pointers into the input compare without a cache miss, and 40k lookups add up.
+type Hash16 = [u8; 16];
+
+fn hash16(hash: &str) -> Option<Hash16> {
+    hash.as_bytes().try_into().ok()
+}
+
 struct Recovery<'a> {
     builders: Vec<Builder<'a>>,
-    by_key: FastMap<String, usize>,
-    nat_chains: FastMap<&'a str, &'a Chain>,
+    /// Builders by the hash their chains share (or kube-proxy's hash of the name a
+    /// filter rule's comment gives).
+    by_hash: FastMap<Hash16, usize>,
+    /// Builders for filter rules that name a service without a protocol.
+    by_other_key: FastMap<String, usize>,
+    /// nat's per-service and endpoint chains by prefix and hash.
+    nat_chains: FastMap<(ChainPrefix, Hash16), &'a Chain>,
     mismatches: Vec<NameMismatch<'a>>,
     endpoints: Vec<Vec<RecoveredEndpoint<'a>>>,
     affinity: Vec<Option<u32>>,
 }
 
 impl<'a> Recovery<'a> {
-    fn builder(&mut self, key: &str) -> usize {
-        if let Some(&i) = self.by_key.get(key) {
-            return i;
+    /// The builder of the service port whose chains carry `hash`.
+    fn builder(&mut self, hash: Hash16) -> usize {
+        let next = self.builders.len();
+        let i = *self.by_hash.entry(hash).or_insert(next);
+        if i == next {
+            self.builders.push(Builder::default());
         }
-        self.builders.push(Builder::default());
-        self.by_key.insert(key.to_string(), self.builders.len() - 1);
-        self.builders.len() - 1
+        i
     }
 
     /// The builder for a rule that names its service only in a comment (filter rules).
-    fn builder_for_name(&mut self, name: &str, protocol: Option<&str>, r: &R<'a>) -> usize {
-        let key = match protocol {
-            Some(p) => port_proto_hash(name, p),
-            None => format!("{name}|{}", r.rule.text),
-        };
-        self.builder(&key)
+    fn builder_for_name(&mut self, name: &str, protocol: Option<&str>, r: &R<'_, 'a>) -> usize {
+        if let Some(p) = protocol {
+            return self.builder(port_proto_hash_bytes(name, p));
+        }
+        let key = format!("{name}|{}", r.rule.text);
+        let next = self.builders.len();
+        let i = *self.by_other_key.entry(key).or_insert(next);
+        if i == next {
+            self.builders.push(Builder::default());
+        }
+        i
     }
 }
 
 fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
     let mut rec = Recovery {
         builders: Vec::new(),
-        by_key: FastMap::default(),
+        by_hash: FastMap::default(),
+        by_other_key: FastMap::default(),
         nat_chains: FastMap::default(),
         mismatches: Vec::new(),
         endpoints: Vec::new(),
         affinity: Vec::new(),
     };
+    // Two index buffers: the endpoint cascade reads a SEP rule while it holds an SVC rule.
+    let mut bufs = [XtBuf::default(), XtBuf::default()];
     let nat_name = g.nat.map(|t| &*t.name).unwrap_or("nat");
     let filter_name = g.filter.map(|t| &*t.name).unwrap_or("filter");
     if let Some(nat) = g.nat {
-        rec.nat_chains = nat.chains.iter().map(|c| (&*c.name, c)).collect();
+        rec.nat_chains = nat
+            .chains
+            .iter()
+            .filter_map(|c| {
+                let (prefix, hash) = parse_chain_name(&c.name)?;
+                Some(((prefix, hash16(hash)?), c))
+            })
+            .collect();
         if let Some(c) = nat.chain("KUBE-SERVICES") {
-            nat_services(&mut rec, nat_name, c);
+            nat_services(&mut rec, nat_name, c, &mut bufs[0]);
         }
         if let Some(c) = nat.chain("KUBE-NODEPORTS") {
-            nat_nodeports(&mut rec, nat_name, c);
+            nat_nodeports(&mut rec, nat_name, c, &mut bufs[0]);
         }
         // Chains nothing in KUBE-SERVICES/NODEPORTS reached (stale, or reached only via EXT).
         for c in &nat.chains {
             if let Some((prefix, hash)) = parse_chain_name(&c.name)
                 && prefix != ChainPrefix::Sep
+                && let Some(hash) = hash16(hash)
             {
                 let i = rec.builder(hash);
                 push_unique(&mut rec.builders[i].chains, &*c.name);
@@ -343,18 +377,13 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
     }
     rec.endpoints = vec![Vec::new(); rec.builders.len()];
     rec.affinity = vec![None; rec.builders.len()];
-    // Per-service chains (by hash).
-    let keys: Vec<(String, usize)> = rec
-        .by_key
-        .iter()
-        .filter(|(k, _)| k.len() == 16)
-        .map(|(k, &i)| (k.clone(), i))
-        .collect();
+    // Per-service chains (by hash; every builder so far has one).
+    let keys: Vec<(Hash16, usize)> = rec.by_hash.iter().map(|(&k, &i)| (k, i)).collect();
     for (hash, i) in keys {
-        service_chains(&mut rec, nat_name, &hash, i);
+        service_chains(&mut rec, nat_name, hash, i, &mut bufs);
     }
     if let Some(filter) = g.filter {
-        filter_rules(&mut rec, filter_name, filter);
+        filter_rules(&mut rec, filter_name, filter, &mut bufs[0]);
     }
     rec.endpoints.resize(rec.builders.len(), Vec::new());
     rec.affinity.resize(rec.builders.len(), None);
@@ -385,9 +414,9 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
     }
 }
 
-fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain) {
+fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, buf: &mut XtBuf) {
     for rule in &chain.rules {
-        let Some(r) = R::new(rule) else { continue };
+        let Some(r) = R::new(rule, buf) else { continue };
         let Some(target) = r.target() else { continue };
         let Some((prefix, hash)) = parse_chain_name(target) else {
             continue;
@@ -395,13 +424,14 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain) {
         if prefix == ChainPrefix::Sep {
             continue;
         }
+        let Some(hash) = hash16(hash) else { continue };
         let i = rec.builder(hash);
         let comment = r.comment();
         let said = comment.as_deref().and_then(read_comment);
         let b = &mut rec.builders[i];
         push_unique(&mut b.chains, target);
         b.evidence.push(Evidence::rule(table, &chain.name, rule));
-        b.protocol(r.protocol());
+        b.protocol_from(&r);
         if let Some((n, _)) = said {
             b.name(n);
         }
@@ -442,9 +472,9 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain) {
     }
 }
 
-fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain) {
+fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, buf: &mut XtBuf) {
     for rule in &chain.rules {
-        let Some(r) = R::new(rule) else { continue };
+        let Some(r) = R::new(rule, buf) else { continue };
         let Some(target) = r.target() else { continue };
         let Some((prefix, hash)) = parse_chain_name(target) else {
             continue;
@@ -452,13 +482,14 @@ fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain) {
         if prefix == ChainPrefix::Sep {
             continue;
         }
+        let Some(hash) = hash16(hash) else { continue };
         let i = rec.builder(hash);
         let b = &mut rec.builders[i];
         push_unique(&mut b.chains, target);
         if let Some((n, _)) = r.comment().as_deref().and_then(read_comment) {
             b.name(n);
         }
-        b.protocol(r.protocol());
+        b.protocol_from(&r);
         if let Some(p) = r.dport() {
             if !b.node_ports.contains(&p) {
                 b.evidence.push(Evidence::rule(table, &chain.name, rule));
@@ -469,14 +500,14 @@ fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain) {
 }
 
 /// Reads the SVC, SVL, EXT and FW chains of one service port.
-fn service_chains<'a>(rec: &mut Recovery<'a>, table: &'a str, hash: &str, i: usize) {
-    let mut name = String::with_capacity(25);
-    let mut chain = |p: ChainPrefix| {
-        name.clear();
-        name.push_str(p.as_str());
-        name.push_str(hash);
-        rec.nat_chains.get(name.as_str()).copied()
-    };
+fn service_chains<'a>(
+    rec: &mut Recovery<'a>,
+    table: &'a str,
+    hash: Hash16,
+    i: usize,
+    bufs: &mut [XtBuf; 2],
+) {
+    let chain = |p: ChainPrefix| rec.nat_chains.get(&(p, hash)).copied();
     let (svc, svl, ext, fw) = (
         chain(ChainPrefix::Svc),
         chain(ChainPrefix::Svl),
@@ -486,7 +517,7 @@ fn service_chains<'a>(rec: &mut Recovery<'a>, table: &'a str, hash: &str, i: usi
     let mut eps: Vec<RecoveredEndpoint<'a>> = Vec::new();
     for (c, local) in [(svc, false), (svl, true)] {
         let Some(c) = c else { continue };
-        let cascade = endpoint_cascade(rec, table, c, i);
+        let cascade = endpoint_cascade(rec, table, c, i, bufs);
         for e in cascade {
             match eps.iter_mut().find(|x| x.chain == e.chain) {
                 Some(x) => {
@@ -508,7 +539,9 @@ fn service_chains<'a>(rec: &mut Recovery<'a>, table: &'a str, hash: &str, i: usi
     }
     if let Some(c) = ext {
         for rule in &c.rules {
-            let Some(r) = R::new(rule) else { continue };
+            let Some(r) = R::new(rule, &mut bufs[0]) else {
+                continue;
+            };
             let comment = r.comment();
             let said = comment.as_deref().and_then(read_comment).map(|(_, s)| s);
             let to = r.target().and_then(parse_chain_name).map(|(p, _)| p);
@@ -524,7 +557,9 @@ fn service_chains<'a>(rec: &mut Recovery<'a>, table: &'a str, hash: &str, i: usi
     }
     if let Some(c) = fw {
         for rule in &c.rules {
-            let Some(r) = R::new(rule) else { continue };
+            let Some(r) = R::new(rule, &mut bufs[0]) else {
+                continue;
+            };
             if r.target().and_then(parse_chain_name).map(|(p, _)| p) != Some(ChainPrefix::Ext) {
                 continue;
             }
@@ -555,12 +590,22 @@ fn endpoint_cascade<'a>(
     table: &'a str,
     chain: &'a Chain,
     i: usize,
+    bufs: &mut [XtBuf; 2],
 ) -> Vec<RecoveredEndpoint<'a>> {
+    let [buf, sep_buf] = bufs;
     let mut out: Vec<RecoveredEndpoint<'a>> = Vec::new();
     let mut remaining = 1.0f64;
     let mut exact = true;
     for rule in &chain.rules {
-        let Some(r) = R::new(rule) else { continue };
+        // The masquerade-mark rule only fills in what KUBE-SERVICES did not say (name,
+        // protocol, ClusterIP): skip it unindexed when all of that is known already.
+        if rule.xt_target().is_some_and(|t| t.name == "KUBE-MARK-MASQ") {
+            let b = &rec.builders[i];
+            if b.name.is_some() && b.protocol.is_some() && b.cluster_ip.is_some() {
+                continue;
+            }
+        }
+        let Some(r) = R::new(rule, buf) else { continue };
         let Some(target) = r.target() else { continue };
         if target == "KUBE-MARK-MASQ" {
             let b = &mut rec.builders[i];
@@ -601,9 +646,18 @@ fn endpoint_cascade<'a>(
         let mut evidence = Vec::with_capacity(2);
         evidence.push(Evidence::rule(table, &chain.name, rule));
         let mut address = None;
-        if let Some(sep) = rec.nat_chains.get(target) {
+        let sep = parse_chain_name(target)
+            .and_then(|(prefix, hash)| rec.nat_chains.get(&(prefix, hash16(hash)?)));
+        if let Some(sep) = sep {
             for sr in &sep.rules {
-                let Some(x) = R::new(sr) else { continue };
+                // Only the DNAT rule says anything here (the other one marks for
+                // masquerade): skip the rest without indexing them.
+                if !sr.text.contains("DNAT") {
+                    continue;
+                }
+                let Some(x) = R::new(sr, sep_buf) else {
+                    continue;
+                };
                 if let Some(to) = x.dnat_to() {
                     address = Some(to);
                     evidence.push(Evidence::rule(table, &sep.name, sr));
@@ -645,7 +699,7 @@ fn endpoint_cascade<'a>(
     out
 }
 
-fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table) {
+fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table, buf: &mut XtBuf) {
     for chain in &filter.chains {
         let which = &*chain.name;
         if !matches!(
@@ -655,7 +709,7 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table) {
             continue;
         }
         for rule in &chain.rules {
-            let Some(r) = R::new(rule) else { continue };
+            let Some(r) = R::new(rule, buf) else { continue };
             let comment = r.comment();
             let Some((name, says)) = comment.as_deref().and_then(read_comment) else {
                 continue;
@@ -665,7 +719,7 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table) {
                 // Health-check node ports are TCP whatever the service protocol is.
                 let existing = ["tcp", "udp", "sctp"]
                     .iter()
-                    .find_map(|p| rec.by_key.get(&port_proto_hash(name, p)).copied());
+                    .find_map(|p| rec.by_hash.get(&port_proto_hash_bytes(name, p)).copied());
                 match existing {
                     Some(i) => i,
                     None => rec.builder_for_name(name, None, &r),
@@ -675,8 +729,8 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table) {
             };
             let b = &mut rec.builders[i];
             b.name(name);
-            if says != Says::HealthCheck {
-                b.protocol(proto);
+            if says != Says::HealthCheck && b.protocol.is_none() {
+                b.protocol = proto;
             }
             b.evidence.push(Evidence::rule(table, which, rule));
             match (which, says) {
@@ -754,11 +808,13 @@ fn finish<'a>(
     }
     let first_evidence = b.evidence.first().copied();
     if let (Some(name), Some(proto)) = (&b.name, &b.protocol) {
-        let hash = port_proto_hash(name, proto);
+        // Each chain name is verified once: one hash per service port, one per endpoint.
+        let hash = port_proto_hash_bytes(name, proto);
         for &c in &b.chains {
             if let Some((prefix, h)) = parse_chain_name(c)
-                && h != hash
+                && h.as_bytes() != hash
             {
+                let hash = String::from_utf8_lossy(&hash);
                 mismatches.push(NameMismatch {
                     chain: c,
                     service: format!("{name} ({proto})"),
@@ -774,17 +830,16 @@ fn finish<'a>(
             }
         }
         for e in &endpoints {
-            if let (Some(chain), Some(addr)) = (e.chain, &e.address) {
-                let expected = endpoint_chain_name(name, proto, addr);
-                if chain != expected {
-                    mismatches.push(NameMismatch {
-                        chain,
-                        service: format!("{name} ({proto})"),
-                        endpoint: Some(addr.clone()),
-                        expected,
-                        evidence: e.evidence[0],
-                    });
-                }
+            if let (Some(chain), Some(addr)) = (e.chain, &e.address)
+                && !chain_matches_endpoint(chain, name, proto, addr)
+            {
+                mismatches.push(NameMismatch {
+                    chain,
+                    service: format!("{name} ({proto})"),
+                    endpoint: Some(addr.clone()),
+                    expected: endpoint_chain_name(name, proto, addr),
+                    evidence: e.evidence[0],
+                });
             }
         }
     }

@@ -8,6 +8,7 @@ pub mod save;
 pub mod words;
 
 pub use rule::{
-    IndexScratch, SpecProblem, TARGET_EXTENSIONS, XtCell, XtMatchView, XtOptionView, XtRule,
-    XtTargetView, XtView,
+    IndexScratch, SpecProblem, TARGET_EXTENSIONS, XtBuf, XtCell, XtMatchView, XtMatchViewOf,
+    XtOptionView, XtOptionViewOf, XtRule, XtTargetRef, XtTargetView, XtTargetViewOf, XtView,
+    XtViewOf,
 };

@@ -41,12 +41,15 @@ struct TargetIdx {
 }
 
 /// An xtables rule as an index over its text.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Vectors rather than boxed slices so that an [`XtBuf`] can index rule after rule
+/// into the same storage; an index kept in an [`XtCell`] is built to exact size.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct XtRule {
-    words: Box<[Word]>,
-    options: Box<[OptionIdx]>,
+    words: Vec<Word>,
+    options: Vec<OptionIdx>,
     generic_len: u16,
-    matches: Box<[MatchIdx]>,
+    matches: Vec<MatchIdx>,
     target: Option<TargetIdx>,
 }
 
@@ -58,24 +61,19 @@ pub struct SpecProblem {
     pub message: String,
 }
 
-/// Generic (match-independent) options, long and short spellings, and whether they take a value.
-const GENERIC: &[(&str, &str, bool)] = &[
-    ("-s", "--source", true),
-    ("-d", "--destination", true),
-    ("-i", "--in-interface", true),
-    ("-o", "--out-interface", true),
-    ("-p", "--protocol", true),
-    ("-f", "--fragment", false),
-];
-
+/// A generic (match-independent) option's short spelling and whether it takes a value:
+/// `-s`/`--source`/`--src`, `-d`/`--destination`/`--dst`, `-i`/`--in-interface`,
+/// `-o`/`--out-interface`, `-p`/`--protocol`, `-f`/`--fragment` (no value).
+/// A `match` rather than a table walk: every option word of every rule is looked up here.
 fn generic_option(word: &str) -> Option<(&'static str, bool)> {
-    GENERIC.iter().find_map(|&(short, long, takes)| {
-        let alias = match word {
-            "--src" => "--source",
-            "--dst" => "--destination",
-            w => w,
-        };
-        (alias == short || alias == long).then_some((short, takes))
+    Some(match word {
+        "-s" | "--source" | "--src" => ("-s", true),
+        "-d" | "--destination" | "--dst" => ("-d", true),
+        "-i" | "--in-interface" => ("-i", true),
+        "-o" | "--out-interface" => ("-o", true),
+        "-p" | "--protocol" => ("-p", true),
+        "-f" | "--fragment" => ("-f", false),
+        _ => return None,
     })
 }
 
@@ -115,11 +113,18 @@ const TARGET_GROUP: u16 = u16::MAX;
 impl XtRule {
     /// Indexes `words` of `text` (the words after `-A CHAIN`). Never fails: problems
     /// are returned alongside and the rule keeps every word.
-    pub fn build(text: &str, words: Vec<Word>) -> (XtRule, Vec<SpecProblem>) {
+    pub fn build(text: &str, mut words: Vec<Word>) -> (XtRule, Vec<SpecProblem>) {
         let mut scratch = IndexScratch::default();
         let mut problems = Vec::new();
         Self::analyse(text, &words, &mut scratch, &mut problems);
-        (Self::assemble(words.into_boxed_slice(), scratch), problems)
+        // Kept indexes live as long as the ruleset: no slack from the splitter's growth.
+        words.shrink_to_fit();
+        let mut rule = XtRule {
+            words,
+            ..XtRule::default()
+        };
+        rule.assemble(&scratch);
+        (rule, problems)
     }
 
     /// Checks a rule's words and reports problems without keeping an index: what the
@@ -265,46 +270,69 @@ impl XtRule {
         tagged.sort_by_key(|&(g, _)| g);
     }
 
-    fn assemble(words: Box<[Word]>, scratch: IndexScratch) -> XtRule {
+    /// Fills options, matches and target from `scratch` (filled by `analyse` over
+    /// `self.words`), reusing this rule's storage.
+    fn assemble(&mut self, scratch: &IndexScratch) {
         let IndexScratch {
             tagged,
             match_heads,
             target_head,
         } = scratch;
-        let generic_len = tagged.iter().take_while(|&&(g, _)| g == 0).count() as u16;
-        let mut matches = Vec::with_capacity(match_heads.len());
-        let mut cursor = generic_len as usize;
-        for (m, (module, implicit)) in match_heads.into_iter().enumerate() {
+        self.generic_len = tagged.iter().take_while(|&&(g, _)| g == 0).count() as u16;
+        self.matches.clear();
+        self.matches.reserve_exact(match_heads.len());
+        let mut cursor = self.generic_len as usize;
+        for (m, &(module, implicit)) in match_heads.iter().enumerate() {
             let start = cursor;
             while cursor < tagged.len() && tagged[cursor].0 == m as u16 + 1 {
                 cursor += 1;
             }
-            matches.push(MatchIdx {
+            self.matches.push(MatchIdx {
                 module,
                 implicit,
                 opts_start: start as u16,
                 opts_end: cursor as u16,
             });
         }
-        let target = target_head.map(|(name, goto)| TargetIdx {
+        self.target = target_head.map(|(name, goto)| TargetIdx {
             name,
             goto,
             opts_start: cursor as u16,
             opts_end: tagged.len() as u16,
         });
-        let options: Box<[OptionIdx]> = tagged.into_iter().map(|(_, o)| o).collect();
-        XtRule {
-            words,
-            options,
-            generic_len,
-            matches: matches.into_boxed_slice(),
-            target,
-        }
+        self.options.clear();
+        self.options.extend(tagged.iter().map(|&(_, o)| o));
     }
 
     pub fn view<'a>(&'a self, text: &'a str) -> XtView<'a> {
-        XtView { rule: self, text }
+        XtViewOf { rule: self, text }
     }
+
+    /// A view whose strings borrow `text` for longer than the index lives.
+    pub fn view_of<'r, 't>(&'r self, text: &'t str) -> XtViewOf<'r, 't> {
+        XtViewOf { rule: self, text }
+    }
+}
+
+/// Reusable storage for indexing many xtables rules one after another without
+/// allocating for each: what whole-ruleset passes (service recovery, checks, owner
+/// counts) use instead of [`crate::Rule::xt`], which builds and keeps an index per
+/// rule (about five allocations each, and the memory stays).
+///
+/// ```
+/// # use plumb_ruleset::iptables::XtBuf;
+/// # let ruleset = plumb_ruleset::iptables::save::parse("*nat\n:X - [0:0]\n-A X -j DNAT --to-destination 1.2.3.4:80\nCOMMIT\n", &Default::default());
+/// let mut buf = XtBuf::default();
+/// for rule in &ruleset.tables[0].chains[0].rules {
+///     let target = rule.xt_in(&mut buf).and_then(|v| v.target()).map(|t| t.name());
+///     assert_eq!(target, Some("DNAT"));
+/// }
+/// ```
+#[derive(Debug, Default)]
+pub struct XtBuf {
+    rule: XtRule,
+    scratch: IndexScratch,
+    problems: Vec<SpecProblem>,
 }
 
 /// The structure of an xtables rule, built from the rule's text on first use.
@@ -314,13 +342,59 @@ impl XtRule {
 /// rule. A 100k-rule dump then costs little more than its text (the foundation
 /// issue's memory budget is 3x the input), and consumers that walk every rule pay
 /// the indexing once per rule, as they would have at parse time.
+///
+/// The parser also records where the rule's target is ([`XtCell::target`]): the one
+/// thing whole-ruleset passes (chain references, dangling and stale chains) need from
+/// every rule, read without splitting the rule again.
 #[derive(Clone, Debug, Default)]
 pub struct XtCell {
     /// Byte range of the words after `-A CHAIN` in the rule text (a trailing
     /// `-c PACKETS BYTES` excluded).
     spec_start: u32,
     spec_end: u32,
+    target: TargetSpan,
     index: OnceLock<Box<XtRule>>,
+}
+
+/// Where the target name is in the rule text, as the parser found it (8 bytes per rule).
+#[derive(Clone, Copy, Debug, Default)]
+struct TargetSpan {
+    start: u32,
+    len: u16,
+    /// `TARGET_*` bits; without `TARGET_RECORDED` the target is found by indexing.
+    flags: u8,
+}
+
+const TARGET_RECORDED: u8 = 1;
+const TARGET_PRESENT: u8 = 2;
+const TARGET_GOTO: u8 = 4;
+const TARGET_HAS_OPTIONS: u8 = 8;
+
+/// An xtables rule's target read without indexing the rule ([`crate::Rule::xt_target`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XtTargetRef<'t> {
+    /// As written (`KUBE-SVC-…`, `DNAT`), like [`XtTargetViewOf::name`].
+    pub name: &'t str,
+    /// `-g` rather than `-j`.
+    pub goto: bool,
+    /// The target has options (`-j DNAT --to-destination …`): an extension, not a chain.
+    pub has_options: bool,
+}
+
+impl<'t> XtTargetRef<'t> {
+    /// The chain this target transfers to, as [`XtViewOf::chain_reference`] says.
+    pub fn chain_reference(&self) -> Option<ChainRef<'t>> {
+        if self.goto {
+            return Some(ChainRef {
+                kind: TransferKind::Goto,
+                chain: self.name,
+            });
+        }
+        (!TARGET_EXTENSIONS.contains(&self.name)).then_some(ChainRef {
+            kind: TransferKind::Jump,
+            chain: self.name,
+        })
+    }
 }
 
 impl XtCell {
@@ -329,7 +403,69 @@ impl XtCell {
         XtCell {
             spec_start: u32::try_from(spec.start).unwrap_or(u32::MAX),
             spec_end: u32::try_from(spec.end).unwrap_or(u32::MAX),
+            target: TargetSpan::default(),
             index: OnceLock::new(),
+        }
+    }
+
+    /// A cell for the words of `text[spec]` that remembers the target the parser found
+    /// while validating them (`words` and `scratch` as [`XtRule::validate`] left them).
+    pub(crate) fn parsed(
+        spec: std::ops::Range<usize>,
+        words: &[Word],
+        scratch: &IndexScratch,
+    ) -> XtCell {
+        let mut cell = XtCell::new(spec);
+        cell.target = match scratch.target_head {
+            None => TargetSpan {
+                flags: TARGET_RECORDED,
+                ..TargetSpan::default()
+            },
+            Some((name, goto)) => {
+                let w = words[name as usize];
+                let mut flags = TARGET_RECORDED | TARGET_PRESENT;
+                if goto {
+                    flags |= TARGET_GOTO;
+                }
+                if scratch.tagged.iter().any(|&(g, _)| g == TARGET_GROUP) {
+                    flags |= TARGET_HAS_OPTIONS;
+                }
+                TargetSpan {
+                    start: w.start,
+                    len: w.len,
+                    flags,
+                }
+            }
+        };
+        cell
+    }
+
+    /// The rule's target: recorded by the parser, else read from the index (built
+    /// without keeping it). `text` must be the text the cell was made for.
+    pub fn target<'t>(&self, text: &'t str) -> Option<XtTargetRef<'t>> {
+        let t = self.target;
+        if t.flags & TARGET_RECORDED != 0 {
+            if t.flags & TARGET_PRESENT == 0 {
+                return None;
+            }
+            let start = t.start as usize;
+            return Some(XtTargetRef {
+                // A span the parser took from this text; `get` keeps a mismatch from panicking.
+                name: text.get(start..start + t.len as usize)?,
+                goto: t.flags & TARGET_GOTO != 0,
+                has_options: t.flags & TARGET_HAS_OPTIONS != 0,
+            });
+        }
+        let from_index = |rule: &XtRule| {
+            rule.view_of(text).target().map(|t| XtTargetRef {
+                name: t.name(),
+                goto: t.is_goto(),
+                has_options: t.options().next().is_some(),
+            })
+        };
+        match self.built() {
+            Some(rule) => from_index(rule),
+            None => from_index(&self.build(text)),
         }
     }
 
@@ -356,16 +492,41 @@ impl XtCell {
     /// ruleset (owner classification) that should not make every rule's index stay.
     pub fn build(&self, text: &str) -> XtRule {
         let mut words = Vec::new();
+        self.split_into(text, &mut words);
+        XtRule::build(text, words).0
+    }
+
+    /// The index in `buf`: the kept one if something built it already, else built into
+    /// `buf`'s storage (replacing what it held). Allocates only while `buf` grows.
+    pub fn build_in<'b>(&'b self, text: &str, buf: &'b mut XtBuf) -> &'b XtRule {
+        if let Some(kept) = self.built() {
+            return kept;
+        }
+        let XtBuf {
+            rule,
+            scratch,
+            problems,
+        } = buf;
+        self.split_into(text, &mut rule.words);
+        XtRule::analyse(text, &rule.words, scratch, problems);
+        // The parser reported these when it read the rule.
+        problems.clear();
+        rule.assemble(scratch);
+        rule
+    }
+
+    /// The words of the rule's spec (empty when they cannot be split).
+    fn split_into(&self, text: &str, words: &mut Vec<Word>) {
+        words.clear();
         let end = (self.spec_end as usize).min(text.len());
         let start = (self.spec_start as usize).min(end);
         if text.is_char_boundary(start)
             && text.is_char_boundary(end)
-            && split(&text[..end], start, &mut words).is_err()
+            && split(&text[..end], start, words).is_err()
         {
             // The parser reported the bad quote; the rule keeps no structure.
             words.clear();
         }
-        XtRule::build(text, words).0
     }
 }
 
@@ -441,73 +602,84 @@ pub const TARGET_EXTENSIONS: &[&str] = &[
     "ULOG",
 ];
 
-/// Read access to an `XtRule` together with its text.
+/// Read access to an `XtRule` together with its text. `'r` is the lifetime of the
+/// index, `'t` the lifetime of the text: strings read through the view borrow the
+/// text only, so they outlive a temporary index built in an [`XtBuf`].
 #[derive(Clone, Copy)]
-pub struct XtView<'a> {
-    rule: &'a XtRule,
-    text: &'a str,
+pub struct XtViewOf<'r, 't> {
+    rule: &'r XtRule,
+    text: &'t str,
 }
+
+/// A view whose index and text live equally long (an index kept in the rule).
+pub type XtView<'a> = XtViewOf<'a, 'a>;
 
 /// One option (`! --dport 80`) of a match, of the target or generic (`-s 10.0.0.0/8`).
 #[derive(Clone, Copy)]
-pub struct XtOptionView<'a> {
+pub struct XtOptionViewOf<'r, 't> {
     idx: OptionIdx,
-    rule: &'a XtRule,
-    text: &'a str,
+    rule: &'r XtRule,
+    text: &'t str,
 }
+
+pub type XtOptionView<'a> = XtOptionViewOf<'a, 'a>;
 
 /// One match module (`-m tcp --dport 80`), possibly implicit (`-p tcp --dport 80`).
 #[derive(Clone, Copy)]
-pub struct XtMatchView<'a> {
+pub struct XtMatchViewOf<'r, 't> {
     idx: MatchIdx,
-    rule: &'a XtRule,
-    text: &'a str,
+    rule: &'r XtRule,
+    text: &'t str,
 }
+
+pub type XtMatchView<'a> = XtMatchViewOf<'a, 'a>;
 
 /// The rule's target (`-j DNAT --to-destination ...`) or goto (`-g CHAIN`).
 #[derive(Clone, Copy)]
-pub struct XtTargetView<'a> {
+pub struct XtTargetViewOf<'r, 't> {
     idx: TargetIdx,
-    rule: &'a XtRule,
-    text: &'a str,
+    rule: &'r XtRule,
+    text: &'t str,
 }
 
-impl<'a> XtView<'a> {
-    fn word(&self, i: u16) -> &'a str {
+pub type XtTargetView<'a> = XtTargetViewOf<'a, 'a>;
+
+impl<'r, 't> XtViewOf<'r, 't> {
+    fn word(&self, i: u16) -> &'t str {
         self.rule.words[i as usize].raw(self.text)
     }
 
-    fn options_in(self, start: u16, end: u16) -> impl Iterator<Item = XtOptionView<'a>> + 'a {
+    fn options_in(self, start: u16, end: u16) -> impl Iterator<Item = XtOptionViewOf<'r, 't>> {
         let (rule, text) = (self.rule, self.text);
         rule.options[start as usize..end as usize]
             .iter()
-            .map(move |&idx| XtOptionView { idx, rule, text })
+            .map(move |&idx| XtOptionViewOf { idx, rule, text })
     }
 
     /// Generic options in the order written (`-s`, `-d`, `-i`, `-o`, `-p`, `-f`).
-    pub fn generic(&self) -> impl Iterator<Item = XtOptionView<'a>> + 'a {
+    pub fn generic(&self) -> impl Iterator<Item = XtOptionViewOf<'r, 't>> {
         self.options_in(0, self.rule.generic_len)
     }
 
     /// A generic option by its short name (`"-s"`, `"-p"`, ...), whatever spelling was used.
-    pub fn generic_option(&self, short: &str) -> Option<XtOptionView<'a>> {
+    pub fn generic_option(&self, short: &str) -> Option<XtOptionViewOf<'r, 't>> {
         self.generic()
             .find(|o| generic_option(o.name()).is_some_and(|(s, _)| s == short))
     }
 
-    pub fn matches(&self) -> impl Iterator<Item = XtMatchView<'a>> + 'a {
+    pub fn matches(&self) -> impl Iterator<Item = XtMatchViewOf<'r, 't>> {
         let (rule, text) = (self.rule, self.text);
         rule.matches
             .iter()
-            .map(move |&idx| XtMatchView { idx, rule, text })
+            .map(move |&idx| XtMatchViewOf { idx, rule, text })
     }
 
-    pub fn match_named(&self, module: &str) -> Option<XtMatchView<'a>> {
+    pub fn match_named(&self, module: &str) -> Option<XtMatchViewOf<'r, 't>> {
         self.matches().find(|m| m.module() == module)
     }
 
-    pub fn target(&self) -> Option<XtTargetView<'a>> {
-        self.rule.target.map(|idx| XtTargetView {
+    pub fn target(&self) -> Option<XtTargetViewOf<'r, 't>> {
+        self.rule.target.map(|idx| XtTargetViewOf {
             idx,
             rule: self.rule,
             text: self.text,
@@ -515,14 +687,14 @@ impl<'a> XtView<'a> {
     }
 
     /// Every `--comment` value, in order.
-    pub fn comments(&self) -> impl Iterator<Item = Cow<'a, str>> + 'a {
+    pub fn comments(&self) -> impl Iterator<Item = Cow<'t, str>> {
         self.matches()
             .filter(|m| m.module() == "comment")
             .filter_map(|m| m.option("--comment").and_then(|o| o.arg(0)))
     }
 
     /// The chain this rule jumps or goes to, if its target is a chain.
-    pub fn chain_reference(&self) -> Option<ChainRef<'a>> {
+    pub fn chain_reference(&self) -> Option<ChainRef<'t>> {
         let t = self.target()?;
         let name = t.name();
         if t.is_goto() {
@@ -538,15 +710,15 @@ impl<'a> XtView<'a> {
     }
 
     /// All words after the chain name, raw, in order (for verbatim printing).
-    pub fn raw_words(&self) -> impl Iterator<Item = &'a str> + 'a {
+    pub fn raw_words(&self) -> impl Iterator<Item = &'t str> {
         let text = self.text;
         self.rule.words.iter().map(move |w| w.raw(text))
     }
 }
 
-impl<'a> XtOptionView<'a> {
+impl<'r, 't> XtOptionViewOf<'r, 't> {
     /// The option as written (`--dport`, `-s`, `--source`).
-    pub fn name(&self) -> &'a str {
+    pub fn name(&self) -> &'t str {
         self.rule.words[self.idx.name as usize].raw(self.text)
     }
 
@@ -559,25 +731,25 @@ impl<'a> XtOptionView<'a> {
     }
 
     /// The i-th argument, unquoted.
-    pub fn arg(&self, i: usize) -> Option<Cow<'a, str>> {
+    pub fn arg(&self, i: usize) -> Option<Cow<'t, str>> {
         let w = self.idx.args_start as usize + i;
         (w < self.idx.args_end as usize).then(|| self.rule.words[w].value(self.text))
     }
 
     /// The i-th argument exactly as written (quotes kept).
-    pub fn raw_arg(&self, i: usize) -> Option<&'a str> {
+    pub fn raw_arg(&self, i: usize) -> Option<&'t str> {
         let w = self.idx.args_start as usize + i;
         (w < self.idx.args_end as usize).then(|| self.rule.words[w].raw(self.text))
     }
 
-    pub fn args(&self) -> impl Iterator<Item = Cow<'a, str>> + 'a {
+    pub fn args(&self) -> impl Iterator<Item = Cow<'t, str>> + use<'r, 't> {
         let (rule, text) = (self.rule, self.text);
         rule.words[self.idx.args_start as usize..self.idx.args_end as usize]
             .iter()
             .map(move |w| w.value(text))
     }
 
-    pub fn raw_args(&self) -> impl Iterator<Item = &'a str> + 'a {
+    pub fn raw_args(&self) -> impl Iterator<Item = &'t str> + use<'r, 't> {
         let (rule, text) = (self.rule, self.text);
         rule.words[self.idx.args_start as usize..self.idx.args_end as usize]
             .iter()
@@ -585,8 +757,8 @@ impl<'a> XtOptionView<'a> {
     }
 }
 
-impl<'a> XtMatchView<'a> {
-    pub fn module(&self) -> &'a str {
+impl<'r, 't> XtMatchViewOf<'r, 't> {
+    pub fn module(&self) -> &'t str {
         self.rule.words[self.idx.module as usize].raw(self.text)
     }
 
@@ -595,21 +767,21 @@ impl<'a> XtMatchView<'a> {
         self.idx.implicit
     }
 
-    pub fn options(&self) -> impl Iterator<Item = XtOptionView<'a>> + 'a {
-        XtView {
+    pub fn options(&self) -> impl Iterator<Item = XtOptionViewOf<'r, 't>> + use<'r, 't> {
+        XtViewOf {
             rule: self.rule,
             text: self.text,
         }
         .options_in(self.idx.opts_start, self.idx.opts_end)
     }
 
-    pub fn option(&self, name: &str) -> Option<XtOptionView<'a>> {
+    pub fn option(&self, name: &str) -> Option<XtOptionViewOf<'r, 't>> {
         self.options().find(|o| o.name() == name)
     }
 }
 
-impl<'a> XtTargetView<'a> {
-    pub fn name(&self) -> &'a str {
+impl<'r, 't> XtTargetViewOf<'r, 't> {
+    pub fn name(&self) -> &'t str {
         self.rule.words[self.idx.name as usize].raw(self.text)
     }
 
@@ -617,20 +789,20 @@ impl<'a> XtTargetView<'a> {
         self.idx.goto
     }
 
-    pub fn options(&self) -> impl Iterator<Item = XtOptionView<'a>> + 'a {
-        XtView {
+    pub fn options(&self) -> impl Iterator<Item = XtOptionViewOf<'r, 't>> + use<'r, 't> {
+        XtViewOf {
             rule: self.rule,
             text: self.text,
         }
         .options_in(self.idx.opts_start, self.idx.opts_end)
     }
 
-    pub fn option(&self, name: &str) -> Option<XtOptionView<'a>> {
+    pub fn option(&self, name: &str) -> Option<XtOptionViewOf<'r, 't>> {
         self.options().find(|o| o.name() == name)
     }
 }
 
-impl std::fmt::Debug for XtView<'_> {
+impl std::fmt::Debug for XtViewOf<'_, '_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("XtView")
             .field("text", &self.text)
@@ -730,6 +902,25 @@ mod tests {
         let (r, p) = build(t);
         assert!(p.is_empty());
         assert!(r.view(t).target().is_none());
+    }
+
+    #[test]
+    fn target_of_a_cell_without_a_recorded_one_comes_from_the_index() {
+        let t = "-A X -p tcp -j DNAT --to-destination 10.0.0.1:80";
+        let cell = XtCell::new(5..t.len());
+        assert_eq!(
+            cell.target(t),
+            Some(XtTargetRef {
+                name: "DNAT",
+                goto: false,
+                has_options: true
+            })
+        );
+        let t = "-A X -g Y";
+        let cell = XtCell::new(5..t.len());
+        let r = cell.target(t).unwrap();
+        assert_eq!((r.name, r.goto, r.has_options), ("Y", true, false));
+        assert_eq!(XtCell::new(5..9).target("-A X -p tcp"), None);
     }
 
     #[test]

@@ -510,6 +510,7 @@ impl<'t> Reader<'_, 't> {
         let mut problems = std::mem::take(&mut self.problems);
         problems.clear();
         XtRule::validate(line, &words, &mut self.scratch, &mut problems);
+        let cell = XtCell::parsed(spec_at..spec_end, &words, &self.scratch);
         self.word_buf = words;
         for p in problems.drain(..) {
             let col = column_of(line, p.offset);
@@ -529,7 +530,7 @@ impl<'t> Reader<'_, 't> {
             counters,
             // Word spans index this exact text: keep it as read (no trimming).
             text,
-            body: RuleBody::Xt(XtCell::new(spec_at..spec_end)),
+            body: RuleBody::Xt(cell),
         };
         match insert_at {
             Some(p) if p >= 1 && p <= rules.len() + 1 => rules.insert(p - 1, rule),
@@ -546,6 +547,15 @@ impl<'t> Reader<'_, 't> {
             return i;
         }
         let st = self.current.as_mut().expect("checked by caller");
+        // A dump lists each chain's rules together: the previous chain is most likely
+        // complete, so give back its growth slack now rather than at the table's end,
+        // where the slack of every chain would add up (peak memory, docs/benchmarks.md).
+        if let Some((generation, prev)) = self.last_chain
+            && generation == self.generation
+            && let Some(c) = st.table.chains.get_mut(prev)
+        {
+            c.rules.shrink_to_fit();
+        }
         let i = match st.index.get(chain) {
             Some(&i) => i,
             None => {
