@@ -10,8 +10,8 @@
 use crate::matches::{AddrMatch, Cond};
 use crate::nft::{CompiledSet, Compiler};
 use crate::targets::Action;
+use plumb_ruleset::fasthash::FastMap;
 use plumb_ruleset::{Backend, Chain, Family, Hook, Policy, RuleBody, Ruleset, Table};
-use std::collections::HashMap;
 use std::net::IpAddr;
 
 /// A compiled condition or action of a rule, in order.
@@ -76,10 +76,75 @@ pub struct BaseRef {
     pub nat: bool,
 }
 
-/// Exact-key dispatch of a large chain.
+/// Rule lists of a dispatch table: for each key, a range of `rules`.
+#[derive(Clone, Debug)]
+pub struct KeyedRules<K> {
+    ranges: FastMap<K, (u32, u32)>,
+    rules: Vec<u32>,
+}
+
+impl<K> Default for KeyedRules<K> {
+    fn default() -> Self {
+        KeyedRules {
+            ranges: FastMap::default(),
+            rules: Vec::new(),
+        }
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Copy + Ord> KeyedRules<K> {
+    /// From `(key, rule)` pairs in rule order.
+    fn build(mut pairs: Vec<(K, u32)>) -> KeyedRules<K> {
+        // Stable: rules of one key stay in chain order.
+        pairs.sort_by_key(|&(k, _)| k);
+        let mut ranges = FastMap::default();
+        ranges.reserve(pairs.len());
+        let mut rules = Vec::with_capacity(pairs.len());
+        let mut i = 0;
+        while i < pairs.len() {
+            let k = pairs[i].0;
+            let start = rules.len() as u32;
+            while i < pairs.len() && pairs[i].0 == k {
+                rules.push(pairs[i].1);
+                i += 1;
+            }
+            ranges.insert(k, (start, rules.len() as u32));
+        }
+        KeyedRules { ranges, rules }
+    }
+
+    /// The rules of `key`, in chain order.
+    pub fn get(&self, key: &K) -> &[u32] {
+        match self.ranges.get(key) {
+            Some(&(a, b)) => &self.rules[a as usize..b as usize],
+            None => &[],
+        }
+    }
+
+    /// How many rules are keyed.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
+/// Dispatch of a large chain: rules whose leading conditions pin the destination
+/// address, protocol and/or destination port are found by key; the rest are on a
+/// fallback list. A packet's candidates are the merge, in rule order, of its keys'
+/// lists and the fallback list, so first-match semantics are exact.
 #[derive(Clone, Debug, Default)]
 pub struct Dispatch {
-    pub exact: HashMap<(IpAddr, u8, u16), Vec<u32>>,
+    /// Rules that need one destination, protocol and destination port (kube-proxy's
+    /// KUBE-SERVICES, KUBE-PROXY-FIREWALL).
+    pub exact: KeyedRules<(IpAddr, u8, u16)>,
+    /// Rules that need one protocol and destination port, any destination
+    /// (KUBE-NODEPORTS, KUBE-EXTERNAL-SERVICES' NodePort rules).
+    pub port: KeyedRules<(u8, u16)>,
+    /// Rules that need one destination, any port.
+    pub dst: KeyedRules<IpAddr>,
     pub rest: Vec<u32>,
 }
 
@@ -185,12 +250,13 @@ impl<'r> Index<'r> {
             let t = index.tables.len() as u32;
             index.tables.push(table);
             let first = index.chains.len() as u32;
-            let mut names: HashMap<&str, u32> = HashMap::with_capacity(table.chains.len());
+            let mut names: FastMap<&str, u32> = FastMap::default();
+            names.reserve(table.chains.len());
             for (i, c) in table.chains.iter().enumerate() {
                 names.entry(&c.name).or_insert(first + i as u32);
             }
             let resolve = |n: &str| names.get(n).copied();
-            let mut set_cache = HashMap::new();
+            let mut set_cache = Default::default();
             let iptables = table.backend != Backend::Nftables;
             for (ci, chain) in table.chains.iter().enumerate() {
                 let mut rules = Vec::with_capacity(chain.rules.len());
@@ -311,8 +377,10 @@ impl<'r> Index<'r> {
     }
 }
 
-/// The exact `(dst, proto, dport)` a rule requires, if its leading conditions pin all three.
-fn exact_key(items: &[Item]) -> Option<(IpAddr, u8, u16)> {
+/// What a rule's leading conditions (before its first action) require of every
+/// packet it matches: one destination, one protocol, one destination port.
+/// `None` when the rule must stay on the fallback list.
+fn rule_key(items: &[Item]) -> Option<(Option<IpAddr>, Option<u8>, Option<u16>)> {
     let (mut dst, mut proto, mut port) = (None, None, None);
     for item in items {
         let Item::Cond(c) = item else { break };
@@ -325,21 +393,33 @@ fn exact_key(items: &[Item]) -> Option<(IpAddr, u8, u16)> {
                 proto = Some(*p);
             }
             Cond::Dport(r, false) if r.len() == 1 && r[0].from == r[0].to => port = Some(r[0].from),
+            // A skipped rule must have no effect: `recent --set` adds the source to
+            // its list even when a later condition fails.
+            Cond::Recent { .. } => return None,
             _ => {}
         }
     }
-    Some((dst?, proto?, port?))
+    Some((dst, proto, port))
 }
 
 fn build_dispatch(rules: &[CompiledRule]) -> Dispatch {
-    let mut d = Dispatch::default();
+    let (mut exact, mut port, mut dst) = (Vec::new(), Vec::new(), Vec::new());
+    let mut rest = Vec::new();
     for (i, r) in rules.iter().enumerate() {
-        match exact_key(&r.items) {
-            Some(k) => d.exact.entry(k).or_default().push(i as u32),
-            None => d.rest.push(i as u32),
+        let i = i as u32;
+        match rule_key(&r.items) {
+            Some((Some(d), Some(p), Some(n))) => exact.push(((d, p, n), i)),
+            Some((_, Some(p), Some(n))) => port.push(((p, n), i)),
+            Some((Some(d), _, _)) => dst.push((d, i)),
+            _ => rest.push(i),
         }
     }
-    d
+    Dispatch {
+        exact: KeyedRules::build(exact),
+        port: KeyedRules::build(port),
+        dst: KeyedRules::build(dst),
+        rest,
+    }
 }
 
 #[cfg(test)]

@@ -40,15 +40,13 @@ impl Default for TraceOptions {
     }
 }
 
+/// The rules of a chain a path will look at, in rule order.
 #[derive(Clone, Copy, Debug)]
 enum Cursor<'i> {
+    /// Every rule.
     Linear(u32),
-    Merge {
-        exact: &'i [u32],
-        ei: u32,
-        rest: &'i [u32],
-        ri: u32,
-    },
+    /// The merge of sorted candidate lists (a dispatch table's lists for this packet).
+    Merge([&'i [u32]; 4]),
 }
 
 impl Cursor<'_> {
@@ -62,29 +60,18 @@ impl Cursor<'_> {
                     None
                 }
             }
-            Cursor::Merge {
-                exact,
-                ei,
-                rest,
-                ri,
-            } => {
-                let a = exact.get(*ei as usize).copied();
-                let b = rest.get(*ri as usize).copied();
-                match (a, b) {
-                    (Some(a), Some(b)) if a < b => {
-                        *ei += 1;
-                        Some(a)
+            Cursor::Merge(lists) => {
+                let mut best: Option<(usize, u32)> = None;
+                for (k, l) in lists.iter().enumerate() {
+                    if let Some(&r) = l.first()
+                        && best.is_none_or(|(_, b)| r < b)
+                    {
+                        best = Some((k, r));
                     }
-                    (_, Some(b)) => {
-                        *ri += 1;
-                        Some(b)
-                    }
-                    (Some(a), None) => {
-                        *ei += 1;
-                        Some(a)
-                    }
-                    (None, None) => None,
                 }
+                let (k, r) = best?;
+                lists[k] = &lists[k][1..];
+                Some(r)
             }
         }
     }
@@ -94,6 +81,9 @@ impl Cursor<'_> {
 struct Frame<'i> {
     chain: u32,
     cursor: Cursor<'i>,
+    /// Index of the rule after the last one this frame looked at (to count the
+    /// rules a dispatch table skipped).
+    seen: u32,
 }
 
 /// The state of one path through the ruleset.
@@ -396,25 +386,26 @@ impl<'a, 'i> Sim<'a, 'i> {
     fn frame(&self, chain: u32, path: &Path<'a>) -> Frame<'a> {
         let index: &'a Index<'i> = self.index;
         let c: &'a CompiledChain<'i> = index.chain(chain);
+        let proto = self.packet.proto.number();
         let cursor = match (&c.dispatch, path.dport) {
-            (Some(d), Some(port)) => {
-                let key = (path.dst, self.packet.proto.number(), port);
-                Cursor::Merge {
-                    exact: d.exact.get(&key).map(|v| v.as_slice()).unwrap_or(&[]),
-                    ei: 0,
-                    rest: &d.rest,
-                    ri: 0,
-                }
+            (Some(d), Some(port)) => Cursor::Merge([
+                d.exact.get(&(path.dst, proto, port)),
+                d.port.get(&(proto, port)),
+                d.dst.get(&path.dst),
+                &d.rest,
+            ]),
+            // No ports: rules keyed by a port cannot match (their port test fails).
+            (Some(d), None) if !self.packet.proto.has_ports() => {
+                Cursor::Merge([&[], &[], d.dst.get(&path.dst), &d.rest])
             }
-            (Some(d), None) => Cursor::Merge {
-                exact: &[],
-                ei: 0,
-                rest: &d.rest,
-                ri: 0,
-            },
+            // A port plumb does not know: port tests are undecided, walk every rule.
             _ => Cursor::Linear(0),
         };
-        Frame { chain, cursor }
+        Frame {
+            chain,
+            cursor,
+            seen: 0,
+        }
     }
 
     /// Runs one path to its end, pushing forks onto `work`.
@@ -451,28 +442,17 @@ impl<'a, 'i> Sim<'a, 'i> {
             };
             let chain_id = frame.chain;
             let chain = self.index.chain(chain_id);
-            let before = match frame.cursor {
-                Cursor::Merge { ei, ri, .. } => Some(ei + ri),
-                Cursor::Linear(_) => None,
-            };
+            let merge = matches!(frame.cursor, Cursor::Merge(_));
             let next = frame.cursor.next(chain.rules.len());
             // Record rules the dispatch index skipped.
-            if let (Some(before), Some(r)) = (before, next) {
-                let skipped = r.saturating_sub(self.prev_rule(path, chain_id, before));
+            if merge {
+                let upto = next.unwrap_or(chain.rules.len() as u32);
+                let skipped = upto.saturating_sub(frame.seen);
+                if let Some(r) = next {
+                    frame.seen = r + 1;
+                }
                 if skipped > 0 {
                     self.step(path, chain_id, u32::MAX, StepKind::Skipped(skipped), None);
-                }
-            } else if let (Some(before), None) = (before, next) {
-                let total = chain.rules.len() as u32;
-                let seen = self.prev_rule(path, chain_id, before);
-                if total > seen {
-                    self.step(
-                        path,
-                        chain_id,
-                        u32::MAX,
-                        StepKind::Skipped(total - seen),
-                        None,
-                    );
                 }
             }
             let Some(r) = next else {
@@ -491,18 +471,6 @@ impl<'a, 'i> Sim<'a, 'i> {
                 Flow::Final(v, why) => return self.finish(path, v, why),
             }
         }
-    }
-
-    /// The number of rules before the `seen`-th candidate (to count skipped rules).
-    fn prev_rule(&self, path: &Path<'a>, chain: u32, _seen: u32) -> u32 {
-        // The last step in this chain tells where the walk was.
-        path.steps
-            .iter()
-            .rev()
-            .take_while(|s| s.chain == chain)
-            .find(|s| s.rule != u32::MAX)
-            .map(|s| s.rule + 1)
-            .unwrap_or(0)
     }
 
     /// Policy of the base chain whose frame just ended. `Some` ends the trace.
