@@ -21,10 +21,11 @@ pub enum Item {
     Act(Action),
 }
 
-/// A compiled rule.
-#[derive(Clone, Debug)]
+/// A compiled rule: its items are `Index::items(rule)` (one array for the whole index).
+#[derive(Clone, Copy, Debug)]
 pub struct CompiledRule {
-    pub items: Box<[Item]>,
+    start: u32,
+    end: u32,
     /// Index of the rule in its chain's `rules` (position - 1).
     pub rule: u32,
 }
@@ -153,7 +154,10 @@ pub struct Dispatch {
 pub struct CompiledChain<'r> {
     pub table: u32,
     pub chain: &'r Chain,
-    pub rules: Vec<CompiledRule>,
+    /// The chain's compiled rules are `Index::rules(chain)`: `rules_len` rules from
+    /// `rules_start` in the index's one array.
+    rules_start: u32,
+    rules_len: u32,
     pub dispatch: Option<Dispatch>,
 }
 
@@ -180,8 +184,81 @@ pub struct Index<'r> {
     pub tables: Vec<&'r Table>,
     pub chains: Vec<CompiledChain<'r>>,
     pub sets: Vec<CompiledSet>,
+    /// Items of every compiled rule, rule after rule.
+    items: Vec<Item>,
+    /// Compiled rules of every chain, chain after chain.
+    rules: Vec<CompiledRule>,
     /// Base chains per [v4, v6] per hook, ordered by priority.
     hooks: [[Vec<BaseRef>; 5]; 2],
+}
+
+/// A chain name of at most 32 bytes, held in the hash table itself (iptables
+/// names have at most 28): a lookup compares with the entry it probes, in the same
+/// cache line, instead of following a pointer to one of 40k scattered names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct ShortName([u64; 4]);
+
+impl ShortName {
+    fn new(s: &str) -> Option<ShortName> {
+        let b = s.as_bytes();
+        // Names never hold NUL, so zero padding keeps them apart.
+        if b.len() > 32 || b.contains(&0) {
+            return None;
+        }
+        let mut buf = [0u8; 32];
+        buf[..b.len()].copy_from_slice(b);
+        let w = |i: usize| {
+            let mut c = [0u8; 8];
+            c.copy_from_slice(&buf[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(c)
+        };
+        Some(ShortName([w(0), w(1), w(2), w(3)]))
+    }
+}
+
+impl std::hash::Hash for ShortName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let [a, b, c, d] = self.0;
+        let k = 0x9E37_79B9_7F4A_7C15u64;
+        let h = (((a.wrapping_mul(k).rotate_left(23) ^ b)
+            .wrapping_mul(k)
+            .rotate_left(23)
+            ^ c)
+            .wrapping_mul(k)
+            .rotate_left(23)
+            ^ d)
+            .wrapping_mul(k);
+        state.write_u64(h);
+    }
+}
+
+/// A table's chain names to chain ids (the first chain of a name wins).
+struct ChainNames<'r> {
+    short: FastMap<ShortName, u32>,
+    long: FastMap<&'r str, u32>,
+}
+
+impl<'r> ChainNames<'r> {
+    fn new(chains: &'r [Chain], first: u32) -> ChainNames<'r> {
+        let mut short = FastMap::default();
+        short.reserve(chains.len());
+        let mut long = FastMap::default();
+        for (i, c) in chains.iter().enumerate() {
+            let id = first + i as u32;
+            match ShortName::new(&c.name) {
+                Some(k) => short.entry(k).or_insert(id),
+                None => long.entry(&*c.name).or_insert(id),
+            };
+        }
+        ChainNames { short, long }
+    }
+
+    fn get(&self, name: &str) -> Option<u32> {
+        match ShortName::new(name) {
+            Some(k) => self.short.get(&k).copied(),
+            None => self.long.get(name).copied(),
+        }
+    }
 }
 
 /// Fixed priorities of iptables tables (include/uapi/linux/netfilter_ipv4.h).
@@ -241,8 +318,11 @@ impl<'r> Index<'r> {
             tables: Vec::new(),
             chains: Vec::new(),
             sets: Vec::new(),
+            items: Vec::with_capacity(ruleset.rule_count() * 4),
+            rules: Vec::with_capacity(ruleset.rule_count()),
             hooks: Default::default(),
         };
+        let mut conds = Vec::new();
         for table in &ruleset.tables {
             if families(table.family).is_empty() {
                 continue;
@@ -250,29 +330,24 @@ impl<'r> Index<'r> {
             let t = index.tables.len() as u32;
             index.tables.push(table);
             let first = index.chains.len() as u32;
-            let mut names: FastMap<&str, u32> = FastMap::default();
-            names.reserve(table.chains.len());
-            for (i, c) in table.chains.iter().enumerate() {
-                names.entry(&c.name).or_insert(first + i as u32);
-            }
-            let resolve = |n: &str| names.get(n).copied();
+            let names = ChainNames::new(&table.chains, first);
+            let resolve = |n: &str| names.get(n);
             let mut set_cache = Default::default();
             let iptables = table.backend != Backend::Nftables;
             for (ci, chain) in table.chains.iter().enumerate() {
-                let mut rules = Vec::with_capacity(chain.rules.len());
+                let rules_start = index.rules.len();
                 for (ri, rule) in chain.rules.iter().enumerate() {
-                    let items: Vec<Item> = match &rule.body {
+                    let start = index.items.len() as u32;
+                    match &rule.body {
                         RuleBody::Xt(_) => {
                             let Some(view) = rule.xt() else { continue };
-                            let mut items: Vec<Item> = crate::matches::xt::compile(&view)
-                                .into_iter()
-                                .map(Item::Cond)
-                                .collect();
+                            crate::matches::xt::compile_into(&view, &mut conds);
+                            index.items.extend(conds.drain(..).map(Item::Cond));
                             if let Some(target) = view.target() {
-                                items
+                                index
+                                    .items
                                     .push(Item::Act(crate::targets::compile_xt(&target, &resolve)));
                             }
-                            items
                         }
                         RuleBody::Nft(n) => {
                             let mut compiler = Compiler {
@@ -281,20 +356,24 @@ impl<'r> Index<'r> {
                                 sets: &mut index.sets,
                                 cache: &mut set_cache,
                             };
-                            compiler.compile(n)
+                            compiler.compile_into(n, &mut index.items);
                         }
-                        RuleBody::Approximate(_) => vec![Item::Act(Action::Unknown(format!(
-                            "{} (read from a lossy listing; its exact matches are unknown)",
-                            rule.text
-                        )))],
-                    };
-                    rules.push(CompiledRule {
-                        items: items.into_boxed_slice(),
+                        RuleBody::Approximate(_) => {
+                            index.items.push(Item::Act(Action::Unknown(format!(
+                                "{} (read from a lossy listing; its exact matches are unknown)",
+                                rule.text
+                            ))))
+                        }
+                    }
+                    index.rules.push(CompiledRule {
+                        start,
+                        end: index.items.len() as u32,
                         rule: ri as u32,
                     });
                 }
+                let rules = &index.rules[rules_start..];
                 let dispatch = (options.dispatch && rules.len() >= DISPATCH_MIN_RULES)
-                    .then(|| build_dispatch(&rules));
+                    .then(|| build_dispatch(&index.items, rules));
                 let id = first + ci as u32;
                 if let Some(base) = &chain.base
                     && let Some(hook) = HookId::from_hook(&base.hook)
@@ -318,7 +397,8 @@ impl<'r> Index<'r> {
                 index.chains.push(CompiledChain {
                     table: t,
                     chain,
-                    rules,
+                    rules_start: rules_start as u32,
+                    rules_len: (index.rules.len() - rules_start) as u32,
                     dispatch,
                 });
             }
@@ -334,6 +414,18 @@ impl<'r> Index<'r> {
     /// Base chains of a hook for IPv4 (`v6 == false`) or IPv6, by priority.
     pub fn bases(&self, v6: bool, hook: HookId) -> &[BaseRef] {
         &self.hooks[v6 as usize][hook as usize]
+    }
+
+    /// The conditions and actions of a compiled rule, in order.
+    pub fn items(&self, rule: &CompiledRule) -> &[Item] {
+        &self.items[rule.start as usize..rule.end as usize]
+    }
+
+    /// The compiled rules of a chain, in order (a rule that could not be read has
+    /// none, so `CompiledRule::rule` says which of the chain's rules each one is).
+    pub fn rules(&self, chain: &CompiledChain<'_>) -> &[CompiledRule] {
+        let start = chain.rules_start as usize;
+        &self.rules[start..start + chain.rules_len as usize]
     }
 
     pub fn chain(&self, id: u32) -> &CompiledChain<'r> {
@@ -402,12 +494,12 @@ fn rule_key(items: &[Item]) -> Option<(Option<IpAddr>, Option<u8>, Option<u16>)>
     Some((dst, proto, port))
 }
 
-fn build_dispatch(rules: &[CompiledRule]) -> Dispatch {
+fn build_dispatch(items: &[Item], rules: &[CompiledRule]) -> Dispatch {
     let (mut exact, mut port, mut dst) = (Vec::new(), Vec::new(), Vec::new());
     let mut rest = Vec::new();
     for (i, r) in rules.iter().enumerate() {
         let i = i as u32;
-        match rule_key(&r.items) {
+        match rule_key(&items[r.start as usize..r.end as usize]) {
             Some((Some(d), Some(p), Some(n))) => exact.push(((d, p, n), i)),
             Some((_, Some(p), Some(n))) => port.push(((p, n), i)),
             Some((Some(d), _, _)) => dst.push((d, i)),

@@ -170,11 +170,10 @@ impl Step {
                 let why = note.or_else(|| {
                     let cond = cond?;
                     let rule = index
-                        .chain(self.chain)
-                        .rules
+                        .rules(index.chain(self.chain))
                         .iter()
                         .find(|r| r.rule == self.rule)?;
-                    match rule.items.get(cond as usize)? {
+                    match index.items(rule).get(cond as usize)? {
                         crate::index::Item::Cond(c) => {
                             Some(format!("`{}` does not match", c.describe()))
                         }

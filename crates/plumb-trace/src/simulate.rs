@@ -443,10 +443,11 @@ impl<'a, 'i> Sim<'a, 'i> {
             let chain_id = frame.chain;
             let chain = self.index.chain(chain_id);
             let merge = matches!(frame.cursor, Cursor::Merge(_));
-            let next = frame.cursor.next(chain.rules.len());
+            let rules_len = self.index.rules(chain).len();
+            let next = frame.cursor.next(rules_len);
             // Record rules the dispatch index skipped.
             if merge {
-                let upto = next.unwrap_or(chain.rules.len() as u32);
+                let upto = next.unwrap_or(rules_len as u32);
                 let skipped = upto.saturating_sub(frame.seen);
                 if let Some(r) = next {
                     frame.seen = r + 1;
@@ -595,8 +596,8 @@ impl<'a, 'i> Sim<'a, 'i> {
     }
 
     fn eval_rule(&self, path: &mut Path<'a>, chain: u32, r: u32, work: &mut Vec<Path<'a>>) -> Flow {
-        let rule = &self.index.chain(chain).rules[r as usize];
-        let items = &rule.items;
+        let rule = &self.index.rules(self.index.chain(chain))[r as usize];
+        let items = self.index.items(rule);
         // Pass 1: a pure condition that fails decides without forking.
         {
             let view = self.view(path);
