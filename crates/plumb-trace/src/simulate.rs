@@ -11,10 +11,22 @@
 
 use crate::index::{CompiledChain, HookId, Index, Item};
 use crate::matches::{Cond, Eval, View, ct_bits};
-use crate::outcome::{Delivery, Outcome, Step, StepKind, Trace, Verdict};
+use crate::outcome::{Delivery, Note, NotePart, Outcome, Step, StepKind, Trace, Verdict};
 use crate::packet::{CtState, Node, Origin, Packet};
 use crate::targets::{Action, Jump, MapVerdict};
+use std::borrow::Cow;
 use std::net::IpAddr;
+
+/// Steps a path has room for before its vector grows (a kube-proxy ClusterIP path
+/// has about 30).
+const STEPS_RESERVE: usize = 48;
+
+/// A copy of `path` for a branch, with room for the steps it will add.
+fn fork<'i>(path: &Path<'i>) -> Path<'i> {
+    let mut alt = path.clone();
+    alt.steps.reserve(STEPS_RESERVE.min(path.steps.len() + 16));
+    alt
+}
 
 /// Limits that keep every trace bounded.
 #[derive(Clone, Copy, Debug)]
@@ -108,8 +120,9 @@ struct Path<'i> {
     prob: f64,
     conditions: Vec<String>,
     steps: Vec<Step>,
-    dnat: Option<String>,
-    snat: Option<String>,
+    /// The NAT rules' texts (borrowed from the index until the outcome is made).
+    dnat: Option<Cow<'i, str>>,
+    snat: Option<Cow<'i, str>>,
     recent_added: Vec<String>,
     /// A verdict chosen by a map lookup in a forked path, to apply first.
     pending: Option<MapVerdict>,
@@ -196,7 +209,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             stack: Vec::new(),
             prob: 1.0,
             conditions: Vec::new(),
-            steps: Vec::new(),
+            steps: Vec::with_capacity(STEPS_RESERVE),
             dnat: None,
             snat: None,
             recent_added: Vec::new(),
@@ -253,7 +266,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             }
         });
         let dnat = path.dnat.as_ref().map(|text| match path.dport {
-            _ if path.dnat_range => text.clone(),
+            _ if path.dnat_range => text.to_string(),
             Some(p) if path.dst.is_ipv6() => format!("[{}]:{p}", path.dst),
             Some(p) => format!("{}:{p}", path.dst),
             None => path.dst.to_string(),
@@ -262,7 +275,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             verdict,
             probability: path.prob,
             dnat,
-            snat: path.snat.take(),
+            snat: path.snat.take().map(Cow::into_owned),
             conditions: std::mem::take(&mut path.conditions),
             delivery,
             final_dst: path.dst,
@@ -273,20 +286,13 @@ impl<'a, 'i> Sim<'a, 'i> {
         }
     }
 
-    fn step(
-        &self,
-        path: &mut Path<'a>,
-        chain: u32,
-        rule: u32,
-        kind: StepKind,
-        note: Option<String>,
-    ) {
+    fn step(&self, path: &mut Path<'a>, chain: u32, rule: u32, kind: StepKind, note: Option<Note>) {
         path.steps.push(Step {
             hook: path.hook,
             chain,
             rule,
             kind,
-            note: note.map(String::into_boxed_str),
+            note,
         });
     }
 
@@ -373,7 +379,13 @@ impl<'a, 'i> Sim<'a, 'i> {
                         .last()
                         .is_some_and(|s| s.kind == StepKind::NatSkipped && s.hook == path.hook)
                     {
-                        self.step(path, b.chain, u32::MAX, StepKind::NatSkipped, Some(why));
+                        self.step(
+                            path,
+                            b.chain,
+                            u32::MAX,
+                            StepKind::NatSkipped,
+                            Some(Note::new(why)),
+                        );
                     }
                     continue;
                 }
@@ -515,7 +527,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             .map(|b| b.chain);
         let route = |path: &mut Path<'a>, text: String| {
             if let Some(c) = anchor {
-                self.step(path, c, u32::MAX, StepKind::Route, Some(text));
+                self.step(path, c, u32::MAX, StepKind::Route, Some(Note::new(text)));
             }
         };
         match path.hook {
@@ -577,10 +589,10 @@ impl<'a, 'i> Sim<'a, 'i> {
         cond: u16,
         prob: f64,
         condition: Option<String>,
-        note: String,
+        note: NotePart,
         work: &mut Vec<Path<'a>>,
     ) {
-        let mut alt = path.clone();
+        let mut alt = fork(path);
         alt.prob = prob;
         if let Some(c) = condition {
             alt.conditions.push(c);
@@ -590,14 +602,15 @@ impl<'a, 'i> Sim<'a, 'i> {
             chain,
             r,
             StepKind::NotMatched(Some(cond)),
-            Some(note),
+            Some(Note::new(note)),
         );
         work.push(alt);
     }
 
     fn eval_rule(&self, path: &mut Path<'a>, chain: u32, r: u32, work: &mut Vec<Path<'a>>) -> Flow {
-        let rule = &self.index.rules(self.index.chain(chain))[r as usize];
-        let items = self.index.items(rule);
+        let index: &'a Index<'i> = self.index;
+        let rule = &index.rules(index.chain(chain))[r as usize];
+        let items = index.items(rule);
         // Pass 1: a pure condition that fails decides without forking.
         {
             let view = self.view(path);
@@ -633,7 +646,11 @@ impl<'a, 'i> Sim<'a, 'i> {
                 }
             }
         }
-        let mut notes: Vec<String> = Vec::new();
+        let mut notes: Option<Note> = None;
+        let add = |notes: &mut Option<Note>, part: NotePart| match notes {
+            Some(n) => n.push(part),
+            None => *notes = Some(Note::new(part)),
+        };
         let mut matched_recorded = false;
         for (i, item) in items.iter().enumerate() {
             match item {
@@ -667,7 +684,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                                     chain,
                                     rule.rule,
                                     StepKind::NotMatched(Some(i as u16)),
-                                    Some("probability 0".into()),
+                                    Some(Note::new("probability 0".to_string())),
                                 );
                                 return Flow::NextRule;
                             }
@@ -679,11 +696,11 @@ impl<'a, 'i> Sim<'a, 'i> {
                                     i as u16,
                                     path.prob * (1.0 - p),
                                     None,
-                                    format!("random: not chosen (probability {})", fmt_p(1.0 - p)),
+                                    NotePart::NotChosen(1.0 - p),
                                     work,
                                 );
                                 path.prob *= p;
-                                notes.push(format!("random: chosen with probability {}", fmt_p(p)));
+                                add(&mut notes, NotePart::Chosen(p));
                             }
                         }
                         Eval::Unknown(why) => {
@@ -694,10 +711,10 @@ impl<'a, 'i> Sim<'a, 'i> {
                                 i as u16,
                                 path.prob,
                                 Some(format!("not: {why}")),
-                                format!("assumed not: {why}"),
+                                format!("assumed not: {why}").into(),
                                 work,
                             );
-                            notes.push(format!("assumed: {why}"));
+                            add(&mut notes, format!("assumed: {why}").into());
                             path.conditions.push(why);
                         }
                     }
@@ -705,7 +722,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                 Item::Act(a) => {
                     if !matched_recorded {
                         matched_recorded = true;
-                        let note = (!notes.is_empty()).then(|| notes.join("; "));
+                        let note = notes.take();
                         self.step(path, chain, rule.rule, StepKind::Matched, note);
                     }
                     match self.act(path, a, chain, rule.rule, work) {
@@ -716,8 +733,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             }
         }
         if !matched_recorded {
-            let note = (!notes.is_empty()).then(|| notes.join("; "));
-            self.step(path, chain, rule.rule, StepKind::Matched, note);
+            self.step(path, chain, rule.rule, StepKind::Matched, notes);
         }
         Flow::NextRule
     }
@@ -767,7 +783,7 @@ impl<'a, 'i> Sim<'a, 'i> {
     fn act(
         &self,
         path: &mut Path<'a>,
-        a: &Action,
+        a: &'a Action,
         chain: u32,
         rule: u32,
         work: &mut Vec<Path<'a>>,
@@ -817,7 +833,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                 // A range: the kernel picks one member; `dnat` reports the range.
                 path.dnat_range =
                     spec.addr_to.is_some() || spec.ports.is_some_and(|p| p.from != p.to);
-                path.dnat = Some(spec.text.clone());
+                path.dnat = Some(Cow::Borrowed(&spec.text));
                 path.dnat_done = true;
                 path.nat_set_here = true;
                 Flow::EndBase
@@ -844,7 +860,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                 if let (Some(p), Some(_)) = (ports, path.dport) {
                     path.dport = Some(p.from);
                 }
-                path.dnat = Some("redirect".into());
+                path.dnat = Some(Cow::Borrowed("redirect"));
                 path.dnat_done = true;
                 path.nat_set_here = true;
                 Flow::EndBase
@@ -859,7 +875,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                 if let Some(a) = spec.addr {
                     path.src = Some(a);
                 }
-                path.snat = Some(spec.text.clone());
+                path.snat = Some(Cow::Borrowed(&spec.text));
                 path.snat_done = true;
                 path.nat_set_here = true;
                 Flow::EndBase
@@ -873,8 +889,8 @@ impl<'a, 'i> Sim<'a, 'i> {
                 }
                 let (_, out) = self.ifaces(path);
                 path.snat = Some(match out {
-                    Some(i) if !i.is_empty() => format!("masquerade ({i})"),
-                    _ => "masquerade".into(),
+                    Some(i) if !i.is_empty() => Cow::Owned(format!("masquerade ({i})")),
+                    _ => Cow::Borrowed("masquerade"),
                 });
                 path.snat_done = true;
                 path.nat_set_here = true;
@@ -930,7 +946,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                     if first.is_none() {
                         first = Some((p, v.clone(), note));
                     } else {
-                        let mut alt = path.clone();
+                        let mut alt = fork(path);
                         alt.prob *= p;
                         alt.pending = Some(v.clone());
                         self.annotate_last(&mut alt, note);
@@ -939,7 +955,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                 }
                 let miss = (1.0 - covered).max(0.0);
                 if miss > 1e-12 {
-                    let mut alt = path.clone();
+                    let mut alt = fork(path);
                     alt.prob *= miss;
                     self.annotate_last(
                         &mut alt,
@@ -1007,10 +1023,10 @@ impl<'a, 'i> Sim<'a, 'i> {
 
     fn annotate_last(&self, path: &mut Path<'a>, note: String) {
         if let Some(s) = path.steps.last_mut() {
-            s.note = Some(match s.note.take() {
-                Some(old) => format!("{old}; {note}").into_boxed_str(),
-                None => note.into_boxed_str(),
-            });
+            match &mut s.note {
+                Some(old) => old.push(note),
+                None => s.note = Some(Note::new(note)),
+            }
         }
     }
 
