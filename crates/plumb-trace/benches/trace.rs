@@ -1,8 +1,9 @@
 //! Trace speed on a 10k-service kube-proxy ruleset (~110k rules): index build, then
-//! traces with the dispatch index vs a plain linear walk, in the same run.
+//! traces with the dispatch index vs a plain linear walk, in the same run. Per-phase
+//! user CPU and allocation counts: `cargo run --release -p plumb-trace --example trace_cost`.
 //! `cargo bench -p plumb-trace --bench trace`
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
 use plumb_trace::{Index, IndexOptions, Node, Origin, Packet, Proto, trace};
 use std::hint::black_box;
@@ -46,6 +47,19 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("index build (linear)", |b| {
         b.iter(|| black_box(Index::build_with(rs, IndexOptions { dispatch: false })))
+    });
+    // The builds above reuse the ruleset, whose rules keep the word index `rule.xt()`
+    // built by the first build. A fresh parse pays it inside the build (as `plumb
+    // trace` does once per run).
+    g.bench_function("index build on a fresh parse (incl. rule.xt())", |b| {
+        b.iter_batched(
+            || plumb_ruleset::parse_bytes(text.as_bytes(), &Default::default()).unwrap(),
+            |parsed| {
+                drop(black_box(Index::build(&parsed.ruleset)));
+                parsed
+            },
+            BatchSize::PerIteration,
+        )
     });
     let fast = Index::build(rs);
     let slow = Index::build_with(rs, IndexOptions { dispatch: false });

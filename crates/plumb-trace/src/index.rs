@@ -116,6 +116,9 @@ impl<K: std::hash::Hash + Eq + Copy + Ord> KeyedRules<K> {
 
     /// The rules of `key`, in chain order.
     pub fn get(&self, key: &K) -> &[u32] {
+        if self.rules.is_empty() {
+            return &[];
+        }
         match self.ranges.get(key) {
             Some(&(a, b)) => &self.rules[a as usize..b as usize],
             None => &[],
