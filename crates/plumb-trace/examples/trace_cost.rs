@@ -92,6 +92,19 @@ fn main() {
         m.user,
         m.allocs
     );
+    {
+        // A build on a fresh parse: what `plumb trace` does once per run.
+        let fresh =
+            plumb_ruleset::parse_bytes(text.as_bytes(), &Default::default()).unwrap();
+        let (i, m) = measure(|| Index::build(&fresh.ruleset));
+        println!(
+            "index build on a fresh parse: {:.1} ms wall, {} allocs ({:.2}/rule)",
+            m.wall * 1e3,
+            m.allocs,
+            m.allocs as f64 / rs.rule_count() as f64
+        );
+        drop(i);
+    }
     let (_, m) = measure(|| {
         let mut n = 0usize;
         for t in &rs.tables {
