@@ -94,8 +94,7 @@ fn main() {
     );
     {
         // A build on a fresh parse: what `plumb trace` does once per run.
-        let fresh =
-            plumb_ruleset::parse_bytes(text.as_bytes(), &Default::default()).unwrap();
+        let fresh = plumb_ruleset::parse_bytes(text.as_bytes(), &Default::default()).unwrap();
         let (i, m) = measure(|| Index::build(&fresh.ruleset));
         println!(
             "index build on a fresh parse: {:.1} ms wall, {} allocs ({:.2}/rule)",

@@ -208,14 +208,19 @@ impl ShortName {
         if b.len() > 32 || b.contains(&0) {
             return None;
         }
-        let mut buf = [0u8; 32];
-        buf[..b.len()].copy_from_slice(b);
-        let w = |i: usize| {
-            let mut c = [0u8; 8];
-            c.copy_from_slice(&buf[i * 8..i * 8 + 8]);
-            u64::from_le_bytes(c)
-        };
-        Some(ShortName([w(0), w(1), w(2), w(3)]))
+        // Whole words where there are 8 bytes, so no word is read back from bytes
+        // just stored (a store-forwarding stall per word).
+        let mut w = [0u64; 4];
+        for (i, chunk) in b.chunks(8).enumerate() {
+            w[i] = match <[u8; 8]>::try_from(chunk) {
+                Ok(c) => u64::from_le_bytes(c),
+                Err(_) => chunk
+                    .iter()
+                    .rev()
+                    .fold(0u64, |v, &c| (v << 8) | u64::from(c)),
+            };
+        }
+        Some(ShortName(w))
     }
 }
 
@@ -520,6 +525,44 @@ fn build_dispatch(items: &[Item], rules: &[CompiledRule]) -> Dispatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chain_names_short_long_and_duplicates() {
+        let loc = plumb_ruleset::Location::default();
+        let names = [
+            "KUBE-SVC-ABCDEFGHIJKLMNOP",
+            "A",
+            "KUBE-SVC-ABCDEFGHIJKLMNOQ",
+            "a-chain-name-longer-than-thirty-two-bytes-for-nft",
+            "A",
+            "ABCDEFGH",
+            "ABCDEFGHI",
+        ];
+        let chains: Vec<Chain> = names
+            .iter()
+            .map(|n| Chain::new(n, None, loc.clone()))
+            .collect();
+        let m = ChainNames::new(&chains, 10);
+        assert_eq!(m.get("KUBE-SVC-ABCDEFGHIJKLMNOP"), Some(10));
+        assert_eq!(m.get("A"), Some(11), "the first chain of a name wins");
+        assert_eq!(m.get("KUBE-SVC-ABCDEFGHIJKLMNOQ"), Some(12));
+        assert_eq!(
+            m.get("a-chain-name-longer-than-thirty-two-bytes-for-nft"),
+            Some(13)
+        );
+        assert_eq!(m.get("ABCDEFGH"), Some(15));
+        assert_eq!(m.get("ABCDEFGHI"), Some(16));
+        for missing in [
+            "",
+            "B",
+            "KUBE-SVC-ABCDEFGHIJKLMNO",
+            "ABCDEFG",
+            "A\0",
+            "a-chain",
+        ] {
+            assert_eq!(m.get(missing), None, "{missing}");
+        }
+    }
 
     #[test]
     fn priorities() {
