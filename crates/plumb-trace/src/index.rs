@@ -538,10 +538,7 @@ mod tests {
             "ABCDEFGH",
             "ABCDEFGHI",
         ];
-        let chains: Vec<Chain> = names
-            .iter()
-            .map(|n| Chain::new(n, None, loc.clone()))
-            .collect();
+        let chains: Vec<Chain> = names.iter().map(|n| Chain::new(n, None, loc)).collect();
         let m = ChainNames::new(&chains, 10);
         assert_eq!(m.get("KUBE-SVC-ABCDEFGHIJKLMNOP"), Some(10));
         assert_eq!(m.get("A"), Some(11), "the first chain of a name wins");
