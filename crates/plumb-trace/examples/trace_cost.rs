@@ -92,15 +92,43 @@ fn main() {
         m.user,
         m.allocs
     );
-    {
-        // A build on a fresh parse: what `plumb trace` does once per run.
+    let node = Node {
+        local_addrs: vec![plumb_trace::addr::Cidr::parse("192.168.122.10/24").unwrap()],
+        ..Node::default()
+    };
+    let packets: Vec<Packet> = cluster
+        .services
+        .iter()
+        .step_by(97)
+        .map(|s| {
+            let proto = if s.protocol == plumb_kubeproxy::Protocol::Udp {
+                Proto::Udp
+            } else {
+                Proto::Tcp
+            };
+            let mut p = Packet::new(IpAddr::V4(s.cluster_ip), s.port, proto, Origin::Pod);
+            p.src = Some("10.42.0.9".parse().unwrap());
+            p
+        })
+        .collect();
+    let eager = |dispatch| IndexOptions {
+        dispatch,
+        lazy: false,
+    };
+    for (name, options) in [
+        ("chains compiled on first use", IndexOptions::default()),
+        ("every chain compiled", eager(true)),
+    ] {
+        // What `plumb trace` does once per run: parse, build, trace.
         let fresh = plumb_ruleset::parse_bytes(text.as_bytes(), &Default::default()).unwrap();
-        let (i, m) = measure(|| Index::build(&fresh.ruleset));
+        let (i, m) = measure(|| Index::build_with(&fresh.ruleset, options));
+        let (_, t) = measure(|| black_box(trace(&i, &packets[0], &node)));
         println!(
-            "index build on a fresh parse: {:.1} ms wall, {} allocs ({:.2}/rule)",
+            "fresh parse, {name}: build {:.1} ms wall, {} allocs; first trace {:.2} ms wall, {} allocs",
             m.wall * 1e3,
             m.allocs,
-            m.allocs as f64 / rs.rule_count() as f64
+            t.wall * 1e3,
+            t.allocs,
         );
         drop(i);
     }
@@ -129,14 +157,17 @@ fn main() {
         "trace" => 1,
         _ => 20,
     };
-    for (name, dispatch) in [("dispatch", true), ("linear", false)] {
+    for (name, options) in [
+        ("dispatch, on first use", IndexOptions::default()),
+        ("dispatch, every chain", eager(true)),
+        ("linear, every chain", eager(false)),
+    ] {
         let mut best = f64::MAX;
         let mut allocs = 0;
         let (_, total) = measure(|| {
             for _ in 0..builds {
                 // Build and drop, as the bench does.
-                let (_, m) =
-                    measure(|| drop(black_box(Index::build_with(rs, IndexOptions { dispatch }))));
+                let (_, m) = measure(|| drop(black_box(Index::build_with(rs, options))));
                 best = best.min(m.wall);
                 allocs = m.allocs;
             }
@@ -151,14 +182,15 @@ fn main() {
         );
     }
     let fast = Index::build(rs);
-    let slow = Index::build_with(rs, IndexOptions { dispatch: false });
+    let slow = Index::build_with(rs, eager(false));
     let mut big: Vec<(usize, &str, &str, usize)> = fast
         .chains
         .iter()
         .filter_map(|c| {
-            let d = c.dispatch.as_ref()?;
+            let id = fast.chains.iter().position(|x| std::ptr::eq(x, c))? as u32;
+            let d = fast.dispatch(id)?;
             Some((
-                fast.rules(c).len(),
+                fast.rules(id).len(),
                 &*fast.tables[c.table as usize].name,
                 &*c.chain.name,
                 d.rest.len(),
@@ -169,25 +201,7 @@ fn main() {
     for (n, t, c, rest) in big.iter().take(8) {
         println!("  dispatch chain {t} {c}: {n} rules, {rest} on the fallback list");
     }
-    let node = Node {
-        local_addrs: vec![plumb_trace::addr::Cidr::parse("192.168.122.10/24").unwrap()],
-        ..Node::default()
-    };
-    let packets: Vec<Packet> = cluster
-        .services
-        .iter()
-        .step_by(97)
-        .map(|s| {
-            let proto = if s.protocol == plumb_kubeproxy::Protocol::Udp {
-                Proto::Udp
-            } else {
-                Proto::Tcp
-            };
-            let mut p = Packet::new(IpAddr::V4(s.cluster_ip), s.port, proto, Origin::Pod);
-            p.src = Some("10.42.0.9".parse().unwrap());
-            p
-        })
-        .collect();
+
     if phase == "build" {
         return;
     }

@@ -13,6 +13,7 @@ use crate::targets::Action;
 use plumb_ruleset::fasthash::FastMap;
 use plumb_ruleset::{Backend, Chain, Family, Hook, Policy, RuleBody, Ruleset, Table};
 use std::net::IpAddr;
+use std::sync::OnceLock;
 
 /// A compiled condition or action of a rule, in order.
 #[derive(Clone, Debug, PartialEq)]
@@ -152,15 +153,20 @@ pub struct Dispatch {
     pub rest: Vec<u32>,
 }
 
-/// A compiled chain.
+/// A chain of the index; its rules are compiled on first use ([`Index::code`]).
 #[derive(Debug)]
 pub struct CompiledChain<'r> {
     pub table: u32,
     pub chain: &'r Chain,
-    /// The chain's compiled rules are `Index::rules(chain)`: `rules_len` rules from
-    /// `rules_start` in the index's one array.
-    rules_start: u32,
-    rules_len: u32,
+    code: OnceLock<ChainCode>,
+}
+
+/// A chain's compiled rules and dispatch table.
+#[derive(Debug, Default)]
+pub struct ChainCode {
+    /// Items of the chain's rules, rule after rule.
+    items: Vec<Item>,
+    rules: Vec<CompiledRule>,
     pub dispatch: Option<Dispatch>,
 }
 
@@ -172,11 +178,19 @@ pub const DISPATCH_MIN_RULES: usize = 16;
 pub struct IndexOptions {
     /// Build dispatch tables (off: a plain linear walk, for comparison).
     pub dispatch: bool,
+    /// Compile an iptables chain when a trace first enters it (on: a trace of a
+    /// 10k-service ruleset compiles a few hundred rules, not 110k); off: compile
+    /// every chain in `build`. Native nft tables are always compiled in `build`
+    /// (their sets are shared between chains).
+    pub lazy: bool,
 }
 
 impl Default for IndexOptions {
     fn default() -> Self {
-        IndexOptions { dispatch: true }
+        IndexOptions {
+            dispatch: true,
+            lazy: true,
+        }
     }
 }
 
@@ -187,10 +201,9 @@ pub struct Index<'r> {
     pub tables: Vec<&'r Table>,
     pub chains: Vec<CompiledChain<'r>>,
     pub sets: Vec<CompiledSet>,
-    /// Items of every compiled rule, rule after rule.
-    items: Vec<Item>,
-    /// Compiled rules of every chain, chain after chain.
-    rules: Vec<CompiledRule>,
+    /// Chain names of each table (in `tables` order), to resolve jumps.
+    names: Vec<ChainNames<'r>>,
+    options: IndexOptions,
     /// Base chains per [v4, v6] per hook, ordered by priority.
     hooks: [[Vec<BaseRef>; 5]; 2],
 }
@@ -244,6 +257,16 @@ impl std::hash::Hash for ShortName {
 struct ChainNames<'r> {
     short: FastMap<ShortName, u32>,
     long: FastMap<&'r str, u32>,
+}
+
+impl std::fmt::Debug for ChainNames<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ChainNames({} names)",
+            self.short.len() + self.long.len()
+        )
+    }
 }
 
 impl<'r> ChainNames<'r> {
@@ -326,11 +349,10 @@ impl<'r> Index<'r> {
             tables: Vec::new(),
             chains: Vec::new(),
             sets: Vec::new(),
-            items: Vec::with_capacity(ruleset.rule_count() * 4),
-            rules: Vec::with_capacity(ruleset.rule_count()),
+            names: Vec::new(),
+            options,
             hooks: Default::default(),
         };
-        let mut conds = Vec::new();
         for table in &ruleset.tables {
             if families(table.family).is_empty() {
                 continue;
@@ -339,49 +361,18 @@ impl<'r> Index<'r> {
             index.tables.push(table);
             let first = index.chains.len() as u32;
             let names = ChainNames::new(&table.chains, first);
-            let resolve = |n: &str| names.get(n);
-            let mut set_cache = Default::default();
             let iptables = table.backend != Backend::Nftables;
+            let eager = !options.lazy || !iptables;
+            let mut set_cache = Default::default();
             for (ci, chain) in table.chains.iter().enumerate() {
-                let rules_start = index.rules.len();
-                for (ri, rule) in chain.rules.iter().enumerate() {
-                    let start = index.items.len() as u32;
-                    match &rule.body {
-                        RuleBody::Xt(_) => {
-                            let Some(view) = rule.xt() else { continue };
-                            crate::matches::xt::compile_into(&view, &mut conds);
-                            index.items.extend(conds.drain(..).map(Item::Cond));
-                            if let Some(target) = view.target() {
-                                index
-                                    .items
-                                    .push(Item::Act(crate::targets::compile_xt(&target, &resolve)));
-                            }
-                        }
-                        RuleBody::Nft(n) => {
-                            let mut compiler = Compiler {
-                                table_sets: &table.sets,
-                                resolve: &resolve,
-                                sets: &mut index.sets,
-                                cache: &mut set_cache,
-                            };
-                            compiler.compile_into(n, &mut index.items);
-                        }
-                        RuleBody::Approximate(_) => {
-                            index.items.push(Item::Act(Action::Unknown(format!(
-                                "{} (read from a lossy listing; its exact matches are unknown)",
-                                rule.text
-                            ))))
-                        }
-                    }
-                    index.rules.push(CompiledRule {
-                        start,
-                        end: index.items.len() as u32,
-                        rule: ri as u32,
-                    });
+                let code = OnceLock::new();
+                if eager {
+                    let sets = NftSets {
+                        sets: &mut index.sets,
+                        cache: &mut set_cache,
+                    };
+                    let _ = code.set(compile_chain(table, chain, &names, Some(sets), options));
                 }
-                let rules = &index.rules[rules_start..];
-                let dispatch = (options.dispatch && rules.len() >= DISPATCH_MIN_RULES)
-                    .then(|| build_dispatch(&index.items, rules));
                 let id = first + ci as u32;
                 if let Some(base) = &chain.base
                     && let Some(hook) = HookId::from_hook(&base.hook)
@@ -405,11 +396,10 @@ impl<'r> Index<'r> {
                 index.chains.push(CompiledChain {
                     table: t,
                     chain,
-                    rules_start: rules_start as u32,
-                    rules_len: (index.rules.len() - rules_start) as u32,
-                    dispatch,
+                    code,
                 });
             }
+            index.names.push(names);
         }
         for fam in &mut index.hooks {
             for list in fam.iter_mut() {
@@ -424,16 +414,36 @@ impl<'r> Index<'r> {
         &self.hooks[v6 as usize][hook as usize]
     }
 
-    /// The conditions and actions of a compiled rule, in order.
-    pub fn items(&self, rule: &CompiledRule) -> &[Item] {
-        &self.items[rule.start as usize..rule.end as usize]
+    /// A chain's compiled rules, compiled now if no trace entered it yet.
+    pub fn code(&self, chain: u32) -> &ChainCode {
+        let c = &self.chains[chain as usize];
+        c.code.get_or_init(|| {
+            // Only chains of iptables tables are left for later; their rules are
+            // xtables rules, which use no nft sets (`None`).
+            compile_chain(
+                self.tables[c.table as usize],
+                c.chain,
+                &self.names[c.table as usize],
+                None,
+                self.options,
+            )
+        })
+    }
+
+    /// The conditions and actions of a compiled rule of `chain`, in order.
+    pub fn items(&self, chain: u32, rule: &CompiledRule) -> &[Item] {
+        &self.code(chain).items[rule.start as usize..rule.end as usize]
     }
 
     /// The compiled rules of a chain, in order (a rule that could not be read has
     /// none, so `CompiledRule::rule` says which of the chain's rules each one is).
-    pub fn rules(&self, chain: &CompiledChain<'_>) -> &[CompiledRule] {
-        let start = chain.rules_start as usize;
-        &self.rules[start..start + chain.rules_len as usize]
+    pub fn rules(&self, chain: u32) -> &[CompiledRule] {
+        &self.code(chain).rules
+    }
+
+    /// The chain's dispatch table, if it has one.
+    pub fn dispatch(&self, chain: u32) -> Option<&Dispatch> {
+        self.code(chain).dispatch.as_ref()
     }
 
     pub fn chain(&self, id: u32) -> &CompiledChain<'r> {
@@ -474,6 +484,73 @@ impl<'r> Index<'r> {
     /// The policy of a base chain (`None` for user chains).
     pub fn policy(&self, chain: u32) -> Option<&'r Policy> {
         self.chains[chain as usize].chain.policy()
+    }
+}
+
+/// Where nft rules put the sets they use.
+struct NftSets<'s> {
+    sets: &'s mut Vec<CompiledSet>,
+    cache:
+        &'s mut std::collections::HashMap<(String, Vec<crate::matches::Field>), crate::nft::SetRef>,
+}
+
+/// Compiles one chain's rules and, if it is large, its dispatch table.
+fn compile_chain(
+    table: &Table,
+    chain: &Chain,
+    names: &ChainNames<'_>,
+    mut nft: Option<NftSets<'_>>,
+    options: IndexOptions,
+) -> ChainCode {
+    let resolve = |n: &str| names.get(n);
+    let mut items = Vec::with_capacity(chain.rules.len() * 4);
+    let mut rules = Vec::with_capacity(chain.rules.len());
+    let mut conds = Vec::with_capacity(8);
+    for (ri, rule) in chain.rules.iter().enumerate() {
+        let start = items.len() as u32;
+        match &rule.body {
+            RuleBody::Xt(_) => {
+                let Some(view) = rule.xt() else { continue };
+                crate::matches::xt::compile_into(&view, &mut conds);
+                items.extend(conds.drain(..).map(Item::Cond));
+                if let Some(target) = view.target() {
+                    items.push(Item::Act(crate::targets::compile_xt(&target, &resolve)));
+                }
+            }
+            RuleBody::Nft(n) => match nft.as_mut() {
+                Some(nft) => {
+                    let mut compiler = Compiler {
+                        table_sets: &table.sets,
+                        resolve: &resolve,
+                        sets: nft.sets,
+                        cache: nft.cache,
+                    };
+                    compiler.compile_into(n, &mut items);
+                }
+                // The readers put nft rules in nft tables only, which are compiled
+                // in `build`; anything else is not guessed at.
+                None => items.push(Item::Act(Action::Unknown(format!(
+                    "{} (an nft rule in an iptables table)",
+                    rule.text
+                )))),
+            },
+            RuleBody::Approximate(_) => items.push(Item::Act(Action::Unknown(format!(
+                "{} (read from a lossy listing; its exact matches are unknown)",
+                rule.text
+            )))),
+        }
+        rules.push(CompiledRule {
+            start,
+            end: items.len() as u32,
+            rule: ri as u32,
+        });
+    }
+    let dispatch = (options.dispatch && rules.len() >= DISPATCH_MIN_RULES)
+        .then(|| build_dispatch(&items, &rules));
+    ChainCode {
+        items,
+        rules,
+        dispatch,
     }
 }
 

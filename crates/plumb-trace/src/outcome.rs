@@ -241,10 +241,10 @@ impl Step {
                 let why = note.or_else(|| {
                     let cond = cond?;
                     let rule = index
-                        .rules(index.chain(self.chain))
+                        .rules(self.chain)
                         .iter()
                         .find(|r| r.rule == self.rule)?;
-                    match index.items(rule).get(cond as usize)? {
+                    match index.items(self.chain, rule).get(cond as usize)? {
                         crate::index::Item::Cond(c) => {
                             Some(format!("`{}` does not match", c.describe()))
                         }

@@ -9,7 +9,7 @@
 //! POSTROUTING. NAT chains run only for NEW, tracked connections, in priority order
 //! until one sets up a NAT binding (nf_nat_inet_fn).
 
-use crate::index::{CompiledChain, HookId, Index, Item};
+use crate::index::{HookId, Index, Item};
 use crate::matches::{Cond, Eval, View, ct_bits};
 use crate::outcome::{Delivery, Note, NotePart, Outcome, Step, StepKind, Trace, Verdict};
 use crate::packet::{CtState, Node, Origin, Packet};
@@ -397,9 +397,8 @@ impl<'a, 'i> Sim<'a, 'i> {
 
     fn frame(&self, chain: u32, path: &Path<'a>) -> Frame<'a> {
         let index: &'a Index<'i> = self.index;
-        let c: &'a CompiledChain<'i> = index.chain(chain);
         let proto = self.packet.proto.number();
-        let cursor = match (&c.dispatch, path.dport) {
+        let cursor = match (index.dispatch(chain), path.dport) {
             (Some(d), Some(port)) => Cursor::Merge([
                 d.exact.get(&(path.dst, proto, port)),
                 d.port.get(&(proto, port)),
@@ -453,9 +452,8 @@ impl<'a, 'i> Sim<'a, 'i> {
                 }
             };
             let chain_id = frame.chain;
-            let chain = self.index.chain(chain_id);
             let merge = matches!(frame.cursor, Cursor::Merge(_));
-            let rules_len = self.index.rules(chain).len();
+            let rules_len = self.index.rules(chain_id).len();
             let next = frame.cursor.next(rules_len);
             // Record rules the dispatch index skipped.
             if merge {
@@ -609,8 +607,8 @@ impl<'a, 'i> Sim<'a, 'i> {
 
     fn eval_rule(&self, path: &mut Path<'a>, chain: u32, r: u32, work: &mut Vec<Path<'a>>) -> Flow {
         let index: &'a Index<'i> = self.index;
-        let rule = &index.rules(index.chain(chain))[r as usize];
-        let items = index.items(rule);
+        let rule = &index.rules(chain)[r as usize];
+        let items = index.items(chain, rule);
         // Pass 1: a pure condition that fails decides without forking.
         {
             let view = self.view(path);

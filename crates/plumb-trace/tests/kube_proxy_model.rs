@@ -31,7 +31,15 @@ fn node(cluster: &plumb_kubeproxy::Cluster, recent: RecentAssumption) -> Node {
 fn every_cluster_ip_reaches_its_endpoints() {
     let (cluster, rs) = ruleset(&GeneratorConfig::all_features(60, 3));
     for dispatch in [true, false] {
-        let index = Index::build_with(&rs, IndexOptions { dispatch });
+        // Dispatch with chains compiled on first use, and a linear walk over chains
+        // all compiled in `build`.
+        let index = Index::build_with(
+            &rs,
+            IndexOptions {
+                dispatch,
+                lazy: dispatch,
+            },
+        );
         assert!(index.missing_tables(false).is_empty());
         let node = node(&cluster, RecentAssumption::Fresh);
         for svc in &cluster.services {
@@ -109,7 +117,13 @@ fn every_cluster_ip_reaches_its_endpoints() {
 fn dispatch_and_linear_walk_agree_step_for_step() {
     let (cluster, rs) = ruleset(&GeneratorConfig::all_features(80, 2));
     let fast = Index::build(&rs);
-    let slow = Index::build_with(&rs, IndexOptions { dispatch: false });
+    let slow = Index::build_with(
+        &rs,
+        IndexOptions {
+            dispatch: false,
+            lazy: false,
+        },
+    );
     let node = node(&cluster, RecentAssumption::Branch);
     for svc in cluster.services.iter().take(80) {
         for port in [svc.port, svc.port.wrapping_add(1)] {
@@ -143,7 +157,13 @@ fn dispatch_and_linear_walk_agree_step_for_step() {
 fn port_and_destination_dispatch_agree_with_linear_walk() {
     let (cluster, rs) = ruleset(&GeneratorConfig::all_features(120, 2));
     let fast = Index::build(&rs);
-    let slow = Index::build_with(&rs, IndexOptions { dispatch: false });
+    let slow = Index::build_with(
+        &rs,
+        IndexOptions {
+            dispatch: false,
+            lazy: false,
+        },
+    );
     let node = node(&cluster, RecentAssumption::Branch);
     let node_ip = IpAddr::V4(cluster.node.ip);
     let mut packets = Vec::new();
