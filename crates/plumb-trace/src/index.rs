@@ -364,6 +364,7 @@ impl<'r> Index<'r> {
             let iptables = table.backend != Backend::Nftables;
             let eager = !options.lazy || !iptables;
             let mut set_cache = Default::default();
+            let mut conds = Vec::new();
             for (ci, chain) in table.chains.iter().enumerate() {
                 let code = OnceLock::new();
                 if eager {
@@ -371,7 +372,14 @@ impl<'r> Index<'r> {
                         sets: &mut index.sets,
                         cache: &mut set_cache,
                     };
-                    let _ = code.set(compile_chain(table, chain, &names, Some(sets), options));
+                    let _ = code.set(compile_chain(
+                        table,
+                        chain,
+                        &names,
+                        Some(sets),
+                        options,
+                        &mut conds,
+                    ));
                 }
                 let id = first + ci as u32;
                 if let Some(base) = &chain.base
@@ -426,6 +434,7 @@ impl<'r> Index<'r> {
                 &self.names[c.table as usize],
                 None,
                 self.options,
+                &mut Vec::new(),
             )
         })
     }
@@ -501,17 +510,18 @@ fn compile_chain(
     names: &ChainNames<'_>,
     mut nft: Option<NftSets<'_>>,
     options: IndexOptions,
+    conds: &mut Vec<Cond>,
 ) -> ChainCode {
     let resolve = |n: &str| names.get(n);
     let mut items = Vec::with_capacity(chain.rules.len() * 4);
     let mut rules = Vec::with_capacity(chain.rules.len());
-    let mut conds = Vec::with_capacity(8);
     for (ri, rule) in chain.rules.iter().enumerate() {
         let start = items.len() as u32;
         match &rule.body {
             RuleBody::Xt(_) => {
                 let Some(view) = rule.xt() else { continue };
-                crate::matches::xt::compile_into(&view, &mut conds);
+                conds.clear();
+                crate::matches::xt::compile_into(&view, conds);
                 items.extend(conds.drain(..).map(Item::Cond));
                 if let Some(target) = view.target() {
                     items.push(Item::Act(crate::targets::compile_xt(&target, &resolve)));
