@@ -1,11 +1,14 @@
 //! The trace index: a ruleset compiled once for many traces.
 //!
-//! Chain names are resolved to ids, every rule is compiled into [`Item`]s, base
-//! chains are ordered per hook by priority (iptables tables by their fixed
-//! priorities, nft chains by theirs), and large chains get a dispatch table: rules
-//! that only match one exact `destination + protocol + destination port` (kube-proxy's
-//! KUBE-SERVICES) are found by hash; every other rule stays on a fallback list, and
-//! the two lists are merged in rule order so first-match semantics are exact.
+//! Chain names are resolved to ids and base chains are ordered per hook by priority
+//! (iptables tables by their fixed priorities, nft chains by theirs). A chain's rules
+//! are compiled into [`Item`]s when a trace first enters it ([`Index::code`]; nft
+//! tables and `IndexOptions { lazy: false }` compile everything in `build`), and
+//! large chains get a dispatch table: rules whose leading conditions pin the
+//! destination, protocol and destination port (kube-proxy's KUBE-SERVICES), only
+//! protocol and port (KUBE-NODEPORTS) or only the destination are found by key;
+//! every other rule stays on a fallback list, and the lists are merged in rule order
+//! so first-match semantics are exact.
 
 use crate::matches::{AddrMatch, Cond};
 use crate::nft::{CompiledSet, Compiler};
