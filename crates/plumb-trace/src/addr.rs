@@ -152,22 +152,28 @@ pub fn parse_port_list(s: &str) -> Option<Vec<PortRange>> {
 
 /// An IP protocol number from a name or number as iptables and nft write it.
 pub fn protocol_number(s: &str) -> Option<u8> {
-    Some(match s.to_ascii_lowercase().as_str() {
-        "tcp" => 6,
-        "udp" => 17,
-        "icmp" => 1,
-        "icmpv6" | "ipv6-icmp" => 58,
-        "sctp" => 132,
-        "udplite" => 136,
-        "dccp" => 33,
-        "esp" => 50,
-        "ah" => 51,
-        "gre" => 47,
-        "igmp" => 2,
-        "ipip" => 4,
-        "all" => 0,
-        n => n.parse().ok()?,
-    })
+    const NAMES: &[(&str, u8)] = &[
+        ("tcp", 6),
+        ("udp", 17),
+        ("icmp", 1),
+        ("icmpv6", 58),
+        ("ipv6-icmp", 58),
+        ("sctp", 132),
+        ("udplite", 136),
+        ("dccp", 33),
+        ("esp", 50),
+        ("ah", 51),
+        ("gre", 47),
+        ("igmp", 2),
+        ("ipip", 4),
+        ("all", 0),
+    ];
+    // Case-insensitive without allocating (called for every rule while compiling).
+    NAMES
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(s))
+        .map(|&(_, p)| p)
+        .or_else(|| s.parse().ok())
 }
 
 /// The name iptables prints for a protocol number.

@@ -1,18 +1,22 @@
 //! The trace index: a ruleset compiled once for many traces.
 //!
-//! Chain names are resolved to ids, every rule is compiled into [`Item`]s, base
-//! chains are ordered per hook by priority (iptables tables by their fixed
-//! priorities, nft chains by theirs), and large chains get a dispatch table: rules
-//! that only match one exact `destination + protocol + destination port` (kube-proxy's
-//! KUBE-SERVICES) are found by hash; every other rule stays on a fallback list, and
-//! the two lists are merged in rule order so first-match semantics are exact.
+//! Chain names are resolved to ids and base chains are ordered per hook by priority
+//! (iptables tables by their fixed priorities, nft chains by theirs). A chain's rules
+//! are compiled into [`Item`]s when a trace first enters it ([`Index::code`]; nft
+//! tables and `IndexOptions { lazy: false }` compile everything in `build`), and
+//! large chains get a dispatch table: rules whose leading conditions pin the
+//! destination, protocol and destination port (kube-proxy's KUBE-SERVICES), only
+//! protocol and port (KUBE-NODEPORTS) or only the destination are found by key;
+//! every other rule stays on a fallback list, and the lists are merged in rule order
+//! so first-match semantics are exact.
 
 use crate::matches::{AddrMatch, Cond};
 use crate::nft::{CompiledSet, Compiler};
 use crate::targets::Action;
+use plumb_ruleset::fasthash::FastMap;
 use plumb_ruleset::{Backend, Chain, Family, Hook, Policy, RuleBody, Ruleset, Table};
-use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::OnceLock;
 
 /// A compiled condition or action of a rule, in order.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,10 +25,11 @@ pub enum Item {
     Act(Action),
 }
 
-/// A compiled rule.
-#[derive(Clone, Debug)]
+/// A compiled rule: its items are `Index::items(rule)` (one array for the whole index).
+#[derive(Clone, Copy, Debug)]
 pub struct CompiledRule {
-    pub items: Box<[Item]>,
+    start: u32,
+    end: u32,
     /// Index of the rule in its chain's `rules` (position - 1).
     pub rule: u32,
 }
@@ -76,19 +81,95 @@ pub struct BaseRef {
     pub nat: bool,
 }
 
-/// Exact-key dispatch of a large chain.
+/// Rule lists of a dispatch table: for each key, a range of `rules`.
+#[derive(Clone, Debug)]
+pub struct KeyedRules<K> {
+    ranges: FastMap<K, (u32, u32)>,
+    rules: Vec<u32>,
+}
+
+impl<K> Default for KeyedRules<K> {
+    fn default() -> Self {
+        KeyedRules {
+            ranges: FastMap::default(),
+            rules: Vec::new(),
+        }
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Copy + Ord> KeyedRules<K> {
+    /// From `(key, rule)` pairs in rule order.
+    fn build(mut pairs: Vec<(K, u32)>) -> KeyedRules<K> {
+        // Stable: rules of one key stay in chain order.
+        pairs.sort_by_key(|&(k, _)| k);
+        let mut ranges = FastMap::default();
+        ranges.reserve(pairs.len());
+        let mut rules = Vec::with_capacity(pairs.len());
+        let mut i = 0;
+        while i < pairs.len() {
+            let k = pairs[i].0;
+            let start = rules.len() as u32;
+            while i < pairs.len() && pairs[i].0 == k {
+                rules.push(pairs[i].1);
+                i += 1;
+            }
+            ranges.insert(k, (start, rules.len() as u32));
+        }
+        KeyedRules { ranges, rules }
+    }
+
+    /// The rules of `key`, in chain order.
+    pub fn get(&self, key: &K) -> &[u32] {
+        if self.rules.is_empty() {
+            return &[];
+        }
+        match self.ranges.get(key) {
+            Some(&(a, b)) => &self.rules[a as usize..b as usize],
+            None => &[],
+        }
+    }
+
+    /// How many rules are keyed.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
+/// Dispatch of a large chain: rules whose leading conditions pin the destination
+/// address, protocol and/or destination port are found by key; the rest are on a
+/// fallback list. A packet's candidates are the merge, in rule order, of its keys'
+/// lists and the fallback list, so first-match semantics are exact.
 #[derive(Clone, Debug, Default)]
 pub struct Dispatch {
-    pub exact: HashMap<(IpAddr, u8, u16), Vec<u32>>,
+    /// Rules that need one destination, protocol and destination port (kube-proxy's
+    /// KUBE-SERVICES, KUBE-PROXY-FIREWALL).
+    pub exact: KeyedRules<(IpAddr, u8, u16)>,
+    /// Rules that need one protocol and destination port, any destination
+    /// (KUBE-NODEPORTS, KUBE-EXTERNAL-SERVICES' NodePort rules).
+    pub port: KeyedRules<(u8, u16)>,
+    /// Rules that need one destination, any port.
+    pub dst: KeyedRules<IpAddr>,
     pub rest: Vec<u32>,
 }
 
-/// A compiled chain.
+/// A chain of the index; its rules are compiled on first use ([`Index::code`]).
 #[derive(Debug)]
 pub struct CompiledChain<'r> {
     pub table: u32,
     pub chain: &'r Chain,
-    pub rules: Vec<CompiledRule>,
+    code: OnceLock<ChainCode>,
+}
+
+/// A chain's compiled rules and dispatch table.
+#[derive(Debug, Default)]
+pub struct ChainCode {
+    /// Items of the chain's rules, rule after rule.
+    items: Vec<Item>,
+    rules: Vec<CompiledRule>,
     pub dispatch: Option<Dispatch>,
 }
 
@@ -100,11 +181,19 @@ pub const DISPATCH_MIN_RULES: usize = 16;
 pub struct IndexOptions {
     /// Build dispatch tables (off: a plain linear walk, for comparison).
     pub dispatch: bool,
+    /// Compile an iptables chain when a trace first enters it (on: a trace of a
+    /// 10k-service ruleset compiles a few hundred rules, not 110k); off: compile
+    /// every chain in `build`. Native nft tables are always compiled in `build`
+    /// (their sets are shared between chains).
+    pub lazy: bool,
 }
 
 impl Default for IndexOptions {
     fn default() -> Self {
-        IndexOptions { dispatch: true }
+        IndexOptions {
+            dispatch: true,
+            lazy: true,
+        }
     }
 }
 
@@ -115,8 +204,95 @@ pub struct Index<'r> {
     pub tables: Vec<&'r Table>,
     pub chains: Vec<CompiledChain<'r>>,
     pub sets: Vec<CompiledSet>,
+    /// Chain names of each table (in `tables` order), to resolve jumps.
+    names: Vec<ChainNames<'r>>,
+    options: IndexOptions,
     /// Base chains per [v4, v6] per hook, ordered by priority.
     hooks: [[Vec<BaseRef>; 5]; 2],
+}
+
+/// A chain name of at most 32 bytes, held in the hash table itself (iptables
+/// names have at most 28): a lookup compares with the entry it probes, in the same
+/// cache line, instead of following a pointer to one of 40k scattered names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct ShortName([u64; 4]);
+
+impl ShortName {
+    fn new(s: &str) -> Option<ShortName> {
+        let b = s.as_bytes();
+        // Names never hold NUL, so zero padding keeps them apart.
+        if b.len() > 32 || b.contains(&0) {
+            return None;
+        }
+        // Whole words where there are 8 bytes, so no word is read back from bytes
+        // just stored (a store-forwarding stall per word).
+        let mut w = [0u64; 4];
+        for (i, chunk) in b.chunks(8).enumerate() {
+            w[i] = match <[u8; 8]>::try_from(chunk) {
+                Ok(c) => u64::from_le_bytes(c),
+                Err(_) => chunk
+                    .iter()
+                    .rev()
+                    .fold(0u64, |v, &c| (v << 8) | u64::from(c)),
+            };
+        }
+        Some(ShortName(w))
+    }
+}
+
+impl std::hash::Hash for ShortName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let [a, b, c, d] = self.0;
+        let k = 0x9E37_79B9_7F4A_7C15u64;
+        let h = (((a.wrapping_mul(k).rotate_left(23) ^ b)
+            .wrapping_mul(k)
+            .rotate_left(23)
+            ^ c)
+            .wrapping_mul(k)
+            .rotate_left(23)
+            ^ d)
+            .wrapping_mul(k);
+        state.write_u64(h);
+    }
+}
+
+/// A table's chain names to chain ids (the first chain of a name wins).
+struct ChainNames<'r> {
+    short: FastMap<ShortName, u32>,
+    long: FastMap<&'r str, u32>,
+}
+
+impl std::fmt::Debug for ChainNames<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ChainNames({} names)",
+            self.short.len() + self.long.len()
+        )
+    }
+}
+
+impl<'r> ChainNames<'r> {
+    fn new(chains: &'r [Chain], first: u32) -> ChainNames<'r> {
+        let mut short = FastMap::default();
+        short.reserve(chains.len());
+        let mut long = FastMap::default();
+        for (i, c) in chains.iter().enumerate() {
+            let id = first + i as u32;
+            match ShortName::new(&c.name) {
+                Some(k) => short.entry(k).or_insert(id),
+                None => long.entry(&*c.name).or_insert(id),
+            };
+        }
+        ChainNames { short, long }
+    }
+
+    fn get(&self, name: &str) -> Option<u32> {
+        match ShortName::new(name) {
+            Some(k) => self.short.get(&k).copied(),
+            None => self.long.get(name).copied(),
+        }
+    }
 }
 
 /// Fixed priorities of iptables tables (include/uapi/linux/netfilter_ipv4.h).
@@ -176,6 +352,8 @@ impl<'r> Index<'r> {
             tables: Vec::new(),
             chains: Vec::new(),
             sets: Vec::new(),
+            names: Vec::new(),
+            options,
             hooks: Default::default(),
         };
         for table in &ruleset.tables {
@@ -185,50 +363,27 @@ impl<'r> Index<'r> {
             let t = index.tables.len() as u32;
             index.tables.push(table);
             let first = index.chains.len() as u32;
-            let mut names: HashMap<&str, u32> = HashMap::with_capacity(table.chains.len());
-            for (i, c) in table.chains.iter().enumerate() {
-                names.entry(&c.name).or_insert(first + i as u32);
-            }
-            let resolve = |n: &str| names.get(n).copied();
-            let mut set_cache = HashMap::new();
+            let names = ChainNames::new(&table.chains, first);
             let iptables = table.backend != Backend::Nftables;
+            let eager = !options.lazy || !iptables;
+            let mut set_cache = Default::default();
+            let mut conds = Vec::new();
             for (ci, chain) in table.chains.iter().enumerate() {
-                let mut rules = Vec::with_capacity(chain.rules.len());
-                for (ri, rule) in chain.rules.iter().enumerate() {
-                    let items: Vec<Item> = match &rule.body {
-                        RuleBody::Xt(_) => {
-                            let Some(view) = rule.xt() else { continue };
-                            let mut items: Vec<Item> = crate::matches::xt::compile(&view)
-                                .into_iter()
-                                .map(Item::Cond)
-                                .collect();
-                            if let Some(target) = view.target() {
-                                items
-                                    .push(Item::Act(crate::targets::compile_xt(&target, &resolve)));
-                            }
-                            items
-                        }
-                        RuleBody::Nft(n) => {
-                            let mut compiler = Compiler {
-                                table_sets: &table.sets,
-                                resolve: &resolve,
-                                sets: &mut index.sets,
-                                cache: &mut set_cache,
-                            };
-                            compiler.compile(n)
-                        }
-                        RuleBody::Approximate(_) => vec![Item::Act(Action::Unknown(format!(
-                            "{} (read from a lossy listing; its exact matches are unknown)",
-                            rule.text
-                        )))],
+                let code = OnceLock::new();
+                if eager {
+                    let sets = NftSets {
+                        sets: &mut index.sets,
+                        cache: &mut set_cache,
                     };
-                    rules.push(CompiledRule {
-                        items: items.into_boxed_slice(),
-                        rule: ri as u32,
-                    });
+                    let _ = code.set(compile_chain(
+                        table,
+                        chain,
+                        &names,
+                        Some(sets),
+                        options,
+                        &mut conds,
+                    ));
                 }
-                let dispatch = (options.dispatch && rules.len() >= DISPATCH_MIN_RULES)
-                    .then(|| build_dispatch(&rules));
                 let id = first + ci as u32;
                 if let Some(base) = &chain.base
                     && let Some(hook) = HookId::from_hook(&base.hook)
@@ -252,10 +407,10 @@ impl<'r> Index<'r> {
                 index.chains.push(CompiledChain {
                     table: t,
                     chain,
-                    rules,
-                    dispatch,
+                    code,
                 });
             }
+            index.names.push(names);
         }
         for fam in &mut index.hooks {
             for list in fam.iter_mut() {
@@ -268,6 +423,39 @@ impl<'r> Index<'r> {
     /// Base chains of a hook for IPv4 (`v6 == false`) or IPv6, by priority.
     pub fn bases(&self, v6: bool, hook: HookId) -> &[BaseRef] {
         &self.hooks[v6 as usize][hook as usize]
+    }
+
+    /// A chain's compiled rules, compiled now if no trace entered it yet.
+    pub fn code(&self, chain: u32) -> &ChainCode {
+        let c = &self.chains[chain as usize];
+        c.code.get_or_init(|| {
+            // Only chains of iptables tables are left for later; their rules are
+            // xtables rules, which use no nft sets (`None`).
+            compile_chain(
+                self.tables[c.table as usize],
+                c.chain,
+                &self.names[c.table as usize],
+                None,
+                self.options,
+                &mut Vec::new(),
+            )
+        })
+    }
+
+    /// The conditions and actions of a compiled rule of `chain`, in order.
+    pub fn items(&self, chain: u32, rule: &CompiledRule) -> &[Item] {
+        &self.code(chain).items[rule.start as usize..rule.end as usize]
+    }
+
+    /// The compiled rules of a chain, in order (a rule that could not be read has
+    /// none, so `CompiledRule::rule` says which of the chain's rules each one is).
+    pub fn rules(&self, chain: u32) -> &[CompiledRule] {
+        &self.code(chain).rules
+    }
+
+    /// The chain's dispatch table, if it has one.
+    pub fn dispatch(&self, chain: u32) -> Option<&Dispatch> {
+        self.code(chain).dispatch.as_ref()
     }
 
     pub fn chain(&self, id: u32) -> &CompiledChain<'r> {
@@ -311,8 +499,78 @@ impl<'r> Index<'r> {
     }
 }
 
-/// The exact `(dst, proto, dport)` a rule requires, if its leading conditions pin all three.
-fn exact_key(items: &[Item]) -> Option<(IpAddr, u8, u16)> {
+/// Where nft rules put the sets they use.
+struct NftSets<'s> {
+    sets: &'s mut Vec<CompiledSet>,
+    cache:
+        &'s mut std::collections::HashMap<(String, Vec<crate::matches::Field>), crate::nft::SetRef>,
+}
+
+/// Compiles one chain's rules and, if it is large, its dispatch table.
+fn compile_chain(
+    table: &Table,
+    chain: &Chain,
+    names: &ChainNames<'_>,
+    mut nft: Option<NftSets<'_>>,
+    options: IndexOptions,
+    conds: &mut Vec<Cond>,
+) -> ChainCode {
+    let resolve = |n: &str| names.get(n);
+    let mut items = Vec::with_capacity(chain.rules.len() * 4);
+    let mut rules = Vec::with_capacity(chain.rules.len());
+    for (ri, rule) in chain.rules.iter().enumerate() {
+        let start = items.len() as u32;
+        match &rule.body {
+            RuleBody::Xt(_) => {
+                let Some(view) = rule.xt() else { continue };
+                conds.clear();
+                crate::matches::xt::compile_into(&view, conds);
+                items.extend(conds.drain(..).map(Item::Cond));
+                if let Some(target) = view.target() {
+                    items.push(Item::Act(crate::targets::compile_xt(&target, &resolve)));
+                }
+            }
+            RuleBody::Nft(n) => match nft.as_mut() {
+                Some(nft) => {
+                    let mut compiler = Compiler {
+                        table_sets: &table.sets,
+                        resolve: &resolve,
+                        sets: nft.sets,
+                        cache: nft.cache,
+                    };
+                    compiler.compile_into(n, &mut items);
+                }
+                // The readers put nft rules in nft tables only, which are compiled
+                // in `build`; anything else is not guessed at.
+                None => items.push(Item::Act(Action::Unknown(format!(
+                    "{} (an nft rule in an iptables table)",
+                    rule.text
+                )))),
+            },
+            RuleBody::Approximate(_) => items.push(Item::Act(Action::Unknown(format!(
+                "{} (read from a lossy listing; its exact matches are unknown)",
+                rule.text
+            )))),
+        }
+        rules.push(CompiledRule {
+            start,
+            end: items.len() as u32,
+            rule: ri as u32,
+        });
+    }
+    let dispatch = (options.dispatch && rules.len() >= DISPATCH_MIN_RULES)
+        .then(|| build_dispatch(&items, &rules));
+    ChainCode {
+        items,
+        rules,
+        dispatch,
+    }
+}
+
+/// What a rule's leading conditions (before its first action) require of every
+/// packet it matches: one destination, one protocol, one destination port.
+/// `None` when the rule must stay on the fallback list.
+fn rule_key(items: &[Item]) -> Option<(Option<IpAddr>, Option<u8>, Option<u16>)> {
     let (mut dst, mut proto, mut port) = (None, None, None);
     for item in items {
         let Item::Cond(c) = item else { break };
@@ -325,26 +583,73 @@ fn exact_key(items: &[Item]) -> Option<(IpAddr, u8, u16)> {
                 proto = Some(*p);
             }
             Cond::Dport(r, false) if r.len() == 1 && r[0].from == r[0].to => port = Some(r[0].from),
+            // A skipped rule must have no effect: `recent --set` adds the source to
+            // its list even when a later condition fails.
+            Cond::Recent { .. } => return None,
             _ => {}
         }
     }
-    Some((dst?, proto?, port?))
+    Some((dst, proto, port))
 }
 
-fn build_dispatch(rules: &[CompiledRule]) -> Dispatch {
-    let mut d = Dispatch::default();
+fn build_dispatch(items: &[Item], rules: &[CompiledRule]) -> Dispatch {
+    let (mut exact, mut port, mut dst) = (Vec::new(), Vec::new(), Vec::new());
+    let mut rest = Vec::new();
     for (i, r) in rules.iter().enumerate() {
-        match exact_key(&r.items) {
-            Some(k) => d.exact.entry(k).or_default().push(i as u32),
-            None => d.rest.push(i as u32),
+        let i = i as u32;
+        match rule_key(&items[r.start as usize..r.end as usize]) {
+            Some((Some(d), Some(p), Some(n))) => exact.push(((d, p, n), i)),
+            Some((_, Some(p), Some(n))) => port.push(((p, n), i)),
+            Some((Some(d), _, _)) => dst.push((d, i)),
+            _ => rest.push(i),
         }
     }
-    d
+    Dispatch {
+        exact: KeyedRules::build(exact),
+        port: KeyedRules::build(port),
+        dst: KeyedRules::build(dst),
+        rest,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chain_names_short_long_and_duplicates() {
+        let loc = plumb_ruleset::Location::default();
+        let names = [
+            "KUBE-SVC-ABCDEFGHIJKLMNOP",
+            "A",
+            "KUBE-SVC-ABCDEFGHIJKLMNOQ",
+            "a-chain-name-longer-than-thirty-two-bytes-for-nft",
+            "A",
+            "ABCDEFGH",
+            "ABCDEFGHI",
+        ];
+        let chains: Vec<Chain> = names.iter().map(|n| Chain::new(n, None, loc)).collect();
+        let m = ChainNames::new(&chains, 10);
+        assert_eq!(m.get("KUBE-SVC-ABCDEFGHIJKLMNOP"), Some(10));
+        assert_eq!(m.get("A"), Some(11), "the first chain of a name wins");
+        assert_eq!(m.get("KUBE-SVC-ABCDEFGHIJKLMNOQ"), Some(12));
+        assert_eq!(
+            m.get("a-chain-name-longer-than-thirty-two-bytes-for-nft"),
+            Some(13)
+        );
+        assert_eq!(m.get("ABCDEFGH"), Some(15));
+        assert_eq!(m.get("ABCDEFGHI"), Some(16));
+        for missing in [
+            "",
+            "B",
+            "KUBE-SVC-ABCDEFGHIJKLMNO",
+            "ABCDEFG",
+            "A\0",
+            "a-chain",
+        ] {
+            assert_eq!(m.get(missing), None, "{missing}");
+        }
+    }
 
     #[test]
     fn priorities() {

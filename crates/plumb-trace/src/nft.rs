@@ -282,8 +282,14 @@ impl Compiler<'_> {
     }
 
     pub fn compile(&mut self, rule: &NftRule) -> Items {
-        use crate::index::Item;
         let mut items = Vec::new();
+        self.compile_into(rule, &mut items);
+        items
+    }
+
+    /// Appends the rule's items to `items`.
+    pub fn compile_into(&mut self, rule: &NftRule, items: &mut Items) {
+        use crate::index::Item;
         for s in &rule.statements {
             match &s.kind {
                 StatementKind::Match { left, op, right } => {
@@ -325,7 +331,6 @@ impl Compiler<'_> {
                 _ => items.push(Item::Act(Action::Unknown(s.text.clone()))),
             }
         }
-        items
     }
 
     fn compile_vmap(
@@ -424,9 +429,9 @@ impl Compiler<'_> {
                 };
                 let mut out: Vec<Cond> = proto.map(Cond::ModuleProto).into_iter().collect();
                 out.push(if f == Field::Dport {
-                    Cond::Dport(vec![r], false)
+                    Cond::Dport(crate::matches::Ports::One(r), false)
                 } else {
-                    Cond::Sport(vec![r], false)
+                    Cond::Sport(crate::matches::Ports::One(r), false)
                 });
                 return out;
             }
@@ -616,9 +621,9 @@ impl Compiler<'_> {
                     })
                     .collect::<Option<Vec<_>>>()?;
                 if field == Field::Dport {
-                    Cond::Dport(rs, neg)
+                    Cond::Dport(rs.into(), neg)
                 } else {
-                    Cond::Sport(rs, neg)
+                    Cond::Sport(rs.into(), neg)
                 }
             }
             Field::Proto if values.len() == 1 => match pattern(field, values[0])? {

@@ -60,6 +60,77 @@ pub enum StepKind {
     NatSkipped,
 }
 
+/// One part of a step's note.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NotePart {
+    Text(Box<str>),
+    /// `random: chosen with probability P`.
+    Chosen(f64),
+    /// `random: not chosen (probability P)`.
+    NotChosen(f64),
+}
+
+impl std::fmt::Display for NotePart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotePart::Text(t) => f.write_str(t),
+            NotePart::Chosen(p) => write!(
+                f,
+                "random: chosen with probability {}",
+                crate::simulate::fmt_p(*p)
+            ),
+            NotePart::NotChosen(p) => write!(
+                f,
+                "random: not chosen (probability {})",
+                crate::simulate::fmt_p(*p)
+            ),
+        }
+    }
+}
+
+impl From<String> for NotePart {
+    fn from(s: String) -> NotePart {
+        NotePart::Text(s.into_boxed_str())
+    }
+}
+
+/// A step's note: parts kept as data and joined with "; " when printed (formatting
+/// a probability at every random branch cost more than the rest of the trace).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Note {
+    first: NotePart,
+    more: Vec<NotePart>,
+}
+
+impl Note {
+    pub fn new(part: impl Into<NotePart>) -> Note {
+        Note {
+            first: part.into(),
+            more: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, part: impl Into<NotePart>) {
+        self.more.push(part.into());
+    }
+
+    pub fn parts(&self) -> impl Iterator<Item = &NotePart> {
+        std::iter::once(&self.first).chain(&self.more)
+    }
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, p) in self.parts().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
 /// One step of a path. `rule` indexes the chain's rules (for rule steps).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Step {
@@ -68,7 +139,7 @@ pub struct Step {
     pub rule: u32,
     pub kind: StepKind,
     /// For branches: the probability taken or the assumption made; for routes: the decision.
-    pub note: Option<Box<str>>,
+    pub note: Option<Note>,
 }
 
 /// One possible fate of the packet.
@@ -158,7 +229,7 @@ impl Step {
             table.name.to_string()
         };
         let rule = c.chain.rules.get(self.rule as usize);
-        let note = self.note.as_deref().map(str::to_string);
+        let note = self.note.as_ref().map(Note::to_string);
         let (rule_no, text, matched, why) = match self.kind {
             StepKind::Matched => (
                 rule.map(|r| r.position),
@@ -170,11 +241,10 @@ impl Step {
                 let why = note.or_else(|| {
                     let cond = cond?;
                     let rule = index
-                        .chain(self.chain)
-                        .rules
+                        .rules(self.chain)
                         .iter()
                         .find(|r| r.rule == self.rule)?;
-                    match rule.items.get(cond as usize)? {
+                    match index.items(self.chain, rule).get(cond as usize)? {
                         crate::index::Item::Cond(c) => {
                             Some(format!("`{}` does not match", c.describe()))
                         }

@@ -9,12 +9,24 @@
 //! POSTROUTING. NAT chains run only for NEW, tracked connections, in priority order
 //! until one sets up a NAT binding (nf_nat_inet_fn).
 
-use crate::index::{CompiledChain, HookId, Index, Item};
+use crate::index::{HookId, Index, Item};
 use crate::matches::{Cond, Eval, View, ct_bits};
-use crate::outcome::{Delivery, Outcome, Step, StepKind, Trace, Verdict};
+use crate::outcome::{Delivery, Note, NotePart, Outcome, Step, StepKind, Trace, Verdict};
 use crate::packet::{CtState, Node, Origin, Packet};
 use crate::targets::{Action, Jump, MapVerdict};
+use std::borrow::Cow;
 use std::net::IpAddr;
+
+/// Steps a path has room for before its vector grows (a kube-proxy ClusterIP path
+/// has about 30).
+const STEPS_RESERVE: usize = 48;
+
+/// A copy of `path` for a branch, with room for the steps it will add.
+fn fork<'i>(path: &Path<'i>) -> Path<'i> {
+    let mut alt = path.clone();
+    alt.steps.reserve(STEPS_RESERVE.min(path.steps.len() + 16));
+    alt
+}
 
 /// Limits that keep every trace bounded.
 #[derive(Clone, Copy, Debug)]
@@ -40,15 +52,13 @@ impl Default for TraceOptions {
     }
 }
 
+/// The rules of a chain a path will look at, in rule order.
 #[derive(Clone, Copy, Debug)]
 enum Cursor<'i> {
+    /// Every rule.
     Linear(u32),
-    Merge {
-        exact: &'i [u32],
-        ei: u32,
-        rest: &'i [u32],
-        ri: u32,
-    },
+    /// The merge of sorted candidate lists (a dispatch table's lists for this packet).
+    Merge([&'i [u32]; 4]),
 }
 
 impl Cursor<'_> {
@@ -62,29 +72,18 @@ impl Cursor<'_> {
                     None
                 }
             }
-            Cursor::Merge {
-                exact,
-                ei,
-                rest,
-                ri,
-            } => {
-                let a = exact.get(*ei as usize).copied();
-                let b = rest.get(*ri as usize).copied();
-                match (a, b) {
-                    (Some(a), Some(b)) if a < b => {
-                        *ei += 1;
-                        Some(a)
+            Cursor::Merge(lists) => {
+                let mut best: Option<(usize, u32)> = None;
+                for (k, l) in lists.iter().enumerate() {
+                    if let Some(&r) = l.first()
+                        && best.is_none_or(|(_, b)| r < b)
+                    {
+                        best = Some((k, r));
                     }
-                    (_, Some(b)) => {
-                        *ri += 1;
-                        Some(b)
-                    }
-                    (Some(a), None) => {
-                        *ei += 1;
-                        Some(a)
-                    }
-                    (None, None) => None,
                 }
+                let (k, r) = best?;
+                lists[k] = &lists[k][1..];
+                Some(r)
             }
         }
     }
@@ -94,6 +93,9 @@ impl Cursor<'_> {
 struct Frame<'i> {
     chain: u32,
     cursor: Cursor<'i>,
+    /// Index of the rule after the last one this frame looked at (to count the
+    /// rules a dispatch table skipped).
+    seen: u32,
 }
 
 /// The state of one path through the ruleset.
@@ -118,8 +120,9 @@ struct Path<'i> {
     prob: f64,
     conditions: Vec<String>,
     steps: Vec<Step>,
-    dnat: Option<String>,
-    snat: Option<String>,
+    /// The NAT rules' texts (borrowed from the index until the outcome is made).
+    dnat: Option<Cow<'i, str>>,
+    snat: Option<Cow<'i, str>>,
     recent_added: Vec<String>,
     /// A verdict chosen by a map lookup in a forked path, to apply first.
     pending: Option<MapVerdict>,
@@ -206,7 +209,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             stack: Vec::new(),
             prob: 1.0,
             conditions: Vec::new(),
-            steps: Vec::new(),
+            steps: Vec::with_capacity(STEPS_RESERVE),
             dnat: None,
             snat: None,
             recent_added: Vec::new(),
@@ -263,7 +266,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             }
         });
         let dnat = path.dnat.as_ref().map(|text| match path.dport {
-            _ if path.dnat_range => text.clone(),
+            _ if path.dnat_range => text.to_string(),
             Some(p) if path.dst.is_ipv6() => format!("[{}]:{p}", path.dst),
             Some(p) => format!("{}:{p}", path.dst),
             None => path.dst.to_string(),
@@ -272,7 +275,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             verdict,
             probability: path.prob,
             dnat,
-            snat: path.snat.take(),
+            snat: path.snat.take().map(Cow::into_owned),
             conditions: std::mem::take(&mut path.conditions),
             delivery,
             final_dst: path.dst,
@@ -283,20 +286,13 @@ impl<'a, 'i> Sim<'a, 'i> {
         }
     }
 
-    fn step(
-        &self,
-        path: &mut Path<'a>,
-        chain: u32,
-        rule: u32,
-        kind: StepKind,
-        note: Option<String>,
-    ) {
+    fn step(&self, path: &mut Path<'a>, chain: u32, rule: u32, kind: StepKind, note: Option<Note>) {
         path.steps.push(Step {
             hook: path.hook,
             chain,
             rule,
             kind,
-            note: note.map(String::into_boxed_str),
+            note,
         });
     }
 
@@ -383,7 +379,13 @@ impl<'a, 'i> Sim<'a, 'i> {
                         .last()
                         .is_some_and(|s| s.kind == StepKind::NatSkipped && s.hook == path.hook)
                     {
-                        self.step(path, b.chain, u32::MAX, StepKind::NatSkipped, Some(why));
+                        self.step(
+                            path,
+                            b.chain,
+                            u32::MAX,
+                            StepKind::NatSkipped,
+                            Some(Note::new(why)),
+                        );
                     }
                     continue;
                 }
@@ -395,26 +397,26 @@ impl<'a, 'i> Sim<'a, 'i> {
 
     fn frame(&self, chain: u32, path: &Path<'a>) -> Frame<'a> {
         let index: &'a Index<'i> = self.index;
-        let c: &'a CompiledChain<'i> = index.chain(chain);
-        let cursor = match (&c.dispatch, path.dport) {
-            (Some(d), Some(port)) => {
-                let key = (path.dst, self.packet.proto.number(), port);
-                Cursor::Merge {
-                    exact: d.exact.get(&key).map(|v| v.as_slice()).unwrap_or(&[]),
-                    ei: 0,
-                    rest: &d.rest,
-                    ri: 0,
-                }
+        let proto = self.packet.proto.number();
+        let cursor = match (index.dispatch(chain), path.dport) {
+            (Some(d), Some(port)) => Cursor::Merge([
+                d.exact.get(&(path.dst, proto, port)),
+                d.port.get(&(proto, port)),
+                d.dst.get(&path.dst),
+                &d.rest,
+            ]),
+            // No ports: rules keyed by a port cannot match (their port test fails).
+            (Some(d), None) if !self.packet.proto.has_ports() => {
+                Cursor::Merge([&[], &[], d.dst.get(&path.dst), &d.rest])
             }
-            (Some(d), None) => Cursor::Merge {
-                exact: &[],
-                ei: 0,
-                rest: &d.rest,
-                ri: 0,
-            },
+            // A port plumb does not know: port tests are undecided, walk every rule.
             _ => Cursor::Linear(0),
         };
-        Frame { chain, cursor }
+        Frame {
+            chain,
+            cursor,
+            seen: 0,
+        }
     }
 
     /// Runs one path to its end, pushing forks onto `work`.
@@ -450,29 +452,18 @@ impl<'a, 'i> Sim<'a, 'i> {
                 }
             };
             let chain_id = frame.chain;
-            let chain = self.index.chain(chain_id);
-            let before = match frame.cursor {
-                Cursor::Merge { ei, ri, .. } => Some(ei + ri),
-                Cursor::Linear(_) => None,
-            };
-            let next = frame.cursor.next(chain.rules.len());
+            let merge = matches!(frame.cursor, Cursor::Merge(_));
+            let rules_len = self.index.rules(chain_id).len();
+            let next = frame.cursor.next(rules_len);
             // Record rules the dispatch index skipped.
-            if let (Some(before), Some(r)) = (before, next) {
-                let skipped = r.saturating_sub(self.prev_rule(path, chain_id, before));
+            if merge {
+                let upto = next.unwrap_or(rules_len as u32);
+                let skipped = upto.saturating_sub(frame.seen);
+                if let Some(r) = next {
+                    frame.seen = r + 1;
+                }
                 if skipped > 0 {
                     self.step(path, chain_id, u32::MAX, StepKind::Skipped(skipped), None);
-                }
-            } else if let (Some(before), None) = (before, next) {
-                let total = chain.rules.len() as u32;
-                let seen = self.prev_rule(path, chain_id, before);
-                if total > seen {
-                    self.step(
-                        path,
-                        chain_id,
-                        u32::MAX,
-                        StepKind::Skipped(total - seen),
-                        None,
-                    );
                 }
             }
             let Some(r) = next else {
@@ -491,18 +482,6 @@ impl<'a, 'i> Sim<'a, 'i> {
                 Flow::Final(v, why) => return self.finish(path, v, why),
             }
         }
-    }
-
-    /// The number of rules before the `seen`-th candidate (to count skipped rules).
-    fn prev_rule(&self, path: &Path<'a>, chain: u32, _seen: u32) -> u32 {
-        // The last step in this chain tells where the walk was.
-        path.steps
-            .iter()
-            .rev()
-            .take_while(|s| s.chain == chain)
-            .find(|s| s.rule != u32::MAX)
-            .map(|s| s.rule + 1)
-            .unwrap_or(0)
     }
 
     /// Policy of the base chain whose frame just ended. `Some` ends the trace.
@@ -546,7 +525,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             .map(|b| b.chain);
         let route = |path: &mut Path<'a>, text: String| {
             if let Some(c) = anchor {
-                self.step(path, c, u32::MAX, StepKind::Route, Some(text));
+                self.step(path, c, u32::MAX, StepKind::Route, Some(Note::new(text)));
             }
         };
         match path.hook {
@@ -608,10 +587,10 @@ impl<'a, 'i> Sim<'a, 'i> {
         cond: u16,
         prob: f64,
         condition: Option<String>,
-        note: String,
+        note: NotePart,
         work: &mut Vec<Path<'a>>,
     ) {
-        let mut alt = path.clone();
+        let mut alt = fork(path);
         alt.prob = prob;
         if let Some(c) = condition {
             alt.conditions.push(c);
@@ -621,14 +600,15 @@ impl<'a, 'i> Sim<'a, 'i> {
             chain,
             r,
             StepKind::NotMatched(Some(cond)),
-            Some(note),
+            Some(Note::new(note)),
         );
         work.push(alt);
     }
 
     fn eval_rule(&self, path: &mut Path<'a>, chain: u32, r: u32, work: &mut Vec<Path<'a>>) -> Flow {
-        let rule = &self.index.chain(chain).rules[r as usize];
-        let items = &rule.items;
+        let index: &'a Index<'i> = self.index;
+        let rule = &index.rules(chain)[r as usize];
+        let items = index.items(chain, rule);
         // Pass 1: a pure condition that fails decides without forking.
         {
             let view = self.view(path);
@@ -664,7 +644,11 @@ impl<'a, 'i> Sim<'a, 'i> {
                 }
             }
         }
-        let mut notes: Vec<String> = Vec::new();
+        let mut notes: Option<Note> = None;
+        let add = |notes: &mut Option<Note>, part: NotePart| match notes {
+            Some(n) => n.push(part),
+            None => *notes = Some(Note::new(part)),
+        };
         let mut matched_recorded = false;
         for (i, item) in items.iter().enumerate() {
             match item {
@@ -698,7 +682,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                                     chain,
                                     rule.rule,
                                     StepKind::NotMatched(Some(i as u16)),
-                                    Some("probability 0".into()),
+                                    Some(Note::new("probability 0".to_string())),
                                 );
                                 return Flow::NextRule;
                             }
@@ -710,11 +694,11 @@ impl<'a, 'i> Sim<'a, 'i> {
                                     i as u16,
                                     path.prob * (1.0 - p),
                                     None,
-                                    format!("random: not chosen (probability {})", fmt_p(1.0 - p)),
+                                    NotePart::NotChosen(1.0 - p),
                                     work,
                                 );
                                 path.prob *= p;
-                                notes.push(format!("random: chosen with probability {}", fmt_p(p)));
+                                add(&mut notes, NotePart::Chosen(p));
                             }
                         }
                         Eval::Unknown(why) => {
@@ -725,10 +709,10 @@ impl<'a, 'i> Sim<'a, 'i> {
                                 i as u16,
                                 path.prob,
                                 Some(format!("not: {why}")),
-                                format!("assumed not: {why}"),
+                                format!("assumed not: {why}").into(),
                                 work,
                             );
-                            notes.push(format!("assumed: {why}"));
+                            add(&mut notes, format!("assumed: {why}").into());
                             path.conditions.push(why);
                         }
                     }
@@ -736,7 +720,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                 Item::Act(a) => {
                     if !matched_recorded {
                         matched_recorded = true;
-                        let note = (!notes.is_empty()).then(|| notes.join("; "));
+                        let note = notes.take();
                         self.step(path, chain, rule.rule, StepKind::Matched, note);
                     }
                     match self.act(path, a, chain, rule.rule, work) {
@@ -747,8 +731,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             }
         }
         if !matched_recorded {
-            let note = (!notes.is_empty()).then(|| notes.join("; "));
-            self.step(path, chain, rule.rule, StepKind::Matched, note);
+            self.step(path, chain, rule.rule, StepKind::Matched, notes);
         }
         Flow::NextRule
     }
@@ -798,7 +781,7 @@ impl<'a, 'i> Sim<'a, 'i> {
     fn act(
         &self,
         path: &mut Path<'a>,
-        a: &Action,
+        a: &'a Action,
         chain: u32,
         rule: u32,
         work: &mut Vec<Path<'a>>,
@@ -848,7 +831,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                 // A range: the kernel picks one member; `dnat` reports the range.
                 path.dnat_range =
                     spec.addr_to.is_some() || spec.ports.is_some_and(|p| p.from != p.to);
-                path.dnat = Some(spec.text.clone());
+                path.dnat = Some(Cow::Borrowed(&spec.text));
                 path.dnat_done = true;
                 path.nat_set_here = true;
                 Flow::EndBase
@@ -875,7 +858,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                 if let (Some(p), Some(_)) = (ports, path.dport) {
                     path.dport = Some(p.from);
                 }
-                path.dnat = Some("redirect".into());
+                path.dnat = Some(Cow::Borrowed("redirect"));
                 path.dnat_done = true;
                 path.nat_set_here = true;
                 Flow::EndBase
@@ -890,7 +873,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                 if let Some(a) = spec.addr {
                     path.src = Some(a);
                 }
-                path.snat = Some(spec.text.clone());
+                path.snat = Some(Cow::Borrowed(&spec.text));
                 path.snat_done = true;
                 path.nat_set_here = true;
                 Flow::EndBase
@@ -904,8 +887,8 @@ impl<'a, 'i> Sim<'a, 'i> {
                 }
                 let (_, out) = self.ifaces(path);
                 path.snat = Some(match out {
-                    Some(i) if !i.is_empty() => format!("masquerade ({i})"),
-                    _ => "masquerade".into(),
+                    Some(i) if !i.is_empty() => Cow::Owned(format!("masquerade ({i})")),
+                    _ => Cow::Borrowed("masquerade"),
                 });
                 path.snat_done = true;
                 path.nat_set_here = true;
@@ -961,7 +944,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                     if first.is_none() {
                         first = Some((p, v.clone(), note));
                     } else {
-                        let mut alt = path.clone();
+                        let mut alt = fork(path);
                         alt.prob *= p;
                         alt.pending = Some(v.clone());
                         self.annotate_last(&mut alt, note);
@@ -970,7 +953,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                 }
                 let miss = (1.0 - covered).max(0.0);
                 if miss > 1e-12 {
-                    let mut alt = path.clone();
+                    let mut alt = fork(path);
                     alt.prob *= miss;
                     self.annotate_last(
                         &mut alt,
@@ -1038,10 +1021,10 @@ impl<'a, 'i> Sim<'a, 'i> {
 
     fn annotate_last(&self, path: &mut Path<'a>, note: String) {
         if let Some(s) = path.steps.last_mut() {
-            s.note = Some(match s.note.take() {
-                Some(old) => format!("{old}; {note}").into_boxed_str(),
-                None => note.into_boxed_str(),
-            });
+            match &mut s.note {
+                Some(old) => old.push(note),
+                None => s.note = Some(Note::new(note)),
+            }
         }
     }
 

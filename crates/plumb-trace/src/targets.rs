@@ -161,7 +161,7 @@ const NO_EFFECT: &[&str] = &[
 /// Compiles an iptables target. `resolve` maps a chain name to its id.
 pub fn compile_xt(t: &XtTargetView<'_>, resolve: &dyn Fn(&str) -> Option<u32>) -> Action {
     let name = t.name();
-    let opt = |n: &str| t.option(n).and_then(|o| o.arg(0)).map(|s| s.to_string());
+    let opt = |n: &str| t.option(n).and_then(|o| o.arg(0));
     let unknown = || {
         let mut s = format!("-j {name}");
         for o in t.options() {
@@ -185,11 +185,11 @@ pub fn compile_xt(t: &XtTargetView<'_>, resolve: &dyn Fn(&str) -> Option<u32>) -
         "ACCEPT" => Action::Accept,
         "DROP" => Action::Drop,
         "RETURN" => Action::Return,
-        "REJECT" => Action::Reject(opt("--reject-with")),
+        "REJECT" => Action::Reject(opt("--reject-with").map(|w| w.into_owned())),
         "QUEUE" => Action::Queue("QUEUE".into()),
         "NFQUEUE" => Action::Queue(format!(
             "NFQUEUE {}",
-            opt("--queue-num").unwrap_or_else(|| "0".into())
+            opt("--queue-num").unwrap_or(std::borrow::Cow::Borrowed("0"))
         )),
         "DNAT" => match opt("--to-destination").as_deref().and_then(NatSpec::parse) {
             Some(spec) if t.options().count() <= 3 => Action::Dnat(spec),

@@ -61,6 +61,32 @@ impl AddrMatch {
     }
 }
 
+/// The port ranges of a port match: one (no allocation) or several (multiport, nft sets).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ports {
+    One(PortRange),
+    Many(Box<[PortRange]>),
+}
+
+impl std::ops::Deref for Ports {
+    type Target = [PortRange];
+    fn deref(&self) -> &[PortRange] {
+        match self {
+            Ports::One(r) => std::slice::from_ref(r),
+            Ports::Many(v) => v,
+        }
+    }
+}
+
+impl From<Vec<PortRange>> for Ports {
+    fn from(v: Vec<PortRange>) -> Ports {
+        match v.as_slice() {
+            [one] => Ports::One(*one),
+            _ => Ports::Many(v.into_boxed_slice()),
+        }
+    }
+}
+
 /// An interface name pattern: `eth0`, `veth+` (iptables), `veth*` (nft).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IfacePattern {
@@ -158,10 +184,10 @@ pub enum Cond {
     },
     /// Protocol the match module requires (`-m tcp` only matches TCP).
     ModuleProto(u8),
-    Sport(Vec<PortRange>, bool),
-    Dport(Vec<PortRange>, bool),
+    Sport(Ports, bool),
+    Dport(Ports, bool),
     /// multiport `--ports`: source or destination.
-    EitherPort(Vec<PortRange>, bool),
+    EitherPort(Ports, bool),
     /// TCP SYN test (`--syn`, `--tcp-flags ... SYN` on the first packet).
     TcpSyn(bool),
     IcmpType {
@@ -471,7 +497,7 @@ impl Cond {
     /// A short description in iptables-like words, for "why" texts.
     pub fn describe(&self) -> String {
         let n = |neg: &bool| if *neg { "! " } else { "" };
-        let ports = |r: &Vec<PortRange>| {
+        let ports = |r: &Ports| {
             r.iter()
                 .map(|r| {
                     if r.from == r.to {

@@ -3,7 +3,7 @@
 //! Every option of every module is either understood or turns the whole match into
 //! [`Cond::Unknown`] with its text: plumb never ignores an option silently.
 
-use super::{AddrMatch, Cond, IfacePattern, RecentMode, ct_bits};
+use super::{AddrMatch, Cond, IfacePattern, Ports, RecentMode, ct_bits};
 use crate::addr::{AddrRange, Cidr, PortRange, parse_mark, parse_port_list, protocol_number};
 use crate::packet::AddrType;
 use plumb_ruleset::iptables::{XtMatchView, XtOptionView, XtView};
@@ -12,6 +12,12 @@ use plumb_ruleset::iptables::{XtMatchView, XtOptionView, XtView};
 /// options first (`ip_packet_match`), then matches as written.
 pub fn compile(view: &XtView<'_>) -> Vec<Cond> {
     let mut out = Vec::new();
+    compile_into(view, &mut out);
+    out
+}
+
+/// [`compile`], appending to `out`.
+pub fn compile_into(view: &XtView<'_>, out: &mut Vec<Cond>) {
     for o in view.generic() {
         let neg = o.negated();
         let arg = o.arg(0).unwrap_or_default();
@@ -32,9 +38,8 @@ pub fn compile(view: &XtView<'_>) -> Vec<Cond> {
         out.push(c.unwrap_or_else(|| Cond::Unknown(option_text(&o))));
     }
     for m in view.matches() {
-        compile_match(&m, &mut out);
+        compile_match(&m, out);
     }
-    out
 }
 
 fn option_text(o: &XtOptionView<'_>) -> String {
@@ -86,10 +91,10 @@ fn compile_known(m: &XtMatchView<'_>, out: &mut Vec<Cond>) -> Option<()> {
                 let arg = o.arg(0).unwrap_or_default();
                 match o.name() {
                     "--dport" | "--destination-port" => {
-                        out.push(Cond::Dport(vec![PortRange::parse(&arg)?], neg))
+                        out.push(Cond::Dport(Ports::One(PortRange::parse(&arg)?), neg))
                     }
                     "--sport" | "--source-port" => {
-                        out.push(Cond::Sport(vec![PortRange::parse(&arg)?], neg))
+                        out.push(Cond::Sport(Ports::One(PortRange::parse(&arg)?), neg))
                     }
                     "--syn" if module == "tcp" => out.push(Cond::TcpSyn(neg)),
                     "--tcp-flags" if module == "tcp" => {
@@ -127,7 +132,7 @@ fn compile_known(m: &XtMatchView<'_>, out: &mut Vec<Cond>) -> Option<()> {
         "multiport" => {
             for o in m.options() {
                 let neg = o.negated();
-                let list = parse_port_list(&o.arg(0)?)?;
+                let list = Ports::from(parse_port_list(&o.arg(0)?)?);
                 out.push(match o.name() {
                     "--dports" | "--destination-ports" => Cond::Dport(list, neg),
                     "--sports" | "--source-ports" => Cond::Sport(list, neg),
@@ -195,7 +200,7 @@ fn compile_known(m: &XtMatchView<'_>, out: &mut Vec<Cond>) -> Option<()> {
             let (mut p, mut every, mut neg) = (None, None, false);
             for o in m.options() {
                 match o.name() {
-                    "--mode" => mode = Some(o.arg(0)?.to_string()),
+                    "--mode" => mode = Some(o.arg(0)?),
                     "--probability" => {
                         p = Some(o.arg(0)?.parse::<f64>().ok()?);
                         neg |= o.negated();
