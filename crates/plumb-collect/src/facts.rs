@@ -375,26 +375,16 @@ pub struct Probes {
 impl Probes {
     /// (name, JSON) of each probe, as a plumb bundle stores them.
     pub fn to_json(&self) -> Vec<(&'static str, String)> {
-        let j = |v: &dyn erased::Json| v.json();
-        vec![
-            ("kube-proxy-healthz", j(&self.healthz)),
-            ("kube-proxy-livez", j(&self.livez)),
-            ("api-readyz", j(&self.readyz)),
-            ("clusterip-connect", j(&self.clusterip)),
-            ("api-local-connect", j(&self.api_local)),
-        ]
-    }
-}
-
-mod erased {
-    /// Serialises any fact to pretty JSON (object-safe helper for `Probes::to_json`).
-    pub trait Json {
-        fn json(&self) -> String;
-    }
-    impl<T: serde::Serialize> Json for T {
-        fn json(&self) -> String {
-            serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+        fn json(v: &impl serde::Serialize) -> String {
+            serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
         }
+        vec![
+            ("kube-proxy-healthz", json(&self.healthz)),
+            ("kube-proxy-livez", json(&self.livez)),
+            ("api-readyz", json(&self.readyz)),
+            ("clusterip-connect", json(&self.clusterip)),
+            ("api-local-connect", json(&self.api_local)),
+        ]
     }
 }
 
