@@ -133,7 +133,6 @@ pub fn gather(node: &dyn Node, options: &GatherOptions) -> Facts {
                 } else {
                     format!("{}: {}", t.status, t.detail)
                 },
-                rules: 0,
             })
             .collect();
         let any_ok = collected.tools.iter().any(|t| t.status == "ok");

@@ -45,8 +45,6 @@ pub struct RulesetRead {
     pub source: String,
     /// `ok`, `missing`, `failed: ...`, `not in bundle`.
     pub outcome: String,
-    /// Rules read (0 when not ok).
-    pub rules: usize,
 }
 
 /// One running process.
