@@ -160,15 +160,9 @@ fn missing_for(facts: &Facts, group: (Backend, Family), cni: &str, out: &mut Vec
 mod tests {
     use super::*;
     use crate::Status;
-    use crate::facts::Origin;
-    use plumb_ruleset::format::{ParseOptions, parse_bytes};
 
     fn run(text: &str) -> Vec<Finding> {
-        let text = crate::checks::full_dump(text);
-        let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
-            .unwrap()
-            .ruleset;
-        check(&Facts::new(&rs, Origin::File("dump".into()), false))
+        crate::checks::run_on_dump(check, text)
     }
 
     const FLANNEL: &str = "*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:FLANNEL-POSTRTG - [0:0]\n:KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]\n-A POSTROUTING -m comment --comment \"flanneld masq\" -j FLANNEL-POSTRTG\nCOMMIT\n*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:FLANNEL-FWD - [0:0]\n-A FORWARD -m comment --comment \"flanneld forward\" -j FLANNEL-FWD\nCOMMIT\n";

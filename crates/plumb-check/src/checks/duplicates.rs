@@ -87,15 +87,9 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::Status;
-    use crate::facts::Origin;
-    use plumb_ruleset::format::{ParseOptions, parse_bytes};
 
     fn run(text: &str) -> Vec<Finding> {
-        let text = crate::checks::full_dump(text);
-        let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
-            .unwrap()
-            .ruleset;
-        check(&Facts::new(&rs, Origin::File("dump".into()), false))
+        crate::checks::run_on_dump(check, text)
     }
 
     #[test]

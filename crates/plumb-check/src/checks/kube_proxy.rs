@@ -413,25 +413,15 @@ mod tests {
     use super::*;
     use crate::Status;
     use crate::facts::Origin;
-    use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+    use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, generate};
     use plumb_ruleset::format::{ParseOptions, parse_bytes};
 
     fn dump() -> String {
-        let c = generate(&GeneratorConfig {
-            services: 8,
-            ..Default::default()
-        })
-        .unwrap();
-        KubeProxyRules::new(&c, &ProxierOptions::default())
-            .to_iptables_save(&SaveOptions::default())
+        crate::checks::kube_proxy_dump(8)
     }
 
     fn run(text: &str) -> Vec<Finding> {
-        let text = crate::checks::full_dump(text);
-        let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
-            .unwrap()
-            .ruleset;
-        check(&Facts::new(&rs, Origin::File("dump".into()), false))
+        crate::checks::run_on_dump(check, text)
     }
 
     fn problems<'a>(f: &'a [Finding], id: &str) -> Vec<&'a Finding> {

@@ -145,6 +145,33 @@ pub(crate) fn short_list<S: AsRef<str>>(names: &[S], max: usize) -> String {
     s
 }
 
+/// Test helper: runs one check over `text` read as a complete dump (see [`full_dump`]).
+#[cfg(test)]
+pub(crate) fn run_on_dump(check: fn(&Facts) -> Vec<Finding>, text: &str) -> Vec<Finding> {
+    use plumb_ruleset::format::{ParseOptions, parse_bytes};
+    let text = full_dump(text);
+    let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
+        .unwrap()
+        .ruleset;
+    check(&Facts::new(
+        &rs,
+        crate::facts::Origin::File("dump".into()),
+        false,
+    ))
+}
+
+/// kube-proxy's exact iptables-save output for a generated cluster of `services` ports.
+#[cfg(test)]
+pub(crate) fn kube_proxy_dump(services: usize) -> String {
+    use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+    let c = generate(&GeneratorConfig {
+        services,
+        ..Default::default()
+    })
+    .unwrap();
+    KubeProxyRules::new(&c, &ProxierOptions::default()).to_iptables_save(&SaveOptions::default())
+}
+
 /// Test helper: declares every built-in chain a hand-written dump leaves out, so the
 /// parser reads it as a complete `iptables-save` dump (a dump without them is a restore
 /// payload, i.e. partial).

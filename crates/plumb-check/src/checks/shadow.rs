@@ -337,26 +337,13 @@ fn input(facts: &Facts, table: &Table) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facts::Origin;
-    use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
-    use plumb_ruleset::format::{ParseOptions, parse_bytes};
 
     fn kube_dump() -> String {
-        let c = generate(&GeneratorConfig {
-            services: 5,
-            ..Default::default()
-        })
-        .unwrap();
-        KubeProxyRules::new(&c, &ProxierOptions::default())
-            .to_iptables_save(&SaveOptions::default())
+        crate::checks::kube_proxy_dump(5)
     }
 
     fn run(text: &str) -> Vec<Finding> {
-        let text = crate::checks::full_dump(text);
-        let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
-            .unwrap()
-            .ruleset;
-        check(&Facts::new(&rs, Origin::File("dump".into()), false))
+        crate::checks::run_on_dump(check, text)
     }
 
     /// UFW's real filter layout (from /usr/share/ufw/iptables/before.rules and ufw-init,
