@@ -269,32 +269,7 @@ impl Rule {
         if !has_proto && self.addrs_after as usize > self.matches.len() {
             self.write_kube_addrs(out, true);
         }
-        match &self.target {
-            Target::None => {}
-            Target::Jump(chain) => {
-                out.push_str(" -j ");
-                out.push_str(chain);
-            }
-            Target::Accept => out.push_str(" -j ACCEPT"),
-            Target::Drop => out.push_str(" -j DROP"),
-            Target::Return => out.push_str(" -j RETURN"),
-            Target::Reject => out.push_str(" -j REJECT"),
-            Target::MarkOr(_) => {
-                let _ = write!(out, " -j MARK --or-mark {mark_text}");
-            }
-            Target::MarkXor(_) => {
-                let _ = write!(out, " -j MARK --xor-mark {mark_text}");
-            }
-            Target::Masquerade { random_fully } => {
-                out.push_str(" -j MASQUERADE");
-                if *random_fully {
-                    out.push_str(" --random-fully");
-                }
-            }
-            Target::Dnat(to) => {
-                let _ = write!(out, " -j DNAT --to-destination {to}");
-            }
-        }
+        self.write_target(out, Some(mark_text));
     }
 
     /// Appends the line as `iptables-save` prints it (`-A CHAIN …`, no newline).
@@ -366,30 +341,45 @@ impl Rule {
                 }
             }
         }
-        match &self.target {
-            Target::None => {}
-            Target::Jump(chain) => {
+        self.write_target(out, None);
+    }
+
+    /// ` -j TARGET …` as kube-proxy writes it (`mark_text` given: its own mark spelling,
+    /// bare REJECT) or, with `None`, as `iptables-save` prints it back (REJECT's default
+    /// `--reject-with`, and libxt_MARK's `--set-xmark value/mask` for both mark forms).
+    fn write_target(&self, out: &mut String, kube_mark: Option<&str>) {
+        match (&self.target, kube_mark) {
+            (Target::None, _) => {}
+            (Target::Jump(chain), _) => {
                 out.push_str(" -j ");
                 out.push_str(chain);
             }
-            Target::Accept => out.push_str(" -j ACCEPT"),
-            Target::Drop => out.push_str(" -j DROP"),
-            Target::Return => out.push_str(" -j RETURN"),
-            Target::Reject => out.push_str(" -j REJECT --reject-with icmp-port-unreachable"),
-            // libxt_MARK prints both as --set-xmark value/mask.
-            Target::MarkOr(m) => {
+            (Target::Accept, _) => out.push_str(" -j ACCEPT"),
+            (Target::Drop, _) => out.push_str(" -j DROP"),
+            (Target::Return, _) => out.push_str(" -j RETURN"),
+            (Target::Reject, Some(_)) => out.push_str(" -j REJECT"),
+            (Target::Reject, None) => {
+                out.push_str(" -j REJECT --reject-with icmp-port-unreachable")
+            }
+            (Target::MarkOr(_), Some(mark)) => {
+                let _ = write!(out, " -j MARK --or-mark {mark}");
+            }
+            (Target::MarkXor(_), Some(mark)) => {
+                let _ = write!(out, " -j MARK --xor-mark {mark}");
+            }
+            (Target::MarkOr(m), None) => {
                 let _ = write!(out, " -j MARK --set-xmark {m:#x}/{m:#x}");
             }
-            Target::MarkXor(m) => {
+            (Target::MarkXor(m), None) => {
                 let _ = write!(out, " -j MARK --set-xmark {m:#x}/0x0");
             }
-            Target::Masquerade { random_fully } => {
+            (Target::Masquerade { random_fully }, _) => {
                 out.push_str(" -j MASQUERADE");
                 if *random_fully {
                     out.push_str(" --random-fully");
                 }
             }
-            Target::Dnat(to) => {
+            (Target::Dnat(to), _) => {
                 let _ = write!(out, " -j DNAT --to-destination {to}");
             }
         }
