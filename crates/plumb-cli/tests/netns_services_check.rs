@@ -161,31 +161,9 @@ fn services_and_check_in_a_network_namespace() {
     assert!(!names.contains(&"default/kubernetes:https"));
 }
 
-/// Splits `iptables -S` output into words, honouring double quotes.
+/// Splits `iptables -S` output into words, honouring double quotes (iptables-restore's own word rules, via plumb-ruleset's tokenizer).
 fn shell_words(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let (mut quoted, mut any) = (false, false);
-    for ch in line.chars() {
-        match ch {
-            '"' => {
-                quoted = !quoted;
-                any = true;
-            }
-            ' ' if !quoted => {
-                if any {
-                    out.push(std::mem::take(&mut cur));
-                    any = false;
-                }
-            }
-            c => {
-                cur.push(c);
-                any = true;
-            }
-        }
-    }
-    if any {
-        out.push(cur);
-    }
-    out
+    let mut words = Vec::new();
+    let _ = plumb_ruleset::iptables::words::split(line, 0, &mut words);
+    words.iter().map(|w| w.value(line).into_owned()).collect()
 }

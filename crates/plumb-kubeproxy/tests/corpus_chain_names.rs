@@ -9,33 +9,11 @@ fn corpus() -> PathBuf {
     Path::new("/work/shared/corpus/kube-proxy-iptables").to_path_buf()
 }
 
-/// Splits an iptables rule line into words, honouring double quotes.
+/// Splits an iptables rule line into words, honouring double quotes (iptables-restore's own word rules, via plumb-ruleset's tokenizer).
 fn words(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let (mut quoted, mut any) = (false, false);
-    for ch in line.chars() {
-        match ch {
-            '"' => {
-                quoted = !quoted;
-                any = true;
-            }
-            ' ' if !quoted => {
-                if any {
-                    out.push(std::mem::take(&mut cur));
-                    any = false;
-                }
-            }
-            _ => {
-                cur.push(ch);
-                any = true;
-            }
-        }
-    }
-    if any {
-        out.push(cur);
-    }
-    out
+    let mut words = Vec::new();
+    let _ = plumb_ruleset::iptables::words::split(line, 0, &mut words);
+    words.iter().map(|w| w.value(line).into_owned()).collect()
 }
 
 fn value_after<'a>(w: &'a [String], flag: &str) -> Option<&'a str> {
