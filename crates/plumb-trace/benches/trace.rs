@@ -5,9 +5,11 @@
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
-use plumb_trace::{Index, IndexOptions, Node, Origin, Packet, Proto, trace};
+use plumb_trace::{Index, IndexOptions, trace};
 use std::hint::black_box;
-use std::net::IpAddr;
+
+#[path = "support/workload.rs"]
+mod workload;
 
 fn bench(c: &mut Criterion) {
     let cluster = generate(&GeneratorConfig {
@@ -21,26 +23,9 @@ fn bench(c: &mut Criterion) {
     let parsed = plumb_ruleset::parse_bytes(text.as_bytes(), &Default::default()).unwrap();
     let rs = &parsed.ruleset;
     eprintln!("ruleset: {} rules", rs.rule_count());
-    let node = Node {
-        local_addrs: vec![plumb_trace::addr::Cidr::parse("192.168.122.10/24").unwrap()],
-        ..Node::default()
-    };
+    let node = workload::node();
     // Packets to services spread over the whole KUBE-SERVICES chain.
-    let packets: Vec<Packet> = cluster
-        .services
-        .iter()
-        .step_by(97)
-        .map(|s| {
-            let proto = if s.protocol == plumb_kubeproxy::Protocol::Udp {
-                Proto::Udp
-            } else {
-                Proto::Tcp
-            };
-            let mut p = Packet::new(IpAddr::V4(s.cluster_ip), s.port, proto, Origin::Pod);
-            p.src = Some("10.42.0.9".parse().unwrap());
-            p
-        })
-        .collect();
+    let packets = workload::packets(&cluster);
     let mut g = c.benchmark_group("trace-10k-services");
     let eager = |dispatch| IndexOptions {
         dispatch,

@@ -7,12 +7,14 @@
 //! `cargo run --release -p plumb-trace --example trace_cost [-- SERVICES [TRACES]]`
 
 use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
-use plumb_trace::{Index, IndexOptions, Node, Origin, Packet, Proto, trace};
+use plumb_trace::{Index, IndexOptions, trace};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
+
+#[path = "../benches/support/workload.rs"]
+mod workload;
 
 struct Counting;
 static ALLOCS: AtomicUsize = AtomicUsize::new(0);
@@ -92,25 +94,8 @@ fn main() {
         m.user,
         m.allocs
     );
-    let node = Node {
-        local_addrs: vec![plumb_trace::addr::Cidr::parse("192.168.122.10/24").unwrap()],
-        ..Node::default()
-    };
-    let packets: Vec<Packet> = cluster
-        .services
-        .iter()
-        .step_by(97)
-        .map(|s| {
-            let proto = if s.protocol == plumb_kubeproxy::Protocol::Udp {
-                Proto::Udp
-            } else {
-                Proto::Tcp
-            };
-            let mut p = Packet::new(IpAddr::V4(s.cluster_ip), s.port, proto, Origin::Pod);
-            p.src = Some("10.42.0.9".parse().unwrap());
-            p
-        })
-        .collect();
+    let node = workload::node();
+    let packets = workload::packets(&cluster);
     let eager = |dispatch| IndexOptions {
         dispatch,
         lazy: false,
