@@ -200,7 +200,7 @@ pub fn write_bundle(
         stage.file(node, &p)?;
     }
     if node.is_live() {
-        for (name, json) in network_probes(node, options).to_json() {
+        for (name, json) in network_probes(node, options, None).to_json() {
             stage.put(&format!("probes/{name}.json"), name, json.as_bytes())?;
         }
     }

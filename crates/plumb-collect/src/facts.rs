@@ -63,7 +63,6 @@ pub fn gather(node: &dyn Node, options: &GatherOptions) -> Facts {
     std::thread::scope(|s| {
         let rulesets = s.spawn(|| read_rulesets(node));
         let logs = s.spawn(|| (pod_logs(node, options), agent_logs(node, options)));
-        let probes = s.spawn(|| network_probes(node, options));
         let f = &mut facts;
         f.ip_tables_names = names_file(node, "/proc/net/ip_tables_names");
         f.ip6_tables_names = names_file(node, "/proc/net/ip6_tables_names");
@@ -135,6 +134,9 @@ pub fn gather(node: &dyn Node, options: &GatherOptions) -> Facts {
                 },
             })
             .collect();
+        // After the dumps, not beside them: the probes need kube-proxy's rules (is this a
+        // node, where is the API endpoint) and must not dump the ruleset a second time.
+        let p = network_probes(node, options, Some(&collected.ruleset));
         let any_ok = collected.tools.iter().any(|t| t.status == "ok");
         f.ruleset = if any_ok {
             let sources: Vec<&str> = f
@@ -150,7 +152,6 @@ pub fn gather(node: &dyn Node, options: &GatherOptions) -> Facts {
         let (pods, agents) = logs.join().expect("log thread");
         f.pod_logs = pods;
         f.agent_logs = agents;
-        let p = probes.join().expect("probe thread");
         f.kube_proxy_healthz = p.healthz;
         f.kube_proxy_livez = p.livez;
         f.api_readyz = p.readyz;
@@ -388,8 +389,9 @@ impl Probes {
 }
 
 /// kube-proxy's health server (127.0.0.1:10256), the local API server (6443) and the
-/// `kubernetes` Service ClusterIP — only on a running node.
-pub fn network_probes(node: &dyn Node, options: &GatherOptions) -> Probes {
+/// `kubernetes` Service ClusterIP — only on a running node. `rules`: the node's rulesets
+/// when already read (else its iptables-nft dump is read here).
+pub fn network_probes(node: &dyn Node, options: &GatherOptions, rules: Option<&Ruleset>) -> Probes {
     if !node.is_live() {
         return Probes {
             healthz: recorded(node, "kube-proxy-healthz"),
@@ -402,20 +404,25 @@ pub fn network_probes(node: &dyn Node, options: &GatherOptions) -> Probes {
     let t = options.probe_timeout;
     let ns = node.netns();
     let clusterip = kubernetes_clusterip(node);
-    let rules = node
-        .command(&NodeCommand::IptablesSave {
-            family: plumb_ruleset::Family::Ip,
-            backend: plumb_ruleset::Backend::IptablesNft,
-        })
-        .ok()
-        .map(|c| plumb_ruleset::iptables::save::parse(&c.text(), &Default::default()));
-    let api = api_endpoint(node, rules.as_ref());
+    let dumped;
+    let rules = match rules {
+        Some(r) => Some(r),
+        None => {
+            dumped = node
+                .command(&NodeCommand::IptablesSave {
+                    family: plumb_ruleset::Family::Ip,
+                    backend: plumb_ruleset::Backend::IptablesNft,
+                })
+                .ok()
+                .map(|c| plumb_ruleset::iptables::save::parse(&c.text(), &Default::default()));
+            dumped.as_ref()
+        }
+    };
+    let api = api_endpoint(node, rules);
     // Only a Kubernetes node translates the ClusterIP locally; elsewhere the SYN would
     // leave the machine, so it is not sent.
     let kube_node = node.file(RKE2_CONFIG).is_ok()
-        || rules
-            .as_ref()
-            .is_some_and(|rs| rs.tables.iter().any(|t| t.chain("KUBE-SERVICES").is_some()));
+        || rules.is_some_and(|rs| rs.tables.iter().any(|t| t.chain("KUBE-SERVICES").is_some()));
     let result = probe::in_netns(ns, move || {
         std::thread::scope(|s| {
             let health = SocketAddr::from(([127, 0, 0, 1], 10256));
