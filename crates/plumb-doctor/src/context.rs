@@ -76,13 +76,6 @@ impl<'a> Ctx<'a> {
             })
             .collect()
     }
-
-    /// A finding of the ruleset checks by id, when it is a problem.
-    pub fn ruleset_problem(&self, id: &str) -> Option<&Finding> {
-        self.ruleset_findings
-            .iter()
-            .find(|f| f.id == id && f.status == plumb_check::Status::Problem)
-    }
 }
 
 /// Evidence for a log line.

@@ -123,8 +123,6 @@ pub struct Conclusion {
     pub confidence: Confidence,
     /// Problem finding ids the root cause explains.
     pub supporting: Vec<String>,
-    /// Other candidates considered, with their scores (for the report's "also considered").
-    pub alternatives: Vec<(String, u32)>,
 }
 
 fn weight(s: Severity) -> u32 {
@@ -175,7 +173,6 @@ pub fn conclude(findings: &[Finding]) -> Option<Conclusion> {
             root_cause: worst.id.clone(),
             confidence: Confidence::Low,
             supporting: Vec::new(),
-            alternatives: Vec::new(),
         });
     }
     let (root, _, supporting) = scored.first().cloned()?;
@@ -188,11 +185,6 @@ pub fn conclude(findings: &[Finding]) -> Option<Conclusion> {
         root_cause: root,
         confidence,
         supporting,
-        alternatives: scored
-            .iter()
-            .skip(1)
-            .map(|(c, s, _)| (c.clone(), *s))
-            .collect(),
     })
 }
 
