@@ -36,9 +36,7 @@ fn actor_subcommand_is_hidden() {
 
 #[test]
 fn up_status_exec_down_end_to_end() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root");
+    if !plumb_testkit::privileged(&[]) {
         return;
     }
     let _ = plumb(&["lab", "down"]);

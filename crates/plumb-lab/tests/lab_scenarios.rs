@@ -10,12 +10,7 @@ use plumb_lab::probe::Connect;
 use plumb_lab::{Lab, LabOptions, Scenario};
 
 fn root_or_skip() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (network namespaces, iptables)");
-        return false;
-    }
-    true
+    plumb_testkit::privileged(&[])
 }
 
 fn up(scenario: Scenario) -> Lab {
