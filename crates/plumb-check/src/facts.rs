@@ -8,6 +8,7 @@ use crate::finding::Evidence;
 use plumb_kubeproxy::recover::{ServiceMap, recover};
 use plumb_ruleset::fasthash::FxHasher;
 use plumb_ruleset::iptables::TARGET_EXTENSIONS;
+use plumb_ruleset::parallel::join;
 use plumb_ruleset::{Backend, Chain, Completeness, Family, Rule, RuleBody, Ruleset, Table};
 use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
@@ -94,12 +95,17 @@ pub struct Facts<'a> {
 
 impl<'a> Facts<'a> {
     pub fn new(ruleset: &'a Ruleset, origin: Origin, partial_flag: bool) -> Facts<'a> {
+        // Independent passes over the whole ruleset: one per core on big dumps.
+        let (services, refs) = join(
+            || recover(ruleset),
+            || ruleset.tables.iter().map(TableRefs::new).collect(),
+        );
         Facts {
             ruleset,
             origin,
             partial_flag,
-            services: recover(ruleset),
-            refs: ruleset.tables.iter().map(TableRefs::new).collect(),
+            services,
+            refs,
         }
     }
 

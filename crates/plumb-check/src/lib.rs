@@ -17,11 +17,18 @@ pub use facts::{Facts, Origin};
 pub use finding::{Evidence, Finding, Severity, Status};
 
 /// Runs every check and returns the findings sorted for display (problems first, worst first).
+/// The checks are independent and split over the cores (a 10k-service dump takes tens of
+/// milliseconds per check).
 pub fn run(facts: &Facts) -> Vec<Finding> {
-    let mut out = Vec::new();
-    for c in checks::ALL {
-        out.extend((c.check)(facts));
-    }
+    let mut all: Vec<&checks::Check> = checks::ALL.iter().collect();
+    let parts = plumb_ruleset::parallel::map_chunks(&mut all, 1, |chunk| {
+        let mut out = Vec::new();
+        for c in chunk.iter() {
+            out.extend((c.check)(facts));
+        }
+        out
+    });
+    let mut out: Vec<Finding> = parts.into_iter().flatten().collect();
     finding::sort(&mut out);
     out
 }

@@ -184,6 +184,16 @@ fn generated_cluster_round_trips_field_by_field() {
 }
 
 #[test]
+fn a_cluster_split_over_worker_threads_round_trips() {
+    // Recovery splits service ports over the cores from 1,024 per thread up: 3,000
+    // services cross the chunk boundaries on any machine with more than one core.
+    round_trip(
+        &GeneratorConfig::all_features(3000, 2),
+        &ProxierOptions::default(),
+    );
+}
+
+#[test]
 fn large_cluster_mode_without_endpoint_comments_round_trips() {
     // Above 1000 endpoints kube-proxy drops comments from endpoint rules.
     let options = ProxierOptions {

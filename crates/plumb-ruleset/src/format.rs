@@ -6,7 +6,7 @@
 
 use crate::diagnostic::InputError;
 use crate::iptables::save::IptablesInput;
-use crate::model::{Backend, Completeness, Family, Ruleset};
+use crate::model::{Backend, Completeness, Family, Ruleset, SourceText};
 use serde::Serialize;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -101,18 +101,23 @@ pub struct Parsed {
 
 /// Checks that `bytes` can be ruleset text: size, no NUL, UTF-8.
 pub fn as_text(bytes: &[u8], max_size: usize) -> Result<&str, InputError> {
+    check_size_and_binary(bytes, max_size)?;
+    std::str::from_utf8(bytes).map_err(|e| InputError::NotUtf8 {
+        offset: e.valid_up_to(),
+    })
+}
+
+fn check_size_and_binary(bytes: &[u8], max_size: usize) -> Result<(), InputError> {
     if bytes.len() > max_size {
         return Err(InputError::TooLarge {
             size: bytes.len(),
             limit: max_size,
         });
     }
-    if let Some(offset) = bytes.iter().position(|&b| b == 0) {
-        return Err(InputError::Binary { offset });
+    match bytes.iter().position(|&b| b == 0) {
+        Some(offset) => Err(InputError::Binary { offset }),
+        None => Ok(()),
     }
-    std::str::from_utf8(bytes).map_err(|e| InputError::NotUtf8 {
-        offset: e.valid_up_to(),
-    })
 }
 
 /// Guesses the format from the first meaningful lines.
@@ -186,19 +191,21 @@ pub fn table_from_file_name(name: &str) -> Option<&'static str> {
 
 /// Reads `bytes` in the given or detected format.
 pub fn parse_bytes(bytes: &[u8], options: &ParseOptions) -> Result<Parsed, InputError> {
-    let source: Arc<str> = Arc::from(as_text(bytes, options.max_size)?);
+    let source = Arc::new(as_text(bytes, options.max_size)?.to_string());
     parse_source(source, options)
 }
 
 /// Like [`parse_bytes`], taking the input by value so that it is freed as soon as the
 /// rules' shared copy of it exists (peak memory: one input less).
 pub fn parse_owned(bytes: Vec<u8>, options: &ParseOptions) -> Result<Parsed, InputError> {
-    let source: Arc<str> = Arc::from(as_text(&bytes, options.max_size)?);
-    drop(bytes);
-    parse_source(source, options)
+    check_size_and_binary(&bytes, options.max_size)?;
+    let text = String::from_utf8(bytes).map_err(|e| InputError::NotUtf8 {
+        offset: e.utf8_error().valid_up_to(),
+    })?;
+    parse_source(Arc::new(text), options)
 }
 
-fn parse_source(source: Arc<str>, options: &ParseOptions) -> Result<Parsed, InputError> {
+fn parse_source(source: SourceText, options: &ParseOptions) -> Result<Parsed, InputError> {
     let text = &*source;
     let format = match options.format {
         Some(f) => f,

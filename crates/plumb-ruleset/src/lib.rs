@@ -14,6 +14,7 @@ pub use diagnostic::{Diagnostic, InputError, Severity};
 pub use model::*;
 pub mod format;
 pub mod owner;
+pub mod parallel;
 
 pub use format::{Format, ParseOptions, Parsed, parse_bytes};
 pub mod diff;

