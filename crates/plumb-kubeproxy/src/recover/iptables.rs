@@ -609,10 +609,12 @@ fn endpoint_cascade<'a>(
     for rule in &chain.rules {
         // The masquerade-mark rule only fills in what KUBE-SERVICES did not say (name,
         // protocol, ClusterIP): skip it unindexed when all of that is known already.
-        if rule.xt_target().is_some_and(|t| t.name == "KUBE-MARK-MASQ") {
-            if b.name.is_some() && b.protocol.is_some() && b.cluster_ip.is_some() {
-                continue;
-            }
+        if rule.xt_target().is_some_and(|t| t.name == "KUBE-MARK-MASQ")
+            && b.name.is_some()
+            && b.protocol.is_some()
+            && b.cluster_ip.is_some()
+        {
+            continue;
         }
         let Some(r) = R::new(rule, buf) else { continue };
         let Some(target) = r.target() else { continue };
