@@ -3,6 +3,9 @@
 //! `iptables -S` / `--list-rules` (no table header; the caller names the table).
 //!
 //! One pass, one line at a time; a bad line becomes a diagnostic and reading goes on.
+//! What a rule line says on its own (its words, problems and target, [`Prepared`]) is
+//! worked out ahead of the reader, for blocks of lines on all cores when the input is
+//! big; the reader, which owns the table state, consumes it in line order.
 
 use super::rule::{IndexScratch, SpecProblem, XtCell, XtRule};
 use super::words::{SplitError, Word, split};
@@ -12,6 +15,8 @@ use crate::model::{
     Backend, BaseChain, Chain, Completeness, Counters, Family, Hook, Location, Policy, Rule,
     RuleBody, RuleText, Ruleset, SourceText, Table,
 };
+use crate::parallel::map_chunks;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// What the caller knows about an iptables text.
@@ -88,14 +93,121 @@ struct Reader<'o, 't> {
     last_chain: Option<(usize, usize)>, // (table generation, chain index) cache
     generation: usize,
     restore_commands: bool,
-    word_buf: Vec<Word>,
-    scratch: IndexScratch,
-    problems: Vec<SpecProblem>,
+    bufs: PrepareBufs,
     /// The whole input; rule texts are spans of it.
     source: SourceText,
     /// Byte offset of the current line in `source`.
     line_start: usize,
+    /// Rule lines of the current block, prepared ahead, in line order.
+    prepared: VecDeque<Prepared>,
 }
+
+/// What one rule line says on its own, without the table state: worked out on any
+/// thread, then taken by [`Reader::rule`].
+struct Prepared {
+    line: u32,
+    spec_at: usize,
+    cell: XtCell,
+    /// From a trailing `-c PACKETS BYTES`.
+    counters: Option<Counters>,
+    diagnostics: Vec<Diagnostic>,
+}
+
+/// Per-thread buffers for [`prepare`].
+#[derive(Default)]
+struct PrepareBufs {
+    words: Vec<Word>,
+    scratch: IndexScratch,
+    problems: Vec<SpecProblem>,
+}
+
+/// Splits and validates the rule spec starting at `spec_at` of line `n`.
+fn prepare(line: &str, spec_at: usize, n: u32, bufs: &mut PrepareBufs) -> Prepared {
+    let words = &mut bufs.words;
+    words.clear();
+    let mut diagnostics = Vec::new();
+    if let Err(e) = split(line, spec_at, words) {
+        let (offset, msg) = match e {
+            SplitError::UnterminatedQuote { offset } => (offset, "unterminated quote"),
+            SplitError::WordTooLong { offset } => (offset, "word longer than 65535 bytes"),
+        };
+        let col = column_of(line, offset);
+        diagnostics.push(Diagnostic::error(n, col, msg, &line[offset..]));
+        // Keep the line verbatim as an unparsed rule: split what we can.
+        words.clear();
+    }
+    // `iptables -v -S` appends "-c PACKETS BYTES"; restore payloads may too.
+    let mut spec_end = line.len();
+    let mut counters = None;
+    if words.len() >= 3 && words[words.len() - 3].raw(line) == "-c" {
+        let p = words[words.len() - 2].raw(line).parse().ok();
+        let b = words[words.len() - 1].raw(line).parse().ok();
+        if let (Some(packets), Some(bytes)) = (p, b) {
+            counters = Some(Counters { packets, bytes });
+            spec_end = words[words.len() - 3].start as usize;
+            words.truncate(words.len() - 3);
+        }
+    }
+    bufs.problems.clear();
+    XtRule::validate(line, words, &mut bufs.scratch, &mut bufs.problems);
+    let cell = XtCell::parsed(spec_at..spec_end, words, &bufs.scratch);
+    for p in bufs.problems.drain(..) {
+        let col = column_of(line, p.offset);
+        let text = line.get(p.offset..).unwrap_or("");
+        diagnostics.push(Diagnostic::error(n, col, p.message, text));
+    }
+    Prepared {
+        line: n,
+        spec_at,
+        cell,
+        counters,
+        diagnostics,
+    }
+}
+
+/// Where the rule spec starts when the reader will read `line` as a rule (`-A CHAIN`,
+/// `-I CHAIN [N]`, optionally after `[packets:bytes]`). Mirrors [`Reader::line`],
+/// [`Reader::counted_rule`] and [`Reader::command`]; a line they read otherwise is
+/// prepared for nothing, and a rule line this misses is prepared by the reader itself.
+fn rule_spec_at(line: &str) -> Option<usize> {
+    let trimmed = line.trim_start();
+    let indent = line.len() - trimmed.len();
+    let at = match trimmed.as_bytes().first()? {
+        b'-' => indent,
+        b'[' => {
+            let rest = indent + trimmed.find(']')? + 1;
+            rest + (line.len() - rest - line[rest..].trim_start().len())
+        }
+        _ => return None,
+    };
+    let (cmd, after_cmd) = split_word(&line[at..]);
+    let (arg, after_arg) = split_word(after_cmd);
+    let insert = match cmd {
+        "-A" | "--append" => false,
+        "-I" | "--insert" => true,
+        _ => return None,
+    };
+    (!arg.is_empty()).then(|| rule_spec(line, after_arg, insert).0)
+}
+
+/// The spec start and insert position of an `-A`/`-I` command whose chain argument is
+/// followed by `after_arg`.
+fn rule_spec(line: &str, after_arg: &str, insert: bool) -> (usize, Option<usize>) {
+    let spec_at = line.len() - after_arg.len();
+    if !insert {
+        return (spec_at, None);
+    }
+    let (num, after_num) = split_word(after_arg);
+    match num.parse::<usize>() {
+        Ok(p) => (line.len() - after_num.len(), Some(p)),
+        Err(_) => (spec_at, Some(1)),
+    }
+}
+
+/// Lines per block read ahead: bounds the prepared rules held at once (~100 bytes each).
+const BLOCK_LINES: usize = 16 * 1024;
+/// Rule lines per thread below which preparation stays on the reader's thread.
+const MIN_LINES_PER_WORKER: usize = 4 * 1024;
 
 /// Reads iptables text (save, restore or `-S` format).
 pub fn parse(text: &str, input: &IptablesInput) -> Ruleset {
@@ -115,23 +227,41 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
         last_chain: None,
         generation: 0,
         restore_commands: false,
-        word_buf: Vec::with_capacity(32),
-        scratch: IndexScratch::default(),
-        problems: Vec::new(),
+        bufs: PrepareBufs::default(),
         source,
         line_start: 0,
+        prepared: VecDeque::new(),
     };
     if let Some(t) = &input.table {
         r.open_table(t, Location { line: 1, column: 1 });
     }
     let mut line_no = 0u32;
     let mut offset = 0usize;
-    for raw_line in text.split('\n') {
-        line_no += 1;
-        r.line_start = offset;
-        offset += raw_line.len() + 1;
-        let line = raw_line.strip_suffix('\r').unwrap_or(raw_line);
-        r.line(line, line_no);
+    let mut lines = text.split('\n');
+    let mut block: Vec<(u32, usize, &str)> = Vec::with_capacity(BLOCK_LINES);
+    loop {
+        block.clear();
+        for raw_line in lines.by_ref().take(BLOCK_LINES) {
+            line_no += 1;
+            let line = raw_line.strip_suffix('\r').unwrap_or(raw_line);
+            block.push((line_no, offset, line));
+            offset += raw_line.len() + 1;
+        }
+        if block.is_empty() {
+            break;
+        }
+        let parts = map_chunks(&mut block, MIN_LINES_PER_WORKER, |chunk| {
+            let mut bufs = PrepareBufs::default();
+            chunk
+                .iter()
+                .filter_map(|&(n, _, line)| Some(prepare(line, rule_spec_at(line)?, n, &mut bufs)))
+                .collect::<Vec<_>>()
+        });
+        r.prepared = parts.into_iter().flatten().collect();
+        for &(n, start, line) in &block {
+            r.line_start = start;
+            r.line(line, n);
+        }
     }
     r.finish(line_no)
 }
@@ -387,18 +517,11 @@ impl<'t> Reader<'_, 't> {
                 if !self.table_or_error(loc, "rule", line) {
                     return;
                 }
-                let mut spec_at = line.len() - after_arg.len();
-                let mut insert_at = None;
-                if cmd.starts_with("-I") || cmd == "--insert" {
+                let insert = matches!(cmd, "-I" | "--insert");
+                if insert {
                     self.restore_commands = true;
-                    let (num, after_num) = split_word(after_arg);
-                    if let Ok(p) = num.parse::<usize>() {
-                        insert_at = Some(p);
-                        spec_at = line.len() - after_num.len();
-                    } else {
-                        insert_at = Some(1);
-                    }
                 }
+                let (spec_at, insert_at) = rule_spec(line, after_arg, insert);
                 self.rule(line, arg, arg_offset, spec_at, counters, insert_at, loc);
             }
             "-N" | "--new-chain" => {
@@ -480,46 +603,25 @@ impl<'t> Reader<'_, 't> {
         chain: &'t str,
         chain_offset: usize,
         spec_at: usize,
-        mut counters: Option<Counters>,
+        counters: Option<Counters>,
         insert_at: Option<usize>,
         loc: Location,
     ) {
-        let mut words = std::mem::take(&mut self.word_buf);
-        words.clear();
-        if let Err(e) = split(line, spec_at, &mut words) {
-            let (offset, msg) = match e {
-                SplitError::UnterminatedQuote { offset } => (offset, "unterminated quote"),
-                SplitError::WordTooLong { offset } => (offset, "word longer than 65535 bytes"),
-            };
-            let col = column_of(line, offset);
-            self.diag(Diagnostic::error(loc.line, col, msg, &line[offset..]));
-            // Keep the line verbatim as an unparsed rule: split what we can.
-            words.clear();
+        let n = loc.line;
+        while self.prepared.front().is_some_and(|p| p.line < n) {
+            self.prepared.pop_front();
         }
-        // `iptables -v -S` appends "-c PACKETS BYTES"; restore payloads may too.
-        let mut spec_end = line.len();
-        if words.len() >= 3 && words[words.len() - 3].raw(line) == "-c" {
-            let p = words[words.len() - 2].raw(line).parse().ok();
-            let b = words[words.len() - 1].raw(line).parse().ok();
-            if let (Some(packets), Some(bytes)) = (p, b) {
-                counters = Some(Counters { packets, bytes });
-                spec_end = words[words.len() - 3].start as usize;
-                words.truncate(words.len() - 3);
+        let prepared = match self.prepared.pop_front() {
+            Some(p) if p.line == n && p.spec_at == spec_at => p,
+            other => {
+                // Not prepared ahead (or read differently): prepare it here.
+                if let Some(p) = other {
+                    self.prepared.push_front(p);
+                }
+                prepare(line, spec_at, n, &mut self.bufs)
             }
-        }
-        let mut problems = std::mem::take(&mut self.problems);
-        problems.clear();
-        XtRule::validate(line, &words, &mut self.scratch, &mut problems);
-        let cell = XtCell::parsed(spec_at..spec_end, &words, &self.scratch);
-        self.word_buf = words;
-        for p in problems.drain(..) {
-            let col = column_of(line, p.offset);
-            let text = line.get(p.offset..).unwrap_or("");
-            self.ruleset
-                .diagnostics
-                .push(Diagnostic::error(loc.line, col, p.message, text));
-        }
-        self.problems = problems;
+        };
+        self.ruleset.diagnostics.extend(prepared.diagnostics);
         let chain_idx = self.chain_index(chain, chain_offset, loc, line);
         let text = RuleText::span(&self.source, self.line_start..self.line_start + line.len());
         let st = self.current.as_mut().expect("checked by caller");
@@ -527,10 +629,11 @@ impl<'t> Reader<'_, 't> {
         let rule = Rule {
             position: 0,
             location: loc,
-            counters,
+            // A trailing `-c` wins over `[packets:bytes]`.
+            counters: prepared.counters.or(counters),
             // Word spans index this exact text: keep it as read (no trimming).
             text,
-            body: RuleBody::Xt(cell),
+            body: RuleBody::Xt(prepared.cell),
         };
         match insert_at {
             Some(p) if p >= 1 && p <= rules.len() + 1 => rules.insert(p - 1, rule),
