@@ -145,7 +145,7 @@ pub fn detect(text: &str) -> Result<Format, InputError> {
         if line.starts_with("-P ") || line.starts_with("-N ") || line.starts_with("-A ") {
             return Ok(Format::IptablesListRules);
         }
-        if line.starts_with("table ") {
+        if line.starts_with("table ") || crate::nft::text::is_script_command(line) {
             return Ok(Format::NftText);
         }
         if line.starts_with('[') && line.contains(":") && line.contains("-A ") {

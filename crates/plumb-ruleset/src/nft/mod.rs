@@ -9,7 +9,7 @@
 //! model stays as [`StatementKind::Other`] with its text: nothing read is dropped.
 
 mod json;
-mod text;
+pub(crate) mod text;
 
 pub use json::parse_json;
 pub use text::parse_text;

@@ -7,6 +7,12 @@
 //! on; input that ends inside a block, stray braces and elision lines (`....`)
 //! mark the result [`Completeness::Truncated`]. No regex, no per-character
 //! allocation.
+//!
+//! The same reader takes nft scripts (`nft -f` input): `add table|chain|set|map|rule|
+//! element ...`, `insert rule`, `flush ...` and `delete ...` commands, as kube-proxy's
+//! nftables mode writes its transactions. A script changes kernel state the text does
+//! not show, so its ruleset is [`Completeness::Partial`] (like an iptables-restore
+//! payload): it says what the script writes, not what the kernel holds.
 
 use super::{
     NatKind, NftRule, NftSet, Op, SetElement, SetKind, Statement, StatementKind, Value, Verdict,
@@ -165,6 +171,7 @@ pub fn parse_text(text: &str) -> Ruleset {
         ruleset: Ruleset::default(),
         rule_buf: Vec::new(),
         chain_index: HashMap::new(),
+        script_noted: false,
     };
     r.ruleset.diagnostics = diags;
     r.top();
@@ -182,6 +189,8 @@ struct Reader<'a> {
     /// (table index, chain name) -> chain index: chains are looked up once each,
     /// and kube-proxy tables have tens of thousands of them.
     chain_index: HashMap<(usize, &'a str), usize>,
+    /// The note that the input is an nft script was given.
+    script_noted: bool,
 }
 
 const FAMILIES: &[&str] = &["ip", "ip6", "inet", "arp", "bridge", "netdev"];
@@ -212,6 +221,36 @@ const OBJECTS: &[&str] = &[
     "tunnel",
     "ct",
 ];
+
+/// Whether `VERB OBJECT` is an nft script command that builds or changes a ruleset.
+fn builds_ruleset(verb: &str, object: &str) -> bool {
+    matches!(
+        (verb, object),
+        (
+            "add" | "create",
+            "table" | "chain" | "set" | "map" | "rule" | "element"
+        ) | ("insert", "rule")
+            | ("flush", "ruleset" | "table" | "chain" | "set" | "map")
+            | (
+                "delete" | "destroy",
+                "table" | "chain" | "set" | "map" | "rule" | "element"
+            )
+    )
+}
+
+/// Whether a line starts an nft script command (`add table ...`, `flush ruleset`):
+/// format detection.
+pub(crate) fn is_script_command(line: &str) -> bool {
+    let mut w = line.split_ascii_whitespace();
+    matches!((w.next(), w.next()), (Some(v), Some(o)) if builds_ruleset(v, o))
+}
+
+/// Rules' 1-based positions after an insert or a removal.
+fn renumber(rules: &mut [Rule]) {
+    for (i, r) in rules.iter_mut().enumerate() {
+        r.position = i as u32 + 1;
+    }
+}
 
 fn is_elision(w: &str) -> bool {
     !w.is_empty() && w.chars().all(|c| c == '.' || c == '…') && (w.len() >= 3 || w == "…")
@@ -323,6 +362,8 @@ impl<'a> Reader<'a> {
                             "input is truncated here (an elision line, not nft syntax)",
                         );
                         self.skip_statement();
+                    } else if self.script_command() {
+                        // Read as a script command.
                     } else if COMMANDS.contains(&w) {
                         let stmt = self.skip_statement();
                         self.note(
@@ -352,7 +393,282 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// One command of an nft script (`nft -f` input) at the top level. Returns false,
+    /// consuming nothing, when the statement is not a command that builds or changes a
+    /// ruleset (`list`, `monitor`, `add counter` ... are noted and skipped by the caller).
+    fn script_command(&mut self) -> bool {
+        let verb_tok = self.toks[self.pos];
+        let verb = self.s(&verb_tok);
+        let Some(obj_tok) = self
+            .toks
+            .get(self.pos + 1)
+            .copied()
+            .filter(|t| t.kind == Tok::Word)
+        else {
+            return false;
+        };
+        let object = self.s(&obj_tok);
+        if !builds_ruleset(verb, object) {
+            return false;
+        }
+        if self.ruleset.completeness == Completeness::Full {
+            self.ruleset.completeness = Completeness::Partial;
+        }
+        if !self.script_noted {
+            self.script_noted = true;
+            let line = self.text[verb_tok.line_start..]
+                .lines()
+                .next()
+                .unwrap_or("");
+            self.note(
+                &verb_tok,
+                "an nft script (commands for `nft -f`, like kube-proxy's nftables transactions): it changes kernel state this text does not show, so the ruleset read is partial",
+                line,
+            );
+        }
+        self.pos += 1;
+        if object == "ruleset" {
+            self.pos += 1;
+            self.ruleset.tables.clear();
+            self.chain_index.clear();
+            self.end_of_command(verb_tok);
+            return true;
+        }
+        if object == "table" && matches!(verb, "add" | "create") {
+            self.table_header(true);
+            self.end_of_command(verb_tok);
+            return true;
+        }
+        self.pos += 1;
+        let words = if object == "table" { 1 } else { 2 };
+        let Some((family, path)) = self.object_path(words) else {
+            let stmt = self.skip_statement();
+            self.error(
+                &verb_tok,
+                format!(
+                    "expected '{verb} {object} [FAMILY] {}'",
+                    if words == 1 { "NAME" } else { "TABLE NAME" }
+                ),
+                stmt,
+            );
+            return true;
+        };
+        let loc = self.loc(&obj_tok);
+        let ti = self.table_index(family, path[0], loc);
+        match (verb, object) {
+            ("add" | "create", "chain") => {
+                let ci = self.chain_of(ti, path[1], loc);
+                if self.peek().is_some_and(|t| t.kind == Tok::LBrace) {
+                    self.pos += 1;
+                    self.chain_body(ti, ci, obj_tok, path[1]);
+                }
+            }
+            ("add" | "create", "set" | "map") => {
+                let kind = if object == "map" {
+                    SetKind::Map
+                } else {
+                    SetKind::Set
+                };
+                let mut set = NftSet {
+                    name: path[1].into(),
+                    kind,
+                    location: loc,
+                    ..NftSet::default()
+                };
+                if self.peek().is_some_and(|t| t.kind == Tok::LBrace) {
+                    self.pos += 1;
+                    self.set_body(&mut set, obj_tok);
+                }
+                let sets = &mut self.ruleset.tables[ti].sets;
+                match sets.iter_mut().find(|s| s.name == set.name) {
+                    // `add` of an existing set keeps it (and its elements).
+                    Some(existing) => existing.elements.append(&mut set.elements),
+                    None => sets.push(set),
+                }
+            }
+            ("add" | "insert", "rule") => {
+                let ci = self.chain_of(ti, path[1], loc);
+                if let Some(w) = self.peek_word()
+                    && matches!(w, "position" | "index" | "handle")
+                {
+                    let at = self.toks[self.pos];
+                    self.pos += 2;
+                    self.note(
+                        &at,
+                        format!(
+                            "'{w} N' is not followed: the rule is placed at the chain's {}",
+                            if verb == "insert" { "start" } else { "end" }
+                        ),
+                        w,
+                    );
+                }
+                let before = self.ruleset.tables[ti].chains[ci].rules.len();
+                self.rule(ti, ci);
+                let rules = &mut self.ruleset.tables[ti].chains[ci].rules;
+                if verb == "insert" && rules.len() > before {
+                    rules.rotate_right(1);
+                    renumber(rules);
+                }
+                return true;
+            }
+            ("add" | "create" | "delete" | "destroy", "element") => {
+                let existing = self.ruleset.tables[ti]
+                    .sets
+                    .iter()
+                    .position(|s| &*s.name == path[1]);
+                let adding = matches!(verb, "add" | "create");
+                let mut list = match existing {
+                    // `delete element` lists keys only: read them as a plain set.
+                    Some(si) if adding => NftSet {
+                        name: path[1].into(),
+                        kind: self.ruleset.tables[ti].sets[si].kind,
+                        value_type: self.ruleset.tables[ti].sets[si].value_type.clone(),
+                        ..NftSet::default()
+                    },
+                    _ => NftSet {
+                        name: path[1].into(),
+                        location: loc,
+                        ..NftSet::default()
+                    },
+                };
+                if self.peek().is_some_and(|t| t.kind == Tok::LBrace) {
+                    self.pos += 1;
+                    self.element_list(&mut list, obj_tok);
+                } else {
+                    let stmt = self.skip_statement();
+                    self.error(&obj_tok, "expected '{ ELEMENT, ... }'", stmt);
+                    return true;
+                }
+                let sets = &mut self.ruleset.tables[ti].sets;
+                match (existing, verb) {
+                    (Some(si), "add" | "create") => sets[si].elements.append(&mut list.elements),
+                    (Some(si), _) => sets[si]
+                        .elements
+                        .retain(|e| !list.elements.iter().any(|d| d.key_text == e.key_text)),
+                    // Elements of a set the script does not declare: it exists in the
+                    // kernel; keep what is added under its name.
+                    (None, "add" | "create") => sets.push(list),
+                    (None, _) => {}
+                }
+            }
+            ("flush", "chain") => {
+                if let Some(&ci) = self.chain_index.get(&(ti, path[1])) {
+                    self.ruleset.tables[ti].chains[ci].rules.clear();
+                }
+            }
+            ("flush", "set" | "map") => {
+                if let Some(set) = self.ruleset.tables[ti]
+                    .sets
+                    .iter_mut()
+                    .find(|s| &*s.name == path[1])
+                {
+                    set.elements.clear();
+                }
+            }
+            ("flush", "table") => {
+                let table = &mut self.ruleset.tables[ti];
+                table.chains.iter_mut().for_each(|c| c.rules.clear());
+                table.sets.iter_mut().for_each(|s| s.elements.clear());
+            }
+            (_, "chain") => self.delete_chain(ti, path[1]),
+            (_, "set" | "map") => self.ruleset.tables[ti].sets.retain(|s| &*s.name != path[1]),
+            (_, "rule") => {
+                let handle = match (self.peek_word(), self.toks.get(self.pos + 1)) {
+                    (Some("handle"), Some(h)) => self.s(h).parse::<u64>().ok(),
+                    _ => None,
+                };
+                self.pos = (self.pos + 2).min(self.toks.len());
+                match (handle, self.chain_index.get(&(ti, path[1])).copied()) {
+                    (Some(h), Some(ci)) => {
+                        let rules = &mut self.ruleset.tables[ti].chains[ci].rules;
+                        rules.retain(|r| match &r.body {
+                            RuleBody::Nft(n) => n.handle != Some(h),
+                            _ => true,
+                        });
+                        renumber(rules);
+                    }
+                    (None, _) => self.error(
+                        &obj_tok,
+                        "expected 'delete rule [FAMILY] TABLE CHAIN handle N'",
+                        object,
+                    ),
+                    _ => {}
+                }
+            }
+            _ => self.delete_table(ti),
+        }
+        self.end_of_command(verb_tok);
+        true
+    }
+
+    /// `[FAMILY] NAME...`: `words` names after an optional family, up to a brace or the
+    /// end of the statement.
+    fn object_path(&mut self, words: usize) -> Option<(Family, [&'a str; 2])> {
+        let mut found: Vec<&'a str> = Vec::with_capacity(3);
+        while found.len() < words + 1 {
+            match self.toks.get(self.pos + found.len()) {
+                Some(t) if t.kind == Tok::Word => found.push(self.s(t)),
+                _ => break,
+            }
+        }
+        let has_family = found.len() > words && FAMILIES.contains(&found[0]);
+        if found.len() < words {
+            return None;
+        }
+        let family = match has_family {
+            true => Family::parse(found[0]).unwrap_or(Family::Ip),
+            false => Family::Ip,
+        };
+        let names = &found[usize::from(has_family)..usize::from(has_family) + words];
+        self.pos += usize::from(has_family) + words;
+        let first = unquote(names[0]);
+        let second = names.get(1).map_or("", |n| unquote(n));
+        Some((family, [first, second]))
+    }
+
+    /// After a command: nothing but the end of the statement may follow.
+    fn end_of_command(&mut self, verb: Token) {
+        let rest = self.skip_statement();
+        if !rest.trim().is_empty() {
+            let text = rest.to_string();
+            self.error(
+                &verb,
+                format!("unexpected '{text}' after the command"),
+                &text,
+            );
+        }
+    }
+
+    fn delete_chain(&mut self, ti: usize, name: &'a str) {
+        let Some(ci) = self.chain_index.remove(&(ti, name)) else {
+            return;
+        };
+        let table = &mut self.ruleset.tables[ti];
+        table.chains.remove(ci);
+        table.deleted_chains.push(name.into());
+        for ((t, _), i) in self.chain_index.iter_mut() {
+            if *t == ti && *i > ci {
+                *i -= 1;
+            }
+        }
+    }
+
+    fn delete_table(&mut self, ti: usize) {
+        self.ruleset.tables.remove(ti);
+        self.chain_index = std::mem::take(&mut self.chain_index)
+            .into_iter()
+            .filter(|((t, _), _)| *t != ti)
+            .map(|((t, n), i)| ((if t > ti { t - 1 } else { t }, n), i))
+            .collect();
+    }
+
     fn table(&mut self) {
+        self.table_header(false);
+    }
+
+    /// `table [FAMILY] NAME {` ... `}`. From a script (`add table [FAMILY] NAME [{ .. }]`)
+    /// the block is optional.
+    fn table_header(&mut self, script: bool) {
         let kw = self.toks[self.pos];
         self.pos += 1;
         let mut family = Family::Ip;
@@ -374,8 +690,17 @@ impl<'a> Reader<'a> {
                 return;
             }
         };
+        let loc = self.loc(&kw);
         match self.peek() {
             Some(t) if t.kind == Tok::LBrace => self.pos += 1,
+            Some(t) if script && matches!(t.kind, Tok::Newline | Tok::Semi | Tok::Comment) => {
+                self.table_index(family, name, loc);
+                return;
+            }
+            None if script => {
+                self.table_index(family, name, loc);
+                return;
+            }
             Some(t) => {
                 let stmt = self.skip_statement();
                 self.error(
@@ -390,8 +715,13 @@ impl<'a> Reader<'a> {
                 return;
             }
         }
-        let loc = self.loc(&kw);
-        let ti = match self
+        let ti = self.table_index(family, name, loc);
+        self.table_body(ti, kw);
+    }
+
+    /// The table `family name`, created when new.
+    fn table_index(&mut self, family: Family, name: &str, loc: Location) -> usize {
+        match self
             .ruleset
             .tables
             .iter()
@@ -404,8 +734,7 @@ impl<'a> Reader<'a> {
                     .push(Table::new(family, Backend::Nftables, name, loc));
                 self.ruleset.tables.len() - 1
             }
-        };
-        self.table_body(ti, kw);
+        }
     }
 
     fn table_body(&mut self, ti: usize, kw: Token) {
@@ -508,12 +837,21 @@ impl<'a> Reader<'a> {
         let Some((kw, name)) = self.block_header("chain") else {
             return;
         };
-        let loc = self.loc(&kw);
+        let ci = self.chain_of(ti, name, self.loc(&kw));
+        self.chain_body(ti, ci, kw, name);
+    }
+
+    /// The chain `name` of table `ti`, created when new.
+    fn chain_of(&mut self, ti: usize, name: &'a str, loc: Location) -> usize {
         let table = &mut self.ruleset.tables[ti];
-        let ci = *self.chain_index.entry((ti, name)).or_insert_with(|| {
+        *self.chain_index.entry((ti, name)).or_insert_with(|| {
             table.chains.push(Chain::new(name, None, loc));
             table.chains.len() - 1
-        });
+        })
+    }
+
+    /// A chain block's declarations and rules, after its `{`, through its `}`.
+    fn chain_body(&mut self, ti: usize, ci: usize, kw: Token, name: &str) {
         loop {
             self.skip_blank();
             let Some(t) = self.peek() else {
@@ -773,6 +1111,14 @@ impl<'a> Reader<'a> {
             location: self.loc(&kw),
             ..NftSet::default()
         };
+        self.set_body(&mut set, kw);
+        self.ruleset.tables[ti].sets.push(set);
+    }
+
+    /// A set or map block's declarations and elements, after its `{`, through its `}`.
+    fn set_body(&mut self, set: &mut NftSet, kw: Token) {
+        let name = set.name.clone();
+        let kind = set.kind;
         loop {
             self.skip_blank();
             let Some(t) = self.peek() else {
@@ -824,7 +1170,7 @@ impl<'a> Reader<'a> {
                     let stmt = self.skip_statement();
                     set.comment = Some(unquote(stmt.trim()).into());
                 }
-                "elements" => self.elements(&mut set),
+                "elements" => self.elements(set),
                 _ if is_elision(w) => {
                     self.truncated(
                         Some(t),
@@ -847,7 +1193,6 @@ impl<'a> Reader<'a> {
                 }
             }
         }
-        self.ruleset.tables[ti].sets.push(set);
     }
 
     fn handle_of(&self, t: &Token) -> Option<u64> {
@@ -878,6 +1223,11 @@ impl<'a> Reader<'a> {
                 return;
             }
         }
+        self.element_list(set, kw);
+    }
+
+    /// `e1, e2 : v, ... }` after the list's `{`, through its `}`.
+    fn element_list(&mut self, set: &mut NftSet, kw: Token) {
         let mut elem: Vec<Token> = Vec::new();
         let mut depth = 0usize;
         let mut last_was_comma = false;
@@ -2047,5 +2397,93 @@ mod tests {
         assert_eq!(rs.tables[0].family, Family::Ip);
         assert_eq!(c.policy(), Some(&Policy::Drop));
         assert_eq!(c.rules.len(), 2);
+    }
+
+    /// kube-proxy's nftables transaction shape: declarations, elements, rules.
+    const SCRIPT: &str = "add table ip kube-proxy { comment \"rules for kube-proxy\" ; }
+add map ip kube-proxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; comment \"ClusterIP\" ; }
+add chain ip kube-proxy services
+add chain ip kube-proxy nat-prerouting { type nat hook prerouting priority -100 ; }
+add chain ip kube-proxy service-A
+add rule ip kube-proxy nat-prerouting jump services
+add rule ip kube-proxy services ip daddr . meta l4proto . th dport vmap @service-ips
+add element ip kube-proxy service-ips { 10.43.0.1 . tcp . 443 : goto service-A }
+add rule ip kube-proxy service-A numgen random mod 2 vmap { 0 : goto ep-1 , 1 : goto ep-2 }
+insert rule ip kube-proxy service-A ip saddr != 10.42.0.0/16 jump mark-for-masquerade
+";
+
+    #[test]
+    fn a_script_builds_the_tables_it_declares_and_is_partial() {
+        let rs = parse_text(SCRIPT);
+        assert!(errors(&rs).is_empty(), "{:?}", errors(&rs));
+        assert_eq!(rs.completeness, Completeness::Partial);
+        assert!(
+            rs.diagnostics
+                .iter()
+                .any(|d| d.message.contains("nft script"))
+        );
+        let t = &rs.tables[0];
+        assert_eq!((&*t.name, t.family), ("kube-proxy", Family::Ip));
+        let pre = t.chain("nat-prerouting").unwrap();
+        assert_eq!(pre.base.as_ref().unwrap().hook, Hook::Prerouting);
+        let svc = t.chain("service-A").unwrap();
+        // `insert` puts the rule first; positions follow.
+        assert!(svc.rules[0].text.starts_with("ip saddr != 10.42.0.0/16"));
+        assert_eq!(
+            svc.rules.iter().map(|r| r.position).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        assert_eq!(svc.rules[0].location.line, 10);
+        let map = t.sets.iter().find(|s| &*s.name == "service-ips").unwrap();
+        assert!(map.is_verdict_map());
+        assert_eq!(map.elements.len(), 1);
+        assert_eq!(&*map.elements[0].key_text, "10.43.0.1 . tcp . 443");
+    }
+
+    #[test]
+    fn flush_and_delete_commands_change_what_the_script_built() {
+        let script = format!(
+            "{SCRIPT}flush chain ip kube-proxy service-A
+delete element ip kube-proxy service-ips {{ 10.43.0.1 . tcp . 443 }}
+delete chain ip kube-proxy services
+add element ip kube-proxy service-ips {{ 10.43.0.10 . udp . 53 : goto service-A }}
+"
+        );
+        let rs = parse_text(&script);
+        assert!(errors(&rs).is_empty(), "{:?}", errors(&rs));
+        let t = &rs.tables[0];
+        assert!(t.chain("service-A").unwrap().rules.is_empty());
+        assert!(t.chain("services").is_none());
+        assert_eq!(&*t.deleted_chains[0], "services");
+        // The index still finds the chains after the deleted one.
+        assert!(t.chain("nat-prerouting").is_some());
+        let map = t.sets.iter().find(|s| &*s.name == "service-ips").unwrap();
+        let keys: Vec<&str> = map.elements.iter().map(|e| &*e.key_text).collect();
+        assert_eq!(keys, ["10.43.0.10 . udp . 53"]);
+        let rs = parse_text(&format!("{SCRIPT}flush ruleset\n"));
+        assert!(rs.tables.is_empty());
+    }
+
+    #[test]
+    fn bad_script_commands_say_where() {
+        let rs = parse_text("add chain ip\nadd table ip t\nadd element ip t s 1.2.3.4\n");
+        let e = errors(&rs);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].contains("1:") && e[0].contains("TABLE NAME"), "{e:?}");
+        assert!(e[1].contains("3:") && e[1].contains("ELEMENT"), "{e:?}");
+        // Commands that do not build a ruleset are noted and skipped, as before.
+        let rs = parse_text("list ruleset\n");
+        assert!(errors(&rs).is_empty());
+        assert!(rs.diagnostics.iter().any(|d| d.message.contains("skipped")));
+    }
+
+    #[test]
+    fn scripts_are_detected_as_nft_text() {
+        assert!(is_script_command(
+            "add table ip kube-proxy { comment \"x\" ; }"
+        ));
+        assert!(is_script_command("flush ruleset"));
+        assert!(!is_script_command("add counter ip t c"));
+        assert!(!is_script_command("-A INPUT -j ACCEPT"));
     }
 }
