@@ -658,8 +658,9 @@ impl Lab {
         }
 
         fs::write(&start_file, b"").map_err(|e| LabError::io("writing start-pods", e))?;
-        // iptables-nft 1.8.9's --noflush restore grows quadratically: ~25 s for 10k
-        // services on the 2-core development machine (docs/benchmarks.md).
+        // kube-proxy's first full sync: 2-3 s for 10k services on the 2-core development
+        // machine with either backend (docs/benchmarks.md); far longer on nft with the
+        // emulator's `--exact-restore-payload` (iptables-nft's quadratic chain list).
         let deadline = Duration::from_secs(30 + services as u64 / 100);
         Self::wait("kube-proxy's first sync", deadline, || {
             pod_logs(&root, "kube-proxy").contains("SyncProxyRules complete")
