@@ -501,7 +501,7 @@ impl Proxier {
 /// in iptables/nft-cache.c). A `--noflush` restore of kube-proxy's 10k-service payload
 /// (31,364 nat chains, 85,470 rules, chains declared in service order, i.e. hash order)
 /// walks ~2.3e9 list nodes scattered over the heap: `perf` puts 83 % of the time at that
-/// loop and 14 % in `strcmp`, and it did not finish in 130 s (docs/benchmarks.md). Real
+/// loop and 14 % in `strcmp`; it did not finish in 400 s (docs/benchmarks.md). Real
 /// kube-proxy sends the same payload shape (its chain lines follow Go map order) and pays
 /// the same cost on such a node; the lab cannot wait minutes, so it sends this one extra
 /// read. A flush-mode restore would also avoid the list (its table flush names no chain)
