@@ -175,6 +175,10 @@ pub enum LabCommand {
         /// iptables backend of kubelet, kube-proxy and the agent: nft or legacy.
         #[arg(long, value_name = "BACKEND", default_value = "nft")]
         backend: String,
+        /// kube-proxy sends its full-sync payload byte for byte on nft too (no leading `-S`;
+        /// iptables-nft's restore is then quadratic in the chains: minutes at 10k services).
+        #[arg(long)]
+        exact_restore_payload: bool,
     },
     /// Show the running lab: scenario, namespaces, actors, pods.
     Status {

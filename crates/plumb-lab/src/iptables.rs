@@ -53,6 +53,18 @@ impl Tools {
         run_with_input(&self.restore_program(), args, input)
     }
 
+    /// Whether the variant writes through nf_tables (`iptables-nft`, or a system
+    /// `iptables` whose `--version` says `(nf_tables)`, as Debian 12's does).
+    pub fn is_nft(&self) -> bool {
+        match self.iptables.as_str() {
+            "iptables-nft" => true,
+            "iptables-legacy" => false,
+            other => run_with_input(other, &["--version"], "")
+                .map(|o| o.stdout.contains("nf_tables"))
+                .unwrap_or(false),
+        }
+    }
+
     /// `iptables-save` (all tables).
     pub fn save(&self) -> std::io::Result<Output> {
         run_with_input(&self.save_program(), &[], "")

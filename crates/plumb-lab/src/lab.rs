@@ -40,6 +40,9 @@ pub struct LabOptions {
     pub root: Option<PathBuf>,
     /// The iptables backend kubelet, kube-proxy and the agent write (default nft).
     pub backend: Backend,
+    /// kube-proxy's full syncs send its payload byte for byte on the nft backend too,
+    /// without the leading `-S` that keeps iptables-nft's restore linear (docs/lab.md).
+    pub exact_restore_payload: bool,
 }
 
 /// Which iptables variant the node's actors use.
@@ -491,6 +494,9 @@ impl Lab {
         if plan.model_ufw_lock {
             kp_args.push("--model-ufw-lock-contention".into());
         }
+        if opts.exact_restore_payload {
+            kp_args.push("--exact-restore-payload".into());
+        }
         if let Some(svc) = plan.drop_endpoints {
             kp_args.push(format!("--drop-endpoints={svc}"));
             kp_args.push("--drop-endpoints-after=2s".into());
@@ -658,9 +664,11 @@ impl Lab {
         }
 
         fs::write(&start_file, b"").map_err(|e| LabError::io("writing start-pods", e))?;
-        // iptables-nft 1.8.9's --noflush restore grows quadratically: ~25 s for 10k
-        // services on the 2-core development machine (docs/benchmarks.md).
-        let deadline = Duration::from_secs(30 + services as u64 / 100);
+        // kube-proxy's first full sync: 2-3 s for 10k services on the 2-core development
+        // machine with either backend (docs/benchmarks.md); far longer on nft with the
+        // emulator's `--exact-restore-payload` (iptables-nft's quadratic chain list).
+        let per = if opts.exact_restore_payload { 10 } else { 100 };
+        let deadline = Duration::from_secs(30 + services as u64 / per);
         Self::wait("kube-proxy's first sync", deadline, || {
             pod_logs(&root, "kube-proxy").contains("SyncProxyRules complete")
         })?;

@@ -359,3 +359,38 @@ fn down_after_a_crash_finds_leftovers_by_name() {
     );
     assert!(!state.root.exists());
 }
+
+/// Regression for issue 4's 10k benchmark: on nft, kube-proxy's emulator leads each table
+/// of a full sync with a chainless `-S` (iptables-nft's per-chain cache request list is
+/// quadratic; docs/lab.md). The kernel must end up exactly where kube-proxy's own bytes
+/// (`--exact-restore-payload`) put it.
+#[test]
+fn nft_full_sync_listing_leaves_the_exact_payloads_ruleset() {
+    if !root_or_skip() {
+        return;
+    }
+    let save = |exact: bool| {
+        let lab = up_with(
+            Scenario::Healthy,
+            LabOptions {
+                services: Some(300),
+                exact_restore_payload: exact,
+                ..LabOptions::default()
+            },
+        );
+        let text = lab.node_output(&["iptables-nft-save"]).unwrap();
+        assert_clean_after_down(lab);
+        plumb_lab::iptables::normalize_save(&text)
+    };
+    let hinted = save(false);
+    let exact = save(true);
+    assert!(
+        hinted
+            .lines()
+            .filter(|l| l.starts_with("-A KUBE-SEP-"))
+            .count()
+            >= 600,
+        "{hinted}"
+    );
+    assert!(hinted == exact, "the -S listing changed the ruleset");
+}

@@ -16,7 +16,14 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<Verdict> {
             services,
             sync_period,
             backend,
-        } => up(&scenario, services, sync_period, &backend),
+            exact_restore_payload,
+        } => up(
+            &scenario,
+            services,
+            sync_period,
+            &backend,
+            exact_restore_payload,
+        ),
         LabCommand::Status { json } => status(json),
         LabCommand::Down { json } => {
             let report = plumb_lab::down();
@@ -61,6 +68,7 @@ fn up(
     services: usize,
     sync_period: Option<f64>,
     backend: &str,
+    exact_restore_payload: bool,
 ) -> anyhow::Result<Verdict> {
     let scenario: Scenario = scenario.parse()?;
     let backend: plumb_lab::Backend = backend.parse()?;
@@ -71,6 +79,7 @@ fn up(
             services: Some(services),
             sync_period: sync_period.map(Duration::from_secs_f64),
             backend,
+            exact_restore_payload,
             ..LabOptions::default()
         },
     )

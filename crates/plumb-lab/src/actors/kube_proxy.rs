@@ -25,6 +25,11 @@
 //! Services come from `plumb_kubeproxy::generate` (`--services` ports, deterministic); the
 //! `kubernetes` Service's endpoint is `--api-endpoint`.
 //!
+//! One lab deviation from kube-proxy's bytes, on the nft backend only: each table of a
+//! full-sync payload starts with a chainless `-S` (a read; see [`with_chain_cache_hint`]
+//! for why: iptables-nft's `--noflush` restore is quadratic in the chains a payload names).
+//! `--exact-restore-payload` turns it off.
+//!
 //! `--model-ufw-lock-contention` is the one modelled (not emergent) behaviour, used by the
 //! ufw-active scenario only: after the first successful sync, while UFW's chains exist,
 //! each sync waits 5 s and fails with the message kube-proxy logs when iptables-restore
@@ -63,10 +68,13 @@ struct Options {
     drop_endpoints: Option<(String, Duration)>,
     version: String,
     model_ufw_lock: bool,
+    /// Full syncs get [`with_chain_cache_hint`] (nft backend, unless `--exact-restore-payload`).
+    chain_cache_hint: bool,
 }
 
 fn options(f: &Flags) -> Result<Options, String> {
     let churn = f.duration_or("endpoint-churn", Duration::ZERO)?;
+    let tools = Tools::new(f.get("iptables").unwrap_or("iptables"));
     let drop = match f.get("drop-endpoints") {
         Some(svc) => Some((
             svc.to_string(),
@@ -86,12 +94,13 @@ fn options(f: &Flags) -> Result<Options, String> {
             .to_string(),
         node_ip: f.parse_or("bind-address", Ipv4Addr::new(192, 168, 100, 10))?,
         api_endpoint: f.parse_or("api-endpoint", "192.168.100.11:6443".parse().unwrap())?,
-        tools: Tools::new(f.get("iptables").unwrap_or("iptables")),
         node_eligible: f.bool_or("node-eligible", true)?,
         churn: (!churn.is_zero()).then_some(churn),
         drop_endpoints: drop,
         version: f.get("version").unwrap_or("v1.31.4+rke2r1").to_string(),
         model_ufw_lock: f.bool_or("model-ufw-lock-contention", false)?,
+        chain_cache_hint: !f.bool_or("exact-restore-payload", false)? && tools.is_nft(),
+        tools,
     })
 }
 
@@ -335,6 +344,7 @@ impl Proxier {
         }
         let payload = match (&self.applied, full) {
             (Some(prev), false) => rules.to_partial_restore_payload(prev),
+            _ if self.opts.chain_cache_hint => with_chain_cache_hint(&rules.to_restore_payload()),
             _ => rules.to_restore_payload(),
         };
         let (mut fc, mut fr, mut nc, mut nr) = (0, 0, 0, 0);
@@ -390,10 +400,17 @@ impl Proxier {
                 true
             }
             Ok(o) => {
-                // pkg/util/iptables restoreInternal: fmt.Errorf("%w (%s)", err, output)
-                let err = format!("exit status {} ({})", o.code, o.combined);
+                // pkg/util/iptables restoreInternal: fmt.Errorf("%w (%s)", err, output).
+                // kube-proxy's own payload prints nothing on stdout; the hint's `-S`
+                // listing does, and is not part of what kube-proxy would report.
+                let output = if full && self.opts.chain_cache_hint {
+                    &o.combined[o.stdout.len()..]
+                } else {
+                    o.combined.as_str()
+                };
+                let err = format!("exit status {} ({output})", o.code);
                 let mut kvs = vec![("err", s(err))];
-                if let Some(line) = error_line(&o.combined) {
+                if let Some(line) = error_line(output) {
                     kvs.push(("rules", s(extract_lines(&payload, line, 3))));
                 }
                 log(klog(
@@ -468,6 +485,36 @@ impl Proxier {
         }
         self.health.lock().expect("health lock").queued_update();
     }
+}
+
+/// LAB DEVIATION (nft backend, full syncs): `payload` with a chainless `-S` as the first
+/// command of each table, so iptables-nft fetches the table's whole chain cache instead of
+/// building a per-chain request list. Same kernel result, same single transaction per
+/// table, same process and command line; the `-S` only reads (it lists the table as it
+/// was before the payload, on stdout, which the emulator drops).
+///
+/// Why: iptables-nft (since 1.8.5, commit f806ee67 "nft: cache: Fetch cache for specific
+/// chains"; unchanged in 1.8.9 and 1.8.11) calls `nft_cache_level_set()` for every command
+/// it parses (iptables/nft-cmd.c), which unless a command names no chain (`req->all_chains`)
+/// inserts the command's chain and jump target into `h->cache_req.chain_list`, a linked
+/// list sorted by name, by walking it from the head with `strcmp` (`cache_chain_list_insert`
+/// in iptables/nft-cache.c). A `--noflush` restore of kube-proxy's 10k-service payload
+/// (31,364 nat chains, 85,470 rules, chains declared in service order, i.e. hash order)
+/// walks ~2.3e9 list nodes scattered over the heap: `perf` puts 83 % of the time at that
+/// loop and 14 % in `strcmp`; it did not finish in 400 s (docs/benchmarks.md). Real
+/// kube-proxy sends the same payload shape (its chain lines follow Go map order) and pays
+/// the same cost on such a node; the lab cannot wait minutes, so it sends this one extra
+/// read. A flush-mode restore would also avoid the list (its table flush names no chain)
+/// but deletes the other owners' rules; kubelet's would go.
+fn with_chain_cache_hint(payload: &str) -> String {
+    let mut out = String::with_capacity(payload.len() + 16);
+    for line in payload.split_inclusive('\n') {
+        out.push_str(line);
+        if line.starts_with('*') {
+            out.push_str("-S\n");
+        }
+    }
+    out
 }
 
 /// The line number in "Error occurred at line: N" (iptables-restore's report).
@@ -666,6 +713,15 @@ mod tests {
         assert!(!h.is_healthy().0, "pending for longer than the timeout");
         h.updated();
         assert!(h.is_healthy().0);
+    }
+
+    #[test]
+    fn chain_cache_hint_lists_each_table_first() {
+        let p = "*filter\n:KUBE-SERVICES - [0:0]\nCOMMIT\n*nat\n:KUBE-SVC-X - [0:0]\n-A KUBE-SVC-X -j KUBE-SEP-Y\nCOMMIT\n";
+        assert_eq!(
+            with_chain_cache_hint(p),
+            "*filter\n-S\n:KUBE-SERVICES - [0:0]\nCOMMIT\n*nat\n-S\n:KUBE-SVC-X - [0:0]\n-A KUBE-SVC-X -j KUBE-SEP-Y\nCOMMIT\n"
+        );
     }
 
     #[test]
