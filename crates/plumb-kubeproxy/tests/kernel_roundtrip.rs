@@ -185,3 +185,86 @@ fn other_proxier_options_are_canonical_too() {
     };
     check(&config, &options);
 }
+
+/// What a recovered service says, without where it was read (line numbers differ
+/// between a script and the kernel's listing of it).
+fn service_facts(rs: &plumb_ruleset::Ruleset) -> Vec<String> {
+    let maps = plumb_kubeproxy::recover::recover(rs);
+    let mut out: Vec<String> = maps
+        .iter()
+        .flat_map(|m| &m.services)
+        .map(|s| {
+            let eps: Vec<String> = s
+                .endpoints
+                .iter()
+                .map(|e| format!("{:?} {:?} {:?}", e.address, e.probability, e.local))
+                .collect();
+            // Set elements come back from the kernel in its own order.
+            let sorted = |v: &[std::net::IpAddr]| {
+                let mut v = v.to_vec();
+                v.sort();
+                v
+            };
+            format!(
+                "{:?} {:?} {:?}:{:?} np={:?} ext={:?} lb={:?} ranges={:?} aff={:?} local={}/{} none={:?} eps={eps:?}",
+                s.name,
+                s.protocol,
+                s.cluster_ip,
+                s.port,
+                s.node_ports,
+                sorted(&s.external_ips),
+                sorted(&s.load_balancer_ips),
+                s.load_balancer_source_ranges,
+                s.session_affinity_seconds,
+                s.internal_traffic_local,
+                s.external_traffic_local,
+                s.no_endpoints,
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// kube-proxy's nftables transaction (the upstream proxier test's expected `nft -f`
+/// input) read as a script gives the same service map as the kernel's listing after the
+/// real `nft -f` applied it.
+#[test]
+fn nft_transaction_reads_like_the_kernel_listing_of_it() {
+    if !plumb_testkit::privileged(&["ip", "nft"]) {
+        return;
+    }
+    let Some(corpus) = plumb_testkit::corpus_dir() else {
+        eprintln!("skip: corpus not found");
+        return;
+    };
+    let script = plumb_testkit::read(&corpus.join(
+        "kube-proxy-nftables/k8s-proxier-test/TestOverallNFTablesRules.expected.nft-transaction",
+    ));
+    // The upstream test sorts its expected lines, so rules precede the chains and
+    // sets they name; kube-proxy itself declares first. Declarations first for `nft -f`.
+    let declares = |l: &str| {
+        ["add table", "add set", "add map", "add chain"]
+            .iter()
+            .any(|p| l.starts_with(p))
+    };
+    let lines: Vec<&str> = script.lines().collect();
+    let ordered: String = lines
+        .iter()
+        .filter(|l| declares(l))
+        .chain(lines.iter().filter(|l| !declares(l)))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let ns = netns();
+    run(&ns, &["nft", "-f", "-"], Some(&ordered));
+    let listing = run(&ns, &["nft", "list", "table", "ip", "kube-proxy"], None);
+    let parse = |text: &str| {
+        plumb_ruleset::parse_bytes(text.as_bytes(), &Default::default())
+            .expect("parses")
+            .ruleset
+    };
+    let from_script = service_facts(&parse(&script));
+    let from_kernel = service_facts(&parse(&listing));
+    assert_eq!(from_script.len(), 6, "{from_script:#?}");
+    assert_eq!(from_script, from_kernel);
+}

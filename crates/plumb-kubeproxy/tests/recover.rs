@@ -505,6 +505,42 @@ fn corpus_partial_payload_references_undeclared_chains() {
     assert!(svc1.endpoints.is_empty());
 }
 
+/// kube-proxy's own nftables transaction (the upstream proxier unit test's expected
+/// `nft -f` input for six services) read as a script.
+#[test]
+fn corpus_nftables_transaction() {
+    let Some(rs) = corpus_ruleset(
+        "kube-proxy-nftables/k8s-proxier-test/TestOverallNFTablesRules.expected.nft-transaction",
+    ) else {
+        return;
+    };
+    assert_eq!(rs.completeness, plumb_ruleset::Completeness::Partial);
+    let maps = recover(&rs);
+    let map = only_map(&maps);
+    assert_eq!(map.mode, ProxyMode::Nftables);
+    assert!(map.name_mismatches.is_empty(), "{:?}", map.name_mismatches);
+    assert_eq!(map.services.len(), 6, "{:#?}", map.services);
+    let svc1 = find(map, "ns1/svc1:p80");
+    assert_eq!(svc1.cluster_ip, "172.30.0.41".parse().ok());
+    assert_eq!(svc1.endpoints[0].address.as_deref(), Some("10.180.0.1:80"));
+    let svc2 = find(map, "ns2/svc2:p80");
+    assert_eq!(svc2.node_ports, [3001]);
+    let svc4 = find(map, "ns4/svc4:p80");
+    let probabilities: Vec<f64> = svc4
+        .endpoints
+        .iter()
+        .filter_map(|e| e.probability)
+        .collect();
+    assert_eq!(probabilities, [0.5, 0.5]);
+    let svc5 = find(map, "ns5/svc5:p80");
+    assert_eq!(svc5.session_affinity_seconds, Some(10800));
+    assert_eq!(svc5.load_balancer_source_ranges, ["203.0.113.0/25"]);
+    assert_eq!(
+        find(map, "ns6/svc6:p80").no_endpoints,
+        Some(NoEndpoints::Reject)
+    );
+}
+
 #[test]
 fn corpus_nftables_mode() {
     let Some(rs) = corpus_ruleset(

@@ -77,7 +77,10 @@ fn check_all(ext: &str, parse: fn(&str) -> Ruleset) {
         let errs = errors(&rs);
         let name = f.file_name().unwrap().to_string_lossy().to_string();
         // A script (`destroy table t`) is partial by design: it changes unseen state.
-        let script = rs.diagnostics.iter().any(|d| d.message.contains("nft script"));
+        let script = rs
+            .diagnostics
+            .iter()
+            .any(|d| d.message.contains("nft script"));
         let complete = rs.completeness == Completeness::Full
             || (script && rs.completeness == Completeness::Partial);
         if !errs.is_empty() || !complete {
