@@ -326,6 +326,12 @@ impl Compiler<'_> {
                 StatementKind::Other(kw) => match kw.as_str() {
                     "limit" => items.push(Item::Cond(Cond::Limit(s.text.clone()))),
                     "notrack" => items.push(Item::Act(Action::NoTrack)),
+                    // `update @affinity-X { ip saddr }` (kube-proxy's ClientIP affinity),
+                    // `add @set { .. }`, `delete @set { .. }`: they change a dynamic set
+                    // later packets look up, not this packet's path.
+                    "update" | "add" | "delete" if s.text.contains('@') => {
+                        items.push(Item::Act(Action::NoEffect(s.text.clone())))
+                    }
                     _ => items.push(Item::Act(Action::Unknown(s.text.clone()))),
                 },
                 _ => items.push(Item::Act(Action::Unknown(s.text.clone()))),
