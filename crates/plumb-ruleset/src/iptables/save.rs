@@ -16,7 +16,6 @@ use crate::model::{
     RuleBody, RuleText, Ruleset, SourceText, Table,
 };
 use crate::parallel::map_chunks;
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// What the caller knows about an iptables text.
@@ -99,8 +98,12 @@ struct Reader<'o, 't> {
     /// Byte offset of the current line in `source`.
     line_start: usize,
     /// Rule lines of the current block, prepared ahead, in line order.
-    prepared: VecDeque<Prepared>,
+    prepared: PreparedQueue,
 }
+
+/// The prepared rules of one block, per worker chunk, consumed in order without
+/// copying them into one queue.
+type PreparedQueue = std::iter::Peekable<std::iter::Flatten<std::vec::IntoIter<Vec<Prepared>>>>;
 
 /// What one rule line says on its own, without the table state: worked out on any
 /// thread, then taken by [`Reader::rule`].
@@ -230,7 +233,7 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
         bufs: PrepareBufs::default(),
         source,
         line_start: 0,
-        prepared: VecDeque::new(),
+        prepared: Vec::new().into_iter().flatten().peekable(),
     };
     if let Some(t) = &input.table {
         r.open_table(t, Location { line: 1, column: 1 });
@@ -252,12 +255,13 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
         }
         let parts = map_chunks(&mut block, MIN_LINES_PER_WORKER, |chunk| {
             let mut bufs = PrepareBufs::default();
-            chunk
-                .iter()
-                .filter_map(|&(n, _, line)| Some(prepare(line, rule_spec_at(line)?, n, &mut bufs)))
-                .collect::<Vec<_>>()
+            let mut out = Vec::with_capacity(chunk.len());
+            out.extend(chunk.iter().filter_map(|&(n, _, line)| {
+                Some(prepare(line, rule_spec_at(line)?, n, &mut bufs))
+            }));
+            out
         });
-        r.prepared = parts.into_iter().flatten().collect();
+        r.prepared = parts.into_iter().flatten().peekable();
         for &(n, start, line) in &block {
             r.line_start = start;
             r.line(line, n);
@@ -608,18 +612,14 @@ impl<'t> Reader<'_, 't> {
         loc: Location,
     ) {
         let n = loc.line;
-        while self.prepared.front().is_some_and(|p| p.line < n) {
-            self.prepared.pop_front();
-        }
-        let prepared = match self.prepared.pop_front() {
-            Some(p) if p.line == n && p.spec_at == spec_at => p,
-            other => {
-                // Not prepared ahead (or read differently): prepare it here.
-                if let Some(p) = other {
-                    self.prepared.push_front(p);
-                }
-                prepare(line, spec_at, n, &mut self.bufs)
-            }
+        while self.prepared.next_if(|p| p.line < n).is_some() {}
+        let prepared = match self
+            .prepared
+            .next_if(|p| p.line == n && p.spec_at == spec_at)
+        {
+            Some(p) => p,
+            // Not prepared ahead (or read differently): prepare it here.
+            None => prepare(line, spec_at, n, &mut self.bufs),
         };
         self.ruleset.diagnostics.extend(prepared.diagnostics);
         let chain_idx = self.chain_index(chain, chain_offset, loc, line);
@@ -635,6 +635,12 @@ impl<'t> Reader<'_, 't> {
             text,
             body: RuleBody::Xt(prepared.cell),
         };
+        if rules.capacity() == 0 {
+            // Most chains hold 1-4 rules: grow from one, not from Vec's first 4, so that
+            // `close` has (almost) nothing to shrink and no 40k half-empty buffers are
+            // ever touched.
+            rules.reserve_exact(1);
+        }
         match insert_at {
             Some(p) if p >= 1 && p <= rules.len() + 1 => rules.insert(p - 1, rule),
             _ => rules.push(rule),
