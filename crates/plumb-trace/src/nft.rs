@@ -448,6 +448,7 @@ impl Compiler<'_> {
             ("meta mark & ", false),
             ("mark & ", false),
             ("meta mark and ", false),
+            ("mark and ", false),
             ("ct mark & ", true),
             ("ct mark and ", true),
         ] {

@@ -1034,6 +1034,40 @@ fn kube_proxy_nftables_mode_agrees() {
         ],
         None,
     );
+    // plumb reads the script itself as the kernel's listing of it: same outcomes.
+    let listing = ok_in(
+        lab.node.name(),
+        &["nft", "list", "table", "ip", "kube-proxy"],
+        None,
+    );
+    let parse = |t: &str| {
+        plumb_ruleset::parse_bytes(t.as_bytes(), &Default::default())
+            .unwrap()
+            .ruleset
+    };
+    let (from_script, from_kernel) = (parse(&script), parse(&listing));
+    let (a, b) = (Index::build(&from_script), Index::build(&from_kernel));
+    for last in [41, 42, 43, 44, 45, 46, 99] {
+        let mut p = Packet::new(
+            format!("172.30.0.{last}").parse().unwrap(),
+            80,
+            Proto::Tcp,
+            Origin::Pod,
+        );
+        p.src = Some(CLIENT_IP.parse().unwrap());
+        let summary = |t: plumb_trace::Trace| {
+            t.outcomes
+                .iter()
+                .map(|o| (o.verdict, o.dnat.clone(), o.snat.clone(), o.probability))
+                .collect::<Vec<_>>()
+        };
+        let node = lab.node_info();
+        assert_eq!(
+            summary(trace(&a, &p, &node)),
+            summary(trace(&b, &p, &node)),
+            "172.30.0.{last}: the script and the kernel's listing trace differently"
+        );
+    }
     let mut tally = Tally::default();
     for last in 41..=46 {
         let ip = format!("172.30.0.{last}");

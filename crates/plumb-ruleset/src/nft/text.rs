@@ -1822,8 +1822,11 @@ impl<'a> StmtParser<'_, 'a> {
 
     /// `& 0xff | meta mark >> 2 ...`: operands are selectors or values.
     fn bitops(&mut self) {
-        while matches!(self.cur(), Some("&" | "|" | "^" | "<<" | ">>"))
-            && self.i + 1 < self.toks.len()
+        // nft accepts the operator words too (`mark and 0x4000`, kube-proxy's scripts).
+        while matches!(
+            self.cur(),
+            Some("&" | "|" | "^" | "<<" | ">>" | "and" | "or" | "xor" | "lshift" | "rshift")
+        ) && self.i + 1 < self.toks.len()
         {
             self.i += 1;
             if !self.selector() {
@@ -2475,6 +2478,40 @@ add element ip kube-proxy service-ips {{ 10.43.0.10 . udp . 53 : goto service-A 
         let rs = parse_text("list ruleset\n");
         assert!(errors(&rs).is_empty());
         assert!(rs.diagnostics.iter().any(|d| d.message.contains("skipped")));
+    }
+
+    #[test]
+    fn operator_words_are_bit_operations() {
+        // kube-proxy's scripts write `mark and 0x4000`, the kernel lists `meta mark & 0x4000`.
+        let rs = parse_text(
+            "add rule ip t c mark and 0x4000 == 0 return\nadd rule ip t c mark set mark or 0x4000\n",
+        );
+        let c = &rs.tables[0].chains[0];
+        let kinds = |i: usize| match &c.rules[i].body {
+            RuleBody::Nft(n) => n
+                .statements
+                .iter()
+                .map(|s| s.kind.clone())
+                .collect::<Vec<_>>(),
+            _ => unreachable!(),
+        };
+        assert!(
+            matches!(
+                &kinds(0)[..],
+                [StatementKind::Match { left, op: Op::Eq, .. }, StatementKind::Verdict(Verdict::Return)]
+                    if left == "mark and 0x4000"
+            ),
+            "{:?}",
+            kinds(0)
+        );
+        assert!(
+            matches!(
+                &kinds(1)[..],
+                [StatementKind::Mangle { key, value }] if key == "mark" && value == "mark or 0x4000"
+            ),
+            "{:?}",
+            kinds(1)
+        );
     }
 
     #[test]
