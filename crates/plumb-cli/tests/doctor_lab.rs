@@ -3,7 +3,7 @@
 //! One lab per machine: run with `--test-threads=1`. Skipped (with a reason) when not root.
 
 use plumb_lab::layout::paths;
-use plumb_lab::{Lab, LabOptions, Scenario};
+use plumb_lab::{Backend, Lab, LabOptions, Scenario};
 use std::time::Duration;
 
 fn root_or_skip() -> bool {
@@ -11,9 +11,14 @@ fn root_or_skip() -> bool {
 }
 
 fn up(scenario: Scenario) -> Lab {
+    up_on(scenario, Backend::Nft)
+}
+
+fn up_on(scenario: Scenario, backend: Backend) -> Lab {
     let _ = plumb_lab::down();
     let opts = LabOptions {
         actor_exe: Some(env!("CARGO_BIN_EXE_plumb").into()),
+        backend,
         ..LabOptions::default()
     };
     Lab::up_with(scenario, opts).unwrap_or_else(|e| panic!("{scenario} up: {e}"))
@@ -41,10 +46,20 @@ fn problems(report: &serde_json::Value) -> Vec<String> {
 }
 
 fn expect_root_cause(scenario: Scenario, id: &str, wait: impl FnMut(&Lab) -> bool, what: &str) {
+    expect_root_cause_on(Backend::Nft, scenario, id, wait, what);
+}
+
+fn expect_root_cause_on(
+    backend: Backend,
+    scenario: Scenario,
+    id: &str,
+    wait: impl FnMut(&Lab) -> bool,
+    what: &str,
+) {
     if !root_or_skip() {
         return;
     }
-    let lab = up(scenario);
+    let lab = up_on(scenario, backend);
     lab.wait_until(what, Duration::from_secs(60), wait)
         .unwrap_or_else(|e| panic!("{scenario}: {e}"));
     let (code, report) = doctor();
@@ -62,10 +77,21 @@ fn expect_root_cause(scenario: Scenario, id: &str, wait: impl FnMut(&Lab) -> boo
 
 #[test]
 fn healthy_has_no_problem_at_all() {
+    healthy_on(Backend::Nft);
+}
+
+/// An iptables-legacy node: kube-proxy's rules live in the legacy tables only, which is
+/// no backend mix and no problem.
+#[test]
+fn healthy_on_legacy_has_no_problem_at_all() {
+    healthy_on(Backend::Legacy);
+}
+
+fn healthy_on(backend: Backend) {
     if !root_or_skip() {
         return;
     }
-    let lab = up(Scenario::Healthy);
+    let lab = up_on(Scenario::Healthy, backend);
     lab.wait_until(
         "install-cni to write the CNI config",
         Duration::from_secs(60),
@@ -90,6 +116,22 @@ fn healthy_has_no_problem_at_all() {
 #[test]
 fn security_agent_revert_is_the_agent() {
     expect_root_cause(
+        Scenario::SecurityAgentRevert,
+        "security-agent-tamper",
+        |l| {
+            l.read(paths::VEN_LOG).contains("reverted")
+                && l.pod_logs("install-cni").contains("FATAL")
+        },
+        "a revert and install-cni's FATAL",
+    );
+}
+
+/// The same incident on an iptables-legacy node (the restore failure reads
+/// "Couldn't load target" there).
+#[test]
+fn security_agent_revert_on_legacy_is_the_agent() {
+    expect_root_cause_on(
+        Backend::Legacy,
         Scenario::SecurityAgentRevert,
         "security-agent-tamper",
         |l| {

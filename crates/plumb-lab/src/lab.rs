@@ -615,7 +615,8 @@ impl Lab {
                     lab_dir.join("pods-status.json").display()
                 ),
                 format!("--start-file={}", start_file.display()),
-                "--iptables=iptables".into(),
+                // kubelet writes its chains with the node's iptables, as kube-proxy does.
+                iptables_flag.clone(),
             ],
         )?;
         state.actors.insert(actors::KUBELET.name.into(), pid);
@@ -649,7 +650,8 @@ impl Lab {
                     format!("--log={}", log.display()),
                     format!("--interval={}s", agent.interval.as_secs_f64()),
                     format!("--arm-delay={}s", agent.arm_delay.as_secs_f64()),
-                    "--iptables=iptables".into(),
+                    // The agent snapshots and reverts the backend the node's rules are in.
+                    iptables_flag.clone(),
                 ],
             )?;
             state.actors.insert(actors::VEN_AGENT.name.into(), pid);

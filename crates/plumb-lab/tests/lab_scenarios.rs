@@ -153,6 +153,62 @@ fn host_fingerprint() -> (String, Vec<u8>) {
     (String::from_utf8_lossy(&rules).into_owned(), ufw)
 }
 
+/// The same incident on an iptables-legacy node: kube-proxy, kubelet and the agent all
+/// write with iptables-legacy; the symptom and the logs are the same.
+#[test]
+fn security_agent_revert_on_legacy() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = up_with(
+        Scenario::SecurityAgentRevert,
+        LabOptions {
+            backend: plumb_lab::Backend::Legacy,
+            ..LabOptions::default()
+        },
+    );
+    let svc = lab.cluster_ip();
+    assert_eq!(
+        connect(&lab, true, svc, Duration::from_secs(2)),
+        Connect::Connected
+    );
+    // The rules are in the legacy tables, not in nftables.
+    let legacy = lab
+        .node_output(&["iptables-legacy-save", "-t", "nat"])
+        .unwrap();
+    assert!(legacy.contains("-A KUBE-SERVICES"), "{legacy}");
+    let nft = lab
+        .node_output(&["iptables-nft-save", "-t", "nat"])
+        .unwrap();
+    assert!(!nft.contains("KUBE-SERVICES"), "{nft}");
+    lab.wait_until("the agent's first revert", Duration::from_secs(15), |lab| {
+        lab.read(paths::VEN_LOG)
+            .contains("Successfully reverted out of band firewall changes")
+    })
+    .unwrap();
+    let mut timeouts = 0;
+    for _ in 0..5 {
+        if connect(&lab, true, svc, Duration::from_secs(1)) == Connect::TimedOut {
+            timeouts += 1;
+        }
+    }
+    assert!(timeouts >= 3, "only {timeouts}/5 connects timed out");
+    lab.wait_until(
+        "kube-proxy's restore failure",
+        Duration::from_secs(20),
+        |lab| {
+            lab.pod_logs("kube-proxy")
+                .contains("\"Failed to execute iptables-restore\"")
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}: {}", lab.pod_logs("kube-proxy")));
+    // iptables-legacy-restore words the missing chain its own way (kube-proxy passes
+    // the tool's message through).
+    let log = lab.pod_logs("kube-proxy");
+    assert!(log.contains("Couldn't load target"), "{log}");
+    assert_clean_after_down(lab);
+}
+
 #[test]
 fn ufw_active() {
     if !root_or_skip() {

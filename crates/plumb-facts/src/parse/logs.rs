@@ -106,7 +106,8 @@ pub fn klog(line: &str) -> Option<Klog<'_>> {
 pub enum Signal {
     /// kube-proxy: `Failed to execute iptables-restore` (any era's spelling).
     RestoreFailed,
-    /// iptables-restore: `Chain 'KUBE-SVC-…' does not exist` — its chains were deleted under it.
+    /// iptables-restore: `Chain 'KUBE-SVC-…' does not exist` (legacy: `Couldn't load target
+    /// `KUBE-SVC-…'`) — its chains were deleted under it.
     ChainDoesNotExist,
     /// kube-proxy: `Sync failed; retrying` / `syncProxyRules` errors.
     SyncFailed,
@@ -123,7 +124,11 @@ pub enum Signal {
 /// Classifies one message (CRI wrapper already removed).
 pub fn signal(text: &str) -> Option<Signal> {
     let lower = text.to_ascii_lowercase();
-    if lower.contains("chain '") && lower.contains("does not exist") {
+    // iptables-nft: `Chain 'KUBE-SVC-…' does not exist`; iptables-legacy says the same
+    // as `Couldn't load target `KUBE-SVC-…':No such file or directory`.
+    if (lower.contains("chain '") && lower.contains("does not exist"))
+        || (lower.contains("couldn't load target") && lower.contains("no such file"))
+    {
         return Some(Signal::ChainDoesNotExist);
     }
     if lower.contains("failed to execute iptables-restore") {
@@ -202,6 +207,12 @@ mod tests {
         assert_eq!(
             signal(
                 "iptables-restore: line 12 failed: Chain 'KUBE-SVC-NPX46M4PTMTKRN6Y' does not exist"
+            ),
+            Some(Signal::ChainDoesNotExist)
+        );
+        assert_eq!(
+            signal(
+                "iptables-restore v1.8.9 (legacy): Couldn't load target `KUBE-SVC-NPX46M4PTMTKRN6Y':No such file or directory"
             ),
             Some(Signal::ChainDoesNotExist)
         );
