@@ -10,10 +10,6 @@ fn root_or_skip() -> bool {
     plumb_testkit::privileged(&["ip", "iptables-nft-restore", "ufw"])
 }
 
-fn up(scenario: Scenario) -> Lab {
-    up_on(scenario, Backend::Nft)
-}
-
 fn up_on(scenario: Scenario, backend: Backend) -> Lab {
     let _ = plumb_lab::down();
     let opts = LabOptions {
