@@ -15,7 +15,7 @@ use crate::model::{
     Backend, BaseChain, Chain, Completeness, Counters, Family, Hook, Location, Policy, Rule,
     RuleBody, RuleText, Ruleset, SourceText, Table,
 };
-use crate::parallel::map_chunks;
+use crate::parallel::workers_for;
 use std::sync::Arc;
 
 /// What the caller knows about an iptables text.
@@ -99,11 +99,12 @@ struct Reader<'o, 't> {
     line_start: usize,
     /// Rule lines of the current block, prepared ahead, in line order.
     prepared: PreparedQueue,
+    /// Lines read so far.
+    lines: u32,
 }
 
-/// The prepared rules of one block, per worker chunk, consumed in order without
-/// copying them into one queue.
-type PreparedQueue = std::iter::Peekable<std::iter::Flatten<std::vec::IntoIter<Vec<Prepared>>>>;
+/// The prepared rules of one block, consumed in line order.
+type PreparedQueue = std::iter::Peekable<std::vec::IntoIter<Prepared>>;
 
 /// What one rule line says on its own, without the table state: worked out on any
 /// thread, then taken by [`Reader::rule`].
@@ -207,10 +208,11 @@ fn rule_spec(line: &str, after_arg: &str, insert: bool) -> (usize, Option<usize>
     }
 }
 
-/// Lines per block read ahead: bounds the prepared rules held at once (~100 bytes each).
-const BLOCK_LINES: usize = 16 * 1024;
-/// Rule lines per thread below which preparation stays on the reader's thread.
-const MIN_LINES_PER_WORKER: usize = 4 * 1024;
+/// Lines per block prepared ahead: bounds the prepared rules held at once (about 100
+/// bytes each; at most three blocks exist: one read, one queued, one being prepared).
+const BLOCK_LINES: u32 = 8 * 1024;
+/// Inputs smaller than this are read on one thread (a thread costs more than it saves).
+const MIN_BYTES_TO_PREPARE_AHEAD: usize = 1 << 20;
 
 /// Reads iptables text (save, restore or `-S` format).
 pub fn parse(text: &str, input: &IptablesInput) -> Ruleset {
@@ -233,41 +235,67 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
         bufs: PrepareBufs::default(),
         source,
         line_start: 0,
-        prepared: Vec::new().into_iter().flatten().peekable(),
+        prepared: Vec::new().into_iter().peekable(),
+        lines: 0,
     };
     if let Some(t) = &input.table {
         r.open_table(t, Location { line: 1, column: 1 });
     }
-    let mut line_no = 0u32;
-    let mut offset = 0usize;
-    let mut lines = text.split('\n');
-    let mut block: Vec<(u32, usize, &str)> = Vec::with_capacity(BLOCK_LINES);
-    loop {
-        block.clear();
-        for raw_line in lines.by_ref().take(BLOCK_LINES) {
-            line_no += 1;
-            let line = raw_line.strip_suffix('\r').unwrap_or(raw_line);
-            block.push((line_no, offset, line));
-            offset += raw_line.len() + 1;
-        }
-        if block.is_empty() {
-            break;
-        }
-        let parts = map_chunks(&mut block, MIN_LINES_PER_WORKER, |chunk| {
-            let mut bufs = PrepareBufs::default();
-            let mut out = Vec::with_capacity(chunk.len());
-            out.extend(chunk.iter().filter_map(|&(n, _, line)| {
-                Some(prepare(line, rule_spec_at(line)?, n, &mut bufs))
-            }));
-            out
-        });
-        r.prepared = parts.into_iter().flatten().peekable();
-        for &(n, start, line) in &block {
-            r.line_start = start;
-            r.line(line, n);
-        }
+    if text.len() >= MIN_BYTES_TO_PREPARE_AHEAD && workers_for(2, 1) > 1 {
+        // A second thread prepares the rule lines of each block while the reader reads
+        // the one before: parsing takes about the longer of the two halves.
+        std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Prepared>>(1);
+            let text = &*text;
+            s.spawn(move || {
+                let mut bufs = PrepareBufs::default();
+                let mut block = Vec::new();
+                for (i, line) in lines(text).enumerate() {
+                    let n = i as u32 + 1;
+                    if let Some(at) = rule_spec_at(line) {
+                        block.push(prepare(line, at, n, &mut bufs));
+                    }
+                    // The reader is gone (it finished or panicked): stop.
+                    if n % BLOCK_LINES == 0 && tx.send(std::mem::take(&mut block)).is_err() {
+                        return;
+                    }
+                }
+                let _ = tx.send(block);
+            });
+            // When the preparer is gone, the reader prepares each rule itself.
+            read_lines(&mut r, text, || rx.recv().unwrap_or_default());
+            r.finish_lines()
+        })
+    } else {
+        read_lines(&mut r, &text, Vec::new);
+        r.finish_lines()
     }
-    r.finish(line_no)
+}
+
+/// Lines of the text, without a trailing `\r`.
+fn lines(text: &str) -> impl Iterator<Item = &str> {
+    text.split('\n')
+        .map(|raw| raw.strip_suffix('\r').unwrap_or(raw))
+}
+
+/// Reads every line; before each block of [`BLOCK_LINES`] lines, takes that block's
+/// prepared rules from `next_block`.
+fn read_lines<'t>(
+    r: &mut Reader<'_, 't>,
+    text: &'t str,
+    mut next_block: impl FnMut() -> Vec<Prepared>,
+) {
+    let mut offset = 0usize;
+    for (i, raw_line) in text.split('\n').enumerate() {
+        let n = i as u32 + 1;
+        if i as u32 % BLOCK_LINES == 0 {
+            r.prepared = next_block().into_iter().peekable();
+        }
+        r.line_start = offset;
+        offset += raw_line.len() + 1;
+        r.lines = n;
+        r.line(raw_line.strip_suffix('\r').unwrap_or(raw_line), n);
+    }
 }
 
 impl<'t> Reader<'_, 't> {
@@ -728,6 +756,11 @@ impl<'t> Reader<'_, 't> {
             self.restore_commands = true;
         }
         self.ruleset.tables.push(st.table);
+    }
+
+    fn finish_lines(self) -> Ruleset {
+        let lines = self.lines;
+        self.finish(lines)
     }
 
     fn finish(mut self, last_line: u32) -> Ruleset {
