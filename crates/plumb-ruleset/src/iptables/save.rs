@@ -256,7 +256,8 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
                         block.push(prepare(line, at, n, &mut bufs));
                     }
                     // The reader is gone (it finished or panicked): stop.
-                    if n % BLOCK_LINES == 0 && tx.send(std::mem::take(&mut block)).is_err() {
+                    if n.is_multiple_of(BLOCK_LINES) && tx.send(std::mem::take(&mut block)).is_err()
+                    {
                         return;
                     }
                 }
@@ -288,7 +289,7 @@ fn read_lines<'t>(
     let mut offset = 0usize;
     for (i, raw_line) in text.split('\n').enumerate() {
         let n = i as u32 + 1;
-        if i as u32 % BLOCK_LINES == 0 {
+        if (i as u32).is_multiple_of(BLOCK_LINES) {
             r.prepared = next_block().into_iter().peekable();
         }
         r.line_start = offset;
