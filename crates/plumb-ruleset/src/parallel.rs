@@ -10,10 +10,14 @@ use std::num::NonZeroUsize;
 /// At most this many threads: the passes are memory-bound beyond a few cores.
 const MAX_WORKERS: usize = 4;
 
+/// The cores this process may run on (its affinity mask; 1 when unknown).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
+}
+
 /// How many threads to split work of `len` items into, each getting at least `min_chunk`.
 pub fn workers_for(len: usize, min_chunk: usize) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-    cores.min(MAX_WORKERS).min(len / min_chunk.max(1)).max(1)
+    cores().min(MAX_WORKERS).min(len / min_chunk.max(1)).max(1)
 }
 
 /// Runs `f` on contiguous chunks of `items`, one per worker (see [`workers_for`]), and
@@ -55,7 +59,7 @@ where
     B: FnOnce() -> RB + Send,
     RB: Send,
 {
-    if workers_for(2, 1) == 1 {
+    if cores() == 1 {
         let ra = a();
         return (ra, b());
     }

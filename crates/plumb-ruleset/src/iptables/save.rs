@@ -15,7 +15,7 @@ use crate::model::{
     Backend, BaseChain, Chain, Completeness, Counters, Family, Hook, Location, Policy, Rule,
     RuleBody, RuleText, Ruleset, SourceText, Table,
 };
-use crate::parallel::workers_for;
+use crate::parallel::cores;
 use std::sync::Arc;
 
 /// What the caller knows about an iptables text.
@@ -241,7 +241,7 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
     if let Some(t) = &input.table {
         r.open_table(t, Location { line: 1, column: 1 });
     }
-    if text.len() >= MIN_BYTES_TO_PREPARE_AHEAD && workers_for(2, 1) > 1 {
+    if text.len() >= MIN_BYTES_TO_PREPARE_AHEAD && cores() > 1 {
         // A second thread prepares the rule lines of each block while the reader reads
         // the one before: parsing takes about the longer of the two halves.
         std::thread::scope(|s| {
@@ -249,14 +249,16 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
             let text = &*text;
             s.spawn(move || {
                 let mut bufs = PrepareBufs::default();
-                let mut block = Vec::new();
+                let fresh = || Vec::with_capacity(BLOCK_LINES as usize);
+                let mut block = fresh();
                 for (i, line) in lines(text).enumerate() {
                     let n = i as u32 + 1;
                     if let Some(at) = rule_spec_at(line) {
                         block.push(prepare(line, at, n, &mut bufs));
                     }
                     // The reader is gone (it finished or panicked): stop.
-                    if n.is_multiple_of(BLOCK_LINES) && tx.send(std::mem::take(&mut block)).is_err()
+                    if n.is_multiple_of(BLOCK_LINES)
+                        && tx.send(std::mem::replace(&mut block, fresh())).is_err()
                     {
                         return;
                     }
