@@ -109,15 +109,17 @@ fn healthy_on(backend: Backend) {
     drop(lab);
 }
 
+/// The agent reverted at least once and install-cni gave up (seed 000's symptoms).
+fn agent_incident_seen(l: &Lab) -> bool {
+    l.read(paths::VEN_LOG).contains("reverted") && l.pod_logs("install-cni").contains("FATAL")
+}
+
 #[test]
 fn security_agent_revert_is_the_agent() {
     expect_root_cause(
         Scenario::SecurityAgentRevert,
         "security-agent-tamper",
-        |l| {
-            l.read(paths::VEN_LOG).contains("reverted")
-                && l.pod_logs("install-cni").contains("FATAL")
-        },
+        agent_incident_seen,
         "a revert and install-cni's FATAL",
     );
 }
@@ -130,10 +132,7 @@ fn security_agent_revert_on_legacy_is_the_agent() {
         Backend::Legacy,
         Scenario::SecurityAgentRevert,
         "security-agent-tamper",
-        |l| {
-            l.read(paths::VEN_LOG).contains("reverted")
-                && l.pod_logs("install-cni").contains("FATAL")
-        },
+        agent_incident_seen,
         "a revert and install-cni's FATAL",
     );
 }

@@ -234,27 +234,9 @@ fn nft_transaction_reads_like_the_kernel_listing_of_it() {
     if !plumb_testkit::privileged(&["ip", "nft"]) {
         return;
     }
-    let Some(corpus) = plumb_testkit::corpus_dir() else {
-        eprintln!("skip: corpus not found");
+    let Some((script, ordered)) = plumb_testkit::kube_proxy_nft_transaction() else {
         return;
     };
-    let script = plumb_testkit::read(&corpus.join(
-        "kube-proxy-nftables/k8s-proxier-test/TestOverallNFTablesRules.expected.nft-transaction",
-    ));
-    // The upstream test sorts its expected lines, so rules precede the chains and
-    // sets they name; kube-proxy itself declares first. Declarations first for `nft -f`.
-    let declares = |l: &str| {
-        ["add table", "add set", "add map", "add chain"]
-            .iter()
-            .any(|p| l.starts_with(p))
-    };
-    let lines: Vec<&str> = script.lines().collect();
-    let ordered: String = lines
-        .iter()
-        .filter(|l| declares(l))
-        .chain(lines.iter().filter(|l| !declares(l)))
-        .map(|l| format!("{l}\n"))
-        .collect();
     let ns = netns();
     run(&ns, &["nft", "-f", "-"], Some(&ordered));
     let listing = run(&ns, &["nft", "list", "table", "ip", "kube-proxy"], None);

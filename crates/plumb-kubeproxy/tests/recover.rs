@@ -509,9 +509,7 @@ fn corpus_partial_payload_references_undeclared_chains() {
 /// `nft -f` input for six services) read as a script.
 #[test]
 fn corpus_nftables_transaction() {
-    let Some(rs) = corpus_ruleset(
-        "kube-proxy-nftables/k8s-proxier-test/TestOverallNFTablesRules.expected.nft-transaction",
-    ) else {
+    let Some(rs) = corpus_ruleset(plumb_testkit::KUBE_PROXY_NFT_TRANSACTION) else {
         return;
     };
     assert_eq!(rs.completeness, plumb_ruleset::Completeness::Partial);

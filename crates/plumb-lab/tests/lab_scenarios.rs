@@ -84,6 +84,23 @@ fn healthy() {
     assert_clean_after_down(lab);
 }
 
+/// The agent's first revert comes within seconds, then most connects to the ClusterIP
+/// time out (kube-proxy's resyncs open windows of at most the agent's interval).
+fn assert_reverts_break_the_service(lab: &Lab, from_pod: bool) {
+    lab.wait_until("the agent's first revert", Duration::from_secs(15), |lab| {
+        lab.read(paths::VEN_LOG)
+            .contains("Successfully reverted out of band firewall changes")
+    })
+    .unwrap();
+    let mut timeouts = 0;
+    for _ in 0..5 {
+        if connect(lab, from_pod, lab.cluster_ip(), Duration::from_secs(1)) == Connect::TimedOut {
+            timeouts += 1;
+        }
+    }
+    assert!(timeouts >= 3, "only {timeouts}/5 connects timed out");
+}
+
 #[test]
 fn security_agent_revert() {
     if !root_or_skip() {
@@ -96,21 +113,8 @@ fn security_agent_revert() {
         connect(&lab, false, svc, Duration::from_secs(2)),
         Connect::Connected
     );
-    // ...then the agent reverts kube-proxy's rules within seconds.
-    lab.wait_until("the agent's first revert", Duration::from_secs(15), |lab| {
-        lab.read(paths::VEN_LOG)
-            .contains("Successfully reverted out of band firewall changes")
-    })
-    .unwrap();
-    // and keeps failing: most connects time out (kube-proxy's resyncs open windows of
-    // at most the agent's interval).
-    let mut timeouts = 0;
-    for _ in 0..5 {
-        if connect(&lab, false, svc, Duration::from_secs(1)) == Connect::TimedOut {
-            timeouts += 1;
-        }
-    }
-    assert!(timeouts >= 3, "only {timeouts}/5 connects timed out");
+    // ...then the agent reverts kube-proxy's rules within seconds and it keeps failing.
+    assert_reverts_break_the_service(&lab, false);
     // The API endpoint itself works.
     assert_eq!(
         connect(&lab, false, lab.api_endpoint(), Duration::from_secs(2)),
@@ -181,18 +185,7 @@ fn security_agent_revert_on_legacy() {
         .node_output(&["iptables-nft-save", "-t", "nat"])
         .unwrap();
     assert!(!nft.contains("KUBE-SERVICES"), "{nft}");
-    lab.wait_until("the agent's first revert", Duration::from_secs(15), |lab| {
-        lab.read(paths::VEN_LOG)
-            .contains("Successfully reverted out of band firewall changes")
-    })
-    .unwrap();
-    let mut timeouts = 0;
-    for _ in 0..5 {
-        if connect(&lab, true, svc, Duration::from_secs(1)) == Connect::TimedOut {
-            timeouts += 1;
-        }
-    }
-    assert!(timeouts >= 3, "only {timeouts}/5 connects timed out");
+    assert_reverts_break_the_service(&lab, true);
     lab.wait_until(
         "kube-proxy's restore failure",
         Duration::from_secs(20),

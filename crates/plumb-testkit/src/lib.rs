@@ -3,7 +3,8 @@
 //!   `$PLUMB_CORPUS`), or a printed skip reason;
 //! - [`Scratch`]: a private directory under `$TMPDIR`, removed on drop (panics included);
 //! - [`privileged`]: whether privileged tests can run (root, and the named tools), with a
-//!   printed reason when not.
+//!   printed reason when not;
+//! - [`kube_proxy_nft_transaction`]: kube-proxy's nftables transaction from the corpus.
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +24,31 @@ pub fn corpus_dir() -> Option<PathBuf> {
         );
         None
     }
+}
+
+/// The corpus path of kube-proxy's nftables-mode transaction (the upstream proxier
+/// test's expected `nft -f` input, six services; Apache-2.0).
+pub const KUBE_PROXY_NFT_TRANSACTION: &str =
+    "kube-proxy-nftables/k8s-proxier-test/TestOverallNFTablesRules.expected.nft-transaction";
+
+/// kube-proxy's nftables transaction as (the file's text, the same lines ordered for
+/// `nft -f`), or `None` without the corpus. The upstream test sorts its expected lines,
+/// so rules precede the chains and sets they name; kube-proxy itself declares first,
+/// which `nft -f` needs.
+pub fn kube_proxy_nft_transaction() -> Option<(String, String)> {
+    let text = read(&corpus_dir()?.join(KUBE_PROXY_NFT_TRANSACTION));
+    let declares = |l: &str| {
+        ["add table", "add set", "add map", "add chain"]
+            .iter()
+            .any(|p| l.starts_with(p))
+    };
+    let ordered = text
+        .lines()
+        .filter(|l| declares(l))
+        .chain(text.lines().filter(|l| !declares(l)))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    Some((text, ordered))
 }
 
 /// Reads a file the test needs, panicking with its path.

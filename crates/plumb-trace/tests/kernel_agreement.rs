@@ -996,27 +996,9 @@ fn kube_proxy_nftables_mode_agrees() {
         eprintln!("skip kernel_agreement: {r}");
         return;
     }
-    let Some(corpus) = plumb_testkit::corpus_dir() else {
-        eprintln!("skip kube_proxy_nftables_mode_agrees: corpus not found");
+    let Some((script, ordered)) = plumb_testkit::kube_proxy_nft_transaction() else {
         return;
     };
-    let script = plumb_testkit::read(&corpus.join(
-        "kube-proxy-nftables/k8s-proxier-test/TestOverallNFTablesRules.expected.nft-transaction",
-    ));
-    // The upstream test sorts its expected lines (rules before the chains they name);
-    // kube-proxy itself declares first, which `nft -f` needs.
-    let declares = |l: &str| {
-        ["add table", "add set", "add map", "add chain"]
-            .iter()
-            .any(|p| l.starts_with(p))
-    };
-    let lines: Vec<&str> = script.lines().collect();
-    let ordered: String = lines
-        .iter()
-        .filter(|l| declares(l))
-        .chain(lines.iter().filter(|l| !declares(l)))
-        .map(|l| format!("{l}\n"))
-        .collect();
     let lab = Lab::new();
     ok_in(lab.node.name(), &["nft", "-f", "-"], Some(&ordered));
     // This cluster's service CIDR is 172.30.0.0/16: the pod routes it via the node.
