@@ -37,6 +37,11 @@ pub struct Event {
     pub details: Vec<String>,
     pub revert: Option<u32>,
     pub fight: Option<FightInfo>,
+    /// Reported while a big transaction was still being read (from its first
+    /// notifications and the writer named by its NEWGEN): counts are lower bounds,
+    /// the complete event of the same generation follows. Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub preliminary: bool,
 }
 
 impl Event {
@@ -49,7 +54,7 @@ impl Event {
         generation: Option<u32>,
         latency_ms: Option<f64>,
     ) -> Event {
-        let chain_count = f.chains.len();
+        let chain_count = f.chain_count.max(f.chains.len());
         let mut chains = f.chains;
         chains.truncate(MAX_LISTED_CHAINS);
         Event {
@@ -70,6 +75,7 @@ impl Event {
             details: f.details,
             revert: f.revert,
             fight: f.fight,
+            preliminary: false,
         }
     }
 
@@ -93,6 +99,7 @@ impl Event {
             details: vec![reason.to_string()],
             revert: None,
             fight: None,
+            preliminary: false,
         }
     }
 
@@ -174,7 +181,11 @@ impl Event {
                 format!("{who} {what} in {table} ({chains})")
             }
         };
-        let mut line = format!("{clock} {body}");
+        let mut line = if self.preliminary {
+            format!("{clock} (preliminary) {body}")
+        } else {
+            format!("{clock} {body}")
+        };
         if self.kind == Kind::ForeignChange {
             if let Some(n) = self.revert.filter(|&n| n > 1) {
                 match &self.fight {

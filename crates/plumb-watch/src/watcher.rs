@@ -19,6 +19,7 @@ use crate::detect::{FightPolicy, FightTracker, Kind, Source, detect};
 use crate::event::Event;
 use crate::metrics::{ErrorKind, Metrics};
 use crate::nft_events::{NftEvent, NftListener, Received};
+use crate::scout::Sample;
 use crate::state::{NftState, Transaction};
 use plumb_collect::SystemRunner;
 use std::collections::{BTreeMap, VecDeque};
@@ -29,6 +30,26 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long a batch whose writer is gone waits for its audit record.
 pub const AUDIT_JOIN_WAIT: Duration = Duration::from_millis(30);
+
+/// Writers named by the scout and not yet claimed by the listener.
+const SCOUT_BACKLOG: usize = 64;
+
+/// Resolves the writer named by a NEWGEN (pid and comm) from /proc, now.
+fn resolve_writer(pid: Option<u32>, comm: Option<String>) -> Actor {
+    match pid {
+        Some(pid) if pid > 0 => actor::resolve(
+            pid,
+            &Hints {
+                comm,
+                ..Hints::default()
+            },
+        ),
+        _ => Actor {
+            comm,
+            ..Actor::unknown()
+        },
+    }
+}
 
 /// How to watch.
 #[derive(Clone, Debug)]
@@ -107,6 +128,8 @@ struct Committed {
 
 enum Msg {
     Committed(Box<Committed>),
+    /// What a big transaction still being read has done so far, with its writer.
+    Early(Box<Committed>),
     Resync(Box<ChangeSet>),
     Gap,
     Audit(Box<NetfilterAudit>),
@@ -158,12 +181,83 @@ pub fn watch(
     let nft_metrics = metrics.clone();
     let mut state = baseline.state;
     metrics.set_chains(state.chain_names());
+
+    // Scout: a second subscription that copies only the head of each datagram, so it
+    // reaches a transaction's NEWGEN (the writer's pid and comm) while the listener is
+    // still decoding the ~150k notifications of a 10k-service revert (or is still busy
+    // with the kube-proxy sync before it). It names the writer at once (short-lived
+    // writers are still alive) for the listener, and reports a big transaction by a
+    // writer at once from the first notification of each datagram (a sample: see
+    // `scout`), as a preliminary event; the listener's complete event follows.
+    let (scout_tx, scout_rx) = mpsc::channel::<(u32, Actor)>();
+    let mut scout_thread = None;
+    match NftListener::open(netns, opts.receive_buffer) {
+        Ok(scout) => {
+            let mut scout = scout.into_scout();
+            let s_stop = stop.clone();
+            let early_tx = tx.clone();
+            scout_thread = std::thread::Builder::new()
+                .name("plumb-nft-scout".into())
+                .spawn(move || {
+                    let mut sample = Sample::default();
+                    let mut first: Option<SystemTime> = None;
+                    while !s_stop.load(Ordering::Relaxed) {
+                        let mut gens = Vec::new();
+                        let r = scout.receive_heads(&mut |e| match e {
+                            NftEvent::Gen { id, pid, comm } => gens.push((
+                                id,
+                                pid,
+                                comm.map(str::to_string),
+                                std::mem::take(&mut sample),
+                                first.take(),
+                            )),
+                            e => {
+                                first.get_or_insert_with(SystemTime::now);
+                                sample.push(&e);
+                            }
+                        });
+                        match r {
+                            Ok(Received::Gap) => {
+                                sample = Sample::default();
+                                first = None;
+                            }
+                            Ok(_) => {}
+                            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                        }
+                        for (id, pid, comm, sample, first) in gens {
+                            let actor = resolve_writer(pid, comm);
+                            if sample.is_big() {
+                                let c = Committed {
+                                    changes: sample.changes(),
+                                    actor: actor.clone(),
+                                    generation: id,
+                                    started: first.unwrap_or_else(SystemTime::now),
+                                };
+                                if early_tx.send(Msg::Early(Box::new(c))).is_err() {
+                                    return;
+                                }
+                            }
+                            if scout_tx.send((id, actor)).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                })
+                .ok();
+        }
+        Err(e) => summary.notes.push(format!(
+            "no nftables scout ({e}): big transactions are reported when fully read"
+        )),
+    }
+
     let nft_thread = std::thread::Builder::new()
         .name("plumb-nft".into())
         .spawn(move || {
             let mut txn: Option<(Transaction, SystemTime)> = None;
             let mut dirty = false;
             let mut last_gauge = Instant::now();
+            // Writers the scout named, by generation.
+            let mut named: VecDeque<(u32, Actor)> = VecDeque::new();
             while !nft_stop.load(Ordering::Relaxed) {
                 if let Ok(fresh) = resync_rx.try_recv() {
                     let changes = state.diff_to(&fresh);
@@ -200,21 +294,23 @@ pub fn watch(
                         std::thread::sleep(Duration::from_millis(100));
                     }
                 }
+                while let Ok(n) = scout_rx.try_recv() {
+                    if named.len() >= SCOUT_BACKLOG {
+                        named.pop_front();
+                    }
+                    named.push_back(n);
+                }
                 for (changes, generation, pid, comm, started) in done {
                     dirty = true;
-                    // Resolve the writer now: it may exit any moment.
-                    let actor = match pid {
-                        Some(pid) if pid > 0 => actor::resolve(
-                            pid,
-                            &Hints {
-                                comm: comm.clone(),
-                                ..Hints::default()
-                            },
-                        ),
-                        _ => Actor {
-                            comm,
-                            ..Actor::unknown()
-                        },
+                    // The scout named the writer when it saw this NEWGEN (earlier, so
+                    // more likely alive); else resolve it now: it may exit any moment.
+                    let scouted = named
+                        .iter()
+                        .position(|(g, _)| *g == generation)
+                        .and_then(|i| named.remove(i));
+                    let actor = match scouted {
+                        Some((_, a)) if a.comm == comm || comm.is_none() => a,
+                        _ => resolve_writer(pid, comm),
                     };
                     let c = Committed {
                         changes,
@@ -306,13 +402,18 @@ pub fn watch(
     let mut resync_at: Option<Instant> = None;
     let mut audit_seen = false;
     let mut legacy_at: Option<(Instant, Actor)> = None;
+    // Generations that already had a preliminary event (one per transaction).
+    let mut early_reported: VecDeque<u32> = VecDeque::new();
     let mut next_poll = Instant::now() + opts.legacy_poll;
     let mut emit = |e: Event, summary: &mut Summary| {
-        metrics.event(&e, unix_ms(SystemTime::now()) as f64 / 1000.0);
-        *summary
-            .events
-            .entry(e.kind.as_str().to_string())
-            .or_default() += 1;
+        // A preliminary event is not counted as one of its kind (its complete event is).
+        let key = if e.preliminary {
+            "preliminary"
+        } else {
+            metrics.event(&e, unix_ms(SystemTime::now()) as f64 / 1000.0);
+            e.kind.as_str()
+        };
+        *summary.events.entry(key.to_string()).or_default() += 1;
         sink(&e);
     };
 
@@ -371,6 +472,20 @@ pub fn watch(
                     });
                 } else {
                     for e in process(&c, &mut fights, netns, &mut summary) {
+                        emit(e, &mut summary);
+                    }
+                }
+            }
+            Ok(Msg::Early(c)) => {
+                if !early_reported.contains(&c.generation) {
+                    let events = preliminary(&c, &fights, netns);
+                    if !events.is_empty() {
+                        if early_reported.len() >= 16 {
+                            early_reported.pop_front();
+                        }
+                        early_reported.push_back(c.generation);
+                    }
+                    for e in events {
                         emit(e, &mut summary);
                     }
                 }
@@ -486,6 +601,9 @@ pub fn watch(
     if let Some(t) = nft_thread {
         let _ = t.join();
     }
+    if let Some(t) = scout_thread {
+        let _ = t.join();
+    }
     summary.duration_s = started.elapsed().as_secs_f64();
     Ok(summary)
 }
@@ -512,6 +630,41 @@ fn process(
             .map(|d| d.as_secs_f64() * 1000.0)
             .ok();
         Event::from_finding(f, now, netns, &c.actor, Some(c.generation), latency)
+    })
+    .collect()
+}
+
+/// Preliminary events for a transaction still being read: foreign changes, fights and
+/// policy changes in the scout's sample of it. Fights are judged on a copy of the
+/// tracker: only the complete event of the transaction is remembered.
+fn preliminary(c: &Committed, fights: &FightTracker, netns: Option<&str>) -> Vec<Event> {
+    let mut scratch = fights.clone();
+    detect(
+        &c.changes,
+        &c.actor,
+        Source::Write,
+        unix_ms(c.started),
+        &mut scratch,
+    )
+    .into_iter()
+    .filter(|f| {
+        matches!(
+            f.kind,
+            Kind::ForeignChange | Kind::Fight | Kind::PolicyChange
+        )
+    })
+    .map(|mut f| {
+        f.details.push(
+            "preliminary: from a sample of the notifications of a big transaction (the first of each datagram) while it is still being read; counts are lower bounds, the complete event follows".into(),
+        );
+        let now = SystemTime::now();
+        let latency = now
+            .duration_since(c.started)
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .ok();
+        let mut e = Event::from_finding(f, now, netns, &c.actor, Some(c.generation), latency);
+        e.preliminary = true;
+        e
     })
     .collect()
 }
