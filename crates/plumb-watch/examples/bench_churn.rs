@@ -51,6 +51,32 @@ fn cpu_and_hwm(pid: u32) -> Option<(f64, u64)> {
     Some((ticks / hz, hwm))
 }
 
+/// CPU seconds per thread name (utime+stime) of a process.
+fn thread_cpu(pid: u32) -> HashMap<String, f64> {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut out = HashMap::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in dir.filter_map(Result::ok) {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].to_string();
+        let f: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+        let ticks: f64 = [11, 12]
+            .iter()
+            .filter_map(|&i| f.get(i)?.parse::<f64>().ok())
+            .sum();
+        *out.entry(name).or_default() += ticks / hz;
+    }
+    out
+}
+
 fn percentile(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -198,6 +224,7 @@ fn main() {
     );
     let (_, baseline_hwm) = cpu_and_hwm(wpid).expect("watch running");
     let (w_cpu0, _) = cpu_and_hwm(wpid).expect("watch running");
+    let threads0 = thread_cpu(wpid);
 
     // Naive: iptables-nft-save once a second, diffed; runs until the churn ends.
     let end_unix = unix_s(SystemTime::now()) + duration;
@@ -284,6 +311,7 @@ done"#,
     }
     let churn_wall = start.elapsed().as_secs_f64();
     let (w_cpu1, h1) = cpu_and_hwm(wpid).unwrap();
+    let threads1 = thread_cpu(wpid);
     hwm_peak = hwm_peak.max(h1);
     // Idle: nothing changes.
     std::thread::sleep(Duration::from_secs_f64(idle));
@@ -432,6 +460,7 @@ done"#,
             "preliminary_events": preliminary,
             "probe_revert_first_to_newgen_ms": {"p50": percentile(&mut revert_spans.clone(), 50.0), "max": percentile(&mut revert_spans, 100.0)},
             "cpu_churn_pct": (w_cpu1 - w_cpu0) / churn_wall * 100.0,
+            "cpu_churn_pct_by_thread": threads1.iter().map(|(k, v)| (k.clone(), (v - threads0.get(k).copied().unwrap_or(0.0)) / churn_wall * 100.0)).collect::<HashMap<String, f64>>(),
             "cpu_idle_pct": (w_cpu2 - w_cpu1) / idle * 100.0,
             "peak_rss_mib": hwm_peak as f64 / 1024.0,
             "peak_rss_after_baseline_mib": baseline_hwm as f64 / 1024.0,

@@ -34,6 +34,94 @@ pub const AUDIT_JOIN_WAIT: Duration = Duration::from_millis(30);
 /// Writers named by the scout and not yet claimed by the listener.
 const SCOUT_BACKLOG: usize = 64;
 
+/// Tries per transaction to name its writer from the socket table.
+const SOCKET_LOOKS: u32 = 8;
+/// Sampled notifications (~datagrams) before the first try: small transactions are
+/// over before a look could help, and cost nothing.
+const SOCKET_LOOK_AFTER: usize = 32;
+
+/// How a preliminary event knows its writer.
+const AT_NEWGEN: &str = "writer: named by the transaction's NEWGEN";
+const BY_SOCKET: &str = "writer: the one process committing on a netfilter socket of the namespace while the kernel sent the transaction (its NEWGEN confirms it in the complete event)";
+
+/// The generation after `g` (the kernel skips 0 when it wraps).
+fn next_generation(g: u32) -> u32 {
+    match g.wrapping_add(1) {
+        0 => 1,
+        n => n,
+    }
+}
+
+/// The writer of the transaction the kernel is sending right now, from the watched
+/// namespace's netlink socket table, or None when it cannot be told for sure. Every
+/// quiet netfilter socket ([`crate::scout::quiet_netfilter_sockets`]) must belong to
+/// the process its port id names (`/proc/PID/fd`; port ids are pids only by
+/// convention, a writer in another pid namespace has another number: then no
+/// answer), and one of those processes must stand out as committing
+/// ([`crate::scout::committing_among`]: runnable with nfnetlink's batch on its kernel
+/// stack, else runnable inside `sendmsg`).
+fn committing_writer(table: &mut std::fs::File, own_pid: u32) -> Result<Actor, Unnamed> {
+    use std::io::{Read, Seek};
+    table
+        .seek(std::io::SeekFrom::Start(0))
+        .map_err(|_| Unnamed::NoWriter)?;
+    let mut text = String::new();
+    table
+        .read_to_string(&mut text)
+        .map_err(|_| Unnamed::NoWriter)?;
+    let quiet =
+        crate::scout::quiet_netfilter_sockets(&crate::scout::parse_proc_netlink(&text), own_pid);
+    let mut candidates = Vec::new();
+    for sock in quiet {
+        let target = format!("socket:[{}]", sock.inode);
+        let owns = std::fs::read_dir(format!("/proc/{}/fd", sock.portid)).is_ok_and(|d| {
+            d.filter_map(Result::ok).any(|e| {
+                std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == target.as_str())
+            })
+        });
+        if !owns {
+            return Err(Unnamed::Unowned);
+        }
+        let state = std::fs::read_to_string(format!("/proc/{}/stat", sock.portid))
+            .ok()
+            .and_then(|s| crate::scout::stat_state(&s))
+            .unwrap_or('?');
+        let syscall =
+            std::fs::read_to_string(format!("/proc/{}/syscall", sock.portid)).unwrap_or_default();
+        let stack =
+            std::fs::read_to_string(format!("/proc/{}/stack", sock.portid)).unwrap_or_default();
+        candidates.push((
+            sock.portid,
+            crate::scout::commit_evidence(state, &syscall, &stack),
+        ));
+    }
+    match crate::scout::committing_among(&candidates) {
+        Some(pid) => Ok(actor::resolve(pid, &Hints::default())),
+        None if candidates
+            .iter()
+            .all(|c| c.1 == crate::scout::CommitEvidence::No) =>
+        {
+            Err(Unnamed::NoWriter)
+        }
+        None => Err(Unnamed::Several),
+    }
+}
+
+/// Why the socket table named no writer.
+#[derive(Clone, Copy, Debug)]
+enum Unnamed {
+    /// No process with a quiet netfilter socket may be committing (it was done).
+    NoWriter,
+    /// Several may be.
+    Several,
+    /// A socket's port id is not the pid of its owner (another pid namespace).
+    Unowned,
+}
+
+/// Counts of the scout's socket-table look-ups, for the summary: named, no writer,
+/// several, unowned.
+type SocketLooks = Arc<[std::sync::atomic::AtomicU64; 4]>;
+
 /// Resolves the writer named by a NEWGEN (pid and comm) from /proc, now.
 fn resolve_writer(pid: Option<u32>, comm: Option<String>) -> Actor {
     match pid {
@@ -128,8 +216,9 @@ struct Committed {
 
 enum Msg {
     Committed(Box<Committed>),
-    /// What a big transaction still being read has done so far, with its writer.
-    Early(Box<Committed>),
+    /// What a big transaction still being read has done so far (the scout's sample),
+    /// with its writer and how the writer was known.
+    Early(Box<Committed>, &'static str),
     Resync(Box<ChangeSet>),
     Gap,
     Audit(Box<NetfilterAudit>),
@@ -191,26 +280,57 @@ pub fn watch(
     // `scout`), as a preliminary event; the listener's complete event follows.
     let (scout_tx, scout_rx) = mpsc::channel::<(u32, Actor)>();
     let mut scout_thread = None;
+    let socket_looks: SocketLooks = Arc::default();
+    // The namespace's netlink socket table, opened from inside it (the file keeps the
+    // namespace it was opened in): who holds a netfilter socket right now.
+    let netlink_table = crate::netns::in_netns(netns, || {
+        std::fs::File::open("/proc/thread-self/net/netlink")
+    })
+    .ok();
     match NftListener::open(netns, opts.receive_buffer) {
         Ok(scout) => {
             let mut scout = scout.into_scout();
             let s_stop = stop.clone();
             let early_tx = tx.clone();
+            let s_looks = socket_looks.clone();
             scout_thread = std::thread::Builder::new()
                 .name("plumb-nft-scout".into())
                 .spawn(move || {
+                    let mut netlink_table = netlink_table;
+                    let own_pid = std::process::id();
+                    // Runs a little ahead of the listener (which decodes everything)
+                    // when CPU is short: a lower nice value for this thread only (it
+                    // is light: ~1 µs per datagram). Not allowed without CAP_SYS_NICE:
+                    // then it stays as it is.
+                    // SAFETY: gettid and setpriority on this thread; no memory involved.
+                    unsafe {
+                        let tid = libc::gettid();
+                        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, -5);
+                    }
                     let mut sample = Sample::default();
                     let mut first: Option<SystemTime> = None;
+                    // Of the transaction being read: its writer (from the namespace's
+                    // sockets), how often that was looked up, whether a preliminary
+                    // event was sent.
+                    let mut writer: Option<Actor> = None;
+                    let mut looks = 0u32;
+                    let mut early_sent = false;
+                    let mut last_gen: Option<u32> = None;
                     while !s_stop.load(Ordering::Relaxed) {
                         let mut gens = Vec::new();
                         let r = scout.receive_heads(&mut |e| match e {
-                            NftEvent::Gen { id, pid, comm } => gens.push((
-                                id,
-                                pid,
-                                comm.map(str::to_string),
-                                std::mem::take(&mut sample),
-                                first.take(),
-                            )),
+                            NftEvent::Gen { id, pid, comm } => {
+                                gens.push((
+                                    id,
+                                    pid,
+                                    comm.map(str::to_string),
+                                    std::mem::take(&mut sample),
+                                    first.take(),
+                                    std::mem::replace(&mut early_sent, false),
+                                ));
+                                writer = None;
+                                looks = 0;
+                            }
                             e => {
                                 first.get_or_insert_with(SystemTime::now);
                                 sample.push(&e);
@@ -220,24 +340,64 @@ pub fn watch(
                             Ok(Received::Gap) => {
                                 sample = Sample::default();
                                 first = None;
+                                last_gen = None;
+                                writer = None;
+                                early_sent = true;
                             }
                             Ok(_) => {}
                             Err(_) => std::thread::sleep(Duration::from_millis(100)),
                         }
-                        for (id, pid, comm, sample, first) in gens {
+                        for (id, pid, comm, sample, first, sent) in gens {
+                            last_gen = Some(id);
                             let actor = resolve_writer(pid, comm);
-                            if sample.is_big() {
+                            if !sent && sample.is_big() {
                                 let c = Committed {
                                     changes: sample.changes(),
                                     actor: actor.clone(),
                                     generation: id,
                                     started: first.unwrap_or_else(SystemTime::now),
                                 };
-                                if early_tx.send(Msg::Early(Box::new(c))).is_err() {
+                                if early_tx.send(Msg::Early(Box::new(c), AT_NEWGEN)).is_err() {
                                     return;
                                 }
                             }
                             if scout_tx.send((id, actor)).is_err() {
+                                return;
+                            }
+                        }
+                        // A transaction is being read: while the kernel sends its
+                        // notifications its writer is still inside the commit, holding
+                        // its socket. Name it from the socket table (a few tries: other
+                        // processes may look busy for a moment), and report a big
+                        // transaction before its NEWGEN.
+                        if sample.len() >= SOCKET_LOOK_AFTER
+                            && writer.is_none()
+                            && looks < SOCKET_LOOKS
+                        {
+                            looks += 1;
+                            if let Some(t) = netlink_table.as_mut() {
+                                let (w, i) = match committing_writer(t, own_pid) {
+                                    Ok(a) => (Some(a), 0),
+                                    Err(Unnamed::NoWriter) => (None, 1),
+                                    Err(Unnamed::Several) => (None, 2),
+                                    Err(Unnamed::Unowned) => (None, 3),
+                                };
+                                writer = w;
+                                s_looks[i].fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        if !early_sent
+                            && sample.is_big()
+                            && let (Some(w), Some(last)) = (&writer, last_gen)
+                        {
+                            early_sent = true;
+                            let c = Committed {
+                                changes: sample.changes(),
+                                actor: w.clone(),
+                                generation: next_generation(last),
+                                started: first.unwrap_or_else(SystemTime::now),
+                            };
+                            if early_tx.send(Msg::Early(Box::new(c), BY_SOCKET)).is_err() {
                                 return;
                             }
                         }
@@ -476,9 +636,9 @@ pub fn watch(
                     }
                 }
             }
-            Ok(Msg::Early(c)) => {
+            Ok(Msg::Early(c, how)) => {
                 if !early_reported.contains(&c.generation) {
-                    let events = preliminary(&c, &fights, netns);
+                    let events = preliminary(&c, how, &fights, netns);
                     if !events.is_empty() {
                         if early_reported.len() >= 16 {
                             early_reported.pop_front();
@@ -604,6 +764,16 @@ pub fn watch(
     if let Some(t) = scout_thread {
         let _ = t.join();
     }
+    let looks: Vec<u64> = socket_looks
+        .iter()
+        .map(|n| n.load(Ordering::Relaxed))
+        .collect();
+    if looks.iter().any(|&n| n > 0) {
+        summary.notes.push(format!(
+            "writers of big transactions looked up in the socket table: {} named, {} no writer left, {} several possible, {} unowned sockets",
+            looks[0], looks[1], looks[2], looks[3]
+        ));
+    }
     summary.duration_s = started.elapsed().as_secs_f64();
     Ok(summary)
 }
@@ -637,7 +807,7 @@ fn process(
 /// Preliminary events for a transaction still being read: foreign changes, fights and
 /// policy changes in the scout's sample of it. Fights are judged on a copy of the
 /// tracker: only the complete event of the transaction is remembered.
-fn preliminary(c: &Committed, fights: &FightTracker, netns: Option<&str>) -> Vec<Event> {
+fn preliminary(c: &Committed, how: &str, fights: &FightTracker, netns: Option<&str>) -> Vec<Event> {
     let mut scratch = fights.clone();
     detect(
         &c.changes,
@@ -657,6 +827,7 @@ fn preliminary(c: &Committed, fights: &FightTracker, netns: Option<&str>) -> Vec
         f.details.push(
             "preliminary: from a sample of the notifications of a big transaction (the first of each datagram) while it is still being read; counts are lower bounds, the complete event follows".into(),
         );
+        f.details.push(how.to_string());
         let now = SystemTime::now();
         let latency = now
             .duration_since(c.started)
