@@ -1,10 +1,65 @@
 //! Privileged, with the lab: `plumb watch --lab` names venAgent (Illumio VEN) as the writer
-//! that deletes kube-proxy's chains and reports the fight, and on a healthy node with
-//! kube-proxy syncing it reports no foreign change for a minute. One lab per machine:
+//! that deletes kube-proxy's chains and reports the fight, names real UFW as the writer of
+//! its policy change and chains (`ufw-active`), and on a healthy node with kube-proxy
+//! syncing it reports no foreign change for a minute. One lab per machine:
 //! `--test-threads=1`. Skipped (with a reason) when not root.
 
 use plumb_lab::{Lab, LabOptions, Scenario};
 use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Bound of every wait.
+const T: Duration = Duration::from_secs(60);
+
+/// A child process killed and reaped on drop (also on panic).
+struct Child(std::process::Child);
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let get = || -> std::io::Result<String> {
+        let mut s = std::net::TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)?;
+        Ok(out)
+    };
+    get()
+        .ok()
+        .and_then(|o| o.split_once("\r\n\r\n").map(|(_, b)| b.to_string()))
+        .unwrap_or_default()
+}
+
+/// Runs `argv` in the lab's node namespace (with its private UFW files), bounded by `T`.
+fn node_run(lab: &Lab, argv: &[&str]) {
+    let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+    let mut child = Child(
+        plumb_lab::ufw::node_command(lab.root(), &argv)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{argv:?}: {e}")),
+    );
+    let deadline = Instant::now() + T;
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "{argv:?} did not end in {T:?}");
+        std::thread::park_timeout(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{argv:?}: {status}");
+}
 
 fn up(scenario: Scenario) -> Option<Lab> {
     if !plumb_testkit::privileged(&["ip", "iptables-nft-restore", "ufw"]) {
@@ -75,5 +130,97 @@ fn a_healthy_node_has_no_foreign_change_for_a_minute() {
         foreign.is_empty(),
         "false positives on a healthy node: {foreign:?}\n{summary}"
     );
+    drop(lab);
+}
+
+#[test]
+fn ufw_policy_change_and_chains_are_attributed_to_ufw() {
+    let Some(lab) = up(Scenario::UfwActive) else {
+        return;
+    };
+    // Real UFW writes through short-lived iptables children of its ufw-init script:
+    // audit (exe, ppid) names the parent when a child is gone before plumb looks.
+    // Enabled for the test only if it was off, restored on drop.
+    let _audit = plumb_watch::audit_control::AuditEnabled::new().ok();
+    let mut child = Child(
+        Command::new(env!("CARGO_BIN_EXE_plumb"))
+            .args(["watch", "--lab", "--json", "--duration", "90"])
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn plumb"),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    let l2 = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            l2.lock().unwrap().push(line);
+        }
+    });
+    let mut stderr = BufReader::new(child.0.stderr.take().unwrap());
+    let mut first = String::new();
+    stderr.read_line(&mut first).unwrap();
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .unwrap_or_else(|| panic!("no metrics address in {first:?}"))
+        .to_string();
+    let deadline = Instant::now() + T;
+    while http_get(&addr, "/readyz") != "ready\n" {
+        assert!(Instant::now() < deadline, "plumb watch not ready");
+        std::thread::park_timeout(Duration::from_millis(50));
+    }
+    // UFW off (policies back to ACCEPT, its chains flushed), then on again: FORWARD
+    // to DROP, its chains filled and hooked into INPUT/FORWARD/OUTPUT.
+    node_run(&lab, &["ufw", "--force", "disable"]);
+    node_run(&lab, &["ufw", "--force", "enable"]);
+    let by_ufw = |v: &Value| v["actor"]["identity"]["name"] == "ufw";
+    let wait_event = |pred: &dyn Fn(&Value) -> bool, what: &str| -> Value {
+        let deadline = Instant::now() + T;
+        loop {
+            if let Some(v) = lines
+                .lock()
+                .unwrap()
+                .iter()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find(|v| pred(v))
+            {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} within {T:?}: {:#?}",
+                lines.lock().unwrap()
+            );
+            std::thread::park_timeout(Duration::from_millis(50));
+        }
+    };
+    let policy = wait_event(
+        &|v| {
+            v["kind"] == "policy-change"
+                && v["chains"] == serde_json::json!(["FORWARD"])
+                && v["details"].to_string().contains("-> DROP")
+                && by_ufw(v)
+        },
+        "FORWARD policy change to DROP attributed to ufw",
+    );
+    assert_eq!(policy["netns"], "plumb-node", "{policy}");
+    assert_eq!(policy["table"], "filter", "{policy}");
+    let chains = wait_event(
+        &|v| {
+            v["owner"] == "ufw"
+                && by_ufw(v)
+                && v["chains"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.as_str().is_some_and(|c| c.starts_with("ufw-")))
+                })
+        },
+        "ufw chains written by ufw",
+    );
+    assert_eq!(chains["kind"], "owner-change", "{chains}");
+    drop(child);
     drop(lab);
 }

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// nftables generation -> (commit time, writer comm, writer pid).
-type Generations = HashMap<u32, (f64, String, u32)>;
+/// nftables generation -> (commit time, writer comm, writer pid, NEWGEN time).
+type Generations = HashMap<u32, (f64, String, u32, f64)>;
 
 fn unix_s(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
@@ -49,6 +49,32 @@ fn cpu_and_hwm(pid: u32) -> Option<(f64, u64)> {
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0);
     Some((ticks / hz, hwm))
+}
+
+/// CPU seconds per thread name (utime+stime) of a process.
+fn thread_cpu(pid: u32) -> HashMap<String, f64> {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut out = HashMap::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in dir.filter_map(Result::ok) {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].to_string();
+        let f: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+        let ticks: f64 = [11, 12]
+            .iter()
+            .filter_map(|&i| f.get(i)?.parse::<f64>().ok())
+            .sum();
+        *out.entry(name).or_default() += ticks / hz;
+    }
+    out
 }
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
@@ -119,8 +145,15 @@ fn main() {
             let mut closed = Vec::new();
             let r = probe.receive_each(&mut |e| match e {
                 plumb_watch::nft_events::NftEvent::Gen { id, pid, comm } => {
-                    let at = first.take().unwrap_or_else(|| unix_s(SystemTime::now()));
-                    closed.push((id, at, comm.unwrap_or("").to_string(), pid.unwrap_or(0)));
+                    let gen_at = unix_s(SystemTime::now());
+                    let at = first.take().unwrap_or(gen_at);
+                    closed.push((
+                        id,
+                        at,
+                        comm.unwrap_or("").to_string(),
+                        pid.unwrap_or(0),
+                        gen_at,
+                    ));
                 }
                 _ => {
                     if first.is_none() {
@@ -134,8 +167,8 @@ fn main() {
             }
             if !closed.is_empty() {
                 let mut g = pg.lock().unwrap();
-                for (id, at, comm, pid) in closed {
-                    g.insert(id, (at, comm, pid));
+                for (id, at, comm, pid, gen_at) in closed {
+                    g.insert(id, (at, comm, pid, gen_at));
                 }
             }
         }
@@ -191,6 +224,7 @@ fn main() {
     );
     let (_, baseline_hwm) = cpu_and_hwm(wpid).expect("watch running");
     let (w_cpu0, _) = cpu_and_hwm(wpid).expect("watch running");
+    let threads0 = thread_cpu(wpid);
 
     // Naive: iptables-nft-save once a second, diffed; runs until the churn ends.
     let end_unix = unix_s(SystemTime::now()) + duration;
@@ -277,6 +311,7 @@ done"#,
     }
     let churn_wall = start.elapsed().as_secs_f64();
     let (w_cpu1, h1) = cpu_and_hwm(wpid).unwrap();
+    let threads1 = thread_cpu(wpid);
     hwm_peak = hwm_peak.max(h1);
     // Idle: nothing changes.
     std::thread::sleep(Duration::from_secs_f64(idle));
@@ -311,6 +346,11 @@ done"#,
     let day = |unix: f64| unix - unix.rem_euclid(86_400.0);
     let mut internal = Vec::new();
     let mut external = Vec::new();
+    // Per generation: first detection event (foreign-change, fight, policy-change,
+    // preliminary or complete) and first complete event of any kind.
+    let mut first_detection: HashMap<u32, f64> = HashMap::new();
+    let mut first_complete: HashMap<u32, f64> = HashMap::new();
+    let mut preliminary = 0usize;
     let mut detected_reverts = std::collections::HashSet::new();
     let mut kinds: HashMap<String, usize> = HashMap::new();
     for e in &events {
@@ -326,11 +366,25 @@ done"#,
         ) else {
             continue;
         };
-        if let Some((commit, _, _)) = gens.get(&(g as u32)) {
+        let is_preliminary = e["preliminary"] == true;
+        preliminary += usize::from(is_preliminary);
+        if let Some((commit, _, _, _)) = gens.get(&(g as u32)) {
             let ev = day(*commit) + t;
-            external.push((ev - commit) * 1000.0);
+            let ms = (ev - commit) * 1000.0;
+            external.push(ms);
+            if matches!(
+                e["kind"].as_str(),
+                Some("foreign-change" | "fight" | "policy-change")
+            ) {
+                let d = first_detection.entry(g as u32).or_insert(ms);
+                *d = d.min(ms);
+            }
+            if !is_preliminary {
+                let d = first_complete.entry(g as u32).or_insert(ms);
+                *d = d.min(ms);
+            }
         }
-        if e["kind"] == "foreign-change" {
+        if e["kind"] == "foreign-change" && !is_preliminary {
             detected_reverts.insert(e["actor"]["pid"].as_u64().unwrap_or(0) as u32);
         }
     }
@@ -358,8 +412,8 @@ done"#,
     for r in &reverts {
         let commit = gens
             .values()
-            .find(|(_, comm, pid)| *pid == r.1 && comm == "venAgent")
-            .map(|(t, _, _)| *t)
+            .find(|(_, comm, pid, _)| *pid == r.1 && comm == "venAgent")
+            .map(|(t, _, _, _)| *t)
             .unwrap_or(r.3);
         if let Some(p) = polls.iter().find(|p| p.0 > commit) {
             naive_lat.push((p.1 - commit) * 1000.0);
@@ -380,6 +434,15 @@ done"#,
     };
     let poll_ms: Vec<f64> = polls.iter().map(|p| (p.1 - p.0) * 1000.0).collect();
     let mut pm = poll_ms.clone();
+    let mut detection: Vec<f64> = first_detection.values().copied().collect();
+    // How long the kernel takes to deliver a revert's notifications up to its NEWGEN
+    // (first notification -> NEWGEN at the probe): no NEWGEN-based attribution beats it.
+    let mut revert_spans: Vec<f64> = gens
+        .values()
+        .filter(|(_, comm, _, _)| comm == "venAgent")
+        .map(|(first, _, _, newgen)| (newgen - first) * 1000.0)
+        .collect();
+    let mut complete: Vec<f64> = first_complete.values().copied().collect();
     let report = serde_json::json!({
         "services": services,
         "duration_s": churn_wall,
@@ -392,7 +455,12 @@ done"#,
         "watch": {
             "latency_internal_ms": {"p50": percentile(&mut internal.clone(), 50.0), "p99": percentile(&mut internal.clone(), 99.0), "n": internal.len()},
             "latency_commit_to_event_ms": {"p50": percentile(&mut external.clone(), 50.0), "p99": percentile(&mut external.clone(), 99.0), "n": external.len()},
+            "detection_latency_ms": {"p50": percentile(&mut detection.clone(), 50.0), "p99": percentile(&mut detection.clone(), 99.0), "max": percentile(&mut detection, 100.0), "n": first_detection.len(), "about": "commit -> first foreign-change/fight/policy-change event of the generation (preliminary or complete)"},
+            "complete_event_latency_ms": {"p50": percentile(&mut complete.clone(), 50.0), "p99": percentile(&mut complete.clone(), 99.0), "max": percentile(&mut complete, 100.0), "n": first_complete.len(), "about": "commit -> first complete event of the generation, any kind"},
+            "preliminary_events": preliminary,
+            "probe_revert_first_to_newgen_ms": {"p50": percentile(&mut revert_spans.clone(), 50.0), "max": percentile(&mut revert_spans, 100.0)},
             "cpu_churn_pct": (w_cpu1 - w_cpu0) / churn_wall * 100.0,
+            "cpu_churn_pct_by_thread": threads1.iter().map(|(k, v)| (k.clone(), (v - threads0.get(k).copied().unwrap_or(0.0)) / churn_wall * 100.0)).collect::<HashMap<String, f64>>(),
             "cpu_idle_pct": (w_cpu2 - w_cpu1) / idle * 100.0,
             "peak_rss_mib": hwm_peak as f64 / 1024.0,
             "peak_rss_after_baseline_mib": baseline_hwm as f64 / 1024.0,

@@ -59,7 +59,9 @@ pub struct TableChanges {
     pub rules_added: BTreeMap<String, usize>,
     /// Rules removed per surviving chain.
     pub rules_removed: BTreeMap<String, usize>,
-    /// Rules per surviving chain after the change (for "flushed" vs "modified").
+    /// Rules per surviving chain after the change (for "flushed" vs "modified"): at
+    /// least for every chain with rules removed and none added (the notification path
+    /// fills only those: a 10k-service sync would otherwise name 40k chains once more).
     pub rules_after: BTreeMap<String, usize>,
     pub policies: Vec<PolicyDelta>,
     pub hook_rules: Vec<HookRule>,

@@ -111,8 +111,10 @@ pub struct Finding {
     pub family: String,
     pub table: String,
     pub owner: Option<String>,
-    /// Affected chains, sorted.
+    /// Affected chains, sorted; the first [`crate::event::MAX_LISTED_CHAINS`] only.
     pub chains: Vec<String>,
+    /// Number of affected chains (a 10k-service revert affects 40k).
+    pub chain_count: usize,
     pub rules_added: usize,
     pub rules_removed: usize,
     /// Extra facts: "canary chain KUBE-PROXY-CANARY vanished", "whole table flushed", ...
@@ -131,6 +133,7 @@ impl Finding {
             table: t.table.clone(),
             owner,
             chains: Vec::new(),
+            chain_count: 0,
             rules_added: 0,
             rules_removed: 0,
             details: Vec::new(),
@@ -138,6 +141,19 @@ impl Finding {
             fight: None,
         }
     }
+    /// Sets the affected chains from a sorted, deduplicated list: counts them all,
+    /// keeps the first [`crate::event::MAX_LISTED_CHAINS`] (no copy of the rest).
+    fn set_chains<'s>(&mut self, sorted: impl Iterator<Item = &'s str>) {
+        self.chains.clear();
+        self.chain_count = 0;
+        for c in sorted {
+            if self.chains.len() < crate::event::MAX_LISTED_CHAINS {
+                self.chains.push(c.to_string());
+            }
+            self.chain_count += 1;
+        }
+    }
+
     /// `nat`, `ip6 nat`, `inet kube-proxy`.
     pub fn table_label(&self) -> String {
         match self.family.as_str() {
@@ -188,12 +204,14 @@ fn inserts_hooks_legitimately(actor: &Actor) -> bool {
         .is_some_and(|i| matches!(i.kind.as_str(), "kubernetes" | "cni" | "container-runtime"))
 }
 
+/// Chains of one owner touched by one write, borrowed from the change set (a
+/// 10k-service revert names 40k chains: no copies).
 #[derive(Default)]
-struct Group {
-    removed: BTreeSet<String>,
-    flushed: BTreeSet<String>,
-    modified: BTreeSet<String>,
-    added: BTreeSet<String>,
+struct Group<'a> {
+    removed: BTreeSet<&'a str>,
+    flushed: BTreeSet<&'a str>,
+    modified: BTreeSet<&'a str>,
+    added: BTreeSet<&'a str>,
     unhooked: BTreeSet<String>,
     rules_added: usize,
     rules_removed: usize,
@@ -215,7 +233,7 @@ impl Default for FightPolicy {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct FightState {
     reverts: Vec<u64>,
     restores: Vec<(u64, String)>,
@@ -224,7 +242,7 @@ struct FightState {
 
 /// Remembers removals and restores of owned objects to recognise fights.
 /// Memory is bounded by the window and by [`MAX_FIGHTS`].
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct FightTracker {
     policy: FightPolicy,
     /// (table label, owner, remover) -> state.
@@ -233,8 +251,10 @@ pub struct FightTracker {
 
 /// Most parties tracked at once.
 pub const MAX_FIGHTS: usize = 1024;
-/// Most chain names remembered per fight.
-const MAX_CHAINS: usize = 100_000;
+/// Most chain names remembered per fight: a sample (the first names in sorted order)
+/// is enough to tell "the same objects again" from "other objects", since a repeated
+/// revert or a restore names the same chains; 40k names per fight cost megabytes.
+const MAX_CHAINS: usize = 1024;
 
 impl FightTracker {
     pub fn new(policy: FightPolicy) -> FightTracker {
@@ -260,7 +280,7 @@ impl FightTracker {
         table: &str,
         owner: &str,
         remover: &str,
-        chains: &BTreeSet<String>,
+        chains: &[&str],
         now: u64,
     ) -> (u32, Option<FightInfo>) {
         self.prune(now);
@@ -271,14 +291,17 @@ impl FightTracker {
             .fights
             .entry((table.into(), owner.into(), remover.into()))
             .or_default();
-        let overlaps = f.chains.is_empty() || chains.iter().any(|c| f.chains.contains(c));
+        let overlaps = f.chains.is_empty() || chains.iter().any(|c| f.chains.contains(*c));
         if !overlaps {
             // Other objects: a new episode.
             *f = FightState::default();
         }
         f.reverts.push(now);
-        if f.chains.len() < MAX_CHAINS {
-            f.chains.extend(chains.iter().cloned());
+        for c in chains {
+            if f.chains.len() >= MAX_CHAINS {
+                break;
+            }
+            f.chains.insert((*c).to_string());
         }
         let n = f.reverts.len() as u32;
         let first = f.reverts[0];
@@ -309,12 +332,17 @@ impl FightTracker {
         table: &str,
         owner: &str,
         restorer: &str,
-        chains: &BTreeSet<String>,
+        chains: &[&BTreeSet<&str>],
         now: u64,
     ) -> bool {
         let mut any = false;
         for ((t, o, _), f) in self.fights.iter_mut() {
-            if t == table && o == owner && chains.iter().any(|c| f.chains.contains(c)) {
+            if t == table
+                && o == owner
+                && chains
+                    .iter()
+                    .any(|set| set.iter().any(|c| f.chains.contains(*c)))
+            {
                 f.restores.push((now, restorer.into()));
                 any = true;
             }
@@ -348,16 +376,15 @@ pub fn detect(
         if source == Source::Resync {
             if !t.is_empty() {
                 let mut f = Finding::new(Kind::Resync, Action::Changed, t, None);
-                f.chains = t
+                let names: BTreeSet<&str> = t
                     .chains_added
                     .iter()
                     .chain(&t.chains_removed)
-                    .map(|c| c.name.clone())
-                    .chain(t.rules_added.keys().cloned())
-                    .chain(t.rules_removed.keys().cloned())
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
+                    .map(|c| c.name.as_str())
+                    .chain(t.rules_added.keys().map(String::as_str))
+                    .chain(t.rules_removed.keys().map(String::as_str))
                     .collect();
+                f.set_chains(names.into_iter());
                 f.rules_added = t.rules_added.values().sum();
                 f.rules_removed = t.rules_removed.values().sum();
                 f.details.push(format!(
@@ -373,14 +400,14 @@ pub fn detect(
         for c in &t.chains_removed {
             if let Some(o) = owner_of(t, &c.name) {
                 let g = groups.entry(o).or_default();
-                g.removed.insert(c.name.clone());
+                g.removed.insert(&c.name);
                 g.rules_removed += c.rules;
             }
         }
         for c in &t.chains_added {
             if let Some(o) = owner_of(t, &c.name) {
                 let g = groups.entry(o).or_default();
-                g.added.insert(c.name.clone());
+                g.added.insert(&c.name);
                 g.rules_added += c.rules;
             }
         }
@@ -391,9 +418,9 @@ pub fn detect(
                 let after = t.rules_after.get(chain).copied().unwrap_or(0);
                 let added = t.rules_added.get(chain).copied().unwrap_or(0);
                 if after == 0 && added == 0 {
-                    g.flushed.insert(chain.clone());
+                    g.flushed.insert(chain);
                 } else {
-                    g.modified.insert(chain.clone());
+                    g.modified.insert(chain);
                 }
             }
         }
@@ -402,7 +429,7 @@ pub fn detect(
                 let g = groups.entry(o).or_default();
                 g.rules_added += n;
                 if !t.rules_removed.contains_key(chain) {
-                    g.modified.insert(chain.clone());
+                    g.modified.insert(chain);
                 }
             }
         }
@@ -427,21 +454,21 @@ pub fn detect(
         }
         for (owner, g) in groups {
             let legit = actor.writes(&owner);
-            let lost: BTreeSet<String> = g
+            let lost: BTreeSet<&str> = g
                 .removed
                 .iter()
                 .chain(&g.flushed)
-                .cloned()
+                .copied()
                 .chain(
                     g.unhooked
                         .iter()
-                        .filter_map(|h| h.split_once(" -j ").map(|(_, target)| target.to_string())),
+                        .filter_map(|h| h.split_once(" -j ").map(|(_, target)| target)),
                 )
                 .collect();
-            let put_back: BTreeSet<String> = g.added.union(&g.modified).cloned().collect();
+            let lost: Vec<&str> = lost.into_iter().collect();
             if legit || (source == Source::Poll && lost.is_empty()) {
-                let restored = !put_back.is_empty()
-                    && fights.restore(&t.label(), &owner, &party, &put_back, now_ms);
+                let restored = !(g.added.is_empty() && g.modified.is_empty())
+                    && fights.restore(&t.label(), &owner, &party, &[&g.added, &g.modified], now_ms);
                 let mut f = Finding::new(
                     Kind::OwnerChange,
                     if restored {
@@ -456,16 +483,15 @@ pub fn detect(
                     t,
                     Some(owner),
                 );
-                f.chains = g
+                let names: BTreeSet<&str> = g
                     .added
                     .iter()
                     .chain(&g.removed)
                     .chain(&g.modified)
                     .chain(&g.flushed)
-                    .cloned()
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
+                    .copied()
                     .collect();
+                f.set_chains(names.into_iter());
                 f.rules_added = g.rules_added;
                 f.rules_removed = g.rules_removed;
                 out.push(f);
@@ -483,12 +509,12 @@ pub fn detect(
                 Action::Modified
             };
             let mut f = Finding::new(Kind::ForeignChange, action, t, Some(owner.clone()));
-            f.chains = match action {
-                Action::Deleted => g.removed.iter().cloned().collect(),
-                Action::Flushed => g.flushed.iter().cloned().collect(),
-                Action::Unhooked => g.unhooked.iter().cloned().collect(),
-                _ => put_back.iter().cloned().collect(),
-            };
+            match action {
+                Action::Deleted => f.set_chains(g.removed.iter().copied()),
+                Action::Flushed => f.set_chains(g.flushed.iter().copied()),
+                Action::Unhooked => f.set_chains(g.unhooked.iter().map(String::as_str)),
+                _ => f.set_chains(g.added.union(&g.modified).copied()),
+            }
             if action == Action::Deleted && !g.flushed.is_empty() {
                 f.details
                     .push(format!("also flushed {} {owner} chains", g.flushed.len()));
@@ -500,7 +526,7 @@ pub fn detect(
                 ));
             }
             for c in CANARIES {
-                if g.removed.contains(*c) || g.flushed.contains(*c) {
+                if g.removed.contains(c) || g.flushed.contains(c) {
                     f.details.push(format!("canary/hint chain {c} vanished"));
                 }
             }
@@ -521,6 +547,7 @@ pub fn detect(
                 if let Some(fi) = fight {
                     let mut ff = Finding::new(Kind::Fight, Action::Fight, t, Some(owner));
                     ff.chains = f.chains.clone();
+                    ff.chain_count = f.chain_count;
                     ff.revert = Some(n);
                     ff.fight = Some(fi);
                     out.push(ff);
@@ -531,12 +558,8 @@ pub fn detect(
         }
         if !inserted.is_empty() {
             let mut f = Finding::new(Kind::ForeignChange, Action::Inserted, t, None);
-            f.chains = inserted
-                .iter()
-                .map(|h| h.chain.clone())
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect();
+            let names: BTreeSet<&str> = inserted.iter().map(|h| h.chain.as_str()).collect();
+            f.set_chains(names.into_iter());
             f.rules_added = inserted.len();
             for h in &inserted {
                 f.details.push(match (&h.text, &h.jump) {
@@ -554,7 +577,7 @@ pub fn detect(
         }
         for p in &t.policies {
             let mut f = Finding::new(Kind::PolicyChange, Action::Policy, t, None);
-            f.chains = vec![p.chain.clone()];
+            f.set_chains(std::iter::once(p.chain.as_str()));
             f.details.push(format!(
                 "{} policy {} -> {}",
                 p.chain,

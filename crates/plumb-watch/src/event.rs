@@ -3,7 +3,9 @@
 //!
 //! `{"time","kind","table","chains":[…],"owner","actor":{"pid","comm","exe","unit",…},
 //! "latency_ms", …}` with `kind` one of `foreign-change`, `fight`, `policy-change`,
-//! `owner-change`, `resync`, `gap`. Times are UTC (RFC 3339, milliseconds).
+//! `owner-change`, `resync`, `gap`. Times are UTC (RFC 3339, milliseconds). An event
+//! with `"preliminary": true` reports a big transaction before it was fully read (see
+//! [`crate::scout`]); the complete event of the same `generation` follows.
 
 use crate::actor::Actor;
 use crate::detect::{Action, FightInfo, Finding, Kind};
@@ -37,6 +39,11 @@ pub struct Event {
     pub details: Vec<String>,
     pub revert: Option<u32>,
     pub fight: Option<FightInfo>,
+    /// Reported while a big transaction was still being read (from its first
+    /// notifications and the writer named by its NEWGEN): counts are lower bounds,
+    /// the complete event of the same generation follows. Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub preliminary: bool,
 }
 
 impl Event {
@@ -49,7 +56,7 @@ impl Event {
         generation: Option<u32>,
         latency_ms: Option<f64>,
     ) -> Event {
-        let chain_count = f.chains.len();
+        let chain_count = f.chain_count.max(f.chains.len());
         let mut chains = f.chains;
         chains.truncate(MAX_LISTED_CHAINS);
         Event {
@@ -70,6 +77,7 @@ impl Event {
             details: f.details,
             revert: f.revert,
             fight: f.fight,
+            preliminary: false,
         }
     }
 
@@ -93,6 +101,7 @@ impl Event {
             details: vec![reason.to_string()],
             revert: None,
             fight: None,
+            preliminary: false,
         }
     }
 
@@ -174,7 +183,11 @@ impl Event {
                 format!("{who} {what} in {table} ({chains})")
             }
         };
-        let mut line = format!("{clock} {body}");
+        let mut line = if self.preliminary {
+            format!("{clock} (preliminary) {body}")
+        } else {
+            format!("{clock} {body}")
+        };
         if self.kind == Kind::ForeignChange {
             if let Some(n) = self.revert.filter(|&n| n > 1) {
                 match &self.fight {

@@ -7,8 +7,10 @@
 //! without a kernel: [`netlink`] and the decoders, [`state`] (chains per table kept
 //! from notifications), [`changes`], [`detect`] (foreign changes, owner changes,
 //! policy changes, hook insertions, fights) and [`event`] (the JSON line contract).
-//! [`watcher`] wires them; [`metrics`] exposes Prometheus metrics; [`impersonate`]
-//! runs iptables under another process name for tests and the lab.
+//! [`scout`] (pure) samples big transactions seen by a second subscription, so their
+//! writer is named before the listener has read them. [`watcher`] wires them;
+//! [`metrics`] exposes Prometheus metrics; [`impersonate`] runs iptables under
+//! another process name for tests and the lab.
 //!
 //! Read-only: plumb never sends a request that changes netfilter or audit state. It
 //! only listens on multicast groups and runs dump commands.
@@ -26,6 +28,7 @@ pub mod metrics;
 pub mod netlink;
 pub mod netns;
 pub mod nft_events;
+pub mod scout;
 pub mod signals;
 pub mod state;
 pub mod watcher;

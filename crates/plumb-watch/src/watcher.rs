@@ -19,6 +19,7 @@ use crate::detect::{FightPolicy, FightTracker, Kind, Source, detect};
 use crate::event::Event;
 use crate::metrics::{ErrorKind, Metrics};
 use crate::nft_events::{NftEvent, NftListener, Received};
+use crate::scout::Sample;
 use crate::state::{NftState, Transaction};
 use plumb_collect::SystemRunner;
 use std::collections::{BTreeMap, VecDeque};
@@ -29,6 +30,114 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long a batch whose writer is gone waits for its audit record.
 pub const AUDIT_JOIN_WAIT: Duration = Duration::from_millis(30);
+
+/// Writers named by the scout and not yet claimed by the listener.
+const SCOUT_BACKLOG: usize = 64;
+
+/// Tries per transaction to name its writer from the socket table.
+const SOCKET_LOOKS: u32 = 8;
+/// Sampled notifications (~datagrams) before the first try: small transactions are
+/// over before a look could help, and cost nothing.
+const SOCKET_LOOK_AFTER: usize = 32;
+
+/// How a preliminary event knows its writer.
+const AT_NEWGEN: &str = "writer: named by the transaction's NEWGEN";
+const BY_SOCKET: &str = "writer: the one process committing on a netfilter socket of the namespace while the kernel sent the transaction (its NEWGEN confirms it in the complete event)";
+
+/// The generation after `g` (the kernel skips 0 when it wraps).
+fn next_generation(g: u32) -> u32 {
+    match g.wrapping_add(1) {
+        0 => 1,
+        n => n,
+    }
+}
+
+/// The writer of the transaction the kernel is sending right now, from the watched
+/// namespace's netlink socket table, or None when it cannot be told for sure. Every
+/// quiet netfilter socket ([`crate::scout::quiet_netfilter_sockets`]) must belong to
+/// the process its port id names (`/proc/PID/fd`; port ids are pids only by
+/// convention, a writer in another pid namespace has another number: then no
+/// answer), and one of those processes must stand out as committing
+/// ([`crate::scout::committing_among`]: runnable with nfnetlink's batch on its kernel
+/// stack, else runnable inside `sendmsg`).
+fn committing_writer(table: &mut std::fs::File, own_pid: u32) -> Result<Actor, Unnamed> {
+    use std::io::{Read, Seek};
+    table
+        .seek(std::io::SeekFrom::Start(0))
+        .map_err(|_| Unnamed::NoWriter)?;
+    let mut text = String::new();
+    table
+        .read_to_string(&mut text)
+        .map_err(|_| Unnamed::NoWriter)?;
+    let quiet =
+        crate::scout::quiet_netfilter_sockets(&crate::scout::parse_proc_netlink(&text), own_pid);
+    let mut candidates = Vec::new();
+    for sock in quiet {
+        let target = format!("socket:[{}]", sock.inode);
+        let owns = std::fs::read_dir(format!("/proc/{}/fd", sock.portid)).is_ok_and(|d| {
+            d.filter_map(Result::ok).any(|e| {
+                std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == target.as_str())
+            })
+        });
+        if !owns {
+            return Err(Unnamed::Unowned);
+        }
+        let state = std::fs::read_to_string(format!("/proc/{}/stat", sock.portid))
+            .ok()
+            .and_then(|s| crate::scout::stat_state(&s))
+            .unwrap_or('?');
+        let syscall =
+            std::fs::read_to_string(format!("/proc/{}/syscall", sock.portid)).unwrap_or_default();
+        let stack =
+            std::fs::read_to_string(format!("/proc/{}/stack", sock.portid)).unwrap_or_default();
+        candidates.push((
+            sock.portid,
+            crate::scout::commit_evidence(state, &syscall, &stack),
+        ));
+    }
+    match crate::scout::committing_among(&candidates) {
+        Some(pid) => Ok(actor::resolve(pid, &Hints::default())),
+        None if candidates
+            .iter()
+            .all(|c| c.1 == crate::scout::CommitEvidence::No) =>
+        {
+            Err(Unnamed::NoWriter)
+        }
+        None => Err(Unnamed::Several),
+    }
+}
+
+/// Why the socket table named no writer.
+#[derive(Clone, Copy, Debug)]
+enum Unnamed {
+    /// No process with a quiet netfilter socket may be committing (it was done).
+    NoWriter,
+    /// Several may be.
+    Several,
+    /// A socket's port id is not the pid of its owner (another pid namespace).
+    Unowned,
+}
+
+/// Counts of the scout's socket-table look-ups, for the summary: named, no writer,
+/// several, unowned.
+type SocketLooks = Arc<[std::sync::atomic::AtomicU64; 4]>;
+
+/// Resolves the writer named by a NEWGEN (pid and comm) from /proc, now.
+fn resolve_writer(pid: Option<u32>, comm: Option<String>) -> Actor {
+    match pid {
+        Some(pid) if pid > 0 => actor::resolve(
+            pid,
+            &Hints {
+                comm,
+                ..Hints::default()
+            },
+        ),
+        _ => Actor {
+            comm,
+            ..Actor::unknown()
+        },
+    }
+}
 
 /// How to watch.
 #[derive(Clone, Debug)]
@@ -107,6 +216,9 @@ struct Committed {
 
 enum Msg {
     Committed(Box<Committed>),
+    /// What a big transaction still being read has done so far (the scout's sample),
+    /// with its writer and how the writer was known.
+    Early(Box<Committed>, &'static str),
     Resync(Box<ChangeSet>),
     Gap,
     Audit(Box<NetfilterAudit>),
@@ -158,12 +270,154 @@ pub fn watch(
     let nft_metrics = metrics.clone();
     let mut state = baseline.state;
     metrics.set_chains(state.chain_names());
+
+    // Scout: a second subscription that copies only the head of each datagram, so it
+    // reaches a transaction's NEWGEN (the writer's pid and comm) while the listener is
+    // still decoding the ~150k notifications of a 10k-service revert (or is still busy
+    // with the kube-proxy sync before it). It names the writer at once (short-lived
+    // writers are still alive) for the listener, and reports a big transaction by a
+    // writer at once from the first notification of each datagram (a sample: see
+    // `scout`), as a preliminary event; the listener's complete event follows.
+    let (scout_tx, scout_rx) = mpsc::channel::<(u32, Actor)>();
+    let mut scout_thread = None;
+    let socket_looks: SocketLooks = Arc::default();
+    // The namespace's netlink socket table, opened from inside it (the file keeps the
+    // namespace it was opened in): who holds a netfilter socket right now.
+    let netlink_table = crate::netns::in_netns(netns, || {
+        std::fs::File::open("/proc/thread-self/net/netlink")
+    })
+    .ok();
+    match NftListener::open(netns, opts.receive_buffer) {
+        Ok(scout) => {
+            let mut scout = scout.into_scout();
+            let s_stop = stop.clone();
+            let early_tx = tx.clone();
+            let s_looks = socket_looks.clone();
+            scout_thread = std::thread::Builder::new()
+                .name("plumb-nft-scout".into())
+                .spawn(move || {
+                    let mut netlink_table = netlink_table;
+                    let own_pid = std::process::id();
+                    // Runs a little ahead of the listener (which decodes everything)
+                    // when CPU is short: a lower nice value for this thread only (it
+                    // is light: ~1 µs per datagram). Not allowed without CAP_SYS_NICE:
+                    // then it stays as it is.
+                    // SAFETY: gettid and setpriority on this thread; no memory involved.
+                    unsafe {
+                        let tid = libc::gettid();
+                        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, -5);
+                    }
+                    let mut sample = Sample::default();
+                    let mut first: Option<SystemTime> = None;
+                    // Of the transaction being read: its writer (from the namespace's
+                    // sockets), how often that was looked up, whether a preliminary
+                    // event was sent.
+                    let mut writer: Option<Actor> = None;
+                    let mut looks = 0u32;
+                    let mut early_sent = false;
+                    let mut last_gen: Option<u32> = None;
+                    while !s_stop.load(Ordering::Relaxed) {
+                        let mut gens = Vec::new();
+                        let r = scout.receive_heads(&mut |e| match e {
+                            NftEvent::Gen { id, pid, comm } => {
+                                gens.push((
+                                    id,
+                                    pid,
+                                    comm.map(str::to_string),
+                                    std::mem::take(&mut sample),
+                                    first.take(),
+                                    std::mem::replace(&mut early_sent, false),
+                                ));
+                                writer = None;
+                                looks = 0;
+                            }
+                            e => {
+                                first.get_or_insert_with(SystemTime::now);
+                                sample.push(&e);
+                            }
+                        });
+                        match r {
+                            Ok(Received::Gap) => {
+                                sample = Sample::default();
+                                first = None;
+                                last_gen = None;
+                                writer = None;
+                                early_sent = true;
+                            }
+                            Ok(_) => {}
+                            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                        }
+                        for (id, pid, comm, sample, first, sent) in gens {
+                            last_gen = Some(id);
+                            let actor = resolve_writer(pid, comm);
+                            if !sent && sample.is_big() {
+                                let c = Committed {
+                                    changes: sample.changes(),
+                                    actor: actor.clone(),
+                                    generation: id,
+                                    started: first.unwrap_or_else(SystemTime::now),
+                                };
+                                if early_tx.send(Msg::Early(Box::new(c), AT_NEWGEN)).is_err() {
+                                    return;
+                                }
+                            }
+                            if scout_tx.send((id, actor)).is_err() {
+                                return;
+                            }
+                        }
+                        // A transaction is being read: while the kernel sends its
+                        // notifications its writer is still inside the commit, holding
+                        // its socket. Name it from the socket table (a few tries: other
+                        // processes may look busy for a moment), and report a big
+                        // transaction before its NEWGEN.
+                        if sample.len() >= SOCKET_LOOK_AFTER
+                            && writer.is_none()
+                            && looks < SOCKET_LOOKS
+                        {
+                            looks += 1;
+                            if let Some(t) = netlink_table.as_mut() {
+                                let (w, i) = match committing_writer(t, own_pid) {
+                                    Ok(a) => (Some(a), 0),
+                                    Err(Unnamed::NoWriter) => (None, 1),
+                                    Err(Unnamed::Several) => (None, 2),
+                                    Err(Unnamed::Unowned) => (None, 3),
+                                };
+                                writer = w;
+                                s_looks[i].fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        if !early_sent
+                            && sample.is_big()
+                            && let (Some(w), Some(last)) = (&writer, last_gen)
+                        {
+                            early_sent = true;
+                            let c = Committed {
+                                changes: sample.changes(),
+                                actor: w.clone(),
+                                generation: next_generation(last),
+                                started: first.unwrap_or_else(SystemTime::now),
+                            };
+                            if early_tx.send(Msg::Early(Box::new(c), BY_SOCKET)).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                })
+                .ok();
+        }
+        Err(e) => summary.notes.push(format!(
+            "no nftables scout ({e}): big transactions are reported when fully read"
+        )),
+    }
+
     let nft_thread = std::thread::Builder::new()
         .name("plumb-nft".into())
         .spawn(move || {
             let mut txn: Option<(Transaction, SystemTime)> = None;
             let mut dirty = false;
             let mut last_gauge = Instant::now();
+            // Writers the scout named, by generation.
+            let mut named: VecDeque<(u32, Actor)> = VecDeque::new();
             while !nft_stop.load(Ordering::Relaxed) {
                 if let Ok(fresh) = resync_rx.try_recv() {
                     let changes = state.diff_to(&fresh);
@@ -200,21 +454,23 @@ pub fn watch(
                         std::thread::sleep(Duration::from_millis(100));
                     }
                 }
+                while let Ok(n) = scout_rx.try_recv() {
+                    if named.len() >= SCOUT_BACKLOG {
+                        named.pop_front();
+                    }
+                    named.push_back(n);
+                }
                 for (changes, generation, pid, comm, started) in done {
                     dirty = true;
-                    // Resolve the writer now: it may exit any moment.
-                    let actor = match pid {
-                        Some(pid) if pid > 0 => actor::resolve(
-                            pid,
-                            &Hints {
-                                comm: comm.clone(),
-                                ..Hints::default()
-                            },
-                        ),
-                        _ => Actor {
-                            comm,
-                            ..Actor::unknown()
-                        },
+                    // The scout named the writer when it saw this NEWGEN (earlier, so
+                    // more likely alive); else resolve it now: it may exit any moment.
+                    let scouted = named
+                        .iter()
+                        .position(|(g, _)| *g == generation)
+                        .and_then(|i| named.remove(i));
+                    let actor = match scouted {
+                        Some((_, a)) if a.comm == comm || comm.is_none() => a,
+                        _ => resolve_writer(pid, comm),
                     };
                     let c = Committed {
                         changes,
@@ -306,13 +562,18 @@ pub fn watch(
     let mut resync_at: Option<Instant> = None;
     let mut audit_seen = false;
     let mut legacy_at: Option<(Instant, Actor)> = None;
+    // Generations that already had a preliminary event (one per transaction).
+    let mut early_reported: VecDeque<u32> = VecDeque::new();
     let mut next_poll = Instant::now() + opts.legacy_poll;
     let mut emit = |e: Event, summary: &mut Summary| {
-        metrics.event(&e, unix_ms(SystemTime::now()) as f64 / 1000.0);
-        *summary
-            .events
-            .entry(e.kind.as_str().to_string())
-            .or_default() += 1;
+        // A preliminary event is not counted as one of its kind (its complete event is).
+        let key = if e.preliminary {
+            "preliminary"
+        } else {
+            metrics.event(&e, unix_ms(SystemTime::now()) as f64 / 1000.0);
+            e.kind.as_str()
+        };
+        *summary.events.entry(key.to_string()).or_default() += 1;
         sink(&e);
     };
 
@@ -371,6 +632,20 @@ pub fn watch(
                     });
                 } else {
                     for e in process(&c, &mut fights, netns, &mut summary) {
+                        emit(e, &mut summary);
+                    }
+                }
+            }
+            Ok(Msg::Early(c, how)) => {
+                if !early_reported.contains(&c.generation) {
+                    let events = preliminary(&c, how, &fights, netns);
+                    if !events.is_empty() {
+                        if early_reported.len() >= 16 {
+                            early_reported.pop_front();
+                        }
+                        early_reported.push_back(c.generation);
+                    }
+                    for e in events {
                         emit(e, &mut summary);
                     }
                 }
@@ -486,6 +761,19 @@ pub fn watch(
     if let Some(t) = nft_thread {
         let _ = t.join();
     }
+    if let Some(t) = scout_thread {
+        let _ = t.join();
+    }
+    let looks: Vec<u64> = socket_looks
+        .iter()
+        .map(|n| n.load(Ordering::Relaxed))
+        .collect();
+    if looks.iter().any(|&n| n > 0) {
+        summary.notes.push(format!(
+            "writers of big transactions looked up in the socket table: {} named, {} no writer left, {} several possible, {} unowned sockets",
+            looks[0], looks[1], looks[2], looks[3]
+        ));
+    }
     summary.duration_s = started.elapsed().as_secs_f64();
     Ok(summary)
 }
@@ -512,6 +800,42 @@ fn process(
             .map(|d| d.as_secs_f64() * 1000.0)
             .ok();
         Event::from_finding(f, now, netns, &c.actor, Some(c.generation), latency)
+    })
+    .collect()
+}
+
+/// Preliminary events for a transaction still being read: foreign changes, fights and
+/// policy changes in the scout's sample of it. Fights are judged on a copy of the
+/// tracker: only the complete event of the transaction is remembered.
+fn preliminary(c: &Committed, how: &str, fights: &FightTracker, netns: Option<&str>) -> Vec<Event> {
+    let mut scratch = fights.clone();
+    detect(
+        &c.changes,
+        &c.actor,
+        Source::Write,
+        unix_ms(c.started),
+        &mut scratch,
+    )
+    .into_iter()
+    .filter(|f| {
+        matches!(
+            f.kind,
+            Kind::ForeignChange | Kind::Fight | Kind::PolicyChange
+        )
+    })
+    .map(|mut f| {
+        f.details.push(
+            "preliminary: from a sample of the notifications of a big transaction (the first of each datagram) while it is still being read; counts are lower bounds, the complete event follows".into(),
+        );
+        f.details.push(how.to_string());
+        let now = SystemTime::now();
+        let latency = now
+            .duration_since(c.started)
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .ok();
+        let mut e = Event::from_finding(f, now, netns, &c.actor, Some(c.generation), latency);
+        e.preliminary = true;
+        e
     })
     .collect()
 }
