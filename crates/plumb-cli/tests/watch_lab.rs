@@ -1,10 +1,11 @@
 //! Privileged, with the lab: `plumb watch --lab` names venAgent (Illumio VEN) as the writer
 //! that deletes kube-proxy's chains and reports the fight, names real UFW as the writer of
 //! its policy change and chains (`ufw-active`), and on a healthy node with kube-proxy
-//! syncing it reports no foreign change for a minute. One lab per machine:
+//! syncing it reports no foreign change for a minute; on an iptables-legacy lab the
+//! agent is named through audit. One lab per machine:
 //! `--test-threads=1`. Skipped (with a reason) when not root.
 
-use plumb_lab::{Lab, LabOptions, Scenario};
+use plumb_lab::{Backend, Lab, LabOptions, Scenario};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
@@ -62,12 +63,17 @@ fn node_run(lab: &Lab, argv: &[&str]) {
 }
 
 fn up(scenario: Scenario) -> Option<Lab> {
+    up_on(scenario, Backend::Nft)
+}
+
+fn up_on(scenario: Scenario, backend: Backend) -> Option<Lab> {
     if !plumb_testkit::privileged(&["ip", "iptables-nft-restore", "ufw"]) {
         return None;
     }
     let _ = plumb_lab::down();
     let opts = LabOptions {
         actor_exe: Some(env!("CARGO_BIN_EXE_plumb").into()),
+        backend,
         ..LabOptions::default()
     };
     Some(Lab::up_with(scenario, opts).unwrap_or_else(|e| panic!("{scenario} up: {e}")))
@@ -91,6 +97,27 @@ fn venagent_reverts_are_attributed_and_the_fight_reported() {
     let Some(lab) = up(Scenario::SecurityAgentRevert) else {
         return;
     };
+    let by_agent = assert_agent_reverts_reported(&lab);
+    assert!(by_agent["generation"].is_u64(), "{by_agent}");
+}
+
+/// The same incident on an iptables-legacy node: no netlink events there, audit's
+/// NETFILTER_CFG records trigger the re-read and name the writer.
+#[test]
+fn venagent_reverts_on_legacy_are_attributed_through_audit() {
+    let Some(lab) = up_on(Scenario::SecurityAgentRevert, Backend::Legacy) else {
+        return;
+    };
+    // Enabled for the test only if it was off, restored on drop.
+    let _audit = plumb_watch::audit_control::AuditEnabled::new().ok();
+    let by_agent = assert_agent_reverts_reported(&lab);
+    // Read from the legacy tables: no nf_tables generation.
+    assert!(by_agent["generation"].is_null(), "{by_agent}");
+}
+
+/// Watches the running lab for 20 s: a revert of kube-proxy's chains by the agent (its
+/// event returned) and a fight with kube-proxy.
+fn assert_agent_reverts_reported(_lab: &Lab) -> Value {
     let (events, summary) = watch(20);
     let foreign: Vec<&Value> = events
         .iter()
@@ -100,6 +127,7 @@ fn venagent_reverts_are_attributed_and_the_fight_reported() {
     let by_agent = foreign
         .iter()
         .find(|e| e["actor"]["identity"]["name"] == "illumio-ven" && e["owner"] == "kube-proxy")
+        .map(|e| (*e).clone())
         .unwrap_or_else(|| panic!("no revert attributed to the agent: {foreign:?}"));
     assert_eq!(by_agent["netns"], "plumb-node");
     assert!(
@@ -113,7 +141,7 @@ fn venagent_reverts_are_attributed_and_the_fight_reported() {
         .find(|e| e["kind"] == "fight")
         .unwrap_or_else(|| panic!("no fight reported\n{summary}"));
     assert!(fight.to_string().contains("kube-proxy"), "{fight}");
-    drop(lab);
+    by_agent
 }
 
 #[test]
