@@ -46,8 +46,14 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
         for c in &table.chains {
             for r in &c.rules {
                 let bad = match &r.body {
-                    // DNAT/SNAT only exist in nat; the text test skips the rest cheaply.
-                    RuleBody::Xt(_) if !r.text.contains("NAT") => false,
+                    // The target the parser recorded skips every other rule unindexed.
+                    RuleBody::Xt(_)
+                        if !r
+                            .xt_target()
+                            .is_some_and(|t| matches!(t.name, "DNAT" | "SNAT")) =>
+                    {
+                        false
+                    }
                     RuleBody::Xt(_) => r.xt_in(&mut buf).is_some_and(|v| {
                         let Some(t) = v.target() else { return false };
                         let opt = match t.name() {
