@@ -265,7 +265,8 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
                 }
                 let _ = tx.send(block);
             });
-            // When the preparer is gone, the reader prepares each rule itself.
+            // Should the preparer stop early, the reader prepares each rule itself (a
+            // panic there is re-raised by the scope when it ends).
             read_lines(&mut r, text, || rx.recv().unwrap_or_default());
             r.finish_lines()
         })
@@ -869,6 +870,46 @@ mod tests {
             x.generic_option("-s").unwrap().arg(0).unwrap(),
             "10.0.0.0/8"
         );
+    }
+
+    #[test]
+    fn rule_lines_are_prepared_where_the_reader_reads_their_spec() {
+        // (line, where the spec starts: just after the chain or the insert position).
+        let cases = [
+            ("-A INPUT -j ACCEPT", Some(8)),
+            ("  -A INPUT -j ACCEPT", Some(10)),
+            ("--append INPUT -j ACCEPT", Some(14)),
+            ("[1:2] -A INPUT -j ACCEPT", Some(14)),
+            ("[1:2]   -A INPUT -j ACCEPT", Some(16)),
+            ("-I INPUT 3 -j ACCEPT", Some(10)),
+            ("-I INPUT -j ACCEPT", Some(8)),
+            ("--insert INPUT 2 -j ACCEPT", Some(16)),
+            ("-A INPUT", Some(8)),
+            ("-A", None),
+            ("-N KUBE-X", None),
+            (":INPUT ACCEPT [0:0]", None),
+            ("[1:2", None),
+            ("COMMIT", None),
+        ];
+        for (line, at) in cases {
+            assert_eq!(rule_spec_at(line), at, "{line:?}");
+            if let Some(at) = at {
+                // The reader agrees: the parsed rule's words start there.
+                let rs = parse(
+                    &format!("*filter\n:INPUT ACCEPT [0:0]\n{line}\nCOMMIT\n"),
+                    &IptablesInput::default(),
+                );
+                let rule = only_rule(&rs);
+                let words = rule
+                    .xt()
+                    .map(|v| v.raw_words().collect::<Vec<_>>().join(" "));
+                assert_eq!(
+                    words.as_deref().unwrap_or(""),
+                    line[at..].trim(),
+                    "{line:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::model::{
     Backend, BaseChain, Chain, Completeness, Counters, Family, Hook, Location, Policy, Rule,
     RuleBody, Ruleset, Table,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Tok {
@@ -172,9 +172,14 @@ pub fn parse_text(text: &str) -> Ruleset {
         rule_buf: Vec::new(),
         chain_index: HashMap::new(),
         script_noted: false,
+        from_scratch: false,
+        dead_tables: HashSet::new(),
+        dead_chains: HashSet::new(),
+        deleted_names: HashSet::new(),
     };
     r.ruleset.diagnostics = diags;
     r.top();
+    r.remove_deleted();
     let mut rs = r.ruleset;
     rs.diagnostics.sort_by_key(|d| (d.line, d.column));
     rs
@@ -191,6 +196,14 @@ struct Reader<'a> {
     chain_index: HashMap<(usize, &'a str), usize>,
     /// The note that the input is an nft script was given.
     script_noted: bool,
+    /// A script began with `flush ruleset`: what follows is the whole ruleset.
+    from_scratch: bool,
+    /// Tables and (table, chain) indexes a script deleted: kept in place while reading
+    /// (indexes stay valid, deleting stays linear), removed at the end.
+    dead_tables: HashSet<usize>,
+    dead_chains: HashSet<(usize, usize)>,
+    /// (table, name) of chains in `deleted_chains`, to notice one added again.
+    deleted_names: HashSet<(usize, &'a str)>,
 }
 
 const FAMILIES: &[&str] = &["ip", "ip6", "inet", "arp", "bridge", "netdev"];
@@ -411,10 +424,28 @@ impl<'a> Reader<'a> {
         if !builds_ruleset(verb, object) {
             return false;
         }
-        if self.ruleset.completeness == Completeness::Full {
+        if object == "ruleset" {
+            // `flush ruleset` (nftables.conf's first line): everything after it is the
+            // whole ruleset, whatever came before.
+            self.pos += 2;
+            self.ruleset.tables.clear();
+            self.chain_index.clear();
+            self.dead_tables.clear();
+            self.dead_chains.clear();
+            self.deleted_names.clear();
+            self.from_scratch = true;
+            if self.ruleset.completeness == Completeness::Partial {
+                self.ruleset.completeness = Completeness::Full;
+            }
+            self.end_of_command(verb_tok);
+            return true;
+        }
+        if self.from_scratch {
+            // Commands after `flush ruleset` build the whole ruleset: not partial.
+        } else if self.ruleset.completeness == Completeness::Full {
             self.ruleset.completeness = Completeness::Partial;
         }
-        if !self.script_noted {
+        if !self.script_noted && !self.from_scratch {
             self.script_noted = true;
             let line = self.text[verb_tok.line_start..]
                 .lines()
@@ -427,13 +458,6 @@ impl<'a> Reader<'a> {
             );
         }
         self.pos += 1;
-        if object == "ruleset" {
-            self.pos += 1;
-            self.ruleset.tables.clear();
-            self.chain_index.clear();
-            self.end_of_command(verb_tok);
-            return true;
-        }
         if object == "table" && matches!(verb, "add" | "create") {
             self.table_header(true);
             self.end_of_command(verb_tok);
@@ -454,7 +478,17 @@ impl<'a> Reader<'a> {
             return true;
         };
         let loc = self.loc(&obj_tok);
-        let ti = self.table_index(family, path[0], loc);
+        let creates = matches!(verb, "add" | "create" | "insert");
+        let ti = match self.find_table(family, path[0]) {
+            Some(ti) => ti,
+            None if creates => self.table_index(family, path[0], loc),
+            None => {
+                // Flushing or deleting in a table the script never declared: it lives
+                // in the kernel, and the script's text says nothing about it.
+                self.skip_statement();
+                return true;
+            }
+        };
         match (verb, object) {
             ("add" | "create", "chain") => {
                 let ci = self.chain_of(ti, path[1], loc);
@@ -492,7 +526,10 @@ impl<'a> Reader<'a> {
                     && matches!(w, "position" | "index" | "handle")
                 {
                     let at = self.toks[self.pos];
-                    self.pos += 2;
+                    self.pos += 1;
+                    if self.peek().is_some_and(|t| t.kind == Tok::Word) {
+                        self.pos += 1;
+                    }
                     self.note(
                         &at,
                         format!(
@@ -501,6 +538,18 @@ impl<'a> Reader<'a> {
                         ),
                         w,
                     );
+                }
+                if !self
+                    .peek()
+                    .is_some_and(|t| !matches!(t.kind, Tok::Newline | Tok::Semi | Tok::RBrace))
+                {
+                    self.error(
+                        &obj_tok,
+                        format!("expected a rule after '{verb} rule [FAMILY] TABLE CHAIN'"),
+                        path[1],
+                    );
+                    self.end_of_command(verb_tok);
+                    return true;
                 }
                 let before = self.ruleset.tables[ti].chains[ci].rules.len();
                 self.rule(ti, ci);
@@ -577,7 +626,9 @@ impl<'a> Reader<'a> {
                     (Some("handle"), Some(h)) => self.s(h).parse::<u64>().ok(),
                     _ => None,
                 };
-                self.pos = (self.pos + 2).min(self.toks.len());
+                if handle.is_some() {
+                    self.pos += 2;
+                }
                 match (handle, self.chain_index.get(&(ti, path[1])).copied()) {
                     (Some(h), Some(ci)) => {
                         let rules = &mut self.ruleset.tables[ti].chains[ci].rules;
@@ -640,26 +691,33 @@ impl<'a> Reader<'a> {
     }
 
     fn delete_chain(&mut self, ti: usize, name: &'a str) {
-        let Some(ci) = self.chain_index.remove(&(ti, name)) else {
-            return;
-        };
-        let table = &mut self.ruleset.tables[ti];
-        table.chains.remove(ci);
-        table.deleted_chains.push(name.into());
-        for ((t, _), i) in self.chain_index.iter_mut() {
-            if *t == ti && *i > ci {
-                *i -= 1;
+        if let Some(ci) = self.chain_index.remove(&(ti, name)) {
+            self.dead_chains.insert((ti, ci));
+            if self.deleted_names.insert((ti, name)) {
+                self.ruleset.tables[ti].deleted_chains.push(name.into());
             }
         }
     }
 
     fn delete_table(&mut self, ti: usize) {
-        self.ruleset.tables.remove(ti);
-        self.chain_index = std::mem::take(&mut self.chain_index)
-            .into_iter()
-            .filter(|((t, _), _)| *t != ti)
-            .map(|((t, n), i)| ((if t > ti { t - 1 } else { t }, n), i))
-            .collect();
+        self.dead_tables.insert(ti);
+        self.chain_index.retain(|(t, _), _| *t != ti);
+    }
+
+    /// Drops what the script deleted (after reading: indexes no longer matter).
+    fn remove_deleted(&mut self) {
+        for (ti, table) in self.ruleset.tables.iter_mut().enumerate() {
+            let mut ci = 0;
+            table.chains.retain(|_| {
+                ci += 1;
+                !self.dead_chains.contains(&(ti, ci - 1))
+            });
+        }
+        let mut ti = 0;
+        self.ruleset.tables.retain(|_| {
+            ti += 1;
+            !self.dead_tables.contains(&(ti - 1))
+        });
     }
 
     fn table(&mut self) {
@@ -719,14 +777,16 @@ impl<'a> Reader<'a> {
         self.table_body(ti, kw);
     }
 
+    /// The live (not deleted) table `family name`.
+    fn find_table(&self, family: Family, name: &str) -> Option<usize> {
+        self.ruleset.tables.iter().enumerate().position(|(i, t)| {
+            t.family == family && &*t.name == name && !self.dead_tables.contains(&i)
+        })
+    }
+
     /// The table `family name`, created when new.
     fn table_index(&mut self, family: Family, name: &str, loc: Location) -> usize {
-        match self
-            .ruleset
-            .tables
-            .iter()
-            .position(|t| t.family == family && &*t.name == name)
-        {
+        match self.find_table(family, name) {
             Some(i) => i,
             None => {
                 self.ruleset
@@ -843,11 +903,18 @@ impl<'a> Reader<'a> {
 
     /// The chain `name` of table `ti`, created when new.
     fn chain_of(&mut self, ti: usize, name: &'a str, loc: Location) -> usize {
+        if let Some(&ci) = self.chain_index.get(&(ti, name)) {
+            return ci;
+        }
         let table = &mut self.ruleset.tables[ti];
-        *self.chain_index.entry((ti, name)).or_insert_with(|| {
-            table.chains.push(Chain::new(name, None, loc));
-            table.chains.len() - 1
-        })
+        if self.deleted_names.remove(&(ti, name)) {
+            // Deleted earlier and added again: it exists.
+            table.deleted_chains.retain(|d| &**d != name);
+        }
+        table.chains.push(Chain::new(name, None, loc));
+        let ci = table.chains.len() - 1;
+        self.chain_index.insert((ti, name), ci);
+        ci
     }
 
     /// A chain block's declarations and rules, after its `{`, through its `}`.
@@ -1028,7 +1095,7 @@ impl<'a> Reader<'a> {
     }
 
     fn rule(&mut self, ti: usize, ci: usize) {
-        let first = self.toks[self.pos];
+        let Some(first) = self.peek() else { return };
         let mut buf = std::mem::take(&mut self.rule_buf);
         buf.clear();
         let mut handle = None;
@@ -2465,6 +2532,72 @@ add element ip kube-proxy service-ips {{ 10.43.0.10 . udp . 53 : goto service-A 
         assert_eq!(keys, ["10.43.0.10 . udp . 53"]);
         let rs = parse_text(&format!("{SCRIPT}flush ruleset\n"));
         assert!(rs.tables.is_empty());
+    }
+
+    #[test]
+    fn deleted_chains_and_tables_keep_the_rest_addressable() {
+        let rs = parse_text(
+            "add table ip a\nadd table ip b\nadd chain ip a x\nadd chain ip a y\nadd chain ip a z\n\
+             add chain ip b w\ndelete chain ip a y\ndelete table ip a\nadd table ip a\n\
+             add rule ip b w accept\nadd chain ip b v\ndelete chain ip b v\nadd chain ip b v\n\
+             add rule ip b v drop\nadd rule ip b v counter\ndelete rule ip b v\n",
+        );
+        // `delete rule` without a handle is an error that does not eat the next line.
+        let e = errors(&rs);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].contains("16:") && e[0].contains("handle N"), "{e:?}");
+        let names: Vec<&str> = rs.tables.iter().map(|t| &*t.name).collect();
+        assert_eq!(
+            names,
+            ["b", "a"],
+            "deleted table a is gone, the re-added one is new"
+        );
+        assert!(rs.tables[1].chains.is_empty());
+        let b = &rs.tables[0];
+        // Rules added after the deletions land in the right chains.
+        assert_eq!(b.chain("w").unwrap().rules[0].text.as_str(), "accept");
+        let v = b.chain("v").unwrap();
+        assert_eq!(v.rules.len(), 2);
+        assert_eq!(v.rules[0].text.as_str(), "drop");
+        // Deleted, then added again: it exists, so no reference to it is dangling.
+        assert!(b.deleted_chains.is_empty(), "{:?}", b.deleted_chains);
+    }
+
+    #[test]
+    fn flush_or_delete_in_an_undeclared_table_invents_no_table() {
+        let rs =
+            parse_text("flush chain ip nat X\ndelete element ip t s { 1.2.3.4 }\nadd table ip k\n");
+        assert!(errors(&rs).is_empty(), "{:?}", errors(&rs));
+        let names: Vec<&str> = rs.tables.iter().map(|t| &*t.name).collect();
+        assert_eq!(names, ["k"]);
+    }
+
+    #[test]
+    fn rule_commands_cut_short_are_errors_not_panics() {
+        for text in [
+            "add rule ip t c",
+            "insert rule t c",
+            "add rule ip t c position",
+            "add rule ip t c position 3",
+            "add rule ip t c\n",
+            "delete rule ip t c handle",
+        ] {
+            let rs = parse_text(text);
+            assert!(
+                !errors(&rs).is_empty() || text.starts_with("delete"),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_script_that_starts_with_flush_ruleset_is_the_whole_ruleset() {
+        let rs = parse_text(
+            "flush ruleset\ntable inet filter {\n chain input { type filter hook input priority 0; policy drop; }\n}\nadd rule inet filter input accept\n",
+        );
+        assert!(errors(&rs).is_empty(), "{:?}", errors(&rs));
+        assert_eq!(rs.completeness, Completeness::Full);
+        assert_eq!(rs.tables[0].chains[0].rules.len(), 1);
     }
 
     #[test]
