@@ -40,6 +40,15 @@ const SOCKET_LOOKS: u32 = 8;
 /// over before a look could help, and cost nothing.
 const SOCKET_LOOK_AFTER: usize = 32;
 
+/// Whether a preliminary event may name its writer from the socket table before NEWGEN.
+/// Off: while the scout is still draining transaction A, the process found committing may
+/// already be B's writer — in a fight (agent reverts, kube-proxy resyncs at once) that
+/// blames the wrong party, and nothing checks it against A's NEWGEN yet (review, session
+/// 3). The strict look-up named no writer in the 10k benchmark anyway. TODO: re-enable
+/// once the look-up is confirmed by the NEWGEN's pid (or withdrawn) and skipped while the
+/// scout's socket backlog is large.
+const NAME_BY_SOCKET: bool = false;
+
 /// How a preliminary event knows its writer.
 const AT_NEWGEN: &str = "writer: named by the transaction's NEWGEN";
 const BY_SOCKET: &str = "writer: the one process committing on a netfilter socket of the namespace while the kernel sent the transaction (its NEWGEN confirms it in the complete event)";
@@ -370,7 +379,8 @@ pub fn watch(
                         // its socket. Name it from the socket table (a few tries: other
                         // processes may look busy for a moment), and report a big
                         // transaction before its NEWGEN.
-                        if sample.len() >= SOCKET_LOOK_AFTER
+                        if NAME_BY_SOCKET
+                            && sample.len() >= SOCKET_LOOK_AFTER
                             && writer.is_none()
                             && looks < SOCKET_LOOKS
                         {
@@ -564,6 +574,8 @@ pub fn watch(
     let mut legacy_at: Option<(Instant, Actor)> = None;
     // Generations that already had a preliminary event (one per transaction).
     let mut early_reported: VecDeque<u32> = VecDeque::new();
+    // Generations whose complete event is out: a preliminary one arriving later is stale.
+    let mut completed: VecDeque<u32> = VecDeque::new();
     let mut next_poll = Instant::now() + opts.legacy_poll;
     let mut emit = |e: Event, summary: &mut Summary| {
         // A preliminary event is not counted as one of its kind (its complete event is).
@@ -605,6 +617,10 @@ pub fn watch(
         let wait = next.saturating_duration_since(now);
         match rx.recv_timeout(wait) {
             Ok(Msg::Committed(c)) => {
+                if completed.len() >= 64 {
+                    completed.pop_front();
+                }
+                completed.push_back(c.generation);
                 // Wait for audit only once audit has shown it delivers records
                 // (the kernel may have audit disabled: then nothing ever comes).
                 if c.actor.gone && audit_ok && audit_seen {
@@ -637,7 +653,7 @@ pub fn watch(
                 }
             }
             Ok(Msg::Early(c, how)) => {
-                if !early_reported.contains(&c.generation) {
+                if !early_reported.contains(&c.generation) && !completed.contains(&c.generation) {
                     let events = preliminary(&c, how, &fights, netns);
                     if !events.is_empty() {
                         if early_reported.len() >= 16 {
