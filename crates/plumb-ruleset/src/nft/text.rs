@@ -751,11 +751,12 @@ impl<'a> Reader<'a> {
         let loc = self.loc(&kw);
         match self.peek() {
             Some(t) if t.kind == Tok::LBrace => self.pos += 1,
-            Some(t) if script && matches!(t.kind, Tok::Newline | Tok::Semi | Tok::Comment) => {
+            // A script's `add table` needs no block.
+            None if script => {
                 self.table_index(family, name, loc);
                 return;
             }
-            None if script => {
+            Some(t) if script && matches!(t.kind, Tok::Newline | Tok::Semi | Tok::Comment) => {
                 self.table_index(family, name, loc);
                 return;
             }
