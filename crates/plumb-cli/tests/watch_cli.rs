@@ -11,18 +11,19 @@
 //!
 //! Skipped with a reason when not root. Deadlines everywhere; cleanup on drop.
 
+mod common;
+
+use common::{T, Watch, http_get};
 use plumb_collect::netns::Netns;
 use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, generate};
 use plumb_watch::audit::{AUDIT_NETFILTER_CFG, AUDIT_SYSCALL, AuditListener, Record};
 use plumb_watch::audit_control::AuditEnabled;
 use plumb_watch::impersonate::{Flavor, Impersonator};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-const T: Duration = Duration::from_secs(60);
 
 fn skip_reason() -> Option<String> {
     if !plumb_collect::netns::can_create() {
@@ -32,32 +33,6 @@ fn skip_reason() -> Option<String> {
         .into_iter()
         .find(|t| plumb_collect::runner::which(t).is_none())
         .map(|t| format!("{t} not found"))
-}
-
-/// Kills the child on drop (a failing assertion must not leave plumb running).
-struct Child(std::process::Child);
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn http_get(addr: &str, path: &str) -> String {
-    let get = || -> std::io::Result<String> {
-        let mut s = std::net::TcpStream::connect(addr)?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )?;
-        let mut out = String::new();
-        s.read_to_string(&mut out)?;
-        Ok(out)
-    };
-    let out = get().unwrap_or_else(|e| panic!("GET {path} from {addr}: {e}"));
-    out.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default()
 }
 
 #[test]
@@ -118,66 +93,14 @@ fn watch_binary_reports_writers_serves_valid_metrics_and_never_writes() {
     };
     kp_sync();
 
-    let mut child = Child(
-        Command::new(env!("CARGO_BIN_EXE_plumb"))
-            .args(["watch", "--netns", ns.name(), "--json", "--duration", "6"])
-            .args(["--metrics-addr", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn plumb"),
-    );
-    let watch_pid = child.0.id();
-    let stdout = child.0.stdout.take().unwrap();
-    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
-    let l2 = lines.clone();
-    let out_thread = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            l2.lock().unwrap().push(line);
-        }
-    });
-    // The metrics address is the first stderr line.
-    let mut stderr = BufReader::new(child.0.stderr.take().unwrap());
-    let mut first = String::new();
-    stderr.read_line(&mut first).unwrap();
-    let addr = first
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split('/').next())
-        .unwrap_or_else(|| panic!("no metrics address in {first:?}"))
-        .to_string();
-    // Wait until watch is subscribed and has read its baseline (/readyz).
-    let deadline = Instant::now() + T;
-    while http_get(&addr, "/readyz") != "ready\n" {
-        assert!(Instant::now() < deadline, "plumb watch not ready");
-        std::thread::park_timeout(Duration::from_millis(20));
-    }
-    let wait_line = |pred: &dyn Fn(&serde_json::Value) -> bool, what: &str| {
-        let deadline = Instant::now() + T;
-        loop {
-            if let Some(v) = lines
-                .lock()
-                .unwrap()
-                .iter()
-                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                .find(|v| pred(v))
-            {
-                return v;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {what}: {:?}",
-                lines.lock().unwrap()
-            );
-            std::thread::park_timeout(Duration::from_millis(20));
-        }
-    };
+    let mut w = Watch::start(&["--netns", ns.name(), "--json", "--duration", "6"]);
+    let watch_pid = w.pid();
     let ven = run(
         "venAgent",
         &[],
         "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n",
     );
-    let e = wait_line(
+    let e = w.wait_event(
         &|v| v["kind"] == "foreign-change" && v["actor"]["pid"] == ven.pid,
         "foreign-change from venAgent",
     );
@@ -200,13 +123,14 @@ fn watch_binary_reports_writers_serves_valid_metrics_and_never_writes() {
     assert_eq!(e["table"], "nat");
     assert!(e["latency_ms"].as_f64().is_some());
     let kp = kp_sync();
-    wait_line(
+    w.wait_event(
         &|v| v["kind"] == "owner-change" && v["actor"]["pid"] == kp.pid,
         "owner-change from kube-proxy",
     );
 
     // Metrics: the foreign change is counted, and promtool accepts the document.
-    let metrics = http_get(&addr, "/metrics");
+    let metrics = http_get(&w.addr, "/metrics")
+        .unwrap_or_else(|e| panic!("GET /metrics from {}: {e}", w.addr));
     assert!(
         metrics.contains(
             "plumb_watch_foreign_changes_total{owner=\"kube-proxy\",actor=\"illumio-ven\"} 1"
@@ -241,20 +165,7 @@ fn watch_binary_reports_writers_serves_valid_metrics_and_never_writes() {
     }
 
     // --duration ends it with a summary and exit code 1 (foreign changes seen).
-    let deadline = Instant::now() + T;
-    let status = loop {
-        if let Some(s) = child.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "plumb watch did not end after --duration"
-        );
-        std::thread::park_timeout(Duration::from_millis(20));
-    };
-    out_thread.join().unwrap();
-    let mut rest = String::new();
-    stderr.read_to_string(&mut rest).unwrap();
+    let (status, rest) = w.wait_exit("plumb watch did not end after --duration");
     assert_eq!(status.code(), Some(1), "stderr: {rest}");
     let summary: serde_json::Value = serde_json::from_str(rest.lines().last().unwrap_or(""))
         .unwrap_or_else(|e| panic!("summary is not JSON ({e}): {rest}"));
@@ -328,49 +239,13 @@ fn sigterm_ends_watch_with_a_summary() {
         return;
     }
     let ns = Netns::create("plumb-t-watchterm").expect("netns");
-    let mut child = Child(
-        Command::new(env!("CARGO_BIN_EXE_plumb"))
-            .args([
-                "watch",
-                "--netns",
-                ns.name(),
-                "--metrics-addr",
-                "127.0.0.1:0",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn plumb"),
-    );
-    let mut stderr = BufReader::new(child.0.stderr.take().unwrap());
-    let mut first = String::new();
-    stderr.read_line(&mut first).unwrap();
-    let addr = first
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split('/').next())
-        .unwrap_or_else(|| panic!("no metrics address in {first:?}"))
-        .to_string();
-    let deadline = Instant::now() + T;
-    while http_get(&addr, "/readyz") != "ready\n" {
-        assert!(Instant::now() < deadline, "plumb watch not ready");
-        std::thread::park_timeout(Duration::from_millis(20));
-    }
+    let mut w = Watch::start(&["--netns", ns.name()]);
     let ok = Command::new("kill")
-        .args(["-TERM", &child.0.id().to_string()])
+        .args(["-TERM", &w.pid().to_string()])
         .status()
         .unwrap();
     assert!(ok.success());
-    let deadline = Instant::now() + T;
-    let status = loop {
-        if let Some(s) = child.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "plumb watch ignored SIGTERM");
-        std::thread::park_timeout(Duration::from_millis(20));
-    };
-    let mut rest = String::new();
-    stderr.read_to_string(&mut rest).unwrap();
+    let (status, rest) = w.wait_exit("plumb watch ignored SIGTERM");
     assert_eq!(status.code(), Some(0), "stderr: {rest}");
     assert!(
         rest.contains("plumb watch: ") && rest.contains("events"),

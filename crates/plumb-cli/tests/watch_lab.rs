@@ -5,41 +5,13 @@
 //! agent is named through audit. One lab per machine:
 //! `--test-threads=1`. Skipped (with a reason) when not root.
 
+mod common;
+
+use common::{Child, T, Watch};
 use plumb_lab::{Backend, Lab, LabOptions, Scenario};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-/// Bound of every wait.
-const T: Duration = Duration::from_secs(60);
-
-/// A child process killed and reaped on drop (also on panic).
-struct Child(std::process::Child);
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn http_get(addr: &str, path: &str) -> String {
-    let get = || -> std::io::Result<String> {
-        let mut s = std::net::TcpStream::connect(addr)?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )?;
-        let mut out = String::new();
-        s.read_to_string(&mut out)?;
-        Ok(out)
-    };
-    get()
-        .ok()
-        .and_then(|o| o.split_once("\r\n\r\n").map(|(_, b)| b.to_string()))
-        .unwrap_or_default()
-}
 
 /// Runs `argv` in the lab's node namespace (with its private UFW files), bounded by `T`.
 fn node_run(lab: &Lab, argv: &[&str]) {
@@ -170,63 +142,13 @@ fn ufw_policy_change_and_chains_are_attributed_to_ufw() {
     // audit (exe, ppid) names the parent when a child is gone before plumb looks.
     // Enabled for the test only if it was off, restored on drop.
     let _audit = plumb_watch::audit_control::AuditEnabled::new().ok();
-    let mut child = Child(
-        Command::new(env!("CARGO_BIN_EXE_plumb"))
-            .args(["watch", "--lab", "--json", "--duration", "90"])
-            .args(["--metrics-addr", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn plumb"),
-    );
-    let stdout = child.0.stdout.take().unwrap();
-    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
-    let l2 = lines.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            l2.lock().unwrap().push(line);
-        }
-    });
-    let mut stderr = BufReader::new(child.0.stderr.take().unwrap());
-    let mut first = String::new();
-    stderr.read_line(&mut first).unwrap();
-    let addr = first
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split('/').next())
-        .unwrap_or_else(|| panic!("no metrics address in {first:?}"))
-        .to_string();
-    let deadline = Instant::now() + T;
-    while http_get(&addr, "/readyz") != "ready\n" {
-        assert!(Instant::now() < deadline, "plumb watch not ready");
-        std::thread::park_timeout(Duration::from_millis(50));
-    }
+    let w = Watch::start(&["--lab", "--json", "--duration", "90"]);
     // UFW off (policies back to ACCEPT, its chains flushed), then on again: FORWARD
     // to DROP, its chains filled and hooked into INPUT/FORWARD/OUTPUT.
     node_run(&lab, &["ufw", "--force", "disable"]);
     node_run(&lab, &["ufw", "--force", "enable"]);
     let by_ufw = |v: &Value| v["actor"]["identity"]["name"] == "ufw";
-    let wait_event = |pred: &dyn Fn(&Value) -> bool, what: &str| -> Value {
-        let deadline = Instant::now() + T;
-        loop {
-            if let Some(v) = lines
-                .lock()
-                .unwrap()
-                .iter()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                .find(|v| pred(v))
-            {
-                return v;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {what} within {T:?}: {:#?}",
-                lines.lock().unwrap()
-            );
-            std::thread::park_timeout(Duration::from_millis(50));
-        }
-    };
-    let policy = wait_event(
+    let policy = w.wait_event(
         &|v| {
             v["kind"] == "policy-change"
                 && v["chains"] == serde_json::json!(["FORWARD"])
@@ -237,7 +159,7 @@ fn ufw_policy_change_and_chains_are_attributed_to_ufw() {
     );
     assert_eq!(policy["netns"], "plumb-node", "{policy}");
     assert_eq!(policy["table"], "filter", "{policy}");
-    let chains = wait_event(
+    let chains = w.wait_event(
         &|v| {
             v["owner"] == "ufw"
                 && by_ufw(v)
@@ -249,6 +171,6 @@ fn ufw_policy_change_and_chains_are_attributed_to_ufw() {
         "ufw chains written by ufw",
     );
     assert_eq!(chains["kind"], "owner-change", "{chains}");
-    drop(child);
+    drop(w);
     drop(lab);
 }
