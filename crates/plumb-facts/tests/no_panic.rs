@@ -1,7 +1,6 @@
 //! Every parser takes arbitrary text (bundles come from anywhere) without panicking, and
 //! redaction never leaves a secret value it recognised.
 
-use plumb_facts::parse::{health, logs, lsmod, ps, rke2, ss, sysctl, systemd, ufw};
 use plumb_facts::redact::redact;
 use proptest::prelude::*;
 
@@ -67,20 +66,7 @@ proptest! {
 
     #[test]
     fn parsers_never_panic(text in fragments()) {
-        let _ = sysctl::parse(&text);
-        let _ = lsmod::parse(&text);
-        let _ = ss::parse(&text);
-        let _ = ufw::parse(&text);
-        let _ = systemd::list_units(&text);
-        let _ = ps::parse(&text);
-        for l in logs::cri_lines(&text) {
-            let _ = logs::signal(&l.text);
-            let _ = logs::klog(&l.text);
-            let _ = logs::dial_target(&l.text);
-        }
-        let _ = health::parse(&text);
-        let _ = rke2::parse_config(&text);
-        let _ = rke2::parse_probe_paths(&text);
+        plumb_facts::parse::run_every_parser(&text);
     }
 
     #[test]

@@ -10,3 +10,24 @@ pub mod ss;
 pub mod sysctl;
 pub mod systemd;
 pub mod ufw;
+
+/// Runs every parser above on `text` and drops the results: the one list the
+/// never-panics proptest and the `facts_text` fuzz target share, so a new parser is
+/// exercised by both once it is added here.
+#[doc(hidden)]
+pub fn run_every_parser(text: &str) {
+    let _ = sysctl::parse(text);
+    let _ = lsmod::parse(text);
+    let _ = ss::parse(text);
+    let _ = ufw::parse(text);
+    let _ = systemd::list_units(text);
+    let _ = ps::parse(text);
+    for l in logs::cri_lines(text) {
+        let _ = logs::signal(&l.text);
+        let _ = logs::klog(&l.text);
+        let _ = logs::dial_target(&l.text);
+    }
+    let _ = health::parse(text);
+    let _ = rke2::parse_config(text);
+    let _ = rke2::parse_probe_paths(text);
+}
