@@ -425,17 +425,23 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
     }
 }
 
+/// The per-service chain (SVC, SVL, EXT, FW: not an endpoint's SEP) a capture rule of
+/// KUBE-SERVICES or KUBE-NODEPORTS jumps to, with its prefix and hash.
+fn service_target<'a>(r: &R<'_, 'a>) -> Option<(&'a str, ChainPrefix, Hash16)> {
+    let target = r.target()?;
+    let (prefix, hash) = parse_chain_name(target)?;
+    if prefix == ChainPrefix::Sep {
+        return None;
+    }
+    Some((target, prefix, hash16(hash)?))
+}
+
 fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, buf: &mut XtBuf) {
     for rule in &chain.rules {
         let Some(r) = R::new(rule, buf) else { continue };
-        let Some(target) = r.target() else { continue };
-        let Some((prefix, hash)) = parse_chain_name(target) else {
+        let Some((target, prefix, hash)) = service_target(&r) else {
             continue;
         };
-        if prefix == ChainPrefix::Sep {
-            continue;
-        }
-        let Some(hash) = hash16(hash) else { continue };
         let i = rec.builder(hash);
         let comment = r.comment();
         let said = comment.as_deref().and_then(read_comment);
@@ -486,14 +492,9 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, bu
 fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, buf: &mut XtBuf) {
     for rule in &chain.rules {
         let Some(r) = R::new(rule, buf) else { continue };
-        let Some(target) = r.target() else { continue };
-        let Some((prefix, hash)) = parse_chain_name(target) else {
+        let Some((target, _, hash)) = service_target(&r) else {
             continue;
         };
-        if prefix == ChainPrefix::Sep {
-            continue;
-        }
-        let Some(hash) = hash16(hash) else { continue };
         let i = rec.builder(hash);
         let b = &mut rec.builders[i];
         push_unique(&mut b.chains, target);
