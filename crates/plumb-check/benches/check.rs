@@ -3,18 +3,11 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use plumb_check::{Facts, Origin, run};
-use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+use plumb_kubeproxy::generated_save_text;
 use plumb_ruleset::iptables::save::{IptablesInput, parse};
 
 fn bench(c: &mut Criterion) {
-    let cluster = generate(&GeneratorConfig {
-        services: 10_000,
-        endpoints_per_service: 3,
-        ..Default::default()
-    })
-    .expect("generator config");
-    let text = KubeProxyRules::new(&cluster, &ProxierOptions::default())
-        .to_iptables_save(&SaveOptions::default());
+    let text = generated_save_text(10_000, 3).expect("generator config");
     let ruleset = parse(&text, &IptablesInput::default());
     let mut g = c.benchmark_group("check");
     g.sample_size(10);

@@ -38,3 +38,16 @@ pub use chain_name::{
 pub use generate::{GenerateError, GeneratorConfig, generate};
 pub use model::{Cluster, Endpoint, Ipv4Cidr, Node, Protocol, ServicePort, ServicePortName};
 pub use sync::{KubeProxyRules, ProxierOptions, SaveOptions, TablePayload, is_top_level_chain};
+
+/// The iptables-save text of a generated cluster: `services` service ports with
+/// `endpoints` endpoints each, default generator and proxier options. The one input
+/// definition the benchmarks, the `generate` example and the watch churn driver share.
+pub fn generated_save_text(services: usize, endpoints: usize) -> Result<String, GenerateError> {
+    let cluster = generate(&GeneratorConfig {
+        services,
+        endpoints_per_service: endpoints,
+        ..GeneratorConfig::default()
+    })?;
+    Ok(KubeProxyRules::new(&cluster, &ProxierOptions::default())
+        .to_iptables_save(&SaveOptions::default()))
+}

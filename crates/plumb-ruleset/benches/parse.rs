@@ -3,18 +3,10 @@
 //! `iptables-restore --test` is in scripts/bench-parse (it needs the real tool).
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
 use plumb_ruleset::iptables::save::{IptablesInput, parse};
 
 fn dump(services: usize) -> String {
-    let cluster = generate(&GeneratorConfig {
-        services,
-        endpoints_per_service: 3,
-        ..Default::default()
-    })
-    .expect("generator config");
-    KubeProxyRules::new(&cluster, &ProxierOptions::default())
-        .to_iptables_save(&SaveOptions::default())
+    plumb_kubeproxy::generated_save_text(services, 3).expect("generator config")
 }
 
 fn bench(c: &mut Criterion) {

@@ -11,7 +11,6 @@
 //! usage: bench_churn PLUMB_BINARY OUT_DIR [DURATION_S=120] [SERVICES=10000] [IDLE_S=30]
 
 use plumb_collect::netns::Netns;
-use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, generate};
 use plumb_watch::impersonate::{Flavor, Impersonator};
 use plumb_watch::nft_events::{NftListener, Received};
 use std::collections::HashMap;
@@ -98,14 +97,7 @@ fn main() {
     std::fs::create_dir_all(&out).unwrap();
 
     eprintln!("generating {services} services ...");
-    let cluster = generate(&GeneratorConfig {
-        services,
-        endpoints_per_service: 3,
-        ..GeneratorConfig::default()
-    })
-    .unwrap();
-    let rules = KubeProxyRules::new(&cluster, &ProxierOptions::default());
-    let saved = rules.to_iptables_save(&plumb_kubeproxy::SaveOptions::default());
+    let saved = plumb_kubeproxy::generated_save_text(services, 3).unwrap();
     let revert = plumb_watch::impersonate::pre_kubernetes_payload(&["nat"]);
     let ns = Netns::create("plumb-bench").unwrap();
     let actors = Impersonator::new().unwrap();
