@@ -7,8 +7,9 @@
 //! without a kernel: [`netlink`] and the decoders, [`state`] (chains per table kept
 //! from notifications), [`changes`], [`detect`] (foreign changes, owner changes,
 //! policy changes, hook insertions, fights) and [`event`] (the JSON line contract).
-//! [`scout`] (pure) samples big transactions seen by a second subscription, so their
-//! writer is named before the listener has read them. [`watcher`] wires them;
+//! [`scout`] (pure) samples big transactions seen by a second subscription, which
+//! [`socket_filter`] thins out in the kernel, so their writer is named before the
+//! listener has read them. [`watcher`] wires them;
 //! [`metrics`] exposes Prometheus metrics; [`impersonate`] runs iptables under
 //! another process name for tests and the lab.
 //!
@@ -30,6 +31,7 @@ pub mod netns;
 pub mod nft_events;
 pub mod scout;
 pub mod signals;
+pub mod socket_filter;
 pub mod state;
 pub mod watcher;
 

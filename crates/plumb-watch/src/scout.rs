@@ -1,27 +1,27 @@
 //! What the scout learns of a transaction: a sample of its notifications (the first
-//! one of each datagram the kernel sends) and, at its NEWGEN, its writer. Pure.
+//! one of each datagram its socket filter lets through, one in eight) and, at its
+//! NEWGEN, its writer. Pure.
 //!
 //! The kernel names the writer of an nf_tables transaction only in NEWGEN, after all
 //! of the transaction's notifications. A 10k-service revert is ~150k notifications
-//! (~60 MB) that the listener needs hundreds of milliseconds to decode, and longer
-//! when it is still busy with the kube-proxy sync that came before. The scout's
-//! socket copies only the head of each datagram, so it reaches NEWGEN within a few
-//! milliseconds of the listener's first message, with one notification in ten or so
-//! sampled. [`Sample::changes`] turns the sample into a [`ChangeSet`] that detection
-//! judges like any other; the watcher reports its findings as *preliminary* events
-//! (counts are lower bounds, a chain whose rules were sampled as removed shows as
-//! flushed) and the listener's complete event of the same generation follows.
+//! (~14k datagrams) that the listener needs hundreds of milliseconds to decode, and
+//! longer when it is still busy with the kube-proxy sync that came before. The scout's
+//! socket queues NEWGEN and a random eighth of the other datagrams, cut to their heads
+//! ([`crate::socket_filter`]), so it reads NEWGEN as the kernel sends it. [`Sample::changes`]
+//! turns the sample into a [`ChangeSet`] that detection judges like any other; the
+//! watcher reports its findings as *preliminary* events (counts are lower bounds, a
+//! chain whose rules were sampled as removed shows as flushed) and the listener's
+//! complete event of the same generation follows.
 
 use crate::changes::{ChainDelta, ChangeSet, TableChanges};
 use crate::nft_events::{NftEvent, Op, family_name};
 use std::collections::BTreeMap;
 
 /// Sampled notifications from which a transaction counts as big (a preliminary event
-/// before its NEWGEN when its writer is known from its socket, else at its NEWGEN):
-/// smaller ones end long before a preliminary event would help (every test, UFW, a
-/// hand-typed rule, a 100-service sync). ~100 datagrams: a 10k-service revert has
-/// ~30k.
-pub const BIG_TRANSACTION_SAMPLES: usize = 256;
+/// at its NEWGEN): smaller ones end long before a preliminary event would help (every
+/// test, UFW, a hand-typed rule, a 100-service sync). 32 samples are ~256 datagrams
+/// (one in eight is sampled); a 10k-service revert has ~14k.
+pub const BIG_TRANSACTION_SAMPLES: usize = 32;
 
 /// Chain names remembered per transaction at most (memory bound; counts go on).
 pub const MAX_SAMPLED_CHAINS: usize = 8192;

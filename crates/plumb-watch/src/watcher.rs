@@ -280,10 +280,10 @@ pub fn watch(
     let mut state = baseline.state;
     metrics.set_chains(state.chain_names());
 
-    // Scout: a second subscription that copies only the head of each datagram, so it
-    // reaches a transaction's NEWGEN (the writer's pid and comm) while the listener is
-    // still decoding the ~150k notifications of a 10k-service revert (or is still busy
-    // with the kube-proxy sync before it). It names the writer at once (short-lived
+    // Scout: a second subscription that the kernel feeds every NEWGEN and a sample of
+    // the other datagrams (`socket_filter`), so it reads a transaction's NEWGEN (the
+    // writer's pid and comm) as it is sent, while the listener is still decoding the
+    // ~150k notifications of a 10k-service revert (or the kube-proxy sync before it). It names the writer at once (short-lived
     // writers are still alive) for the listener, and reports a big transaction by a
     // writer at once from the first notification of each datagram (a sample: see
     // `scout`), as a preliminary event; the listener's complete event follows.
@@ -296,9 +296,10 @@ pub fn watch(
         std::fs::File::open("/proc/thread-self/net/netlink")
     })
     .ok();
-    match NftListener::open(netns, opts.receive_buffer) {
-        Ok(scout) => {
-            let mut scout = scout.into_scout();
+    // The scout's queue holds an eighth of the datagrams (its filter), cut to heads.
+    let scout_buffer = opts.receive_buffer / crate::socket_filter::SCOUT_SAMPLE_ONE_IN as usize;
+    match NftListener::open(netns, scout_buffer).and_then(NftListener::into_scout) {
+        Ok(mut scout) => {
             let s_stop = stop.clone();
             let early_tx = tx.clone();
             let s_looks = socket_looks.clone();

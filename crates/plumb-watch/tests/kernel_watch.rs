@@ -10,6 +10,7 @@ mod common;
 use common::*;
 use plumb_watch::Kind;
 use plumb_watch::detect::Action;
+use std::time::Instant;
 
 /// Seed 000: a security agent reverts kube-proxy's nat rules; kube-proxy restores them.
 #[test]
@@ -183,7 +184,7 @@ fn lost_notifications_are_reported_as_a_gap() {
     let mut listener =
         plumb_watch::nft_events::NftListener::open(Some(lab.ns.name()), 4096).expect("subscribe");
     lab.kube_proxy_sync(&kp);
-    let deadline = std::time::Instant::now() + DEADLINE;
+    let deadline = Instant::now() + DEADLINE;
     loop {
         match listener.receive().expect("receive") {
             plumb_watch::nft_events::Received::Gap => break,
@@ -193,7 +194,7 @@ fn lost_notifications_are_reported_as_a_gap() {
             plumb_watch::nft_events::Received::Batches(_)
             | plumb_watch::nft_events::Received::Data => {}
         }
-        assert!(std::time::Instant::now() < deadline, "no gap");
+        assert!(Instant::now() < deadline, "no gap");
     }
 }
 
@@ -253,4 +254,88 @@ fn legacy_changes_are_attributed_through_audit() {
     assert!(e.chains.iter().any(|c| c == "KUBE-SVC-NPX46M4PTMTKRN6Y"));
     let (_, summary) = w.finish();
     assert_eq!(summary.legacy, "audit", "{summary:?}");
+}
+
+/// The scout's socket filter, in the kernel: every NEWGEN reaches the scout (with the
+/// writer's pid), and of the other datagrams only a sample, cut to heads.
+#[test]
+fn the_scout_reads_every_newgen_and_a_sample_of_the_rest() {
+    use plumb_watch::nft_events::{NftEvent, NftListener, RECEIVE_BUFFER, Received};
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    let kp = kube_proxy_state(1000);
+    let lab = Lab::new(&["kube-proxy", "venAgent"]);
+    let mut listener = NftListener::open(Some(lab.ns.name()), RECEIVE_BUFFER).unwrap();
+    let mut scout = NftListener::open(Some(lab.ns.name()), 16 << 20)
+        .and_then(NftListener::into_scout)
+        .expect("a scout with its socket filter");
+    let sync = lab.run("kube-proxy", "iptables-nft-restore", &[], Some(&kp.saved));
+    let ven = lab.agent_revert("venAgent");
+    let writers = [sync.pid, ven.pid];
+    // Reads until the revert's NEWGEN; returns (notifications, NEWGEN pids).
+    let mut read = |l: &mut NftListener, heads: bool| {
+        let deadline = Instant::now() + DEADLINE;
+        let (mut seen, mut pids) = (0usize, Vec::new());
+        while !pids.contains(&ven.pid) {
+            assert!(Instant::now() < deadline, "no NEWGEN of the revert");
+            let mut on = |e: NftEvent<'_>| match e {
+                NftEvent::Gen { pid, .. } => pids.extend(pid),
+                _ => seen += 1,
+            };
+            let r = if heads {
+                l.receive_heads(&mut on)
+            } else {
+                l.receive_each(&mut on)
+            };
+            assert!(!matches!(r, Ok(Received::Gap)), "lost notifications");
+        }
+        pids.retain(|p| writers.contains(p));
+        (seen, pids)
+    };
+    let (all, listener_pids) = read(&mut listener, false);
+    let (sampled, scout_pids) = read(&mut scout, true);
+    assert_eq!(scout_pids, listener_pids, "the scout sees every NEWGEN");
+    let mut distinct = scout_pids.clone();
+    distinct.dedup();
+    assert_eq!(distinct, writers);
+    assert!(all > 20_000, "{all} notifications");
+    assert!(
+        sampled > 0 && sampled * 4 < all,
+        "the scout decoded {sampled} of {all} notifications"
+    );
+}
+
+/// A big revert is reported while the listener still reads it: a preliminary
+/// foreign-change by the agent (from the scout's sample and NEWGEN), then the complete
+/// event of the same generation.
+#[test]
+fn a_big_revert_is_reported_preliminarily_then_completely() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    let kp = kube_proxy_state(1000);
+    let lab = Lab::new(&["kube-proxy", "venAgent"]);
+    lab.run("kube-proxy", "iptables-nft-restore", &[], Some(&kp.saved));
+    let w = Watching::start(lab.ns.name());
+    let ven = lab.agent_revert("venAgent");
+    let by_agent = |e: &plumb_watch::Event| {
+        e.kind == Kind::ForeignChange
+            && e.actor.pid == Some(ven.pid)
+            && e.owner.as_deref() == Some("kube-proxy")
+    };
+    let p = w.wait_for(0, "preliminary foreign-change", |e| by_agent(e) && e.preliminary);
+    let c = w.wait_for(0, "complete foreign-change", |e| by_agent(e) && !e.preliminary);
+    let events = w.snapshot();
+    let (p, c) = (&events[p], &events[c]);
+    assert!(p.generation.is_some());
+    assert_eq!(p.generation, c.generation, "{} / {}", p.human(), c.human());
+    assert_eq!(p.actor.comm.as_deref(), Some("venAgent"));
+    assert!(p.human().contains("preliminary"), "{}", p.human());
+    // The sample's counts are lower bounds of the complete ones.
+    assert!(p.chain_count <= c.chain_count, "{} / {}", p.human(), c.human());
+    assert!(c.chain_count > 1000, "{}", c.human());
+    w.finish();
 }
