@@ -275,7 +275,7 @@ fn the_scout_reads_every_newgen_and_a_sample_of_the_rest() {
     let ven = lab.agent_revert("venAgent");
     let writers = [sync.pid, ven.pid];
     // Reads until the revert's NEWGEN; returns (notifications, NEWGEN pids).
-    let mut read = |l: &mut NftListener, heads: bool| {
+    let read = |l: &mut NftListener, heads: bool| {
         let deadline = Instant::now() + DEADLINE;
         let (mut seen, mut pids) = (0usize, Vec::new());
         while !pids.contains(&ven.pid) {
