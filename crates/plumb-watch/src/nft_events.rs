@@ -533,6 +533,18 @@ pub const RECEIVE_BUFFER: usize = 128 << 20;
 pub const SCOUT_HEAD: usize = crate::socket_filter::SCOUT_HEAD as usize;
 /// Datagrams a scout takes per system call.
 pub const SCOUT_BATCH: usize = 128;
+/// Bytes a listener keeps for each datagram: the kernel fills notification datagrams to
+/// about a page (NLMSG_GOODSIZE); a dump reply of one big object may be longer.
+pub const LISTENER_SLOT: usize = 64 * 1024;
+/// Datagrams a listener takes per system call (its buffer is this many slots; pages
+/// are touched only as far as datagrams fill them).
+pub const LISTENER_BATCH: usize = 16;
+/// Slots of one `recvmmsg` at most.
+const MAX_BATCH: usize = if SCOUT_BATCH > LISTENER_BATCH {
+    SCOUT_BATCH
+} else {
+    LISTENER_BATCH
+};
 
 impl NftListener {
     /// Subscribes in the current network namespace, or in `netns` (a name under
@@ -549,33 +561,24 @@ impl NftListener {
         set_receive_timeout(&socket, Duration::from_millis(500))?;
         Ok(NftListener {
             socket,
-            buf: vec![0; 256 * 1024],
+            buf: vec![0; LISTENER_SLOT * LISTENER_BATCH],
             batcher: Batcher::default(),
         })
     }
 
-    /// Waits up to the receive timeout for one datagram and hands its messages to
-    /// `on` as borrowed events, in order (no allocation per message).
+    /// Waits up to the receive timeout for datagrams and hands their messages to `on`
+    /// as borrowed events, in order (no allocation per message). One `recvmmsg` takes
+    /// up to [`LISTENER_BATCH`] datagrams. A datagram longer than its slot (never seen:
+    /// the kernel fills datagrams to about a page) is reported as a gap.
     pub fn receive_each(&mut self, on: &mut dyn FnMut(NftEvent<'_>)) -> io::Result<Received> {
-        loop {
-            return match self.socket.recv(&mut &mut self.buf[..], 0) {
-                Ok(n) => {
-                    decode_each(&self.buf[..n.min(self.buf.len())], on);
-                    Ok(Received::Data)
-                }
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => Ok(Received::Gap),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    Ok(Received::Idle)
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => Err(e),
-            };
-        }
+        let mut cut = false;
+        let r = self.receive_many(LISTENER_SLOT, &mut |d, truncated| {
+            cut |= truncated;
+            if !cut {
+                decode_each(d, on);
+            }
+        })?;
+        Ok(if cut { Received::Gap } else { r })
     }
 
     /// Scout mode: a socket filter ([`crate::socket_filter`]) makes the kernel queue
@@ -601,24 +604,36 @@ impl NftListener {
     /// 10k-service revert (~14k datagrams, ~1.7k of them sampled) in a few dozen
     /// system calls.
     pub fn receive_heads(&mut self, on: &mut dyn FnMut(NftEvent<'_>)) -> io::Result<Received> {
-        let slots = (self.buf.len() / SCOUT_HEAD).clamp(1, SCOUT_BATCH);
+        self.receive_many(SCOUT_HEAD, &mut |d, _| decode_head(d, on))
+    }
+
+    /// One `recvmmsg` into `buf` cut in slots of `slot` bytes (at most [`MAX_BATCH`]):
+    /// blocks up to the receive timeout for the first datagram only, then hands each
+    /// datagram received (as much of it as fit, and whether it was cut) to `on`.
+    fn receive_many(
+        &mut self,
+        slot: usize,
+        on: &mut dyn FnMut(&[u8], bool),
+    ) -> io::Result<Received> {
+        let slots = (self.buf.len() / slot).clamp(1, MAX_BATCH);
+        let slot = slot.min(self.buf.len());
         let base = self.buf.as_mut_ptr();
         // SAFETY: plain-old-data C structs; all-zero is a valid (empty) value.
-        let mut iovs: [libc::iovec; SCOUT_BATCH] = unsafe { std::mem::zeroed() };
+        let mut iovs: [libc::iovec; MAX_BATCH] = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
-        let mut hdrs: [libc::mmsghdr; SCOUT_BATCH] = unsafe { std::mem::zeroed() };
+        let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
         for i in 0..slots {
             iovs[i] = libc::iovec {
-                // SAFETY: slot i lies within `buf` (slots * SCOUT_HEAD <= buf.len()).
-                iov_base: unsafe { base.add(i * SCOUT_HEAD) }.cast(),
-                iov_len: SCOUT_HEAD,
+                // SAFETY: slot i lies within `buf` (slots * slot <= buf.len()).
+                iov_base: unsafe { base.add(i * slot) }.cast(),
+                iov_len: slot,
             };
             hdrs[i].msg_hdr.msg_iov = &mut iovs[i];
             hdrs[i].msg_hdr.msg_iovlen = 1;
         }
         let n = loop {
             // SAFETY: `hdrs[..slots]` point at live iovecs into `buf`, which outlive the
-            // call; the kernel writes at most SCOUT_HEAD bytes per slot and msg_len.
+            // call; the kernel writes at most `slot` bytes per slot, msg_len and flags.
             // MSG_WAITFORONE: block (up to SO_RCVTIMEO) for the first datagram only.
             let rc = unsafe {
                 libc::recvmmsg(
@@ -641,9 +656,10 @@ impl NftListener {
             };
         };
         for (i, h) in hdrs.iter().enumerate().take(n.min(slots)) {
-            let len = (h.msg_len as usize).min(SCOUT_HEAD);
-            let start = i * SCOUT_HEAD;
-            decode_head(&self.buf[start..start + len], on);
+            let len = (h.msg_len as usize).min(slot);
+            let start = i * slot;
+            let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            on(&self.buf[start..start + len], truncated);
         }
         Ok(if n == 0 {
             Received::Idle

@@ -326,8 +326,12 @@ fn a_big_revert_is_reported_preliminarily_then_completely() {
             && e.actor.pid == Some(ven.pid)
             && e.owner.as_deref() == Some("kube-proxy")
     };
-    let p = w.wait_for(0, "preliminary foreign-change", |e| by_agent(e) && e.preliminary);
-    let c = w.wait_for(0, "complete foreign-change", |e| by_agent(e) && !e.preliminary);
+    let p = w.wait_for(0, "preliminary foreign-change", |e| {
+        by_agent(e) && e.preliminary
+    });
+    let c = w.wait_for(0, "complete foreign-change", |e| {
+        by_agent(e) && !e.preliminary
+    });
     let events = w.snapshot();
     let (p, c) = (&events[p], &events[c]);
     assert!(p.generation.is_some());
@@ -335,7 +339,12 @@ fn a_big_revert_is_reported_preliminarily_then_completely() {
     assert_eq!(p.actor.comm.as_deref(), Some("venAgent"));
     assert!(p.human().contains("preliminary"), "{}", p.human());
     // The sample's counts are lower bounds of the complete ones.
-    assert!(p.chain_count <= c.chain_count, "{} / {}", p.human(), c.human());
+    assert!(
+        p.chain_count <= c.chain_count,
+        "{} / {}",
+        p.human(),
+        c.human()
+    );
     assert!(c.chain_count > 1000, "{}", c.human());
     w.finish();
 }
