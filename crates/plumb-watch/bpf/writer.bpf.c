@@ -144,31 +144,35 @@ int writer_sys_enter(__u64 *ctx)
 	if ((__s64)ctx[1] != sendmsg_nr)
 		return 0;
 
+	// Cost matters on this path too (a busy UDP sender makes sendmsg frequent), so
+	// BTF pointers are read directly (regs, task, files, fdt: plain loads the
+	// verifier allows from tp_btf's typed arguments and bpf_get_current_task_btf)
+	// and an unrelated socket is rejected after four bpf_probe_read_kernel calls
+	// (fd[fd], private_data, sk, family).
 	struct pt_regs *regs = (struct pt_regs *)ctx[0];
 #if defined(__TARGET_ARCH_x86)
-	__u64 fd = BPF_CORE_READ(regs, di);
-	void *umsg = (void *)BPF_CORE_READ(regs, si);
+	__u64 fd = regs->di;
 #else
-	__u64 fd = BPF_CORE_READ(regs, orig_x0);
-	void *umsg = (void *)BPF_CORE_READ(regs, regs[1]);
+	__u64 fd = regs->orig_x0;
 #endif
-
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+	struct fdtable *fdt = task->files->fdt;
+	if (fd >= fdt->max_fds)
 		return 0;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file **fds = fdt->fd;
 	struct file *file = 0;
 	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]) || !file)
 		return 0;
-	if ((BPF_CORE_READ(file, f_inode, i_mode) & S_IFMT) != S_IFSOCK)
-		return 0;
+	// private_data is a struct socket only for sockets: the family and protocol
+	// checks first (anything else is almost surely rejected by them), then the
+	// proof that it is a socket (its inode is S_IFSOCK).
 	struct socket *sock = BPF_CORE_READ(file, private_data);
 	struct sock *sk = BPF_CORE_READ(sock, sk);
-	if (!sk)
+	if (!sk || BPF_CORE_READ(sk, __sk_common.skc_family) != AF_NETLINK)
 		return 0;
-	if (BPF_CORE_READ(sk, __sk_common.skc_family) != AF_NETLINK ||
-	    BPF_CORE_READ(sk, sk_protocol) != NETLINK_NETFILTER)
+	if (BPF_CORE_READ(sk, sk_protocol) != NETLINK_NETFILTER)
+		return 0;
+	if ((BPF_CORE_READ(file, f_inode, i_mode) & S_IFMT) != S_IFSOCK)
 		return 0;
 	if (BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum) != watched_netns_inum)
 		return 0;
@@ -185,6 +189,11 @@ int writer_sys_enter(__u64 *ctx)
 	e->type_valid = 0;
 	e->pad = 0;
 
+#if defined(__TARGET_ARCH_x86)
+	void *umsg = (void *)regs->si;
+#else
+	void *umsg = (void *)regs->regs[1];
+#endif
 	struct user_msghdr_head mh;
 	struct iovec_head iov;
 	struct nlmsghdr_head nlh;

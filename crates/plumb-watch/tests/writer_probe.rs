@@ -177,8 +177,9 @@ fn batches_in_another_namespace_are_not_reported() {
     );
 }
 
-/// iptables-nft-save dumps with sendto/recvmsg: it sends no batch, and (observed on
-/// Linux 6.18, iptables 1.8.9) no sendmsg at all, so it is not reported.
+/// iptables-nft-save and `nft list ruleset` dump with sendto/recvmsg: no batch and
+/// (observed on Linux 6.18, iptables 1.8.9, nftables 1.0.6, with strace) no sendmsg
+/// at all, so they are not reported.
 #[test]
 fn a_dump_is_not_reported() {
     if setup().is_none() {
