@@ -372,6 +372,12 @@ mod tests {
     }
 
     #[test]
+    fn the_probe_can_move_to_another_thread() {
+        fn send<T: Send>() {}
+        send::<WriterProbe>();
+    }
+
+    #[test]
     fn a_full_comm_has_no_nul() {
         let b = decode(&raw(1, b"0123456789abcdef", 0, 0)).unwrap();
         assert_eq!(b.comm, "0123456789abcdef");
