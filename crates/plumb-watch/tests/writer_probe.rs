@@ -19,7 +19,13 @@ use std::time::{Duration, Instant};
 const DEADLINE: Duration = Duration::from_secs(10);
 
 fn setup() -> Option<()> {
-    if !plumb_testkit::privileged(&["ip", "nft", "iptables-nft", "iptables-nft-save"]) {
+    if !plumb_testkit::privileged(&[
+        "ip",
+        "nft",
+        "iptables-nft",
+        "iptables-nft-save",
+        "iptables-nft-restore",
+    ]) {
         return None;
     }
     Some(())
@@ -150,6 +156,44 @@ fn iptables_nft_and_nft_batches_are_reported_with_pid_and_comm() {
     // Only the two writers sent anything here.
     assert!(
         seen.iter().all(|e| e.pid == ipt || e.pid == nft),
+        "{seen:#?}"
+    );
+}
+
+/// kube-proxy's and security agents' writer: a restore of many chains and rules is
+/// one `sendmsg` (one report), and comm is cut to 15 bytes.
+#[test]
+fn a_large_iptables_nft_restore_is_one_batch() {
+    if setup().is_none() {
+        return;
+    }
+    let ns = Netns::create("plumb-bpf-test").expect("netns");
+    let Some(mut probe) = attach(&ns) else { return };
+    let mut seen = Vec::new();
+    let mut payload = String::from("*filter\n");
+    for i in 0..2000 {
+        payload.push_str(&format!(":PLUMB{i} - [0:0]\n"));
+    }
+    for i in 0..2000 {
+        payload.push_str(&format!(
+            "-A PLUMB{i} -s 10.0.{}.{}/32 -j ACCEPT\n",
+            i / 250,
+            i % 250
+        ));
+    }
+    payload.push_str("COMMIT\n");
+    let dir = plumb_testkit::Scratch::new("bpf-restore");
+    dir.write("rules", &payload);
+    let file = dir.path().join("rules");
+
+    let restore = run_in(&ns, "iptables-nft-restore", &[file.to_str().unwrap()]);
+    let nft = barrier(&ns, &mut probe, &mut seen, 0);
+    let mine: Vec<_> = seen.iter().filter(|e| e.pid == restore).collect();
+    assert_eq!(mine.len(), 1, "{seen:#?}");
+    assert!(mine[0].batch, "{:?}", mine[0]);
+    assert_eq!(mine[0].comm, "iptables-nft-re", "comm is 15 bytes at most");
+    assert!(
+        seen.iter().all(|e| e.pid == restore || e.pid == nft),
         "{seen:#?}"
     );
 }
