@@ -9,7 +9,8 @@
 //! NETLINK_NETFILTER socket of the watched network namespace (the socket's
 //! namespace, which is where the kernel applies the batch, whatever namespace the
 //! sending thread is in), with the type of the first netlink message, to a ring
-//! buffer. Every other syscall costs one compare in the kernel.
+//! buffer. For every other syscall the program is one compare, on top of what an
+//! attached sys_enter tracepoint costs the kernel (together ~60 ns here, below).
 //!
 //! Needs: a kernel with BTF (`/sys/kernel/btf/vmlinux`) and tp_btf (5.5+),
 //! CAP_BPF + CAP_PERFMON (or root), and a build where clang and libbpf's headers were
