@@ -11,7 +11,8 @@
 //! [`socket_filter`] thins out in the kernel, so their writer is named before the
 //! listener has read them. [`watcher`] wires them;
 //! [`metrics`] exposes Prometheus metrics; [`impersonate`] runs iptables under
-//! another process name for tests and the lab.
+//! another process name for tests and the lab. [`writer_probe`] (eBPF, optional)
+//! names the writer when it sends its batch, before any notification.
 //!
 //! Read-only: plumb never sends a request that changes netfilter or audit state. It
 //! only listens on multicast groups and runs dump commands.
@@ -34,6 +35,7 @@ pub mod signals;
 pub mod socket_filter;
 pub mod state;
 pub mod watcher;
+pub mod writer_probe;
 
 pub use actor::Actor;
 pub use detect::{Finding, Kind};

@@ -1,0 +1,401 @@
+//! The writer of an nftables change, named when it *sends* its batch.
+//!
+//! NEWGEN, which names the writer in [`crate::nft_events`], comes after every
+//! notification of a transaction: ~130 ms late for a 10k-service revert. This probe
+//! reports the send itself. An eBPF program (`bpf/writer.bpf.c`, built by build.rs
+//! with clang) on `tp_btf/sys_enter` looks at every `sendmsg` (the syscall
+//! iptables-nft and nft send their nfnetlink batch with; dumps such as
+//! iptables-save use `sendto`/`recvmsg`) and reports those on an AF_NETLINK /
+//! NETLINK_NETFILTER socket of the watched network namespace (the socket's
+//! namespace, which is where the kernel applies the batch, whatever namespace the
+//! sending thread is in), with the type of the first netlink message, to a ring
+//! buffer. For every other syscall the program is one compare, on top of what an
+//! attached sys_enter tracepoint costs the kernel (together ~60 ns here, below).
+//!
+//! Needs: a kernel with BTF (`/sys/kernel/btf/vmlinux`) and tp_btf (5.5+),
+//! CAP_BPF + CAP_PERFMON (or root), and a build where clang and libbpf's headers were
+//! present (else the crate is built with `plumb_no_bpf` and [`WriterProbe::attach`]
+//! returns [`ProbeError::NotBuilt`]). Read-only: the probe observes, it changes
+//! nothing. Detached when the [`WriterProbe`] is dropped.
+//!
+//! Observed (Linux 6.18, iptables 1.8.9, nftables 1.0.6): iptables-nft and nft send
+//! every batch with one `sendmsg` whose first message is NFNL_MSG_BATCH_BEGIN, and
+//! their requests and dumps (iptables-nft-save, `nft list`) with `sendto`, so dumps
+//! are not reported at all. Cost (examples/bpf_overhead.rs, minimum of 21 rounds on
+//! a shared 2-core VM): +56..60 ns per syscall of any kind (the sys_enter
+//! tracepoint being on plus the compare), +204..213 ns per unrelated `sendmsg`.
+//!
+//! TODO: a writer that sends its batch with `sendto`, `sendmmsg` or `write` is not
+//! seen (libmnl's `mnl_socket_sendto` can send a batch; the NEWGEN path still names
+//! it, later). Reports that do not fit in the ring buffer (256 KiB, ~5000 reports)
+//! are dropped without a count. aarch64 compiles but is untested.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::time::{Duration, Instant};
+
+/// `NFNL_MSG_BATCH_BEGIN`: the first message of an nfnetlink batch.
+pub const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
+
+/// Where the running kernel's BTF is read from.
+pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// One `sendmsg` on a netfilter netlink socket of the watched namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchSend {
+    /// Process id (tgid) of the sender.
+    pub pid: u32,
+    /// Thread id of the sender.
+    pub tid: u32,
+    /// The sender's comm (thread name, at most 15 bytes).
+    pub comm: String,
+    /// When the send began, CLOCK_MONOTONIC nanoseconds (`bpf_ktime_get_ns`).
+    pub monotonic_ns: u64,
+    /// The first message is NFNL_MSG_BATCH_BEGIN: a transaction (a change), not a
+    /// request such as a dump or a lookup.
+    pub batch: bool,
+    /// Type of the first netlink message of the first iovec, when it could be read.
+    pub first_nlmsg_type: Option<u16>,
+}
+
+/// Why the probe could not be attached or read.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(
+        "plumb was built without the eBPF writer probe (clang or libbpf-dev were missing at build time)"
+    )]
+    NotBuilt,
+    #[error("no kernel BTF at {KERNEL_BTF} (the kernel needs CONFIG_DEBUG_INFO_BTF): {0}")]
+    NoBtf(String),
+    #[error("the eBPF writer probe is not supported on {0}")]
+    UnsupportedArch(&'static str),
+    #[error("eBPF {stage} failed{}: {meaning}; {detail}", errno_text(*.errno))]
+    Kernel {
+        /// What was being done: "load", "attach", "map".
+        stage: &'static str,
+        /// The errno the kernel returned, when known.
+        errno: Option<i32>,
+        /// What that errno means here.
+        meaning: &'static str,
+        /// aya's message (with the verifier log on a load failure).
+        detail: String,
+    },
+}
+
+fn errno_text(errno: Option<i32>) -> String {
+    match errno {
+        Some(e) => format!(" ({})", io::Error::from_raw_os_error(e)),
+        None => String::new(),
+    }
+}
+
+impl ProbeError {
+    /// The probe cannot run here at all (not built, no BTF, no permission, a kernel
+    /// without tp_btf): callers fall back to NEWGEN. Other errors are bugs.
+    pub fn unavailable(&self) -> bool {
+        match self {
+            ProbeError::NotBuilt | ProbeError::NoBtf(_) | ProbeError::UnsupportedArch(_) => true,
+            ProbeError::Kernel { errno, .. } => matches!(
+                *errno,
+                Some(libc::EPERM | libc::EACCES | libc::ENOSYS | libc::EOPNOTSUPP)
+            ),
+        }
+    }
+}
+
+#[cfg_attr(plumb_no_bpf, allow(dead_code))]
+/// What an errno from loading or attaching a tracing program means.
+fn meaning(errno: Option<i32>) -> &'static str {
+    match errno {
+        Some(libc::EPERM) => {
+            "not permitted: needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN / root); \
+             kernel lockdown or a seccomp/LSM policy can also forbid bpf()"
+        }
+        Some(libc::EACCES) => "the verifier rejected the program (see its log)",
+        Some(libc::EINVAL) => {
+            "the kernel refused the program or attach type (tp_btf needs Linux 5.5+ with BTF)"
+        }
+        Some(libc::ENOENT) => "the tracepoint sys_enter is not in the kernel's BTF",
+        Some(libc::ENOSYS) => "the kernel has no bpf() syscall (CONFIG_BPF_SYSCALL)",
+        Some(libc::E2BIG) => "the program or map is too big for this kernel",
+        Some(libc::ENOMEM) => "out of memory (or the memlock limit on kernels before 5.11)",
+        _ => "unexpected error",
+    }
+}
+
+#[cfg_attr(plumb_no_bpf, allow(dead_code))]
+/// The first `io::Error` in an error's source chain, as an errno.
+fn errno_of(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<io::Error>() {
+            return io.raw_os_error();
+        }
+        cur = err.source();
+    }
+    None
+}
+
+#[cfg(not(plumb_no_bpf))]
+fn kernel_error(stage: &'static str, e: &(dyn std::error::Error + 'static)) -> ProbeError {
+    let errno = errno_of(e);
+    let mut detail = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        // Some of aya's messages already include their source's.
+        let text = s.to_string();
+        if !detail.contains(&text) {
+            detail.push_str(": ");
+            detail.push_str(&text);
+        }
+        src = s.source();
+    }
+    ProbeError::Kernel {
+        stage,
+        errno,
+        meaning: meaning(errno),
+        detail,
+    }
+}
+
+/// Inode of the network namespace `/run/netns/NAME` (or a path): what
+/// [`WriterProbe::attach`] takes.
+pub fn netns_inode_by_name(name: &str) -> io::Result<u64> {
+    crate::netns::netns_inode(&crate::netns::netns_path(name))
+}
+
+/// Inode of this process's network namespace (`/proc/self/ns/net`).
+pub fn current_netns_inode() -> io::Result<u64> {
+    crate::netns::netns_inode("/proc/self/ns/net")
+}
+
+#[cfg_attr(plumb_no_bpf, allow(dead_code))]
+/// Decodes one ring buffer record (`struct batch_send` in writer.bpf.c: u64 ktime,
+/// u32 tgid, u32 tid, char comm[16], u16 type, u16 type_valid, u32 pad).
+fn decode(raw: &[u8]) -> Option<BatchSend> {
+    if raw.len() < 40 {
+        return None;
+    }
+    let u64_at = |i: usize| u64::from_ne_bytes(raw[i..i + 8].try_into().unwrap());
+    let u32_at = |i: usize| u32::from_ne_bytes(raw[i..i + 4].try_into().unwrap());
+    let u16_at = |i: usize| u16::from_ne_bytes(raw[i..i + 2].try_into().unwrap());
+    let comm = &raw[16..32];
+    let comm = &comm[..comm.iter().position(|&b| b == 0).unwrap_or(comm.len())];
+    let first_nlmsg_type = (u16_at(34) != 0).then(|| u16_at(32));
+    Some(BatchSend {
+        monotonic_ns: u64_at(0),
+        pid: u32_at(8),
+        tid: u32_at(12),
+        comm: String::from_utf8_lossy(comm).into_owned(),
+        batch: first_nlmsg_type == Some(NFNL_MSG_BATCH_BEGIN),
+        first_nlmsg_type,
+    })
+}
+
+/// The attached probe for one network namespace. Dropping it detaches the program.
+pub struct WriterProbe {
+    #[cfg(not(plumb_no_bpf))]
+    ring: aya::maps::RingBuf<aya::maps::MapData>,
+    // Owns the loaded program and its link: dropped after `ring`, detaching it.
+    #[cfg(not(plumb_no_bpf))]
+    _ebpf: aya::Ebpf,
+    netns_inode: u64,
+}
+
+impl std::fmt::Debug for WriterProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterProbe")
+            .field("netns_inode", &self.netns_inode)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(not(plumb_no_bpf))]
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/writer.bpf.o"));
+
+impl WriterProbe {
+    /// Loads and attaches the probe for sends on netfilter netlink sockets of the
+    /// network namespace with inode `netns_inode` (see [`netns_inode_by_name`],
+    /// [`current_netns_inode`]).
+    #[cfg(not(plumb_no_bpf))]
+    pub fn attach(netns_inode: u64) -> Result<WriterProbe, ProbeError> {
+        use aya::programs::BtfTracePoint;
+
+        if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+            return Err(ProbeError::UnsupportedArch(std::env::consts::ARCH));
+        }
+        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::NoBtf(e.to_string()))?;
+        // The architecture's number, so one C source serves x86_64 (46) and aarch64 (211).
+        let sendmsg_nr: i64 = libc::SYS_sendmsg;
+        let mut ebpf = aya::EbpfLoader::new()
+            .btf(Some(&btf))
+            .override_global("watched_netns_inum", &netns_inode, true)
+            .override_global("sendmsg_nr", &sendmsg_nr, true)
+            .load(OBJECT)
+            .map_err(|e| kernel_error("load", &e))?;
+        let program: &mut BtfTracePoint = ebpf
+            .program_mut("writer_sys_enter")
+            .ok_or_else(|| ProbeError::Kernel {
+                stage: "load",
+                errno: None,
+                meaning: "program writer_sys_enter missing from the object",
+                detail: String::new(),
+            })?
+            .try_into()
+            .map_err(|e| kernel_error("load", &e))?;
+        program
+            .load("sys_enter", &btf)
+            .map_err(|e| kernel_error("load", &e))?;
+        program.attach().map_err(|e| kernel_error("attach", &e))?;
+        let map = ebpf.take_map("events").ok_or_else(|| ProbeError::Kernel {
+            stage: "map",
+            errno: None,
+            meaning: "ring buffer `events` missing from the object",
+            detail: String::new(),
+        })?;
+        let ring = aya::maps::RingBuf::try_from(map).map_err(|e| kernel_error("map", &e))?;
+        Ok(WriterProbe {
+            ring,
+            _ebpf: ebpf,
+            netns_inode,
+        })
+    }
+
+    /// Built without BPF: always [`ProbeError::NotBuilt`].
+    #[cfg(plumb_no_bpf)]
+    pub fn attach(netns_inode: u64) -> Result<WriterProbe, ProbeError> {
+        let _ = netns_inode;
+        Err(ProbeError::NotBuilt)
+    }
+
+    /// The namespace inode this probe watches.
+    pub fn netns_inode(&self) -> u64 {
+        self.netns_inode
+    }
+
+    /// Every report already in the ring buffer, without waiting.
+    pub fn drain(&mut self) -> Vec<BatchSend> {
+        #[cfg(not(plumb_no_bpf))]
+        {
+            let mut out = Vec::new();
+            while let Some(item) = self.ring.next() {
+                out.extend(decode(&item));
+            }
+            out
+        }
+        #[cfg(plumb_no_bpf)]
+        Vec::new()
+    }
+
+    /// The reports in the ring buffer; when there are none, waits up to `timeout`
+    /// for some. Returns an empty vector on timeout (or on a signal).
+    pub fn poll(&mut self, timeout: Duration) -> Vec<BatchSend> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let got = self.drain();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !got.is_empty() || left.is_zero() {
+                return got;
+            }
+            let mut pfd = libc::pollfd {
+                fd: self.as_fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // Round up so a sub-millisecond remainder still waits.
+            let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+            // SAFETY: one valid pollfd; the fd is owned by self and open.
+            let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if rc < 0 {
+                // EINTR (or ENOMEM): report what there is, the caller polls again.
+                return self.drain();
+            }
+        }
+    }
+}
+
+/// The ring buffer's fd: readable when reports are waiting, for an event loop.
+impl AsFd for WriterProbe {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        #[cfg(not(plumb_no_bpf))]
+        {
+            self.ring.as_fd()
+        }
+        #[cfg(plumb_no_bpf)]
+        {
+            unreachable!("a WriterProbe cannot exist without BPF")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(tgid: u32, comm: &[u8], ty: u16, valid: u16) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend(123_456_789u64.to_ne_bytes());
+        v.extend(tgid.to_ne_bytes());
+        v.extend((tgid + 1).to_ne_bytes());
+        let mut c = [0u8; 16];
+        c[..comm.len()].copy_from_slice(comm);
+        v.extend(c);
+        v.extend(ty.to_ne_bytes());
+        v.extend(valid.to_ne_bytes());
+        v.extend(0u32.to_ne_bytes());
+        v
+    }
+
+    #[test]
+    fn decodes_a_batch_begin() {
+        let b = decode(&raw(42, b"nft", 0x10, 1)).unwrap();
+        assert_eq!(
+            b,
+            BatchSend {
+                pid: 42,
+                tid: 43,
+                comm: "nft".into(),
+                monotonic_ns: 123_456_789,
+                batch: true,
+                first_nlmsg_type: Some(0x10),
+            }
+        );
+    }
+
+    #[test]
+    fn other_or_unreadable_types_are_not_batches() {
+        let b = decode(&raw(1, b"iptables-nft-sa", 0x0a01, 1)).unwrap();
+        assert!(!b.batch);
+        assert_eq!(b.comm, "iptables-nft-sa");
+        let b = decode(&raw(1, b"x", 0x10, 0)).unwrap();
+        assert_eq!((b.batch, b.first_nlmsg_type), (false, None));
+        assert!(decode(&[0; 39]).is_none());
+    }
+
+    #[test]
+    fn the_probe_can_move_to_another_thread() {
+        fn send<T: Send>() {}
+        send::<WriterProbe>();
+    }
+
+    #[test]
+    fn a_full_comm_has_no_nul() {
+        let b = decode(&raw(1, b"0123456789abcdef", 0, 0)).unwrap();
+        assert_eq!(b.comm, "0123456789abcdef");
+    }
+
+    #[test]
+    fn errors_say_what_the_errno_means() {
+        let e = ProbeError::Kernel {
+            stage: "load",
+            errno: Some(libc::EPERM),
+            meaning: meaning(Some(libc::EPERM)),
+            detail: "x".into(),
+        };
+        assert!(e.unavailable());
+        assert!(e.to_string().contains("CAP_BPF"), "{e}");
+        assert!(ProbeError::NotBuilt.unavailable());
+        let io = io::Error::from_raw_os_error(libc::EACCES);
+        assert_eq!(errno_of(&io), Some(libc::EACCES));
+    }
+}
