@@ -28,6 +28,7 @@ const DELCHAIN: u16 = 5;
 const NEWRULE: u16 = 6;
 const DELRULE: u16 = 8;
 const NEWGEN: u16 = 15;
+const GETGEN: u16 = 16;
 const DESTROYTABLE: u16 = 26;
 const DESTROYCHAIN: u16 = 27;
 const DESTROYRULE: u16 = 28;
@@ -596,6 +597,21 @@ impl NftListener {
         )?;
         self.buf = vec![0; SCOUT_HEAD * SCOUT_BATCH];
         Ok(self)
+    }
+
+    /// Asks the kernel for the current generation (`NFT_MSG_GETGEN`, a read): the
+    /// answer arrives on this socket as a NEWGEN naming plumb itself, so the
+    /// generation of the next transaction is known before its own NEWGEN.
+    pub fn request_generation(&self) -> io::Result<()> {
+        let mut m = Vec::with_capacity(20);
+        m.extend(20u32.to_ne_bytes()); // nlmsg_len
+        m.extend(((SUBSYS_NFTABLES << 8) | GETGEN).to_ne_bytes());
+        m.extend((libc::NLM_F_REQUEST as u16).to_ne_bytes());
+        m.extend(1u32.to_ne_bytes()); // seq
+        m.extend(0u32.to_ne_bytes()); // portid: the kernel
+        m.extend([libc::AF_UNSPEC as u8, 0, 0, 0]); // nfgenmsg
+        let kernel = netlink_sys::SocketAddr::new(0, 0);
+        self.socket.send_to(&m, &kernel, 0).map(|_| ())
     }
 
     /// Waits up to the receive timeout for datagrams and hands what was copied of each

@@ -166,60 +166,70 @@ impl Sample {
     }
 }
 
-/// One line of `/proc/net/netlink`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NetlinkSocket {
-    pub protocol: u32,
-    pub portid: u32,
-    /// The first 32 multicast groups joined.
-    pub groups: u32,
-    /// A dump is running on the socket.
-    pub dumping: bool,
-    pub inode: u64,
+/// A batch the writer probe ([`crate::writer_probe`]) saw being sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sent {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
 }
 
-/// Parses `/proc/net/netlink` (header line, then `sk Eth Pid Groups Rmem Wmem Dump
-/// Locks Drops Inode`). Lines that do not parse are skipped.
-pub fn parse_proc_netlink(text: &str) -> Vec<NetlinkSocket> {
-    text.lines()
-        .skip(1)
-        .filter_map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            Some(NetlinkSocket {
-                protocol: w.get(1)?.parse().ok()?,
-                portid: w.get(2)?.parse().ok()?,
-                groups: u32::from_str_radix(w.get(3)?, 16).ok()?,
-                dumping: *w.get(6)? != "0",
-                inode: w.get(9)?.parse().ok()?,
-            })
-        })
-        .collect()
+/// Batches sent that no NEWGEN has answered yet, oldest first (at most this many).
+pub const MAX_PENDING_SENDS: usize = 64;
+
+/// The batches sent into the watched namespace whose transaction the scout has not
+/// seen end, so that a transaction's writer is known from its first notifications.
+///
+/// The kernel commits batches one at a time (nfnetlink's per-subsystem mutex) in about
+/// the order their writers entered `sendmsg`, and sends a transaction's notifications
+/// and NEWGEN before that `sendmsg` returns. So while the scout reads a transaction
+/// live, its writer is the oldest pending send whose thread is still inside `sendmsg`;
+/// older pending sends that are not were batches the kernel refused (they commit
+/// nothing and get no NEWGEN) and are dropped. The NEWGEN confirms or contradicts it.
+#[derive(Clone, Debug, Default)]
+pub struct PendingSends {
+    sends: std::collections::VecDeque<Sent>,
 }
 
-/// `NETLINK_NETFILTER`.
-const NETLINK_NETFILTER: u32 = 12;
+impl PendingSends {
+    pub fn push(&mut self, s: Sent) {
+        if self.sends.len() == MAX_PENDING_SENDS {
+            self.sends.pop_front();
+        }
+        self.sends.push_back(s);
+    }
 
-/// The sockets that may be committing a transaction: `NETLINK_NETFILTER` sockets of
-/// the namespace bound to a port that joined no group (listeners such as plumb's own
-/// and `nft monitor` do) and run no dump (`iptables-save`, `nft list` do). A writer
-/// holds such a socket while the kernel sends its transaction's notifications. The
-/// port id is the writer's pid for iptables and nft (autobind); the caller checks
-/// that this pid owns the socket (`/proc/PID/fd`) before naming it.
-pub fn quiet_netfilter_sockets(sockets: &[NetlinkSocket], own_pid: u32) -> Vec<NetlinkSocket> {
-    sockets
-        .iter()
-        .filter(|s| {
-            s.protocol == NETLINK_NETFILTER
-                && s.portid != 0
-                && s.portid != own_pid
-                && s.groups == 0
-                && !s.dumping
-        })
-        .copied()
-        .collect()
+    pub fn len(&self) -> usize {
+        self.sends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sends.is_empty()
+    }
+
+    /// A NEWGEN by `pid` was read: that process's oldest pending send and every
+    /// older one are done. A NEWGEN whose writer sent nothing pending (a writer the
+    /// probe does not see) leaves the others waiting.
+    pub fn committed(&mut self, pid: Option<u32>) {
+        if let Some(i) = pid.and_then(|p| self.sends.iter().position(|s| s.pid == p)) {
+            self.sends.drain(..=i);
+        }
+    }
+
+    /// The writer of the transaction being sent now: the oldest pending send for
+    /// which `in_sendmsg` holds; the older ones are dropped.
+    pub fn committing(&mut self, in_sendmsg: impl Fn(&Sent) -> bool) -> Option<&Sent> {
+        while let Some(s) = self.sends.front() {
+            if in_sendmsg(s) {
+                return self.sends.front();
+            }
+            self.sends.pop_front();
+        }
+        None
+    }
 }
 
-/// `sendmsg` on x86_64 and aarch64 (the commit runs inside the writer's `sendmsg`).
+/// `sendmsg` on x86_64 and aarch64.
 #[cfg(target_arch = "x86_64")]
 const SYS_SENDMSG: &str = "46";
 #[cfg(target_arch = "aarch64")]
@@ -227,59 +237,12 @@ const SYS_SENDMSG: &str = "211";
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const SYS_SENDMSG: &str = "";
 
-/// What /proc says about a process holding a quiet netfilter socket, as evidence
-/// that it is the one committing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CommitEvidence {
-    /// Runnable, and its kernel stack (`/proc/PID/stack`, root only) is inside
-    /// nfnetlink's batch processing: the commit itself.
-    InBatch,
-    /// Runnable (state `R`) inside `sendmsg`: the commit runs in the writer's
-    /// `sendmsg`, and a writer waiting for another's commit sleeps (`D`) instead.
-    InSendmsg,
-    /// On a CPU right now (`/proc/PID/syscall` says `running`): committing, or busy
-    /// in user space (an `iptables-save` printing).
-    Running,
-    /// In user space while not on a CPU, in another system call, or asleep.
-    No,
-}
-
-/// Evidence from the state letter of `/proc/PID/stat`, `/proc/PID/syscall` (which
-/// says `running` for any runnable task, on a CPU or not) and `/proc/PID/stack`.
-pub fn commit_evidence(state: char, syscall: &str, stack: &str) -> CommitEvidence {
-    let first = syscall.split_whitespace().next().unwrap_or("");
-    if state == 'R' && stack.contains("nfnetlink_rcv") {
-        CommitEvidence::InBatch
-    } else if first == "running" {
-        CommitEvidence::Running
-    } else if state == 'R' && !SYS_SENDMSG.is_empty() && first == SYS_SENDMSG {
-        CommitEvidence::InSendmsg
-    } else {
-        CommitEvidence::No
-    }
-}
-
-/// The one committing among candidates with their evidence: the strongest evidence
-/// present (in a batch, then in `sendmsg`) must name exactly one; None when that does
-/// not single one out. Merely runnable is not enough: when the writer is already out
-/// of the kernel, another runnable socket holder (an `iptables-save` printing) would
-/// be named instead.
-pub fn committing_among<T: Copy>(candidates: &[(T, CommitEvidence)]) -> Option<T> {
-    use CommitEvidence::*;
-    let strongest = [InBatch, InSendmsg]
-        .into_iter()
-        .find(|e| candidates.iter().any(|c| c.1 == *e))?;
-    let mut it = candidates.iter().filter(|c| c.1 == strongest);
-    let one = it.next()?;
-    it.next().is_none().then_some(one.0)
-}
-
-/// The state letter of `/proc/PID/stat` (after the `(comm)`).
-pub fn stat_state(stat: &str) -> Option<char> {
-    stat.get(stat.rfind(')')? + 1..)?
-        .trim_start()
-        .chars()
-        .next()
+/// Whether `/proc/PID/task/TID/syscall` says the thread may be inside `sendmsg`:
+/// blocked or preempted in it, or on a CPU (`running`: the kernel cannot say where a
+/// running thread is, and a writer committing a big batch is on a CPU).
+pub fn may_be_in_sendmsg(proc_syscall: &str) -> bool {
+    let first = proc_syscall.split_whitespace().next().unwrap_or("");
+    first == "running" || (!SYS_SENDMSG.is_empty() && first == SYS_SENDMSG)
 }
 
 #[cfg(test)]
@@ -374,52 +337,48 @@ mod tests {
     }
 
     #[test]
-    fn the_committing_socket_is_the_only_quiet_netfilter_socket() {
-        let text = "sk               Eth Pid        Groups   Rmem     Wmem     Dump  Locks    Drops    Inode
-0000000042d3ec3b 0   0          00000000 0        0        0     2        0        94
-00000000aaaaaaaa 12  0          00000000 0        0        0     2        0        95
-00000000bbbbbbbb 12  4211       00000000 0        0        0     2        0        7001
-00000000cccccccc 12  900        00000040 0        0        0     2        0        7002
-00000000dddddddd 12  901        00000000 0        0        1     2        0        7003
-00000000eeeeeeee 9   4212       00000000 0        0        0     2        0        7004
-garbage
-";
-        let socks = parse_proc_netlink(text);
-        assert_eq!(socks.len(), 6);
-        let w = quiet_netfilter_sockets(&socks, 900);
-        assert_eq!(w.len(), 1);
-        assert_eq!((w[0].portid, w[0].inode), (4211, 7001));
-        // Our own socket is never the writer.
-        assert!(quiet_netfilter_sockets(&socks, 4211).is_empty());
-        use CommitEvidence::*;
-        let batch = "[<0>] nf_tables_commit+0x1f/0x1a0 [nf_tables]\n[<0>] nfnetlink_rcv_batch+0x6a0/0x9b0 [nfnetlink]\n[<0>] nfnetlink_rcv+0x11c/0x150 [nfnetlink]\n";
-        let user = "[<0>] irqentry_exit_to_user_mode+0x11f/0x1b0\n";
-        assert_eq!(commit_evidence('R', "running", batch), InBatch);
-        assert_eq!(commit_evidence('D', "46 0x3", batch), No);
-        assert_eq!(commit_evidence('R', "running", user), Running);
-        assert_eq!(commit_evidence('R', "-1 0x7ffd 0x7f12", ""), No);
-        assert_eq!(
-            commit_evidence('S', "1 0x1 0x2 0x3 0x4 0x5 0x6 0x7ffd 0x7f12", ""),
-            No
-        );
-        assert_eq!(commit_evidence('R', "", ""), No);
-        #[cfg(target_arch = "x86_64")]
-        {
-            let sendmsg = "46 0x3 0x7ffd 0x0 0x0 0x0 0x0 0x7ffd 0x7f12";
-            assert_eq!(commit_evidence('R', sendmsg, ""), InSendmsg);
-            // A writer waiting for another's commit sleeps in sendmsg: not it.
-            assert_eq!(commit_evidence('D', sendmsg, ""), No);
+    fn the_writer_is_the_oldest_send_still_in_sendmsg_and_newgen_settles_it() {
+        let sent = |pid: u32| Sent {
+            pid,
+            tid: pid,
+            comm: format!("w{pid}"),
+        };
+        let mut p = PendingSends::default();
+        // kube-proxy (1) commits while the agent (2) waits on the mutex.
+        p.push(sent(1));
+        p.push(sent(2));
+        assert_eq!(p.committing(|_| true).map(|s| s.pid), Some(1));
+        p.committed(Some(1));
+        assert_eq!(p.committing(|_| true).map(|s| s.pid), Some(2));
+        // A refused batch (3 returned from sendmsg without a commit) is skipped.
+        p.committed(Some(2));
+        p.push(sent(3));
+        p.push(sent(4));
+        assert_eq!(p.committing(|s| s.pid != 3).map(|s| s.pid), Some(4));
+        assert_eq!(p.len(), 1);
+        // A NEWGEN by a writer the probe did not see leaves the others waiting.
+        p.committed(Some(99));
+        assert_eq!(p.len(), 1);
+        p.committed(Some(4));
+        assert!(p.is_empty());
+        assert_eq!(p.committing(|_| true), None);
+        // Bounded.
+        for i in 0..(MAX_PENDING_SENDS as u32 + 5) {
+            p.push(sent(100 + i));
         }
-        assert_eq!(stat_state("42 (a b) c) R 1 2"), Some('R'));
-        // The committing writer preempted in sendmsg, an iptables-save printing on a CPU.
-        assert_eq!(committing_among(&[(1, InSendmsg), (2, Running)]), Some(1));
-        // Both runnable (the save printing, the writer committing): its stack tells.
-        assert_eq!(committing_among(&[(1, Running), (2, InBatch)]), Some(2));
-        assert_eq!(committing_among(&[(1, InBatch), (2, InBatch)]), None);
-        assert_eq!(committing_among(&[(1, Running), (2, No)]), None);
-        assert_eq!(committing_among(&[(1, Running), (2, Running)]), None);
-        assert_eq!(committing_among(&[(1, InSendmsg), (2, InSendmsg)]), None);
-        assert_eq!(committing_among::<u32>(&[]), None);
+        assert_eq!(p.len(), MAX_PENDING_SENDS);
+        assert_eq!(p.committing(|_| true).map(|s| s.pid), Some(105));
+        // /proc/PID/task/TID/syscall.
+        assert!(may_be_in_sendmsg("running"));
+        assert!(!may_be_in_sendmsg("-1 0x7ffd 0x7f12"));
+        assert!(!may_be_in_sendmsg(
+            "7 0x1 0x2 0x3 0x4 0x5 0x6 0x7ffd 0x7f12"
+        ));
+        assert!(!may_be_in_sendmsg(""));
+        #[cfg(target_arch = "x86_64")]
+        assert!(may_be_in_sendmsg(
+            "46 0x3 0x7ffd 0x0 0x0 0x0 0x0 0x7ffd 0x7f12"
+        ));
     }
 
     #[test]

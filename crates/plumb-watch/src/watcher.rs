@@ -19,7 +19,7 @@ use crate::detect::{FightPolicy, FightTracker, Kind, Source, detect};
 use crate::event::Event;
 use crate::metrics::{ErrorKind, Metrics};
 use crate::nft_events::{NftEvent, NftListener, Received};
-use crate::scout::Sample;
+use crate::scout::{PendingSends, Sample, Sent};
 use crate::state::{NftState, Transaction};
 use plumb_collect::SystemRunner;
 use std::collections::{BTreeMap, VecDeque};
@@ -34,24 +34,9 @@ pub const AUDIT_JOIN_WAIT: Duration = Duration::from_millis(30);
 /// Writers named by the scout and not yet claimed by the listener.
 const SCOUT_BACKLOG: usize = 64;
 
-/// Tries per transaction to name its writer from the socket table.
-const SOCKET_LOOKS: u32 = 8;
-/// Sampled notifications (~datagrams) before the first try: small transactions are
-/// over before a look could help, and cost nothing.
-const SOCKET_LOOK_AFTER: usize = 32;
-
-/// Whether a preliminary event may name its writer from the socket table before NEWGEN.
-/// Off: while the scout is still draining transaction A, the process found committing may
-/// already be B's writer — in a fight (agent reverts, kube-proxy resyncs at once) that
-/// blames the wrong party, and nothing checks it against A's NEWGEN yet (review, session
-/// 3). The strict look-up named no writer in the 10k benchmark anyway. TODO: re-enable
-/// once the look-up is confirmed by the NEWGEN's pid (or withdrawn) and skipped while the
-/// scout's socket backlog is large.
-const NAME_BY_SOCKET: bool = false;
-
 /// How a preliminary event knows its writer.
 const AT_NEWGEN: &str = "writer: named by the transaction's NEWGEN";
-const BY_SOCKET: &str = "writer: the one process committing on a netfilter socket of the namespace while the kernel sent the transaction (its NEWGEN confirms it in the complete event)";
+const BY_PROBE: &str = "writer: the process the eBPF writer probe saw sending the batch being committed (its NEWGEN confirms it in the complete event)";
 
 /// The generation after `g` (the kernel skips 0 when it wraps).
 fn next_generation(g: u32) -> u32 {
@@ -61,75 +46,67 @@ fn next_generation(g: u32) -> u32 {
     }
 }
 
-/// The writer of the transaction the kernel is sending right now, from the watched
-/// namespace's netlink socket table, or None when it cannot be told for sure. Every
-/// quiet netfilter socket ([`crate::scout::quiet_netfilter_sockets`]) must belong to
-/// the process its port id names (`/proc/PID/fd`; port ids are pids only by
-/// convention, a writer in another pid namespace has another number: then no
-/// answer), and one of those processes must stand out as committing
-/// ([`crate::scout::committing_among`]: runnable with nfnetlink's batch on its kernel
-/// stack, else runnable inside `sendmsg`).
-fn committing_writer(table: &mut std::fs::File, own_pid: u32) -> Result<Actor, Unnamed> {
-    use std::io::{Read, Seek};
-    table
-        .seek(std::io::SeekFrom::Start(0))
-        .map_err(|_| Unnamed::NoWriter)?;
-    let mut text = String::new();
-    table
-        .read_to_string(&mut text)
-        .map_err(|_| Unnamed::NoWriter)?;
-    let quiet =
-        crate::scout::quiet_netfilter_sockets(&crate::scout::parse_proc_netlink(&text), own_pid);
-    let mut candidates = Vec::new();
-    for sock in quiet {
-        let target = format!("socket:[{}]", sock.inode);
-        let owns = std::fs::read_dir(format!("/proc/{}/fd", sock.portid)).is_ok_and(|d| {
-            d.filter_map(Result::ok).any(|e| {
-                std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == target.as_str())
-            })
+/// Counts of the scout's naming by the writer probe, for the summary: transactions
+/// named before their NEWGEN, and of those the NEWGEN confirmed and contradicted.
+type ProbeNaming = Arc<[std::sync::atomic::AtomicU64; 3]>;
+
+/// Attaches the eBPF writer probe for the watched namespace and forwards the batches
+/// it sees from a thread of its own; None (and why, in the summary) when it cannot.
+fn start_writer_probe(
+    netns: Option<&str>,
+    stop: &Arc<AtomicBool>,
+    summary: &mut Summary,
+) -> Option<mpsc::Receiver<Sent>> {
+    use crate::writer_probe::{WriterProbe, current_netns_inode, netns_inode_by_name};
+    let inode = match netns {
+        Some(n) => netns_inode_by_name(n),
+        None => current_netns_inode(),
+    };
+    let probe = inode
+        .map_err(|e| e.to_string())
+        .and_then(|i| WriterProbe::attach(i).map_err(|e| e.to_string()));
+    let mut probe = match probe {
+        Ok(p) => p,
+        Err(e) => {
+            summary.probe = format!("unavailable: {e}");
+            return None;
+        }
+    };
+    let (tx, rx) = mpsc::channel();
+    let stop = stop.clone();
+    let spawned = std::thread::Builder::new()
+        .name("plumb-bpf".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                for b in probe.poll(Duration::from_millis(200)) {
+                    let sent = Sent {
+                        pid: b.pid,
+                        tid: b.tid,
+                        comm: b.comm,
+                    };
+                    if b.batch && tx.send(sent).is_err() {
+                        return;
+                    }
+                }
+            }
         });
-        if !owns {
-            return Err(Unnamed::Unowned);
+    match spawned {
+        Ok(_) => {
+            summary.probe = "attached".into();
+            Some(rx)
         }
-        let state = std::fs::read_to_string(format!("/proc/{}/stat", sock.portid))
-            .ok()
-            .and_then(|s| crate::scout::stat_state(&s))
-            .unwrap_or('?');
-        let syscall =
-            std::fs::read_to_string(format!("/proc/{}/syscall", sock.portid)).unwrap_or_default();
-        let stack =
-            std::fs::read_to_string(format!("/proc/{}/stack", sock.portid)).unwrap_or_default();
-        candidates.push((
-            sock.portid,
-            crate::scout::commit_evidence(state, &syscall, &stack),
-        ));
-    }
-    match crate::scout::committing_among(&candidates) {
-        Some(pid) => Ok(actor::resolve(pid, &Hints::default())),
-        None if candidates
-            .iter()
-            .all(|c| c.1 == crate::scout::CommitEvidence::No) =>
-        {
-            Err(Unnamed::NoWriter)
+        Err(e) => {
+            summary.probe = format!("unavailable: {e}");
+            None
         }
-        None => Err(Unnamed::Several),
     }
 }
 
-/// Why the socket table named no writer.
-#[derive(Clone, Copy, Debug)]
-enum Unnamed {
-    /// No process with a quiet netfilter socket may be committing (it was done).
-    NoWriter,
-    /// Several may be.
-    Several,
-    /// A socket's port id is not the pid of its owner (another pid namespace).
-    Unowned,
+/// Whether thread `s` may be inside `sendmsg` now (/proc; gone: no).
+fn in_sendmsg(s: &crate::scout::Sent) -> bool {
+    std::fs::read_to_string(format!("/proc/{}/task/{}/syscall", s.pid, s.tid))
+        .is_ok_and(|t| crate::scout::may_be_in_sendmsg(&t))
 }
-
-/// Counts of the scout's socket-table look-ups, for the summary: named, no writer,
-/// several, unowned.
-type SocketLooks = Arc<[std::sync::atomic::AtomicU64; 4]>;
 
 /// Resolves the writer named by a NEWGEN (pid and comm) from /proc, now.
 fn resolve_writer(pid: Option<u32>, comm: Option<String>) -> Actor {
@@ -166,6 +143,10 @@ pub struct WatchOptions {
     pub receive_buffer: usize,
     /// Set once subscribed and the baseline is read (tests wait for it).
     pub ready: Option<Arc<AtomicBool>>,
+    /// Name the writer of a big transaction while it is committed, with the eBPF writer
+    /// probe ([`crate::writer_probe`]) when it can be attached. Costs every syscall of
+    /// the machine ~60 ns while watch runs (an attached sys_enter tracepoint).
+    pub writer_probe: bool,
 }
 
 impl Default for WatchOptions {
@@ -179,6 +160,7 @@ impl Default for WatchOptions {
             fight: FightPolicy::default(),
             ready: None,
             receive_buffer: crate::nft_events::RECEIVE_BUFFER,
+            writer_probe: true,
         }
     }
 }
@@ -208,6 +190,8 @@ pub struct Summary {
     pub audit: String,
     /// `none`, `audit` (attributed) or `polling` (degraded).
     pub legacy: String,
+    /// The eBPF writer probe: `attached`, `unavailable: <why>` or `off`.
+    pub probe: String,
     pub notes: Vec<String>,
 }
 
@@ -283,47 +267,43 @@ pub fn watch(
     // Scout: a second subscription that the kernel feeds every NEWGEN and a sample of
     // the other datagrams (`socket_filter`), so it reads a transaction's NEWGEN (the
     // writer's pid and comm) as it is sent, while the listener is still decoding the
-    // ~150k notifications of a 10k-service revert (or the kube-proxy sync before it). It names the writer at once (short-lived
-    // writers are still alive) for the listener, and reports a big transaction by a
-    // writer at once from the first notification of each datagram (a sample: see
-    // `scout`), as a preliminary event; the listener's complete event follows.
+    // ~150k notifications of a 10k-service revert (or the kube-proxy sync before it).
+    // It names the writer at once (short-lived writers are still alive) for the
+    // listener, and reports a big transaction by a writer from its sample (see
+    // `scout`) as a preliminary event: as soon as the sample is big when the eBPF writer
+    // probe saw who sent the batch being committed, else at its NEWGEN. The
+    // listener's complete event follows.
     let (scout_tx, scout_rx) = mpsc::channel::<(u32, Actor)>();
     let mut scout_thread = None;
-    let socket_looks: SocketLooks = Arc::default();
-    // The namespace's netlink socket table, opened from inside it (the file keeps the
-    // namespace it was opened in): who holds a netfilter socket right now.
-    let netlink_table = crate::netns::in_netns(netns, || {
-        std::fs::File::open("/proc/thread-self/net/netlink")
-    })
-    .ok();
+    let probe_naming: ProbeNaming = Arc::default();
+    let sends = if opts.writer_probe {
+        start_writer_probe(netns, &stop, &mut summary)
+    } else {
+        summary.probe = "off".into();
+        None
+    };
     // The scout's queue holds an eighth of the datagrams (its filter), cut to heads.
     let scout_buffer = opts.receive_buffer / crate::socket_filter::SCOUT_SAMPLE_ONE_IN as usize;
     match NftListener::open(netns, scout_buffer).and_then(NftListener::into_scout) {
         Ok(mut scout) => {
+            // Its answer gives the scout the generation the next transaction follows.
+            if let Err(e) = scout.request_generation() {
+                summary
+                    .notes
+                    .push(format!("could not ask for the nftables generation: {e}"));
+            }
             let s_stop = stop.clone();
             let early_tx = tx.clone();
-            let s_looks = socket_looks.clone();
+            let naming = probe_naming.clone();
             scout_thread = std::thread::Builder::new()
                 .name("plumb-nft-scout".into())
                 .spawn(move || {
-                    let mut netlink_table = netlink_table;
-                    let own_pid = std::process::id();
-                    // Runs a little ahead of the listener (which decodes everything)
-                    // when CPU is short: a lower nice value for this thread only (it
-                    // is light: ~1 µs per datagram). Not allowed without CAP_SYS_NICE:
-                    // then it stays as it is.
-                    // SAFETY: gettid and setpriority on this thread; no memory involved.
-                    unsafe {
-                        let tid = libc::gettid();
-                        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, -5);
-                    }
                     let mut sample = Sample::default();
                     let mut first: Option<SystemTime> = None;
-                    // Of the transaction being read: its writer (from the namespace's
-                    // sockets), how often that was looked up, whether a preliminary
-                    // event was sent.
+                    let mut pending = PendingSends::default();
+                    // Of the transaction being read: its writer as the probe saw it,
+                    // whether a preliminary event was sent.
                     let mut writer: Option<Actor> = None;
-                    let mut looks = 0u32;
                     let mut early_sent = false;
                     let mut last_gen: Option<u32> = None;
                     while !s_stop.load(Ordering::Relaxed) {
@@ -337,9 +317,8 @@ pub fn watch(
                                     std::mem::take(&mut sample),
                                     first.take(),
                                     std::mem::replace(&mut early_sent, false),
+                                    writer.take(),
                                 ));
-                                writer = None;
-                                looks = 0;
                             }
                             e => {
                                 first.get_or_insert_with(SystemTime::now);
@@ -357,8 +336,18 @@ pub fn watch(
                             Ok(_) => {}
                             Err(_) => std::thread::sleep(Duration::from_millis(100)),
                         }
-                        for (id, pid, comm, sample, first, sent) in gens {
+                        if let Some(rx) = &sends {
+                            while let Ok(s) = rx.try_recv() {
+                                pending.push(s);
+                            }
+                        }
+                        for (id, pid, comm, sample, first, sent, named) in gens {
                             last_gen = Some(id);
+                            pending.committed(pid);
+                            if let Some(w) = named {
+                                let i = if w.pid == pid { 1 } else { 2 };
+                                naming[i].fetch_add(1, Ordering::Relaxed);
+                            }
                             let actor = resolve_writer(pid, comm);
                             if !sent && sample.is_big() {
                                 let c = Committed {
@@ -375,27 +364,14 @@ pub fn watch(
                                 return;
                             }
                         }
-                        // A transaction is being read: while the kernel sends its
-                        // notifications its writer is still inside the commit, holding
-                        // its socket. Name it from the socket table (a few tries: other
-                        // processes may look busy for a moment), and report a big
-                        // transaction before its NEWGEN.
-                        if NAME_BY_SOCKET
-                            && sample.len() >= SOCKET_LOOK_AFTER
-                            && writer.is_none()
-                            && looks < SOCKET_LOOKS
+                        // A transaction is being sent: its writer is the oldest batch
+                        // sender still in sendmsg (`PendingSends`).
+                        if writer.is_none()
+                            && !sample.is_empty()
+                            && let Some(s) = pending.committing(in_sendmsg)
                         {
-                            looks += 1;
-                            if let Some(t) = netlink_table.as_mut() {
-                                let (w, i) = match committing_writer(t, own_pid) {
-                                    Ok(a) => (Some(a), 0),
-                                    Err(Unnamed::NoWriter) => (None, 1),
-                                    Err(Unnamed::Several) => (None, 2),
-                                    Err(Unnamed::Unowned) => (None, 3),
-                                };
-                                writer = w;
-                                s_looks[i].fetch_add(1, Ordering::Relaxed);
-                            }
+                            naming[0].fetch_add(1, Ordering::Relaxed);
+                            writer = Some(resolve_writer(Some(s.pid), Some(s.comm.clone())));
                         }
                         if !early_sent
                             && sample.is_big()
@@ -408,7 +384,7 @@ pub fn watch(
                                 generation: next_generation(last),
                                 started: first.unwrap_or_else(SystemTime::now),
                             };
-                            if early_tx.send(Msg::Early(Box::new(c), BY_SOCKET)).is_err() {
+                            if early_tx.send(Msg::Early(Box::new(c), BY_PROBE)).is_err() {
                                 return;
                             }
                         }
@@ -781,14 +757,14 @@ pub fn watch(
     if let Some(t) = scout_thread {
         let _ = t.join();
     }
-    let looks: Vec<u64> = socket_looks
+    let named: Vec<u64> = probe_naming
         .iter()
         .map(|n| n.load(Ordering::Relaxed))
         .collect();
-    if looks.iter().any(|&n| n > 0) {
+    if named[0] > 0 {
         summary.notes.push(format!(
-            "writers of big transactions looked up in the socket table: {} named, {} no writer left, {} several possible, {} unowned sockets",
-            looks[0], looks[1], looks[2], looks[3]
+            "transactions whose writer the eBPF probe named before their NEWGEN: {} ({} confirmed by the NEWGEN, {} contradicted)",
+            named[0], named[1], named[2]
         ));
     }
     summary.duration_s = started.elapsed().as_secs_f64();

@@ -346,5 +346,24 @@ fn a_big_revert_is_reported_preliminarily_then_completely() {
         c.human()
     );
     assert!(c.chain_count > 1000, "{}", c.human());
-    w.finish();
+    let (_, summary) = w.finish();
+    // With the eBPF writer probe the writer is known while the kernel still sends the
+    // transaction, so the preliminary event does not wait for the NEWGEN.
+    if summary.probe == "attached" {
+        assert!(
+            p.details.iter().any(|d| d.contains("eBPF writer probe")),
+            "{:?}",
+            p.details
+        );
+        assert!(
+            summary.notes.iter().any(|n| n.contains("0 contradicted")),
+            "{:?}",
+            summary.notes
+        );
+    } else {
+        eprintln!(
+            "eBPF writer probe {}: checked the NEWGEN path only",
+            summary.probe
+        );
+    }
 }

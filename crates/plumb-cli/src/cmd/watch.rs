@@ -38,6 +38,7 @@ pub fn run(f: WatchFlags) -> anyhow::Result<Verdict> {
         netns,
         duration,
         audit: !f.no_audit,
+        writer_probe: !f.no_bpf,
         ready: Some(metrics.ready_flag()),
         ..WatchOptions::default()
     };
@@ -75,7 +76,7 @@ pub fn run(f: WatchFlags) -> anyhow::Result<Verdict> {
             .map(|(k, n)| format!("{n} {k}"))
             .collect();
         eprintln!(
-            "plumb watch: {:.1} s, {} transactions, {} events ({}), {} gaps; audit {}; legacy {}",
+            "plumb watch: {:.1} s, {} transactions, {} events ({}), {} gaps; audit {}; legacy {}; eBPF writer probe {}",
             summary.duration_s,
             summary.batches,
             summary.events.values().sum::<u64>(),
@@ -86,7 +87,8 @@ pub fn run(f: WatchFlags) -> anyhow::Result<Verdict> {
             },
             summary.gaps,
             summary.audit,
-            summary.legacy
+            summary.legacy,
+            summary.probe
         );
         for n in &summary.notes {
             eprintln!("plumb watch: note: {n}");
