@@ -17,6 +17,10 @@ pub enum Verdict {
 }
 
 fn main() -> ExitCode {
+    // `plumb watch` loads its eBPF probe in a helper process: this executable again.
+    if let Some(code) = plumb_watch::probe_handoff::serve_if_asked() {
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     // Lab actors are this executable under another name (kube-proxy, venAgent, ...).
     if let Some(code) = plumb_lab::actors::dispatch_by_name() {
         return ExitCode::from(code.clamp(0, 255) as u8);

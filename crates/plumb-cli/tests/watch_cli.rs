@@ -173,6 +173,14 @@ fn watch_binary_reports_writers_serves_valid_metrics_and_never_writes() {
         summary["events"]["foreign-change"].as_u64() >= Some(1),
         "{summary}"
     );
+    // The eBPF writer probe was loaded by the helper process (this executable again)
+    // and attached, unless this build or kernel has no BPF at all.
+    let probe = summary["probe"].as_str().unwrap_or_default();
+    if probe.contains("built without") || probe.contains("no kernel BTF") {
+        eprintln!("eBPF writer probe not checked: {probe}");
+    } else {
+        assert_eq!(probe, "attached", "{summary}");
+    }
 
     // Never writes: no NETFILTER_CFG from plumb or its children (the dump tools).
     if let Some(t) = audit_thread {

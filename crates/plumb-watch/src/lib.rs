@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod netlink;
 pub mod netns;
 pub mod nft_events;
+pub mod probe_handoff;
 pub mod scout;
 pub mod signals;
 pub mod socket_filter;

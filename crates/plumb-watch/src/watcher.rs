@@ -54,6 +54,7 @@ type ProbeNaming = Arc<[std::sync::atomic::AtomicU64; 3]>;
 /// it sees from a thread of its own; None (and why, in the summary) when it cannot.
 fn start_writer_probe(
     netns: Option<&str>,
+    loader: Option<&std::path::Path>,
     stop: &Arc<AtomicBool>,
     summary: &mut Summary,
 ) -> Option<mpsc::Receiver<Sent>> {
@@ -62,9 +63,13 @@ fn start_writer_probe(
         Some(n) => netns_inode_by_name(n),
         None => current_netns_inode(),
     };
-    let probe = inode
+    let probe = inode.map_err(|e| e.to_string()).and_then(|i| {
+        match loader {
+            Some(exe) => crate::probe_handoff::attach_via_helper(exe, i),
+            None => WriterProbe::attach(i),
+        }
         .map_err(|e| e.to_string())
-        .and_then(|i| WriterProbe::attach(i).map_err(|e| e.to_string()));
+    });
     let mut probe = match probe {
         Ok(p) => p,
         Err(e) => {
@@ -147,6 +152,10 @@ pub struct WatchOptions {
     /// probe ([`crate::writer_probe`]) when it can be attached. Costs every syscall of
     /// the machine ~60 ns while watch runs (an attached sys_enter tracepoint).
     pub writer_probe: bool,
+    /// Load the probe in a helper process running this executable
+    /// ([`crate::probe_handoff`]; it must call `serve_if_asked` first in main), so its
+    /// ~40 MB BTF parse stays out of watch's memory. None: load it in this process.
+    pub probe_loader: Option<std::path::PathBuf>,
 }
 
 impl Default for WatchOptions {
@@ -161,6 +170,7 @@ impl Default for WatchOptions {
             ready: None,
             receive_buffer: crate::nft_events::RECEIVE_BUFFER,
             writer_probe: true,
+            probe_loader: None,
         }
     }
 }
@@ -277,7 +287,7 @@ pub fn watch(
     let mut scout_thread = None;
     let probe_naming: ProbeNaming = Arc::default();
     let sends = if opts.writer_probe {
-        start_writer_probe(netns, &stop, &mut summary)
+        start_writer_probe(netns, opts.probe_loader.as_deref(), &stop, &mut summary)
     } else {
         summary.probe = "off".into();
         None

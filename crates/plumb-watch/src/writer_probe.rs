@@ -69,6 +69,9 @@ pub enum ProbeError {
     NoBtf(String),
     #[error("the eBPF writer probe is not supported on {0}")]
     UnsupportedArch(&'static str),
+    /// The helper process that loads the program ([`crate::probe_handoff`]) failed.
+    #[error("the eBPF writer probe's loader process: {0}")]
+    Helper(String),
     #[error("eBPF {stage} failed{}: {meaning}; {detail}", errno_text(*.errno))]
     Kernel {
         /// What was being done: "load", "attach", "map".
@@ -95,6 +98,7 @@ impl ProbeError {
     pub fn unavailable(&self) -> bool {
         match self {
             ProbeError::NotBuilt | ProbeError::NoBtf(_) | ProbeError::UnsupportedArch(_) => true,
+            ProbeError::Helper(_) => false,
             ProbeError::Kernel { errno, .. } => matches!(
                 *errno,
                 Some(libc::EPERM | libc::EACCES | libc::ENOSYS | libc::EOPNOTSUPP)
@@ -196,10 +200,20 @@ fn decode(raw: &[u8]) -> Option<BatchSend> {
 pub struct WriterProbe {
     #[cfg(not(plumb_no_bpf))]
     ring: aya::maps::RingBuf<aya::maps::MapData>,
-    // Owns the loaded program and its link: dropped after `ring`, detaching it.
+    // Owns the program's attachment: dropped after `ring`, detaching it.
     #[cfg(not(plumb_no_bpf))]
-    _ebpf: aya::Ebpf,
+    _attached: Attached,
     netns_inode: u64,
+}
+
+/// What keeps the program attached.
+#[cfg(not(plumb_no_bpf))]
+enum Attached {
+    /// Loaded and attached in this process (aya owns program and link).
+    Here(#[allow(dead_code)] aya::Ebpf),
+    /// Loaded by a helper process ([`crate::probe_handoff`]), attached here: the
+    /// raw tracepoint link.
+    Link(#[allow(dead_code)] std::os::fd::OwnedFd),
 }
 
 impl std::fmt::Debug for WriterProbe {
@@ -217,51 +231,80 @@ impl WriterProbe {
     /// Loads and attaches the probe for sends on netfilter netlink sockets of the
     /// network namespace with inode `netns_inode` (see [`netns_inode_by_name`],
     /// [`current_netns_inode`]).
+    /// Loads the program (parsing the kernel's BTF: ~40 MB of memory for a moment, see
+    /// [`crate::probe_handoff`] to keep that out of a long-running process) and
+    /// attaches it here.
     #[cfg(not(plumb_no_bpf))]
     pub fn attach(netns_inode: u64) -> Result<WriterProbe, ProbeError> {
         use aya::programs::BtfTracePoint;
-
-        if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
-            return Err(ProbeError::UnsupportedArch(std::env::consts::ARCH));
-        }
-        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::NoBtf(e.to_string()))?;
-        // The architecture's number, so one C source serves x86_64 (46) and aarch64 (211).
-        let sendmsg_nr: i64 = libc::SYS_sendmsg;
-        let mut ebpf = aya::EbpfLoader::new()
-            .btf(Some(&btf))
-            .override_global("watched_netns_inum", &netns_inode, true)
-            .override_global("sendmsg_nr", &sendmsg_nr, true)
-            .load(OBJECT)
-            .map_err(|e| kernel_error("load", &e))?;
-        let program: &mut BtfTracePoint = ebpf
-            .program_mut("writer_sys_enter")
-            .ok_or_else(|| ProbeError::Kernel {
-                stage: "load",
-                errno: None,
-                meaning: "program writer_sys_enter missing from the object",
-                detail: String::new(),
-            })?
-            .try_into()
-            .map_err(|e| kernel_error("load", &e))?;
+        let (mut ebpf, btf) = load(netns_inode)?;
+        let program: &mut BtfTracePoint = program_of(&mut ebpf)?;
         program
             .load("sys_enter", &btf)
             .map_err(|e| kernel_error("load", &e))?;
+        drop(btf);
         program.attach().map_err(|e| kernel_error("attach", &e))?;
-        let map = ebpf.take_map("events").ok_or_else(|| ProbeError::Kernel {
-            stage: "map",
-            errno: None,
-            meaning: "ring buffer `events` missing from the object",
-            detail: String::new(),
-        })?;
+        let map = ebpf.take_map("events").ok_or_else(no_ring)?;
         let ring = aya::maps::RingBuf::try_from(map).map_err(|e| kernel_error("map", &e))?;
         Ok(WriterProbe {
             ring,
-            _ebpf: ebpf,
+            _attached: Attached::Here(ebpf),
             netns_inode,
         })
     }
 
-    /// Built without BPF: always [`ProbeError::NotBuilt`].
+    /// Loads the program without attaching it, for another process: the program's
+    /// and the ring buffer's file descriptors (duplicates that outlive aya's handles).
+    #[cfg(not(plumb_no_bpf))]
+    pub fn load_detached(
+        netns_inode: u64,
+    ) -> Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd), ProbeError> {
+        use aya::programs::BtfTracePoint;
+        let (mut ebpf, btf) = load(netns_inode)?;
+        let program: &mut BtfTracePoint = program_of(&mut ebpf)?;
+        program
+            .load("sys_enter", &btf)
+            .map_err(|e| kernel_error("load", &e))?;
+        let dup = |fd: BorrowedFd<'_>| {
+            fd.try_clone_to_owned().map_err(|e| ProbeError::Kernel {
+                stage: "load",
+                errno: e.raw_os_error(),
+                meaning: "could not duplicate a file descriptor",
+                detail: e.to_string(),
+            })
+        };
+        let prog = dup(program.fd().map_err(|e| kernel_error("load", &e))?.as_fd())?;
+        let ring = match ebpf.map("events").ok_or_else(no_ring)? {
+            aya::maps::Map::RingBuf(m) => dup(m.fd().as_fd())?,
+            _ => return Err(no_ring()),
+        };
+        Ok((prog, ring))
+    }
+
+    /// Attaches a program loaded by [`WriterProbe::load_detached`] (in another
+    /// process) and reads its ring buffer.
+    #[cfg(not(plumb_no_bpf))]
+    pub fn attach_loaded(
+        prog: std::os::fd::OwnedFd,
+        ring: std::os::fd::OwnedFd,
+        netns_inode: u64,
+    ) -> Result<WriterProbe, ProbeError> {
+        let link = raw_tracepoint_open(prog.as_fd()).map_err(|e| ProbeError::Kernel {
+            stage: "attach",
+            errno: e.raw_os_error(),
+            meaning: meaning(e.raw_os_error()),
+            detail: e.to_string(),
+        })?;
+        let data = aya::maps::MapData::from_fd(ring).map_err(|e| kernel_error("map", &e))?;
+        let ring = aya::maps::RingBuf::try_from(aya::maps::Map::RingBuf(data))
+            .map_err(|e| kernel_error("map", &e))?;
+        Ok(WriterProbe {
+            ring,
+            _attached: Attached::Link(link),
+            netns_inode,
+        })
+    }
+
     #[cfg(plumb_no_bpf)]
     pub fn attach(netns_inode: u64) -> Result<WriterProbe, ProbeError> {
         let _ = netns_inode;
@@ -315,6 +358,84 @@ impl WriterProbe {
 }
 
 /// The ring buffer's fd: readable when reports are waiting, for an event loop.
+/// Opens the object and loads its maps with the watched namespace and the
+/// architecture's `sendmsg` number set; also returns the kernel's BTF.
+#[cfg(not(plumb_no_bpf))]
+fn load(netns_inode: u64) -> Result<(aya::Ebpf, aya::Btf), ProbeError> {
+    if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+        return Err(ProbeError::UnsupportedArch(std::env::consts::ARCH));
+    }
+    let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::NoBtf(e.to_string()))?;
+    // The architecture's number, so one C source serves x86_64 (46) and aarch64 (211).
+    let sendmsg_nr: i64 = libc::SYS_sendmsg;
+    let ebpf = aya::EbpfLoader::new()
+        .btf(Some(&btf))
+        .override_global("watched_netns_inum", &netns_inode, true)
+        .override_global("sendmsg_nr", &sendmsg_nr, true)
+        .load(OBJECT)
+        .map_err(|e| kernel_error("load", &e))?;
+    Ok((ebpf, btf))
+}
+
+#[cfg(not(plumb_no_bpf))]
+fn program_of(ebpf: &mut aya::Ebpf) -> Result<&mut aya::programs::BtfTracePoint, ProbeError> {
+    ebpf.program_mut("writer_sys_enter")
+        .ok_or_else(|| ProbeError::Kernel {
+            stage: "load",
+            errno: None,
+            meaning: "program writer_sys_enter missing from the object",
+            detail: String::new(),
+        })?
+        .try_into()
+        .map_err(|e| kernel_error("load", &e))
+}
+
+#[cfg(not(plumb_no_bpf))]
+fn no_ring() -> ProbeError {
+    ProbeError::Kernel {
+        stage: "map",
+        errno: None,
+        meaning: "ring buffer `events` missing from the object",
+        detail: String::new(),
+    }
+}
+
+/// `bpf(BPF_RAW_TRACEPOINT_OPEN)` for a tp_btf program (its tracepoint was fixed at
+/// load): the returned link keeps it attached until closed.
+#[cfg(not(plumb_no_bpf))]
+fn raw_tracepoint_open(prog: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
+    // union bpf_attr's raw_tracepoint member: { u64 name; u32 prog_fd; u32 pad; u64 cookie }.
+    #[repr(C)]
+    struct RawTracepointAttr {
+        name: u64,
+        prog_fd: u32,
+        pad: u32,
+        cookie: u64,
+    }
+    let attr = RawTracepointAttr {
+        name: 0,
+        prog_fd: prog.as_raw_fd() as u32,
+        pad: 0,
+        cookie: 0,
+    };
+    // SAFETY: bpf() reads `size` bytes of `attr`, a live, initialised repr(C) value.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_RAW_TRACEPOINT_OPEN,
+            &attr as *const RawTracepointAttr,
+            std::mem::size_of::<RawTracepointAttr>() as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new file descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
 impl AsFd for WriterProbe {
     fn as_fd(&self) -> BorrowedFd<'_> {
         #[cfg(not(plumb_no_bpf))]

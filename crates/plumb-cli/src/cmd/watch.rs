@@ -39,6 +39,7 @@ pub fn run(f: WatchFlags) -> anyhow::Result<Verdict> {
         duration,
         audit: !f.no_audit,
         writer_probe: !f.no_bpf,
+        probe_loader: std::env::current_exe().ok(),
         ready: Some(metrics.ready_flag()),
         ..WatchOptions::default()
     };
