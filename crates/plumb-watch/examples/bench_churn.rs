@@ -427,6 +427,16 @@ done"#,
     let poll_ms: Vec<f64> = polls.iter().map(|p| (p.1 - p.0) * 1000.0).collect();
     let mut pm = poll_ms.clone();
     let mut detection: Vec<f64> = first_detection.values().copied().collect();
+    // The agent's reverts only (the others are kube-proxy's own policy changes).
+    let mut revert_detection: Vec<f64> = first_detection
+        .iter()
+        .filter(|(g, _)| {
+            gens.get(g)
+                .is_some_and(|(_, comm, _, _)| comm == "venAgent")
+        })
+        .map(|(_, ms)| *ms)
+        .collect();
+    let revert_detected = revert_detection.len();
     // How long the kernel takes to deliver a revert's notifications up to its NEWGEN
     // (first notification -> NEWGEN at the probe): no NEWGEN-based attribution beats it.
     let mut revert_spans: Vec<f64> = gens
@@ -448,6 +458,7 @@ done"#,
             "latency_internal_ms": {"p50": percentile(&mut internal.clone(), 50.0), "p99": percentile(&mut internal.clone(), 99.0), "n": internal.len()},
             "latency_commit_to_event_ms": {"p50": percentile(&mut external.clone(), 50.0), "p99": percentile(&mut external.clone(), 99.0), "n": external.len()},
             "detection_latency_ms": {"p50": percentile(&mut detection.clone(), 50.0), "p99": percentile(&mut detection.clone(), 99.0), "max": percentile(&mut detection, 100.0), "n": first_detection.len(), "about": "commit -> first foreign-change/fight/policy-change event of the generation (preliminary or complete)"},
+            "revert_detection_latency_ms": {"p50": percentile(&mut revert_detection.clone(), 50.0), "p99": percentile(&mut revert_detection.clone(), 99.0), "max": percentile(&mut revert_detection, 100.0), "n": revert_detected, "about": "commit -> first foreign-change/fight event of each venAgent revert (preliminary or complete)"},
             "complete_event_latency_ms": {"p50": percentile(&mut complete.clone(), 50.0), "p99": percentile(&mut complete.clone(), 99.0), "max": percentile(&mut complete, 100.0), "n": first_complete.len(), "about": "commit -> first complete event of the generation, any kind"},
             "preliminary_events": preliminary,
             "probe_revert_first_to_newgen_ms": {"p50": percentile(&mut revert_spans.clone(), 50.0), "max": percentile(&mut revert_spans, 100.0)},
