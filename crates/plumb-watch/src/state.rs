@@ -612,7 +612,11 @@ mod tests {
         const TABLES: [&str; 2] = ["nat", "filter"];
         const CHAINS: [&str; 4] = ["KUBE-SVC-A", "KUBE-SEP-B", "PREROUTING", "KUBE-SERVICES"];
         let (table, chain) = (TABLES[table as usize % 2], CHAINS[chain as usize % 4]);
-        let op = if what % 2 == 0 { Op::New } else { Op::Del };
+        let op = if what.is_multiple_of(2) {
+            Op::New
+        } else {
+            Op::Del
+        };
         if what < 2 {
             NftEvent::Rule {
                 op,
