@@ -509,8 +509,8 @@ impl Batcher {
 #[derive(Debug)]
 pub enum Received {
     Batches(Vec<Batch>),
-    /// This many datagrams were decoded and handed over message by message.
-    Data(usize),
+    /// Datagrams were decoded and handed over message by message.
+    Data,
     /// The kernel dropped notifications (ENOBUFS): resynchronise.
     Gap,
     /// Nothing within the receive timeout.
@@ -539,7 +539,7 @@ pub const SCOUT_BATCH: usize = 128;
 pub const LISTENER_SLOT: usize = 64 * 1024;
 /// Datagrams a listener takes per system call (its buffer is this many slots; pages
 /// are touched only as far as datagrams fill them).
-pub const LISTENER_BATCH: usize = 64;
+pub const LISTENER_BATCH: usize = 16;
 /// Slots of one `recvmmsg` at most.
 const MAX_BATCH: usize = if SCOUT_BATCH > LISTENER_BATCH {
     SCOUT_BATCH
@@ -680,7 +680,7 @@ impl NftListener {
         Ok(if n == 0 {
             Received::Idle
         } else {
-            Received::Data(n)
+            Received::Data
         })
     }
 

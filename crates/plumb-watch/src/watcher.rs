@@ -18,7 +18,7 @@ use crate::changes::{ChangeSet, from_rulesets};
 use crate::detect::{FightPolicy, FightTracker, Kind, Source, detect};
 use crate::event::Event;
 use crate::metrics::{ErrorKind, Metrics};
-use crate::nft_events::{LISTENER_BATCH, NftEvent, NftListener, Received};
+use crate::nft_events::{NftEvent, NftListener, Received};
 use crate::scout::{PendingSends, Sample, Sent};
 use crate::state::{NftState, Transaction};
 use plumb_collect::SystemRunner;
@@ -33,10 +33,6 @@ pub const AUDIT_JOIN_WAIT: Duration = Duration::from_millis(30);
 
 /// Writers named by the scout and not yet claimed by the listener.
 const SCOUT_BACKLOG: usize = 64;
-
-/// How long the listener lets notifications gather when a transaction's datagrams
-/// arrive slower than it reads them.
-const GATHER: Duration = Duration::from_millis(1);
 
 /// How a preliminary event knows its writer.
 const AT_NEWGEN: &str = "writer: named by the transaction's NEWGEN";
@@ -448,14 +444,6 @@ pub fn watch(
                     Ok(Received::Gap) => {
                         txn = None;
                         let _ = nft_tx.send(Msg::Gap);
-                    }
-                    // Mid-transaction and the socket ran dry: the kernel is still
-                    // sending (~100 datagrams a millisecond). Let them gather instead of
-                    // waking for each one: wake-ups were a quarter of this thread's CPU
-                    // under kube-proxy's syncs. Adds at most a millisecond per partial
-                    // batch to a transaction's complete event.
-                    Ok(Received::Data(n)) if n < LISTENER_BATCH && txn.is_some() => {
-                        std::thread::sleep(GATHER);
                     }
                     Ok(_) => {}
                     Err(e) => {
