@@ -2,6 +2,7 @@
 //! chosen command (cmd/), and maps the outcome to the exit-code contract:
 //! 0 clean, 1 the input or node has problems, 2 usage or IO error.
 
+mod alloc;
 mod cmd;
 mod flags;
 mod output;
@@ -16,6 +17,9 @@ pub enum Verdict {
     Problems,
 }
 
+#[global_allocator]
+static ALLOCATOR: alloc::Switching = alloc::Switching;
+
 fn main() -> ExitCode {
     // `plumb watch` loads its eBPF probe in a helper process: this executable again.
     if let Some(code) = plumb_watch::probe_handoff::serve_if_asked() {
@@ -26,6 +30,14 @@ fn main() -> ExitCode {
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
     let cli = flags::Cli::parse();
+    // One-shot commands run faster on mimalloc; the long-running ones stay on glibc,
+    // which keeps less resident (alloc.rs).
+    if !matches!(
+        cli.command,
+        flags::Command::Watch(_) | flags::Command::Lab(_)
+    ) {
+        alloc::use_mimalloc();
+    }
     match cmd::run(cli) {
         Ok(Verdict::Clean) => ExitCode::from(0),
         Ok(Verdict::Problems) => ExitCode::from(1),
