@@ -17,11 +17,13 @@ use crate::changes::{ChainDelta, ChangeSet, TableChanges};
 use crate::nft_events::{NftEvent, Op, family_name};
 use std::collections::BTreeMap;
 
-/// Sampled notifications from which a transaction counts as big (a preliminary event
-/// at its NEWGEN): smaller ones end long before a preliminary event would help (every
-/// test, UFW, a hand-typed rule, a 100-service sync). 32 samples are ~256 datagrams
-/// (one in eight is sampled); a 10k-service revert has ~14k.
-pub const BIG_TRANSACTION_SAMPLES: usize = 32;
+/// Sampled notifications from which a transaction counts as big (a preliminary event):
+/// smaller ones end long before a preliminary event would help (every test, UFW, a
+/// hand-typed rule, a 100-service sync). A sampled datagram's 512-byte head holds 1–8
+/// notifications and one datagram in eight is sampled, so 128 samples are ~130–1000
+/// datagrams; a 12-service revert (~20 datagrams) stays well below even when many of
+/// its datagrams happen to be sampled, a 10k-service revert (~14k) is far above.
+pub const BIG_TRANSACTION_SAMPLES: usize = 128;
 
 /// Chain names remembered per transaction at most (memory bound; counts go on).
 pub const MAX_SAMPLED_CHAINS: usize = 8192;

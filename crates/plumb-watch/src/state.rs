@@ -154,21 +154,6 @@ pub struct Transaction {
     /// Index in `accs` of the table of the previous message.
     current: Option<usize>,
     messages: usize,
-    /// Rules added or removed one after another in one chain that hooks nothing (the
-    /// common case: kube-proxy writes and flushes a chain's rules together) are
-    /// counted here and applied to the state at once when the run ends, instead of
-    /// three hash lookups per rule.
-    run: Option<Run>,
-}
-
-/// A run of rule notifications of one op in one non-hook chain, not yet applied.
-struct Run {
-    /// Index in `accs` of its table.
-    acc: usize,
-    chain: String,
-    op: Op,
-    /// Rules after the first (which was applied as it came).
-    count: usize,
 }
 
 impl Transaction {
@@ -214,56 +199,6 @@ impl Transaction {
 
     /// Applies one notification to `state`, remembering what it was before.
     pub fn push(&mut self, state: &mut NftState, m: &NftEvent<'_>) {
-        if let NftEvent::Rule {
-            op,
-            family,
-            table,
-            chain,
-            ..
-        } = *m
-            && let Some(r) = &mut self.run
-            && r.op == op
-            && r.chain == chain
-            && self
-                .accs
-                .get(r.acc)
-                .is_some_and(|((f, t), _)| *f == family && t == table)
-        {
-            r.count += 1;
-            self.messages += 1;
-            return;
-        }
-        self.end_run(state);
-        self.apply(state, m);
-    }
-
-    /// Applies the pending run of rules to the state and the transaction.
-    fn end_run(&mut self, state: &mut NftState) {
-        let Some(r) = self.run.take() else { return };
-        let Some((key, a)) = self.accs.get_mut(r.acc) else {
-            return;
-        };
-        let (Some(t), Some(touched)) = (state.tables.get_mut(&*key), a.chains.get_mut(&r.chain))
-        else {
-            return;
-        };
-        let c = match t.chains.get_mut(&r.chain) {
-            Some(c) => c,
-            None => t.chains.entry(r.chain).or_default(),
-        };
-        match r.op {
-            Op::New => {
-                c.rules += r.count;
-                touched.added += r.count;
-            }
-            Op::Del => {
-                c.rules = c.rules.saturating_sub(r.count);
-                touched.removed += r.count;
-            }
-        }
-    }
-
-    fn apply(&mut self, state: &mut NftState, m: &NftEvent<'_>) {
         let (family, table) = match *m {
             NftEvent::Table { family, name, .. } => (family, name),
             NftEvent::Chain { family, table, .. } | NftEvent::Rule { family, table, .. } => {
@@ -358,14 +293,6 @@ impl Transaction {
                         }
                     }
                 }
-                if !hook_chain {
-                    self.run = Some(Run {
-                        acc: i,
-                        chain: chain.to_string(),
-                        op,
-                        count: 0,
-                    });
-                }
                 if hook_chain {
                     let added = op == Op::New;
                     a.hooks.push(HookRule {
@@ -384,8 +311,7 @@ impl Transaction {
     }
 
     /// The net effect of the transaction on `state` (which it has already changed).
-    pub fn finish(mut self, state: &mut NftState) -> ChangeSet {
-        self.end_run(state);
+    pub fn finish(self, state: &NftState) -> ChangeSet {
         let mut accs = self.accs;
         accs.sort_by(|a, b| a.0.cmp(&b.0));
         let mut out = ChangeSet::default();
@@ -598,71 +524,6 @@ impl SaveScanner {
         c.rules += 1;
         if c.base && crate::changes::jump_target(rest).is_some_and(|j| is_owned_chain(&j)) {
             c.owned_hooks += 1;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// (table 0/1, chain 0..4, what: rule add / rule del / chain add / chain del)
-    fn event(table: u8, chain: u8, what: u8) -> NftEvent<'static> {
-        const TABLES: [&str; 2] = ["nat", "filter"];
-        const CHAINS: [&str; 4] = ["KUBE-SVC-A", "KUBE-SEP-B", "PREROUTING", "KUBE-SERVICES"];
-        let (table, chain) = (TABLES[table as usize % 2], CHAINS[chain as usize % 4]);
-        let op = if what.is_multiple_of(2) {
-            Op::New
-        } else {
-            Op::Del
-        };
-        if what < 2 {
-            NftEvent::Rule {
-                op,
-                family: 2,
-                table,
-                chain,
-                handle: None,
-                appended: true,
-                jump: (chain == "PREROUTING").then_some("KUBE-SERVICES"),
-                verdict: None,
-            }
-        } else {
-            NftEvent::Chain {
-                op,
-                family: 2,
-                table,
-                name: chain,
-                hook: (chain == "PREROUTING").then_some(0),
-                policy: None,
-            }
-        }
-    }
-
-    proptest! {
-        /// Runs of rules counted at once end in the same state and change set as
-        /// applying every notification by itself.
-        #[test]
-        fn runs_of_rules_change_nothing_but_the_cost(
-            seq in prop::collection::vec((0u8..2, 0u8..4, 0u8..4), 0..80),
-            split in 0usize..80,
-        ) {
-            let (mut fast, mut slow) = (NftState::default(), NftState::default());
-            let (first, second) = seq.split_at(split.min(seq.len()));
-            for part in [first, second] {
-                let (mut f, mut s) = (Transaction::default(), Transaction::default());
-                for &(t, c, w) in part {
-                    let e = event(t, c, w);
-                    f.push(&mut fast, &e);
-                    s.end_run(&mut slow);
-                    s.apply(&mut slow, &e);
-                    s.run = None;
-                }
-                prop_assert_eq!(f.len(), part.len());
-                prop_assert_eq!(f.finish(&mut fast), s.finish(&mut slow));
-            }
-            prop_assert_eq!(format!("{:?}", fast.diff_to(&slow)), format!("{:?}", ChangeSet::default()));
         }
     }
 }

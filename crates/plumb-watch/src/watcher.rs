@@ -431,7 +431,7 @@ pub fn watch(
                         let (t, started) = txn
                             .take()
                             .unwrap_or_else(|| (Transaction::default(), SystemTime::now()));
-                        let changes = t.finish(&mut state);
+                        let changes = t.finish(&state);
                         done.push((changes, id, pid, comm.map(str::to_string), started));
                     }
                     e => {
@@ -828,7 +828,7 @@ fn preliminary(c: &Committed, how: &str, fights: &FightTracker, netns: Option<&s
     })
     .map(|mut f| {
         f.details.push(
-            "preliminary: from a sample of the notifications of a big transaction (the first of each datagram) while it is still being read; counts are lower bounds, the complete event follows".into(),
+            "preliminary: from a sample of the notifications of a big transaction (the first notifications of one datagram in eight) while it is still being read; counts are lower bounds, the complete event follows".into(),
         );
         f.details.push(how.to_string());
         let now = SystemTime::now();

@@ -30,6 +30,7 @@ fn security_agent_reverts_are_attributed_and_the_third_is_a_fight() {
         agent_pids.push(ven.pid);
         let i = w.wait_for(from, "foreign-change by venAgent", |e| {
             e.kind == Kind::ForeignChange
+                && !e.preliminary
                 && e.actor.pid == Some(ven.pid)
                 && e.owner.as_deref() == Some("kube-proxy")
         });
@@ -48,8 +49,13 @@ fn security_agent_reverts_are_attributed_and_the_third_is_a_fight() {
         assert_eq!(e.table, "nat");
         assert!(
             e.chains.iter().any(|c| c == "KUBE-SVC-NPX46M4PTMTKRN6Y"),
-            "the kubernetes service chain is among the deleted: {:?}",
-            e.chains
+            "the kubernetes service chain is among the deleted: {:?}\n{}",
+            e.chains,
+            w.snapshot()
+                .iter()
+                .map(|e| format!("{} {:?} gen {:?}", e.human(), e.details, e.generation))
+                .collect::<Vec<_>>()
+                .join("\n")
         );
         assert!(e.chains.iter().any(|c| c == "KUBE-SERVICES"));
         assert_eq!(e.revert, Some(cycle), "{}", e.human());
