@@ -1,6 +1,7 @@
-//! What the scout learns of a transaction: a sample of its notifications (the first
-//! one of each datagram its socket filter lets through, one in eight) and, at its
-//! NEWGEN, its writer. Pure.
+//! What the scout learns of a transaction: a sample of its notifications (those at
+//! the head of each datagram its socket filter lets through, one in eight), who is
+//! committing it while the kernel sends it ([`PendingSends`], from the eBPF writer
+//! probe's batch sends) and, at its NEWGEN, its writer. Pure.
 //!
 //! The kernel names the writer of an nf_tables transaction only in NEWGEN, after all
 //! of the transaction's notifications. A 10k-service revert is ~150k notifications
