@@ -22,6 +22,7 @@ pub const NFNLGRP_NFTABLES: u32 = 7;
 
 // NFT_MSG_* (low byte of the message type).
 const NEWTABLE: u16 = 0;
+const GETTABLE: u16 = 1;
 const DELTABLE: u16 = 2;
 const NEWCHAIN: u16 = 3;
 const DELCHAIN: u16 = 5;
@@ -603,15 +604,7 @@ impl NftListener {
     /// answer arrives on this socket as a NEWGEN naming plumb itself, so the
     /// generation of the next transaction is known before its own NEWGEN.
     pub fn request_generation(&self) -> io::Result<()> {
-        let mut m = Vec::with_capacity(20);
-        m.extend(20u32.to_ne_bytes()); // nlmsg_len
-        m.extend(((SUBSYS_NFTABLES << 8) | GETGEN).to_ne_bytes());
-        m.extend((libc::NLM_F_REQUEST as u16).to_ne_bytes());
-        m.extend(1u32.to_ne_bytes()); // seq
-        m.extend(0u32.to_ne_bytes()); // portid: the kernel
-        m.extend([libc::AF_UNSPEC as u8, 0, 0, 0]); // nfgenmsg
-        let kernel = netlink_sys::SocketAddr::new(0, 0);
-        self.socket.send_to(&m, &kernel, 0).map(|_| ())
+        send_request(&self.socket, GETGEN, 0)
     }
 
     /// Waits up to the receive timeout for datagrams and hands what was copied of each
@@ -718,6 +711,56 @@ impl NftListener {
         } else {
             Received::Batches(batches)
         })
+    }
+}
+
+/// Sends an nftables GET request (`NFT_MSG_GET*`, all families) to the kernel: a read.
+fn send_request(socket: &netlink_sys::Socket, msg: u16, extra_flags: u16) -> io::Result<()> {
+    let mut m = Vec::with_capacity(20);
+    m.extend(20u32.to_ne_bytes()); // nlmsg_len
+    m.extend(((SUBSYS_NFTABLES << 8) | msg).to_ne_bytes());
+    m.extend((libc::NLM_F_REQUEST as u16 | extra_flags).to_ne_bytes());
+    m.extend(1u32.to_ne_bytes()); // seq
+    m.extend(0u32.to_ne_bytes()); // portid: the kernel
+    m.extend([libc::AF_UNSPEC as u8, 0, 0, 0]); // nfgenmsg
+    let kernel = netlink_sys::SocketAddr::new(0, 0);
+    socket.send_to(&m, &kernel, 0).map(|_| ())
+}
+
+/// The nf_tables tables of this namespace or of `netns`, as (family code, name), from
+/// a GETTABLE dump: what `nft list tables` prints, without the full cache fetch that
+/// nft 1.0.6 does first (24 s on a 10k-service node). Read-only.
+pub fn list_tables(netns: Option<&str>) -> io::Result<Vec<(u8, String)>> {
+    let socket = crate::netns::in_netns(netns, || {
+        let mut s = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_NETFILTER)?;
+        s.bind(&netlink_sys::SocketAddr::new(0, 0))?;
+        Ok(s)
+    })?;
+    set_receive_timeout(&socket, Duration::from_secs(5))?;
+    send_request(&socket, GETTABLE, libc::NLM_F_DUMP as u16)?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut tables = Vec::new();
+    loop {
+        let n = socket.recv(&mut &mut buf[..], 0)?;
+        for m in netlink::messages(&buf[..n.min(buf.len())]) {
+            match m.kind {
+                netlink::NLMSG_DONE => return Ok(tables),
+                netlink::NLMSG_ERROR => {
+                    let errno = m
+                        .payload
+                        .get(..4)
+                        .map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+                    if errno != 0 {
+                        return Err(io::Error::from_raw_os_error(-errno));
+                    }
+                }
+                _ => {
+                    if let Some(NftEvent::Table { family, name, .. }) = decode_one(m) {
+                        tables.push((family, name.to_string()));
+                    }
+                }
+            }
+        }
     }
 }
 

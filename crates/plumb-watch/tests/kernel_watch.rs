@@ -373,3 +373,59 @@ fn a_big_revert_is_reported_preliminarily_then_completely() {
         );
     }
 }
+
+/// The table list comes from a netlink dump (not `nft list tables`, which fetches the
+/// whole ruleset first), and native nftables tables still reach the baseline.
+#[test]
+fn tables_are_listed_by_a_netlink_dump_and_native_ones_read() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    if plumb_collect::runner::which("nft").is_none() {
+        eprintln!("skip: nft not installed");
+        return;
+    }
+    let lab = Lab::new(&["kube-proxy"]);
+    lab.run(
+        "kube-proxy",
+        "iptables-nft",
+        &["-t", "nat", "-N", "KUBE-SERVICES"],
+        None,
+    );
+    let nft = |args: &[&str]| {
+        let ok = std::process::Command::new("ip")
+            .args(["netns", "exec", lab.ns.name(), "nft"])
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "nft {args:?}");
+    };
+    nft(&["add", "table", "inet", "plumbt"]);
+    nft(&[
+        "add",
+        "chain",
+        "inet",
+        "plumbt",
+        "input",
+        "{ type filter hook input priority 0; }",
+    ]);
+    let mut tables = plumb_watch::nft_events::list_tables(Some(lab.ns.name())).unwrap();
+    tables.sort();
+    assert_eq!(
+        tables,
+        vec![(1, "plumbt".to_string()), (2, "nat".to_string())]
+    );
+    let b = plumb_watch::baseline::read(Some(lab.ns.name()));
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+    assert!(
+        b.state.has_table(1, "plumbt"),
+        "native table in the baseline"
+    );
+    assert!(b.state.has_table(2, "nat"));
+    let names: Vec<&str> = b.state.chain_names().collect();
+    assert!(
+        names.contains(&"input") && names.contains(&"KUBE-SERVICES"),
+        "{names:?}"
+    );
+}
