@@ -12,10 +12,12 @@
 //! listener has read them. [`watcher`] wires them;
 //! [`metrics`] exposes Prometheus metrics; [`impersonate`] runs iptables under
 //! another process name for tests and the lab. [`writer_probe`] (eBPF, optional)
-//! names the writer when it sends its batch, before any notification.
+//! names the writer when it sends its batch, before any notification; [`probe_handoff`]
+//! loads it in a helper process so its BTF parse stays out of watch's memory.
 //!
 //! Read-only: plumb never sends a request that changes netfilter or audit state. It
-//! only listens on multicast groups and runs dump commands.
+//! only listens on multicast groups, sends GET requests (the generation, the table
+//! list) and runs dump commands. The eBPF probe observes syscalls; it changes nothing.
 
 pub mod actor;
 pub mod audit;

@@ -308,6 +308,14 @@ pub fn watch(
             scout_thread = std::thread::Builder::new()
                 .name("plumb-nft-scout".into())
                 .spawn(move || {
+                    // Keeps level with the kernel when CPU is short: a lower nice value
+                    // for this thread only (it is light). Not allowed without
+                    // CAP_SYS_NICE: then it stays as it is.
+                    // SAFETY: gettid and setpriority on this thread; no memory involved.
+                    unsafe {
+                        let tid = libc::gettid();
+                        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, -5);
+                    }
                     let mut sample = Sample::default();
                     let mut first: Option<SystemTime> = None;
                     let mut pending = PendingSends::default();
