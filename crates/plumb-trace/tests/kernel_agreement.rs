@@ -680,8 +680,13 @@ fn endpoint_frequencies_agree_with_probabilities() {
             &svc.cluster_ip.to_string(),
         );
         let total = obs.flows.len();
+        // Nothing answers, so a client port is free again after its 250 ms timeout and
+        // the kernel may pick it for a later connect: that SYN joins the existing
+        // conntrack entry (same tuple, same endpoint) instead of making a new flow.
+        // Under load a few percent of connects do (569 of 600 seen once in CI-like
+        // load); 90% still leaves hundreds of independent choices to judge.
         assert!(
-            total as f64 > n as f64 * 0.95,
+            total as f64 > n as f64 * 0.90,
             "{}: only {total} of {n} flows seen",
             svc.name
         );
