@@ -683,8 +683,8 @@ fn endpoint_frequencies_agree_with_probabilities() {
         // Nothing answers, so a client port is free again after its 250 ms timeout and
         // the kernel may pick it for a later connect: that SYN joins the existing
         // conntrack entry (same tuple, same endpoint) instead of making a new flow.
-        // Under load a few percent of connects do (569 of 600 seen once in CI-like
-        // load); 90% still leaves hundreds of independent choices to judge.
+        // That is the likely reason a full test run once saw 569 flows of 600; 90%
+        // still leaves hundreds of independent choices to judge.
         assert!(
             total as f64 > n as f64 * 0.90,
             "{}: only {total} of {n} flows seen",
