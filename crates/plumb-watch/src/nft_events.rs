@@ -764,21 +764,35 @@ pub fn list_tables(netns: Option<&str>) -> io::Result<Vec<(u8, String)>> {
     }
 }
 
+/// `setsockopt(fd, SOL_SOCKET, name, value)` for a plain-old-data `value` (an int, a
+/// timeval, a sock_fprog).
+pub(crate) fn set_socket_option<T: Copy>(
+    fd: std::os::fd::RawFd,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
+    // SAFETY: `value` is a live, initialised T for the call and the size passed is its
+    // exact size; the kernel only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 pub(crate) fn set_receive_buffer(socket: &netlink_sys::Socket, bytes: usize) {
     let size: libc::c_int = bytes.min(i32::MAX as usize) as libc::c_int;
     for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-        // SAFETY: setsockopt on a valid fd owned by `socket`, with a pointer to a live
-        // c_int and its exact size.
-        let rc = unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&size as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
+        if set_socket_option(socket.as_raw_fd(), opt, &size).is_ok() {
             return;
         }
     }
@@ -789,22 +803,7 @@ pub(crate) fn set_receive_timeout(socket: &netlink_sys::Socket, t: Duration) -> 
         tv_sec: t.as_secs() as libc::time_t,
         tv_usec: t.subsec_micros() as libc::suseconds_t,
     };
-    // SAFETY: setsockopt on a valid fd owned by `socket`, with a pointer to a live
-    // timeval and its exact size.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_socket_option(socket.as_raw_fd(), libc::SO_RCVTIMEO, &tv)
 }
 
 #[cfg(test)]

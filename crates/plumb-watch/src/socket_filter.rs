@@ -61,27 +61,13 @@ pub fn scout_program(one_in: u32, head: u32) -> [Insn; 8] {
     ]
 }
 
-/// Attaches `program` to the socket (`SO_ATTACH_FILTER`).
+/// Attaches `program` to the socket (`SO_ATTACH_FILTER`; the kernel copies it).
 pub fn attach(fd: RawFd, program: &[Insn]) -> io::Result<()> {
     let prog = libc::sock_fprog {
         len: program.len() as u16,
         filter: program.as_ptr().cast_mut(),
     };
-    // SAFETY: `prog` points at `program`, alive for the call; the kernel copies it.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_FILTER,
-            (&prog as *const libc::sock_fprog).cast(),
-            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    crate::nft_events::set_socket_option(fd, libc::SO_ATTACH_FILTER, &prog)
 }
 
 /// Interprets the subset of classic BPF that [`scout_program`] uses, as the kernel
