@@ -111,9 +111,11 @@ fn main() {
     .expect("UDP socket in the netns");
 
     let batches = 50;
-    let mut probe = WriterProbe::attach(inode).expect("attaching the probe");
-    let lat = delivery_us(&ns, &mut probe, batches);
-    drop(probe);
+    // The probe is detached at the end of this block.
+    let lat = {
+        let mut probe = WriterProbe::attach(inode).expect("attaching the probe");
+        delivery_us(&ns, &mut probe, batches)
+    };
     println!(
         "delivery of {batches} nft batches, sendmsg to poll() returning, µs: min {:.1}, median {:.1}, p90 {:.1}, max {:.1}",
         lat[0],
