@@ -31,27 +31,42 @@ pub struct Message<'a> {
     pub payload: &'a [u8],
 }
 
-/// Iterates the messages of one datagram. Stops at the first malformed header.
+/// Iterates the messages of one datagram. Stops at the first malformed header, and at
+/// a message longer than what is left.
 pub fn messages(buf: &[u8]) -> impl Iterator<Item = Message<'_>> {
+    messages_up_to_cut(buf)
+        .take_while(|(_, cut)| !cut)
+        .map(|(m, _)| m)
+}
+
+/// Like [`messages`] for a datagram of which only the first bytes were copied: a last
+/// message longer than what is left comes with the part of its payload that is there,
+/// marked cut (`true`), and ends the walk.
+pub fn messages_up_to_cut(buf: &[u8]) -> impl Iterator<Item = (Message<'_>, bool)> {
     let mut rest = buf;
     std::iter::from_fn(move || {
         if rest.len() < NLMSG_HDRLEN {
             return None;
         }
         let len = u32::from_ne_bytes(rest[0..4].try_into().ok()?) as usize;
-        if len < NLMSG_HDRLEN || len > rest.len() {
+        if len < NLMSG_HDRLEN {
             rest = &[];
             return None;
         }
+        let cut = len > rest.len();
         let msg = Message {
             kind: u16::from_ne_bytes(rest[4..6].try_into().ok()?),
             flags: u16::from_ne_bytes(rest[6..8].try_into().ok()?),
             seq: u32::from_ne_bytes(rest[8..12].try_into().ok()?),
             pid: u32::from_ne_bytes(rest[12..16].try_into().ok()?),
-            payload: &rest[NLMSG_HDRLEN..len],
+            payload: &rest[NLMSG_HDRLEN..len.min(rest.len())],
         };
-        rest = rest.get(align4(len)..).unwrap_or(&[]);
-        Some(msg)
+        rest = if cut {
+            &[]
+        } else {
+            rest.get(align4(len)..).unwrap_or(&[])
+        };
+        Some((msg, cut))
     })
 }
 
@@ -111,7 +126,7 @@ pub fn attrs(buf: &[u8]) -> impl Iterator<Item = Attr<'_>> {
     })
 }
 
-/// Test and fuzz helpers: build netlink bytes.
+/// Build netlink bytes: requests, and messages for tests and fuzzing.
 pub mod build {
     /// Encodes one attribute (padded to 4 bytes).
     pub fn attr(kind: u16, value: &[u8]) -> Vec<u8> {

@@ -258,23 +258,7 @@ pub fn decode_each<'a>(buf: &'a [u8], on: &mut dyn FnMut(NftEvent<'a>)) {
 /// the cut: table and chain names come first). A cut rule reports no jump or verdict
 /// (its expressions may be missing). Never panics.
 pub fn decode_head<'a>(buf: &'a [u8], on: &mut dyn FnMut(NftEvent<'a>)) {
-    const HDR: usize = 16;
-    let mut rest = buf;
-    while rest.len() >= HDR {
-        let word = |i: usize| u32::from_ne_bytes([rest[i], rest[i + 1], rest[i + 2], rest[i + 3]]);
-        let half = |i: usize| u16::from_ne_bytes([rest[i], rest[i + 1]]);
-        let len = word(0) as usize;
-        if len < HDR {
-            return;
-        }
-        let cut = len > rest.len();
-        let m = netlink::Message {
-            kind: half(4),
-            flags: half(6),
-            seq: word(8),
-            pid: word(12),
-            payload: &rest[HDR..len.min(rest.len())],
-        };
+    for (m, cut) in netlink::messages_up_to_cut(buf) {
         match decode_one(m) {
             Some(NftEvent::Rule {
                 op,
@@ -297,10 +281,6 @@ pub fn decode_head<'a>(buf: &'a [u8], on: &mut dyn FnMut(NftEvent<'a>)) {
             Some(e) => on(e),
             None => {}
         }
-        if cut {
-            return;
-        }
-        rest = rest.get(len.saturating_add(3) & !3..).unwrap_or(&[]);
     }
 }
 
@@ -553,12 +533,8 @@ impl NftListener {
     /// /run/netns or a path such as /proc/PID/ns/net). Needs CAP_NET_ADMIN (and
     /// CAP_SYS_ADMIN to enter another namespace).
     pub fn open(netns: Option<&str>, receive_buffer: usize) -> io::Result<NftListener> {
-        let socket = crate::netns::in_netns(netns, || {
-            let mut s = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_NETFILTER)?;
-            s.bind(&netlink_sys::SocketAddr::new(0, 0))?;
-            s.add_membership(NFNLGRP_NFTABLES)?;
-            Ok(s)
-        })?;
+        let socket = netfilter_socket(netns)?;
+        socket.add_membership(NFNLGRP_NFTABLES)?;
         set_receive_buffer(&socket, receive_buffer);
         set_receive_timeout(&socket, Duration::from_millis(500))?;
         Ok(NftListener {
@@ -714,15 +690,23 @@ impl NftListener {
     }
 }
 
+/// A `NETLINK_NETFILTER` socket bound to a port, created in `netns` (a name under
+/// /run/netns or a path) or in this namespace; it stays in the namespace it was made in.
+fn netfilter_socket(netns: Option<&str>) -> io::Result<netlink_sys::Socket> {
+    crate::netns::in_netns(netns, || {
+        let mut s = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_NETFILTER)?;
+        s.bind(&netlink_sys::SocketAddr::new(0, 0))?;
+        Ok(s)
+    })
+}
+
 /// Sends an nftables GET request (`NFT_MSG_GET*`, all families) to the kernel: a read.
 fn send_request(socket: &netlink_sys::Socket, msg: u16, extra_flags: u16) -> io::Result<()> {
-    let mut m = Vec::with_capacity(20);
-    m.extend(20u32.to_ne_bytes()); // nlmsg_len
-    m.extend(((SUBSYS_NFTABLES << 8) | msg).to_ne_bytes());
-    m.extend((libc::NLM_F_REQUEST as u16 | extra_flags).to_ne_bytes());
-    m.extend(1u32.to_ne_bytes()); // seq
-    m.extend(0u32.to_ne_bytes()); // portid: the kernel
-    m.extend([libc::AF_UNSPEC as u8, 0, 0, 0]); // nfgenmsg
+    let m = netlink::build::message(
+        (SUBSYS_NFTABLES << 8) | msg,
+        libc::NLM_F_REQUEST as u16 | extra_flags,
+        &[libc::AF_UNSPEC as u8, 0, 0, 0], // nfgenmsg
+    );
     let kernel = netlink_sys::SocketAddr::new(0, 0);
     socket.send_to(&m, &kernel, 0).map(|_| ())
 }
@@ -731,11 +715,7 @@ fn send_request(socket: &netlink_sys::Socket, msg: u16, extra_flags: u16) -> io:
 /// a GETTABLE dump: what `nft list tables` prints, without the full cache fetch that
 /// nft 1.0.6 does first (24 s on a 10k-service node). Read-only.
 pub fn list_tables(netns: Option<&str>) -> io::Result<Vec<(u8, String)>> {
-    let socket = crate::netns::in_netns(netns, || {
-        let mut s = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_NETFILTER)?;
-        s.bind(&netlink_sys::SocketAddr::new(0, 0))?;
-        Ok(s)
-    })?;
+    let socket = netfilter_socket(netns)?;
     set_receive_timeout(&socket, Duration::from_secs(5))?;
     send_request(&socket, GETTABLE, libc::NLM_F_DUMP as u16)?;
     let mut buf = vec![0u8; 64 * 1024];
