@@ -228,22 +228,17 @@ impl std::fmt::Debug for WriterProbe {
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/writer.bpf.o"));
 
 impl WriterProbe {
-    /// Loads and attaches the probe for sends on netfilter netlink sockets of the
-    /// network namespace with inode `netns_inode` (see [`netns_inode_by_name`],
-    /// [`current_netns_inode`]).
-    /// Loads the program (parsing the kernel's BTF: ~40 MB of memory for a moment, see
-    /// [`crate::probe_handoff`] to keep that out of a long-running process) and
-    /// attaches it here.
+    /// Loads and attaches, in this process, the probe for sends on netfilter netlink
+    /// sockets of the network namespace with inode `netns_inode` (see
+    /// [`netns_inode_by_name`], [`current_netns_inode`]). Loading parses the kernel's
+    /// BTF: ~40 MB of memory for a moment ([`crate::probe_handoff`] keeps that out of
+    /// a long-running process).
     #[cfg(not(plumb_no_bpf))]
     pub fn attach(netns_inode: u64) -> Result<WriterProbe, ProbeError> {
-        use aya::programs::BtfTracePoint;
-        let (mut ebpf, btf) = load(netns_inode)?;
-        let program: &mut BtfTracePoint = program_of(&mut ebpf)?;
-        program
-            .load("sys_enter", &btf)
-            .map_err(|e| kernel_error("load", &e))?;
-        drop(btf);
-        program.attach().map_err(|e| kernel_error("attach", &e))?;
+        let mut ebpf = load(netns_inode)?;
+        program_of(&mut ebpf)?
+            .attach()
+            .map_err(|e| kernel_error("attach", &e))?;
         let map = ebpf.take_map("events").ok_or_else(no_ring)?;
         let ring = aya::maps::RingBuf::try_from(map).map_err(|e| kernel_error("map", &e))?;
         Ok(WriterProbe {
@@ -259,12 +254,8 @@ impl WriterProbe {
     pub fn load_detached(
         netns_inode: u64,
     ) -> Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd), ProbeError> {
-        use aya::programs::BtfTracePoint;
-        let (mut ebpf, btf) = load(netns_inode)?;
-        let program: &mut BtfTracePoint = program_of(&mut ebpf)?;
-        program
-            .load("sys_enter", &btf)
-            .map_err(|e| kernel_error("load", &e))?;
+        let mut ebpf = load(netns_inode)?;
+        let program = program_of(&mut ebpf)?;
         let dup = |fd: BorrowedFd<'_>| {
             fd.try_clone_to_owned().map_err(|e| ProbeError::Kernel {
                 stage: "load",
@@ -289,12 +280,7 @@ impl WriterProbe {
         ring: std::os::fd::OwnedFd,
         netns_inode: u64,
     ) -> Result<WriterProbe, ProbeError> {
-        let link = raw_tracepoint_open(prog.as_fd()).map_err(|e| ProbeError::Kernel {
-            stage: "attach",
-            errno: e.raw_os_error(),
-            meaning: meaning(e.raw_os_error()),
-            detail: e.to_string(),
-        })?;
+        let link = raw_tracepoint_open(prog.as_fd()).map_err(|e| kernel_error("attach", &e))?;
         let data = aya::maps::MapData::from_fd(ring).map_err(|e| kernel_error("map", &e))?;
         let ring = aya::maps::RingBuf::try_from(aya::maps::Map::RingBuf(data))
             .map_err(|e| kernel_error("map", &e))?;
@@ -358,23 +344,27 @@ impl WriterProbe {
 }
 
 /// The ring buffer's fd: readable when reports are waiting, for an event loop.
-/// Opens the object and loads its maps with the watched namespace and the
-/// architecture's `sendmsg` number set; also returns the kernel's BTF.
+/// Opens the object, loads its maps with the watched namespace and the architecture's
+/// `sendmsg` number set, and loads the program for `sys_enter` (not attached yet). The
+/// kernel's BTF, parsed for this, is dropped before returning.
 #[cfg(not(plumb_no_bpf))]
-fn load(netns_inode: u64) -> Result<(aya::Ebpf, aya::Btf), ProbeError> {
+fn load(netns_inode: u64) -> Result<aya::Ebpf, ProbeError> {
     if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
         return Err(ProbeError::UnsupportedArch(std::env::consts::ARCH));
     }
     let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::NoBtf(e.to_string()))?;
     // The architecture's number, so one C source serves x86_64 (46) and aarch64 (211).
     let sendmsg_nr: i64 = libc::SYS_sendmsg;
-    let ebpf = aya::EbpfLoader::new()
+    let mut ebpf = aya::EbpfLoader::new()
         .btf(Some(&btf))
         .override_global("watched_netns_inum", &netns_inode, true)
         .override_global("sendmsg_nr", &sendmsg_nr, true)
         .load(OBJECT)
         .map_err(|e| kernel_error("load", &e))?;
-    Ok((ebpf, btf))
+    program_of(&mut ebpf)?
+        .load("sys_enter", &btf)
+        .map_err(|e| kernel_error("load", &e))?;
+    Ok(ebpf)
 }
 
 #[cfg(not(plumb_no_bpf))]
