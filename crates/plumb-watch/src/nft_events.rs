@@ -549,11 +549,18 @@ impl NftListener {
     /// up to [`LISTENER_BATCH`] datagrams. A datagram longer than its slot (never seen:
     /// the kernel fills datagrams to about a page) is reported as a gap.
     pub fn receive_each(&mut self, on: &mut dyn FnMut(NftEvent<'_>)) -> io::Result<Received> {
+        self.receive_datagrams(&mut |d| decode_each(d, on))
+    }
+
+    /// Waits up to the receive timeout and hands each datagram received, whole and
+    /// undecoded, to `on`: for recording notifications to replay (benches/apply.rs).
+    /// A datagram longer than its slot is reported as a gap, as by `receive_each`.
+    pub fn receive_datagrams(&mut self, on: &mut dyn FnMut(&[u8])) -> io::Result<Received> {
         let mut cut = false;
         let r = self.receive_many(LISTENER_SLOT, &mut |d, truncated| {
             cut |= truncated;
             if !cut {
-                decode_each(d, on);
+                on(d);
             }
         })?;
         Ok(if cut { Received::Gap } else { r })
