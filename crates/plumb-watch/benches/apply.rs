@@ -119,7 +119,7 @@ fn replay(datagrams: &[Vec<u8>]) -> (usize, usize) {
     for d in datagrams {
         decode_each(d, &mut |e| match e {
             NftEvent::Gen { .. } => {
-                changed += std::mem::take(&mut txn).finish(&state).tables.len();
+                changed += std::mem::take(&mut txn).finish(&mut state).tables.len();
             }
             e => txn.push(&mut state, &e),
         });

@@ -23,6 +23,7 @@ pub mod actor;
 pub mod audit;
 pub mod audit_control;
 pub mod baseline;
+pub mod chain_name;
 pub mod changes;
 pub mod detect;
 pub mod event;

@@ -9,6 +9,7 @@
 //! transaction: a chain flushed and refilled by kube-proxy's `iptables-restore`
 //! shows as N rules removed and N added, a chain deleted and re-created as both.
 
+use crate::chain_name::ChainName;
 use crate::changes::{ChainDelta, ChangeSet, HookRule, PolicyDelta, TableChanges, is_owned_chain};
 use crate::nft_events::{Batch, NftEvent, Op, family_name};
 use plumb_ruleset::{Backend, Family, Ruleset};
@@ -16,24 +17,88 @@ use plumb_ruleset::{Backend, Family, Ruleset};
 // of the time spent applying a 10k-service sync.
 use plumb_ruleset::fasthash::FastMap as HashMap;
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct ChainState {
-    rules: usize,
-    base: bool,
-    policy: Option<u32>,
+    rules: u32,
     /// Base chains: rules jumping to owned chains.
-    owned_hooks: usize,
+    owned_hooks: u32,
+    policy: Option<u32>,
+    base: bool,
 }
 
+/// A chain as plumb believes it is, and what the open transaction did to it. Keeping
+/// both in one map entry makes applying a notification one hash lookup.
 #[derive(Clone, Debug, Default)]
-struct TableState {
-    chains: HashMap<String, ChainState>,
+struct ChainEntry {
+    /// None: deleted. A deleted entry is kept until the transaction that deleted it
+    /// finishes, so that it can be reported (and revived without allocating: a
+    /// kube-proxy sync deletes and re-creates every chain of its tables).
+    now: Option<ChainState>,
+    /// Id of the last transaction that touched the entry; `before`, `added` and
+    /// `removed` are that transaction's.
+    txn: u64,
+    before: Option<ChainState>,
+    added: u32,
+    removed: u32,
 }
 
-/// Tables of one network namespace, keyed by (NFPROTO family, name).
+impl ChainEntry {
+    fn existing(c: ChainState) -> ChainEntry {
+        ChainEntry {
+            now: Some(c),
+            ..ChainEntry::default()
+        }
+    }
+
+    /// Records the state before transaction `txn` at its first touch.
+    fn touch(&mut self, txn: u64) {
+        if self.txn != txn {
+            self.txn = txn;
+            self.before = self.now;
+            self.added = 0;
+            self.removed = 0;
+        }
+    }
+
+    /// The chain now, created empty when absent (a rule names its chain).
+    fn now_or_new(&mut self) -> &mut ChainState {
+        self.now.get_or_insert_with(ChainState::default)
+    }
+}
+
+#[derive(Clone, Debug)]
+struct TableState {
+    family: u8,
+    name: String,
+    /// False once deleted; kept, like a deleted chain, until the deleting transaction
+    /// finishes.
+    live: bool,
+    chains: HashMap<ChainName, ChainEntry>,
+    /// Rules in all its chains (kept current: a whole-table flush is seen without
+    /// summing 40k chains).
+    rules: usize,
+}
+
+impl TableState {
+    fn live_chains(&self) -> impl Iterator<Item = (&str, &ChainState)> {
+        self.chains
+            .iter()
+            .filter_map(|(n, e)| Some((n.as_str(), e.now.as_ref()?)))
+    }
+
+    fn chain(&self, name: &str) -> Option<&ChainState> {
+        self.chains.get(name)?.now.as_ref()
+    }
+}
+
+/// Tables of one network namespace, by (NFPROTO family, name). A node has a handful
+/// of tables: a vector, so the table of a notification is found by comparing names
+/// (usually with the previous notification's) rather than hashing.
 #[derive(Clone, Debug, Default)]
 pub struct NftState {
-    tables: HashMap<(u8, String), TableState>,
+    tables: Vec<TableState>,
+    /// Id of the last transaction started on this state.
+    last_txn: u64,
 }
 
 /// `NFPROTO_*` code of a model family.
@@ -74,10 +139,7 @@ impl NftState {
             .iter()
             .filter(|t| matches!(t.backend, Backend::IptablesNft | Backend::Nftables))
         {
-            let ts = s
-                .tables
-                .entry((family_code(t.family), t.name.to_string()))
-                .or_default();
+            let ts = s.table_mut(family_code(t.family), &t.name);
             for c in &t.chains {
                 let owned_hooks = c
                     .rules
@@ -86,32 +148,68 @@ impl NftState {
                         crate::changes::jump_target(&r.text).is_some_and(|j| is_owned_chain(&j))
                     })
                     .count();
-                ts.chains.insert(
-                    c.name.to_string(),
-                    ChainState {
-                        rules: c.rules.len(),
-                        base: c.base.is_some(),
-                        policy: c.policy().and_then(policy_code),
-                        owned_hooks,
-                    },
-                );
+                let state = ChainState {
+                    rules: c.rules.len() as u32,
+                    base: c.base.is_some(),
+                    policy: c.policy().and_then(policy_code),
+                    owned_hooks: owned_hooks as u32,
+                };
+                ts.rules += c.rules.len();
+                if let Some(old) = ts
+                    .chains
+                    .insert(ChainName::new(&c.name), ChainEntry::existing(state))
+                    .and_then(|e| e.now)
+                {
+                    ts.rules -= old.rules as usize;
+                }
             }
         }
         s
     }
 
+    fn table_index(&self, family: u8, name: &str) -> Option<usize> {
+        self.tables
+            .iter()
+            .position(|t| t.family == family && t.name == name)
+    }
+
+    fn live_table(&self, family: u8, name: &str) -> Option<&TableState> {
+        let t = &self.tables[self.table_index(family, name)?];
+        t.live.then_some(t)
+    }
+
+    /// Table (family, name), created empty (and live) when absent.
+    fn table_mut(&mut self, family: u8, name: &str) -> &mut TableState {
+        let i = match self.table_index(family, name) {
+            Some(i) => i,
+            None => {
+                self.tables.push(TableState {
+                    family,
+                    name: name.to_string(),
+                    live: true,
+                    chains: HashMap::default(),
+                    rules: 0,
+                });
+                self.tables.len() - 1
+            }
+        };
+        &mut self.tables[i]
+    }
+
+    fn live_tables(&self) -> impl Iterator<Item = &TableState> {
+        self.tables.iter().filter(|t| t.live)
+    }
+
     /// Number of chains known in table (family, name).
     pub fn chain_count(&self, family: u8, table: &str) -> usize {
-        self.tables
-            .get(&(family, table.to_string()))
-            .map_or(0, |t| t.chains.len())
+        self.live_table(family, table)
+            .map_or(0, |t| t.live_chains().count())
     }
 
     /// Chain names per table (for the chains-per-owner gauge).
     pub fn chain_names(&self) -> impl Iterator<Item = &str> {
-        self.tables
-            .values()
-            .flat_map(|t| t.chains.keys().map(String::as_str))
+        self.live_tables()
+            .flat_map(|t| t.live_chains().map(|(n, _)| n))
     }
 
     /// Applies one transaction and returns what it changed.
@@ -124,35 +222,30 @@ impl NftState {
     }
 }
 
-/// What one transaction did to one chain.
-#[derive(Default)]
-struct Touched {
-    /// State before the transaction (None: did not exist).
-    before: Option<ChainState>,
-    added: usize,
-    removed: usize,
-}
-
-#[derive(Default)]
+/// What one transaction did to one table; what it did to its chains is kept in their
+/// entries ([`ChainEntry`]).
 struct Acc {
-    table_existed: bool,
-    table_exists: bool,
-    chains: HashMap<String, Touched>,
-    hooks: Vec<HookRule>,
+    /// Index in `NftState::tables` (stable while the transaction is open).
+    table: usize,
+    existed: bool,
     rules_before: usize,
+    hooks: Vec<HookRule>,
 }
 
 /// One nf_tables transaction being applied, message by message, as notifications
 /// arrive (so the work overlaps with receiving them); [`Transaction::finish`] at
-/// NEWGEN gives its net effect. Hot path (a 10k-service sync is ~150k messages): no
-/// allocation per message except for chain names first seen in the transaction, and
-/// three hash lookups (table, touched chain, chain state).
+/// NEWGEN gives its net effect. Hot path (a 10k-service sync is ~300k messages): one
+/// hash lookup per message (the chain), no allocation except for chains new to
+/// plumb. A transaction dropped unfinished (a gap) leaves its effects in the state;
+/// the next one starts from there.
 #[derive(Default)]
 pub struct Transaction {
+    /// Its id on the state (0 until its first message).
+    id: u64,
     /// Per table, in order of first appearance (a transaction touches few tables).
-    accs: Vec<((u8, String), Acc)>,
+    accs: Vec<Acc>,
     /// Index in `accs` of the table of the previous message.
-    current: Option<usize>,
+    current: usize,
     messages: usize,
 }
 
@@ -166,83 +259,79 @@ impl Transaction {
         self.messages == 0
     }
 
-    fn table_index(&mut self, state: &NftState, family: u8, table: &str) -> usize {
-        if let Some(i) = self.current
-            && let Some(((f, t), _)) = self.accs.get(i)
-            && *f == family
-            && t == table
-        {
-            return i;
+    fn acc_index(&mut self, state: &mut NftState, family: u8, table: &str) -> usize {
+        let same = |a: &Acc| {
+            let t = &state.tables[a.table];
+            t.family == family && t.name == table
+        };
+        if self.accs.get(self.current).is_some_and(same) {
+            return self.current;
         }
-        let i = match self
-            .accs
-            .iter()
-            .position(|((f, t), _)| *f == family && t == table)
-        {
+        self.current = match self.accs.iter().position(same) {
             Some(i) => i,
             None => {
-                let key = (family, table.to_string());
-                let t = state.tables.get(&key);
-                let acc = Acc {
-                    table_existed: t.is_some(),
-                    table_exists: t.is_some(),
-                    rules_before: t.map_or(0, |t| t.chains.values().map(|c| c.rules).sum()),
-                    ..Acc::default()
+                let table = match state.table_index(family, table) {
+                    Some(i) => i,
+                    None => {
+                        state.table_mut(family, table).live = false;
+                        state.tables.len() - 1
+                    }
                 };
-                self.accs.push((key, acc));
+                let t = &state.tables[table];
+                self.accs.push(Acc {
+                    table,
+                    existed: t.live,
+                    rules_before: if t.live { t.rules } else { 0 },
+                    hooks: Vec::new(),
+                });
                 self.accs.len() - 1
             }
         };
-        self.current = Some(i);
-        i
+        self.current
     }
 
     /// Applies one notification to `state`, remembering what it was before.
     pub fn push(&mut self, state: &mut NftState, m: &NftEvent<'_>) {
-        let (family, table) = match *m {
-            NftEvent::Table { family, name, .. } => (family, name),
-            NftEvent::Chain { family, table, .. } | NftEvent::Rule { family, table, .. } => {
-                (family, table)
-            }
+        let (family, table, chain) = match *m {
+            NftEvent::Table { family, name, .. } => (family, name, None),
+            NftEvent::Chain {
+                family,
+                table,
+                name,
+                ..
+            } => (family, table, Some(name)),
+            NftEvent::Rule {
+                family,
+                table,
+                chain,
+                ..
+            } => (family, table, Some(chain)),
             _ => return,
         };
+        if self.id == 0 {
+            state.last_txn += 1;
+            self.id = state.last_txn;
+        }
         self.messages += 1;
-        let i = self.table_index(state, family, table);
-        let Some((key, a)) = self.accs.get_mut(i) else {
-            return;
-        };
+        let i = self.acc_index(state, family, table);
+        let a = &mut self.accs[i];
+        let t = &mut state.tables[a.table];
         if matches!(m, NftEvent::Table { op: Op::Del, .. }) {
-            if let Some(t) = state.tables.remove(&*key) {
-                for (name, c) in t.chains {
-                    a.chains.entry(name).or_insert_with(|| Touched {
-                        before: Some(c),
-                        ..Touched::default()
-                    });
-                }
+            for e in t.chains.values_mut() {
+                e.touch(self.id);
+                e.now = None;
             }
-            a.table_exists = false;
+            t.live = false;
+            t.rules = 0;
             return;
         }
-        let t = match state.tables.get_mut(&*key) {
-            Some(t) => t,
-            None => state.tables.entry(key.clone()).or_default(),
+        t.live = true;
+        let Some(chain) = chain else { return };
+        let e = match t.chains.get_mut(chain) {
+            Some(e) => e,
+            None => t.chains.entry(ChainName::new(chain)).or_default(),
         };
-        a.table_exists = true;
-        let chain = match *m {
-            NftEvent::Chain { name, .. } => name,
-            NftEvent::Rule { chain, .. } => chain,
-            _ => return,
-        };
-        let touched = match a.chains.get_mut(chain) {
-            Some(x) => x,
-            None => a
-                .chains
-                .entry(chain.to_string())
-                .or_insert_with(|| Touched {
-                    before: t.chains.get(chain).cloned(),
-                    ..Touched::default()
-                }),
-        };
+        e.touch(self.id);
         match *m {
             NftEvent::Chain {
                 op: Op::New,
@@ -250,17 +339,16 @@ impl Transaction {
                 policy,
                 ..
             } => {
-                let c = match t.chains.get_mut(chain) {
-                    Some(c) => c,
-                    None => t.chains.entry(chain.to_string()).or_default(),
-                };
+                let c = e.now_or_new();
                 c.base |= hook.is_some();
                 if policy.is_some() {
                     c.policy = policy;
                 }
             }
             NftEvent::Chain { op: Op::Del, .. } => {
-                t.chains.remove(chain);
+                if let Some(c) = e.now.take() {
+                    t.rules -= c.rules as usize;
+                }
             }
             NftEvent::Rule {
                 op,
@@ -269,32 +357,26 @@ impl Transaction {
                 verdict,
                 ..
             } => {
-                let c = match t.chains.get_mut(chain) {
-                    Some(c) => c,
-                    None => t.chains.entry(chain.to_string()).or_default(),
-                };
+                let c = e.now_or_new();
                 // Hooks matter only in base chains: skip the catalogue lookup elsewhere.
                 let hook_chain = c.base || crate::changes::is_builtin_chain(chain);
-                let owned_jump = hook_chain && jump.is_some_and(is_owned_chain);
+                let owned_jump = u32::from(hook_chain && jump.is_some_and(is_owned_chain));
                 let hooks_before = c.owned_hooks;
-                match op {
-                    Op::New => {
-                        c.rules += 1;
-                        touched.added += 1;
-                        if owned_jump {
-                            c.owned_hooks += 1;
-                        }
+                let added = op == Op::New;
+                if added {
+                    c.rules += 1;
+                    c.owned_hooks += owned_jump;
+                    e.added += 1;
+                    t.rules += 1;
+                } else {
+                    if c.rules > 0 {
+                        c.rules -= 1;
+                        t.rules -= 1;
                     }
-                    Op::Del => {
-                        c.rules = c.rules.saturating_sub(1);
-                        touched.removed += 1;
-                        if owned_jump {
-                            c.owned_hooks = c.owned_hooks.saturating_sub(1);
-                        }
-                    }
+                    c.owned_hooks = c.owned_hooks.saturating_sub(owned_jump);
+                    e.removed += 1;
                 }
                 if hook_chain {
-                    let added = op == Op::New;
                     a.hooks.push(HookRule {
                         chain: chain.to_string(),
                         added,
@@ -310,71 +392,73 @@ impl Transaction {
         }
     }
 
-    /// The net effect of the transaction on `state` (which it has already changed).
-    pub fn finish(self, state: &NftState) -> ChangeSet {
+    /// The net effect of the transaction on `state` (which it has already changed);
+    /// forgets the chains and tables it deleted.
+    pub fn finish(self, state: &mut NftState) -> ChangeSet {
         let mut accs = self.accs;
-        accs.sort_by(|a, b| a.0.cmp(&b.0));
+        accs.sort_by(|a, b| {
+            let (x, y) = (&state.tables[a.table], &state.tables[b.table]);
+            (x.family, &x.name).cmp(&(y.family, &y.name))
+        });
         let mut out = ChangeSet::default();
-        for (key, a) in accs {
-            let now = state.tables.get(&key);
-            let (family, table) = key;
+        for a in accs {
+            let t = &mut state.tables[a.table];
             let mut tc = TableChanges {
-                family: family_name(family).to_string(),
-                table,
-                table_added: !a.table_existed && a.table_exists,
-                table_removed: a.table_existed && !a.table_exists,
+                family: family_name(t.family).to_string(),
+                table: t.name.clone(),
+                table_added: !a.existed && t.live,
+                table_removed: a.existed && !t.live,
                 hook_rules: a.hooks,
+                whole_table_flushed: a.rules_before > 0 && t.rules == 0,
                 ..TableChanges::default()
             };
-            // Names move from the transaction into the change set (a 10k-service sync
-            // touches 40k chains: one copy of each name, not four).
-            let mut names: Vec<(String, Touched)> = a.chains.into_iter().collect();
-            names.sort_unstable_by(|x, y| x.0.cmp(&y.0));
-            for (name, touched) in names {
-                let after = now.and_then(|t| t.chains.get(&name));
-                match (&touched.before, after) {
+            let mut touched: Vec<(&ChainName, &ChainEntry)> =
+                t.chains.iter().filter(|(_, e)| e.txn == self.id).collect();
+            touched.sort_unstable_by(|x, y| x.0.cmp(y.0));
+            for (name, e) in touched {
+                let name = name.as_str();
+                match (&e.before, &e.now) {
                     (None, Some(c)) => tc.chains_added.push(ChainDelta {
-                        name,
-                        rules: c.rules,
+                        name: name.to_string(),
+                        rules: c.rules as usize,
                     }),
                     (Some(b), None) => tc.chains_removed.push(ChainDelta {
-                        name,
-                        rules: b.rules,
+                        name: name.to_string(),
+                        rules: b.rules as usize,
                     }),
                     (Some(b), Some(c)) => {
                         if let Some(to) = c.policy.filter(|p| Some(*p) != b.policy) {
                             tc.policies.push(PolicyDelta {
-                                chain: name.clone(),
+                                chain: name.to_string(),
                                 from: b.policy.map(|p| policy_name(p).to_string()),
                                 to: policy_name(to).to_string(),
                             });
                         }
                         // rules_after only where detection reads it: rules removed and
                         // none added (flushed or modified?).
-                        match (touched.added, touched.removed) {
-                            (0, 0) => {}
-                            (0, rm) => {
-                                tc.rules_after.insert(name.clone(), c.rules);
-                                tc.rules_removed.insert(name, rm);
-                            }
-                            (ad, 0) => {
-                                tc.rules_added.insert(name, ad);
-                            }
-                            (ad, rm) => {
-                                tc.rules_added.insert(name.clone(), ad);
-                                tc.rules_removed.insert(name, rm);
+                        if e.added > 0 {
+                            tc.rules_added.insert(name.to_string(), e.added as usize);
+                        }
+                        if e.removed > 0 {
+                            tc.rules_removed
+                                .insert(name.to_string(), e.removed as usize);
+                            if e.added == 0 {
+                                tc.rules_after.insert(name.to_string(), c.rules as usize);
                             }
                         }
                     }
                     (None, None) => {}
                 }
             }
-            let rules_now: usize = now.map_or(0, |t| t.chains.values().map(|c| c.rules).sum());
-            tc.whole_table_flushed = a.rules_before > 0 && rules_now == 0;
+            // Forget deleted chains (also any left by a transaction dropped at a gap).
+            if !tc.chains_removed.is_empty() || !t.live {
+                t.chains.retain(|_, e| e.now.is_some());
+            }
             if !tc.is_empty() {
                 out.tables.push(tc);
             }
         }
+        state.tables.retain(|t| t.live);
         out
     }
 }
@@ -383,46 +467,60 @@ impl NftState {
     /// What changed from `self` (what plumb believed) to `newer` (a fresh dump):
     /// used after lost events, when the writer is unknown.
     pub fn diff_to(&self, newer: &NftState) -> ChangeSet {
-        let mut keys: Vec<&(u8, String)> = self.tables.keys().chain(newer.tables.keys()).collect();
+        let mut keys: Vec<(u8, &str)> = self
+            .live_tables()
+            .chain(newer.live_tables())
+            .map(|t| (t.family, t.name.as_str()))
+            .collect();
         keys.sort();
         keys.dedup();
         let mut out = ChangeSet::default();
-        let empty = TableState::default();
-        for key in keys {
-            let (old, new) = (self.tables.get(key), newer.tables.get(key));
+        for (family, table) in keys {
+            let (old, new) = (
+                self.live_table(family, table),
+                newer.live_table(family, table),
+            );
             let mut tc = TableChanges {
-                family: family_name(key.0).to_string(),
-                table: key.1.clone(),
+                family: family_name(family).to_string(),
+                table: table.to_string(),
                 table_added: old.is_none(),
                 table_removed: new.is_none(),
                 ..TableChanges::default()
             };
-            let (o, n) = (old.unwrap_or(&empty), new.unwrap_or(&empty));
-            let mut names: Vec<&String> = o.chains.keys().chain(n.chains.keys()).collect();
+            let mut names: Vec<&str> = old
+                .into_iter()
+                .chain(new)
+                .flat_map(|t| t.live_chains().map(|(n, _)| n))
+                .collect();
             names.sort();
             names.dedup();
             for name in names {
-                match (o.chains.get(name), n.chains.get(name)) {
+                let (a, b) = (
+                    old.and_then(|t| t.chain(name)),
+                    new.and_then(|t| t.chain(name)),
+                );
+                match (a, b) {
                     (None, Some(c)) => tc.chains_added.push(ChainDelta {
-                        name: name.clone(),
-                        rules: c.rules,
+                        name: name.to_string(),
+                        rules: c.rules as usize,
                     }),
                     (Some(c), None) => tc.chains_removed.push(ChainDelta {
-                        name: name.clone(),
-                        rules: c.rules,
+                        name: name.to_string(),
+                        rules: c.rules as usize,
                     }),
                     (Some(a), Some(b)) => {
-                        if b.rules > a.rules {
-                            tc.rules_added.insert(name.clone(), b.rules - a.rules);
-                        } else if a.rules > b.rules {
-                            tc.rules_removed.insert(name.clone(), a.rules - b.rules);
+                        let (ra, rb) = (a.rules as usize, b.rules as usize);
+                        if rb > ra {
+                            tc.rules_added.insert(name.to_string(), rb - ra);
+                        } else if ra > rb {
+                            tc.rules_removed.insert(name.to_string(), ra - rb);
                         }
-                        if a.rules != b.rules {
-                            tc.rules_after.insert(name.clone(), b.rules);
+                        if ra != rb {
+                            tc.rules_after.insert(name.to_string(), rb);
                         }
                         if let Some(to) = b.policy.filter(|p| Some(*p) != a.policy) {
                             tc.policies.push(PolicyDelta {
-                                chain: name.clone(),
+                                chain: name.to_string(),
                                 from: a.policy.map(|p| policy_name(p).to_string()),
                                 to: policy_name(to).to_string(),
                             });
@@ -437,18 +535,21 @@ impl NftState {
         }
         out
     }
-}
 
-impl NftState {
     /// Whether table (family, name) is known.
     pub fn has_table(&self, family: u8, table: &str) -> bool {
-        self.tables.contains_key(&(family, table.to_string()))
+        self.live_table(family, table).is_some()
     }
 
-    /// Adds the nf_tables-backed tables of a parsed ruleset (native nft tables).
+    /// Adds the nf_tables-backed tables of a parsed ruleset (native nft tables),
+    /// replacing tables of the same name.
     pub fn add_ruleset(&mut self, rs: &Ruleset) {
-        let other = NftState::from_ruleset(rs);
-        self.tables.extend(other.tables);
+        for t in NftState::from_ruleset(rs).tables {
+            match self.table_index(t.family, &t.name) {
+                Some(i) => self.tables[i] = t,
+                None => self.tables.push(t),
+            }
+        }
     }
 
     /// Seeds from iptables-save text (see [`SaveScanner`]).
@@ -486,14 +587,12 @@ impl SaveScanner {
         let line = line.trim_end();
         if let Some(t) = line.strip_prefix('*') {
             let t = t.trim().to_string();
-            state.tables.entry((self.family, t.clone())).or_default();
+            state.table_mut(self.family, &t);
             self.table = Some(t);
             return;
         }
         let Some(t) = &self.table else { return };
-        let Some(ts) = state.tables.get_mut(&(self.family, t.clone())) else {
-            return;
-        };
+        let ts = state.table_mut(self.family, t);
         if let Some(rest) = line.strip_prefix(':') {
             let mut words = rest.split_whitespace();
             let (Some(name), policy) = (words.next(), words.next()) else {
@@ -504,7 +603,11 @@ impl SaveScanner {
                 Some("DROP") => Some(0),
                 _ => None,
             };
-            let c = ts.chains.entry(name.to_string()).or_default();
+            let c = ts
+                .chains
+                .entry(ChainName::new(name))
+                .or_default()
+                .now_or_new();
             c.base = policy.is_some();
             c.policy = policy;
             return;
@@ -520,10 +623,15 @@ impl SaveScanner {
         let Some(name) = rest.split_whitespace().next() else {
             return;
         };
-        let c = ts.chains.entry(name.to_string()).or_default();
+        let c = ts
+            .chains
+            .entry(ChainName::new(name))
+            .or_default()
+            .now_or_new();
         c.rules += 1;
         if c.base && crate::changes::jump_target(rest).is_some_and(|j| is_owned_chain(&j)) {
             c.owned_hooks += 1;
         }
+        ts.rules += 1;
     }
 }

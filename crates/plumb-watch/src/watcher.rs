@@ -439,7 +439,7 @@ pub fn watch(
                         let (t, started) = txn
                             .take()
                             .unwrap_or_else(|| (Transaction::default(), SystemTime::now()));
-                        let changes = t.finish(&state);
+                        let changes = t.finish(&mut state);
                         done.push((changes, id, pid, comm.map(str::to_string), started));
                     }
                     e => {
