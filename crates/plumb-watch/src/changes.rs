@@ -23,6 +23,7 @@ pub struct ChainDelta {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct PolicyDelta {
     pub chain: String,
+    /// None: the base chain is new (its hook had no chain, so no verdict, before).
     pub from: Option<String>,
     pub to: String,
 }

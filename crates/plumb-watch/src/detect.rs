@@ -581,7 +581,7 @@ pub fn detect(
             f.details.push(format!(
                 "{} policy {} -> {}",
                 p.chain,
-                p.from.as_deref().unwrap_or("?"),
+                p.from.as_deref().unwrap_or("none (new chain)"),
                 p.to
             ));
             out.push(f);

@@ -2,8 +2,9 @@
 //! notifications, so one transaction's messages become a [`ChangeSet`] without
 //! re-reading the ruleset. Pure.
 //!
-//! Seeded from a full dump ([`NftState::from_ruleset`]) and re-seeded after every
-//! gap. Only what detection needs is kept: per chain its rule count, whether it is
+//! Seeded from netlink dumps of the whole ruleset ([`crate::baseline`], or in tests
+//! from a parsed one, [`NftState::from_ruleset`]) and re-seeded after every gap.
+//! Only what detection needs is kept: per chain its rule count, whether it is
 //! a base chain and its policy, and for base chains how many rules jump to owned
 //! chains (kube-proxy's and the CNI's hooks). Net effects are computed per
 //! transaction: a chain flushed and refilled by kube-proxy's `iptables-restore`
@@ -120,6 +121,18 @@ fn policy_code(p: &plumb_ruleset::Policy) -> Option<u32> {
         "DROP" => Some(0),
         _ => None,
     }
+}
+
+/// A base chain created with policy DROP: what its hook passed before (no chain, no
+/// verdict) it now drops by default, as when ufw creates `FORWARD` with policy DROP
+/// in a table where iptables-nft had not created it yet. Reported as a policy change
+/// from none.
+fn new_chain_policy(name: &str, c: &ChainState) -> Option<PolicyDelta> {
+    (c.base && c.policy == Some(0)).then(|| PolicyDelta {
+        chain: name.to_string(),
+        from: None,
+        to: policy_name(0).to_string(),
+    })
 }
 
 fn policy_name(code: u32) -> &'static str {
@@ -418,10 +431,13 @@ impl Transaction {
             for (name, e) in touched {
                 let name = name.as_str();
                 match (&e.before, &e.now) {
-                    (None, Some(c)) => tc.chains_added.push(ChainDelta {
-                        name: name.to_string(),
-                        rules: c.rules as usize,
-                    }),
+                    (None, Some(c)) => {
+                        tc.chains_added.push(ChainDelta {
+                            name: name.to_string(),
+                            rules: c.rules as usize,
+                        });
+                        tc.policies.extend(new_chain_policy(name, c));
+                    }
                     (Some(b), None) => tc.chains_removed.push(ChainDelta {
                         name: name.to_string(),
                         rules: b.rules as usize,
@@ -500,10 +516,13 @@ impl NftState {
                     new.and_then(|t| t.chain(name)),
                 );
                 match (a, b) {
-                    (None, Some(c)) => tc.chains_added.push(ChainDelta {
-                        name: name.to_string(),
-                        rules: c.rules as usize,
-                    }),
+                    (None, Some(c)) => {
+                        tc.chains_added.push(ChainDelta {
+                            name: name.to_string(),
+                            rules: c.rules as usize,
+                        });
+                        tc.policies.extend(new_chain_policy(name, c));
+                    }
                     (Some(c), None) => tc.chains_removed.push(ChainDelta {
                         name: name.to_string(),
                         rules: c.rules as usize,
@@ -539,99 +558,5 @@ impl NftState {
     /// Whether table (family, name) is known.
     pub fn has_table(&self, family: u8, table: &str) -> bool {
         self.live_table(family, table).is_some()
-    }
-
-    /// Adds the nf_tables-backed tables of a parsed ruleset (native nft tables),
-    /// replacing tables of the same name.
-    pub fn add_ruleset(&mut self, rs: &Ruleset) {
-        for t in NftState::from_ruleset(rs).tables {
-            match self.table_index(t.family, &t.name) {
-                Some(i) => self.tables[i] = t,
-                None => self.tables.push(t),
-            }
-        }
-    }
-
-    /// Seeds from iptables-save text (see [`SaveScanner`]).
-    pub fn scan_iptables_save<S: AsRef<str>>(
-        &mut self,
-        family: u8,
-        lines: impl Iterator<Item = S>,
-    ) {
-        let mut sc = SaveScanner::new(family);
-        for l in lines {
-            sc.line(self, l.as_ref());
-        }
-    }
-}
-
-/// Seeds [`NftState`] from iptables-save text one line at a time, without building
-/// the ruleset model: only chain names, policies, rule counts and owned hook jumps
-/// are kept, so a 10k-service dump costs a few MB instead of a full parse.
-#[derive(Debug)]
-pub struct SaveScanner {
-    family: u8,
-    table: Option<String>,
-}
-
-impl SaveScanner {
-    pub fn new(family: u8) -> SaveScanner {
-        SaveScanner {
-            family,
-            table: None,
-        }
-    }
-
-    /// Feeds one line of iptables-save output.
-    pub fn line(&mut self, state: &mut NftState, line: &str) {
-        let line = line.trim_end();
-        if let Some(t) = line.strip_prefix('*') {
-            let t = t.trim().to_string();
-            state.table_mut(self.family, &t);
-            self.table = Some(t);
-            return;
-        }
-        let Some(t) = &self.table else { return };
-        let ts = state.table_mut(self.family, t);
-        if let Some(rest) = line.strip_prefix(':') {
-            let mut words = rest.split_whitespace();
-            let (Some(name), policy) = (words.next(), words.next()) else {
-                return;
-            };
-            let policy = match policy {
-                Some("ACCEPT") => Some(1),
-                Some("DROP") => Some(0),
-                _ => None,
-            };
-            let c = ts
-                .chains
-                .entry(ChainName::new(name))
-                .or_default()
-                .now_or_new();
-            c.base = policy.is_some();
-            c.policy = policy;
-            return;
-        }
-        // `-A CHAIN ...`, or `[p:b] -A CHAIN ...` (iptables-save -c).
-        let rest = match line.strip_prefix("-A ") {
-            Some(r) => r,
-            None => match line.find("] -A ") {
-                Some(i) if line.starts_with('[') => &line[i + 5..],
-                _ => return,
-            },
-        };
-        let Some(name) = rest.split_whitespace().next() else {
-            return;
-        };
-        let c = ts
-            .chains
-            .entry(ChainName::new(name))
-            .or_default()
-            .now_or_new();
-        c.rules += 1;
-        if c.base && crate::changes::jump_target(rest).is_some_and(|j| is_owned_chain(&j)) {
-            c.owned_hooks += 1;
-        }
-        ts.rules += 1;
     }
 }

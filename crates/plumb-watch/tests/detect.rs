@@ -463,35 +463,51 @@ fn native_nft_tables_are_owned_by_table_name() {
     assert_eq!(f[0].kind, Kind::ForeignChange);
 }
 
+/// iptables-nft creates built-in chains on first use: ufw creating `FORWARD` with
+/// policy DROP in an existing filter table is a policy change from none.
 #[test]
-fn streaming_scanner_agrees_with_the_full_parse() {
-    let cluster = generate(&GeneratorConfig {
-        services: 40,
-        ..GeneratorConfig::all_features(40, 3)
-    })
-    .unwrap();
-    let text =
-        KubeProxyRules::new(&cluster, &ProxierOptions::default()).to_iptables_save(&SaveOptions {
-            rule_counters: true,
-            ..SaveOptions::default()
-        });
-    let full = NftState::from_ruleset(&nft_dump(&text));
-    let mut scanned = NftState::default();
-    scanned.scan_iptables_save(2, text.lines());
-    assert!(
-        full.diff_to(&scanned).is_empty(),
-        "{:#?}",
-        full.diff_to(&scanned)
+fn a_new_base_chain_that_drops_is_a_policy_change() {
+    let mut s = NftState::from_ruleset(&nft_dump("*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n"));
+    let c = s.apply(&batch(vec![NftMessage::Chain {
+        op: Op::New,
+        family: 2,
+        table: "filter".into(),
+        name: "FORWARD".into(),
+        hook: Some(2),
+        policy: Some(0),
+    }]));
+    let p = &c.tables[0].policies;
+    assert_eq!(p.len(), 1, "{c:#?}");
+    assert_eq!(
+        (p[0].chain.as_str(), p[0].from.as_deref()),
+        ("FORWARD", None)
     );
-    assert!(scanned.chain_count(2, "nat") > 100);
-    // Owned hooks are counted the same way: an insertion ahead of them is seen.
-    let mut s = scanned;
-    let c = s.apply(&batch(vec![rule(
-        Op::New,
-        "nat",
-        "PREROUTING",
-        None,
-        false,
-    )]));
-    assert!(c.tables[0].hook_rules[0].ahead_of_owned_hooks);
+    let f = detect(
+        &c,
+        &actor("ufw"),
+        Source::Write,
+        0,
+        &mut FightTracker::default(),
+    );
+    let f = f
+        .iter()
+        .find(|f| f.kind == Kind::PolicyChange)
+        .expect("policy change");
+    assert!(
+        f.details
+            .iter()
+            .any(|d| d == "FORWARD policy none (new chain) -> DROP"),
+        "{:?}",
+        f.details
+    );
+    // An accepting one is not.
+    let c = s.apply(&batch(vec![NftMessage::Chain {
+        op: Op::New,
+        family: 2,
+        table: "filter".into(),
+        name: "OUTPUT".into(),
+        hook: Some(3),
+        policy: Some(1),
+    }]));
+    assert!(c.tables[0].policies.is_empty());
 }

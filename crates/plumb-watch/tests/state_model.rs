@@ -144,7 +144,17 @@ fn model(tables: &mut Tables, msgs: &[NftMessage]) -> ChangeSet {
                 rules: c.rules,
             };
             match (before, now.and_then(|t| t.get(&name))) {
-                (None, Some(c)) => tc.chains_added.push(delta(c)),
+                (None, Some(c)) => {
+                    tc.chains_added.push(delta(c));
+                    // A new base chain that drops by default is a policy change.
+                    if c.base && c.policy == Some(0) {
+                        tc.policies.push(PolicyDelta {
+                            chain: name.clone(),
+                            from: None,
+                            to: policy_name(0),
+                        });
+                    }
+                }
                 (Some(b), None) => tc.chains_removed.push(delta(&b)),
                 (Some(b), Some(c)) => {
                     if let Some(to) = c.policy.filter(|p| Some(*p) != b.policy) {
