@@ -589,7 +589,7 @@ impl NftListener {
     /// answer arrives on this socket as a NEWGEN naming plumb itself, so the
     /// generation of the next transaction is known before its own NEWGEN.
     pub fn request_generation(&self) -> io::Result<()> {
-        send_request(&self.socket, GETGEN, 0)
+        send_request(&self.socket, GETGEN, 0, libc::AF_UNSPEC as u8, &[])
     }
 
     /// Waits up to the receive timeout for datagrams and hands what was copied of each
@@ -709,12 +709,23 @@ fn netfilter_socket(netns: Option<&str>) -> io::Result<netlink_sys::Socket> {
     })
 }
 
-/// Sends an nftables GET request (`NFT_MSG_GET*`, all families) to the kernel: a read.
-fn send_request(socket: &netlink_sys::Socket, msg: u16, extra_flags: u16) -> io::Result<()> {
+/// Sends an nftables GET request (`NFT_MSG_GET*`) for `family` (`AF_UNSPEC`: all),
+/// narrowed by `attrs` (e.g. table and chain names), to the kernel: a read.
+fn send_request(
+    socket: &netlink_sys::Socket,
+    msg: u16,
+    extra_flags: u16,
+    family: u8,
+    attrs: &[Vec<u8>],
+) -> io::Result<()> {
+    let mut payload = vec![family, 0, 0, 0]; // nfgenmsg
+    for a in attrs {
+        payload.extend_from_slice(a);
+    }
     let m = netlink::build::message(
         (SUBSYS_NFTABLES << 8) | msg,
         libc::NLM_F_REQUEST as u16 | extra_flags,
-        &[libc::AF_UNSPEC as u8, 0, 0, 0], // nfgenmsg
+        &payload,
     );
     let kernel = netlink_sys::SocketAddr::new(0, 0);
     socket.send_to(&m, &kernel, 0).map(|_| ())
@@ -722,85 +733,137 @@ fn send_request(socket: &netlink_sys::Socket, msg: u16, extra_flags: u16) -> io:
 
 /// `NLM_F_DUMP_INTR`: the ruleset changed while the kernel was dumping it.
 const NLM_F_DUMP_INTR: u16 = 0x10;
+/// `NFTA_RULE_TABLE`, `NFTA_RULE_CHAIN`.
+const NFTA_RULE_TABLE: u16 = 1;
+const NFTA_RULE_CHAIN: u16 = 2;
 
-/// Sends GET request `msg` (a dump when `dump`) and hands each nftables message of
-/// the answer to `on`, until `NLMSG_DONE` (a dump) or the first answer. An error
-/// message becomes its errno; a dump the kernel marks interrupted, `Interrupted`.
-fn request(
-    socket: &netlink_sys::Socket,
-    msg: u16,
-    dump: bool,
-    on: &mut dyn FnMut(NftEvent<'_>),
-) -> io::Result<()> {
-    set_receive_timeout(socket, Duration::from_secs(5))?;
-    let flags = if dump { libc::NLM_F_DUMP as u16 } else { 0 };
-    send_request(socket, msg, flags)?;
-    let mut buf = vec![0u8; LISTENER_SLOT];
-    loop {
-        let n = socket.recv(&mut &mut buf[..], 0)?;
-        for m in netlink::messages(&buf[..n.min(buf.len())]) {
-            if m.flags & NLM_F_DUMP_INTR != 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::Interrupted,
-                    "the ruleset changed during the dump",
-                ));
-            }
-            match m.kind {
-                netlink::NLMSG_DONE => return Ok(()),
-                netlink::NLMSG_ERROR => {
-                    let errno = m
-                        .payload
-                        .get(..4)
-                        .map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
-                    if errno != 0 {
-                        return Err(io::Error::from_raw_os_error(-errno));
-                    }
+/// A netfilter socket for GET requests (reads only), with its receive buffer.
+struct Requester {
+    socket: netlink_sys::Socket,
+    buf: Vec<u8>,
+}
+
+impl Requester {
+    fn open(netns: Option<&str>) -> io::Result<Requester> {
+        let socket = netfilter_socket(netns)?;
+        set_receive_timeout(&socket, Duration::from_secs(5))?;
+        Ok(Requester {
+            socket,
+            buf: vec![0u8; LISTENER_SLOT],
+        })
+    }
+
+    /// Sends GET request `msg` (a dump when `dump`) and hands each nftables message of
+    /// the answer to `on`, until `NLMSG_DONE` (a dump) or the first answer. An error
+    /// message becomes its errno; a dump the kernel marks interrupted, `Interrupted`.
+    fn request(
+        &mut self,
+        msg: u16,
+        dump: bool,
+        family: u8,
+        attrs: &[Vec<u8>],
+        on: &mut dyn FnMut(NftEvent<'_>),
+    ) -> io::Result<()> {
+        let flags = if dump { libc::NLM_F_DUMP as u16 } else { 0 };
+        send_request(&self.socket, msg, flags, family, attrs)?;
+        loop {
+            let n = self.socket.recv(&mut &mut self.buf[..], 0)?;
+            for m in netlink::messages(&self.buf[..n.min(self.buf.len())]) {
+                if m.flags & NLM_F_DUMP_INTR != 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Interrupted,
+                        "the ruleset changed during the dump",
+                    ));
                 }
-                _ => {
-                    if let Some(e) = decode_one(m) {
-                        on(e);
-                        if !dump {
-                            return Ok(());
+                match m.kind {
+                    netlink::NLMSG_DONE => return Ok(()),
+                    netlink::NLMSG_ERROR => {
+                        let errno = m
+                            .payload
+                            .get(..4)
+                            .map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+                        if errno != 0 {
+                            return Err(io::Error::from_raw_os_error(-errno));
+                        }
+                    }
+                    _ => {
+                        if let Some(e) = decode_one(m) {
+                            on(e);
+                            if !dump {
+                                return Ok(());
+                            }
                         }
                     }
                 }
             }
         }
     }
-}
 
-/// Every nf_tables table, chain and rule (all families: iptables-nft's tables and
-/// native ones) of this namespace or of `netns`, handed to `on` as "new" events in
-/// that order, from GETTABLE, GETCHAIN and GETRULE dumps; returns the generation
-/// they were read at. Dumps are not atomic together: when the generation changed
-/// meanwhile, or the kernel marks a dump interrupted, the read starts over (`on` gets
-/// `None`: forget what came before), at most three times. Read-only.
-pub fn dump_ruleset(
-    netns: Option<&str>,
-    on: &mut dyn FnMut(Option<NftEvent<'_>>),
-) -> io::Result<u32> {
-    let socket = netfilter_socket(netns)?;
-    set_receive_buffer(&socket, 4 << 20);
-    let generation = |socket: &netlink_sys::Socket| -> io::Result<u32> {
+    /// The current nf_tables generation (`NFT_MSG_GETGEN`).
+    fn generation(&mut self) -> io::Result<u32> {
         let mut id = None;
-        request(socket, GETGEN, false, &mut |e| {
+        self.request(GETGEN, false, libc::AF_UNSPEC as u8, &[], &mut |e| {
             if let NftEvent::Gen { id: g, .. } = e {
                 id = Some(g);
             }
         })?;
         id.ok_or_else(|| io::Error::other("no generation in the GETGEN answer"))
-    };
+    }
+
+    /// Tables, chains, then the rules of each chain (one dump per chain: a dump of all
+    /// rules costs the kernel time quadratic in their number, as it walks past the
+    /// rules already sent at each chunk: 5 s for 110k rules).
+    fn dump_all(&mut self, on: &mut dyn FnMut(NftEvent<'_>)) -> io::Result<()> {
+        let all = libc::AF_UNSPEC as u8;
+        self.request(GETTABLE, true, all, &[], on)?;
+        let mut chains: Vec<(u8, Vec<u8>)> = Vec::new();
+        self.request(GETCHAIN, true, all, &[], &mut |e| {
+            if let NftEvent::Chain {
+                family,
+                table,
+                name,
+                ..
+            } = e
+            {
+                let filter = [
+                    netlink::build::str_attr(NFTA_RULE_TABLE, table),
+                    netlink::build::str_attr(NFTA_RULE_CHAIN, name),
+                ]
+                .concat();
+                chains.push((family, filter));
+            }
+            on(e);
+        })?;
+        for (family, filter) in chains {
+            match self.request(GETRULE, true, family, &[filter], on) {
+                // Deleted since the chain dump: the generation moved, the caller retries.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                r => r?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every nf_tables table, chain and rule (all families: iptables-nft's tables and
+/// native ones) of this namespace or of `netns`, handed to `on` as "new" events in
+/// that order, from GET dumps; returns the generation they were read at. Dumps are
+/// not atomic together: when the generation changed meanwhile, or the kernel marks a
+/// dump interrupted, the read starts over (`on` gets `None`: forget what came
+/// before), at most three times. Read-only.
+pub fn dump_ruleset(
+    netns: Option<&str>,
+    on: &mut dyn FnMut(Option<NftEvent<'_>>),
+) -> io::Result<u32> {
+    let mut r = Requester::open(netns)?;
     let mut last_error = None;
     for attempt in 0..3 {
         if attempt > 0 {
             on(None);
         }
-        let before = generation(&socket)?;
-        let read = [GETTABLE, GETCHAIN, GETRULE]
-            .into_iter()
-            .try_for_each(|msg| request(&socket, msg, true, &mut |e| on(Some(e))));
-        match read {
-            Ok(()) if generation(&socket)? == before => return Ok(before),
+        let before = r.generation()?;
+        match r.dump_all(&mut |e| on(Some(e))) {
+            Ok(()) if r.generation()? == before => return Ok(before),
             Ok(()) => last_error = Some(io::Error::other("the ruleset changed during the dump")),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => last_error = Some(e),
             Err(e) => return Err(e),
