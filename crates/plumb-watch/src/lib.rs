@@ -24,6 +24,7 @@ pub mod audit;
 pub mod audit_control;
 pub mod baseline;
 pub mod chain_name;
+pub mod chain_table;
 pub mod changes;
 pub mod detect;
 pub mod event;

@@ -11,12 +11,10 @@
 //! shows as N rules removed and N added, a chain deleted and re-created as both.
 
 use crate::chain_name::ChainName;
+use crate::chain_table::ChainTable;
 use crate::changes::{ChainDelta, ChangeSet, HookRule, PolicyDelta, TableChanges, is_owned_chain};
 use crate::nft_events::{Batch, NftEvent, Op, family_name};
 use plumb_ruleset::{Backend, Family, Ruleset};
-// Fx hashing: chain names come from the kernel, written by root; SipHash was a third
-// of the time spent applying a 10k-service sync.
-use plumb_ruleset::fasthash::FastMap as HashMap;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct ChainState {
@@ -74,7 +72,7 @@ struct TableState {
     /// False once deleted; kept, like a deleted chain, until the deleting transaction
     /// finishes.
     live: bool,
-    chains: HashMap<ChainName, ChainEntry>,
+    chains: ChainTable<ChainEntry>,
     /// Rules in all its chains (kept current: a whole-table flush is seen without
     /// summing 40k chains).
     rules: usize,
@@ -170,7 +168,7 @@ impl NftState {
                 ts.rules += c.rules.len();
                 if let Some(old) = ts
                     .chains
-                    .insert(ChainName::new(&c.name), ChainEntry::existing(state))
+                    .insert(&c.name, ChainEntry::existing(state))
                     .and_then(|e| e.now)
                 {
                     ts.rules -= old.rules as usize;
@@ -200,7 +198,7 @@ impl NftState {
                     family,
                     name: name.to_string(),
                     live: true,
-                    chains: HashMap::default(),
+                    chains: ChainTable::default(),
                     rules: 0,
                 });
                 self.tables.len() - 1
@@ -340,10 +338,7 @@ impl Transaction {
         }
         t.live = true;
         let Some(chain) = chain else { return };
-        let e = match t.chains.get_mut(chain) {
-            Some(e) => e,
-            None => t.chains.entry(ChainName::new(chain)).or_default(),
-        };
+        let e = t.chains.get_or_default(chain);
         e.touch(self.id);
         match *m {
             NftEvent::Chain {
@@ -468,7 +463,7 @@ impl Transaction {
             }
             // Forget deleted chains (also any left by a transaction dropped at a gap).
             if !tc.chains_removed.is_empty() || !t.live {
-                t.chains.retain(|_, e| e.now.is_some());
+                t.chains.retain(|e| e.now.is_some());
             }
             if !tc.is_empty() {
                 out.tables.push(tc);
