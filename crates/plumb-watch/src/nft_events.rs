@@ -493,7 +493,7 @@ impl Batcher {
 pub enum Received {
     Batches(Vec<Batch>),
     /// Datagrams were decoded and handed over message by message.
-    Data,
+    Data { datagrams: usize },
     /// The kernel dropped notifications (ENOBUFS): resynchronise.
     Gap,
     /// Nothing within the receive timeout.
@@ -658,7 +658,7 @@ impl NftListener {
         Ok(if n == 0 {
             Received::Idle
         } else {
-            Received::Data
+            Received::Data { datagrams: n }
         })
     }
 

@@ -18,7 +18,7 @@ use crate::changes::{ChangeSet, from_rulesets};
 use crate::detect::{FightPolicy, FightTracker, Kind, Source, detect};
 use crate::event::Event;
 use crate::metrics::{ErrorKind, Metrics};
-use crate::nft_events::{NftEvent, NftListener, Received};
+use crate::nft_events::{LISTENER_BATCH, NftEvent, NftListener, Received, SCOUT_BATCH};
 use crate::scout::{PendingSends, Sample, Sent};
 use crate::state::{NftState, Transaction};
 use plumb_collect::SystemRunner;
@@ -33,6 +33,12 @@ pub const AUDIT_JOIN_WAIT: Duration = Duration::from_millis(30);
 
 /// Writers named by the scout and not yet claimed by the listener.
 const SCOUT_BACKLOG: usize = 64;
+/// Longest the listener waits for more of a transaction's datagrams to queue (adds
+/// at most this to the time of a complete event).
+const GATHER: Duration = Duration::from_millis(2);
+/// Longest the scout waits for more samples of a transaction to queue (adds at most
+/// this to the time of a preliminary event).
+const SCOUT_GATHER: Duration = Duration::from_millis(2);
 
 /// How a preliminary event knows its writer.
 const AT_NEWGEN: &str = "writer: named by the transaction's NEWGEN";
@@ -351,6 +357,14 @@ pub fn watch(
                                 writer = None;
                                 early_sent = true;
                             }
+                            // A transaction is being sent and the queue is drained: let
+                            // the kernel queue more samples before the next call, so the
+                            // scout wakes once per batch of samples, not per sample.
+                            Ok(Received::Data { datagrams })
+                                if datagrams < SCOUT_BATCH && !sample.is_empty() =>
+                            {
+                                std::thread::sleep(SCOUT_GATHER);
+                            }
                             Ok(_) => {}
                             Err(_) => std::thread::sleep(Duration::from_millis(100)),
                         }
@@ -452,6 +466,14 @@ pub fn watch(
                     Ok(Received::Gap) => {
                         txn = None;
                         let _ = nft_tx.send(Msg::Gap);
+                    }
+                    // Mid-transaction with the queue drained: the kernel is still
+                    // sending it. Let it queue more before the next call, so a sync
+                    // costs a wake-up per batch of datagrams rather than per datagram.
+                    Ok(Received::Data { datagrams })
+                        if datagrams < LISTENER_BATCH && txn.is_some() =>
+                    {
+                        std::thread::sleep(GATHER);
                     }
                     Ok(_) => {}
                     Err(e) => {

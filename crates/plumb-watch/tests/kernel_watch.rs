@@ -198,7 +198,7 @@ fn lost_notifications_are_reported_as_a_gap() {
                 panic!("all notifications fit in 4 KiB? the test needs a bigger sync")
             }
             plumb_watch::nft_events::Received::Batches(_)
-            | plumb_watch::nft_events::Received::Data => {}
+            | plumb_watch::nft_events::Received::Data { .. } => {}
         }
         assert!(Instant::now() < deadline, "no gap");
     }
