@@ -1,6 +1,7 @@
 //! The listener's per-notification cost, replayed from real kernel notifications:
-//! decoding alone, and decoding plus applying to watch's state ([`Transaction`]),
-//! which is what `plumb watch` spends its CPU on during kube-proxy churn.
+//! decoding alone, decoding plus applying to watch's state ([`Transaction`]), and
+//! detection on the change sets: what `plumb watch` spends its CPU on during
+//! kube-proxy churn.
 //!
 //! The notifications are recorded once (root only) in a private network namespace:
 //! a 10k-service kube-proxy ruleset restored by `iptables-nft-restore` (load), the
@@ -12,6 +13,9 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use plumb_collect::netns::Netns;
+use plumb_watch::actor::{Actor, ProcInfo};
+use plumb_watch::changes::ChangeSet;
+use plumb_watch::detect::{FightTracker, Source, detect};
 use plumb_watch::nft_events::{NftEvent, NftListener, Received, decode_each};
 use plumb_watch::state::{NftState, Transaction};
 use std::path::PathBuf;
@@ -110,21 +114,43 @@ fn recording() -> Result<Vec<Vec<u8>>, String> {
     Ok(d)
 }
 
-/// Replays every datagram as the listener thread does; returns (tables changed per
-/// transaction, summed; chains at the end).
-fn replay(datagrams: &[Vec<u8>]) -> (usize, usize) {
+/// Replays every datagram as the listener thread does; returns each transaction's
+/// change set and the chains at the end.
+fn replay(datagrams: &[Vec<u8>]) -> (Vec<ChangeSet>, usize) {
     let mut state = NftState::default();
     let mut txn = Transaction::default();
-    let mut changed = 0;
+    let mut changes = Vec::new();
     for d in datagrams {
         decode_each(d, &mut |e| match e {
-            NftEvent::Gen { .. } => {
-                changed += std::mem::take(&mut txn).finish(&mut state).tables.len();
-            }
+            NftEvent::Gen { .. } => changes.push(std::mem::take(&mut txn).finish(&mut state)),
             e => txn.push(&mut state, &e),
         });
     }
-    (changed, state.chain_names().count())
+    (changes, state.chain_names().count())
+}
+
+fn actor(comm: &str) -> Actor {
+    Actor::from_chain(&[ProcInfo {
+        pid: 1,
+        comm: Some(comm.into()),
+        ..ProcInfo::default()
+    }])
+}
+
+/// Detection of every change set, as the detection loop does: kube-proxy's writes,
+/// and the agent's revert (the one that removes more chains than it adds).
+fn detect_all(changes: &[ChangeSet], kube_proxy: &Actor, agent: &Actor) -> usize {
+    let mut fights = FightTracker::default();
+    let mut findings = 0;
+    for (i, c) in changes.iter().enumerate() {
+        let reverts = c
+            .tables
+            .iter()
+            .any(|t| t.chains_removed.len() > t.chains_added.len() + 1000);
+        let who = if reverts { agent } else { kube_proxy };
+        findings += detect(c, who, Source::Write, i as u64 * 1000, &mut fights).len();
+    }
+    findings
 }
 
 fn bench(c: &mut Criterion) {
@@ -145,8 +171,13 @@ fn bench(c: &mut Criterion) {
         datagrams.len(),
         bytes >> 20
     );
-    let (changed, chains) = replay(&datagrams);
-    eprintln!("replay: {changed} table changes, {chains} chains at the end");
+    let (changes, chains) = replay(&datagrams);
+    let (kube_proxy, agent) = (actor("kube-proxy"), actor("venAgent"));
+    eprintln!(
+        "replay: {} transactions, {chains} chains at the end, {} findings",
+        changes.len(),
+        detect_all(&changes, &kube_proxy, &agent)
+    );
     assert!(
         chains > 3 * SERVICES,
         "the replayed ruleset has a chain per service and endpoint"
@@ -166,6 +197,9 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.bench_function("decode_and_apply", |b| b.iter(|| replay(&datagrams)));
+    g.bench_function("detect", |b| {
+        b.iter(|| detect_all(&changes, &kube_proxy, &agent))
+    });
     g.finish();
 }
 

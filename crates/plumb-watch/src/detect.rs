@@ -17,6 +17,7 @@ use crate::actor::Actor;
 use crate::changes::{ChangeSet, TableChanges, is_builtin_chain};
 use plumb_ruleset::owner::{owner_name_of_chain, table_owner};
 use serde::Serialize;
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Event kinds of the JSON contract.
@@ -178,22 +179,41 @@ fn is_xtables_table(name: &str) -> bool {
 /// Owner of `chain` in table `t`: native nft tables by table name, else by chain name.
 /// None for built-in chains and chains no catalogue entry claims.
 pub fn owner_of(t: &TableChanges, chain: &str) -> Option<String> {
-    if !is_xtables_table(&t.table) {
-        let fam = plumb_ruleset::Family::parse(&t.family).unwrap_or(plumb_ruleset::Family::Ip);
-        let table = plumb_ruleset::Table::new(
-            fam,
-            plumb_ruleset::Backend::Nftables,
-            &t.table,
-            plumb_ruleset::Location::default(),
-        );
-        if let Some(a) = table_owner(&table) {
-            return Some(a.owner.0);
+    Owners::of_table(t).of(chain).map(str::to_string)
+}
+
+/// Owners of the chains of one table, for classifying thousands of chains: the
+/// table's owner is looked up once.
+struct Owners {
+    /// A native nft table's owner: it owns every chain of the table.
+    table: Option<String>,
+}
+
+impl Owners {
+    fn of_table(t: &TableChanges) -> Owners {
+        let table = (!is_xtables_table(&t.table))
+            .then(|| {
+                let fam =
+                    plumb_ruleset::Family::parse(&t.family).unwrap_or(plumb_ruleset::Family::Ip);
+                let table = plumb_ruleset::Table::new(
+                    fam,
+                    plumb_ruleset::Backend::Nftables,
+                    &t.table,
+                    plumb_ruleset::Location::default(),
+                );
+                table_owner(&table).map(|a| a.owner.0)
+            })
+            .flatten();
+        Owners { table }
+    }
+
+    fn of(&self, chain: &str) -> Option<&str> {
+        match &self.table {
+            Some(o) => Some(o),
+            None if is_builtin_chain(chain) => None,
+            None => owner_name_of_chain(chain),
         }
     }
-    if is_builtin_chain(chain) {
-        return None;
-    }
-    owner_name_of_chain(chain).map(str::to_string)
 }
 
 /// Writers whose insertions into hook chains are normal (they own hooks themselves).
@@ -204,17 +224,75 @@ fn inserts_hooks_legitimately(actor: &Actor) -> bool {
         .is_some_and(|i| matches!(i.kind.as_str(), "kubernetes" | "cni" | "container-runtime"))
 }
 
+/// Chain names borrowed from a change set, sorted and unique. Filled in name order
+/// (the change set's lists and maps are sorted), so a 40k-chain sync costs pushes,
+/// not tree inserts.
+#[derive(Default)]
+struct Names<'a>(Vec<&'a str>);
+
+impl<'a> Names<'a> {
+    fn push(&mut self, name: &'a str) {
+        self.0.push(name);
+    }
+
+    /// Restores the invariant whatever order the names came in.
+    fn seal(&mut self) {
+        if !self.0.is_sorted() {
+            self.0.sort_unstable();
+        }
+        self.0.dedup();
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.0.binary_search(&name).is_ok()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &'a str> + '_ {
+        self.0.iter().copied()
+    }
+}
+
+/// The sorted union of sorted name lists (a stable sort merges the runs in linear
+/// time).
+fn union<'a>(lists: &[&[&'a str]]) -> Vec<&'a str> {
+    let mut v = lists.concat();
+    v.sort();
+    v.dedup();
+    v
+}
+
 /// Chains of one owner touched by one write, borrowed from the change set (a
 /// 10k-service revert names 40k chains: no copies).
 #[derive(Default)]
 struct Group<'a> {
-    removed: BTreeSet<&'a str>,
-    flushed: BTreeSet<&'a str>,
-    modified: BTreeSet<&'a str>,
-    added: BTreeSet<&'a str>,
+    removed: Names<'a>,
+    flushed: Names<'a>,
+    modified: Names<'a>,
+    added: Names<'a>,
     unhooked: BTreeSet<String>,
     rules_added: usize,
     rules_removed: usize,
+}
+
+impl Group<'_> {
+    fn seal(&mut self) {
+        for n in [
+            &mut self.removed,
+            &mut self.flushed,
+            &mut self.modified,
+            &mut self.added,
+        ] {
+            n.seal();
+        }
+    }
 }
 
 /// How long a fight is remembered, and how many removals make one.
@@ -332,7 +410,7 @@ impl FightTracker {
         table: &str,
         owner: &str,
         restorer: &str,
-        chains: &[&BTreeSet<&str>],
+        chains: &[&Names<'_>],
         now: u64,
     ) -> bool {
         let mut any = false;
@@ -341,7 +419,7 @@ impl FightTracker {
                 && o == owner
                 && chains
                     .iter()
-                    .any(|set| set.iter().any(|c| f.chains.contains(*c)))
+                    .any(|set| set.iter().any(|c| f.chains.contains(c)))
             {
                 f.restores.push((now, restorer.into()));
                 any = true;
@@ -396,47 +474,57 @@ pub fn detect(
             }
             continue;
         }
-        let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+        let owners = Owners::of_table(t);
+        let mut groups: BTreeMap<&str, Group> = BTreeMap::new();
         for c in &t.chains_removed {
-            if let Some(o) = owner_of(t, &c.name) {
+            if let Some(o) = owners.of(&c.name) {
                 let g = groups.entry(o).or_default();
-                g.removed.insert(&c.name);
+                g.removed.push(&c.name);
                 g.rules_removed += c.rules;
             }
         }
         for c in &t.chains_added {
-            if let Some(o) = owner_of(t, &c.name) {
+            if let Some(o) = owners.of(&c.name) {
                 let g = groups.entry(o).or_default();
-                g.added.insert(&c.name);
+                g.added.push(&c.name);
                 g.rules_added += c.rules;
             }
         }
-        for (chain, n) in &t.rules_removed {
-            if let Some(o) = owner_of(t, chain) {
-                let g = groups.entry(o).or_default();
-                g.rules_removed += n;
-                let after = t.rules_after.get(chain).copied().unwrap_or(0);
-                let added = t.rules_added.get(chain).copied().unwrap_or(0);
-                if after == 0 && added == 0 {
-                    g.flushed.insert(chain);
-                } else {
-                    g.modified.insert(chain);
-                }
-            }
-        }
-        for (chain, n) in &t.rules_added {
-            if let Some(o) = owner_of(t, chain) {
-                let g = groups.entry(o).or_default();
-                g.rules_added += n;
-                if !t.rules_removed.contains_key(chain) {
-                    g.modified.insert(chain);
-                }
+        // Surviving chains with rules removed, added or both: one pass over the two
+        // sorted maps together.
+        let mut removed = t.rules_removed.iter().peekable();
+        let mut added = t.rules_added.iter().peekable();
+        loop {
+            let order = match (removed.peek(), added.peek()) {
+                (None, None) => break,
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (Some((r, _)), Some((a, _))) => r.cmp(a),
+            };
+            let rm = (order != Ordering::Greater)
+                .then(|| removed.next())
+                .flatten();
+            let ad = (order != Ordering::Less).then(|| added.next()).flatten();
+            let Some(chain) = rm.or(ad).map(|(c, _)| c) else {
+                break;
+            };
+            let Some(o) = owners.of(chain) else { continue };
+            let (rm, ad) = (rm.map(|(_, n)| *n), ad.map(|(_, n)| *n));
+            let g = groups.entry(o).or_default();
+            g.rules_removed += rm.unwrap_or(0);
+            g.rules_added += ad.unwrap_or(0);
+            // Rules removed and none added, none left: flushed; otherwise modified.
+            let none_left = || t.rules_after.get(chain).copied().unwrap_or(0) == 0;
+            if rm.is_some() && ad.unwrap_or(0) == 0 && none_left() {
+                g.flushed.push(chain);
+            } else {
+                g.modified.push(chain);
             }
         }
         // Hook rules: removal of a jump into an owned chain, or insertion ahead of one.
         let mut inserted = Vec::new();
         for h in &t.hook_rules {
-            let target_owner = h.jump.as_deref().and_then(|j| owner_of(t, j));
+            let target_owner = h.jump.as_deref().and_then(|j| owners.of(j));
             match (h.added, target_owner) {
                 (false, Some(o)) => {
                     let g = groups.entry(o).or_default();
@@ -452,23 +540,24 @@ pub fn detect(
                 _ => {}
             }
         }
-        for (owner, g) in groups {
-            let legit = actor.writes(&owner);
-            let lost: BTreeSet<&str> = g
+        for (owner, mut g) in groups {
+            g.seal();
+            let legit = actor.writes(owner);
+            let mut lost: Vec<&str> = g
                 .removed
                 .iter()
-                .chain(&g.flushed)
-                .copied()
+                .chain(g.flushed.iter())
                 .chain(
                     g.unhooked
                         .iter()
                         .filter_map(|h| h.split_once(" -j ").map(|(_, target)| target)),
                 )
                 .collect();
-            let lost: Vec<&str> = lost.into_iter().collect();
+            lost.sort();
+            lost.dedup();
             if legit || (source == Source::Poll && lost.is_empty()) {
                 let restored = !(g.added.is_empty() && g.modified.is_empty())
-                    && fights.restore(&t.label(), &owner, &party, &[&g.added, &g.modified], now_ms);
+                    && fights.restore(&t.label(), owner, &party, &[&g.added, &g.modified], now_ms);
                 let mut f = Finding::new(
                     Kind::OwnerChange,
                     if restored {
@@ -481,17 +570,11 @@ pub fn detect(
                         Action::Modified
                     },
                     t,
-                    Some(owner),
+                    Some(owner.to_string()),
                 );
-                let names: BTreeSet<&str> = g
-                    .added
-                    .iter()
-                    .chain(&g.removed)
-                    .chain(&g.modified)
-                    .chain(&g.flushed)
-                    .copied()
-                    .collect();
-                f.set_chains(names.into_iter());
+                f.set_chains(
+                    union(&[&g.added.0, &g.removed.0, &g.modified.0, &g.flushed.0]).into_iter(),
+                );
                 f.rules_added = g.rules_added;
                 f.rules_removed = g.rules_removed;
                 out.push(f);
@@ -508,12 +591,12 @@ pub fn detect(
             } else {
                 Action::Modified
             };
-            let mut f = Finding::new(Kind::ForeignChange, action, t, Some(owner.clone()));
+            let mut f = Finding::new(Kind::ForeignChange, action, t, Some(owner.to_string()));
             match action {
-                Action::Deleted => f.set_chains(g.removed.iter().copied()),
-                Action::Flushed => f.set_chains(g.flushed.iter().copied()),
+                Action::Deleted => f.set_chains(g.removed.iter()),
+                Action::Flushed => f.set_chains(g.flushed.iter()),
                 Action::Unhooked => f.set_chains(g.unhooked.iter().map(String::as_str)),
-                _ => f.set_chains(g.added.union(&g.modified).copied()),
+                _ => f.set_chains(union(&[&g.added.0, &g.modified.0]).into_iter()),
             }
             if action == Action::Deleted && !g.flushed.is_empty() {
                 f.details
@@ -545,7 +628,8 @@ pub fn detect(
                 f.fight = fight.clone();
                 out.push(f.clone());
                 if let Some(fi) = fight {
-                    let mut ff = Finding::new(Kind::Fight, Action::Fight, t, Some(owner));
+                    let mut ff =
+                        Finding::new(Kind::Fight, Action::Fight, t, Some(owner.to_string()));
                     ff.chains = f.chains.clone();
                     ff.chain_count = f.chain_count;
                     ff.revert = Some(n);

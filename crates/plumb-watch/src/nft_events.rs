@@ -493,7 +493,9 @@ impl Batcher {
 pub enum Received {
     Batches(Vec<Batch>),
     /// Datagrams were decoded and handed over message by message.
-    Data { datagrams: usize },
+    Data {
+        datagrams: usize,
+    },
     /// The kernel dropped notifications (ENOBUFS): resynchronise.
     Gap,
     /// Nothing within the receive timeout.
