@@ -623,7 +623,7 @@ pub fn detect(
             f.rules_added = g.rules_added;
             f.rules_removed = g.rules_removed;
             if !lost.is_empty() {
-                let (n, fight) = fights.revert(&t.label(), &owner, &party, &lost, now_ms);
+                let (n, fight) = fights.revert(&t.label(), owner, &party, &lost, now_ms);
                 f.revert = Some(n);
                 f.fight = fight.clone();
                 out.push(f.clone());
