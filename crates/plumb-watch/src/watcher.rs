@@ -20,7 +20,7 @@ use crate::event::Event;
 use crate::metrics::{ErrorKind, Metrics};
 use crate::nft_events::{LISTENER_BATCH, NftEvent, NftListener, Received, SCOUT_BATCH};
 use crate::scout::{PendingSends, Sample, Sent};
-use crate::state::{NftState, Transaction};
+use crate::state::Transaction;
 use plumb_collect::SystemRunner;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -50,6 +50,14 @@ fn next_generation(g: u32) -> u32 {
         0 => 1,
         n => n,
     }
+}
+
+/// Whether a transaction whose NEWGEN carries `id` is already in a state dumped at
+/// generation `dumped`: notifications queued while the dump was read (the listener
+/// subscribes first) belong to transactions up to the dump's generation as well as
+/// after it; the former must not be applied twice. Generations wrap (`u32`).
+fn already_in_dump(id: u32, dumped: Option<u32>) -> bool {
+    dumped.is_some_and(|g| (id.wrapping_sub(g) as i32) <= 0)
 }
 
 /// Counts of the scout's naming by the writer probe, for the summary: transactions
@@ -230,6 +238,8 @@ enum Msg {
     Early(Box<Committed>, &'static str),
     Resync(Box<ChangeSet>),
     Gap,
+    /// A transaction already in the state's dump was applied again: re-read.
+    Stale,
     Audit(Box<NetfilterAudit>),
     Error(ErrorKind, String),
 }
@@ -275,9 +285,11 @@ pub fn watch(
     // as it is decoded, so a 150k-message sync is done when its NEWGEN arrives.
     let nft_stop = stop.clone();
     let nft_tx = tx.clone();
-    let (resync_tx, resync_rx) = mpsc::channel::<NftState>();
+    let (resync_tx, resync_rx) = mpsc::channel::<crate::baseline::Baseline>();
     let nft_metrics = metrics.clone();
     let mut state = baseline.state;
+    // Generation of the dump `state` came from, until a transaction after it is seen.
+    let mut dumped = baseline.generation;
     metrics.set_chains(state.chain_names());
 
     // Scout: a second subscription that the kernel feeds every NEWGEN and a sample of
@@ -439,8 +451,9 @@ pub fn watch(
             let mut named: VecDeque<(u32, Actor)> = VecDeque::new();
             while !nft_stop.load(Ordering::Relaxed) {
                 if let Ok(fresh) = resync_rx.try_recv() {
-                    let changes = state.diff_to(&fresh);
-                    state = fresh;
+                    let changes = state.diff_to(&fresh.state);
+                    state = fresh.state;
+                    dumped = fresh.generation;
                     txn = None;
                     dirty = true;
                     if nft_tx.send(Msg::Resync(Box::new(changes))).is_err() {
@@ -448,13 +461,21 @@ pub fn watch(
                     }
                 }
                 let mut done: Vec<Finished> = Vec::new();
+                let mut stale = false;
                 let r = nft.receive_each(&mut |e| match e {
                     NftEvent::Gen { id, pid, comm } => {
                         let (t, started) = txn
                             .take()
                             .unwrap_or_else(|| (Transaction::default(), SystemTime::now()));
                         let changes = t.finish(&mut state);
-                        done.push((changes, id, pid, comm.map(str::to_string), started));
+                        if already_in_dump(id, dumped) {
+                            // Applied twice (its effects were in the dump): the state
+                            // is off and the change set means nothing; re-read.
+                            stale = true;
+                        } else {
+                            dumped = None;
+                            done.push((changes, id, pid, comm.map(str::to_string), started));
+                        }
                     }
                     e => {
                         let (t, _) =
@@ -462,6 +483,9 @@ pub fn watch(
                         t.push(&mut state, &e);
                     }
                 });
+                if stale {
+                    let _ = nft_tx.send(Msg::Stale);
+                }
                 match r {
                     Ok(Received::Gap) => {
                         txn = None;
@@ -587,6 +611,8 @@ pub fn watch(
     let mut pending: VecDeque<Pending> = VecDeque::new();
     let mut recent_audit: VecDeque<NetfilterAudit> = VecDeque::new();
     let mut resync_at: Option<Instant> = None;
+    // Transactions applied twice because they were also in a dump (see `already_in_dump`).
+    let mut stale = 0u64;
     let mut audit_seen = false;
     let mut legacy_at: Option<(Instant, Actor)> = None;
     // Generations that already had a preliminary event (one per transaction).
@@ -727,6 +753,10 @@ pub fn watch(
                 );
                 resync_at = Some(Instant::now() + opts.debounce);
             }
+            Ok(Msg::Stale) => {
+                stale += 1;
+                resync_at = Some(Instant::now() + opts.debounce);
+            }
             Ok(Msg::Error(kind, _msg)) => metrics.error(kind),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -751,7 +781,7 @@ pub fn watch(
             if !fresh.problems.is_empty() {
                 metrics.error(ErrorKind::Reread);
             }
-            let _ = resync_tx.send(fresh.state);
+            let _ = resync_tx.send(fresh);
         }
         // Legacy: audit-triggered re-read, or a poll without audit.
         let poll_due = legacy_present && !audit_ok && Instant::now() >= next_poll;
@@ -783,6 +813,12 @@ pub fn watch(
                 legacy_rs = fresh;
             }
         }
+    }
+    if stale > 0 {
+        summary.notes.push(format!(
+            "{stale} transactions committed while a dump was read were in it already: \
+             not reported, the state re-read"
+        ));
     }
     // Flush what is still waiting for audit.
     while let Some(p) = pending.pop_front() {
@@ -942,5 +978,21 @@ fn audit_pid_in_netns(a: &NetfilterAudit, netns: Option<&str>) -> bool {
     ) {
         (Ok(w), Ok(p)) => w == p,
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transaction_up_to_the_dumps_generation_is_already_in_it() {
+        assert!(already_in_dump(7, Some(7)));
+        assert!(already_in_dump(6, Some(7)));
+        assert!(!already_in_dump(8, Some(7)));
+        assert!(!already_in_dump(8, None));
+        // Across the wrap: 1 comes after u32::MAX (the kernel skips 0).
+        assert!(!already_in_dump(1, Some(u32::MAX)));
+        assert!(already_in_dump(u32::MAX, Some(1)));
     }
 }

@@ -479,3 +479,57 @@ fn the_netlink_baseline_agrees_with_the_save_tools() {
     });
     assert!(c.tables[0].hook_rules[0].ahead_of_owned_hooks, "{c:#?}");
 }
+
+/// Watch subscribes, then dumps its baseline: notifications queued meanwhile belong to
+/// transactions up to the dump's generation (already in the baseline: watch re-reads
+/// instead of applying them twice) or after it. Checked on the kernel's numbers.
+#[test]
+fn notifications_queued_during_the_baseline_carry_its_generation() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    let lab = Lab::new(&["kube-proxy"]);
+    let mut listener =
+        plumb_watch::nft_events::NftListener::open(Some(lab.ns.name()), 1 << 20).unwrap();
+    let queued_gens = |listener: &mut plumb_watch::nft_events::NftListener| {
+        let mut gens = Vec::new();
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while gens.is_empty() && Instant::now() < deadline {
+            listener
+                .receive_each(&mut |e| {
+                    if let plumb_watch::nft_events::NftEvent::Gen { id, .. } = e {
+                        gens.push(id);
+                    }
+                })
+                .unwrap();
+        }
+        gens
+    };
+    lab.run(
+        "kube-proxy",
+        "iptables-nft",
+        &["-t", "nat", "-N", "KUBE-SERVICES"],
+        None,
+    );
+    let b = plumb_watch::baseline::read(Some(lab.ns.name()));
+    let dumped = b.generation.expect("generation of the dump");
+    assert!(b.state.chain_names().any(|c| c == "KUBE-SERVICES"));
+    let before = queued_gens(&mut listener);
+    assert_eq!(
+        before.last(),
+        Some(&dumped),
+        "queued before the dump: {before:?}"
+    );
+    lab.run(
+        "kube-proxy",
+        "iptables-nft",
+        &["-t", "nat", "-N", "KUBE-NODEPORTS"],
+        None,
+    );
+    let after = queued_gens(&mut listener);
+    assert!(
+        after.iter().all(|g| (g.wrapping_sub(dumped) as i32) > 0),
+        "after the dump {dumped}: {after:?}"
+    );
+}
