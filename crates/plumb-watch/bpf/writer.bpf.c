@@ -129,8 +129,13 @@ struct batch_send {
 	char comm[16];
 	__u16 nlmsg_type;
 	__u16 type_valid;
-	__u32 pad;
+	// Reports dropped (ring buffer full) since the program was loaded, before this
+	// one: user space learns of drops from the next report that gets through.
+	__u32 dropped;
 };
+
+// Reports the ring buffer had no room for (.bss: a map the program holds).
+__u64 dropped_reports = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -178,8 +183,10 @@ int writer_sys_enter(__u64 *ctx)
 		return 0;
 
 	struct batch_send *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e)
+	if (!e) {
+		__sync_fetch_and_add(&dropped_reports, 1);
 		return 0;
+	}
 	__u64 id = bpf_get_current_pid_tgid();
 	e->ktime_ns = bpf_ktime_get_ns();
 	e->tgid = id >> 32;
@@ -187,7 +194,7 @@ int writer_sys_enter(__u64 *ctx)
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	e->nlmsg_type = 0;
 	e->type_valid = 0;
-	e->pad = 0;
+	e->dropped = (__u32)dropped_reports;
 
 #if defined(__TARGET_ARCH_x86)
 	void *umsg = (void *)regs->si;

@@ -70,6 +70,7 @@ fn start_writer_probe(
     netns: Option<&str>,
     loader: Option<&std::path::Path>,
     stop: &Arc<AtomicBool>,
+    dropped: &Arc<std::sync::atomic::AtomicU32>,
     summary: &mut Summary,
 ) -> Option<mpsc::Receiver<Sent>> {
     use crate::writer_probe::{WriterProbe, current_netns_inode, netns_inode_by_name};
@@ -92,12 +93,13 @@ fn start_writer_probe(
         }
     };
     let (tx, rx) = mpsc::channel();
-    let stop = stop.clone();
+    let (stop, dropped) = (stop.clone(), dropped.clone());
     let spawned = std::thread::Builder::new()
         .name("plumb-bpf".into())
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 for b in probe.poll(Duration::from_millis(200)) {
+                    dropped.fetch_max(b.dropped_before, Ordering::Relaxed);
                     let sent = Sent {
                         pid: b.pid,
                         tid: b.tid,
@@ -304,8 +306,15 @@ pub fn watch(
     let (scout_tx, scout_rx) = mpsc::channel::<(u32, Actor)>();
     let mut scout_thread = None;
     let probe_naming: ProbeNaming = Arc::default();
+    let probe_dropped = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let sends = if opts.writer_probe {
-        start_writer_probe(netns, opts.probe_loader.as_deref(), &stop, &mut summary)
+        start_writer_probe(
+            netns,
+            opts.probe_loader.as_deref(),
+            &stop,
+            &probe_dropped,
+            &mut summary,
+        )
     } else {
         summary.probe = "off".into();
         None
@@ -841,6 +850,13 @@ pub fn watch(
         summary.notes.push(format!(
             "transactions whose writer the eBPF probe named before their NEWGEN: {} ({} confirmed by the NEWGEN, {} contradicted)",
             named[0], named[1], named[2]
+        ));
+    }
+    let dropped = probe_dropped.load(Ordering::Relaxed);
+    if dropped > 0 {
+        summary.notes.push(format!(
+            "eBPF writer probe: {dropped} reports dropped (its ring buffer was full): those \
+             writers were named at their NEWGEN"
         ));
     }
     summary.duration_s = started.elapsed().as_secs_f64();

@@ -56,6 +56,9 @@ pub struct BatchSend {
     pub batch: bool,
     /// Type of the first netlink message of the first iovec, when it could be read.
     pub first_nlmsg_type: Option<u16>,
+    /// Reports the ring buffer dropped (it was full) since the probe was loaded,
+    /// before this one; wraps at 2^32.
+    pub dropped_before: u32,
 }
 
 /// Why the probe could not be attached or read.
@@ -175,7 +178,7 @@ pub fn current_netns_inode() -> io::Result<u64> {
 
 #[cfg_attr(plumb_no_bpf, allow(dead_code))]
 /// Decodes one ring buffer record (`struct batch_send` in writer.bpf.c: u64 ktime,
-/// u32 tgid, u32 tid, char comm[16], u16 type, u16 type_valid, u32 pad).
+/// u32 tgid, u32 tid, char comm[16], u16 type, u16 type_valid, u32 dropped).
 fn decode(raw: &[u8]) -> Option<BatchSend> {
     if raw.len() < 40 {
         return None;
@@ -193,6 +196,7 @@ fn decode(raw: &[u8]) -> Option<BatchSend> {
         comm: String::from_utf8_lossy(comm).into_owned(),
         batch: first_nlmsg_type == Some(NFNL_MSG_BATCH_BEGIN),
         first_nlmsg_type,
+        dropped_before: u32_at(36),
     })
 }
 
@@ -453,7 +457,7 @@ mod tests {
         v.extend(c);
         v.extend(ty.to_ne_bytes());
         v.extend(valid.to_ne_bytes());
-        v.extend(0u32.to_ne_bytes());
+        v.extend(7u32.to_ne_bytes());
         v
     }
 
@@ -469,6 +473,7 @@ mod tests {
                 monotonic_ns: 123_456_789,
                 batch: true,
                 first_nlmsg_type: Some(0x10),
+                dropped_before: 7,
             }
         );
     }

@@ -288,3 +288,87 @@ fn other_sendmsg_is_not_reported() {
         "non-netfilter sendmsg reported: {seen:#?}"
     );
 }
+
+/// Sends `n` netlink messages with `sendmsg` on a netfilter socket in `ns`, of a type
+/// the kernel ignores (NLMSG_NOOP, no ack: no effect, no answer).
+fn send_noops(ns: &Netns, n: u32) {
+    plumb_watch::netns::in_netns(Some(ns.name()), || {
+        // SAFETY: plain socket(2); the fd is closed below.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                libc::NETLINK_NETFILTER,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut noop = [0u8; 16];
+        noop[0..4].copy_from_slice(&16u32.to_ne_bytes());
+        noop[4..6].copy_from_slice(&(libc::NLMSG_NOOP as u16).to_ne_bytes());
+        noop[6..8].copy_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+        // SAFETY: all-zero sockaddr_nl is the kernel's address (pid 0, no groups).
+        let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        kernel.nl_family = libc::AF_NETLINK as u16;
+        let mut result = Ok(());
+        for _ in 0..n {
+            let mut iov = libc::iovec {
+                iov_base: noop.as_mut_ptr().cast(),
+                iov_len: noop.len(),
+            };
+            // SAFETY: zeroed msghdr is valid; it points to the live address and iovec.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_name = (&mut kernel as *mut libc::sockaddr_nl).cast();
+            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_nl>() as u32;
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            // SAFETY: an open socket and a valid msghdr.
+            if unsafe { libc::sendmsg(fd, &msg, 0) } < 0 {
+                result = Err(std::io::Error::last_os_error());
+                break;
+            }
+        }
+        // SAFETY: closes the fd opened above, once.
+        unsafe { libc::close(fd) };
+        result
+    })
+    .expect("sendmsg on a netfilter socket in the namespace");
+}
+
+/// Reports the ring buffer has no room for are counted, and the count arrives with
+/// the next report that gets through: sends = reports read + dropped, exactly.
+#[test]
+fn dropped_reports_are_counted_exactly() {
+    if setup().is_none() {
+        return;
+    }
+    let ns = Netns::create("plumb-bpf-test").expect("netns");
+    let Some(mut probe) = attach(&ns) else { return };
+    let me = std::process::id();
+    // The ring (256 KiB) holds ~4,600 reports; nobody reads it while these are sent.
+    const SENT: u32 = 8_000;
+    send_noops(&ns, SENT);
+    let mut read = 0u32;
+    loop {
+        let got = probe.drain();
+        if got.is_empty() {
+            break;
+        }
+        read += got.iter().filter(|b| b.pid == me).count() as u32;
+        assert!(got.iter().all(|b| !b.batch), "NOOPs are not batches");
+    }
+    assert!(read > 0 && read < SENT, "read {read} of {SENT}");
+    send_noops(&ns, 1);
+    let mut seen = Vec::new();
+    wait_for(&mut probe, &mut seen, "the report after the drops", |b| {
+        b.pid == me
+    });
+    let last = seen.iter().rfind(|b| b.pid == me).expect("a report");
+    assert_eq!(
+        read + last.dropped_before,
+        SENT,
+        "read {read}, dropped {}",
+        last.dropped_before
+    );
+}
