@@ -857,12 +857,14 @@ pub fn dump_ruleset(
     netns: Option<&str>,
     on: &mut dyn FnMut(Option<NftEvent<'_>>),
 ) -> io::Result<u32> {
-    let mut r = Requester::open(netns)?;
     let mut last_error = None;
     for attempt in 0..3 {
         if attempt > 0 {
             on(None);
         }
+        // A fresh socket each time: an interrupted dump leaves the rest of its answer
+        // queued on the old one.
+        let mut r = Requester::open(netns)?;
         let before = r.generation()?;
         match r.dump_all(&mut |e| on(Some(e))) {
             Ok(()) if r.generation()? == before => return Ok(before),

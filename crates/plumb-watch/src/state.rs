@@ -400,6 +400,28 @@ impl Transaction {
         }
     }
 
+    /// Undoes the transaction: `state` is again what it was before its first message
+    /// (for a transaction whose effects were already in the dump `state` came from).
+    pub fn roll_back(self, state: &mut NftState) {
+        for a in &self.accs {
+            let t = &mut state.tables[a.table];
+            t.live = a.existed;
+            for e in t.chains.values_mut() {
+                if e.txn == self.id {
+                    e.now = e.before;
+                    e.txn = 0;
+                }
+            }
+            t.chains.retain(|e| e.now.is_some());
+            t.rules = t
+                .chains
+                .iter()
+                .filter_map(|(_, e)| e.now.map(|c| c.rules as usize))
+                .sum();
+        }
+        state.tables.retain(|t| t.live);
+    }
+
     /// The net effect of the transaction on `state` (which it has already changed);
     /// forgets the chains and tables it deleted.
     pub fn finish(self, state: &mut NftState) -> ChangeSet {

@@ -55,7 +55,8 @@ fn next_generation(g: u32) -> u32 {
 /// Whether a transaction whose NEWGEN carries `id` is already in a state dumped at
 /// generation `dumped`: notifications queued while the dump was read (the listener
 /// subscribes first) belong to transactions up to the dump's generation as well as
-/// after it; the former must not be applied twice. Generations wrap (`u32`).
+/// after it; the former are undone (`Transaction::roll_back`), not applied twice.
+/// Generations wrap (`u32`).
 fn already_in_dump(id: u32, dumped: Option<u32>) -> bool {
     dumped.is_some_and(|g| (id.wrapping_sub(g) as i32) <= 0)
 }
@@ -240,8 +241,8 @@ enum Msg {
     Early(Box<Committed>, &'static str),
     Resync(Box<ChangeSet>),
     Gap,
-    /// A transaction already in the state's dump was applied again: re-read.
-    Stale,
+    /// Transactions already in the dump the state came from, undone and not reported.
+    AlreadyInDump(u64),
     Audit(Box<NetfilterAudit>),
     Error(ErrorKind, String),
 }
@@ -470,19 +471,20 @@ pub fn watch(
                     }
                 }
                 let mut done: Vec<Finished> = Vec::new();
-                let mut stale = false;
+                let mut in_dump = 0;
                 let r = nft.receive_each(&mut |e| match e {
                     NftEvent::Gen { id, pid, comm } => {
                         let (t, started) = txn
                             .take()
                             .unwrap_or_else(|| (Transaction::default(), SystemTime::now()));
-                        let changes = t.finish(&mut state);
                         if already_in_dump(id, dumped) {
-                            // Applied twice (its effects were in the dump): the state
-                            // is off and the change set means nothing; re-read.
-                            stale = true;
+                            // Queued while the dump was read, and in it: applied
+                            // twice. Undo it; it happened before the state's time.
+                            t.roll_back(&mut state);
+                            in_dump += 1;
                         } else {
                             dumped = None;
+                            let changes = t.finish(&mut state);
                             done.push((changes, id, pid, comm.map(str::to_string), started));
                         }
                     }
@@ -492,8 +494,8 @@ pub fn watch(
                         t.push(&mut state, &e);
                     }
                 });
-                if stale {
-                    let _ = nft_tx.send(Msg::Stale);
+                if in_dump > 0 {
+                    let _ = nft_tx.send(Msg::AlreadyInDump(in_dump));
                 }
                 match r {
                     Ok(Received::Gap) => {
@@ -620,8 +622,8 @@ pub fn watch(
     let mut pending: VecDeque<Pending> = VecDeque::new();
     let mut recent_audit: VecDeque<NetfilterAudit> = VecDeque::new();
     let mut resync_at: Option<Instant> = None;
-    // Transactions applied twice because they were also in a dump (see `already_in_dump`).
-    let mut stale = 0u64;
+    // Transactions queued while a dump was read and already in it (`already_in_dump`).
+    let mut in_dump = 0u64;
     let mut audit_seen = false;
     let mut legacy_at: Option<(Instant, Actor)> = None;
     // Generations that already had a preliminary event (one per transaction).
@@ -762,10 +764,7 @@ pub fn watch(
                 );
                 resync_at = Some(Instant::now() + opts.debounce);
             }
-            Ok(Msg::Stale) => {
-                stale += 1;
-                resync_at = Some(Instant::now() + opts.debounce);
-            }
+            Ok(Msg::AlreadyInDump(n)) => in_dump += n,
             Ok(Msg::Error(kind, _msg)) => metrics.error(kind),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -823,10 +822,10 @@ pub fn watch(
             }
         }
     }
-    if stale > 0 {
+    if in_dump > 0 {
         summary.notes.push(format!(
-            "{stale} transactions committed while a dump was read were in it already: \
-             not reported, the state re-read"
+            "{in_dump} transactions committed while the ruleset was being dumped were in \
+             the dump already: not reported"
         ));
     }
     // Flush what is still waiting for audit.

@@ -481,8 +481,8 @@ fn the_netlink_baseline_agrees_with_the_save_tools() {
 }
 
 /// Watch subscribes, then dumps its baseline: notifications queued meanwhile belong to
-/// transactions up to the dump's generation (already in the baseline: watch re-reads
-/// instead of applying them twice) or after it. Checked on the kernel's numbers.
+/// transactions up to the dump's generation (already in the baseline: watch undoes
+/// them instead of applying them twice) or after it. Checked on the kernel's numbers.
 #[test]
 fn notifications_queued_during_the_baseline_carry_its_generation() {
     if let Some(r) = skip_reason() {
