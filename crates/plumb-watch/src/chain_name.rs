@@ -14,9 +14,14 @@ use std::hash::{Hash, Hasher};
 /// Longest name stored inline.
 pub const INLINE: usize = 30;
 
+/// The representation is private: only [`ChainName::new`] builds one, which is what
+/// makes `as_str` sound.
 #[derive(Clone)]
-pub enum ChainName {
-    /// Invariant: `bytes[..len]` is a whole `&str` (built only from one).
+pub struct ChainName(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// Invariant: `bytes[..len]` is a whole `&str` (built only from one, never changed).
     Inline {
         len: u8,
         bytes: [u8; INLINE],
@@ -26,27 +31,33 @@ pub enum ChainName {
 
 impl ChainName {
     pub fn new(s: &str) -> ChainName {
-        if s.len() <= INLINE {
+        ChainName(if s.len() <= INLINE {
             let mut bytes = [0; INLINE];
             bytes[..s.len()].copy_from_slice(s.as_bytes());
-            ChainName::Inline {
+            Repr::Inline {
                 len: s.len() as u8,
                 bytes,
             }
         } else {
-            ChainName::Heap(s.into())
-        }
+            Repr::Heap(s.into())
+        })
+    }
+
+    /// Whether the name is stored inline.
+    pub fn is_inline(&self) -> bool {
+        matches!(self.0, Repr::Inline { .. })
     }
 
     pub fn as_str(&self) -> &str {
-        match self {
-            ChainName::Inline { len, bytes } => {
+        match &self.0 {
+            Repr::Inline { len, bytes } => {
                 let b = &bytes[..usize::from(*len).min(INLINE)];
                 // SAFETY: `bytes[..len]` was copied from a `&str` in `new` and never
-                // changed: valid UTF-8, and `len` ends it on a character boundary.
+                // changed (the representation is private): valid UTF-8, and `len`
+                // ends it on a character boundary.
                 unsafe { std::str::from_utf8_unchecked(b) }
             }
-            ChainName::Heap(s) => s,
+            Repr::Heap(s) => s,
         }
     }
 }
@@ -110,7 +121,7 @@ mod tests {
         for (i, n) in names.iter().enumerate() {
             let c = ChainName::new(n);
             assert_eq!(c.as_str(), *n);
-            assert_eq!(matches!(c, ChainName::Inline { .. }), n.len() <= INLINE);
+            assert_eq!(c.is_inline(), n.len() <= INLINE);
             m.insert(c, i);
         }
         for (i, n) in names.iter().enumerate() {

@@ -13,7 +13,7 @@
 use crate::netlink::{self, Attr, NLM_F_APPEND};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// `NFNL_SUBSYS_NFTABLES`.
 const SUBSYS_NFTABLES: u16 = 10;
@@ -570,6 +570,25 @@ impl NftListener {
         Ok(if cut { Received::Gap } else { r })
     }
 
+    /// Discards every queued datagram, without waiting (for at most `limit`), and
+    /// returns how many. Before a resync's dump: what is queued is in the dump, and
+    /// only an emptied queue clears the socket's congestion: until then the kernel
+    /// drops further notifications without reporting ENOBUFS again.
+    pub fn discard_queued(&mut self, limit: Duration) -> io::Result<usize> {
+        let deadline = Instant::now() + limit;
+        let mut n = 0;
+        while Instant::now() < deadline {
+            match self.socket.recv(&mut &mut self.buf[..], libc::MSG_DONTWAIT) {
+                Ok(_) => n += 1,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(n),
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    }
+
     /// Scout mode: a socket filter ([`crate::socket_filter`]) makes the kernel queue
     /// every NEWGEN and, of the other datagrams, one in eight at random, cut to its
     /// head. The kernel coalesces notifications into datagrams of up to a page and
@@ -777,15 +796,21 @@ impl Requester {
                         "the ruleset changed during the dump",
                     ));
                 }
+                // NLMSG_ERROR carries an errno; so does NLMSG_DONE, for a dump the
+                // kernel ended with an error (0: complete).
+                let errno = || {
+                    m.payload
+                        .get(..4)
+                        .map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+                };
                 match m.kind {
+                    netlink::NLMSG_DONE if errno() < 0 => {
+                        return Err(io::Error::from_raw_os_error(-errno()));
+                    }
                     netlink::NLMSG_DONE => return Ok(()),
                     netlink::NLMSG_ERROR => {
-                        let errno = m
-                            .payload
-                            .get(..4)
-                            .map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
-                        if errno != 0 {
-                            return Err(io::Error::from_raw_os_error(-errno));
+                        if errno() != 0 {
+                            return Err(io::Error::from_raw_os_error(-errno()));
                         }
                     }
                     _ => {
@@ -818,7 +843,7 @@ impl Requester {
     fn dump_all(&mut self, on: &mut dyn FnMut(NftEvent<'_>)) -> io::Result<()> {
         let all = libc::AF_UNSPEC as u8;
         self.request(GETTABLE, true, all, &[], on)?;
-        let mut chains: Vec<(u8, Vec<u8>)> = Vec::new();
+        let mut chains: Vec<(u8, String, String, Vec<u8>)> = Vec::new();
         self.request(GETCHAIN, true, all, &[], &mut |e| {
             if let NftEvent::Chain {
                 family,
@@ -832,12 +857,22 @@ impl Requester {
                     netlink::build::str_attr(NFTA_RULE_CHAIN, name),
                 ]
                 .concat();
-                chains.push((family, filter));
+                chains.push((family, table.to_string(), name.to_string(), filter));
             }
             on(e);
         })?;
-        for (family, filter) in chains {
-            match self.request(GETRULE, true, family, &[filter], on) {
+        for (family, table, chain, filter) in chains {
+            // Only the rules asked for, should a kernel not apply the filter.
+            let mut of_chain = |e: NftEvent<'_>| match e {
+                NftEvent::Rule {
+                    family: f,
+                    table: t,
+                    chain: c,
+                    ..
+                } if (f, t, c) != (family, table.as_str(), chain.as_str()) => {}
+                e => on(e),
+            };
+            match self.request(GETRULE, true, family, &[filter], &mut of_chain) {
                 // Deleted since the chain dump: the generation moved, the caller retries.
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
                 r => r?,

@@ -241,6 +241,8 @@ struct Acc {
     existed: bool,
     rules_before: usize,
     hooks: Vec<HookRule>,
+    /// A chain-delete message came: dead entries to forget at the end.
+    deleted: bool,
 }
 
 /// One nf_tables transaction being applied, message by message, as notifications
@@ -294,6 +296,7 @@ impl Transaction {
                     existed: t.live,
                     rules_before: if t.live { t.rules } else { 0 },
                     hooks: Vec::new(),
+                    deleted: false,
                 });
                 self.accs.len() - 1
             }
@@ -332,6 +335,7 @@ impl Transaction {
                 e.touch(self.id);
                 e.now = None;
             }
+            a.deleted = true;
             t.live = false;
             t.rules = 0;
             return;
@@ -354,6 +358,7 @@ impl Transaction {
                 }
             }
             NftEvent::Chain { op: Op::Del, .. } => {
+                a.deleted = true;
                 if let Some(c) = e.now.take() {
                     t.rules -= c.rules as usize;
                 }
@@ -488,8 +493,9 @@ impl Transaction {
             tc.rules_added = added.into_iter().collect();
             tc.rules_removed = removed.into_iter().collect();
             tc.rules_after = after.into_iter().collect();
-            // Forget deleted chains (also any left by a transaction dropped at a gap).
-            if !tc.chains_removed.is_empty() || !t.live {
+            // Forget deleted chains (also any left by a transaction dropped at a gap);
+            // a dead table goes as a whole below.
+            if a.deleted && t.live {
                 t.chains.retain(|e| e.now.is_some());
             }
             if !tc.is_empty() {

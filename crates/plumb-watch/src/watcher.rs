@@ -33,6 +33,10 @@ pub const AUDIT_JOIN_WAIT: Duration = Duration::from_millis(30);
 
 /// Writers named by the scout and not yet claimed by the listener.
 const SCOUT_BACKLOG: usize = 64;
+/// Longest a resync spends discarding what is queued before its dump.
+const DISCARD_LIMIT: Duration = Duration::from_secs(2);
+/// When a resync's dump failed, how long before the next attempt.
+const RESYNC_RETRY: Duration = Duration::from_secs(2);
 /// Longest the listener waits for more of a transaction's datagrams to queue (adds
 /// at most this to the time of a complete event).
 const GATHER: Duration = Duration::from_millis(2);
@@ -243,6 +247,8 @@ enum Msg {
     Gap,
     /// Transactions already in the dump the state came from, undone and not reported.
     AlreadyInDump(u64),
+    /// A resync's dump failed (the ruleset kept changing): the old state is kept.
+    ResyncFailed,
     Audit(Box<NetfilterAudit>),
     Error(ErrorKind, String),
 }
@@ -288,7 +294,9 @@ pub fn watch(
     // as it is decoded, so a 150k-message sync is done when its NEWGEN arrives.
     let nft_stop = stop.clone();
     let nft_tx = tx.clone();
-    let (resync_tx, resync_rx) = mpsc::channel::<crate::baseline::Baseline>();
+    // Resync requests from the detection loop (after a gap, debounced).
+    let (resync_tx, resync_rx) = mpsc::channel::<()>();
+    let nft_netns = netns.map(str::to_string);
     let nft_metrics = metrics.clone();
     let mut state = baseline.state;
     // Generation of the dump `state` came from, until a transaction after it is seen.
@@ -460,13 +468,34 @@ pub fn watch(
             // Writers the scout named, by generation.
             let mut named: VecDeque<(u32, Actor)> = VecDeque::new();
             while !nft_stop.load(Ordering::Relaxed) {
-                if let Ok(fresh) = resync_rx.try_recv() {
-                    let changes = state.diff_to(&fresh.state);
-                    state = fresh.state;
-                    dumped = fresh.generation;
-                    txn = None;
-                    dirty = true;
-                    if nft_tx.send(Msg::Resync(Box::new(changes))).is_err() {
+                if resync_rx.try_recv().is_ok() {
+                    // Dumped here, on this thread, as at start: notifications queue on
+                    // the socket meanwhile, and those of transactions already in the
+                    // dump are rolled back (`already_in_dump`). A transaction open now
+                    // committed before the dump, so its rest is rolled back too. What
+                    // is queued now is in the dump: discarded first, which also clears
+                    // the socket's congestion (while congested, the kernel drops
+                    // notifications without reporting it).
+                    if let Err(e) = nft.discard_queued(DISCARD_LIMIT) {
+                        let _ = nft_tx.send(Msg::Error(ErrorKind::NetlinkReceive, e.to_string()));
+                    }
+                    let fresh = crate::baseline::read(nft_netns.as_deref());
+                    let msg = match fresh.generation {
+                        Some(g) => {
+                            let changes = state.diff_to(&fresh.state);
+                            state = fresh.state;
+                            dumped = Some(g);
+                            txn = None;
+                            dirty = true;
+                            Msg::Resync(Box::new(changes))
+                        }
+                        // Keep the state (stale, but not empty) and try again later.
+                        None => {
+                            nft_metrics.error(ErrorKind::Reread);
+                            Msg::ResyncFailed
+                        }
+                    };
+                    if nft_tx.send(msg).is_err() {
                         return;
                     }
                 }
@@ -765,6 +794,7 @@ pub fn watch(
                 resync_at = Some(Instant::now() + opts.debounce);
             }
             Ok(Msg::AlreadyInDump(n)) => in_dump += n,
+            Ok(Msg::ResyncFailed) => resync_at = Some(Instant::now() + RESYNC_RETRY),
             Ok(Msg::Error(kind, _msg)) => metrics.error(kind),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -783,13 +813,9 @@ pub fn watch(
         // Debounced full resync after a gap.
         if resync_at.is_some_and(|t| t <= Instant::now()) {
             resync_at = None;
-            // Blocking: a full dump; the listener thread swaps the state and reports
-            // what changed while events were lost.
-            let fresh = crate::baseline::read(netns);
-            if !fresh.problems.is_empty() {
-                metrics.error(ErrorKind::Reread);
-            }
-            let _ = resync_tx.send(fresh);
+            // The listener thread dumps, swaps the state and reports what changed while
+            // events were lost.
+            let _ = resync_tx.send(());
         }
         // Legacy: audit-triggered re-read, or a poll without audit.
         let poll_due = legacy_present && !audit_ok && Instant::now() >= next_poll;

@@ -533,3 +533,50 @@ fn notifications_queued_during_the_baseline_carry_its_generation() {
         "after the dump {dumped}: {after:?}"
     );
 }
+
+/// Lost notifications (a receive buffer far too small for a sync) give a gap event
+/// and a resync from a fresh dump; afterwards the state is right again: an agent
+/// flushing one kube-proxy chain is reported as exactly that.
+///
+/// Ignored: about 1 run in 8 no event comes for the flush. What was seen then: the
+/// listener finishes one transaction after the resync with no messages in it, and no
+/// other; the socket's drop count (/proc/net/netlink) does not change across the flush
+/// and its queue is empty; the chain had its 2 rules before and none after. Adding a
+/// delay before the flush hides it (30 of 30 passed). Not understood yet; see the
+/// session 5 note on issue 6. Run with
+/// `cargo test -p plumb-watch --test kernel_watch -- --ignored after_a_gap`.
+#[test]
+#[ignore = "flaky: after a gap, a later transaction's notifications are sometimes lost without ENOBUFS (under investigation)"]
+fn after_a_gap_the_resync_dump_makes_the_state_right_again() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    let kp = kube_proxy_state(300);
+    let lab = Lab::new(&["kube-proxy", "venAgent"]);
+    let w = Watching::start_with(plumb_watch::WatchOptions {
+        netns: Some(lab.ns.name().to_string()),
+        receive_buffer: 16 << 10,
+        debounce: std::time::Duration::from_millis(100),
+        ..plumb_watch::WatchOptions::default()
+    });
+    lab.kube_proxy_sync(&kp);
+    let gap = w.wait_for(0, "a gap", |e| e.kind == Kind::Gap);
+    let resync = w.wait_for(gap, "the resync", |e| e.kind == Kind::Resync);
+    // The resync's dump has every chain of the sync with its rules: a flush of one is
+    // seen as a flush (none left), by its writer.
+    let ven = lab.run(
+        "venAgent",
+        "iptables-nft",
+        &["-t", "nat", "-F", "KUBE-SVC-NPX46M4PTMTKRN6Y"],
+        None,
+    );
+    let i = w.wait_for(resync, "the agent's flush", |e| {
+        e.kind == Kind::ForeignChange && e.actor.pid == Some(ven.pid)
+    });
+    let e = &w.snapshot()[i];
+    assert_eq!(e.action, Action::Flushed, "{}", e.human());
+    assert_eq!(e.chains, vec!["KUBE-SVC-NPX46M4PTMTKRN6Y".to_string()]);
+    let (_, summary) = w.finish();
+    assert!(summary.gaps >= 1, "{summary:?}");
+}
