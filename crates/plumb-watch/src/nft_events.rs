@@ -551,18 +551,21 @@ impl NftListener {
     /// Waits up to the receive timeout for datagrams and hands their messages to `on`
     /// as borrowed events, in order (no allocation per message). One `recvmmsg` takes
     /// up to [`LISTENER_BATCH`] datagrams. A datagram longer than its slot (never seen:
-    /// the kernel fills datagrams to about a page) is reported as a gap.
+    /// the kernel fills datagrams to about a page) or holding a cut message is
+    /// reported as a gap.
     pub fn receive_each(&mut self, on: &mut dyn FnMut(NftEvent<'_>)) -> io::Result<Received> {
         self.receive_datagrams(&mut |d| decode_each(d, on))
     }
 
     /// Waits up to the receive timeout and hands each datagram received, whole and
     /// undecoded, to `on`: for recording notifications to replay (benches/apply.rs).
-    /// A datagram longer than its slot is reported as a gap, as by `receive_each`.
+    /// A datagram longer than its slot or holding a cut message is reported as a gap.
     pub fn receive_datagrams(&mut self, on: &mut dyn FnMut(&[u8])) -> io::Result<Received> {
         let mut cut = false;
         let r = self.receive_many(LISTENER_SLOT, &mut |d, truncated| {
-            cut |= truncated;
+            // Longer than its slot, or shorter than its messages (a buffer the kernel
+            // trimmed: see `socket_filter`): notifications were lost.
+            cut |= truncated || netlink::messages_up_to_cut(d).any(|(_, cut)| cut);
             if !cut {
                 on(d);
             }
@@ -590,18 +593,15 @@ impl NftListener {
     }
 
     /// Scout mode: a socket filter ([`crate::socket_filter`]) makes the kernel queue
-    /// every NEWGEN and, of the other datagrams, one in eight at random, cut to its
-    /// head. The kernel coalesces notifications into datagrams of up to a page and
+    /// every NEWGEN and, of the other datagrams, one in eight at random (the scout
+    /// copies their heads: its slots are small). The kernel coalesces notifications into datagrams of up to a page and
     /// sends NEWGEN in a datagram of its own after them: a scout reads it as it is
     /// sent, with a sample of the transaction (the first notification of the sampled
     /// datagrams), long before a listener that decodes everything does (see
     /// [`NftListener::receive_heads`]).
     pub fn into_scout(mut self) -> io::Result<NftListener> {
         use crate::socket_filter::{SCOUT_SAMPLE_ONE_IN, attach, scout_program};
-        attach(
-            self.socket.as_raw_fd(),
-            &scout_program(SCOUT_SAMPLE_ONE_IN, SCOUT_HEAD as u32),
-        )?;
+        attach(self.socket.as_raw_fd(), &scout_program(SCOUT_SAMPLE_ONE_IN))?;
         self.buf = vec![0; SCOUT_HEAD * SCOUT_BATCH];
         Ok(self)
     }

@@ -1,6 +1,15 @@
 //! The scout's classic BPF socket filter: the kernel hands the scout every NEWGEN
-//! and one other datagram in [`SCOUT_SAMPLE_ONE_IN`], chosen at random and cut to
-//! its first [`SCOUT_HEAD`] bytes, and drops the rest before they are queued.
+//! and one other datagram in [`SCOUT_SAMPLE_ONE_IN`], chosen at random, and drops the
+//! rest before they are queued. The scout copies only the first [`SCOUT_HEAD`] bytes
+//! of each (its receive slots are that size).
+//!
+//! The filter keeps sampled datagrams whole rather than cutting them to their head
+//! (which a classic BPF program can do by returning a length): the kernel trims the
+//! buffer it is broadcasting in place, and when it then fails to queue it on the scout
+//! (its buffer full) it hands the same trimmed buffer to the next subscriber. The
+//! listener then got datagrams cut to 512 bytes with no sign of it (seen on 6.18:
+//! `do_one_broadcast` keeps its copy after a failed delivery), and lost notifications
+//! without a gap.
 //!
 //! Why: the kernel sends a transaction's NEWGEN (which names the writer) after all of
 //! its notifications, ~130 ms after the first one for a 10k-service revert on a 2-core
@@ -44,9 +53,9 @@ fn insn(code: u16, jt: u8, jf: u8, k: u32) -> Insn {
     libc::sock_filter { code, jt, jf, k }
 }
 
-/// The program: NEWGEN whole, else one in `one_in` (rounded up to a power of two)
-/// cut to `head` bytes, else nothing.
-pub fn scout_program(one_in: u32, head: u32) -> [Insn; 8] {
+/// The program: NEWGEN, and one other datagram in `one_in` (rounded up to a power of
+/// two), whole; else nothing.
+pub fn scout_program(one_in: u32) -> [Insn; 7] {
     let mask = one_in.max(1).next_power_of_two() - 1;
     let newgen_as_loaded = u16::from_be_bytes(NEWGEN.to_ne_bytes());
     [
@@ -54,10 +63,9 @@ pub fn scout_program(one_in: u32, head: u32) -> [Insn; 8] {
         insn(JMP_JEQ_K, 3, 0, u32::from(newgen_as_loaded)), // 1: NEWGEN? -> 5
         insn(LD_W_ABS, 0, 0, AD_RANDOM),                    // 2: A = random
         insn(ALU_AND_K, 0, 0, mask),                        // 3: A &= mask
-        insn(JMP_JEQ_K, 1, 2, 0),                           // 4: A == 0? -> 6 : 7
-        insn(RET_K, 0, 0, u32::MAX),                        // 5: whole datagram
-        insn(RET_K, 0, 0, head),                            // 6: its head
-        insn(RET_K, 0, 0, 0),                               // 7: drop
+        insn(JMP_JEQ_K, 0, 1, 0),                           // 4: A == 0? -> 5 : 6
+        insn(RET_K, 0, 0, u32::MAX),                        // 5: the whole datagram
+        insn(RET_K, 0, 0, 0),                               // 6: drop
     ]
 }
 
@@ -105,8 +113,8 @@ mod tests {
     }
 
     #[test]
-    fn newgen_always_passes_whole_and_other_datagrams_one_in_eight_as_heads() {
-        let p = scout_program(SCOUT_SAMPLE_ONE_IN, SCOUT_HEAD);
+    fn newgen_always_passes_and_other_datagrams_one_in_eight_all_whole() {
+        let p = scout_program(SCOUT_SAMPLE_ONE_IN);
         let newgen = message(NEWGEN);
         for r in [0, 1, 7, 8, u32::MAX] {
             assert_eq!(run(&p, &newgen, r), Some(u32::MAX), "random {r}");
@@ -115,7 +123,7 @@ mod tests {
         for kind in [(10 << 8) | 3, (10 << 8) | 8] {
             let m = message(kind);
             let kept = (0..64u32)
-                .filter(|r| run(&p, &m, *r) == Some(SCOUT_HEAD))
+                .filter(|r| run(&p, &m, *r) == Some(u32::MAX))
                 .count();
             let dropped = (0..64u32).filter(|r| run(&p, &m, *r) == Some(0)).count();
             assert_eq!((kept, dropped), (8, 56));
@@ -126,8 +134,14 @@ mod tests {
         // A datagram too short to hold a type: the kernel drops it (load out of range).
         assert_eq!(run(&p, &[0u8; 5], 0), None);
         // Sampling rounds up to a power of two; 1 keeps everything.
-        assert_eq!(scout_program(6, 64)[3].k, 7);
-        let all = scout_program(1, 64);
-        assert!((0..16).all(|r| run(&all, &message(3), r) == Some(64)));
+        assert_eq!(scout_program(6)[3].k, 7);
+        let all = scout_program(1);
+        assert!((0..16).all(|r| run(&all, &message(3), r) == Some(u32::MAX)));
+        // Never a length between: a cut would trim the kernel's shared buffer.
+        assert!(
+            p.iter()
+                .filter(|i| i.code == RET_K)
+                .all(|i| i.k == 0 || i.k == u32::MAX)
+        );
     }
 }

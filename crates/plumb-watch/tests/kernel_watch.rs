@@ -536,17 +536,10 @@ fn notifications_queued_during_the_baseline_carry_its_generation() {
 
 /// Lost notifications (a receive buffer far too small for a sync) give a gap event
 /// and a resync from a fresh dump; afterwards the state is right again: an agent
-/// flushing one kube-proxy chain is reported as exactly that.
-///
-/// Ignored: about 1 run in 8 no event comes for the flush. What was seen then: the
-/// listener finishes one transaction after the resync with no messages in it, and no
-/// other; the socket's drop count (/proc/net/netlink) does not change across the flush
-/// and its queue is empty; the chain had its 2 rules before and none after. Adding a
-/// delay before the flush hides it (30 of 30 passed). Not understood yet; see the
-/// session 5 note on issue 6. Run with
-/// `cargo test -p plumb-watch --test kernel_watch -- --ignored after_a_gap`.
+/// flushing one kube-proxy chain is reported as exactly that. (This test found the
+/// scout's filter trimming datagrams that the kernel then handed to the listener:
+/// see `socket_filter`.)
 #[test]
-#[ignore = "flaky: after a gap, a later transaction's notifications are sometimes lost without ENOBUFS (under investigation)"]
 fn after_a_gap_the_resync_dump_makes_the_state_right_again() {
     if let Some(r) = skip_reason() {
         eprintln!("skip: {r}");
