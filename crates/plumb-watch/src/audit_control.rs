@@ -34,11 +34,7 @@ fn audit_request(kind: u16, payload: &[u8]) -> std::io::Result<Vec<u8>> {
         buf.truncate(n);
         for m in crate::netlink::messages(&buf) {
             if m.kind == 2 {
-                let err = m
-                    .payload
-                    .get(..4)
-                    .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-                    .unwrap_or(0);
+                let err = m.errno();
                 if err != 0 {
                     return Err(std::io::Error::from_raw_os_error(-err));
                 }

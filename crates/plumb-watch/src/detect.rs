@@ -176,14 +176,9 @@ fn is_xtables_table(name: &str) -> bool {
     matches!(name, "filter" | "nat" | "mangle" | "raw" | "security")
 }
 
-/// Owner of `chain` in table `t`: native nft tables by table name, else by chain name.
-/// None for built-in chains and chains no catalogue entry claims.
-pub fn owner_of(t: &TableChanges, chain: &str) -> Option<String> {
-    Owners::of_table(t).of(chain).map(str::to_string)
-}
-
-/// Owners of the chains of one table, for classifying thousands of chains: the
-/// table's owner is looked up once.
+/// Owners of the chains of one table: native nft tables by table name, else by chain
+/// name; none for built-in chains and chains no catalogue entry claims. For
+/// classifying thousands of chains: the table's owner is looked up once.
 struct Owners {
     /// A native nft table's owner: it owns every chain of the table.
     table: Option<String>,

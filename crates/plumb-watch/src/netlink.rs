@@ -31,6 +31,16 @@ pub struct Message<'a> {
     pub payload: &'a [u8],
 }
 
+impl Message<'_> {
+    /// The errno an `NLMSG_ERROR` (or a dump's closing `NLMSG_DONE`) carries: the first
+    /// i32 of its payload, negative; 0 for an acknowledgement or a payload too short.
+    pub fn errno(&self) -> i32 {
+        self.payload
+            .get(..4)
+            .map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}
+
 /// Iterates the messages of one datagram. Stops at the first malformed header, and at
 /// a message longer than what is left.
 pub fn messages(buf: &[u8]) -> impl Iterator<Item = Message<'_>> {

@@ -247,12 +247,18 @@ pub fn decode(buf: &[u8]) -> Vec<NftMessage> {
 }
 
 /// Decodes every nftables message in one datagram into borrowed events, in order.
-pub fn decode_each<'a>(buf: &'a [u8], on: &mut dyn FnMut(NftEvent<'a>)) {
-    for m in netlink::messages(buf) {
+/// Returns false when the datagram ends in a cut message (it was trimmed: the rest of
+/// that message and any after it are lost).
+pub fn decode_each<'a>(buf: &'a [u8], on: &mut dyn FnMut(NftEvent<'a>)) -> bool {
+    for (m, cut) in netlink::messages_up_to_cut(buf) {
+        if cut {
+            return false;
+        }
         if let Some(e) = decode_one(m) {
             on(e);
         }
     }
+    true
 }
 
 /// Decodes the head of a datagram of which only the first bytes were copied: the
@@ -554,23 +560,30 @@ impl NftListener {
     /// the kernel fills datagrams to about a page) or holding a cut message is
     /// reported as a gap.
     pub fn receive_each(&mut self, on: &mut dyn FnMut(NftEvent<'_>)) -> io::Result<Received> {
-        self.receive_datagrams(&mut |d| decode_each(d, on))
+        self.receive_whole(&mut |d| decode_each(d, on))
     }
 
     /// Waits up to the receive timeout and hands each datagram received, whole and
     /// undecoded, to `on`: for recording notifications to replay (benches/apply.rs).
     /// A datagram longer than its slot or holding a cut message is reported as a gap.
     pub fn receive_datagrams(&mut self, on: &mut dyn FnMut(&[u8])) -> io::Result<Received> {
-        let mut cut = false;
+        self.receive_whole(&mut |d| {
+            on(d);
+            !netlink::messages_up_to_cut(d).any(|(_, cut)| cut)
+        })
+    }
+
+    /// One [`NftListener::receive_many`] in listener slots; `on` takes each datagram
+    /// and says whether it held whole messages only. A datagram longer than its slot
+    /// (not handed over) or holding a cut message (a buffer the kernel trimmed: see
+    /// `socket_filter`) means notifications were lost: the rest of the batch is not
+    /// handed over, and the call reports a gap.
+    fn receive_whole(&mut self, on: &mut dyn FnMut(&[u8]) -> bool) -> io::Result<Received> {
+        let mut lost = false;
         let r = self.receive_many(LISTENER_SLOT, &mut |d, truncated| {
-            // Longer than its slot, or shorter than its messages (a buffer the kernel
-            // trimmed: see `socket_filter`): notifications were lost.
-            cut |= truncated || netlink::messages_up_to_cut(d).any(|(_, cut)| cut);
-            if !cut {
-                on(d);
-            }
+            lost = lost || truncated || !on(d);
         })?;
-        Ok(if cut { Received::Gap } else { r })
+        Ok(if lost { Received::Gap } else { r })
     }
 
     /// Discards every queued datagram, without waiting (for at most `limit`), and
@@ -594,11 +607,11 @@ impl NftListener {
 
     /// Scout mode: a socket filter ([`crate::socket_filter`]) makes the kernel queue
     /// every NEWGEN and, of the other datagrams, one in eight at random (the scout
-    /// copies their heads: its slots are small). The kernel coalesces notifications into datagrams of up to a page and
-    /// sends NEWGEN in a datagram of its own after them: a scout reads it as it is
-    /// sent, with a sample of the transaction (the first notification of the sampled
-    /// datagrams), long before a listener that decodes everything does (see
-    /// [`NftListener::receive_heads`]).
+    /// copies their heads: its slots are small). The kernel coalesces notifications
+    /// into datagrams of up to a page and sends NEWGEN in a datagram of its own after
+    /// them: a scout reads it as it is sent, with a sample of the transaction (the
+    /// first notification of the sampled datagrams), long before a listener that
+    /// decodes everything does (see [`NftListener::receive_heads`]).
     pub fn into_scout(mut self) -> io::Result<NftListener> {
         use crate::socket_filter::{SCOUT_SAMPLE_ONE_IN, attach, scout_program};
         attach(self.socket.as_raw_fd(), &scout_program(SCOUT_SAMPLE_ONE_IN))?;
@@ -798,19 +811,14 @@ impl Requester {
                 }
                 // NLMSG_ERROR carries an errno; so does NLMSG_DONE, for a dump the
                 // kernel ended with an error (0: complete).
-                let errno = || {
-                    m.payload
-                        .get(..4)
-                        .map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-                };
                 match m.kind {
-                    netlink::NLMSG_DONE if errno() < 0 => {
-                        return Err(io::Error::from_raw_os_error(-errno()));
+                    netlink::NLMSG_DONE if m.errno() < 0 => {
+                        return Err(io::Error::from_raw_os_error(-m.errno()));
                     }
                     netlink::NLMSG_DONE => return Ok(()),
                     netlink::NLMSG_ERROR => {
-                        if errno() != 0 {
-                            return Err(io::Error::from_raw_os_error(-errno()));
+                        if m.errno() != 0 {
+                            return Err(io::Error::from_raw_os_error(-m.errno()));
                         }
                     }
                     _ => {
@@ -843,7 +851,7 @@ impl Requester {
     fn dump_all(&mut self, on: &mut dyn FnMut(NftEvent<'_>)) -> io::Result<()> {
         let all = libc::AF_UNSPEC as u8;
         self.request(GETTABLE, true, all, &[], on)?;
-        let mut chains: Vec<(u8, String, String, Vec<u8>)> = Vec::new();
+        let mut chains: Vec<(u8, String, String)> = Vec::new();
         self.request(GETCHAIN, true, all, &[], &mut |e| {
             if let NftEvent::Chain {
                 family,
@@ -852,16 +860,16 @@ impl Requester {
                 ..
             } = e
             {
-                let filter = [
-                    netlink::build::str_attr(NFTA_RULE_TABLE, table),
-                    netlink::build::str_attr(NFTA_RULE_CHAIN, name),
-                ]
-                .concat();
-                chains.push((family, table.to_string(), name.to_string(), filter));
+                chains.push((family, table.to_string(), name.to_string()));
             }
             on(e);
         })?;
-        for (family, table, chain, filter) in chains {
+        for (family, table, chain) in chains {
+            let filter = [
+                netlink::build::str_attr(NFTA_RULE_TABLE, &table),
+                netlink::build::str_attr(NFTA_RULE_CHAIN, &chain),
+            ]
+            .concat();
             // Only the rules asked for, should a kernel not apply the filter.
             let mut of_chain = |e: NftEvent<'_>| match e {
                 NftEvent::Rule {
@@ -1112,6 +1120,14 @@ mod tests {
         for cut in 0..40 {
             decode_head(&buf[..cut], &mut |_| {});
         }
+        // The listener's decoder says whether the datagram ended on a message boundary
+        // (a cut one means lost notifications), after handing over the whole messages.
+        let mut whole = 0;
+        assert!(decode_each(&buf, &mut |_| whole += 1));
+        assert_eq!(whole, 2);
+        let mut before_cut = 0;
+        assert!(!decode_each(&buf[..buf.len() - 8], &mut |_| before_cut += 1));
+        assert_eq!(before_cut, 1);
     }
 
     #[test]
