@@ -121,6 +121,16 @@ fn policy_code(p: &plumb_ruleset::Policy) -> Option<u32> {
     }
 }
 
+/// A chain's policy set to another value (a policy cleared is not reported).
+fn policy_change(name: &str, before: &ChainState, after: &ChainState) -> Option<PolicyDelta> {
+    let to = after.policy.filter(|p| Some(*p) != before.policy)?;
+    Some(PolicyDelta {
+        chain: name.to_string(),
+        from: before.policy.map(|p| policy_name(p).to_string()),
+        to: policy_name(to).to_string(),
+    })
+}
+
 /// A base chain created with policy DROP: what its hook passed before (no chain, no
 /// verdict) it now drops by default, as when ufw creates `FORWARD` with policy DROP
 /// in a table where iptables-nft had not created it yet. Reported as a policy change
@@ -468,13 +478,7 @@ impl Transaction {
                         rules: b.rules as usize,
                     }),
                     (Some(b), Some(c)) => {
-                        if let Some(to) = c.policy.filter(|p| Some(*p) != b.policy) {
-                            tc.policies.push(PolicyDelta {
-                                chain: name.to_string(),
-                                from: b.policy.map(|p| policy_name(p).to_string()),
-                                to: policy_name(to).to_string(),
-                            });
-                        }
+                        tc.policies.extend(policy_change(name, b, c));
                         // rules_after only where detection reads it: rules removed and
                         // none added (flushed or modified?).
                         if e.added > 0 {
@@ -565,13 +569,7 @@ impl NftState {
                         if ra != rb {
                             tc.rules_after.insert(name.to_string(), rb);
                         }
-                        if let Some(to) = b.policy.filter(|p| Some(*p) != a.policy) {
-                            tc.policies.push(PolicyDelta {
-                                chain: name.to_string(),
-                                from: a.policy.map(|p| policy_name(p).to_string()),
-                                to: policy_name(to).to_string(),
-                            });
-                        }
+                        tc.policies.extend(policy_change(name, a, b));
                     }
                     (None, None) => {}
                 }
