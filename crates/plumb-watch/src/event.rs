@@ -4,8 +4,9 @@
 //! `{"time","kind","table","chains":[…],"owner","actor":{"pid","comm","exe","unit",…},
 //! "latency_ms", …}` with `kind` one of `foreign-change`, `fight`, `policy-change`,
 //! `owner-change`, `resync`, `gap`. Times are UTC (RFC 3339, milliseconds). An event
-//! with `"preliminary": true` reports a big transaction before it was fully read (see
-//! [`crate::scout`]); the complete event of the same `generation` follows.
+//! with `"preliminary": true` reports what a big transaction has done while the kernel
+//! is still sending it (see [`crate::listener`]); the complete event of the same
+//! `generation` follows.
 
 use crate::actor::Actor;
 use crate::detect::{Action, FightInfo, Finding, Kind};

@@ -7,9 +7,9 @@
 //! without a kernel: [`netlink`] and the decoders, [`state`] (chains per table kept
 //! from notifications), [`changes`], [`detect`] (foreign changes, owner changes,
 //! policy changes, hook insertions, fights) and [`event`] (the JSON line contract).
-//! [`scout`] (pure) samples big transactions seen by a second subscription, which
-//! [`socket_filter`] thins out in the kernel, so their writer is named before the
-//! listener has read them. [`watcher`] wires them;
+//! [`listener`] is the thread that reads every notification, keeps the state and names
+//! each transaction's writer (before its NEWGEN with the eBPF probe's
+//! [`pending_sends`]). [`watcher`] wires them;
 //! [`metrics`] exposes Prometheus metrics; [`impersonate`] runs iptables under
 //! another process name for tests and the lab. [`writer_probe`] (eBPF, optional)
 //! names the writer when it sends its batch, before any notification; [`probe_handoff`]
@@ -30,14 +30,14 @@ pub mod detect;
 pub mod event;
 pub mod impersonate;
 pub mod legacy;
+pub mod listener;
 pub mod metrics;
 pub mod netlink;
 pub mod netns;
 pub mod nft_events;
+pub mod pending_sends;
 pub mod probe_handoff;
-pub mod scout;
 pub mod signals;
-pub mod socket_filter;
 pub mod state;
 pub mod watcher;
 pub mod writer_probe;

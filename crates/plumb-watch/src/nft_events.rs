@@ -261,37 +261,6 @@ pub fn decode_each<'a>(buf: &'a [u8], on: &mut dyn FnMut(NftEvent<'a>)) -> bool 
     true
 }
 
-/// Decodes the head of a datagram of which only the first bytes were copied: the
-/// complete messages, then the cut one from what is left of it (its attributes up to
-/// the cut: table and chain names come first). A cut rule reports no jump or verdict
-/// (its expressions may be missing). Never panics.
-pub fn decode_head<'a>(buf: &'a [u8], on: &mut dyn FnMut(NftEvent<'a>)) {
-    for (m, cut) in netlink::messages_up_to_cut(buf) {
-        match decode_one(m) {
-            Some(NftEvent::Rule {
-                op,
-                family,
-                table,
-                chain,
-                handle,
-                appended,
-                ..
-            }) if cut => on(NftEvent::Rule {
-                op,
-                family,
-                table,
-                chain,
-                handle,
-                appended,
-                jump: None,
-                verdict: None,
-            }),
-            Some(e) => on(e),
-            None => {}
-        }
-    }
-}
-
 /// Table names of the iptables-nft compatibility layer.
 fn is_xtables_table(name: &str) -> bool {
     matches!(name, "filter" | "nat" | "mangle" | "raw" | "security")
@@ -521,23 +490,12 @@ pub struct NftListener {
 /// during the first benchmark run, which saw one gap.
 pub const RECEIVE_BUFFER: usize = 128 << 20;
 
-/// Bytes a scout copies of each datagram (its socket filter cuts them there too).
-pub const SCOUT_HEAD: usize = crate::socket_filter::SCOUT_HEAD as usize;
-/// Datagrams a scout takes per system call.
-pub const SCOUT_BATCH: usize = 128;
 /// Bytes a listener keeps for each datagram: the kernel fills notification datagrams to
 /// about a page (NLMSG_GOODSIZE); a dump reply of one big object may be longer.
 pub const LISTENER_SLOT: usize = 64 * 1024;
 /// Datagrams a listener takes per system call (its buffer is this many slots; pages
 /// are touched only as far as datagrams fill them).
 pub const LISTENER_BATCH: usize = 16;
-/// Slots of one `recvmmsg` at most.
-const MAX_BATCH: usize = if SCOUT_BATCH > LISTENER_BATCH {
-    SCOUT_BATCH
-} else {
-    LISTENER_BATCH
-};
-
 impl NftListener {
     /// Subscribes in the current network namespace, or in `netns` (a name under
     /// /run/netns or a path such as /proc/PID/ns/net). Needs CAP_NET_ADMIN (and
@@ -573,19 +531,6 @@ impl NftListener {
         })
     }
 
-    /// One [`NftListener::receive_many`] in listener slots; `on` takes each datagram
-    /// and says whether it held whole messages only. A datagram longer than its slot
-    /// (not handed over) or holding a cut message (a buffer the kernel trimmed: see
-    /// `socket_filter`) means notifications were lost: the rest of the batch is not
-    /// handed over, and the call reports a gap.
-    fn receive_whole(&mut self, on: &mut dyn FnMut(&[u8]) -> bool) -> io::Result<Received> {
-        let mut lost = false;
-        let r = self.receive_many(LISTENER_SLOT, &mut |d, truncated| {
-            lost = lost || truncated || !on(d);
-        })?;
-        Ok(if lost { Received::Gap } else { r })
-    }
-
     /// Discards every queued datagram, without waiting (for at most `limit`), and
     /// returns how many. Before a resync's dump: what is queued is in the dump, and
     /// only an emptied queue clears the socket's congestion: until then the kernel
@@ -605,54 +550,22 @@ impl NftListener {
         Ok(n)
     }
 
-    /// Scout mode: a socket filter ([`crate::socket_filter`]) makes the kernel queue
-    /// every NEWGEN and, of the other datagrams, one in eight at random (the scout
-    /// copies their heads: its slots are small). The kernel coalesces notifications
-    /// into datagrams of up to a page and sends NEWGEN in a datagram of its own after
-    /// them: a scout reads it as it is sent, with a sample of the transaction (the
-    /// first notification of the sampled datagrams), long before a listener that
-    /// decodes everything does (see [`NftListener::receive_heads`]).
-    pub fn into_scout(mut self) -> io::Result<NftListener> {
-        use crate::socket_filter::{SCOUT_SAMPLE_ONE_IN, attach, scout_program};
-        attach(self.socket.as_raw_fd(), &scout_program(SCOUT_SAMPLE_ONE_IN))?;
-        self.buf = vec![0; SCOUT_HEAD * SCOUT_BATCH];
-        Ok(self)
-    }
-
-    /// Asks the kernel for the current generation (`NFT_MSG_GETGEN`, a read): the
-    /// answer arrives on this socket as a NEWGEN naming plumb itself, so the
-    /// generation of the next transaction is known before its own NEWGEN.
-    pub fn request_generation(&self) -> io::Result<()> {
-        send_request(&self.socket, GETGEN, 0, libc::AF_UNSPEC as u8, &[])
-    }
-
-    /// Waits up to the receive timeout for datagrams and hands what was copied of each
-    /// to `on` ([`decode_head`]), in order. One `recvmmsg` takes up to
-    /// [`SCOUT_BATCH`] datagrams, each cut at [`SCOUT_HEAD`] bytes: a scout reads a
-    /// 10k-service revert (~14k datagrams, ~1.7k of them sampled) in a few dozen
-    /// system calls.
-    pub fn receive_heads(&mut self, on: &mut dyn FnMut(NftEvent<'_>)) -> io::Result<Received> {
-        self.receive_many(SCOUT_HEAD, &mut |d, _| decode_head(d, on))
-    }
-
-    /// One `recvmmsg` into `buf` cut in slots of `slot` bytes (at most [`MAX_BATCH`]):
-    /// blocks up to the receive timeout for the first datagram only, then hands each
-    /// datagram received (as much of it as fit, and whether it was cut) to `on`.
-    fn receive_many(
-        &mut self,
-        slot: usize,
-        on: &mut dyn FnMut(&[u8], bool),
-    ) -> io::Result<Received> {
-        let slots = (self.buf.len() / slot).clamp(1, MAX_BATCH);
-        let slot = slot.min(self.buf.len());
+    /// One `recvmmsg` into the listener's slots: blocks up to the receive timeout for
+    /// the first datagram only, then hands each datagram received to `on`, which says
+    /// whether it held whole messages only. A datagram longer than its slot (not
+    /// handed over) or holding a cut message means notifications were lost: the rest
+    /// of the batch is not handed over, and the call reports a gap.
+    fn receive_whole(&mut self, on: &mut dyn FnMut(&[u8]) -> bool) -> io::Result<Received> {
+        const SLOTS: usize = LISTENER_BATCH;
+        let slot = self.buf.len() / SLOTS;
         let base = self.buf.as_mut_ptr();
         // SAFETY: plain-old-data C structs; all-zero is a valid (empty) value.
-        let mut iovs: [libc::iovec; MAX_BATCH] = unsafe { std::mem::zeroed() };
+        let mut iovs: [libc::iovec; SLOTS] = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
-        let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
-        for i in 0..slots {
+        let mut hdrs: [libc::mmsghdr; SLOTS] = unsafe { std::mem::zeroed() };
+        for i in 0..SLOTS {
             iovs[i] = libc::iovec {
-                // SAFETY: slot i lies within `buf` (slots * slot <= buf.len()).
+                // SAFETY: slot i lies within `buf` (SLOTS * slot <= buf.len()).
                 iov_base: unsafe { base.add(i * slot) }.cast(),
                 iov_len: slot,
             };
@@ -660,14 +573,14 @@ impl NftListener {
             hdrs[i].msg_hdr.msg_iovlen = 1;
         }
         let n = loop {
-            // SAFETY: `hdrs[..slots]` point at live iovecs into `buf`, which outlive the
+            // SAFETY: `hdrs` point at live iovecs into `buf`, which outlive the
             // call; the kernel writes at most `slot` bytes per slot, msg_len and flags.
             // MSG_WAITFORONE: block (up to SO_RCVTIMEO) for the first datagram only.
             let rc = unsafe {
                 libc::recvmmsg(
                     self.socket.as_raw_fd(),
                     hdrs.as_mut_ptr(),
-                    slots as libc::c_uint,
+                    SLOTS as libc::c_uint,
                     libc::MSG_WAITFORONE,
                     std::ptr::null_mut(),
                 )
@@ -683,11 +596,12 @@ impl NftListener {
                 _ => Err(e),
             };
         };
-        for (i, h) in hdrs.iter().enumerate().take(n.min(slots)) {
+        for (i, h) in hdrs.iter().enumerate().take(n.min(SLOTS)) {
             let len = (h.msg_len as usize).min(slot);
             let start = i * slot;
-            let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            on(&self.buf[start..start + len], truncated);
+            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || !on(&self.buf[start..start + len]) {
+                return Ok(Received::Gap);
+            }
         }
         Ok(if n == 0 {
             Received::Idle
@@ -1086,7 +1000,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cut_datagram_still_names_table_and_chain() {
+    fn a_cut_datagram_is_told_apart() {
         let jump = nested(
             4,
             &[nested(
@@ -1106,20 +1020,6 @@ mod tests {
             ],
         );
         let buf = [rule.clone(), rule].concat();
-        for cut in [buf.len(), 70, 60] {
-            let mut seen = Vec::new();
-            decode_head(&buf[..cut], &mut |e| seen.push(e.to_message()));
-            assert!(!seen.is_empty(), "cut at {cut}");
-            assert!(matches!(
-                &seen[0],
-                NftMessage::Rule { op: Op::Del, table, chain, summary, .. }
-                    if table == "nat" && chain == "KUBE-SEP-ABC" && summary.jump.is_none()
-            ));
-        }
-        // Cut inside the header or a name: nothing, or an empty name, never a panic.
-        for cut in 0..40 {
-            decode_head(&buf[..cut], &mut |_| {});
-        }
         // The listener's decoder says whether the datagram ended on a message boundary
         // (a cut one means lost notifications), after handing over the whole messages.
         let mut whole = 0;

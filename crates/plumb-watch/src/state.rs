@@ -437,73 +437,88 @@ impl Transaction {
         state.tables.retain(|t| t.live);
     }
 
-    /// The net effect of the transaction on `state` (which it has already changed);
-    /// forgets the chains and tables it deleted.
-    pub fn finish(self, state: &mut NftState) -> ChangeSet {
-        let mut accs = self.accs;
-        accs.sort_by(|a, b| {
-            let (x, y) = (&state.tables[a.table], &state.tables[b.table]);
-            (x.family, &x.name).cmp(&(y.family, &y.name))
+    /// What the transaction has done so far (its net effect if it ended now), without
+    /// changing `state`: for a preliminary event while the kernel still sends it.
+    pub fn changes_so_far(&self, state: &NftState) -> ChangeSet {
+        let mut accs: Vec<&Acc> = self.accs.iter().collect();
+        accs.sort_by_key(|a| {
+            let t = &state.tables[a.table];
+            (t.family, t.name.as_str())
         });
         let mut out = ChangeSet::default();
         for a in accs {
-            let t = &mut state.tables[a.table];
-            let mut tc = TableChanges {
-                family: family_name(t.family).to_string(),
-                table: t.name.clone(),
-                table_added: !a.existed && t.live,
-                table_removed: a.existed && !t.live,
-                hook_rules: a.hooks,
-                whole_table_flushed: a.rules_before > 0 && t.rules == 0,
-                ..TableChanges::default()
-            };
-            let mut touched: Vec<(&ChainName, &ChainEntry)> =
-                t.chains.iter().filter(|(_, e)| e.txn == self.id).collect();
-            touched.sort_unstable_by(|x, y| x.0.cmp(y.0));
-            // Filled in name order, then built in bulk (no tree search per chain: a
-            // sync changes the rules of 40k chains).
-            let (mut added, mut removed, mut after) = (Vec::new(), Vec::new(), Vec::new());
-            for (name, e) in touched {
-                let name = name.as_str();
-                match (&e.before, &e.now) {
-                    (None, Some(c)) => {
-                        tc.chains_added.push(ChainDelta {
-                            name: name.to_string(),
-                            rules: c.rules as usize,
-                        });
-                        tc.policies.extend(new_chain_policy(name, c));
-                    }
-                    (Some(b), None) => tc.chains_removed.push(ChainDelta {
-                        name: name.to_string(),
-                        rules: b.rules as usize,
-                    }),
-                    (Some(b), Some(c)) => {
-                        tc.policies.extend(policy_change(name, b, c));
-                        // rules_after only where detection reads it: rules removed and
-                        // none added (flushed or modified?).
-                        if e.added > 0 {
-                            added.push((name.to_string(), e.added as usize));
-                        }
-                        if e.removed > 0 {
-                            removed.push((name.to_string(), e.removed as usize));
-                            if e.added == 0 {
-                                after.push((name.to_string(), c.rules as usize));
-                            }
-                        }
-                    }
-                    (None, None) => {}
-                }
-            }
-            tc.rules_added = added.into_iter().collect();
-            tc.rules_removed = removed.into_iter().collect();
-            tc.rules_after = after.into_iter().collect();
-            // Forget deleted chains (also any left by a transaction dropped at a gap);
-            // a dead table goes as a whole below.
-            if a.deleted && t.live {
-                t.chains.retain(|e| e.now.is_some());
-            }
+            let tc = self.table_changes(a, &state.tables[a.table]);
             if !tc.is_empty() {
                 out.tables.push(tc);
+            }
+        }
+        out
+    }
+
+    /// What the transaction did to one table (`a` is its record of that table).
+    fn table_changes(&self, a: &Acc, t: &TableState) -> TableChanges {
+        let mut tc = TableChanges {
+            family: family_name(t.family).to_string(),
+            table: t.name.clone(),
+            table_added: !a.existed && t.live,
+            table_removed: a.existed && !t.live,
+            hook_rules: a.hooks.clone(),
+            whole_table_flushed: a.rules_before > 0 && t.rules == 0,
+            ..TableChanges::default()
+        };
+        let mut touched: Vec<(&ChainName, &ChainEntry)> =
+            t.chains.iter().filter(|(_, e)| e.txn == self.id).collect();
+        touched.sort_unstable_by(|x, y| x.0.cmp(y.0));
+        // Filled in name order, then built in bulk (no tree search per chain: a
+        // sync changes the rules of 40k chains).
+        let (mut added, mut removed, mut after) = (Vec::new(), Vec::new(), Vec::new());
+        for (name, e) in touched {
+            let name = name.as_str();
+            match (&e.before, &e.now) {
+                (None, Some(c)) => {
+                    tc.chains_added.push(ChainDelta {
+                        name: name.to_string(),
+                        rules: c.rules as usize,
+                    });
+                    tc.policies.extend(new_chain_policy(name, c));
+                }
+                (Some(b), None) => tc.chains_removed.push(ChainDelta {
+                    name: name.to_string(),
+                    rules: b.rules as usize,
+                }),
+                (Some(b), Some(c)) => {
+                    tc.policies.extend(policy_change(name, b, c));
+                    // rules_after only where detection reads it: rules removed and
+                    // none added (flushed or modified?).
+                    if e.added > 0 {
+                        added.push((name.to_string(), e.added as usize));
+                    }
+                    if e.removed > 0 {
+                        removed.push((name.to_string(), e.removed as usize));
+                        if e.added == 0 {
+                            after.push((name.to_string(), c.rules as usize));
+                        }
+                    }
+                }
+                (None, None) => {}
+            }
+        }
+        tc.rules_added = added.into_iter().collect();
+        tc.rules_removed = removed.into_iter().collect();
+        tc.rules_after = after.into_iter().collect();
+        tc
+    }
+
+    /// The net effect of the transaction on `state` (which it has already changed);
+    /// forgets the chains and tables it deleted.
+    pub fn finish(self, state: &mut NftState) -> ChangeSet {
+        let out = self.changes_so_far(state);
+        for a in &self.accs {
+            // Forget deleted chains (also any left by a transaction dropped at a gap);
+            // a dead table goes as a whole below.
+            let t = &mut state.tables[a.table];
+            if a.deleted && t.live {
+                t.chains.retain(|e| e.now.is_some());
             }
         }
         state.tables.retain(|t| t.live);

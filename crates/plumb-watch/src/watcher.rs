@@ -17,10 +17,10 @@ use crate::audit::{Assembler, AuditListener, NetfilterAudit};
 use crate::changes::{ChangeSet, from_rulesets};
 use crate::detect::{FightPolicy, FightTracker, Kind, Source, detect};
 use crate::event::Event;
+use crate::listener::{Listener, ProbeNaming};
 use crate::metrics::{ErrorKind, Metrics};
-use crate::nft_events::{LISTENER_BATCH, NftEvent, NftListener, Received, SCOUT_BATCH};
-use crate::scout::{PendingSends, Sample, Sent};
-use crate::state::Transaction;
+use crate::nft_events::NftListener;
+use crate::pending_sends::Sent;
 use plumb_collect::SystemRunner;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -31,44 +31,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// How long a batch whose writer is gone waits for its audit record.
 pub const AUDIT_JOIN_WAIT: Duration = Duration::from_millis(30);
 
-/// Writers named by the scout and not yet claimed by the listener.
-const SCOUT_BACKLOG: usize = 64;
-/// Longest a resync spends discarding what is queued before its dump.
-const DISCARD_LIMIT: Duration = Duration::from_secs(2);
 /// When a resync's dump failed, how long before the next attempt.
 const RESYNC_RETRY: Duration = Duration::from_secs(2);
-/// Longest the listener waits for more of a transaction's datagrams to queue (adds
-/// at most this to the time of a complete event).
-const GATHER: Duration = Duration::from_millis(2);
-/// Longest the scout waits for more samples of a transaction to queue (adds at most
-/// this to the time of a preliminary event).
-const SCOUT_GATHER: Duration = Duration::from_millis(2);
-
-/// How a preliminary event knows its writer.
-const AT_NEWGEN: &str = "writer: named by the transaction's NEWGEN";
-const BY_PROBE: &str = "writer: the process the eBPF writer probe saw sending the batch being committed (its NEWGEN confirms it in the complete event)";
-
-/// The generation after `g` (the kernel skips 0 when it wraps).
-fn next_generation(g: u32) -> u32 {
-    match g.wrapping_add(1) {
-        0 => 1,
-        n => n,
-    }
-}
-
-/// Whether a transaction whose NEWGEN carries `id` is already in a state dumped at
-/// generation `dumped`: notifications queued while the dump was read (the listener
-/// subscribes first) belong to transactions up to the dump's generation as well as
-/// after it; the former are undone (`Transaction::roll_back`), not applied twice.
-/// Generations wrap (`u32`).
-fn already_in_dump(id: u32, dumped: Option<u32>) -> bool {
-    dumped.is_some_and(|g| (id.wrapping_sub(g) as i32) <= 0)
-}
-
-/// Counts of the scout's naming by the writer probe, for the summary: transactions
-/// named before their NEWGEN, and of those the NEWGEN confirmed and contradicted.
-type ProbeNaming = Arc<[std::sync::atomic::AtomicU64; 3]>;
-
 /// Attaches the eBPF writer probe for the watched namespace and forwards the batches
 /// it sees from a thread of its own; None (and why, in the summary) when it cannot.
 fn start_writer_probe(
@@ -125,29 +89,6 @@ fn start_writer_probe(
             summary.probe = format!("unavailable: {e}");
             None
         }
-    }
-}
-
-/// Whether thread `s` may be inside `sendmsg` now (/proc; gone: no).
-fn in_sendmsg(s: &crate::scout::Sent) -> bool {
-    std::fs::read_to_string(format!("/proc/{}/task/{}/syscall", s.pid, s.tid))
-        .is_ok_and(|t| crate::scout::may_be_in_sendmsg(&t))
-}
-
-/// Resolves the writer named by a NEWGEN (pid and comm) from /proc, now.
-fn resolve_writer(pid: Option<u32>, comm: Option<String>) -> Actor {
-    match pid {
-        Some(pid) if pid > 0 => actor::resolve(
-            pid,
-            &Hints {
-                comm,
-                ..Hints::default()
-            },
-        ),
-        _ => Actor {
-            comm,
-            ..Actor::unknown()
-        },
     }
 }
 
@@ -226,22 +167,21 @@ pub struct Summary {
     pub notes: Vec<String>,
 }
 
-/// A transaction closed by NEWGEN: changes, generation, writer pid and comm, start.
-type Finished = (ChangeSet, u32, Option<u32>, Option<String>, SystemTime);
-
 /// One committed nf_tables transaction, applied on the listener thread.
-struct Committed {
-    changes: ChangeSet,
-    actor: Actor,
-    generation: u32,
+pub(crate) struct Committed {
+    pub(crate) changes: ChangeSet,
+    pub(crate) actor: Actor,
+    pub(crate) generation: u32,
     /// First notification of the transaction (≈ the commit).
-    started: SystemTime,
+    pub(crate) started: SystemTime,
 }
 
-enum Msg {
+/// What the listener threads tell the detection loop.
+pub(crate) enum Msg {
     Committed(Box<Committed>),
-    /// What a big transaction still being read has done so far (the scout's sample),
-    /// with its writer and how the writer was known.
+    /// What a big transaction still being read has done so far
+    /// ([`crate::state::Transaction::changes_so_far`]), with its writer and how the
+    /// writer was known.
     Early(Box<Committed>, &'static str),
     Resync(Box<ChangeSet>),
     Gap,
@@ -272,7 +212,7 @@ pub fn watch(
     let started = Instant::now();
     let netns = opts.netns.as_deref();
     let mut summary = Summary::default();
-    let mut nft =
+    let nft =
         NftListener::open(netns, opts.receive_buffer).map_err(|source| WatchError::Subscribe {
             netns: opts.netns.clone(),
             source,
@@ -291,29 +231,10 @@ pub fn watch(
     let legacy_present = !legacy_rs.ruleset.tables.is_empty();
 
     // nftables listener thread: owns the chain state and applies each notification
-    // as it is decoded, so a 150k-message sync is done when its NEWGEN arrives.
-    let nft_stop = stop.clone();
-    let nft_tx = tx.clone();
-    // Resync requests from the detection loop (after a gap, debounced).
+    // as it is decoded, so a 150k-message sync is done when its NEWGEN arrives; names
+    // writers, with the eBPF writer probe when it is attached (`listener`).
     let (resync_tx, resync_rx) = mpsc::channel::<()>();
-    let nft_netns = netns.map(str::to_string);
-    let nft_metrics = metrics.clone();
-    let mut state = baseline.state;
-    // Generation of the dump `state` came from, until a transaction after it is seen.
-    let mut dumped = baseline.generation;
-    metrics.set_chains(state.chain_names());
-
-    // Scout: a second subscription that the kernel feeds every NEWGEN and a sample of
-    // the other datagrams (`socket_filter`), so it reads a transaction's NEWGEN (the
-    // writer's pid and comm) as it is sent, while the listener is still decoding the
-    // ~150k notifications of a 10k-service revert (or the kube-proxy sync before it).
-    // It names the writer at once (short-lived writers are still alive) for the
-    // listener, and reports a big transaction by a writer from its sample (see
-    // `scout`) as a preliminary event: as soon as the sample is big when the eBPF writer
-    // probe saw who sent the batch being committed, else at its NEWGEN. The
-    // listener's complete event follows.
-    let (scout_tx, scout_rx) = mpsc::channel::<(u32, Actor)>();
-    let mut scout_thread = None;
+    metrics.set_chains(baseline.state.chain_names());
     let probe_naming: ProbeNaming = Arc::default();
     let probe_dropped = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let sends = if opts.writer_probe {
@@ -328,259 +249,21 @@ pub fn watch(
         summary.probe = "off".into();
         None
     };
-    // The scout's queue holds an eighth of the datagrams (its filter), cut to heads.
-    let scout_buffer = opts.receive_buffer / crate::socket_filter::SCOUT_SAMPLE_ONE_IN as usize;
-    match NftListener::open(netns, scout_buffer).and_then(NftListener::into_scout) {
-        Ok(mut scout) => {
-            // Its answer gives the scout the generation the next transaction follows.
-            if let Err(e) = scout.request_generation() {
-                summary
-                    .notes
-                    .push(format!("could not ask for the nftables generation: {e}"));
-            }
-            let s_stop = stop.clone();
-            let early_tx = tx.clone();
-            let naming = probe_naming.clone();
-            scout_thread = std::thread::Builder::new()
-                .name("plumb-nft-scout".into())
-                .spawn(move || {
-                    // Keeps level with the kernel when CPU is short: a lower nice value
-                    // for this thread only (it is light). Not allowed without
-                    // CAP_SYS_NICE: then it stays as it is.
-                    // SAFETY: gettid and setpriority on this thread; no memory involved.
-                    unsafe {
-                        let tid = libc::gettid();
-                        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, -5);
-                    }
-                    let mut sample = Sample::default();
-                    let mut first: Option<SystemTime> = None;
-                    let mut pending = PendingSends::default();
-                    // Of the transaction being read: its writer as the probe saw it,
-                    // whether a preliminary event was sent.
-                    let mut writer: Option<Actor> = None;
-                    let mut early_sent = false;
-                    let mut last_gen: Option<u32> = None;
-                    while !s_stop.load(Ordering::Relaxed) {
-                        let mut gens = Vec::new();
-                        let r = scout.receive_heads(&mut |e| match e {
-                            NftEvent::Gen { id, pid, comm } => {
-                                gens.push((
-                                    id,
-                                    pid,
-                                    comm.map(str::to_string),
-                                    std::mem::take(&mut sample),
-                                    first.take(),
-                                    std::mem::replace(&mut early_sent, false),
-                                    writer.take(),
-                                ));
-                            }
-                            e => {
-                                first.get_or_insert_with(SystemTime::now);
-                                sample.push(&e);
-                            }
-                        });
-                        match r {
-                            Ok(Received::Gap) => {
-                                sample = Sample::default();
-                                first = None;
-                                last_gen = None;
-                                writer = None;
-                                early_sent = true;
-                            }
-                            // A transaction is being sent and the queue is drained: let
-                            // the kernel queue more samples before the next call, so the
-                            // scout wakes once per batch of samples, not per sample.
-                            Ok(Received::Data { datagrams })
-                                if datagrams < SCOUT_BATCH && !sample.is_empty() =>
-                            {
-                                std::thread::sleep(SCOUT_GATHER);
-                            }
-                            Ok(_) => {}
-                            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-                        }
-                        if let Some(rx) = &sends {
-                            while let Ok(s) = rx.try_recv() {
-                                pending.push(s);
-                            }
-                        }
-                        for (id, pid, comm, sample, first, sent, named) in gens {
-                            last_gen = Some(id);
-                            pending.committed(pid);
-                            if let Some(w) = named {
-                                let i = if w.pid == pid { 1 } else { 2 };
-                                naming[i].fetch_add(1, Ordering::Relaxed);
-                            }
-                            let actor = resolve_writer(pid, comm);
-                            if !sent && sample.is_big() {
-                                let c = Committed {
-                                    changes: sample.changes(),
-                                    actor: actor.clone(),
-                                    generation: id,
-                                    started: first.unwrap_or_else(SystemTime::now),
-                                };
-                                if early_tx.send(Msg::Early(Box::new(c), AT_NEWGEN)).is_err() {
-                                    return;
-                                }
-                            }
-                            if scout_tx.send((id, actor)).is_err() {
-                                return;
-                            }
-                        }
-                        // A transaction is being sent: its writer is the oldest batch
-                        // sender still in sendmsg (`PendingSends`).
-                        if writer.is_none()
-                            && !sample.is_empty()
-                            && let Some(s) = pending.committing(in_sendmsg)
-                        {
-                            naming[0].fetch_add(1, Ordering::Relaxed);
-                            writer = Some(resolve_writer(Some(s.pid), Some(s.comm.clone())));
-                        }
-                        if !early_sent
-                            && sample.is_big()
-                            && let (Some(w), Some(last)) = (&writer, last_gen)
-                        {
-                            early_sent = true;
-                            let c = Committed {
-                                changes: sample.changes(),
-                                actor: w.clone(),
-                                generation: next_generation(last),
-                                started: first.unwrap_or_else(SystemTime::now),
-                            };
-                            if early_tx.send(Msg::Early(Box::new(c), BY_PROBE)).is_err() {
-                                return;
-                            }
-                        }
-                    }
-                })
-                .ok();
-        }
-        Err(e) => summary.notes.push(format!(
-            "no nftables scout ({e}): big transactions are reported when fully read"
-        )),
-    }
-
+    let listener = Listener {
+        nft,
+        netns: netns.map(str::to_string),
+        state: baseline.state,
+        dumped: baseline.generation,
+        tx: tx.clone(),
+        resync: resync_rx,
+        metrics: metrics.clone(),
+        sends,
+        naming: probe_naming.clone(),
+    };
+    let nft_stop = stop.clone();
     let nft_thread = std::thread::Builder::new()
         .name("plumb-nft".into())
-        .spawn(move || {
-            let mut txn: Option<(Transaction, SystemTime)> = None;
-            let mut dirty = false;
-            let mut last_gauge = Instant::now();
-            // Writers the scout named, by generation.
-            let mut named: VecDeque<(u32, Actor)> = VecDeque::new();
-            while !nft_stop.load(Ordering::Relaxed) {
-                if resync_rx.try_recv().is_ok() {
-                    // Dumped here, on this thread, as at start: notifications queue on
-                    // the socket meanwhile, and those of transactions already in the
-                    // dump are rolled back (`already_in_dump`). A transaction open now
-                    // committed before the dump, so its rest is rolled back too. What
-                    // is queued now is in the dump: discarded first, which also clears
-                    // the socket's congestion (while congested, the kernel drops
-                    // notifications without reporting it).
-                    if let Err(e) = nft.discard_queued(DISCARD_LIMIT) {
-                        let _ = nft_tx.send(Msg::Error(ErrorKind::NetlinkReceive, e.to_string()));
-                    }
-                    let fresh = crate::baseline::read(nft_netns.as_deref());
-                    let msg = match fresh.generation {
-                        Some(g) => {
-                            let changes = state.diff_to(&fresh.state);
-                            state = fresh.state;
-                            dumped = Some(g);
-                            txn = None;
-                            dirty = true;
-                            Msg::Resync(Box::new(changes))
-                        }
-                        // Keep the state (stale, but not empty) and try again later.
-                        None => {
-                            nft_metrics.error(ErrorKind::Reread);
-                            Msg::ResyncFailed
-                        }
-                    };
-                    if nft_tx.send(msg).is_err() {
-                        return;
-                    }
-                }
-                let mut done: Vec<Finished> = Vec::new();
-                let mut in_dump = 0;
-                let r = nft.receive_each(&mut |e| match e {
-                    NftEvent::Gen { id, pid, comm } => {
-                        let (t, started) = txn
-                            .take()
-                            .unwrap_or_else(|| (Transaction::default(), SystemTime::now()));
-                        if already_in_dump(id, dumped) {
-                            // Queued while the dump was read, and in it: applied
-                            // twice. Undo it; it happened before the state's time.
-                            t.roll_back(&mut state);
-                            in_dump += 1;
-                        } else {
-                            dumped = None;
-                            let changes = t.finish(&mut state);
-                            done.push((changes, id, pid, comm.map(str::to_string), started));
-                        }
-                    }
-                    e => {
-                        let (t, _) =
-                            txn.get_or_insert_with(|| (Transaction::default(), SystemTime::now()));
-                        t.push(&mut state, &e);
-                    }
-                });
-                if in_dump > 0 {
-                    let _ = nft_tx.send(Msg::AlreadyInDump(in_dump));
-                }
-                match r {
-                    Ok(Received::Gap) => {
-                        txn = None;
-                        let _ = nft_tx.send(Msg::Gap);
-                    }
-                    // Mid-transaction with the queue drained: the kernel is still
-                    // sending it. Let it queue more before the next call, so a sync
-                    // costs a wake-up per batch of datagrams rather than per datagram.
-                    Ok(Received::Data { datagrams })
-                        if datagrams < LISTENER_BATCH && txn.is_some() =>
-                    {
-                        std::thread::sleep(GATHER);
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        let _ = nft_tx.send(Msg::Error(ErrorKind::NetlinkReceive, e.to_string()));
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                }
-                while let Ok(n) = scout_rx.try_recv() {
-                    if named.len() >= SCOUT_BACKLOG {
-                        named.pop_front();
-                    }
-                    named.push_back(n);
-                }
-                for (changes, generation, pid, comm, started) in done {
-                    dirty = true;
-                    // The scout named the writer when it saw this NEWGEN (earlier, so
-                    // more likely alive); else resolve it now: it may exit any moment.
-                    let scouted = named
-                        .iter()
-                        .position(|(g, _)| *g == generation)
-                        .and_then(|i| named.remove(i));
-                    let actor = match scouted {
-                        Some((_, a)) if a.comm == comm || comm.is_none() => a,
-                        _ => resolve_writer(pid, comm),
-                    };
-                    let c = Committed {
-                        changes,
-                        actor,
-                        generation,
-                        started,
-                    };
-                    if nft_tx.send(Msg::Committed(Box::new(c))).is_err() {
-                        return;
-                    }
-                }
-                if dirty && txn.is_none() && last_gauge.elapsed() >= Duration::from_secs(1) {
-                    // Only after changes: a 10k-service state has 40k chains to classify.
-                    dirty = false;
-                    last_gauge = Instant::now();
-                    nft_metrics.set_chains(state.chain_names());
-                }
-            }
-        })
+        .spawn(move || listener.run(&nft_stop))
         .ok();
 
     // Audit listener thread (initial namespace only).
@@ -864,9 +547,6 @@ pub fn watch(
     if let Some(t) = nft_thread {
         let _ = t.join();
     }
-    if let Some(t) = scout_thread {
-        let _ = t.join();
-    }
     let named: Vec<u64> = probe_naming
         .iter()
         .map(|n| n.load(Ordering::Relaxed))
@@ -915,7 +595,7 @@ fn process(
 }
 
 /// Preliminary events for a transaction still being read: foreign changes, fights and
-/// policy changes in the scout's sample of it. Fights are judged on a copy of the
+/// policy changes in what it has done so far. Fights are judged on a copy of the
 /// tracker: only the complete event of the transaction is remembered.
 fn preliminary(c: &Committed, how: &str, fights: &FightTracker, netns: Option<&str>) -> Vec<Event> {
     let mut scratch = fights.clone();
@@ -935,7 +615,7 @@ fn preliminary(c: &Committed, how: &str, fights: &FightTracker, netns: Option<&s
     })
     .map(|mut f| {
         f.details.push(
-            "preliminary: from a sample of the notifications of a big transaction (the first notifications of one datagram in eight) while it is still being read; counts are lower bounds, the complete event follows".into(),
+            "preliminary: what a big transaction has done so far, while the kernel is still sending it; counts are lower bounds, the complete event follows".into(),
         );
         f.details.push(how.to_string());
         let now = SystemTime::now();
@@ -1019,21 +699,5 @@ fn audit_pid_in_netns(a: &NetfilterAudit, netns: Option<&str>) -> bool {
     ) {
         (Ok(w), Ok(p)) => w == p,
         _ => true,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_transaction_up_to_the_dumps_generation_is_already_in_it() {
-        assert!(already_in_dump(7, Some(7)));
-        assert!(already_in_dump(6, Some(7)));
-        assert!(!already_in_dump(8, Some(7)));
-        assert!(!already_in_dump(8, None));
-        // Across the wrap: 1 comes after u32::MAX (the kernel skips 0).
-        assert!(!already_in_dump(1, Some(u32::MAX)));
-        assert!(already_in_dump(u32::MAX, Some(1)));
     }
 }

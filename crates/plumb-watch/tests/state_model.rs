@@ -1,7 +1,8 @@
 //! `state::Transaction` (the listener's hot path, optimised) against a plain model
 //! written for clarity: ordered maps, one rule of the spec per line. Random
 //! transactions of table, chain and rule notifications, some abandoned half-way (a
-//! gap) or rolled back, must give the same change sets and leave the same chains.
+//! gap) or rolled back, must give the same change sets (also half-way:
+//! `Transaction::changes_so_far`) and leave the same chains.
 
 use plumb_watch::changes::{ChainDelta, ChangeSet, HookRule, PolicyDelta, TableChanges};
 use plumb_watch::changes::{is_builtin_chain, is_owned_chain};
@@ -260,7 +261,18 @@ proptest! {
         let mut state = NftState::default();
         for (i, (msgs, end)) in txns.iter().enumerate() {
             let mut t = Transaction::default();
-            for m in msgs {
+            // Half-way, what it has done so far (a preliminary event) is the model's
+            // net effect of the first half.
+            let half = msgs.len() / 2;
+            for m in &msgs[..half] {
+                t.push(&mut state, &m.as_event());
+            }
+            prop_assert_eq!(
+                t.changes_so_far(&state),
+                model(&mut tables.clone(), &msgs[..half]),
+                "transaction {} half-way", i
+            );
+            for m in &msgs[half..] {
                 t.push(&mut state, &m.as_event());
             }
             prop_assert_eq!(t.len(), msgs.len());

@@ -1,0 +1,403 @@
+//! The nftables listener thread: reads every notification of the watched namespace,
+//! applies each to the chain state as it arrives ([`crate::state::Transaction`]), and
+//! hands the detection loop each committed transaction with its writer.
+//!
+//! The writer is named three ways, best first: while the kernel still sends the
+//! transaction, from the eBPF writer probe's pending batch sends
+//! ([`crate::pending_sends`]), which is also when a big transaction gets a
+//! *preliminary* event of what it has done so far; at NEWGEN from /proc (pid and comm
+//! from the kernel); later from audit (in the detection loop) when the writer is gone.
+//!
+//! One reader for everything: the listener keeps up with the kernel over a transaction
+//! (it costs ~0.3 µs of CPU per notification, the kernel ~1 µs to send one), though
+//! within one it may lag some milliseconds; [`PendingSends::committing`] names a
+//! writer only when that cannot mislead it. Replaced: a second subscription (the "scout") whose socket
+//! filter passed NEWGEN and a sample; it cost an eighth of the CPU and added nothing
+//! once the listener kept pace (docs/benchmarks.md, session 6).
+//!
+//! Gaps (ENOBUFS, a cut datagram) and resyncs: see [`Listener::resync`].
+
+use crate::actor::{self, Actor, Hints};
+use crate::metrics::{ErrorKind, Metrics};
+use crate::nft_events::{LISTENER_BATCH, NftEvent, NftListener, Received};
+use crate::pending_sends::{PendingSends, Sent, may_be_in_sendmsg};
+use crate::state::{NftState, Transaction};
+use crate::watcher::{Committed, Msg};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Notifications from which a transaction counts as big (a preliminary event while
+/// it is still being sent). Smaller ones end within a few milliseconds, before a
+/// preliminary event would help (every test, UFW, a hand-typed rule, a 100-service
+/// sync, a 12-service revert of ~200 notifications); a 10k-service revert is ~150k.
+pub const BIG_TRANSACTION: usize = 4096;
+
+/// Longest the listener waits for more of a transaction's datagrams to queue once its
+/// queue is drained: a 300k-notification sync then costs a wake-up per batch of
+/// datagrams rather than per datagram (adds at most this to an event's latency).
+const GATHER: Duration = Duration::from_millis(2);
+/// Longest a resync spends discarding what is queued before its dump.
+const DISCARD_LIMIT: Duration = Duration::from_secs(2);
+
+/// How a preliminary event knows its writer.
+pub const BY_PROBE: &str = "writer: the process the eBPF writer probe saw sending the batch being committed (its NEWGEN confirms it in the complete event)";
+
+/// Counts of naming by the writer probe, for the summary: transactions named before
+/// their NEWGEN, and of those the NEWGEN confirmed and contradicted.
+pub type ProbeNaming = Arc<[AtomicU64; 3]>;
+
+/// The generation after `g` (the kernel skips 0 when it wraps).
+fn next_generation(g: u32) -> u32 {
+    match g.wrapping_add(1) {
+        0 => 1,
+        n => n,
+    }
+}
+
+/// Whether a transaction whose NEWGEN carries `id` is already in a state dumped at
+/// generation `dumped`: notifications queued while the dump was read (the listener
+/// subscribes first) belong to transactions up to the dump's generation as well as
+/// after it; the former are undone (`Transaction::roll_back`), not applied twice.
+/// Generations wrap (`u32`).
+fn already_in_dump(id: u32, dumped: Option<u32>) -> bool {
+    dumped.is_some_and(|g| (id.wrapping_sub(g) as i32) <= 0)
+}
+
+/// Whether thread `s` may be inside `sendmsg` now (/proc; gone: no).
+fn in_sendmsg(s: &Sent) -> bool {
+    std::fs::read_to_string(format!("/proc/{}/task/{}/syscall", s.pid, s.tid))
+        .is_ok_and(|t| may_be_in_sendmsg(&t))
+}
+
+/// Resolves a writer (pid and comm from NEWGEN or the probe) from /proc, now.
+pub fn resolve_writer(pid: Option<u32>, comm: Option<String>) -> Actor {
+    match pid {
+        Some(pid) if pid > 0 => actor::resolve(
+            pid,
+            &Hints {
+                comm,
+                ..Hints::default()
+            },
+        ),
+        _ => Actor {
+            comm,
+            ..Actor::unknown()
+        },
+    }
+}
+
+/// The transaction being read.
+struct Open {
+    t: Transaction,
+    /// When its first notification was read (≈ the commit).
+    started: SystemTime,
+    /// Its writer as the probe saw it, resolved while it was inside `sendmsg`.
+    writer: Option<Actor>,
+    /// Whether it had its preliminary event.
+    early_sent: bool,
+}
+
+impl Open {
+    fn new() -> Open {
+        Open {
+            t: Transaction::default(),
+            started: SystemTime::now(),
+            writer: None,
+            early_sent: false,
+        }
+    }
+}
+
+/// A transaction read up to its NEWGEN.
+struct Ended {
+    started: SystemTime,
+    /// Its writer as the probe saw it.
+    named: Option<Actor>,
+    changes: crate::changes::ChangeSet,
+    generation: u32,
+    pid: Option<u32>,
+    comm: Option<String>,
+}
+
+/// The listener thread's state. Built by the watcher, then [`Listener::run`].
+pub(crate) struct Listener {
+    pub(crate) nft: NftListener,
+    pub(crate) netns: Option<String>,
+    pub(crate) state: NftState,
+    /// Generation of the dump `state` came from, until a transaction after it is seen.
+    pub(crate) dumped: Option<u32>,
+    pub(crate) tx: mpsc::Sender<Msg>,
+    /// Resync requests from the detection loop (after a gap, debounced).
+    pub(crate) resync: mpsc::Receiver<()>,
+    pub(crate) metrics: Metrics,
+    /// Batch sends seen by the eBPF writer probe, when it is attached.
+    pub(crate) sends: Option<mpsc::Receiver<Sent>>,
+    pub(crate) naming: ProbeNaming,
+}
+
+impl Listener {
+    /// Reads until `stop` is set or the detection loop is gone.
+    pub(crate) fn run(mut self, stop: &AtomicBool) {
+        // Keeps level with the kernel when CPU is short: a lower nice value for this
+        // thread only. Not allowed without CAP_SYS_NICE: then it stays as it is.
+        // SAFETY: gettid and setpriority on this thread; no memory involved.
+        unsafe {
+            let tid = libc::gettid();
+            let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, -5);
+        }
+        let mut open: Option<Open> = None;
+        // The last generation read (NEWGEN or dump): the open transaction's is the next.
+        let mut last_gen = self.dumped;
+        let mut pending = PendingSends::default();
+        let mut dirty = false;
+        let mut last_gauge = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            if self.resync.try_recv().is_ok() {
+                match self.resync() {
+                    Some(g) => {
+                        open = None;
+                        last_gen = Some(g);
+                        dirty = true;
+                    }
+                    None if self.tx.send(Msg::ResyncFailed).is_err() => return,
+                    None => {}
+                }
+            }
+            let (state, dumped) = (&mut self.state, &mut self.dumped);
+            let mut ended: Vec<Ended> = Vec::new();
+            let mut in_dump = 0;
+            let r = self.nft.receive_each(&mut |e| match e {
+                NftEvent::Gen { id, pid, comm } => {
+                    last_gen = Some(id);
+                    let Open {
+                        t, started, writer, ..
+                    } = open.take().unwrap_or_else(Open::new);
+                    if already_in_dump(id, *dumped) {
+                        // Queued while the dump was read, and in it: applied twice.
+                        // Undo it; it happened before the state's time.
+                        t.roll_back(state);
+                        in_dump += 1;
+                    } else {
+                        *dumped = None;
+                        ended.push(Ended {
+                            started,
+                            named: writer,
+                            changes: t.finish(state),
+                            generation: id,
+                            pid,
+                            comm: comm.map(str::to_string),
+                        });
+                    }
+                }
+                e => open.get_or_insert_with(Open::new).t.push(state, &e),
+            });
+            if in_dump > 0 && self.tx.send(Msg::AlreadyInDump(in_dump)).is_err() {
+                return;
+            }
+            // Drained: what is being read is what the kernel is sending now.
+            let mut live = false;
+            match r {
+                Ok(Received::Gap) => {
+                    open = None;
+                    last_gen = None;
+                    if self.tx.send(Msg::Gap).is_err() {
+                        return;
+                    }
+                }
+                Ok(Received::Data { datagrams }) => live = datagrams < LISTENER_BATCH,
+                Ok(Received::Idle | Received::Batches(_)) => {}
+                Err(e) => {
+                    let _ = self
+                        .tx
+                        .send(Msg::Error(ErrorKind::NetlinkReceive, e.to_string()));
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            if let Some(rx) = &self.sends {
+                while let Ok(s) = rx.try_recv() {
+                    pending.push(s);
+                }
+            }
+            for e in ended {
+                dirty = true;
+                pending.committed(e.pid);
+                // Named by the probe while it was in sendmsg (alive, surely), unless
+                // the NEWGEN says otherwise; else resolve it now: it may exit any moment.
+                let actor = match e.named {
+                    Some(w) if w.pid == e.pid => {
+                        self.naming[1].fetch_add(1, Ordering::Relaxed);
+                        w
+                    }
+                    named => {
+                        if named.is_some() {
+                            self.naming[2].fetch_add(1, Ordering::Relaxed);
+                        }
+                        resolve_writer(e.pid, e.comm)
+                    }
+                };
+                let c = Committed {
+                    changes: e.changes,
+                    actor,
+                    generation: e.generation,
+                    started: e.started,
+                };
+                if self.tx.send(Msg::Committed(Box::new(c))).is_err() {
+                    return;
+                }
+            }
+            if let Some(o) = &mut open {
+                if o.writer.is_none()
+                    && let Some(s) = pending.committing(in_sendmsg, live)
+                {
+                    self.naming[0].fetch_add(1, Ordering::Relaxed);
+                    o.writer = Some(resolve_writer(Some(s.pid), Some(s.comm.clone())));
+                }
+                if !o.early_sent
+                    && o.t.len() >= BIG_TRANSACTION
+                    && let (Some(w), Some(last)) = (&o.writer, last_gen)
+                    && !already_in_dump(next_generation(last), self.dumped)
+                {
+                    o.early_sent = true;
+                    let c = Committed {
+                        changes: o.t.changes_so_far(&self.state),
+                        actor: w.clone(),
+                        generation: next_generation(last),
+                        started: o.started,
+                    };
+                    if self.tx.send(Msg::Early(Box::new(c), BY_PROBE)).is_err() {
+                        return;
+                    }
+                }
+                if live {
+                    // Mid-transaction with the queue drained: the kernel is still
+                    // sending it. Let it queue more before the next call.
+                    std::thread::sleep(GATHER);
+                }
+            }
+            if dirty && open.is_none() && last_gauge.elapsed() >= Duration::from_secs(1) {
+                // Only after changes: a 10k-service state has 40k chains to classify.
+                dirty = false;
+                last_gauge = Instant::now();
+                self.metrics.set_chains(self.state.chain_names());
+            }
+        }
+    }
+
+    /// Re-reads the ruleset after a gap and reports what changed meanwhile; returns
+    /// the dump's generation, or None when the dump failed (the ruleset kept changing):
+    /// the old state is kept (stale, but not empty) and the detection loop retries.
+    ///
+    /// Dumped here, on this thread, as at start: notifications queue on the socket
+    /// meanwhile, and those of transactions already in the dump are rolled back
+    /// (`already_in_dump`). A transaction open now committed before the dump, so its
+    /// rest is rolled back too. What is queued now is in the dump: discarded first,
+    /// which also clears the socket's congestion (while congested, the kernel drops
+    /// notifications without reporting it).
+    fn resync(&mut self) -> Option<u32> {
+        if let Err(e) = self.nft.discard_queued(DISCARD_LIMIT) {
+            let _ = self
+                .tx
+                .send(Msg::Error(ErrorKind::NetlinkReceive, e.to_string()));
+        }
+        let fresh = crate::baseline::read(self.netns.as_deref());
+        let Some(g) = fresh.generation else {
+            self.metrics.error(ErrorKind::Reread);
+            return None;
+        };
+        let changes = self.state.diff_to(&fresh.state);
+        self.state = fresh.state;
+        self.dumped = Some(g);
+        // A send error means the detection loop is gone; `run` notices next.
+        let _ = self.tx.send(Msg::Resync(Box::new(changes)));
+        Some(g)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actor::ProcInfo;
+    use crate::detect::{Action, FightTracker, Kind, Source, detect};
+    use crate::nft_events::Op;
+
+    #[test]
+    fn a_transaction_up_to_the_dumps_generation_is_already_in_it() {
+        assert!(already_in_dump(7, Some(7)));
+        assert!(already_in_dump(6, Some(7)));
+        assert!(!already_in_dump(8, Some(7)));
+        assert!(!already_in_dump(8, None));
+        // Across the wrap: 1 comes after u32::MAX (the kernel skips 0).
+        assert!(!already_in_dump(1, Some(u32::MAX)));
+        assert!(already_in_dump(u32::MAX, Some(1)));
+        assert_eq!(next_generation(7), 8);
+        assert_eq!(next_generation(u32::MAX), 1);
+    }
+
+    fn rule<'a>(op: Op, chain: &'a str) -> NftEvent<'a> {
+        NftEvent::Rule {
+            op,
+            family: 2,
+            table: "nat",
+            chain,
+            handle: None,
+            appended: true,
+            jump: None,
+            verdict: None,
+        }
+    }
+
+    fn actor(comm: &str) -> Actor {
+        Actor::from_chain(&[ProcInfo {
+            pid: 7,
+            comm: Some(comm.into()),
+            ..ProcInfo::default()
+        }])
+    }
+
+    /// What a preliminary event judges: an agent's revert half-read (kube-proxy's
+    /// chains emptied, not yet deleted) is a foreign change by the agent; the same
+    /// notifications from kube-proxy (a full sync deletes before it re-adds) are not.
+    #[test]
+    fn a_revert_half_read_is_a_foreign_change_by_the_agent_and_not_by_kube_proxy() {
+        let names: Vec<String> = (0..50).map(|i| format!("KUBE-SEP-{i:04}")).collect();
+        let mut state = NftState::default();
+        let mut sync = Transaction::default();
+        for n in &names {
+            sync.push(&mut state, &rule(Op::New, n));
+            sync.push(&mut state, &rule(Op::New, n));
+        }
+        sync.finish(&mut state);
+        let mut revert = Transaction::default();
+        for n in &names[..30] {
+            revert.push(&mut state, &rule(Op::Del, n));
+            revert.push(&mut state, &rule(Op::Del, n));
+        }
+        let so_far = revert.changes_so_far(&state);
+        assert_eq!(so_far.tables[0].rules_removed.len(), 30);
+        let f = detect(
+            &so_far,
+            &actor("venAgent"),
+            Source::Write,
+            0,
+            &mut FightTracker::default(),
+        );
+        let foreign = f
+            .iter()
+            .find(|f| f.kind == Kind::ForeignChange)
+            .expect("foreign change");
+        assert_eq!(foreign.owner.as_deref(), Some("kube-proxy"));
+        assert_eq!(foreign.action, Action::Flushed);
+        let f = detect(
+            &so_far,
+            &actor("kube-proxy"),
+            Source::Write,
+            0,
+            &mut FightTracker::default(),
+        );
+        assert!(f.iter().all(|f| f.kind == Kind::OwnerChange), "{f:?}");
+        // Looking did not change the state: the revert still finishes the same.
+        assert_eq!(revert.finish(&mut state), so_far);
+    }
+}
