@@ -23,8 +23,9 @@ use crate::nft_events::{LISTENER_BATCH, NftEvent, NftListener, Received};
 use crate::pending_sends::{PendingSends, Sent, may_be_in_sendmsg};
 use crate::state::{NftState, Transaction};
 use crate::watcher::{Committed, Msg};
+use crate::writer_probe::WriterProbe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -132,8 +133,12 @@ pub(crate) struct Listener {
     /// Resync requests from the detection loop (after a gap, debounced).
     pub(crate) resync: mpsc::Receiver<()>,
     pub(crate) metrics: Metrics,
-    /// Batch sends seen by the eBPF writer probe, when it is attached.
-    pub(crate) sends: Option<mpsc::Receiver<Sent>>,
+    /// The eBPF writer probe, when it is attached: its ring buffer is read here,
+    /// each time notifications arrive (a batch's send is reported before its first
+    /// notification), not on a thread of its own that might be scheduled too late.
+    pub(crate) probe: Option<WriterProbe>,
+    /// Reports the probe's ring buffer dropped (the largest count seen).
+    pub(crate) probe_dropped: Arc<AtomicU32>,
     pub(crate) naming: ProbeNaming,
 }
 
@@ -215,9 +220,17 @@ impl Listener {
                     std::thread::sleep(Duration::from_millis(100));
                 }
             }
-            if let Some(rx) = &self.sends {
-                while let Ok(s) = rx.try_recv() {
-                    pending.push(s);
+            if let Some(probe) = &mut self.probe {
+                for b in probe.drain() {
+                    self.probe_dropped
+                        .fetch_max(b.dropped_before, Ordering::Relaxed);
+                    if b.batch {
+                        pending.push(Sent {
+                            pid: b.pid,
+                            tid: b.tid,
+                            comm: b.comm,
+                        });
+                    }
                 }
             }
             for e in ended {

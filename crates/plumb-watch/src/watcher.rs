@@ -20,7 +20,7 @@ use crate::event::Event;
 use crate::listener::{Listener, ProbeNaming};
 use crate::metrics::{ErrorKind, Metrics};
 use crate::nft_events::NftListener;
-use crate::pending_sends::Sent;
+use crate::writer_probe::WriterProbe;
 use plumb_collect::SystemRunner;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -33,16 +33,14 @@ pub const AUDIT_JOIN_WAIT: Duration = Duration::from_millis(30);
 
 /// When a resync's dump failed, how long before the next attempt.
 const RESYNC_RETRY: Duration = Duration::from_secs(2);
-/// Attaches the eBPF writer probe for the watched namespace and forwards the batches
-/// it sees from a thread of its own; None (and why, in the summary) when it cannot.
-fn start_writer_probe(
+/// Attaches the eBPF writer probe for the watched namespace; None (and why, in the
+/// summary) when it cannot. The listener thread reads its ring buffer.
+fn attach_writer_probe(
     netns: Option<&str>,
     loader: Option<&std::path::Path>,
-    stop: &Arc<AtomicBool>,
-    dropped: &Arc<std::sync::atomic::AtomicU32>,
     summary: &mut Summary,
-) -> Option<mpsc::Receiver<Sent>> {
-    use crate::writer_probe::{WriterProbe, current_netns_inode, netns_inode_by_name};
+) -> Option<WriterProbe> {
+    use crate::writer_probe::{current_netns_inode, netns_inode_by_name};
     let inode = match netns {
         Some(n) => netns_inode_by_name(n),
         None => current_netns_inode(),
@@ -54,36 +52,10 @@ fn start_writer_probe(
         }
         .map_err(|e| e.to_string())
     });
-    let mut probe = match probe {
-        Ok(p) => p,
-        Err(e) => {
-            summary.probe = format!("unavailable: {e}");
-            return None;
-        }
-    };
-    let (tx, rx) = mpsc::channel();
-    let (stop, dropped) = (stop.clone(), dropped.clone());
-    let spawned = std::thread::Builder::new()
-        .name("plumb-bpf".into())
-        .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                for b in probe.poll(Duration::from_millis(200)) {
-                    dropped.fetch_max(b.dropped_before, Ordering::Relaxed);
-                    let sent = Sent {
-                        pid: b.pid,
-                        tid: b.tid,
-                        comm: b.comm,
-                    };
-                    if b.batch && tx.send(sent).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-    match spawned {
-        Ok(_) => {
+    match probe {
+        Ok(p) => {
             summary.probe = "attached".into();
-            Some(rx)
+            Some(p)
         }
         Err(e) => {
             summary.probe = format!("unavailable: {e}");
@@ -237,14 +209,8 @@ pub fn watch(
     metrics.set_chains(baseline.state.chain_names());
     let probe_naming: ProbeNaming = Arc::default();
     let probe_dropped = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let sends = if opts.writer_probe {
-        start_writer_probe(
-            netns,
-            opts.probe_loader.as_deref(),
-            &stop,
-            &probe_dropped,
-            &mut summary,
-        )
+    let probe = if opts.writer_probe {
+        attach_writer_probe(netns, opts.probe_loader.as_deref(), &mut summary)
     } else {
         summary.probe = "off".into();
         None
@@ -257,7 +223,8 @@ pub fn watch(
         tx: tx.clone(),
         resync: resync_rx,
         metrics: metrics.clone(),
-        sends,
+        probe,
+        probe_dropped: probe_dropped.clone(),
         naming: probe_naming.clone(),
     };
     let nft_stop = stop.clone();
