@@ -1,4 +1,9 @@
-// SPDX-License-Identifier: Apache-2.0
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
+//
+// Licence: this one file is MIT or GPL-2.0 (the rest of plumb is Apache-2.0). The
+// kernel lets only programs with a GPL-compatible licence call the helpers this one
+// needs (bpf_probe_read_kernel), the program says so in its "license" section below,
+// and Apache-2.0 is not compatible with GPL-2.0; MIT is compatible with both.
 //
 // writer.bpf.c: names the process that sends an nfnetlink batch, at the moment it
 // sends it (plumb-watch, src/writer_probe.rs loads it).
@@ -215,4 +220,5 @@ int writer_sys_enter(__u64 *ctx)
 	return 0;
 }
 
+// The licence the kernel checks: this file's (see the top).
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
