@@ -73,7 +73,7 @@ fn in_sendmsg(s: &Sent) -> bool {
 }
 
 /// Resolves a writer (pid and comm from NEWGEN or the probe) from /proc, now.
-pub fn resolve_writer(pid: Option<u32>, comm: Option<String>) -> Actor {
+fn resolve_writer(pid: Option<u32>, comm: Option<String>) -> Actor {
     match pid {
         Some(pid) if pid > 0 => actor::resolve(
             pid,
@@ -220,68 +220,16 @@ impl Listener {
                     std::thread::sleep(Duration::from_millis(100));
                 }
             }
-            if let Some(probe) = &mut self.probe {
-                for b in probe.drain() {
-                    self.probe_dropped
-                        .fetch_max(b.dropped_before, Ordering::Relaxed);
-                    if b.batch {
-                        pending.push(Sent {
-                            pid: b.pid,
-                            tid: b.tid,
-                            comm: b.comm,
-                        });
-                    }
-                }
-            }
+            self.read_probe(&mut pending);
             for e in ended {
                 dirty = true;
-                pending.committed(e.pid);
-                // Named by the probe while it was in sendmsg (alive, surely), unless
-                // the NEWGEN says otherwise; else resolve it now: it may exit any moment.
-                let actor = match e.named {
-                    Some(w) if w.pid == e.pid => {
-                        self.naming[1].fetch_add(1, Ordering::Relaxed);
-                        w
-                    }
-                    named => {
-                        if named.is_some() {
-                            self.naming[2].fetch_add(1, Ordering::Relaxed);
-                        }
-                        resolve_writer(e.pid, e.comm)
-                    }
-                };
-                let c = Committed {
-                    changes: e.changes,
-                    actor,
-                    generation: e.generation,
-                    started: e.started,
-                };
-                if self.tx.send(Msg::Committed(Box::new(c))).is_err() {
+                if !self.report(e, &mut pending) {
                     return;
                 }
             }
             if let Some(o) = &mut open {
-                if o.writer.is_none()
-                    && let Some(s) = pending.committing(in_sendmsg, live)
-                {
-                    self.naming[0].fetch_add(1, Ordering::Relaxed);
-                    o.writer = Some(resolve_writer(Some(s.pid), Some(s.comm.clone())));
-                }
-                if !o.early_sent
-                    && o.t.len() >= BIG_TRANSACTION
-                    && let (Some(w), Some(last)) = (&o.writer, last_gen)
-                    && !already_in_dump(next_generation(last), self.dumped)
-                {
-                    o.early_sent = true;
-                    let c = Committed {
-                        changes: o.t.changes_so_far(&self.state),
-                        actor: w.clone(),
-                        generation: next_generation(last),
-                        started: o.started,
-                    };
-                    if self.tx.send(Msg::Early(Box::new(c), BY_PROBE)).is_err() {
-                        return;
-                    }
+                if !self.preview(o, &mut pending, live, last_gen) {
+                    return;
                 }
                 if live {
                     // Mid-transaction with the queue drained: the kernel is still
@@ -296,6 +244,86 @@ impl Listener {
                 self.metrics.set_chains(self.state.chain_names());
             }
         }
+    }
+
+    /// The batch sends the probe reported since the last call (none without a probe).
+    fn read_probe(&mut self, pending: &mut PendingSends) {
+        let Some(probe) = &mut self.probe else { return };
+        for b in probe.drain() {
+            self.probe_dropped
+                .fetch_max(b.dropped_before, Ordering::Relaxed);
+            if b.batch {
+                pending.push(Sent {
+                    pid: b.pid,
+                    tid: b.tid,
+                    comm: b.comm,
+                });
+            }
+        }
+    }
+
+    /// Hands a transaction read up to its NEWGEN to the detection loop, with its
+    /// writer; false when the loop is gone.
+    fn report(&self, e: Ended, pending: &mut PendingSends) -> bool {
+        pending.committed(e.pid);
+        // Named by the probe while it was in sendmsg (alive, surely), unless the NEWGEN
+        // says otherwise; else resolved now: it may exit any moment.
+        let actor = match e.named {
+            Some(w) if w.pid == e.pid => {
+                self.naming[1].fetch_add(1, Ordering::Relaxed);
+                w
+            }
+            named => {
+                if named.is_some() {
+                    self.naming[2].fetch_add(1, Ordering::Relaxed);
+                }
+                resolve_writer(e.pid, e.comm)
+            }
+        };
+        let c = Committed {
+            changes: e.changes,
+            actor,
+            generation: e.generation,
+            started: e.started,
+        };
+        self.tx.send(Msg::Committed(Box::new(c))).is_ok()
+    }
+
+    /// While a transaction is read: names its writer from the probe's pending sends
+    /// when that cannot mislead ([`PendingSends::committing`]), and once it is big and
+    /// its writer known, sends a preliminary event of what it has done so far. `live`:
+    /// the last receive drained the queue. False when the detection loop is gone.
+    fn preview(
+        &self,
+        o: &mut Open,
+        pending: &mut PendingSends,
+        live: bool,
+        last_gen: Option<u32>,
+    ) -> bool {
+        if o.writer.is_none()
+            && let Some(s) = pending.committing(in_sendmsg, live)
+        {
+            self.naming[0].fetch_add(1, Ordering::Relaxed);
+            o.writer = Some(resolve_writer(Some(s.pid), Some(s.comm.clone())));
+        }
+        if o.early_sent || o.t.len() < BIG_TRANSACTION {
+            return true;
+        }
+        let (Some(w), Some(last)) = (&o.writer, last_gen) else {
+            return true;
+        };
+        let generation = next_generation(last);
+        if already_in_dump(generation, self.dumped) {
+            return true;
+        }
+        o.early_sent = true;
+        let c = Committed {
+            changes: o.t.changes_so_far(&self.state),
+            actor: w.clone(),
+            generation,
+            started: o.started,
+        };
+        self.tx.send(Msg::Early(Box::new(c), BY_PROBE)).is_ok()
     }
 
     /// Re-reads the ruleset after a gap and reports what changed meanwhile; returns
