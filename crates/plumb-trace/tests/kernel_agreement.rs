@@ -50,7 +50,9 @@ fn probe_helper() {
     let (proto, ip, port, count) = (w[0], w[1], w[2], w[3].parse::<u16>().unwrap());
     let addr: std::net::SocketAddr = format!("{ip}:{port}").parse().unwrap();
     for i in 0..count {
-        let from = PROBE_PORT + i;
+        let from = PROBE_PORT
+            .checked_add(i)
+            .expect("probe_helper: at most 45,535 probes");
         match proto {
             "udp" => {
                 let s = std::net::UdpSocket::bind(("0.0.0.0", from)).unwrap();
@@ -80,30 +82,33 @@ fn send_syn(from: u16, to: std::net::SocketAddr) {
         sockaddr(*to.ip(), to.port()),
     );
     let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: plain socket calls on a descriptor this function owns and closes;
-    // the addresses are valid sockaddr_in values that outlive the calls.
-    unsafe {
-        let fd = libc::socket(
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: socket() has no memory preconditions; a non-negative result is a new
+    // descriptor that the OwnedFd then owns (and closes, also when an assert fails).
+    let fd = unsafe {
+        let raw = libc::socket(
             libc::AF_INET,
             libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
             0,
         );
-        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-        let bound = libc::bind(fd, (&raw const local).cast(), len);
-        assert_eq!(
-            bound,
-            0,
-            "bind :{from}: {}",
-            std::io::Error::last_os_error()
-        );
-        let rc = libc::connect(fd, (&raw const remote).cast(), len);
-        let e = std::io::Error::last_os_error();
-        assert!(
-            rc == 0 || e.raw_os_error() == Some(libc::EINPROGRESS),
-            "connect {to}: {e}"
-        );
-        libc::close(fd);
-    }
+        assert!(raw >= 0, "socket: {}", std::io::Error::last_os_error());
+        OwnedFd::from_raw_fd(raw)
+    };
+    // SAFETY: the addresses are valid sockaddr_in values that outlive the calls.
+    let bound = unsafe { libc::bind(fd.as_raw_fd(), (&raw const local).cast(), len) };
+    assert_eq!(
+        bound,
+        0,
+        "bind :{from}: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: as above.
+    let rc = unsafe { libc::connect(fd.as_raw_fd(), (&raw const remote).cast(), len) };
+    let e = std::io::Error::last_os_error();
+    assert!(
+        rc == 0 || e.raw_os_error() == Some(libc::EINPROGRESS),
+        "connect {to}: {e}"
+    );
 }
 
 // ---------- processes with deadlines ----------
@@ -279,12 +284,9 @@ impl Lab {
         for t in tables {
             ok_in(self.node.name(), &["iptables-nft", "-t", t, "-Z"], None);
         }
-        let _ = run_in(
-            self.node.name(),
-            &["conntrack", "-F"],
-            None,
-            Duration::from_secs(10),
-        );
+        // Fatal when it fails: probes reuse their source ports (`PROBE_PORT`), so a
+        // flow left from the last probe would swallow the next one.
+        ok_in(self.node.name(), &["conntrack", "-F"], None);
         // Session-affinity lists of earlier probes: a fresh client every time.
         let _ = run_in(
             self.node.name(),

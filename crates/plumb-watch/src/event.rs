@@ -40,9 +40,10 @@ pub struct Event {
     pub details: Vec<String>,
     pub revert: Option<u32>,
     pub fight: Option<FightInfo>,
-    /// Reported while a big transaction was still being read (from its first
-    /// notifications and the writer named by its NEWGEN): counts are lower bounds,
-    /// the complete event of the same generation follows. Absent when false.
+    /// Reported while a big transaction was still being sent (what it had done so
+    /// far, its writer named by the eBPF writer probe): the complete event of the same
+    /// generation follows, and may differ (a chain deleted so far may be re-created
+    /// later). Absent when false.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub preliminary: bool,
 }

@@ -10,10 +10,11 @@
 //!
 //! One reader for everything: the listener keeps up with the kernel over a transaction
 //! (it costs ~0.3 µs of CPU per notification, the kernel ~1 µs to send one), though
-//! within one it may lag some milliseconds; [`PendingSends::committing`] names a
-//! writer only when that cannot mislead it. Replaced: a second subscription (the "scout") whose socket
-//! filter passed NEWGEN and a sample; it cost an eighth of the CPU and added nothing
-//! once the listener kept pace (docs/benchmarks.md, session 6).
+//! within one it may lag some milliseconds; [`PendingSends::committing`] then names
+//! nobody rather than guess (where the probe's view itself misleads, NEWGEN
+//! contradicts the name: see [`PendingSends`]). Replaced: a second subscription (the
+//! "scout") whose socket filter passed NEWGEN and a sample; it cost an eighth of the
+//! CPU and added nothing once the listener kept pace (docs/benchmarks.md, session 6).
 //!
 //! Gaps (ENOBUFS, a cut datagram) and resyncs: see [`Listener::resync`].
 
@@ -89,13 +90,35 @@ fn resolve_writer(pid: Option<u32>, comm: Option<String>) -> Actor {
     }
 }
 
+/// CLOCK_MONOTONIC now, in nanoseconds: the eBPF probe's clock (`bpf_ktime_get_ns`).
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which `t` is.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
+}
+
+/// A writer named by the probe while it was sending.
+struct Named {
+    /// Resolved from /proc while it was inside `sendmsg`.
+    actor: Actor,
+    /// The sending thread: NEWGEN names a thread, and confirms the name if it is this.
+    tid: u32,
+    /// When its send began (CLOCK_MONOTONIC ns).
+    at_ns: u64,
+}
+
 /// The transaction being read.
 struct Open {
     t: Transaction,
     /// When its first notification was read (≈ the commit).
     started: SystemTime,
-    /// Its writer as the probe saw it, resolved while it was inside `sendmsg`.
-    writer: Option<Actor>,
+    named: Option<Named>,
     /// Whether it had its preliminary event.
     early_sent: bool,
 }
@@ -105,7 +128,7 @@ impl Open {
         Open {
             t: Transaction::default(),
             started: SystemTime::now(),
-            writer: None,
+            named: None,
             early_sent: false,
         }
     }
@@ -114,10 +137,11 @@ impl Open {
 /// A transaction read up to its NEWGEN.
 struct Ended {
     started: SystemTime,
-    /// Its writer as the probe saw it.
-    named: Option<Actor>,
-    changes: crate::changes::ChangeSet,
+    named: Option<Named>,
+    /// None: it was in the dump the state came from already, and was rolled back.
+    changes: Option<crate::changes::ChangeSet>,
     generation: u32,
+    /// The writing thread, from NEWGEN.
     pid: Option<u32>,
     comm: Option<String>,
 }
@@ -129,6 +153,8 @@ pub(crate) struct Listener {
     pub(crate) state: NftState,
     /// Generation of the dump `state` came from, until a transaction after it is seen.
     pub(crate) dumped: Option<u32>,
+    /// When that dump was finished ([`monotonic_ns`]).
+    pub(crate) dumped_at_ns: u64,
     pub(crate) tx: mpsc::Sender<Msg>,
     /// Resync requests from the detection loop (after a gap, debounced).
     pub(crate) resync: mpsc::Receiver<()>,
@@ -160,53 +186,52 @@ impl Listener {
         let mut last_gauge = Instant::now();
         while !stop.load(Ordering::Relaxed) {
             if self.resync.try_recv().is_ok() {
-                match self.resync() {
-                    Some(g) => {
-                        open = None;
-                        last_gen = Some(g);
-                        dirty = true;
-                    }
+                // The queue was discarded: the open transaction's rest and NEWGENs are
+                // gone, whether the dump worked or not.
+                open = None;
+                pending.clear();
+                last_gen = self.resync();
+                match last_gen {
+                    Some(_) => dirty = true,
                     None if self.tx.send(Msg::ResyncFailed).is_err() => return,
                     None => {}
                 }
             }
             let (state, dumped) = (&mut self.state, &mut self.dumped);
             let mut ended: Vec<Ended> = Vec::new();
-            let mut in_dump = 0;
             let r = self.nft.receive_each(&mut |e| match e {
                 NftEvent::Gen { id, pid, comm } => {
                     last_gen = Some(id);
                     let Open {
-                        t, started, writer, ..
+                        t, started, named, ..
                     } = open.take().unwrap_or_else(Open::new);
-                    if already_in_dump(id, *dumped) {
+                    let changes = if already_in_dump(id, *dumped) {
                         // Queued while the dump was read, and in it: applied twice.
                         // Undo it; it happened before the state's time.
                         t.roll_back(state);
-                        in_dump += 1;
+                        None
                     } else {
                         *dumped = None;
-                        ended.push(Ended {
-                            started,
-                            named: writer,
-                            changes: t.finish(state),
-                            generation: id,
-                            pid,
-                            comm: comm.map(str::to_string),
-                        });
-                    }
+                        Some(t.finish(state))
+                    };
+                    ended.push(Ended {
+                        started,
+                        named,
+                        changes,
+                        generation: id,
+                        pid,
+                        comm: comm.map(str::to_string),
+                    });
                 }
                 e => open.get_or_insert_with(Open::new).t.push(state, &e),
             });
-            if in_dump > 0 && self.tx.send(Msg::AlreadyInDump(in_dump)).is_err() {
-                return;
-            }
             // Drained: what is being read is what the kernel is sending now.
             let mut live = false;
             match r {
                 Ok(Received::Gap) => {
                     open = None;
                     last_gen = None;
+                    pending.clear();
                     if self.tx.send(Msg::Gap).is_err() {
                         return;
                     }
@@ -221,6 +246,10 @@ impl Listener {
                 }
             }
             self.read_probe(&mut pending);
+            let in_dump = ended.iter().filter(|e| e.changes.is_none()).count();
+            if in_dump > 0 && self.tx.send(Msg::AlreadyInDump(in_dump as u64)).is_err() {
+                return;
+            }
             for e in ended {
                 dirty = true;
                 if !self.report(e, &mut pending) {
@@ -228,7 +257,7 @@ impl Listener {
                 }
             }
             if let Some(o) = &mut open {
-                if !self.preview(o, &mut pending, live, last_gen) {
+                if !self.preview(o, &mut pending, last_gen) {
                     return;
                 }
                 if live {
@@ -247,42 +276,52 @@ impl Listener {
     }
 
     /// The batch sends the probe reported since the last call (none without a probe).
+    /// Reports the ring buffer dropped make the order of the pending ones unreliable:
+    /// they are forgotten (names lost, not wrong).
     fn read_probe(&mut self, pending: &mut PendingSends) {
         let Some(probe) = &mut self.probe else { return };
         for b in probe.drain() {
-            self.probe_dropped
+            let before = self
+                .probe_dropped
                 .fetch_max(b.dropped_before, Ordering::Relaxed);
+            if b.dropped_before > before {
+                pending.clear();
+            }
             if b.batch {
                 pending.push(Sent {
                     pid: b.pid,
                     tid: b.tid,
                     comm: b.comm,
+                    at_ns: b.monotonic_ns,
                 });
             }
         }
     }
 
-    /// Hands a transaction read up to its NEWGEN to the detection loop, with its
-    /// writer; false when the loop is gone.
+    /// Settles a transaction read up to its NEWGEN: its writer's pending send, the
+    /// probe's naming counts, and (unless it was rolled back) hands it to the
+    /// detection loop with its writer. False when the loop is gone.
     fn report(&self, e: Ended, pending: &mut PendingSends) -> bool {
         pending.committed(e.pid);
         // Named by the probe while it was in sendmsg (alive, surely), unless the NEWGEN
         // says otherwise; else resolved now: it may exit any moment.
-        let actor = match e.named {
-            Some(w) if w.pid == e.pid => {
+        let named = match e.named {
+            Some(n) if Some(n.tid) == e.pid => {
                 self.naming[1].fetch_add(1, Ordering::Relaxed);
-                w
+                Some(n.actor)
             }
-            named => {
-                if named.is_some() {
-                    self.naming[2].fetch_add(1, Ordering::Relaxed);
-                }
-                resolve_writer(e.pid, e.comm)
+            Some(_) => {
+                self.naming[2].fetch_add(1, Ordering::Relaxed);
+                None
             }
+            None => None,
+        };
+        let Some(changes) = e.changes else {
+            return true;
         };
         let c = Committed {
-            changes: e.changes,
-            actor,
+            changes,
+            actor: named.unwrap_or_else(|| resolve_writer(e.pid, e.comm)),
             generation: e.generation,
             started: e.started,
         };
@@ -290,37 +329,39 @@ impl Listener {
     }
 
     /// While a transaction is read: names its writer from the probe's pending sends
-    /// when that cannot mislead ([`PendingSends::committing`]), and once it is big and
-    /// its writer known, sends a preliminary event of what it has done so far. `live`:
-    /// the last receive drained the queue. False when the detection loop is gone.
-    fn preview(
-        &self,
-        o: &mut Open,
-        pending: &mut PendingSends,
-        live: bool,
-        last_gen: Option<u32>,
-    ) -> bool {
-        if o.writer.is_none()
-            && let Some(s) = pending.committing(in_sendmsg, live)
-        {
-            self.naming[0].fetch_add(1, Ordering::Relaxed);
-            o.writer = Some(resolve_writer(Some(s.pid), Some(s.comm.clone())));
+    /// ([`PendingSends::committing`]), and once it is big and its writer named, sends
+    /// a preliminary event of what it has done so far. False when the detection loop
+    /// is gone.
+    fn preview(&mut self, o: &mut Open, pending: &mut PendingSends, last_gen: Option<u32>) -> bool {
+        if o.named.is_none() {
+            let nft = &mut self.nft;
+            if let Some(s) = pending.committing(in_sendmsg, || nft.queue_is_empty()) {
+                self.naming[0].fetch_add(1, Ordering::Relaxed);
+                o.named = Some(Named {
+                    actor: resolve_writer(Some(s.pid), Some(s.comm.clone())),
+                    tid: s.tid,
+                    at_ns: s.at_ns,
+                });
+            }
         }
         if o.early_sent || o.t.len() < BIG_TRANSACTION {
             return true;
         }
-        let (Some(w), Some(last)) = (&o.writer, last_gen) else {
+        let (Some(n), Some(last)) = (&o.named, last_gen) else {
             return true;
         };
-        let generation = next_generation(last);
-        if already_in_dump(generation, self.dumped) {
+        // Its generation is the one after the last read, unless it may be in the dump
+        // the state came from (no NEWGEN after the dump read yet, and sent before the
+        // dump ended): then it may be rolled back at its NEWGEN, and gets no
+        // preliminary event.
+        if self.dumped.is_some() && n.at_ns <= self.dumped_at_ns {
             return true;
         }
         o.early_sent = true;
         let c = Committed {
             changes: o.t.changes_so_far(&self.state),
-            actor: w.clone(),
-            generation,
+            actor: n.actor.clone(),
+            generation: next_generation(last),
             started: o.started,
         };
         self.tx.send(Msg::Early(Box::new(c), BY_PROBE)).is_ok()
@@ -332,8 +373,7 @@ impl Listener {
     ///
     /// Dumped here, on this thread, as at start: notifications queue on the socket
     /// meanwhile, and those of transactions already in the dump are rolled back
-    /// (`already_in_dump`). A transaction open now committed before the dump, so its
-    /// rest is rolled back too. What is queued now is in the dump: discarded first,
+    /// (`already_in_dump`). What is queued before the dump is in it: discarded first,
     /// which also clears the socket's congestion (while congested, the kernel drops
     /// notifications without reporting it).
     fn resync(&mut self) -> Option<u32> {
@@ -350,6 +390,7 @@ impl Listener {
         let changes = self.state.diff_to(&fresh.state);
         self.state = fresh.state;
         self.dumped = Some(g);
+        self.dumped_at_ns = monotonic_ns();
         // A send error means the detection loop is gone; `run` notices next.
         let _ = self.tx.send(Msg::Resync(Box::new(changes)));
         Some(g)

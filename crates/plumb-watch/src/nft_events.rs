@@ -482,6 +482,9 @@ pub struct NftListener {
     socket: netlink_sys::Socket,
     buf: Vec<u8>,
     batcher: Batcher,
+    /// A peek ([`NftListener::queue_is_empty`]) took the socket's ENOBUFS report:
+    /// the next receive reports the gap.
+    gap_seen: bool,
 }
 
 /// Receive buffer asked for (SO_RCVBUFFORCE, falling back to SO_RCVBUF): replacing a
@@ -509,6 +512,7 @@ impl NftListener {
             socket,
             buf: vec![0; LISTENER_SLOT * LISTENER_BATCH],
             batcher: Batcher::default(),
+            gap_seen: false,
         })
     }
 
@@ -531,11 +535,39 @@ impl NftListener {
         })
     }
 
+    /// Whether nothing is queued on the socket now: a peek, without waiting. The
+    /// kernel hands a pending ENOBUFS to whoever reads first, peeks included, so a peek
+    /// that gets it keeps it for the next receive (a gap) and says "not empty".
+    pub fn queue_is_empty(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        // SAFETY: a valid one-byte buffer for a one-byte peek on an open socket.
+        let rc = unsafe {
+            libc::recv(
+                self.socket.as_raw_fd(),
+                byte.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if rc >= 0 {
+            return false;
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EAGAIN) => true,
+            Some(libc::ENOBUFS) => {
+                self.gap_seen = true;
+                false
+            }
+            _ => false,
+        }
+    }
+
     /// Discards every queued datagram, without waiting (for at most `limit`), and
     /// returns how many. Before a resync's dump: what is queued is in the dump, and
     /// only an emptied queue clears the socket's congestion: until then the kernel
     /// drops further notifications without reporting ENOBUFS again.
     pub fn discard_queued(&mut self, limit: Duration) -> io::Result<usize> {
+        self.gap_seen = false;
         let deadline = Instant::now() + limit;
         let mut n = 0;
         while Instant::now() < deadline {
@@ -556,6 +588,9 @@ impl NftListener {
     /// handed over) or holding a cut message means notifications were lost: the rest
     /// of the batch is not handed over, and the call reports a gap.
     fn receive_whole(&mut self, on: &mut dyn FnMut(&[u8]) -> bool) -> io::Result<Received> {
+        if std::mem::take(&mut self.gap_seen) {
+            return Ok(Received::Gap);
+        }
         const SLOTS: usize = LISTENER_BATCH;
         let slot = self.buf.len() / SLOTS;
         let base = self.buf.as_mut_ptr();
@@ -612,6 +647,10 @@ impl NftListener {
 
     /// Waits up to the receive timeout for notifications, grouped into transactions.
     pub fn receive(&mut self) -> io::Result<Received> {
+        if std::mem::take(&mut self.gap_seen) {
+            self.batcher.reset();
+            return Ok(Received::Gap);
+        }
         let mut batches = Vec::new();
         loop {
             let n = match self.socket.recv(&mut &mut self.buf[..], 0) {

@@ -13,8 +13,11 @@
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sent {
     pub pid: u32,
+    /// The sending thread: what NEWGEN names (the kernel writes the thread's id).
     pub tid: u32,
     pub comm: String,
+    /// When the send began, CLOCK_MONOTONIC nanoseconds.
+    pub at_ns: u64,
 }
 
 /// Batches sent that no NEWGEN has answered yet, oldest first (at most this many).
@@ -28,9 +31,17 @@ pub const MAX_PENDING_SENDS: usize = 64;
 /// and NEWGEN before that `sendmsg` returns. Every NEWGEN read clears its writer's
 /// send and the older ones, so the oldest pending send is the batch of the transaction
 /// being read, or one the kernel refused (it commits nothing and gets no NEWGEN). If
-/// its thread is still inside `sendmsg`, it is the writer. If not, either the kernel
-/// refused it, or its transaction is committed and the reader lags behind its NEWGEN:
-/// only a reader whose queue is drained (`caught_up`) can tell, and drops it.
+/// its thread is still inside `sendmsg`, it is taken as the writer. If not, either the
+/// kernel refused it, or its transaction is committed and the reader lags behind its
+/// NEWGEN: only a reader whose queue is empty can tell, and drops it.
+///
+/// Where the assumptions fail, the name is wrong and the NEWGEN contradicts it (the
+/// complete event has the right writer; the summary counts contradictions): a writer
+/// whose batches the probe does not see (`sendto`, `write`, reports the ring buffer
+/// dropped: the caller then starts over, [`PendingSends::clear`]) or commits out of
+/// the order of their sends. Where a thread's sends could be confused, names are lost
+/// rather than wrong: a thread has one pending send at most (the later replaces the
+/// earlier in place: a thread is in one `sendmsg` at a time, so the earlier is over).
 #[derive(Clone, Debug, Default)]
 pub struct PendingSends {
     sends: std::collections::VecDeque<Sent>,
@@ -38,6 +49,10 @@ pub struct PendingSends {
 
 impl PendingSends {
     pub fn push(&mut self, s: Sent) {
+        if let Some(old) = self.sends.iter_mut().find(|o| o.tid == s.tid) {
+            *old = s;
+            return;
+        }
         if self.sends.len() == MAX_PENDING_SENDS {
             self.sends.pop_front();
         }
@@ -52,29 +67,37 @@ impl PendingSends {
         self.sends.is_empty()
     }
 
-    /// A NEWGEN by `pid` was read: that process's oldest pending send and every
+    /// Forgets every pending send (after lost notifications or lost probe reports,
+    /// when the order can no longer be trusted).
+    pub fn clear(&mut self) {
+        self.sends.clear();
+    }
+
+    /// A NEWGEN naming thread `tid` was read: that thread's pending send and every
     /// older one are done. A NEWGEN whose writer sent nothing pending (a writer the
     /// probe does not see) leaves the others waiting.
-    pub fn committed(&mut self, pid: Option<u32>) {
-        if let Some(i) = pid.and_then(|p| self.sends.iter().position(|s| s.pid == p)) {
+    pub fn committed(&mut self, tid: Option<u32>) {
+        if let Some(i) = tid.and_then(|t| self.sends.iter().position(|s| s.tid == t)) {
             self.sends.drain(..=i);
         }
     }
 
     /// The writer of the transaction being read: the oldest pending send, if its
-    /// thread is still in `sendmsg` (`in_sendmsg`). A reader whose queue is drained
-    /// (`caught_up`) drops the sends at the front that are not (refused batches); one
-    /// that lags cannot tell them from committed ones and names nobody yet.
+    /// thread is still in `sendmsg` (`in_sendmsg`). Sends at the front that are not
+    /// are dropped as refused only while `queue_empty` says the reader has read
+    /// everything the kernel sent (so their NEWGEN cannot be waiting unread; asked
+    /// after `in_sendmsg`, which makes the answer sound); a reader that lags names
+    /// nobody yet.
     pub fn committing(
         &mut self,
         in_sendmsg: impl Fn(&Sent) -> bool,
-        caught_up: bool,
+        mut queue_empty: impl FnMut() -> bool,
     ) -> Option<&Sent> {
         while let Some(s) = self.sends.front() {
             if in_sendmsg(s) {
                 return self.sends.front();
             }
-            if !caught_up {
+            if !queue_empty() {
                 return None;
             }
             self.sends.pop_front();
@@ -105,40 +128,63 @@ mod tests {
 
     #[test]
     fn the_writer_is_the_oldest_send_still_in_sendmsg_and_newgen_settles_it() {
-        let sent = |pid: u32| Sent {
-            pid,
-            tid: pid,
-            comm: format!("w{pid}"),
+        let sent = |tid: u32| Sent {
+            pid: tid,
+            tid,
+            comm: format!("w{tid}"),
+            at_ns: u64::from(tid),
         };
+        let (lagging, caught_up) = (|| false, || true);
         let mut p = PendingSends::default();
         // kube-proxy (1) commits while the agent (2) waits on the mutex.
         p.push(sent(1));
         p.push(sent(2));
-        assert_eq!(p.committing(|_| true, false).map(|s| s.pid), Some(1));
+        assert_eq!(p.committing(|_| true, lagging).map(|s| s.tid), Some(1));
         p.committed(Some(1));
-        assert_eq!(p.committing(|_| true, false).map(|s| s.pid), Some(2));
+        assert_eq!(p.committing(|_| true, lagging).map(|s| s.tid), Some(2));
         p.committed(Some(2));
         p.push(sent(3));
         p.push(sent(4));
         // 3 returned from sendmsg without a NEWGEN read: a reader that lags (3's
         // NEWGEN may be queued, unread) names nobody, not 4 ...
-        assert_eq!(p.committing(|s| s.pid != 3, false), None);
+        assert_eq!(p.committing(|s| s.tid != 3, lagging), None);
         assert_eq!(p.len(), 2);
-        // ... one that is caught up knows 3's batch was refused, and skips it.
-        assert_eq!(p.committing(|s| s.pid != 3, true).map(|s| s.pid), Some(4));
+        // ... one that has read everything knows 3's batch was refused, and skips it.
+        assert_eq!(
+            p.committing(|s| s.tid != 3, caught_up).map(|s| s.tid),
+            Some(4)
+        );
         assert_eq!(p.len(), 1);
         // A NEWGEN by a writer the probe did not see leaves the others waiting.
         p.committed(Some(99));
         assert_eq!(p.len(), 1);
         p.committed(Some(4));
         assert!(p.is_empty());
-        assert_eq!(p.committing(|_| true, true), None);
+        assert_eq!(p.committing(|_| true, caught_up), None);
+        // A thread that sends again (a refused batch retried): one pending send, in
+        // the place of the first, so one NEWGEN settles it and none is left stale.
+        p.push(sent(5));
+        p.push(sent(6));
+        p.push(Sent {
+            at_ns: 50,
+            ..sent(5)
+        });
+        assert_eq!(p.len(), 2);
+        assert_eq!(p.committing(|_| true, lagging).map(|s| s.at_ns), Some(50));
+        p.committed(Some(5));
+        assert_eq!(p.committing(|_| true, lagging).map(|s| s.tid), Some(6));
+        // NEWGEN names a thread: a multi-threaded writer's send is matched by tid.
+        p.push(Sent { pid: 6, ..sent(7) });
+        p.committed(Some(6));
+        assert_eq!(p.committing(|_| true, lagging).map(|s| s.tid), Some(7));
+        p.clear();
+        assert!(p.is_empty());
         // Bounded.
         for i in 0..(MAX_PENDING_SENDS as u32 + 5) {
             p.push(sent(100 + i));
         }
         assert_eq!(p.len(), MAX_PENDING_SENDS);
-        assert_eq!(p.committing(|_| true, false).map(|s| s.pid), Some(105));
+        assert_eq!(p.committing(|_| true, lagging).map(|s| s.tid), Some(105));
         // /proc/PID/task/TID/syscall.
         assert!(may_be_in_sendmsg("running"));
         assert!(!may_be_in_sendmsg("-1 0x7ffd 0x7f12"));

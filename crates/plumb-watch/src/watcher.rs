@@ -193,6 +193,7 @@ pub fn watch(
     // Subscribe first, then read the baseline: nothing committed in between is missed.
     let runner = SystemRunner;
     let baseline = crate::baseline::read(netns);
+    let dumped_at_ns = crate::listener::monotonic_ns();
     if !baseline.problems.is_empty() {
         metrics.error(ErrorKind::Reread);
         summary
@@ -220,6 +221,7 @@ pub fn watch(
         netns: netns.map(str::to_string),
         state: baseline.state,
         dumped: baseline.generation,
+        dumped_at_ns,
         tx: tx.clone(),
         resync: resync_rx,
         metrics: metrics.clone(),
@@ -582,7 +584,7 @@ fn preliminary(c: &Committed, how: &str, fights: &FightTracker, netns: Option<&s
     })
     .map(|mut f| {
         f.details.push(
-            "preliminary: what a big transaction has done so far, while the kernel is still sending it; counts are lower bounds, the complete event follows".into(),
+            "preliminary: what a big transaction has done so far, while the kernel is still sending it; the complete event follows and may differ (a chain deleted so far may be re-created later)".into(),
         );
         f.details.push(how.to_string());
         let now = SystemTime::now();

@@ -521,3 +521,35 @@ fn after_a_gap_the_resync_dump_makes_the_state_right_again() {
     let (_, summary) = w.finish();
     assert!(summary.gaps >= 1, "{summary:?}");
 }
+
+/// The listener's peek (`queue_is_empty`, asked before it drops a pending send as
+/// refused): empty when everything is read, not empty while notifications wait, and a
+/// peek that takes the kernel's ENOBUFS report keeps it, so the next receive is a gap
+/// (the kernel reports a socket's ENOBUFS once, to whoever reads first).
+#[test]
+fn a_peek_at_the_queue_never_swallows_a_gap() {
+    use plumb_watch::nft_events::{NftListener, RECEIVE_BUFFER, Received};
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    let kp = kube_proxy_state(300);
+    let lab = Lab::new(&["kube-proxy"]);
+    let mut roomy = NftListener::open(Some(lab.ns.name()), RECEIVE_BUFFER).unwrap();
+    let mut small = NftListener::open(Some(lab.ns.name()), 16 << 10).unwrap();
+    assert!(roomy.queue_is_empty() && small.queue_is_empty());
+    lab.kube_proxy_sync(&kp);
+    assert!(!roomy.queue_is_empty(), "the sync's notifications wait");
+    // The small socket overflowed: its peek takes the ENOBUFS report ...
+    assert!(!small.queue_is_empty());
+    // ... and its next receive still says so.
+    let r = small.receive_each(&mut |_| {});
+    assert!(matches!(r, Ok(Received::Gap)), "{r:?}");
+    // Read everything: empty again.
+    let deadline = Instant::now() + DEADLINE;
+    while !roomy.queue_is_empty() {
+        assert!(Instant::now() < deadline, "the queue never emptied");
+        let r = roomy.receive_each(&mut |_| {});
+        assert!(!matches!(r, Ok(Received::Gap)), "{r:?}");
+    }
+}
