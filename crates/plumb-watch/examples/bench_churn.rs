@@ -463,6 +463,12 @@ done"#,
     let cpu_per_notification_s = churn_cpu_s / total_notified.max(1.0);
     let nominal_rate = n_of("kube-proxy") / (syncs.max(1) as f64) / 2.0
         + n_of("venAgent") / (reverts.len().max(1) as f64) / 3.0;
+    // The same, with what watch costs when nothing changes (timers, polls) kept apart:
+    // that part does not grow with the churn.
+    let idle_pct = (w_cpu2 - w_cpu1) / idle * 100.0;
+    let churn_pct = churn_cpu_s / churn_wall * 100.0;
+    let measured_rate = total_notified / churn_wall;
+    let slope_estimate = idle_pct + (churn_pct - idle_pct) * nominal_rate / measured_rate.max(1.0);
     let report = serde_json::json!({
         "services": services,
         "duration_s": churn_wall,
@@ -484,6 +490,7 @@ done"#,
             "cpu_churn_pct": churn_cpu_s / churn_wall * 100.0,
             "cpu_us_per_notification": cpu_per_notification_s * 1e6,
             "cpu_pct_at_nominal_churn_estimate": {"pct": cpu_per_notification_s * nominal_rate * 100.0, "notifications_per_s": nominal_rate, "about": "cpu_us_per_notification x the notification rate of a full sync every 2 s and a revert every 3 s (measured notifications per sync and per revert)"},
+            "cpu_pct_at_nominal_churn_idle_plus_slope": {"pct": slope_estimate, "measured_notifications_per_s": measured_rate, "about": "idle CPU + (churn CPU - idle CPU) x nominal rate / measured rate: the idle part does not grow with the churn"},
             "cpu_churn_pct_by_thread": threads1.iter().map(|(k, v)| (k.clone(), (v - threads0.get(k).copied().unwrap_or(0.0)) / churn_wall * 100.0)).collect::<HashMap<String, f64>>(),
             "cpu_idle_pct": (w_cpu2 - w_cpu1) / idle * 100.0,
             "peak_rss_mib": hwm_peak as f64 / 1024.0,
