@@ -40,6 +40,10 @@ pub const BIG_TRANSACTION: usize = 4096;
 /// queue is drained: a 300k-notification sync then costs a wake-up per batch of
 /// datagrams rather than per datagram (adds at most this to an event's latency).
 const GATHER: Duration = Duration::from_millis(2);
+/// How often the listener tries again to name the writer of the transaction it reads
+/// when it could not (no pending send yet, or it lags behind a writer that left
+/// `sendmsg`): at most this much later than it could have.
+const NAME_RETRY: Duration = Duration::from_millis(1);
 /// Longest a resync spends discarding what is queued before its dump.
 const DISCARD_LIMIT: Duration = Duration::from_secs(2);
 
@@ -119,6 +123,9 @@ struct Open {
     /// When its first notification was read (≈ the commit).
     started: SystemTime,
     named: Option<Named>,
+    /// No attempt to name its writer before this (each costs a /proc read and maybe a
+    /// peek: at most one per [`NAME_RETRY`], not one per batch of datagrams).
+    next_naming: Instant,
     /// Whether it had its preliminary event.
     early_sent: bool,
 }
@@ -129,6 +136,7 @@ impl Open {
             t: Transaction::default(),
             started: SystemTime::now(),
             named: None,
+            next_naming: Instant::now(),
             early_sent: false,
         }
     }
@@ -333,7 +341,8 @@ impl Listener {
     /// a preliminary event of what it has done so far. False when the detection loop
     /// is gone.
     fn preview(&mut self, o: &mut Open, pending: &mut PendingSends, last_gen: Option<u32>) -> bool {
-        if o.named.is_none() {
+        if o.named.is_none() && o.next_naming <= Instant::now() {
+            o.next_naming = Instant::now() + NAME_RETRY;
             let nft = &mut self.nft;
             if let Some(s) = pending.committing(in_sendmsg, || nft.queue_is_empty()) {
                 self.naming[0].fetch_add(1, Ordering::Relaxed);
