@@ -98,13 +98,19 @@ impl<V> ChainTable<V> {
 
     fn push(&mut self, name: ChainName, value: V) -> usize {
         let i = self.entries.len();
-        let h = hash(name.as_str());
         self.entries.push((name, value));
-        let entries = &self.entries;
-        self.index
-            .insert_unique(h, i as u32, |&j| hash(entries[j as usize].0.as_str()));
+        self.index_entry(i);
         self.cursor = i;
         i
+    }
+
+    /// Adds entry `i` to the index.
+    fn index_entry(&mut self, i: usize) {
+        let entries = &self.entries;
+        self.index
+            .insert_unique(hash(entries[i].0.as_str()), i as u32, |&j| {
+                hash(entries[j as usize].0.as_str())
+            });
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&ChainName, &V)> {
@@ -119,11 +125,8 @@ impl<V> ChainTable<V> {
     pub fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
         self.entries.retain(|(_, v)| keep(v));
         self.index.clear();
-        let entries = &self.entries;
-        for (i, (n, _)) in entries.iter().enumerate() {
-            self.index.insert_unique(hash(n.as_str()), i as u32, |&j| {
-                hash(entries[j as usize].0.as_str())
-            });
+        for i in 0..self.entries.len() {
+            self.index_entry(i);
         }
         self.cursor = 0;
     }

@@ -538,18 +538,12 @@ pub fn detect(
         for (owner, mut g) in groups {
             g.seal();
             let legit = actor.writes(owner);
-            let mut lost: Vec<&str> = g
-                .removed
+            let unhooked: Vec<&str> = g
+                .unhooked
                 .iter()
-                .chain(g.flushed.iter())
-                .chain(
-                    g.unhooked
-                        .iter()
-                        .filter_map(|h| h.split_once(" -j ").map(|(_, target)| target)),
-                )
+                .filter_map(|h| h.split_once(" -j ").map(|(_, target)| target))
                 .collect();
-            lost.sort();
-            lost.dedup();
+            let lost = union(&[&g.removed.0, &g.flushed.0, &unhooked]);
             if legit || (source == Source::Poll && lost.is_empty()) {
                 let restored = !(g.added.is_empty() && g.modified.is_empty())
                     && fights.restore(&t.label(), owner, &party, &[&g.added, &g.modified], now_ms);

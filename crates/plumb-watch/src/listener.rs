@@ -341,8 +341,9 @@ impl Listener {
     /// a preliminary event of what it has done so far. False when the detection loop
     /// is gone.
     fn preview(&mut self, o: &mut Open, pending: &mut PendingSends, last_gen: Option<u32>) -> bool {
-        if o.named.is_none() && o.next_naming <= Instant::now() {
-            o.next_naming = Instant::now() + NAME_RETRY;
+        let now = Instant::now();
+        if o.named.is_none() && o.next_naming <= now {
+            o.next_naming = now + NAME_RETRY;
             let nft = &mut self.nft;
             if let Some(s) = pending.committing(in_sendmsg, || nft.queue_is_empty()) {
                 self.naming[0].fetch_add(1, Ordering::Relaxed);

@@ -873,8 +873,8 @@ pub fn dump_ruleset(
 }
 
 /// `setsockopt(fd, SOL_SOCKET, name, value)` for a plain-old-data `value` (an int, a
-/// timeval, a sock_fprog).
-pub(crate) fn set_socket_option<T: Copy>(
+/// timeval).
+fn set_socket_option<T: Copy>(
     fd: std::os::fd::RawFd,
     name: libc::c_int,
     value: &T,
