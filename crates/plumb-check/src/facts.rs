@@ -131,9 +131,14 @@ impl<'a> Facts<'a> {
         self.ruleset.completeness == Completeness::Truncated
     }
 
+    /// True when parts of the input could not be read: absence proves nothing either.
+    pub fn is_damaged(&self) -> bool {
+        self.ruleset.completeness == Completeness::Damaged
+    }
+
     /// True when the ruleset can be judged as the complete state of the kernel.
     pub fn is_full(&self) -> bool {
-        !self.is_partial() && !self.is_truncated()
+        !self.partial_flag && self.ruleset.completeness == Completeness::Full
     }
 
     /// Name of the source a table was read from.

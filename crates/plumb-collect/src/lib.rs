@@ -8,6 +8,7 @@ pub mod bundle_writer;
 pub mod facts;
 pub mod netns;
 pub mod node;
+pub mod privilege;
 pub mod probe;
 pub mod rulesets;
 pub mod runner;

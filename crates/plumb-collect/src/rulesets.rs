@@ -206,6 +206,7 @@ pub fn read_rulesets(node: &dyn Node) -> Collected {
         ruleset.merge(rs);
     }
     tools.push(nft_outcome);
+    ruleset.settle_completeness();
     Collected { ruleset, tools }
 }
 

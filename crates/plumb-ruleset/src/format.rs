@@ -218,7 +218,7 @@ fn parse_source(source: SourceText, options: &ParseOptions) -> Result<Parsed, In
         table,
         restore_payload: restore,
     };
-    let ruleset = match format {
+    let mut ruleset = match format {
         Format::IptablesSave => {
             crate::iptables::save::parse_shared(Arc::clone(&source), &ip_input(false, None))
         }
@@ -249,6 +249,7 @@ fn parse_source(source: SourceText, options: &ParseOptions) -> Result<Parsed, In
         Format::NftText => crate::nft::parse_text(text),
         Format::NftJson => crate::nft::parse_json(text),
     };
+    ruleset.settle_completeness();
     // A text in save syntax that turned out to be a restore payload says so.
     let format = if format == Format::IptablesSave && ruleset.completeness == Completeness::Partial
     {

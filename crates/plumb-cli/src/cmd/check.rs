@@ -1,6 +1,6 @@
 //! `plumb check`: integrity findings over a ruleset (file, netns or this machine).
 
-use super::input::load_source;
+use super::input::{load_source, write_read_problems};
 use crate::Verdict;
 use crate::flags::{InputFlags, SourceFlags};
 use crate::output;
@@ -24,6 +24,8 @@ pub fn run(
     let facts = Facts::new(&src.ruleset, origin, partial);
     let findings = plumb_check::run(&facts);
     let problems = findings.iter().filter(|f| f.is_problem()).count();
+    // Parse errors are problems of the input: a damaged ruleset is never "clean".
+    let parse_errors = src.ruleset.error_count();
     if json {
         #[derive(Serialize)]
         struct Out<'a> {
@@ -32,6 +34,11 @@ pub fn run(
             completeness: plumb_ruleset::Completeness,
             partial: bool,
             problems: usize,
+            /// Parts of the input that could not be read (`completeness` is then
+            /// `damaged`); the first of them in `parse_error_samples`.
+            parse_errors: usize,
+            parse_error_samples: Vec<&'a plumb_ruleset::Diagnostic>,
+            hint: Option<&'a str>,
             findings: &'a [Finding],
         }
         output::json(&Out {
@@ -40,6 +47,15 @@ pub fn run(
             completeness: src.ruleset.completeness,
             partial: facts.is_partial(),
             problems,
+            parse_errors,
+            parse_error_samples: src
+                .ruleset
+                .diagnostics
+                .iter()
+                .filter(|d| d.severity == plumb_ruleset::Severity::Error)
+                .take(super::input::ERRORS_SHOWN)
+                .collect(),
+            hint: src.hint.as_deref(),
             findings: &findings,
         })?;
     } else {
@@ -53,10 +69,13 @@ pub fn run(
                 ", partial: chains declared elsewhere are not judged"
             } else if facts.is_truncated() {
                 ", TRUNCATED"
+            } else if facts.is_damaged() {
+                ", DAMAGED"
             } else {
                 ""
             }
         )?;
+        write_read_problems(&mut out, &src.name, &src.ruleset, src.hint.as_deref())?;
         for t in src.tools.iter().filter(|t| t.status == "failed") {
             writeln!(out, "warning: {} failed: {}", t.tool, t.detail)?;
         }
@@ -88,17 +107,25 @@ pub fn run(
         .filter(|s| count(*s) > 0)
         .map(|s| format!("{} {s}", count(s)))
         .collect();
-        if problems == 0 {
-            writeln!(out, "no problems found")?;
-        } else {
-            writeln!(out, "{problems} problem(s): {}", by_sev.join(", "))?;
+        match (problems, parse_errors) {
+            (0, 0) => writeln!(out, "no problems found")?,
+            (0, e) => writeln!(
+                out,
+                "no problems found in what could be read; {e} part(s) of the input could not be read"
+            )?,
+            (p, 0) => writeln!(out, "{p} problem(s): {}", by_sev.join(", "))?,
+            (p, e) => writeln!(
+                out,
+                "{p} problem(s): {}; {e} part(s) of the input could not be read",
+                by_sev.join(", ")
+            )?,
         }
         out.flush()?;
     }
     super::leak_at_exit(findings);
     super::leak_at_exit(facts);
     super::leak_at_exit(src);
-    Ok(if problems > 0 {
+    Ok(if problems > 0 || parse_errors > 0 {
         Verdict::Problems
     } else {
         Verdict::Clean

@@ -8,6 +8,7 @@ use plumb_lab::{Lab, LabOptions, Scenario};
 use crate::Verdict;
 use crate::flags::LabCommand;
 use crate::output;
+use std::io::Write;
 
 pub fn run(cmd: LabCommand) -> anyhow::Result<Verdict> {
     match cmd {
@@ -30,9 +31,10 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<Verdict> {
             if json {
                 output::json(&report)?;
             } else if report.was_clean() && report.errors.is_empty() {
-                println!("no lab to remove");
+                writeln!(std::io::stdout().lock(), "no lab to remove")?;
             } else {
-                println!(
+                writeln!(
+                    std::io::stdout().lock(),
                     "removed {} namespaces, {} processes{}",
                     report.namespaces.len(),
                     report.processes.len(),
@@ -41,7 +43,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<Verdict> {
                         .as_ref()
                         .map(|r| format!(", {}", r.display()))
                         .unwrap_or_default()
-                );
+                )?;
                 for e in &report.errors {
                     eprintln!("plumb: warning: {e}");
                 }
@@ -85,28 +87,40 @@ fn up(
     )
     .with_context(|| format!("starting lab scenario {scenario}"))?;
     let state = lab.detach();
-    println!(
+    writeln!(
+        std::io::stdout().lock(),
         "lab {} ready in {:.2} s ({} service ports, iptables backend {})",
         state.scenario,
         start.elapsed().as_secs_f64(),
         state.services,
         state.backend
-    );
-    println!("  {}", scenario.summary());
-    println!(
+    )?;
+    writeln!(std::io::stdout().lock(), "  {}", scenario.summary())?;
+    writeln!(
+        std::io::stdout().lock(),
         "  node netns plumb-node ({}), API endpoint {}, kubernetes Service {}",
-        state.node_ip, state.api_endpoint, state.cluster_ip
-    );
-    println!(
+        state.node_ip,
+        state.api_endpoint,
+        state.cluster_ip
+    )?;
+    writeln!(
+        std::io::stdout().lock(),
         "  lab root {} (RKE2 layout: etc/rancher/rke2, var/log/pods, etc/cni/net.d)",
         state.root.display()
-    );
-    println!(
+    )?;
+    writeln!(
+        std::io::stdout().lock(),
         "try: plumb lab exec -- curl -sk --max-time 3 https://{}/version",
         state.cluster_ip
-    );
-    println!("     plumb lab exec -- iptables-save -t nat | head");
-    println!("     plumb lab status;  plumb lab down");
+    )?;
+    writeln!(
+        std::io::stdout().lock(),
+        "     plumb lab exec -- iptables-save -t nat | head"
+    )?;
+    writeln!(
+        std::io::stdout().lock(),
+        "     plumb lab status;  plumb lab down"
+    )?;
     Ok(Verdict::Clean)
 }
 
@@ -116,37 +130,52 @@ fn status(json: bool) -> anyhow::Result<Verdict> {
     if json {
         output::json(&st)?;
     } else if let Some(s) = &st.state {
-        println!(
+        writeln!(
+            std::io::stdout().lock(),
             "lab: {} ({}), root {}",
             s.scenario,
             s.phase,
             s.root.display()
-        );
-        println!("namespaces: {}", s.namespaces.join(", "));
-        println!(
+        )?;
+        writeln!(
+            std::io::stdout().lock(),
+            "namespaces: {}",
+            s.namespaces.join(", ")
+        )?;
+        writeln!(
+            std::io::stdout().lock(),
             "node {}  API endpoint {}  kubernetes Service {}",
-            s.node_ip, s.api_endpoint, s.cluster_ip
-        );
+            s.node_ip,
+            s.api_endpoint,
+            s.cluster_ip
+        )?;
         for (name, pid) in &s.actors {
             let alive = st.actors_alive.get(name).copied().unwrap_or(false);
-            println!(
+            writeln!(
+                std::io::stdout().lock(),
                 "actor {name:<15} pid {pid:<8} {}",
                 if alive { "running" } else { "gone" }
-            );
+            )?;
         }
         for c in &st.containers {
-            println!(
+            writeln!(
+                std::io::stdout().lock(),
                 "pod {:<40} {:<12} {:<10} {:<18} restarts {}",
-                c.pod, c.container, c.state, c.reason, c.restarts
-            );
+                c.pod,
+                c.container,
+                c.state,
+                c.reason,
+                c.restarts
+            )?;
         }
     } else if st.leftovers.is_empty() {
-        println!("no lab running");
+        writeln!(std::io::stdout().lock(), "no lab running")?;
     } else {
-        println!(
+        writeln!(
+            std::io::stdout().lock(),
             "no lab recorded, but leftovers exist: {:?}; run `plumb lab down`",
             st.leftovers
-        );
+        )?;
     }
     Ok(if healthy {
         Verdict::Clean

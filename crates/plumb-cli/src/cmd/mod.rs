@@ -41,7 +41,11 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();
-            clap_complete::generate(shell, &mut cmd, "plumb", &mut std::io::stdout());
+            // clap_complete panics when its writer fails; write to memory, then to
+            // stdout with the error returned (a closed pipe is exit 0, as everywhere).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "plumb", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &script)?;
             Ok(Verdict::Clean)
         }
     }

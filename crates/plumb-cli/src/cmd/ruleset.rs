@@ -1,10 +1,11 @@
 //! `plumb ruleset show|parse|print|diff`.
 
 use super::input::load;
+use super::input::{live_rulesets, write_read_problems};
 use crate::Verdict;
 use crate::flags::RulesetCommand;
 use crate::output;
-use plumb_collect::{SystemRunner, ToolOutcome, collect_rulesets};
+use plumb_collect::ToolOutcome;
 use plumb_ruleset::diff::{Change, diff};
 use plumb_ruleset::iptables::canonical::{SaveOptions, save_text};
 use plumb_ruleset::summary::{Summary, summarize};
@@ -67,6 +68,12 @@ pub fn run(cmd: RulesetCommand) -> anyhow::Result<Verdict> {
             let a = load(&old, &input)?;
             let b = load(&new, &input)?;
             let changes = diff(&a.parsed.ruleset, &b.parsed.ruleset);
+            {
+                // A diff of damaged input is not a diff of the rulesets: say so first.
+                let mut err = std::io::stderr().lock();
+                write_read_problems(&mut err, &a.name, &a.parsed.ruleset, a.hint.as_deref())?;
+                write_read_problems(&mut err, &b.name, &b.parsed.ruleset, b.hint.as_deref())?;
+            }
             if json {
                 #[derive(Serialize)]
                 struct Out<'a> {
@@ -103,7 +110,7 @@ pub fn run(cmd: RulesetCommand) -> anyhow::Result<Verdict> {
 }
 
 fn show(netns: Option<&str>, json: bool) -> anyhow::Result<Verdict> {
-    let collected = collect_rulesets(&SystemRunner, netns);
+    let collected = live_rulesets(netns)?;
     let summary = summarize(&collected.ruleset);
     let where_ = netns
         .map(|n| format!("network namespace {n}"))
@@ -139,7 +146,7 @@ fn show(netns: Option<&str>, json: bool) -> anyhow::Result<Verdict> {
 
 fn verdict(s: &Summary) -> Verdict {
     let errors = s.diagnostics.iter().any(|d| d.severity == Severity::Error);
-    if errors || s.completeness == Completeness::Truncated {
+    if errors || s.completeness != Completeness::Full && s.completeness != Completeness::Partial {
         Verdict::Problems
     } else {
         Verdict::Clean
@@ -151,6 +158,7 @@ fn completeness(s: &Summary) -> String {
         Completeness::Full => "complete dump",
         Completeness::Partial => "partial: a restore payload, chains may exist elsewhere",
         Completeness::Truncated => "TRUNCATED",
+        Completeness::Damaged => "DAMAGED: parts could not be read",
     };
     if s.approximate {
         format!("{what}; approximate: listing format loses detail")

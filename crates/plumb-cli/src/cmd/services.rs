@@ -13,7 +13,8 @@ pub fn run(source: &SourceFlags, input: &InputFlags, json: bool) -> anyhow::Resu
     let src = load_source(source, input)?;
     let maps = recover(&src.ruleset);
     let mismatches: usize = maps.iter().map(|m| m.name_mismatches.len()).sum();
-    let verdict = if mismatches > 0 {
+    let parse_errors = src.ruleset.error_count();
+    let verdict = if mismatches > 0 || parse_errors > 0 {
         Verdict::Problems
     } else {
         Verdict::Clean
@@ -24,12 +25,15 @@ pub fn run(source: &SourceFlags, input: &InputFlags, json: bool) -> anyhow::Resu
             source: &'a str,
             format: &'a str,
             completeness: plumb_ruleset::Completeness,
+            /// Parts of the input that could not be read (services may be missing).
+            parse_errors: usize,
             maps: &'a [ServiceMap<'a>],
         }
         output::json(&Out {
             source: &src.name,
             format: src.format,
             completeness: src.ruleset.completeness,
+            parse_errors,
             maps: &maps,
         })?;
     } else {
@@ -110,6 +114,7 @@ fn extras(s: &RecoveredService) -> String {
 }
 
 fn print_human(out: &mut impl Write, src: &Source, maps: &[ServiceMap]) -> std::io::Result<()> {
+    super::input::write_read_problems(out, &src.name, &src.ruleset, src.hint.as_deref())?;
     if maps.is_empty() {
         writeln!(
             out,

@@ -1,12 +1,11 @@
 //! `plumb trace`: read the ruleset (file, netns or live), check the flags, trace the
 //! packet with plumb-trace and print the outcomes.
 
-use super::input::load;
+use super::input::{live_rulesets, load, write_read_problems};
 use crate::Verdict;
 use crate::flags::{InputFlags, TraceArgs};
 use crate::output;
 use anyhow::{Context, bail};
-use plumb_collect::{SystemRunner, collect_rulesets};
 use plumb_trace::addr::Cidr;
 use plumb_trace::ipset::IpSets;
 use plumb_trace::{CtState, Index, Node, Origin, Packet, Proto, RecentAssumption, trace};
@@ -110,10 +109,16 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Verdict> {
                 max_input_size: plumb_ruleset::format::DEFAULT_MAX_SIZE,
             };
             let loaded = load(path, &flags)?;
+            write_read_problems(
+                &mut std::io::stderr().lock(),
+                &loaded.name,
+                &loaded.parsed.ruleset,
+                loaded.hint.as_deref(),
+            )?;
             (loaded.name, loaded.parsed.ruleset)
         }
         (None, netns) => {
-            let collected = collect_rulesets(&SystemRunner, netns.as_deref());
+            let collected = live_rulesets(netns.as_deref())?;
             let name = netns
                 .as_ref()
                 .map(|n| format!("network namespace {n}"))
