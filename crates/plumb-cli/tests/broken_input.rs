@@ -287,6 +287,8 @@ fn without_net_admin_the_live_commands_say_they_need_root() {
         &["check"],
         &["services"],
         &["trace", "--dst", "10.43.0.1:443"],
+        &["doctor"],
+        &["collect", "-o", "/nonexistent/plumb-bundle.tar.gz"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_plumb"))
             .args(args)

@@ -9,6 +9,9 @@ use plumb_collect::node::LiveNode;
 use std::path::Path;
 
 pub fn run(output: &Path, node: &NodeFlags) -> anyhow::Result<Verdict> {
+    // Without it the bundle would hold no ruleset, and its reader would take that
+    // for a node without one.
+    super::input::require_net_admin("on the node to collect")?;
     let live = LiveNode::new(SystemRunner, node.netns.clone(), &node.root);
     let manifest = write_bundle(&live, output, &GatherOptions::default(), &SystemRunner)
         .map_err(anyhow::Error::msg)?;

@@ -21,6 +21,7 @@ pub fn run(
         let b = open_bundle(path, &SystemRunner).map_err(anyhow::Error::msg)?;
         gather(&b, &options)
     } else if lab {
+        super::input::require_net_admin("or diagnose a bundle with --bundle")?;
         let state = plumb_lab::state::LabState::load()
             .context("reading the lab state")?
             .context("no lab is running (start one with `plumb lab up SCENARIO`)")?;
@@ -31,6 +32,7 @@ pub fn run(
         );
         gather(&live as &dyn Node, &options)
     } else {
+        super::input::require_net_admin("or diagnose a bundle with --bundle")?;
         let live = LiveNode::new(SystemRunner, node.netns.clone(), &node.root);
         gather(&live as &dyn Node, &options)
     };

@@ -252,13 +252,21 @@ pub fn load_source(source: &SourceFlags, input: &InputFlags) -> anyhow::Result<S
     })
 }
 
+/// Fails with [`NEEDS_ROOT`] when this process lacks CAP_NET_ADMIN: every command
+/// that reads the live node refuses then rather than report what it could not see as
+/// absent. `alternative` says what the user can do instead (e.g. `or pass --ruleset FILE`).
+pub fn require_net_admin(alternative: &str) -> anyhow::Result<()> {
+    if plumb_collect::privilege::has_net_admin() == Some(false) {
+        bail!("{NEEDS_ROOT} (run it with sudo, {alternative})");
+    }
+    Ok(())
+}
+
 /// The live rulesets of this machine or of network namespace `netns`. Fails with
 /// [`NEEDS_ROOT`] when this process cannot read netfilter, and when no dump tool
 /// worked at all, rather than report an empty firewall.
 pub fn live_rulesets(netns: Option<&str>) -> anyhow::Result<plumb_collect::Collected> {
-    if plumb_collect::privilege::has_net_admin() == Some(false) {
-        bail!("{NEEDS_ROOT} (run it with sudo, or pass --ruleset FILE)");
-    }
+    require_net_admin("or pass --ruleset FILE")?;
     let collected = plumb_collect::collect_rulesets(&plumb_collect::SystemRunner, netns);
     if collected.tools.iter().all(|t| t.status != "ok") {
         if let Some(os_error) = plumb_collect::privilege::permission_error(&collected.tools) {
