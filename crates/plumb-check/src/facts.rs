@@ -4,7 +4,7 @@
 //! handed to every check. It also turns model locations into quoted [`Evidence`] with the
 //! right source name: a file, or the dump command a live table was read with.
 
-use crate::finding::Evidence;
+use plumb_findings::Evidence;
 use plumb_kubeproxy::recover::{ServiceMap, recover};
 use plumb_ruleset::fasthash::FxHasher;
 use plumb_ruleset::iptables::TARGET_EXTENSIONS;

@@ -3,7 +3,8 @@
 //! Each check is one module under [`checks`] with a doc comment that explains it, one
 //! `check(&Facts) -> Vec<Finding>` function and its tests (rust-analyzer's diagnostics
 //! style). A check returns an `ok` finding when it ruled its problem out, so reports can
-//! say what was checked. The later `plumb doctor` reuses [`Finding`] and these checks.
+//! say what was checked. Findings are plumb-findings' type; `plumb doctor` runs these
+//! checks too.
 //!
 //! Pure crate: no IO, no clock, no processes. Facts in, findings out. A partial input
 //! (a kube-proxy restore payload) is never judged as a full dump: checks that need the
@@ -11,10 +12,9 @@
 
 pub mod checks;
 pub mod facts;
-pub mod finding;
 
 pub use facts::{Facts, Origin};
-pub use finding::{Evidence, Finding, Severity, Status};
+use plumb_findings::Finding;
 
 /// Runs every check and returns the findings sorted for display (problems first, worst first).
 /// The checks are independent and split over the cores (a 10k-service dump takes tens of
@@ -29,6 +29,6 @@ pub fn run(facts: &Facts) -> Vec<Finding> {
         out
     });
     let mut out: Vec<Finding> = parts.into_iter().flatten().collect();
-    finding::sort(&mut out);
+    plumb_findings::sort(&mut out);
     out
 }

@@ -3,7 +3,8 @@
 
 mod common;
 
-use plumb_check::{Facts, Finding, Origin, Status, run};
+use plumb_check::{Facts, Origin, run};
+use plumb_findings::{Finding, Status};
 use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
 use plumb_ruleset::format::{Format, ParseOptions, parse_bytes};
 use proptest::prelude::*;

@@ -1,6 +1,6 @@
 //! Command-line flags (clap derive). No IO here: just the shape of the CLI.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
@@ -12,8 +12,22 @@ use std::path::PathBuf;
     propagate_version = true
 )]
 pub struct Cli {
+    /// When to colour human output: auto (a terminal, and NO_COLOR unset), always, never.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
+    pub color: ColorChoice,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `--color WHEN`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// Colour when stdout is a terminal and NO_COLOR is unset or empty.
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
 }
 
 #[derive(Debug, Subcommand)]

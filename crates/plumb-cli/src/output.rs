@@ -1,6 +1,21 @@
-//! Writing to stdout: JSON, and detecting a closed pipe (`plumb ... | head` is not an error).
+//! Writing to stdout: JSON, the text style (`--color`), and detecting a closed pipe
+//! (`plumb ... | head` is not an error).
 
-use std::io::Write;
+use crate::flags::ColorChoice;
+use std::io::{IsTerminal, Write};
+
+/// The style of human output for `--color WHEN`: `auto` colours a terminal unless
+/// NO_COLOR is set to a non-empty value (no-color.org).
+pub fn style(choice: ColorChoice) -> plumb_findings::Style {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    plumb_findings::Style {
+        color: match choice {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => !no_color && std::io::stdout().is_terminal(),
+        },
+    }
+}
 
 pub fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     // Stdout is line-buffered: without a buffer, pretty JSON costs a write(2) per line

@@ -2,10 +2,10 @@
 //! node's own values (CIDRs, the `kubernetes` ClusterIP, the CNI pod) that remediation
 //! texts quote instead of generic placeholders.
 
-use plumb_check::{Evidence, Finding};
 use plumb_facts::parse::logs::{LogLine, Signal};
 use plumb_facts::parse::rke2::Rke2Config;
 use plumb_facts::{Facts, LogFile};
+use plumb_findings::{Evidence, Finding};
 
 pub struct Ctx<'a> {
     pub facts: &'a Facts,

@@ -11,12 +11,11 @@ pub mod context;
 pub mod reasoning;
 pub mod report;
 
-pub use reasoning::Confidence;
 pub use report::{REPORT_VERSION, Report};
 
 use context::{Ctx, NodeValues};
-use plumb_check::{Finding, Status};
 use plumb_facts::{Facts, SourceKind};
+use plumb_findings::Finding;
 
 /// Id of the finding that says the facts show no Kubernetes node at all.
 pub const ID_NOT_A_NODE: &str = "not-a-kubernetes-node";
@@ -68,7 +67,7 @@ pub fn diagnose(facts: &Facts) -> Report {
             supporting: Vec::new(),
             findings: vec![Finding::unknown(
                 ID_NOT_A_NODE,
-                plumb_check::Severity::Info,
+                plumb_findings::Severity::Info,
                 "no sign of a Kubernetes node here (no RKE2 config, no Kubernetes or CNI chains, no kubelet or kube-proxy process, no pod logs): nothing to diagnose",
             )],
         };
@@ -87,7 +86,7 @@ pub fn diagnose(facts: &Facts) -> Report {
         }
         None => vec![Finding::unknown(
             "ruleset-unreadable",
-            plumb_check::Severity::High,
+            plumb_findings::Severity::High,
             "no ruleset could be read, so kube-proxy's and the CNI's rules were not checked",
         )],
     };
@@ -99,7 +98,7 @@ pub fn diagnose(facts: &Facts) -> Report {
     let mut findings: Vec<Finding> = checks::ALL.iter().flat_map(|c| c(&ctx)).collect();
     findings.extend(ctx.ruleset_findings.iter().cloned());
     let conclusion = reasoning::conclude(&findings);
-    order(&mut findings, conclusion.as_ref());
+    plumb_findings::sort_with(&mut findings, conclusion.as_ref());
     Report {
         version: REPORT_VERSION,
         source: facts.source.clone(),
@@ -108,19 +107,4 @@ pub fn diagnose(facts: &Facts) -> Report {
         supporting: conclusion.map(|c| c.supporting).unwrap_or_default(),
         findings,
     }
-}
-
-/// Root cause, supporting problems, other problems (worst first), unknown, ok.
-fn order(findings: &mut [Finding], c: Option<&reasoning::Conclusion>) {
-    let rank = |f: &Finding| -> (u8, std::cmp::Reverse<plumb_check::Severity>) {
-        let r = match f.status {
-            Status::Problem if c.is_some_and(|c| c.root_cause == f.id) => 0,
-            Status::Problem if c.is_some_and(|c| c.supporting.contains(&f.id)) => 1,
-            Status::Problem => 2,
-            Status::Unknown => 3,
-            Status::Ok => 4,
-        };
-        (r, std::cmp::Reverse(f.severity))
-    };
-    findings.sort_by_key(|f| rank(f));
 }

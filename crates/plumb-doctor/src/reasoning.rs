@@ -3,13 +3,12 @@
 //! present. The best problem candidate (severity medium or worse) is the root cause; the
 //! problems it explains are its supporting evidence; `ok` findings are what was ruled out.
 //!
-//! The table encodes the founding write-ups: seed 000 (an agent deleting kube-proxy's
-//! chains explains the ClusterIP timeout, the restore failures, the missing chains and
-//! install-cni's crash loop), seed 002 (UFW explains kube-proxy's failing /healthz and the
-//! FORWARD drops; probe semantics and RBAC denials are red herrings).
+//! The table encodes two incidents plumb was built around: a security agent deleting
+//! kube-proxy's chains explains the ClusterIP timeout, the restore failures, the missing
+//! chains and install-cni's crash loop; UFW explains kube-proxy's failing /healthz and
+//! the FORWARD drops, where probe semantics and RBAC denials are red herrings.
 
-use plumb_check::{Finding, Severity, Status};
-use serde::Serialize;
+use plumb_findings::{Conclusion, Confidence, Finding, Severity, Status};
 
 /// Findings that make a cause only together with a symptom they explain: an installed
 /// agent or an unloaded module is not a failure by itself.
@@ -107,23 +106,6 @@ const CAUSES: &[(&str, &[&str])] = &[
     ),
     ("kernel-module-missing", &[]),
 ];
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Confidence {
-    Low,
-    Medium,
-    High,
-}
-
-/// The conclusion.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Conclusion {
-    pub root_cause: String,
-    pub confidence: Confidence,
-    /// Problem finding ids the root cause explains.
-    pub supporting: Vec<String>,
-}
 
 fn weight(s: Severity) -> u32 {
     match s {

@@ -1,14 +1,14 @@
 //! Node checks on hand-built facts: each check's problem, ok and unknown answers, and the
 //! reasoning's choices, without any IO (the lab and bundle tests cover the edges).
 
-use plumb_check::Status;
 use plumb_doctor::diagnose;
 use plumb_facts::parse::logs::{LogLine, Signal};
 use plumb_facts::parse::rke2::{ProbePaths, Rke2Config};
 use plumb_facts::{Connect, ConnectOutcome, Fact, Facts, HttpReply, LogFile, PodRef};
+use plumb_findings::Status;
 use std::collections::BTreeMap;
 
-fn finding<'a>(r: &'a plumb_doctor::Report, id: &str) -> &'a plumb_check::Finding {
+fn finding<'a>(r: &'a plumb_doctor::Report, id: &str) -> &'a plumb_findings::Finding {
     r.findings
         .iter()
         .find(|f| f.id == id)
@@ -61,7 +61,7 @@ fn ip_forward_off_is_critical_and_the_root_cause() {
     assert_eq!(r.root_cause.as_deref(), Some("sysctl-requirement"));
     assert_eq!(
         finding(&r, "sysctl-requirement").severity,
-        plumb_check::Severity::Critical
+        plumb_findings::Severity::Critical
     );
 }
 

@@ -3,7 +3,7 @@
 //! Every probe ends in a `Fact`: a probe that could not run (tool missing, permission
 //! denied, not in the bundle) is a fact too ("not readable: permission denied"), so the
 //! doctor can say "unknown" instead of guessing and nothing crashes. (Quoted evidence
-//! for findings is `plumb_check::Evidence`; a fact carries only its source.)
+//! for findings is `plumb_findings::Evidence`; a fact carries only its source.)
 
 use serde::{Deserialize, Serialize};
 

@@ -12,7 +12,7 @@
 
 use super::short_list;
 use crate::facts::Facts;
-use crate::finding::{Finding, Severity};
+use plumb_findings::{Finding, Severity};
 use plumb_kubeproxy::chain_name::parse_chain_name;
 use plumb_ruleset::{Backend, Table};
 
@@ -121,8 +121,8 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Status;
     use crate::facts::Origin;
+    use plumb_findings::Status;
     use plumb_ruleset::Ruleset;
     use plumb_ruleset::iptables::save::{IptablesInput, parse};
 

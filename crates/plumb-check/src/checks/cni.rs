@@ -16,7 +16,7 @@
 
 use super::{owner_name, short_list};
 use crate::facts::{Facts, group_name};
-use crate::finding::{Finding, Severity};
+use plumb_findings::{Finding, Severity};
 use plumb_kubeproxy::chain_name::parse_chain_name;
 use plumb_ruleset::{Backend, Family, Table};
 
@@ -159,7 +159,7 @@ fn missing_for(facts: &Facts, group: (Backend, Family), cni: &str, out: &mut Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Status;
+    use plumb_findings::Status;
 
     fn run(text: &str) -> Vec<Finding> {
         crate::checks::run_on_dump(check, text)

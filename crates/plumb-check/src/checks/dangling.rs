@@ -14,7 +14,7 @@
 
 use super::short_list;
 use crate::facts::Facts;
-use crate::finding::{Evidence, Finding, Severity};
+use plumb_findings::{Evidence, Finding, Severity};
 use plumb_ruleset::{Backend, Table};
 
 pub const ID: &str = "dangling-reference";
@@ -173,7 +173,7 @@ mod tests {
     fn partial_input_is_not_judged_as_full() {
         let f = run(DUMP, true);
         assert_eq!(f.len(), 1);
-        assert_eq!(f[0].status, crate::Status::Ok);
+        assert_eq!(f[0].status, plumb_findings::Status::Ok);
         assert!(f[0].title.contains("declared elsewhere"));
     }
 
@@ -191,6 +191,6 @@ mod tests {
             "*filter\n:INPUT ACCEPT [0:0]\n:X - [0:0]\n-A INPUT -j X\n-A INPUT -j LOG --log-prefix a\nCOMMIT\n",
             false,
         );
-        assert_eq!(f[0].status, crate::Status::Ok);
+        assert_eq!(f[0].status, plumb_findings::Status::Ok);
     }
 }

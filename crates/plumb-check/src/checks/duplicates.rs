@@ -9,7 +9,7 @@
 use super::rule_body_text;
 use crate::facts::Facts;
 use crate::facts::FastMap;
-use crate::finding::{Finding, Severity};
+use plumb_findings::{Finding, Severity};
 
 pub const ID: &str = "duplicate-rule";
 
@@ -86,7 +86,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Status;
+    use plumb_findings::Status;
 
     fn run(text: &str) -> Vec<Finding> {
         crate::checks::run_on_dump(check, text)

@@ -8,7 +8,7 @@
 //! traffic goes nowhere. nft `dnat`/`snat` statements without an address are reported too.
 
 use crate::facts::Facts;
-use crate::finding::{Finding, Severity};
+use plumb_findings::{Finding, Severity};
 use plumb_ruleset::RuleBody;
 use plumb_ruleset::iptables::XtBuf;
 use plumb_ruleset::nft::{NatKind, StatementKind};
@@ -124,7 +124,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Status;
+    use plumb_findings::Status;
 
     fn run(text: &str) -> Vec<Finding> {
         crate::checks::run_on_dump(check, text)

@@ -19,7 +19,7 @@
 
 use super::{is_kube_proxy_chain, short_list};
 use crate::facts::{Facts, group_name};
-use crate::finding::{Evidence, Finding, Severity};
+use plumb_findings::{Evidence, Finding, Severity};
 use plumb_kubeproxy::ChainPrefix;
 use plumb_kubeproxy::chain_name::parse_chain_name;
 use plumb_ruleset::iptables::XtBuf;
@@ -411,8 +411,8 @@ fn hash_mismatches(facts: &Facts, out: &mut Vec<Finding>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Status;
     use crate::facts::Origin;
+    use plumb_findings::Status;
     use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, generate};
     use plumb_ruleset::format::{ParseOptions, parse_bytes};
 

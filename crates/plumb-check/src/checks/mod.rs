@@ -11,7 +11,7 @@ pub mod shadow;
 pub mod stale;
 
 use crate::facts::Facts;
-use crate::finding::Finding;
+use plumb_findings::Finding;
 use plumb_ruleset::Rule;
 use plumb_ruleset::iptables::XtView;
 use plumb_ruleset::owner::chain_name_owner;

@@ -10,7 +10,7 @@
 
 use super::short_list;
 use crate::facts::Facts;
-use crate::finding::{Evidence, Finding, Severity};
+use plumb_findings::{Evidence, Finding, Severity};
 use plumb_kubeproxy::recover::NoEndpoints;
 
 pub const ID: &str = "service-no-endpoints";
@@ -70,8 +70,8 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Status;
     use crate::facts::Origin;
+    use plumb_findings::Status;
     use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
     use plumb_ruleset::format::{ParseOptions, parse_bytes};
 

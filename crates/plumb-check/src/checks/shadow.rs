@@ -17,7 +17,7 @@
 
 use super::{is_broad, is_cni_chain, is_kube_proxy_chain, owner_name, xt_jump};
 use crate::facts::Facts;
-use crate::finding::{Evidence, Finding, Severity, Status};
+use plumb_findings::{Evidence, Finding, Severity, Status};
 use plumb_ruleset::iptables::{XtBuf, XtView};
 use plumb_ruleset::{Chain, Policy, Table};
 

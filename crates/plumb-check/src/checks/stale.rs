@@ -12,7 +12,7 @@
 use super::kube_proxy::ipvs_mode;
 use super::{owner_name, short_list};
 use crate::facts::Facts;
-use crate::finding::{Finding, Severity};
+use plumb_findings::{Finding, Severity};
 use plumb_kubeproxy::ChainPrefix;
 use plumb_kubeproxy::chain_name::parse_chain_name;
 use plumb_ruleset::{Backend, Table};
@@ -121,8 +121,8 @@ fn finding(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Status;
     use crate::facts::Origin;
+    use plumb_findings::Status;
     use plumb_ruleset::format::{ParseOptions, parse_bytes};
 
     fn run(text: &str, partial: bool) -> Vec<Finding> {

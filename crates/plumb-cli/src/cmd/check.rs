@@ -4,7 +4,8 @@ use super::input::{load_source, write_read_problems};
 use crate::Verdict;
 use crate::flags::{InputFlags, SourceFlags};
 use crate::output;
-use plumb_check::{Facts, Finding, Origin, Severity, Status};
+use plumb_check::{Facts, Origin};
+use plumb_findings::Finding;
 use serde::Serialize;
 use std::io::Write;
 
@@ -13,6 +14,7 @@ pub fn run(
     input: &InputFlags,
     partial: bool,
     json: bool,
+    style: plumb_findings::Style,
 ) -> anyhow::Result<Verdict> {
     let src = load_source(source, input)?;
     let origin = match &src.live {
@@ -79,46 +81,15 @@ pub fn run(
         for t in src.tools.iter().filter(|t| t.status == "failed") {
             writeln!(out, "warning: {} failed: {}", t.tool, t.detail)?;
         }
-        for f in findings.iter().filter(|f| f.status != Status::Ok) {
-            print_finding(&mut out, f)?;
-        }
-        let ok: Vec<&str> = findings
-            .iter()
-            .filter(|f| f.status == Status::Ok)
-            .map(|f| f.id.as_str())
-            .collect();
-        if !ok.is_empty() {
-            writeln!(out, "checked, no problem: {}", ok.join(", "))?;
-        }
-        let count = |s: Severity| {
-            findings
-                .iter()
-                .filter(|f| f.is_problem() && f.severity == s)
-                .count()
-        };
-        let by_sev: Vec<String> = [
-            Severity::Critical,
-            Severity::High,
-            Severity::Medium,
-            Severity::Low,
-            Severity::Info,
-        ]
-        .into_iter()
-        .filter(|s| count(*s) > 0)
-        .map(|s| format!("{} {s}", count(s)))
-        .collect();
-        match (problems, parse_errors) {
-            (0, 0) => writeln!(out, "no problems found")?,
-            (0, e) => writeln!(
+        out.write_all(plumb_findings::render::finding_list(&findings, style).as_bytes())?;
+        let count = plumb_findings::render::problem_count(&findings);
+        match parse_errors {
+            0 => writeln!(out, "{count}")?,
+            e if problems == 0 => writeln!(
                 out,
-                "no problems found in what could be read; {e} part(s) of the input could not be read"
+                "{count} in what could be read; {e} part(s) of the input could not be read"
             )?,
-            (p, 0) => writeln!(out, "{p} problem(s): {}", by_sev.join(", "))?,
-            (p, e) => writeln!(
-                out,
-                "{p} problem(s): {}; {e} part(s) of the input could not be read",
-                by_sev.join(", ")
-            )?,
+            e => writeln!(out, "{count}; {e} part(s) of the input could not be read")?,
         }
         out.flush()?;
     }
@@ -130,26 +101,4 @@ pub fn run(
     } else {
         Verdict::Clean
     })
-}
-
-fn print_finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
-    let label = match f.status {
-        Status::Problem => f.severity.as_str().to_ascii_uppercase(),
-        Status::Unknown => "UNKNOWN".into(),
-        Status::Ok => "OK".into(),
-    };
-    writeln!(out, "{label:<9} {}  {}", f.id, f.title)?;
-    for e in &f.evidence {
-        writeln!(out, "    {e}")?;
-    }
-    if !f.explanation.is_empty() {
-        writeln!(out, "  why: {}", f.explanation)?;
-    }
-    for r in &f.remediation {
-        writeln!(out, "  fix: {r}")?;
-    }
-    for d in &f.do_not {
-        writeln!(out, "  do not: {d}")?;
-    }
-    writeln!(out)
 }

@@ -7,7 +7,7 @@ use anyhow::Context;
 use plumb_collect::SystemRunner;
 use plumb_collect::facts::{GatherOptions, gather};
 use plumb_collect::node::{LiveNode, Node, open_bundle};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::Path;
 
 pub fn run(
@@ -15,6 +15,7 @@ pub fn run(
     lab: bool,
     bundle: Option<&Path>,
     json: bool,
+    style: plumb_findings::Style,
 ) -> anyhow::Result<Verdict> {
     let options = GatherOptions::default();
     let facts = if let Some(path) = bundle {
@@ -40,10 +41,13 @@ pub fn run(
     if json {
         output::json(&report)?;
     } else {
-        let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        std::io::stdout()
-            .lock()
-            .write_all(report.render(color).as_bytes())?;
+        let mut out = std::io::stdout().lock();
+        if let Some(s) = &report.source {
+            writeln!(out, "plumb doctor: {}\n", s.description)?;
+        }
+        let conclusion = report.conclusion();
+        let text = plumb_findings::render::diagnosis(conclusion.as_ref(), &report.findings, style);
+        out.write_all(text.as_bytes())?;
     }
     Ok(if report.root_cause.is_some() {
         Verdict::Problems

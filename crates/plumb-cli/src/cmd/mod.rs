@@ -15,6 +15,7 @@ use crate::Verdict;
 use crate::flags::{Cli, Command};
 
 pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
+    let style = crate::output::style(cli.color);
     match cli.command {
         Command::Ruleset(c) => ruleset::run(c),
         Command::Services {
@@ -27,14 +28,14 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
             input,
             partial,
             json,
-        } => check::run(&source, &input, partial, json),
+        } => check::run(&source, &input, partial, json, style),
         Command::Collect { output, node } => collect::run(&output, &node),
         Command::Doctor {
             node,
             lab,
             bundle,
             json,
-        } => doctor::run(&node, lab, bundle.as_deref(), json),
+        } => doctor::run(&node, lab, bundle.as_deref(), json, style),
         Command::Lab(c) => lab::run(c),
         Command::Trace(args) => trace::run(&args),
         Command::Watch(f) => watch::run(f),

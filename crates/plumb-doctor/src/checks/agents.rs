@@ -3,8 +3,8 @@
 //! them every few seconds, deleting kube-proxy's chains faster than it restores them.
 
 use crate::context::{Ctx, fact_evidence, log_evidence};
-use plumb_check::{Finding, Severity};
 use plumb_facts::agents::catalogue;
+use plumb_findings::{Finding, Severity};
 
 pub const ID_TAMPER: &str = "security-agent-tamper";
 pub const ID_PRESENT: &str = "security-agent-present";

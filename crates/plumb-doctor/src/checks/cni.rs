@@ -3,8 +3,8 @@
 //! `kubernetes` ClusterIP was not translated).
 
 use crate::context::{Ctx, fact_evidence, log_evidence};
-use plumb_check::{Finding, Severity};
 use plumb_facts::parse::logs::Signal;
+use plumb_findings::{Finding, Severity};
 
 pub const ID: &str = "cni-not-initialized";
 

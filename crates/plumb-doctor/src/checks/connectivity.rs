@@ -3,9 +3,9 @@
 //! so the NAT path kube-proxy writes is broken (not the API server).
 
 use crate::context::{Ctx, fact_evidence, log_evidence};
-use plumb_check::{Finding, Severity};
 use plumb_facts::parse::logs::{Signal, dial_target};
 use plumb_facts::{ConnectOutcome, Fact};
+use plumb_findings::{Finding, Severity};
 
 pub const ID_CLUSTERIP: &str = "clusterip-unreachable";
 pub const ID_API: &str = "api-server-unhealthy";

@@ -4,7 +4,7 @@
 //! and the CNI's rules (RKE2's docs say to disable it with Canal).
 
 use crate::context::{Ctx, fact_evidence};
-use plumb_check::{Evidence, Finding, Severity};
+use plumb_findings::{Evidence, Finding, Severity};
 use plumb_ruleset::{Family, Policy};
 
 pub const ID_UFW: &str = "host-firewall-ufw";

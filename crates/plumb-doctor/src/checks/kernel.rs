@@ -4,7 +4,7 @@
 //! says so: "reduced suspicion".
 
 use crate::context::{Ctx, fact_evidence};
-use plumb_check::{Finding, Severity};
+use plumb_findings::{Finding, Severity};
 
 pub const ID_SYSCTL: &str = "sysctl-requirement";
 pub const ID_MODULES: &str = "kernel-module-missing";

@@ -5,8 +5,8 @@
 //! it is worth checking but not where to stop).
 
 use crate::context::{Ctx, fact_evidence, log_evidence};
-use plumb_check::{Finding, Severity};
 use plumb_facts::parse::logs::Signal;
+use plumb_findings::{Finding, Severity};
 
 pub const ID_RESTORE: &str = "kube-proxy-restore-failures";
 pub const ID_UNHEALTHY: &str = "kube-proxy-unhealthy";

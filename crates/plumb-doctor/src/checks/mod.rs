@@ -12,7 +12,7 @@ pub mod kube_proxy;
 pub mod rbac;
 
 use crate::context::Ctx;
-use plumb_check::Finding;
+use plumb_findings::Finding;
 
 /// Every node check in a fixed order.
 pub const ALL: &[fn(&Ctx) -> Vec<Finding>] = &[

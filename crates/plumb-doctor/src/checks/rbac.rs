@@ -2,8 +2,8 @@
 //! the node authorizer catching up, not a cause (seed 002 names it a red herring).
 
 use crate::context::{Ctx, log_evidence};
-use plumb_check::{Finding, Severity};
 use plumb_facts::parse::logs::Signal;
+use plumb_findings::{Finding, Severity};
 
 pub const ID: &str = "rbac-transient-denial";
 

@@ -1,7 +1,7 @@
 //! The `Finding`: one conclusion about a node, with the evidence that supports it.
 //!
-//! Shared by `plumb check` and (later) `plumb doctor` (issue 5), so it is deliberately
-//! plain data with a stable JSON shape:
+//! Every command that judges a node (`check`, `doctor`) emits these. Plain data with a
+//! stable JSON shape:
 //! `{"id","status","severity","title","evidence":[{"source","line","text"}],
 //!   "explanation","remediation":[...],"do_not":[...]}`.
 //! `id` is a stable kebab-case code (one per check module); `status` says whether the
@@ -14,7 +14,9 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
+    /// The check found the problem it looks for.
     Problem,
+    /// The check ruled its problem out.
     Ok,
     /// The input does not allow a conclusion (partial or truncated input, missing data).
     Unknown,
@@ -24,15 +26,20 @@ pub enum Status {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
+    /// Worth knowing; nothing is broken.
     Info,
+    /// Untidy or risky, not failing.
     Low,
+    /// Something may fail under some conditions (e.g. a missing canary chain).
     Medium,
+    /// Some traffic or a component fails.
     High,
     /// Service traffic is broken now (e.g. ClusterIPs not captured).
     Critical,
 }
 
 impl Severity {
+    /// Lower-case name, as in JSON.
     pub fn as_str(self) -> &'static str {
         match self {
             Severity::Info => "info",
@@ -121,16 +128,20 @@ impl Finding {
         }
     }
 
+    /// Sets why the finding matters.
     pub fn explain(mut self, text: impl Into<String>) -> Finding {
         self.explanation = text.into();
         self
     }
 
+    /// Adds a remediation step.
     pub fn fix(mut self, step: impl Into<String>) -> Finding {
         self.remediation.push(step.into());
         self
     }
 
+    /// Adds something the user must not do (phrased without "do not", which the
+    /// renderer adds: `flush iptables: it removes ...`).
     pub fn do_not(mut self, what: impl Into<String>) -> Finding {
         self.do_not.push(what.into());
         self
@@ -156,26 +167,10 @@ impl Finding {
         self
     }
 
+    /// True for [`Status::Problem`].
     pub fn is_problem(&self) -> bool {
         self.status == Status::Problem
     }
-}
-
-/// Orders findings for display: problems first, then unknown, then ok; within a status by
-/// severity (highest first), then id and title.
-pub fn sort(findings: &mut [Finding]) {
-    let rank = |s: Status| match s {
-        Status::Problem => 0,
-        Status::Unknown => 1,
-        Status::Ok => 2,
-    };
-    findings.sort_by(|a, b| {
-        rank(a.status)
-            .cmp(&rank(b.status))
-            .then(b.severity.cmp(&a.severity))
-            .then(a.id.cmp(&b.id))
-            .then(a.title.cmp(&b.title))
-    });
 }
 
 #[cfg(test)]
@@ -202,7 +197,7 @@ mod tests {
     }
 
     #[test]
-    fn evidence_is_capped_and_sorting_puts_worst_first() {
+    fn evidence_is_capped() {
         let ev = (0..30).map(|i| Evidence {
             source: "s".into(),
             line: Some(i),
@@ -211,13 +206,5 @@ mod tests {
         let f = Finding::problem("x", Severity::Low, "t").with_evidence(ev);
         assert_eq!(f.evidence.len(), MAX_EVIDENCE + 1);
         assert!(f.evidence.last().unwrap().text.contains("10 more"));
-        let mut v = vec![
-            Finding::ok("a", "ok"),
-            Finding::problem("b", Severity::Low, "low"),
-            Finding::problem("c", Severity::Critical, "crit"),
-        ];
-        sort(&mut v);
-        assert_eq!(v[0].id, "c");
-        assert_eq!(v[2].id, "a");
     }
 }
