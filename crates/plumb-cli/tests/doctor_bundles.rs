@@ -1,6 +1,6 @@
 //! `plumb doctor --bundle` on support bundles laid out exactly as Rancher's log collector
-//! and sosreport write them (docs/bundles.md), for seed 000 (a security agent reverting
-//! kube-proxy's rules), seed 002 (UFW active) and a healthy node; plus bad bundles.
+//! and sosreport write them (docs/bundles.md), for a security agent reverting
+//! kube-proxy's rules, UFW active and a healthy node; plus bad bundles.
 
 use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
 use plumb_testkit::Scratch as Tree;
@@ -78,7 +78,7 @@ fn rancher(t: &Tree, iptables_save: &str, extra: impl Fn(&dyn Fn(&str, &str))) -
 
 #[test]
 fn seed_000_rancher_bundle_names_the_agent() {
-    let t = Tree::new("seed000");
+    let t = Tree::new("agent-revert");
     // The agent flushed KUBE-SERVICES (its snapshot predates kube-proxy's rules).
     let save: String = kube_proxy_save()
         .lines()
@@ -155,7 +155,7 @@ fn seed_000_rancher_bundle_names_the_agent() {
 
 #[test]
 fn seed_002_sosreport_names_ufw() {
-    let t = Tree::new("seed002");
+    let t = Tree::new("ufw-active");
     let top = "sosreport-node2-2026-11-30-qwertyu";
     let w = |rel: &str, text: &str| t.write(&format!("{top}/{rel}"), text);
     w("version.txt", "sos report: 4.12.0\n");

@@ -109,7 +109,7 @@ fn healthy_on(backend: Backend) {
     drop(lab);
 }
 
-/// The agent reverted at least once and install-cni gave up (seed 000's symptoms).
+/// The agent reverted at least once and install-cni gave up (the security-agent incident's symptoms).
 fn agent_incident_seen(l: &Lab) -> bool {
     l.read(paths::VEN_LOG).contains("reverted") && l.pod_logs("install-cni").contains("FATAL")
 }

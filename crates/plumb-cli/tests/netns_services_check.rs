@@ -3,7 +3,7 @@
 //! Loads a generated kube-proxy ruleset (kubelet bootstrap + kube-proxy full sync, with
 //! `iptables-restore --noflush` exactly as kube-proxy does) into a private, empty network
 //! namespace, reads it back through the `plumb` binary, then deletes the `kubernetes`
-//! service's jump and chain the way a security agent reverting "tampering" does (seed 000)
+//! service's jump and chain the way a security agent reverting "tampering" does
 //! and checks that the finding appears. The namespace is deleted on drop, also on panic.
 //! Skips with a printed reason when not root or when `ip`/`iptables-restore` are missing.
 

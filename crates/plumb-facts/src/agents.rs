@@ -1,4 +1,4 @@
-//! Host security agents (seed 000's Illumio VEN, Tanium, Trellix/McAfee ENS): the
+//! Host security agents (Illumio VEN, Tanium, Trellix/McAfee ENS): the
 //! catalogue in `data/agents.json` and matching of what a node shows against it.
 //!
 //! An agent is "present" when any of its units, processes or install paths is seen,

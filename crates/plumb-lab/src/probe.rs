@@ -12,7 +12,7 @@ use crate::{http, netns};
 pub enum Connect {
     /// Handshake completed.
     Connected,
-    /// No answer within the timeout (what seed 000 calls "i/o timeout").
+    /// No answer within the timeout (what install-cni logs as "i/o timeout").
     TimedOut,
     /// Refused, unreachable, ...: the error text.
     Failed(String),

@@ -12,9 +12,9 @@ use std::str::FromStr;
 pub enum Scenario {
     /// Everything works; the `kubernetes` ClusterIP answers from the node and from a pod.
     Healthy,
-    /// Seed 000: a security agent (Illumio-like `venAgent`) reverts kube-proxy's rules.
+    /// A security agent (Illumio-like `venAgent`) reverts kube-proxy's rules.
     SecurityAgentRevert,
-    /// Seed 002: real UFW enabled in the node namespace.
+    /// Real UFW enabled in the node namespace.
     UfwActive,
     /// kube-proxy's /healthz 503 while /livez 200 (node not eligible), liveness probe on
     /// /healthz; rules intact.
@@ -52,7 +52,7 @@ impl Scenario {
         }
     }
 
-    /// The root-cause id `plumb doctor` should report (issue 5's check ids), or `None` for
+    /// The root-cause id `plumb doctor` should report (doctor's check ids), or `None` for
     /// a healthy node.
     pub fn expected_root_cause(self) -> Option<&'static str> {
         match self {
@@ -71,10 +71,10 @@ impl Scenario {
         match self {
             Self::Healthy => "everything works; ClusterIP reachable from the node and a pod",
             Self::SecurityAgentRevert => {
-                "seed 000: venAgent reverts kube-proxy's rules; ClusterIP times out, install-cni crash-loops"
+                "venAgent reverts kube-proxy's rules; ClusterIP times out, install-cni crash-loops"
             }
             Self::UfwActive => {
-                "seed 002: real UFW active; pod->Service dropped in FORWARD, kube-proxy /healthz 503"
+                "real UFW active; pod->Service dropped in FORWARD, kube-proxy /healthz 503"
             }
             Self::ProbeSemantics => {
                 "/healthz 503 while /livez 200 (node not eligible); liveness probe on /healthz"

@@ -409,7 +409,7 @@ fn down_after_a_crash_finds_leftovers_by_name() {
     assert!(!state.root.exists());
 }
 
-/// Regression for issue 4's 10k benchmark: on nft, kube-proxy's emulator leads each table
+/// Regression for the 10k-service lab benchmark: on nft, kube-proxy's emulator leads each table
 /// of a full sync with a chainless `-S` (iptables-nft's per-chain cache request list is
 /// quadratic; docs/lab.md). The kernel must end up exactly where kube-proxy's own bytes
 /// (`--exact-restore-payload`) put it.

@@ -81,7 +81,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
             .explain("iptables-legacy (x_tables) and iptables-nft (nf_tables) are separate kernel tables and the kernel runs both on every packet. When kube-proxy or kubelet switched backend (an image or host iptables upgrade, an `update-alternatives` change), the old backend keeps its KUBE rules: they go stale, keep DNATing to old endpoints or dropping, and `iptables` warns \"iptables-legacy tables present\". Tools reading only one backend see half the picture.")
             .fix("Confirm the live backend: `iptables --version` on the host and in the kube-proxy image, and which mangle table has KUBE-IPTABLES-HINT.")
             .fix("Remove the stale backend's KUBE rules in a maintenance window (e.g. `iptables-legacy-save | grep -v KUBE | iptables-legacy-restore` when legacy is stale), then reboot or restart kubelet and kube-proxy.")
-            .do_not("Do not pin iptables-legacy as a workaround (seed 000): it makes the split permanent.");
+            .do_not("pin iptables-legacy as a workaround: it makes the split permanent.");
         out.push(f);
     }
     let nft_mode = facts

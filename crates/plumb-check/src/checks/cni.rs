@@ -10,7 +10,7 @@
 //!   `CILIUM_PRE_nat`/`CILIUM_POST_nat`/`CILIUM_OUTPUT_nat` (nat), hooked by "cilium-feeder"
 //!   rules.
 //! - kube-proxy programs services but no CNI chain exists at all: either the CNI does not
-//!   use iptables, or its rules are gone (seed 000: install-cni never finished) — `unknown`.
+//!   use iptables, or its rules are gone (install-cni never finished) — `unknown`.
 //!
 //! Only judged on complete dumps.
 
@@ -90,7 +90,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
                         ),
                     )
                     .with_evidence([facts.note(format!("{} chains in nat, none owned by a CNI", nat.chains.len()))])
-                    .explain("Flannel, Calico/Canal and Cilium all install iptables chains on every node. Their absence means either a CNI that does not use iptables here (Cilium or Calico in eBPF mode, a cloud CNI), or that the CNI never finished initialising or its rules were removed — seed 000's node had no CNI config because install-cni could not reach the API server through the `kubernetes` ClusterIP.")
+                    .explain("Flannel, Calico/Canal and Cilium all install iptables chains on every node. Their absence means either a CNI that does not use iptables here (Cilium or Calico in eBPF mode, a cloud CNI), or that the CNI never finished initialising or its rules were removed — a node whose security agent reverted kube-proxy's rules had no CNI config because install-cni could not reach the API server through the `kubernetes` ClusterIP.")
                     .fix("Check which CNI the cluster uses (`/etc/cni/net.d`, the CNI DaemonSet's pod on this node) and its logs."),
                 );
             }
@@ -152,7 +152,7 @@ fn missing_for(facts: &Facts, group: (Backend, Family), cni: &str, out: &mut Vec
         .with_evidence(evidence)
         .explain(format!("{cni} installs these chains together and hooks them into the built-in chains; finding some without the others means its rules were partly removed or replaced (a firewall reload, a security agent reverting \"foreign\" rules) or the agent is not running on this node. Pod traffic then misses the CNI's masquerade or forward-accept rules."))
         .fix(format!("Check that the {cni} pod on this node is running; it rewrites its chains on its next resync. If they vanish again, find what removes them (`plumb watch`)."))
-        .do_not("Do not hand-edit CNI files or flush iptables (seed 000)."),
+        .do_not("hand-edit CNI files or flush iptables."),
     );
 }
 

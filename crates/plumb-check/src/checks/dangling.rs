@@ -3,7 +3,7 @@
 //! The kernel refuses a jump to a missing chain, so a complete dump never holds one: the
 //! text was edited or assembled, or it is a restore payload. Loaded with
 //! `iptables-restore --noflush`, such a rule fails exactly the way kube-proxy's partial
-//! sync fails when something deleted a `KUBE-SVC-*` chain behind its back (seed 000):
+//! sync fails when something deleted a `KUBE-SVC-*` chain behind its back (a security agent reverting its rules):
 //! `iptables-restore: line N failed` / `Chain 'KUBE-SVC-…' does not exist`, after which
 //! kube-proxy counts `kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total`
 //! and forces a full resync.
@@ -114,7 +114,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
                 )
             } else {
                 format!(
-                    "The kernel never holds a jump to a missing chain, so a complete dump with one was edited or assembled from pieces. Loaded with iptables-restore --noflush it fails with `Chain '{}' does not exist` — the same failure kube-proxy logs when something deleted its chains between syncs (seed 000: a security agent reverting kube-proxy's rules). kube-proxy then counts kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total and forces a full resync.",
+                    "The kernel never holds a jump to a missing chain, so a complete dump with one was edited or assembled from pieces. Loaded with iptables-restore --noflush it fails with `Chain '{}' does not exist` — the same failure kube-proxy logs when something deleted its chains between syncs (a security agent reverting kube-proxy's rules). kube-proxy then counts kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total and forces a full resync.",
                     missing[0]
                 )
             };

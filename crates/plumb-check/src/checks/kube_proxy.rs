@@ -1,7 +1,7 @@
 //! Findings: kube-proxy is present but its dataplane is broken.
 //!
 //! - `kube-proxy-rules-missing`: nat `KUBE-SERVICES` missing or without service rules while
-//!   `KUBE-SVC-*` chains exist (nothing captures ClusterIPs: seed 000's "the API server
+//!   `KUBE-SVC-*` chains exist (nothing captures ClusterIPs: the security-agent incident's "the API server
 //!   answers locally but 10.43.0.1:443 times out"), or a hook from PREROUTING/OUTPUT/
 //!   POSTROUTING (nat) or FORWARD (filter) is gone. nftables mode: the `services` chain or
 //!   the `nat-prerouting`/`nat-output` base chains are missing.
@@ -30,7 +30,7 @@ pub const ID_UNREACHABLE: &str = "kube-proxy-service-unreachable";
 pub const ID_CANARY: &str = "kube-proxy-canary-missing";
 pub const ID_HASH: &str = "kube-proxy-chain-hash-mismatch";
 
-const DO_NOT_FLUSH: &str = "Do not flush iptables or restart kube-proxy in a loop: if something keeps deleting its rules (seed 000: a security agent's tamper protection), they disappear again; fix the cause.";
+const DO_NOT_FLUSH: &str = "flush iptables or restart kube-proxy in a loop: if something keeps deleting its rules (a security agent's tamper protection, for one), they disappear again; fix the cause.";
 
 /// True when nat `KUBE-SERVICES` selects services through ipsets (IPVS mode).
 pub(crate) fn ipvs_mode(nat: &Table) -> bool {
@@ -184,7 +184,7 @@ fn xt_group(facts: &Facts, group: (Backend, Family), out: &mut Vec<Finding>) {
             out.push(
                 Finding::problem(ID_MISSING, Severity::Critical, title)
                     .with_evidence(ev)
-                    .explain("Packets to a ClusterIP are only redirected to a pod because PREROUTING/OUTPUT jump to KUBE-SERVICES, which matches the ClusterIP and jumps to the service's KUBE-SVC chain. With KUBE-SERVICES gone or emptied, every ClusterIP (including the `kubernetes` service the CNI installer uses, seed 000) times out while the endpoints themselves still answer.")
+                    .explain("Packets to a ClusterIP are only redirected to a pod because PREROUTING/OUTPUT jump to KUBE-SERVICES, which matches the ClusterIP and jumps to the service's KUBE-SVC chain. With KUBE-SERVICES gone or emptied, every ClusterIP (including the `kubernetes` service the CNI installer uses) times out while the endpoints themselves still answer.")
                     .fix("Check kube-proxy's log for `iptables-restore` failures and whether the rules come back after its next full sync (syncPeriod, 30 s by default).")
                     .fix("If they keep disappearing, find the writer: a host security agent's tamper protection or a firewall manager reload (`plumb watch`, the agent's logs).")
                     .do_not(DO_NOT_FLUSH),

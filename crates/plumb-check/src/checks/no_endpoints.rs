@@ -61,7 +61,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
             ),
         )
         .with_evidence(evidence)
-        .explain("kube-proxy has no ready endpoint for these service ports, so it rejects connections to them (clients see \"connection refused\" or ICMP port unreachable, not a timeout). For application services this may be intended (scaled to zero); for kube-system services such as kube-dns it means their pods are not running or not ready — often because the CNI is not initialised (seed 000: pods stay Pending when install-cni cannot reach the API server).")
+        .explain("kube-proxy has no ready endpoint for these service ports, so it rejects connections to them (clients see \"connection refused\" or ICMP port unreachable, not a timeout). For application services this may be intended (scaled to zero); for kube-system services such as kube-dns it means their pods are not running or not ready — often because the CNI is not initialised (pods stay Pending when install-cni cannot reach the API server).")
         .fix("Check the pods behind them: `kubectl -n <ns> get endpointslices -l kubernetes.io/service-name=<name>` and the pods' readiness.")
         .fix("If kube-system pods are Pending, look at the CNI first (`/etc/cni/net.d` empty, install-cni errors)."),
     ]

@@ -6,7 +6,7 @@
 //!   comes before any accept for pod traffic. kube-proxy's `KUBE-FORWARD` only accepts
 //!   packets it marked and established connections; new pod-to-pod and pod-to-service
 //!   traffic forwarded by the node needs the CNI's accept rules (FLANNEL-FWD, cali-FORWARD,
-//!   CILIUM_FORWARD). Seed 002 (UFW active on some nodes) is this situation.
+//!   CILIUM_FORWARD). UFW active on some nodes of a cluster is this situation.
 //! - `input-drop-blocks-node`: filter INPUT drops by default and no rule accepts the ports a
 //!   node must receive (kubelet 10250/tcp; flannel VXLAN 8472/udp when Flannel/Canal is
 //!   present).
@@ -195,7 +195,7 @@ fn forward(facts: &Facts, table: &Table) -> Option<Finding> {
         .with_evidence([facts.chain(table, fwd)]);
         if owner.starts_with("UFW") {
             f = f
-                .fix("UFW: allow routed pod traffic (`ufw default allow routed`, or `ufw route allow from <pod CIDR>` and `ufw route allow to <pod CIDR>`), or disable UFW on Kubernetes nodes as seed 002's runbook does (`systemctl disable --now ufw`) and keep it out of the node baseline.");
+                .fix("UFW: allow routed pod traffic (`ufw default allow routed`, or `ufw route allow from <pod CIDR>` and `ufw route allow to <pod CIDR>`), or disable UFW on Kubernetes nodes (`systemctl disable --now ufw`) and keep it out of the node baseline.");
         }
         return Some(f);
     }
@@ -204,7 +204,7 @@ fn forward(facts: &Facts, table: &Table) -> Option<Finding> {
 
 fn forward_finding(title: String) -> Finding {
     Finding::problem(ID_FORWARD, Severity::High, title)
-        .explain("Traffic between pods on different nodes, and service traffic whose endpoint is on another node, is forwarded by this node through filter FORWARD. kube-proxy's KUBE-FORWARD accepts only packets it marked for masquerade and established connections; new pod connections need the CNI's accept rules (FLANNEL-FWD, cali-FORWARD, CILIUM_FORWARD). Here a DROP is reached first, so new connections through this node time out — often on only some nodes (seed 002: UFW active on a subset of nodes).")
+        .explain("Traffic between pods on different nodes, and service traffic whose endpoint is on another node, is forwarded by this node through filter FORWARD. kube-proxy's KUBE-FORWARD accepts only packets it marked for masquerade and established connections; new pod connections need the CNI's accept rules (FLANNEL-FWD, cali-FORWARD, CILIUM_FORWARD). Here a DROP is reached first, so new connections through this node time out — often on only some nodes (UFW active on a subset of nodes, for one).")
         .fix("Make the CNI's forward accept rules come first, or allow forwarding for the pod and service CIDRs in the host firewall.")
         .do_not(DO_NOT_FLUSH)
 }
@@ -321,7 +321,7 @@ fn input(facts: &Facts, table: &Table) -> Option<Finding> {
     let mut f = Finding::problem(ID_INPUT, Severity::Medium, title)
         .with_evidence([facts.chain(table, inp)])
         .explain("With INPUT dropping by default, a node only receives what rules accept. The API server reaches kubelet on 10250/tcp (logs, exec, metrics) and Flannel/Canal nodes exchange pod traffic as VXLAN on 8472/udp; dropping them breaks `kubectl logs/exec` and cross-node pod traffic while the node may still look Ready.")
-        .fix("Accept those ports from the node network in the host firewall (UFW: `ufw allow 10250/tcp`, `ufw allow 8472/udp`), or disable the host firewall on Kubernetes nodes as seed 002's runbook does.")
+        .fix("Accept those ports from the node network in the host firewall (UFW: `ufw allow 10250/tcp`, `ufw allow 8472/udp`), or disable the host firewall on Kubernetes nodes.")
         .do_not(DO_NOT_FLUSH);
     if let Some(ev) = source_accept {
         // A source- or interface-restricted ACCEPT may already cover the node network.
@@ -348,7 +348,7 @@ mod tests {
 
     /// UFW's real filter layout (from /usr/share/ufw/iptables/before.rules and ufw-init,
     /// `ufw --force enable` with defaults: deny incoming, deny routed) added to a
-    /// kube-proxy node, as seed 002's nodes had it.
+    /// kube-proxy node, as nodes with UFW active have it.
     fn with_ufw(dump: &str) -> String {
         let ufw_chains = [
             "ufw-before-logging-input",

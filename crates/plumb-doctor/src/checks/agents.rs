@@ -1,4 +1,4 @@
-//! `security-agent-tamper` and `security-agent-present`: seed 000 — a host security agent
+//! `security-agent-tamper` and `security-agent-present`: a host security agent
 //! (Illumio VEN in the write-up) treats kube-proxy's rule writes as tampering and reverts
 //! them every few seconds, deleting kube-proxy's chains faster than it restores them.
 

@@ -1,5 +1,5 @@
 //! `cni-not-initialized`: /etc/cni/net.d has no network config, and install-cni says why
-//! (seed 000: "Unable to create token for CNI kubeconfig ... i/o timeout" because the
+//! ("Unable to create token for CNI kubeconfig ... i/o timeout" because the
 //! `kubernetes` ClusterIP was not translated).
 
 use crate::context::{Ctx, fact_evidence, log_evidence};

@@ -1,4 +1,4 @@
-//! `clusterip-unreachable` and `api-server-unhealthy`: seed 000's decisive symptom — the
+//! `clusterip-unreachable` and `api-server-unhealthy`: the decisive symptom of a security agent reverting kube-proxy's rules — the
 //! API server answers on its own address but the `kubernetes` Service ClusterIP times out,
 //! so the NAT path kube-proxy writes is broken (not the API server).
 

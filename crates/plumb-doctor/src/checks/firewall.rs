@@ -1,4 +1,4 @@
-//! `host-firewall-ufw` and `host-firewall-firewalld`: seed 002 — UFW active on an RKE2 node
+//! `host-firewall-ufw` and `host-firewall-firewalld`: UFW active on an RKE2 node
 //! (FORWARD policy DROP, its chains evaluated before kube-proxy's) breaks pod-to-Service
 //! traffic and keeps kube-proxy's /healthz failing; firewalld reloads wipe kube-proxy's
 //! and the CNI's rules (RKE2's docs say to disable it with Canal).

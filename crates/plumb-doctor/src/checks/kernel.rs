@@ -1,6 +1,6 @@
 //! Kernel prerequisites: `sysctl-requirement` (ip_forward, bridge-nf-call-iptables),
 //! `kernel-module-missing` (br_netfilter, overlay, nf_conntrack, vxlan) and
-//! `conntrack-pressure` (table nearly full). Seed 002 checks them and, when they are fine,
+//! `conntrack-pressure` (table nearly full). The UFW incident's runbook checks them and, when they are fine,
 //! says so: "reduced suspicion".
 
 use crate::context::{Ctx, fact_evidence};

@@ -1,7 +1,7 @@
 //! kube-proxy's own signals: `kube-proxy-restore-failures` (its iptables-restore fails —
 //! "Chain 'KUBE-SVC-…' does not exist" means something deleted its chains under it),
 //! `kube-proxy-unhealthy` (/healthz not 200) and `kube-proxy-probe-semantics` (/healthz 503
-//! while /livez 200: the 1.31 split between dataplane health and liveness; seed 002 warns
+//! while /livez 200: the 1.31 split between dataplane health and liveness; the UFW incident's runbook warns
 //! it is worth checking but not where to stop).
 
 use crate::context::{Ctx, fact_evidence, log_evidence};

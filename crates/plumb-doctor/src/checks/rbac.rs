@@ -1,5 +1,5 @@
 //! `rbac-transient-denial`: "is forbidden: User system:node:… cannot …" at boot is usually
-//! the node authorizer catching up, not a cause (seed 002 names it a red herring).
+//! the node authorizer catching up, not a cause (a red herring).
 
 use crate::context::{Ctx, log_evidence};
 use plumb_facts::parse::logs::Signal;

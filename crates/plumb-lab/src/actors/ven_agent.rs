@@ -1,12 +1,12 @@
 //! `venAgent`: an Illumio-VEN-like host security agent in "firewall tamper protection"
-//! mode, the actor of seed 000. At start it snapshots the firewall (`iptables-save`); then,
+//! mode, the actor of the security-agent scenario. At start it snapshots the firewall (`iptables-save`); then,
 //! after `--arm-delay`, every `--interval` it compares the live firewall with the snapshot
 //! (counters and comments ignored) and, when they differ, restores the snapshot with
 //! `iptables-restore` (no `--noflush`: every table present now is replaced by its snapshot
 //! version, or emptied if the snapshot did not have it). That deletes kube-proxy's chains.
 //!
 //! Log lines go to `--log` (default `opt/illumio_ven_data/log/platform.log` under the lab
-//! root). The two messages seed 000 quotes — "Repeated FW tampering has been detected" and
+//! root). The two messages field reports quote — "Repeated FW tampering has been detected" and
 //! "Successfully reverted out of band firewall changes" — were observed in the field and are
 //! not in public docs; the surrounding format here is the lab's own (documented in
 //! docs/lab.md). The writes themselves are made by `iptables-restore` children whose parent
