@@ -40,7 +40,11 @@ impl Report {
         };
         let mut o = String::new();
         if let Some(s) = &self.source {
-            let _ = writeln!(o, "{dim}plumb doctor: {}{reset}\n", s.description);
+            let _ = writeln!(o, "{dim}plumb doctor: {}{reset}", s.description);
+            for note in &s.notes {
+                let _ = writeln!(o, "{yellow}note:{reset} {note}");
+            }
+            let _ = writeln!(o);
         }
         let by_id = |id: &str| {
             self.findings

@@ -18,7 +18,7 @@ pub fn run(
 ) -> anyhow::Result<Verdict> {
     let options = GatherOptions::default();
     let facts = if let Some(path) = bundle {
-        let b = open_bundle(path, &SystemRunner).map_err(anyhow::Error::msg)?;
+        let b = open_bundle(path).map_err(anyhow::Error::msg)?;
         gather(&b, &options)
     } else if lab {
         let state = plumb_lab::state::LabState::load()
