@@ -88,13 +88,22 @@ fn walk(dir: &Path) -> Vec<(PathBuf, std::fs::FileType, u32)> {
     out
 }
 
-/// A block device that exists on this machine (the root disk where there is one).
+/// A block device of this machine with data on it (the root disk where there is one).
 fn host_block_device() -> (u32, u32) {
-    std::fs::read_dir("/sys/dev/block")
-        .ok()
-        .and_then(|mut d| d.next())
-        .and_then(|e| {
-            let name = e.ok()?.file_name().to_string_lossy().into_owned();
+    let mut devices: Vec<(u64, String)> = std::fs::read_dir("/sys/dev/block")
+        .map(|d| {
+            d.filter_map(|e| {
+                let name = e.ok()?.file_name().to_string_lossy().into_owned();
+                let size = std::fs::read_to_string(format!("/sys/dev/block/{name}/size")).ok()?;
+                Some((size.trim().parse().ok()?, name))
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    devices.sort();
+    devices
+        .last()
+        .and_then(|(_, name)| {
             let (a, b) = name.split_once(':')?;
             Some((a.parse().ok()?, b.parse().ok()?))
         })
