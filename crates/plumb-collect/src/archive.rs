@@ -48,9 +48,10 @@ pub const MAX_MEMBERS: u64 = 500_000;
 /// tar reader holds them in memory. Real ones are a few hundred bytes (PATH_MAX is 4096).
 pub const MAX_MEMBER_HEADER: u64 = 1024 * 1024;
 
-/// Memory the xz decoder may use. `xz -9` needs a 64 MiB dictionary; an archive asking
-/// for more is refused rather than allowed to claim gigabytes.
-const XZ_MEMORY_LIMIT_KIB: u32 = 256 * 1024;
+/// Memory the xz decoder may use. `xz -9` needs a 64 MiB dictionary (sosreport uses 8 MiB);
+/// an archive asking for more than twice that is refused rather than allowed to claim
+/// gigabytes.
+const XZ_MEMORY_LIMIT_KIB: u32 = 128 * 1024;
 
 /// Bounds on one extraction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
