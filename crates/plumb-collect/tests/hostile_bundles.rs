@@ -221,6 +221,32 @@ fn a_fifo_or_socket_in_a_bundle_directory_is_refused_without_blocking() {
     let e = sysctl.unwrap_err();
     assert!(e.contains("not in this sosreport"), "{e}");
     assert!(lsmod.unwrap_err().contains("a socket, not a regular file"));
+    // The bundle path itself may be a FIFO: refused, not opened.
+    let dir = s.path().to_path_buf();
+    let e = within(Duration::from_secs(30), move || {
+        open_bundle(&dir.join(sos("sos_commands/kernel/sysctl_-a"))).err()
+    })
+    .expect("refused");
+    assert!(e.contains("a FIFO, not a regular file"), "{e}");
+}
+
+/// A device node in a bundle directory (here /dev/zero's numbers, which would read as
+/// 64 MiB of zeros) is never opened.
+#[test]
+fn a_device_node_in_a_bundle_directory_is_not_opened() {
+    let s = Scratch::new("dev-dir");
+    s.write(&sos("sos_commands/kernel/uname_-a"), "Linux node1\n");
+    let node_path = s.path().join(sos("sos_commands/kernel/sysctl_-a"));
+    let c = std::ffi::CString::new(node_path.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path that outlives the call.
+    let made = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 5)) };
+    if made != 0 {
+        eprintln!("SKIP: mknod: {}", std::io::Error::last_os_error());
+        return;
+    }
+    let node = open_bundle(s.path()).unwrap();
+    let e = node.file("/sos_commands/kernel/sysctl_-a").unwrap_err();
+    assert!(e.contains("a character device, not a regular file"), "{e}");
 }
 
 /// A link in the last component is resolved and checked, then the file it names is opened
