@@ -242,3 +242,231 @@ fn bad_bundles_are_clear_errors_with_exit_2() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(r["root_cause"], serde_json::Value::Null);
 }
+
+/// Runs `plumb doctor --bundle ARG` (in `cwd` when given, with `TMPDIR` when given) and
+/// fails the test if it is still running after a minute: a crafted bundle must not hang it.
+fn doctor_bounded(
+    arg: &str,
+    cwd: Option<&Path>,
+    tmpdir: Option<&Path>,
+    json: bool,
+) -> (i32, String, String) {
+    use std::io::Read;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"));
+    cmd.args(["doctor", "--bundle", arg]);
+    if json {
+        cmd.arg("--json");
+    }
+    if let Some(d) = cwd {
+        cmd.current_dir(d);
+    }
+    if let Some(t) = tmpdir {
+        cmd.env("TMPDIR", t);
+    }
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("plumb doctor --bundle {arg} still running after 60 s (hung)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    (
+        status.code().unwrap_or(-1),
+        out.join().unwrap(),
+        err.join().unwrap(),
+    )
+}
+
+/// A sosreport as a gzip tarball built with the `tar` crate: `members` are (path, data)
+/// files under its top directory, plus whatever `extra` appends.
+fn sos_tgz(
+    path: &Path,
+    extra: impl FnOnce(&mut tar::Builder<flate2::write::GzEncoder<std::fs::File>>),
+) {
+    let gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(path).unwrap(),
+        flate2::Compression::fast(),
+    );
+    let mut b = tar::Builder::new(gz);
+    let mut file = |name: &str, data: &[u8]| {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, name, data).unwrap();
+    };
+    file("sosreport-n1/version.txt", b"sos report: 4.12.0\n");
+    file(
+        "sosreport-n1/sos_commands/kernel/uname_-a",
+        b"Linux node1 6.8.0 #1 SMP x86_64 GNU/Linux\n",
+    );
+    extra(&mut b);
+    b.into_inner().unwrap().finish().unwrap();
+}
+
+fn fifo_header(name: &str) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_path(name).unwrap();
+    h.set_entry_type(tar::EntryType::Fifo);
+    h.set_size(0);
+    h.set_mode(0o644);
+    h.set_cksum();
+    h
+}
+
+/// A FIFO member where a command's output should be: system tar recreated it and doctor
+/// waited forever for a writer. Now it is not created, and the user is told.
+#[test]
+fn a_fifo_member_does_not_hang_doctor_and_is_listed() {
+    let t = Tree::new("fifo-member");
+    let tgz = t.path().join("fifo.tar.gz");
+    sos_tgz(&tgz, |b| {
+        b.append(
+            &fifo_header("sosreport-n1/sos_commands/kernel/sysctl_-a"),
+            &b""[..],
+        )
+        .unwrap();
+    });
+    let (code, out, err) = doctor_bounded(tgz.to_str().unwrap(), None, None, true);
+    assert!(code == 0 || code == 1, "{code}: {err}");
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        r["source"]["notes"][0],
+        "not extracted: 1 FIFOs (sosreport-n1/sos_commands/kernel/sysctl_-a)"
+    );
+    let (_, text, _) = doctor_bounded(tgz.to_str().unwrap(), None, None, false);
+    assert!(
+        text.contains("note: not extracted: 1 FIFOs (sosreport-n1/sos_commands/kernel/sysctl_-a)"),
+        "{text}"
+    );
+}
+
+/// A bundle directory holding a FIFO where a command's output should be.
+#[test]
+fn a_fifo_in_a_bundle_directory_does_not_hang_doctor() {
+    let t = Tree::new("fifo-dir");
+    t.write("sosreport-n1/version.txt", "sos report: 4.12.0\n");
+    t.write("sosreport-n1/sos_commands/kernel/uname_-a", "Linux node1\n");
+    let fifo = t.path().join("sosreport-n1/sos_commands/kernel/sysctl_-a");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (code, out, err) = doctor_bounded(t.path().to_str().unwrap(), None, None, true);
+    assert!(code == 0 || code == 1, "{code}: {err}");
+    assert!(out.contains("\"source\""), "{out}");
+}
+
+/// `host:file` is GNU tar's syntax for a remote archive (rsh after a DNS lookup): plumb
+/// reads the path as a local file name, always.
+#[test]
+fn a_colon_in_the_archive_name_is_a_local_file_name() {
+    let t = Tree::new("colon");
+    sos_tgz(&t.path().join("a:b.tar.gz"), |_| {});
+    let (code, out, err) = doctor_bounded("a:b.tar.gz", Some(t.path()), None, true);
+    assert!(code == 0 || code == 1, "{code}: {err}");
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["source"]["description"], "sosreport at a:b.tar.gz");
+    let (code, _, err) = doctor_bounded("nosuchhost:x.tar.gz", Some(t.path()), None, true);
+    assert_eq!(code, 2);
+    assert!(err.contains("nosuchhost:x.tar.gz: does not exist"), "{err}");
+    for remote in ["resolve", "connect", "rsh", "Cannot"] {
+        assert!(!err.contains(remote), "{err}");
+    }
+}
+
+/// SIGTERM while an archive is being extracted: the temporary directory goes with the
+/// process, which ends as SIGTERM ends it.
+#[test]
+fn sigterm_during_extraction_removes_the_temporary_directory() {
+    use std::os::unix::process::ExitStatusExt;
+    let t = Tree::new("sigterm");
+    let tmp = t.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let tgz = t.path().join("big.tar.gz");
+    // 40,000 files of 8 KiB: a few seconds of file creation, a small archive.
+    let data = vec![0u8; 8192];
+    sos_tgz(&tgz, |b| {
+        for i in 0..40_000 {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(
+                &mut h,
+                format!("sosreport-n1/sos_commands/many/{i}"),
+                &data[..],
+            )
+            .unwrap();
+        }
+    });
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["doctor", "--bundle"])
+        .arg(&tgz)
+        .env("TMPDIR", &tmp)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let extracting = |tmp: &Path| -> Option<PathBuf> {
+        let d = std::fs::read_dir(tmp)
+            .ok()?
+            .filter_map(|e| e.ok())
+            .next()?
+            .path();
+        // Started: the top directory is there.
+        d.join("sosreport-n1").exists().then_some(d)
+    };
+    let dir = loop {
+        if let Some(d) = extracting(&tmp) {
+            break d;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "plumb ended before extraction was seen"
+        );
+        assert!(std::time::Instant::now() < deadline, "no extraction seen");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    // SAFETY: sends SIGTERM to the child this test spawned.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("plumb still running 30 s after SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGTERM),
+        "{status:?}: ended before the signal?"
+    );
+    assert!(!dir.exists(), "{} left behind", dir.display());
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0);
+}

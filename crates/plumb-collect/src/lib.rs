@@ -4,6 +4,7 @@
 //! list`) and reads /proc. Every external command goes through one [`Runner`]
 //! so tests can substitute it, and every command is bounded by a timeout.
 
+pub mod archive;
 pub mod bundle_writer;
 pub mod facts;
 pub mod netns;

@@ -2,7 +2,6 @@
 //! them (docs/bundles.md), built here from generated kube-proxy rules and real-format
 //! outputs, as directories and as tarballs.
 
-use plumb_collect::SystemRunner;
 use plumb_collect::facts::{GatherOptions, gather};
 use plumb_collect::node::{BundleKind, Node, NodeCommand, open_bundle};
 use plumb_facts::parse::logs::Signal;
@@ -91,7 +90,7 @@ fn rancher_tree(s: &Scratch) -> PathBuf {
 #[test]
 fn rancher_bundle_directory_gives_the_facts_doctor_needs() {
     let s = Scratch::new("rancher");
-    let node = open_bundle(&rancher_tree(&s), &SystemRunner).expect("opening the bundle");
+    let node = open_bundle(&rancher_tree(&s)).expect("opening the bundle");
     assert_eq!(node.kind(), BundleKind::Rancher);
     let f = gather(&node, &GatherOptions::default());
     assert_eq!(
@@ -160,14 +159,33 @@ fn the_same_bundle_as_a_tarball() {
         .unwrap()
         .success();
     assert!(ok);
-    let node = open_bundle(&tgz, &SystemRunner).expect("opening the tarball");
+    let node = open_bundle(&tgz).expect("opening the tarball");
     let f = gather(&node, &GatherOptions::default());
     assert!(f.ruleset.value().is_some());
     assert_eq!(f.container_logs("install-cni").count(), 1);
+    // sosreports are usually xz-compressed.
+    let txz = dir.join("bundle.tar.xz");
+    let ok = std::process::Command::new("tar")
+        .args([
+            "-cJf",
+            &txz.to_string_lossy(),
+            "-C",
+            &dir.to_string_lossy(),
+            "node1-2026-11-30_08_00_00",
+        ])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let node = open_bundle(&txz).expect("opening the xz tarball");
+    let f = gather(&node, &GatherOptions::default());
+    assert!(f.ruleset.value().is_some());
+    assert_eq!(f.container_logs("install-cni").count(), 1);
+    assert!(f.source.unwrap().notes.is_empty());
     // Not a bundle at all: a clear error.
     let junk = dir.join("junk.tar.gz");
     std::fs::write(&junk, b"not a tarball").unwrap();
-    let err = open_bundle(&junk, &SystemRunner).err().unwrap();
+    let err = open_bundle(&junk).err().unwrap();
     assert!(err.contains("not a readable tar archive"), "{err}");
 }
 
@@ -199,7 +217,7 @@ fn sosreport_listings_units_processes_and_escapes() {
         "etc/rancher/rke2/config.yaml",
         "service-cidr: 10.50.0.0/16\n",
     );
-    let node = open_bundle(s.path(), &SystemRunner).expect("opening the sosreport");
+    let node = open_bundle(s.path()).expect("opening the sosreport");
     assert_eq!(node.kind(), BundleKind::Sosreport);
     // A symlink out of the bundle is refused, not followed.
     std::os::unix::fs::symlink("/etc/hostname", s.path().join(top).join("etc/hostname")).unwrap();
@@ -242,18 +260,16 @@ fn sosreport_listings_units_processes_and_escapes() {
 #[test]
 fn not_a_bundle_is_a_clear_error() {
     let s = Scratch::new("empty");
-    let err = open_bundle(s.path(), &SystemRunner).err().unwrap();
+    let err = open_bundle(s.path()).err().unwrap();
     assert!(
         err.contains("not a sosreport, Rancher log collector or plumb bundle"),
         "{err}"
     );
-    let err = open_bundle(Path::new("/nonexistent/bundle"), &SystemRunner)
-        .err()
-        .unwrap();
+    let err = open_bundle(Path::new("/nonexistent/bundle")).err().unwrap();
     assert!(err.contains("does not exist"), "{err}");
 }
 
-/// An archive that would unpack to more than plumb extracts is refused before anything is
+/// An archive that would unpack to more than plumb extracts is refused before the member is
 /// written (a sparse 5 GiB member keeps the archive itself tiny).
 #[test]
 fn an_oversized_archive_is_refused_before_extraction() {
@@ -278,6 +294,6 @@ fn an_oversized_archive_is_refused_before_extraction() {
         .success();
     assert!(ok);
     assert!(std::fs::metadata(&tar).unwrap().len() < 1 << 20);
-    let err = open_bundle(&tar, &SystemRunner).err().unwrap();
-    assert!(err.contains("unpacks to 5120 MiB"), "{err}");
+    let err = open_bundle(&tar).err().unwrap();
+    assert!(err.contains("unpacks to more than 4096 MiB"), "{err}");
 }

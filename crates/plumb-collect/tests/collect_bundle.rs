@@ -70,7 +70,7 @@ fn collect_then_read_back_as_a_bundle() {
     let again = write_bundle(&live, &out, &options, &SystemRunner).unwrap_err();
     assert!(again.contains("already exists"), "{again}");
 
-    let bundle = open_bundle(&out, &SystemRunner).expect("reading it back");
+    let bundle = open_bundle(&out).expect("reading it back");
     assert_eq!(bundle.kind(), BundleKind::Plumb);
     let text = bundle
         .file("/etc/rancher/rke2/config.yaml")

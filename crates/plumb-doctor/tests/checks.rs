@@ -225,6 +225,7 @@ fn a_machine_that_is_not_a_node_has_nothing_to_diagnose() {
     let source = Some(plumb_facts::SourceInfo {
         kind: plumb_facts::SourceKind::Live,
         description: "this machine".into(),
+        notes: Vec::new(),
     });
     let laptop = Facts {
         source: source.clone(),

@@ -36,6 +36,10 @@ pub struct SourceInfo {
     pub kind: SourceKind,
     /// "live node", "sosreport at /tmp/x", "netns plumb-node, root /run/plumb-lab".
     pub description: String,
+    /// What the reader left out of the source and the user should know (bundle members
+    /// not extracted: device nodes, FIFOs, links pointing outside, ...).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// How reading one ruleset dump went (one per tool or bundle file).

@@ -19,7 +19,7 @@ pub fn run(
 ) -> anyhow::Result<Verdict> {
     let options = GatherOptions::default();
     let facts = if let Some(path) = bundle {
-        let b = open_bundle(path, &SystemRunner).map_err(anyhow::Error::msg)?;
+        let b = open_bundle(path).map_err(anyhow::Error::msg)?;
         gather(&b, &options)
     } else if lab {
         super::input::require_net_admin("or diagnose a bundle with --bundle")?;
@@ -43,7 +43,12 @@ pub fn run(
     } else {
         let mut out = std::io::stdout().lock();
         if let Some(s) = &report.source {
-            writeln!(out, "plumb doctor: {}\n", s.description)?;
+            writeln!(out, "plumb doctor: {}", s.description)?;
+            // What the source could not give (e.g. bundle members not extracted).
+            for note in &s.notes {
+                writeln!(out, "note: {note}")?;
+            }
+            writeln!(out)?;
         }
         let conclusion = report.conclusion();
         let text = plumb_findings::render::diagnosis(conclusion.as_ref(), &report.findings, style);

@@ -1,80 +1,79 @@
 //! Support bundles: a sosreport, Rancher's rancher2_logs_collector output, or plumb's own
-//! bundle — as a directory or a `.tar`, `.tar.gz`, `.tar.xz` archive (extracted with the
-//! system `tar` into a private temporary directory, removed on drop).
+//! bundle — as a directory or an archive (tar, plain or gzip/xz-compressed, told by its
+//! first bytes), read in Rust by [`crate::archive`] into a private temporary directory that
+//! is removed on drop and on SIGINT/SIGTERM/SIGHUP.
 //!
 //! Where each tool keeps each command's output is in the tables below; the research with
-//! citations is docs/bundles.md. Reads never leave the bundle: a symlink pointing outside
-//! it is refused (a crafted bundle must not make plumb quote the host's files).
+//! citations is docs/bundles.md. Reads never leave the bundle: every path is resolved and
+//! refused when it points outside (a crafted bundle must not make plumb quote the host's
+//! files), and only regular files are opened (a FIFO would hang the read, a device node
+//! would be the host's device).
 
 use super::live::reason;
 use super::{Captured, MAX_READ, Node, NodeCommand, Unavailable};
-use crate::runner::Runner;
+use crate::archive::{self, Limits};
 use crate::tempdir::TempDir;
 use plumb_facts::{SourceInfo, SourceKind};
 use plumb_ruleset::{Backend, Family};
-use std::io::Read;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// Which tool made the bundle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BundleKind {
+    /// A sosreport (RHEL, SUSE, Ubuntu: `sos report`).
     Sosreport,
     /// Rancher's collector; `rke2` or `k3s` is the distro directory found.
     Rancher,
+    /// `plumb collect`.
     Plumb,
 }
 
 /// The file plumb's own bundle starts with.
 pub const PLUMB_MANIFEST: &str = "plumb-manifest.json";
 
+/// A bundle opened for reading (see [`open_bundle`]).
 pub struct BundleNode {
     root: PathBuf,
     kind: BundleKind,
     /// `rke2` or `k3s` in Rancher bundles.
     distro: String,
     label: String,
+    /// What extraction skipped, for the user.
+    notes: Vec<String>,
     _extracted: Option<TempDir>,
 }
 
-/// Opens a bundle directory or archive.
-pub fn open_bundle(path: &Path, runner: &dyn Runner) -> Result<BundleNode, String> {
+/// Opens a bundle directory or archive. The path is a local path, whatever it contains
+/// (`host:file.tar.gz` is a file name); archives are read within [`Limits::BUNDLE`].
+pub fn open_bundle(path: &Path) -> Result<BundleNode, String> {
+    open_bundle_within(path, &Limits::BUNDLE)
+}
+
+/// [`open_bundle`] with other extraction limits (tests use small ones).
+pub fn open_bundle_within(path: &Path, limits: &Limits) -> Result<BundleNode, String> {
     let label = path.display().to_string();
     let meta = std::fs::metadata(path).map_err(|e| format!("{label}: {}", reason(&e)))?;
-    let (dir, extracted) = if meta.is_dir() {
-        (path.to_path_buf(), None)
+    let (dir, extracted, notes) = if meta.is_dir() {
+        (path.to_path_buf(), None, Vec::new())
     } else {
-        check_archive_size(path, &label, runner)?;
+        // The user's own path may be a symbolic link; what it names must be a file.
+        let file = open_regular(path, true).map_err(|e| format!("{label}: {}", reason(&e)))?;
         let tmp = TempDir::create("plumb-bundle")?;
-        let out = runner
-            .run(
-                "tar",
-                &[
-                    "-xf",
-                    &path.to_string_lossy(),
-                    "-C",
-                    &tmp.path().to_string_lossy(),
-                    "--no-same-owner",
-                    "--no-same-permissions",
-                ],
-                None,
-                Duration::from_secs(120),
-            )
-            .map_err(|e| format!("{label}: could not extract: {e}"))?;
-        if !out.success() {
-            return Err(format!(
-                "{label}: not a readable tar archive (.tar, .tar.gz, .tar.xz): {}",
-                out.stderr.trim()
-            ));
-        }
-        (tmp.path().to_path_buf(), Some(tmp))
+        let done =
+            archive::extract(file, tmp.path(), limits).map_err(|e| format!("{label}: {e}"))?;
+        (tmp.path().to_path_buf(), Some(tmp), done.notes())
     };
     let (root, kind) = find_root(&dir).ok_or_else(|| {
         format!("{label}: not a sosreport, Rancher log collector or plumb bundle (no sos_commands/, systeminfo/+networking/ or {PLUMB_MANIFEST} found)")
     })?;
     let distro = ["rke2", "k3s", "rke", "kubeadm"]
         .into_iter()
-        .find(|d| root.join(d).is_dir())
+        .find(|d| is_real_dir(&root.join(d)))
         .unwrap_or("rke2")
         .to_string();
     Ok(BundleNode {
@@ -82,52 +81,93 @@ pub fn open_bundle(path: &Path, runner: &dyn Runner) -> Result<BundleNode, Strin
         kind,
         distro,
         label,
+        notes,
         _extracted: extracted,
     })
 }
 
-/// Largest total size of an archive's members plumb extracts (a sosreport is typically
-/// 10–500 MB unpacked); beyond it, extract by hand and pass the directory.
-pub const MAX_EXTRACTED: u64 = 4 * 1024 * 1024 * 1024;
+/// Opens `path` for reading only if it is a regular file, and never opens anything else:
+/// opening a FIFO blocks until a writer comes, and a device's open can act on the device
+/// (a tape rewinds, a watchdog starts). The path is opened with `O_PATH` (which does not
+/// call the file's own open), checked with fstat, and only then reopened for reading
+/// through `/proc/self/fd`, so the checked file is the one read. `follow` = false refuses
+/// a symbolic link in the last component.
+pub(crate) fn open_regular(path: &Path, follow: bool) -> io::Result<File> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
+    // SAFETY: `c` is NUL-terminated and outlives the call.
+    let raw = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC | nofollow) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` was just returned by open and is owned by nobody else.
+    let handle = File::from(unsafe { OwnedFd::from_raw_fd(raw) });
+    let checked = handle.metadata()?;
+    not_regular(&checked)?;
+    let reopen = format!("/proc/self/fd/{}", handle.as_raw_fd());
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&reopen)
+    {
+        Ok(f) => f,
+        // No /proc (a minimal container): open the path itself, still non-blocking.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | nofollow)
+            .open(path)?,
+        Err(e) => return Err(e),
+    };
+    let opened = file.metadata()?;
+    not_regular(&opened)?;
+    if (opened.dev(), opened.ino()) != (checked.dev(), checked.ino()) {
+        return Err(io::Error::other("changed while being opened; not read"));
+    }
+    Ok(file)
+}
 
-/// Lists the archive (`tar -tvf`) and refuses it when its members add up to more than
-/// [`MAX_EXTRACTED`], before anything is written.
-fn check_archive_size(path: &Path, label: &str, runner: &dyn Runner) -> Result<(), String> {
-    let out = runner
-        .run(
-            "tar",
-            &["-tvf", &path.to_string_lossy()],
-            None,
-            Duration::from_secs(120),
-        )
-        .map_err(|e| format!("{label}: could not list: {e}"))?;
-    if !out.success() {
-        return Err(format!(
-            "{label}: not a readable tar archive (.tar, .tar.gz, .tar.xz): {}",
-            out.stderr.trim()
-        ));
-    }
-    // `-rw-r--r-- root/root 1234 2026-11-30 08:00 path`: the size is the third column.
-    let total: u64 = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok())
-        .sum();
-    if total > MAX_EXTRACTED {
-        return Err(format!(
-            "{label}: unpacks to {} MiB, more than plumb extracts ({} MiB); unpack it yourself and pass the directory",
-            total >> 20,
-            MAX_EXTRACTED >> 20
-        ));
-    }
-    Ok(())
+fn not_regular(m: &std::fs::Metadata) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    let what = if t.is_file() {
+        return Ok(());
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_char_device() {
+        "a character device"
+    } else {
+        "not a file"
+    };
+    Err(io::Error::other(format!(
+        "{what}, not a regular file; not read"
+    )))
+}
+
+/// A directory itself, not a symbolic link to one.
+fn is_real_dir(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
+}
+
+/// A regular file itself, not a symbolic link to one.
+fn is_real_file(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file())
 }
 
 fn kind_of(dir: &Path) -> Option<BundleKind> {
-    if dir.join(PLUMB_MANIFEST).is_file() {
+    if is_real_file(&dir.join(PLUMB_MANIFEST)) {
         Some(BundleKind::Plumb)
-    } else if dir.join("sos_commands").is_dir() {
+    } else if is_real_dir(&dir.join("sos_commands")) {
         Some(BundleKind::Sosreport)
-    } else if dir.join("systeminfo").is_dir() && dir.join("networking").is_dir() {
+    } else if is_real_dir(&dir.join("systeminfo")) && is_real_dir(&dir.join("networking")) {
         Some(BundleKind::Rancher)
     } else {
         None
@@ -135,15 +175,17 @@ fn kind_of(dir: &Path) -> Option<BundleKind> {
 }
 
 /// The bundle's top directory: the given one, or its single subdirectory (tarballs hold
-/// one top-level directory; Rancher's before 2023-09 held none).
+/// one top-level directory; Rancher's before 2023-09 held none). Symbolic links are not
+/// followed here: a link to a directory elsewhere is not the bundle.
 fn find_root(dir: &Path) -> Option<(PathBuf, BundleKind)> {
     if let Some(k) = kind_of(dir) {
         return Some((dir.to_path_buf(), k));
     }
     let subdirs: Vec<PathBuf> = std::fs::read_dir(dir)
         .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_dir())
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
         .collect();
     match subdirs.as_slice() {
         [one] => kind_of(one).map(|k| (one.clone(), k)),
@@ -152,8 +194,19 @@ fn find_root(dir: &Path) -> Option<(PathBuf, BundleKind)> {
 }
 
 impl BundleNode {
+    /// Which tool made the bundle.
     pub fn kind(&self) -> BundleKind {
         self.kind
+    }
+
+    /// The bundle's top directory (inside the temporary directory for an archive).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// What extraction did not extract, one line per kind (also in [`Node::info`]).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     /// Where the bundle keeps a command's output, most recent tool version first.
@@ -312,7 +365,7 @@ impl BundleNode {
     fn read(&self, p: &Path) -> Result<Captured, Unavailable> {
         let real = self.inside(p)?;
         let mut bytes = Vec::new();
-        std::fs::File::open(&real)
+        open_regular(&real, false)
             .and_then(|f| f.take(MAX_READ as u64).read_to_end(&mut bytes))
             .map_err(|e| format!("{}: {}", self.rel(p), reason(&e)))?;
         Ok(Captured {
@@ -339,6 +392,7 @@ impl Node for BundleNode {
                 BundleKind::Plumb => SourceKind::PlumbBundle,
             },
             description: format!("{} at {}", self.tool(), self.label),
+            notes: self.notes.clone(),
         }
     }
 

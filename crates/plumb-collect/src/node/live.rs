@@ -109,6 +109,7 @@ impl<R: Runner> Node for LiveNode<R> {
                 SourceKind::Namespace
             },
             description,
+            notes: Vec::new(),
         }
     }
 

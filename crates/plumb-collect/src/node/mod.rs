@@ -11,7 +11,7 @@
 mod bundle;
 mod live;
 
-pub use bundle::{BundleKind, BundleNode, PLUMB_MANIFEST, open_bundle};
+pub use bundle::{BundleKind, BundleNode, PLUMB_MANIFEST, open_bundle, open_bundle_within};
 pub use live::LiveNode;
 
 use plumb_facts::SourceInfo;
