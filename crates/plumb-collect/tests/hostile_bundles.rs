@@ -13,6 +13,13 @@ use std::sync::mpsc;
 use std::time::Duration;
 use tar::{EntryType, Header};
 
+/// The tests of this file one at a time: one of them asserts that no temporary
+/// directory of this process is left, which another test's open bundle would be.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// One member of a crafted archive.
 enum M<'a> {
     File(&'a str, &'a [u8]),
@@ -154,6 +161,7 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
 
 #[test]
 fn a_block_device_member_is_not_created_and_never_read() {
+    let _one = one_at_a_time();
     let s = Scratch::new("blockdev");
     let (major, minor) = host_block_device();
     let (cfg, lsmod) = (
@@ -186,6 +194,7 @@ fn a_block_device_member_is_not_created_and_never_read() {
 
 #[test]
 fn a_fifo_member_is_not_created_and_does_not_hang() {
+    let _one = one_at_a_time();
     let s = Scratch::new("fifo");
     let sysctl = sos("sos_commands/kernel/sysctl_-a");
     let tgz = sosreport_with(&s, "fifo.tar.gz", &[M::Fifo(&sysctl)]);
@@ -202,6 +211,7 @@ fn a_fifo_member_is_not_created_and_does_not_hang() {
 /// A bundle directory (not an archive) may hold anything: only regular files are opened.
 #[test]
 fn a_fifo_or_socket_in_a_bundle_directory_is_refused_without_blocking() {
+    let _one = one_at_a_time();
     let s = Scratch::new("fifo-dir");
     s.write(&sos("sos_commands/kernel/uname_-a"), "Linux node1\n");
     let fifo = s.path().join(sos("sos_commands/kernel/sysctl_-a"));
@@ -234,6 +244,7 @@ fn a_fifo_or_socket_in_a_bundle_directory_is_refused_without_blocking() {
 /// 64 MiB of zeros) is never opened.
 #[test]
 fn a_device_node_in_a_bundle_directory_is_not_opened() {
+    let _one = one_at_a_time();
     let s = Scratch::new("dev-dir");
     s.write(&sos("sos_commands/kernel/uname_-a"), "Linux node1\n");
     let node_path = s.path().join(sos("sos_commands/kernel/sysctl_-a"));
@@ -253,6 +264,7 @@ fn a_device_node_in_a_bundle_directory_is_not_opened() {
 /// without following anything: a link to a FIFO inside the bundle does not block either.
 #[test]
 fn a_link_to_a_fifo_inside_the_bundle_does_not_block() {
+    let _one = one_at_a_time();
     let s = Scratch::new("fifo-link");
     s.write(&sos("sos_commands/kernel/uname_-a"), "Linux node1\n");
     let fifo = s.path().join(sos("fifo"));
@@ -278,6 +290,7 @@ fn a_link_to_a_fifo_inside_the_bundle_does_not_block() {
 /// the archive's own header says 5 GiB, and that is what counts.
 #[test]
 fn an_owner_name_with_a_space_does_not_hide_the_size() {
+    let _one = one_at_a_time();
     let s = Scratch::new("owner-space");
     let big = s.path().join("big.img");
     std::fs::File::create(&big)
@@ -304,6 +317,7 @@ fn an_owner_name_with_a_space_does_not_hide_the_size() {
 /// under the limit, and the member count is capped.
 #[test]
 fn extraction_stops_at_the_byte_and_member_limits() {
+    let _one = one_at_a_time();
     let s = Scratch::new("limits");
     let chunk = vec![b'x'; 10_000];
     let names: Vec<String> = (0..10)
@@ -345,6 +359,7 @@ fn extraction_stops_at_the_byte_and_member_limits() {
 /// allows is refused before it is read (a gigabyte of zeros is a few kilobytes of xz).
 #[test]
 fn a_huge_long_name_header_is_refused_before_it_is_read() {
+    let _one = one_at_a_time();
     let mut h = Header::new_gnu();
     h.as_old_mut().name[..13].copy_from_slice(b"././@LongLink");
     h.set_entry_type(EntryType::GNULongName);
@@ -364,6 +379,7 @@ fn a_huge_long_name_header_is_refused_before_it_is_read() {
 
 #[test]
 fn path_traversal_and_links_never_write_outside() {
+    let _one = one_at_a_time();
     let s = Scratch::new("traversal");
     let outside = s.path().join("outside");
     std::fs::create_dir(&outside).unwrap();
@@ -440,6 +456,7 @@ fn path_traversal_and_links_never_write_outside() {
 /// told; links between the bundle's own files are kept and read.
 #[test]
 fn links_out_are_skipped_and_links_inside_are_kept() {
+    let _one = one_at_a_time();
     let s = Scratch::new("links");
     let (cfg, lsmod_link) = (sos("etc/rancher/rke2/config.yaml"), sos("lsmod"));
     let (lsmod, lsmod_text) = (
@@ -474,6 +491,7 @@ fn links_out_are_skipped_and_links_inside_are_kept() {
 /// created; reading through them is refused because every read resolves the path first.
 #[test]
 fn a_chain_of_inside_links_that_leaves_physically_is_not_read() {
+    let _one = one_at_a_time();
     let s = Scratch::new("chain");
     let target = format!("{}{}etc", "s/".repeat(15), "../".repeat(16));
     let (dot, etc) = (sos("s"), sos("etc"));
@@ -498,6 +516,7 @@ fn a_chain_of_inside_links_that_leaves_physically_is_not_read() {
 /// is not the bundle (it could be any directory on the host).
 #[test]
 fn a_link_to_a_directory_elsewhere_is_not_taken_for_the_bundle() {
+    let _one = one_at_a_time();
     let s = Scratch::new("elsewhere");
     s.write(
         "host/sos_commands/kernel/sysctl_-a",
@@ -514,6 +533,7 @@ fn a_link_to_a_directory_elsewhere_is_not_taken_for_the_bundle() {
 /// file is called; a .tar.gz name on a plain tar is read as the tar it is.
 #[test]
 fn formats_are_told_by_their_bytes_not_their_names() {
+    let _one = one_at_a_time();
     let s = Scratch::new("magic");
     let zip = s.path().join("bundle.tar.gz");
     std::fs::write(&zip, b"PK\x03\x04rest of a zip").unwrap();
