@@ -13,8 +13,8 @@
 //! sources (extensions/libxt_*.c `*_save` functions) and checked against the
 //! iptables conformance suite (`extensions/*.t`, see tests/iptables_conformance.rs).
 
-use super::rule::{XtOptionView, XtView};
 use crate::model::Family;
+use crate::model::xt::{XtOptionView, XtView};
 use std::fmt::Write;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -960,8 +960,8 @@ fn log_level(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iptables::XtRule;
-    use crate::iptables::words::split;
+    use crate::model::xt::XtRule;
+    use crate::model::xt::words::split;
 
     fn canon(spec: &str) -> String {
         let mut w = Vec::new();

@@ -14,11 +14,11 @@
 //! not show, so its ruleset is [`Completeness::Partial`] (like an iptables-restore
 //! payload): it says what the script writes, not what the kernel holds.
 
-use super::{
+use crate::diagnostic::Diagnostic;
+use crate::model::nft::{
     NatKind, NftRule, NftSet, Op, SetElement, SetKind, Statement, StatementKind, Value, Verdict,
     VerdictMapRef, unquote,
 };
-use crate::diagnostic::Diagnostic;
 use crate::model::{
     Backend, BaseChain, Chain, Completeness, Counters, Family, Hook, Location, Policy, Rule,
     RuleBody, Ruleset, Table,
