@@ -6,7 +6,7 @@
 use super::lexer::{Tok, Token};
 use super::{FAMILIES, Reader};
 use crate::model::nft::{NftSet, SetKind, unquote};
-use crate::model::{Completeness, Family, Rule, RuleBody};
+use crate::model::{Completeness, Family, Location, Rule, RuleBody};
 
 /// Whether `VERB OBJECT` is an nft script command that builds or changes a ruleset.
 pub(super) fn builds_ruleset(verb: &str, object: &str) -> bool {
@@ -31,6 +31,29 @@ fn renumber(rules: &mut [Rule]) {
     }
 }
 
+/// A script command after its path was read: `VERB OBJECT [FAMILY] TABLE NAME`.
+struct Command<'a> {
+    verb: &'a str,
+    verb_tok: Token,
+    /// The object word (`chain`, `set`, `rule` ...), where most diagnostics point.
+    obj_tok: Token,
+    /// Index of the (live) table in the ruleset.
+    table: usize,
+    /// The chain, set or map named after the table (empty for table commands).
+    name: &'a str,
+    /// Where the object word is: new chains and sets are located there.
+    loc: Location,
+}
+
+/// Whether the command's reader left the rest of the statement for
+/// [`Reader::end_of_command`] to check.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CommandEnd {
+    Check,
+    /// Read (or skipped) through the end of the statement already.
+    Done,
+}
+
 impl<'a> Reader<'a> {
     /// One command of an nft script (`nft -f` input) at the top level. Returns false,
     /// consuming nothing, when the statement is not a command that builds or changes a
@@ -51,21 +74,52 @@ impl<'a> Reader<'a> {
             return false;
         }
         if object == "ruleset" {
-            // `flush ruleset` (nftables.conf's first line): everything after it is the
-            // whole ruleset, whatever came before.
-            self.pos += 2;
-            self.ruleset.tables.clear();
-            self.chain_index.clear();
-            self.dead_tables.clear();
-            self.dead_chains.clear();
-            self.deleted_names.clear();
-            self.from_scratch = true;
-            if self.ruleset.completeness == Completeness::Partial {
-                self.ruleset.completeness = Completeness::Full;
-            }
+            self.flush_ruleset(verb_tok);
+            return true;
+        }
+        self.note_script(verb_tok);
+        self.pos += 1;
+        if object == "table" && matches!(verb, "add" | "create") {
+            self.table_header(true);
             self.end_of_command(verb_tok);
             return true;
         }
+        self.pos += 1;
+        let Some(cmd) = self.command_target(verb_tok, obj_tok) else {
+            return true;
+        };
+        let check_end = match object {
+            "chain" => self.chain_command(&cmd),
+            "set" | "map" => self.set_command(&cmd),
+            "rule" => self.rule_command(&cmd),
+            "element" => self.element_command(&cmd),
+            _ => self.table_command(&cmd),
+        };
+        if check_end == CommandEnd::Check {
+            self.end_of_command(verb_tok);
+        }
+        true
+    }
+
+    /// `flush ruleset` (nftables.conf's first line): everything after it is the whole
+    /// ruleset, whatever came before.
+    fn flush_ruleset(&mut self, verb_tok: Token) {
+        self.pos += 2;
+        self.ruleset.tables.clear();
+        self.chain_index.clear();
+        self.dead_tables.clear();
+        self.dead_chains.clear();
+        self.deleted_names.clear();
+        self.from_scratch = true;
+        if self.ruleset.completeness == Completeness::Partial {
+            self.ruleset.completeness = Completeness::Full;
+        }
+        self.end_of_command(verb_tok);
+    }
+
+    /// A command that builds or changes the ruleset makes the read partial (unless the
+    /// script started with `flush ruleset`); the first one says so in a note.
+    fn note_script(&mut self, verb_tok: Token) {
         if self.from_scratch {
             // Commands after `flush ruleset` build the whole ruleset: not partial.
         } else if self.ruleset.completeness == Completeness::Full {
@@ -83,13 +137,16 @@ impl<'a> Reader<'a> {
                 line,
             );
         }
-        self.pos += 1;
-        if object == "table" && matches!(verb, "add" | "create") {
-            self.table_header(true);
-            self.end_of_command(verb_tok);
-            return true;
-        }
-        self.pos += 1;
+    }
+
+    /// Reads `[FAMILY] TABLE [NAME]` after `VERB OBJECT` and finds the table (created by
+    /// `add`, `create` and `insert`). `None` when the command is done with: its path was
+    /// malformed (after an error), or it flushes or deletes in a table the script never
+    /// declared (that table lives in the kernel, and the script's text says nothing about
+    /// it).
+    fn command_target(&mut self, verb_tok: Token, obj_tok: Token) -> Option<Command<'a>> {
+        let verb = self.s(&verb_tok);
+        let object = self.s(&obj_tok);
         let words = if object == "table" { 1 } else { 2 };
         let Some((family, path)) = self.object_path(words) else {
             let stmt = self.skip_statement();
@@ -101,43 +158,69 @@ impl<'a> Reader<'a> {
                 ),
                 stmt,
             );
-            return true;
+            return None;
         };
         let loc = self.loc(&obj_tok);
         let creates = matches!(verb, "add" | "create" | "insert");
-        let ti = match self.find_table(family, path[0]) {
+        let table = match self.find_table(family, path[0]) {
             Some(ti) => ti,
             None if creates => self.table_index(family, path[0], loc),
             None => {
-                // Flushing or deleting in a table the script never declared: it lives
-                // in the kernel, and the script's text says nothing about it.
                 self.skip_statement();
-                return true;
+                return None;
             }
         };
-        match (verb, object) {
-            ("add" | "create", "chain") => {
-                let ci = self.chain_of(ti, path[1], loc);
+        Some(Command {
+            verb,
+            verb_tok,
+            obj_tok,
+            table,
+            name: path[1],
+            loc,
+        })
+    }
+
+    /// `add|create chain`, `flush chain`, `delete|destroy chain`.
+    fn chain_command(&mut self, cmd: &Command<'a>) -> CommandEnd {
+        let ti = cmd.table;
+        match cmd.verb {
+            "add" | "create" => {
+                let ci = self.chain_of(ti, cmd.name, cmd.loc);
                 if self.peek().is_some_and(|t| t.kind == Tok::LBrace) {
                     self.pos += 1;
-                    self.chain_body(ti, ci, obj_tok, path[1]);
+                    self.chain_body(ti, ci, cmd.obj_tok, cmd.name);
                 }
             }
-            ("add" | "create", "set" | "map") => {
-                let kind = if object == "map" {
+            "flush" => {
+                if let Some(&ci) = self.chain_index.get(&(ti, cmd.name)) {
+                    self.ruleset.tables[ti].chains[ci].rules.clear();
+                }
+            }
+            _ => self.delete_chain(ti, cmd.name),
+        }
+        CommandEnd::Check
+    }
+
+    /// `add|create set|map` (with an optional block), `flush set|map`,
+    /// `delete|destroy set|map`.
+    fn set_command(&mut self, cmd: &Command<'a>) -> CommandEnd {
+        let ti = cmd.table;
+        match cmd.verb {
+            "add" | "create" => {
+                let kind = if self.s(&cmd.obj_tok) == "map" {
                     SetKind::Map
                 } else {
                     SetKind::Set
                 };
                 let mut set = NftSet {
-                    name: path[1].into(),
+                    name: cmd.name.into(),
                     kind,
-                    location: loc,
+                    location: cmd.loc,
                     ..NftSet::default()
                 };
                 if self.peek().is_some_and(|t| t.kind == Tok::LBrace) {
                     self.pos += 1;
-                    self.set_body(&mut set, obj_tok);
+                    self.set_body(&mut set, cmd.obj_tok);
                 }
                 let sets = &mut self.ruleset.tables[ti].sets;
                 match sets.iter_mut().find(|s| s.name == set.name) {
@@ -146,136 +229,163 @@ impl<'a> Reader<'a> {
                     None => sets.push(set),
                 }
             }
-            ("add" | "insert", "rule") => {
-                let ci = self.chain_of(ti, path[1], loc);
-                if let Some(w) = self.peek_word()
-                    && matches!(w, "position" | "index" | "handle")
-                {
-                    let at = self.toks[self.pos];
-                    self.pos += 1;
-                    if self.peek().is_some_and(|t| t.kind == Tok::Word) {
-                        self.pos += 1;
-                    }
-                    self.note(
-                        &at,
-                        format!(
-                            "'{w} N' is not followed: the rule is placed at the chain's {}",
-                            if verb == "insert" { "start" } else { "end" }
-                        ),
-                        w,
-                    );
-                }
-                if !self
-                    .peek()
-                    .is_some_and(|t| !matches!(t.kind, Tok::Newline | Tok::Semi | Tok::RBrace))
-                {
-                    self.error(
-                        &obj_tok,
-                        format!("expected a rule after '{verb} rule [FAMILY] TABLE CHAIN'"),
-                        path[1],
-                    );
-                    self.end_of_command(verb_tok);
-                    return true;
-                }
-                let before = self.ruleset.tables[ti].chains[ci].rules.len();
-                self.rule(ti, ci);
-                let rules = &mut self.ruleset.tables[ti].chains[ci].rules;
-                if verb == "insert" && rules.len() > before {
-                    rules.rotate_right(1);
-                    renumber(rules);
-                }
-                return true;
-            }
-            ("add" | "create" | "delete" | "destroy", "element") => {
-                let existing = self.ruleset.tables[ti]
-                    .sets
-                    .iter()
-                    .position(|s| &*s.name == path[1]);
-                let adding = matches!(verb, "add" | "create");
-                let mut list = match existing {
-                    // `delete element` lists keys only: read them as a plain set.
-                    Some(si) if adding => NftSet {
-                        name: path[1].into(),
-                        kind: self.ruleset.tables[ti].sets[si].kind,
-                        value_type: self.ruleset.tables[ti].sets[si].value_type.clone(),
-                        ..NftSet::default()
-                    },
-                    _ => NftSet {
-                        name: path[1].into(),
-                        location: loc,
-                        ..NftSet::default()
-                    },
-                };
-                if self.peek().is_some_and(|t| t.kind == Tok::LBrace) {
-                    self.pos += 1;
-                    self.element_list(&mut list, obj_tok);
-                } else {
-                    let stmt = self.skip_statement();
-                    self.error(&obj_tok, "expected '{ ELEMENT, ... }'", stmt);
-                    return true;
-                }
-                let sets = &mut self.ruleset.tables[ti].sets;
-                match (existing, verb) {
-                    (Some(si), "add" | "create") => sets[si].elements.append(&mut list.elements),
-                    (Some(si), _) => sets[si]
-                        .elements
-                        .retain(|e| !list.elements.iter().any(|d| d.key_text == e.key_text)),
-                    // Elements of a set the script does not declare: it exists in the
-                    // kernel; keep what is added under its name.
-                    (None, "add" | "create") => sets.push(list),
-                    (None, _) => {}
-                }
-            }
-            ("flush", "chain") => {
-                if let Some(&ci) = self.chain_index.get(&(ti, path[1])) {
-                    self.ruleset.tables[ti].chains[ci].rules.clear();
-                }
-            }
-            ("flush", "set" | "map") => {
+            "flush" => {
                 if let Some(set) = self.ruleset.tables[ti]
                     .sets
                     .iter_mut()
-                    .find(|s| &*s.name == path[1])
+                    .find(|s| &*s.name == cmd.name)
                 {
                     set.elements.clear();
                 }
             }
-            ("flush", "table") => {
-                let table = &mut self.ruleset.tables[ti];
-                table.chains.iter_mut().for_each(|c| c.rules.clear());
-                table.sets.iter_mut().for_each(|s| s.elements.clear());
-            }
-            (_, "chain") => self.delete_chain(ti, path[1]),
-            (_, "set" | "map") => self.ruleset.tables[ti].sets.retain(|s| &*s.name != path[1]),
-            (_, "rule") => {
-                let handle = match (self.peek_word(), self.toks.get(self.pos + 1)) {
-                    (Some("handle"), Some(h)) => self.s(h).parse::<u64>().ok(),
-                    _ => None,
-                };
-                if handle.is_some() {
-                    self.pos += 2;
-                }
-                match (handle, self.chain_index.get(&(ti, path[1])).copied()) {
-                    (Some(h), Some(ci)) => {
-                        let rules = &mut self.ruleset.tables[ti].chains[ci].rules;
-                        rules.retain(|r| match &r.body {
-                            RuleBody::Nft(n) => n.handle != Some(h),
-                            _ => true,
-                        });
-                        renumber(rules);
-                    }
-                    (None, _) => self.error(
-                        &obj_tok,
-                        "expected 'delete rule [FAMILY] TABLE CHAIN handle N'",
-                        object,
-                    ),
-                    _ => {}
-                }
-            }
-            _ => self.delete_table(ti),
+            _ => self.ruleset.tables[ti]
+                .sets
+                .retain(|s| &*s.name != cmd.name),
         }
-        self.end_of_command(verb_tok);
-        true
+        CommandEnd::Check
+    }
+
+    /// `add|insert rule TABLE CHAIN STATEMENTS` and `delete|destroy rule TABLE CHAIN
+    /// handle N`. Any other verb (`create rule`) is read as a deletion.
+    fn rule_command(&mut self, cmd: &Command<'a>) -> CommandEnd {
+        match cmd.verb {
+            "add" | "insert" => self.add_rule(cmd),
+            _ => {
+                self.delete_rule(cmd);
+                CommandEnd::Check
+            }
+        }
+    }
+
+    /// `add rule` appends, `insert rule` prepends; `position`, `index` and `handle`
+    /// are noted and not followed. The rule reader reads through the end of the
+    /// statement, so nothing is left to check after it.
+    fn add_rule(&mut self, cmd: &Command<'a>) -> CommandEnd {
+        let (ti, verb) = (cmd.table, cmd.verb);
+        let ci = self.chain_of(ti, cmd.name, cmd.loc);
+        if let Some(w) = self.peek_word()
+            && matches!(w, "position" | "index" | "handle")
+        {
+            let at = self.toks[self.pos];
+            self.pos += 1;
+            if self.peek().is_some_and(|t| t.kind == Tok::Word) {
+                self.pos += 1;
+            }
+            self.note(
+                &at,
+                format!(
+                    "'{w} N' is not followed: the rule is placed at the chain's {}",
+                    if verb == "insert" { "start" } else { "end" }
+                ),
+                w,
+            );
+        }
+        if !self
+            .peek()
+            .is_some_and(|t| !matches!(t.kind, Tok::Newline | Tok::Semi | Tok::RBrace))
+        {
+            self.error(
+                &cmd.obj_tok,
+                format!("expected a rule after '{verb} rule [FAMILY] TABLE CHAIN'"),
+                cmd.name,
+            );
+            self.end_of_command(cmd.verb_tok);
+            return CommandEnd::Done;
+        }
+        let before = self.ruleset.tables[ti].chains[ci].rules.len();
+        self.rule(ti, ci);
+        let rules = &mut self.ruleset.tables[ti].chains[ci].rules;
+        if verb == "insert" && rules.len() > before {
+            rules.rotate_right(1);
+            renumber(rules);
+        }
+        CommandEnd::Done
+    }
+
+    /// `delete rule TABLE CHAIN handle N`: removes the rule with that handle, if the
+    /// script gave it one (`# handle N` in a listing it also contains).
+    fn delete_rule(&mut self, cmd: &Command<'a>) {
+        let ti = cmd.table;
+        let handle = match (self.peek_word(), self.toks.get(self.pos + 1)) {
+            (Some("handle"), Some(h)) => self.s(h).parse::<u64>().ok(),
+            _ => None,
+        };
+        if handle.is_some() {
+            self.pos += 2;
+        }
+        match (handle, self.chain_index.get(&(ti, cmd.name)).copied()) {
+            (Some(h), Some(ci)) => {
+                let rules = &mut self.ruleset.tables[ti].chains[ci].rules;
+                rules.retain(|r| match &r.body {
+                    RuleBody::Nft(n) => n.handle != Some(h),
+                    _ => true,
+                });
+                renumber(rules);
+            }
+            (None, _) => self.error(
+                &cmd.obj_tok,
+                "expected 'delete rule [FAMILY] TABLE CHAIN handle N'",
+                self.s(&cmd.obj_tok),
+            ),
+            _ => {}
+        }
+    }
+
+    /// `add|create element TABLE SET { ... }` adds to the set (declared or not: an
+    /// undeclared one lives in the kernel, and what is added is kept under its name);
+    /// `delete|destroy element` removes the listed keys from a declared set.
+    fn element_command(&mut self, cmd: &Command<'a>) -> CommandEnd {
+        let ti = cmd.table;
+        let existing = self.ruleset.tables[ti]
+            .sets
+            .iter()
+            .position(|s| &*s.name == cmd.name);
+        let adding = matches!(cmd.verb, "add" | "create");
+        let mut list = match existing {
+            // `delete element` lists keys only: read them as a plain set.
+            Some(si) if adding => NftSet {
+                name: cmd.name.into(),
+                kind: self.ruleset.tables[ti].sets[si].kind,
+                value_type: self.ruleset.tables[ti].sets[si].value_type.clone(),
+                ..NftSet::default()
+            },
+            _ => NftSet {
+                name: cmd.name.into(),
+                location: cmd.loc,
+                ..NftSet::default()
+            },
+        };
+        if self.peek().is_some_and(|t| t.kind == Tok::LBrace) {
+            self.pos += 1;
+            self.element_list(&mut list, cmd.obj_tok);
+        } else {
+            let stmt = self.skip_statement();
+            self.error(&cmd.obj_tok, "expected '{ ELEMENT, ... }'", stmt);
+            return CommandEnd::Done;
+        }
+        let sets = &mut self.ruleset.tables[ti].sets;
+        match (existing, adding) {
+            (Some(si), true) => sets[si].elements.append(&mut list.elements),
+            (Some(si), false) => sets[si]
+                .elements
+                .retain(|e| !list.elements.iter().any(|d| d.key_text == e.key_text)),
+            (None, true) => sets.push(list),
+            (None, false) => {}
+        }
+        CommandEnd::Check
+    }
+
+    /// `flush table` empties its chains and sets; `delete|destroy table` removes it.
+    /// (`add|create table` reads like a listing's table header: see `script_command`.)
+    fn table_command(&mut self, cmd: &Command<'a>) -> CommandEnd {
+        if cmd.verb == "flush" {
+            let table = &mut self.ruleset.tables[cmd.table];
+            table.chains.iter_mut().for_each(|c| c.rules.clear());
+            table.sets.iter_mut().for_each(|s| s.elements.clear());
+        } else {
+            self.delete_table(cmd.table);
+        }
+        CommandEnd::Check
     }
 
     /// `[FAMILY] NAME...`: `words` names after an optional family, up to a brace or the
