@@ -10,11 +10,13 @@ use crate::model::nft::{
     NatKind, Op, Statement, StatementKind, Value, Verdict, VerdictMapRef, unquote,
 };
 
+/// Protocol headers a selector may start with (`tcp dport`, `ip saddr`).
 const PROTOS: &[&str] = &[
     "ip", "ip6", "tcp", "udp", "udplite", "sctp", "dccp", "th", "icmp", "icmpv6", "igmp", "ah",
     "esp", "comp", "ipcomp", "ether", "vlan", "arp", "gre", "gretap", "vxlan", "geneve", "hbh",
     "frag", "dst", "mh", "srh", "rt0", "rt2", "rt4", "ll", "nh", "dhcp",
 ];
+/// `meta` keys nft prints without `meta` (`iifname`, `mark`, `l4proto`).
 const META_BARE: &[&str] = &[
     "iifname",
     "oifname",
@@ -54,6 +56,7 @@ const META_BARE: &[&str] = &[
     "random",
     "broute",
 ];
+/// Statements kept as text ([`StatementKind::Other`]).
 const OTHER_STMTS: &[&str] = &[
     "limit",
     "quota",
@@ -72,14 +75,17 @@ const OTHER_STMTS: &[&str] = &[
     "secmark",
     "flowtable",
 ];
+/// Expression keywords other than protocols that start a selector.
 const SELECTOR_HEADS: &[&str] = &[
     "meta", "ct", "numgen", "jhash", "symhash", "fib", "socket", "osf", "ipsec", "rt", "exthdr",
     "inner",
 ];
+/// Fields of `tcp option NAME FIELD`.
 const TCP_OPT_FIELDS: &[&str] = &[
     "kind", "length", "size", "count", "left", "right", "tsval", "tsecr", "value", "subtype",
 ];
 
+/// Whether a word starts a selector expression.
 fn is_selector_start(w: &str) -> bool {
     PROTOS.contains(&w)
         || META_BARE.contains(&w)
@@ -87,6 +93,7 @@ fn is_selector_start(w: &str) -> bool {
         || (w.starts_with('@') && w.contains(','))
 }
 
+/// Whether a word starts a statement (where skipped arguments end).
 fn is_stmt_start(w: &str) -> bool {
     is_selector_start(w)
         || OTHER_STMTS.contains(&w)
@@ -122,18 +129,22 @@ pub(super) struct StmtParser<'r, 'a> {
 }
 
 impl<'a> StmtParser<'_, 'a> {
+    /// The text of token `i` of the rule.
     fn w(&self, i: usize) -> Option<&'a str> {
         self.toks.get(i).map(|t| self.r.s(t))
     }
 
+    /// The text of the current token.
     fn cur(&self) -> Option<&'a str> {
         self.w(self.i)
     }
 
+    /// Whether the current token is a word (not a brace or a comma).
     fn cur_is_word(&self) -> bool {
         self.toks.get(self.i).is_some_and(|t| t.kind == Tok::Word)
     }
 
+    /// Consumes a word, or reports that the expression starting at `after` needs one.
     fn bump_word(&mut self, after: usize) -> bool {
         if self.cur_is_word() {
             self.i += 1;
@@ -150,6 +161,7 @@ impl<'a> StmtParser<'_, 'a> {
         }
     }
 
+    /// The text of tokens `from..to`, whitespace collapsed.
     fn span_text(&self, from: usize, to: usize) -> String {
         if from >= to || from >= self.toks.len() {
             return String::new();
@@ -158,6 +170,7 @@ impl<'a> StmtParser<'_, 'a> {
         collapse(&self.r.text[self.toks[from].start..self.toks[to - 1].end])
     }
 
+    /// Every statement of the rule, each with its text; always makes progress.
     pub(super) fn statements(&mut self) -> Vec<Statement> {
         let mut out = Vec::new();
         while self.i < self.toks.len() {
@@ -203,6 +216,7 @@ impl<'a> StmtParser<'_, 'a> {
         }
     }
 
+    /// One statement at the current token, by its first word.
     fn statement(&mut self) -> StatementKind {
         let t = self.toks[self.i];
         let w = self.r.s(&t);
@@ -220,127 +234,12 @@ impl<'a> StmtParser<'_, 'a> {
                 self.i += 1;
                 StatementKind::Verdict(Verdict::parse(&[w]).expect("verdict word"))
             }
-            "jump" | "goto" => {
-                self.i += 1;
-                match self.toks.get(self.i) {
-                    Some(n) if n.kind == Tok::LBrace => {
-                        self.skip_braces();
-                        StatementKind::Other(format!("{w} {{ anonymous chain }}"))
-                    }
-                    Some(n) if n.kind == Tok::Word => {
-                        self.i += 1;
-                        let target = unquote(self.r.s(n)).to_string();
-                        StatementKind::Verdict(if w == "jump" {
-                            Verdict::Jump(target)
-                        } else {
-                            Verdict::Goto(target)
-                        })
-                    }
-                    _ => {
-                        self.r
-                            .error(&t, format!("expected a chain name after '{w}'"), w);
-                        StatementKind::Other(w.to_string())
-                    }
-                }
-            }
-            "queue" => {
-                self.i += 1;
-                let from = self.i;
-                while let Some(o) = self.cur() {
-                    match o {
-                        "num" | "to" => {
-                            self.i += 1;
-                            self.value_expr();
-                        }
-                        "flags" => self.i = (self.i + 2).min(self.toks.len()),
-                        "bypass" | "fanout" | "bypass,fanout" | "fanout,bypass" => self.i += 1,
-                        _ => break,
-                    }
-                }
-                StatementKind::Verdict(Verdict::Queue(self.span_text(from, self.i)))
-            }
-            "reject" => {
-                self.i += 1;
-                let from = self.i;
-                if self.cur() == Some("with") {
-                    self.i += 1;
-                    let proto = self.cur();
-                    self.i += 1;
-                    match (proto, self.cur()) {
-                        (Some("tcp"), Some("reset")) => self.i += 1,
-                        (_, Some("type")) => self.i += 2,
-                        (_, Some(_)) if self.cur_is_word() => self.i += 1,
-                        _ => {}
-                    }
-                    self.i = self.i.min(self.toks.len());
-                }
-                let with = (self.i > from).then(|| self.span_text(from + 1, self.i));
-                StatementKind::Verdict(Verdict::Reject(with))
-            }
-            "counter" => {
-                self.i += 1;
-                if self.cur() == Some("packets") && self.w(self.i + 2) == Some("bytes") {
-                    let p = self.w(self.i + 1).and_then(|s| s.parse().ok());
-                    let b = self.w(self.i + 3).and_then(|s| s.parse().ok());
-                    self.i = (self.i + 4).min(self.toks.len());
-                    match (p, b) {
-                        (Some(packets), Some(bytes)) => {
-                            StatementKind::Counter(Some(Counters { packets, bytes }))
-                        }
-                        _ => {
-                            self.r.error(
-                                &t,
-                                "expected 'counter packets N bytes N' with numbers",
-                                &self.span_text(self.i - 4, self.i),
-                            );
-                            StatementKind::Counter(None)
-                        }
-                    }
-                } else if self.cur() == Some("name") {
-                    // `counter name "c"` or `counter name ip saddr map { ... }`
-                    self.i += 1;
-                    self.value_expr();
-                    StatementKind::Other("counter".into())
-                } else {
-                    StatementKind::Counter(None)
-                }
-            }
-            "comment" => {
-                self.i += 1;
-                match self.cur() {
-                    Some(c) if self.cur_is_word() => {
-                        self.i += 1;
-                        StatementKind::Comment(unquote(c).to_string())
-                    }
-                    _ => {
-                        self.r.error(&t, "expected a string after 'comment'", w);
-                        StatementKind::Other(w.into())
-                    }
-                }
-            }
-            "log" => {
-                self.i += 1;
-                let from = self.i;
-                while let Some(o) = self.cur() {
-                    match o {
-                        "prefix" | "level" | "group" | "snaplen" | "queue-threshold" => {
-                            self.i = (self.i + 2).min(self.toks.len())
-                        }
-                        "flags" => {
-                            let n = if matches!(self.w(self.i + 1), Some("tcp" | "ip")) {
-                                3
-                            } else {
-                                2
-                            };
-                            self.i = (self.i + n).min(self.toks.len());
-                        }
-                        _ => break,
-                    }
-                }
-                StatementKind::Log {
-                    args: self.span_text(from, self.i),
-                }
-            }
+            "jump" | "goto" => self.chain_verdict(t, w),
+            "queue" => self.queue(),
+            "reject" => self.reject(),
+            "counter" => self.counter(t),
+            "comment" => self.comment(t, w),
+            "log" => self.log(),
             "dnat" | "snat" | "masquerade" | "redirect" => self.nat(w),
             "reset" => {
                 // `reset tcp option fastopen`
@@ -348,59 +247,203 @@ impl<'a> StmtParser<'_, 'a> {
                 self.selector();
                 StatementKind::Other(w.to_string())
             }
-            "xt" => {
-                self.i = (self.i + 3).min(self.toks.len());
-                self.r.note(
-                    &t,
-                    "iptables-nft compat expression (xt): its match/target options are opaque to nft and to plumb",
-                    &self.span_text(self.i - 3, self.i),
-                );
-                StatementKind::Other("xt".into())
-            }
-            "flow" => {
-                // `flow add @ft` / `flow offload @ft`
-                self.i += 1;
-                if matches!(self.cur(), Some("add" | "offload")) {
-                    self.i += 1;
-                }
-                self.skip_args();
-                StatementKind::Other(w.to_string())
-            }
-            _ if OTHER_STMTS.contains(&w) => {
-                self.i += 1;
-                if self.cur() == Some("name") {
-                    // Object reference: `limit name "x"`, `quota name ip saddr map @m`.
-                    self.i += 1;
-                    self.value_expr();
-                }
-                if matches!(self.cur(), Some("ip" | "ip6"))
-                    && matches!(self.w(self.i + 1), Some("to"))
-                {
-                    self.i += 1;
-                }
-                if self.cur() == Some("to") && self.w(self.i + 1).is_some_and(is_selector_start) {
-                    self.i += 1;
-                    self.value_expr();
-                }
-                self.skip_args();
-                StatementKind::Other(w.to_string())
-            }
+            "xt" => self.compat_xt(t),
+            "flow" => self.flow(w),
+            _ if OTHER_STMTS.contains(&w) => self.other_statement(w),
             _ if is_selector_start(w) => self.matchlike(),
-            _ => {
+            _ => self.unknown_statement(t, w),
+        }
+    }
+
+    /// `jump CHAIN`, `goto CHAIN`, or an anonymous chain `jump { ... }` (kept as text).
+    fn chain_verdict(&mut self, t: Token, w: &str) -> StatementKind {
+        self.i += 1;
+        match self.toks.get(self.i) {
+            Some(n) if n.kind == Tok::LBrace => {
+                self.skip_braces();
+                StatementKind::Other(format!("{w} {{ anonymous chain }}"))
+            }
+            Some(n) if n.kind == Tok::Word => {
                 self.i += 1;
-                let from = self.i - 1;
-                self.skip_args();
-                let text = self.span_text(from, self.i);
-                self.r.error(
-                    &t,
-                    format!("unknown statement '{w}': expected a match (ip, tcp, meta, ct ...), a statement (counter, log, dnat ...) or a verdict"),
-                    &text,
-                );
+                let target = unquote(self.r.s(n)).to_string();
+                StatementKind::Verdict(if w == "jump" {
+                    Verdict::Jump(target)
+                } else {
+                    Verdict::Goto(target)
+                })
+            }
+            _ => {
+                self.r
+                    .error(&t, format!("expected a chain name after '{w}'"), w);
                 StatementKind::Other(w.to_string())
             }
         }
     }
 
+    /// `queue [num N | to EXPR] [flags F] [bypass] [fanout]`.
+    fn queue(&mut self) -> StatementKind {
+        self.i += 1;
+        let from = self.i;
+        while let Some(o) = self.cur() {
+            match o {
+                "num" | "to" => {
+                    self.i += 1;
+                    self.value_expr();
+                }
+                "flags" => self.i = (self.i + 2).min(self.toks.len()),
+                "bypass" | "fanout" | "bypass,fanout" | "fanout,bypass" => self.i += 1,
+                _ => break,
+            }
+        }
+        StatementKind::Verdict(Verdict::Queue(self.span_text(from, self.i)))
+    }
+
+    /// `reject [with PROTO type T | with tcp reset | with PROTO T]`.
+    fn reject(&mut self) -> StatementKind {
+        self.i += 1;
+        let from = self.i;
+        if self.cur() == Some("with") {
+            self.i += 1;
+            let proto = self.cur();
+            self.i += 1;
+            match (proto, self.cur()) {
+                (Some("tcp"), Some("reset")) => self.i += 1,
+                (_, Some("type")) => self.i += 2,
+                (_, Some(_)) if self.cur_is_word() => self.i += 1,
+                _ => {}
+            }
+            self.i = self.i.min(self.toks.len());
+        }
+        let with = (self.i > from).then(|| self.span_text(from + 1, self.i));
+        StatementKind::Verdict(Verdict::Reject(with))
+    }
+
+    /// `counter`, `counter packets N bytes M`, or a named counter `counter name ...`.
+    fn counter(&mut self, t: Token) -> StatementKind {
+        self.i += 1;
+        if self.cur() == Some("packets") && self.w(self.i + 2) == Some("bytes") {
+            let p = self.w(self.i + 1).and_then(|s| s.parse().ok());
+            let b = self.w(self.i + 3).and_then(|s| s.parse().ok());
+            self.i = (self.i + 4).min(self.toks.len());
+            match (p, b) {
+                (Some(packets), Some(bytes)) => {
+                    StatementKind::Counter(Some(Counters { packets, bytes }))
+                }
+                _ => {
+                    self.r.error(
+                        &t,
+                        "expected 'counter packets N bytes N' with numbers",
+                        &self.span_text(self.i - 4, self.i),
+                    );
+                    StatementKind::Counter(None)
+                }
+            }
+        } else if self.cur() == Some("name") {
+            // `counter name "c"` or `counter name ip saddr map { ... }`
+            self.i += 1;
+            self.value_expr();
+            StatementKind::Other("counter".into())
+        } else {
+            StatementKind::Counter(None)
+        }
+    }
+
+    /// `comment "TEXT"`.
+    fn comment(&mut self, t: Token, w: &str) -> StatementKind {
+        self.i += 1;
+        match self.cur() {
+            Some(c) if self.cur_is_word() => {
+                self.i += 1;
+                StatementKind::Comment(unquote(c).to_string())
+            }
+            _ => {
+                self.r.error(&t, "expected a string after 'comment'", w);
+                StatementKind::Other(w.into())
+            }
+        }
+    }
+
+    /// `log [prefix P] [level L] [group G] [snaplen N] [queue-threshold N] [flags F]`.
+    fn log(&mut self) -> StatementKind {
+        self.i += 1;
+        let from = self.i;
+        while let Some(o) = self.cur() {
+            match o {
+                "prefix" | "level" | "group" | "snaplen" | "queue-threshold" => {
+                    self.i = (self.i + 2).min(self.toks.len())
+                }
+                "flags" => {
+                    let n = if matches!(self.w(self.i + 1), Some("tcp" | "ip")) {
+                        3
+                    } else {
+                        2
+                    };
+                    self.i = (self.i + n).min(self.toks.len());
+                }
+                _ => break,
+            }
+        }
+        StatementKind::Log {
+            args: self.span_text(from, self.i),
+        }
+    }
+
+    /// `xt match|target NAME`: an iptables-nft compat expression, noted and kept as text.
+    fn compat_xt(&mut self, t: Token) -> StatementKind {
+        self.i = (self.i + 3).min(self.toks.len());
+        self.r.note(
+            &t,
+            "iptables-nft compat expression (xt): its match/target options are opaque to nft and to plumb",
+            &self.span_text(self.i - 3, self.i),
+        );
+        StatementKind::Other("xt".into())
+    }
+
+    /// `flow add @ft` / `flow offload @ft`.
+    fn flow(&mut self, w: &str) -> StatementKind {
+        self.i += 1;
+        if matches!(self.cur(), Some("add" | "offload")) {
+            self.i += 1;
+        }
+        self.skip_args();
+        StatementKind::Other(w.to_string())
+    }
+
+    /// A statement plumb keeps as text (`limit`, `quota`, `notrack`, `meter`, set
+    /// updates ...): its arguments are skipped up to the next statement.
+    fn other_statement(&mut self, w: &str) -> StatementKind {
+        self.i += 1;
+        if self.cur() == Some("name") {
+            // Object reference: `limit name "x"`, `quota name ip saddr map @m`.
+            self.i += 1;
+            self.value_expr();
+        }
+        if matches!(self.cur(), Some("ip" | "ip6")) && matches!(self.w(self.i + 1), Some("to")) {
+            self.i += 1;
+        }
+        if self.cur() == Some("to") && self.w(self.i + 1).is_some_and(is_selector_start) {
+            self.i += 1;
+            self.value_expr();
+        }
+        self.skip_args();
+        StatementKind::Other(w.to_string())
+    }
+
+    /// A word no statement starts with: an error, and its arguments are skipped.
+    fn unknown_statement(&mut self, t: Token, w: &str) -> StatementKind {
+        self.i += 1;
+        let from = self.i - 1;
+        self.skip_args();
+        let text = self.span_text(from, self.i);
+        self.r.error(
+            &t,
+            format!("unknown statement '{w}': expected a match (ip, tcp, meta, ct ...), a statement (counter, log, dnat ...) or a verdict"),
+            &text,
+        );
+        StatementKind::Other(w.to_string())
+    }
+
+    /// `dnat|snat [ip|ip6] [to EXPR] [FLAGS]`, `masquerade`, `redirect [to :PORT]`.
     fn nat(&mut self, w: &str) -> StatementKind {
         let kind = NatKind::parse(w).expect("nat word");
         self.i += 1;
@@ -467,6 +510,8 @@ impl<'a> StmtParser<'_, 'a> {
         }
     }
 
+    /// One selector (`ip daddr`, `meta l4proto`, `ct original ip saddr`, `numgen random
+    /// mod 2` ...); false, consuming nothing, when the current word starts none.
     fn selector(&mut self) -> bool {
         let Some(w) = self.cur() else { return false };
         if !self.cur_is_word() {
@@ -617,6 +662,8 @@ impl<'a> StmtParser<'_, 'a> {
         v
     }
 
+    /// One value without concatenation: a word, a set literal or a parenthesised
+    /// expression.
     fn value_atom(&mut self) -> Value {
         let Some(t) = self.toks.get(self.i).copied() else {
             let last = self.toks[self.toks.len() - 1];
@@ -724,6 +771,8 @@ impl<'a> StmtParser<'_, 'a> {
         self.span_text(from, self.i)
     }
 
+    /// A statement that starts with a selector: a match (`SELECTOR [OP] VALUE`), a
+    /// verdict map (`SELECTOR vmap ...`), a mangle (`SELECTOR set VALUE`) or a map lookup.
     fn matchlike(&mut self) -> StatementKind {
         let start = self.i;
         self.selector_expr();
