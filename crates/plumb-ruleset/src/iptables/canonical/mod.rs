@@ -30,9 +30,9 @@ use targets::target_options;
 use values::range;
 pub use values::{address, protocol_name};
 
-/// Options for printing a ruleset in `iptables-save` form.
+/// How [`save_text`] prints a ruleset in `iptables-save` form.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct SaveOptions {
+pub struct PrintOptions {
     /// Keep counters as read: chain counters, and `[packets:bytes]` before rules that
     /// had them (`iptables-save -c`). When false every counter prints as zero/absent,
     /// which is what comparisons want.
@@ -42,7 +42,7 @@ pub struct SaveOptions {
 /// The xtables tables of `ruleset` printed as `iptables-save` would print them.
 /// Native nft tables are skipped (they have no iptables form). Rules that are not
 /// xtables rules (listings) are printed as read.
-pub fn save_text(ruleset: &Ruleset, options: SaveOptions) -> String {
+pub fn save_text(ruleset: &Ruleset, options: PrintOptions) -> String {
     let mut out = String::with_capacity(ruleset.rule_count() * 128);
     for table in ruleset
         .tables
