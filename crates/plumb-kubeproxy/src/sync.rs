@@ -245,10 +245,14 @@ fn bootstrap() -> Vec<TablePayload> {
     vec![mangle, filter, nat]
 }
 
+/// kube-proxy's full sync being written: the filter and nat rules in payload order and
+/// the nat chains it declares (filter chains are fixed).
 struct SyncWriter<'a> {
     cluster: &'a Cluster,
     options: &'a ProxierOptions,
+    /// The masquerade mark (`1 << --iptables-masquerade-bit`).
     mark: u32,
+    /// Large cluster mode: endpoint rules carry no comments.
     large: bool,
     filter_rules: Vec<Rule>,
     nat_chains: Vec<String>,
@@ -305,12 +309,378 @@ impl SyncWriter<'_> {
         }
     }
 
+    /// Every rule and chain of one service port, in the order kube-proxy writes them
+    /// (kubernetes `proxier.go` `syncProxyRules`, the loop over service ports).
     fn service(&mut self, svc: &ServicePort) {
-        let name = svc.name_string();
-        let protocol = svc.protocol;
-        let proto = |dport: Option<u16>| Match::Proto { protocol, dport };
-        let cluster_cidr = self.cluster.node.cluster_cidr;
+        let plan = ServicePlan::new(svc);
+        self.cluster_ip_rules(&plan);
+        self.external_ip_rules(&plan);
+        self.load_balancer_rules(&plan);
+        self.node_port_rules(&plan);
+        self.health_check_rule(&plan);
+        self.internal_masquerade_rule(&plan);
+        self.external_chain(&plan);
+        self.firewall_chain(&plan);
+        self.service_chains(&plan);
+        self.endpoint_chains(&plan);
+    }
 
+    /// Capture the ClusterIP: `KUBE-SERVICES` jumps to the internal policy's chain, or
+    /// filters (rejects, or drops without local endpoints) when it has no endpoints.
+    fn cluster_ip_rules(&mut self, p: &ServicePlan<'_>) {
+        let svc = p.svc;
+        let cluster_ip = Addr::Ip(svc.cluster_ip);
+        if p.has_internal {
+            self.nat_rules.push(
+                Rule::new(
+                    KUBE_SERVICES,
+                    vec![
+                        comment(format!("{} cluster IP", p.name)),
+                        p.proto(Some(svc.port)),
+                    ],
+                    jump(p.internal_chain()),
+                )
+                .dst(false, cluster_ip),
+            );
+        } else {
+            self.filter_rules.push(
+                Rule::new(
+                    KUBE_SERVICES,
+                    vec![comment(p.no_endpoints.0.clone()), p.proto(Some(svc.port))],
+                    p.no_endpoints.1.clone(),
+                )
+                .dst(false, cluster_ip),
+            );
+        }
+    }
+
+    /// Each external IP: a jump to `KUBE-EXT-` when there are endpoints, a filter rule
+    /// in `KUBE-EXTERNAL-SERVICES` when the external policy has none.
+    fn external_ip_rules(&mut self, p: &ServicePlan<'_>) {
+        let svc = p.svc;
+        for ip in &svc.external_ips {
+            if p.has_endpoints {
+                self.nat_rules.push(
+                    Rule::new(
+                        KUBE_SERVICES,
+                        vec![
+                            comment(format!("{} external IP", p.name)),
+                            p.proto(Some(svc.port)),
+                        ],
+                        jump(&p.ext_chain),
+                    )
+                    .dst(false, Addr::Ip(*ip)),
+                );
+            }
+            if !p.has_external {
+                self.filter_rules.push(
+                    Rule::new(
+                        KUBE_EXTERNAL_SERVICES,
+                        vec![comment(p.no_endpoints.0.clone()), p.proto(Some(svc.port))],
+                        p.no_endpoints.1.clone(),
+                    )
+                    .dst(false, Addr::Ip(*ip)),
+                );
+            }
+        }
+    }
+
+    /// Each load balancer ingress IP: a jump to `KUBE-FW-` (with source ranges) or
+    /// `KUBE-EXT-`, the `KUBE-PROXY-FIREWALL` drop behind source ranges, and the filter
+    /// rules when the external policy has no endpoints.
+    fn load_balancer_rules(&mut self, p: &ServicePlan<'_>) {
+        let svc = p.svc;
+        for ip in &svc.load_balancer_ips {
+            if p.has_endpoints {
+                self.nat_rules.push(
+                    Rule::new(
+                        KUBE_SERVICES,
+                        vec![
+                            comment(format!("{} loadbalancer IP", p.name)),
+                            p.proto(Some(svc.port)),
+                        ],
+                        jump(p.load_balancer_chain()),
+                    )
+                    .dst(false, Addr::Ip(*ip)),
+                );
+            }
+            if p.uses_fw {
+                self.filter_rules.push(
+                    Rule::new(
+                        KUBE_PROXY_FIREWALL,
+                        vec![
+                            comment(format!("{} traffic not accepted by {}", p.name, p.fw_chain)),
+                            p.proto(Some(svc.port)),
+                        ],
+                        Target::Drop,
+                    )
+                    .dst(false, Addr::Ip(*ip)),
+                );
+            }
+        }
+        if !p.has_external {
+            for ip in &svc.load_balancer_ips {
+                self.filter_rules.push(
+                    Rule::new(
+                        KUBE_EXTERNAL_SERVICES,
+                        vec![comment(p.no_endpoints.0.clone()), p.proto(Some(svc.port))],
+                        p.no_endpoints.1.clone(),
+                    )
+                    .dst(false, Addr::Ip(*ip)),
+                );
+            }
+        }
+    }
+
+    /// The NodePort: a jump from `KUBE-NODEPORTS` to `KUBE-EXT-`, or a filter rule for
+    /// local addresses when the external policy has no endpoints. (The nfacct localhost
+    /// rule of 1.29+ needs an nfacct object and is omitted.)
+    fn node_port_rules(&mut self, p: &ServicePlan<'_>) {
+        let Some(node_port) = p.svc.node_port else {
+            return;
+        };
+        if p.has_endpoints {
+            self.nat_rules.push(Rule::new(
+                KUBE_NODEPORTS,
+                vec![comment(p.name.clone()), p.proto(Some(node_port))],
+                jump(&p.ext_chain),
+            ));
+        }
+        if !p.has_external {
+            self.filter_rules.push(Rule::new(
+                KUBE_EXTERNAL_SERVICES,
+                vec![
+                    comment(p.no_endpoints.0.clone()),
+                    Match::AddrTypeLocal { source: false },
+                    p.proto(Some(node_port)),
+                ],
+                p.no_endpoints.1.clone(),
+            ));
+        }
+    }
+
+    /// `healthCheckNodePort` (externalTrafficPolicy: Local): accepted in `KUBE-NODEPORTS`.
+    fn health_check_rule(&mut self, p: &ServicePlan<'_>) {
+        if let Some(hc) = p.svc.health_check_node_port {
+            self.filter_rules.push(Rule::new(
+                KUBE_NODEPORTS,
+                vec![
+                    comment(format!("{} health check node port", p.name)),
+                    Match::Proto {
+                        protocol: crate::model::Protocol::Tcp,
+                        dport: Some(hc),
+                    },
+                ],
+                Target::Accept,
+            ));
+        }
+    }
+
+    /// Internal traffic masquerade: the internal chain marks ClusterIP traffic from
+    /// outside the cluster CIDR (or all of it with `--masquerade-all`).
+    fn internal_masquerade_rule(&mut self, p: &ServicePlan<'_>) {
+        if !p.has_internal {
+            return;
+        }
+        let svc = p.svc;
+        let rule = Rule::new(
+            p.internal_chain(),
+            vec![
+                comment(format!("{} cluster IP", p.name)),
+                p.proto(Some(svc.port)),
+            ],
+            jump(KUBE_MARK_MASQ),
+        )
+        .dst(false, Addr::Ip(svc.cluster_ip));
+        let rule = if self.options.masquerade_all {
+            rule
+        } else {
+            rule.src(true, Addr::Cidr(self.cluster.node.cluster_cidr))
+        };
+        self.nat_rules.push(rule);
+    }
+
+    /// The external traffic chain `KUBE-EXT-`: masquerade (cluster policy) or route pod
+    /// and local traffic to `KUBE-SVC-` (local policy), then the external policy's chain.
+    fn external_chain(&mut self, p: &ServicePlan<'_>) {
+        if !p.uses_ext_chain {
+            return;
+        }
+        let (name, ext_chain) = (&p.name, p.ext_chain.as_str());
+        let cluster_cidr = self.cluster.node.cluster_cidr;
+        self.nat_chains.push(p.ext_chain.clone());
+        if !p.ext_local {
+            self.nat_rules.push(Rule::new(
+                ext_chain,
+                vec![comment(format!(
+                    "masquerade traffic for {name} external destinations"
+                ))],
+                jump(KUBE_MARK_MASQ),
+            ));
+        } else {
+            self.nat_rules.push(
+                Rule::new(
+                    ext_chain,
+                    vec![comment(format!(
+                        "pod traffic for {name} external destinations"
+                    ))],
+                    jump(&p.svc_chain),
+                )
+                .src(false, Addr::Cidr(cluster_cidr)),
+            );
+            self.nat_rules.push(Rule::new(
+                ext_chain,
+                vec![
+                    comment(format!(
+                        "masquerade LOCAL traffic for {name} external destinations"
+                    )),
+                    Match::AddrTypeLocal { source: true },
+                ],
+                jump(KUBE_MARK_MASQ),
+            ));
+            self.nat_rules.push(Rule::new(
+                ext_chain,
+                vec![
+                    comment(format!(
+                        "route LOCAL traffic for {name} external destinations"
+                    )),
+                    Match::AddrTypeLocal { source: true },
+                ],
+                jump(&p.svc_chain),
+            ));
+        }
+        if p.has_external {
+            self.nat_rules.push(Rule::new(
+                ext_chain,
+                vec![],
+                jump(p.external_policy_chain()),
+            ));
+        }
+    }
+
+    /// The firewall chain `KUBE-FW-` (`loadBalancerSourceRanges`): allowed ranges (and
+    /// the load balancer IPs when a range holds the node) go on to `KUBE-EXT-`; the rest
+    /// falls through to `KUBE-PROXY-FIREWALL`'s drop.
+    fn firewall_chain(&mut self, p: &ServicePlan<'_>) {
+        if !p.uses_fw {
+            return;
+        }
+        let (svc, fw_chain) = (p.svc, p.fw_chain.as_str());
+        self.nat_chains.push(p.fw_chain.clone());
+        let lb_comment = format!("{} loadbalancer IP", p.name);
+        let mut allow_from_node = false;
+        for range in &svc.load_balancer_source_ranges {
+            self.nat_rules.push(
+                Rule::new(
+                    fw_chain,
+                    vec![comment(lb_comment.clone())],
+                    jump(&p.ext_chain),
+                )
+                .src(false, Addr::Cidr(*range)),
+            );
+            allow_from_node |= range.contains(self.cluster.node.ip);
+        }
+        if allow_from_node {
+            for ip in &svc.load_balancer_ips {
+                self.nat_rules.push(
+                    Rule::new(
+                        fw_chain,
+                        vec![comment(lb_comment.clone())],
+                        jump(&p.ext_chain),
+                    )
+                    .src(false, Addr::Ip(*ip)),
+                );
+            }
+        }
+        self.nat_rules.push(Rule::new(
+            fw_chain,
+            vec![comment(format!(
+                "other traffic to {} will be dropped by KUBE-PROXY-FIREWALL",
+                p.name
+            ))],
+            Target::None,
+        ));
+    }
+
+    /// `KUBE-SVC-` (cluster endpoints) and `KUBE-SVL-` (local endpoints), each with its
+    /// endpoint selection rules, when a policy uses them and they have endpoints.
+    fn service_chains(&mut self, p: &ServicePlan<'_>) {
+        if p.uses_cluster_chain {
+            self.nat_chains.push(p.svc_chain.clone());
+            self.service_to_endpoint_rules(p.svc, &p.name, &p.svc_chain, &p.cluster_eps, &p.sep);
+        }
+        if p.uses_local_chain {
+            self.nat_chains.push(p.svl_chain.clone());
+            self.service_to_endpoint_rules(p.svc, &p.name, &p.svl_chain, &p.local_eps, &p.sep);
+        }
+    }
+
+    /// One `KUBE-SEP-` chain per reachable endpoint: masquerade hairpin traffic, then
+    /// DNAT (recording the client for session affinity).
+    fn endpoint_chains(&mut self, p: &ServicePlan<'_>) {
+        let svc = p.svc;
+        for ep in p.reachable() {
+            let i = svc.endpoints.iter().position(|e| e == *ep).unwrap_or(0);
+            let chain = &p.sep[i];
+            self.nat_chains.push(chain.clone());
+            let base: Vec<Match> = self.svc_comment(&p.name).into_iter().collect();
+            self.nat_rules.push(
+                Rule::new(chain.as_str(), base.clone(), jump(KUBE_MARK_MASQ))
+                    .src(false, Addr::Ip(*ep.addr.ip())),
+            );
+            let mut matches = base;
+            if svc.session_affinity.is_some() {
+                matches.push(Match::RecentSet(chain.clone()));
+            }
+            matches.push(p.proto(None));
+            self.nat_rules
+                .push(Rule::new(chain.as_str(), matches, Target::Dnat(ep.addr)));
+        }
+    }
+}
+
+/// What kube-proxy decides about one service port before writing its rules: which
+/// endpoints each traffic policy uses (kubernetes `pkg/proxy/topology.go`
+/// `CategorizeEndpoints`), the service's chain names, and which chains it writes.
+struct ServicePlan<'s> {
+    svc: &'s ServicePort,
+    /// `namespace/name:port`, the text of most comments.
+    name: String,
+    /// Some policy sends traffic to all endpoints (`UsesClusterEndpoints`).
+    uses_cluster: bool,
+    /// The endpoints of `KUBE-SVC-`: all of them, or none when no policy uses them.
+    cluster_eps: Vec<&'s Endpoint>,
+    /// The endpoints of `KUBE-SVL-`: those on this node, or none when no policy uses them.
+    local_eps: Vec<&'s Endpoint>,
+    has_endpoints: bool,
+    /// `KUBE-SVC-`, `KUBE-SVL-`, `KUBE-EXT-` and `KUBE-FW-` of this service port.
+    svc_chain: String,
+    svl_chain: String,
+    ext_chain: String,
+    fw_chain: String,
+    /// The `KUBE-SEP-` chain of each endpoint, in `svc.endpoints` order.
+    sep: Vec<String>,
+    uses_cluster_chain: bool,
+    uses_local_chain: bool,
+    /// Internal traffic has endpoints to go to (under its policy).
+    has_internal: bool,
+    /// `externalTrafficPolicy: Local` (on an externally accessible service).
+    ext_local: bool,
+    /// External traffic has endpoints to go to (under its policy).
+    has_external: bool,
+    uses_ext_chain: bool,
+    /// Load balancer with source ranges: `KUBE-FW-` and `KUBE-PROXY-FIREWALL` rules.
+    uses_fw: bool,
+    /// Comment and verdict of the filter rules for traffic without endpoints:
+    /// `REJECT` when the service has none, `DROP` when its policy has no local ones.
+    /// (kube-proxy builds one for internal and one for external traffic; they are the
+    /// same.)
+    no_endpoints: (String, Target),
+}
+
+impl<'s> ServicePlan<'s> {
+    fn new(svc: &'s ServicePort) -> ServicePlan<'s> {
+        let name = svc.name_string();
         let uses_cluster = svc.uses_cluster_endpoints();
         let uses_local = svc.uses_local_endpoints();
         let cluster_eps: Vec<&Endpoint> = if uses_cluster {
@@ -323,22 +693,11 @@ impl SyncWriter<'_> {
         } else {
             Vec::new()
         };
-        // pkg/proxy/topology.go CategorizeEndpoints: all endpoints here are ready, so the
-        // union of cluster and local endpoints is the cluster list.
-        let reachable: Vec<&Endpoint> = if uses_cluster {
-            cluster_eps.clone()
-        } else {
-            local_eps.clone()
-        };
         let has_endpoints = !svc.endpoints.is_empty();
 
         // SVC, SVL, EXT and FW share one hash (proxier.go portProtoHash): compute it once.
-        let hash = crate::chain_name::port_proto_hash(&name, protocol.as_str());
+        let hash = crate::chain_name::port_proto_hash(&name, svc.protocol.as_str());
         let named = |prefix: ChainPrefix| format!("{}{hash}", prefix.as_str());
-        let svc_chain = named(ChainPrefix::Svc);
-        let svl_chain = named(ChainPrefix::Svl);
-        let ext_chain = named(ChainPrefix::Ext);
-        let fw_chain = named(ChainPrefix::Fw);
         let sep: Vec<String> = svc
             .endpoints
             .iter()
@@ -347,280 +706,93 @@ impl SyncWriter<'_> {
 
         let uses_cluster_chain = !cluster_eps.is_empty() && uses_cluster;
         let uses_local_chain = !local_eps.is_empty() && uses_local;
-        let (internal_chain, has_internal) = if svc.internal_policy_local {
-            (&svl_chain, has_endpoints && !local_eps.is_empty())
+        let has_internal = if svc.internal_policy_local {
+            has_endpoints && !local_eps.is_empty()
         } else {
-            (&svc_chain, has_endpoints)
+            has_endpoints
         };
         let ext_local = svc.external_policy_local();
-        let (external_policy_chain, has_external) = if ext_local {
-            (&svl_chain, has_endpoints && !local_eps.is_empty())
+        let has_external = if ext_local {
+            has_endpoints && !local_eps.is_empty()
         } else {
-            (&svc_chain, has_endpoints)
+            has_endpoints
         };
         let uses_ext_chain = has_endpoints && svc.externally_accessible();
         let uses_fw = has_endpoints
             && !svc.load_balancer_ips.is_empty()
             && !svc.load_balancer_source_ranges.is_empty();
-        let lb_chain = if uses_fw { &fw_chain } else { &ext_chain };
-
-        let (internal_filter, external_filter) = if !has_endpoints {
-            let c = format!("{name} has no endpoints");
-            ((c.clone(), Target::Reject), (c, Target::Reject))
+        let no_endpoints = if !has_endpoints {
+            (format!("{name} has no endpoints"), Target::Reject)
         } else {
-            let c = format!("{name} has no local endpoints");
-            ((c.clone(), Target::Drop), (c, Target::Drop))
+            (format!("{name} has no local endpoints"), Target::Drop)
         };
+        ServicePlan {
+            svc,
+            uses_cluster,
+            cluster_eps,
+            local_eps,
+            has_endpoints,
+            svc_chain: named(ChainPrefix::Svc),
+            svl_chain: named(ChainPrefix::Svl),
+            ext_chain: named(ChainPrefix::Ext),
+            fw_chain: named(ChainPrefix::Fw),
+            sep,
+            uses_cluster_chain,
+            uses_local_chain,
+            has_internal,
+            ext_local,
+            has_external,
+            uses_ext_chain,
+            uses_fw,
+            no_endpoints,
+            name,
+        }
+    }
 
-        // Capture the ClusterIP.
-        let cluster_ip = Addr::Ip(svc.cluster_ip);
-        if has_internal {
-            self.nat_rules.push(
-                Rule::new(
-                    KUBE_SERVICES,
-                    vec![comment(format!("{name} cluster IP")), proto(Some(svc.port))],
-                    jump(internal_chain),
-                )
-                .dst(false, cluster_ip),
-            );
+    /// `-p PROTO -m PROTO [--dport PORT]`.
+    fn proto(&self, dport: Option<u16>) -> Match {
+        Match::Proto {
+            protocol: self.svc.protocol,
+            dport,
+        }
+    }
+
+    /// Where internal (ClusterIP) traffic goes: `KUBE-SVL-` under
+    /// `internalTrafficPolicy: Local`, else `KUBE-SVC-`.
+    fn internal_chain(&self) -> &str {
+        if self.svc.internal_policy_local {
+            &self.svl_chain
         } else {
-            self.filter_rules.push(
-                Rule::new(
-                    KUBE_SERVICES,
-                    vec![comment(internal_filter.0.clone()), proto(Some(svc.port))],
-                    internal_filter.1.clone(),
-                )
-                .dst(false, cluster_ip),
-            );
+            &self.svc_chain
         }
-        // External IPs.
-        for ip in &svc.external_ips {
-            if has_endpoints {
-                self.nat_rules.push(
-                    Rule::new(
-                        KUBE_SERVICES,
-                        vec![
-                            comment(format!("{name} external IP")),
-                            proto(Some(svc.port)),
-                        ],
-                        jump(&ext_chain),
-                    )
-                    .dst(false, Addr::Ip(*ip)),
-                );
-            }
-            if !has_external {
-                self.filter_rules.push(
-                    Rule::new(
-                        KUBE_EXTERNAL_SERVICES,
-                        vec![comment(external_filter.0.clone()), proto(Some(svc.port))],
-                        external_filter.1.clone(),
-                    )
-                    .dst(false, Addr::Ip(*ip)),
-                );
-            }
+    }
+
+    /// Where external traffic goes after `KUBE-EXT-`: `KUBE-SVL-` under
+    /// `externalTrafficPolicy: Local`, else `KUBE-SVC-`.
+    fn external_policy_chain(&self) -> &str {
+        if self.ext_local {
+            &self.svl_chain
+        } else {
+            &self.svc_chain
         }
-        // Load balancer ingress.
-        for ip in &svc.load_balancer_ips {
-            if has_endpoints {
-                self.nat_rules.push(
-                    Rule::new(
-                        KUBE_SERVICES,
-                        vec![
-                            comment(format!("{name} loadbalancer IP")),
-                            proto(Some(svc.port)),
-                        ],
-                        jump(lb_chain),
-                    )
-                    .dst(false, Addr::Ip(*ip)),
-                );
-            }
-            if uses_fw {
-                self.filter_rules.push(
-                    Rule::new(
-                        KUBE_PROXY_FIREWALL,
-                        vec![
-                            comment(format!("{name} traffic not accepted by {fw_chain}")),
-                            proto(Some(svc.port)),
-                        ],
-                        Target::Drop,
-                    )
-                    .dst(false, Addr::Ip(*ip)),
-                );
-            }
+    }
+
+    /// Where load balancer traffic enters: `KUBE-FW-` with source ranges, else `KUBE-EXT-`.
+    fn load_balancer_chain(&self) -> &str {
+        if self.uses_fw {
+            &self.fw_chain
+        } else {
+            &self.ext_chain
         }
-        if !has_external {
-            for ip in &svc.load_balancer_ips {
-                self.filter_rules.push(
-                    Rule::new(
-                        KUBE_EXTERNAL_SERVICES,
-                        vec![comment(external_filter.0.clone()), proto(Some(svc.port))],
-                        external_filter.1.clone(),
-                    )
-                    .dst(false, Addr::Ip(*ip)),
-                );
-            }
-        }
-        // NodePorts. (The nfacct localhost rule of 1.29+ needs an nfacct object and is omitted.)
-        if let Some(node_port) = svc.node_port {
-            if has_endpoints {
-                self.nat_rules.push(Rule::new(
-                    KUBE_NODEPORTS,
-                    vec![comment(name.clone()), proto(Some(node_port))],
-                    jump(&ext_chain),
-                ));
-            }
-            if !has_external {
-                self.filter_rules.push(Rule::new(
-                    KUBE_EXTERNAL_SERVICES,
-                    vec![
-                        comment(external_filter.0.clone()),
-                        Match::AddrTypeLocal { source: false },
-                        proto(Some(node_port)),
-                    ],
-                    external_filter.1.clone(),
-                ));
-            }
-        }
-        if let Some(hc) = svc.health_check_node_port {
-            self.filter_rules.push(Rule::new(
-                KUBE_NODEPORTS,
-                vec![
-                    comment(format!("{name} health check node port")),
-                    Match::Proto {
-                        protocol: crate::model::Protocol::Tcp,
-                        dport: Some(hc),
-                    },
-                ],
-                Target::Accept,
-            ));
-        }
-        // Internal traffic masquerade.
-        if has_internal {
-            let rule = Rule::new(
-                internal_chain.as_str(),
-                vec![comment(format!("{name} cluster IP")), proto(Some(svc.port))],
-                jump(KUBE_MARK_MASQ),
-            )
-            .dst(false, cluster_ip);
-            let rule = if self.options.masquerade_all {
-                rule
-            } else {
-                rule.src(true, Addr::Cidr(cluster_cidr))
-            };
-            self.nat_rules.push(rule);
-        }
-        // External traffic chain.
-        if uses_ext_chain {
-            self.nat_chains.push(ext_chain.clone());
-            if !ext_local {
-                self.nat_rules.push(Rule::new(
-                    ext_chain.as_str(),
-                    vec![comment(format!(
-                        "masquerade traffic for {name} external destinations"
-                    ))],
-                    jump(KUBE_MARK_MASQ),
-                ));
-            } else {
-                self.nat_rules.push(
-                    Rule::new(
-                        ext_chain.as_str(),
-                        vec![comment(format!(
-                            "pod traffic for {name} external destinations"
-                        ))],
-                        jump(&svc_chain),
-                    )
-                    .src(false, Addr::Cidr(cluster_cidr)),
-                );
-                self.nat_rules.push(Rule::new(
-                    ext_chain.as_str(),
-                    vec![
-                        comment(format!(
-                            "masquerade LOCAL traffic for {name} external destinations"
-                        )),
-                        Match::AddrTypeLocal { source: true },
-                    ],
-                    jump(KUBE_MARK_MASQ),
-                ));
-                self.nat_rules.push(Rule::new(
-                    ext_chain.as_str(),
-                    vec![
-                        comment(format!(
-                            "route LOCAL traffic for {name} external destinations"
-                        )),
-                        Match::AddrTypeLocal { source: true },
-                    ],
-                    jump(&svc_chain),
-                ));
-            }
-            if has_external {
-                self.nat_rules.push(Rule::new(
-                    ext_chain.as_str(),
-                    vec![],
-                    jump(external_policy_chain),
-                ));
-            }
-        }
-        // Firewall chain (loadBalancerSourceRanges).
-        if uses_fw {
-            self.nat_chains.push(fw_chain.clone());
-            let lb_comment = format!("{name} loadbalancer IP");
-            let mut allow_from_node = false;
-            for range in &svc.load_balancer_source_ranges {
-                self.nat_rules.push(
-                    Rule::new(
-                        fw_chain.as_str(),
-                        vec![comment(lb_comment.clone())],
-                        jump(&ext_chain),
-                    )
-                    .src(false, Addr::Cidr(*range)),
-                );
-                allow_from_node |= range.contains(self.cluster.node.ip);
-            }
-            if allow_from_node {
-                for ip in &svc.load_balancer_ips {
-                    self.nat_rules.push(
-                        Rule::new(
-                            fw_chain.as_str(),
-                            vec![comment(lb_comment.clone())],
-                            jump(&ext_chain),
-                        )
-                        .src(false, Addr::Ip(*ip)),
-                    );
-                }
-            }
-            self.nat_rules.push(Rule::new(
-                fw_chain.as_str(),
-                vec![comment(format!(
-                    "other traffic to {name} will be dropped by KUBE-PROXY-FIREWALL"
-                ))],
-                Target::None,
-            ));
-        }
-        if uses_cluster_chain {
-            self.nat_chains.push(svc_chain.clone());
-            self.service_to_endpoint_rules(svc, &name, &svc_chain, &cluster_eps, &sep);
-        }
-        if uses_local_chain {
-            self.nat_chains.push(svl_chain.clone());
-            self.service_to_endpoint_rules(svc, &name, &svl_chain, &local_eps, &sep);
-        }
-        // Endpoint chains.
-        for ep in reachable {
-            let i = svc.endpoints.iter().position(|e| e == ep).unwrap_or(0);
-            let chain = &sep[i];
-            self.nat_chains.push(chain.clone());
-            let base: Vec<Match> = self.svc_comment(&name).into_iter().collect();
-            self.nat_rules.push(
-                Rule::new(chain.as_str(), base.clone(), jump(KUBE_MARK_MASQ))
-                    .src(false, Addr::Ip(*ep.addr.ip())),
-            );
-            let mut matches = base;
-            if svc.session_affinity.is_some() {
-                matches.push(Match::RecentSet(chain.clone()));
-            }
-            matches.push(proto(None));
-            self.nat_rules
-                .push(Rule::new(chain.as_str(), matches, Target::Dnat(ep.addr)));
+    }
+
+    /// The endpoints with a `KUBE-SEP-` chain. All endpoints here are ready, so the
+    /// union of cluster and local endpoints is the cluster list when it is used.
+    fn reachable(&self) -> &[&'s Endpoint] {
+        if self.uses_cluster {
+            &self.cluster_eps
+        } else {
+            &self.local_eps
         }
     }
 }
