@@ -5,7 +5,9 @@ mod common;
 
 use plumb_check::{Facts, Origin, run};
 use plumb_findings::{Finding, Status};
-use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+use plumb_kubeproxy::{
+    GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+};
 use plumb_ruleset::format::{Format, ParseOptions, parse_bytes};
 use proptest::prelude::*;
 
@@ -143,7 +145,7 @@ proptest! {
     ) {
         let cluster = generate(&GeneratorConfig { seed, ..GeneratorConfig::all_features(10, 2) }).unwrap();
         let text = KubeProxyRules::new(&cluster, &ProxierOptions::default())
-            .to_iptables_save(&SaveOptions::default());
+            .to_iptables_save(&IptablesSaveOptions::default());
         let mut lines: Vec<&str> = text.lines().collect();
         for (a, b) in edits {
             if lines.is_empty() { break; }

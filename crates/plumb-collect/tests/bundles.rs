@@ -6,7 +6,9 @@ use plumb_collect::facts::{GatherOptions, gather};
 use plumb_collect::node::{BundleKind, Node, NodeCommand, open_bundle};
 use plumb_facts::parse::logs::Signal;
 use plumb_facts::{Fact, SourceKind};
-use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+use plumb_kubeproxy::{
+    GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+};
 use plumb_testkit::Scratch;
 use std::path::{Path, PathBuf};
 
@@ -17,7 +19,7 @@ fn kube_proxy_save() -> String {
     })
     .unwrap();
     KubeProxyRules::new(&cluster, &ProxierOptions::default())
-        .to_iptables_save(&SaveOptions::default())
+        .to_iptables_save(&IptablesSaveOptions::default())
 }
 
 const INSTALL_CNI_FATAL: &str = "2026-11-30T08:00:01.000000001Z stderr F 2026-11-30 08:00:01.000 [FATAL][1] cni-installer/install.go 482: Unable to create token for CNI kubeconfig error=Post \"https://10.43.0.1:443/api/v1/namespaces/kube-system/serviceaccounts/canal/token\": dial tcp 10.43.0.1:443: i/o timeout\n";

@@ -9,7 +9,7 @@
 
 use plumb_collect::netns::{Netns, can_create};
 use plumb_collect::runner::which;
-use plumb_ruleset::iptables::canonical::{SaveOptions, save_text};
+use plumb_ruleset::iptables::canonical::{PrintOptions, save_text};
 use plumb_ruleset::{Family, ParseOptions, Ruleset, parse_bytes};
 use std::path::PathBuf;
 
@@ -55,7 +55,7 @@ fn normalise(text: &str, family: Family) -> String {
             tables: vec![t.clone()],
             ..Default::default()
         };
-        let printed = save_text(&one, SaveOptions { counters: false });
+        let printed = save_text(&one, PrintOptions { counters: false });
         // The kernel creates every built-in chain even when a dump does not declare it;
         // an empty ACCEPT built-in carries no information, so it is left out.
         let mut decls: Vec<&str> = printed
@@ -99,7 +99,7 @@ fn round_trip(files: &[(PathBuf, Family)], restore: &str, save: &str) -> Outcome
     for (path, family) in files {
         let original = std::fs::read_to_string(path).unwrap();
         let ours = parse(&original, *family);
-        let ours_text = save_text(&ours, SaveOptions { counters: false });
+        let ours_text = save_text(&ours, PrintOptions { counters: false });
         let ns = Netns::create("plumb-t-rt").expect("create netns");
         let (ok, _, err) = ns.exec(restore, &[], Some(&ours_text)).unwrap();
         if !ok {

@@ -1,7 +1,9 @@
 //! Prints a generated kube-proxy ruleset in iptables-save form:
 //! `cargo run --release -p plumb-kubeproxy --example generate -- SERVICES ENDPOINTS > dump`.
 
-use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+use plumb_kubeproxy::{
+    GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+};
 
 fn main() {
     let args: Vec<usize> = std::env::args()
@@ -22,5 +24,8 @@ fn main() {
     };
     let cluster = generate(&config).expect("valid generator config");
     let rules = KubeProxyRules::new(&cluster, &ProxierOptions::default());
-    print!("{}", rules.to_iptables_save(&SaveOptions::default()));
+    print!(
+        "{}",
+        rules.to_iptables_save(&IptablesSaveOptions::default())
+    );
 }

@@ -15,11 +15,11 @@
 //! kernel inside a private network namespace.
 //!
 //! ```
-//! use plumb_kubeproxy::{generate, GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions};
+//! use plumb_kubeproxy::{generate, GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions};
 //!
 //! let cluster = generate(&GeneratorConfig { services: 5, ..GeneratorConfig::default() }).unwrap();
 //! let rules = KubeProxyRules::new(&cluster, &ProxierOptions::default());
-//! let saved = rules.to_iptables_save(&SaveOptions::default());
+//! let saved = rules.to_iptables_save(&IptablesSaveOptions::default());
 //! assert!(saved.contains(":KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]"));
 //! assert!(rules.to_restore_payload().starts_with("*filter\n:KUBE-SERVICES - [0:0]\n"));
 //! ```
@@ -37,7 +37,14 @@ pub use chain_name::{
 };
 pub use generate::{GenerateError, GeneratorConfig, generate};
 pub use model::{Cluster, Endpoint, Ipv4Cidr, Node, Protocol, ServicePort, ServicePortName};
-pub use sync::{KubeProxyRules, ProxierOptions, SaveOptions, TablePayload, is_top_level_chain};
+pub use sync::{
+    IptablesSaveOptions, KubeProxyRules, ProxierOptions, TablePayload, is_top_level_chain,
+};
+
+/// The former name of [`IptablesSaveOptions`], kept only until plumb-watch's tests
+/// (`tests/detect.rs`, `tests/properties.rs`) import the new name; not for new code.
+#[doc(hidden)]
+pub type SaveOptions = IptablesSaveOptions;
 
 /// The iptables-save text of a generated cluster: `services` service ports with
 /// `endpoints` endpoints each, default generator and proxier options. The one input
@@ -49,5 +56,5 @@ pub fn generated_save_text(services: usize, endpoints: usize) -> Result<String, 
         ..GeneratorConfig::default()
     })?;
     Ok(KubeProxyRules::new(&cluster, &ProxierOptions::default())
-        .to_iptables_save(&SaveOptions::default()))
+        .to_iptables_save(&IptablesSaveOptions::default()))
 }

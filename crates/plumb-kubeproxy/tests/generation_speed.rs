@@ -3,7 +3,9 @@
 
 use std::time::Instant;
 
-use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+use plumb_kubeproxy::{
+    GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+};
 
 #[test]
 #[ignore = "prints timings; run on demand"]
@@ -20,7 +22,7 @@ fn ten_thousand_services_ten_endpoints() {
     let t_rules = t.elapsed();
     let payload = rules.to_restore_payload();
     let t_payload = t.elapsed();
-    let saved = rules.to_iptables_save(&SaveOptions::default());
+    let saved = rules.to_iptables_save(&IptablesSaveOptions::default());
     let t_saved = t.elapsed();
     println!(
         "10k x 10: model {:?}, rules {:?}, restore payload {:?} ({} lines), iptables-save text {:?} ({} lines); endpoints {}, large cluster mode {}",

@@ -7,7 +7,9 @@
 //! privileged tests share the machine.
 
 use plumb_collect::netns::Netns;
-use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+use plumb_kubeproxy::{
+    GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+};
 
 /// A fresh private namespace (deleted on drop, also on panic).
 fn netns() -> Netns {
@@ -83,7 +85,7 @@ fn assert_same(expected: &str, actual: &str, what: &str) {
 fn check(config: &GeneratorConfig, options: &ProxierOptions) {
     let cluster = generate(config).expect("generating cluster");
     let rules = KubeProxyRules::new(&cluster, options);
-    let expected = rules.to_iptables_save(&SaveOptions::default());
+    let expected = rules.to_iptables_save(&IptablesSaveOptions::default());
 
     // a. The saved form restores and saves back byte for byte.
     let ns = netns();
@@ -93,9 +95,9 @@ fn check(config: &GeneratorConfig, options: &ProxierOptions) {
         &normalise(&run(&ns, &["iptables-nft-save"], None)),
         "save -> restore -> save",
     );
-    let with_counters = rules.to_iptables_save(&SaveOptions {
+    let with_counters = rules.to_iptables_save(&IptablesSaveOptions {
         rule_counters: true,
-        ..SaveOptions::default()
+        ..IptablesSaveOptions::default()
     });
     assert_same(
         &with_counters,

@@ -8,7 +8,8 @@ use plumb_kubeproxy::recover::{
     NameSource, NoEndpoints, ProxyMode, RecoveredService, ServiceMap, recover,
 };
 use plumb_kubeproxy::{
-    Cluster, GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, ServicePort, generate,
+    Cluster, GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, ServicePort,
+    generate,
 };
 use plumb_ruleset::format::{ParseOptions, parse_bytes};
 use plumb_ruleset::{Completeness, Ruleset};
@@ -22,7 +23,7 @@ fn parse(text: &str) -> Ruleset {
 }
 
 fn saved(cluster: &Cluster, options: &ProxierOptions) -> String {
-    KubeProxyRules::new(cluster, options).to_iptables_save(&SaveOptions::default())
+    KubeProxyRules::new(cluster, options).to_iptables_save(&IptablesSaveOptions::default())
 }
 
 fn only_map<'a>(maps: &'a [ServiceMap<'a>]) -> &'a ServiceMap<'a> {
@@ -163,7 +164,7 @@ fn assert_matches_model(svc: &ServicePort, got: &RecoveredService, large: bool) 
 fn round_trip(config: &GeneratorConfig, options: &ProxierOptions) {
     let cluster = generate(config).expect("config");
     let rules = KubeProxyRules::new(&cluster, options);
-    let text = rules.to_iptables_save(&SaveOptions::default());
+    let text = rules.to_iptables_save(&IptablesSaveOptions::default());
     let ruleset = parse(&text);
     let maps = recover(&ruleset);
     let map = only_map(&maps);

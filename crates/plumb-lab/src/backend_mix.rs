@@ -8,7 +8,7 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use plumb_kubeproxy::{KubeProxyRules, ProxierOptions, SaveOptions};
+use plumb_kubeproxy::{IptablesSaveOptions, KubeProxyRules, ProxierOptions};
 
 use crate::error::LabError;
 use crate::iptables::Tools;
@@ -24,7 +24,7 @@ pub fn stale_payload(services: usize, api: SocketAddrV4) -> String {
         old_api,
     );
     let rules = KubeProxyRules::new(&cluster, &ProxierOptions::default());
-    let saved = rules.to_iptables_save(&SaveOptions::default());
+    let saved = rules.to_iptables_save(&IptablesSaveOptions::default());
     let builtin = ["INPUT", "FORWARD", "OUTPUT", "PREROUTING", "POSTROUTING"];
     saved
         .lines()

@@ -9,7 +9,7 @@
 //! a built-in chain is that owner's hook; else the rule belongs to its chain's owner.
 //! Built-in chains (INPUT, FORWARD, ...) belong to no one: their owner is `builtin`.
 
-use crate::iptables::XtBuf;
+use crate::model::xt::XtBuf;
 use crate::model::{Backend, Chain, Rule, Ruleset, Table};
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;

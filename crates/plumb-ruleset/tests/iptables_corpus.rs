@@ -3,7 +3,7 @@
 
 mod common;
 
-use plumb_ruleset::iptables::canonical::{SaveOptions, save_text};
+use plumb_ruleset::iptables::canonical::{PrintOptions, save_text};
 use plumb_ruleset::{
     Completeness, Family, Format, ParseOptions, Ruleset, Severity, Table, parse_bytes,
 };
@@ -66,7 +66,7 @@ fn assert_round_trip(path: &Path, rs: &Ruleset) {
         .filter(|l| !l.starts_with('#'))
         .map(|l| format!("{}\n", l.trim_end()))
         .collect();
-    let printed = save_text(rs, SaveOptions { counters: true });
+    let printed = save_text(rs, PrintOptions { counters: true });
     if printed != original {
         for (i, (a, b)) in original.lines().zip(printed.lines()).enumerate() {
             assert_eq!(
@@ -360,9 +360,9 @@ fn general_dumps_parse_cleanly_and_print_is_a_fixed_point() {
             failures.push(format!("{}: {}", p.display(), errs.join("; ")));
             continue;
         }
-        let once = save_text(&rs, SaveOptions { counters: true });
+        let once = save_text(&rs, PrintOptions { counters: true });
         let again = parse_bytes(once.as_bytes(), &opts).unwrap().ruleset;
-        let twice = save_text(&again, SaveOptions { counters: true });
+        let twice = save_text(&again, PrintOptions { counters: true });
         if once != twice {
             failures.push(format!("{}: printing is not a fixed point", p.display()));
         }

@@ -1,7 +1,7 @@
 //! Property tests: no input makes a reader panic, and printing what was read is a
 //! fixed point. (cargo-fuzz targets in fuzz/ explore further; these run in CI.)
 
-use plumb_ruleset::iptables::canonical::{SaveOptions, save_text};
+use plumb_ruleset::iptables::canonical::{PrintOptions, save_text};
 use plumb_ruleset::{Format, ParseOptions, parse_bytes};
 use proptest::prelude::*;
 
@@ -40,7 +40,7 @@ fn exercise(bytes: &[u8]) {
             ..Default::default()
         };
         if let Ok(p) = parse_bytes(bytes, &opts) {
-            let once = save_text(&p.ruleset, SaveOptions { counters: true });
+            let once = save_text(&p.ruleset, PrintOptions { counters: true });
             // Printing is a fixed point for input read without errors (malformed
             // input is kept verbatim and diagnosed, not normalised).
             let clean = p
@@ -52,7 +52,7 @@ fn exercise(bytes: &[u8]) {
                 let again = parse_bytes(once.as_bytes(), &opts).unwrap();
                 assert_eq!(
                     once,
-                    save_text(&again.ruleset, SaveOptions { counters: true })
+                    save_text(&again.ruleset, PrintOptions { counters: true })
                 );
             }
         }
@@ -96,5 +96,5 @@ fn rule_with_trailing_whitespace_keeps_spans_valid() {
         rule.text.ends_with('\t'),
         "rule text is kept exactly as read"
     );
-    let _ = save_text(&p.ruleset, SaveOptions::default());
+    let _ = save_text(&p.ruleset, PrintOptions::default());
 }

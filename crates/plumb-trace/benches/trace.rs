@@ -4,7 +4,9 @@
 //! `cargo bench -p plumb-trace --bench trace`
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+use plumb_kubeproxy::{
+    GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+};
 use plumb_trace::{Index, IndexOptions, trace};
 use std::hint::black_box;
 
@@ -19,7 +21,7 @@ fn bench(c: &mut Criterion) {
     })
     .unwrap();
     let text = KubeProxyRules::new(&cluster, &ProxierOptions::default())
-        .to_iptables_save(&SaveOptions::default());
+        .to_iptables_save(&IptablesSaveOptions::default());
     let parsed = plumb_ruleset::parse_bytes(text.as_bytes(), &Default::default()).unwrap();
     let rs = &parsed.ruleset;
     eprintln!("ruleset: {} rules", rs.rule_count());

@@ -17,6 +17,6 @@ fn main() {
         plumb_kubeproxy::KubeProxyRules::new(&cluster, &plumb_kubeproxy::ProxierOptions::default());
     print!(
         "{}",
-        rules.to_iptables_save(&plumb_kubeproxy::SaveOptions::default())
+        rules.to_iptables_save(&plumb_kubeproxy::IptablesSaveOptions::default())
     );
 }

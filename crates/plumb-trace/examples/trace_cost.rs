@@ -6,7 +6,9 @@
 //!
 //! `cargo run --release -p plumb-trace --example trace_cost [-- SERVICES [TRACES]]`
 
-use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+use plumb_kubeproxy::{
+    GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+};
 use plumb_trace::{Index, IndexOptions, trace};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -83,7 +85,7 @@ fn main() {
     })
     .unwrap();
     let text = KubeProxyRules::new(&cluster, &ProxierOptions::default())
-        .to_iptables_save(&SaveOptions::default());
+        .to_iptables_save(&IptablesSaveOptions::default());
     let (parsed, m) =
         measure(|| plumb_ruleset::parse_bytes(text.as_bytes(), &Default::default()).unwrap());
     let rs = &parsed.ruleset;

@@ -46,7 +46,7 @@ fn main() {
     texts.push((
         "generated all_features(60,3)".into(),
         plumb_kubeproxy::KubeProxyRules::new(&cluster, &plumb_kubeproxy::ProxierOptions::default())
-            .to_iptables_save(&plumb_kubeproxy::SaveOptions::default()),
+            .to_iptables_save(&plumb_kubeproxy::IptablesSaveOptions::default()),
     ));
     let node = Node {
         local_addrs: vec![

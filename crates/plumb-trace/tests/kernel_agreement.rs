@@ -17,7 +17,9 @@
 //! confirmed. Skipped (with a reason) when not root or tools are missing. Run serially.
 
 use plumb_collect::netns::Netns;
-use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+use plumb_kubeproxy::{
+    GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+};
 use plumb_trace::{Index, Node, Origin, Packet, Proto, RecentAssumption, StepKind, Verdict, trace};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -616,7 +618,7 @@ fn generated(services: usize, endpoints: usize, seed: u64) -> (plumb_kubeproxy::
     };
     let cluster = generate(&config).unwrap();
     let text = KubeProxyRules::new(&cluster, &ProxierOptions::default())
-        .to_iptables_save(&SaveOptions::default());
+        .to_iptables_save(&IptablesSaveOptions::default());
     (cluster, text)
 }
 

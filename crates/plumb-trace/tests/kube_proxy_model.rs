@@ -2,7 +2,9 @@
 //! that produced them (every ClusterIP reaches exactly its endpoints, each with
 //! probability 1/n; services without endpoints are rejected), in both walk modes.
 
-use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+use plumb_kubeproxy::{
+    GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+};
 use plumb_trace::{
     Index, IndexOptions, Node, Origin, Packet, Proto, RecentAssumption, Verdict, trace,
 };
@@ -12,7 +14,7 @@ use std::net::IpAddr;
 fn ruleset(config: &GeneratorConfig) -> (plumb_kubeproxy::Cluster, plumb_ruleset::Ruleset) {
     let cluster = generate(config).unwrap();
     let text = KubeProxyRules::new(&cluster, &ProxierOptions::default())
-        .to_iptables_save(&SaveOptions::default());
+        .to_iptables_save(&IptablesSaveOptions::default());
     let parsed = plumb_ruleset::parse_bytes(text.as_bytes(), &Default::default()).unwrap();
     (cluster, parsed.ruleset)
 }

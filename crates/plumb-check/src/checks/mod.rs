@@ -163,13 +163,16 @@ pub(crate) fn run_on_dump(check: fn(&Facts) -> Vec<Finding>, text: &str) -> Vec<
 /// kube-proxy's exact iptables-save output for a generated cluster of `services` ports.
 #[cfg(test)]
 pub(crate) fn kube_proxy_dump(services: usize) -> String {
-    use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+    use plumb_kubeproxy::{
+        GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+    };
     let c = generate(&GeneratorConfig {
         services,
         ..Default::default()
     })
     .unwrap();
-    KubeProxyRules::new(&c, &ProxierOptions::default()).to_iptables_save(&SaveOptions::default())
+    KubeProxyRules::new(&c, &ProxierOptions::default())
+        .to_iptables_save(&IptablesSaveOptions::default())
 }
 
 /// Test helper: declares every built-in chain a hand-written dump leaves out, so the

@@ -72,13 +72,15 @@ mod tests {
     use super::*;
     use crate::facts::Origin;
     use plumb_findings::Status;
-    use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+    use plumb_kubeproxy::{
+        GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+    };
     use plumb_ruleset::format::{ParseOptions, parse_bytes};
 
     fn run(config: GeneratorConfig) -> Vec<Finding> {
         let c = generate(&config).unwrap();
         let text = KubeProxyRules::new(&c, &ProxierOptions::default())
-            .to_iptables_save(&SaveOptions::default());
+            .to_iptables_save(&IptablesSaveOptions::default());
         let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
             .unwrap()
             .ruleset;

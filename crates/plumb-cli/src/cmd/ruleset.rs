@@ -7,7 +7,7 @@ use crate::flags::RulesetCommand;
 use crate::output;
 use plumb_collect::ToolOutcome;
 use plumb_ruleset::diff::{Change, diff};
-use plumb_ruleset::iptables::canonical::{SaveOptions, save_text};
+use plumb_ruleset::iptables::canonical::{PrintOptions, save_text};
 use plumb_ruleset::summary::{Summary, summarize};
 use plumb_ruleset::{Completeness, Severity};
 use serde::Serialize;
@@ -53,7 +53,7 @@ pub fn run(cmd: RulesetCommand) -> anyhow::Result<Verdict> {
             counters,
         } => {
             let loaded = load(&file, &input)?;
-            let text = save_text(&loaded.parsed.ruleset, SaveOptions { counters });
+            let text = save_text(&loaded.parsed.ruleset, PrintOptions { counters });
             std::io::stdout().lock().write_all(text.as_bytes())?;
             let summary = summarize(&loaded.parsed.ruleset);
             print_diagnostics_to_stderr(&loaded.name, &summary);

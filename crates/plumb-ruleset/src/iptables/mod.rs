@@ -1,13 +1,17 @@
-//! iptables (xtables) rules: the rule index, the line-format reader, the `-nvL`
-//! listing reader and the canonical printer that reproduces `iptables-save` text.
+//! iptables (xtables) readers and printer: the line-format reader (`iptables-save`,
+//! restore payloads, `-S`), the `-nvL` listing reader and the canonical printer that
+//! reproduces `iptables-save` text.
+//!
+//! The rule index and its views ([`XtView`], [`XtBuf`], ...) and the word splitter
+//! ([`words`]) belong to the model ([`crate::model::xt`]); they are re-exported here,
+//! where callers have always found them. Readers depend on the model, never the reverse.
 
 pub mod canonical;
 pub mod listing;
-mod rule;
 pub mod save;
-pub mod words;
 
-pub use rule::{
+pub use crate::model::xt::words;
+pub use crate::model::xt::{
     IndexScratch, SpecProblem, TARGET_EXTENSIONS, XtBuf, XtCell, XtMatchView, XtMatchViewOf,
     XtOptionView, XtOptionViewOf, XtRule, XtTargetRef, XtTargetView, XtTargetViewOf, XtView,
     XtViewOf,

@@ -7,10 +7,10 @@
 //! worked out ahead of the reader, for blocks of lines on all cores when the input is
 //! big; the reader, which owns the table state, consumes it in line order.
 
-use super::rule::{IndexScratch, SpecProblem, XtCell, XtRule};
-use super::words::{SplitError, Word, split};
 use crate::diagnostic::Diagnostic;
 use crate::fasthash::FastMap;
+use crate::model::xt::words::{SplitError, Word, split};
+use crate::model::xt::{IndexScratch, SpecProblem, XtCell, XtRule};
 use crate::model::{
     Backend, BaseChain, Chain, Completeness, Counters, Family, Hook, Location, Policy, Rule,
     RuleBody, RuleText, Ruleset, SourceText, Table,

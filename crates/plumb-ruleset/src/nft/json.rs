@@ -7,11 +7,11 @@
 //! an nft-like text rendering; unknown expressions are kept as compact JSON.
 //! `xt` expressions (iptables-nft compat) are opaque and kept as `Other`.
 
-use super::{
+use crate::diagnostic::Diagnostic;
+use crate::model::nft::{
     NatKind, NftRule, NftSet, Op, SetElement, SetKind, Statement, StatementKind, Value, Verdict,
     VerdictMapRef,
 };
-use crate::diagnostic::Diagnostic;
 use crate::model::{
     Backend, BaseChain, Chain, Completeness, Counters, Family, Hook, Location, Policy, Rule,
     RuleBody, Ruleset, Table,

@@ -1,4 +1,9 @@
-//! The structure of one xtables rule: generic options, matches, target.
+//! The xtables part of the model: the structure of one rule (generic options, matches,
+//! target) as an index over its text, and the views the rest of plumb reads it with.
+//!
+//! Part of the model rather than of the iptables reader because a rule indexes itself
+//! on demand ([`XtCell`]): the model needs [`words::split`] and the grouping below,
+//! and the reader (`crate::iptables::save`) uses them too.
 //!
 //! An `XtRule` is a compact index over the rule's text (spans, not strings), so a
 //! 100k-rule dump costs little more memory than its text. `XtView` is the API the
@@ -10,10 +15,12 @@
 //! `-m tcp -p tcp -d X --dport 80`); options before any `-m` that are not generic
 //! load the protocol's match implicitly (`-p tcp --dport 80` = `-p tcp -m tcp --dport 80`).
 
-use super::words::{Word, split};
-use crate::model::{ChainRef, TransferKind};
+pub mod words;
+
+use super::{ChainRef, TransferKind};
 use std::borrow::Cow;
 use std::sync::OnceLock;
+use words::{Word, split};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct OptionIdx {
@@ -814,7 +821,6 @@ impl std::fmt::Debug for XtViewOf<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iptables::words::split;
 
     fn build(text: &str) -> (XtRule, Vec<SpecProblem>) {
         let mut w = Vec::new();

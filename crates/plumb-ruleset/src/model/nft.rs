@@ -1,0 +1,374 @@
+//! The native nftables part of the model: a rule as a sequence of [`Statement`]s, and
+//! the sets and maps of a table ([`NftSet`]).
+//!
+//! Each statement keeps its original text and a parsed [`StatementKind`] good enough to
+//! follow control flow (verdicts, verdict maps, named maps' `goto`/`jump` elements) and to
+//! evaluate packets (matches with their operator and value, NAT, marks). Anything plumb
+//! does not model stays as [`StatementKind::Other`] with its text: nothing read is
+//! dropped. Both nft readers (`crate::nft::text`, `crate::nft::json`) build these types;
+//! this module depends on nothing but the rest of the model.
+
+use super::{ChainRef, Counters, Location, RuleBody, Table, TransferKind};
+use serde::Serialize;
+
+/// A native nft rule: statements in order, plus the kernel handle when the dump
+/// carried one (`nft -a` comments `# handle N`, or JSON `handle`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NftRule {
+    pub statements: Vec<Statement>,
+    pub handle: Option<u64>,
+}
+
+impl NftRule {
+    /// Every chain this rule can transfer control to: `jump`/`goto` verdicts and the
+    /// `jump`/`goto` entries of inline verdict maps. Named maps are resolved through
+    /// [`NftSet::verdict_targets`] (see [`table_chain_references`]).
+    pub fn chain_references(&self) -> Vec<ChainRef<'_>> {
+        let mut out = Vec::new();
+        for s in &self.statements {
+            match &s.kind {
+                StatementKind::Verdict(v) => out.extend(v.chain_ref()),
+                StatementKind::VerdictMap {
+                    map: VerdictMapRef::Inline(entries),
+                    ..
+                } => out.extend(entries.iter().filter_map(|(_, v)| v.chain_ref())),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Named maps this rule looks verdicts up in (`vmap @service-ips`).
+    pub fn verdict_map_names(&self) -> impl Iterator<Item = &str> {
+        self.statements.iter().filter_map(|s| match &s.kind {
+            StatementKind::VerdictMap {
+                map: VerdictMapRef::Named(n),
+                ..
+            } => Some(n.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The rule's `comment "..."` texts, unquoted.
+    pub fn comments(&self) -> impl Iterator<Item = &str> {
+        self.statements.iter().filter_map(|s| match &s.kind {
+            StatementKind::Comment(c) => Some(c.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The `counter packets N bytes M` of the rule, if any.
+    pub fn counters(&self) -> Option<Counters> {
+        self.statements.iter().find_map(|s| match &s.kind {
+            StatementKind::Counter(c) => *c,
+            _ => None,
+        })
+    }
+}
+
+/// One statement of a rule: its text as read (or rendered from JSON) and its meaning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Statement {
+    pub text: String,
+    pub kind: StatementKind,
+}
+
+/// What a statement does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StatementKind {
+    /// `ip daddr 10.0.0.1`, `tcp dport != { 80, 443 }`, `ip daddr @nodeport-ips`,
+    /// `ip daddr . meta l4proto . th dport { ... }`. `left` is the selector text
+    /// (with bit operations such as `meta mark & 0x4000`).
+    Match { left: String, op: Op, right: Value },
+    /// A verdict (terminal or a chain transfer).
+    Verdict(Verdict),
+    /// `KEY vmap @name` or `KEY vmap { k : verdict, ... }`; the key may be
+    /// `numgen random mod 9`.
+    VerdictMap { key: String, map: VerdictMapRef },
+    /// `dnat to 10.0.0.1:80`, `masquerade`, `snat ip to ...`; `args` is the text
+    /// after the keyword.
+    Nat { kind: NatKind, args: String },
+    /// `counter` (counters absent when the input did not print them).
+    Counter(Option<Counters>),
+    /// `comment "..."` (unquoted).
+    Comment(String),
+    /// `meta mark set 0x4000`, `ct mark set meta mark`, `tcp dport set 80`.
+    Mangle { key: String, value: String },
+    /// `log prefix "..." level info`; `args` is the text after `log`.
+    Log { args: String },
+    /// Anything else (`limit`, `quota`, `notrack`, iptables-nft `xt` compat
+    /// expressions, unknown JSON objects): the statement text says it all. The
+    /// string is the statement keyword (text) or the JSON object key.
+    Other(String),
+}
+
+/// Comparison operator of a match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Op {
+    /// No operator written: equality, set membership or flag test.
+    Implicit,
+    Eq,
+    Ne,
+    Lt,
+    Gt,
+    Le,
+    Ge,
+}
+
+impl Op {
+    pub fn parse(s: &str) -> Option<Op> {
+        Some(match s {
+            "==" | "eq" => Op::Eq,
+            "!=" | "ne" => Op::Ne,
+            "<" | "lt" => Op::Lt,
+            ">" | "gt" => Op::Gt,
+            "<=" | "le" => Op::Le,
+            ">=" | "ge" => Op::Ge,
+            "in" | "implicit" => Op::Implicit,
+            _ => return None,
+        })
+    }
+}
+
+/// Right-hand side of a match, or a set element key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Value {
+    /// One value as written, strings unquoted (`80`, `eth0`, `established,related`).
+    Single(String),
+    /// `1024-65535`, `10.0.0.1-10.0.0.9`.
+    Range(String, String),
+    /// `10.0.0.0/8`.
+    Prefix(String, u8),
+    /// `10.0.0.1 . tcp . 80`.
+    Concat(Vec<Value>),
+    /// Anonymous set `{ a, b }`.
+    Set(Vec<Value>),
+    /// Named set `@name` (without the `@`).
+    Named(String),
+    /// An expression that is not a plain value (`ct mark`, `syn / syn,ack`, `(a | b)`).
+    Expr(String),
+}
+
+impl Value {
+    /// Reads one value word: a range, a prefix or a single value (unquoted).
+    pub fn atom(word: &str) -> Value {
+        if let Some(inner) = word.strip_prefix('"').and_then(|w| w.strip_suffix('"'))
+            && !inner.contains('"')
+        {
+            return Value::Single(inner.to_string());
+        }
+        if let Some(name) = word.strip_prefix('@') {
+            return Value::Named(name.to_string());
+        }
+        let addr_like = |s: &str| {
+            s.as_bytes().first().is_some_and(|b| b.is_ascii_digit())
+                || (s.contains(':') && !s.starts_with('"'))
+        };
+        if let Some((a, len)) = word.split_once('/')
+            && addr_like(a)
+            && let Ok(len) = len.parse::<u8>()
+        {
+            return Value::Prefix(a.to_string(), len);
+        }
+        if let Some((a, b)) = split_range(word)
+            && addr_like(a)
+            && addr_like(b)
+        {
+            return Value::Range(a.to_string(), b.to_string());
+        }
+        Value::Single(word.to_string())
+    }
+}
+
+/// `a-b` split at the dash that separates the two ends (IPv6 ends have no dashes).
+fn split_range(word: &str) -> Option<(&str, &str)> {
+    let (a, b) = word.split_once('-')?;
+    (!a.is_empty() && !b.is_empty() && !b.contains('-')).then_some((a, b))
+}
+
+/// A verdict.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Accept,
+    Drop,
+    /// `reject` with its `with ...` arguments, if any.
+    Reject(Option<String>),
+    Return,
+    Continue,
+    /// `queue` with its arguments (possibly empty).
+    Queue(String),
+    Jump(String),
+    Goto(String),
+}
+
+impl Verdict {
+    /// Parses a verdict word (and target) from text; `None` when it is not one.
+    pub fn parse(words: &[&str]) -> Option<Verdict> {
+        Some(match words {
+            ["accept"] => Verdict::Accept,
+            ["drop"] => Verdict::Drop,
+            ["return"] => Verdict::Return,
+            ["continue"] => Verdict::Continue,
+            ["reject"] => Verdict::Reject(None),
+            ["jump", target] => Verdict::Jump(unquote(target).to_string()),
+            ["goto", target] => Verdict::Goto(unquote(target).to_string()),
+            _ => return None,
+        })
+    }
+
+    /// The chain this verdict transfers to, if it is a `jump` or `goto`.
+    pub fn chain_ref(&self) -> Option<ChainRef<'_>> {
+        match self {
+            Verdict::Jump(c) => Some(ChainRef {
+                kind: TransferKind::Jump,
+                chain: c,
+            }),
+            Verdict::Goto(c) => Some(ChainRef {
+                kind: TransferKind::Goto,
+                chain: c,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Where a verdict map's entries live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VerdictMapRef {
+    /// `vmap @name` (without the `@`).
+    Named(String),
+    /// `vmap { key : verdict, ... }`: key text and verdict, in order.
+    Inline(Vec<(String, Verdict)>),
+}
+
+/// Kind of NAT statement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NatKind {
+    Dnat,
+    Snat,
+    Masquerade,
+    Redirect,
+}
+
+impl NatKind {
+    pub fn parse(s: &str) -> Option<NatKind> {
+        Some(match s {
+            "dnat" => NatKind::Dnat,
+            "snat" => NatKind::Snat,
+            "masquerade" => NatKind::Masquerade,
+            "redirect" => NatKind::Redirect,
+            _ => return None,
+        })
+    }
+}
+
+/// Set or map.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SetKind {
+    #[default]
+    Set,
+    Map,
+}
+
+/// An nft set or map with its elements.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct NftSet {
+    pub name: Box<str>,
+    pub kind: SetKind,
+    /// Key type as written: `ipv4_addr . inet_proto . inet_service`, or
+    /// `typeof ip saddr` when declared with `typeof`.
+    pub key_type: Box<str>,
+    /// Value type of a map (`verdict`, `ipv4_addr`), `None` for sets.
+    pub value_type: Option<Box<str>>,
+    /// `flags interval,timeout` -> `["interval", "timeout"]`.
+    pub flags: Vec<Box<str>>,
+    pub elements: Vec<SetElement>,
+    pub comment: Option<Box<str>>,
+    /// Other declarations kept verbatim (`size 65535`, `timeout 1h`, `policy memory`).
+    pub attributes: Vec<Box<str>>,
+    pub handle: Option<u64>,
+    pub location: Location,
+}
+
+impl NftSet {
+    /// Whether the map's values are verdicts.
+    pub fn is_verdict_map(&self) -> bool {
+        self.value_type.as_deref() == Some("verdict")
+    }
+
+    /// Chains the elements of a verdict map transfer control to.
+    pub fn verdict_targets(&self) -> impl Iterator<Item = ChainRef<'_>> {
+        self.elements
+            .iter()
+            .filter_map(|e| e.verdict.as_ref().and_then(Verdict::chain_ref))
+    }
+}
+
+/// One element of a set or map.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SetElement {
+    /// Key text as written (`10.43.0.10 . tcp . 53`), without element options.
+    pub key_text: Box<str>,
+    pub key: Value,
+    /// Map value text (`goto service-...`, `10.0.0.1`), `None` for sets.
+    pub value: Option<Box<str>>,
+    /// The value parsed as a verdict, for verdict maps.
+    pub verdict: Option<Verdict>,
+    /// Element comment (`comment "ns/svc:port"`), unquoted.
+    pub comment: Option<Box<str>>,
+}
+
+/// Every chain reference in an nft table: rules' jumps/gotos and inline vmap
+/// entries, plus the jump/goto elements of named verdict maps.
+pub fn table_chain_references(table: &Table) -> Vec<ChainRef<'_>> {
+    let mut out = Vec::new();
+    for c in &table.chains {
+        for r in &c.rules {
+            if let RuleBody::Nft(n) = &r.body {
+                out.extend(n.chain_references());
+            }
+        }
+    }
+    for s in &table.sets {
+        out.extend(s.verdict_targets());
+    }
+    out
+}
+
+/// Strips one pair of surrounding double quotes.
+pub(crate) fn unquote(s: &str) -> &str {
+    s.strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atoms() {
+        assert_eq!(
+            Value::atom("10.0.0.0/8"),
+            Value::Prefix("10.0.0.0".into(), 8)
+        );
+        assert_eq!(
+            Value::atom("1024-65535"),
+            Value::Range("1024".into(), "65535".into())
+        );
+        assert_eq!(
+            Value::atom("echo-request"),
+            Value::Single("echo-request".into())
+        );
+        assert_eq!(Value::atom("\"eth0\""), Value::Single("eth0".into()));
+        assert_eq!(Value::atom("@ips"), Value::Named("ips".into()));
+        assert_eq!(
+            Value::atom("dead::1/64"),
+            Value::Prefix("dead::1".into(), 64)
+        );
+    }
+}

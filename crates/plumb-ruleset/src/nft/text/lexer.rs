@@ -1,0 +1,195 @@
+//! The nft text tokenizer: one pass over the text turns it into [`Token`]s (words,
+//! braces, `;`, list commas, newlines, `#` comments), each with its line and byte span.
+//! No allocation per character; quoted strings stay inside their word.
+
+use crate::diagnostic::Diagnostic;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Tok {
+    Word,
+    LBrace,
+    RBrace,
+    Semi,
+    Comma,
+    Newline,
+    Comment,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Token {
+    pub(super) kind: Tok,
+    /// Byte span in the text.
+    pub(super) start: usize,
+    pub(super) end: usize,
+    /// 1-based line, and the byte offset where that line starts (for columns).
+    pub(super) line: u32,
+    pub(super) line_start: usize,
+}
+
+/// Splits the text into tokens. Quoted strings stay inside their word; a comma
+/// is its own token only where it separates list items (followed by a space,
+/// newline, `}` or the end), so `established,related` stays one word.
+pub(super) fn tokenize(text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
+    let b = text.as_bytes();
+    let mut toks = Vec::with_capacity(b.len() / 6);
+    let mut i = 0;
+    let mut line = 1u32;
+    let mut line_start = 0usize;
+    while i < b.len() {
+        let c = b[i];
+        let single = |kind, i| Token {
+            kind,
+            start: i,
+            end: i + 1,
+            line,
+            line_start,
+        };
+        match c {
+            b' ' | b'\t' | b'\r' => i += 1,
+            b'\n' => {
+                toks.push(single(Tok::Newline, i));
+                i += 1;
+                line += 1;
+                line_start = i;
+            }
+            b'{' => {
+                toks.push(single(Tok::LBrace, i));
+                i += 1;
+            }
+            b'}' => {
+                toks.push(single(Tok::RBrace, i));
+                i += 1;
+            }
+            b';' => {
+                toks.push(single(Tok::Semi, i));
+                i += 1;
+            }
+            b',' => {
+                toks.push(single(Tok::Comma, i));
+                i += 1;
+            }
+            b'#' => {
+                let end = memchr_newline(b, i);
+                toks.push(Token {
+                    kind: Tok::Comment,
+                    start: i,
+                    end,
+                    line,
+                    line_start,
+                });
+                i = end;
+            }
+            _ => {
+                let start = i;
+                while i < b.len() {
+                    match b[i] {
+                        b' ' | b'\t' | b'\r' | b'\n' | b'{' | b'}' | b';' => break,
+                        b',' if matches!(
+                            b.get(i + 1),
+                            None | Some(b' ' | b'\t' | b'\r' | b'\n' | b'}' | b',')
+                        ) =>
+                        {
+                            break;
+                        }
+                        b'"' => {
+                            let mut j = i + 1;
+                            while j < b.len() && b[j] != b'"' && b[j] != b'\n' {
+                                j += 1;
+                            }
+                            if j >= b.len() || b[j] == b'\n' {
+                                diags.push(Diagnostic::error(
+                                    line,
+                                    column(text, line_start, i),
+                                    "unterminated string: expected a closing '\"' on the same line",
+                                    &text[i..j],
+                                ));
+                                i = j;
+                                break;
+                            }
+                            i = j + 1;
+                        }
+                        _ => i += 1,
+                    }
+                }
+                toks.push(Token {
+                    kind: Tok::Word,
+                    start,
+                    end: i,
+                    line,
+                    line_start,
+                });
+            }
+        }
+    }
+    toks
+}
+
+fn memchr_newline(b: &[u8], from: usize) -> usize {
+    b[from..]
+        .iter()
+        .position(|&c| c == b'\n')
+        .map_or(b.len(), |p| from + p)
+}
+
+/// 1-based column (in characters) of byte `at` on the line starting at `line_start`.
+pub(super) fn column(text: &str, line_start: usize, at: usize) -> u32 {
+    let seg = text.get(line_start..at).unwrap_or("");
+    if seg.is_ascii() {
+        seg.len() as u32 + 1
+    } else {
+        seg.chars().count() as u32 + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds_and_words(text: &str) -> Vec<(Tok, &str)> {
+        let mut diags = Vec::new();
+        let toks = tokenize(text, &mut diags);
+        assert!(diags.is_empty(), "{diags:?}");
+        toks.iter()
+            .map(|t| (t.kind, &text[t.start..t.end]))
+            .collect()
+    }
+
+    #[test]
+    fn commas_separate_list_items_only() {
+        assert_eq!(
+            kinds_and_words("ct state established,related { 80, 443 }"),
+            [
+                (Tok::Word, "ct"),
+                (Tok::Word, "state"),
+                (Tok::Word, "established,related"),
+                (Tok::LBrace, "{"),
+                (Tok::Word, "80"),
+                (Tok::Comma, ","),
+                (Tok::Word, "443"),
+                (Tok::RBrace, "}"),
+            ]
+        );
+    }
+
+    #[test]
+    fn quoted_words_comments_and_lines() {
+        let text = "comment \"a b;c\" # handle 4\n\taccept";
+        let mut diags = Vec::new();
+        let toks = tokenize(text, &mut diags);
+        let kinds: Vec<Tok> = toks.iter().map(|t| t.kind).collect();
+        assert_eq!(
+            kinds,
+            [Tok::Word, Tok::Word, Tok::Comment, Tok::Newline, Tok::Word]
+        );
+        assert_eq!(&text[toks[1].start..toks[1].end], "\"a b;c\"");
+        assert_eq!(
+            (
+                toks[4].line,
+                column(text, toks[4].line_start, toks[4].start)
+            ),
+            (2, 2)
+        );
+        tokenize("comment \"open", &mut diags);
+        assert_eq!(diags.len(), 1, "an unterminated string is an error");
+    }
+}

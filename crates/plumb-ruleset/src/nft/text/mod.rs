@@ -1,0 +1,311 @@
+//! Reader for `nft list ruleset` / `nft list table` text, with or without `-a`
+//! (`# handle N` comments), tabs or spaces, one-line or multi-line blocks.
+//!
+//! One pass turns the text into tokens (words, braces, `;`, trailing commas,
+//! newlines, `#` comments), then a recursive reader walks tables, chains, sets and
+//! rules. A bad item becomes a [`Diagnostic`] with line and column and reading goes
+//! on; input that ends inside a block, stray braces and elision lines (`....`)
+//! mark the result [`Completeness::Truncated`]. No regex, no per-character
+//! allocation.
+//!
+//! The same reader takes nft scripts (`nft -f` input): `add table|chain|set|map|rule|
+//! element ...`, `insert rule`, `flush ...` and `delete ...` commands, as kube-proxy's
+//! nftables mode writes its transactions. A script changes kernel state the text does
+//! not show, so its ruleset is [`Completeness::Partial`] (like an iptables-restore
+//! payload): it says what the script writes, not what the kernel holds.
+//!
+//! Where things are: [`lexer`] (tokens), `blocks` (the `table { chain { } set { } }`
+//! blocks `nft list` prints, rules and set elements), `script` (`nft -f` commands),
+//! `statement` (a rule's statements and expressions). This module holds the entry
+//! points and the [`Reader`] state they share.
+
+mod blocks;
+mod lexer;
+mod script;
+mod statement;
+
+use crate::diagnostic::Diagnostic;
+use crate::model::nft::Value;
+use crate::model::{Completeness, Location, Ruleset};
+use lexer::{Tok, Token, column, tokenize};
+use script::builds_ruleset;
+use std::collections::{HashMap, HashSet};
+
+/// Reads `nft list ruleset` (or `nft list table ...`) text.
+pub fn parse_text(text: &str) -> Ruleset {
+    let mut diags = Vec::new();
+    let toks = tokenize(text, &mut diags);
+    let mut r = Reader {
+        text,
+        toks,
+        pos: 0,
+        ruleset: Ruleset::default(),
+        rule_buf: Vec::new(),
+        chain_index: HashMap::new(),
+        script_noted: false,
+        from_scratch: false,
+        dead_tables: HashSet::new(),
+        dead_chains: HashSet::new(),
+        deleted_names: HashSet::new(),
+    };
+    r.ruleset.diagnostics = diags;
+    r.top();
+    r.remove_deleted();
+    let mut rs = r.ruleset;
+    rs.diagnostics.sort_by_key(|d| (d.line, d.column));
+    rs
+}
+
+/// The state of one read: the tokens, where the reader is, and the ruleset built so far.
+/// Its methods are spread over the submodules by what they read.
+struct Reader<'a> {
+    text: &'a str,
+    toks: Vec<Token>,
+    /// The next token to read.
+    pos: usize,
+    ruleset: Ruleset,
+    /// A rule's tokens, reused from rule to rule.
+    rule_buf: Vec<Token>,
+    /// (table index, chain name) -> chain index: chains are looked up once each,
+    /// and kube-proxy tables have tens of thousands of them.
+    chain_index: HashMap<(usize, &'a str), usize>,
+    /// The note that the input is an nft script was given.
+    script_noted: bool,
+    /// A script began with `flush ruleset`: what follows is the whole ruleset.
+    from_scratch: bool,
+    /// Tables and (table, chain) indexes a script deleted: kept in place while reading
+    /// (indexes stay valid, deleting stays linear), removed at the end.
+    dead_tables: HashSet<usize>,
+    dead_chains: HashSet<(usize, usize)>,
+    /// (table, name) of chains in `deleted_chains`, to notice one added again.
+    deleted_names: HashSet<(usize, &'a str)>,
+}
+
+/// Address families a table or command may name.
+const FAMILIES: &[&str] = &["ip", "ip6", "inet", "arp", "bridge", "netdev"];
+/// Every nft command verb: a top-level statement starting with one is a command.
+const COMMANDS: &[&str] = &[
+    "add", "create", "insert", "delete", "destroy", "flush", "define", "redefine", "undefine",
+    "include", "replace", "reset", "list", "rename", "monitor", "describe", "export", "import",
+];
+
+/// Whether a line starts an nft script command (`add table ...`, `flush ruleset`):
+/// format detection.
+pub(crate) fn is_script_command(line: &str) -> bool {
+    let mut w = line.split_ascii_whitespace();
+    matches!((w.next(), w.next()), (Some(v), Some(o)) if builds_ruleset(v, o))
+}
+
+/// `...`, `....`, `…`: a line someone cut from a listing.
+fn is_elision(w: &str) -> bool {
+    !w.is_empty() && w.chars().all(|c| c == '.' || c == '…') && (w.len() >= 3 || w == "…")
+}
+
+impl<'a> Reader<'a> {
+    /// The text of a token.
+    fn s(&self, t: &Token) -> &'a str {
+        &self.text[t.start..t.end]
+    }
+
+    fn peek(&self) -> Option<Token> {
+        self.toks.get(self.pos).copied()
+    }
+
+    fn peek_word(&self) -> Option<&'a str> {
+        match self.peek() {
+            Some(t) if t.kind == Tok::Word => Some(self.s(&t)),
+            _ => None,
+        }
+    }
+
+    fn loc(&self, t: &Token) -> Location {
+        Location {
+            line: t.line,
+            column: column(self.text, t.line_start, t.start),
+        }
+    }
+
+    fn error(&mut self, t: &Token, msg: impl Into<String>, text: &str) {
+        let l = self.loc(t);
+        self.ruleset
+            .diagnostics
+            .push(Diagnostic::error(l.line, l.column, msg, text));
+    }
+
+    fn note(&mut self, t: &Token, msg: impl Into<String>, text: &str) {
+        let l = self.loc(t);
+        self.ruleset
+            .diagnostics
+            .push(Diagnostic::note(l.line, l.column, msg, text));
+    }
+
+    fn truncated(&mut self, t: Option<Token>, msg: &str) {
+        self.ruleset.completeness = Completeness::Truncated;
+        let (line, col, text) = match t {
+            Some(t) => (t.line, column(self.text, t.line_start, t.start), self.s(&t)),
+            None => (
+                self.text.split('\n').count() as u32,
+                1,
+                self.text.lines().last().unwrap_or(""),
+            ),
+        };
+        self.ruleset
+            .diagnostics
+            .push(Diagnostic::error(line, col, msg, text));
+    }
+
+    /// Skips newlines, `;` and comments.
+    fn skip_blank(&mut self) {
+        while let Some(t) = self.peek() {
+            match t.kind {
+                Tok::Newline | Tok::Semi | Tok::Comment => self.pos += 1,
+                _ => break,
+            }
+        }
+    }
+
+    /// Skips to the end of the current statement (newline or `;` outside braces),
+    /// stopping before a `}` that closes the enclosing block. Returns the text.
+    fn skip_statement(&mut self) -> &'a str {
+        let first = self.peek();
+        let mut last_end = first.map_or(0, |t| t.end);
+        let mut depth = 0usize;
+        while let Some(t) = self.peek() {
+            match t.kind {
+                Tok::Newline | Tok::Semi if depth == 0 => break,
+                Tok::LBrace => depth += 1,
+                Tok::RBrace => {
+                    if depth == 0 {
+                        break;
+                    }
+                    depth -= 1;
+                }
+                _ => {}
+            }
+            if t.kind != Tok::Comment && t.kind != Tok::Newline {
+                last_end = t.end;
+            }
+            self.pos += 1;
+        }
+        match first {
+            Some(f) => self.text.get(f.start..last_end.max(f.start)).unwrap_or(""),
+            None => "",
+        }
+    }
+
+    /// The top level: `table` blocks, script commands, and diagnostics for anything else.
+    fn top(&mut self) {
+        loop {
+            self.skip_blank();
+            let Some(t) = self.peek() else { return };
+            match t.kind {
+                Tok::Word => {
+                    let w = self.s(&t);
+                    if w == "table" {
+                        self.table();
+                    } else if is_elision(w) {
+                        self.truncated(
+                            Some(t),
+                            "input is truncated here (an elision line, not nft syntax)",
+                        );
+                        self.skip_statement();
+                    } else if self.script_command() {
+                        // Read as a script command.
+                    } else if COMMANDS.contains(&w) {
+                        let stmt = self.skip_statement();
+                        self.note(
+                            &t,
+                            "nft command, not part of a ruleset listing: skipped (its effect on the kernel is unknown)",
+                            stmt,
+                        );
+                    } else {
+                        let stmt = self.skip_statement();
+                        self.error(
+                            &t,
+                            format!("unexpected '{w}': expected 'table <family> <name> {{'"),
+                            stmt,
+                        );
+                    }
+                }
+                Tok::RBrace => {
+                    self.pos += 1;
+                    self.ruleset.completeness = Completeness::Truncated;
+                    self.error(&t, "unbalanced '}': no block is open here", "}");
+                }
+                _ => {
+                    self.pos += 1;
+                    self.error(&t, "expected 'table <family> <name> {'", self.s(&t));
+                }
+            }
+        }
+    }
+}
+
+/// A value from words already split on commas: a concatenation when they are
+/// joined by `.`, otherwise one atom (or an expression if several words).
+fn value_of_words(words: &[&str]) -> Value {
+    match words {
+        [] => Value::Single(String::new()),
+        [w] => Value::atom(w),
+        _ => {
+            if words.len() % 2 == 1 && words.iter().skip(1).step_by(2).all(|w| *w == ".") {
+                Value::Concat(words.iter().step_by(2).map(|w| Value::atom(w)).collect())
+            } else {
+                Value::Expr(words.join(" "))
+            }
+        }
+    }
+}
+
+/// Text with every whitespace run (including newlines) turned into one space.
+/// Borrow-free fast path when there is nothing to collapse.
+fn collapse(s: &str) -> String {
+    let s = s.trim();
+    if !s.contains(['\n', '\t', '\r']) && !s.contains("  ") {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut in_quote = false;
+    let mut prev_space = false;
+    for c in s.chars() {
+        if c == '"' {
+            in_quote = !in_quote;
+        }
+        if !in_quote && c.is_whitespace() {
+            if !prev_space {
+                out.push(' ');
+            }
+            prev_space = true;
+        } else {
+            out.push(c);
+            prev_space = false;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnostic::Severity;
+
+    /// The error diagnostics of a ruleset, as `line:column: message` (shared by the
+    /// submodules' tests).
+    pub(super) fn errors(rs: &Ruleset) -> Vec<String> {
+        rs.diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+            .map(|d| d.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn scripts_are_detected_as_nft_text() {
+        assert!(is_script_command(
+            "add table ip kube-proxy { comment \"x\" ; }"
+        ));
+        assert!(is_script_command("flush ruleset"));
+        assert!(!is_script_command("add counter ip t c"));
+        assert!(!is_script_command("-A INPUT -j ACCEPT"));
+    }
+}

@@ -1,0 +1,1083 @@
+//! A rule's statements: matches (`ip daddr 10.0.0.1`, `tcp dport != { 80, 443 }`),
+//! selectors and their expressions (concatenations, bit operations, maps), verdicts and
+//! verdict maps, NAT, counters, comments, logs and the statements plumb keeps as text.
+//! [`StmtParser`] works on the tokens of one rule, gathered by the block reader.
+
+use super::lexer::{Tok, Token};
+use super::{Reader, collapse, value_of_words};
+use crate::model::Counters;
+use crate::model::nft::{
+    NatKind, Op, Statement, StatementKind, Value, Verdict, VerdictMapRef, unquote,
+};
+
+/// Protocol headers a selector may start with (`tcp dport`, `ip saddr`).
+const PROTOS: &[&str] = &[
+    "ip", "ip6", "tcp", "udp", "udplite", "sctp", "dccp", "th", "icmp", "icmpv6", "igmp", "ah",
+    "esp", "comp", "ipcomp", "ether", "vlan", "arp", "gre", "gretap", "vxlan", "geneve", "hbh",
+    "frag", "dst", "mh", "srh", "rt0", "rt2", "rt4", "ll", "nh", "dhcp",
+];
+/// `meta` keys nft prints without `meta` (`iifname`, `mark`, `l4proto`).
+const META_BARE: &[&str] = &[
+    "iifname",
+    "oifname",
+    "iif",
+    "oif",
+    "iiftype",
+    "oiftype",
+    "iifgroup",
+    "oifgroup",
+    "iifkind",
+    "oifkind",
+    "skuid",
+    "skgid",
+    "rtclassid",
+    "cpu",
+    "cgroup",
+    "mark",
+    "pkttype",
+    "ibrname",
+    "obrname",
+    "ibriport",
+    "obriport",
+    "ibrpvid",
+    "ibrvproto",
+    "sdif",
+    "sdifname",
+    "hour",
+    "day",
+    "time",
+    "nftrace",
+    "priority",
+    "length",
+    "protocol",
+    "nfproto",
+    "l4proto",
+    "secpath",
+    "random",
+    "broute",
+];
+/// Statements kept as text ([`StatementKind::Other`]).
+const OTHER_STMTS: &[&str] = &[
+    "limit",
+    "quota",
+    "notrack",
+    "flow",
+    "synproxy",
+    "tproxy",
+    "dup",
+    "fwd",
+    "meter",
+    "add",
+    "update",
+    "delete",
+    "last",
+    "set",
+    "secmark",
+    "flowtable",
+];
+/// Expression keywords other than protocols that start a selector.
+const SELECTOR_HEADS: &[&str] = &[
+    "meta", "ct", "numgen", "jhash", "symhash", "fib", "socket", "osf", "ipsec", "rt", "exthdr",
+    "inner",
+];
+/// Fields of `tcp option NAME FIELD`.
+const TCP_OPT_FIELDS: &[&str] = &[
+    "kind", "length", "size", "count", "left", "right", "tsval", "tsecr", "value", "subtype",
+];
+
+/// Whether a word starts a selector expression.
+fn is_selector_start(w: &str) -> bool {
+    PROTOS.contains(&w)
+        || META_BARE.contains(&w)
+        || SELECTOR_HEADS.contains(&w)
+        || (w.starts_with('@') && w.contains(','))
+}
+
+/// Whether a word starts a statement (where skipped arguments end).
+fn is_stmt_start(w: &str) -> bool {
+    is_selector_start(w)
+        || OTHER_STMTS.contains(&w)
+        || matches!(
+            w,
+            "accept"
+                | "drop"
+                | "continue"
+                | "return"
+                | "jump"
+                | "goto"
+                | "queue"
+                | "reject"
+                | "counter"
+                | "comment"
+                | "log"
+                | "dnat"
+                | "snat"
+                | "masquerade"
+                | "redirect"
+                | "xt"
+                | "reset"
+        )
+}
+
+/// Parses the statements of one rule from its tokens (no newlines/comments).
+pub(super) struct StmtParser<'r, 'a> {
+    pub(super) r: &'r mut Reader<'a>,
+    /// The rule's tokens, without newlines and comments.
+    pub(super) toks: &'r [Token],
+    /// The next token to read.
+    pub(super) i: usize,
+}
+
+impl<'a> StmtParser<'_, 'a> {
+    /// The text of token `i` of the rule.
+    fn w(&self, i: usize) -> Option<&'a str> {
+        self.toks.get(i).map(|t| self.r.s(t))
+    }
+
+    /// The text of the current token.
+    fn cur(&self) -> Option<&'a str> {
+        self.w(self.i)
+    }
+
+    /// Whether the current token is a word (not a brace or a comma).
+    fn cur_is_word(&self) -> bool {
+        self.toks.get(self.i).is_some_and(|t| t.kind == Tok::Word)
+    }
+
+    /// Consumes a word, or reports that the expression starting at `after` needs one.
+    fn bump_word(&mut self, after: usize) -> bool {
+        if self.cur_is_word() {
+            self.i += 1;
+            true
+        } else {
+            let t = self.toks[after.min(self.toks.len() - 1)];
+            let text = self.span_text(after, self.i.max(after + 1));
+            self.r.error(
+                &t,
+                format!("expected a word after '{}'", self.r.s(&t)),
+                &text,
+            );
+            false
+        }
+    }
+
+    /// The text of tokens `from..to`, whitespace collapsed.
+    fn span_text(&self, from: usize, to: usize) -> String {
+        if from >= to || from >= self.toks.len() {
+            return String::new();
+        }
+        let to = to.min(self.toks.len());
+        collapse(&self.r.text[self.toks[from].start..self.toks[to - 1].end])
+    }
+
+    /// Every statement of the rule, each with its text; always makes progress.
+    pub(super) fn statements(&mut self) -> Vec<Statement> {
+        let mut out = Vec::new();
+        while self.i < self.toks.len() {
+            let start = self.i;
+            let kind = self.statement();
+            if self.i == start {
+                self.i += 1; // always make progress
+            }
+            out.push(Statement {
+                text: self.span_text(start, self.i),
+                kind,
+            });
+        }
+        out
+    }
+
+    /// Skips a balanced `{ ... }` starting at the current `{`.
+    fn skip_braces(&mut self) {
+        let mut depth = 0usize;
+        while let Some(t) = self.toks.get(self.i) {
+            self.i += 1;
+            match t.kind {
+                Tok::LBrace => depth += 1,
+                Tok::RBrace => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        return;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Consumes words until the next statement start (braces balanced).
+    fn skip_args(&mut self) {
+        while let Some(t) = self.toks.get(self.i) {
+            match t.kind {
+                Tok::LBrace => self.skip_braces(),
+                Tok::Word if is_stmt_start(self.r.s(t)) => return,
+                _ => self.i += 1,
+            }
+        }
+    }
+
+    /// One statement at the current token, by its first word.
+    fn statement(&mut self) -> StatementKind {
+        let t = self.toks[self.i];
+        let w = self.r.s(&t);
+        if t.kind != Tok::Word {
+            self.i += 1;
+            self.r.error(
+                &t,
+                format!("unexpected '{w}': expected a match, a statement or a verdict"),
+                w,
+            );
+            return StatementKind::Other(w.to_string());
+        }
+        match w {
+            "accept" | "drop" | "continue" | "return" => {
+                self.i += 1;
+                StatementKind::Verdict(Verdict::parse(&[w]).expect("verdict word"))
+            }
+            "jump" | "goto" => self.chain_verdict(t, w),
+            "queue" => self.queue(),
+            "reject" => self.reject(),
+            "counter" => self.counter(t),
+            "comment" => self.comment(t, w),
+            "log" => self.log(),
+            "dnat" | "snat" | "masquerade" | "redirect" => self.nat(w),
+            "reset" => {
+                // `reset tcp option fastopen`
+                self.i += 1;
+                self.selector();
+                StatementKind::Other(w.to_string())
+            }
+            "xt" => self.compat_xt(t),
+            "flow" => self.flow(w),
+            _ if OTHER_STMTS.contains(&w) => self.other_statement(w),
+            _ if is_selector_start(w) => self.matchlike(),
+            _ => self.unknown_statement(t, w),
+        }
+    }
+
+    /// `jump CHAIN`, `goto CHAIN`, or an anonymous chain `jump { ... }` (kept as text).
+    fn chain_verdict(&mut self, t: Token, w: &str) -> StatementKind {
+        self.i += 1;
+        match self.toks.get(self.i) {
+            Some(n) if n.kind == Tok::LBrace => {
+                self.skip_braces();
+                StatementKind::Other(format!("{w} {{ anonymous chain }}"))
+            }
+            Some(n) if n.kind == Tok::Word => {
+                self.i += 1;
+                let target = unquote(self.r.s(n)).to_string();
+                StatementKind::Verdict(if w == "jump" {
+                    Verdict::Jump(target)
+                } else {
+                    Verdict::Goto(target)
+                })
+            }
+            _ => {
+                self.r
+                    .error(&t, format!("expected a chain name after '{w}'"), w);
+                StatementKind::Other(w.to_string())
+            }
+        }
+    }
+
+    /// `queue [num N | to EXPR] [flags F] [bypass] [fanout]`.
+    fn queue(&mut self) -> StatementKind {
+        self.i += 1;
+        let from = self.i;
+        while let Some(o) = self.cur() {
+            match o {
+                "num" | "to" => {
+                    self.i += 1;
+                    self.value_expr();
+                }
+                "flags" => self.i = (self.i + 2).min(self.toks.len()),
+                "bypass" | "fanout" | "bypass,fanout" | "fanout,bypass" => self.i += 1,
+                _ => break,
+            }
+        }
+        StatementKind::Verdict(Verdict::Queue(self.span_text(from, self.i)))
+    }
+
+    /// `reject [with PROTO type T | with tcp reset | with PROTO T]`.
+    fn reject(&mut self) -> StatementKind {
+        self.i += 1;
+        let from = self.i;
+        if self.cur() == Some("with") {
+            self.i += 1;
+            let proto = self.cur();
+            self.i += 1;
+            match (proto, self.cur()) {
+                (Some("tcp"), Some("reset")) => self.i += 1,
+                (_, Some("type")) => self.i += 2,
+                (_, Some(_)) if self.cur_is_word() => self.i += 1,
+                _ => {}
+            }
+            self.i = self.i.min(self.toks.len());
+        }
+        let with = (self.i > from).then(|| self.span_text(from + 1, self.i));
+        StatementKind::Verdict(Verdict::Reject(with))
+    }
+
+    /// `counter`, `counter packets N bytes M`, or a named counter `counter name ...`.
+    fn counter(&mut self, t: Token) -> StatementKind {
+        self.i += 1;
+        if self.cur() == Some("packets") && self.w(self.i + 2) == Some("bytes") {
+            let p = self.w(self.i + 1).and_then(|s| s.parse().ok());
+            let b = self.w(self.i + 3).and_then(|s| s.parse().ok());
+            self.i = (self.i + 4).min(self.toks.len());
+            match (p, b) {
+                (Some(packets), Some(bytes)) => {
+                    StatementKind::Counter(Some(Counters { packets, bytes }))
+                }
+                _ => {
+                    self.r.error(
+                        &t,
+                        "expected 'counter packets N bytes N' with numbers",
+                        &self.span_text(self.i - 4, self.i),
+                    );
+                    StatementKind::Counter(None)
+                }
+            }
+        } else if self.cur() == Some("name") {
+            // `counter name "c"` or `counter name ip saddr map { ... }`
+            self.i += 1;
+            self.value_expr();
+            StatementKind::Other("counter".into())
+        } else {
+            StatementKind::Counter(None)
+        }
+    }
+
+    /// `comment "TEXT"`.
+    fn comment(&mut self, t: Token, w: &str) -> StatementKind {
+        self.i += 1;
+        match self.cur() {
+            Some(c) if self.cur_is_word() => {
+                self.i += 1;
+                StatementKind::Comment(unquote(c).to_string())
+            }
+            _ => {
+                self.r.error(&t, "expected a string after 'comment'", w);
+                StatementKind::Other(w.into())
+            }
+        }
+    }
+
+    /// `log [prefix P] [level L] [group G] [snaplen N] [queue-threshold N] [flags F]`.
+    fn log(&mut self) -> StatementKind {
+        self.i += 1;
+        let from = self.i;
+        while let Some(o) = self.cur() {
+            match o {
+                "prefix" | "level" | "group" | "snaplen" | "queue-threshold" => {
+                    self.i = (self.i + 2).min(self.toks.len())
+                }
+                "flags" => {
+                    let n = if matches!(self.w(self.i + 1), Some("tcp" | "ip")) {
+                        3
+                    } else {
+                        2
+                    };
+                    self.i = (self.i + n).min(self.toks.len());
+                }
+                _ => break,
+            }
+        }
+        StatementKind::Log {
+            args: self.span_text(from, self.i),
+        }
+    }
+
+    /// `xt match|target NAME`: an iptables-nft compat expression, noted and kept as text.
+    fn compat_xt(&mut self, t: Token) -> StatementKind {
+        self.i = (self.i + 3).min(self.toks.len());
+        self.r.note(
+            &t,
+            "iptables-nft compat expression (xt): its match/target options are opaque to nft and to plumb",
+            &self.span_text(self.i - 3, self.i),
+        );
+        StatementKind::Other("xt".into())
+    }
+
+    /// `flow add @ft` / `flow offload @ft`.
+    fn flow(&mut self, w: &str) -> StatementKind {
+        self.i += 1;
+        if matches!(self.cur(), Some("add" | "offload")) {
+            self.i += 1;
+        }
+        self.skip_args();
+        StatementKind::Other(w.to_string())
+    }
+
+    /// A statement plumb keeps as text (`limit`, `quota`, `notrack`, `meter`, set
+    /// updates ...): its arguments are skipped up to the next statement.
+    fn other_statement(&mut self, w: &str) -> StatementKind {
+        self.i += 1;
+        if self.cur() == Some("name") {
+            // Object reference: `limit name "x"`, `quota name ip saddr map @m`.
+            self.i += 1;
+            self.value_expr();
+        }
+        if matches!(self.cur(), Some("ip" | "ip6")) && matches!(self.w(self.i + 1), Some("to")) {
+            self.i += 1;
+        }
+        if self.cur() == Some("to") && self.w(self.i + 1).is_some_and(is_selector_start) {
+            self.i += 1;
+            self.value_expr();
+        }
+        self.skip_args();
+        StatementKind::Other(w.to_string())
+    }
+
+    /// A word no statement starts with: an error, and its arguments are skipped.
+    fn unknown_statement(&mut self, t: Token, w: &str) -> StatementKind {
+        self.i += 1;
+        let from = self.i - 1;
+        self.skip_args();
+        let text = self.span_text(from, self.i);
+        self.r.error(
+            &t,
+            format!("unknown statement '{w}': expected a match (ip, tcp, meta, ct ...), a statement (counter, log, dnat ...) or a verdict"),
+            &text,
+        );
+        StatementKind::Other(w.to_string())
+    }
+
+    /// `dnat|snat [ip|ip6] [to EXPR] [FLAGS]`, `masquerade`, `redirect [to :PORT]`.
+    fn nat(&mut self, w: &str) -> StatementKind {
+        let kind = NatKind::parse(w).expect("nat word");
+        self.i += 1;
+        let from = self.i;
+        if matches!(self.cur(), Some("ip" | "ip6"))
+            && matches!(self.w(self.i + 1), Some("to" | "prefix" | "addr"))
+        {
+            self.i += 1;
+        }
+        if self.cur() == Some("prefix") {
+            self.i += 1;
+        }
+        if self.cur() == Some("addr") && self.w(self.i + 1) == Some(".") {
+            self.i = (self.i + 3).min(self.toks.len());
+        }
+        if self.cur() == Some("to") {
+            self.i += 1;
+            self.value_expr();
+        }
+        while let Some(f) = self.cur() {
+            if !f.is_empty()
+                && f.split(',')
+                    .all(|x| matches!(x, "random" | "fully-random" | "persistent" | "netmap"))
+            {
+                self.i += 1;
+            } else {
+                break;
+            }
+        }
+        StatementKind::Nat {
+            kind,
+            args: self.span_text(from, self.i),
+        }
+    }
+
+    /// A selector, possibly concatenated (`a . b . c`) and with bit operations.
+    fn selector_expr(&mut self) -> bool {
+        if !self.selector() {
+            return false;
+        }
+        // `ip saddr . "lo" @s`: constants may be concatenated too.
+        while self.cur() == Some(".") && self.i + 1 < self.toks.len() {
+            self.i += 1;
+            if !self.selector() {
+                self.value_atom();
+            }
+        }
+        self.bitops();
+        true
+    }
+
+    /// `& 0xff | meta mark >> 2 ...`: operands are selectors or values.
+    fn bitops(&mut self) {
+        // nft accepts the operator words too (`mark and 0x4000`, kube-proxy's scripts).
+        while matches!(
+            self.cur(),
+            Some("&" | "|" | "^" | "<<" | ">>" | "and" | "or" | "xor" | "lshift" | "rshift")
+        ) && self.i + 1 < self.toks.len()
+        {
+            self.i += 1;
+            if !self.selector() {
+                self.value_atom();
+            }
+        }
+    }
+
+    /// One selector (`ip daddr`, `meta l4proto`, `ct original ip saddr`, `numgen random
+    /// mod 2` ...); false, consuming nothing, when the current word starts none.
+    fn selector(&mut self) -> bool {
+        let Some(w) = self.cur() else { return false };
+        if !self.cur_is_word() {
+            return false;
+        }
+        let at = self.i;
+        match w {
+            "meta" => {
+                self.i += 1;
+                self.bump_word(at);
+            }
+            "ct" => {
+                self.i += 1;
+                if matches!(self.cur(), Some("original" | "reply")) {
+                    self.i += 1;
+                }
+                let key = self.cur();
+                if self.bump_word(at) && matches!(key, Some("ip" | "ip6")) {
+                    self.bump_word(at);
+                }
+            }
+            "numgen" | "symhash" | "jhash" => {
+                self.i += 1;
+                if w == "numgen" {
+                    self.bump_word(at);
+                } else if w == "jhash" {
+                    self.selector_expr();
+                }
+                while matches!(self.cur(), Some("mod" | "seed" | "offset")) {
+                    self.i += 1;
+                    self.bump_word(at);
+                }
+            }
+            "fib" => {
+                self.i += 1;
+                self.bump_word(at);
+                while self.cur() == Some(".") {
+                    self.i += 1;
+                    self.bump_word(at);
+                }
+                self.bump_word(at);
+            }
+            "socket" => {
+                self.i += 1;
+                let key = self.cur();
+                self.bump_word(at);
+                if key == Some("cgroupv2") && self.cur() == Some("level") {
+                    self.i += 1;
+                    self.bump_word(at);
+                }
+            }
+            "osf" => {
+                self.i += 1;
+                if self.cur() == Some("ttl") {
+                    self.i += 2;
+                }
+                self.bump_word(at);
+            }
+            "ipsec" => {
+                self.i += 1;
+                self.bump_word(at);
+                if self.cur() == Some("spnum") {
+                    self.i += 2;
+                }
+                let key = self.cur();
+                if self.bump_word(at) && matches!(key, Some("ip" | "ip6")) {
+                    self.bump_word(at);
+                }
+            }
+            "rt" => {
+                self.i += 1;
+                let key = self.cur();
+                if self.bump_word(at) && matches!(key, Some("ip" | "ip6")) {
+                    self.bump_word(at);
+                }
+            }
+            "exthdr" | "inner" => {
+                self.i += 1;
+                self.bump_word(at);
+                self.bump_word(at);
+            }
+            _ if META_BARE.contains(&w) => self.i += 1,
+            _ if w.starts_with('@') && w.contains(',') => self.i += 1,
+            _ if PROTOS.contains(&w) => {
+                self.i += 1;
+                match self.cur() {
+                    Some("option") if matches!(w, "tcp" | "ip") => {
+                        self.i += 1;
+                        self.bump_word(at);
+                        if self.cur().is_some_and(|f| TCP_OPT_FIELDS.contains(&f)) {
+                            self.i += 1;
+                        }
+                    }
+                    Some("chunk") if w == "sctp" => {
+                        self.i += 1;
+                        self.bump_word(at);
+                        if self
+                            .cur()
+                            .is_some_and(|f| !is_stmt_start(f) && f.contains('-'))
+                        {
+                            self.i += 1;
+                        }
+                    }
+                    Some(f)
+                        if PROTOS.contains(&f)
+                            && matches!(w, "vxlan" | "geneve" | "gre" | "gretap") =>
+                    {
+                        self.selector();
+                    }
+                    _ => {
+                        self.bump_word(at);
+                    }
+                }
+            }
+            _ => return false,
+        }
+        self.i = self.i.min(self.toks.len());
+        true
+    }
+
+    /// One value: a word, `{ set }`, `@name`, `( expr )`; then `. value` and `/ mask`.
+    fn value(&mut self) -> Value {
+        let v = self.value_atom();
+        let mut parts = vec![v];
+        while self.cur() == Some(".") {
+            self.i += 1;
+            parts.push(self.value_atom());
+        }
+        let mut v = if parts.len() == 1 {
+            parts.pop().expect("one")
+        } else {
+            Value::Concat(parts)
+        };
+        // `established | related`, `ack | urg`: flag combinations.
+        if matches!(self.cur(), Some("|" | "&" | "^")) && self.i + 1 < self.toks.len() {
+            let from = self.i - 1;
+            while matches!(self.cur(), Some("|" | "&" | "^")) && self.i + 1 < self.toks.len() {
+                self.i += 1;
+                self.value_atom();
+            }
+            v = Value::Expr(self.span_text(from, self.i));
+        }
+        if self.cur() == Some("/") {
+            let from = self.i - 1;
+            self.i = (self.i + 2).min(self.toks.len());
+            v = Value::Expr(self.span_text(from, self.i));
+        }
+        v
+    }
+
+    /// One value without concatenation: a word, a set literal or a parenthesised
+    /// expression.
+    fn value_atom(&mut self) -> Value {
+        let Some(t) = self.toks.get(self.i).copied() else {
+            let last = self.toks[self.toks.len() - 1];
+            self.r.error(
+                &last,
+                "expected a value at the end of the rule",
+                self.r.s(&last),
+            );
+            return Value::Single(String::new());
+        };
+        match t.kind {
+            Tok::LBrace => self.set_literal(),
+            Tok::Word => {
+                let w = self.r.s(&t);
+                self.i += 1;
+                if w.starts_with('(') {
+                    let from = self.i - 1;
+                    let mut depth = w.matches('(').count() as i64 - w.matches(')').count() as i64;
+                    while depth > 0 && self.i < self.toks.len() {
+                        let x = self.r.s(&self.toks[self.i]);
+                        depth += x.matches('(').count() as i64 - x.matches(')').count() as i64;
+                        self.i += 1;
+                    }
+                    return Value::Expr(self.span_text(from, self.i));
+                }
+                if w == "over" || w == "until" {
+                    if self.cur_is_word() {
+                        self.i += 1;
+                    }
+                    return Value::Single(self.span_text(self.i - 2, self.i));
+                }
+                Value::atom(w)
+            }
+            _ => {
+                self.i += 1;
+                let w = self.r.s(&t);
+                self.r
+                    .error(&t, format!("unexpected '{w}': expected a value"), w);
+                Value::Single(String::new())
+            }
+        }
+    }
+
+    /// `{ a, b . c, 1-2 }` (anonymous set or map; map entries kept as expressions).
+    fn set_literal(&mut self) -> Value {
+        let open = self.i;
+        self.i += 1;
+        let mut items = Vec::new();
+        let mut el_start = self.i;
+        let mut depth = 0usize;
+        while let Some(t) = self.toks.get(self.i).copied() {
+            match t.kind {
+                Tok::LBrace => depth += 1,
+                Tok::RBrace if depth > 0 => depth -= 1,
+                Tok::RBrace | Tok::Comma if depth == 0 => {
+                    if self.i > el_start {
+                        let words: Vec<&str> = self.toks[el_start..self.i]
+                            .iter()
+                            .map(|t| self.r.s(t))
+                            .collect();
+                        items.push(value_of_words(&words));
+                    }
+                    self.i += 1;
+                    if t.kind == Tok::RBrace {
+                        return Value::Set(items);
+                    }
+                    el_start = self.i;
+                    continue;
+                }
+                _ => {}
+            }
+            self.i += 1;
+        }
+        let t = self.toks[open];
+        self.r.error(
+            &t,
+            "expected '}' to close the set",
+            &self.span_text(open, self.i),
+        );
+        Value::Set(items)
+    }
+
+    /// After `set`, `to` or `map`: a selector expression (optionally `map`ped) or a value.
+    fn value_expr(&mut self) -> String {
+        let from = self.i;
+        if self.cur().is_some_and(is_selector_start) && self.cur_is_word() {
+            self.selector_expr();
+        } else if let Some(rest) = self.cur().and_then(|w| w.strip_prefix(':'))
+            && is_selector_start(rest)
+        {
+            // `redirect to :tcp dport map { ... }`
+            self.i += 1;
+            if PROTOS.contains(&rest) || rest == "meta" {
+                self.bump_word(from);
+            }
+            self.bitops();
+        } else {
+            self.value();
+            self.bitops();
+        }
+        if self.cur() == Some("map") {
+            self.i += 1;
+            self.value();
+        }
+        self.span_text(from, self.i)
+    }
+
+    /// A statement that starts with a selector: a match (`SELECTOR [OP] VALUE`), a
+    /// verdict map (`SELECTOR vmap ...`), a mangle (`SELECTOR set VALUE`) or a map lookup.
+    fn matchlike(&mut self) -> StatementKind {
+        let start = self.i;
+        self.selector_expr();
+        let left = self.span_text(start, self.i);
+        let Some(next) = self.cur() else {
+            let t = self.toks[start];
+            self.r.error(
+                &t,
+                format!("expected a value, 'set' or 'vmap' after '{left}'"),
+                &left,
+            );
+            return StatementKind::Other(left);
+        };
+        match next {
+            "vmap" => {
+                let vt = self.toks[self.i];
+                self.i += 1;
+                match self.toks.get(self.i).copied() {
+                    Some(t) if t.kind == Tok::LBrace => {
+                        let entries = self.vmap_entries();
+                        StatementKind::VerdictMap {
+                            key: left,
+                            map: VerdictMapRef::Inline(entries),
+                        }
+                    }
+                    Some(t) if t.kind == Tok::Word && self.r.s(&t).starts_with('@') => {
+                        self.i += 1;
+                        StatementKind::VerdictMap {
+                            key: left,
+                            map: VerdictMapRef::Named(self.r.s(&t)[1..].to_string()),
+                        }
+                    }
+                    _ => {
+                        self.r.error(
+                            &vt,
+                            "expected '@map' or '{ key : verdict, ... }' after 'vmap'",
+                            &left,
+                        );
+                        StatementKind::Other(left)
+                    }
+                }
+            }
+            "set" => {
+                self.i += 1;
+                let value = self.value_expr();
+                StatementKind::Mangle { key: left, value }
+            }
+            "map" => {
+                self.i += 1;
+                self.value();
+                StatementKind::Other("map".into())
+            }
+            _ => {
+                let op = Op::parse(next).filter(|o| *o != Op::Implicit);
+                if op.is_some() {
+                    self.i += 1;
+                }
+                if self.i >= self.toks.len() {
+                    let t = self.toks[self.toks.len() - 1];
+                    self.r.error(
+                        &t,
+                        format!("expected a value after '{}'", self.span_text(start, self.i)),
+                        &left,
+                    );
+                    return StatementKind::Other(left);
+                }
+                let right = self.value();
+                StatementKind::Match {
+                    left,
+                    op: op.unwrap_or(Op::Implicit),
+                    right,
+                }
+            }
+        }
+    }
+
+    /// `{ k : verdict, ... }` of an inline verdict map.
+    fn vmap_entries(&mut self) -> Vec<(String, Verdict)> {
+        let open = self.i;
+        self.i += 1;
+        let mut entries = Vec::new();
+        let mut el_start = self.i;
+        while let Some(t) = self.toks.get(self.i).copied() {
+            if matches!(t.kind, Tok::Comma | Tok::RBrace) {
+                if self.i > el_start {
+                    let words: Vec<&str> = self.toks[el_start..self.i]
+                        .iter()
+                        .map(|t| self.r.s(t))
+                        .collect();
+                    let text = self.span_text(el_start, self.i);
+                    match words.iter().position(|w| *w == ":") {
+                        Some(c) => match Verdict::parse(&words[c + 1..]) {
+                            Some(v) => entries.push((self.span_text(el_start, el_start + c), v)),
+                            None => {
+                                let vt = self.toks[el_start + (c + 1).min(words.len() - 1)];
+                                self.r.error(
+                                    &vt,
+                                    "verdict map value is not a verdict: expected accept, drop, return, continue, jump CHAIN or goto CHAIN",
+                                    &text,
+                                );
+                            }
+                        },
+                        None => {
+                            let et = self.toks[el_start];
+                            self.r
+                                .error(&et, "expected 'key : verdict' in verdict map", &text);
+                        }
+                    }
+                } else if t.kind == Tok::RBrace && !entries.is_empty() {
+                    self.r.error(
+                        &t,
+                        "trailing comma before '}': `nft -f` accepts it but `nft list` never prints one, so this text was edited by hand",
+                        "}",
+                    );
+                }
+                self.i += 1;
+                if t.kind == Tok::RBrace {
+                    return entries;
+                }
+                el_start = self.i;
+                continue;
+            }
+            if t.kind == Tok::LBrace {
+                self.skip_braces();
+                continue;
+            }
+            self.i += 1;
+        }
+        let t = self.toks[open];
+        self.r.error(
+            &t,
+            "expected '}' to close the verdict map",
+            &self.span_text(open, self.i),
+        );
+        entries
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse_text;
+    use super::super::tests::errors;
+    use super::*;
+    use crate::model::nft::NftRule;
+    use crate::model::{Counters, RuleBody};
+
+    fn nft(rule: &str) -> NftRule {
+        let rs = parse_text(&format!(
+            "table ip t {{\n\tchain c {{\n\t\t{rule}\n\t}}\n}}\n"
+        ));
+        assert!(errors(&rs).is_empty(), "{:?}", errors(&rs));
+        match &rs.tables[0].chains[0].rules[0].body {
+            RuleBody::Nft(n) => (**n).clone(),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn match_with_verdict_and_handle() {
+        let rs = parse_text(
+            "table ip t { # handle 3\n\tchain c { # handle 1\n\t\tip daddr 10.0.0.0/8 tcp dport != { 80, 443 } counter packets 3 bytes 180 jump x # handle 7\n\t}\n\tchain x {\n\t}\n}\n",
+        );
+        assert!(errors(&rs).is_empty(), "{:?}", errors(&rs));
+        let r = &rs.tables[0].chains[0].rules[0];
+        assert_eq!(r.location.line, 3);
+        assert_eq!(r.location.column, 3);
+        assert_eq!(
+            r.counters,
+            Some(Counters {
+                packets: 3,
+                bytes: 180
+            })
+        );
+        let RuleBody::Nft(n) = &r.body else {
+            unreachable!()
+        };
+        assert_eq!(n.handle, Some(7));
+        assert_eq!(n.statements.len(), 4);
+        assert_eq!(
+            n.statements[0].kind,
+            StatementKind::Match {
+                left: "ip daddr".into(),
+                op: Op::Implicit,
+                right: Value::Prefix("10.0.0.0".into(), 8)
+            }
+        );
+        assert_eq!(
+            n.statements[1].kind,
+            StatementKind::Match {
+                left: "tcp dport".into(),
+                op: Op::Ne,
+                right: Value::Set(vec![Value::atom("80"), Value::atom("443")])
+            }
+        );
+        assert_eq!(n.statements[1].text, "tcp dport != { 80, 443 }");
+        assert_eq!(n.chain_references()[0].chain, "x");
+    }
+
+    #[test]
+    fn concat_vmap_and_set_lookup() {
+        let n = nft("ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports");
+        assert_eq!(
+            n.statements[0].kind,
+            StatementKind::Match {
+                left: "ip daddr".into(),
+                op: Op::Implicit,
+                right: Value::Named("nodeport-ips".into())
+            }
+        );
+        assert_eq!(
+            n.statements[1].kind,
+            StatementKind::VerdictMap {
+                key: "meta l4proto . th dport".into(),
+                map: VerdictMapRef::Named("service-nodeports".into())
+            }
+        );
+    }
+
+    #[test]
+    fn nat_mangle_log_reject() {
+        let n = nft(
+            "meta mark set meta mark | 0x4000 ct state established,related log prefix \"x y\" level info dnat to 10.0.0.1:80 reject with icmp type host-unreachable",
+        );
+        let kinds: Vec<_> = n.statements.iter().map(|s| s.kind.clone()).collect();
+        assert_eq!(
+            kinds[0],
+            StatementKind::Mangle {
+                key: "meta mark".into(),
+                value: "meta mark | 0x4000".into()
+            }
+        );
+        assert_eq!(
+            kinds[1],
+            StatementKind::Match {
+                left: "ct state".into(),
+                op: Op::Implicit,
+                right: Value::Single("established,related".into())
+            }
+        );
+        assert_eq!(
+            kinds[2],
+            StatementKind::Log {
+                args: "prefix \"x y\" level info".into()
+            }
+        );
+        assert_eq!(
+            kinds[3],
+            StatementKind::Nat {
+                kind: NatKind::Dnat,
+                args: "to 10.0.0.1:80".into()
+            }
+        );
+        assert_eq!(
+            kinds[4],
+            StatementKind::Verdict(Verdict::Reject(Some("icmp type host-unreachable".into())))
+        );
+    }
+
+    #[test]
+    fn numgen_inline_vmap() {
+        let n = nft("numgen random mod 2 vmap { 0 : goto a, 1 : jump b }");
+        assert_eq!(
+            n.statements[0].kind,
+            StatementKind::VerdictMap {
+                key: "numgen random mod 2".into(),
+                map: VerdictMapRef::Inline(vec![
+                    ("0".into(), Verdict::Goto("a".into())),
+                    ("1".into(), Verdict::Jump("b".into()))
+                ])
+            }
+        );
+        assert_eq!(n.chain_references().len(), 2);
+    }
+
+    #[test]
+    fn operator_words_are_bit_operations() {
+        // kube-proxy's scripts write `mark and 0x4000`, the kernel lists `meta mark & 0x4000`.
+        let rs = parse_text(
+            "add rule ip t c mark and 0x4000 == 0 return\nadd rule ip t c mark set mark or 0x4000\n",
+        );
+        let c = &rs.tables[0].chains[0];
+        let kinds = |i: usize| match &c.rules[i].body {
+            RuleBody::Nft(n) => n
+                .statements
+                .iter()
+                .map(|s| s.kind.clone())
+                .collect::<Vec<_>>(),
+            _ => unreachable!(),
+        };
+        assert!(
+            matches!(
+                &kinds(0)[..],
+                [StatementKind::Match { left, op: Op::Eq, .. }, StatementKind::Verdict(Verdict::Return)]
+                    if left == "mark and 0x4000"
+            ),
+            "{:?}",
+            kinds(0)
+        );
+        assert!(
+            matches!(
+                &kinds(1)[..],
+                [StatementKind::Mangle { key, value }] if key == "mark" && value == "mark or 0x4000"
+            ),
+            "{:?}",
+            kinds(1)
+        );
+    }
+}
