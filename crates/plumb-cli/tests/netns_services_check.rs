@@ -54,7 +54,7 @@ fn problems<'a>(v: &'a serde_json::Value, id: &str) -> Vec<&'a serde_json::Value
 #[test]
 fn services_and_check_in_a_network_namespace() {
     if let Some(why) = skip_reason() {
-        eprintln!("SKIP: {why}");
+        plumb_testkit::skip(why);
         return;
     }
     let cluster = generate(&GeneratorConfig::all_features(40, 3)).expect("config");

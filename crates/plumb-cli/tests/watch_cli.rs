@@ -38,7 +38,7 @@ fn skip_reason() -> Option<String> {
 #[test]
 fn watch_binary_reports_writers_serves_valid_metrics_and_never_writes() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let audit = match AuditEnabled::new() {
@@ -138,9 +138,7 @@ fn watch_binary_reports_writers_serves_valid_metrics_and_never_writes() {
         "{metrics}"
     );
     match plumb_collect::runner::which("promtool") {
-        None => {
-            eprintln!("skip promtool check: promtool not installed (Debian package prometheus)")
-        }
+        None => plumb_testkit::skip("promtool not installed (Debian package prometheus)"),
         Some(promtool) => {
             let mut p = Command::new(promtool)
                 .args(["check", "metrics"])
@@ -243,7 +241,7 @@ fn watch_binary_reports_writers_serves_valid_metrics_and_never_writes() {
 #[test]
 fn sigterm_ends_watch_with_a_summary() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let ns = Netns::create("plumb-t-watchterm").expect("netns");

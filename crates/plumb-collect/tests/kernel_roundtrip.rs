@@ -24,11 +24,11 @@ fn corpus() -> Option<PathBuf> {
 
 fn ready(tools: &[&str]) -> bool {
     if !can_create() {
-        eprintln!("SKIP: needs root and iproute2 to create network namespaces");
+        plumb_testkit::skip("needs root and iproute2 to create network namespaces");
         return false;
     }
     if let Some(t) = tools.iter().find(|t| which(t).is_none()) {
-        eprintln!("SKIP: {t} not installed");
+        plumb_testkit::skip(&format!("{t} not installed"));
         return false;
     }
     true
@@ -160,7 +160,7 @@ fn corpus_dumps(c: &std::path::Path) -> Vec<(PathBuf, Family)> {
 
 fn check(restore_v4: &str, save_v4: &str, restore_v6: &str, save_v6: &str, label: &str) {
     let Some(c) = corpus() else {
-        eprintln!("SKIP: corpus not found");
+        plumb_testkit::skip("corpus not found");
         return;
     };
     let files = corpus_dumps(&c);

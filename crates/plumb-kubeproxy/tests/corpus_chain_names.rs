@@ -77,7 +77,7 @@ fn check_file(path: &Path) -> Checked {
 fn real_node_dumps() {
     let dir = corpus().join("real-nodes");
     let Ok(entries) = std::fs::read_dir(&dir) else {
-        eprintln!("skip: corpus {} not present", dir.display());
+        plumb_testkit::skip(&format!("corpus {} not present", dir.display()));
         return;
     };
     let mut files: Vec<PathBuf> = entries
@@ -105,7 +105,7 @@ fn kube_dns_chains_of_flannel_node() {
     let path =
         corpus().join("real-nodes/master_flannel_docker_kubeproxy-iptables_3tables.iptables-save");
     let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!("skip: {} not present", path.display());
+        plumb_testkit::skip(&format!("{} not present", path.display()));
         return;
     };
     for (spn, proto) in [
@@ -128,7 +128,7 @@ fn kube_proxy_unit_test_payloads() {
     let dir = corpus().join("k8s-proxier-test");
     let path = dir.join("TestOverallIPTablesRules.expected.iptables-restore");
     if !path.exists() {
-        eprintln!("skip: {} not present", path.display());
+        plumb_testkit::skip(&format!("{} not present", path.display()));
         return;
     }
     let c = check_file(&path);

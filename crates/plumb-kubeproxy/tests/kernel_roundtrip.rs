@@ -139,7 +139,7 @@ fn check(config: &GeneratorConfig, options: &ProxierOptions) {
 #[test]
 fn generator_output_is_canonical_iptables_nft_save() {
     if let Some(reason) = skip_reason() {
-        eprintln!("skip kernel_roundtrip: {reason}");
+        plumb_testkit::skip(&reason);
         return;
     }
     // All features: NodePorts, LoadBalancers with and without source ranges, external IPs,
@@ -168,7 +168,7 @@ fn generator_output_is_canonical_iptables_nft_save() {
 #[test]
 fn other_proxier_options_are_canonical_too() {
     if let Some(reason) = skip_reason() {
-        eprintln!("skip kernel_roundtrip: {reason}");
+        plumb_testkit::skip(&reason);
         return;
     }
     let config = GeneratorConfig {

@@ -8,7 +8,21 @@
 
 use std::path::{Path, PathBuf};
 
-/// The shared corpus, or `None` after printing why (tests then skip, not fail).
+/// The variable that turns every skip into a failure. CI sets it (`scripts/test-all`):
+/// a CI that silently lost root, a tool or the corpus must go red, not green.
+pub const REQUIRE_ALL: &str = "PLUMB_REQUIRE_ALL";
+
+/// Skips the calling test with a printed reason — or, when `PLUMB_REQUIRE_ALL=1`, fails
+/// it with that reason. Every privileged or corpus test that cannot run calls this and
+/// returns.
+pub fn skip(reason: &str) {
+    if std::env::var(REQUIRE_ALL).is_ok_and(|v| v == "1") {
+        panic!("test could not run and {REQUIRE_ALL}=1 forbids skipping: {reason}");
+    }
+    eprintln!("SKIP: {reason}");
+}
+
+/// The shared corpus, or `None` after [`skip`] said why.
 pub fn corpus_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("PLUMB_CORPUS")
         .map(PathBuf::from)
@@ -18,10 +32,10 @@ pub fn corpus_dir() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!(
-            "SKIP: corpus not found at {} (set PLUMB_CORPUS)",
+        skip(&format!(
+            "corpus not found at {} (set PLUMB_CORPUS)",
             dir.display()
-        );
+        ));
         None
     }
 }
@@ -96,7 +110,7 @@ impl Drop for Scratch {
 }
 
 /// True when running as root with every tool in `tools` on PATH (or in /usr/sbin, /sbin);
-/// otherwise prints `SKIP: <reason>` and returns false.
+/// otherwise calls [`skip`] with the reason and returns false.
 pub fn privileged(tools: &[&str]) -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let euid = status
@@ -104,7 +118,7 @@ pub fn privileged(tools: &[&str]) -> bool {
         .find_map(|l| l.strip_prefix("Uid:"))
         .and_then(|l| l.split_whitespace().nth(1));
     if euid != Some("0") {
-        eprintln!("SKIP: needs root (network namespaces, netfilter)");
+        skip("needs root (network namespaces, netfilter)");
         return false;
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -114,7 +128,7 @@ pub fn privileged(tools: &[&str]) -> bool {
             .any(|d| d.join(t).is_file())
     };
     if let Some(t) = tools.iter().find(|t| !found(t)) {
-        eprintln!("SKIP: {t} not installed");
+        skip(&format!("{t} not installed"));
         return false;
     }
     true
