@@ -7,6 +7,7 @@
 pub mod bundle_writer;
 pub mod facts;
 pub mod netns;
+pub mod new_file;
 pub mod node;
 pub mod probe;
 pub mod rulesets;
