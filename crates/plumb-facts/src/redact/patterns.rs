@@ -559,13 +559,14 @@ fn value_at(
             Some(v..e)
         }
         _ => {
+            let ends_value = |e: usize| {
+                b[e].is_ascii_whitespace()
+                    || matches!(b[e], b'"' | b'\'' | b'`')
+                    || (b[e] == b'\\' && b.get(e + 1) == Some(&b'"'))
+                    || (query && matches!(b[e], b'&' | b'#'))
+            };
             let mut e = v;
-            while e < line.end
-                && !b[e].is_ascii_whitespace()
-                && !matches!(b[e], b'"' | b'\'' | b'`')
-                && !(b[e] == b'\\' && b.get(e + 1) == Some(&b'"'))
-                && !(query && matches!(b[e], b'&' | b'#'))
-            {
+            while e < line.end && !ends_value(e) {
                 e += 1;
             }
             while e > v && matches!(b[e - 1], b',' | b';' | b')' | b']' | b'}' | b'>') {
