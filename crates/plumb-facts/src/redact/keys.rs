@@ -92,6 +92,18 @@ const HINTS: &[&[u8]] = &[
     b"cookie",
 ];
 
+/// Whether `text` contains a word every secret-like key, flag or variable name contains
+/// (`pass`, `secret`, `token`, `key`, `auth`, `credential`, `cookie`, any case): text
+/// without one holds no `key=value` secret.
+pub(crate) fn has_hint(text: &[u8]) -> bool {
+    text.iter().enumerate().any(|(i, &c)| {
+        matches!(c | 0x20, b'p' | b's' | b't' | b'k' | b'a' | b'c')
+            && HINTS
+                .iter()
+                .any(|h| text.len() - i >= h.len() && text[i..i + h.len()].eq_ignore_ascii_case(h))
+    })
+}
+
 fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
     hay.len() >= needle.len()
         && hay

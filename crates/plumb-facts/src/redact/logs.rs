@@ -4,6 +4,7 @@
 //! hides the rest of it), and a JSON object in the message (`{"password":"X"}`, a
 //! structured logger's line, Docker's json-file line) goes through the JSON pass.
 
+use super::keys::has_hint;
 use super::{patterns, structured};
 use std::ops::Range;
 
@@ -14,7 +15,11 @@ pub(crate) fn scan(text: &str, spans: &mut Vec<Range<usize>>) {
         let end = start + line.trim_end_matches(['\n', '\r']).len();
         let msg = start + message_start(&text[start..end]);
         patterns::scan_line(text, msg..end, spans);
-        if let Some(brace) = text[msg..end].find('{') {
+        // The JSON pass only hides values of secret-like keys: a line without one
+        // needs no parse.
+        if let Some(brace) = text[msg..end].find('{')
+            && has_hint(&text.as_bytes()[msg + brace..end])
+        {
             structured::scan(text, msg + brace..end, spans);
         }
         start += line.len();

@@ -201,6 +201,26 @@ mod tests {
         );
     }
 
+    /// A pod can write what it likes into its log: text made of nothing but URL
+    /// separators or secret hints must still be read in linear time (it took minutes
+    /// when each `://` looked 1 KiB ahead).
+    #[test]
+    fn adversarial_text_is_read_in_linear_time() {
+        for unit in ["x://", "eyJ", "token=", "- name: DB_TOKEN\n  x: y\n"] {
+            let text = unit.repeat((2 << 20) / unit.len());
+            let t = std::time::Instant::now();
+            for format in [Format::Text, Format::Log] {
+                let _ = redact_as(&text, format);
+            }
+            let took = t.elapsed();
+            // Linear: well under a second even unoptimised; quadratic: many seconds.
+            assert!(
+                took < std::time::Duration::from_secs(5),
+                "{unit:?}: {took:?}"
+            );
+        }
+    }
+
     #[test]
     fn overlapping_findings_are_one_value() {
         let (r, n) = apply("a secret b", vec![2..6, 4..8, 2..8]);

@@ -22,7 +22,7 @@
 //!
 //! Every rule works on ASCII delimiters, so ranges always fall on character boundaries.
 
-use super::keys::{REDACTED, is_secret_env_name, is_secret_key, is_trivial_value};
+use super::keys::{REDACTED, has_hint, is_secret_env_name, is_secret_key, is_trivial_value};
 use std::ops::Range;
 
 /// Adds the ranges of secret values found anywhere in `text`.
@@ -191,6 +191,9 @@ fn url_stop(b: u8) -> bool {
         )
 }
 
+/// How far after `scheme://` the `@` ending a password is looked for.
+const MAX_AUTHORITY: usize = 1024;
+
 fn urls(text: &str, spans: &mut Vec<Range<usize>>) {
     let b = text.as_bytes();
     let mut from = 0;
@@ -198,7 +201,9 @@ fn urls(text: &str, spans: &mut Vec<Range<usize>>) {
         from = i + 3;
         // A scheme: letters, digits, + . - starting with a letter.
         let mut s = i;
-        while s > 0 && (b[s - 1].is_ascii_alphanumeric() || matches!(b[s - 1], b'+' | b'.' | b'-'))
+        while s > 0
+            && i - s < 32
+            && (b[s - 1].is_ascii_alphanumeric() || matches!(b[s - 1], b'+' | b'.' | b'-'))
         {
             s -= 1;
         }
@@ -207,7 +212,13 @@ fn urls(text: &str, spans: &mut Vec<Range<usize>>) {
         }
         let start = i + 3;
         let mut end = start;
-        while end < b.len() && !url_stop(b[end]) {
+        // The URL ends at a delimiter or where the next one starts (so a text of many
+        // `://` is read once), and userinfo is short.
+        while end < b.len()
+            && end - start < MAX_AUTHORITY
+            && !url_stop(b[end])
+            && !b[end..].starts_with(b"://")
+        {
             end += 1;
         }
         let token = &text[start..end];
@@ -341,6 +352,10 @@ fn is_key_byte(b: u8) -> bool {
 /// (after indentation and `- `) followed by `:` or ` = ` hides the rest of the line.
 pub(crate) fn scan_line(text: &str, line: Range<usize>, spans: &mut Vec<Range<usize>>) {
     let b = text.as_bytes();
+    // Every rule here needs a secret-like key, flag or variable name on the line.
+    if !has_hint(&b[line.clone()]) {
+        return;
+    }
     let first = {
         let mut k = line.start;
         loop {
@@ -731,7 +746,8 @@ fn yaml_lines(text: &str, spans: &mut Vec<Range<usize>>) {
             && is_secret_env_name(name.trim_matches(['"', '\'']))
         {
             let key_col = line.len() - line.trim_start_matches([' ', '\t', '-']).len();
-            for &(o2, l2) in &lines[i + 1..] {
+            // The mapping's other keys are near (a bound keeps nested texts linear).
+            for &(o2, l2) in lines[i + 1..].iter().take(64) {
                 if l2.trim().is_empty() {
                     continue;
                 }
