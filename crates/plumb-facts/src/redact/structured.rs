@@ -9,8 +9,11 @@
 //! (`env: [{name: DB_PASSWORD, value: X}]`, either order); in a list, the item after a
 //! secret flag (`- --token` then `- X`) and the part after `=` of `--token=X`.
 //!
-//! Parsing stops at the first error; what was found before it is kept and the pattern
-//! pass still reads the whole text, so a file that is not valid YAML is never skipped.
+//! Findings count only once the top-level node they are in is complete: a parse error
+//! discards the findings of the unfinished document (an unclosed `{` makes the following
+//! lines a flow scalar, which is not what they are), and the pattern pass still reads
+//! the whole text, so a file that is not valid YAML is never skipped. A log line's JSON
+//! object followed by more text counts, as the object closed before the error.
 
 use super::keys::{is_secret_env_name, is_secret_key, is_trivial_value};
 use granit_parser::{Event, Parser, ScalarStyle};
@@ -40,10 +43,13 @@ enum Frame {
 
 /// Adds the ranges of secret scalar values of the YAML or JSON document(s) in
 /// `text[range]`.
-pub(crate) fn scan(text: &str, range: Range<usize>, spans: &mut Vec<Range<usize>>) {
+pub(crate) fn scan(text: &str, range: Range<usize>, out: &mut Vec<Range<usize>>) {
     let src = &text[range.clone()];
     let base = range.start;
     let mut stack: Vec<Frame> = Vec::new();
+    // Findings in the top-level node being read, kept once it is complete.
+    let mut pending: Vec<Range<usize>> = Vec::new();
+    let spans = &mut pending;
     for next in Parser::new_from_str(src) {
         let Ok((event, span)) = next else {
             return;
@@ -168,6 +174,9 @@ pub(crate) fn scan(text: &str, range: Range<usize>, spans: &mut Vec<Range<usize>
             }
             _ => {}
         }
+        if stack.is_empty() {
+            out.append(spans);
+        }
     }
 }
 
@@ -199,5 +208,39 @@ fn value_range(src: &str, r: Range<usize>, style: ScalarStyle) -> Range<usize> {
             r.start..r.start + trimmed.len()
         }
         _ => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Format, redact_as};
+
+    /// Found by cargo-fuzz: an unclosed flow mapping made the YAML parser read the
+    /// following lines as one flow scalar, which became one REDACTED (lines lost), and a
+    /// second redaction found more.
+    #[test]
+    fn an_unfinished_document_gives_no_structural_findings() {
+        let text = " low: {a: b, token: PLANTED02unclosed\npassword: |\n  PLANTED03block\nargs:\n- --token-\n PLANTED04next\nenv:\n- name: \u{fffd}ASSWORD\n  value: PLANTED05e\n- name:: KEEP01\n";
+        let (once, _) = redact_as(text, Format::Yaml);
+        assert_eq!(once.lines().count(), text.lines().count(), "{once}");
+        assert!(
+            once.contains("args:\n") && once.contains("KEEP01"),
+            "{once}"
+        );
+        assert!(
+            !once.contains("PLANTED02") && !once.contains("PLANTED03"),
+            "{once}"
+        );
+        assert_eq!(redact_as(&once, Format::Yaml), (once.clone(), 0));
+    }
+
+    #[test]
+    fn a_json_object_in_a_log_line_counts_though_text_follows() {
+        let (r, n) = redact_as(
+            "2024-08-27T17:30:29.1Z stdout F {\"env\":[{\"name\":\"DB_PASSWORD\",\"value\":\"s3cr3t-v\"}]} trailing\n",
+            Format::Log,
+        );
+        assert_eq!(n, 1, "{r}");
+        assert!(!r.contains("s3cr3t-v"), "{r}");
     }
 }
