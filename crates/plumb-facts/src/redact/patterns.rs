@@ -574,10 +574,21 @@ fn value_at(
             Some(v..e)
         }
         _ => {
+            // A quote ends the value only where it closes a string (end of line, white
+            // space or punctuation after it): a quote inside a word is part of it, or
+            // the rest of the word would be found as a value of its own next time.
+            let closes = |k: usize| {
+                k >= line.end
+                    || b[k].is_ascii_whitespace()
+                    || matches!(
+                        b[k],
+                        b',' | b';' | b':' | b')' | b']' | b'}' | b'>' | b'&' | b'|'
+                    )
+            };
             let ends_value = |e: usize| {
                 b[e].is_ascii_whitespace()
-                    || matches!(b[e], b'"' | b'\'' | b'`')
-                    || (b[e] == b'\\' && b.get(e + 1) == Some(&b'"'))
+                    || (matches!(b[e], b'"' | b'\'' | b'`') && closes(e + 1))
+                    || (b[e] == b'\\' && b.get(e + 1) == Some(&b'"') && closes(e + 2))
                     || (query && matches!(b[e], b'&' | b'#'))
             };
             let mut e = v;
@@ -796,5 +807,26 @@ fn unquote(text: &str, r: Range<usize>) -> Range<usize> {
         r.start + 1..r.end - 1
     } else {
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Format, redact_as};
+
+    /// Found by cargo-fuzz: the value stopped at a quote inside a word, so each
+    /// redaction found the rest of the word as a new value (not idempotent).
+    #[test]
+    fn a_quote_inside_a_word_does_not_end_the_value() {
+        let text = "    cl\u{0}ee{\"k8s_auth_token\":t_to{\"k8s_aken}NTE_to{\"k8s_aken}NTED01\n- name: x\n";
+        let (once, n) = redact_as(text, Format::Log);
+        assert_eq!(n, 1, "{once}");
+        assert!(!once.contains("NTED01"), "{once}");
+        assert_eq!(redact_as(&once, Format::Log), (once.clone(), 0));
+        // A closing quote still ends it.
+        let (r, _) = redact_as("err=\"token=abc123 failed\" code=1\n", Format::Log);
+        assert_eq!(r, "err=\"token=REDACTED failed\" code=1\n");
+        let (r, _) = redact_as("msg=\"password=abc123\" code=1\n", Format::Log);
+        assert_eq!(r, "msg=\"password=REDACTED\" code=1\n");
     }
 }
