@@ -221,6 +221,10 @@ fn urls(text: &str, spans: &mut Vec<Range<usize>>) {
         {
             end += 1;
         }
+        // The length cap may stop inside a character.
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
         let token = &text[start..end];
         let before_query = token.find(['?', '#']).unwrap_or(token.len());
         let Some(at) = token[..before_query].rfind('@') else {
@@ -813,6 +817,14 @@ fn unquote(text: &str, r: Range<usize>) -> Range<usize> {
 #[cfg(test)]
 mod tests {
     use super::super::{Format, redact_as};
+
+    /// Found by cargo-fuzz: a URL longer than the look-ahead cut a character in two.
+    #[test]
+    fn a_long_url_is_cut_on_a_character_boundary() {
+        let text = format!("x://a{}@h", "é".repeat(600));
+        let (r, n) = redact_as(&text, Format::Text);
+        assert_eq!((r, n), (text.clone(), 0));
+    }
 
     /// Found by cargo-fuzz: the value stopped at a quote inside a word, so each
     /// redaction found the rest of the word as a new value (not idempotent).
