@@ -36,7 +36,11 @@ fuzz_target!(|data: &[u8]| {
     let (twice, n) = redact_as(&once, format);
     assert_eq!(once, twice, "not idempotent ({n} more replacements)");
     assert_eq!(n, 0);
-    // The planted secret on a line of its own, after the fuzzer's text.
+    // The planted secret on a line of its own, after the fuzzer's text (which must not
+    // hold the marker itself: the fuzzer learns it from the comparison below).
+    if text.contains("Zq9PLANTEDx7") {
+        return;
+    }
     let with_secret = format!("{text}{}", planted(format));
     let (out, n) = redact_as(&with_secret, format);
     assert!(n >= 1);
