@@ -20,7 +20,7 @@ pub(crate) fn scan(text: &str, spans: &mut Vec<Range<usize>>) {
         if let Some(brace) = text[msg..end].find('{')
             && has_hint(&text.as_bytes()[msg + brace..end])
         {
-            structured::scan(text, msg + brace..end, spans);
+            structured::scan(text, msg + brace..end, true, spans);
         }
         start += line.len();
     }

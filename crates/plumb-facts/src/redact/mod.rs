@@ -96,7 +96,8 @@ pub fn redact_as(text: &str, format: Format) -> (String, usize) {
 fn find(text: &str, format: Format) -> Vec<Range<usize>> {
     let mut spans = Vec::new();
     match format {
-        Format::Yaml | Format::Json => structured::scan(text, 0..text.len(), &mut spans),
+        Format::Yaml => structured::scan(text, 0..text.len(), false, &mut spans),
+        Format::Json => structured::scan(text, 0..text.len(), true, &mut spans),
         Format::Log => logs::scan(text, &mut spans),
         Format::ProcessList => argv::scan(text, &mut spans),
         Format::Text => {}

@@ -16,7 +16,7 @@
 //! object followed by more text counts, as the object closed before the error.
 
 use super::keys::{is_secret_env_name, is_secret_key, is_trivial_value};
-use granit_parser::{Event, Parser, ScalarStyle};
+use granit_parser::{Event, Parser, ScalarStyle, StructureStyle};
 use std::ops::Range;
 
 enum KeyKind {
@@ -41,14 +41,28 @@ enum Frame {
     },
 }
 
+/// Whether a plain scalar is a JSON number or literal.
+fn is_json_plain(v: &str) -> bool {
+    matches!(v, "true" | "false" | "null")
+        || (v
+            .strip_prefix('-')
+            .unwrap_or(v)
+            .starts_with(|c: char| c.is_ascii_digit())
+            && v.parse::<f64>().is_ok())
+}
+
 /// Adds the ranges of secret scalar values of the YAML or JSON document(s) in
-/// `text[range]`.
-pub(crate) fn scan(text: &str, range: Range<usize>, out: &mut Vec<Range<usize>>) {
+/// `text[range]`. With `json_only`, a top-level node that is not JSON (block style,
+/// plain strings: YAML that happens to parse, as in a log line's text or a broken JSON
+/// file) gives nothing: YAML's reading of it would not be what the text means, and
+/// would change once its values are redacted.
+pub(crate) fn scan(text: &str, range: Range<usize>, json_only: bool, out: &mut Vec<Range<usize>>) {
     let src = &text[range.clone()];
     let base = range.start;
     let mut stack: Vec<Frame> = Vec::new();
     // Findings in the top-level node being read, kept once it is complete.
     let mut pending: Vec<Range<usize>> = Vec::new();
+    let mut not_json = false;
     let spans = &mut pending;
     for next in Parser::new_from_str(src) {
         let Ok((event, span)) = next else {
@@ -88,6 +102,12 @@ pub(crate) fn scan(text: &str, range: Range<usize>, out: &mut Vec<Range<usize>>)
         match event {
             Event::DocumentStart(..) => stack.clear(),
             Event::Scalar(value, style, ..) => {
+                if json_only
+                    && (style == ScalarStyle::SingleQuoted
+                        || (style != ScalarStyle::DoubleQuoted && !is_json_plain(&value)))
+                {
+                    not_json = true;
+                }
                 let r = value_range(src, bytes, style);
                 let abs = base + r.start..base + r.end;
                 if as_key {
@@ -141,7 +161,8 @@ pub(crate) fn scan(text: &str, range: Range<usize>, out: &mut Vec<Range<usize>>)
                     spans.push(abs);
                 }
             }
-            Event::MappingStart(..) => {
+            Event::MappingStart(style, ..) => {
+                not_json |= json_only && style != StructureStyle::Flow;
                 mark_key_other(&mut stack, as_key);
                 clear_flag(&mut stack);
                 stack.push(Frame::Map {
@@ -150,7 +171,8 @@ pub(crate) fn scan(text: &str, range: Range<usize>, out: &mut Vec<Range<usize>>)
                     env_value: None,
                 });
             }
-            Event::SequenceStart(..) => {
+            Event::SequenceStart(style, ..) => {
+                not_json |= json_only && style != StructureStyle::Flow;
                 mark_key_other(&mut stack, as_key);
                 clear_flag(&mut stack);
                 stack.push(Frame::Seq {
@@ -175,6 +197,10 @@ pub(crate) fn scan(text: &str, range: Range<usize>, out: &mut Vec<Range<usize>>)
             _ => {}
         }
         if stack.is_empty() {
+            if not_json {
+                spans.clear();
+                not_json = false;
+            }
             out.append(spans);
         }
     }
@@ -214,6 +240,17 @@ fn value_range(src: &str, r: Range<usize>, style: ScalarStyle) -> Range<usize> {
 #[cfg(test)]
 mod tests {
     use super::super::{Format, redact_as};
+
+    /// Found by cargo-fuzz: in a log line, `{token: X":true},...` is a YAML flow mapping
+    /// whose plain value swallows quotes; redacting it revealed the next one, round after
+    /// round. A log line's object counts only if it is JSON.
+    #[test]
+    fn a_log_lines_object_counts_only_if_it_is_json() {
+        let text = "private-registry-auth: {token: PLAings\":true},\"k8s_auth_token\":\"PLANTED02compacrtMappings\":true},\"k8s_auth_token\":\"PLANTED02compact\"},\n";
+        let (once, _) = redact_as(text, Format::Log);
+        assert!(!once.contains("PLANTED"), "{once}");
+        assert_eq!(redact_as(&once, Format::Log), (once.clone(), 0));
+    }
 
     /// Found by cargo-fuzz: an unclosed flow mapping made the YAML parser read the
     /// following lines as one flow scalar, which became one REDACTED (lines lost), and a
