@@ -76,7 +76,7 @@ pub enum Command {
     /// Write a support bundle of this node (raw outputs, secrets redacted) for offline
     /// diagnosis with `plumb doctor --bundle`.
     Collect {
-        /// Bundle to create (.tar.gz); never overwritten.
+        /// Bundle to create (.tar.gz, readable by you only); never overwritten.
         #[arg(short, long, value_name = "FILE")]
         output: PathBuf,
         #[command(flatten)]

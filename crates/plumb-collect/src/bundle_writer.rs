@@ -4,35 +4,56 @@
 //!
 //! Layout (read back by [`crate::node::BundleNode`]):
 //! `plumb-manifest.json`, `commands/<name>` (names from [`NodeCommand::bundle_name`]),
-//! `files/<absolute node path>`, `probes/<name>.json`. Staged in a private temporary
-//! directory, archived with the system `tar`, then renamed into place: an existing file
-//! is never overwritten and a failed run leaves nothing behind.
+//! `files/<absolute node path>`, `probes/<name>.json`.
+//!
+//! Every entry is redacted by its format (RKE2 config, manifests and kubeconfigs as YAML,
+//! CNI configs and probe results as JSON, pod and agent logs as log lines, `ps` as argv,
+//! everything else by the pattern pass alone: see [`plumb_facts::redact`]) and written
+//! straight into the gzip-compressed tar archive, in Rust: nothing is staged on disk.
+//! The archive is written as `FILE.partial` (created exclusively, never through a
+//! symlink, mode 0600; members 0600) and moved to FILE only when complete, never
+//! replacing anything ([`crate::new_file`]); a failed run leaves nothing behind.
 
 use crate::facts::{
     CNI_DIR, GatherOptions, KUBE_PROXY_MANIFEST, RKE2_CONFIG, agent_log_paths, network_probes,
     pod_log_paths,
 };
+use crate::new_file::NewFile;
 use crate::node::{Node, NodeCommand};
-use crate::runner::Runner;
-use crate::tempdir::TempDir;
-use plumb_facts::redact::redact;
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use plumb_facts::redact::{Format, redact_as};
 use plumb_ruleset::{Backend, Family};
 use serde::Serialize;
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::path::Path;
-use std::time::Duration;
 
 /// What went into a bundle.
 #[derive(Clone, Debug, Serialize)]
 pub struct Manifest {
+    /// The plumb version that wrote the bundle.
     pub plumb_version: String,
     /// Seconds since the Unix epoch.
     pub created: u64,
+    /// What was collected (this machine, a namespace, files under a root).
     pub source: String,
+    /// The files in the bundle.
     pub entries: Vec<Entry>,
     /// What could not be collected, and why.
     pub missing: Vec<Missing>,
 }
 
+impl Manifest {
+    /// Secret values replaced by REDACTED in the whole bundle (entries and the reasons
+    /// of what is missing, which quote commands' error output).
+    pub fn redactions(&self) -> usize {
+        self.entries.iter().map(|e| e.redactions).sum::<usize>()
+            + self.missing.iter().map(|m| m.redactions).sum::<usize>()
+    }
+}
+
+/// One file of the bundle.
 #[derive(Clone, Debug, Serialize)]
 pub struct Entry {
     /// Path inside the bundle.
@@ -44,10 +65,20 @@ pub struct Entry {
     pub redactions: usize,
 }
 
+/// Something that could not be collected.
 #[derive(Clone, Debug, Serialize)]
 pub struct Missing {
+    /// The command or node path.
     pub what: String,
+    /// Why, as the node answered (redacted).
     pub reason: String,
+    /// Secret values replaced by REDACTED in `reason`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub redactions: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 fn commands() -> Vec<NodeCommand> {
@@ -72,19 +103,39 @@ fn commands() -> Vec<NodeCommand> {
     v
 }
 
-struct Stage<'a> {
-    dir: &'a Path,
+/// How a command's output is redacted.
+fn command_format(cmd: &NodeCommand) -> Format {
+    match cmd {
+        NodeCommand::Ps => Format::ProcessList,
+        _ => Format::Text,
+    }
+}
+
+type Archive = tar::Builder<GzEncoder<BufWriter<File>>>;
+
+struct Stage {
+    archive: Archive,
+    mtime: u64,
     manifest: Manifest,
 }
 
-impl Stage<'_> {
-    fn put(&mut self, rel: &str, source: &str, bytes: &[u8]) -> Result<(), String> {
-        let (text, redactions) = redact(&String::from_utf8_lossy(bytes));
-        let p = self.dir.join(rel);
-        if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-        }
-        std::fs::write(&p, text.as_bytes()).map_err(|e| format!("{}: {e}", p.display()))?;
+impl Stage {
+    fn append(&mut self, rel: &str, header: &mut tar::Header, data: &[u8]) -> Result<(), String> {
+        header.set_mtime(self.mtime);
+        header.set_uid(0);
+        header.set_gid(0);
+        self.archive
+            .append_data(header, rel, data)
+            .map_err(|e| format!("writing {rel} into the bundle: {e}"))
+    }
+
+    fn put(&mut self, rel: &str, source: &str, bytes: &[u8], format: Format) -> Result<(), String> {
+        let (text, redactions) = redact_as(&String::from_utf8_lossy(bytes), format);
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_mode(0o600);
+        header.set_size(text.len() as u64);
+        self.append(rel, &mut header, text.as_bytes())?;
         self.manifest.entries.push(Entry {
             path: rel.to_string(),
             source: source.to_string(),
@@ -94,10 +145,20 @@ impl Stage<'_> {
         Ok(())
     }
 
+    fn dir(&mut self, rel: &str) -> Result<(), String> {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_mode(0o700);
+        header.set_size(0);
+        self.append(&format!("{}/", rel.trim_end_matches('/')), &mut header, &[])
+    }
+
     fn miss(&mut self, what: &str, reason: String) {
+        let (reason, redactions) = redact_as(&reason, Format::Text);
         self.manifest.missing.push(Missing {
             what: what.to_string(),
             reason,
+            redactions,
         });
     }
 
@@ -107,6 +168,7 @@ impl Stage<'_> {
                 &format!("files/{}", path.trim_start_matches('/')),
                 &c.source,
                 &c.bytes,
+                Format::of_node_file(path),
             ),
             Err(e) => {
                 self.miss(path, e);
@@ -116,33 +178,56 @@ impl Stage<'_> {
     }
 }
 
-/// Collects a bundle of `node` into `out` (a new `.tar.gz`).
+/// Collects a bundle of `node` into `out` (a new `.tar.gz`, never an existing file).
 pub fn write_bundle(
     node: &dyn Node,
     out: &Path,
     options: &GatherOptions,
-    runner: &dyn Runner,
 ) -> Result<Manifest, String> {
-    if out.exists() {
-        return Err(format!(
-            "{}: already exists; not overwritten",
-            out.display()
-        ));
-    }
-    let staging = TempDir::create("plumb-collect")?;
+    let (new_file, file) = NewFile::create(out)?;
+    let mtime = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let archive = tar::Builder::new(GzEncoder::new(BufWriter::new(file), Compression::default()));
     let mut stage = Stage {
-        dir: staging.path(),
+        archive,
+        mtime,
         manifest: Manifest {
             plumb_version: env!("CARGO_PKG_VERSION").to_string(),
-            created: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
+            created: mtime,
             source: node.info().description,
             entries: Vec::new(),
             missing: Vec::new(),
         },
     };
+    collect(node, options, &mut stage)?;
+    let manifest_json = serde_json::to_string_pretty(&stage.manifest).map_err(|e| e.to_string())?;
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_mode(0o600);
+    header.set_size(manifest_json.len() as u64);
+    stage.append(
+        crate::node::PLUMB_MANIFEST,
+        &mut header,
+        manifest_json.as_bytes(),
+    )?;
+    let Stage {
+        archive, manifest, ..
+    } = stage;
+    let finish = |archive: Archive| -> std::io::Result<()> {
+        let mut buf = archive.into_inner()?.finish()?;
+        buf.flush()?;
+        let file = buf.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()
+    };
+    finish(archive).map_err(|e| format!("{}: could not write the bundle: {e}", out.display()))?;
+    new_file.persist()?;
+    Ok(manifest)
+}
+
+/// Everything doctor reads, in the order it reads it.
+fn collect(node: &dyn Node, options: &GatherOptions, stage: &mut Stage) -> Result<(), String> {
     for path in ["/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"] {
         stage.file(node, path)?;
     }
@@ -168,7 +253,12 @@ pub fn write_bundle(
             continue;
         }
         match node.command(&cmd) {
-            Ok(c) => stage.put(&format!("commands/{name}"), &c.source, &c.bytes)?,
+            Ok(c) => stage.put(
+                &format!("commands/{name}"),
+                &c.source,
+                &c.bytes,
+                command_format(&cmd),
+            )?,
             Err(e) => stage.miss(&name, e),
         }
     }
@@ -182,13 +272,7 @@ pub fn write_bundle(
             }
             if names.is_empty() {
                 // An empty directory is itself evidence (install-cni never wrote its config).
-                std::fs::create_dir_all(
-                    stage
-                        .dir
-                        .join("files")
-                        .join(CNI_DIR.trim_start_matches('/')),
-                )
-                .map_err(|e| e.to_string())?;
+                stage.dir(&format!("files/{}", CNI_DIR.trim_start_matches('/')))?;
             }
         }
         Err(e) => stage.miss(CNI_DIR, e),
@@ -201,36 +285,13 @@ pub fn write_bundle(
     }
     if node.is_live() {
         for (name, json) in network_probes(node, options, None).to_json() {
-            stage.put(&format!("probes/{name}.json"), name, json.as_bytes())?;
+            stage.put(
+                &format!("probes/{name}.json"),
+                name,
+                json.as_bytes(),
+                Format::Json,
+            )?;
         }
     }
-    let manifest_json = serde_json::to_string_pretty(&stage.manifest).map_err(|e| e.to_string())?;
-    std::fs::write(stage.dir.join(crate::node::PLUMB_MANIFEST), manifest_json)
-        .map_err(|e| e.to_string())?;
-
-    let partial = out.with_extension("partial");
-    let result = runner
-        .run(
-            "tar",
-            &[
-                "-czf",
-                &partial.to_string_lossy(),
-                "-C",
-                &stage.dir.to_string_lossy(),
-                ".",
-            ],
-            None,
-            Duration::from_secs(300),
-        )
-        .map_err(|e| e.to_string())
-        .and_then(|o| if o.success() { Ok(()) } else { Err(o.stderr) })
-        .and_then(|()| std::fs::rename(&partial, out).map_err(|e| e.to_string()));
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&partial);
-        return Err(format!(
-            "{}: could not write the bundle: {e}",
-            out.display()
-        ));
-    }
-    Ok(stage.manifest)
+    Ok(())
 }

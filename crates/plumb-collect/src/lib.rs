@@ -8,6 +8,7 @@ pub mod archive;
 pub mod bundle_writer;
 pub mod facts;
 pub mod netns;
+pub mod new_file;
 pub mod node;
 pub mod privilege;
 pub mod probe;

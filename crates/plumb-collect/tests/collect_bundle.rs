@@ -45,7 +45,7 @@ fn collect_then_read_back_as_a_bundle() {
         ..Default::default()
     };
     let out = scratch.path().join("bundle.tar.gz");
-    let manifest = write_bundle(&live, &out, &options, &SystemRunner).expect("writing the bundle");
+    let manifest = write_bundle(&live, &out, &options).expect("writing the bundle");
     assert!(out.is_file());
     // The config's token was redacted, the CNI kubeconfig was not collected at all.
     let cfg = manifest
@@ -67,7 +67,7 @@ fn collect_then_read_back_as_a_bundle() {
             .any(|m| m.what == "iptables-legacy-save")
     );
     // Never overwrite.
-    let again = write_bundle(&live, &out, &options, &SystemRunner).unwrap_err();
+    let again = write_bundle(&live, &out, &options).unwrap_err();
     assert!(again.contains("already exists"), "{again}");
 
     let bundle = open_bundle(&out).expect("reading it back");

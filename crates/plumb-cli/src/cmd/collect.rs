@@ -13,9 +13,9 @@ pub fn run(output: &Path, node: &NodeFlags) -> anyhow::Result<Verdict> {
     // for a node without one.
     super::input::require_net_admin("on the node to collect")?;
     let live = LiveNode::new(SystemRunner, node.netns.clone(), &node.root);
-    let manifest = write_bundle(&live, output, &GatherOptions::default(), &SystemRunner)
-        .map_err(anyhow::Error::msg)?;
-    let redactions: usize = manifest.entries.iter().map(|e| e.redactions).sum();
+    let manifest =
+        write_bundle(&live, output, &GatherOptions::default()).map_err(anyhow::Error::msg)?;
+    let redactions = manifest.redactions();
     eprintln!(
         "wrote {}: {} entries ({} secrets redacted), {} not collected",
         output.display(),

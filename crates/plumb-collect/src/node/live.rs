@@ -3,14 +3,16 @@
 //! [`Runner`]; network-scoped ones (dumps, sysctls, sockets, /proc/net) inside the
 //! namespace, host-scoped ones (units, processes, modules) on the host.
 //!
+//! Node files are read inside the root: no path or symlink under it leads outside, and
+//! only regular files are read ([`super::rooted`]).
+//!
 //! Read-only: only dump and status commands run. `iptables -nvL` is refused live because
 //! listing a legacy table that does not exist creates it (facts-kernel.md).
 
-use super::{Captured, MAX_READ, Node, NodeCommand, Unavailable};
+use super::{Captured, MAX_READ, Node, NodeCommand, Unavailable, rooted};
 use crate::runner::{RunError, Runner};
 use plumb_facts::{SourceInfo, SourceKind};
 use plumb_ruleset::{Backend, Family};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -72,6 +74,8 @@ impl<R: Runner> LiveNode<R> {
         })
     }
 
+    /// Where a node path is shown to be read from (reads resolve it inside the root:
+    /// [`rooted`]).
     fn host_path(&self, path: &str) -> PathBuf {
         self.root.join(path.trim_start_matches('/'))
     }
@@ -160,9 +164,7 @@ impl<R: Runner> Node for LiveNode<R> {
             return self.run("cat", &[path], true, TIMEOUT, false);
         }
         let p = self.host_path(path);
-        let mut bytes = Vec::new();
-        std::fs::File::open(&p)
-            .and_then(|f| f.take(MAX_READ as u64).read_to_end(&mut bytes))
+        let bytes = rooted::read_file(&self.root, path, MAX_READ)
             .map_err(|e| format!("{}: {}", p.display(), reason(&e)))?;
         Ok(Captured {
             source: p.display().to_string(),
@@ -172,16 +174,14 @@ impl<R: Runner> Node for LiveNode<R> {
 
     fn dir(&self, path: &str) -> Result<Vec<String>, Unavailable> {
         let p = self.host_path(path);
-        let mut names: Vec<String> = std::fs::read_dir(&p)
-            .map_err(|e| format!("{}: {}", p.display(), reason(&e)))?
-            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-            .collect();
+        let mut names = rooted::list_dir(&self.root, path)
+            .map_err(|e| format!("{}: {}", p.display(), reason(&e)))?;
         names.sort();
         Ok(names)
     }
 
     fn exists(&self, path: &str) -> bool {
-        self.host_path(path).exists()
+        rooted::exists(&self.root, path)
     }
 
     fn is_live(&self) -> bool {

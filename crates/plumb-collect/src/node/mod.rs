@@ -10,6 +10,7 @@
 
 mod bundle;
 mod live;
+mod rooted;
 
 pub use bundle::{BundleKind, BundleNode, PLUMB_MANIFEST, open_bundle, open_bundle_within};
 pub use live::LiveNode;
