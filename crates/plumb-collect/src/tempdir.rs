@@ -1,6 +1,6 @@
 //! A private temporary directory (mode 0700), removed with everything in it on drop — and
 //! on SIGINT, SIGTERM or SIGHUP, which end the process without running drops (bundle
-//! extraction and bundle staging; no tempfile dependency for two uses).
+//! extraction; no tempfile dependency for one use).
 //!
 //! Every live directory is in one process-wide list. The first [`TempDir`] installs a
 //! handler for the three signals that only writes the signal's number to a pipe (write(2)
