@@ -561,16 +561,19 @@ pub fn detect(
                 .filter_map(|h| h.split_once(" -j ").map(|(_, target)| target))
                 .collect();
             let lost = union(&[&g.removed.0, &g.flushed.0, &unhooked]);
-            let changed = union(&[&g.added.0, &g.removed.0, &g.modified.0, &g.flushed.0]);
+            let unchanged = g.added.is_empty()
+                && g.removed.is_empty()
+                && g.modified.is_empty()
+                && g.flushed.is_empty();
             let also_rewrote = |f: &mut Finding| {
-                if !g.rewritten.is_empty() && !changed.is_empty() {
+                if !g.rewritten.is_empty() && !unchanged {
                     f.details.push(format!(
                         "also rewrote {} {owner} chains with the same rules (no net change)",
                         g.rewritten.len()
                     ));
                 }
             };
-            if changed.is_empty() && g.unhooked.is_empty() {
+            if unchanged && g.unhooked.is_empty() {
                 // Only rewrites with the same rules: by the owner, its own write; by
                 // anyone else, information, not tampering.
                 let kind = if legit {
@@ -605,7 +608,9 @@ pub fn detect(
                     t,
                     Some(owner.to_string()),
                 );
-                f.set_chains(changed.iter().copied());
+                f.set_chains(
+                    union(&[&g.added.0, &g.removed.0, &g.modified.0, &g.flushed.0]).into_iter(),
+                );
                 f.rules_added = g.rules_added;
                 f.rules_removed = g.rules_removed;
                 also_rewrote(&mut f);
