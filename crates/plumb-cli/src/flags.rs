@@ -288,7 +288,8 @@ pub struct WatchFlags {
     /// Stop after this many seconds and print a summary (default: until SIGINT/SIGTERM).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
-    /// Serve Prometheus metrics on this address (GET /metrics).
+    /// Serve Prometheus metrics on this address (GET /metrics, /healthz, /readyz) once
+    /// watch is ready (subscribed, baseline read).
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// Do not listen to audit (exe/ppid/argv of writers; the legacy-backend trigger).

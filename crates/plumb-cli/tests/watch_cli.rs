@@ -258,3 +258,149 @@ fn sigterm_ends_watch_with_a_summary() {
         "{rest}"
     );
 }
+
+/// A free loopback port (bound and released: the kernel does not hand it out again
+/// at once).
+fn free_port() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+/// What a client trying `addr` as fast as it can saw while `plumb watch` started:
+/// attempts refused, and the answer to `GET /readyz` on each connection accepted.
+#[derive(Default, Debug)]
+struct Knocks {
+    refused: usize,
+    answers: Vec<String>,
+}
+
+/// Knocks on `addr` until a connection is accepted, `done` is set or [`T`] passes.
+fn knock(addr: std::net::SocketAddr, done: Arc<AtomicBool>) -> std::thread::JoinHandle<Knocks> {
+    use std::io::Read;
+    std::thread::spawn(move || {
+        let mut k = Knocks::default();
+        let deadline = Instant::now() + T;
+        while !done.load(Ordering::SeqCst) && Instant::now() < deadline {
+            match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+                Err(_) => k.refused += 1,
+                Ok(mut s) => {
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                    let _ = s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n");
+                    let mut answer = String::new();
+                    let _ = s.read_to_string(&mut answer);
+                    k.answers.push(answer);
+                    break;
+                }
+            }
+        }
+        k
+    })
+}
+
+/// A watch that cannot start (its namespace does not exist) exits 2 and never
+/// accepts a connection on its metrics address: a scrape target must not look healthy
+/// for a watch that is not watching.
+#[test]
+fn a_watch_that_cannot_start_never_serves_metrics() {
+    let addr = free_port();
+    let missing = format!("plumb-t-missing-{}", std::process::id());
+    assert!(!std::path::Path::new("/run/netns").join(&missing).exists());
+    let done = Arc::new(AtomicBool::new(false));
+    let knocker = knock(addr, done.clone());
+    let out = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["watch", "--netns", &missing, "--metrics-addr"])
+        .arg(addr.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .expect("running plumb watch");
+    done.store(true, Ordering::SeqCst);
+    let k = knocker.join().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.contains("cannot subscribe"), "{stderr}");
+    assert!(!stderr.contains("metrics on"), "{stderr}");
+    assert!(!stderr.contains("ready"), "{stderr}");
+    assert!(k.answers.is_empty(), "connections accepted: {k:?}");
+    assert!(k.refused > 0, "the knocker never ran");
+}
+
+/// `plumb watch` serves metrics only once it can watch: every connection its metrics
+/// address accepts finds it ready (subscribed, baseline read), and the ready line on
+/// stderr names the address. The baseline is a 1000-service ruleset, so that the
+/// start takes a while.
+#[test]
+fn metrics_are_served_only_once_watch_is_ready() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    let cluster = generate(&GeneratorConfig {
+        services: 1000,
+        ..GeneratorConfig::default()
+    })
+    .unwrap();
+    let rules = KubeProxyRules::new(&cluster, &ProxierOptions::default());
+    let ns = Netns::create("plumb-t-watchready").expect("netns");
+    let actors = Impersonator::new().unwrap();
+    actors.install("kube-proxy", Flavor::Nft).unwrap();
+    let r = actors
+        .run(
+            ns.name(),
+            "kube-proxy",
+            "iptables-nft-restore",
+            &[],
+            Some(&rules.to_iptables_save(&Default::default())),
+            T,
+        )
+        .unwrap();
+    assert!(r.success, "{}", r.stderr);
+
+    let addr = free_port();
+    let done = Arc::new(AtomicBool::new(false));
+    let knocker = knock(addr, done.clone());
+    let mut child = common::Child(
+        Command::new(env!("CARGO_BIN_EXE_plumb"))
+            .args(["watch", "--netns", ns.name(), "--metrics-addr"])
+            .arg(addr.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn plumb"),
+    );
+    let mut stderr = std::io::BufReader::new(child.0.stderr.take().unwrap());
+    // The line that names the address.
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut first).unwrap();
+    assert!(first.contains(&format!("http://{addr}/")), "{first:?}");
+    // The knocker stops at its first accepted connection (or after T).
+    let k = knocker.join().unwrap();
+    done.store(true, Ordering::SeqCst);
+    assert!(k.refused > 0, "nothing knocked while watch started: {k:?}");
+    assert!(!k.answers.is_empty(), "no connection accepted: {k:?}");
+    for a in &k.answers {
+        assert!(
+            a.starts_with("HTTP/1.1 200") && a.ends_with("ready\n"),
+            "a connection was accepted before watch was ready: {a:?}"
+        );
+    }
+    assert!(
+        first.starts_with("plumb watch: ready")
+            && first.contains(&format!("http://{addr}/metrics")),
+        "first line: {first:?}"
+    );
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let deadline = Instant::now() + T;
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "plumb watch ignored SIGTERM");
+        std::thread::park_timeout(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+}

@@ -205,7 +205,7 @@ fn main() {
             && let Ok(mut s) = std::net::TcpStream::connect(&addr)
         {
             use std::io::Read;
-            let _ = s.write_all(b"GET /readyz HTTP/1.0\r\n\r\n");
+            let _ = s.write_all(b"GET /readyz HTTP/1.1\r\nHost: plumb\r\n\r\n");
             let mut r = String::new();
             let _ = s.read_to_string(&mut r);
             if r.starts_with("HTTP/1.1 200") {

@@ -1,6 +1,6 @@
 //! What one write did to the ruleset, per table: chains added and removed, rules
-//! added and removed per chain, base-chain policies, rules in built-in (hook)
-//! chains. Pure.
+//! added and removed per chain, chains rewritten with the same rules (no net
+//! change), base-chain policies, rules in built-in (hook) chains. Pure.
 //!
 //! Two sources fill a [`ChangeSet`]: the netlink notifications of one nf_tables
 //! transaction (via [`crate::state::NftState`], milliseconds after the commit), and
@@ -64,6 +64,11 @@ pub struct TableChanges {
     /// least for every chain with rules removed and none added (the notification path
     /// fills only those: a 10k-service sync would otherwise name 40k chains once more).
     pub rules_after: BTreeMap<String, usize>,
+    /// Surviving chains whose rules were all removed and the same rules added back
+    /// in the same order (a restore of what was there): no net change; their rule
+    /// counts. Not in `rules_added` or `rules_removed`, and their hook rules are not
+    /// in `hook_rules`. Filled from notifications only ([`crate::state`]).
+    pub rules_rewritten: BTreeMap<String, usize>,
     pub policies: Vec<PolicyDelta>,
     pub hook_rules: Vec<HookRule>,
     /// Every rule of the table is gone while chains remain (`iptables -t nat -F`),
@@ -79,6 +84,7 @@ impl TableChanges {
             && self.chains_removed.is_empty()
             && self.rules_added.is_empty()
             && self.rules_removed.is_empty()
+            && self.rules_rewritten.is_empty()
             && self.policies.is_empty()
             && self.hook_rules.is_empty()
     }
@@ -182,6 +188,75 @@ impl ChangeSet {
             tables: out.into_values().collect(),
         }
     }
+}
+
+/// The net effect of one transaction on hook rules (`hooks`, in the order the
+/// transaction made them):
+/// - a rule jumping to chain J removed from chain C and a rule jumping to J added to
+///   C cancel out, pair by pair, in order (the hook is still there): only a hook
+///   removed and not put back is one less (unhooked);
+/// - a rule appended to C before a jump to an owned chain was put back (a chain
+///   rebuilt with something new on top) now runs ahead of that hook:
+///   `ahead_of_owned_hooks`, as if it had been inserted there.
+pub fn net_hook_rules(hooks: &mut Vec<HookRule>) {
+    let key = |h: &HookRule| h.jump.as_ref().map(|j| (h.chain.clone(), j.clone()));
+    // Per (chain, jump): rules removed and added; the pairs are the smaller count.
+    let mut counts: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
+    for h in hooks.iter() {
+        if let Some(k) = key(h) {
+            let c = counts.entry(k).or_default();
+            if h.added {
+                c.1 += 1;
+            } else {
+                c.0 += 1;
+            }
+        }
+    }
+    counts.retain(|_, (removed, added)| {
+        let pairs = (*removed).min(*added);
+        (*removed, *added) = (pairs, pairs);
+        pairs > 0
+    });
+    if counts.is_empty() {
+        return;
+    }
+    let cancelled: Vec<bool> = hooks
+        .iter()
+        .map(|h| {
+            let Some(c) = key(h).and_then(|k| counts.get_mut(&k)) else {
+                return false;
+            };
+            let left = if h.added { &mut c.1 } else { &mut c.0 };
+            let cancel = *left > 0;
+            *left = left.saturating_sub(1);
+            cancel
+        })
+        .collect();
+    // Per chain, the position of the last owned hook put back: what was appended
+    // before it is ahead of it.
+    let mut last_put_back: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, h) in hooks.iter().enumerate() {
+        if cancelled[i] && h.added && h.jump.as_deref().is_some_and(is_owned_chain) {
+            last_put_back.insert(&h.chain, i);
+        }
+    }
+    let ahead: Vec<bool> = hooks
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            !cancelled[i]
+                && h.added
+                && h.inserted == Some(false)
+                && last_put_back.get(h.chain.as_str()).is_some_and(|&j| j > i)
+        })
+        .collect();
+    let mut i = 0;
+    hooks.retain_mut(|h| {
+        let keep = !cancelled[i];
+        h.ahead_of_owned_hooks |= ahead[i];
+        i += 1;
+        keep
+    });
 }
 
 /// The built-in chains of iptables tables (the hook chains).

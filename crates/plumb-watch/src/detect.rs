@@ -8,6 +8,10 @@
 //!   hint chains vanishing, whole-table flushes.
 //! - **owner-change**: an owner's own writes (kube-proxy syncs, Felix refreshes): never
 //!   reported as tampering.
+//! - **rewrite**: owned chains rewritten with the same rules in the same order by a
+//!   writer that is not their owner (a restore of a saved ruleset): no net change,
+//!   so not tampering; reported for information (who else writes these chains).
+//!   Hook rules removed and put back in the same transaction are not "unhooked".
 //! - **policy-change**: a base chain's policy changed (`FORWARD` to DROP by ufw).
 //! - **fight**: the same owned objects removed by one party and restored by their
 //!   owner again and again within a window: the two parties, the count, the period.
@@ -28,6 +32,7 @@ pub enum Kind {
     Fight,
     PolicyChange,
     OwnerChange,
+    Rewrite,
     Resync,
     Gap,
 }
@@ -39,6 +44,7 @@ impl Kind {
             Kind::Fight => "fight",
             Kind::PolicyChange => "policy-change",
             Kind::OwnerChange => "owner-change",
+            Kind::Rewrite => "rewrite",
             Kind::Resync => "resync",
             Kind::Gap => "gap",
         }
@@ -59,6 +65,8 @@ pub enum Action {
     Added,
     /// Chains re-created (or refilled) after someone removed them.
     Restored,
+    /// Chains rewritten with the same rules: no net change.
+    Rewritten,
     /// Rules inserted ahead of owned hook rules.
     Inserted,
     /// Hook rules (jumps into owned chains from built-in chains) removed.
@@ -79,6 +87,7 @@ impl Action {
             Action::Modified => "modified",
             Action::Added => "added",
             Action::Restored => "restored",
+            Action::Rewritten => "rewrote",
             Action::Inserted => "inserted",
             Action::Unhooked => "unhooked",
             Action::Policy => "changed the policy of",
@@ -272,6 +281,8 @@ struct Group<'a> {
     flushed: Names<'a>,
     modified: Names<'a>,
     added: Names<'a>,
+    /// Rewritten with the same rules (no net change).
+    rewritten: Names<'a>,
     unhooked: BTreeSet<String>,
     rules_added: usize,
     rules_removed: usize,
@@ -284,6 +295,7 @@ impl Group<'_> {
             &mut self.flushed,
             &mut self.modified,
             &mut self.added,
+            &mut self.rewritten,
         ] {
             n.seal();
         }
@@ -485,6 +497,11 @@ pub fn detect(
                 g.rules_added += c.rules;
             }
         }
+        for chain in t.rules_rewritten.keys() {
+            if let Some(o) = owners.of(chain) {
+                groups.entry(o).or_default().rewritten.push(chain);
+            }
+        }
         // Surviving chains with rules removed, added or both: one pass over the two
         // sorted maps together.
         let mut removed = t.rules_removed.iter().peekable();
@@ -544,6 +561,36 @@ pub fn detect(
                 .filter_map(|h| h.split_once(" -j ").map(|(_, target)| target))
                 .collect();
             let lost = union(&[&g.removed.0, &g.flushed.0, &unhooked]);
+            let unchanged = g.added.is_empty()
+                && g.removed.is_empty()
+                && g.modified.is_empty()
+                && g.flushed.is_empty();
+            let also_rewrote = |f: &mut Finding| {
+                if !g.rewritten.is_empty() && !unchanged {
+                    f.details.push(format!(
+                        "also rewrote {} {owner} chains with the same rules (no net change)",
+                        g.rewritten.len()
+                    ));
+                }
+            };
+            if unchanged && g.unhooked.is_empty() {
+                // Only rewrites with the same rules: by the owner, its own write; by
+                // anyone else, information, not tampering.
+                let kind = if legit {
+                    Kind::OwnerChange
+                } else {
+                    Kind::Rewrite
+                };
+                let mut f = Finding::new(kind, Action::Rewritten, t, Some(owner.to_string()));
+                f.set_chains(g.rewritten.iter());
+                f.details.push(format!(
+                    "every rule of these chains removed and the same rules added back in \
+                     the same order: no net change{}",
+                    if legit { "" } else { "; not a foreign change" }
+                ));
+                out.push(f);
+                continue;
+            }
             if legit || (source == Source::Poll && lost.is_empty()) {
                 let restored = !(g.added.is_empty() && g.modified.is_empty())
                     && fights.restore(&t.label(), owner, &party, &[&g.added, &g.modified], now_ms);
@@ -566,6 +613,7 @@ pub fn detect(
                 );
                 f.rules_added = g.rules_added;
                 f.rules_removed = g.rules_removed;
+                also_rewrote(&mut f);
                 out.push(f);
                 continue;
             }
@@ -605,6 +653,7 @@ pub fn detect(
             if t.whole_table_flushed {
                 f.details.push(format!("whole {} table flushed", t.label()));
             }
+            also_rewrote(&mut f);
             if source == Source::Poll {
                 f.details
                     .push("writer unknown: found by polling (no audit)".into());

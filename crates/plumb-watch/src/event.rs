@@ -3,7 +3,8 @@
 //!
 //! `{"time","kind","table","chains":[…],"owner","actor":{"pid","comm","exe","unit",…},
 //! "latency_ms", …}` with `kind` one of `foreign-change`, `fight`, `policy-change`,
-//! `owner-change`, `resync`, `gap`. Times are UTC (RFC 3339, milliseconds). An event
+//! `owner-change`, `rewrite` (owned chains rewritten with the same rules by another
+//! writer: no net change), `resync`, `gap`. Times are UTC (RFC 3339, milliseconds). An event
 //! with `"preliminary": true` reports what a big transaction has done while the kernel
 //! is still sending it (see [`crate::listener`]); the complete event of the same
 //! `generation` follows.
@@ -163,6 +164,10 @@ impl Event {
                 "{who} inserted {} ahead of kube-proxy/CNI hooks in {table} ({})",
                 plural(self.rules_added, "rule"),
                 self.details.first().cloned().unwrap_or_default()
+            ),
+            (_, Action::Rewritten) => format!(
+                "{who} rewrote {} in {table} with the same rules, no net change ({chains})",
+                plural(self.chain_count, &format!("{owner} chain"))
             ),
             (_, Action::Unhooked) => {
                 format!("{who} removed {owner} hook rules in {table} ({chains})")

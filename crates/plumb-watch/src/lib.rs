@@ -10,7 +10,7 @@
 //! [`listener`] is the thread that reads every notification, keeps the state and names
 //! each transaction's writer (before its NEWGEN with the eBPF probe's
 //! [`pending_sends`]). [`watcher`] wires them;
-//! [`metrics`] exposes Prometheus metrics; [`impersonate`] runs iptables under
+//! [`metrics`] keeps Prometheus metrics and [`http`] serves them; [`impersonate`] runs iptables under
 //! another process name for tests and the lab. [`writer_probe`] (eBPF, optional)
 //! names the writer when it sends its batch, before any notification; [`probe_handoff`]
 //! loads it in a helper process so its BTF parse stays out of watch's memory.
@@ -28,6 +28,7 @@ pub mod chain_table;
 pub mod changes;
 pub mod detect;
 pub mod event;
+pub mod http;
 pub mod impersonate;
 pub mod legacy;
 pub mod listener;
@@ -45,4 +46,4 @@ pub mod writer_probe;
 pub use actor::Actor;
 pub use detect::{Finding, Kind};
 pub use event::Event;
-pub use watcher::{Summary, WatchError, WatchOptions, watch};
+pub use watcher::{Summary, WatchError, WatchOptions, Watcher, watch};

@@ -437,6 +437,7 @@ mod tests {
             appended: true,
             jump: None,
             verdict: None,
+            fingerprint: 0,
         }
     }
 

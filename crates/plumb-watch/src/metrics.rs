@@ -1,14 +1,9 @@
-//! Prometheus metrics (prometheus-client, no global registry) and a minimal HTTP
-//! endpoint for them (`GET /metrics`; `GET /healthz`: alive; `GET /readyz`: subscribed
-//! and baseline read).
+//! Prometheus metrics (prometheus-client, no global registry), rendered in the
+//! Prometheus text format or as OpenMetrics; [`crate::http`] serves them.
 //!
 //! Label values are bounded: owners come from the ownership catalogue, actors are
 //! catalogue identities or a 15-character comm (capped at [`MAX_ACTOR_LABELS`]
 //! distinct values, then `other`), error kinds are a fixed set.
-//!
-//! The endpoint is a small std TcpListener loop rather than an HTTP framework: it
-//! serves one static document on a local address, and keeping the agent at a few
-//! MB and no async runtime matters more here than routing features.
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -17,11 +12,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 type Labels = Vec<(String, String)>;
 
@@ -159,6 +151,11 @@ impl Metrics {
         self.ready.clone()
     }
 
+    /// Whether watch is subscribed and has read its baseline (`/readyz`).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+
     /// Counts one event.
     pub fn event(&self, e: &crate::event::Event, unix_secs: f64) {
         use crate::detect::Kind;
@@ -242,56 +239,6 @@ impl Metrics {
     /// `_total` suffix in HELP/TYPE, and the OpenMetrics `# EOF` is dropped.
     pub fn render(&self) -> String {
         to_prometheus_text(&self.render_openmetrics())
-    }
-
-    /// Serves `/metrics` on `addr` from a background thread; returns the bound address.
-    pub fn serve(&self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
-        let listener = TcpListener::bind(addr)?;
-        let local = listener.local_addr()?;
-        let me = self.clone();
-        std::thread::Builder::new()
-            .name("plumb-metrics".into())
-            .spawn(move || {
-                for stream in listener.incoming() {
-                    let Ok(mut s) = stream else { continue };
-                    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                    let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
-                    // Read the request head (it may arrive in pieces), bounded.
-                    let mut req = Vec::with_capacity(1024);
-                    let mut chunk = [0u8; 1024];
-                    while req.len() < 16 * 1024 && !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match s.read(&mut chunk) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => req.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    let line = String::from_utf8_lossy(&req);
-                    let path = line.split_whitespace().nth(1).unwrap_or("");
-                    let (status, ctype, body) = match path {
-                        "/metrics" => (
-                            "200 OK",
-                            "text/plain; version=0.0.4; charset=utf-8",
-                            me.render(),
-                        ),
-                        "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
-                        "/readyz" if me.ready.load(Ordering::SeqCst) => {
-                            ("200 OK", "text/plain", "ready\n".to_string())
-                        }
-                        "/readyz" => (
-                            "503 Service Unavailable",
-                            "text/plain",
-                            "reading the baseline\n".to_string(),
-                        ),
-                        _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
-                    };
-                    let _ = write!(
-                        s,
-                        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                }
-            })?;
-        Ok(local)
     }
 }
 

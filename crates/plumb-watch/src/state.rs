@@ -8,11 +8,27 @@
 //! a base chain and its policy, and for base chains how many rules jump to owned
 //! chains (kube-proxy's and the CNI's hooks). Net effects are computed per
 //! transaction: a chain flushed and refilled by kube-proxy's `iptables-restore`
-//! shows as N rules removed and N added, a chain deleted and re-created as both.
+//! shows as N rules removed and N added, a chain deleted and re-created as both —
+//! unless the rules put back are the rules taken out, in the same order: then the
+//! chain is *rewritten* with no net change ([`TableChanges::rules_rewritten`]), and
+//! its hook rules are not reported as removed and added.
+//!
+//! Rewrites are recognised without keeping rules: each rule notification carries a
+//! fingerprint of the rule ([`crate::nft_events::rule_fingerprint`]), and per chain
+//! a transaction folds the fingerprints of the rules it removes and of those it adds
+//! into two order-dependent hashes. The chain is rewritten when the transaction
+//! removed every rule the chain had, in the chain's order, before adding any, then
+//! appended as many rules as it removed, and the two hashes agree. Removals are in
+//! the chain's order when their handles rise and the chain's order is its handles'
+//! order (`ChainState::ordered`: every rule was appended, as iptables-restore and
+//! kube-proxy do). Anything else (an insert, a removal out of order or after an
+//! addition) is reported as rules removed and added, as before.
 
 use crate::chain_name::ChainName;
 use crate::chain_table::ChainTable;
-use crate::changes::{ChainDelta, ChangeSet, HookRule, PolicyDelta, TableChanges, is_owned_chain};
+use crate::changes::{
+    ChainDelta, ChangeSet, HookRule, PolicyDelta, TableChanges, is_owned_chain, net_hook_rules,
+};
 use crate::nft_events::{Batch, NftEvent, Op, family_name};
 use plumb_ruleset::{Backend, Family, Ruleset};
 
@@ -23,6 +39,10 @@ struct ChainState {
     owned_hooks: u32,
     policy: Option<u32>,
     base: bool,
+    /// Its rules are in the order of their handles (each was appended, or the
+    /// baseline dump listed them with rising handles): removals with rising handles
+    /// are then removals in the chain's order. False when unknown.
+    ordered: bool,
 }
 
 /// A chain as plumb believes it is, and what the open transaction did to it. Keeping
@@ -39,6 +59,20 @@ struct ChainEntry {
     before: Option<ChainState>,
     added: u32,
     removed: u32,
+    /// Order-dependent hashes of the fingerprints of the rules the transaction
+    /// removed and added ([`fold`]).
+    removed_seq: u64,
+    added_seq: u64,
+    /// Handle of the last rule the transaction removed.
+    last_removed: u64,
+    /// Nothing the transaction did yet rules out a rewrite with the same rules
+    /// (see the module doc).
+    may_rewrite: bool,
+}
+
+/// Folds a rule fingerprint into an order-dependent hash of a sequence of rules.
+fn fold(seq: u64, fingerprint: u64) -> u64 {
+    (seq.rotate_left(23) ^ fingerprint).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 impl ChainEntry {
@@ -56,6 +90,10 @@ impl ChainEntry {
             self.before = self.now;
             self.added = 0;
             self.removed = 0;
+            self.removed_seq = 0;
+            self.added_seq = 0;
+            self.last_removed = 0;
+            self.may_rewrite = true;
         }
     }
 
@@ -174,6 +212,8 @@ impl NftState {
                     base: c.base.is_some(),
                     policy: c.policy().and_then(policy_code),
                     owned_hooks: owned_hooks as u32,
+                    // A parsed ruleset has no handles.
+                    ordered: false,
                 };
                 ts.rules += c.rules.len();
                 if let Some(old) = ts
@@ -375,9 +415,11 @@ impl Transaction {
             }
             NftEvent::Rule {
                 op,
+                handle,
                 appended,
                 jump,
                 verdict,
+                fingerprint,
                 ..
             } => {
                 let c = e.now_or_new();
@@ -387,9 +429,15 @@ impl Transaction {
                 let hooks_before = c.owned_hooks;
                 let added = op == Op::New;
                 if added {
+                    // Inserted ahead of rules with lower handles: the chain's order is
+                    // no longer its handles' order.
+                    let inserted = !appended && c.rules > 0;
+                    c.ordered = !inserted && (c.ordered || c.rules == 0);
                     c.rules += 1;
                     c.owned_hooks += owned_jump;
                     e.added += 1;
+                    e.added_seq = fold(e.added_seq, fingerprint);
+                    e.may_rewrite &= !inserted;
                     t.rules += 1;
                 } else {
                     if c.rules > 0 {
@@ -397,7 +445,14 @@ impl Transaction {
                         t.rules -= 1;
                     }
                     c.owned_hooks = c.owned_hooks.saturating_sub(owned_jump);
+                    // One rule left, or none: in order, whatever came before.
+                    c.ordered |= c.rules <= 1;
                     e.removed += 1;
+                    e.removed_seq = fold(e.removed_seq, fingerprint);
+                    match handle {
+                        Some(h) if e.added == 0 && h > e.last_removed => e.last_removed = h,
+                        _ => e.may_rewrite = false,
+                    }
                 }
                 if hook_chain {
                     a.hooks.push(HookRule {
@@ -462,7 +517,6 @@ impl Transaction {
             table: t.name.clone(),
             table_added: !a.existed && t.live,
             table_removed: a.existed && !t.live,
-            hook_rules: a.hooks.clone(),
             whole_table_flushed: a.rules_before > 0 && t.rules == 0,
             ..TableChanges::default()
         };
@@ -472,6 +526,7 @@ impl Transaction {
         // Filled in name order, then built in bulk (no tree search per chain: a
         // sync changes the rules of 40k chains).
         let (mut added, mut removed, mut after) = (Vec::new(), Vec::new(), Vec::new());
+        let mut rewritten: Vec<(String, usize)> = Vec::new();
         for (name, e) in touched {
             let name = name.as_str();
             match (&e.before, &e.now) {
@@ -488,6 +543,10 @@ impl Transaction {
                 }),
                 (Some(b), Some(c)) => {
                     tc.policies.extend(policy_change(name, b, c));
+                    if rewrote_same_rules(e, b, c) {
+                        rewritten.push((name.to_string(), c.rules as usize));
+                        continue;
+                    }
                     // rules_after only where detection reads it: rules removed and
                     // none added (flushed or modified?).
                     if e.added > 0 {
@@ -506,6 +565,19 @@ impl Transaction {
         tc.rules_added = added.into_iter().collect();
         tc.rules_removed = removed.into_iter().collect();
         tc.rules_after = after.into_iter().collect();
+        // Hook rules of rewritten chains were removed and put back: no change.
+        tc.hook_rules = a
+            .hooks
+            .iter()
+            .filter(|h| {
+                rewritten
+                    .binary_search_by(|(n, _)| n.as_str().cmp(&h.chain))
+                    .is_err()
+            })
+            .cloned()
+            .collect();
+        net_hook_rules(&mut tc.hook_rules);
+        tc.rules_rewritten = rewritten.into_iter().collect();
         tc
     }
 
@@ -524,6 +596,19 @@ impl Transaction {
         state.tables.retain(|t| t.live);
         out
     }
+}
+
+/// Whether the open transaction of entry `e` took out every rule of the chain (`b`
+/// before, `c` now) and put the same rules back in the same order (module doc).
+fn rewrote_same_rules(e: &ChainEntry, b: &ChainState, c: &ChainState) -> bool {
+    e.may_rewrite
+        && e.removed > 0
+        && (b.ordered || b.rules <= 1)
+        && e.removed == b.rules
+        && e.added == e.removed
+        && e.added == c.rules
+        && e.removed_seq == e.added_seq
+        && b.base == c.base
 }
 
 impl NftState {

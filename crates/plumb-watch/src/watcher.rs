@@ -174,367 +174,459 @@ fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
 }
 
-/// Watches until `stop` is set or the duration ends; every event goes to `sink`.
+/// Watches until `stop` is set or the duration ends; every event goes to `sink`
+/// ([`Watcher::start`], then [`Watcher::run`]).
 pub fn watch(
     opts: &WatchOptions,
     metrics: &Metrics,
     stop: Arc<AtomicBool>,
     sink: &mut dyn FnMut(&Event),
 ) -> Result<Summary, WatchError> {
-    let started = Instant::now();
-    let netns = opts.netns.as_deref();
-    let mut summary = Summary::default();
-    let nft =
-        NftListener::open(netns, opts.receive_buffer).map_err(|source| WatchError::Subscribe {
-            netns: opts.netns.clone(),
-            source,
-        })?;
-    let (tx, rx) = mpsc::channel::<Msg>();
-    // Subscribe first, then read the baseline: nothing committed in between is missed.
-    let runner = SystemRunner;
-    let baseline = crate::baseline::read(netns);
-    let dumped_at_ns = crate::listener::monotonic_ns();
-    if !baseline.problems.is_empty() {
-        metrics.error(ErrorKind::Reread);
-        summary
-            .notes
-            .extend(baseline.problems.iter().map(|p| format!("baseline: {p}")));
+    Ok(Watcher::start(opts, metrics, stop)?.run(sink))
+}
+
+/// A watch that can watch: subscribed to nftables notifications, baseline read,
+/// listener threads running. Until [`Watcher::run`] reads them, notifications wait
+/// in a queue; nothing is lost. `plumb watch` serves `/metrics` only once it has one.
+/// Dropped without running, it stops its threads.
+pub struct Watcher {
+    started: Instant,
+    opts: WatchOptions,
+    metrics: Metrics,
+    summary: Summary,
+    rx: mpsc::Receiver<Msg>,
+    resync_tx: mpsc::Sender<()>,
+    legacy_rs: crate::legacy::LegacyRead,
+    legacy_present: bool,
+    audit_ok: bool,
+    probe_naming: ProbeNaming,
+    probe_dropped: Arc<std::sync::atomic::AtomicU32>,
+    threads: Threads,
+}
+
+/// Stops the listener threads and waits for the nftables listener, when dropped.
+struct Threads {
+    stop: Arc<AtomicBool>,
+    nft: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.nft.take() {
+            let _ = t.join();
+        }
     }
-    let mut legacy_rs = crate::legacy::read(&runner, netns);
-    let legacy_present = !legacy_rs.ruleset.tables.is_empty();
+}
 
-    // nftables listener thread: owns the chain state and applies each notification
-    // as it is decoded, so a 150k-message sync is done when its NEWGEN arrives; names
-    // writers, with the eBPF writer probe when it is attached (`listener`).
-    let (resync_tx, resync_rx) = mpsc::channel::<()>();
-    metrics.set_chains(baseline.state.chain_names());
-    let probe_naming: ProbeNaming = Arc::default();
-    let probe_dropped = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let probe = if opts.writer_probe {
-        attach_writer_probe(netns, opts.probe_loader.as_deref(), &mut summary)
-    } else {
-        summary.probe = "off".into();
-        None
-    };
-    let listener = Listener {
-        nft,
-        netns: netns.map(str::to_string),
-        state: baseline.state,
-        dumped: baseline.generation,
-        dumped_at_ns,
-        tx: tx.clone(),
-        resync: resync_rx,
-        metrics: metrics.clone(),
-        probe,
-        probe_dropped: probe_dropped.clone(),
-        naming: probe_naming.clone(),
-    };
-    let nft_stop = stop.clone();
-    let nft_thread = std::thread::Builder::new()
-        .name("plumb-nft".into())
-        .spawn(move || listener.run(&nft_stop))
-        .ok();
+impl Watcher {
+    /// Subscribes to nftables notifications (in `opts.netns`), reads the baseline,
+    /// starts the listener threads (audit too, when asked and available) and sets
+    /// `opts.ready`. An error means watch cannot watch at all (no subscription);
+    /// what it can do without (audit, the eBPF probe, parts of the baseline) is said
+    /// in the summary's fields and notes instead.
+    pub fn start(
+        opts: &WatchOptions,
+        metrics: &Metrics,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Watcher, WatchError> {
+        let started = Instant::now();
+        let netns = opts.netns.as_deref();
+        let mut summary = Summary::default();
+        let nft = NftListener::open(netns, opts.receive_buffer).map_err(|source| {
+            WatchError::Subscribe {
+                netns: opts.netns.clone(),
+                source,
+            }
+        })?;
+        let (tx, rx) = mpsc::channel::<Msg>();
+        // Subscribe first, then read the baseline: nothing committed in between is missed.
+        let runner = SystemRunner;
+        let baseline = crate::baseline::read(netns);
+        let dumped_at_ns = crate::listener::monotonic_ns();
+        if !baseline.problems.is_empty() {
+            metrics.error(ErrorKind::Reread);
+            summary
+                .notes
+                .extend(baseline.problems.iter().map(|p| format!("baseline: {p}")));
+        }
+        let legacy_rs = crate::legacy::read(&runner, netns);
+        let legacy_present = !legacy_rs.ruleset.tables.is_empty();
 
-    // Audit listener thread (initial namespace only).
-    let mut audit_ok = false;
-    summary.audit = if !opts.audit {
-        "off".into()
-    } else if !crate::audit::in_initial_netns() {
-        metrics.error(ErrorKind::AuditUnavailable);
-        "unavailable: plumb is not in the initial network namespace".into()
-    } else {
-        match AuditListener::open() {
-            Ok(mut listener) => {
-                audit_ok = true;
-                let a_stop = stop.clone();
-                let a_tx = tx.clone();
-                let _ = std::thread::Builder::new()
-                    .name("plumb-audit".into())
-                    .spawn(move || {
-                        let mut asm = Assembler::default();
-                        while !a_stop.load(Ordering::Relaxed) {
-                            let now = unix_ms(SystemTime::now());
-                            let mut done = Vec::new();
-                            match listener.receive() {
-                                Ok(records) => {
-                                    for r in records {
-                                        done.extend(asm.push(r, now));
+        // nftables listener thread: owns the chain state and applies each notification
+        // as it is decoded, so a 150k-message sync is done when its NEWGEN arrives; names
+        // writers, with the eBPF writer probe when it is attached (`listener`).
+        let (resync_tx, resync_rx) = mpsc::channel::<()>();
+        metrics.set_chains(baseline.state.chain_names());
+        let probe_naming: ProbeNaming = Arc::default();
+        let probe_dropped = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let probe = if opts.writer_probe {
+            attach_writer_probe(netns, opts.probe_loader.as_deref(), &mut summary)
+        } else {
+            summary.probe = "off".into();
+            None
+        };
+        let listener = Listener {
+            nft,
+            netns: netns.map(str::to_string),
+            state: baseline.state,
+            dumped: baseline.generation,
+            dumped_at_ns,
+            tx: tx.clone(),
+            resync: resync_rx,
+            metrics: metrics.clone(),
+            probe,
+            probe_dropped: probe_dropped.clone(),
+            naming: probe_naming.clone(),
+        };
+        let nft_stop = stop.clone();
+        let nft_thread = std::thread::Builder::new()
+            .name("plumb-nft".into())
+            .spawn(move || listener.run(&nft_stop))
+            .ok();
+
+        // Audit listener thread (initial namespace only).
+        let mut audit_ok = false;
+        summary.audit = if !opts.audit {
+            "off".into()
+        } else if !crate::audit::in_initial_netns() {
+            metrics.error(ErrorKind::AuditUnavailable);
+            "unavailable: plumb is not in the initial network namespace".into()
+        } else {
+            match AuditListener::open() {
+                Ok(mut listener) => {
+                    audit_ok = true;
+                    let a_stop = stop.clone();
+                    let a_tx = tx.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("plumb-audit".into())
+                        .spawn(move || {
+                            let mut asm = Assembler::default();
+                            while !a_stop.load(Ordering::Relaxed) {
+                                let now = unix_ms(SystemTime::now());
+                                let mut done = Vec::new();
+                                match listener.receive() {
+                                    Ok(records) => {
+                                        for r in records {
+                                            done.extend(asm.push(r, now));
+                                        }
+                                    }
+                                    Err(e) => {
+                                        let _ = a_tx.send(Msg::Error(
+                                            ErrorKind::AuditReceive,
+                                            e.to_string(),
+                                        ));
                                     }
                                 }
-                                Err(e) => {
-                                    let _ = a_tx
-                                        .send(Msg::Error(ErrorKind::AuditReceive, e.to_string()));
+                                done.extend(asm.flush_older(now, 50));
+                                for ev in done {
+                                    if a_tx.send(Msg::Audit(Box::new(ev))).is_err() {
+                                        return;
+                                    }
                                 }
                             }
-                            done.extend(asm.flush_older(now, 50));
-                            for ev in done {
-                                if a_tx.send(Msg::Audit(Box::new(ev))).is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                    });
-                "listening".into()
+                        });
+                    "listening".into()
+                }
+                Err(e) => {
+                    metrics.error(ErrorKind::AuditUnavailable);
+                    format!("unavailable: {e} (needs CAP_AUDIT_READ)")
+                }
             }
-            Err(e) => {
-                metrics.error(ErrorKind::AuditUnavailable);
-                format!("unavailable: {e} (needs CAP_AUDIT_READ)")
-            }
-        }
-    };
-    drop(tx);
-    summary.legacy = match (legacy_present, audit_ok) {
-        (false, _) => "none".into(),
-        (true, true) => "audit".into(),
-        (true, false) => "polling".into(),
-    };
-    if legacy_present && !audit_ok {
-        summary.notes.push(
+        };
+        drop(tx);
+        summary.legacy = match (legacy_present, audit_ok) {
+            (false, _) => "none".into(),
+            (true, true) => "audit".into(),
+            (true, false) => "polling".into(),
+        };
+        if legacy_present && !audit_ok {
+            summary.notes.push(
             "iptables-legacy tables present and audit unavailable: legacy changes are found by polling; attribution and latency are degraded".into(),
         );
+        }
+
+        if let Some(r) = &opts.ready {
+            r.store(true, Ordering::SeqCst);
+        }
+        Ok(Watcher {
+            started,
+            opts: opts.clone(),
+            metrics: metrics.clone(),
+            summary,
+            rx,
+            resync_tx,
+            legacy_rs,
+            legacy_present,
+            audit_ok,
+            probe_naming,
+            probe_dropped,
+            threads: Threads {
+                stop,
+                nft: nft_thread,
+            },
+        })
     }
 
-    if let Some(r) = &opts.ready {
-        r.store(true, Ordering::SeqCst);
-    }
-    // --duration counts from here: reading a 10k-service baseline takes seconds.
-    let watching = Instant::now();
-    let mut fights = FightTracker::new(opts.fight);
-    let mut pending: VecDeque<Pending> = VecDeque::new();
-    let mut recent_audit: VecDeque<NetfilterAudit> = VecDeque::new();
-    let mut resync_at: Option<Instant> = None;
-    // Transactions queued while a dump was read and already in it (`already_in_dump`).
-    let mut in_dump = 0u64;
-    let mut audit_seen = false;
-    let mut legacy_at: Option<(Instant, Actor)> = None;
-    // Generations that already had a preliminary event (one per transaction).
-    let mut early_reported: VecDeque<u32> = VecDeque::new();
-    // Generations whose complete event is out: a preliminary one arriving later is stale.
-    let mut completed: VecDeque<u32> = VecDeque::new();
-    let mut next_poll = Instant::now() + opts.legacy_poll;
-    let mut emit = |e: Event, summary: &mut Summary| {
-        // A preliminary event is not counted as one of its kind (its complete event is).
-        let key = if e.preliminary {
-            "preliminary"
-        } else {
-            metrics.event(&e, unix_ms(SystemTime::now()) as f64 / 1000.0);
-            e.kind.as_str()
+    /// Reports events to `sink` until `stop` is set or the duration ends; returns
+    /// the summary.
+    pub fn run(self, sink: &mut dyn FnMut(&Event)) -> Summary {
+        let Watcher {
+            started,
+            opts,
+            metrics,
+            mut summary,
+            rx,
+            resync_tx,
+            mut legacy_rs,
+            legacy_present,
+            audit_ok,
+            probe_naming,
+            probe_dropped,
+            threads,
+        } = self;
+        let opts = &opts;
+        let metrics = &metrics;
+        let stop = threads.stop.clone();
+        let netns = opts.netns.as_deref();
+        let runner = SystemRunner;
+        // --duration counts from here: reading a 10k-service baseline takes seconds.
+        let watching = Instant::now();
+        let mut fights = FightTracker::new(opts.fight);
+        let mut pending: VecDeque<Pending> = VecDeque::new();
+        let mut recent_audit: VecDeque<NetfilterAudit> = VecDeque::new();
+        let mut resync_at: Option<Instant> = None;
+        // Transactions queued while a dump was read and already in it (`already_in_dump`).
+        let mut in_dump = 0u64;
+        let mut audit_seen = false;
+        let mut legacy_at: Option<(Instant, Actor)> = None;
+        // Generations that already had a preliminary event (one per transaction).
+        let mut early_reported: VecDeque<u32> = VecDeque::new();
+        // Generations whose complete event is out: a preliminary one arriving later is stale.
+        let mut completed: VecDeque<u32> = VecDeque::new();
+        let mut next_poll = Instant::now() + opts.legacy_poll;
+        let mut emit = |e: Event, summary: &mut Summary| {
+            // A preliminary event is not counted as one of its kind (its complete event is).
+            let key = if e.preliminary {
+                "preliminary"
+            } else {
+                metrics.event(&e, unix_ms(SystemTime::now()) as f64 / 1000.0);
+                e.kind.as_str()
+            };
+            *summary.events.entry(key.to_string()).or_default() += 1;
+            sink(&e);
         };
-        *summary.events.entry(key.to_string()).or_default() += 1;
-        sink(&e);
-    };
 
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
-        if opts.duration.is_some_and(|d| watching.elapsed() >= d) {
-            break;
-        }
-        // Sleep until the next thing that can be due (few wake-ups when idle).
-        let now = Instant::now();
-        let mut next = now + Duration::from_millis(500);
-        if let Some(p) = pending.front() {
-            next = next.min(p.deadline.max(now + Duration::from_millis(1)));
-        }
-        if let Some(t) = resync_at {
-            next = next.min(t);
-        }
-        if let Some((t, _)) = &legacy_at {
-            next = next.min(*t);
-        }
-        if legacy_present && !audit_ok {
-            next = next.min(next_poll);
-        }
-        if let Some(d) = opts.duration {
-            next = next.min(watching + d);
-        }
-        let wait = next.saturating_duration_since(now);
-        match rx.recv_timeout(wait) {
-            Ok(Msg::Committed(c)) => {
-                if completed.len() >= 64 {
-                    completed.pop_front();
-                }
-                completed.push_back(c.generation);
-                // Wait for audit only once audit has shown it delivers records
-                // (the kernel may have audit disabled: then nothing ever comes).
-                if c.actor.gone && audit_ok && audit_seen {
-                    // Try a join with an audit event already here.
-                    if let Some(a) = recent_audit
-                        .iter()
-                        .find(|a| a.generation() == Some(c.generation))
-                    {
-                        let mut c = c;
-                        c.actor = enrich(std::mem::take(&mut c.actor), a);
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if opts.duration.is_some_and(|d| watching.elapsed() >= d) {
+                break;
+            }
+            // Sleep until the next thing that can be due (few wake-ups when idle).
+            let now = Instant::now();
+            let mut next = now + Duration::from_millis(500);
+            if let Some(p) = pending.front() {
+                next = next.min(p.deadline.max(now + Duration::from_millis(1)));
+            }
+            if let Some(t) = resync_at {
+                next = next.min(t);
+            }
+            if let Some((t, _)) = &legacy_at {
+                next = next.min(*t);
+            }
+            if legacy_present && !audit_ok {
+                next = next.min(next_poll);
+            }
+            if let Some(d) = opts.duration {
+                next = next.min(watching + d);
+            }
+            let wait = next.saturating_duration_since(now);
+            match rx.recv_timeout(wait) {
+                Ok(Msg::Committed(c)) => {
+                    if completed.len() >= 64 {
+                        completed.pop_front();
+                    }
+                    completed.push_back(c.generation);
+                    // Wait for audit only once audit has shown it delivers records
+                    // (the kernel may have audit disabled: then nothing ever comes).
+                    if c.actor.gone && audit_ok && audit_seen {
+                        // Try a join with an audit event already here.
+                        if let Some(a) = recent_audit
+                            .iter()
+                            .find(|a| a.generation() == Some(c.generation))
+                        {
+                            let mut c = c;
+                            c.actor = enrich(std::mem::take(&mut c.actor), a);
+                            for e in process(&c, &mut fights, netns, &mut summary) {
+                                emit(e, &mut summary);
+                            }
+                        } else {
+                            pending.push_back(Pending {
+                                c,
+                                deadline: Instant::now() + AUDIT_JOIN_WAIT,
+                            });
+                        }
+                    } else if !pending.is_empty() {
+                        // Keep order: later transactions wait behind earlier ones.
+                        pending.push_back(Pending {
+                            c,
+                            deadline: Instant::now(),
+                        });
+                    } else {
                         for e in process(&c, &mut fights, netns, &mut summary) {
                             emit(e, &mut summary);
                         }
-                    } else {
-                        pending.push_back(Pending {
-                            c,
-                            deadline: Instant::now() + AUDIT_JOIN_WAIT,
-                        });
-                    }
-                } else if !pending.is_empty() {
-                    // Keep order: later transactions wait behind earlier ones.
-                    pending.push_back(Pending {
-                        c,
-                        deadline: Instant::now(),
-                    });
-                } else {
-                    for e in process(&c, &mut fights, netns, &mut summary) {
-                        emit(e, &mut summary);
                     }
                 }
-            }
-            Ok(Msg::Early(c, how)) => {
-                if !early_reported.contains(&c.generation) && !completed.contains(&c.generation) {
-                    let events = preliminary(&c, how, &fights, netns);
-                    if !events.is_empty() {
-                        if early_reported.len() >= 16 {
-                            early_reported.pop_front();
+                Ok(Msg::Early(c, how)) => {
+                    if !early_reported.contains(&c.generation) && !completed.contains(&c.generation)
+                    {
+                        let events = preliminary(&c, how, &fights, netns);
+                        if !events.is_empty() {
+                            if early_reported.len() >= 16 {
+                                early_reported.pop_front();
+                            }
+                            early_reported.push_back(c.generation);
                         }
-                        early_reported.push_back(c.generation);
+                        for e in events {
+                            emit(e, &mut summary);
+                        }
                     }
-                    for e in events {
-                        emit(e, &mut summary);
+                }
+                Ok(Msg::Resync(changes)) => {
+                    resync_events(&changes, &mut fights, netns, &mut |e| emit(e, &mut summary));
+                }
+                Ok(Msg::Audit(a)) => {
+                    audit_seen = true;
+                    if let Some(p) = pending
+                        .iter_mut()
+                        .find(|p| a.generation() == Some(p.c.generation))
+                    {
+                        p.c.actor = enrich(std::mem::take(&mut p.c.actor), &a);
+                        p.deadline = Instant::now();
+                    }
+                    let legacy_change = a.changes.iter().any(|c| c.op == "xt_replace");
+                    if legacy_change && audit_pid_in_netns(&a, netns) {
+                        let hints = Hints {
+                            comm: a.changes.iter().find_map(|c| c.comm.clone()),
+                            exe: a.syscall.as_ref().and_then(|s| s.exe.clone()),
+                            ppid: a.syscall.as_ref().and_then(|s| s.ppid),
+                            uid: a.syscall.as_ref().and_then(|s| s.uid),
+                            argv: a.argv.clone(),
+                        };
+                        let actor = a
+                            .pid()
+                            .map(|p| actor::resolve(p, &hints))
+                            .unwrap_or_default();
+                        legacy_at = Some((Instant::now() + opts.debounce, actor));
+                    }
+                    recent_audit.push_back(*a);
+                    while recent_audit.len() > 256 {
+                        recent_audit.pop_front();
                     }
                 }
-            }
-            Ok(Msg::Resync(changes)) => {
-                resync_events(&changes, &mut fights, netns, &mut |e| emit(e, &mut summary));
-            }
-            Ok(Msg::Audit(a)) => {
-                audit_seen = true;
-                if let Some(p) = pending
-                    .iter_mut()
-                    .find(|p| a.generation() == Some(p.c.generation))
-                {
-                    p.c.actor = enrich(std::mem::take(&mut p.c.actor), &a);
-                    p.deadline = Instant::now();
-                }
-                let legacy_change = a.changes.iter().any(|c| c.op == "xt_replace");
-                if legacy_change && audit_pid_in_netns(&a, netns) {
-                    let hints = Hints {
-                        comm: a.changes.iter().find_map(|c| c.comm.clone()),
-                        exe: a.syscall.as_ref().and_then(|s| s.exe.clone()),
-                        ppid: a.syscall.as_ref().and_then(|s| s.ppid),
-                        uid: a.syscall.as_ref().and_then(|s| s.uid),
-                        argv: a.argv.clone(),
-                    };
-                    let actor = a
-                        .pid()
-                        .map(|p| actor::resolve(p, &hints))
-                        .unwrap_or_default();
-                    legacy_at = Some((Instant::now() + opts.debounce, actor));
-                }
-                recent_audit.push_back(*a);
-                while recent_audit.len() > 256 {
-                    recent_audit.pop_front();
-                }
-            }
-            Ok(Msg::Gap) => {
-                summary.gaps += 1;
-                emit(
-                    Event::gap(
-                        SystemTime::now(),
-                        netns,
-                        "the kernel dropped nftables notifications (ENOBUFS)",
-                    ),
-                    &mut summary,
-                );
-                resync_at = Some(Instant::now() + opts.debounce);
-            }
-            Ok(Msg::AlreadyInDump(n)) => in_dump += n,
-            Ok(Msg::ResyncFailed) => resync_at = Some(Instant::now() + RESYNC_RETRY),
-            Ok(Msg::Error(kind, _msg)) => metrics.error(kind),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        }
-        // Batches whose audit wait is over, in order.
-        while pending
-            .front()
-            .is_some_and(|p| p.deadline <= Instant::now())
-        {
-            if let Some(p) = pending.pop_front() {
-                for e in process(&p.c, &mut fights, netns, &mut summary) {
-                    emit(e, &mut summary);
-                }
-            }
-        }
-        // Debounced full resync after a gap.
-        if resync_at.is_some_and(|t| t <= Instant::now()) {
-            resync_at = None;
-            // The listener thread dumps, swaps the state and reports what changed while
-            // events were lost.
-            let _ = resync_tx.send(());
-        }
-        // Legacy: audit-triggered re-read, or a poll without audit.
-        let poll_due = legacy_present && !audit_ok && Instant::now() >= next_poll;
-        let trigger_due = legacy_at
-            .as_ref()
-            .is_some_and(|(t, _)| *t <= Instant::now());
-        if poll_due || trigger_due {
-            next_poll = Instant::now() + opts.legacy_poll;
-            let (actor, source) = match legacy_at.take() {
-                Some((_, a)) if trigger_due => (a, Source::Write),
-                other => {
-                    legacy_at = other;
-                    (Actor::unknown(), Source::Poll)
-                }
-            };
-            let fresh = crate::legacy::read(&runner, netns);
-            if !fresh.errors.is_empty() {
-                metrics.error(ErrorKind::Reread);
-            }
-            if fresh.fingerprint != legacy_rs.fingerprint {
-                let changes = from_rulesets(&legacy_rs.ruleset, &fresh.ruleset);
-                let at = SystemTime::now();
-                for f in detect(&changes, &actor, source, unix_ms(at), &mut fights) {
+                Ok(Msg::Gap) => {
+                    summary.gaps += 1;
                     emit(
-                        Event::from_finding(f, at, netns, &actor, None, None),
+                        Event::gap(
+                            SystemTime::now(),
+                            netns,
+                            "the kernel dropped nftables notifications (ENOBUFS)",
+                        ),
                         &mut summary,
                     );
+                    resync_at = Some(Instant::now() + opts.debounce);
                 }
-                legacy_rs = fresh;
+                Ok(Msg::AlreadyInDump(n)) => in_dump += n,
+                Ok(Msg::ResyncFailed) => resync_at = Some(Instant::now() + RESYNC_RETRY),
+                Ok(Msg::Error(kind, _msg)) => metrics.error(kind),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            // Batches whose audit wait is over, in order.
+            while pending
+                .front()
+                .is_some_and(|p| p.deadline <= Instant::now())
+            {
+                if let Some(p) = pending.pop_front() {
+                    for e in process(&p.c, &mut fights, netns, &mut summary) {
+                        emit(e, &mut summary);
+                    }
+                }
+            }
+            // Debounced full resync after a gap.
+            if resync_at.is_some_and(|t| t <= Instant::now()) {
+                resync_at = None;
+                // The listener thread dumps, swaps the state and reports what changed while
+                // events were lost.
+                let _ = resync_tx.send(());
+            }
+            // Legacy: audit-triggered re-read, or a poll without audit.
+            let poll_due = legacy_present && !audit_ok && Instant::now() >= next_poll;
+            let trigger_due = legacy_at
+                .as_ref()
+                .is_some_and(|(t, _)| *t <= Instant::now());
+            if poll_due || trigger_due {
+                next_poll = Instant::now() + opts.legacy_poll;
+                let (actor, source) = match legacy_at.take() {
+                    Some((_, a)) if trigger_due => (a, Source::Write),
+                    other => {
+                        legacy_at = other;
+                        (Actor::unknown(), Source::Poll)
+                    }
+                };
+                let fresh = crate::legacy::read(&runner, netns);
+                if !fresh.errors.is_empty() {
+                    metrics.error(ErrorKind::Reread);
+                }
+                if fresh.fingerprint != legacy_rs.fingerprint {
+                    let changes = from_rulesets(&legacy_rs.ruleset, &fresh.ruleset);
+                    let at = SystemTime::now();
+                    for f in detect(&changes, &actor, source, unix_ms(at), &mut fights) {
+                        emit(
+                            Event::from_finding(f, at, netns, &actor, None, None),
+                            &mut summary,
+                        );
+                    }
+                    legacy_rs = fresh;
+                }
             }
         }
-    }
-    if in_dump > 0 {
-        summary.notes.push(format!(
-            "{in_dump} transactions committed while the ruleset was being dumped were in \
+        if in_dump > 0 {
+            summary.notes.push(format!(
+                "{in_dump} transactions committed while the ruleset was being dumped were in \
              the dump already: not reported"
-        ));
-    }
-    // Flush what is still waiting for audit.
-    while let Some(p) = pending.pop_front() {
-        for e in process(&p.c, &mut fights, netns, &mut summary) {
-            emit(e, &mut summary);
+            ));
         }
-    }
-    stop.store(true, Ordering::Relaxed);
-    if let Some(t) = nft_thread {
-        let _ = t.join();
-    }
-    let named: Vec<u64> = probe_naming
-        .iter()
-        .map(|n| n.load(Ordering::Relaxed))
-        .collect();
-    if named[0] > 0 {
-        summary.notes.push(format!(
+        // Flush what is still waiting for audit.
+        while let Some(p) = pending.pop_front() {
+            for e in process(&p.c, &mut fights, netns, &mut summary) {
+                emit(e, &mut summary);
+            }
+        }
+        drop(threads);
+        let named: Vec<u64> = probe_naming
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .collect();
+        if named[0] > 0 {
+            summary.notes.push(format!(
             "transactions whose writer the eBPF probe named before their NEWGEN: {} ({} confirmed by the NEWGEN, {} contradicted)",
             named[0], named[1], named[2]
         ));
-    }
-    let dropped = probe_dropped.load(Ordering::Relaxed);
-    if dropped > 0 {
-        summary.notes.push(format!(
-            "eBPF writer probe: {dropped} reports dropped (its ring buffer was full): those \
+        }
+        let dropped = probe_dropped.load(Ordering::Relaxed);
+        if dropped > 0 {
+            summary.notes.push(format!(
+                "eBPF writer probe: {dropped} reports dropped (its ring buffer was full): those \
              writers were named at their NEWGEN"
-        ));
+            ));
+        }
+        summary.duration_s = started.elapsed().as_secs_f64();
+        summary
     }
-    summary.duration_s = started.elapsed().as_secs_f64();
-    Ok(summary)
 }
 
 fn process(

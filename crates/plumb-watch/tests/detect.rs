@@ -308,6 +308,7 @@ fn rule(op: Op, table: &str, chain: &str, jump: Option<&str>, appended: bool) ->
             jump: jump.map(str::to_string),
             verdict: None,
         },
+        fingerprint: 0,
     }
 }
 
@@ -510,4 +511,352 @@ fn a_new_base_chain_that_drops_is_a_policy_change() {
         policy: Some(1),
     }]));
     assert!(c.tables[0].policies.is_empty());
+}
+
+/// A rule notification as the kernel sends it: with its handle and fingerprint.
+fn krule(op: Op, chain: &str, jump: Option<&str>, handle: u64, fingerprint: u64) -> NftMessage {
+    NftMessage::Rule {
+        op,
+        family: 2,
+        table: "nat".into(),
+        chain: chain.into(),
+        handle: Some(handle),
+        appended: op == Op::New,
+        summary: RuleSummary {
+            jump: jump.map(str::to_string),
+            verdict: None,
+        },
+        fingerprint,
+    }
+}
+
+/// nat with PREROUTING -> KUBE-SERVICES -> KUBE-SVC-A (three rules), all appended;
+/// returns the state and the next handle.
+fn hooked_nat() -> (NftState, u64) {
+    let mut s = NftState::default();
+    s.apply(&batch(vec![
+        NftMessage::Chain {
+            op: Op::New,
+            family: 2,
+            table: "nat".into(),
+            name: "PREROUTING".into(),
+            hook: Some(0),
+            policy: Some(1),
+        },
+        chain(Op::New, "nat", "KUBE-SERVICES"),
+        chain(Op::New, "nat", "KUBE-SVC-A"),
+        krule(Op::New, "PREROUTING", Some("KUBE-SERVICES"), 1, 100),
+        krule(Op::New, "KUBE-SERVICES", Some("KUBE-SVC-A"), 2, 200),
+        krule(Op::New, "KUBE-SVC-A", None, 3, 301),
+        krule(Op::New, "KUBE-SVC-A", None, 4, 302),
+        krule(Op::New, "KUBE-SVC-A", None, 5, 303),
+    ]));
+    (s, 6)
+}
+
+/// Rules as a chain holds them: (jump, fingerprint).
+type Rules = Vec<(Option<&'static str>, u64)>;
+/// The rules a writer puts in each chain.
+type Refill<'a> = &'a dyn Fn(&str) -> Rules;
+/// Rules of `hooked_nat` as the kernel has them: (jump, handle, fingerprint).
+type Held = Vec<(Option<&'static str>, u64, u64)>;
+
+/// What iptables-nft-restore sends to rewrite `chains` of `hooked_nat` (each
+/// flushed in order, then refilled by appends) with the fingerprints `refill` gives.
+fn rewrite(refill: Refill<'_>) -> Vec<NftMessage> {
+    let before: [(&str, Held); 3] = [
+        ("PREROUTING", vec![(Some("KUBE-SERVICES"), 1, 100)]),
+        ("KUBE-SERVICES", vec![(Some("KUBE-SVC-A"), 2, 200)]),
+        (
+            "KUBE-SVC-A",
+            vec![(None, 3, 301), (None, 4, 302), (None, 5, 303)],
+        ),
+    ];
+    let mut msgs = Vec::new();
+    let mut handle = 6;
+    for (chain, rules) in &before {
+        for (jump, h, fp) in rules {
+            msgs.push(krule(Op::Del, chain, *jump, *h, *fp));
+        }
+    }
+    for (chain, _) in &before {
+        for (jump, fp) in refill(chain) {
+            msgs.push(krule(Op::New, chain, jump, handle, fp));
+            handle += 1;
+        }
+    }
+    msgs
+}
+
+fn same_rules(chain: &str) -> Rules {
+    match chain {
+        "PREROUTING" => vec![(Some("KUBE-SERVICES"), 100)],
+        "KUBE-SERVICES" => vec![(Some("KUBE-SVC-A"), 200)],
+        _ => vec![(None, 301), (None, 302), (None, 303)],
+    }
+}
+
+/// Regression (a backup tool's iptables-nft-restore of what was there was reported
+/// as kube-proxy's hooks removed, "unhooked"): chains flushed and refilled with the
+/// same rules in the same order are rewritten with no net change, their hook rules
+/// cancel out, and a writer that is not the owner makes a `rewrite`, not a
+/// foreign change; the owner's own rewrite is an owner change.
+#[test]
+fn a_flush_and_refill_with_the_same_rules_is_a_rewrite_not_a_foreign_change() {
+    let (mut s, _) = hooked_nat();
+    let c = s.apply(&batch(rewrite(&same_rules)));
+    let t = &c.tables[0];
+    assert!(
+        t.rules_added.is_empty() && t.rules_removed.is_empty(),
+        "{t:#?}"
+    );
+    assert!(t.hook_rules.is_empty(), "{t:#?}");
+    assert_eq!(
+        t.rules_rewritten
+            .iter()
+            .map(|(c, n)| (c.as_str(), *n))
+            .collect::<Vec<_>>(),
+        [("KUBE-SERVICES", 1), ("KUBE-SVC-A", 3), ("PREROUTING", 1)]
+    );
+    let f = detect(
+        &c,
+        &actor("netbackup"),
+        Source::Write,
+        0,
+        &mut FightTracker::default(),
+    );
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!((f[0].kind, f[0].action), (Kind::Rewrite, Action::Rewritten));
+    assert_eq!(f[0].owner.as_deref(), Some("kube-proxy"));
+    assert_eq!(f[0].chains, ["KUBE-SERVICES", "KUBE-SVC-A"]);
+    let f = detect(
+        &c,
+        &actor("kube-proxy"),
+        Source::Write,
+        0,
+        &mut FightTracker::default(),
+    );
+    assert!(
+        f.iter()
+            .all(|f| f.kind == Kind::OwnerChange && f.action == Action::Rewritten),
+        "{f:#?}"
+    );
+    // Rewritten again: the new handles count, and it is again no change.
+    let mut msgs = Vec::new();
+    for (chain, first, n, fps) in [
+        ("PREROUTING", 6, 1, vec![100]),
+        ("KUBE-SERVICES", 7, 1, vec![200]),
+        ("KUBE-SVC-A", 8, 3, vec![301, 302, 303]),
+    ] {
+        for i in 0..n {
+            msgs.push(krule(Op::Del, chain, None, first + i, fps[i as usize]));
+        }
+    }
+    let c = s.apply(&batch(msgs));
+    let t = &c.tables[0];
+    assert!(
+        t.rules_rewritten.is_empty() && t.rules_removed.len() == 3,
+        "flushed: {t:#?}"
+    );
+}
+
+/// The same flush and refill, but not the same rules: a rule changed, two swapped,
+/// one fewer, the hook left out. Each is still a change (and a foreign one).
+#[test]
+fn a_refill_with_other_rules_is_still_a_change() {
+    let cases: [(&str, Refill<'_>, Action); 4] = [
+        (
+            "a rule changed",
+            &|c| match c {
+                "KUBE-SVC-A" => vec![(None, 301), (None, 999), (None, 303)],
+                c => same_rules(c),
+            },
+            Action::Modified,
+        ),
+        (
+            "two rules swapped",
+            &|c| match c {
+                "KUBE-SVC-A" => vec![(None, 302), (None, 301), (None, 303)],
+                c => same_rules(c),
+            },
+            Action::Modified,
+        ),
+        (
+            "one rule fewer",
+            &|c| match c {
+                "KUBE-SVC-A" => vec![(None, 301), (None, 302)],
+                c => same_rules(c),
+            },
+            Action::Modified,
+        ),
+        (
+            "the hook left out",
+            &|c| match c {
+                "PREROUTING" => vec![],
+                c => same_rules(c),
+            },
+            Action::Unhooked,
+        ),
+    ];
+    for (what, refill, action) in cases {
+        let (mut s, _) = hooked_nat();
+        let c = s.apply(&batch(rewrite(refill)));
+        let f = detect(
+            &c,
+            &actor("netbackup"),
+            Source::Write,
+            0,
+            &mut FightTracker::default(),
+        );
+        let foreign = f
+            .iter()
+            .find(|f| f.kind == Kind::ForeignChange)
+            .unwrap_or_else(|| panic!("{what}: {f:#?}"));
+        assert_eq!(foreign.action, action, "{what}: {f:#?}");
+        if action == Action::Modified {
+            assert_eq!(foreign.chains, ["KUBE-SVC-A"], "{what}");
+            assert!(
+                foreign
+                    .details
+                    .iter()
+                    .any(|d| d.contains("also rewrote 1 kube-proxy")),
+                "{what}: {:?}",
+                foreign.details
+            );
+        } else {
+            assert_eq!(foreign.chains, ["PREROUTING -j KUBE-SERVICES"], "{what}");
+        }
+    }
+}
+
+/// A rewrite is recognised only when the removals are provably the chain's rules in
+/// its order: removed out of handle order, after an addition, or in a chain whose
+/// order is not its handles' (a rule was inserted), the same fingerprints are still
+/// reported as rules removed and added.
+#[test]
+fn a_rewrite_is_recognised_only_when_the_order_is_known() {
+    // Removed out of handle order (3, 5, 4) and put back as 301, 303, 302: the
+    // chain was 301 302 303 and is now 301 303 302.
+    let (mut s, _) = hooked_nat();
+    let c = s.apply(&batch(vec![
+        krule(Op::Del, "KUBE-SVC-A", None, 3, 301),
+        krule(Op::Del, "KUBE-SVC-A", None, 5, 303),
+        krule(Op::Del, "KUBE-SVC-A", None, 4, 302),
+        krule(Op::New, "KUBE-SVC-A", None, 6, 301),
+        krule(Op::New, "KUBE-SVC-A", None, 7, 303),
+        krule(Op::New, "KUBE-SVC-A", None, 8, 302),
+    ]));
+    assert!(c.tables[0].rules_rewritten.is_empty(), "{c:#?}");
+    assert_eq!(c.tables[0].rules_added["KUBE-SVC-A"], 3);
+    // A removal after an addition.
+    let (mut s, _) = hooked_nat();
+    let c = s.apply(&batch(vec![
+        krule(Op::Del, "KUBE-SERVICES", None, 2, 200),
+        krule(Op::New, "KUBE-SERVICES", None, 6, 200),
+        krule(Op::Del, "KUBE-SERVICES", None, 6, 200),
+        krule(Op::New, "KUBE-SERVICES", None, 7, 200),
+    ]));
+    assert!(c.tables[0].rules_rewritten.is_empty(), "{c:#?}");
+    // A chain with an inserted rule: its order is not its handles'. Inserted 304 at
+    // the top (handle 6): 304 301 302 303. Removed by handle order (3, 4, 5, 6) and
+    // put back as 301 302 303 304, it changed; it is not called a rewrite.
+    let (mut s, _) = hooked_nat();
+    let mut insert = krule(Op::New, "KUBE-SVC-A", None, 6, 304);
+    if let NftMessage::Rule { appended, .. } = &mut insert {
+        *appended = false;
+    }
+    s.apply(&batch(vec![insert]));
+    let c = s.apply(&batch(vec![
+        krule(Op::Del, "KUBE-SVC-A", None, 3, 301),
+        krule(Op::Del, "KUBE-SVC-A", None, 4, 302),
+        krule(Op::Del, "KUBE-SVC-A", None, 5, 303),
+        krule(Op::Del, "KUBE-SVC-A", None, 6, 304),
+        krule(Op::New, "KUBE-SVC-A", None, 7, 301),
+        krule(Op::New, "KUBE-SVC-A", None, 8, 302),
+        krule(Op::New, "KUBE-SVC-A", None, 9, 303),
+        krule(Op::New, "KUBE-SVC-A", None, 10, 304),
+    ]));
+    assert!(c.tables[0].rules_rewritten.is_empty(), "{c:#?}");
+    // Once rewritten by appends the chain is in handle order again: the next
+    // identical rewrite is recognised.
+    let c = s.apply(&batch(vec![
+        krule(Op::Del, "KUBE-SVC-A", None, 7, 301),
+        krule(Op::Del, "KUBE-SVC-A", None, 8, 302),
+        krule(Op::Del, "KUBE-SVC-A", None, 9, 303),
+        krule(Op::Del, "KUBE-SVC-A", None, 10, 304),
+        krule(Op::New, "KUBE-SVC-A", None, 11, 301),
+        krule(Op::New, "KUBE-SVC-A", None, 12, 302),
+        krule(Op::New, "KUBE-SVC-A", None, 13, 303),
+        krule(Op::New, "KUBE-SVC-A", None, 14, 304),
+    ]));
+    assert_eq!(c.tables[0].rules_rewritten["KUBE-SVC-A"], 4, "{c:#?}");
+}
+
+/// A hook rule removed and put back in one transaction is not "unhooked", even when
+/// the chain changed otherwise; a duplicate removed is one hook fewer, not none; a
+/// rule appended before the hook was put back now runs ahead of it: an insertion.
+#[test]
+fn hook_rules_removed_and_put_back_cancel_out() {
+    use plumb_watch::changes::{HookRule, net_hook_rules};
+    let hook = |added: bool, jump: &str| HookRule {
+        chain: "PREROUTING".into(),
+        added,
+        jump: Some(jump.into()),
+        verdict: None,
+        inserted: added.then_some(false),
+        ahead_of_owned_hooks: false,
+        text: None,
+    };
+    let mut hooks = vec![
+        hook(false, "KUBE-SERVICES"),
+        hook(false, "KUBE-SERVICES"),
+        hook(false, "CNI-HOSTPORT-DNAT"),
+        hook(true, "KUBE-SERVICES"),
+    ];
+    net_hook_rules(&mut hooks);
+    assert_eq!(
+        hooks,
+        [
+            hook(false, "KUBE-SERVICES"),
+            hook(false, "CNI-HOSTPORT-DNAT")
+        ]
+    );
+    // Through the state: PREROUTING rebuilt with a new rule ahead of the hook.
+    let (mut s, _) = hooked_nat();
+    let c = s.apply(&batch(vec![
+        krule(Op::Del, "PREROUTING", Some("KUBE-SERVICES"), 1, 100),
+        krule(Op::New, "PREROUTING", None, 6, 555),
+        krule(Op::New, "PREROUTING", Some("KUBE-SERVICES"), 7, 100),
+    ]));
+    let t = &c.tables[0];
+    assert_eq!(t.hook_rules.len(), 1, "{t:#?}");
+    assert!(t.hook_rules[0].jump.is_none() && t.hook_rules[0].ahead_of_owned_hooks);
+    let f = detect(
+        &c,
+        &actor("netbackup"),
+        Source::Write,
+        0,
+        &mut FightTracker::default(),
+    );
+    assert!(f.iter().all(|f| f.action != Action::Unhooked), "{f:#?}");
+    assert!(
+        f.iter()
+            .any(|f| f.kind == Kind::ForeignChange && f.action == Action::Inserted),
+        "{f:#?}"
+    );
+    // Appended after the hook was put back: behind it, nothing to report.
+    let (mut s, _) = hooked_nat();
+    let c = s.apply(&batch(vec![
+        krule(Op::Del, "PREROUTING", Some("KUBE-SERVICES"), 1, 100),
+        krule(Op::New, "PREROUTING", Some("KUBE-SERVICES"), 6, 100),
+        krule(Op::New, "PREROUTING", None, 7, 555),
+    ]));
+    let f = detect(
+        &c,
+        &actor("netbackup"),
+        Source::Write,
+        0,
+        &mut FightTracker::default(),
+    );
+    assert!(f.is_empty(), "{f:#?}");
 }

@@ -422,6 +422,7 @@ fn the_netlink_baseline_agrees_with_the_save_tools() {
             handle: None,
             appended: false,
             summary: Default::default(),
+            fingerprint: 0,
         }],
         ..Default::default()
     });
@@ -552,4 +553,181 @@ fn a_peek_at_the_queue_never_swallows_a_gap() {
         let r = roomy.receive_each(&mut |_| {});
         assert!(!matches!(r, Ok(Received::Gap)), "{r:?}");
     }
+}
+
+/// The rules of a dump (comment lines, counters and the raw table, which holds the
+/// test's markers, aside): what must be the same after a restore of the same rules.
+fn rules_of(save: &str) -> Vec<String> {
+    let mut raw = false;
+    let mut out = Vec::new();
+    for l in save.lines().filter(|l| !l.starts_with('#')) {
+        if l.starts_with('*') {
+            raw = l == "*raw";
+        }
+        if !raw {
+            out.push(l.strip_suffix(" [0:0]").unwrap_or(l).to_string());
+        }
+    }
+    out
+}
+
+/// A restore of the ruleset that is already there, by a process that is not
+/// kube-proxy (a backup tool, a security agent re-applying its snapshot), is no
+/// foreign change: iptables-nft-restore, full and `--noflush`, of `iptables-nft-save`'s
+/// dump and of kube-proxy's own payload, rewrites kube-proxy's chains and hook rules
+/// with new handles and the same rules. Watch reports it as a `rewrite` (no net
+/// change), never as chains modified or hook rules removed ("unhooked"); kube-proxy's
+/// own identical sync is an owner change. Controls: the same dump with one rule
+/// changed, two rules swapped, or a hook rule left out is still a foreign change.
+#[test]
+fn a_restore_of_the_same_rules_by_another_writer_is_no_foreign_change() {
+    if let Some(r) = skip_reason() {
+        eprintln!("skip: {r}");
+        return;
+    }
+    let kp = kube_proxy_state(12);
+    let lab = Lab::new(&["kube-proxy", "netbackup"]);
+    lab.kube_proxy_sync(&kp);
+    let saved = lab.run("netbackup", "iptables-nft-save", &[], None).stdout;
+    assert!(
+        saved.contains("-m statistic"),
+        "a service with several endpoints"
+    );
+    let w = Watching::start(lab.ns.name());
+    let mut from = 0;
+    let mut marks = 0;
+    // Runs a writer, then a marker write (kube-proxy creates a chain in the raw
+    // table, which no dump here holds) and waits for the marker's event: every event
+    // of the writer's transactions is out by then. Returns the writer's events.
+    let mut write = |who: &str, args: &[&str], payload: &str| {
+        let r = lab.run(who, "iptables-nft-restore", args, Some(payload));
+        marks += 1;
+        let mark = format!("KUBE-PLUMB-MARK-{marks}");
+        lab.run(
+            "kube-proxy",
+            "iptables-nft",
+            &["-t", "raw", "-N", &mark],
+            None,
+        );
+        let to = w.wait_for(from, &format!("marker {mark}"), |e| {
+            e.chains.contains(&mark)
+        });
+        let events: Vec<plumb_watch::Event> = w.snapshot()[from..to]
+            .iter()
+            .filter(|e| e.actor.pid == Some(r.pid) && !e.preliminary)
+            .cloned()
+            .collect();
+        from = to + 1;
+        let human: Vec<String> = events.iter().map(|e| e.human()).collect();
+        (events, human)
+    };
+    let no_foreign = |events: &[plumb_watch::Event], human: &[String], what: &str| {
+        assert!(
+            events.iter().all(|e| e.kind == Kind::Rewrite),
+            "{what}: {human:#?}"
+        );
+        let nat = events
+            .iter()
+            .find(|e| e.table == "nat")
+            .unwrap_or_else(|| panic!("{what}: no event for nat: {human:#?}"));
+        assert_eq!(nat.action, Action::Rewritten, "{what}");
+        assert_eq!(nat.owner.as_deref(), Some("kube-proxy"), "{what}");
+        assert!(
+            nat.chains.iter().any(|c| c == "KUBE-SERVICES")
+                && nat.chains.iter().any(|c| c.starts_with("KUBE-SVC-")),
+            "{what}: {human:#?}"
+        );
+    };
+
+    // The same rules, full restore: every owned chain and hook rule is rewritten.
+    let (events, human) = write("netbackup", &[], &saved);
+    no_foreign(&events, &human, "full restore of the same dump");
+    let now = lab.run("netbackup", "iptables-nft-save", &[], None).stdout;
+    let (now, before) = (rules_of(&now), rules_of(&saved));
+    let first = now.iter().zip(&before).find(|(a, b)| a != b);
+    assert!(
+        now.len() == before.len() && first.is_none(),
+        "the restore changed the rules: {} lines, {} before; first difference {first:?}",
+        now.len(),
+        before.len()
+    );
+    // kube-proxy's own payload, by someone else.
+    let (events, human) = write("netbackup", &["--noflush"], &kp.sync);
+    no_foreign(
+        &events,
+        &human,
+        "kube-proxy's payload restored by another writer",
+    );
+    // kube-proxy itself: its own write.
+    let (events, human) = write("kube-proxy", &["--noflush"], &kp.sync);
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind == Kind::OwnerChange && e.action == Action::Rewritten),
+        "{human:#?}"
+    );
+    assert!(
+        events.iter().all(|e| e.kind == Kind::OwnerChange),
+        "{human:#?}"
+    );
+
+    // Controls. One rule changed: the others are rewritten, that chain is modified.
+    let sep = saved
+        .lines()
+        .find(|l| l.starts_with("-A KUBE-SEP-") && l.contains("--to-destination"))
+        .expect("a DNAT rule");
+    let chain = sep.split_whitespace().nth(1).unwrap().to_string();
+    // Another port on the same endpoint.
+    let (head, _port) = sep.rsplit_once(':').unwrap();
+    let changed = saved.replacen(sep, &format!("{head}:1"), 1);
+    let (events, human) = write("netbackup", &[], &changed);
+    let e = events
+        .iter()
+        .find(|e| e.kind == Kind::ForeignChange)
+        .unwrap_or_else(|| panic!("one rule changed: {human:#?}"));
+    assert_eq!(e.action, Action::Modified, "{human:#?}");
+    assert_eq!(e.chains, [chain], "{human:#?}");
+    assert!(
+        e.details.iter().any(|d| d.contains("also rewrote")),
+        "{human:#?}"
+    );
+    // Back to the saved rules (a change again: that chain), then two rules swapped.
+    write("netbackup", &[], &saved);
+    let services: Vec<&str> = saved
+        .lines()
+        .filter(|l| l.starts_with("-A KUBE-SERVICES ") && l.contains("-j KUBE-SVC-"))
+        .take(2)
+        .collect();
+    let swapped = saved
+        .replacen(services[0], "\u{1}", 1)
+        .replacen(services[1], services[0], 1)
+        .replacen('\u{1}', services[1], 1);
+    assert_ne!(swapped, saved);
+    let (events, human) = write("netbackup", &[], &swapped);
+    assert!(
+        events.iter().any(|e| e.kind == Kind::ForeignChange
+            && e.action == Action::Modified
+            && e.chains.iter().any(|c| c == "KUBE-SERVICES")),
+        "two rules swapped: {human:#?}"
+    );
+    // A hook rule left out: unhooked.
+    write("netbackup", &[], &saved);
+    let hook = saved
+        .lines()
+        .find(|l| l.starts_with("-A PREROUTING ") && l.ends_with("-j KUBE-SERVICES"))
+        .expect("nat PREROUTING's hook");
+    let unhooked = saved.replacen(&format!("{hook}\n"), "", 1);
+    let (events, human) = write("netbackup", &[], &unhooked);
+    assert!(
+        events.iter().any(|e| e.kind == Kind::ForeignChange
+            && e.action == Action::Unhooked
+            && e.chains == ["PREROUTING -j KUBE-SERVICES"]),
+        "hook rule left out: {human:#?}"
+    );
+    // The same rules again with --noflush (the user chains it names are flushed and
+    // refilled; built-in chains get their rules appended once more, as iptables-restore
+    // does): no foreign change either.
+    write("netbackup", &[], &saved);
+    let (events, human) = write("netbackup", &["--noflush"], &saved);
+    no_foreign(&events, &human, "--noflush restore of the same dump");
 }

@@ -63,9 +63,10 @@ fn table() -> impl Strategy<Value = TableChanges> {
             0..4,
         ),
         any::<(bool, bool, bool)>(),
+        prop::collection::btree_map(name(), 1usize..5, 0..3),
     )
         .prop_map(
-            |(t, fam, add, rm, ra, rr, hooks, (ta, tr, flush))| TableChanges {
+            |(t, fam, add, rm, ra, rr, hooks, (ta, tr, flush), rewritten)| TableChanges {
                 family: fam.into(),
                 table: t.into(),
                 table_added: ta,
@@ -81,6 +82,7 @@ fn table() -> impl Strategy<Value = TableChanges> {
                 rules_after: ra.clone(),
                 rules_added: ra,
                 rules_removed: rr,
+                rules_rewritten: rewritten,
                 policies: vec![PolicyDelta {
                     chain: "FORWARD".into(),
                     from: None,
@@ -147,6 +149,30 @@ proptest! {
                 let _ = e.human();
                 let _ = serde_json::to_string(&e).unwrap();
             }
+        }
+    }
+
+    /// Chains rewritten with the same rules, and nothing else: whoever the writer,
+    /// never a foreign change (a rewrite, or the owner's own change).
+    #[test]
+    fn a_rewrite_alone_is_never_a_foreign_change(
+        rewritten in prop::collection::btree_map(name(), 1usize..5, 1..6),
+        t in prop::sample::select(&["nat", "filter", "kube-proxy", "calico", "x"][..]),
+        fam in prop::sample::select(&["ip", "ip6", "inet"][..]),
+        comm in prop::sample::select(COMMS),
+        source in prop::sample::select(&[Source::Write, Source::Poll][..]),
+    ) {
+        let set = ChangeSet {
+            tables: vec![TableChanges {
+                family: fam.into(),
+                table: t.into(),
+                rules_rewritten: rewritten,
+                ..TableChanges::default()
+            }],
+        };
+        for f in detect(&set, &actor(comm), source, 0, &mut FightTracker::default()) {
+            prop_assert!(matches!(f.kind, Kind::Rewrite | Kind::OwnerChange), "{:?}", f);
+            prop_assert_eq!(f.action, plumb_watch::detect::Action::Rewritten);
         }
     }
 

@@ -6,7 +6,7 @@
 
 use plumb_watch::changes::{ChainDelta, ChangeSet, HookRule, PolicyDelta, TableChanges};
 use plumb_watch::changes::{is_builtin_chain, is_owned_chain};
-use plumb_watch::nft_events::{NftMessage, Op, RuleSummary, family_name};
+use plumb_watch::nft_events::{Batch, NftMessage, Op, RuleSummary, family_name};
 use plumb_watch::state::{NftState, Transaction};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -38,6 +38,46 @@ fn policy_name(p: u32) -> String {
         _ => "OTHER",
     }
     .to_string()
+}
+
+/// Hook rules, net: a rule jumping to J removed from chain C and one jumping to J
+/// added to C cancel out (the first unmatched of each, in order); a rule appended
+/// to C before an owned hook was put back there is ahead of that hook.
+fn net_hook_rules(hooks: Vec<HookRule>) -> Vec<HookRule> {
+    let mut gone = vec![false; hooks.len()];
+    for i in 0..hooks.len() {
+        if hooks[i].added || hooks[i].jump.is_none() || gone[i] {
+            continue;
+        }
+        let partner = (0..hooks.len()).find(|&j| {
+            !gone[j]
+                && hooks[j].added
+                && hooks[j].chain == hooks[i].chain
+                && hooks[j].jump == hooks[i].jump
+        });
+        if let Some(j) = partner {
+            gone[i] = true;
+            gone[j] = true;
+        }
+    }
+    let mut out = Vec::new();
+    for (i, h) in hooks.iter().enumerate() {
+        if gone[i] {
+            continue;
+        }
+        let mut h = h.clone();
+        let owned_hook_put_back_later = (i + 1..hooks.len()).any(|j| {
+            gone[j]
+                && hooks[j].added
+                && hooks[j].chain == h.chain
+                && hooks[j].jump.as_deref().is_some_and(is_owned_chain)
+        });
+        if h.added && h.inserted == Some(false) && owned_hook_put_back_later {
+            h.ahead_of_owned_hooks = true;
+        }
+        out.push(h);
+    }
+    out
 }
 
 /// Applies one transaction to `tables`; returns its net effect.
@@ -135,7 +175,7 @@ fn model(tables: &mut Tables, msgs: &[NftMessage]) -> ChangeSet {
             family: family_name(family).to_string(),
             table_added: !tx.existed && tx.exists,
             table_removed: tx.existed && !tx.exists,
-            hook_rules: tx.hooks,
+            hook_rules: net_hook_rules(tx.hooks),
             table,
             ..TableChanges::default()
         };
@@ -224,8 +264,8 @@ fn message() -> impl Strategy<Value = NftMessage> {
                 hook,
                 policy,
             }),
-        12 => (table, chain, op, jump, any::<bool>(), any::<bool>()).prop_map(
-            |((family, table), chain, op, jump, appended, accept)| NftMessage::Rule {
+        12 => (table, chain, op, jump, any::<bool>(), any::<bool>(), 0u64..3).prop_map(
+            |((family, table), chain, op, jump, appended, accept, fingerprint)| NftMessage::Rule {
                 op,
                 family,
                 table: table.into(),
@@ -236,6 +276,9 @@ fn message() -> impl Strategy<Value = NftMessage> {
                     jump: jump.map(str::to_string),
                     verdict: Some(if accept { "accept" } else { "jump" }.into()),
                 },
+                // Without handles a removal cannot be placed: never a rewrite here
+                // (`rewrites_are_recognised_exactly` covers those).
+                fingerprint,
             }
         ),
     ]
@@ -301,6 +344,127 @@ proptest! {
                     tables.contains_key(&(*family, table.to_string()))
                 );
             }
+        }
+    }
+}
+
+/// What a writer does to one chain, as the kernel carries it out.
+#[derive(Clone, Debug)]
+enum ChainOp {
+    /// `-A`: a new rule at the end.
+    Append(u64),
+    /// `-I`: a new rule at the top.
+    Insert(u64),
+    /// `-D`: the rule at this index (modulo the chain's length).
+    Delete(usize),
+    /// `-F`: every rule, in order.
+    Flush,
+}
+
+fn chain_op() -> impl Strategy<Value = ChainOp> {
+    prop_oneof![
+        4 => (0u64..3).prop_map(ChainOp::Append),
+        1 => (0u64..3).prop_map(ChainOp::Insert),
+        2 => (0usize..8).prop_map(ChainOp::Delete),
+        1 => Just(ChainOp::Flush),
+    ]
+}
+
+/// A chain of (handle, fingerprint) in order, as the kernel keeps it.
+struct KernelChain {
+    rules: Vec<(u64, u64)>,
+    next_handle: u64,
+}
+
+impl KernelChain {
+    /// Carries out `ops`; returns the notifications the kernel sends.
+    fn run(&mut self, ops: &[ChainOp]) -> Vec<NftMessage> {
+        let msg = |op: Op, handle: u64, fingerprint: u64, appended: bool| NftMessage::Rule {
+            op,
+            family: 2,
+            table: "nat".into(),
+            chain: "KUBE-SVC-NPX46M4PTMTKRN6Y".into(),
+            handle: Some(handle),
+            appended,
+            summary: RuleSummary::default(),
+            fingerprint,
+        };
+        let mut out = Vec::new();
+        for op in ops {
+            match *op {
+                ChainOp::Append(fp) | ChainOp::Insert(fp) => {
+                    let h = self.next_handle;
+                    self.next_handle += 1;
+                    let append = matches!(op, ChainOp::Append(_));
+                    if append {
+                        self.rules.push((h, fp));
+                    } else {
+                        self.rules.insert(0, (h, fp));
+                    }
+                    out.push(msg(Op::New, h, fp, append));
+                }
+                ChainOp::Delete(i) if !self.rules.is_empty() => {
+                    let (h, fp) = self.rules.remove(i % self.rules.len());
+                    out.push(msg(Op::Del, h, fp, false));
+                }
+                ChainOp::Delete(_) => {}
+                ChainOp::Flush => {
+                    for (h, fp) in self.rules.drain(..) {
+                        out.push(msg(Op::Del, h, fp, false));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// A chain is called rewritten (no net change) only when it is: every rule it
+    /// had was removed and it holds the same rules in the same order. And the way
+    /// iptables-restore rewrites a chain (flush, then append the same rules) is
+    /// always recognised when the chain was built by appends.
+    #[test]
+    fn rewrites_are_recognised_exactly(
+        history in prop::collection::vec(prop::collection::vec(chain_op(), 0..8), 1..4),
+        ops in prop::collection::vec(chain_op(), 0..12),
+        canonical in any::<bool>(),
+    ) {
+        let chain = "KUBE-SVC-NPX46M4PTMTKRN6Y";
+        let mut state = NftState::default();
+        let mut kernel = KernelChain { rules: Vec::new(), next_handle: 1 };
+        let mut appends_only = true;
+        for txn in &history {
+            appends_only &= txn.iter().all(|o| !matches!(o, ChainOp::Insert(_)));
+            let msgs = kernel.run(txn);
+            state.apply(&Batch { messages: msgs, ..Batch::default() });
+        }
+        let before = kernel.rules.clone();
+        // The canonical rewrite, or anything.
+        let ops = if canonical {
+            let mut o = vec![ChainOp::Flush];
+            o.extend(before.iter().map(|(_, fp)| ChainOp::Append(*fp)));
+            o
+        } else {
+            ops
+        };
+        let msgs = kernel.run(&ops);
+        let c = state.apply(&Batch { messages: msgs, ..Batch::default() });
+        let rewritten = c.tables.iter().any(|t| t.rules_rewritten.contains_key(chain));
+        let fps = |rules: &[(u64, u64)]| rules.iter().map(|r| r.1).collect::<Vec<_>>();
+        if rewritten {
+            prop_assert_eq!(fps(&kernel.rules), fps(&before), "called rewritten, but changed");
+            prop_assert!(
+                kernel.rules.iter().all(|(h, _)| before.iter().all(|(b, _)| b != h)),
+                "called rewritten, but some rules were kept"
+            );
+            let t = c.tables.iter().find(|t| t.rules_rewritten.contains_key(chain)).unwrap();
+            prop_assert!(!t.rules_added.contains_key(chain) && !t.rules_removed.contains_key(chain));
+        }
+        if canonical && appends_only && !before.is_empty() {
+            prop_assert!(rewritten, "flush and append the same rules: {:?}", c);
         }
     }
 }

@@ -4,6 +4,7 @@
 use crate::Verdict;
 use crate::flags::WatchFlags;
 use anyhow::Context;
+use plumb_watch::http::MetricsServer;
 use plumb_watch::metrics::Metrics;
 use plumb_watch::{Event, Kind, WatchOptions};
 use std::io::Write;
@@ -19,12 +20,13 @@ pub fn run(f: WatchFlags) -> anyhow::Result<Verdict> {
         None => None,
     };
     let metrics = Metrics::new();
-    if let Some(addr) = f.metrics_addr {
-        let bound = metrics
-            .serve(addr)
-            .with_context(|| format!("serving metrics on {addr}"))?;
-        eprintln!("plumb watch: metrics on http://{bound}/metrics");
-    }
+    // Bound now, so that a bad or taken address fails before the baseline is read;
+    // served only once watch can watch (a scrape target must not look healthy for a
+    // watch that then fails to start).
+    let server = f
+        .metrics_addr
+        .map(|addr| MetricsServer::bind(addr).with_context(|| format!("serving metrics on {addr}")))
+        .transpose()?;
     let stop = plumb_watch::signals::stop_on_signals();
     let netns = if f.lab {
         plumb_lab::state::LabState::load()
@@ -62,7 +64,28 @@ pub fn run(f: WatchFlags) -> anyhow::Result<Verdict> {
             stop_on_error.store(true, Ordering::SeqCst);
         }
     };
-    let summary = plumb_watch::watch(&opts, &metrics, stop, &mut sink)?;
+    let watcher = plumb_watch::Watcher::start(&opts, &metrics, stop)?;
+    let where_ = opts
+        .netns
+        .as_deref()
+        .map(|n| format!("network namespace {n}"))
+        .unwrap_or_else(|| "this network namespace".into());
+    // Kept to the end: dropping it stops the server.
+    let _serving = match server {
+        Some(server) => {
+            let addr = server.local_addr();
+            let handle = server
+                .serve(metrics.clone())
+                .with_context(|| format!("serving metrics on {addr}"))?;
+            eprintln!("plumb watch: ready, watching {where_}; metrics on http://{addr}/metrics");
+            Some(handle)
+        }
+        None => {
+            eprintln!("plumb watch: ready, watching {where_}");
+            None
+        }
+    };
+    let summary = watcher.run(&mut sink);
     if let Some(e) = write_error {
         return Err(e).context("writing events");
     }
