@@ -18,6 +18,7 @@
 //! ```
 
 pub mod addr;
+pub mod constraint;
 pub mod explain;
 pub mod index;
 pub mod ipset;
@@ -28,6 +29,7 @@ pub mod packet;
 pub mod simulate;
 pub mod targets;
 
+pub use constraint::Constraints;
 pub use index::{Index, IndexOptions};
 pub use outcome::{Delivery, Outcome, Step, StepKind, Trace, TraceReport, Verdict};
 pub use packet::{CtState, Node, Origin, Packet, Proto, RecentAssumption};

@@ -20,24 +20,8 @@ pub fn load(path: &Path, flags: &InputFlags) -> anyhow::Result<Loaded> {
     } else {
         path.display().to_string()
     };
-    let mut bytes = Vec::new();
-    let limit = flags.max_input_size as u64 + 1;
-    if path.as_os_str() == "-" {
-        std::io::stdin()
-            .lock()
-            .take(limit)
-            .read_to_end(&mut bytes)
-            .context("reading standard input")?;
-    } else {
-        std::fs::File::open(path)
-            .and_then(|f| {
-                // Size the buffer once: read_to_end's doubling would hold up to 2x.
-                let size = f.metadata().map(|m| m.len()).unwrap_or(0).min(limit);
-                bytes.reserve_exact(usize::try_from(size).unwrap_or(0));
-                f.take(limit).read_to_end(&mut bytes)
-            })
-            .with_context(|| format!("reading {name}"))?;
-    }
+    let bytes =
+        read_limited(path, flags.max_input_size).with_context(|| format!("reading {name}"))?;
     let format = flags
         .format
         .as_deref()
@@ -68,6 +52,26 @@ pub fn load(path: &Path, flags: &InputFlags) -> anyhow::Result<Loaded> {
     };
     let parsed = parse_owned(bytes, &options).with_context(|| format!("reading {name}"))?;
     Ok(Loaded { name, parsed })
+}
+
+/// Reads `path` (`-`: standard input), at most `limit + 1` bytes: one more than
+/// allowed, so a size check after reading sees an input over the limit.
+pub fn read_limited(path: &Path, limit: usize) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let limit = limit as u64 + 1;
+    if path.as_os_str() == "-" {
+        std::io::stdin()
+            .lock()
+            .take(limit)
+            .read_to_end(&mut bytes)?;
+    } else {
+        let f = std::fs::File::open(path)?;
+        // Size the buffer once: read_to_end's doubling would hold up to 2x.
+        let size = f.metadata().map(|m| m.len()).unwrap_or(0).min(limit);
+        bytes.reserve_exact(usize::try_from(size).unwrap_or(0));
+        f.take(limit).read_to_end(&mut bytes)?;
+    }
+    Ok(bytes)
 }
 
 /// A ruleset read from a file or live, with what to call it in messages and evidence.
