@@ -861,13 +861,15 @@ impl Constraints {
     }
 
     /// `packet` with every field it leaves unknown filled from the sets (any value where
-    /// they say nothing): a fully specified packet these constraints allow. `None` when
-    /// they say something a packet cannot carry (atoms, NAT status) or nothing is left.
-    pub fn witness(&self, packet: &Packet) -> Option<Packet> {
+    /// they say nothing): a fully specified packet these constraints allow, as traced
+    /// on `node`. `None` when they say something a packet cannot carry (atoms, NAT
+    /// status) or nothing is left.
+    pub fn witness(&self, packet: &Packet, node: &Node) -> Option<Packet> {
         if !self.atoms.is_empty() || self.ct_nat.is_some() {
             return None;
         }
         let mut p = packet.clone();
+        p.src = crate::simulate::source_of(packet, node);
         if p.src.is_none() {
             let full = AddrSet::full(packet.is_ipv6());
             p.src = Some(self.src.as_ref().unwrap_or(&full).pick()?);

@@ -580,6 +580,19 @@ enum Flow {
     Final(Verdict, String),
 }
 
+/// The source address a trace starts with: the packet's, or for a packet the host
+/// sends, the node's first address of the family (the kernel picks a local one).
+pub fn source_of(p: &Packet, node: &Node) -> Option<IpAddr> {
+    p.src.or_else(|| {
+        (p.origin == Origin::Host).then(|| {
+            node.local_addrs
+                .iter()
+                .find(|c| c.addr.is_ipv4() == p.dst.is_ipv4() && !c.addr.is_loopback())
+                .map(|c| c.addr)
+        })?
+    })
+}
+
 /// Traces `packet` through `index` on `node`.
 pub fn trace(index: &Index<'_>, packet: &Packet, node: &Node) -> Trace {
     trace_with(index, packet, node, &TraceOptions::default())
@@ -628,17 +641,7 @@ impl<'a, 'i> Sim<'a, 'i> {
     fn run(&self) -> Trace {
         let p = self.packet;
         let host = p.origin == Origin::Host;
-        let src = p.src.or_else(|| {
-            if host {
-                self.node
-                    .local_addrs
-                    .iter()
-                    .find(|c| c.addr.is_ipv4() == p.dst.is_ipv4() && !c.addr.is_loopback())
-                    .map(|c| c.addr)
-            } else {
-                None
-            }
-        });
+        let src = source_of(p, self.node);
         let dport = if p.proto.has_ports() { p.dport } else { None };
         let start = Path {
             src,
