@@ -95,7 +95,12 @@ pub fn explain(index: &Index<'_>, trace: &Trace, verbose: bool) -> String {
         for c in &o.conditions {
             let _ = writeln!(out, "      if: {c}");
         }
-        if o.routes > 1.0 {
+        // The outcome for the unexplored part says how many paths it stands for.
+        let cut = trace
+            .incomplete
+            .as_ref()
+            .is_some_and(|w| o.why.starts_with(w.as_str()));
+        if o.routes > 1.0 && !cut {
             let n = if o.routes < 1e9 {
                 format!("{}", o.routes)
             } else {

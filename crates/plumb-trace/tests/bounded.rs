@@ -33,7 +33,12 @@ fn index_of(text: &str) -> plumb_ruleset::Ruleset {
 
 /// A packet from another machine whose source (address and port) is unknown.
 fn from_outside() -> Packet {
-    Packet::new("10.1.1.1".parse().unwrap(), 80, Proto::Tcp, Origin::External)
+    Packet::new(
+        "10.1.1.1".parse().unwrap(),
+        80,
+        Proto::Tcp,
+        Origin::External,
+    )
 }
 
 fn run(text: &str, p: &Packet, options: &TraceOptions) -> Trace {
@@ -54,7 +59,9 @@ fn assert_no_duplicate_conditions(t: &Trace) {
 /// source ports. Each is a handful of outcomes, each condition at most once.
 #[test]
 fn conditional_jump_chains_stay_bounded() {
-    let shapes: [(&str, Box<dyn Fn(usize, usize) -> String>, usize); 3] = [
+    // (what, the condition of chain i's rule k, outcomes)
+    type Shape = (&'static str, Box<dyn Fn(usize, usize) -> String>, usize);
+    let shapes: [Shape; 3] = [
         ("same source", Box::new(|_, _| "-s 10.0.0.0/8".into()), 2),
         (
             "source or interface",
@@ -88,10 +95,7 @@ fn conditional_jump_chains_stay_bounded() {
         assert!(t.incomplete.is_none(), "{what}: {:?}", t.incomplete);
         assert_eq!(t.outcomes.len(), outcomes, "{what}");
         assert_no_duplicate_conditions(&t);
-        assert!(
-            t.outcomes.iter().all(|o| o.conditions.len() <= 2),
-            "{what}"
-        );
+        assert!(t.outcomes.iter().all(|o| o.conditions.len() <= 2), "{what}");
         let steps: usize = t.outcomes.iter().map(|o| o.steps.len()).sum();
         assert!(steps < 1000, "{what}: {steps} steps");
         let text_out = plumb_trace::explain::explain(&index, &t, true);
@@ -113,7 +117,10 @@ fn conditional_jump_chains_stay_bounded() {
 fn contradictory_conditions_are_no_path() {
     let cases = [
         ("-s 10.1.0.0/16", "-s 10.2.0.0/16"),
-        ("-p tcp -m tcp --sport 1000", "-p tcp -m tcp --sport 2000:3000"),
+        (
+            "-p tcp -m tcp --sport 1000",
+            "-p tcp -m tcp --sport 2000:3000",
+        ),
         ("-i eth0", "-i eth1"),
         ("-i veth+", "! -i veth+"),
         ("! -s 10.0.0.0/8", "-s 10.1.0.0/16"),
@@ -147,9 +154,17 @@ fn implied_conditions_do_not_fork() {
     let text = "*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n*filter\n:FORWARD ACCEPT [0:0]\n:X - [0:0]\n-A FORWARD -s 10.1.0.0/16 -j X\n-A X -s 10.0.0.0/8 -j DROP\n-A X -j ACCEPT\nCOMMIT\n";
     let t = run(text, &from_outside(), &TraceOptions::default());
     assert_eq!(t.outcomes.len(), 2);
-    let drop = t.outcomes.iter().find(|o| o.verdict == Verdict::Drop).unwrap();
+    let drop = t
+        .outcomes
+        .iter()
+        .find(|o| o.verdict == Verdict::Drop)
+        .unwrap();
     assert_eq!(drop.conditions, ["source address in 10.1.0.0/16"]);
-    let accept = t.outcomes.iter().find(|o| o.verdict == Verdict::Accept).unwrap();
+    let accept = t
+        .outcomes
+        .iter()
+        .find(|o| o.verdict == Verdict::Accept)
+        .unwrap();
     assert_eq!(accept.conditions, ["source address not in 10.1.0.0/16"]);
 }
 
@@ -241,7 +256,10 @@ fn work_bound_stops_an_exponential_walk() {
         ..TraceOptions::default()
     };
     let t = trace_with(&index, &from_outside(), &node(), &options);
-    assert_eq!(t.incomplete.as_deref(), Some("more than 50000 steps explored"));
+    assert_eq!(
+        t.incomplete.as_deref(),
+        Some("more than 50000 steps explored")
+    );
     let steps: usize = t.outcomes.iter().map(|o| o.steps.len()).sum();
     assert!(steps <= 60_000, "{steps}");
     assert!((t.total_mass() - 1.0).abs() < 1e-9);
@@ -319,7 +337,11 @@ fn many_endpoints_keep_one_outcome_each() {
         assert_eq!(chosen.len(), 150, "affinity {affinity}");
         for o in &chosen {
             assert_eq!(o.verdict, Verdict::Accept);
-            assert!((o.probability - 1.0 / 150.0).abs() < 1e-9, "{}", o.probability);
+            assert!(
+                (o.probability - 1.0 / 150.0).abs() < 1e-9,
+                "{}",
+                o.probability
+            );
         }
         let dnats: HashSet<&Option<String>> = chosen.iter().map(|o| &o.dnat).collect();
         assert_eq!(dnats.len(), 150);
@@ -398,10 +420,7 @@ fn jump_ruleset() -> impl Strategy<Value = String> {
     let rule = |from: usize| {
         (cond(), cond(), target(from, CHAINS)).prop_map(move |(a, b, t)| (from, a, b, t))
     };
-    let rules = proptest::collection::vec(
-        (0..CHAINS).prop_flat_map(rule),
-        1..24,
-    );
+    let rules = proptest::collection::vec((0..CHAINS).prop_flat_map(rule), 1..24);
     let nat = proptest::collection::vec(
         (
             prop_oneof![Just("PREROUTING"), Just("OUTPUT")],
@@ -443,11 +462,7 @@ fn jump_ruleset() -> impl Strategy<Value = String> {
 
 fn packet() -> impl Strategy<Value = Packet> {
     (
-        prop_oneof![
-            Just("10.1.1.1"),
-            Just("10.43.0.1"),
-            Just("192.168.122.10")
-        ],
+        prop_oneof![Just("10.1.1.1"), Just("10.43.0.1"), Just("192.168.122.10")],
         prop_oneof![
             Just(Origin::External),
             Just(Origin::Pod),
