@@ -336,3 +336,12 @@ impl Trace {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// A trace may hold `TraceOptions::max_work` steps: keep them small.
+    #[test]
+    fn a_step_is_32_bytes() {
+        assert_eq!(std::mem::size_of::<super::Step>(), 32);
+    }
+}

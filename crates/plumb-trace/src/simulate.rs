@@ -11,10 +11,11 @@
 //! "matches", subtracted for "does not"), so a condition met again is decided, and a
 //! branch whose sets are empty is a path that cannot happen and is dropped.
 //!
-//! Exploration: live paths wait in a queue ordered by how far through the ruleset
-//! they are (hook, base chain, then the rule position in every frame of the call
-//! stack), and the least advanced path runs until it passes the next one, so forks
-//! of one rule meet again where their routes join.
+//! Exploration: depth-first, each path to its end. When merging (below), live paths
+//! wait in a queue ordered by how far through the ruleset they are (hook, base
+//! chain, then the rule position in every frame of the call stack), and the least
+//! advanced path runs until it passes the next one, so forks of one rule meet again
+//! where their routes join.
 //!
 //! Merging: a trace that fits in [`TraceOptions::merge_above`] paths (and a quarter
 //! of the work bound) reports every route as an outcome of its own, with its steps
@@ -92,11 +93,13 @@ pub struct TraceOptions {
 impl Default for TraceOptions {
     fn default() -> Self {
         TraceOptions {
-            merge_above: 64,
+            // Above what real rulesets need (a Service's endpoints, twice with session
+            // affinity), so only traces that would otherwise grow without bound merge.
+            merge_above: 256,
             // A Service with hundreds of endpoints has one outcome per endpoint (two
             // with session affinity).
             max_paths: 1024,
-            // About 70 MB of steps at most.
+            // About 32 MB of steps at most (a step is 32 bytes).
             max_work: 1_000_000,
             max_steps: 200_000,
             max_depth: 64,
@@ -432,10 +435,14 @@ impl Ord for Entry {
     }
 }
 
-/// The paths waiting to run: a heap by position over a slab (paths never move while
-/// they wait) and, when merging, an index by position and state, so a path finds
-/// the equivalent paths at its position without looking at the others.
+/// The paths waiting to run. Without merging, a stack: the last fork runs first, as
+/// a depth-first walk (no path waits for another). With merging, a heap by position
+/// over a slab (paths never move while they wait) and an index by position and
+/// state, so a path finds the equivalent paths at its position without looking at
+/// the others.
 struct Queue<'i> {
+    /// Without merging: the waiting paths, last forked on top.
+    stack: Vec<Path<'i>>,
     /// Arrival number, state hash (when indexing) and the path.
     slab: Vec<Option<(u64, u64, Path<'i>)>>,
     free: Vec<usize>,
@@ -449,6 +456,7 @@ struct Queue<'i> {
 impl<'i> Queue<'i> {
     fn new(index: bool) -> Queue<'i> {
         Queue {
+            stack: Vec::new(),
             slab: Vec::new(),
             free: Vec::new(),
             heap: BinaryHeap::new(),
@@ -460,13 +468,17 @@ impl<'i> Queue<'i> {
     }
 
     fn len(&self) -> usize {
-        self.len
+        self.len + self.stack.len()
     }
 
     fn push(&mut self, path: Path<'i>) {
+        if !self.index {
+            self.stack.push(path);
+            return;
+        }
         self.seq += 1;
         let key = path.position().collect();
-        let hash = if self.index { path.state_hash() } else { 0 };
+        let hash = path.state_hash();
         let entry = Some((self.seq, hash, path));
         let slot = match self.free.pop() {
             Some(s) => {
@@ -478,9 +490,7 @@ impl<'i> Queue<'i> {
                 self.slab.len() - 1
             }
         };
-        if self.index {
-            self.by_state.entry(hash).or_default().push(slot);
-        }
+        self.by_state.entry(hash).or_default().push(slot);
         self.heap.push(Entry {
             key,
             seq: self.seq,
@@ -506,9 +516,7 @@ impl<'i> Queue<'i> {
         let (_, hash, path) = self.slab[slot].take()?;
         self.free.push(slot);
         self.len -= 1;
-        if self.index
-            && let Some(v) = self.by_state.get_mut(&hash)
-        {
+        if let Some(v) = self.by_state.get_mut(&hash) {
             v.retain(|s| *s != slot);
             if v.is_empty() {
                 self.by_state.remove(&hash);
@@ -517,15 +525,22 @@ impl<'i> Queue<'i> {
         Some(path)
     }
 
-    /// The least advanced path.
+    /// The next path to run: the least advanced one, or without merging the last fork.
     fn pop(&mut self) -> Option<Path<'i>> {
+        if !self.index {
+            return self.stack.pop();
+        }
         self.clean();
         let e = self.heap.pop()?;
         self.take(e.slot)
     }
 
-    /// How `path`'s position compares with the least advanced waiting path's.
+    /// How `path`'s position compares with the least advanced waiting path's (`None`
+    /// without merging: paths do not wait for each other).
     fn cmp_top(&mut self, path: &Path<'_>) -> Option<Ordering> {
+        if !self.index {
+            return None;
+        }
         self.clean();
         let e = self.heap.peek()?;
         Some(path.position().cmp(e.key.iter().copied()))
@@ -554,11 +569,14 @@ impl<'i> Queue<'i> {
         self.heap.clear();
         self.by_state.clear();
         self.len = 0;
-        std::mem::take(&mut self.slab)
-            .into_iter()
-            .flatten()
-            .map(|(_, _, p)| p)
-            .collect()
+        let mut all = std::mem::take(&mut self.stack);
+        all.extend(
+            std::mem::take(&mut self.slab)
+                .into_iter()
+                .flatten()
+                .map(|(_, _, p)| p),
+        );
+        all
     }
 }
 
