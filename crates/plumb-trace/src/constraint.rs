@@ -1245,7 +1245,10 @@ mod tests {
         }
         c.assume(&Fact::InIface(vec![p("x+")]), true);
         let name = c.sets().in_iface.as_ref().unwrap().pick().unwrap();
-        assert!(c.sets().in_iface.as_ref().unwrap().contains(&name), "{name}");
+        assert!(
+            c.sets().in_iface.as_ref().unwrap().contains(&name),
+            "{name}"
+        );
         assert!(name.len() > 2, "{name}");
     }
 

@@ -54,7 +54,7 @@
 
 use crate::constraint::{Constraints, Fact};
 use crate::index::{HookId, Index, Item};
-use crate::matches::{Cond, Eval, View, ct_bits};
+use crate::matches::{Cond, Eval, FactContext, View, ct_bits};
 use crate::outcome::{Delivery, Note, NotePart, Outcome, Step, StepKind, Trace, Verdict};
 use crate::packet::{CtState, Node, Origin, Packet};
 use crate::targets::{Action, Jump, MapVerdict};
@@ -231,6 +231,9 @@ struct Path<'i> {
     /// that arrives later looks for it).
     moves: u64,
     absorbed_at: u64,
+    /// Length of `steps` at which the walk checks the bounds next (0: at once; it
+    /// stays 0 while merging, and a fork resets it: the number of paths changed).
+    check_at: usize,
 }
 
 impl Path<'_> {
@@ -656,6 +659,10 @@ struct Sim<'a, 'i> {
     work: Cell<usize>,
 }
 
+/// Steps between two checks of the bounds while one path runs (without merging):
+/// the work bound is passed by at most this much.
+const CHECK_EVERY: usize = 64;
+
 impl<'a, 'i> Sim<'a, 'i> {
     fn run(&self) -> Trace {
         let p = self.packet;
@@ -705,6 +712,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             generation: 0,
             moves: 0,
             absorbed_at: u64::MAX,
+            check_at: 0,
         };
         let mut queue: Queue<'a> = Queue::new(self.merge);
         let mut outcomes: Vec<Outcome> = Vec::new();
@@ -780,6 +788,7 @@ impl<'a, 'i> Sim<'a, 'i> {
     fn fork(&self, path: &Path<'a>) -> Path<'a> {
         self.work.set(self.work.get() + path.steps.len());
         let mut alt = path.clone();
+        alt.check_at = 0;
         alt.steps.reserve(STEPS_RESERVE.min(path.steps.len() + 16));
         alt
     }
@@ -866,32 +875,12 @@ impl<'a, 'i> Sim<'a, 'i> {
             // NAT status of an existing connection is not known.
             CtState::Established | CtState::Related => None,
         };
-        let ct_base = match path.ct_state {
-            CtState::Established => ct_bits::ESTABLISHED,
-            CtState::Related => ct_bits::RELATED,
-            _ => 0,
-        };
         let p = self.packet;
-        // A field the constraints pin to one value is known.
-        let c = &path.constraints;
-        let (src, orig_src, sport, dport, orig_dport) = if !c.has_ranges() {
-            (path.src, path.orig_src, path.sport, path.dport, path.orig_dport)
-        } else {
-            let ports = p.proto.has_ports();
-            (
-                path.src
-                    .or_else(|| path.src_is_orig.then(|| c.single_src()).flatten()),
-                path.orig_src.or_else(|| c.single_src()),
-                path.sport.or_else(|| c.single_sport()),
-                path.dport.or_else(|| c.single_dport().filter(|_| ports)),
-                path.orig_dport.or_else(|| c.single_dport().filter(|_| ports)),
-            )
-        };
         View {
-            src,
+            src: path.src,
             dst: path.dst,
-            sport,
-            dport,
+            sport: path.sport,
+            dport: path.dport,
             proto: p.proto.number(),
             icmp_type: p.icmp_type,
             in_iface,
@@ -901,16 +890,38 @@ impl<'a, 'i> Sim<'a, 'i> {
             mark: path.mark,
             ct_mark: path.ct_mark,
             ct,
-            orig_src,
+            orig_src: path.orig_src,
             orig_dst: p.dst,
-            orig_dport,
-            ct_base,
-            src_is_orig: path.src_is_orig,
-            hook: path.hook,
-            generation: path.generation,
+            orig_dport: path.orig_dport,
             node: self.node,
             recent_added: &path.recent_added,
             sets: &self.index.sets,
+        }
+    }
+
+    /// Fields the path's constraints pin to one value are known. Apart from `view`
+    /// (which callers then build in place: a view returned from a variable is copied).
+    #[inline]
+    fn pin(&self, v: &mut View<'_>, path: &Path<'a>) {
+        if path.constraints.has_ranges() {
+            self.pin_ranges(v, &path.constraints, path.src_is_orig);
+        }
+    }
+
+    #[cold]
+    fn pin_ranges(&self, v: &mut View<'_>, c: &Constraints, src_is_orig: bool) {
+        if v.src.is_none() && src_is_orig {
+            v.src = c.single_src();
+        }
+        if v.orig_src.is_none() {
+            v.orig_src = c.single_src();
+        }
+        if v.sport.is_none() {
+            v.sport = c.single_sport();
+        }
+        if self.packet.proto.has_ports() {
+            v.dport = v.dport.or_else(|| c.single_dport());
+            v.orig_dport = v.orig_dport.or_else(|| c.single_dport());
         }
     }
 
@@ -996,7 +1007,22 @@ impl<'a, 'i> Sim<'a, 'i> {
     /// is reached; forks go to `queue`. `done` counts finished outcomes.
     fn walk(&self, path: &mut Path<'a>, queue: &mut Queue<'a>, done: usize) -> End {
         loop {
-            if path.pending.is_none() {
+            // Bounds: every turn when merging, else every CHECK_EVERY steps and after
+            // each fork.
+            if path.steps.len() >= path.check_at && path.pending.is_none() {
+                if !self.merge {
+                    path.check_at = path.steps.len() + CHECK_EVERY;
+                }
+                if path.steps.len() > self.options.max_steps {
+                    return self.done(
+                        path,
+                        Verdict::Indeterminate,
+                        format!(
+                            "more than {} steps: the ruleset probably loops",
+                            self.options.max_steps
+                        ),
+                    );
+                }
                 if self.work.get() > self.options.max_work {
                     return End::Limit(format!(
                         "more than {} steps explored",
@@ -1017,16 +1043,6 @@ impl<'a, 'i> Sim<'a, 'i> {
                     }
                     path.moves += 1;
                 }
-            }
-            if path.steps.len() > self.options.max_steps {
-                return self.done(
-                    path,
-                    Verdict::Indeterminate,
-                    format!(
-                        "more than {} steps: the ruleset probably loops",
-                        self.options.max_steps
-                    ),
-                );
             }
             if let Some(v) = path.pending.take() {
                 match self.apply_map_verdict(path, &v) {
@@ -1204,25 +1220,73 @@ impl<'a, 'i> Sim<'a, 'i> {
         queue.push(alt);
     }
 
+    /// Forks at a condition the path's constraints leave undecided: the branch where
+    /// it does not match is queued, `path` goes on assuming it matches. Returns the
+    /// note for the matched step.
+    #[allow(clippy::too_many_arguments)]
+    #[cold]
+    fn fork_undecided(
+        &self,
+        path: &mut Path<'a>,
+        chain: u32,
+        r: u32,
+        item: usize,
+        fact: Fact,
+        neg: bool,
+        why: String,
+        queue: &mut Queue<'a>,
+    ) -> NotePart {
+        // The condition matches exactly when `fact` holds != `neg`.
+        let fact = match fact {
+            // A fact of one rule (a rate limit): say which.
+            Fact::Atom { key, text } if key.starts_with('@') => Fact::Atom {
+                key,
+                text: format!("{text} [{}]", self.rule_why("", chain, r).trim()).into(),
+            },
+            f => f,
+        };
+        path.share /= 2.0;
+        self.fork_not_matched(
+            path,
+            chain,
+            r,
+            item as u16,
+            path.prob,
+            Some((&fact, neg)),
+            format!("assumed not: {why}").into(),
+            queue,
+        );
+        path.constraints.assume_owned(fact, !neg);
+        path.check_at = 0;
+        format!("assumed: {why}").into()
+    }
+
     fn eval_rule(&self, path: &mut Path<'a>, chain: u32, r: u32, queue: &mut Queue<'a>) -> Flow {
         let index: &'a Index<'i> = self.index;
         let rule = &index.rules(chain)[r as usize];
         let items = index.items(chain, rule);
         // Pass 1: a pure condition that fails (or that the path's constraints rule
-        // out) decides without forking.
+        // out) decides without forking. The ones that match are noted: nothing before
+        // the rule's first action changes their answer, so pass 2 does not ask again.
+        let mut matched_before: u64 = 0;
+        let assumed = !path.constraints.is_empty();
         {
-            let view = self.view(path);
+            let mut view = self.view(path);
+            self.pin(&mut view, path);
             for (i, item) in items.iter().enumerate() {
                 match item {
                     Item::Cond(c) if c.is_pure() => {
                         let no = match c.eval(&view) {
                             Eval::No => true,
-                            // Without assumptions yet, only pass 2 can tell.
-                            Eval::Unknown(_) if path.constraints.is_empty() => false,
-                            Eval::Unknown(why) => {
-                                let site = (chain, rule.rule, i as u16);
-                                let (fact, neg) = c.fact(&view, &why, site);
-                                path.constraints.decide(&fact).is_some_and(|h| h == neg)
+                            Eval::Yes => {
+                                if i < 64 {
+                                    matched_before |= 1 << i;
+                                }
+                                false
+                            }
+                            // Without assumptions, only pass 2 can tell.
+                            Eval::Unknown(why) if assumed => {
+                                ruled_out(&view, path, c, &why, (chain, rule.rule, i as u16))
                             }
                             _ => false,
                         };
@@ -1261,42 +1325,15 @@ impl<'a, 'i> Sim<'a, 'i> {
             None => *notes = Some(Note::new(part)),
         };
         let mut matched_recorded = false;
-        let mut next = 0;
-        while next < items.len() {
-            // Conditions that match without changing the path share one view.
-            let found = {
-                let view = self.view(path);
-                let mut found = None;
-                while let Some(Item::Cond(c)) = items.get(next) {
-                    let site = (chain, rule.rule, next as u16);
-                    let d = decide(&view, &path.constraints, c, site);
-                    let sets_recent = matches!(
-                        c,
-                        Cond::Recent {
-                            mode: crate::matches::RecentMode::Set,
-                            ..
-                        }
-                    );
-                    if matches!(d, Decided::Yes) && !sets_recent {
-                        next += 1;
-                        continue;
-                    }
-                    found = Some((c, d));
-                    break;
-                }
-                found
-            };
-            let i = next;
-            next += 1;
-            let item = match found {
-                Some((c, d)) => Err((c, d)),
-                None => match items.get(i) {
-                    Some(Item::Act(a)) => Ok(a),
-                    _ => break,
-                },
-            };
+        for (i, item) in items.iter().enumerate() {
             match item {
-                Err((c, d)) => {
+                Item::Cond(_) if i < 64 && matched_before & (1 << i) != 0 => {}
+                Item::Cond(c) => {
+                    let d = {
+                        let mut view = self.view(path);
+                        self.pin(&mut view, path);
+                        decide(&view, path, c, (chain, rule.rule, i as u16))
+                    };
                     match d {
                         Decided::Yes => {
                             if let Cond::Recent {
@@ -1341,40 +1378,18 @@ impl<'a, 'i> Sim<'a, 'i> {
                                     queue,
                                 );
                                 path.prob *= p;
+                                path.check_at = 0;
                                 add(&mut notes, NotePart::Chosen(p));
                             }
                         }
                         Decided::Fork { fact, neg, why } => {
-                            // The condition matches exactly when `fact` holds != `neg`.
-                            let fact = match fact {
-                                // A fact of one rule (a rate limit): say which.
-                                Fact::Atom { key, text } if key.starts_with('@') => Fact::Atom {
-                                    key,
-                                    text: format!(
-                                        "{text} [{}]",
-                                        self.rule_why("", chain, rule.rule).trim()
-                                    )
-                                    .into(),
-                                },
-                                f => f,
-                            };
-                            path.share /= 2.0;
-                            self.fork_not_matched(
-                                path,
-                                chain,
-                                rule.rule,
-                                i as u16,
-                                path.prob,
-                                Some((&fact, neg)),
-                                format!("assumed not: {why}").into(),
-                                queue,
-                            );
-                            path.constraints.assume_owned(fact, !neg);
-                            add(&mut notes, format!("assumed: {why}").into());
+                            let note = self
+                                .fork_undecided(path, chain, rule.rule, i, fact, neg, why, queue);
+                            add(&mut notes, note);
                         }
                     }
                 }
-                Ok(a) => {
+                Item::Act(a) => {
                     if !matched_recorded {
                         matched_recorded = true;
                         let note = notes.take();
@@ -1597,6 +1612,18 @@ impl<'a, 'i> Sim<'a, 'i> {
                 offset,
                 entries,
             } => {
+                // One fork per entry, all at once: more than the path bound cannot be
+                // followed (and would hold as many copies of the path).
+                if entries.len() > self.options.max_paths {
+                    return Flow::Final(
+                        Verdict::Indeterminate,
+                        format!(
+                            "numgen map with {} entries: more than {} paths",
+                            entries.len(),
+                            self.options.max_paths
+                        ),
+                    );
+                }
                 let m = *modulus as f64;
                 let mut covered = 0.0;
                 let mut first: Option<(f64, MapVerdict, String)> = None;
@@ -1638,6 +1665,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                     alt.pending = Some(MapVerdict::Continue);
                     queue.push(alt);
                 }
+                path.check_at = 0;
                 match first {
                     Some((p, v, note)) => {
                         path.prob *= p;
@@ -1648,7 +1676,8 @@ impl<'a, 'i> Sim<'a, 'i> {
                 }
             }
             Action::VerdictMap { fields, set } => {
-                let view = self.view(path);
+                let mut view = self.view(path);
+                self.pin(&mut view, path);
                 let mut key = Vec::with_capacity(fields.len());
                 for f in fields {
                     match view.atom(*f) {
@@ -1752,17 +1781,40 @@ enum Decided {
     },
 }
 
+/// Whether the path's constraints rule out an undecided condition.
+#[cold]
+#[inline(never)]
+fn ruled_out(view: &View<'_>, path: &Path<'_>, c: &Cond, why: &str, site: (u32, u32, u16)) -> bool {
+    let (fact, neg) = c.fact(view, &fact_context(path, site), why);
+    path.constraints.decide(&fact).is_some_and(|h| h == neg)
+}
+
+/// What `Cond::fact` needs about `path`, for the condition at `site`.
+fn fact_context(path: &Path<'_>, site: (u32, u32, u16)) -> FactContext {
+    FactContext {
+        ct_base: match path.ct_state {
+            CtState::Established => ct_bits::ESTABLISHED,
+            CtState::Related => ct_bits::RELATED,
+            _ => 0,
+        },
+        src_is_orig: path.src_is_orig,
+        hook: path.hook,
+        generation: path.generation,
+        site,
+    }
+}
+
 /// Evaluates `c`, deciding a condition on something unknown by what the path's
 /// constraints already allow.
 #[inline]
-fn decide(view: &View<'_>, constraints: &Constraints, c: &Cond, site: (u32, u32, u16)) -> Decided {
+fn decide(view: &View<'_>, path: &Path<'_>, c: &Cond, site: (u32, u32, u16)) -> Decided {
     match c.eval(view) {
         Eval::Yes => Decided::Yes,
         Eval::No => Decided::No,
         Eval::Random(p) => Decided::Random(p),
         Eval::Unknown(why) => {
-            let (fact, neg) = c.fact(view, &why, site);
-            match constraints.decide(&fact) {
+            let (fact, neg) = c.fact(view, &fact_context(path, site), &why);
+            match path.constraints.decide(&fact) {
                 Some(holds) if holds != neg => Decided::Yes,
                 Some(_) => Decided::No,
                 None => Decided::Fork { fact, neg, why },

@@ -274,19 +274,26 @@ pub struct View<'a> {
     pub orig_src: Option<IpAddr>,
     pub orig_dst: IpAddr,
     pub orig_dport: Option<u16>,
+    pub node: &'a Node,
+    /// Lists `-m recent --set` added this source to during this trace.
+    pub recent_added: &'a [String],
+    pub sets: &'a [crate::nft::CompiledSet],
+}
+
+/// What [`Cond::fact`] needs to know about the path beyond the packet's fields.
+#[derive(Clone, Copy, Debug)]
+pub struct FactContext {
     /// The conntrack state bit of an existing connection whose NAT status is unknown
-    /// (`ct` is `None`): ESTABLISHED or RELATED.
+    /// (`View::ct` is `None`): ESTABLISHED or RELATED.
     pub ct_base: u16,
-    /// An unknown `src` is the packet's original source (no MASQUERADE rewrote it).
+    /// An unknown `View::src` is the packet's original source (no MASQUERADE rewrote it).
     pub src_is_orig: bool,
     /// The hook, and how many times the path rewrote the packet or its marks: they
     /// tell apart facts that may differ after a rewrite or at another hook.
     pub hook: crate::index::HookId,
     pub generation: u32,
-    pub node: &'a Node,
-    /// Lists `-m recent --set` added this source to during this trace.
-    pub recent_added: &'a [String],
-    pub sets: &'a [crate::nft::CompiledSet],
+    /// The condition's place: chain, rule and item (for facts of one rule).
+    pub site: (u32, u32, u16),
 }
 
 impl View<'_> {
@@ -586,11 +593,11 @@ impl Cond {
     /// question gets the same answer along a path: an ipset, nft set or recent-list
     /// lookup by its key values; a match plumb does not evaluate by its text, hook and
     /// the path's rewrite count; a rate limit or quota (whose state each evaluation
-    /// changes) by its rule (`site`: chain, rule, item), so one path assumes one
-    /// answer per rule; the keys of those start with `@`.
-    pub fn fact(&self, v: &View<'_>, why: &str, site: (u32, u32, u16)) -> (Fact, bool) {
+    /// changes) by its rule (`cx.site`), so one path assumes one answer per rule;
+    /// the keys of those start with `@`.
+    pub fn fact(&self, v: &View<'_>, cx: &FactContext, why: &str) -> (Fact, bool) {
         let v6 = v.dst.is_ipv6();
-        let unknown_src = v.src.is_none() && v.src_is_orig;
+        let unknown_src = v.src.is_none() && cx.src_is_orig;
         let field = match self {
             Cond::Src(m, neg) if unknown_src => Some((Fact::Src(AddrSet::of_match(m, v6)), *neg)),
             Cond::CtOrigSrc(m, neg) if v.orig_src.is_none() => {
@@ -630,7 +637,7 @@ impl Cond {
                 neg,
             } if v.out_iface.is_none() => Some((Fact::OutIface(pat.clone()), *neg)),
             Cond::CtState(bits, neg) if v.ct.is_none() => {
-                Some((Fact::CtNat(ct_nat::matching(v.ct_base, *bits)), *neg))
+                Some((Fact::CtNat(ct_nat::matching(cx.ct_base, *bits)), *neg))
             }
             _ => None,
         };
@@ -647,7 +654,7 @@ impl Cond {
                 _ => why.into(),
             },
         };
-        let (chain, rule, item) = site;
+        let (chain, rule, item) = cx.site;
         let key = match &*pos {
             Cond::Limit(_) => format!("@{chain}:{rule}:{item} limit"),
             Cond::Unknown(t)
@@ -669,7 +676,7 @@ impl Cond {
                 v.src, v.sport, v.dst, v.dport, v.proto, v.in_iface, v.out_iface
             ),
             Cond::TcpSyn(_) => "tcp syn".to_string(),
-            other => format!("{other:?} @{:?}#{}", v.hook, v.generation),
+            other => format!("{other:?} @{:?}#{}", cx.hook, cx.generation),
         };
         (
             Fact::Atom {
