@@ -99,9 +99,11 @@ impl Default for TraceOptions {
             // A Service with hundreds of endpoints has one outcome per endpoint (two
             // with session affinity).
             max_paths: 1024,
-            // About 72 MB of steps at most (a step is 72 bytes).
-            max_work: 1_000_000,
-            max_steps: 200_000,
+            // About 36 MB of steps at most (a step is 72 bytes), and as many steps in
+            // the output: a kube-proxy trace takes about 100 steps per outcome, a
+            // linear walk of a 10,000-rule chain 10,000.
+            max_work: 500_000,
+            max_steps: 100_000,
             max_depth: 64,
             max_transfers: 10_000,
         }
