@@ -271,6 +271,14 @@ pub struct TraceArgs {
     pub verbose: bool,
     #[arg(long)]
     pub json: bool,
+    /// Stop exploring beyond this many paths: the trace then says INDETERMINATE and
+    /// exits 1.
+    #[arg(long, value_name = "N", default_value_t = plumb_trace::TraceOptions::default().max_paths as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_paths: u64,
+    /// Refuse a --ruleset or --ipsets file larger than this many bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = plumb_ruleset::format::DEFAULT_MAX_SIZE)]
+    pub max_input_size: usize,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -57,6 +57,12 @@ pub fn service_and_endpoint(index: &Index<'_>, o: &Outcome) -> (Option<String>, 
 /// A multi-line explanation of the trace.
 pub fn explain(index: &Index<'_>, trace: &Trace, verbose: bool) -> String {
     let mut out = String::new();
+    if let Some(why) = &trace.incomplete {
+        let _ = writeln!(
+            out,
+            "INDETERMINATE: {why}: plumb stopped exploring; the outcomes below are incomplete"
+        );
+    }
     let n = trace.outcomes.len();
     let _ = writeln!(out, "{n} outcome{}:", if n == 1 { "" } else { "s" });
     for (i, o) in trace.outcomes.iter().enumerate() {
@@ -88,6 +94,22 @@ pub fn explain(index: &Index<'_>, trace: &Trace, verbose: bool) -> String {
         }
         for c in &o.conditions {
             let _ = writeln!(out, "      if: {c}");
+        }
+        // The outcome for the unexplored part says how many paths it stands for.
+        let cut = trace
+            .incomplete
+            .as_ref()
+            .is_some_and(|w| o.why.starts_with(w.as_str()));
+        if o.routes > 1.0 && !cut {
+            let n = if o.routes < 1e9 {
+                format!("{}", o.routes)
+            } else {
+                format!("about {:.1e}", o.routes)
+            };
+            let _ = writeln!(
+                out,
+                "      ({n} routes lead here; the path shown is the most probable)"
+            );
         }
     }
     for (i, o) in trace.outcomes.iter().enumerate() {

@@ -5,7 +5,11 @@
 //! Pure crate: no IO, no clock, no randomness. Build an [`Index`] once per ruleset
 //! ([`Index::build`]), then [`trace`] packets through it. Each trace returns every
 //! possible [`Outcome`] with its probability (random endpoint choice) and the
-//! conditions it depends on (facts plumb was not told), with the steps of each path.
+//! conditions it depends on (facts plumb was not told, as [`Constraints`]: a set of
+//! values per unknown field, so a path that needs contradictory facts is not
+//! reported), with the steps of each path. A trace is bounded ([`TraceOptions`]):
+//! beyond its path or work bound it stops, says so in [`Trace::incomplete`], and
+//! reports the unexplored part as one INDETERMINATE outcome.
 //!
 //! ```
 //! use plumb_trace::{Index, Node, Origin, Packet, Proto, trace};
@@ -18,6 +22,7 @@
 //! ```
 
 pub mod addr;
+pub mod constraint;
 pub mod explain;
 pub mod index;
 pub mod ipset;
@@ -28,6 +33,7 @@ pub mod packet;
 pub mod simulate;
 pub mod targets;
 
+pub use constraint::Constraints;
 pub use index::{Index, IndexOptions};
 pub use outcome::{Delivery, Outcome, Step, StepKind, Trace, TraceReport, Verdict};
 pub use packet::{CtState, Node, Origin, Packet, Proto, RecentAssumption};

@@ -148,10 +148,20 @@ pub struct Outcome {
     pub verdict: Verdict,
     /// Probability of this outcome given its `conditions`.
     pub probability: f64,
+    /// The part of the space of unknown facts the outcome covers, counting each
+    /// undecided condition as an even split (for [`Trace::total_mass`]).
+    pub share: f64,
+    /// Routes through the ruleset this outcome stands for (more than 1 when
+    /// equivalent branches were merged; `steps` are those of the most probable).
+    /// A float: their number can grow exponentially with the rules.
+    pub routes: f64,
     pub dnat: Option<String>,
     pub snat: Option<String>,
-    /// Assumptions this outcome depends on (unknown fields, session affinity, limits).
+    /// Assumptions this outcome depends on (unknown fields, session affinity, limits),
+    /// in words: `constraints` rendered, one line per field.
     pub conditions: Vec<String>,
+    /// The same assumptions as sets of values per unknown field.
+    pub constraints: crate::constraint::Constraints,
     pub delivery: Option<Delivery>,
     pub final_dst: IpAddr,
     pub final_dport: Option<u16>,
@@ -165,18 +175,18 @@ pub struct Outcome {
 #[derive(Clone, Debug)]
 pub struct Trace {
     pub outcomes: Vec<Outcome>,
-    /// Some branches were cut at the path limit (their mass is in an INDETERMINATE outcome).
+    /// Exploration stopped at a bound (`incomplete` says which); the unexplored part
+    /// is one INDETERMINATE outcome.
     pub truncated: bool,
+    /// The bound reached (`more than 1024 paths`), when the trace is incomplete.
+    pub incomplete: Option<String>,
 }
 
 impl Trace {
-    /// Sum over outcomes of probability / 2^conditions: 1 for every complete trace
-    /// (each condition splits one path into two that both keep its probability).
+    /// Sum over outcomes of probability × share: 1 for every trace, complete or not
+    /// (an incomplete trace's INDETERMINATE outcome carries the unexplored part).
     pub fn total_mass(&self) -> f64 {
-        self.outcomes
-            .iter()
-            .map(|o| o.probability / 2f64.powi(o.conditions.len() as i32))
-            .sum()
+        self.outcomes.iter().map(|o| o.probability * o.share).sum()
     }
 }
 
@@ -202,6 +212,8 @@ pub struct OutcomeReport {
     pub dnat: Option<String>,
     pub snat: Option<String>,
     pub conditions: Vec<String>,
+    /// Routes merged into this outcome; `steps` show the most probable one.
+    pub routes: f64,
     pub delivery: Option<Delivery>,
     pub why: String,
     /// Service and endpoint names from kube-proxy comments along the path.
@@ -217,6 +229,9 @@ pub struct TraceReport {
     pub outcomes: Vec<OutcomeReport>,
     pub steps: Vec<StepReport>,
     pub truncated: bool,
+    /// `more than N paths` / `more than N steps explored` when plumb stopped exploring:
+    /// the outcomes are incomplete.
+    pub incomplete: Option<String>,
 }
 
 impl Step {
@@ -229,7 +244,7 @@ impl Step {
             table.name.to_string()
         };
         let rule = c.chain.rules.get(self.rule as usize);
-        let note = self.note.as_ref().map(Note::to_string);
+        let note = self.note.as_ref().map(|n| n.to_string());
         let (rule_no, text, matched, why) = match self.kind {
             StepKind::Matched => (
                 rule.map(|r| r.position),
@@ -295,6 +310,7 @@ impl Outcome {
             dnat: self.dnat.clone(),
             snat: self.snat.clone(),
             conditions: self.conditions.clone(),
+            routes: self.routes,
             delivery: self.delivery,
             why: self.why.clone(),
             service,
@@ -315,6 +331,7 @@ impl Trace {
             outcomes,
             steps,
             truncated: self.truncated,
+            incomplete: self.incomplete.clone(),
         }
     }
 }

@@ -26,18 +26,7 @@ pub fn load(path: &Path, flags: &InputFlags) -> anyhow::Result<Loaded> {
         path.display().to_string()
     };
     let limit = flags.max_input_size;
-    let bytes = if stdin {
-        read_capped(std::io::stdin().lock(), 0, limit).context("reading standard input")?
-    } else {
-        std::fs::File::open(path)
-            .and_then(|f| {
-                // A regular file's size sizes the buffer once; a character device or a
-                // pipe says 0 and is read in growing steps, never past the limit.
-                let size = f.metadata().map(|m| m.len()).unwrap_or(0);
-                read_capped(f, size, limit)
-            })
-            .with_context(|| format!("reading {name}"))?
-    };
+    let bytes = read_limited(path, limit).with_context(|| format!("reading {name}"))?;
     if bytes.len() > limit {
         bail!(
             "reading {name}: input is more than {limit} bytes (raise the limit with --max-input-size)"
@@ -206,6 +195,20 @@ fn read_capped(reader: impl Read, size_hint: u64, limit: usize) -> std::io::Resu
             bytes.reserve_exact(grow);
         }
         bytes.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Reads `path` (`-`: standard input), at most `limit + 1` bytes: one more than
+/// allowed, so a size check after reading sees an input over the limit.
+pub fn read_limited(path: &Path, limit: usize) -> std::io::Result<Vec<u8>> {
+    if path.as_os_str() == "-" {
+        read_capped(std::io::stdin().lock(), 0, limit)
+    } else {
+        let f = std::fs::File::open(path)?;
+        // A regular file's size sizes the buffer once; a character device or a pipe
+        // says 0 and gets the stream treatment.
+        let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+        read_capped(f, size, limit)
     }
 }
 

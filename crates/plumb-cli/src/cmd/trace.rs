@@ -1,16 +1,28 @@
 //! `plumb trace`: read the ruleset (file, netns or live), check the flags, trace the
 //! packet with plumb-trace and print the outcomes.
+//!
+//! Exit codes: 0 when the trace is complete (whatever the verdicts), 1 when plumb
+//! stopped exploring at `--max-paths` or its work bound (the output is valid but
+//! incomplete, and says INDETERMINATE), 2 when it could not trace at all (flags,
+//! unreadable input). An incomplete trace is a result, not a failure to run: its
+//! output is complete JSON or text that scripts can read, so it is not 2; it is
+//! not 0 either, so a script that checks the status does not take it for the whole
+//! answer.
 
-use super::input::{live_rulesets, load, write_read_problems};
+use super::input::{live_rulesets, load, read_limited, write_read_problems};
 use crate::Verdict;
 use crate::flags::{InputFlags, TraceArgs};
 use crate::output;
 use anyhow::{Context, bail};
+use plumb_ruleset::InputError;
 use plumb_trace::addr::Cidr;
 use plumb_trace::ipset::IpSets;
-use plumb_trace::{CtState, Index, Node, Origin, Packet, Proto, RecentAssumption, trace};
+use plumb_trace::{
+    CtState, Index, Node, Origin, Packet, Proto, RecentAssumption, TraceOptions, trace_with,
+};
 use std::io::Write;
 use std::net::IpAddr;
+use std::path::Path;
 
 /// `IP:PORT`, `[v6]:PORT` or `IP`.
 fn addr_port(flag: &str, s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
@@ -22,6 +34,38 @@ fn addr_port(flag: &str, s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
     }
     let sa: std::net::SocketAddr = s.parse().map_err(|_| bad())?;
     Ok((sa.ip(), Some(sa.port())))
+}
+
+/// Reads `--ipsets FILE` like every other input: at most `limit` bytes of text; a
+/// line plumb cannot read is named as FILE:LINE.
+fn read_ipsets(path: &Path, limit: usize) -> anyhow::Result<IpSets> {
+    let name = path.display();
+    let bytes = read_limited(path, limit).with_context(|| format!("reading --ipsets {name}"))?;
+    let line_of = |offset: usize| bytes[..offset].iter().filter(|&&b| b == b'\n').count() + 1;
+    let text = match plumb_ruleset::format::as_text(&bytes, limit) {
+        Ok(t) => t,
+        Err(InputError::NotUtf8 { offset }) => {
+            bail!(
+                "{name}:{}: not UTF-8 text (expected `ipset save` output)",
+                line_of(offset)
+            )
+        }
+        Err(InputError::Binary { offset }) => {
+            bail!(
+                "{name}:{}: NUL byte: expected `ipset save` text",
+                line_of(offset)
+            )
+        }
+        Err(e) => bail!("--ipsets {name}: {e}"),
+    };
+    IpSets::parse(text).map_err(|e| {
+        anyhow::anyhow!(
+            "{name}:{}: {}: {:?}",
+            e.line,
+            e.message,
+            plumb_ruleset::diagnostic::excerpt(&e.text)
+        )
+    })
 }
 
 pub fn packet_and_node(args: &TraceArgs) -> anyhow::Result<(Packet, Node)> {
@@ -76,11 +120,7 @@ pub fn packet_and_node(args: &TraceArgs) -> anyhow::Result<(Packet, Node)> {
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let ipsets = match &args.ipsets {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading --ipsets {}", path.display()))?;
-            IpSets::parse(&text).with_context(|| format!("reading --ipsets {}", path.display()))?
-        }
+        Some(path) => read_ipsets(path, args.max_input_size)?,
         None => IpSets::default(),
     };
     let recent = match args.affinity.as_str() {
@@ -106,7 +146,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Verdict> {
                 format: None,
                 family: None,
                 table: None,
-                max_input_size: plumb_ruleset::format::DEFAULT_MAX_SIZE,
+                max_input_size: args.max_input_size,
             };
             let loaded = load(path, &flags)?;
             write_read_problems(
@@ -135,7 +175,11 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Verdict> {
             missing.join(", ")
         );
     }
-    let t = trace(&index, &packet, &node);
+    let options = TraceOptions {
+        max_paths: usize::try_from(args.max_paths).unwrap_or(usize::MAX),
+        ..TraceOptions::default()
+    };
+    let t = trace_with(&index, &packet, &node, &options);
     if args.json {
         output::json(&t.report(&index))?;
     } else {
@@ -159,8 +203,19 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Verdict> {
             "{}",
             plumb_trace::explain::explain(&index, &t, args.verbose)
         )?;
+        if t.incomplete.is_some() {
+            writeln!(
+                out,
+                "\nThe trace is incomplete: raise --max-paths (now {}) to explore further.",
+                args.max_paths
+            )?;
+        }
     }
-    Ok(Verdict::Clean)
+    Ok(if t.incomplete.is_some() {
+        Verdict::Problems
+    } else {
+        Verdict::Clean
+    })
 }
 
 #[cfg(test)]

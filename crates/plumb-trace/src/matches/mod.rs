@@ -9,6 +9,7 @@
 pub mod xt;
 
 use crate::addr::{AddrRange, Cidr, PortRange};
+use crate::constraint::{AddrSet, Fact, RangeSet, ct_nat, port_set};
 use crate::ipset::{Dim, Key};
 use crate::packet::{AddrType, Node};
 use std::net::IpAddr;
@@ -88,7 +89,7 @@ impl From<Vec<PortRange>> for Ports {
 }
 
 /// An interface name pattern: `eth0`, `veth+` (iptables), `veth*` (nft).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct IfacePattern {
     pub name: String,
     pub prefix: bool,
@@ -277,6 +278,22 @@ pub struct View<'a> {
     /// Lists `-m recent --set` added this source to during this trace.
     pub recent_added: &'a [String],
     pub sets: &'a [crate::nft::CompiledSet],
+}
+
+/// What [`Cond::fact`] needs to know about the path beyond the packet's fields.
+#[derive(Clone, Copy, Debug)]
+pub struct FactContext {
+    /// The conntrack state bit of an existing connection whose NAT status is unknown
+    /// (`View::ct` is `None`): ESTABLISHED or RELATED.
+    pub ct_base: u16,
+    /// An unknown `View::src` is the packet's original source (no MASQUERADE rewrote it).
+    pub src_is_orig: bool,
+    /// The hook, and how many times the path rewrote the packet or its marks: they
+    /// tell apart facts that may differ after a rewrite or at another hook.
+    pub hook: crate::index::HookId,
+    pub generation: u32,
+    /// The condition's place: chain, rule and item (for facts of one rule).
+    pub site: (u32, u32, u16),
 }
 
 impl View<'_> {
@@ -470,9 +487,9 @@ impl Cond {
                 (Some(_), _) | (_, Some(_)) => Eval::Yes.negate_if(*neg),
                 _ => unknown("whether the packet is bridged", self),
             },
-            Cond::Limit(text) => {
-                Eval::Unknown(format!("whether the rate limit `{text}` is exceeded"))
-            }
+            Cond::Limit(text) => Eval::Unknown(format!(
+                "`{text}` matches (the packet is within the rate limit)"
+            )),
             Cond::Fragment(neg) => Eval::No.negate_if(*neg),
             Cond::NftSet { fields, set, neg } => {
                 let mut key = Vec::with_capacity(fields.len());
@@ -492,6 +509,182 @@ impl Cond {
                 "`{text}` matches (plumb does not evaluate this match)"
             )),
         }
+    }
+
+    /// Whether the condition is negated (`!`).
+    fn negated(&self) -> bool {
+        match self {
+            Cond::Src(_, n)
+            | Cond::Dst(_, n)
+            | Cond::Proto(_, n)
+            | Cond::InIface(_, n)
+            | Cond::OutIface(_, n)
+            | Cond::Sport(_, n)
+            | Cond::Dport(_, n)
+            | Cond::EitherPort(_, n)
+            | Cond::TcpSyn(n)
+            | Cond::CtState(_, n)
+            | Cond::CtOrigSrc(_, n)
+            | Cond::CtOrigDst(_, n)
+            | Cond::CtOrigDport(_, n)
+            | Cond::PhysdevIn(_, n)
+            | Cond::PhysdevOut(_, n)
+            | Cond::PhysdevBridged(n)
+            | Cond::Fragment(n) => *n,
+            Cond::NftIface { neg, .. }
+            | Cond::IcmpType { neg, .. }
+            | Cond::Mark { neg, .. }
+            | Cond::ConnMark { neg, .. }
+            | Cond::AddrType { neg, .. }
+            | Cond::Statistic { neg, .. }
+            | Cond::Nth { neg, .. }
+            | Cond::Recent { neg, .. }
+            | Cond::IpSet { neg, .. }
+            | Cond::NftSet { neg, .. } => *neg,
+            Cond::ModuleProto(_) | Cond::Limit(_) | Cond::Const(..) | Cond::Unknown(_) => false,
+        }
+    }
+
+    /// The condition without its negation (a copy only when it is negated).
+    fn positive(&self) -> std::borrow::Cow<'_, Cond> {
+        if !self.negated() {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut c = self.clone();
+        match &mut c {
+            Cond::Src(_, n)
+            | Cond::Dst(_, n)
+            | Cond::Proto(_, n)
+            | Cond::InIface(_, n)
+            | Cond::OutIface(_, n)
+            | Cond::Sport(_, n)
+            | Cond::Dport(_, n)
+            | Cond::EitherPort(_, n)
+            | Cond::TcpSyn(n)
+            | Cond::CtState(_, n)
+            | Cond::CtOrigSrc(_, n)
+            | Cond::CtOrigDst(_, n)
+            | Cond::CtOrigDport(_, n)
+            | Cond::PhysdevIn(_, n)
+            | Cond::PhysdevOut(_, n)
+            | Cond::PhysdevBridged(n)
+            | Cond::Fragment(n) => *n = false,
+            Cond::NftIface { neg, .. }
+            | Cond::IcmpType { neg, .. }
+            | Cond::Mark { neg, .. }
+            | Cond::ConnMark { neg, .. }
+            | Cond::AddrType { neg, .. }
+            | Cond::Statistic { neg, .. }
+            | Cond::Nth { neg, .. }
+            | Cond::Recent { neg, .. }
+            | Cond::IpSet { neg, .. }
+            | Cond::NftSet { neg, .. } => *neg = false,
+            Cond::ModuleProto(_) | Cond::Limit(_) | Cond::Const(..) | Cond::Unknown(_) => {}
+        }
+        std::borrow::Cow::Owned(c)
+    }
+
+    /// What an undecided condition (`eval` gave `Unknown(why)`) says about what plumb
+    /// does not know: the condition matches exactly when the fact holds, or exactly
+    /// when it does not if the bool is true (a negated match).
+    ///
+    /// Conditions on an unknown field give a set of values of that field. Anything
+    /// else is an atom whose key names what its answer depends on, so the same
+    /// question gets the same answer along a path: an ipset, nft set or recent-list
+    /// lookup by its key values; a match plumb does not evaluate by its text, hook and
+    /// the path's rewrite count; a rate limit or quota (whose state each evaluation
+    /// changes) by its rule (`cx.site`), so one path assumes one answer per rule;
+    /// the keys of those start with `@`.
+    pub fn fact(&self, v: &View<'_>, cx: &FactContext, why: &str) -> (Fact, bool) {
+        let v6 = v.dst.is_ipv6();
+        let unknown_src = v.src.is_none() && cx.src_is_orig;
+        let field = match self {
+            Cond::Src(m, neg) if unknown_src => Some((Fact::Src(AddrSet::of_match(m, v6)), *neg)),
+            Cond::CtOrigSrc(m, neg) if v.orig_src.is_none() => {
+                Some((Fact::Src(AddrSet::of_match(m, v6)), *neg))
+            }
+            Cond::AddrType {
+                dst: false,
+                types,
+                neg,
+            } if unknown_src => Some((Fact::Src(AddrSet::of_types(types, v.node, v6)), *neg)),
+            Cond::Sport(r, neg) if v.sport.is_none() => Some((Fact::Sport(port_set(r)), *neg)),
+            Cond::Dport(r, neg) if v.dport.is_none() => Some((Fact::Dport(port_set(r)), *neg)),
+            Cond::CtOrigDport(r, neg) if v.orig_dport.is_none() => Some((
+                Fact::Dport(RangeSet::range(r.from as u128, r.to as u128)),
+                *neg,
+            )),
+            // One side is known and missed (a hit would have decided the match).
+            Cond::EitherPort(r, neg) => match (v.sport, v.dport) {
+                (None, Some(_)) => Some((Fact::Sport(port_set(r)), *neg)),
+                (Some(_), None) => Some((Fact::Dport(port_set(r)), *neg)),
+                _ => None,
+            },
+            Cond::InIface(p, neg) if v.in_iface.is_none() => {
+                Some((Fact::InIface(vec![p.clone()]), *neg))
+            }
+            Cond::OutIface(p, neg) if v.out_iface.is_none() => {
+                Some((Fact::OutIface(vec![p.clone()]), *neg))
+            }
+            Cond::NftIface {
+                out: false,
+                pat,
+                neg,
+            } if v.in_iface.is_none() => Some((Fact::InIface(pat.clone()), *neg)),
+            Cond::NftIface {
+                out: true,
+                pat,
+                neg,
+            } if v.out_iface.is_none() => Some((Fact::OutIface(pat.clone()), *neg)),
+            Cond::CtState(bits, neg) if v.ct.is_none() => {
+                Some((Fact::CtNat(ct_nat::matching(cx.ct_base, *bits)), *neg))
+            }
+            _ => None,
+        };
+        if let Some(f) = field {
+            return f;
+        }
+        let neg = self.negated();
+        let pos = self.positive();
+        // The text says what "matches" means for the condition without its negation.
+        let text: std::sync::Arc<str> = match neg {
+            false => why.into(),
+            true => match pos.eval(v) {
+                Eval::Unknown(w) => w.into(),
+                _ => why.into(),
+            },
+        };
+        let (chain, rule, item) = cx.site;
+        let key = match &*pos {
+            Cond::Limit(_) => format!("@{chain}:{rule}:{item} limit"),
+            Cond::Unknown(t)
+                if ["-m hashlimit", "-m quota"]
+                    .iter()
+                    .any(|m| t.starts_with(m)) =>
+            {
+                format!("@{chain}:{rule}:{item} match")
+            }
+            Cond::Recent { name, source, .. } => {
+                if *source {
+                    format!("recent {name} src={:?}", v.src)
+                } else {
+                    format!("recent {name} dst={}", v.dst)
+                }
+            }
+            Cond::IpSet { .. } | Cond::NftSet { .. } => format!(
+                "{pos:?} src={:?} sport={:?} dst={} dport={:?} proto={} in={:?} out={:?}",
+                v.src, v.sport, v.dst, v.dport, v.proto, v.in_iface, v.out_iface
+            ),
+            Cond::TcpSyn(_) => "tcp syn".to_string(),
+            other => format!("{other:?} @{:?}#{}", cx.hook, cx.generation),
+        };
+        (
+            Fact::Atom {
+                key: key.into(),
+                text,
+            },
+            neg,
+        )
     }
 
     /// A short description in iptables-like words, for "why" texts.
