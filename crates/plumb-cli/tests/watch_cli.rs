@@ -332,7 +332,7 @@ fn a_watch_that_cannot_start_never_serves_metrics() {
 #[test]
 fn metrics_are_served_only_once_watch_is_ready() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let cluster = generate(&GeneratorConfig {

@@ -655,7 +655,7 @@ fn service_probes(lab: &Lab, cluster: &plumb_kubeproxy::Cluster, tally: &mut Tal
 #[test]
 fn generated_single_endpoint_services_are_exact() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip kernel_agreement: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let lab = Lab::new();
@@ -671,7 +671,7 @@ fn generated_single_endpoint_services_are_exact() {
 #[test]
 fn generated_multi_endpoint_choice_is_predicted() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip kernel_agreement: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let lab = Lab::new();
@@ -685,7 +685,7 @@ fn generated_multi_endpoint_choice_is_predicted() {
 #[test]
 fn endpoint_frequencies_agree_with_probabilities() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip kernel_agreement: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let lab = Lab::new();
@@ -801,7 +801,7 @@ fn cluster_ips(rs: &plumb_ruleset::Ruleset) -> Vec<(Proto, String, u16)> {
 #[test]
 fn corpus_dumps_agree() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip kernel_agreement: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let corpus = std::env::var("PLUMB_CORPUS")
@@ -815,7 +815,7 @@ fn corpus_dumps_agree() {
     for f in files {
         let path = std::path::Path::new(&corpus).join(f);
         let Ok(text) = std::fs::read_to_string(&path) else {
-            eprintln!("skip corpus dump {f}: not found under {corpus}");
+            plumb_testkit::skip(&format!("corpus dump {f}: not found under {corpus}"));
             continue;
         };
         let lab = Lab::new();
@@ -977,7 +977,7 @@ fn arb_ruleset() -> impl Strategy<Value = String> {
 #[test]
 fn random_rulesets_agree() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip kernel_agreement: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let lab = Lab::new();
@@ -1038,7 +1038,7 @@ fn random_rulesets_agree() {
 #[test]
 fn kube_proxy_nftables_mode_agrees() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip kernel_agreement: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let Some((script, ordered)) = plumb_testkit::kube_proxy_nft_transaction() else {

@@ -113,7 +113,7 @@ fn nft_kube_proxy_numgen_branches() {
         "{dir}/kube-proxy-nftables/real-nodes/k3s-like_10.42-10.43_nft-list-table-ip-kube-proxy.nft"
     );
     let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!("skip: corpus not found at {path}");
+        plumb_testkit::skip(&format!("corpus not found at {path}"));
         return;
     };
     let mut p = Packet::new(

@@ -462,7 +462,7 @@ mod tests {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../../shared/corpus/logs/audit-netfilter-cfg");
         let Ok(entries) = std::fs::read_dir(&dir) else {
-            eprintln!("skip: corpus not found at {}", dir.display());
+            plumb_testkit::skip(&format!("corpus not found at {}", dir.display()));
             return;
         };
         let mut cfgs = 0;

@@ -16,7 +16,7 @@ use std::time::Instant;
 #[test]
 fn security_agent_reverts_are_attributed_and_the_third_is_a_fight() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let kp = kube_proxy_state(12);
@@ -107,7 +107,7 @@ fn security_agent_reverts_are_attributed_and_the_third_is_a_fight() {
 #[test]
 fn owner_syncs_are_not_foreign() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let kp = kube_proxy_state(30);
@@ -141,7 +141,7 @@ fn owner_syncs_are_not_foreign() {
 #[test]
 fn host_firewall_policy_and_insertions_are_reported_appends_are_not() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let kp = kube_proxy_state(3);
@@ -182,7 +182,7 @@ fn host_firewall_policy_and_insertions_are_reported_appends_are_not() {
 #[test]
 fn lost_notifications_are_reported_as_a_gap() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let kp = kube_proxy_state(300);
@@ -209,17 +209,17 @@ fn lost_notifications_are_reported_as_a_gap() {
 #[test]
 fn legacy_changes_are_attributed_through_audit() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     if plumb_collect::runner::which("xtables-legacy-multi").is_none() {
-        eprintln!("skip: xtables-legacy-multi not found");
+        plumb_testkit::skip("xtables-legacy-multi not found");
         return;
     }
     let _audit = match AuditEnabled::new() {
         Ok(g) => g,
         Err(why) => {
-            eprintln!("skip: audit unavailable: {why}");
+            plumb_testkit::skip(&format!("audit unavailable: {why}"));
             return;
         }
     };
@@ -270,7 +270,7 @@ fn legacy_changes_are_attributed_through_audit() {
 #[test]
 fn a_big_revert_is_reported_preliminarily_then_completely() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let kp = kube_proxy_state(1000);
@@ -329,11 +329,11 @@ fn a_big_revert_is_reported_preliminarily_then_completely() {
 #[test]
 fn the_netlink_baseline_agrees_with_the_save_tools() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     if plumb_collect::runner::which("nft").is_none() {
-        eprintln!("skip: nft not installed");
+        plumb_testkit::skip("nft not installed");
         return;
     }
     let lab = Lab::new(&["kube-proxy"]);
@@ -435,7 +435,7 @@ fn the_netlink_baseline_agrees_with_the_save_tools() {
 #[test]
 fn notifications_queued_during_the_baseline_carry_its_generation() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let lab = Lab::new(&["kube-proxy"]);
@@ -491,7 +491,7 @@ fn notifications_queued_during_the_baseline_carry_its_generation() {
 #[test]
 fn after_a_gap_the_resync_dump_makes_the_state_right_again() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let kp = kube_proxy_state(300);
@@ -531,7 +531,7 @@ fn after_a_gap_the_resync_dump_makes_the_state_right_again() {
 fn a_peek_at_the_queue_never_swallows_a_gap() {
     use plumb_watch::nft_events::{NftListener, RECEIVE_BUFFER, Received};
     if let Some(r) = skip_reason() {
-        eprintln!("skip: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let kp = kube_proxy_state(300);
@@ -582,7 +582,7 @@ fn rules_of(save: &str) -> Vec<String> {
 #[test]
 fn a_restore_of_the_same_rules_by_another_writer_is_no_foreign_change() {
     if let Some(r) = skip_reason() {
-        eprintln!("skip: {r}");
+        plumb_testkit::skip(&r);
         return;
     }
     let kp = kube_proxy_state(12);

@@ -2,8 +2,8 @@
 //! iptables-nft and nft in private network namespaces.
 //!
 //! Skipped with a printed reason when not root, when a tool is missing, or when the
-//! probe is unavailable (built without clang/libbpf-dev, no BTF, no CAP_BPF); set
-//! `PLUMB_REQUIRE_BPF=1` to make that last skip a failure. Every wait has a deadline;
+//! probe is unavailable (built without clang/libbpf-dev, no BTF, no CAP_BPF); with
+//! `PLUMB_REQUIRE_ALL=1` (as in CI) each skip is a failure. Every wait has a deadline;
 //! namespaces are deleted on drop (panics included). Negative checks end with a
 //! barrier: a batch sent in the watched namespace *after* the command under test,
 //! whose report proves any report of that command would already have been read (the
@@ -36,8 +36,8 @@ fn attach(ns: &Netns) -> Option<WriterProbe> {
     let inode = netns_inode_by_name(ns.name()).expect("netns inode");
     match WriterProbe::attach(inode) {
         Ok(p) => Some(p),
-        Err(e) if e.unavailable() && std::env::var_os("PLUMB_REQUIRE_BPF").is_none() => {
-            eprintln!("SKIP: {e}");
+        Err(e) if e.unavailable() => {
+            plumb_testkit::skip(&e.to_string());
             None
         }
         Err(e) => panic!("attaching the writer probe: {e}"),
