@@ -6,7 +6,7 @@
 # that passes nothing but NEWGEN (so it never has a backlog). Both print milliseconds
 # since the command started. If both see NEWGEN at the same time, long after the first
 # notification, the delay is the kernel's, not the reader's (docs/benchmarks.md,
-# plumb watch, session 4).
+# plumb watch).
 import ctypes, os, socket, struct, sys, threading, time
 
 NETLINK_NETFILTER, NFNLGRP_NFTABLES, SOL_NETLINK = 12, 7, 270

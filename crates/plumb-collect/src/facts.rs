@@ -1,7 +1,7 @@
 //! Gathers [`Facts`] from a [`Node`]: every probe concurrently, each bounded, each ending
 //! in a fact or a reason (never a panic or an abort).
 //!
-//! What is read and why is listed in issue 5 and docs/bundles.md; how to interpret it is
+//! What is read and why is listed in docs/bundles.md; how to interpret it is
 //! doctor's business (plumb-doctor), not this module's.
 
 use crate::node::{Node, NodeCommand};

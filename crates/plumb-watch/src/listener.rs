@@ -12,9 +12,9 @@
 //! (it costs ~0.3 µs of CPU per notification, the kernel ~1 µs to send one), though
 //! within one it may lag some milliseconds; [`PendingSends::committing`] then names
 //! nobody rather than guess (where the probe's view itself misleads, NEWGEN
-//! contradicts the name: see [`PendingSends`]). Replaced: a second subscription (the
-//! "scout") whose socket filter passed NEWGEN and a sample; it cost an eighth of the
-//! CPU and added nothing once the listener kept pace (docs/benchmarks.md, session 6).
+//! contradicts the name: see [`PendingSends`]). One reader is enough: a second
+//! subscription with a socket filter passing NEWGEN and a sample would cost CPU and add
+//! nothing while the listener keeps pace with the kernel.
 //!
 //! Gaps (ENOBUFS, a cut datagram) and resyncs: see [`Listener::resync`].
 

@@ -12,7 +12,7 @@ use plumb_watch::Kind;
 use plumb_watch::detect::Action;
 use std::time::Instant;
 
-/// Seed 000: a security agent reverts kube-proxy's nat rules; kube-proxy restores them.
+/// A security agent reverts kube-proxy's nat rules; kube-proxy restores them.
 #[test]
 fn security_agent_reverts_are_attributed_and_the_third_is_a_fight() {
     if let Some(r) = skip_reason() {
@@ -485,9 +485,9 @@ fn notifications_queued_during_the_baseline_carry_its_generation() {
 
 /// Lost notifications (a receive buffer far too small for a sync) give a gap event
 /// and a resync from a fresh dump; afterwards the state is right again: an agent
-/// flushing one kube-proxy chain is reported as exactly that. (This test found a
-/// since removed second subscription's socket filter trimming datagrams that the
-/// kernel then handed to the listener: see docs/benchmarks.md, session 5.)
+/// flushing one kube-proxy chain is reported as exactly that. (A socket filter that
+/// trims datagrams on another subscription makes the kernel hand the trimmed buffer
+/// to this one: this test is how that shows.)
 #[test]
 fn after_a_gap_the_resync_dump_makes_the_state_right_again() {
     if let Some(r) = skip_reason() {

@@ -2,10 +2,9 @@
 //! binaries (plumb_watch::impersonate), kube-proxy state from plumb-kubeproxy's
 //! generator, and a watcher on a thread whose events can be awaited with deadlines.
 //!
-//! TODO(lab, issue 4): when `plumb lab` lands, add scenario tests that drive its
-//! `security-agent-revert`, `healthy` (kube-proxy emulator, one minute, zero
-//! foreign-change), `ufw-active` (real UFW) and legacy scenarios through this same
-//! `Watching` harness instead of the hand-made actors below.
+//! The lab's scenarios (real UFW, the kube-proxy emulator, the reverting agent) are
+//! driven through `plumb watch` in plumb-cli's `watch_lab.rs`; these tests use
+//! hand-made actors to reach states the scenarios do not.
 
 #![allow(dead_code)]
 
