@@ -289,6 +289,7 @@ fn without_net_admin_the_live_commands_say_they_need_root() {
         &["trace", "--dst", "10.43.0.1:443"],
         &["doctor"],
         &["collect", "-o", "/nonexistent/plumb-bundle.tar.gz"],
+        &["watch", "--duration", "1"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_plumb"))
             .args(args)

@@ -113,7 +113,7 @@ impl Default for WatchOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
     #[error(
-        "cannot subscribe to nftables notifications{}: {source} (needs CAP_NET_ADMIN, and CAP_SYS_ADMIN to enter a namespace)",
+        "cannot subscribe to nftables notifications{} (needs CAP_NET_ADMIN, and CAP_SYS_ADMIN to enter a namespace)",
         .netns.as_deref().map(|n| format!(" in network namespace {n}")).unwrap_or_default()
     )]
     Subscribe {

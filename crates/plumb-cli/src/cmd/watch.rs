@@ -19,6 +19,7 @@ pub fn run(f: WatchFlags) -> anyhow::Result<Verdict> {
         Some(s) => Some(Duration::from_secs_f64(s)),
         None => None,
     };
+    super::input::require_net_admin("on the node to watch")?;
     let metrics = Metrics::new();
     // Bound now, so that a bad or taken address fails before the baseline is read;
     // served only once watch can watch (a scrape target must not look healthy for a
