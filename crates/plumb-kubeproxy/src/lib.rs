@@ -4,7 +4,7 @@
 //!   nftables mode (`service-HASH-ns/name/proto/port`), and checks that a chain name belongs
 //!   to a given service port or endpoint.
 //! - [`model`]: the service model kube-proxy programs (service ports, virtual IPs, endpoints).
-//! - [`generate`]: a deterministic generator of such models from counts and fractions.
+//! - [`mod@generate`]: a deterministic generator of such models from counts and fractions.
 //! - [`recover`]: the inverse: the service map read back from a parsed ruleset (iptables
 //!   and nftables mode), with evidence and chain-hash verification.
 //! - [`rules`] and [`sync`]: the iptables rules kubelet and kube-proxy (1.28+) write for a

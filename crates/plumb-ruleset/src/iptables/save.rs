@@ -3,7 +3,7 @@
 //! `iptables -S` / `--list-rules` (no table header; the caller names the table).
 //!
 //! One pass, one line at a time; a bad line becomes a diagnostic and reading goes on.
-//! What a rule line says on its own (its words, problems and target, [`Prepared`]) is
+//! What a rule line says on its own (its words, problems and target, `Prepared`) is
 //! worked out ahead of the reader, for blocks of lines on all cores when the input is
 //! big; the reader, which owns the table state, consumes it in line order.
 

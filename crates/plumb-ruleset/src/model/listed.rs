@@ -226,7 +226,7 @@ pub struct ListedRule {
     /// Everything after the destination column, verbatim (trimmed).
     pub extra: Box<str>,
     pub matches: Vec<ListedMatch>,
-    /// Boxed: most rules have none, and it keeps [`RuleBody`] small.
+    /// Boxed: most rules have none, and it keeps [`RuleBody`](super::RuleBody) small.
     pub target_details: Option<Box<ListedTarget>>,
     /// Parts of `extra` plumb did not recognise, each a verbatim run of words.
     pub unrecognised: Vec<String>,
