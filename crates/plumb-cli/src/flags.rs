@@ -41,8 +41,8 @@ pub enum Command {
         source: SourceFlags,
         #[command(flatten)]
         input: InputFlags,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputFlags,
     },
     /// Integrity findings: dangling jumps, broken kube-proxy chains, stale chains, backend
     /// mix, firewall rules shadowing pod traffic, garbled NAT, services without endpoints.
@@ -55,8 +55,8 @@ pub enum Command {
         /// live in the kernel, so they are not reported as missing.
         #[arg(long)]
         partial: bool,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputFlags,
     },
     /// Diagnose this node (or a namespace, the lab, or a support bundle): root cause first,
     /// with evidence, next steps, what not to do, and what was ruled out.
@@ -70,8 +70,8 @@ pub enum Command {
         /// output (directory, .tar, .tar.gz or .tar.xz).
         #[arg(long, value_name = "PATH", conflicts_with = "netns")]
         bundle: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputFlags,
     },
     /// Write a support bundle of this node (raw outputs, secrets redacted) for offline
     /// diagnosis with `plumb doctor --bundle`.
@@ -104,8 +104,8 @@ pub enum RulesetCommand {
         /// Look inside this network namespace (as in `ip netns exec NAME`).
         #[arg(long, value_name = "NAME")]
         netns: Option<String>,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputFlags,
     },
     /// Summarise a ruleset file (format auto-detected).
     Parse {
@@ -113,8 +113,8 @@ pub enum RulesetCommand {
         file: PathBuf,
         #[command(flatten)]
         input: InputFlags,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputFlags,
     },
     /// Re-print a ruleset file in canonical iptables-save form.
     Print {
@@ -131,8 +131,8 @@ pub enum RulesetCommand {
         new: PathBuf,
         #[command(flatten)]
         input: InputFlags,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputFlags,
     },
 }
 
@@ -196,13 +196,13 @@ pub enum LabCommand {
     },
     /// Show the running lab: scenario, namespaces, actors, pods.
     Status {
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputFlags,
     },
     /// Remove everything the lab made (idempotent; also after a crash).
     Down {
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputFlags,
     },
     /// Run a command inside the lab node's network namespace (PLUMB_LAB_ROOT set, lab UFW files mounted).
     Exec {
@@ -269,8 +269,8 @@ pub struct TraceArgs {
     /// Show every step, including rules that did not match, for every outcome.
     #[arg(long, short)]
     pub verbose: bool,
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: OutputFlags,
     /// Stop exploring beyond this many paths: the trace then says INDETERMINATE and
     /// exits 1.
     #[arg(long, value_name = "N", default_value_t = plumb_trace::TraceOptions::default().max_paths as u64,
@@ -290,9 +290,9 @@ pub struct WatchFlags {
     /// Watch the running `plumb lab`'s node namespace.
     #[arg(long, conflicts_with = "netns")]
     pub lab: bool,
-    /// One JSON object per line instead of human lines.
-    #[arg(long)]
-    pub json: bool,
+    /// `--json` / `-o json`: one JSON object per line instead of human lines.
+    #[command(flatten)]
+    pub output: OutputFlags,
     /// Stop after this many seconds and print a summary (default: until SIGINT/SIGTERM).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
@@ -308,4 +308,64 @@ pub struct WatchFlags {
     /// machine while watch runs; needs CAP_BPF and CAP_PERFMON).
     #[arg(long)]
     pub no_bpf: bool,
+}
+
+/// `--json`, or kubectl's `-o json` / `-o text`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct OutputFlags {
+    /// Print JSON (the shapes documented in the README) instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Output format: text or json (`-o json` is `--json`).
+    #[arg(
+        short = 'o',
+        long = "output",
+        id = "output_format",
+        value_enum,
+        value_name = "FORMAT",
+        conflicts_with = "json"
+    )]
+    output_format: Option<OutputFormat>,
+}
+
+impl OutputFlags {
+    /// True when JSON was asked for.
+    pub fn json(&self) -> bool {
+        self.json || self.output_format == Some(OutputFormat::Json)
+    }
+}
+
+/// `-o FORMAT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Human-readable text.
+    Text,
+    /// JSON.
+    Json,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// clap's own consistency checks (unique ids, valid conflicts) for every
+    /// subcommand: they otherwise fire only when that subcommand is run.
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn dash_o_json_is_json() {
+        let parse = |args: &[&str]| match Cli::parse_from(args).command {
+            Command::Check { output, .. } => output.json(),
+            _ => unreachable!("check"),
+        };
+        assert!(parse(&["plumb", "check", "-o", "json"]));
+        assert!(parse(&["plumb", "check", "--json"]));
+        assert!(!parse(&["plumb", "check", "-o", "text"]));
+        assert!(!parse(&["plumb", "check"]));
+        assert!(Cli::try_parse_from(["plumb", "check", "-o", "json", "--json"]).is_err());
+    }
 }

@@ -25,8 +25,9 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<Verdict> {
             &backend,
             exact_restore_payload,
         ),
-        LabCommand::Status { json } => status(json),
-        LabCommand::Down { json } => {
+        LabCommand::Status { output } => status(output.json()),
+        LabCommand::Down { output } => {
+            let json = output.json();
             let report = plumb_lab::down();
             if json {
                 output::json(&report)?;

@@ -15,8 +15,13 @@ use std::io::Write;
 
 pub fn run(cmd: RulesetCommand) -> anyhow::Result<Verdict> {
     match cmd {
-        RulesetCommand::Show { netns, json } => show(netns.as_deref(), json),
-        RulesetCommand::Parse { file, input, json } => {
+        RulesetCommand::Show { netns, output } => show(netns.as_deref(), output.json()),
+        RulesetCommand::Parse {
+            file,
+            input,
+            output,
+        } => {
+            let json = output.json();
             let loaded = load(&file, &input)?;
             let summary = summarize(&loaded.parsed.ruleset);
             let verdict = verdict(&summary);
@@ -63,8 +68,9 @@ pub fn run(cmd: RulesetCommand) -> anyhow::Result<Verdict> {
             old,
             new,
             input,
-            json,
+            output,
         } => {
+            let json = output.json();
             let a = load(&old, &input)?;
             let b = load(&new, &input)?;
             let changes = diff(&a.parsed.ruleset, &b.parsed.ruleset);

@@ -180,7 +180,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Verdict> {
         ..TraceOptions::default()
     };
     let t = trace_with(&index, &packet, &node, &options);
-    if args.json {
+    if args.output.json() {
         output::json(&t.report(&index))?;
     } else {
         let mut out = std::io::stdout().lock();

@@ -53,7 +53,7 @@ pub fn run(f: WatchFlags) -> anyhow::Result<Verdict> {
         if write_error.is_some() {
             return;
         }
-        let r = if f.json {
+        let r = if f.output.json() {
             serde_json::to_writer(&mut out, e)
                 .map_err(std::io::Error::from)
                 .and_then(|_| writeln!(out))
@@ -92,7 +92,7 @@ pub fn run(f: WatchFlags) -> anyhow::Result<Verdict> {
     }
     let seen = |k: Kind| summary.events.get(k.as_str()).copied().unwrap_or(0);
     let problems = seen(Kind::ForeignChange) + seen(Kind::Fight) + seen(Kind::PolicyChange);
-    if f.json {
+    if f.output.json() {
         eprintln!("{}", serde_json::to_string(&summary)?);
     } else {
         let counts: Vec<String> = summary
