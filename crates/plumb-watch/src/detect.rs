@@ -1,5 +1,6 @@
-//! Detection: from what a write changed and who made it, to findings. Pure: no IO,
-//! the clock is a parameter.
+//! Detection: from what a write changed and who made it, to [`Detection`]s. Pure: no
+//! IO, the clock is a parameter. (A detection is watch's own type, not a plumb-findings
+//! `Finding`: it becomes a live event with time, actor and latency, not a report item.)
 //!
 //! - **foreign-change**: chains, rules or hook rules owned by kube-proxy, kubelet or a
 //!   CNI (plumb-ruleset's ownership catalogue) deleted, flushed or modified by a
@@ -115,7 +116,7 @@ pub struct FightInfo {
 
 /// One detection result (the watcher adds time, actor and latency to make an event).
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Finding {
+pub struct Detection {
     pub kind: Kind,
     pub action: Action,
     pub family: String,
@@ -134,9 +135,9 @@ pub struct Finding {
     pub fight: Option<FightInfo>,
 }
 
-impl Finding {
-    fn new(kind: Kind, action: Action, t: &TableChanges, owner: Option<String>) -> Finding {
-        Finding {
+impl Detection {
+    fn new(kind: Kind, action: Action, t: &TableChanges, owner: Option<String>) -> Detection {
+        Detection {
             kind,
             action,
             family: t.family.clone(),
@@ -447,20 +448,20 @@ pub enum Source {
     Poll,
 }
 
-/// Detects findings in `changes` written by `actor` at `now_ms`.
+/// Detects what is to be reported in `changes` written by `actor` at `now_ms`.
 pub fn detect(
     changes: &ChangeSet,
     actor: &Actor,
     source: Source,
     now_ms: u64,
     fights: &mut FightTracker,
-) -> Vec<Finding> {
+) -> Vec<Detection> {
     let mut out = Vec::new();
     let party = actor.metric_label();
     for t in &changes.tables {
         if source == Source::Resync {
             if !t.is_empty() {
-                let mut f = Finding::new(Kind::Resync, Action::Changed, t, None);
+                let mut f = Detection::new(Kind::Resync, Action::Changed, t, None);
                 let names: BTreeSet<&str> = t
                     .chains_added
                     .iter()
@@ -565,7 +566,7 @@ pub fn detect(
                 && g.removed.is_empty()
                 && g.modified.is_empty()
                 && g.flushed.is_empty();
-            let also_rewrote = |f: &mut Finding| {
+            let also_rewrote = |f: &mut Detection| {
                 if !g.rewritten.is_empty() && !unchanged {
                     f.details.push(format!(
                         "also rewrote {} {owner} chains with the same rules (no net change)",
@@ -581,7 +582,7 @@ pub fn detect(
                 } else {
                     Kind::Rewrite
                 };
-                let mut f = Finding::new(kind, Action::Rewritten, t, Some(owner.to_string()));
+                let mut f = Detection::new(kind, Action::Rewritten, t, Some(owner.to_string()));
                 f.set_chains(g.rewritten.iter());
                 f.details.push(format!(
                     "every rule of these chains removed and the same rules added back in \
@@ -594,7 +595,7 @@ pub fn detect(
             if legit || (source == Source::Poll && lost.is_empty()) {
                 let restored = !(g.added.is_empty() && g.modified.is_empty())
                     && fights.restore(&t.label(), owner, &party, &[&g.added, &g.modified], now_ms);
-                let mut f = Finding::new(
+                let mut f = Detection::new(
                     Kind::OwnerChange,
                     if restored {
                         Action::Restored
@@ -628,7 +629,7 @@ pub fn detect(
             } else {
                 Action::Modified
             };
-            let mut f = Finding::new(Kind::ForeignChange, action, t, Some(owner.to_string()));
+            let mut f = Detection::new(Kind::ForeignChange, action, t, Some(owner.to_string()));
             match action {
                 Action::Deleted => f.set_chains(g.removed.iter()),
                 Action::Flushed => f.set_chains(g.flushed.iter()),
@@ -667,7 +668,7 @@ pub fn detect(
                 out.push(f.clone());
                 if let Some(fi) = fight {
                     let mut ff =
-                        Finding::new(Kind::Fight, Action::Fight, t, Some(owner.to_string()));
+                        Detection::new(Kind::Fight, Action::Fight, t, Some(owner.to_string()));
                     ff.chains = f.chains.clone();
                     ff.chain_count = f.chain_count;
                     ff.revert = Some(n);
@@ -679,7 +680,7 @@ pub fn detect(
             }
         }
         if !inserted.is_empty() {
-            let mut f = Finding::new(Kind::ForeignChange, Action::Inserted, t, None);
+            let mut f = Detection::new(Kind::ForeignChange, Action::Inserted, t, None);
             let names: BTreeSet<&str> = inserted.iter().map(|h| h.chain.as_str()).collect();
             f.set_chains(names.into_iter());
             f.rules_added = inserted.len();
@@ -698,7 +699,7 @@ pub fn detect(
             out.push(f);
         }
         for p in &t.policies {
-            let mut f = Finding::new(Kind::PolicyChange, Action::Policy, t, None);
+            let mut f = Detection::new(Kind::PolicyChange, Action::Policy, t, None);
             f.set_chains(std::iter::once(p.chain.as_str()));
             f.details.push(format!(
                 "{} policy {} -> {}",
@@ -719,7 +720,7 @@ pub fn detect_rulesets(
     actor: &Actor,
     now_ms: u64,
     fights: &mut FightTracker,
-) -> Vec<Finding> {
+) -> Vec<Detection> {
     let changes = crate::changes::from_rulesets(old, new);
     detect(&changes, actor, Source::Write, now_ms, fights)
 }

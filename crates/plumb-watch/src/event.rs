@@ -10,7 +10,7 @@
 //! `generation` follows.
 
 use crate::actor::Actor;
-use crate::detect::{Action, FightInfo, Finding, Kind};
+use crate::detect::{Action, Detection, FightInfo, Kind};
 use serde::Serialize;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -52,7 +52,7 @@ pub struct Event {
 impl Event {
     /// An event from a finding.
     pub fn from_finding(
-        f: Finding,
+        f: Detection,
         at: SystemTime,
         netns: Option<&str>,
         actor: &Actor,

@@ -44,6 +44,6 @@ pub mod watcher;
 pub mod writer_probe;
 
 pub use actor::Actor;
-pub use detect::{Finding, Kind};
+pub use detect::{Detection, Kind};
 pub use event::Event;
 pub use watcher::{Summary, WatchError, WatchOptions, Watcher, watch};
