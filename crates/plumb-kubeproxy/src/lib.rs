@@ -41,11 +41,6 @@ pub use sync::{
     IptablesSaveOptions, KubeProxyRules, ProxierOptions, TablePayload, is_top_level_chain,
 };
 
-/// The former name of [`IptablesSaveOptions`], kept only until plumb-watch's tests
-/// (`tests/detect.rs`, `tests/properties.rs`) import the new name; not for new code.
-#[doc(hidden)]
-pub type SaveOptions = IptablesSaveOptions;
-
 /// The iptables-save text of a generated cluster: `services` service ports with
 /// `endpoints` endpoints each, default generator and proxier options. The one input
 /// definition the benchmarks, the `generate` example and the watch churn driver share.

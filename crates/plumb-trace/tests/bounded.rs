@@ -301,7 +301,7 @@ fn joining_branches_merge_into_one_outcome() {
 /// each with probability 1/n, and with session affinity one more per endpoint.
 #[test]
 fn many_endpoints_keep_one_outcome_each() {
-    use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions};
+    use plumb_kubeproxy::{GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions};
     for affinity in [0.0, 1.0] {
         let cluster = plumb_kubeproxy::generate(&GeneratorConfig {
             services: 2,
@@ -312,7 +312,7 @@ fn many_endpoints_keep_one_outcome_each() {
         })
         .unwrap();
         let text = KubeProxyRules::new(&cluster, &ProxierOptions::default())
-            .to_iptables_save(&SaveOptions::default());
+            .to_iptables_save(&IptablesSaveOptions::default());
         let rs = index_of(&text);
         let index = Index::build(&rs);
         let svc = cluster

@@ -1,7 +1,9 @@
 //! Pure detection tests (no kernel): rulesets from plumb-kubeproxy's generator and
 //! small hand-written dumps, writers from the actor catalogue, a clock as a number.
 
-use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+use plumb_kubeproxy::{
+    GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+};
 use plumb_ruleset::Ruleset;
 use plumb_ruleset::iptables::save::{IptablesInput, parse};
 use plumb_watch::actor::{Actor, ProcInfo};
@@ -28,7 +30,7 @@ fn kube_proxy_dump(services: usize, seed: u64) -> Ruleset {
     })
     .unwrap();
     let text = KubeProxyRules::new(&cluster, &ProxierOptions::default())
-        .to_iptables_save(&SaveOptions::default());
+        .to_iptables_save(&IptablesSaveOptions::default());
     nft_dump(&text)
 }
 

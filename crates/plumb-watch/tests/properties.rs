@@ -1,7 +1,9 @@
 //! Property tests: decoders never panic on kernel input; detection never panics; an
 //! owner's own full sync never yields a foreign-change.
 
-use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, SaveOptions, generate};
+use plumb_kubeproxy::{
+    GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+};
 use plumb_ruleset::iptables::save::{IptablesInput, parse};
 use plumb_watch::actor::{Actor, ProcInfo};
 use plumb_watch::changes::{ChainDelta, ChangeSet, HookRule, PolicyDelta, TableChanges};
@@ -183,7 +185,7 @@ proptest! {
     ) {
         let dump = |services, seed| {
             let c = generate(&GeneratorConfig { services, seed, endpoints_per_service: eps, ..GeneratorConfig::default() }).unwrap();
-            let text = KubeProxyRules::new(&c, &ProxierOptions::default()).to_iptables_save(&SaveOptions::default());
+            let text = KubeProxyRules::new(&c, &ProxierOptions::default()).to_iptables_save(&IptablesSaveOptions::default());
             parse(&text, &IptablesInput { backend: Some(plumb_ruleset::Backend::IptablesNft), ..Default::default() })
         };
         let (a, b) = (dump(s1, seed1), dump(s2, seed2));
