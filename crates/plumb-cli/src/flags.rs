@@ -95,6 +95,8 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Print plumb's man page (roff), e.g. `plumb man > /usr/local/share/man/man1/plumb.1`.
+    Man,
 }
 
 #[derive(Debug, Subcommand)]

@@ -49,6 +49,15 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
             std::io::Write::write_all(&mut std::io::stdout().lock(), &script)?;
             Ok(Verdict::Clean)
         }
+        Command::Man => {
+            use clap::CommandFactory;
+            // Generated from the same definition as --help, so the two never disagree.
+            // The page lists the subcommands; `plumb SUBCOMMAND --help` has their flags.
+            let mut page = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &page)?;
+            Ok(Verdict::Clean)
+        }
     }
 }
 
