@@ -178,9 +178,10 @@ pub struct SourceFlags {
 
 #[derive(Debug, Subcommand)]
 pub enum LabCommand {
-    /// Start a scenario: healthy, security-agent-revert, ufw-active, probe-semantics, backend-mix, no-endpoints, sysctl-missing.
+    /// Start a scenario (reproduces one incident in network namespaces).
     Up {
-        /// Scenario name.
+        /// Scenario name (shell completions know them).
+        #[arg(value_parser = scenario_names())]
         scenario: String,
         /// Service ports kube-proxy programs.
         #[arg(long, value_name = "N", default_value_t = 8)]
@@ -312,6 +313,11 @@ pub struct WatchFlags {
     pub no_bpf: bool,
 }
 
+/// The lab's scenario names, as clap's possible values (help and completions list them).
+fn scenario_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(plumb_lab::Scenario::ALL.map(|s| s.name()))
+}
+
 /// `--json`, or kubectl's `-o json` / `-o text`.
 #[derive(Debug, Args, Clone, Default)]
 pub struct OutputFlags {
@@ -356,6 +362,22 @@ mod tests {
     #[test]
     fn the_cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn completions_know_the_lab_scenarios() {
+        let mut script = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut Cli::command(),
+            "plumb",
+            &mut script,
+        );
+        let script = String::from_utf8(script).expect("UTF-8");
+        for s in plumb_lab::Scenario::ALL {
+            assert!(script.contains(s.name()), "{} not completed", s.name());
+        }
+        assert!(Cli::try_parse_from(["plumb", "lab", "up", "no-such-scenario"]).is_err());
     }
 
     #[test]

@@ -20,7 +20,7 @@ fn plumb(args: &[&str]) -> (i32, String, String) {
 fn unknown_scenario_is_a_usage_error_naming_the_known_ones() {
     let (code, _, err) = plumb(&["lab", "up", "nope"]);
     assert_eq!(code, 2);
-    assert!(err.contains("unknown scenario \"nope\""), "{err}");
+    assert!(err.contains("invalid value 'nope'"), "{err}");
     assert!(err.contains("security-agent-revert"), "{err}");
 }
 
