@@ -52,9 +52,7 @@ pub fn run(
             parse_errors,
             parse_error_samples: src
                 .ruleset
-                .diagnostics
-                .iter()
-                .filter(|d| d.severity == plumb_ruleset::Severity::Error)
+                .errors()
                 .take(super::input::ERRORS_SHOWN)
                 .collect(),
             hint: src.hint.as_deref(),

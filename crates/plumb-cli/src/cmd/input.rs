@@ -120,18 +120,14 @@ fn unreadable_message(loaded: &Loaded) -> String {
 /// The first [`ERRORS_SHOWN`] error diagnostics as `name:line:col: message: text`,
 /// and a line counting the rest.
 pub fn error_lines(name: &str, ruleset: &plumb_ruleset::Ruleset) -> Vec<String> {
-    let errors: Vec<&plumb_ruleset::Diagnostic> = ruleset
-        .diagnostics
-        .iter()
-        .filter(|d| d.severity == plumb_ruleset::Severity::Error)
-        .collect();
-    let mut lines: Vec<String> = errors
-        .iter()
+    let mut lines: Vec<String> = ruleset
+        .errors()
         .take(ERRORS_SHOWN)
         .map(|d| format!("{name}:{d}"))
         .collect();
-    if errors.len() > ERRORS_SHOWN {
-        lines.push(format!("... and {} more", errors.len() - ERRORS_SHOWN));
+    let errors = ruleset.error_count();
+    if errors > ERRORS_SHOWN {
+        lines.push(format!("... and {} more", errors - ERRORS_SHOWN));
     }
     lines
 }

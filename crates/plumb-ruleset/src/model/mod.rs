@@ -263,10 +263,14 @@ impl Ruleset {
 
     /// Number of error diagnostics: parts of the input that could not be read.
     pub fn error_count(&self) -> usize {
+        self.errors().count()
+    }
+
+    /// The error diagnostics, in input order.
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
         self.diagnostics
             .iter()
             .filter(|d| d.severity == Severity::Error)
-            .count()
     }
 
     /// Marks a ruleset read as a full dump [`Completeness::Damaged`] when parts of it
