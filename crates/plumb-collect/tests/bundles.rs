@@ -148,41 +148,29 @@ fn rancher_bundle_directory_gives_the_facts_doctor_needs() {
 fn the_same_bundle_as_a_tarball() {
     let s = Scratch::new("rancher-tgz");
     let dir = rancher_tree(&s);
-    let tgz = dir.join("bundle.tar.gz");
-    let ok = std::process::Command::new("tar")
-        .args([
-            "-czf",
-            &tgz.to_string_lossy(),
-            "-C",
-            &dir.to_string_lossy(),
-            "node1-2026-11-30_08_00_00",
-        ])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    let node = open_bundle(&tgz).expect("opening the tarball");
-    let f = gather(&node, &GatherOptions::default());
-    assert!(f.ruleset.value().is_some());
-    assert_eq!(f.container_logs("install-cni").count(), 1);
-    // sosreports are usually xz-compressed.
-    let txz = dir.join("bundle.tar.xz");
-    let ok = std::process::Command::new("tar")
-        .args([
-            "-cJf",
-            &txz.to_string_lossy(),
-            "-C",
-            &dir.to_string_lossy(),
-            "node1-2026-11-30_08_00_00",
-        ])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    let node = open_bundle(&txz).expect("opening the xz tarball");
-    let f = gather(&node, &GatherOptions::default());
-    assert!(f.ruleset.value().is_some());
-    assert_eq!(f.container_logs("install-cni").count(), 1);
+    // sosreports are usually xz-compressed, Rancher's bundles gzip-compressed.
+    let mut last = None;
+    for (flag, name) in [("-czf", "bundle.tar.gz"), ("-cJf", "bundle.tar.xz")] {
+        let archive = dir.join(name);
+        let ok = std::process::Command::new("tar")
+            .args([
+                flag,
+                &archive.to_string_lossy(),
+                "-C",
+                &dir.to_string_lossy(),
+                "node1-2026-11-30_08_00_00",
+            ])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "{name}");
+        let node = open_bundle(&archive).unwrap_or_else(|e| panic!("opening {name}: {e}"));
+        let f = gather(&node, &GatherOptions::default());
+        assert!(f.ruleset.value().is_some(), "{name}");
+        assert_eq!(f.container_logs("install-cni").count(), 1, "{name}");
+        last = Some(f);
+    }
+    let f = last.expect("two archives");
     assert!(f.source.unwrap().notes.is_empty());
     // Not a bundle at all: a clear error.
     let junk = dir.join("junk.tar.gz");
