@@ -423,7 +423,7 @@ pub fn network_probes(node: &dyn Node, options: &GatherOptions, rules: Option<&R
     // leave the machine, so it is not sent.
     let kube_node = node.file(RKE2_CONFIG).is_ok()
         || rules.is_some_and(|rs| rs.tables.iter().any(|t| t.chain("KUBE-SERVICES").is_some()));
-    let result = probe::in_netns(ns, move || {
+    let result = plumb_os::netns::on_thread(ns, move || {
         std::thread::scope(|s| {
             let health = SocketAddr::from(([127, 0, 0, 1], 10256));
             let h = s.spawn(move || probe::http_get(health, "/healthz", false, t));
@@ -453,22 +453,24 @@ pub fn network_probes(node: &dyn Node, options: &GatherOptions, rules: Option<&R
                 )),
                 Err(_) => Fact::unknown("probe panicked"),
             };
-            Probes {
+            Ok(Probes {
                 healthz: http(h),
                 livez: http(l),
                 readyz: http(r),
                 clusterip,
                 api_local: tcp(a, &format!("TCP connect to {api}")),
-            }
+            })
         })
     });
-    result.unwrap_or_else(|e| Probes {
-        healthz: Fact::unknown(e.clone()),
-        livez: Fact::unknown(e.clone()),
-        readyz: Fact::unknown(e.clone()),
-        clusterip: Fact::unknown(e.clone()),
-        api_local: Fact::unknown(e),
-    })
+    result
+        .map_err(|e| e.to_string())
+        .unwrap_or_else(|e| Probes {
+            healthz: Fact::unknown(e.clone()),
+            livez: Fact::unknown(e.clone()),
+            readyz: Fact::unknown(e.clone()),
+            clusterip: Fact::unknown(e.clone()),
+            api_local: Fact::unknown(e),
+        })
 }
 
 /// The `kubernetes` Service ClusterIP: the first address of the service CIDR (RKE2's

@@ -7,14 +7,15 @@
 pub mod archive;
 pub mod bundle_writer;
 pub mod facts;
-pub mod netns;
 pub mod new_file;
 pub mod node;
 pub mod privilege;
 pub mod probe;
 pub mod rulesets;
-pub mod runner;
 mod tempdir;
+
+/// The OS edge collect reads through (plumb-os), re-exported for its callers.
+pub use plumb_os::{netns, runner};
 
 pub use rulesets::{Collected, ToolOutcome, collect_rulesets};
 pub use runner::{CommandOutput, Runner, SystemRunner};

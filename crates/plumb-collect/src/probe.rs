@@ -12,40 +12,6 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Runs `f` on a thread inside network namespace `netns` (`ip netns` name), or plumb's own.
-pub fn in_netns<T: Send>(netns: Option<&str>, f: impl FnOnce() -> T + Send) -> Result<T, String> {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            if let Some(ns) = netns {
-                enter_netns(ns)?;
-            }
-            Ok(f())
-        })
-        .join()
-        .map_err(|_| "probe thread panicked".to_string())?
-    })
-}
-
-fn enter_netns(name: &str) -> Result<(), String> {
-    use std::os::fd::AsRawFd;
-    if name.contains('/') {
-        return Err(format!("bad network namespace name {name:?}"));
-    }
-    let path = format!("/var/run/netns/{name}");
-    let f = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-    // SAFETY: setns takes a valid open namespace fd (kept open by `f` for the call) and
-    // only changes the calling thread's network namespace; this thread is dedicated to
-    // the probe and exits afterwards.
-    let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-    if rc != 0 {
-        return Err(format!(
-            "entering network namespace {name}: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok(())
-}
-
 /// A TCP connect to `target` with a deadline.
 pub fn tcp_connect(target: SocketAddr, timeout: Duration) -> Connect {
     let start = Instant::now();

@@ -42,11 +42,8 @@ pub fn stale_payload(services: usize, api: SocketAddrV4) -> String {
 pub fn write_stale(iptables: &str, services: usize, api: SocketAddrV4) -> Result<(), LabError> {
     let iptables = iptables.to_string();
     let payload = stale_payload(services, api);
-    let ns = crate::netns::open(NODE_NETNS)
-        .map_err(|e| LabError::io("opening the node namespace", e))?;
-    drop(ns);
-    let out = crate::netns::run_in(NODE_NETNS, move || {
-        Tools::new(&iptables).restore(&["-w", "5"], &payload)
+    let out = plumb_os::netns::on_thread(Some(NODE_NETNS), move || {
+        Ok(Tools::new(&iptables).restore(&["-w", "5"], &payload))
     })
     .map_err(|e| LabError::io("entering the node namespace", e))?
     .map_err(|e| LabError::io("running iptables-legacy-restore", e))?;

@@ -24,7 +24,8 @@ use crate::probe::{self, Connect};
 use crate::scenario::Scenario;
 use crate::state::{API_NETNS, LabState, NODE_NETNS, RUN_DIR, default_root, state_path};
 use crate::topology::{self, API_IP, API_PORT, CLUSTER_IP, NODE_IP, TopologySpec};
-use crate::{netns, process, tls, ufw};
+use crate::{process, tls, ufw};
+use plumb_os::netns;
 
 /// Options for [`Lab::up_with`].
 #[derive(Debug, Clone, Default)]
@@ -238,7 +239,7 @@ impl Leftovers {
 fn lab_netns_inodes() -> HashSet<u64> {
     topology::lab_namespaces()
         .iter()
-        .filter_map(|n| netns::inode(&netns::path(n)))
+        .filter_map(|n| netns::inode_of(n).ok())
         .collect()
 }
 

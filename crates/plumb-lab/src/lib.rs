@@ -36,7 +36,6 @@ pub mod iptables;
 pub mod lab;
 pub mod layout;
 pub mod logfmt;
-pub mod netns;
 pub mod plan;
 pub mod preflight;
 pub mod probe;

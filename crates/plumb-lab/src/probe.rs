@@ -5,7 +5,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use crate::error::LabError;
-use crate::{http, netns};
+use crate::http;
+use plumb_os::netns;
 
 /// How a TCP connect ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,12 +21,12 @@ pub enum Connect {
 
 /// A TCP connect to `addr` from namespace `ns`.
 pub fn tcp_connect(ns: &str, addr: SocketAddr, timeout: Duration) -> Result<Connect, LabError> {
-    netns::run_in(ns, move || {
-        match TcpStream::connect_timeout(&addr, timeout) {
+    netns::on_thread(Some(ns), move || {
+        Ok(match TcpStream::connect_timeout(&addr, timeout) {
             Ok(_) => Connect::Connected,
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Connect::TimedOut,
             Err(e) => Connect::Failed(e.to_string()),
-        }
+        })
     })
     .map_err(|e| LabError::io(format!("entering namespace {ns}"), e))
 }
@@ -33,10 +34,13 @@ pub fn tcp_connect(ns: &str, addr: SocketAddr, timeout: Duration) -> Result<Conn
 /// A plain HTTP GET from namespace `ns`: (status, body).
 pub fn http_get(ns: &str, addr: SocketAddr, path: &str) -> Result<http::Response, LabError> {
     let path = path.to_string();
-    netns::run_in(ns, move || -> std::io::Result<http::Response> {
-        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-        s.set_read_timeout(Some(Duration::from_secs(2)))?;
-        http::exchange(&s, "GET", &addr.to_string(), &path, b"")
+    netns::on_thread(Some(ns), move || {
+        Ok(
+            TcpStream::connect_timeout(&addr, Duration::from_secs(2)).and_then(|s| {
+                s.set_read_timeout(Some(Duration::from_secs(2)))?;
+                http::exchange(&s, "GET", &addr.to_string(), &path, b"")
+            }),
+        )
     })
     .map_err(|e| LabError::io(format!("entering namespace {ns}"), e))?
     .map_err(|e| LabError::io(format!("GET http://{addr}{}", ""), e))

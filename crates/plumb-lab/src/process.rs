@@ -53,7 +53,8 @@ pub fn lab_processes(root: Option<&Path>, netns_inodes: &HashSet<u64>) -> Vec<Pr
         if pid == me {
             continue;
         }
-        let in_ns = crate::netns::inode(&entry.path().join("ns/net"))
+        let in_ns = plumb_os::netns::inode(&entry.path().join("ns/net"))
+            .ok()
             .is_some_and(|ino| netns_inodes.contains(&ino));
         let Some(p) = read_process(pid) else { continue };
         let under_root = match (root, &p.exe) {

@@ -103,7 +103,7 @@ fn main() {
 
     let ns = Netns::create("plumb-bpf-overhead").expect("creating a netns (root?)");
     let inode = netns_inode_by_name(ns.name()).expect("netns inode");
-    let sock = plumb_watch::netns::in_netns(Some(ns.name()), || {
+    let sock = plumb_os::netns::on_thread(Some(ns.name()), || {
         let s = UdpSocket::bind("127.0.0.1:0")?;
         s.connect(s.local_addr()?)?;
         Ok(s)

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::path::Path;
 use std::time::Duration;
 
 pub const AUDIT_SYSCALL: u16 = 1300;
@@ -316,7 +317,7 @@ impl Assembler {
 
 /// Decodes the audit records in one netlink datagram.
 pub fn decode(buf: &[u8]) -> Vec<Record> {
-    crate::netlink::messages(buf)
+    plumb_os::netlink::messages(buf)
         .filter(|m| (1000..3000).contains(&m.kind))
         .filter_map(|m| parse_record(m.kind, &String::from_utf8_lossy(m.payload)))
         .collect()
@@ -368,12 +369,12 @@ const PROC_NET_INIT_INO: u64 = 0xEFFF_FFF9;
 /// True when this process is in the initial network namespace (where audit
 /// multicast is delivered): its inode is `PROC_NET_INIT_INO`, or pid 1's.
 pub fn in_initial_netns() -> bool {
-    if crate::netns::netns_inode("/proc/self/ns/net").ok() == Some(PROC_NET_INIT_INO) {
+    if plumb_os::netns::inode(Path::new("/proc/self/ns/net")).ok() == Some(PROC_NET_INIT_INO) {
         return true;
     }
     match (
-        crate::netns::netns_inode("/proc/self/ns/net"),
-        crate::netns::netns_inode("/proc/1/ns/net"),
+        plumb_os::netns::inode(Path::new("/proc/self/ns/net")),
+        plumb_os::netns::inode(Path::new("/proc/1/ns/net")),
     ) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,

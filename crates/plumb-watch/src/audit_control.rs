@@ -32,7 +32,7 @@ fn audit_request(kind: u16, payload: &[u8]) -> std::io::Result<Vec<u8>> {
         let mut buf = vec![0u8; 8192];
         let n = s.recv(&mut &mut buf[..], 0)?;
         buf.truncate(n);
-        for m in crate::netlink::messages(&buf) {
+        for m in plumb_os::netlink::messages(&buf) {
             if m.kind == 2 {
                 let err = m.errno();
                 if err != 0 {

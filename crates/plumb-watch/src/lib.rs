@@ -33,8 +33,6 @@ pub mod impersonate;
 pub mod legacy;
 pub mod listener;
 pub mod metrics;
-pub mod netlink;
-pub mod netns;
 pub mod nft_events;
 pub mod pending_sends;
 pub mod probe_handoff;

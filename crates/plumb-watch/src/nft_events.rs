@@ -10,7 +10,7 @@
 //! `ENOBUFS` means the kernel dropped notifications: the listener reports a gap and
 //! the watcher resynchronises from a full dump — never silent blindness.
 
-use crate::netlink::{self, Attr, NLM_F_APPEND};
+use plumb_os::netlink::{self, Attr, NLM_F_APPEND};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant, SystemTime};
@@ -814,7 +814,7 @@ impl NftListener {
 /// A `NETLINK_NETFILTER` socket bound to a port, created in `netns` (a name under
 /// /run/netns or a path) or in this namespace; it stays in the namespace it was made in.
 fn netfilter_socket(netns: Option<&str>) -> io::Result<netlink_sys::Socket> {
-    crate::netns::in_netns(netns, || {
+    plumb_os::netns::on_thread(netns, || {
         let mut s = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_NETFILTER)?;
         s.bind(&netlink_sys::SocketAddr::new(0, 0))?;
         Ok(s)
@@ -1076,7 +1076,7 @@ pub(crate) fn set_receive_timeout(socket: &netlink_sys::Socket, t: Duration) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netlink::build::*;
+    use plumb_os::netlink::build::*;
 
     fn nfmsg(msg: u16, flags: u16, family: u8, attrs: &[Vec<u8>]) -> Vec<u8> {
         let mut payload = vec![family, 0, 0, 0];

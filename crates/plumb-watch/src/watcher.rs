@@ -23,6 +23,7 @@ use crate::nft_events::NftListener;
 use crate::writer_probe::WriterProbe;
 use plumb_collect::SystemRunner;
 use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -751,12 +752,12 @@ fn enrich(actor: Actor, a: &NetfilterAudit) -> Actor {
 fn audit_pid_in_netns(a: &NetfilterAudit, netns: Option<&str>) -> bool {
     let Some(pid) = a.pid() else { return true };
     let watched = match netns {
-        Some(n) => crate::netns::netns_inode(&crate::netns::netns_path(n)),
-        None => crate::netns::netns_inode("/proc/self/ns/net"),
+        Some(n) => plumb_os::netns::inode_of(n),
+        None => plumb_os::netns::inode(Path::new("/proc/self/ns/net")),
     };
     match (
         watched,
-        crate::netns::netns_inode(&format!("/proc/{pid}/ns/net")),
+        plumb_os::netns::inode(Path::new(&format!("/proc/{pid}/ns/net"))),
     ) {
         (Ok(w), Ok(p)) => w == p,
         _ => true,

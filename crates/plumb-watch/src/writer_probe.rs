@@ -168,12 +168,12 @@ fn kernel_error(stage: &'static str, e: &(dyn std::error::Error + 'static)) -> P
 /// Inode of the network namespace `/run/netns/NAME` (or a path): what
 /// [`WriterProbe::attach`] takes.
 pub fn netns_inode_by_name(name: &str) -> io::Result<u64> {
-    crate::netns::netns_inode(&crate::netns::netns_path(name))
+    plumb_os::netns::inode_of(name)
 }
 
 /// Inode of this process's network namespace (`/proc/self/ns/net`).
 pub fn current_netns_inode() -> io::Result<u64> {
-    crate::netns::netns_inode("/proc/self/ns/net")
+    plumb_os::netns::inode(std::path::Path::new("/proc/self/ns/net"))
 }
 
 #[cfg_attr(plumb_no_bpf, allow(dead_code))]

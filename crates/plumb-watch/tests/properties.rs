@@ -120,7 +120,7 @@ proptest! {
     fn netlink_decoder_never_panics_on_framed_garbage(
         kind in 0u16..40, flags in any::<u16>(), body in prop::collection::vec(any::<u8>(), 0..256)
     ) {
-        let msg = plumb_watch::netlink::build::message((10 << 8) | kind, flags, &body);
+        let msg = plumb_os::netlink::build::message((10 << 8) | kind, flags, &body);
         let _ = decode(&msg);
     }
 

@@ -256,7 +256,7 @@ fn other_sendmsg_is_not_reported() {
     let Some(mut probe) = attach(&ns) else { return };
     let mut seen = Vec::new();
 
-    plumb_watch::netns::in_netns(Some(ns.name()), || {
+    plumb_os::netns::on_thread(Some(ns.name()), || {
         let sock = std::net::UdpSocket::bind("127.0.0.1:0")?;
         sock.connect(sock.local_addr()?)?;
         let mut payload = *b"not a netlink batch";
@@ -292,7 +292,7 @@ fn other_sendmsg_is_not_reported() {
 /// Sends `n` netlink messages with `sendmsg` on a netfilter socket in `ns`, of a type
 /// the kernel ignores (NLMSG_NOOP, no ack: no effect, no answer).
 fn send_noops(ns: &Netns, n: u32) {
-    plumb_watch::netns::in_netns(Some(ns.name()), || {
+    plumb_os::netns::on_thread(Some(ns.name()), || {
         // SAFETY: plain socket(2); the fd is closed below.
         let fd = unsafe {
             libc::socket(

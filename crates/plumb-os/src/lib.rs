@@ -1,0 +1,15 @@
+//! plumb-os: the edge where plumb touches the operating system to read state.
+//!
+//! - [`netns`]: one naming rule for network namespaces, entering one for exactly one
+//!   operation (a short-lived thread, or a child before exec), private namespaces for
+//!   tests and the lab;
+//! - [`runner`]: external commands, optionally inside a namespace, each bounded by a
+//!   deadline, behind a [`runner::Runner`] trait tests can substitute;
+//! - [`netlink`]: netlink message and attribute framing, decoded defensively.
+//!
+//! Nothing here writes to the firewall: callers decide what they run, and plumb only
+//! runs dump commands.
+
+pub mod netlink;
+pub mod netns;
+pub mod runner;
