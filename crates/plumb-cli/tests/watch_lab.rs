@@ -87,31 +87,31 @@ fn venagent_reverts_on_legacy_are_attributed_through_audit() {
     assert!(by_agent["generation"].is_null(), "{by_agent}");
 }
 
-/// Watches the running lab for 20 s: a revert of kube-proxy's chains by the agent (its
-/// event returned) and a fight with kube-proxy.
+/// Watches the running lab until the agent's revert of kube-proxy's chains and the fight
+/// with kube-proxy are reported (each bounded by [`common::T`]: a loaded machine slows the
+/// revert cycle, so a fixed watch window would miss the third revert); returns the
+/// agent's event.
 fn assert_agent_reverts_reported(_lab: &Lab) -> Value {
-    let (events, summary) = watch(20);
-    let foreign: Vec<&Value> = events
-        .iter()
-        .filter(|e| e["kind"] == "foreign-change")
-        .collect();
-    assert!(!foreign.is_empty(), "no foreign change in 20 s\n{summary}");
-    let by_agent = foreign
-        .iter()
-        .find(|e| e["actor"]["identity"]["name"] == "illumio-ven" && e["owner"] == "kube-proxy")
-        .map(|e| (*e).clone())
-        .unwrap_or_else(|| panic!("no revert attributed to the agent: {foreign:?}"));
-    assert_eq!(by_agent["netns"], "plumb-node");
-    assert!(
-        foreign.iter().any(|e| e["chains"]
-            .as_array()
-            .is_some_and(|c| c.iter().any(|c| c == "KUBE-SERVICES"))),
-        "KUBE-SERVICES deletion not reported"
+    let w = Watch::start(&["--lab", "--json", "--duration", "300"]);
+    let by_agent = w.wait_event(
+        &|e| {
+            e["kind"] == "foreign-change"
+                && e["actor"]["identity"]["name"] == "illumio-ven"
+                && e["owner"] == "kube-proxy"
+        },
+        "revert of kube-proxy's chains attributed to the agent",
     );
-    let fight = events
-        .iter()
-        .find(|e| e["kind"] == "fight")
-        .unwrap_or_else(|| panic!("no fight reported\n{summary}"));
+    assert_eq!(by_agent["netns"], "plumb-node");
+    w.wait_event(
+        &|e| {
+            e["kind"] == "foreign-change"
+                && e["chains"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c == "KUBE-SERVICES"))
+        },
+        "KUBE-SERVICES deletion",
+    );
+    let fight = w.wait_event(&|e| e["kind"] == "fight", "fight with kube-proxy");
     assert!(fight.to_string().contains("kube-proxy"), "{fight}");
     by_agent
 }
