@@ -174,6 +174,16 @@ pub struct SourceFlags {
     /// Read the live rulesets of this network namespace (as in `ip netns exec NAME`).
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
+    /// The ruleset file, given without `--ruleset` (`plumb check dump.txt`).
+    #[arg(value_name = "FILE", conflicts_with_all = ["ruleset", "netns"])]
+    pub file: Option<PathBuf>,
+}
+
+impl SourceFlags {
+    /// The ruleset file to read, given as `--ruleset FILE` or as the positional FILE.
+    pub fn ruleset_file(&self) -> Option<&PathBuf> {
+        self.ruleset.as_ref().or(self.file.as_ref())
+    }
 }
 
 #[derive(Debug, Subcommand)]

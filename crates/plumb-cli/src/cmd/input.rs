@@ -225,7 +225,7 @@ pub struct Source {
 
 /// Reads `--ruleset FILE`, or the live rulesets of `--netns NAME` / this machine.
 pub fn load_source(source: &SourceFlags, input: &InputFlags) -> anyhow::Result<Source> {
-    if let Some(path) = &source.ruleset {
+    if let Some(path) = source.ruleset_file() {
         let loaded = load(path, input)?;
         return Ok(Source {
             name: loaded.name,
