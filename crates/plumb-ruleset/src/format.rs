@@ -164,29 +164,78 @@ pub fn detect(text: &str) -> Result<Format, InputError> {
 }
 
 /// The table a file holds, from its name (`..._nat.S.txt`, `iptables_-t_nat_-nvL`,
-/// Rancher's `iptablesnat`), for formats that do not say.
+/// `iptables-t-mangle-S`, Rancher's `iptablesnat`), for formats that do not say.
+/// The name is cut into words at anything but letters and digits, and a table is a
+/// whole word (`..._FILTERED.txt` names no table) or Rancher's `iptables` + table.
 pub fn table_from_file_name(name: &str) -> Option<&'static str> {
+    const NAMES: [&str; 5] = ["nat", "mangle", "raw", "security", "filter"];
     let lower = name.to_ascii_lowercase();
-    for t in ["nat", "mangle", "raw", "security", "filter"] {
-        let hits = [
-            format!("_{t}."),
-            format!("_{t}_"),
-            format!("-t_{t}"),
-            format!("-t {t}"),
-            format!("tables{t}"),
-            format!("_{t}"),
-        ];
-        if hits.iter().any(|h| lower.contains(h.as_str())) {
-            return Some(match t {
-                "nat" => "nat",
-                "mangle" => "mangle",
-                "raw" => "raw",
-                "security" => "security",
-                _ => "filter",
-            });
+    let words: Vec<&str> = lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let table = |w: &str| NAMES.iter().find(|t| **t == w).copied();
+    // `-t nat` first: a later word may be a table name in prose.
+    if let Some(t) = words
+        .windows(2)
+        .find(|w| w[0] == "t")
+        .and_then(|w| table(w[1]))
+    {
+        return Some(t);
+    }
+    if let Some(t) = words.iter().find_map(|w| table(w)) {
+        return Some(t);
+    }
+    words.iter().find_map(|w| {
+        w.strip_prefix("ip6tables")
+            .or_else(|| w.strip_prefix("iptables"))
+            .and_then(table)
+    })
+}
+
+/// True when an `iptables-save`-syntax text has a `*table` line.
+fn has_table_header(text: &str) -> bool {
+    text.lines().any(|l| l.trim_start().starts_with('*'))
+}
+
+/// Reads `-S` output or a save-syntax capture without `*table` lines: in the table the
+/// caller names, else in the tables inferred per run of lines (see
+/// [`crate::iptables::tables`]), with a note saying which and why.
+fn parse_headerless(
+    source: &SourceText,
+    options: &ParseOptions,
+    mut input: IptablesInput,
+) -> Ruleset {
+    let mut notes = Vec::new();
+    match &options.table {
+        Some(t) => input.table = Some(t.clone()),
+        None => {
+            let sections = crate::iptables::tables::sections(source);
+            for s in &sections {
+                let why = if s.why.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", s.why)
+                };
+                notes.push(crate::Diagnostic::note(
+                    s.first_line,
+                    1,
+                    format!(
+                        "no table named: these lines read as table '{}'{why}; pass --table to choose",
+                        s.table
+                    ),
+                    "",
+                ));
+            }
+            input.sections = sections
+                .into_iter()
+                .map(|s| (s.first_line, s.table.to_string()))
+                .collect();
         }
     }
-    None
+    let mut rs = crate::iptables::save::parse_shared(Arc::clone(source), &input);
+    rs.diagnostics.extend(notes);
+    rs
 }
 
 /// Reads `bytes` in the given or detected format.
@@ -217,29 +266,22 @@ fn parse_source(source: SourceText, options: &ParseOptions) -> Result<Parsed, In
         backend: options.backend,
         table,
         restore_payload: restore,
+        sections: Vec::new(),
+    };
+    // Save syntax without any '*table' line is a filtered capture (`iptables-save |
+    // grep`): read like -S output, its tables inferred.
+    let headerless = match format {
+        Format::IptablesListRules => true,
+        Format::IptablesSave => !has_table_header(text),
+        _ => false,
     };
     let mut ruleset = match format {
-        Format::IptablesSave => {
+        _ if headerless => parse_headerless(&source, options, ip_input(false, None)),
+        Format::IptablesSave | Format::IptablesListRules => {
             crate::iptables::save::parse_shared(Arc::clone(&source), &ip_input(false, None))
         }
         Format::IptablesRestore => {
             crate::iptables::save::parse_shared(Arc::clone(&source), &ip_input(true, None))
-        }
-        Format::IptablesListRules => {
-            let table = options.table.clone().unwrap_or_else(|| "filter".into());
-            let mut rs = crate::iptables::save::parse_shared(
-                Arc::clone(&source),
-                &ip_input(false, Some(table)),
-            );
-            if options.table.is_none() {
-                rs.diagnostics.push(crate::Diagnostic::note(
-                    1,
-                    1,
-                    "iptables -S output does not name its table; assumed 'filter' (pass --table)",
-                    "",
-                ));
-            }
-            rs
         }
         Format::IptablesListing => {
             let mut rs = crate::iptables::listing::parse(text, family, options.table.as_deref());
@@ -251,7 +293,9 @@ fn parse_source(source: SourceText, options: &ParseOptions) -> Result<Parsed, In
     };
     ruleset.settle_completeness();
     // A text in save syntax that turned out to be a restore payload says so.
-    let format = if format == Format::IptablesSave && ruleset.completeness == Completeness::Partial
+    let format = if format == Format::IptablesSave
+        && !headerless
+        && ruleset.completeness == Completeness::Partial
     {
         Format::IptablesRestore
     } else {
@@ -326,5 +370,19 @@ mod tests {
             Some("filter")
         );
         assert_eq!(table_from_file_name("iptablessave"), None);
+        // A word that merely starts with a table name names no table.
+        assert_eq!(
+            table_from_file_name("ack-cilium_iptables-save-grep-cilium_FILTERED.txt"),
+            None
+        );
+        assert_eq!(
+            table_from_file_name("calico_iptables-t-filter-S-grep-cali_FILTERED.txt"),
+            Some("filter")
+        );
+        assert_eq!(
+            table_from_file_name("kubeadm_iptables-L_filter_names-resolved.txt"),
+            Some("filter")
+        );
+        assert_eq!(table_from_file_name("natural-order.txt"), None);
     }
 }
