@@ -218,12 +218,24 @@ fn parse_session(text: &str, options: &ParseOptions) -> Ruleset {
     use crate::session::{Output, split};
     let mut rs = Ruleset::default();
     let mut read_any = false;
-    for sec in split(text) {
+    for mut sec in split(text) {
+        if sec.output == Output::Unknown {
+            // An alias or text before any command: what the output looks like.
+            sec.output = match detect(sec.text) {
+                Ok(Format::IptablesListing) => Output::Listing {
+                    table: None,
+                    chain: None,
+                },
+                Ok(Format::IptablesListRules) => Output::ListRules { table: None },
+                Ok(Format::IptablesSave) => Output::Save { filtered: false },
+                _ => Output::Other,
+            };
+        }
         let (format, table) = match &sec.output {
             Output::Listing { table, .. } => (Format::IptablesListing, table.map(str::to_string)),
             Output::ListRules { table } => (Format::IptablesListRules, table.map(str::to_string)),
             Output::Save { .. } => (Format::IptablesSave, None),
-            Output::Other => {
+            Output::Other | Output::Unknown => {
                 if !sec.text.trim().is_empty() {
                     rs.diagnostics.push(crate::Diagnostic::note(
                         sec.command_line,

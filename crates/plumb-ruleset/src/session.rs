@@ -4,10 +4,8 @@
 //! output is, from its command (`iptables -t nat -L X` gives the table and the chain;
 //! `iptables-save | grep` a filtered save) or, for commands plumb does not know (shell
 //! aliases), from the output itself. `format` reads each ruleset section with its own
-//! reader and merges them into one ruleset; other output (kubectl, ipset) is skipped
+//! reader (an unknown command's output by what it looks like) and merges them into one ruleset; other output (kubectl, ipset) is skipped
 //! with a note.
-
-use crate::format::{Format, detect};
 
 /// What one section's output is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +23,9 @@ pub enum Output {
     Save { filtered: bool },
     /// Anything else (kubectl, ipset, ipvsadm): not read as a ruleset.
     Other,
+    /// A command plumb does not know (a shell alias such as `ipt KUBE-SERVICES`): what
+    /// the output is must be told from the output itself.
+    Unknown,
 }
 
 /// One command and its output.
@@ -123,9 +124,8 @@ pub fn is_session(text: &str) -> bool {
         })
 }
 
-/// What the output of `command` is (`text`: the output, for commands plumb does not
-/// know).
-pub fn output_of(command: &str, text: &str) -> Output {
+/// What the output of `command` is, from the command alone.
+pub fn output_of(command: &str) -> Output {
     let mut stages = command.split('|');
     let main = stages.next().unwrap_or("");
     let filtered = stages.any(|s| {
@@ -137,7 +137,7 @@ pub fn output_of(command: &str, text: &str) -> Output {
         words.remove(0);
     }
     let Some(cmd) = words.first().map(|w| w.rsplit('/').next().unwrap_or(w)) else {
-        return sniff(text);
+        return Output::Unknown;
     };
     let table = || {
         let mut table = "filter";
@@ -190,20 +190,8 @@ pub fn output_of(command: &str, text: &str) -> Output {
     if KNOWN.contains(&cmd) {
         return Output::Other;
     }
-    // A shell alias (`ipt KUBE-SERVICES`): what the output looks like.
-    sniff(text)
-}
-
-fn sniff(text: &str) -> Output {
-    match detect(text) {
-        Ok(Format::IptablesListing) => Output::Listing {
-            table: None,
-            chain: None,
-        },
-        Ok(Format::IptablesListRules) => Output::ListRules { table: None },
-        Ok(Format::IptablesSave) => Output::Save { filtered: false },
-        _ => Output::Other,
-    }
+    // A shell alias (`ipt KUBE-SERVICES`): the caller looks at the output.
+    Output::Unknown
 }
 
 /// Cuts a session into its commands and their outputs. Never fails; text before the
@@ -221,8 +209,8 @@ pub fn split(text: &str) -> Vec<Section<'_>> {
             return;
         }
         let output = match command {
-            Some((c, _)) => output_of(c, body),
-            None => sniff(body),
+            Some((c, _)) => output_of(c),
+            None => Output::Unknown,
         };
         out.push(Section {
             command: command.map(|c| c.0),
@@ -292,37 +280,31 @@ mod tests {
     #[test]
     fn outputs_from_commands() {
         assert_eq!(
-            output_of("sudo iptables -t nat -L KUBE-SVC-X -n | column -t", ""),
+            output_of("sudo iptables -t nat -L KUBE-SVC-X -n | column -t"),
             Output::Listing {
                 table: Some("nat"),
                 chain: Some("KUBE-SVC-X".into())
             }
         );
         assert_eq!(
-            output_of("iptables -vnL", ""),
+            output_of("iptables -vnL"),
             Output::Listing {
                 table: Some("filter"),
                 chain: None
             }
         );
         assert_eq!(
-            output_of("iptables-save | grep nginx", ""),
+            output_of("iptables-save | grep nginx"),
             Output::Save { filtered: true }
         );
         assert_eq!(
-            output_of("iptables -t mangle -S", ""),
+            output_of("iptables -t mangle -S"),
             Output::ListRules {
                 table: Some("mangle")
             }
         );
-        assert_eq!(output_of("kubectl get svc", "NAME TYPE\n"), Output::Other);
-        assert_eq!(
-            output_of("ipt KUBE-SERVICES", "Chain KUBE-SERVICES (2 references)\n"),
-            Output::Listing {
-                table: None,
-                chain: None
-            }
-        );
+        assert_eq!(output_of("kubectl get svc"), Output::Other);
+        assert_eq!(output_of("ipt KUBE-SERVICES"), Output::Unknown);
     }
 
     #[test]

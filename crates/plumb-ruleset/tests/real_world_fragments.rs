@@ -162,3 +162,92 @@ fn nerdctl_list_rules_records_the_legacy_tables_warning() {
             .is_some_and(|c| c.rules.is_empty())
     );
 }
+
+/// A 10-line `iptables -L` excerpt starting with a stray markdown `**`: a listing of
+/// one chain (partial), no parse errors.
+#[test]
+fn markdown_starred_single_chain_listing_is_read_as_partial() {
+    let Some(rs) = load(
+        "iptables-list/calico-v2.x-2017_felix-to-endpoint-chain_iptables-L_pre-cali-prefix.txt",
+    ) else {
+        return;
+    };
+    assert_eq!(errors(&rs), Vec::<String>::new());
+    assert_eq!(rs.completeness, Completeness::Partial);
+    assert_eq!(
+        rs.tables[0]
+            .chain("felix-to-7b262072819")
+            .unwrap()
+            .rules
+            .len(),
+        8
+    );
+}
+
+/// HTML `<b>`/`</b>` kept from a page: stripped (never a target), no errors, whole table.
+#[test]
+fn html_emphasis_in_a_listing_is_stripped() {
+    let Some(rs) =
+        load("iptables-list/antrea_k8s-1.18.8_worker1_iptables-t-nat-L-n_with-HTML-b-tags.txt")
+    else {
+        return;
+    };
+    assert_eq!(errors(&rs), Vec::<String>::new());
+    assert_eq!(rs.completeness, Completeness::Full);
+    let t = &rs.tables[0];
+    assert_eq!(&*t.name, "nat");
+    assert_eq!(t.chains.len(), 31);
+    assert!(t.chain("KUBE-SVC-EKL7ZEFK3VFJKKGJ").is_some());
+    assert!(!t.chains.iter().any(|c| c.name.contains('<')));
+}
+
+/// A session of `iptables -t nat -L CHAIN -n | column -t` commands: one partial nat
+/// table of the five chains shown, no "listed twice" error.
+#[test]
+fn column_t_session_of_single_chains_is_one_partial_nat_table() {
+    let Some(rs) = load(
+        "iptables-list/aks-kubenet_kube-proxy-iptables_nat-L-n-column-t_REPOST-EDITED-comment-hash-mismatch.txt",
+    ) else {
+        return;
+    };
+    assert_eq!(errors(&rs), Vec::<String>::new());
+    assert_eq!(rs.completeness, Completeness::Partial);
+    assert_eq!(tables(&rs), vec![("nat".to_string(), 5, 24)]);
+}
+
+/// A session mixing `iptables -vnL`, kubectl output and `iptables-save | grep nginx`:
+/// the filter listing, the nat fragment, kubectl skipped with a note.
+#[test]
+fn mixed_session_reads_the_listing_and_the_grep_and_skips_kubectl() {
+    let Some(rs) = load(
+        "iptables-list/aks_k8s-1.26plus_node_iptables-vnL_wireserver-168.63.129.16-DROP_empty-services+grep-nginx.txt",
+    ) else {
+        return;
+    };
+    assert_eq!(errors(&rs), Vec::<String>::new());
+    assert_eq!(rs.completeness, Completeness::Partial);
+    assert_eq!(
+        tables(&rs),
+        vec![("filter".to_string(), 11, 17), ("nat".to_string(), 3, 5)]
+    );
+    assert!(
+        rs.diagnostics
+            .iter()
+            .any(|d| d.message.contains("skipped") && d.text.starts_with("kubectl"))
+    );
+}
+
+/// A session with shell aliases (`ipt CHAIN`) and ipset/ipvsadm output: the listings are
+/// read, the rest skipped, nothing is an error.
+#[test]
+fn session_with_aliases_reads_the_listings() {
+    let Some(rs) =
+        load("iptables-list/kind-ipvs_k8s-guide-worker_iptables-nvL+ipset+ipvsadm_session.txt")
+    else {
+        return;
+    };
+    assert_eq!(errors(&rs), Vec::<String>::new());
+    assert_eq!(rs.completeness, Completeness::Partial);
+    assert!(chain_in(&rs, "nat", "KUBE-SERVICES"));
+    assert!(chain_in(&rs, "nat", "KUBE-POSTROUTING"));
+}
