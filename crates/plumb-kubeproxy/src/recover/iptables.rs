@@ -201,11 +201,13 @@ impl<'b, 'a: 'b> R<'b, 'a> {
     fn has_match(&self, name: &str) -> bool {
         match &self.v {
             Body::Xt(v) => v.match_named(name).is_some(),
-            Body::Listed(l) => l.matches.iter().any(|m| match (m, name) {
-                (ListedMatch::AddrType { .. }, "addrtype") => true,
-                (ListedMatch::Statistic { .. }, "statistic") => true,
-                (ListedMatch::Recent { .. }, "recent") => true,
-                _ => false,
+            Body::Listed(l) => l.matches.iter().any(|m| {
+                matches!(
+                    (m, name),
+                    (ListedMatch::AddrType { .. }, "addrtype")
+                        | (ListedMatch::Statistic { .. }, "statistic")
+                        | (ListedMatch::Recent { .. }, "recent")
+                )
             }),
         }
     }

@@ -155,15 +155,11 @@ pub fn vote(chain: &str) -> Option<&'static str> {
         return Some("filter");
     }
     // Cilium names its chains after their table: CILIUM_PRE_nat, CILIUM_OUTPUT_raw.
-    for t in ["nat", "mangle", "raw"] {
-        if chain
+    ["nat", "mangle", "raw"].into_iter().find(|t| {
+        chain
             .strip_suffix(t)
             .is_some_and(|r| r.ends_with('_') && r.len() > 1)
-        {
-            return Some(t);
-        }
-    }
-    None
+    })
 }
 
 /// What one table guess rests on, gathered over the lines of a section.
