@@ -41,6 +41,7 @@ pub use model::{
 pub mod format;
 pub mod owner;
 pub mod parallel;
+pub mod session;
 
 pub use format::{Format, ParseOptions, Parsed, parse_bytes};
 pub mod diff;

@@ -22,6 +22,8 @@ const UNITS: &[(&str, u8)] = &[
     ("iptables", 2),
     ("iptables::save", 2),
     ("iptables::listing", 2),
+    ("iptables::tables", 2),
+    ("session", 2),
     ("nft", 2),
     ("nft::text", 2),
     ("nft::json", 2),

@@ -162,7 +162,9 @@ fn verdict(s: &Summary) -> Verdict {
 fn completeness(s: &Summary) -> String {
     let what = match s.completeness {
         Completeness::Full => "complete dump",
-        Completeness::Partial => "partial: a restore payload, chains may exist elsewhere",
+        Completeness::Partial => {
+            "partial (a restore payload or a fragment): chains and rules it does not show may exist"
+        }
         Completeness::Truncated => "TRUNCATED",
         Completeness::Damaged => "DAMAGED: parts could not be read",
     };

@@ -27,6 +27,9 @@ pub fn run(source: &SourceFlags, input: &InputFlags, json: bool) -> anyhow::Resu
             completeness: plumb_ruleset::Completeness,
             /// Parts of the input that could not be read (services may be missing).
             parse_errors: usize,
+            /// Read from an `iptables -L` listing: columns were lost (ports printed as
+            /// names, interfaces without -v), so every service is approximate.
+            approximate: bool,
             maps: &'a [ServiceMap<'a>],
         }
         output::json(&Out {
@@ -34,6 +37,7 @@ pub fn run(source: &SourceFlags, input: &InputFlags, json: bool) -> anyhow::Resu
             format: src.format,
             completeness: src.ruleset.completeness,
             parse_errors,
+            approximate: src.ruleset.approximate,
             maps: &maps,
         })?;
     } else {
@@ -55,7 +59,18 @@ fn percent(p: f64) -> String {
     }
 }
 
-fn endpoints_cell(s: &RecoveredService) -> String {
+fn endpoints_cell(s: &RecoveredService, ruleset: &plumb_ruleset::Ruleset) -> String {
+    // A partial capture that does not show the service's own chain says nothing about
+    // its endpoints.
+    if s.endpoints.is_empty()
+        && s.no_endpoints.is_none()
+        && ruleset.completeness != plumb_ruleset::Completeness::Full
+        && !s.chains.iter().any(|c| {
+            c.starts_with("KUBE-SVC-") && ruleset.tables.iter().any(|t| t.chain(c).is_some())
+        })
+    {
+        return "? (its chain is not in this capture)".into();
+    }
     match s.no_endpoints {
         Some(NoEndpoints::Reject) if s.endpoints.is_empty() => {
             return "<none: REJECT>".into();
@@ -145,6 +160,12 @@ fn print_human(out: &mut impl Write, src: &Source, maps: &[ServiceMap]) -> std::
                 ""
             }
         )?;
+        if src.ruleset.approximate {
+            writeln!(
+                out,
+                "approximate: read from an iptables listing, which loses columns (a port it does not print is shown as -)"
+            )?;
+        }
         let rows: Vec<[String; 6]> = m
             .services
             .iter()
@@ -163,7 +184,7 @@ fn print_human(out: &mut impl Write, src: &Source, maps: &[ServiceMap]) -> std::
                             .collect::<Vec<_>>()
                             .join(",")
                     },
-                    endpoints_cell(s),
+                    endpoints_cell(s, &src.ruleset),
                 ]
             })
             .collect();

@@ -24,9 +24,10 @@ use crate::chain_name::{
     port_proto_hash_bytes,
 };
 use plumb_ruleset::fasthash::FastMap;
+use plumb_ruleset::iptables::listing::{ListedMatch, ListedRule, Negatable};
 use plumb_ruleset::iptables::{XtBuf, XtViewOf};
 use plumb_ruleset::parallel::map_chunks;
-use plumb_ruleset::{Backend, Chain, Family, Rule, Ruleset, Table};
+use plumb_ruleset::{Backend, Chain, Family, Rule, RuleBody, Ruleset, Table};
 use std::borrow::Cow;
 use std::net::IpAddr;
 
@@ -113,29 +114,102 @@ fn read_comment(c: &str) -> Option<(&str, Says<'_>)> {
     named(c).then_some((c, Says::Bare))
 }
 
-/// Small accessors over an xtables rule, indexed in an [`XtBuf`]: recovery reads every
+/// Small accessors over a rule, indexed in an [`XtBuf`]: recovery reads every
 /// kube-proxy rule once, so it neither allocates an index per rule nor makes the rules
-/// keep one (strings read borrow the rule text, `'a`, not the buffer, `'b`).
+/// keep one (strings read borrow the rule text, `'a`, not the buffer, `'b`). A rule read
+/// from an `iptables -L` listing answers the same questions from its columns and the
+/// option text plumb recognised (`tcp dpt:53`, `to:10.244.0.11:80`, `statistic mode
+/// random probability 0.5`, `/* comment */`).
 struct R<'b, 'a> {
     rule: &'a Rule,
-    v: XtViewOf<'b, 'a>,
+    v: Body<'b, 'a>,
+}
+
+enum Body<'b, 'a> {
+    Xt(XtViewOf<'b, 'a>),
+    Listed(&'a ListedRule),
+}
+
+/// A listing's address column as an address (`None` for any: `0.0.0.0/0`, `anywhere`).
+fn listed_addr(n: &Negatable) -> Option<(bool, Cow<'_, str>)> {
+    match &*n.value {
+        "0.0.0.0/0" | "::/0" | "anywhere" | "" => None,
+        v => Some((n.negated, Cow::Borrowed(v))),
+    }
+}
+
+/// A port as a listing made without `-n` prints it (`https`, `domain`): the services
+/// kube-proxy's own and common Services use. Numbers parse as themselves.
+fn listed_port(p: &str) -> Option<u16> {
+    if let Ok(n) = p.parse() {
+        return Some(n);
+    }
+    Some(match p {
+        "http" | "www" => 80,
+        "https" => 443,
+        "domain" => 53,
+        "ssh" => 22,
+        "redis" => 6379,
+        "mysql" => 3306,
+        "postgresql" => 5432,
+        "kubernetes" => 6443,
+        _ => return None,
+    })
 }
 
 impl<'b, 'a: 'b> R<'b, 'a> {
     fn new(rule: &'a Rule, buf: &'b mut XtBuf) -> Option<R<'b, 'a>> {
-        Some(R {
-            rule,
-            v: rule.xt_in(buf)?,
-        })
+        let v = match &rule.body {
+            RuleBody::Approximate(l) => Body::Listed(l),
+            _ => Body::Xt(rule.xt_in(buf)?),
+        };
+        Some(R { rule, v })
     }
 
     fn target(&self) -> Option<&'a str> {
-        self.v.target().map(|t| t.name())
+        match &self.v {
+            Body::Xt(v) => v.target().map(|t| t.name()),
+            Body::Listed(l) => l.target.as_deref(),
+        }
     }
 
+    /// A generic option (`-s`, `-d`, `-p`): negated, value.
     fn generic(&self, short: &str) -> Option<(bool, Cow<'a, str>)> {
-        let o = self.v.generic_option(short)?;
-        Some((o.negated(), o.arg(0)?))
+        match &self.v {
+            Body::Xt(v) => {
+                let o = v.generic_option(short)?;
+                Some((o.negated(), o.arg(0)?))
+            }
+            Body::Listed(l) => match short {
+                "-s" => listed_addr(&l.source),
+                "-d" => listed_addr(&l.destination),
+                "-p" => {
+                    let p = match &*l.protocol.value {
+                        "all" | "0" | "" => return None,
+                        "6" => "tcp",
+                        "17" => "udp",
+                        "132" => "sctp",
+                        p => p,
+                    };
+                    Some((l.protocol.negated, Cow::Borrowed(p)))
+                }
+                _ => None,
+            },
+        }
+    }
+
+    fn has_match(&self, name: &str) -> bool {
+        match &self.v {
+            Body::Xt(v) => v.match_named(name).is_some(),
+            Body::Listed(l) => l.matches.iter().any(|m| {
+                matches!(
+                    (m, name),
+                    (ListedMatch::AddrType { .. }, "addrtype")
+                        | (ListedMatch::Statistic { .. }, "statistic")
+                        | (ListedMatch::Recent { .. }, "recent")
+                )
+            }),
+        }
     }
 
     fn dst_host(&self) -> Option<IpAddr> {
@@ -153,50 +227,96 @@ impl<'b, 'a: 'b> R<'b, 'a> {
     }
 
     fn dport(&self) -> Option<u16> {
-        self.v.matches().find_map(|m| {
-            let o = m
-                .option("--dport")
-                .or_else(|| m.option("--destination-port"))?;
-            if o.negated() {
-                return None;
-            }
-            o.arg(0)?.parse().ok()
-        })
+        match &self.v {
+            Body::Xt(v) => v.matches().find_map(|m| {
+                let o = m
+                    .option("--dport")
+                    .or_else(|| m.option("--destination-port"))?;
+                if o.negated() {
+                    return None;
+                }
+                o.arg(0)?.parse().ok()
+            }),
+            Body::Listed(l) => l.matches.iter().find_map(|m| match m {
+                ListedMatch::Ports {
+                    destination: Some(d),
+                    ..
+                } if !d.negated && d.last.is_none() => listed_port(&d.first),
+                _ => None,
+            }),
+        }
     }
 
     fn comment(&self) -> Option<Cow<'a, str>> {
-        self.v.comments().next()
+        match &self.v {
+            Body::Xt(v) => v.comments().next(),
+            Body::Listed(l) => l.comment.as_deref().map(Cow::Borrowed),
+        }
     }
 
     fn probability(&self) -> Option<f64> {
-        let m = self.v.match_named("statistic")?;
-        if m.option("--mode").and_then(|o| o.arg(0)).as_deref() != Some("random") {
-            return None;
+        match &self.v {
+            Body::Xt(v) => {
+                let m = v.match_named("statistic")?;
+                if m.option("--mode").and_then(|o| o.arg(0)).as_deref() != Some("random") {
+                    return None;
+                }
+                m.option("--probability")?.arg(0)?.parse().ok()
+            }
+            Body::Listed(l) => l.matches.iter().find_map(|m| match m {
+                ListedMatch::Statistic {
+                    mode,
+                    negated: false,
+                    probability: Some(p),
+                    ..
+                } if mode == "random" => p.parse().ok(),
+                _ => None,
+            }),
         }
-        m.option("--probability")?.arg(0)?.parse().ok()
     }
 
     /// `-m recent --rcheck --seconds N`: the affinity timeout.
     fn recent_check_seconds(&self) -> Option<u32> {
-        let m = self.v.match_named("recent")?;
-        m.option("--rcheck")?;
-        m.option("--seconds")?.arg(0)?.parse().ok()
+        match &self.v {
+            Body::Xt(v) => {
+                let m = v.match_named("recent")?;
+                m.option("--rcheck")?;
+                m.option("--seconds")?.arg(0)?.parse().ok()
+            }
+            Body::Listed(l) => l.matches.iter().find_map(|m| match m {
+                ListedMatch::Recent {
+                    command,
+                    seconds: Some(s),
+                    negated: false,
+                    ..
+                } if command == "CHECK" => s.parse().ok(),
+                _ => None,
+            }),
+        }
     }
 
     fn dst_type_local(&self) -> bool {
-        self.v.match_named("addrtype").is_some_and(|m| {
-            m.option("--dst-type")
-                .and_then(|o| o.arg(0))
-                .is_some_and(|t| t == "LOCAL")
-        })
+        match &self.v {
+            Body::Xt(v) => v.match_named("addrtype").is_some_and(|m| {
+                m.option("--dst-type")
+                    .and_then(|o| o.arg(0))
+                    .is_some_and(|t| t == "LOCAL")
+            }),
+            Body::Listed(l) => l.matches.iter().any(|m| {
+                matches!(m, ListedMatch::AddrType { destination_type: Some(d), .. }
+                    if !d.negated && &*d.value == "LOCAL")
+            }),
+        }
     }
 
     fn dnat_to(&self) -> Option<String> {
-        let t = self.v.target()?;
-        if t.name() != "DNAT" {
+        if self.target()? != "DNAT" {
             return None;
         }
-        Some(t.option("--to-destination")?.arg(0)?.into_owned())
+        match &self.v {
+            Body::Xt(v) => Some(v.target()?.option("--to-destination")?.arg(0)?.into_owned()),
+            Body::Listed(l) => l.nat_to().first().cloned(),
+        }
     }
 }
 
@@ -563,7 +683,7 @@ fn service_chains<'a>(
             let pod_shortcut = said == Some(Says::PodTraffic)
                 || (to == Some(ChainPrefix::Svc)
                     && r.generic("-s").is_some_and(|(neg, _)| !neg)
-                    && r.v.match_named("addrtype").is_none());
+                    && !r.has_match("addrtype"));
             if pod_shortcut || to == Some(ChainPrefix::Svl) {
                 b.external_local = true;
             }
@@ -644,7 +764,7 @@ fn endpoint_cascade<'a>(
         }
         let p = match r.probability() {
             Some(p) => p.clamp(0.0, 1.0),
-            None if r.v.match_named("statistic").is_some() => {
+            None if r.has_match("statistic") => {
                 exact = false;
                 0.0
             }
@@ -834,7 +954,10 @@ fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: Builder<'a>) -> Recover
             }
         }
         for e in &endpoints {
+            // An address redacted by whoever posted the capture (`<master-node-ip>:6443`)
+            // is not the one kube-proxy hashed: the name cannot be checked.
             if let (Some(chain), Some(addr)) = (e.chain, &e.address)
+                && super::split_host_port(addr).is_some()
                 && !chain_matches_endpoint(chain, name, proto, addr)
             {
                 mismatches.push(NameMismatch {

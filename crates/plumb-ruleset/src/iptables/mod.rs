@@ -9,6 +9,7 @@
 pub mod canonical;
 pub mod listing;
 pub mod save;
+pub mod tables;
 
 pub use crate::model::xt::words;
 pub use crate::model::xt::{

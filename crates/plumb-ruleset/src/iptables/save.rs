@@ -29,6 +29,10 @@ pub struct IptablesInput {
     pub table: Option<String>,
     /// The text is an `iptables-restore` payload, not a dump: it is partial.
     pub restore_payload: bool,
+    /// For a text without `*table` lines whose table the caller did not name (`-S`
+    /// read without `--table`, `iptables-save | grep X`): the first line and table of
+    /// each run of lines of one table (from [`super::tables::sections`]), in line order.
+    pub sections: Vec<(u32, String)>,
 }
 
 impl Default for IptablesInput {
@@ -38,6 +42,7 @@ impl Default for IptablesInput {
             backend: None,
             table: None,
             restore_payload: false,
+            sections: Vec::new(),
         }
     }
 }
@@ -55,6 +60,9 @@ pub fn builtin_chains(table: &str) -> &'static [&'static str] {
 
 struct TableState<'t> {
     table: Table,
+    /// Left for another table of a headerless capture and taken up again (its chains
+    /// may then be declared a second time by the capture).
+    resumed: bool,
     /// Chain name -> index in `table.chains`; names borrow the input text.
     index: FastMap<&'t str, usize>,
     committed: bool,
@@ -66,6 +74,7 @@ impl<'t> TableState<'t> {
     fn new(table: Table) -> TableState<'t> {
         TableState {
             table,
+            resumed: false,
             index: FastMap::default(),
             committed: false,
             undeclared: Vec::new(),
@@ -101,6 +110,17 @@ struct Reader<'o, 't> {
     prepared: PreparedQueue,
     /// Lines read so far.
     lines: u32,
+    /// Tables of a headerless capture left for another table, taken up again when the
+    /// capture comes back to them.
+    parked: Vec<TableState<'t>>,
+    /// The next entry of `input.sections` to enter.
+    next_section: usize,
+    /// The text declared a chain as `:NAME` (save syntax) without any `*table` line.
+    save_syntax: bool,
+    /// Tables read as fragments (not every built-in chain declared), for the note.
+    fragments: Vec<String>,
+    /// The `# Warning: iptables-legacy tables present` line, if any.
+    legacy_warning: Option<Location>,
 }
 
 /// The prepared rules of one block, consumed in line order.
@@ -237,10 +257,16 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
         line_start: 0,
         prepared: Vec::new().into_iter().peekable(),
         lines: 0,
+        parked: Vec::new(),
+        next_section: 0,
+        save_syntax: false,
+        fragments: Vec::new(),
+        legacy_warning: None,
     };
     if let Some(t) = &input.table {
         r.open_table(t, Location { line: 1, column: 1 });
     }
+    r.enter_section(1);
     if text.len() >= MIN_BYTES_TO_PREPARE_AHEAD && cores() > 1 {
         // A second thread prepares the rule lines of each block while the reader reads
         // the one before: parsing takes about the longer of the two halves.
@@ -298,6 +324,7 @@ fn read_lines<'t>(
         r.line_start = offset;
         offset += raw_line.len() + 1;
         r.lines = n;
+        r.enter_section(n);
         r.line(raw_line.strip_suffix('\r').unwrap_or(raw_line), n);
     }
 }
@@ -343,7 +370,58 @@ impl<'t> Reader<'_, 't> {
         }
     }
 
+    /// True for text without `*table` lines whose table is named by the caller or
+    /// inferred (`-S`, `iptables-save | grep`).
+    fn headerless(&self) -> bool {
+        self.input.table.is_some() || !self.input.sections.is_empty()
+    }
+
+    /// Switches to the table of the section of a headerless capture starting at line `n`.
+    fn enter_section(&mut self, n: u32) {
+        let Some((first, name)) = self.input.sections.get(self.next_section) else {
+            return;
+        };
+        if *first > n {
+            return;
+        }
+        self.next_section += 1;
+        let loc = Location { line: n, column: 1 };
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|c| *c.table.name == **name)
+        {
+            return;
+        }
+        if let Some(cur) = self.current.take() {
+            self.parked.push(cur);
+        }
+        match self
+            .parked
+            .iter()
+            .position(|p| *p.table.name == **name && p.table.family == self.family)
+        {
+            Some(i) => {
+                let mut st = self.parked.remove(i);
+                st.resumed = true;
+                self.current = Some(st);
+                self.generation += 1;
+                self.last_chain = None;
+            }
+            None => self.open_table(name, loc),
+        }
+    }
+
     fn comment(&mut self, line: &str) {
+        if line.starts_with("# Warning: iptables-legacy tables present") {
+            // iptables-nft prints this when the legacy backend holds tables too: this
+            // capture shows only the nf_tables side.
+            self.legacy_warning.get_or_insert(Location {
+                line: self.lines,
+                column: 1,
+            });
+            return;
+        }
         // "# Generated by iptables-save v1.8.10 (nf_tables) on ..." / "(legacy)".
         let Some(rest) = line.strip_prefix("# Generated by ") else {
             return;
@@ -375,7 +453,7 @@ impl<'t> Reader<'_, 't> {
 
     fn table_header(&mut self, name: &str, loc: Location) {
         if let Some(prev) = self.current.take() {
-            if !prev.committed && self.input.table.is_none() {
+            if !prev.committed && !self.headerless() {
                 self.diag(Diagnostic::error(
                     loc.line,
                     loc.column,
@@ -429,6 +507,7 @@ impl<'t> Reader<'_, 't> {
     }
 
     fn chain_decl(&mut self, line: &'t str, loc: Location) {
+        self.save_syntax = true;
         if !self.table_or_error(loc, "chain declaration", line) {
             return;
         }
@@ -477,6 +556,14 @@ impl<'t> Reader<'_, 't> {
                 if let Some(pos) = st.undeclared.iter().position(|&u| u == i) {
                     // Rules came first (-S output lists -A after -N, but be lenient).
                     st.undeclared.swap_remove(pos);
+                } else if st.resumed {
+                    // A headerless capture came back to this table: the declaration is
+                    // the capture's (a second run of the same table), not a conflict.
+                    let msg = format!(
+                        "chain '{}' declared again where the capture comes back to table '{}'",
+                        st.table.chains[i].name, st.table.name
+                    );
+                    self.diag(Diagnostic::note(loc.line, loc.column, msg, line));
                 } else {
                     let name = st.table.chains[i].name.clone();
                     self.diag(Diagnostic::error(
@@ -564,7 +651,7 @@ impl<'t> Reader<'_, 't> {
                 if !self.table_or_error(loc, "chain", line) {
                     return;
                 }
-                if self.input.table.is_none() {
+                if !self.headerless() {
                     self.restore_commands = true;
                 }
                 self.declare_chain(arg, Chain::new(arg, None, loc), loc, line);
@@ -723,9 +810,22 @@ impl<'t> Reader<'_, 't> {
     }
 
     fn close(&mut self, mut st: TableState<'t>) {
+        // A headerless capture that does not declare every built-in chain of its table
+        // (-S prints a -P line for each; iptables-save a ':' line), or a save-syntax
+        // capture without '*table' lines (`iptables-save | grep`), is a fragment: the
+        // chains and rules it does not show may exist.
+        let fragment = self.headerless()
+            && (self.save_syntax
+                || builtin_chains(&st.table.name)
+                    .iter()
+                    .any(|b| st.index.get(*b).is_none_or(|i| st.undeclared.contains(i))));
+        if fragment {
+            self.fragments.push(st.table.name.to_string());
+            st.undeclared.clear();
+        }
         for &i in &st.undeclared {
             let c = &st.table.chains[i];
-            if c.is_builtin() && self.input.table.is_some() {
+            if c.is_builtin() && self.headerless() {
                 continue; // -S output for a table lists only -P for built-ins
             }
             if c.is_builtin() || self.input.restore_payload {
@@ -755,7 +855,7 @@ impl<'t> Reader<'_, 't> {
         let builtins = builtin_chains(&st.table.name);
         if !builtins.is_empty()
             && !builtins.iter().all(|b| st.index.contains_key(*b))
-            && self.input.table.is_none()
+            && !self.headerless()
         {
             self.restore_commands = true;
         }
@@ -768,8 +868,17 @@ impl<'t> Reader<'_, 't> {
     }
 
     fn finish(mut self, last_line: u32) -> Ruleset {
+        // Tables of a headerless capture close in the order they first appeared.
+        if !self.parked.is_empty() {
+            self.parked.extend(self.current.take());
+            self.parked.sort_by_key(|st| st.table.location.line);
+            self.current = self.parked.pop();
+        }
+        for st in std::mem::take(&mut self.parked) {
+            self.close(st);
+        }
         if let Some(st) = self.current.take() {
-            if !st.committed && self.input.table.is_none() {
+            if !st.committed && !self.headerless() {
                 self.ruleset.completeness = Completeness::Truncated;
                 self.ruleset.diagnostics.push(Diagnostic::error(
                     last_line,
@@ -782,6 +891,38 @@ impl<'t> Reader<'_, 't> {
                 ));
             }
             self.close(st);
+        }
+        if !self.fragments.is_empty() {
+            let what = if self.save_syntax {
+                "no '*table' lines: a filtered capture (iptables-save | grep?)"
+            } else {
+                "not every built-in chain has its -P line: a filtered or cut capture"
+            };
+            self.diag(Diagnostic::note(
+                1,
+                1,
+                format!(
+                    "{what}; table(s) {} read as a fragment: chains and rules it does not show may exist",
+                    self.fragments.join(", ")
+                ),
+                "",
+            ));
+            if self.ruleset.completeness == Completeness::Full {
+                self.ruleset.completeness = Completeness::Partial;
+            }
+        }
+        if let Some(loc) = self.legacy_warning {
+            self.diag(Diagnostic::note(
+                loc.line,
+                loc.column,
+                "this capture comes from iptables-nft and the node also has iptables-legacy tables it does not show",
+                "# Warning: iptables-legacy tables present, use iptables-legacy to see them",
+            ));
+            for t in &mut self.ruleset.tables {
+                if t.backend == Backend::IptablesUnknown {
+                    t.backend = Backend::IptablesNft;
+                }
+            }
         }
         if self.ruleset.completeness == Completeness::Full
             && (self.input.restore_payload || self.restore_commands)

@@ -47,7 +47,7 @@ use columns::{
 use options::read_extra;
 use std::collections::HashMap;
 pub use tables::source_of_file_name;
-use tables::{guess_table, table_separator};
+use tables::{guess_table, infer_table, table_separator};
 
 /// Reads an iptables listing. `default_table` names the table when the text does not
 /// (sosreport keeps one table per file); without it, `# Table: nat` style separators
@@ -68,6 +68,10 @@ pub fn parse(text: &str, family: Family, default_table: Option<&str>) -> Ruleset
         unrecognised: 0,
         first_unrecognised: None,
         truncated_at: None,
+        markup_removed: None,
+        squeezed: false,
+        squeezed_noted: false,
+        fragments: Vec::new(),
     };
     let ends_with_newline = text.ends_with('\n');
     let mut lines = text.split('\n').peekable();
@@ -77,7 +81,11 @@ pub fn parse(text: &str, family: Family, default_table: Option<&str>) -> Ruleset
         let line = raw.strip_suffix('\r').unwrap_or(raw);
         let last = lines.peek().is_none() || (ends_with_newline && lines.peek() == Some(&""));
         let before = r.ruleset.diagnostics.len();
-        let ok = r.line(line, n);
+        let cleaned = strip_markup(line);
+        if let std::borrow::Cow::Owned(_) = cleaned {
+            r.markup_removed.get_or_insert((n, 0)).1 += 1;
+        }
+        let ok = r.line(&cleaned, n);
         if !ok && last && !ends_with_newline {
             // Say why once: the line is cut, not malformed.
             let d = r.ruleset.diagnostics.drain(before..).next();
@@ -116,8 +124,58 @@ struct Reader<'a> {
     unrecognised: usize,
     first_unrecognised: Option<(u32, u32)>,
     truncated_at: Option<u32>,
+    /// First line and number of lines that had markdown or HTML emphasis removed.
+    markup_removed: Option<(u32, u32)>,
+    /// The current chain was printed through `column -t` (runs of spaces everywhere,
+    /// comments included): comment text has its spaces collapsed.
+    squeezed: bool,
+    squeezed_noted: bool,
+    /// Tables that do not list every built-in chain of their table (a listing of some
+    /// chains): partial.
+    fragments: Vec<String>,
 }
 
+/// A line without the debris of how it was posted: a leading markdown `**`/`__`
+/// (`**Chain X ...`) and HTML emphasis tags (`<b>`, `</b>`, `<strong>`, `<em>`, `<i>`)
+/// that a page kept inside `<pre>`. Borrowed when there is none.
+fn strip_markup(line: &str) -> std::borrow::Cow<'_, str> {
+    const TAGS: [&str; 8] = [
+        "<b>",
+        "</b>",
+        "<strong>",
+        "</strong>",
+        "<em>",
+        "</em>",
+        "<i>",
+        "</i>",
+    ];
+    let trimmed = line.trim_start();
+    let lead = ["**", "__"]
+        .iter()
+        .find(|m| {
+            trimmed
+                .strip_prefix(**m)
+                .is_some_and(|r| r.trim_start().starts_with("Chain "))
+        })
+        .map(|m| m.len());
+    let has_tag = TAGS.iter().any(|t| line.contains(t));
+    if lead.is_none() && !has_tag {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let indent = line.len() - trimmed.len();
+    let mut out = format!("{}{}", &line[..indent], &trimmed[lead.unwrap_or(0)..]);
+    for t in TAGS {
+        out = out.replace(t, "");
+    }
+    if lead.is_some() {
+        // A closing `**` after the header.
+        let t = out.trim_end();
+        if let Some(r) = t.strip_suffix("**").or_else(|| t.strip_suffix("__")) {
+            out = r.to_string();
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
 impl Reader<'_> {
     fn diag(&mut self, d: Diagnostic) {
         self.ruleset.diagnostics.push(d);
@@ -150,6 +208,9 @@ impl Reader<'_> {
             return true;
         }
         if let Some(rest) = trimmed.strip_prefix("Chain ") {
+            // `column -t` pads every column: "Chain          PREROUTING  (policy  ACCEPT)".
+            self.squeezed =
+                rest.starts_with(' ') || rest.contains("  (") || rest.contains("(policy  ");
             return self.chain_header(line, rest, n, col);
         }
         if trimmed.starts_with("# Warning: iptables-legacy tables present") {
@@ -328,6 +389,15 @@ impl Reader<'_> {
         let mut listed = columns.rule;
         let extra_offset = columns.extra_offset;
         let unterminated = read_extra(&mut listed);
+        if self.squeezed && self.collapse_comments(&mut listed) && !self.squeezed_noted {
+            self.squeezed_noted = true;
+            self.diag(Diagnostic::note(
+                n,
+                col,
+                "this listing went through `column -t`: runs of spaces inside comments are read as one space",
+                line.trim(),
+            ));
+        }
         if unterminated {
             self.truncated(
                 n,
@@ -373,6 +443,26 @@ impl Reader<'_> {
         true
     }
 
+    /// Collapses runs of spaces in the comments of a rule printed through `column -t`;
+    /// true if any changed.
+    fn collapse_comments(&mut self, listed: &mut ListedRule) -> bool {
+        let collapse = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut changed = false;
+        for m in &mut listed.matches {
+            if let ListedMatch::Comment(c) = m {
+                let new = collapse(c);
+                if new != *c {
+                    *c = new;
+                    changed = true;
+                }
+            }
+        }
+        if let Some(c) = &mut listed.comment {
+            *c = collapse(c);
+        }
+        changed
+    }
+
     fn close(&mut self) {
         self.chain = None;
         self.layout = None;
@@ -381,7 +471,7 @@ impl Reader<'_> {
         };
         let loc = st.table.location;
         if !st.named {
-            let name = guess_table(&st.table);
+            let name = guess_table(&st.table).or_else(|| infer_table(&st.table));
             let builtins: Vec<&str> = st
                 .table
                 .chains
@@ -390,7 +480,10 @@ impl Reader<'_> {
                 .map(|c| &*c.name)
                 .collect();
             let why = match name {
-                Some(_) => format!("guessed from its built-in chains ({})", builtins.join(", ")),
+                Some(_) if !builtins.is_empty() && guess_table(&st.table).is_some() => {
+                    format!("guessed from its built-in chains ({})", builtins.join(", "))
+                }
+                Some(_) => "guessed from its chains' names and targets".to_string(),
                 None => "assumed 'filter'; pass the table (e.g. from the file name)".to_string(),
             };
             self.diag(Diagnostic::note(
@@ -446,7 +539,36 @@ impl Reader<'_> {
                 name,
             ));
         }
-        self.ruleset.diagnostics.extend(mismatches);
+        // A listing of some chains (`iptables -t nat -L CHAIN`) does not show every
+        // built-in chain of its table: a fragment of it, whose jumps to chains it does
+        // not show and reference counts it cannot match are expected (one note says so).
+        let fragment = !crate::iptables::save::builtin_chains(&st.table.name)
+            .iter()
+            .all(|b| st.index.contains_key(*b));
+        if !fragment {
+            self.ruleset.diagnostics.extend(mismatches);
+        }
+        if fragment {
+            if !self.fragments.contains(&st.table.name.to_string()) {
+                self.fragments.push(st.table.name.to_string());
+            }
+            // Another listing of chains of the same table: one table.
+            if let Some(t) = self
+                .ruleset
+                .tables
+                .iter_mut()
+                .find(|t| t.family == st.table.family && t.name == st.table.name)
+            {
+                for c in st.table.chains {
+                    match t.chains.iter_mut().find(|x| x.name == c.name) {
+                        // Listed again later in the same capture: the later listing.
+                        Some(x) => *x = c,
+                        None => t.chains.push(c),
+                    }
+                }
+                return;
+            }
+        }
         if self
             .ruleset
             .tables
@@ -468,6 +590,28 @@ impl Reader<'_> {
 
     fn finish(mut self) -> Ruleset {
         self.close();
+        if let Some((line, count)) = self.markup_removed {
+            self.diag(Diagnostic::note(
+                line,
+                1,
+                format!("markdown or HTML emphasis (`**`, `<b>`, `</b>`) removed from {count} line(s): the listing was posted on a page"),
+                "",
+            ));
+        }
+        if !self.fragments.is_empty() {
+            self.diag(Diagnostic::note(
+                1,
+                1,
+                format!(
+                    "the listing does not show every built-in chain of table(s) {}: a listing of some chains, read as partial (chains it does not show may exist)",
+                    self.fragments.join(", ")
+                ),
+                "",
+            ));
+            if self.ruleset.completeness == Completeness::Full {
+                self.ruleset.completeness = Completeness::Partial;
+            }
+        }
         if let Some((line, column)) = self.first_unrecognised {
             let n = self.unrecognised;
             self.diag(Diagnostic::note(

@@ -715,8 +715,11 @@ LOG        all  --  anywhere             anywhere             LOG level warn pre
             })
         );
         assert!(l.unrecognised.is_empty(), "{:?}", l.unrecognised);
-        // Only the "assumed filter" note.
-        assert_eq!(rs.diagnostics.len(), 1, "{:?}", rs.diagnostics);
+        // Only the notes on the table (inferred: REJECT is filter's) and on the listing
+        // showing INPUT only (partial).
+        assert_eq!(rs.diagnostics.len(), 2, "{:?}", rs.diagnostics);
+        assert!(rs.diagnostics[0].message.contains("which table"));
+        assert!(rs.diagnostics[1].message.contains("every built-in chain"));
         assert_eq!(&*rs.tables[0].name, "filter");
     }
 

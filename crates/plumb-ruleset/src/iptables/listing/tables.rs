@@ -124,6 +124,27 @@ pub(super) fn guess_table(table: &Table) -> Option<&'static str> {
     })
 }
 
+/// The table of a listing without all the built-in chains of one (`iptables -t nat -L
+/// KUBE-SERVICES`): from what its rules jump to and its chains' names (see
+/// [`crate::iptables::tables`]). `None` when nothing points to a table.
+pub(super) fn infer_table(table: &Table) -> Option<&'static str> {
+    use crate::iptables::tables::Evidence;
+    use crate::model::RuleBody;
+    let mut ev = Evidence::default();
+    for c in &table.chains {
+        ev.add_name(&c.name);
+        for r in &c.rules {
+            if let RuleBody::Approximate(l) = &r.body {
+                ev.add_rule(&c.name, l.target.as_deref());
+            }
+        }
+    }
+    let (t, why) = ev.decide();
+    let decided =
+        ev.allowed.single().is_some() || why.starts_with("names") || !ev.allowed.contains("filter");
+    decided.then_some(t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,213 @@
+//! The service map recovered from captures that are not iptables-save dumps, on real
+//! nodes' files (`../shared/corpus/real-world/`, README per file): `iptables -t nat -S`
+//! read without `--table`, `-L` listings (with `--line-numbers`, HTML debris, names
+//! resolved, `column -t`) and pasted sessions. A missing corpus skips with a reason.
+
+use plumb_kubeproxy::recover::{RecoveredService, recover};
+use plumb_ruleset::{ParseOptions, Ruleset, parse_bytes};
+
+fn load(rel: &str) -> Option<Ruleset> {
+    let p = plumb_testkit::corpus_dir()?.join("real-world").join(rel);
+    if !p.is_file() {
+        plumb_testkit::skip(&format!("{} not in the corpus", p.display()));
+        return None;
+    }
+    let bytes = std::fs::read(&p).unwrap();
+    Some(
+        parse_bytes(&bytes, &ParseOptions::default())
+            .unwrap()
+            .ruleset,
+    )
+}
+
+/// (name, cluster IP, endpoint addresses sorted) per service port, sorted.
+fn rows(rs: &Ruleset) -> Vec<(String, String, Vec<String>)> {
+    let mut out: Vec<_> = recover(rs)
+        .iter()
+        .flat_map(|m| m.services.iter())
+        .map(|s: &RecoveredService| {
+            let mut eps: Vec<String> = s
+                .endpoints
+                .iter()
+                .filter_map(|e| e.address.clone())
+                .collect();
+            eps.sort();
+            (
+                s.name.clone().unwrap_or_default(),
+                s.cluster_ip.map(|i| i.to_string()).unwrap_or_default(),
+                eps,
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn row(name: &str, ip: &str, eps: &[&str]) -> (String, String, Vec<String>) {
+    (
+        name.into(),
+        ip.into(),
+        eps.iter().map(|e| e.to_string()).collect(),
+    )
+}
+
+#[test]
+fn eks_nat_list_rules_gives_cluster_ips_and_endpoints() {
+    let Some(rs) = load("iptables-list/eks-1.24_aws-vpc-cni-1.11.4_node_iptables-t-nat-S.txt")
+    else {
+        return;
+    };
+    assert_eq!(
+        rows(&rs),
+        vec![
+            row(
+                "default/kubernetes:https",
+                "10.100.0.1",
+                &["192.168.1.84:443", "192.168.2.41:443"]
+            ),
+            row(
+                "kube-system/kube-dns:dns",
+                "10.100.0.10",
+                &["192.168.2.110:53", "192.168.2.202:53"]
+            ),
+            row(
+                "kube-system/kube-dns:dns-tcp",
+                "10.100.0.10",
+                &["192.168.2.110:53", "192.168.2.202:53"]
+            ),
+        ]
+    );
+}
+
+#[test]
+fn antrea_listing_with_html_tags_gives_named_services_with_endpoints() {
+    let Some(rs) =
+        load("iptables-list/antrea_k8s-1.18.8_worker1_iptables-t-nat-L-n_with-HTML-b-tags.txt")
+    else {
+        return;
+    };
+    let r = rows(&rs);
+    assert!(
+        r.contains(&row(
+            "default/backendsvc:",
+            "10.104.65.133",
+            &["10.222.1.47:80", "10.222.2.34:80"]
+        )),
+        "{r:?}"
+    );
+    assert!(
+        r.contains(&row(
+            "default/kubernetes:https",
+            "10.96.0.1",
+            &["10.79.1.200:6443"]
+        )),
+        "{r:?}"
+    );
+    assert!(
+        r.contains(&row(
+            "kube-system/kube-dns:dns",
+            "10.96.0.10",
+            &["10.222.1.2:53", "10.222.2.2:53"]
+        )),
+        "{r:?}"
+    );
+    let octant = recover(&rs)
+        .into_iter()
+        .flat_map(|m| m.services)
+        .find(|s| s.name.as_deref() == Some("kube-system/antrea-octant:"))
+        .unwrap();
+    assert_eq!(octant.node_ports, vec![31067]);
+}
+
+#[test]
+fn calico_listing_with_line_numbers_and_redactions_gives_every_service() {
+    let Some(rs) =
+        load("iptables-list/calico-kubeadm_worker1_iptables-t-nat-L-v-n--line-numbers.txt")
+    else {
+        return;
+    };
+    let r = rows(&rs);
+    assert_eq!(r.len(), 7, "{r:?}");
+    assert_eq!(
+        r.iter()
+            .find(|x| x.0 == "default/backend-service")
+            .unwrap()
+            .2
+            .len(),
+        3
+    );
+    // Redacted endpoint addresses cannot be hashed: no name mismatch is claimed.
+    let mismatches: usize = recover(&rs).iter().map(|m| m.name_mismatches.len()).sum();
+    assert_eq!(mismatches, 0);
+}
+
+#[test]
+fn flannel_listing_with_names_resolved_gives_kube_dns_endpoints() {
+    let Some(rs) = load("iptables-list/kubeadm-flannel_k8s-cp_iptables-t-nat-L_names-resolved.txt")
+    else {
+        return;
+    };
+    let r = rows(&rs);
+    assert!(
+        r.contains(&row(
+            "default/kubernetes:https",
+            "10.96.0.1",
+            &["192.168.11.170:6443"]
+        )),
+        "{r:?}"
+    );
+    assert!(
+        r.contains(&row(
+            "kube-system/kube-dns:dns",
+            "10.96.0.10",
+            &["10.244.0.4:53", "10.244.0.5:53"]
+        )),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn aks_column_t_session_gives_nginx_with_node_port_and_the_renamed_chains() {
+    let Some(rs) = load(
+        "iptables-list/aks-kubenet_kube-proxy-iptables_nat-L-n-column-t_REPOST-EDITED-comment-hash-mismatch.txt",
+    ) else {
+        return;
+    };
+    let maps = recover(&rs);
+    let services: Vec<_> = maps.iter().flat_map(|m| &m.services).collect();
+    assert_eq!(services.len(), 8);
+    let nginx = services
+        .iter()
+        .find(|s| s.name.as_deref() == Some("default/nginx:"))
+        .unwrap();
+    assert_eq!(nginx.cluster_ip.unwrap().to_string(), "10.0.237.3");
+    assert_eq!(nginx.port, Some(80));
+    assert_eq!(nginx.node_ports, vec![30450]);
+    assert_eq!(nginx.endpoints.len(), 1);
+    assert_eq!(
+        nginx.endpoints[0].address.as_deref(),
+        Some("10.244.0.11:80")
+    );
+    // The repost renamed the Service in the comments: both of its chains are flagged.
+    let flagged: Vec<&str> = maps
+        .iter()
+        .flat_map(|m| &m.name_mismatches)
+        .map(|m| m.chain)
+        .collect();
+    assert_eq!(flagged.len(), 2, "{flagged:?}");
+    assert!(flagged.contains(&"KUBE-SVC-GHSLGKVXVBRM4GZX"));
+    assert!(flagged.contains(&"KUBE-SEP-QXDNOBCCLOXLV7LV"));
+}
+
+#[test]
+fn aks_session_grep_of_save_gives_nginx() {
+    let Some(rs) = load(
+        "iptables-list/aks_k8s-1.26plus_node_iptables-vnL_wireserver-168.63.129.16-DROP_empty-services+grep-nginx.txt",
+    ) else {
+        return;
+    };
+    assert_eq!(
+        rows(&rs),
+        vec![row("default/nginx", "10.0.91.63", &["10.244.0.13:80"])]
+    );
+}
