@@ -159,8 +159,13 @@ pub fn infer(facts: &Facts<'_>, family: Family) -> NodeModel {
                 continue;
             }
             let flannel = c.name.starts_with("FLANNEL");
+            // Interface names of the CNI's devices are in the CNI's and the host's
+            // chains, not in kube-proxy's (tens of thousands of rules on big clusters).
+            let scan = !c.name.starts_with("KUBE-") || c.name.starts_with("KUBE-ROUTER");
             for r in &c.rules {
-                texts.push(r.text.trim());
+                if scan {
+                    texts.push(r.text.trim());
+                }
                 // Flannel's rules name its network (`-s 10.244.0.0/16 -j ACCEPT` in
                 // FLANNEL-FWD, `-s 10.244.0.0/16 -d 10.244.0.0/16 -j RETURN`); old flannel
                 // and kubenet masquerade it in POSTROUTING (`-s X ! -d X -j MASQUERADE`).
