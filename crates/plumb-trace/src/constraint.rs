@@ -247,6 +247,16 @@ impl AddrSet {
         addr_max(self.v6)
     }
 
+    /// Every address of `other` is in this set (of the same family).
+    pub fn covers(&self, other: &AddrSet) -> bool {
+        self.v6 == other.v6 && other.set.subtract(&self.set, self.max()).is_empty()
+    }
+
+    /// No address is in both sets.
+    pub fn disjoint(&self, other: &AddrSet) -> bool {
+        self.v6 != other.v6 || self.set.intersect(&other.set).is_empty()
+    }
+
     /// A member, preferring an ordinary-looking address.
     pub fn pick(&self) -> Option<IpAddr> {
         let preferred: [u128; 2] = if self.v6 {
@@ -457,6 +467,16 @@ impl IfaceSet {
         self.pick().is_none()
     }
 
+    /// The lists of patterns the name must match (one of each list).
+    pub fn required(&self) -> &[Vec<IfacePattern>] {
+        &self.any_of
+    }
+
+    /// The patterns the name must not match.
+    pub fn excluded_patterns(&self) -> &[IfacePattern] {
+        &self.none_of
+    }
+
     pub fn contains(&self, name: &str) -> bool {
         self.any_of
             .iter()
@@ -628,6 +648,32 @@ impl Constraints {
     /// The source address set, when one was assumed.
     pub fn src(&self) -> Option<&AddrSet> {
         self.sets().src.as_ref()
+    }
+
+    /// The source port set, when one was assumed.
+    pub fn sport(&self) -> Option<&RangeSet> {
+        self.sets().sport.as_ref()
+    }
+
+    /// The destination port set, when one was assumed.
+    pub fn dport(&self) -> Option<&RangeSet> {
+        self.sets().dport.as_ref()
+    }
+
+    /// The input interface names still possible, when something was assumed.
+    pub fn in_iface(&self) -> Option<&IfaceSet> {
+        self.sets().in_iface.as_ref()
+    }
+
+    /// The output interface names still possible, when something was assumed.
+    pub fn out_iface(&self) -> Option<&IfaceSet> {
+        self.sets().out_iface.as_ref()
+    }
+
+    /// The NAT statuses of an existing connection still possible ([`ct_nat`] mask),
+    /// when something was assumed.
+    pub fn ct_nat(&self) -> Option<u8> {
+        self.sets().ct_nat
     }
 
     /// `Some(true)` when every packet the sets allow satisfies `fact`, `Some(false)`

@@ -547,10 +547,13 @@ fn compile_chain(
                     rule.text
                 )))),
             },
-            RuleBody::Approximate(_) => items.push(Item::Act(Action::Unknown(format!(
-                "{} (read from a lossy listing; its exact matches are unknown)",
-                rule.text
-            )))),
+            RuleBody::Approximate(listed) => {
+                conds.clear();
+                let place = format!("{} rule {}", chain.name, rule.position);
+                let action = crate::matches::listed::compile(listed, &place, &resolve, conds);
+                items.extend(conds.drain(..).map(Item::Cond));
+                items.push(Item::Act(action));
+            }
         }
         rules.push(CompiledRule {
             start,

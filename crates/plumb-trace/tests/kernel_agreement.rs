@@ -1129,3 +1129,45 @@ fn kube_proxy_nftables_mode_agrees() {
     assert_eq!(tally.probes, 16);
     tally.report("kube-proxy nftables mode");
 }
+
+/// The host-firewall layouts `plumb check` judges (input-drop-blocks-node,
+/// forward-drop-blocks-pods): RHEL/CentOS iptables-services' catch-all REJECT at the end of
+/// INPUT and FORWARD, before and after accepts for the pod network and the node's ports.
+/// plumb's traced verdict for kubelet 10250/tcp, VXLAN 8472/udp and forwarded pod
+/// traffic must be what the kernel does with real packets.
+#[test]
+fn host_firewall_catch_all_reject_agrees() {
+    if let Some(r) = skip_reason() {
+        plumb_testkit::skip(&r);
+        return;
+    }
+    let lab = Lab::new();
+    let reject = "-j REJECT --reject-with icmp-host-prohibited";
+    let before = format!(
+        "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:KUBE-FORWARD - [0:0]\n:FLANNEL-FWD - [0:0]\n\
+         -A INPUT -m state --state RELATED,ESTABLISHED -j ACCEPT\n-A INPUT -p icmp -j ACCEPT\n-A INPUT -i lo -j ACCEPT\n\
+         -A INPUT -p tcp -m state --state NEW -m tcp --dport 22 -j ACCEPT\n-A INPUT {reject}\n\
+         -A FORWARD -j KUBE-FORWARD\n-A FORWARD {reject}\n-A FORWARD -j FLANNEL-FWD\n\
+         -A KUBE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n\
+         -A FLANNEL-FWD -s 10.42.0.0/16 -j ACCEPT\n-A FLANNEL-FWD -d 10.42.0.0/16 -j ACCEPT\nCOMMIT\n"
+    );
+    let after = before
+        .replace(
+            &format!("-A FORWARD {reject}\n-A FORWARD -j FLANNEL-FWD\n"),
+            &format!("-A FORWARD -j FLANNEL-FWD\n-A FORWARD {reject}\n"),
+        )
+        .replace(
+            &format!("-A INPUT {reject}\n"),
+            &format!(
+                "-A INPUT -p tcp -m tcp --dport 10250 -j ACCEPT\n-A INPUT -p udp -m udp --dport 8472 -j ACCEPT\n-A INPUT {reject}\n"
+            ),
+        );
+    let mut tally = Tally::default();
+    for (what, text) in [("REJECT before", &before), ("REJECT after", &after)] {
+        lab.load(text);
+        probe_one(&lab, &mut tally, Proto::Tcp, NODE_IP, 10250, what);
+        probe_one(&lab, &mut tally, Proto::Udp, NODE_IP, 8472, what);
+        probe_one(&lab, &mut tally, Proto::Tcp, "10.42.7.9", 80, what);
+    }
+    tally.report("host firewall catch-all REJECT");
+}

@@ -13,7 +13,6 @@ pub mod stale;
 use crate::facts::Facts;
 use plumb_findings::Finding;
 use plumb_ruleset::Rule;
-use plumb_ruleset::iptables::XtView;
 use plumb_ruleset::owner::chain_name_owner;
 
 /// A check: its finding ids and the function that runs it.
@@ -52,8 +51,8 @@ pub const ALL: &[Check] = &[
         check: backends::check,
     },
     Check {
-        ids: &[shadow::ID_FORWARD, shadow::ID_INPUT],
-        summary: "foreign DROP/REJECT rules or policies that pod or node traffic hits before it is accepted",
+        ids: &[shadow::ID_FORWARD, shadow::ID_INPUT, shadow::ID_DOCKER_UFW],
+        summary: "host firewall rules or policies that stop traffic a node needs (traced), and published Docker ports that bypass UFW",
         check: shadow::check,
     },
     Check {
@@ -94,16 +93,6 @@ pub(crate) fn is_kube_proxy_chain(chain: &str) -> bool {
     owner_name(chain) == Some("kube-proxy")
 }
 
-/// The chain a rule jumps/goes to, for iptables rules whose target is a chain (a target
-/// with options is an extension, not a chain, even if plumb does not know its name).
-pub(crate) fn xt_jump<'a>(v: &XtView<'a>) -> Option<&'a str> {
-    let t = v.target()?;
-    if t.options().next().is_some() && !t.is_goto() {
-        return None;
-    }
-    v.chain_reference().map(|c| c.chain)
-}
-
 /// Rule text without an `iptables-save -c` counter prefix (`[12:345] `) or nft handle.
 pub(crate) fn rule_body_text(rule: &Rule) -> &str {
     let t = rule.text.trim();
@@ -115,24 +104,6 @@ pub(crate) fn rule_body_text(rule: &Rule) -> &str {
         Some(i) => &t[..i],
         None => t,
     }
-}
-
-/// "Matches all traffic" for the purposes of shadowing: no address, interface or protocol
-/// restriction, and only matches that do not narrow the packets (comments, conntrack NEW).
-/// Conservative: anything plumb cannot judge counts as narrowing (no false alarms).
-pub(crate) fn is_broad(v: &XtView) -> bool {
-    if v.generic().next().is_some() {
-        return false;
-    }
-    v.matches().all(|m| match m.module() {
-        "comment" => true,
-        "conntrack" | "state" => m.options().all(|o| {
-            !o.negated()
-                && matches!(o.name(), "--ctstate" | "--state")
-                && o.arg(0).is_some_and(|s| s.split(',').any(|x| x == "NEW"))
-        }),
-        _ => false,
-    })
 }
 
 /// Short list of names for titles: `a, b, c and 5 more`.

@@ -6,6 +6,7 @@
 //! an explicit unknown with the reason (a field plumb was not told, a match it does
 //! not model) that the simulator turns into two labelled branches.
 
+pub mod listed;
 pub mod xt;
 
 use crate::addr::{AddrRange, Cidr, PortRange};

@@ -1,0 +1,389 @@
+//! What the ruleset says about the node it came from: pod networks, the Kubernetes API
+//! service and its endpoints, kube-dns, NodePorts, the CNI and its encapsulation. Each
+//! fact keeps the rule it was read from; nothing is guessed beyond what the rules show.
+
+use crate::facts::Facts;
+use plumb_ruleset::iptables::XtBuf;
+use plumb_ruleset::{Family, Rule, RuleBody, Table};
+use plumb_trace::Proto;
+use plumb_trace::addr::Cidr;
+use std::net::IpAddr;
+
+/// A Service port the flows use: its ClusterIP and port, and its endpoints.
+#[derive(Clone, Debug)]
+pub struct ServicePort {
+    pub name: String,
+    pub cluster_ip: IpAddr,
+    pub port: u16,
+    pub proto: Proto,
+    pub endpoints: Vec<(IpAddr, u16)>,
+}
+
+/// A port (or IP protocol) a node receives traffic of other nodes on.
+#[derive(Clone, Debug)]
+pub struct NodePort {
+    pub proto: Proto,
+    /// `None` for protocols without ports (IPIP).
+    pub port: Option<u16>,
+    pub what: String,
+    /// Why plumb thinks the node needs it.
+    pub because: String,
+    /// `Some(reason)` when the need depends on something the ruleset does not show.
+    pub only_if: Option<String>,
+}
+
+/// What plumb read about the node from its ruleset (one address family).
+#[derive(Debug, Default)]
+pub struct NodeModel {
+    pub v6: bool,
+    /// Pod networks with the rule text each was read from.
+    pub pod_cidrs: Vec<(Cidr, String)>,
+    pub cluster_ips: Vec<IpAddr>,
+    pub api: Option<ServicePort>,
+    pub dns: Option<ServicePort>,
+    /// NodePorts with a Service that has endpoints: (port, protocol, service).
+    pub node_ports: Vec<(u16, Proto, String)>,
+    /// CNIs with evidence (`flannel`, `calico`, ...).
+    pub cnis: Vec<&'static str>,
+    /// Ports other nodes reach this node on (encapsulation, routing, kubelet).
+    pub node_inbound: Vec<NodePort>,
+    /// The nat table of this family is in the input (ClusterIP flows need it).
+    pub has_nat: bool,
+}
+
+/// Chain-name prefixes of the CNIs, for evidence.
+const CNI_PREFIXES: &[(&str, &str)] = &[
+    ("FLANNEL", "flannel"),
+    ("cali-", "calico"),
+    ("felix-", "calico"),
+    ("CILIUM", "cilium"),
+    ("cilium", "cilium"),
+    ("WEAVE", "weave"),
+    ("ANTREA", "antrea"),
+    ("OVN-KUBE", "ovn-kubernetes"),
+    ("AWS-SNAT-CHAIN", "aws-vpc-cni"),
+    ("AWS-CONNMARK-CHAIN", "aws-vpc-cni"),
+    ("KUBE-ROUTER", "kube-router"),
+];
+
+/// True for chains kube-proxy writes per Service or endpoint (not worth scanning for
+/// node facts: there are tens of thousands on big clusters).
+fn per_service_chain(name: &str) -> bool {
+    [
+        "KUBE-SVC-",
+        "KUBE-SEP-",
+        "KUBE-FW-",
+        "KUBE-XLB-",
+        "KUBE-EXT-",
+        "KUBE-SVL-",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+}
+
+/// (negated, value) of a rule's source or destination, for iptables and listed rules.
+fn addr_of(rule: &Rule, buf: &mut XtBuf, dst: bool) -> Option<(bool, String)> {
+    match &rule.body {
+        RuleBody::Xt(_) => {
+            let v = rule.xt_in(buf)?;
+            let o = v.generic_option(if dst { "-d" } else { "-s" })?;
+            Some((o.negated(), o.arg(0)?.into_owned()))
+        }
+        RuleBody::Approximate(l) => {
+            let c = if dst { &l.destination } else { &l.source };
+            let any = matches!(&*c.value, "0.0.0.0/0" | "::/0" | "anywhere" | "");
+            (!any).then(|| (c.negated, c.value.to_string()))
+        }
+        RuleBody::Nft(_) => None,
+    }
+}
+
+fn target_of(rule: &Rule) -> Option<String> {
+    match &rule.body {
+        RuleBody::Xt(_) => rule.xt_target().map(|t| t.name.to_string()),
+        RuleBody::Approximate(l) => l.target.clone(),
+        RuleBody::Nft(_) => None,
+    }
+}
+
+fn network(s: &str, v6: bool) -> Option<Cidr> {
+    let c = Cidr::parse(s)?;
+    // A pod network is a prefix, not a host.
+    let host = if v6 { 128 } else { 32 };
+    (c.addr.is_ipv6() == v6 && c.len < host && c.len > 0).then_some(c)
+}
+
+/// Reads the node model of one family from the iptables tables of the ruleset.
+pub fn infer(facts: &Facts<'_>, family: Family) -> NodeModel {
+    let v6 = family == Family::Ip6;
+    let mut m = NodeModel {
+        v6,
+        ..Default::default()
+    };
+    let tables: Vec<&Table> = facts.xt_tables().filter(|t| t.family == family).collect();
+    m.has_nat = tables.iter().any(|t| &*t.name == "nat");
+    let mut buf = XtBuf::default();
+    let add_pod = |m: &mut NodeModel, c: Cidr, text: &str| {
+        if !m.pod_cidrs.iter().any(|(x, _)| *x == c) {
+            m.pod_cidrs.push((c, text.to_string()));
+        }
+    };
+    let mut texts: Vec<&str> = Vec::new();
+    for t in &tables {
+        let mut svc_chains = 0usize;
+        for c in &t.chains {
+            for (prefix, cni) in CNI_PREFIXES {
+                if c.name.starts_with(prefix) && !m.cnis.contains(cni) {
+                    m.cnis.push(cni);
+                }
+            }
+            let svc = c.name.starts_with("KUBE-SVC-");
+            if svc {
+                svc_chains += 1;
+            }
+            // kube-proxy --cluster-cidr: `! -s POD_CIDR ... -j KUBE-MARK-MASQ` in
+            // KUBE-SERVICES (older) or the first rules of each KUBE-SVC chain (newer).
+            if &*t.name == "nat" && (&*c.name == "KUBE-SERVICES" || (svc && svc_chains <= 32)) {
+                for r in c.rules.iter().take(if svc { 2 } else { usize::MAX }) {
+                    if target_of(r).as_deref() != Some("KUBE-MARK-MASQ") {
+                        continue;
+                    }
+                    if let Some((true, s)) = addr_of(r, &mut buf, false)
+                        && let Some(cidr) = network(&s, v6)
+                    {
+                        add_pod(&mut m, cidr, r.text.trim());
+                    }
+                }
+            }
+            if per_service_chain(&c.name) {
+                continue;
+            }
+            let flannel = c.name.starts_with("FLANNEL");
+            // Interface names of the CNI's devices are in the CNI's and the host's
+            // chains, not in kube-proxy's (tens of thousands of rules on big clusters).
+            let scan = !c.name.starts_with("KUBE-") || c.name.starts_with("KUBE-ROUTER");
+            for r in &c.rules {
+                if scan {
+                    texts.push(r.text.trim());
+                }
+                // Flannel's rules name its network (`-s 10.244.0.0/16 -j ACCEPT` in
+                // FLANNEL-FWD, `-s 10.244.0.0/16 -d 10.244.0.0/16 -j RETURN`); old flannel
+                // and kubenet masquerade it in POSTROUTING (`-s X ! -d X -j MASQUERADE`).
+                let src = addr_of(r, &mut buf, false);
+                if flannel
+                    && let Some((false, s)) = &src
+                    && let Some(cidr) = network(s, v6)
+                    && cidr.len <= if v6 { 64 } else { 16 }
+                {
+                    add_pod(&mut m, cidr, r.text.trim());
+                }
+                if &*c.name == "POSTROUTING"
+                    && target_of(r).as_deref() == Some("MASQUERADE")
+                    && let Some((false, s)) = &src
+                    && let Some((true, d)) = addr_of(r, &mut buf, true)
+                    && *s == d
+                    && let Some(cidr) = network(s, v6)
+                {
+                    add_pod(&mut m, cidr, r.text.trim());
+                }
+            }
+        }
+    }
+    for map in facts.services.iter().filter(|s| s.family == family) {
+        for s in &map.services {
+            let Some(ip) = s.cluster_ip else { continue };
+            if !m.cluster_ips.contains(&ip) {
+                m.cluster_ips.push(ip);
+            }
+            let proto = match s.protocol.as_deref() {
+                Some("udp") => Proto::Udp,
+                Some("sctp") => Proto::Other(132),
+                _ => Proto::Tcp,
+            };
+            let name = s.name.clone().unwrap_or_default();
+            let endpoints: Vec<(IpAddr, u16)> = s
+                .endpoints
+                .iter()
+                .filter_map(|e| parse_endpoint(e.address.as_deref()?))
+                .collect();
+            let port = ServicePort {
+                name: name.clone(),
+                cluster_ip: ip,
+                port: s.port.unwrap_or(0),
+                proto,
+                endpoints,
+            };
+            if port.port == 0 {
+                continue;
+            }
+            if (name == "default/kubernetes:https" || name == "default/kubernetes")
+                && m.api.is_none()
+            {
+                m.api = Some(port.clone());
+            } else if name.starts_with("kube-system/kube-dns:")
+                && proto == Proto::Udp
+                && port.port == 53
+                && !port.endpoints.is_empty()
+                && m.dns.is_none()
+            {
+                m.dns = Some(port.clone());
+            }
+            if !port.endpoints.is_empty() && m.node_ports.len() < 2 {
+                for &np in &s.node_ports {
+                    if m.node_ports.len() < 2 {
+                        m.node_ports.push((np, proto, name.clone()));
+                    }
+                }
+            }
+        }
+    }
+    m.node_inbound = node_inbound(&m, &texts);
+    m
+}
+
+/// `10.0.0.1:6443`, `[fd00::1]:6443`.
+fn parse_endpoint(s: &str) -> Option<(IpAddr, u16)> {
+    let (a, p) = match s.strip_prefix('[') {
+        Some(rest) => {
+            let (a, p) = rest.split_once("]:")?;
+            (a, p)
+        }
+        None => s.rsplit_once(':')?,
+    };
+    Some((a.parse().ok()?, p.parse().ok()?))
+}
+
+/// The ports other nodes reach this one on, from the CNI and interface evidence.
+fn node_inbound(m: &NodeModel, texts: &[&str]) -> Vec<NodePort> {
+    let seen = |needle: &str| texts.iter().find(|t| t.contains(needle)).copied();
+    let has = |cni: &str| m.cnis.contains(&cni);
+    let mut out = vec![NodePort {
+        proto: Proto::Tcp,
+        port: Some(10250),
+        what: "kubelet API (logs, exec, metrics)".into(),
+        because: "every Kubernetes node runs kubelet".into(),
+        only_if: None,
+    }];
+    let mut push = |proto, port, what: &str, because: String, only_if: Option<&str>| {
+        out.push(NodePort {
+            proto,
+            port,
+            what: what.into(),
+            because,
+            only_if: only_if.map(str::to_string),
+        })
+    };
+    // VXLAN 8472/udp: Flannel's default backend and Cilium's default tunnel.
+    let flannel_other_backend = seen("flannel-wg").is_some();
+    if let Some(t) = seen("flannel.1").or_else(|| seen("cilium_vxlan")) {
+        push(
+            Proto::Udp,
+            Some(8472),
+            "VXLAN between nodes (pod traffic)",
+            format!("the rules name the VXLAN device: {t}"),
+            None,
+        );
+    } else if has("flannel") && !flannel_other_backend {
+        // VXLAN is Flannel's default backend (and Canal's, k3s's, RKE2's).
+        push(
+            Proto::Udp,
+            Some(8472),
+            "Flannel VXLAN between nodes (pod traffic)",
+            "Flannel chains are present and VXLAN is its default backend".into(),
+            None,
+        );
+    } else if has("cilium") {
+        push(
+            Proto::Udp,
+            Some(8472),
+            "VXLAN between nodes (pod traffic)",
+            "Cilium chains are present".into(),
+            Some("if Cilium uses its default VXLAN tunnel"),
+        );
+    }
+    if let Some(t) = seen("flannel-wg").or_else(|| seen("wireguard.cali")) {
+        let port = if m.v6 { 51821 } else { 51820 };
+        push(
+            Proto::Udp,
+            Some(port),
+            "WireGuard between nodes (pod traffic)",
+            format!("the rules name the WireGuard device: {t}"),
+            None,
+        );
+    }
+    if let Some(t) = seen("cilium_geneve")
+        .or_else(|| seen("genev_sys_6081"))
+        .or_else(|| seen("antrea-tun0"))
+    {
+        push(
+            Proto::Udp,
+            Some(6081),
+            "Geneve between nodes (pod traffic)",
+            format!("the rules name the Geneve device: {t}"),
+            None,
+        );
+    } else if has("ovn-kubernetes") {
+        push(
+            Proto::Udp,
+            Some(6081),
+            "Geneve between nodes (pod traffic)",
+            "OVN-Kubernetes chains are present (OVN tunnels are Geneve)".into(),
+            None,
+        );
+    } else if has("antrea") {
+        push(
+            Proto::Udp,
+            Some(6081),
+            "Geneve between nodes (pod traffic)",
+            "Antrea chains are present".into(),
+            Some("if Antrea uses its default Geneve encapsulation"),
+        );
+    }
+    if has("calico") {
+        if let Some(t) = seen("vxlan.calico") {
+            push(
+                Proto::Udp,
+                Some(4789),
+                "Calico VXLAN between nodes (pod traffic)",
+                format!("the rules name the VXLAN device: {t}"),
+                None,
+            );
+        } else {
+            push(
+                Proto::Tcp,
+                Some(179),
+                "BGP between nodes (pod routes)",
+                "Calico chains are present".into(),
+                Some("if Calico distributes routes with BGP (its default)"),
+            );
+        }
+        if let Some(t) = seen("tunl0") {
+            push(
+                Proto::Other(4),
+                None,
+                "IP-in-IP between nodes (pod traffic)",
+                format!("the rules name the IPIP device: {t}"),
+                None,
+            );
+        }
+    }
+    if let Some(t) = seen("kube-bridge") {
+        push(
+            Proto::Tcp,
+            Some(179),
+            "BGP between nodes (kube-router pod routes)",
+            format!("the rules name kube-router's bridge: {t}"),
+            Some("if kube-router routes pod traffic with BGP"),
+        );
+    }
+    if has("weave") {
+        push(
+            Proto::Tcp,
+            Some(6783),
+            "Weave Net control connections",
+            "Weave Net chains are present".into(),
+            None,
+        );
+    }
+    out
+}
