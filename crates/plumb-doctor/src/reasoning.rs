@@ -8,7 +8,47 @@
 //! chains and install-cni's crash loop; UFW explains kube-proxy's failing /healthz and
 //! the FORWARD drops, where probe semantics and RBAC denials are red herrings.
 
+use crate::context::Ctx;
 use plumb_findings::{Conclusion, Confidence, Finding, Severity, Status};
+
+/// Causes that prove themselves when their own finding is critical: a kernel setting read
+/// as off, an iptables that cannot write at all, a missing `nft`, a kube-proxy that may
+/// not set its sysctls. Nothing else is needed to be sure of them.
+const SELF_EVIDENT: &[&str] = &[
+    "sysctl-requirement",
+    "iptables-userspace-incompatible",
+    "kube-proxy-nft-unavailable",
+    "kube-proxy-conntrack-permission",
+];
+
+/// A cap on how sure a cause can be, because its decisive signal is missing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limit {
+    pub cause: &'static str,
+    pub at_most: Confidence,
+    /// The missing signal and how to get it.
+    pub to_confirm: String,
+}
+
+/// A conclusion and what would make it sure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub conclusion: Conclusion,
+    pub to_confirm: Option<String>,
+}
+
+/// The caps the facts impose: a cause inferred without its decisive signal.
+pub fn limits(ctx: &Ctx) -> Vec<Limit> {
+    let mut out = Vec::new();
+    if let Some(how) = crate::checks::agents::tamper_inferred(ctx) {
+        out.push(Limit {
+            cause: crate::checks::agents::ID_TAMPER,
+            at_most: Confidence::Medium,
+            to_confirm: how,
+        });
+    }
+    out
+}
 
 /// Findings that make a cause only together with a symptom they explain: an installed
 /// agent or an unloaded module is not a failure by itself.
@@ -77,6 +117,37 @@ const CAUSES: &[(&str, &[&str])] = &[
         "garbled-nat-target",
         &["clusterip-unreachable", "kube-proxy-restore-failures"],
     ),
+    (
+        "iptables-userspace-incompatible",
+        &[
+            "kube-proxy-restore-failures",
+            "kube-proxy-rules-missing",
+            "clusterip-unreachable",
+            "cni-not-initialized",
+            "kube-proxy-unhealthy",
+        ],
+    ),
+    (
+        "kube-proxy-nft-unavailable",
+        &[
+            "kube-proxy-rules-missing",
+            "clusterip-unreachable",
+            "cni-not-initialized",
+            "kube-proxy-unhealthy",
+        ],
+    ),
+    (
+        "kube-proxy-conntrack-permission",
+        &[
+            "kube-proxy-unhealthy",
+            "clusterip-unreachable",
+            "cni-not-initialized",
+        ],
+    ),
+    (
+        "host-firewall-reject",
+        &["clusterip-unreachable", "cni-not-initialized"],
+    ),
     ("service-no-endpoints", &[]),
     ("kube-proxy-probe-semantics", &["kube-proxy-unhealthy"]),
     (
@@ -117,7 +188,30 @@ fn weight(s: Severity) -> u32 {
     }
 }
 
+/// [`conclude_with`] without caps.
 pub fn conclude(findings: &[Finding]) -> Option<Conclusion> {
+    conclude_with(findings, &[]).map(|o| o.conclusion)
+}
+
+/// How sure a cause is: one explained symptom is medium, two or more high; a self-evident
+/// cause whose own finding is critical is high on its own; a cap lowers it.
+pub fn confidence(cause: &Finding, supporting: usize, limits: &[Limit]) -> Confidence {
+    let mut c = match supporting {
+        0 => Confidence::Low,
+        1 => Confidence::Medium,
+        _ => Confidence::High,
+    };
+    if SELF_EVIDENT.contains(&cause.id.as_str()) && cause.severity == Severity::Critical {
+        c = Confidence::High;
+    }
+    for l in limits.iter().filter(|l| l.cause == cause.id) {
+        c = c.min(l.at_most);
+    }
+    c
+}
+
+/// The root cause of `findings`, its confidence under `limits`, and what would confirm it.
+pub fn conclude_with(findings: &[Finding], limits: &[Limit]) -> Option<Outcome> {
     let problem = |id: &str| {
         findings
             .iter()
@@ -151,23 +245,25 @@ pub fn conclude(findings: &[Finding]) -> Option<Conclusion> {
             .iter()
             .filter(|f| f.status == Status::Problem && f.severity >= Severity::High)
             .max_by_key(|f| f.severity)?;
-        return Some(Conclusion {
-            root_cause: worst.id.clone(),
-            confidence: Confidence::Low,
-            supporting: Vec::new(),
-        });
+        return Some(outcome(worst, Vec::new(), limits));
     }
     let (root, _, supporting) = scored.first().cloned()?;
-    let confidence = match supporting.len() {
-        0 => Confidence::Low,
-        1 => Confidence::Medium,
-        _ => Confidence::High,
-    };
-    Some(Conclusion {
-        root_cause: root,
-        confidence,
-        supporting,
-    })
+    let own = problem(&root)?;
+    Some(outcome(own, supporting, limits))
+}
+
+fn outcome(cause: &Finding, supporting: Vec<String>, limits: &[Limit]) -> Outcome {
+    Outcome {
+        conclusion: Conclusion {
+            root_cause: cause.id.clone(),
+            confidence: confidence(cause, supporting.len(), limits),
+            supporting,
+        },
+        to_confirm: limits
+            .iter()
+            .find(|l| l.cause == cause.id)
+            .map(|l| l.to_confirm.clone()),
+    }
 }
 
 #[cfg(test)]
