@@ -306,4 +306,77 @@ mod tests {
         ];
         assert_eq!(conclude(&ok), None);
     }
+
+    /// Signal combinations and the confidence they earn: several independent symptoms
+    /// are high, one is medium, none is low; a self-evident critical cause is high on its
+    /// own; an inferred cause is capped; a present-but-unproven agent is never a cause.
+    #[test]
+    fn confidence_table() {
+        use Severity::*;
+        let cap = |cause: &'static str| Limit {
+            cause,
+            at_most: Confidence::Medium,
+            to_confirm: "read the agent's log".into(),
+        };
+        #[allow(clippy::type_complexity)]
+        let table: &[(&[(&str, Severity)], &[Limit], Option<(&str, Confidence)>)] = &[
+            (&[("sysctl-requirement", Critical)], &[], Some(("sysctl-requirement", Confidence::High))),
+            (&[("sysctl-requirement", High)], &[], Some(("sysctl-requirement", Confidence::Low))),
+            (
+                &[("kube-proxy-nft-unavailable", Critical)],
+                &[],
+                Some(("kube-proxy-nft-unavailable", Confidence::High)),
+            ),
+            (
+                &[("kube-proxy-probe-semantics", Medium), ("kube-proxy-unhealthy", High)],
+                &[],
+                Some(("kube-proxy-probe-semantics", Confidence::Medium)),
+            ),
+            (
+                &[
+                    ("host-firewall-ufw", High),
+                    ("kube-proxy-probe-semantics", Medium),
+                    ("kube-proxy-unhealthy", High),
+                ],
+                &[],
+                Some(("host-firewall-ufw", Confidence::High)),
+            ),
+            (
+                &[
+                    ("security-agent-tamper", High),
+                    ("security-agent-present", Medium),
+                    ("kube-proxy-restore-failures", High),
+                ],
+                &[cap("security-agent-tamper")],
+                Some(("security-agent-tamper", Confidence::Medium)),
+            ),
+            (
+                &[
+                    ("security-agent-tamper", Critical),
+                    ("security-agent-present", Medium),
+                    ("kube-proxy-restore-failures", High),
+                ],
+                &[],
+                Some(("security-agent-tamper", Confidence::High)),
+            ),
+            (&[("security-agent-present", Medium)], &[], None),
+            (
+                &[("security-agent-present", Medium), ("kube-proxy-restore-failures", High)],
+                &[],
+                Some(("security-agent-present", Confidence::Medium)),
+            ),
+            (
+                &[("kube-proxy-restore-failures", High)],
+                &[],
+                Some(("kube-proxy-restore-failures", Confidence::Low)),
+            ),
+        ];
+        for (i, (findings, limits, want)) in table.iter().enumerate() {
+            let f: Vec<Finding> = findings.iter().map(|(id, s)| p(id, *s)).collect();
+            let got = conclude_with(&f, limits)
+                .map(|o| (o.conclusion.root_cause, o.conclusion.confidence));
+            let want = want.map(|(id, c)| (id.to_string(), c));
+            assert_eq!(got, want, "row {i}: {findings:?}");
+        }
+    }
 }
