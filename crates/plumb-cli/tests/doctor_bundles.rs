@@ -484,7 +484,9 @@ fn probe_semantics_from_a_bundles_history_with_the_timeline() {
         for n in 0..4 {
             w(
                 &format!("rke2/podlogs/kube-system_kube-proxy-node1_8d1f/kube-proxy/{n}.log"),
-                &format!("2026-11-30T08:1{n}:00.000000001Z stderr F I1130 08:1{n}:00.000001 1 server_others.go:152] \"Using iptables Proxier\"\n"),
+                &format!(
+                    "2026-11-30T08:1{n}:00.000000001Z stderr F I1130 08:1{n}:00.000001 1 server_others.go:152] \"Using iptables Proxier\"\n"
+                ),
             );
         }
         let mut kubelet = String::new();
@@ -502,15 +504,18 @@ fn probe_semantics_from_a_bundles_history_with_the_timeline() {
     });
     let (code, r, err) = doctor(&dir);
     assert_eq!(
-        r["root_cause"], "kube-proxy-probe-semantics",
+        r["root_cause"],
+        "kube-proxy-probe-semantics",
         "{err}\n{}",
         serde_json::to_string_pretty(&r["findings"]).unwrap()
     );
     assert_eq!(code, 1);
-    assert!(r["findings"][0]["remediation"][0]
-        .as_str()
-        .unwrap()
-        .contains("/livez"));
+    assert!(
+        r["findings"][0]["remediation"][0]
+            .as_str()
+            .unwrap()
+            .contains("/livez")
+    );
     assert_eq!(r["timeline"]["containers"][0]["container"], "kube-proxy");
     assert_eq!(r["timeline"]["containers"][0]["restarts"], 3);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"))
@@ -523,7 +528,9 @@ fn probe_semantics_from_a_bundles_history_with_the_timeline() {
     assert!(text.contains("timeline: "), "{text}");
     assert!(text.contains("liveness-restart"), "{text}");
     assert!(
-        text.contains("kube-proxy: 3 restarts (4 logs read), 3 liveness kills, 3 probe failures (HTTP 503 x3)"),
+        text.contains(
+            "kube-proxy: 3 restarts (4 logs read), 3 liveness kills, 3 probe failures (HTTP 503 x3)"
+        ),
         "{text}"
     );
 }

@@ -290,7 +290,11 @@ fn collect(node: &dyn Node, options: &GatherOptions, stage: &mut Stage) -> Resul
     if !manifests.iter().any(|m| m == KUBE_PROXY_MANIFEST) {
         stage.file(node, KUBE_PROXY_MANIFEST)?;
     }
-    for path in manifests.iter().map(String::as_str).chain(CONFIG_FILES.iter().copied()) {
+    for path in manifests
+        .iter()
+        .map(String::as_str)
+        .chain(CONFIG_FILES.iter().copied())
+    {
         if node.exists(path) {
             stage.file(node, path)?;
         }

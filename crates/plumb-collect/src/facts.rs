@@ -161,7 +161,12 @@ pub fn gather(node: &dyn Node, options: &GatherOptions) -> Facts {
             .collect();
         // After the dumps, not beside them: the probes need kube-proxy's rules (is this a
         // node, where is the API endpoint) and must not dump the ruleset a second time.
-        let p = network_probes(node, options, Some(&collected.ruleset), f.distribution.as_deref());
+        let p = network_probes(
+            node,
+            options,
+            Some(&collected.ruleset),
+            f.distribution.as_deref(),
+        );
         let any_ok = collected.tools.iter().any(|t| t.status == "ok");
         f.ruleset = if any_ok {
             let sources: Vec<&str> = f
@@ -343,7 +348,12 @@ pub fn pod_log_paths(node: &dyn Node, options: &GatherOptions) -> Vec<String> {
                         .unwrap_or_default();
                     starts.sort();
                     let skip = starts.len().saturating_sub(MAX_RESTART_LOGS);
-                    out.extend(starts.into_iter().skip(skip).map(|(_, f)| format!("{cdir}/{f}")));
+                    out.extend(
+                        starts
+                            .into_iter()
+                            .skip(skip)
+                            .map(|(_, f)| format!("{cdir}/{f}")),
+                    );
                 }
             }
             // A flat file (Rancher server bundles): every container's lines together.
@@ -434,18 +444,34 @@ fn node_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
     let mut out = Vec::new();
     for p in kubelet_log_paths(node) {
         if let Ok(c) = node.file(&p) {
-            let mut f = log_text(&c.text(), c.source.clone(), &p, None, options.max_signals_per_file);
+            let mut f = log_text(
+                &c.text(),
+                c.source.clone(),
+                &p,
+                None,
+                options.max_signals_per_file,
+            );
             f.component = Some("kubelet".into());
             out.push(f);
         }
     }
     if let Ok(c) = node.command(&NodeCommand::KubeletJournal) {
-        let mut f = log_text(&c.text(), c.source.clone(), "journal", None, options.max_signals_per_file);
+        let mut f = log_text(
+            &c.text(),
+            c.source.clone(),
+            "journal",
+            None,
+            options.max_signals_per_file,
+        );
         f.component = Some("kubelet".into());
         out.push(f);
     }
     if let Ok(c) = node.file(AUDIT_LOG) {
-        out.push(audit_log(&c.text(), c.source.clone(), options.max_signals_per_file));
+        out.push(audit_log(
+            &c.text(),
+            c.source.clone(),
+            options.max_signals_per_file,
+        ));
     }
     out
 }
@@ -507,9 +533,15 @@ fn cluster_settings(node: &dyn Node, f: &Facts) -> Vec<plumb_facts::cluster::Set
     let mut out = Vec::new();
     if let Fact::Known { value, source } = &f.processes {
         for p in value.iter().filter(|p| {
-            ["kube-apiserver", "kube-proxy", "kube-controller", "k3s", "rke2"]
-                .iter()
-                .any(|n| p.comm.starts_with(n))
+            [
+                "kube-apiserver",
+                "kube-proxy",
+                "kube-controller",
+                "k3s",
+                "rke2",
+            ]
+            .iter()
+            .any(|n| p.comm.starts_with(n))
         }) {
             out.extend(settings_in(
                 &p.args,
@@ -672,7 +704,11 @@ fn kubernetes_clusterip(
     }
     facts.cluster_settings = cluster_settings(node, &facts);
     let from_rules = rules.and_then(|rs| plumb_facts::cluster::kubernetes_service(rs).clusterip);
-    let ip = from_rules.unwrap_or_else(|| plumb_facts::cluster::network(&facts).kubernetes_clusterip.value);
+    let ip = from_rules.unwrap_or_else(|| {
+        plumb_facts::cluster::network(&facts)
+            .kubernetes_clusterip
+            .value
+    });
     let ip: std::net::Ipv4Addr = ip.parse().unwrap_or(std::net::Ipv4Addr::new(10, 43, 0, 1));
     SocketAddr::from((ip, 443))
 }

@@ -40,7 +40,9 @@ fn collect_then_read_back_as_a_bundle() {
     for n in 1..=2 {
         w(
             &format!("var/log/pods/kube-system_kube-proxy-n1_u1/kube-proxy/{n}.log"),
-            &format!("2026-11-30T08:0{n}:00.000000001Z stderr F I1130 08:0{n}:00.000001 1 server.go:1] \"Using iptables Proxier\"\n"),
+            &format!(
+                "2026-11-30T08:0{n}:00.000000001Z stderr F I1130 08:0{n}:00.000001 1 server.go:1] \"Using iptables Proxier\"\n"
+            ),
         );
     }
     w(
@@ -143,7 +145,10 @@ fn collect_then_read_back_as_a_bundle() {
     assert_eq!(kubelet.len(), 1, "{:?}", from_bundle.node_logs);
     assert_eq!(kubelet[0].signals.len(), 2);
     assert_eq!(
-        from_bundle.kube_proxy_probes.value().and_then(|p| p.liveness.as_deref()),
+        from_bundle
+            .kube_proxy_probes
+            .value()
+            .and_then(|p| p.liveness.as_deref()),
         Some("/healthz")
     );
     assert!(

@@ -2,9 +2,9 @@
 //! node's own values (CIDRs, the `kubernetes` ClusterIP, the CNI pod) that remediation
 //! texts quote instead of generic placeholders.
 
+use plumb_facts::cluster::ClusterNetwork;
 use plumb_facts::parse::logs::{LogLine, Signal};
 use plumb_facts::parse::rke2::Rke2Config;
-use plumb_facts::cluster::ClusterNetwork;
 use plumb_facts::timeline::{Entry, Timeline};
 use plumb_facts::{Facts, LogFile};
 use plumb_findings::{Evidence, Finding};
@@ -39,7 +39,11 @@ pub struct NodeValues {
 
 impl NodeValues {
     pub fn from_facts(facts: &Facts) -> NodeValues {
-        let cfg = facts.rke2_config.value().cloned().unwrap_or_else(Rke2Config::default);
+        let cfg = facts
+            .rke2_config
+            .value()
+            .cloned()
+            .unwrap_or_else(Rke2Config::default);
         let n = plumb_facts::cluster::network(facts);
         let mut defaults = Vec::new();
         for (name, d) in [
@@ -106,7 +110,10 @@ pub fn entry_evidence(e: &Entry) -> Evidence {
         text: format!(
             "[timeline #{}{}] {}",
             e.n,
-            e.time.as_deref().map(|t| format!(", {t}")).unwrap_or_default(),
+            e.time
+                .as_deref()
+                .map(|t| format!(", {t}"))
+                .unwrap_or_default(),
             e.text
         ),
     }

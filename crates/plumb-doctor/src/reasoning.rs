@@ -320,15 +320,26 @@ mod tests {
         };
         #[allow(clippy::type_complexity)]
         let table: &[(&[(&str, Severity)], &[Limit], Option<(&str, Confidence)>)] = &[
-            (&[("sysctl-requirement", Critical)], &[], Some(("sysctl-requirement", Confidence::High))),
-            (&[("sysctl-requirement", High)], &[], Some(("sysctl-requirement", Confidence::Low))),
+            (
+                &[("sysctl-requirement", Critical)],
+                &[],
+                Some(("sysctl-requirement", Confidence::High)),
+            ),
+            (
+                &[("sysctl-requirement", High)],
+                &[],
+                Some(("sysctl-requirement", Confidence::Low)),
+            ),
             (
                 &[("kube-proxy-nft-unavailable", Critical)],
                 &[],
                 Some(("kube-proxy-nft-unavailable", Confidence::High)),
             ),
             (
-                &[("kube-proxy-probe-semantics", Medium), ("kube-proxy-unhealthy", High)],
+                &[
+                    ("kube-proxy-probe-semantics", Medium),
+                    ("kube-proxy-unhealthy", High),
+                ],
                 &[],
                 Some(("kube-proxy-probe-semantics", Confidence::Medium)),
             ),
@@ -361,7 +372,10 @@ mod tests {
             ),
             (&[("security-agent-present", Medium)], &[], None),
             (
-                &[("security-agent-present", Medium), ("kube-proxy-restore-failures", High)],
+                &[
+                    ("security-agent-present", Medium),
+                    ("kube-proxy-restore-failures", High),
+                ],
                 &[],
                 Some(("security-agent-present", Confidence::Medium)),
             ),

@@ -118,7 +118,11 @@ fn probe_semantics_is_named_from_history_whether_kube_proxy_is_down_or_up() {
             r.problems().map(|f| (&f.id, &f.title)).collect::<Vec<_>>()
         );
         let p = finding(&r, "kube-proxy-probe-semantics");
-        assert!(p.title.contains("3 times") && p.title.contains("HTTP 503"), "{}", p.title);
+        assert!(
+            p.title.contains("3 times") && p.title.contains("HTTP 503"),
+            "{}",
+            p.title
+        );
         assert!(
             p.remediation[0].contains("/var/lib/rancher/rke2/agent/pod-manifests/kube-proxy.yaml")
                 && p.remediation[0].contains("/livez")
@@ -232,7 +236,11 @@ fn the_kubernetes_clusterip_comes_from_the_ruleset_not_rke2_defaults() {
     let c = finding(&r, "clusterip-unreachable");
     assert_eq!(c.status, Status::Problem, "{}", c.title);
     assert!(c.title.contains("10.2.0.1:443"), "{}", c.title);
-    assert!(c.evidence.iter().any(|e| e.text.contains("coredns") || e.source.contains("coredns")));
+    assert!(
+        c.evidence
+            .iter()
+            .any(|e| e.text.contains("coredns") || e.source.contains("coredns"))
+    );
 }
 
 /// Facts whose kube-proxy log is a real-world file.
@@ -344,7 +352,12 @@ fn every_problem_of_the_node_checks_carries_remediation() {
     for r in &reports {
         for p in r.problems() {
             problems += 1;
-            assert!(!p.remediation.is_empty(), "{} has no remediation: {}", p.id, p.title);
+            assert!(
+                !p.remediation.is_empty(),
+                "{} has no remediation: {}",
+                p.id,
+                p.title
+            );
         }
     }
     assert!(problems >= 8, "{problems}");
@@ -363,7 +376,10 @@ fn the_timeline_orders_restarts_and_kubelet_lines_and_counts_them() {
     // Oldest first: start 0 (08:10:00), then kubelet's probe failure (08:10:01), ...
     let first: Vec<_> = t.entries.iter().take(4).map(|e| e.signal).collect();
     use plumb_facts::parse::logs::Signal::*;
-    assert_eq!(first, vec![ContainerStart, ProbeFailed, LivenessRestart, BackOff]);
+    assert_eq!(
+        first,
+        vec![ContainerStart, ProbeFailed, LivenessRestart, BackOff]
+    );
     assert_eq!(t.entries[4].restart, Some(1));
     assert!(t.entries.windows(2).all(|w| w[0].n + 1 == w[1].n));
     let json = serde_json::to_value(&r).unwrap();

@@ -57,7 +57,9 @@ pub fn settings_in(text: &str, source: &str) -> Vec<Setting> {
             let next = words.get(i + 1).copied();
             let w = w.trim_start_matches(['-', '"', '\'', '[']);
             for (name, key) in SPELLINGS {
-                let Some(rest) = w.strip_prefix(name) else { continue };
+                let Some(rest) = w.strip_prefix(name) else {
+                    continue;
+                };
                 let value = match rest.strip_prefix('=') {
                     Some(v) if !v.is_empty() => Some(v),
                     _ if rest == ":" || rest.is_empty() => next,
@@ -240,7 +242,7 @@ pub fn network(facts: &Facts) -> ClusterNetwork {
     let (def_svc, def_pod, def_name) = defaults(facts.distribution.as_deref());
     let default = |v: &str| Decided {
         value: v.to_string(),
-        source: format!("{def_name} (not found on the node)"),
+        source: format!("{def_name}, not found on the node"),
         default: true,
     };
     let service_cidr = first(SettingKey::ServiceCidr).unwrap_or_else(|| default(def_svc));
@@ -262,10 +264,14 @@ pub fn network(facts: &Facts) -> ClusterNetwork {
         ),
         None => Decided {
             value: first_address(&service_cidr.value).unwrap_or_else(|| "10.43.0.1".into()),
-            source: format!(
-                "first address of the Service CIDR {} ({})",
-                service_cidr.value, service_cidr.source
-            ),
+            source: if service_cidr.default {
+                format!("first address of {}", service_cidr.source)
+            } else {
+                format!(
+                    "first address of the Service CIDR {} ({})",
+                    service_cidr.value, service_cidr.source
+                )
+            },
             default: service_cidr.default,
         },
     };

@@ -22,7 +22,10 @@ fn check(name: &str, must: &[Signal], must_not: &[Signal]) {
         assert!(got.contains(s), "{name}: {s:?} not found in {got:?}");
     }
     for s in must_not {
-        assert!(!got.contains(s), "{name}: {s:?} must not be found ({got:?})");
+        assert!(
+            !got.contains(s),
+            "{name}: {s:?} must not be found ({got:?})"
+        );
     }
 }
 
@@ -112,9 +115,9 @@ fn kubelet_journal_back_off_names_its_container() {
     let Some(dir) = plumb_testkit::corpus_dir() else {
         return;
     };
-    let text = plumb_testkit::read(
-        &dir.join("real-world/logs/kubelet-1.28_journal_flannel-subnet.env-missing_apiserver-refused.log"),
-    );
+    let text = plumb_testkit::read(&dir.join(
+        "real-world/logs/kubelet-1.28_journal_flannel-subnet.env-missing_apiserver-refused.log",
+    ));
     let backoffs: Vec<_> = cri_lines(&text)
         .into_iter()
         .filter(|l| signal(&l.text) == Some(Signal::BackOff))

@@ -54,7 +54,11 @@ pub fn render_timeline(t: &Timeline) -> String {
             e.source,
             e.line
         );
-        let _ = writeln!(s, "        {}", e.text.chars().take(160).collect::<String>());
+        let _ = writeln!(
+            s,
+            "        {}",
+            e.text.chars().take(160).collect::<String>()
+        );
     }
     for c in &t.containers {
         let codes: Vec<String> = c
@@ -70,7 +74,11 @@ pub fn render_timeline(t: &Timeline) -> String {
             c.logs,
             c.liveness_restarts,
             c.probe_failures,
-            if codes.is_empty() { String::new() } else { format!(" ({})", codes.join(", ")) },
+            if codes.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", codes.join(", "))
+            },
             c.back_offs,
             c.restore_failures
         );
@@ -140,7 +148,11 @@ pub fn run(
             .map(|(what, d)| format!("{what} {} ({})", d.value, d.source))
             .collect();
             if !assumed.is_empty() {
-                writeln!(out, "\nassumed, not read from the node: {}", assumed.join("; "))?;
+                writeln!(
+                    out,
+                    "\nassumed, not read from the node: {}",
+                    assumed.join("; ")
+                )?;
             }
         }
     }

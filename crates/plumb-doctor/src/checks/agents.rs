@@ -4,8 +4,8 @@
 
 use crate::context::{Ctx, entry_evidence, fact_evidence, log_evidence};
 use plumb_facts::LogFile;
-use plumb_facts::parse::logs::{LogLine, Signal};
 use plumb_facts::agents::catalogue;
+use plumb_facts::parse::logs::{LogLine, Signal};
 use plumb_findings::{Finding, Severity};
 
 pub const ID_TAMPER: &str = "security-agent-tamper";
@@ -81,7 +81,10 @@ fn tamper(ctx: &Ctx) -> Finding {
     let agent = display(first.agent.as_deref().unwrap_or("a security agent"));
     // Each revert is one "reverted" line; "tampering detected" lines announce them and
     // are not counted again.
-    let reverts = lines.iter().filter(|(_, s, _)| *s == Signal::AgentRevert).count();
+    let reverts = lines
+        .iter()
+        .filter(|(_, s, _)| *s == Signal::AgentRevert)
+        .count();
     let detections = lines.len() - reverts;
     let title = match (reverts, detections) {
         (0, d) => format!("{agent} reported firewall tampering {d} times"),
@@ -99,7 +102,13 @@ fn tamper(ctx: &Ctx) -> Finding {
             None => log_evidence(f, l),
         })
         .collect();
-    evidence.extend(chains_deleted(ctx).iter().rev().take(2).map(|(f, l)| log_evidence(f, l)));
+    evidence.extend(
+        chains_deleted(ctx)
+            .iter()
+            .rev()
+            .take(2)
+            .map(|(f, l)| log_evidence(f, l)),
+    );
     with_remedies(
         Finding::problem(ID_TAMPER, Severity::Critical, title).with_evidence(evidence),
         ctx,

@@ -81,9 +81,18 @@ fn clusterip(ctx: &Ctx) -> Finding {
             format!("{}: {:?} after {} ms", c.target, c.outcome, c.millis),
         ));
     }
-    evidence.extend(timeouts.iter().rev().take(6).rev().map(|e| entry_evidence(e)));
+    evidence.extend(
+        timeouts
+            .iter()
+            .rev()
+            .take(6)
+            .rev()
+            .map(|e| entry_evidence(e)),
+    );
     let title = if no_route {
-        format!("the kubernetes Service {vip}:443 is refused with \"no route to host\" (an ICMP host-prohibited REJECT)")
+        format!(
+            "the kubernetes Service {vip}:443 is refused with \"no route to host\" (an ICMP host-prohibited REJECT)"
+        )
     } else if local_ok {
         format!(
             "the kubernetes Service {vip}:443 times out while the API server answers on its own address"

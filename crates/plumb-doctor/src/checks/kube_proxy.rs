@@ -33,18 +33,23 @@ struct History<'a> {
     kills: Vec<&'a Entry>,
     probe_failures: Vec<&'a Entry>,
     back_offs: Vec<&'a Entry>,
+    /// Restarts the timeline counts (log files and kills).
+    restarts: u32,
 }
 
 impl<'a> History<'a> {
     fn of(ctx: &'a Ctx) -> History<'a> {
         let t = &ctx.timeline;
         History {
-            kills: t.about(Some("kube-proxy"), Signal::LivenessRestart).collect(),
+            kills: t
+                .about(Some("kube-proxy"), Signal::LivenessRestart)
+                .collect(),
             probe_failures: t
                 .about(Some("kube-proxy"), Signal::ProbeFailed)
                 .filter(|e| e.probe != Some("readiness"))
                 .collect(),
             back_offs: t.about(Some("kube-proxy"), Signal::BackOff).collect(),
+            restarts: t.container("kube-proxy").map_or(0, |c| c.restarts),
         }
     }
 
@@ -55,7 +60,12 @@ impl<'a> History<'a> {
     /// `HTTP 503 x4`.
     fn codes(&self) -> String {
         let mut codes: std::collections::BTreeMap<u16, usize> = Default::default();
-        for c in self.probe_failures.iter().chain(&self.kills).filter_map(|e| e.code) {
+        for c in self
+            .probe_failures
+            .iter()
+            .chain(&self.kills)
+            .filter_map(|e| e.code)
+        {
             *codes.entry(c).or_default() += 1;
         }
         codes
@@ -66,20 +76,33 @@ impl<'a> History<'a> {
     }
 
     fn summary(&self) -> String {
-        let mut parts = vec![format!(
-            "kubelet restarted it {} times after failed liveness probes",
-            self.kills.len()
-        )];
+        let mut parts = Vec::new();
+        if !self.kills.is_empty() {
+            parts.push(format!(
+                "kubelet killed it {} times after failed liveness probes",
+                self.kills.len()
+            ));
+        }
         if !self.probe_failures.is_empty() {
             let codes = self.codes();
             parts.push(format!(
-                "{} probe failures{}",
+                "{} failed probes{}",
                 self.probe_failures.len(),
-                if codes.is_empty() { String::new() } else { format!(" ({codes})") }
+                if codes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({codes})")
+                }
             ));
         }
         if !self.back_offs.is_empty() {
-            parts.push(format!("{} CrashLoopBackOff back-offs", self.back_offs.len()));
+            parts.push(format!(
+                "{} CrashLoopBackOff back-offs",
+                self.back_offs.len()
+            ));
+        }
+        if self.restarts > 0 {
+            parts.push(format!("{} restarts in its logs", self.restarts));
         }
         parts.join(", ")
     }
@@ -93,15 +116,26 @@ impl<'a> History<'a> {
             .copied()
             .collect();
         all.sort_by_key(|e| e.n);
-        all.iter().rev().take(6).rev().map(|e| entry_evidence(e)).collect()
+        all.iter()
+            .rev()
+            .take(6)
+            .rev()
+            .map(|e| entry_evidence(e))
+            .collect()
     }
 }
 
 /// The liveness and startup probe paths of kube-proxy's static pod, with the manifest.
 fn probes_healthz<'a>(ctx: &Ctx<'a>) -> Option<&'a str> {
     let p = ctx.facts.kube_proxy_probes.value()?;
-    (p.liveness.as_deref() == Some("/healthz") || p.startup.as_deref() == Some("/healthz"))
-        .then(|| ctx.facts.kube_proxy_probes.source().unwrap_or("the kube-proxy manifest"))
+    (p.liveness.as_deref() == Some("/healthz") || p.startup.as_deref() == Some("/healthz")).then(
+        || {
+            ctx.facts
+                .kube_proxy_probes
+                .source()
+                .unwrap_or("the kube-proxy manifest")
+        },
+    )
 }
 
 fn restore(ctx: &Ctx) -> Finding {
@@ -157,7 +191,11 @@ fn unhealthy(ctx: &Ctx) -> Finding {
     let src = ctx.facts.kube_proxy_healthz.source().unwrap_or("");
     if h.status == 200 {
         if history.crash_looping() {
-            return crash_loop(ctx, &history, Some(format!("/healthz answers 200 right now ({src})")));
+            return crash_loop(
+                ctx,
+                &history,
+                Some(format!("/healthz answers 200 right now ({src})")),
+            );
         }
         return Finding::ok(
             ID_UNHEALTHY,
@@ -272,7 +310,10 @@ fn probes(ctx: &Ctx) -> Finding {
              that kube-proxy is alive. A liveness probe on /healthz restarts a healthy process whose dataplane is failing.",
         );
         if let Some(src) = manifest {
-            f.evidence.push(fact_evidence(src, "livenessProbe/startupProbe httpGet.path: /healthz"));
+            f.evidence.push(fact_evidence(
+                src,
+                "livenessProbe/startupProbe httpGet.path: /healthz",
+            ));
         }
         f.evidence.extend(history.evidence());
         return probe_remedies(f, manifest);
@@ -303,7 +344,10 @@ fn probes(ctx: &Ctx) -> Finding {
              make it lag more: CrashLoopBackOff.",
         );
         if let Some(src) = manifest {
-            f.evidence.push(fact_evidence(src, "livenessProbe/startupProbe httpGet.path: /healthz"));
+            f.evidence.push(fact_evidence(
+                src,
+                "livenessProbe/startupProbe httpGet.path: /healthz",
+            ));
         }
         return probe_remedies(f, manifest);
     }
@@ -314,12 +358,22 @@ fn probes(ctx: &Ctx) -> Finding {
         ),
         (Some(h), Some(l)) => Finding::ok(
             ID_PROBES,
-            format!("kube-proxy /healthz {} and /livez {} agree", h.status, l.status),
+            format!(
+                "kube-proxy /healthz {} and /livez {} agree",
+                h.status, l.status
+            ),
         ),
-        _ if ctx.facts.node_logs.iter().any(|f| f.component.as_deref() == Some("kubelet")) => Finding::ok(
-            ID_PROBES,
-            "kubelet's log shows no failed liveness probe of kube-proxy",
-        ),
+        _ if ctx
+            .facts
+            .node_logs
+            .iter()
+            .any(|f| f.component.as_deref() == Some("kubelet")) =>
+        {
+            Finding::ok(
+                ID_PROBES,
+                "kubelet's log shows no failed liveness probe of kube-proxy",
+            )
+        }
         _ => Finding::unknown(
             ID_PROBES,
             Severity::Low,
@@ -354,9 +408,18 @@ fn iptables_incompatible(ctx: &Ctx) -> Finding {
     let generation = entries(ctx, &[Signal::IptablesIncompatible]);
     let options = entries(ctx, &[Signal::RestoreOptionRejected]);
     if generation.is_empty() && options.is_empty() {
-        return absent(ctx, ID_IPTABLES, "iptables incompatibility (generation id, rejected options)");
+        return absent(
+            ctx,
+            ID_IPTABLES,
+            "iptables incompatibility (generation id, rejected options)",
+        );
     }
-    let evidence = generation.iter().chain(&options).rev().take(6).map(|e| entry_evidence(e));
+    let evidence = generation
+        .iter()
+        .chain(&options)
+        .rev()
+        .take(6)
+        .map(|e| entry_evidence(e));
     let mut f = if !generation.is_empty() {
         Finding::problem(
             ID_IPTABLES,
@@ -411,7 +474,11 @@ fn nft_unavailable(ctx: &Ctx) -> Finding {
 fn conntrack_permission(ctx: &Ctx) -> Finding {
     let lines = entries(ctx, &[Signal::ConntrackPermission]);
     if lines.is_empty() {
-        return absent(ctx, ID_CONNTRACK_PERM, "permission error on conntrack sysctls");
+        return absent(
+            ctx,
+            ID_CONNTRACK_PERM,
+            "permission error on conntrack sysctls",
+        );
     }
     Finding::problem(
         ID_CONNTRACK_PERM,

@@ -203,7 +203,8 @@ pub fn signal(text: &str) -> Option<Signal> {
     if lower.contains("failed liveness probe, will be restarted") {
         return Some(Signal::LivenessRestart);
     }
-    if lower.contains("crashloopbackoff") || lower.contains("back-off restarting failed container") {
+    if lower.contains("crashloopbackoff") || lower.contains("back-off restarting failed container")
+    {
         return Some(Signal::BackOff);
     }
     if lower.contains("probe failed") {
