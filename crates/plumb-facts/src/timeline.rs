@@ -381,4 +381,74 @@ mod tests {
         assert_eq!(iso_key("not a time at all!!"), None);
         assert_eq!(klog_key("1399 99:99:99", 2024), None);
     }
+
+    #[test]
+    fn audit_records_and_kubelet_lines_interleave_by_time() {
+        let line = |n: u32, text: &str| LogLine {
+            line: n,
+            time: None,
+            text: text.into(),
+        };
+        let facts = Facts {
+            node_logs: vec![
+                LogFile {
+                    path: "/var/log/audit/audit.log".into(),
+                    component: Some("audit".into()),
+                    signals: vec![(
+                        Signal::NetfilterChange,
+                        line(
+                            7,
+                            "type=NETFILTER_CFG msg=audit(1726575449.009:1078): table=nat family=2 entries=90 op=xt_replace pid=7226 comm=\"iptables-restor\"",
+                        ),
+                    )],
+                    ..LogFile::default()
+                },
+                LogFile {
+                    path: "kubelet.log".into(),
+                    component: Some("kubelet".into()),
+                    signals: vec![
+                        (
+                            Signal::ProbeFailed,
+                            line(
+                                1,
+                                "I0917 12:17:28.000000 1 prober.go:107] \"Probe failed\" probeType=\"Liveness\" containerName=\"kube-proxy\" output=\"HTTP probe failed with statuscode: 503\"",
+                            ),
+                        ),
+                        (
+                            Signal::BackOff,
+                            line(
+                                2,
+                                "E0917 12:17:30.000000 1 x.go:1] back-off restarting failed container=kube-proxy",
+                            ),
+                        ),
+                    ],
+                    ..LogFile::default()
+                },
+                LogFile {
+                    path: "dated".into(),
+                    first: None,
+                    signals: vec![(
+                        Signal::SyncFailed,
+                        line(1, "2024-09-17T12:00:00Z sync failed"),
+                    )],
+                    ..LogFile::default()
+                },
+            ],
+            ..Facts::default()
+        };
+        let t = build(&facts);
+        let order: Vec<Signal> = t.entries.iter().map(|e| e.signal).collect();
+        assert_eq!(
+            order,
+            vec![
+                Signal::SyncFailed,
+                Signal::ProbeFailed,
+                Signal::NetfilterChange,
+                Signal::BackOff
+            ]
+        );
+        assert_eq!(t.entries[2].time.as_deref(), Some("1726575449.009"));
+        assert_eq!(t.entries[1].code, Some(503));
+        assert_eq!(t.container("kube-proxy").unwrap().back_offs, 1);
+    }
 }
