@@ -70,6 +70,12 @@ pub enum Command {
         /// output (directory, .tar, .tar.gz or .tar.xz).
         #[arg(long, value_name = "PATH", conflicts_with = "netns")]
         bundle: Option<PathBuf>,
+        /// Also print the node's timeline before the diagnosis: every dated signal of the
+        /// logs read (container restarts, kubelet's probe failures and back-offs, agents'
+        /// reverts, netfilter audit records), oldest first, with per-container counts.
+        /// The JSON report always carries it (`timeline`).
+        #[arg(long)]
+        timeline: bool,
         #[command(flatten)]
         output: OutputFlags,
     },

@@ -472,3 +472,65 @@ fn sigterm_during_extraction_removes_the_temporary_directory() {
     assert!(!dir.exists(), "{} left behind", dir.display());
     assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0);
 }
+
+/// kube-proxy killed by kubelet on its /healthz liveness probe, told from a Rancher
+/// bundle's history (four starts, kubelet's log, the static pod manifest) although the
+/// bundle holds no live probe: the probe-semantics diagnosis with the manifest change,
+/// and `--timeline` prints the history.
+#[test]
+fn probe_semantics_from_a_bundles_history_with_the_timeline() {
+    let t = Tree::new("probe-flap");
+    let dir = rancher(&t, &kube_proxy_save(), |w| {
+        for n in 0..4 {
+            w(
+                &format!("rke2/podlogs/kube-system_kube-proxy-node1_8d1f/kube-proxy/{n}.log"),
+                &format!(
+                    "2026-11-30T08:1{n}:00.000000001Z stderr F I1130 08:1{n}:00.000001 1 server_others.go:152] \"Using iptables Proxier\"\n"
+                ),
+            );
+        }
+        let mut kubelet = String::new();
+        for i in 0..3 {
+            kubelet.push_str(&format!(
+                "I1130 08:1{i}:01.000001 2101 prober.go:107] \"Probe failed\" probeType=\"Liveness\" pod=\"kube-system/kube-proxy-node1\" containerName=\"kube-proxy\" probeResult=\"failure\" output=\"HTTP probe failed with statuscode: 503\"\n\
+                 I1130 08:1{i}:02.000001 2101 kuberuntime_manager.go:1056] \"Message for Container of pod\" containerName=\"kube-proxy\" pod=\"kube-system/kube-proxy-node1\" containerMessage=\"Container kube-proxy failed liveness probe, will be restarted\"\n"
+            ));
+        }
+        w("rke2/agent-logs/kubelet.log", &kubelet);
+        w(
+            "rke2/pod-manifests/kube-proxy.yaml",
+            "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: kube-proxy\n    livenessProbe:\n      httpGet:\n        path: /healthz\n        port: 10256\n",
+        );
+    });
+    let (code, r, err) = doctor(&dir);
+    assert_eq!(
+        r["root_cause"],
+        "kube-proxy-probe-semantics",
+        "{err}\n{}",
+        serde_json::to_string_pretty(&r["findings"]).unwrap()
+    );
+    assert_eq!(code, 1);
+    assert!(
+        r["findings"][0]["remediation"][0]
+            .as_str()
+            .unwrap()
+            .contains("/livez")
+    );
+    assert_eq!(r["timeline"]["containers"][0]["container"], "kube-proxy");
+    assert_eq!(r["timeline"]["containers"][0]["restarts"], 3);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["doctor", "--timeline", "--bundle"])
+        .arg(&dir)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("timeline: "), "{text}");
+    assert!(text.contains("liveness-restart"), "{text}");
+    assert!(
+        text.contains(
+            "kube-proxy: 3 restarts (4 logs read), 3 liveness kills, 3 probe failures (HTTP 503 x3)"
+        ),
+        "{text}"
+    );
+}

@@ -15,8 +15,8 @@
 //! replacing anything ([`crate::new_file`]); a failed run leaves nothing behind.
 
 use crate::facts::{
-    CNI_DIR, GatherOptions, KUBE_PROXY_MANIFEST, RKE2_CONFIG, agent_log_paths, network_probes,
-    pod_log_paths,
+    AUDIT_LOG, CNI_DIR, CONFIG_FILES, GatherOptions, KUBE_PROXY_MANIFEST, RKE2_CONFIG,
+    agent_log_paths, kubelet_log_paths, manifest_paths, network_probes, pod_log_paths,
 };
 use crate::new_file::NewFile;
 use crate::node::{Node, NodeCommand};
@@ -99,8 +99,25 @@ fn commands() -> Vec<NodeCommand> {
         NodeCommand::FirewalldState,
         NodeCommand::ListUnits,
         NodeCommand::Ps,
+        NodeCommand::KubeletJournal,
     ]);
     v
+}
+
+/// Most bytes kept of each log (its newest lines): every restart's log of every
+/// container is kept, so each is bounded.
+pub const MAX_LOG_BYTES: usize = 4 * 1024 * 1024;
+
+/// The last `max` bytes of `bytes`, from a line start.
+fn tail(bytes: &[u8], max: usize) -> &[u8] {
+    if bytes.len() <= max {
+        return bytes;
+    }
+    let cut = &bytes[bytes.len() - max..];
+    match cut.iter().position(|b| *b == b'\n') {
+        Some(i) => &cut[i + 1..],
+        None => cut,
+    }
 }
 
 /// How a command's output is redacted.
@@ -163,11 +180,16 @@ impl Stage {
     }
 
     fn file(&mut self, node: &dyn Node, path: &str) -> Result<(), String> {
+        self.file_within(node, path, usize::MAX)
+    }
+
+    /// A node file, its last `max` bytes only (logs).
+    fn file_within(&mut self, node: &dyn Node, path: &str, max: usize) -> Result<(), String> {
         match node.file(path) {
             Ok(c) => self.put(
                 &format!("files/{}", path.trim_start_matches('/')),
                 &c.source,
-                &c.bytes,
+                tail(&c.bytes, max),
                 Format::of_node_file(path),
             ),
             Err(e) => {
@@ -256,14 +278,26 @@ fn collect(node: &dyn Node, options: &GatherOptions, stage: &mut Stage) -> Resul
             Ok(c) => stage.put(
                 &format!("commands/{name}"),
                 &c.source,
-                &c.bytes,
+                tail(&c.bytes, MAX_LOG_BYTES),
                 command_format(&cmd),
             )?,
             Err(e) => stage.miss(&name, e),
         }
     }
-    for path in [RKE2_CONFIG, KUBE_PROXY_MANIFEST] {
-        stage.file(node, path)?;
+    stage.file(node, RKE2_CONFIG)?;
+    // Every static pod manifest (kube-proxy's probes, kube-apiserver's Service CIDR).
+    let manifests = manifest_paths(node);
+    if !manifests.iter().any(|m| m == KUBE_PROXY_MANIFEST) {
+        stage.file(node, KUBE_PROXY_MANIFEST)?;
+    }
+    for path in manifests
+        .iter()
+        .map(String::as_str)
+        .chain(CONFIG_FILES.iter().copied())
+    {
+        if node.exists(path) {
+            stage.file(node, path)?;
+        }
     }
     match node.dir(CNI_DIR) {
         Ok(names) => {
@@ -277,14 +311,31 @@ fn collect(node: &dyn Node, options: &GatherOptions, stage: &mut Stage) -> Resul
         }
         Err(e) => stage.miss(CNI_DIR, e),
     }
-    for p in pod_log_paths(node, options) {
-        stage.file(node, &p)?;
+    for p in pod_log_paths(node, options)
+        .into_iter()
+        .chain(kubelet_log_paths(node))
+    {
+        stage.file_within(node, &p, MAX_LOG_BYTES)?;
+    }
+    // Only the audit log's netfilter records: the rest is not the dataplane's business.
+    if let Ok(c) = node.file(AUDIT_LOG) {
+        let kept: String = String::from_utf8_lossy(&c.bytes)
+            .lines()
+            .filter(|l| l.contains("type=NETFILTER_CFG") || l.contains("type=1325 "))
+            .flat_map(|l| [l, "\n"])
+            .collect();
+        stage.put(
+            &format!("files/{}", AUDIT_LOG.trim_start_matches('/')),
+            &c.source,
+            tail(kept.as_bytes(), MAX_LOG_BYTES),
+            Format::Text,
+        )?;
     }
     for (_, p) in agent_log_paths(node) {
         stage.file(node, &p)?;
     }
     if node.is_live() {
-        for (name, json) in network_probes(node, options, None).to_json() {
+        for (name, json) in network_probes(node, options, None, None).to_json() {
             stage.put(
                 &format!("probes/{name}.json"),
                 name,

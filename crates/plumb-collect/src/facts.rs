@@ -9,7 +9,9 @@ use crate::probe;
 use crate::rulesets::read_rulesets;
 use plumb_facts::agents::catalogue;
 use plumb_facts::parse::{logs, lsmod, ps, rke2, ss, sysctl, systemd, ufw};
-use plumb_facts::{AgentSighting, Fact, Facts, LogFile, RulesetRead, pod_ref_from_path};
+use plumb_facts::{
+    AgentSighting, Fact, Facts, LogFile, RulesetRead, pod_ref_from_path, restart_from_path,
+};
 use plumb_ruleset::Ruleset;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -39,6 +41,27 @@ pub const KUBE_PROXY_MANIFEST: &str = "/var/lib/rancher/rke2/agent/pod-manifests
 pub const RKE2_CONFIG: &str = "/etc/rancher/rke2/config.yaml";
 pub const CNI_DIR: &str = "/etc/cni/net.d";
 pub const POD_LOG_DIR: &str = "/var/log/pods";
+/// Most log files read per container: kubelet names one per start (`0.log`, `1.log`, ...);
+/// the newest are kept.
+pub const MAX_RESTART_LOGS: usize = 10;
+/// Static pod manifests of RKE2, k3s and kubeadm (kube-proxy, kube-apiserver with its
+/// `--service-cluster-ip-range`, kube-controller-manager with its `--cluster-cidr`).
+pub const MANIFEST_DIRS: &[&str] = &[
+    "/var/lib/rancher/rke2/agent/pod-manifests",
+    "/var/lib/rancher/k3s/agent/pod-manifests",
+    "/etc/kubernetes/manifests",
+];
+/// Configuration files that name the node's network settings (besides RKE2's config).
+pub const CONFIG_FILES: &[&str] = &[
+    "/etc/rancher/k3s/config.yaml",
+    "/var/lib/kube-proxy/config.conf",
+    "/var/lib/kube-proxy/kubeconfig.conf",
+    "/etc/kubernetes/kubeadm-config.yaml",
+];
+/// Where RKE2 writes kubelet's log (and its containerd's).
+pub const RKE2_AGENT_LOG_DIR: &str = "/var/lib/rancher/rke2/agent/logs";
+/// The audit log (NETFILTER_CFG records: who changed which netfilter table, when).
+pub const AUDIT_LOG: &str = "/var/log/audit/audit.log";
 
 fn text_fact<T>(
     node: &dyn Node,
@@ -117,6 +140,8 @@ pub fn gather(node: &dyn Node, options: &GatherOptions) -> Facts {
             Err(e) => Fact::unknown(e),
         };
         f.agents = agent_sightings(node, f);
+        f.distribution = distribution(node);
+        f.cluster_settings = cluster_settings(node, f);
         let collected = rulesets.join().expect("ruleset thread");
         f.ruleset_reads = collected
             .tools
@@ -136,7 +161,12 @@ pub fn gather(node: &dyn Node, options: &GatherOptions) -> Facts {
             .collect();
         // After the dumps, not beside them: the probes need kube-proxy's rules (is this a
         // node, where is the API endpoint) and must not dump the ruleset a second time.
-        let p = network_probes(node, options, Some(&collected.ruleset));
+        let p = network_probes(
+            node,
+            options,
+            Some(&collected.ruleset),
+            f.distribution.as_deref(),
+        );
         let any_ok = collected.tools.iter().any(|t| t.status == "ok");
         f.ruleset = if any_ok {
             let sources: Vec<&str> = f
@@ -152,6 +182,7 @@ pub fn gather(node: &dyn Node, options: &GatherOptions) -> Facts {
         let (pods, agents) = logs.join().expect("log thread");
         f.pod_logs = pods;
         f.agent_logs = agents;
+        f.node_logs = node_logs(node, options);
         f.kube_proxy_healthz = p.healthz;
         f.kube_proxy_livez = p.livez;
         f.api_readyz = p.readyz;
@@ -236,12 +267,27 @@ fn log_file(
     max: usize,
 ) -> Option<LogFile> {
     let c = node.file(path).ok()?;
-    let lines = logs::cri_lines(&c.text());
+    Some(log_text(&c.text(), c.source.clone(), path, agent, max))
+}
+
+/// The signal lines of a log's text. An agent's lines count only when they are its
+/// tamper or revert phrases; a revert is a revert line, a detection is not one.
+fn log_text(
+    text: &str,
+    source: String,
+    path: &str,
+    agent: Option<&plumb_facts::agents::Agent>,
+    max: usize,
+) -> LogFile {
+    let lines = logs::cri_lines(text);
     let mut signals: Vec<_> = lines
         .iter()
         .filter_map(|l| {
             let s = match agent {
-                Some(a) if a.is_tamper_line(&l.text) => Some(logs::Signal::AgentTamper),
+                Some(a) if a.is_tamper_line(&l.text) => Some(match logs::signal(&l.text) {
+                    Some(logs::Signal::AgentRevert) => logs::Signal::AgentRevert,
+                    _ => logs::Signal::AgentTamper,
+                }),
                 Some(_) => None,
                 None => logs::signal(&l.text),
             }?;
@@ -251,16 +297,23 @@ fn log_file(
     if signals.len() > max {
         signals.drain(..signals.len() - max);
     }
-    Some(LogFile {
-        path: c.source,
-        pod: pod_ref_from_path(path),
+    let pod = pod_ref_from_path(path).filter(|_| path.starts_with(POD_LOG_DIR));
+    LogFile {
+        restart: pod.as_ref().and(restart_from_path(path)),
+        first: pod
+            .as_ref()
+            .and_then(|_| lines.iter().find(|l| !l.text.trim().is_empty()).cloned()),
+        path: source,
+        pod,
         agent: agent.map(|a| a.name.clone()),
+        component: None,
         lines_read: lines.len(),
         signals,
-    })
+    }
 }
 
-/// The newest log of each container of the pods in the watched namespaces, under
+/// The logs of each container of the pods in the watched namespaces (every restart kubelet
+/// kept, at most [`MAX_RESTART_LOGS`]), under
 /// /var/log/pods (`<ns>_<pod>_<uid>/<container>/<n>.log`) or, in Rancher bundles, flat
 /// `<ns>-<pod>` files.
 pub fn pod_log_paths(node: &dyn Node, options: &GatherOptions) -> Vec<String> {
@@ -281,15 +334,26 @@ pub fn pod_log_paths(node: &dyn Node, options: &GatherOptions) -> Vec<String> {
             Ok(containers) => {
                 for c in containers {
                     let cdir = format!("{pod_dir}/{c}");
-                    let newest = node.dir(&cdir).ok().and_then(|files| {
-                        files
+                    // Every start kubelet kept (`--previous` and older), newest last.
+                    let mut starts: Vec<(u32, String)> = node
+                        .dir(&cdir)
+                        .map(|files| {
+                            files
+                                .into_iter()
+                                .filter_map(|f| {
+                                    Some((f.strip_suffix(".log")?.parse::<u32>().ok()?, f))
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    starts.sort();
+                    let skip = starts.len().saturating_sub(MAX_RESTART_LOGS);
+                    out.extend(
+                        starts
                             .into_iter()
-                            .filter_map(|f| Some((f.strip_suffix(".log")?.parse::<u32>().ok()?, f)))
-                            .max()
-                    });
-                    if let Some((_, file)) = newest {
-                        out.push(format!("{cdir}/{file}"));
-                    }
+                            .skip(skip)
+                            .map(|(_, f)| format!("{cdir}/{f}")),
+                    );
                 }
             }
             // A flat file (Rancher server bundles): every container's lines together.
@@ -334,7 +398,13 @@ fn agent_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
             let mut signals: Vec<_> = lines
                 .iter()
                 .filter(|l| agent.is_mentioned_in(&l.text) && agent.is_tamper_line(&l.text))
-                .map(|l| (logs::Signal::AgentTamper, l.clone()))
+                .map(|l| {
+                    let s = match logs::signal(&l.text) {
+                        Some(logs::Signal::AgentRevert) => logs::Signal::AgentRevert,
+                        _ => logs::Signal::AgentTamper,
+                    };
+                    (s, l.clone())
+                })
                 .collect();
             if signals.is_empty() {
                 continue;
@@ -348,7 +418,144 @@ fn agent_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
                 agent: Some(agent.name.clone()),
                 lines_read: lines.len(),
                 signals,
+                ..LogFile::default()
             });
+        }
+    }
+    out
+}
+
+/// kubelet's log files: RKE2's agent log directory (`kubelet.log`).
+pub fn kubelet_log_paths(node: &dyn Node) -> Vec<String> {
+    node.dir(RKE2_AGENT_LOG_DIR)
+        .map(|names| {
+            names
+                .into_iter()
+                .filter(|n| n.starts_with("kubelet") && n.ends_with(".log"))
+                .map(|n| format!("{RKE2_AGENT_LOG_DIR}/{n}"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// kubelet's and the distribution's logs (files, the journal) and the audit log's
+/// NETFILTER_CFG records.
+fn node_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
+    let mut out = Vec::new();
+    for p in kubelet_log_paths(node) {
+        if let Ok(c) = node.file(&p) {
+            let mut f = log_text(
+                &c.text(),
+                c.source.clone(),
+                &p,
+                None,
+                options.max_signals_per_file,
+            );
+            f.component = Some("kubelet".into());
+            out.push(f);
+        }
+    }
+    if let Ok(c) = node.command(&NodeCommand::KubeletJournal) {
+        let mut f = log_text(
+            &c.text(),
+            c.source.clone(),
+            "journal",
+            None,
+            options.max_signals_per_file,
+        );
+        f.component = Some("kubelet".into());
+        out.push(f);
+    }
+    if let Ok(c) = node.file(AUDIT_LOG) {
+        out.push(audit_log(
+            &c.text(),
+            c.source.clone(),
+            options.max_signals_per_file,
+        ));
+    }
+    out
+}
+
+/// The NETFILTER_CFG records of an audit log (`type=NETFILTER_CFG`, or `type=1325` as the
+/// kernel prints it to syslog), the newest `max`.
+pub fn audit_log(text: &str, source: String, max: usize) -> LogFile {
+    let lines = logs::cri_lines(text);
+    let mut signals: Vec<_> = lines
+        .iter()
+        .filter(|l| l.text.contains("type=NETFILTER_CFG") || l.text.contains("type=1325 "))
+        .map(|l| (logs::Signal::NetfilterChange, l.clone()))
+        .collect();
+    if signals.len() > max {
+        signals.drain(..signals.len() - max);
+    }
+    LogFile {
+        path: source,
+        component: Some("audit".into()),
+        lines_read: lines.len(),
+        signals,
+        ..LogFile::default()
+    }
+}
+
+/// The distribution the node's files show.
+fn distribution(node: &dyn Node) -> Option<String> {
+    [
+        (RKE2_CONFIG, "rke2"),
+        ("/var/lib/rancher/rke2", "rke2"),
+        ("/etc/rancher/k3s/config.yaml", "k3s"),
+        ("/var/lib/rancher/k3s", "k3s"),
+        ("/etc/kubernetes/manifests/kube-apiserver.yaml", "kubeadm"),
+        ("/etc/kubernetes/kubelet.conf", "kubeadm"),
+    ]
+    .into_iter()
+    .find(|(p, _)| node.exists(p))
+    .map(|(_, d)| d.to_string())
+}
+
+/// Static pod manifest files of the node.
+pub fn manifest_paths(node: &dyn Node) -> Vec<String> {
+    MANIFEST_DIRS
+        .iter()
+        .flat_map(|d| {
+            node.dir(d)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml") || n.ends_with(".json"))
+                .map(move |n| format!("{d}/{n}"))
+        })
+        .collect()
+}
+
+/// Network settings in the running processes' arguments, the static pod manifests and
+/// the configuration files (processes first: they are what runs).
+fn cluster_settings(node: &dyn Node, f: &Facts) -> Vec<plumb_facts::cluster::Setting> {
+    use plumb_facts::cluster::settings_in;
+    let mut out = Vec::new();
+    if let Fact::Known { value, source } = &f.processes {
+        for p in value.iter().filter(|p| {
+            [
+                "kube-apiserver",
+                "kube-proxy",
+                "kube-controller",
+                "k3s",
+                "rke2",
+            ]
+            .iter()
+            .any(|n| p.comm.starts_with(n))
+        }) {
+            out.extend(settings_in(
+                &p.args,
+                &format!("{source}: {}[{}]", p.comm, p.pid),
+            ));
+        }
+    }
+    for path in manifest_paths(node)
+        .iter()
+        .map(String::as_str)
+        .chain(CONFIG_FILES.iter().copied())
+    {
+        if let Ok(c) = node.file(path) {
+            out.extend(settings_in(&c.text(), &c.source));
         }
     }
     out
@@ -391,7 +598,12 @@ impl Probes {
 /// kube-proxy's health server (127.0.0.1:10256), the local API server (6443) and the
 /// `kubernetes` Service ClusterIP — only on a running node. `rules`: the node's rulesets
 /// when already read (else its iptables-nft dump is read here).
-pub fn network_probes(node: &dyn Node, options: &GatherOptions, rules: Option<&Ruleset>) -> Probes {
+pub fn network_probes(
+    node: &dyn Node,
+    options: &GatherOptions,
+    rules: Option<&Ruleset>,
+    distribution: Option<&str>,
+) -> Probes {
     if !node.is_live() {
         return Probes {
             healthz: recorded(node, "kube-proxy-healthz"),
@@ -403,7 +615,6 @@ pub fn network_probes(node: &dyn Node, options: &GatherOptions, rules: Option<&R
     }
     let t = options.probe_timeout;
     let ns = node.netns();
-    let clusterip = kubernetes_clusterip(node);
     let dumped;
     let rules = match rules {
         Some(r) => Some(r),
@@ -419,6 +630,7 @@ pub fn network_probes(node: &dyn Node, options: &GatherOptions, rules: Option<&R
         }
     };
     let api = api_endpoint(node, rules);
+    let clusterip = kubernetes_clusterip(node, rules, distribution);
     // Only a Kubernetes node translates the ClusterIP locally; elsewhere the SYN would
     // leave the machine, so it is not sent.
     let kube_node = node.file(RKE2_CONFIG).is_ok()
@@ -473,24 +685,32 @@ pub fn network_probes(node: &dyn Node, options: &GatherOptions, rules: Option<&R
         })
 }
 
-/// The `kubernetes` Service ClusterIP: the first address of the service CIDR (RKE2's
-/// config or its default 10.43.0.0/16), port 443.
-fn kubernetes_clusterip(node: &dyn Node) -> SocketAddr {
-    let cidr = node
-        .file(RKE2_CONFIG)
-        .ok()
-        .and_then(|c| rke2::parse_config(&c.text()).ok())
-        .map(|c| c.service_cidr().to_string())
-        .unwrap_or_else(|| rke2::Rke2Config::DEFAULT_SERVICE_CIDR.to_string());
-    let base: std::net::Ipv4Addr = cidr
-        .split('/')
-        .next()
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(std::net::Ipv4Addr::new(10, 43, 0, 0));
-    SocketAddr::from((
-        std::net::Ipv4Addr::from(u32::from(base).wrapping_add(1)),
-        443,
-    ))
+/// The `kubernetes` Service ClusterIP, port 443: the address kube-proxy's rules translate,
+/// else the first address of the node's Service CIDR, else the distribution's default
+/// (the same decision doctor makes: [`plumb_facts::cluster::network`]).
+fn kubernetes_clusterip(
+    node: &dyn Node,
+    rules: Option<&Ruleset>,
+    distribution: Option<&str>,
+) -> SocketAddr {
+    let mut facts = Facts {
+        distribution: distribution.map(str::to_string),
+        ..Facts::default()
+    };
+    if let Ok(c) = node.file(RKE2_CONFIG)
+        && let Ok(cfg) = rke2::parse_config(&c.text())
+    {
+        facts.rke2_config = Fact::known(cfg, c.source);
+    }
+    facts.cluster_settings = cluster_settings(node, &facts);
+    let from_rules = rules.and_then(|rs| plumb_facts::cluster::kubernetes_service(rs).clusterip);
+    let ip = from_rules.unwrap_or_else(|| {
+        plumb_facts::cluster::network(&facts)
+            .kubernetes_clusterip
+            .value
+    });
+    let ip: std::net::Ipv4Addr = ip.parse().unwrap_or(std::net::Ipv4Addr::new(10, 43, 0, 1));
+    SocketAddr::from((ip, 443))
 }
 
 /// The API server endpoint: where kube-proxy sends `default/kubernetes:https` (its DNAT

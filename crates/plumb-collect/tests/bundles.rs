@@ -132,11 +132,14 @@ fn rancher_bundle_directory_gives_the_facts_doctor_needs() {
         f.kube_proxy_probes.value().unwrap().liveness.as_deref(),
         Some("/healthz")
     );
-    // Only the newest log of each container, only namespaces in scope.
+    // Every start's log of each container (the previous ones too), oldest first, only
+    // namespaces in scope.
     let cni: Vec<_> = f.container_logs("install-cni").collect();
-    assert_eq!(cni.len(), 1, "{:?}", f.pod_logs);
-    assert!(cni[0].path.ends_with("install-cni/1.log"));
-    assert_eq!(cni[0].signals[0].0, Signal::InstallCniFatal);
+    assert_eq!(cni.len(), 2, "{:?}", f.pod_logs);
+    assert!(cni[0].path.ends_with("install-cni/0.log"));
+    assert!(cni[1].path.ends_with("install-cni/1.log"));
+    assert_eq!((cni[0].restart, cni[1].restart), (Some(0), Some(1)));
+    assert_eq!(cni[1].signals[0].0, Signal::InstallCniFatal);
     assert!(f.pod_logs.iter().all(|l| !l.path.contains("default_web")));
     // A bundle has no live probes, and says so.
     assert!(matches!(&f.kube_proxy_healthz, Fact::Unknown { reason } if reason.contains("bundle")));
@@ -167,7 +170,7 @@ fn the_same_bundle_as_a_tarball() {
         let node = open_bundle(&archive).unwrap_or_else(|e| panic!("opening {name}: {e}"));
         let f = gather(&node, &GatherOptions::default());
         assert!(f.ruleset.value().is_some(), "{name}");
-        assert_eq!(f.container_logs("install-cni").count(), 1, "{name}");
+        assert_eq!(f.container_logs("install-cni").count(), 2, "{name}");
         last = Some(f);
     }
     let f = last.expect("two archives");

@@ -34,6 +34,31 @@ fn collect_then_read_back_as_a_bundle() {
         "var/log/pods/kube-system_kube-proxy-n1_u1/kube-proxy/0.log",
         "2026-11-30T08:00:00.000000001Z stderr F E1130 08:00:00.000001 1 proxier.go:1598] \"Failed to execute iptables-restore\" err=\"exit status 1: iptables-restore: line 3 failed: Chain 'KUBE-SVC-NPX46M4PTMTKRN6Y' does not exist\"\n",
     );
+    // Every restart's log (kubelet names them 0.log, 1.log, ...), kubelet's own log (a
+    // secret in it), and the static pod manifests (kube-proxy's probes, the API server's
+    // Service CIDR).
+    for n in 1..=2 {
+        w(
+            &format!("var/log/pods/kube-system_kube-proxy-n1_u1/kube-proxy/{n}.log"),
+            &format!(
+                "2026-11-30T08:0{n}:00.000000001Z stderr F I1130 08:0{n}:00.000001 1 server.go:1] \"Using iptables Proxier\"\n"
+            ),
+        );
+    }
+    w(
+        "var/lib/rancher/rke2/agent/logs/kubelet.log",
+        "I1130 08:01:30.000001 2101 prober.go:107] \"Probe failed\" probeType=\"Liveness\" pod=\"kube-system/kube-proxy-n1\" containerName=\"kube-proxy\" probeResult=\"failure\" output=\"HTTP probe failed with statuscode: 503\"\n\
+         I1130 08:01:31.000001 2101 kuberuntime_manager.go:1056] \"Message for Container of pod\" containerName=\"kube-proxy\" pod=\"kube-system/kube-proxy-n1\" containerMessage=\"Container kube-proxy failed liveness probe, will be restarted\"\n\
+         I1130 08:01:32.000001 2101 server.go:1] \"request\" header=\"Authorization: Bearer eyJhbGciOiJSUzI1NiJ9.secretpayload\"\n",
+    );
+    w(
+        "var/lib/rancher/rke2/agent/pod-manifests/kube-proxy.yaml",
+        "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: kube-proxy\n    livenessProbe:\n      httpGet:\n        path: /healthz\n        port: 10256\n",
+    );
+    w(
+        "var/lib/rancher/rke2/agent/pod-manifests/kube-apiserver.yaml",
+        "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: kube-apiserver\n    command:\n    - kube-apiserver\n    - --service-cluster-ip-range=10.2.0.0/16\n",
+    );
 
     let ns = Netns::create("plumb-t-collect").unwrap();
     let save = "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\nCOMMIT\n";
@@ -103,7 +128,41 @@ fn collect_then_read_back_as_a_bundle() {
         from_live.sysctl("net.ipv4.ip_forward"),
         from_bundle.sysctl("net.ipv4.ip_forward")
     );
-    assert_eq!(from_bundle.pod_logs.len(), 1);
+    // Every restart's log came along, and kubelet's log (redacted), and the manifests.
+    let restarts: Vec<Option<u32>> = from_bundle.pod_logs.iter().map(|l| l.restart).collect();
+    assert_eq!(restarts, vec![Some(0), Some(1), Some(2)]);
+    let kubelet_log = bundle
+        .file("/var/lib/rancher/rke2/agent/logs/kubelet.log")
+        .unwrap()
+        .text()
+        .into_owned();
+    assert!(!kubelet_log.contains("secretpayload"), "{kubelet_log}");
+    let kubelet: Vec<_> = from_bundle
+        .node_logs
+        .iter()
+        .filter(|l| l.component.as_deref() == Some("kubelet"))
+        .collect();
+    assert_eq!(kubelet.len(), 1, "{:?}", from_bundle.node_logs);
+    assert_eq!(kubelet[0].signals.len(), 2);
+    assert_eq!(
+        from_bundle
+            .kube_proxy_probes
+            .value()
+            .and_then(|p| p.liveness.as_deref()),
+        Some("/healthz")
+    );
+    assert!(
+        from_bundle
+            .cluster_settings
+            .iter()
+            .any(|s| s.value == "10.2.0.0/16"),
+        "{:?}",
+        from_bundle.cluster_settings
+    );
+    let timeline = plumb_facts::timeline::build(&from_bundle);
+    let kp = timeline.container("kube-proxy").unwrap();
+    assert_eq!((kp.restarts, kp.logs, kp.liveness_restarts), (2, 3, 1));
+    assert_eq!(kp.probe_codes.get(&503), Some(&1));
     // Probe results travel in the bundle, including "could not connect".
     assert_eq!(from_live.clusterip_connect, from_bundle.clusterip_connect);
     assert!(from_bundle.kube_proxy_healthz.value().is_none());

@@ -2,8 +2,10 @@
 //! node's own values (CIDRs, the `kubernetes` ClusterIP, the CNI pod) that remediation
 //! texts quote instead of generic placeholders.
 
+use plumb_facts::cluster::ClusterNetwork;
 use plumb_facts::parse::logs::{LogLine, Signal};
 use plumb_facts::parse::rke2::Rke2Config;
+use plumb_facts::timeline::{Entry, Timeline};
 use plumb_facts::{Facts, LogFile};
 use plumb_findings::{Evidence, Finding};
 
@@ -12,44 +14,66 @@ pub struct Ctx<'a> {
     /// Findings of the ruleset integrity checks (plumb-check), already run.
     pub ruleset_findings: Vec<Finding>,
     pub values: NodeValues,
+    /// The node's history from every log read.
+    pub timeline: Timeline,
 }
 
-/// The node's own values, from its RKE2 config or RKE2's defaults.
+/// The node's own values, from its state (see [`plumb_facts::cluster`]); defaults only
+/// when nothing on the node gave them, and then `defaults` says which.
 #[derive(Clone, Debug)]
 pub struct NodeValues {
     pub cluster_cidr: String,
     pub service_cidr: String,
-    /// The `kubernetes` Service ClusterIP (first address of the service CIDR).
+    /// The `kubernetes` Service ClusterIP.
     pub kubernetes_clusterip: String,
     /// flannel's VXLAN port (Canal and Flannel; RKE2 default).
     pub vxlan_port: u16,
     pub cni: Vec<String>,
-    /// Where those values came from ("/etc/rancher/rke2/config.yaml" or "RKE2 defaults").
+    /// Where the values came from, one line each.
     pub source: String,
+    /// Values that are a distribution's defaults, not read from the node.
+    pub defaults: Vec<&'static str>,
+    /// The decision with every source.
+    pub network: ClusterNetwork,
 }
 
 impl NodeValues {
     pub fn from_facts(facts: &Facts) -> NodeValues {
-        let (cfg, source) = match &facts.rke2_config {
-            plumb_facts::Fact::Known { value, source } => (value.clone(), source.clone()),
-            _ => (Rke2Config::default(), "RKE2 defaults".to_string()),
-        };
-        let service_cidr = cfg.service_cidr().to_string();
+        let cfg = facts
+            .rke2_config
+            .value()
+            .cloned()
+            .unwrap_or_else(Rke2Config::default);
+        let n = plumb_facts::cluster::network(facts);
+        let mut defaults = Vec::new();
+        for (name, d) in [
+            ("service CIDR", &n.service_cidr),
+            ("pod CIDR", &n.cluster_cidr),
+            ("kubernetes ClusterIP", &n.kubernetes_clusterip),
+        ] {
+            if d.default {
+                defaults.push(name);
+            }
+        }
         NodeValues {
-            cluster_cidr: cfg.cluster_cidr().to_string(),
-            kubernetes_clusterip: first_address(&service_cidr)
-                .unwrap_or_else(|| "10.43.0.1".into()),
-            service_cidr,
+            cluster_cidr: n.cluster_cidr.value.clone(),
+            service_cidr: n.service_cidr.value.clone(),
+            kubernetes_clusterip: n.kubernetes_clusterip.value.clone(),
             vxlan_port: 8472,
             cni: cfg.cni().into_iter().map(str::to_string).collect(),
-            source,
+            source: format!(
+                "service CIDR {} from {}; pod CIDR {} from {}; kubernetes ClusterIP {} from {}",
+                n.service_cidr.value,
+                n.service_cidr.source,
+                n.cluster_cidr.value,
+                n.cluster_cidr.source,
+                n.kubernetes_clusterip.value,
+                n.kubernetes_clusterip.source
+            ),
+            defaults,
+            network: n,
         }
     }
-}
-
-fn first_address(cidr: &str) -> Option<String> {
-    let base: std::net::Ipv4Addr = cidr.split('/').next()?.parse().ok()?;
-    Some(std::net::Ipv4Addr::from(u32::from(base).wrapping_add(1)).to_string())
 }
 
 impl<'a> Ctx<'a> {
@@ -75,6 +99,23 @@ impl<'a> Ctx<'a> {
                     .map(move |(_, l)| (f, l))
             })
             .collect()
+    }
+}
+
+/// Evidence for a timeline entry: its file and line, the time and the entry's number.
+pub fn entry_evidence(e: &Entry) -> Evidence {
+    Evidence {
+        source: e.source.clone(),
+        line: Some(e.line),
+        text: format!(
+            "[timeline #{}{}] {}",
+            e.n,
+            e.time
+                .as_deref()
+                .map(|t| format!(", {t}"))
+                .unwrap_or_default(),
+            e.text
+        ),
     }
 }
 

@@ -65,6 +65,9 @@ pub fn diagnose(facts: &Facts) -> Report {
             root_cause: None,
             confidence: None,
             supporting: Vec::new(),
+            to_confirm: Vec::new(),
+            network: None,
+            timeline: Default::default(),
             findings: vec![Finding::unknown(
                 ID_NOT_A_NODE,
                 plumb_findings::Severity::Info,
@@ -94,10 +97,13 @@ pub fn diagnose(facts: &Facts) -> Report {
         facts,
         ruleset_findings,
         values: NodeValues::from_facts(facts),
+        timeline: plumb_facts::timeline::build(facts),
     };
     let mut findings: Vec<Finding> = checks::ALL.iter().flat_map(|c| c(&ctx)).collect();
     findings.extend(ctx.ruleset_findings.iter().cloned());
-    let conclusion = reasoning::conclude(&findings);
+    let limits = reasoning::limits(&ctx);
+    let outcome = reasoning::conclude_with(&findings, &limits);
+    let conclusion = outcome.as_ref().map(|o| o.conclusion.clone());
     plumb_findings::sort_with(&mut findings, conclusion.as_ref());
     Report {
         version: REPORT_VERSION,
@@ -105,6 +111,9 @@ pub fn diagnose(facts: &Facts) -> Report {
         root_cause: conclusion.as_ref().map(|c| c.root_cause.clone()),
         confidence: conclusion.as_ref().map(|c| c.confidence),
         supporting: conclusion.map(|c| c.supporting).unwrap_or_default(),
+        to_confirm: outcome.and_then(|o| o.to_confirm).into_iter().collect(),
+        network: Some(ctx.values.network.clone()),
+        timeline: ctx.timeline,
         findings,
     }
 }

@@ -8,7 +8,47 @@
 //! chains and install-cni's crash loop; UFW explains kube-proxy's failing /healthz and
 //! the FORWARD drops, where probe semantics and RBAC denials are red herrings.
 
+use crate::context::Ctx;
 use plumb_findings::{Conclusion, Confidence, Finding, Severity, Status};
+
+/// Causes that prove themselves when their own finding is critical: a kernel setting read
+/// as off, an iptables that cannot write at all, a missing `nft`, a kube-proxy that may
+/// not set its sysctls. Nothing else is needed to be sure of them.
+const SELF_EVIDENT: &[&str] = &[
+    "sysctl-requirement",
+    "iptables-userspace-incompatible",
+    "kube-proxy-nft-unavailable",
+    "kube-proxy-conntrack-permission",
+];
+
+/// A cap on how sure a cause can be, because its decisive signal is missing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limit {
+    pub cause: &'static str,
+    pub at_most: Confidence,
+    /// The missing signal and how to get it.
+    pub to_confirm: String,
+}
+
+/// A conclusion and what would make it sure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub conclusion: Conclusion,
+    pub to_confirm: Option<String>,
+}
+
+/// The caps the facts impose: a cause inferred without its decisive signal.
+pub fn limits(ctx: &Ctx) -> Vec<Limit> {
+    let mut out = Vec::new();
+    if let Some(how) = crate::checks::agents::tamper_inferred(ctx) {
+        out.push(Limit {
+            cause: crate::checks::agents::ID_TAMPER,
+            at_most: Confidence::Medium,
+            to_confirm: how,
+        });
+    }
+    out
+}
 
 /// Findings that make a cause only together with a symptom they explain: an installed
 /// agent or an unloaded module is not a failure by itself.
@@ -77,6 +117,37 @@ const CAUSES: &[(&str, &[&str])] = &[
         "garbled-nat-target",
         &["clusterip-unreachable", "kube-proxy-restore-failures"],
     ),
+    (
+        "iptables-userspace-incompatible",
+        &[
+            "kube-proxy-restore-failures",
+            "kube-proxy-rules-missing",
+            "clusterip-unreachable",
+            "cni-not-initialized",
+            "kube-proxy-unhealthy",
+        ],
+    ),
+    (
+        "kube-proxy-nft-unavailable",
+        &[
+            "kube-proxy-rules-missing",
+            "clusterip-unreachable",
+            "cni-not-initialized",
+            "kube-proxy-unhealthy",
+        ],
+    ),
+    (
+        "kube-proxy-conntrack-permission",
+        &[
+            "kube-proxy-unhealthy",
+            "clusterip-unreachable",
+            "cni-not-initialized",
+        ],
+    ),
+    (
+        "host-firewall-reject",
+        &["clusterip-unreachable", "cni-not-initialized"],
+    ),
     ("service-no-endpoints", &[]),
     ("kube-proxy-probe-semantics", &["kube-proxy-unhealthy"]),
     (
@@ -117,7 +188,30 @@ fn weight(s: Severity) -> u32 {
     }
 }
 
+/// [`conclude_with`] without caps.
 pub fn conclude(findings: &[Finding]) -> Option<Conclusion> {
+    conclude_with(findings, &[]).map(|o| o.conclusion)
+}
+
+/// How sure a cause is: one explained symptom is medium, two or more high; a self-evident
+/// cause whose own finding is critical is high on its own; a cap lowers it.
+pub fn confidence(cause: &Finding, supporting: usize, limits: &[Limit]) -> Confidence {
+    let mut c = match supporting {
+        0 => Confidence::Low,
+        1 => Confidence::Medium,
+        _ => Confidence::High,
+    };
+    if SELF_EVIDENT.contains(&cause.id.as_str()) && cause.severity == Severity::Critical {
+        c = Confidence::High;
+    }
+    for l in limits.iter().filter(|l| l.cause == cause.id) {
+        c = c.min(l.at_most);
+    }
+    c
+}
+
+/// The root cause of `findings`, its confidence under `limits`, and what would confirm it.
+pub fn conclude_with(findings: &[Finding], limits: &[Limit]) -> Option<Outcome> {
     let problem = |id: &str| {
         findings
             .iter()
@@ -151,23 +245,25 @@ pub fn conclude(findings: &[Finding]) -> Option<Conclusion> {
             .iter()
             .filter(|f| f.status == Status::Problem && f.severity >= Severity::High)
             .max_by_key(|f| f.severity)?;
-        return Some(Conclusion {
-            root_cause: worst.id.clone(),
-            confidence: Confidence::Low,
-            supporting: Vec::new(),
-        });
+        return Some(outcome(worst, Vec::new(), limits));
     }
     let (root, _, supporting) = scored.first().cloned()?;
-    let confidence = match supporting.len() {
-        0 => Confidence::Low,
-        1 => Confidence::Medium,
-        _ => Confidence::High,
-    };
-    Some(Conclusion {
-        root_cause: root,
-        confidence,
-        supporting,
-    })
+    let own = problem(&root)?;
+    Some(outcome(own, supporting, limits))
+}
+
+fn outcome(cause: &Finding, supporting: Vec<String>, limits: &[Limit]) -> Outcome {
+    Outcome {
+        conclusion: Conclusion {
+            root_cause: cause.id.clone(),
+            confidence: confidence(cause, supporting.len(), limits),
+            supporting,
+        },
+        to_confirm: limits
+            .iter()
+            .find(|l| l.cause == cause.id)
+            .map(|l| l.to_confirm.clone()),
+    }
 }
 
 #[cfg(test)]
@@ -209,5 +305,92 @@ mod tests {
             p("rbac-transient-denial", Severity::Info),
         ];
         assert_eq!(conclude(&ok), None);
+    }
+
+    /// Signal combinations and the confidence they earn: several independent symptoms
+    /// are high, one is medium, none is low; a self-evident critical cause is high on its
+    /// own; an inferred cause is capped; a present-but-unproven agent is never a cause.
+    #[test]
+    fn confidence_table() {
+        use Severity::*;
+        let cap = |cause: &'static str| Limit {
+            cause,
+            at_most: Confidence::Medium,
+            to_confirm: "read the agent's log".into(),
+        };
+        #[allow(clippy::type_complexity)]
+        let table: &[(&[(&str, Severity)], &[Limit], Option<(&str, Confidence)>)] = &[
+            (
+                &[("sysctl-requirement", Critical)],
+                &[],
+                Some(("sysctl-requirement", Confidence::High)),
+            ),
+            (
+                &[("sysctl-requirement", High)],
+                &[],
+                Some(("sysctl-requirement", Confidence::Low)),
+            ),
+            (
+                &[("kube-proxy-nft-unavailable", Critical)],
+                &[],
+                Some(("kube-proxy-nft-unavailable", Confidence::High)),
+            ),
+            (
+                &[
+                    ("kube-proxy-probe-semantics", Medium),
+                    ("kube-proxy-unhealthy", High),
+                ],
+                &[],
+                Some(("kube-proxy-probe-semantics", Confidence::Medium)),
+            ),
+            (
+                &[
+                    ("host-firewall-ufw", High),
+                    ("kube-proxy-probe-semantics", Medium),
+                    ("kube-proxy-unhealthy", High),
+                ],
+                &[],
+                Some(("host-firewall-ufw", Confidence::High)),
+            ),
+            (
+                &[
+                    ("security-agent-tamper", High),
+                    ("security-agent-present", Medium),
+                    ("kube-proxy-restore-failures", High),
+                ],
+                &[cap("security-agent-tamper")],
+                Some(("security-agent-tamper", Confidence::Medium)),
+            ),
+            (
+                &[
+                    ("security-agent-tamper", Critical),
+                    ("security-agent-present", Medium),
+                    ("kube-proxy-restore-failures", High),
+                ],
+                &[],
+                Some(("security-agent-tamper", Confidence::High)),
+            ),
+            (&[("security-agent-present", Medium)], &[], None),
+            (
+                &[
+                    ("security-agent-present", Medium),
+                    ("kube-proxy-restore-failures", High),
+                ],
+                &[],
+                Some(("security-agent-present", Confidence::Medium)),
+            ),
+            (
+                &[("kube-proxy-restore-failures", High)],
+                &[],
+                Some(("kube-proxy-restore-failures", Confidence::Low)),
+            ),
+        ];
+        for (i, (findings, limits, want)) in table.iter().enumerate() {
+            let f: Vec<Finding> = findings.iter().map(|(id, s)| p(id, *s)).collect();
+            let got = conclude_with(&f, limits)
+                .map(|o| (o.conclusion.root_cause, o.conclusion.confidence));
+            let want = want.map(|(id, c)| (id.to_string(), c));
+            assert_eq!(got, want, "row {i}: {findings:?}");
+        }
     }
 }

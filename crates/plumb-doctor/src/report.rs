@@ -3,6 +3,8 @@
 //! diagnosis layout, chosen by the CLI.
 
 use plumb_facts::SourceInfo;
+use plumb_facts::cluster::ClusterNetwork;
+use plumb_facts::timeline::Timeline;
 use plumb_findings::{Conclusion, Confidence, Finding, Status};
 use serde::Serialize;
 
@@ -22,6 +24,15 @@ pub struct Report {
     pub confidence: Option<Confidence>,
     /// Problem ids the root cause explains.
     pub supporting: Vec<String>,
+    /// What is missing to be sure of the root cause, and how to get it (empty when sure).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub to_confirm: Vec<String>,
+    /// The node's network settings doctor used, each with its source (defaults marked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<ClusterNetwork>,
+    /// The node's history: every dated signal from the logs read, oldest first; findings
+    /// quote entries as `[timeline #N]`.
+    pub timeline: Timeline,
     /// Every finding: root cause, supporting, other problems, unknown, ok (ruled out).
     pub findings: Vec<Finding>,
 }

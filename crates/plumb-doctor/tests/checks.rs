@@ -166,6 +166,7 @@ fn clusterip_timeout_with_local_api_up_and_install_cni_fatal() {
                     text: fatal.into(),
                 },
             )],
+            ..LogFile::default()
         }],
         ..Facts::default()
     };

@@ -99,8 +99,8 @@ pub enum ConnectOutcome {
     Unreachable,
 }
 
-/// Signal lines of one log file (pod log or agent log), not the whole file.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// Signal lines of one log file (pod log, node log or agent log), not the whole file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct LogFile {
     /// Node path (`/var/log/pods/kube-system_kube-proxy-x_uid/kube-proxy/0.log`) or bundle path.
     pub path: String,
@@ -110,12 +110,21 @@ pub struct LogFile {
     /// Agent name from the catalogue when this is an agent's log.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// For node logs: who writes it (`kubelet`, `rke2-agent`, `audit`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
+    /// For pod logs: the restart number kubelet gave the file (the N of `N.log`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restart: Option<u32>,
+    /// For pod logs: the first message, which dates the container's start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first: Option<LogLine>,
     pub lines_read: usize,
     /// Lines that mean something to doctor, in file order (bounded per file).
     pub signals: Vec<(Signal, LogLine)>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct PodRef {
     pub namespace: String,
     pub pod: String,
@@ -168,7 +177,15 @@ pub struct Facts {
     /// TCP connect to the local API server endpoint (127.0.0.1:6443 or the node IP).
     pub api_local_connect: Fact<Connect>,
     pub pod_logs: Vec<LogFile>,
+    /// kubelet's and the distribution's service logs (RKE2's agent log, journal
+    /// excerpts) and the audit log's NETFILTER_CFG records.
+    pub node_logs: Vec<LogFile>,
     pub agent_logs: Vec<LogFile>,
+    /// Network settings found in the node's own files and command lines (static pod
+    /// manifests, kube-proxy and distribution configs, process arguments).
+    pub cluster_settings: Vec<crate::cluster::Setting>,
+    /// The distribution the node's files show (`rke2`, `k3s`, `kubeadm`), when known.
+    pub distribution: Option<String>,
 }
 
 impl Facts {
@@ -183,6 +200,11 @@ impl Facts {
             .iter()
             .filter(move |l| l.pod.as_ref().is_some_and(|p| p.container == container))
     }
+}
+
+/// `.../<container>/N.log` -> N, the restart number kubelet names the file after.
+pub fn restart_from_path(path: &str) -> Option<u32> {
+    path.rsplit('/').next()?.strip_suffix(".log")?.parse().ok()
 }
 
 /// `/var/log/pods/<ns>_<pod>_<uid>/<container>/N.log` -> namespace, pod, container.

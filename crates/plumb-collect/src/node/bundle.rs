@@ -254,6 +254,12 @@ impl BundleNode {
                     "sos_commands/systemd/systemctl_list-units_--all".into(),
                     "sos_commands/systemd/systemctl_list-units".into(),
                 ],
+                NodeCommand::KubeletJournal => {
+                    return Err(
+                        "sosreport keeps kubelet's journal only inside the whole journal; not read"
+                            .into(),
+                    );
+                }
                 NodeCommand::Ps => vec![
                     "sos_commands/process/ps_auxwwwm".into(),
                     "ps".into(),
@@ -300,6 +306,12 @@ impl BundleNode {
                 NodeCommand::FirewalldState => vec!["systeminfo/rhel-statusfirewalld".into()],
                 NodeCommand::ListUnits => vec!["systeminfo/systemd-units".into()],
                 NodeCommand::Ps => vec!["systeminfo/ps".into(), "systeminfo/psaux".into()],
+                NodeCommand::KubeletJournal => {
+                    ["kubelet", "rke2-agent", "rke2-server", "k3s", "k3s-agent"]
+                        .iter()
+                        .map(|u| format!("journald/{u}"))
+                        .collect()
+                }
             },
         })
     }
@@ -408,8 +420,13 @@ impl Node for BundleNode {
                 self.tool(),
                 paths.join(", ")
             )),
-            // ss for IPv4 and IPv6 are two files in Rancher bundles: read both.
-            _ if *command == NodeCommand::SsListening => {
+            // ss for IPv4 and IPv6 are two files in Rancher bundles, and its journal one
+            // file per unit: read them all.
+            _ if matches!(
+                command,
+                NodeCommand::SsListening | NodeCommand::KubeletJournal
+            ) =>
+            {
                 let source = found
                     .iter()
                     .map(|c| c.source.clone())

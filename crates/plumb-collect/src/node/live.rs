@@ -156,6 +156,21 @@ impl<R: Runner> Node for LiveNode<R> {
                 false,
             ),
             NodeCommand::Ps => self.run("ps", &["-eo", "pid,comm,args"], false, TIMEOUT, false),
+            // The journal is the host's: a file tree standing for a node has none of its own.
+            NodeCommand::KubeletJournal if self.root != Path::new("/") => Err(format!(
+                "the journal describes this machine, not the node under {}",
+                self.root.display()
+            )),
+            NodeCommand::KubeletJournal => self.run(
+                "journalctl",
+                &[
+                    "-u", "kubelet", "-u", "rke2-agent", "-u", "rke2-server", "-u", "k3s", "-u", "k3s-agent",
+                    "--no-pager", "-o", "short-iso", "-n", "20000",
+                ],
+                false,
+                DUMP_TIMEOUT,
+                false,
+            ),
         }
     }
 

@@ -46,6 +46,9 @@ pub enum NodeCommand {
     ListUnits,
     /// Process list with command lines.
     Ps,
+    /// The journal of kubelet and the distribution's services (kubelet, rke2-agent,
+    /// rke2-server, k3s, k3s-agent), the newest lines.
+    KubeletJournal,
 }
 
 impl NodeCommand {
@@ -82,6 +85,7 @@ impl NodeCommand {
             NodeCommand::FirewalldState => "firewall-cmd_--state".into(),
             NodeCommand::ListUnits => "systemctl_list-units_--all".into(),
             NodeCommand::Ps => "ps_-eo_pid_comm_args".into(),
+            NodeCommand::KubeletJournal => "journalctl_kubelet_rke2_k3s".into(),
         }
     }
 }

@@ -2,8 +2,10 @@
 //! (Illumio VEN in the write-up) treats kube-proxy's rule writes as tampering and reverts
 //! them every few seconds, deleting kube-proxy's chains faster than it restores them.
 
-use crate::context::{Ctx, fact_evidence, log_evidence};
+use crate::context::{Ctx, entry_evidence, fact_evidence, log_evidence};
+use plumb_facts::LogFile;
 use plumb_facts::agents::catalogue;
+use plumb_facts::parse::logs::{LogLine, Signal};
 use plumb_findings::{Finding, Severity};
 
 pub const ID_TAMPER: &str = "security-agent-tamper";
@@ -20,14 +22,51 @@ fn display(agent: &str) -> String {
         .map_or(agent.to_string(), |a| a.display.clone())
 }
 
+/// kube-proxy's own log lines that say its chains were deleted under it.
+fn chains_deleted<'a>(ctx: &Ctx<'a>) -> Vec<(&'a LogFile, &'a LogLine)> {
+    ctx.pod_signals(Some("kube-proxy"), Signal::ChainDoesNotExist)
+}
+
+/// Where to read a present agent's log: its catalogue log directories.
+fn where_to_confirm(ctx: &Ctx) -> Option<(String, String)> {
+    let sighting = ctx.facts.agents.iter().find(|a| {
+        catalogue()
+            .iter()
+            .any(|c| c.name == a.agent && c.manages_firewall)
+    })?;
+    let agent = catalogue().iter().find(|c| c.name == sighting.agent)?;
+    let dirs = agent.log_dirs.join(" ");
+    Some((
+        agent.display.clone(),
+        format!(
+            "read {}'s own log as root: `grep -ri tamper {dirs} | tail -50` (\"tampering detected\" / \"reverted out of band\" lines every few seconds confirm it), or ask its administrators for the host's tamper events",
+            agent.display
+        ),
+    ))
+}
+
+/// When the tamper diagnosis stands without the agent's own log: an agent that polices
+/// the firewall is present, kube-proxy's log says its chains were deleted under it, and no
+/// agent log was read. Returns how to confirm it.
+pub fn tamper_inferred(ctx: &Ctx) -> Option<String> {
+    let agent_lines = ctx.facts.agent_logs.iter().any(|f| !f.signals.is_empty());
+    if agent_lines || chains_deleted(ctx).is_empty() {
+        return None;
+    }
+    where_to_confirm(ctx).map(|(_, how)| how)
+}
+
 fn tamper(ctx: &Ctx) -> Finding {
     let lines: Vec<_> = ctx
         .facts
         .agent_logs
         .iter()
-        .flat_map(|f| f.signals.iter().map(move |(_, l)| (f, l)))
+        .flat_map(|f| f.signals.iter().map(move |(s, l)| (f, *s, l)))
         .collect();
-    let Some((first, _)) = lines.first() else {
+    let Some((first, _, _)) = lines.first() else {
+        if let Some(f) = inferred(ctx) {
+            return f;
+        }
         let looked = !ctx.facts.agent_logs.is_empty();
         return if looked {
             Finding::ok(ID_TAMPER, "security agent logs show no firewall reverts")
@@ -40,14 +79,76 @@ fn tamper(ctx: &Ctx) -> Finding {
         };
     };
     let agent = display(first.agent.as_deref().unwrap_or("a security agent"));
-    let v = &ctx.values;
-    Finding::problem(
-        ID_TAMPER,
-        Severity::Critical,
-        format!("{agent} reverted firewall changes {} times (its logs call them tampering)", lines.len()),
+    // Each revert is one "reverted" line; "tampering detected" lines announce them and
+    // are not counted again.
+    let reverts = lines
+        .iter()
+        .filter(|(_, s, _)| *s == Signal::AgentRevert)
+        .count();
+    let detections = lines.len() - reverts;
+    let title = match (reverts, detections) {
+        (0, d) => format!("{agent} reported firewall tampering {d} times"),
+        (r, 0) => format!("{agent} reverted firewall changes {r} times"),
+        (r, d) => format!(
+            "{agent} reverted firewall changes {r} times (and reported tampering {d} times)"
+        ),
+    };
+    let mut evidence: Vec<_> = lines
+        .iter()
+        .rev()
+        .take(5)
+        .map(|(f, _, l)| match ctx.timeline.at(&f.path, l.line) {
+            Some(e) => entry_evidence(e),
+            None => log_evidence(f, l),
+        })
+        .collect();
+    evidence.extend(
+        chains_deleted(ctx)
+            .iter()
+            .rev()
+            .take(2)
+            .map(|(f, l)| log_evidence(f, l)),
+    );
+    with_remedies(
+        Finding::problem(ID_TAMPER, Severity::Critical, title).with_evidence(evidence),
+        ctx,
+        &agent,
     )
-    .with_evidence(lines.iter().rev().take(5).map(|(f, l)| log_evidence(f, l)))
-    .explain(format!(
+}
+
+/// The tamper diagnosis without the agent's log (see [`tamper_inferred`]).
+fn inferred(ctx: &Ctx) -> Option<Finding> {
+    let how = tamper_inferred(ctx)?;
+    let (agent, _) = where_to_confirm(ctx)?;
+    let deleted = chains_deleted(ctx);
+    let mut evidence: Vec<_> = deleted
+        .iter()
+        .rev()
+        .take(4)
+        .map(|(f, l)| log_evidence(f, l))
+        .collect();
+    evidence.extend(
+        ctx.facts
+            .agents
+            .iter()
+            .take(2)
+            .map(|a| fact_evidence(&a.source, a.how.clone())),
+    );
+    let f = Finding::problem(
+        ID_TAMPER,
+        Severity::High,
+        format!(
+            "{agent} is the likely cause: kube-proxy's chains were deleted under it {} times while {agent} polices this host's firewall (its own log was not readable)",
+            deleted.len()
+        ),
+    )
+    .with_evidence(evidence);
+    Some(with_remedies(f, ctx, &agent).fix(format!("To confirm first: {how}.")))
+}
+
+fn with_remedies(f: Finding, ctx: &Ctx, agent: &str) -> Finding {
+    let v = &ctx.values;
+    f.explain(format!(
         "{agent} snapshots the host firewall and reverts anything it did not write. kube-proxy's chains \
          (KUBE-SERVICES, KUBE-SVC-*, KUBE-SEP-*) are exactly such writes, so the agent deletes them; kube-proxy's next \
          partial restore then fails with \"Chain ... does not exist\" and the ClusterIP {} stops answering until the \
@@ -92,4 +193,5 @@ fn present(ctx: &Ctx) -> Finding {
         "Agents that enforce their own view of the host firewall can remove kube-proxy's and the CNI's rules. \
          Presence alone is not a fault; it becomes the root cause when rules go missing or its logs show reverts.",
     )
+    .fix("No change needed for presence alone; if kube-proxy's or the CNI's rules go missing, ask the agent's administrators for a firewall-coexistence exception for the pod and service networks.")
 }

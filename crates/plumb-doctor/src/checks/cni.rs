@@ -69,8 +69,12 @@ pub fn check(ctx: &Ctx) -> Vec<Finding> {
         "install-cni writes the CNI config only after it gets a ServiceAccount token through the kubernetes ClusterIP. \
          Until then the node may report Ready but every pod that needs the pod network stays ContainerCreating.",
     );
-    if let Some(pod) = pods.first() {
-        f = f.fix(format!("After fixing the root cause, delete the crash-looping pod {pod} so install-cni runs again."));
-    }
+    f = match pods.first() {
+        Some(pod) => f.fix(format!("After fixing the root cause, delete the crash-looping pod {pod} so install-cni runs again.")),
+        None => f.fix(format!(
+            "Fix what keeps the CNI's installer from reaching the API through the kubernetes Service {} (see the root cause), then delete the CNI pod on this node so it runs again.",
+            ctx.values.kubernetes_clusterip
+        )),
+    };
     vec![f.do_not("hand-edit or copy CNI config files into /etc/cni/net.d")]
 }

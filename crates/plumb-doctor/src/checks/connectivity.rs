@@ -2,7 +2,7 @@
 //! API server answers on its own address but the `kubernetes` Service ClusterIP times out,
 //! so the NAT path kube-proxy writes is broken (not the API server).
 
-use crate::context::{Ctx, fact_evidence, log_evidence};
+use crate::context::{Ctx, entry_evidence, fact_evidence};
 use plumb_facts::parse::logs::{Signal, dial_target};
 use plumb_facts::{ConnectOutcome, Fact};
 use plumb_findings::{Finding, Severity};
@@ -16,13 +16,30 @@ pub fn check(ctx: &Ctx) -> Vec<Finding> {
 
 fn clusterip(ctx: &Ctx) -> Finding {
     let vip = &ctx.values.kubernetes_clusterip;
-    // Pod logs that dialled the ClusterIP and timed out (install-cni, controllers).
+    // Said whenever the address is a default rather than the node's own.
+    let assumed = if ctx.values.defaults.contains(&"kubernetes ClusterIP") {
+        format!(" ({})", ctx.values.network.kubernetes_clusterip.source)
+    } else {
+        String::new()
+    };
+    // Lines of any log read (pods, kubelet's sandbox errors) that dialled the node's own
+    // kubernetes ClusterIP and timed out or were refused a route.
     let timeouts: Vec<_> = ctx
-        .pod_signals(None, Signal::ClusterIpTimeout)
-        .into_iter()
-        .chain(ctx.pod_signals(None, Signal::InstallCniFatal))
-        .filter(|(_, l)| dial_target(&l.text).is_some_and(|t| t.starts_with(&format!("{vip}:"))))
+        .timeline
+        .entries
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.signal,
+                Signal::ClusterIpTimeout
+                    | Signal::InstallCniFatal
+                    | Signal::CniSandboxFailed
+                    | Signal::NoRouteToHost
+            )
+        })
+        .filter(|e| dial_target(&e.text).is_some_and(|t| t.starts_with(&format!("{vip}:"))))
         .collect();
+    let no_route = timeouts.iter().any(|e| e.signal == Signal::NoRouteToHost);
     let probe = ctx.facts.clusterip_connect.value();
     let local_ok = ctx
         .facts
@@ -43,7 +60,7 @@ fn clusterip(ctx: &Ctx) -> Finding {
                 ID_CLUSTERIP,
                 Severity::Critical,
                 format!(
-                    "the kubernetes Service {vip}:443 was not probed and no log shows it timing out"
+                    "the kubernetes Service {vip}:443{assumed} was not probed and no log shows it timing out"
                 ),
             ),
         };
@@ -64,8 +81,19 @@ fn clusterip(ctx: &Ctx) -> Finding {
             format!("{}: {:?} after {} ms", c.target, c.outcome, c.millis),
         ));
     }
-    evidence.extend(timeouts.iter().map(|(f, l)| log_evidence(f, l)));
-    let title = if local_ok {
+    evidence.extend(
+        timeouts
+            .iter()
+            .rev()
+            .take(6)
+            .rev()
+            .map(|e| entry_evidence(e)),
+    );
+    let title = if no_route {
+        format!(
+            "the kubernetes Service {vip}:443 is refused with \"no route to host\" (an ICMP host-prohibited REJECT)"
+        )
+    } else if local_ok {
         format!(
             "the kubernetes Service {vip}:443 times out while the API server answers on its own address"
         )
@@ -109,7 +137,8 @@ fn api(ctx: &Ctx) -> Finding {
             }
             Some(c) => Finding::problem(ID_API, Severity::High, format!("the API server endpoint {} does not accept connections", c.target))
                 .with_evidence([fact_evidence(f.api_local_connect.source().unwrap_or(""), format!("{:?}", c.outcome))])
-                .explain("Neither the Service nor the API endpoint itself answers: the problem is the API server (or this node's path to it), not only kube-proxy's NAT."),
+                .explain("Neither the Service nor the API endpoint itself answers: the problem is the API server (or this node's path to it), not only kube-proxy's NAT.")
+                .fix("Check the API server itself first: its pod or service log (`crictl logs $(crictl ps -a --name kube-apiserver -q | head -1)`), and from this node `curl -k https://API:6443/readyz?verbose`."),
             None => Finding::unknown(ID_API, Severity::High, "the API server was not probed (not a live node)"),
         },
     }

@@ -92,7 +92,9 @@ fn ufw(ctx: &Ctx) -> Finding {
              kube-proxy's and the CNI's accept rules, so pod-to-Service and NodePort traffic is dropped in FORWARD. \
              kube-proxy's /healthz then reports its dataplane as not working and kubelet restarts it.",
         )
-        .fix("Disable UFW on Kubernetes nodes (`ufw disable`), as RKE2's requirements say, and restart the kube-proxy pod.")
+        .fix("Disable UFW durably on this node: `systemctl stop ufw && systemctl disable ufw && ufw disable` (a stopped but enabled unit comes back at boot).")
+        .fix("Then restart the node's Kubernetes service so kube-proxy and the CNI rewrite their rules: `systemctl restart rke2-server` on a server, `systemctl restart rke2-agent` on an agent (k3s: `k3s` / `k3s-agent`); or delete only the kube-proxy pod. Check `curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:10256/healthz` answers 200.")
+        .fix("Add it to the node baseline (image build, cloud-init, configuration management) so new and rebuilt nodes come up without UFW; across a fleet, go one node class at a time (etcd, then control plane, then workers).")
         .fix(format!(
             "If a host firewall is mandatory, allow routed traffic for the pod network {} and the service network {} and UDP {} (VXLAN) before re-enabling it.",
             v.cluster_cidr, v.service_cidr, v.vxlan_port

@@ -4,16 +4,138 @@
 //! while /livez 200: the 1.31 split between dataplane health and liveness; the UFW incident's runbook warns
 //! it is worth checking but not where to stop).
 
-use crate::context::{Ctx, fact_evidence, log_evidence};
+use crate::context::{Ctx, entry_evidence, fact_evidence, log_evidence};
 use plumb_facts::parse::logs::Signal;
+use plumb_facts::timeline::Entry;
 use plumb_findings::{Finding, Severity};
 
 pub const ID_RESTORE: &str = "kube-proxy-restore-failures";
 pub const ID_UNHEALTHY: &str = "kube-proxy-unhealthy";
 pub const ID_PROBES: &str = "kube-proxy-probe-semantics";
+pub const ID_IPTABLES: &str = "iptables-userspace-incompatible";
+pub const ID_NFT: &str = "kube-proxy-nft-unavailable";
+pub const ID_CONNTRACK_PERM: &str = "kube-proxy-conntrack-permission";
 
 pub fn check(ctx: &Ctx) -> Vec<Finding> {
-    vec![restore(ctx), unhealthy(ctx), probes(ctx)]
+    vec![
+        restore(ctx),
+        unhealthy(ctx),
+        probes(ctx),
+        iptables_incompatible(ctx),
+        nft_unavailable(ctx),
+        conntrack_permission(ctx),
+    ]
+}
+
+/// What kubelet's history says about kube-proxy: liveness kills, probe failures (with
+/// their HTTP codes), back-offs.
+struct History<'a> {
+    kills: Vec<&'a Entry>,
+    probe_failures: Vec<&'a Entry>,
+    back_offs: Vec<&'a Entry>,
+    /// Restarts the timeline counts (log files and kills).
+    restarts: u32,
+}
+
+impl<'a> History<'a> {
+    fn of(ctx: &'a Ctx) -> History<'a> {
+        let t = &ctx.timeline;
+        History {
+            kills: t
+                .about(Some("kube-proxy"), Signal::LivenessRestart)
+                .collect(),
+            probe_failures: t
+                .about(Some("kube-proxy"), Signal::ProbeFailed)
+                .filter(|e| e.probe != Some("readiness"))
+                .collect(),
+            back_offs: t.about(Some("kube-proxy"), Signal::BackOff).collect(),
+            restarts: t.container("kube-proxy").map_or(0, |c| c.restarts),
+        }
+    }
+
+    fn crash_looping(&self) -> bool {
+        self.kills.len() >= 2 || !self.back_offs.is_empty()
+    }
+
+    /// `HTTP 503 x4`.
+    fn codes(&self) -> String {
+        let mut codes: std::collections::BTreeMap<u16, usize> = Default::default();
+        for c in self
+            .probe_failures
+            .iter()
+            .chain(&self.kills)
+            .filter_map(|e| e.code)
+        {
+            *codes.entry(c).or_default() += 1;
+        }
+        codes
+            .iter()
+            .map(|(c, n)| format!("HTTP {c} x{n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.kills.is_empty() {
+            parts.push(format!(
+                "kubelet killed it {} times after failed liveness probes",
+                self.kills.len()
+            ));
+        }
+        if !self.probe_failures.is_empty() {
+            let codes = self.codes();
+            parts.push(format!(
+                "{} failed probes{}",
+                self.probe_failures.len(),
+                if codes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({codes})")
+                }
+            ));
+        }
+        if !self.back_offs.is_empty() {
+            parts.push(format!(
+                "{} CrashLoopBackOff back-offs",
+                self.back_offs.len()
+            ));
+        }
+        if self.restarts > 0 {
+            parts.push(format!("{} restarts in its logs", self.restarts));
+        }
+        parts.join(", ")
+    }
+
+    fn evidence(&self) -> Vec<plumb_findings::Evidence> {
+        let mut all: Vec<&Entry> = self
+            .kills
+            .iter()
+            .chain(&self.probe_failures)
+            .chain(&self.back_offs)
+            .copied()
+            .collect();
+        all.sort_by_key(|e| e.n);
+        all.iter()
+            .rev()
+            .take(6)
+            .rev()
+            .map(|e| entry_evidence(e))
+            .collect()
+    }
+}
+
+/// The liveness and startup probe paths of kube-proxy's static pod, with the manifest.
+fn probes_healthz<'a>(ctx: &Ctx<'a>) -> Option<&'a str> {
+    let p = ctx.facts.kube_proxy_probes.value()?;
+    (p.liveness.as_deref() == Some("/healthz") || p.startup.as_deref() == Some("/healthz")).then(
+        || {
+            ctx.facts
+                .kube_proxy_probes
+                .source()
+                .unwrap_or("the kube-proxy manifest")
+        },
+    )
 }
 
 fn restore(ctx: &Ctx) -> Finding {
@@ -59,11 +181,22 @@ fn unhealthy(ctx: &Ctx) -> Finding {
             "kube-proxy is disabled in RKE2's config (disable-kube-proxy: true): another dataplane replaces it",
         );
     }
+    let history = History::of(ctx);
     let Some(h) = f.kube_proxy_healthz.value() else {
+        if history.crash_looping() {
+            return crash_loop(ctx, &history, None);
+        }
         return not_answering(ctx);
     };
     let src = ctx.facts.kube_proxy_healthz.source().unwrap_or("");
     if h.status == 200 {
+        if history.crash_looping() {
+            return crash_loop(
+                ctx,
+                &history,
+                Some(format!("/healthz answers 200 right now ({src})")),
+            );
+        }
         return Finding::ok(
             ID_UNHEALTHY,
             format!("kube-proxy /healthz answers 200 ({src})"),
@@ -76,6 +209,33 @@ fn unhealthy(ctx: &Ctx) -> Finding {
             Some(false) => "nodeEligible is false: the node is being deleted or drained; /healthz fails by design.",
             _ => "kube-proxy reports that its last sync is too old: its rules could not be applied recently (restore failures, a firewall manager rewriting rules, or a stuck sync).",
         })
+        .fix("Find why kube-proxy cannot keep its rules applied (see the root cause: a host firewall, an agent, iptables errors in its log), then let it resync.")
+        .fix("Read its log, including the previous start: `crictl logs --previous $(crictl ps -a --name kube-proxy -q | head -1)`.")
+}
+
+/// kube-proxy restarted again and again by kubelet: told from the history, whether or not
+/// it happens to be up now.
+fn crash_loop(ctx: &Ctx, history: &History, now: Option<String>) -> Finding {
+    let mut f = Finding::problem(
+        ID_UNHEALTHY,
+        Severity::High,
+        format!("kube-proxy is crash-looping: {}", history.summary()),
+    )
+    .with_evidence(history.evidence())
+    .explain(
+        "kubelet kills kube-proxy each time its liveness probe fails and backs off between restarts; between kills \
+         kube-proxy may answer normally, so a single look at it proves nothing. While it is down, Service rules are not \
+         maintained.",
+    )
+    .fix("Find why the probe fails: if it probes /healthz, see kube-proxy-probe-semantics; otherwise the dataplane cannot be synced (see the root cause).")
+    .fix("Read its log, including the previous start: `crictl logs --previous $(crictl ps -a --name kube-proxy -q | head -1)`.");
+    if let Some(n) = now {
+        f.evidence.push(fact_evidence(
+            ctx.facts.kube_proxy_healthz.source().unwrap_or("/healthz"),
+            n,
+        ));
+    }
+    f
 }
 
 /// /healthz gave no reply. Live, on a Kubernetes node, a refused connection means
@@ -112,54 +272,224 @@ fn not_answering(ctx: &Ctx) -> Finding {
         .fix("Check the kube-proxy static pod (`crictl ps -a --name kube-proxy`) and its log under /var/log/pods/kube-system_kube-proxy-*.")
 }
 
+/// The manifest change that stops kubelet from killing a live kube-proxy on /healthz.
+fn probe_remedies(f: Finding, manifest: Option<&str>) -> Finding {
+    let file = manifest.unwrap_or("the kube-proxy static pod manifest (RKE2: /var/lib/rancher/rke2/agent/pod-manifests/kube-proxy.yaml)");
+    f.fix(format!(
+        "In {file}, change `livenessProbe.httpGet.path: /healthz` (and `startupProbe.httpGet.path`, if set) to `/livez`, same port 10256; \
+         kubelet restarts the static pod when the file changes. kube-proxy serves /livez since Kubernetes 1.28 (KEP-3836): \
+         it fails only when kube-proxy itself is stuck, not when the node is being deleted or the dataplane lags."
+    ))
+    .fix("Where kube-proxy is a DaemonSet (kubeadm, EKS): `kubectl -n kube-system patch ds kube-proxy --type=json -p '[{\"op\":\"replace\",\"path\":\"/spec/template/spec/containers/0/livenessProbe/httpGet/path\",\"value\":\"/livez\"}]'`.")
+    .fix("RKE2 rewrites its static pod manifests when rke2 starts: the edit lasts until then. Make it durable with an RKE2 release whose kube-proxy manifest probes /livez (its release notes say; check with `grep -A4 livenessProbe` on the manifest after the upgrade).")
+    .do_not("stop after pointing the probe at /livez: find why the dataplane is unhealthy (often a host firewall)")
+}
+
 fn probes(ctx: &Ctx) -> Finding {
-    let (Some(h), Some(l)) = (
+    let history = History::of(ctx);
+    let manifest = probes_healthz(ctx);
+    let live = (
         ctx.facts.kube_proxy_healthz.value(),
         ctx.facts.kube_proxy_livez.value(),
-    ) else {
-        return Finding::unknown(
-            ID_PROBES,
-            Severity::Low,
-            "kube-proxy's /healthz and /livez were not both probed",
-        );
-    };
-    let uses_healthz = ctx.facts.kube_proxy_probes.value().is_some_and(|p| {
-        p.liveness.as_deref() == Some("/healthz") || p.startup.as_deref() == Some("/healthz")
-    });
-    if h.status == 200 && l.status == 200 {
-        return Finding::ok(
-            ID_PROBES,
-            "kube-proxy /healthz and /livez both answer 200: probe paths are not the problem (red herring)",
-        );
-    }
-    if h.status != 200 && l.status == 200 {
+    );
+    if let (Some(h), Some(l)) = live
+        && h.status != 200
+        && l.status == 200
+    {
         let mut f = Finding::problem(
             ID_PROBES,
             Severity::Medium,
-            format!("kube-proxy /healthz answers {} while /livez answers 200{}", h.status, if uses_healthz { "; its liveness probe uses /healthz" } else { "" }),
+            format!("kube-proxy /healthz answers {} while /livez answers 200{}", h.status, if manifest.is_some() { "; its liveness probe uses /healthz" } else { "" }),
         )
         .with_evidence([
             fact_evidence(&h.url, format!("HTTP {}", h.status)),
             fact_evidence(&l.url, format!("HTTP {}", l.status)),
         ])
         .explain(
-            "Since Kubernetes 1.31, /healthz reports dataplane health (and node eligibility) while /livez reports only \
+            "Since Kubernetes 1.28, /healthz reports dataplane health (and node eligibility) while /livez reports only \
              that kube-proxy is alive. A liveness probe on /healthz restarts a healthy process whose dataplane is failing.",
-        )
-        .do_not("stop after pointing the probe at /livez: find why the dataplane is unhealthy (often a host firewall)");
-        if let Some(src) = ctx.facts.kube_proxy_probes.source() {
+        );
+        if let Some(src) = manifest {
             f.evidence.push(fact_evidence(
                 src,
                 "livenessProbe/startupProbe httpGet.path: /healthz",
             ));
         }
-        return f;
+        f.evidence.extend(history.evidence());
+        return probe_remedies(f, manifest);
     }
-    Finding::ok(
-        ID_PROBES,
-        format!(
-            "kube-proxy /healthz {} and /livez {} agree",
-            h.status, l.status
+    // From the history: kubelet killed kube-proxy on a failing /healthz probe, whether or
+    // not it is up at this moment.
+    let failed_503 = history
+        .probe_failures
+        .iter()
+        .chain(&history.kills)
+        .any(|e| e.code == Some(503));
+    let killed = !history.kills.is_empty() || !history.probe_failures.is_empty();
+    if killed && (manifest.is_some() || failed_503) {
+        let mut f = Finding::problem(
+            ID_PROBES,
+            Severity::Medium,
+            format!(
+                "kubelet kills kube-proxy on its /healthz liveness probe: {}{}",
+                history.summary(),
+                if manifest.is_some() { "; the static pod probes /healthz" } else { "" }
+            ),
+        )
+        .with_evidence(history.evidence())
+        .explain(
+            "Since Kubernetes 1.28, /healthz answers 503 when kube-proxy's last sync is older than twice its sync period \
+             or the node is not eligible (being deleted), while /livez answers 503 only when kube-proxy itself is stuck. \
+             A liveness probe on /healthz therefore kills a live kube-proxy whenever the dataplane lags, and the restarts \
+             make it lag more: CrashLoopBackOff.",
+        );
+        if let Some(src) = manifest {
+            f.evidence.push(fact_evidence(
+                src,
+                "livenessProbe/startupProbe httpGet.path: /healthz",
+            ));
+        }
+        return probe_remedies(f, manifest);
+    }
+    match live {
+        (Some(h), Some(l)) if h.status == 200 && l.status == 200 => Finding::ok(
+            ID_PROBES,
+            "kube-proxy /healthz and /livez both answer 200: probe paths are not the problem (red herring)",
         ),
+        (Some(h), Some(l)) => Finding::ok(
+            ID_PROBES,
+            format!(
+                "kube-proxy /healthz {} and /livez {} agree",
+                h.status, l.status
+            ),
+        ),
+        _ if ctx
+            .facts
+            .node_logs
+            .iter()
+            .any(|f| f.component.as_deref() == Some("kubelet")) =>
+        {
+            Finding::ok(
+                ID_PROBES,
+                "kubelet's log shows no failed liveness probe of kube-proxy",
+            )
+        }
+        _ => Finding::unknown(
+            ID_PROBES,
+            Severity::Low,
+            "kube-proxy's /healthz and /livez were not both probed and no kubelet log was read",
+        ),
+    }
+}
+
+/// Lines with one of `signals`, from every log read.
+fn entries<'a>(ctx: &'a Ctx, signals: &[Signal]) -> Vec<&'a Entry> {
+    ctx.timeline
+        .entries
+        .iter()
+        .filter(|e| signals.contains(&e.signal))
+        .collect()
+}
+
+/// Whether any kube-proxy log was read (so the absence of a line means something).
+fn kube_proxy_logs_read(ctx: &Ctx) -> bool {
+    ctx.facts.container_logs("kube-proxy").count() > 0
+}
+
+fn absent(ctx: &Ctx, id: &str, what: &str) -> Finding {
+    if kube_proxy_logs_read(ctx) {
+        Finding::ok(id, format!("kube-proxy's log shows no {what}"))
+    } else {
+        Finding::unknown(id, Severity::High, "no kube-proxy log was readable")
+    }
+}
+
+fn iptables_incompatible(ctx: &Ctx) -> Finding {
+    let generation = entries(ctx, &[Signal::IptablesIncompatible]);
+    let options = entries(ctx, &[Signal::RestoreOptionRejected]);
+    if generation.is_empty() && options.is_empty() {
+        return absent(
+            ctx,
+            ID_IPTABLES,
+            "iptables incompatibility (generation id, rejected options)",
+        );
+    }
+    let evidence = generation
+        .iter()
+        .chain(&options)
+        .rev()
+        .take(6)
+        .map(|e| entry_evidence(e));
+    let mut f = if !generation.is_empty() {
+        Finding::problem(
+            ID_IPTABLES,
+            Severity::Critical,
+            format!("iptables cannot write to this kernel's nf_tables at all ({} \"Could not fetch rule set generation id\" / \"Failed to ensure ... chain\" lines)", generation.len()),
+        )
+        .explain(
+            "iptables-nft asks the kernel for the ruleset's generation before every change; \"Could not fetch rule set \
+             generation id\" means the kernel's nf_tables does not answer it (a kernel without nf_tables, a container \
+             without the needed privileges, or an iptables userspace newer than the kernel understands). kube-proxy then \
+             cannot create a single chain: no Service works.",
+        )
+        .fix("Run kube-proxy (and the host) with an iptables whose backend this kernel supports: check `iptables --version` on the host and inside the kube-proxy image; if nf_tables is unusable here, use the legacy backend on every component consistently (`update-alternatives --set iptables /usr/sbin/iptables-legacy`) or upgrade the kernel.")
+        .fix("In a container, give it the privileges nf_tables needs (CAP_NET_ADMIN in the host network namespace).")
+    } else {
+        Finding::problem(
+            ID_IPTABLES,
+            Severity::Critical,
+            format!("iptables-restore rejects options kube-proxy writes ({} lines: \"invalid option\" / \"unknown option\")", options.len()),
+        )
+        .explain(
+            "kube-proxy writes its rules with the iptables it ships or finds; \"invalid option -- '5'\" means an iptables \
+             older than `-w SECONDS`, \"unknown option \"--xor-mark\"\" means this iptables and the kernel's MARK \
+             extension disagree (a known kernel regression). Every sync fails, so Service rules are never updated.",
+        )
+        .fix("Use an iptables that matches kube-proxy's version and the kernel: upgrade the host's iptables (`iptables --version` >= 1.6.2 for `-w SECONDS`), or, for the --xor-mark case, a kernel with the xt_mark fix (or the previous kernel).")
+    };
+    f.evidence.extend(evidence);
+    f
+}
+
+fn nft_unavailable(ctx: &Ctx) -> Finding {
+    let lines = entries(ctx, &[Signal::NftUnavailable]);
+    if lines.is_empty() {
+        return absent(ctx, ID_NFT, "nftables-mode failure to run nft");
+    }
+    Finding::problem(
+        ID_NFT,
+        Severity::Critical,
+        format!("kube-proxy's nftables mode cannot run `nft` ({} \"failed to run nft: ... No such file or directory\" lines)", lines.len()),
     )
+    .with_evidence(lines.iter().rev().take(4).map(|e| entry_evidence(e)))
+    .explain(
+        "In nftables mode kube-proxy drives the `nft` command. \"No such file or directory\" here is the missing `nft` \
+         binary (or its library), not a missing table: kube-proxy cannot list or write its `kube-proxy` tables, so no \
+         Service works. Any CHAIN_DEL \"busy\" lines of its start-up cleanup are leftovers of iptables mode, not the cause.",
+    )
+    .fix("Install the nftables package where kube-proxy runs (the host, for a kube-proxy that uses the host's binaries), or use a kube-proxy image that ships `nft`; then restart kube-proxy.")
+    .fix("Or switch kube-proxy back to iptables mode (`mode: iptables` in its configuration) until nft is available.")
+}
+
+fn conntrack_permission(ctx: &Ctx) -> Finding {
+    let lines = entries(ctx, &[Signal::ConntrackPermission]);
+    if lines.is_empty() {
+        return absent(
+            ctx,
+            ID_CONNTRACK_PERM,
+            "permission error on conntrack sysctls",
+        );
+    }
+    Finding::problem(
+        ID_CONNTRACK_PERM,
+        Severity::Critical,
+        "kube-proxy may not set nf_conntrack_max and exits (\"permission denied\")",
+    )
+    .with_evidence(lines.iter().rev().take(3).map(|e| entry_evidence(e)))
+    .explain(
+        "At start kube-proxy raises net.netfilter.nf_conntrack_max to its computed minimum. Where /proc/sys is read-only \
+         (kube-proxy in an unprivileged container, a nested or embedded setup) the write fails and kube-proxy stops with a \
+         fatal error, so it never programs Service rules.",
+    )
+    .fix("Tell kube-proxy not to touch the sysctl: `--conntrack-max-per-core=0` (configuration: `conntrack.maxPerCore: 0`), and set nf_conntrack_max on the host instead (`sysctl -w net.netfilter.nf_conntrack_max=131072`, persisted in /etc/sysctl.d/).")
 }

@@ -14,5 +14,6 @@ pub fn check(ctx: &Ctx) -> Vec<Finding> {
     }
     vec![Finding::problem(ID, Severity::Info, format!("{} RBAC denials in logs (usually transient at start-up: a red herring)", lines.len()))
         .with_evidence(lines.iter().take(3).map(|(f, l)| log_evidence(f, l)))
-        .explain("Denials right after a node or pod starts are the authorizer catching up with new bindings; they stop on their own and do not explain dataplane failures.")]
+        .explain("Denials right after a node or pod starts are the authorizer catching up with new bindings; they stop on their own and do not explain dataplane failures.")
+        .fix("No action if they stopped; if they persist, check the binding with `kubectl auth can-i get nodes --as=system:kube-proxy` (expected: yes).")]
 }

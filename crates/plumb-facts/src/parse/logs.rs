@@ -101,10 +101,11 @@ pub fn klog(line: &str) -> Option<Klog<'_>> {
 }
 
 /// What a line means to doctor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Signal {
-    /// kube-proxy: `Failed to execute iptables-restore` (any era's spelling).
+    /// kube-proxy: `Failed to execute iptables-restore` (any era's spelling), outside its
+    /// start-up cleanup of another mode's leftovers.
     RestoreFailed,
     /// iptables-restore: `Chain 'KUBE-SVC-…' does not exist` (legacy: `Couldn't load target
     /// `KUBE-SVC-…'`) — its chains were deleted under it.
@@ -117,13 +118,58 @@ pub enum Signal {
     ClusterIpTimeout,
     /// RBAC: `is forbidden: User "system:node:..." cannot ...` (often transient at boot).
     RbacForbidden,
-    /// A security agent says it reverted firewall changes (`tamper`, `reverted out of band`).
+    /// A security agent says it detected tampering (`Repeated FW tampering has been
+    /// detected`): a detection, not a revert.
     AgentTamper,
+    /// A security agent says it reverted firewall changes (`Successfully reverted out of
+    /// band firewall changes`): one line per revert.
+    AgentRevert,
+    /// kubelet or an event: a probe failed (`Liveness probe failed: HTTP probe failed with
+    /// statuscode: 503`, `"Probe failed" probeType="Liveness"`).
+    ProbeFailed,
+    /// kubelet: `Container kube-proxy failed liveness probe, will be restarted`.
+    LivenessRestart,
+    /// kubelet or an event: `CrashLoopBackOff` / `Back-off restarting failed container`.
+    BackOff,
+    /// iptables cannot talk to the kernel's nf_tables at all: `Could not fetch rule set
+    /// generation id` / `Failed to ensure that filter chain ... exists` (userspace and
+    /// kernel do not match, or no nf_tables in this kernel/container).
+    IptablesIncompatible,
+    /// iptables-restore rejects an option kube-proxy writes: `invalid option -- '5'`
+    /// (iptables older than `-w SECONDS`), `unknown option "--xor-mark"` (the MARK
+    /// extension of this iptables and kernel disagree).
+    RestoreOptionRejected,
+    /// `connect: no route to host`: an ICMP host-prohibited REJECT, or no path.
+    NoRouteToHost,
+    /// A pod sandbox's network could not be set up because the CNI plugin could not reach
+    /// the API (`error getting ClusterInformation: ... i/o timeout`).
+    CniSandboxFailed,
+    /// kube-proxy may not write conntrack sysctls (`open /proc/sys/net/netfilter/nf_conntrack_max:
+    /// permission denied`: an unprivileged or read-only /proc).
+    ConntrackPermission,
+    /// kube-proxy's nftables mode cannot run `nft` (`failed to run nft: ... No such file or directory`).
+    NftUnavailable,
+    /// The first message of a container log file: the container (re)started.
+    ContainerStart,
+    /// An audit NETFILTER_CFG record: a process changed a netfilter table.
+    NetfilterChange,
+}
+
+impl Signal {
+    /// Whether the line reports something wrong (a start or a netfilter change is neither).
+    pub fn is_failure(self) -> bool {
+        !matches!(self, Signal::ContainerStart | Signal::NetfilterChange)
+    }
 }
 
 /// Classifies one message (CRI wrapper already removed).
 pub fn signal(text: &str) -> Option<Signal> {
     let lower = text.to_ascii_lowercase();
+    // kube-proxy's start-up cleanup of another mode's chains (`cleanup.go`): "CHAIN_DEL
+    // failed (Device or resource busy)" there is a leftover warning, not a failing sync.
+    if lower.contains("] ") && lower.contains(" cleanup.go:") {
+        return None;
+    }
     // iptables-nft: `Chain 'KUBE-SVC-…' does not exist`; iptables-legacy says the same
     // as `Couldn't load target `KUBE-SVC-…':No such file or directory`.
     if (lower.contains("chain '") && lower.contains("does not exist"))
@@ -131,14 +177,49 @@ pub fn signal(text: &str) -> Option<Signal> {
     {
         return Some(Signal::ChainDoesNotExist);
     }
+    if lower.contains("could not fetch rule set generation id")
+        || lower.contains("failed to ensure that filter chain")
+        || lower.contains("failed to ensure that nat chain")
+    {
+        return Some(Signal::IptablesIncompatible);
+    }
+    if lower.contains("tables-restore")
+        && (lower.contains("invalid option") || lower.contains("unknown option"))
+    {
+        return Some(Signal::RestoreOptionRejected);
+    }
+    if lower.contains("failed to run nft") && lower.contains("no such file or directory") {
+        return Some(Signal::NftUnavailable);
+    }
+    if lower.contains("nf_conntrack") && lower.contains("permission denied") {
+        return Some(Signal::ConntrackPermission);
+    }
     if lower.contains("failed to execute iptables-restore") {
         return Some(Signal::RestoreFailed);
     }
     if lower.contains("sync failed") {
         return Some(Signal::SyncFailed);
     }
+    if lower.contains("failed liveness probe, will be restarted") {
+        return Some(Signal::LivenessRestart);
+    }
+    if lower.contains("crashloopbackoff") || lower.contains("back-off restarting failed container")
+    {
+        return Some(Signal::BackOff);
+    }
+    if lower.contains("probe failed") {
+        return Some(Signal::ProbeFailed);
+    }
     if lower.contains("unable to create token for cni kubeconfig") && lower.contains("fatal") {
         return Some(Signal::InstallCniFatal);
+    }
+    if lower.contains("clusterinformation")
+        && (lower.contains("sandbox") || lower.contains("plugin type="))
+    {
+        return Some(Signal::CniSandboxFailed);
+    }
+    if lower.contains("no route to host") {
+        return Some(Signal::NoRouteToHost);
     }
     if lower.contains("dial tcp") && lower.contains("i/o timeout") {
         return Some(Signal::ClusterIpTimeout);
@@ -146,10 +227,50 @@ pub fn signal(text: &str) -> Option<Signal> {
     if lower.contains("is forbidden") && lower.contains("cannot") {
         return Some(Signal::RbacForbidden);
     }
-    if lower.contains("tamper") || lower.contains("reverted out of band") {
+    if lower.contains("reverted out of band") || lower.contains("successfully reverted") {
+        return Some(Signal::AgentRevert);
+    }
+    if lower.contains("tamper") {
         return Some(Signal::AgentTamper);
     }
     None
+}
+
+/// The HTTP status a failed probe line quotes (`statuscode: 503`).
+pub fn probe_status(text: &str) -> Option<u16> {
+    let lower = text.to_ascii_lowercase();
+    let at = lower.find("statuscode: ")? + "statuscode: ".len();
+    lower.get(at..at + 3)?.parse().ok()
+}
+
+/// Which probe a failed-probe line is about (`liveness`, `readiness`, `startup`).
+pub fn probe_kind(text: &str) -> Option<&'static str> {
+    let lower = text.to_ascii_lowercase();
+    ["liveness", "readiness", "startup"]
+        .into_iter()
+        .find(|k| lower.contains(k))
+}
+
+/// The container a kubelet line or event is about: `containerName="kube-proxy"`,
+/// `container=kube-proxy`, `Container kube-proxy failed ...`, `failed container kube-proxy`,
+/// `"StartContainer" for "kube-proxy"`.
+pub fn subject_container(text: &str) -> Option<&str> {
+    let name_end = |s: &str| {
+        s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+            .unwrap_or(s.len())
+    };
+    let after = |key: &str| -> Option<&str> {
+        let rest = &text[text.find(key)? + key.len()..];
+        let rest = rest.trim_start_matches(['"', '\\']);
+        let n = name_end(rest);
+        (n > 0).then(|| &rest[..n])
+    };
+    after("containerName=")
+        .or_else(|| after("container="))
+        .or_else(|| after("failed container "))
+        .or_else(|| after(r#"StartContainer\" for \""#))
+        .or_else(|| after("StartContainer\" for \""))
+        .or_else(|| after("Container "))
 }
 
 /// The `ip:port` a `dial tcp IP:PORT: i/o timeout` line was dialling.
@@ -222,7 +343,7 @@ mod tests {
         );
         assert_eq!(
             signal("Successfully reverted out of band firewall changes entries"),
-            Some(Signal::AgentTamper)
+            Some(Signal::AgentRevert)
         );
         assert_eq!(signal("I0827 Syncing iptables rules"), None);
     }

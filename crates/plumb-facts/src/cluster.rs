@@ -1,0 +1,316 @@
+//! The node's own network settings: the Service CIDR, the pod (cluster) CIDR, the
+//! `kubernetes` Service ClusterIP and the API endpoint behind it — read from what the node
+//! shows, in this order of trust:
+//!
+//! 1. kube-proxy's rules for `default/kubernetes:https` (the ClusterIP it translates, the
+//!    `! -s POD-CIDR` of its masquerade rule, the DNAT destination): what the dataplane
+//!    actually does;
+//! 2. command lines and static pod manifests (`--service-cluster-ip-range`,
+//!    `--cluster-cidr`), kube-proxy's config (`clusterCIDR`), kubeadm's
+//!    (`serviceSubnet`, `podSubnet`), RKE2's and k3s's config (`service-cidr`, `cluster-cidr`);
+//! 3. the distribution's defaults (RKE2 and k3s 10.43.0.0/16 and 10.42.0.0/16, kubeadm
+//!    10.96.0.0/12), marked as defaults so that reports say so.
+//!
+//! Pure: [`settings_in`] reads one text, [`network`] decides from [`Facts`].
+
+use crate::fact::Fact;
+use crate::model::Facts;
+use plumb_ruleset::Ruleset;
+use serde::Serialize;
+
+/// Which setting a [`Setting`] gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SettingKey {
+    ServiceCidr,
+    ClusterCidr,
+}
+
+/// A network setting found in a file or command line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Setting {
+    pub key: SettingKey,
+    /// The IPv4 value (dual-stack lists keep their IPv4 member).
+    pub value: String,
+    /// File or process it was read from, with the spelling found
+    /// (`/etc/kubernetes/manifests/kube-apiserver.yaml: --service-cluster-ip-range`).
+    pub source: String,
+}
+
+/// Spellings of each setting: flags (`--x=v`, `--x v`), YAML keys (`x: v`).
+const SPELLINGS: &[(&str, SettingKey)] = &[
+    ("service-cluster-ip-range", SettingKey::ServiceCidr),
+    ("service-cidr", SettingKey::ServiceCidr),
+    ("serviceSubnet", SettingKey::ServiceCidr),
+    ("cluster-cidr", SettingKey::ClusterCidr),
+    ("clusterCIDR", SettingKey::ClusterCidr),
+    ("podSubnet", SettingKey::ClusterCidr),
+];
+
+/// The settings a text names (a manifest, a config file, a command line).
+pub fn settings_in(text: &str, source: &str) -> Vec<Setting> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.trim_start_matches([' ', '\t', '-', '"', '\'']);
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for (i, w) in words.iter().enumerate() {
+            let next = words.get(i + 1).copied();
+            let w = w.trim_start_matches(['-', '"', '\'', '[']);
+            for (name, key) in SPELLINGS {
+                let Some(rest) = w.strip_prefix(name) else {
+                    continue;
+                };
+                let value = match rest.strip_prefix('=') {
+                    Some(v) if !v.is_empty() => Some(v),
+                    _ if rest == ":" || rest.is_empty() => next,
+                    _ => None,
+                };
+                if let Some(v) = value.and_then(ipv4_cidr) {
+                    out.push(Setting {
+                        key: *key,
+                        value: v,
+                        source: format!("{source}: {name}"),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The IPv4 member of `10.42.0.0/16,fd00::/56` (quotes and commas stripped).
+fn ipv4_cidr(v: &str) -> Option<String> {
+    v.trim_matches(['"', '\'', ',', ']', '['])
+        .split(',')
+        .map(|c| c.trim_matches(['"', '\'', ' ']))
+        .find(|c| {
+            let (ip, len) = c.split_once('/').unwrap_or((c, "32"));
+            ip.parse::<std::net::Ipv4Addr>().is_ok() && len.parse::<u8>().is_ok_and(|l| l <= 32)
+        })
+        .map(str::to_string)
+}
+
+/// One decided value and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Decided {
+    pub value: String,
+    pub source: String,
+    /// True when nothing on the node gave it: a distribution's default.
+    pub default: bool,
+}
+
+impl Decided {
+    fn found(value: impl Into<String>, source: impl Into<String>) -> Decided {
+        Decided {
+            value: value.into(),
+            source: source.into(),
+            default: false,
+        }
+    }
+}
+
+/// The node's network settings, each with its source.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClusterNetwork {
+    pub service_cidr: Decided,
+    pub cluster_cidr: Decided,
+    /// The `kubernetes` Service ClusterIP (no port).
+    pub kubernetes_clusterip: Decided,
+    /// Where kube-proxy sends the `kubernetes` Service (`192.168.1.10:6443`), when its
+    /// rules show it.
+    pub api_endpoint: Option<Decided>,
+}
+
+/// What kube-proxy's rules say about the `kubernetes` Service.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KubernetesService {
+    pub clusterip: Option<String>,
+    /// The `! -s` of the masquerade rule: kube-proxy's idea of the pod CIDR.
+    pub cluster_cidr: Option<String>,
+    /// The first DNAT destination.
+    pub endpoint: Option<String>,
+}
+
+/// Reads the `default/kubernetes:https` rules of a ruleset (iptables-save, nft text and
+/// `-nvL` listings).
+pub fn kubernetes_service(rs: &Ruleset) -> KubernetesService {
+    let mut out = KubernetesService::default();
+    for rule in rs
+        .tables
+        .iter()
+        .flat_map(|t| t.chains.iter())
+        .flat_map(|c| c.rules.iter())
+    {
+        let text: &str = &rule.text;
+        if !text.contains("default/kubernetes:https") {
+            continue;
+        }
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let after = |flag: &str| {
+            words
+                .iter()
+                .position(|w| *w == flag)
+                .and_then(|i| words.get(i + 1))
+                .copied()
+        };
+        let negated_after = |flag: &str| {
+            words
+                .windows(3)
+                .find(|w| w[0] == "!" && w[1] == flag)
+                .map(|w| w[2])
+        };
+        if text.contains("cluster IP") {
+            let dst = after("-d")
+                .or_else(|| after("daddr"))
+                .or_else(|| {
+                    // `-nvL`: the destination column is the last word before the comment.
+                    let i = words.iter().position(|w| *w == "/*")?;
+                    words.get(i.checked_sub(1)?).copied()
+                })
+                .map(|d| d.trim_end_matches("/32"))
+                .filter(|d| d.parse::<std::net::Ipv4Addr>().is_ok());
+            if out.clusterip.is_none() {
+                out.clusterip = dst.map(str::to_string);
+            }
+            if out.cluster_cidr.is_none() {
+                out.cluster_cidr = negated_after("-s")
+                    .or_else(|| {
+                        words
+                            .windows(3)
+                            .find(|w| w[0] == "saddr" && w[1] == "!=")
+                            .map(|w| w[2])
+                    })
+                    .and_then(ipv4_cidr);
+            }
+        }
+        if out.endpoint.is_none()
+            && let Some(d) = after("--to-destination").or_else(|| after("dnat").and(after("to")))
+        {
+            out.endpoint = Some(d.to_string());
+        }
+    }
+    out
+}
+
+/// The first address of a CIDR (`10.43.0.0/16` -> `10.43.0.1`).
+pub fn first_address(cidr: &str) -> Option<String> {
+    let base: std::net::Ipv4Addr = cidr.split('/').next()?.parse().ok()?;
+    Some(std::net::Ipv4Addr::from(u32::from(base).wrapping_add(1)).to_string())
+}
+
+/// Defaults of the distribution (RKE2's when it is not known: plumb's first platform).
+fn defaults(distribution: Option<&str>) -> (&'static str, &'static str, &'static str) {
+    match distribution {
+        Some("kubeadm") => ("10.96.0.0/12", "10.244.0.0/16", "kubeadm's default"),
+        Some("k3s") => ("10.43.0.0/16", "10.42.0.0/16", "k3s's default"),
+        Some("rke2") => ("10.43.0.0/16", "10.42.0.0/16", "RKE2's default"),
+        _ => ("10.43.0.0/16", "10.42.0.0/16", "RKE2's default"),
+    }
+}
+
+/// Decides the node's network settings from its facts.
+pub fn network(facts: &Facts) -> ClusterNetwork {
+    let rules = facts
+        .ruleset
+        .value()
+        .map(kubernetes_service)
+        .unwrap_or_default();
+    let rules_src = facts.ruleset.source().unwrap_or("ruleset");
+    let mut settings = facts.cluster_settings.clone();
+    if let Fact::Known { value, source } = &facts.rke2_config {
+        if let Some(v) = value.service_cidr.as_deref().and_then(ipv4_cidr) {
+            settings.push(Setting {
+                key: SettingKey::ServiceCidr,
+                value: v,
+                source: format!("{source}: service-cidr"),
+            });
+        }
+        if let Some(v) = value.cluster_cidr.as_deref().and_then(ipv4_cidr) {
+            settings.push(Setting {
+                key: SettingKey::ClusterCidr,
+                value: v,
+                source: format!("{source}: cluster-cidr"),
+            });
+        }
+    }
+    let first = |key: SettingKey| {
+        settings
+            .iter()
+            .find(|s| s.key == key)
+            .map(|s| Decided::found(s.value.clone(), s.source.clone()))
+    };
+    let (def_svc, def_pod, def_name) = defaults(facts.distribution.as_deref());
+    let default = |v: &str| Decided {
+        value: v.to_string(),
+        source: format!("{def_name}, not found on the node"),
+        default: true,
+    };
+    let service_cidr = first(SettingKey::ServiceCidr).unwrap_or_else(|| default(def_svc));
+    let cluster_cidr = rules
+        .cluster_cidr
+        .as_ref()
+        .map(|c| {
+            Decided::found(
+                c.clone(),
+                format!("{rules_src}: kube-proxy's masquerade rule for default/kubernetes:https"),
+            )
+        })
+        .or_else(|| first(SettingKey::ClusterCidr))
+        .unwrap_or_else(|| default(def_pod));
+    let kubernetes_clusterip = match &rules.clusterip {
+        Some(ip) => Decided::found(
+            ip.clone(),
+            format!("{rules_src}: kube-proxy's rule \"default/kubernetes:https cluster IP\""),
+        ),
+        None => Decided {
+            value: first_address(&service_cidr.value).unwrap_or_else(|| "10.43.0.1".into()),
+            source: if service_cidr.default {
+                format!("first address of {}", service_cidr.source)
+            } else {
+                format!(
+                    "first address of the Service CIDR {} ({})",
+                    service_cidr.value, service_cidr.source
+                )
+            },
+            default: service_cidr.default,
+        },
+    };
+    let api_endpoint = rules.endpoint.as_ref().map(|e| {
+        Decided::found(
+            e.clone(),
+            format!("{rules_src}: kube-proxy's DNAT for default/kubernetes:https"),
+        )
+    });
+    ClusterNetwork {
+        service_cidr,
+        cluster_cidr,
+        kubernetes_clusterip,
+        api_endpoint,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_and_yaml_keys() {
+        let s = settings_in(
+            "    - --service-cluster-ip-range=10.2.0.0/16,fd00:2::/112\n    - --cluster-cidr 10.1.0.0/16\nclusterCIDR: \"10.5.0.0/16\"\nnetworking:\n  serviceSubnet: 10.96.0.0/12\nservice-cidr: fd00::/108,10.7.0.0/16\n",
+            "f",
+        );
+        let got: Vec<(SettingKey, &str)> = s.iter().map(|s| (s.key, s.value.as_str())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (SettingKey::ServiceCidr, "10.2.0.0/16"),
+                (SettingKey::ClusterCidr, "10.1.0.0/16"),
+                (SettingKey::ClusterCidr, "10.5.0.0/16"),
+                (SettingKey::ServiceCidr, "10.96.0.0/12"),
+                (SettingKey::ServiceCidr, "10.7.0.0/16"),
+            ]
+        );
+        assert_eq!(s[0].source, "f: service-cluster-ip-range");
+        assert!(settings_in("cluster-cidr: not-a-cidr\n--service-cidr=\n", "f").is_empty());
+    }
+}
