@@ -130,15 +130,29 @@ fn prepare(line: &str, spec_at: usize, n: u32, bufs: &mut PrepareBufs) -> Prepar
     let words = &mut bufs.words;
     words.clear();
     let mut diagnostics = Vec::new();
-    if let Err(e) = split(line, spec_at, words) {
-        let (offset, msg) = match e {
-            SplitError::UnterminatedQuote { offset } => (offset, "unterminated quote"),
-            SplitError::WordTooLong { offset } => (offset, "word longer than 65535 bytes"),
-        };
-        let col = column_of(line, offset);
-        diagnostics.push(Diagnostic::error(n, col, msg, &line[offset..]));
-        // Keep the line verbatim as an unparsed rule: split what we can.
-        words.clear();
+    match split(line, spec_at, words) {
+        Ok(()) => {}
+        Err(SplitError::UnterminatedQuote { offset }) => {
+            // iptables-restore takes the rest of the line as the quoted word.
+            let col = column_of(line, offset);
+            diagnostics.push(Diagnostic::note(
+                n,
+                col,
+                "unterminated quote: the rest of the line is one word (as iptables-restore reads it)",
+                &line[offset..],
+            ));
+        }
+        Err(SplitError::WordTooLong { offset }) => {
+            let col = column_of(line, offset);
+            diagnostics.push(Diagnostic::error(
+                n,
+                col,
+                "word longer than 65535 bytes",
+                &line[offset..],
+            ));
+            // Keep the line verbatim as an unparsed rule.
+            words.clear();
+        }
     }
     // `iptables -v -S` appends "-c PACKETS BYTES"; restore payloads may too.
     let mut spec_end = line.len();
@@ -758,6 +772,30 @@ impl<'t> Reader<'_, 't> {
             && self.input.table.is_none()
         {
             self.restore_commands = true;
+        }
+        // A jump to a chain the table never declares: iptables-restore refuses the
+        // rule ("Couldn't load target"). Only a whole table can say so: a restore
+        // payload (one that declares only some chains, or uses -N/-I/-X) may jump to
+        // chains in the kernel, and `-S` captures are often filtered.
+        if !self.input.restore_payload && !self.restore_commands && self.input.table.is_none() {
+            for c in &st.table.chains {
+                for r in &c.rules {
+                    let Some(to) = r.xt_target().and_then(|t| t.chain_reference()) else {
+                        continue;
+                    };
+                    if !st.index.contains_key(to.chain) {
+                        self.ruleset.diagnostics.push(Diagnostic::error(
+                            r.location.line,
+                            r.location.column,
+                            format!(
+                                "rule jumps to chain '{}' which this table never declares (iptables-restore would fail: Couldn't load target)",
+                                to.chain
+                            ),
+                            to.chain,
+                        ));
+                    }
+                }
+            }
         }
         self.ruleset.tables.push(st.table);
     }
