@@ -92,6 +92,9 @@ struct Reader<'o, 't> {
     last_chain: Option<(usize, usize)>, // (table generation, chain index) cache
     generation: usize,
     restore_commands: bool,
+    /// The previous line ended with a lone `\\`: an indented line after it is the
+    /// rest of that rule, already reported.
+    continued: bool,
     bufs: PrepareBufs,
     /// The whole input; rule texts are spans of it.
     source: SourceText,
@@ -246,6 +249,7 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
         last_chain: None,
         generation: 0,
         restore_commands: false,
+        continued: false,
         bufs: PrepareBufs::default(),
         source,
         line_start: 0,
@@ -326,6 +330,26 @@ impl<'t> Reader<'_, 't> {
         let indent = (line.len() - trimmed.len()) as u32;
         let trimmed = trimmed.trim_end();
         if trimmed.is_empty() {
+            self.continued = false;
+            return;
+        }
+        let wrapped = trimmed.ends_with(" \\") || trimmed.ends_with("\t\\");
+        if std::mem::take(&mut self.continued) && indent > 0 {
+            // The rest of a hand-wrapped rule, reported with its first line.
+            self.continued = wrapped;
+            return;
+        }
+        if wrapped && matches!(trimmed.as_bytes()[0], b'-' | b'[') {
+            // A rule wrapped by hand (`... \` + newline + indent, as in shell scripts):
+            // iptables-restore does not join lines and fails on the `\`. Its pieces are
+            // not rules: reading them as such would invent rules (and duplicates).
+            self.continued = true;
+            self.diag(Diagnostic::error(
+                n,
+                indent + 1,
+                "rule wrapped onto the next line with a trailing '\\': iptables-restore does not join lines (Bad argument `\\'); the rule is not read",
+                trimmed,
+            ));
             return;
         }
         let loc = Location {
@@ -394,8 +418,8 @@ impl<'t> Reader<'_, 't> {
                     loc.line,
                     loc.column,
                     format!(
-                        "table '{}' started before the previous table '{}' was committed (missing COMMIT)",
-                        name, prev.table.name
+                        "table '{}' started before the previous table '{}' was committed (missing COMMIT; iptables-restore fails here: Bad argument `*{}')",
+                        name, prev.table.name, name
                     ),
                     name,
                 ));
