@@ -285,32 +285,6 @@ fn collapse(s: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::diagnostic::Severity;
-
-    /// The error diagnostics of a ruleset, as `line:column: message` (shared by the
-    /// submodules' tests).
-    pub(super) fn errors(rs: &Ruleset) -> Vec<String> {
-        rs.diagnostics
-            .iter()
-            .filter(|d| d.severity == Severity::Error)
-            .map(|d| d.to_string())
-            .collect()
-    }
-
-    #[test]
-    fn scripts_are_detected_as_nft_text() {
-        assert!(is_script_command(
-            "add table ip kube-proxy { comment \"x\" ; }"
-        ));
-        assert!(is_script_command("flush ruleset"));
-        assert!(!is_script_command("add counter ip t c"));
-        assert!(!is_script_command("-A INPUT -j ACCEPT"));
-    }
-}
-
 /// A rule that names a set or map (`@name`) its table does not define: `nft -f`
 /// refuses it ("Could not process rule: No such file or directory"). Only a whole
 /// ruleset can say so: a script that adds to tables in the kernel (partial) or a cut
@@ -379,4 +353,30 @@ fn set_references(text: &str) -> Vec<&str> {
         i += 1;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnostic::Severity;
+
+    /// The error diagnostics of a ruleset, as `line:column: message` (shared by the
+    /// submodules' tests).
+    pub(super) fn errors(rs: &Ruleset) -> Vec<String> {
+        rs.diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+            .map(|d| d.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn scripts_are_detected_as_nft_text() {
+        assert!(is_script_command(
+            "add table ip kube-proxy { comment \"x\" ; }"
+        ));
+        assert!(is_script_command("flush ruleset"));
+        assert!(!is_script_command("add counter ip t c"));
+        assert!(!is_script_command("-A INPUT -j ACCEPT"));
+    }
 }
