@@ -356,7 +356,16 @@ fn general_dumps_parse_cleanly_and_print_is_a_fixed_point() {
             Err(e) => panic!("{}: {e}", p.display()),
         };
         let errs = errors(&rs);
-        if !errs.is_empty() {
+        // The parser-test file of the collection holds one rule iptables-restore
+        // refuses (`unknown option "--something-else"`): it must be reported, and
+        // only it.
+        if p.ends_with("Parser_Test_data_iptables-save") {
+            assert_eq!(errs.len(), 1, "{errs:?}");
+            assert!(
+                errs[0].starts_with("12:") && errs[0].contains("--something-else"),
+                "{errs:?}"
+            );
+        } else if !errs.is_empty() {
             failures.push(format!("{}: {}", p.display(), errs.join("; ")));
             continue;
         }

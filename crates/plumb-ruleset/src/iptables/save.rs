@@ -101,6 +101,9 @@ struct Reader<'o, 't> {
     last_chain: Option<(usize, usize)>, // (table generation, chain index) cache
     generation: usize,
     restore_commands: bool,
+    /// The previous line ended with a lone `\\`: an indented line after it is the
+    /// rest of that rule, already reported.
+    continued: bool,
     bufs: PrepareBufs,
     /// The whole input; rule texts are spans of it.
     source: SourceText,
@@ -150,15 +153,29 @@ fn prepare(line: &str, spec_at: usize, n: u32, bufs: &mut PrepareBufs) -> Prepar
     let words = &mut bufs.words;
     words.clear();
     let mut diagnostics = Vec::new();
-    if let Err(e) = split(line, spec_at, words) {
-        let (offset, msg) = match e {
-            SplitError::UnterminatedQuote { offset } => (offset, "unterminated quote"),
-            SplitError::WordTooLong { offset } => (offset, "word longer than 65535 bytes"),
-        };
-        let col = column_of(line, offset);
-        diagnostics.push(Diagnostic::error(n, col, msg, &line[offset..]));
-        // Keep the line verbatim as an unparsed rule: split what we can.
-        words.clear();
+    match split(line, spec_at, words) {
+        Ok(()) => {}
+        Err(SplitError::UnterminatedQuote { offset }) => {
+            // iptables-restore takes the rest of the line as the quoted word.
+            let col = column_of(line, offset);
+            diagnostics.push(Diagnostic::note(
+                n,
+                col,
+                "unterminated quote: the rest of the line is one word (as iptables-restore reads it)",
+                &line[offset..],
+            ));
+        }
+        Err(SplitError::WordTooLong { offset }) => {
+            let col = column_of(line, offset);
+            diagnostics.push(Diagnostic::error(
+                n,
+                col,
+                "word longer than 65535 bytes",
+                &line[offset..],
+            ));
+            // Keep the line verbatim as an unparsed rule.
+            words.clear();
+        }
     }
     // `iptables -v -S` appends "-c PACKETS BYTES"; restore payloads may too.
     let mut spec_end = line.len();
@@ -252,6 +269,7 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
         last_chain: None,
         generation: 0,
         restore_commands: false,
+        continued: false,
         bufs: PrepareBufs::default(),
         source,
         line_start: 0,
@@ -339,6 +357,26 @@ impl<'t> Reader<'_, 't> {
         let indent = (line.len() - trimmed.len()) as u32;
         let trimmed = trimmed.trim_end();
         if trimmed.is_empty() {
+            self.continued = false;
+            return;
+        }
+        let wrapped = trimmed.ends_with(" \\") || trimmed.ends_with("\t\\");
+        if std::mem::take(&mut self.continued) && indent > 0 {
+            // The rest of a hand-wrapped rule, reported with its first line.
+            self.continued = wrapped;
+            return;
+        }
+        if wrapped && matches!(trimmed.as_bytes()[0], b'-' | b'[') {
+            // A rule wrapped by hand (`... \` + newline + indent, as in shell scripts):
+            // iptables-restore does not join lines and fails on the `\`. Its pieces are
+            // not rules: reading them as such would invent rules (and duplicates).
+            self.continued = true;
+            self.diag(Diagnostic::error(
+                n,
+                indent + 1,
+                "rule wrapped onto the next line with a trailing '\\': iptables-restore does not join lines (Bad argument `\\'); the rule is not read",
+                trimmed,
+            ));
             return;
         }
         let loc = Location {
@@ -458,8 +496,8 @@ impl<'t> Reader<'_, 't> {
                     loc.line,
                     loc.column,
                     format!(
-                        "table '{}' started before the previous table '{}' was committed (missing COMMIT)",
-                        name, prev.table.name
+                        "table '{}' started before the previous table '{}' was committed (missing COMMIT; iptables-restore fails here: Bad argument `*{}')",
+                        name, prev.table.name, name
                     ),
                     name,
                 ));
@@ -858,6 +896,30 @@ impl<'t> Reader<'_, 't> {
             && !self.headerless()
         {
             self.restore_commands = true;
+        }
+        // A jump to a chain the table never declares: iptables-restore refuses the
+        // rule ("Couldn't load target"). Only a whole table can say so: a restore
+        // payload (one that declares only some chains, or uses -N/-I/-X) may jump to
+        // chains in the kernel, and `-S` captures are often filtered.
+        if !self.input.restore_payload && !self.restore_commands && self.input.table.is_none() {
+            for c in &st.table.chains {
+                for r in &c.rules {
+                    let Some(to) = r.xt_target().and_then(|t| t.chain_reference()) else {
+                        continue;
+                    };
+                    if !st.index.contains_key(to.chain) {
+                        self.ruleset.diagnostics.push(Diagnostic::error(
+                            r.location.line,
+                            r.location.column,
+                            format!(
+                                "rule jumps to chain '{}' which this table never declares (iptables-restore would fail: Couldn't load target)",
+                                to.chain
+                            ),
+                            to.chain,
+                        ));
+                    }
+                }
+            }
         }
         self.ruleset.tables.push(st.table);
     }

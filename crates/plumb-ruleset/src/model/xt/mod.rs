@@ -15,12 +15,13 @@
 //! `-m tcp -p tcp -d X --dport 80`); options before any `-m` that are not generic
 //! load the protocol's match implicitly (`-p tcp --dport 80` = `-p tcp -m tcp --dport 80`).
 
+mod grammar;
 pub mod words;
 
 use super::{ChainRef, TransferKind};
 use std::borrow::Cow;
 use std::sync::OnceLock;
-use words::{Word, split};
+use words::{SplitError, Word, split};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct OptionIdx {
@@ -142,7 +143,13 @@ impl XtRule {
         scratch: &mut IndexScratch,
         problems: &mut Vec<SpecProblem>,
     ) {
+        let before = problems.len();
         Self::analyse(text, words, scratch, problems);
+        // What the grouping accepts, iptables-restore may still refuse: arity, option
+        // names, values (`grammar`). One problem per rule is enough to say where.
+        if problems.len() == before {
+            grammar::check(text, words, problems);
+        }
     }
 
     fn analyse(
@@ -529,9 +536,11 @@ impl XtCell {
         let start = (self.spec_start as usize).min(end);
         if text.is_char_boundary(start)
             && text.is_char_boundary(end)
-            && split(&text[..end], start, words).is_err()
+            && let Err(SplitError::WordTooLong { .. }) = split(&text[..end], start, words)
         {
-            // The parser reported the bad quote; the rule keeps no structure.
+            // The parser reported the word; the rule keeps no structure. (An open
+            // quote runs to the end of the line, as in iptables-restore: the words
+            // stand.)
             words.clear();
         }
     }

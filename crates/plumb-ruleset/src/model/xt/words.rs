@@ -11,7 +11,8 @@ use std::borrow::Cow;
 pub struct Word {
     pub start: u32,
     pub len: u16,
-    /// The raw text contains quotes or backslashes; `value()` unescapes it.
+    /// The raw text contains quotes; `value()` removes them and resolves the escapes
+    /// inside them.
     pub quoted: bool,
 }
 
@@ -33,10 +34,11 @@ impl Word {
         }
         let mut out = String::with_capacity(raw.len());
         let mut chars = raw.chars();
+        let mut in_quotes = false;
         while let Some(c) = chars.next() {
             match c {
-                '"' => {}
-                '\\' => {
+                '"' => in_quotes = !in_quotes,
+                '\\' if in_quotes => {
                     if let Some(next) = chars.next() {
                         out.push(next);
                     }
@@ -70,10 +72,23 @@ pub enum SplitError {
     WordTooLong { offset: usize },
 }
 
-/// Splits `line[from..]` into words; offsets are relative to `line`.
+/// Short options that take a value and may have it attached (`-mstate`, `-iwlan0`),
+/// as getopt reads them.
+const SHORT_WITH_VALUE: &[u8] = b"sdiopmjgc";
+
+/// Splits `line[from..]` into words the way iptables-restore's tokenizer does: blanks
+/// separate words; a `"` opens a quoted part (where `\` escapes the next character)
+/// and the closing `"` ends the word; outside quotes a backslash is an ordinary
+/// character. A quote left open runs to the end of the line: the words are all
+/// pushed, then [`SplitError::UnterminatedQuote`] says so (iptables-restore takes
+/// such a line as it is). A short option glued to its value where an option is
+/// expected (`-mstate` after a value) is two words, as getopt reads it. Offsets are
+/// relative to `line`.
 pub fn split(line: &str, from: usize, out: &mut Vec<Word>) -> Result<(), SplitError> {
     let bytes = line.as_bytes();
+    let first = out.len();
     let mut i = from;
+    let mut unterminated = None;
     while i < bytes.len() {
         while i < bytes.len() && (bytes[i] == b' ' || bytes[i] == b'\t') {
             i += 1;
@@ -90,7 +105,12 @@ pub fn split(line: &str, from: usize, out: &mut Vec<Word>) -> Result<(), SplitEr
             if in_quotes {
                 match b {
                     b'\\' => i += 1,
-                    b'"' => in_quotes = false,
+                    b'"' => {
+                        // The closing quote ends the word.
+                        i += 1;
+                        in_quotes = false;
+                        break;
+                    }
                     _ => {}
                 }
             } else {
@@ -101,30 +121,44 @@ pub fn split(line: &str, from: usize, out: &mut Vec<Word>) -> Result<(), SplitEr
                         quoted = true;
                         quote_start = i;
                     }
-                    b'\\' => {
-                        quoted = true;
-                        i += 1;
-                    }
                     _ => {}
                 }
             }
             i += 1;
         }
         if in_quotes {
-            return Err(SplitError::UnterminatedQuote {
-                offset: quote_start,
-            });
+            unterminated = Some(quote_start);
         }
         let end = i.min(bytes.len());
         let len =
             u16::try_from(end - start).map_err(|_| SplitError::WordTooLong { offset: start })?;
-        out.push(Word {
+        let word = Word {
             start: start as u32,
             len,
             quoted,
-        });
+        };
+        let raw = word.raw(line).as_bytes();
+        let after_value = out.len() == first || !out[out.len() - 1].is_option(line);
+        if !quoted
+            && after_value
+            && raw.len() > 2
+            && raw[0] == b'-'
+            && SHORT_WITH_VALUE.contains(&raw[1])
+        {
+            out.push(Word { len: 2, ..word });
+            out.push(Word {
+                start: word.start + 2,
+                len: len - 2,
+                quoted: false,
+            });
+        } else {
+            out.push(word);
+        }
     }
-    Ok(())
+    match unterminated {
+        Some(offset) => Err(SplitError::UnterminatedQuote { offset }),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

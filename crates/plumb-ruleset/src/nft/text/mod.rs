@@ -52,6 +52,7 @@ pub fn parse_text(text: &str) -> Ruleset {
     r.top();
     r.remove_deleted();
     let mut rs = r.ruleset;
+    undefined_set_references(&mut rs);
     rs.diagnostics.sort_by_key(|d| (d.line, d.column));
     rs
 }
@@ -280,6 +281,76 @@ fn collapse(s: &str) -> String {
             out.push(c);
             prev_space = false;
         }
+    }
+    out
+}
+
+/// A rule that names a set or map (`@name`) its table does not define: `nft -f`
+/// refuses it ("Could not process rule: No such file or directory"). Only a whole
+/// ruleset can say so: a script that adds to tables in the kernel (partial) or a cut
+/// dump may name sets it does not show.
+fn undefined_set_references(rs: &mut Ruleset) {
+    if rs.completeness != Completeness::Full {
+        return;
+    }
+    let mut found = Vec::new();
+    for t in &rs.tables {
+        for c in &t.chains {
+            for r in &c.rules {
+                for name in set_references(r.text.as_str()) {
+                    if t.set(name).is_none() {
+                        found.push(Diagnostic::error(
+                            r.location.line,
+                            r.location.column,
+                            format!(
+                                "rule refers to set or map '@{name}' that table {} {} does not define (nft: No such file or directory)",
+                                t.family.as_str(),
+                                t.name
+                            ),
+                            name,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    rs.diagnostics.extend(found);
+}
+
+/// The `@name` words of a rule's text, outside quotes and before a `#` comment.
+fn set_references(text: &str) -> Vec<&str> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut quoted = false;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' => quoted = !quoted,
+            b'#' if !quoted => break,
+            b'@' if !quoted
+                && (i == 0 || matches!(b[i - 1], b' ' | b'\t' | b'{' | b',' | b'(')) =>
+            {
+                let start = i + 1;
+                let mut end = start;
+                while end < b.len()
+                    && (b[end].is_ascii_alphanumeric()
+                        || matches!(b[end], b'_' | b'-' | b'.' | b'/'))
+                {
+                    end += 1;
+                }
+                // `@nh,16,32` is a raw payload expression, `flow add @f` names a
+                // flowtable: neither is a set.
+                let before = text[..i].trim_end();
+                let flowtable = before.ends_with("flow add") || before.ends_with("flow offload");
+                if end > start && b.get(end) != Some(&b',') && !flowtable {
+                    out.push(&text[start..end]);
+                }
+                i = end;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
     }
     out
 }

@@ -923,7 +923,12 @@ mod tests {
         let rs = parse_text(&format!(
             "table ip t {{\n\tchain c {{\n\t\t{rule}\n\t}}\n}}\n"
         ));
-        assert!(errors(&rs).is_empty(), "{:?}", errors(&rs));
+        // The rules here name sets the little table does not define: only that may fail.
+        let errs: Vec<_> = errors(&rs)
+            .into_iter()
+            .filter(|e| !format!("{e:?}").contains("does not define"))
+            .collect();
+        assert!(errs.is_empty(), "{errs:?}");
         match &rs.tables[0].chains[0].rules[0].body {
             RuleBody::Nft(n) => (**n).clone(),
             _ => unreachable!(),

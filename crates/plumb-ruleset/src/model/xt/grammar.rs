@@ -1,0 +1,1002 @@
+//! What `iptables-restore` accepts in a rule's words, beyond their grouping: how many
+//! arguments each option takes, which options each known match and target has, and
+//! whether a value can be what the option wants. A rule line that iptables-restore
+//! would refuse gets a problem here, with the word that makes it refuse.
+//!
+//! It reads the words the way iptables' command line does (`getopt_long`): an option
+//! that takes an argument takes the next word whatever it is (`--comment -j` comments
+//! "-j"); a `!` in the argument's place negates and takes the word after it; a word
+//! that no option takes is a "Bad argument"; an option is looked up among the generic
+//! options and those of the matches loaded so far and of the target (a unique prefix
+//! of a long option is that option, as getopt allows); an option given twice to the
+//! same match is refused.
+//!
+//! Knowledge is data: [`MATCHES`] and [`TARGETS`] list each extension's options with
+//! their arity and the kind of value they take. An extension listed without options
+//! (`None`) is known to exist, and its options are not checked. Values are checked only
+//! where the kind is unambiguous (numbers, ports, marks, conntrack states, addresses).
+
+use super::SpecProblem;
+use super::words::Word;
+
+/// The kind of value an option takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum V {
+    /// No value.
+    Flag,
+    /// Any one word.
+    Any,
+    /// Two words (`--tcp-flags MASK COMP`, `--match-set NAME FLAGS`).
+    Two,
+    /// A port or `a:b` port range.
+    PortRange,
+    /// Up to 15 comma-separated ports or ranges.
+    PortList,
+    /// An unsigned 32-bit number (decimal or 0x hex).
+    U32,
+    /// A number `a` or range `a:b`.
+    Range,
+    /// `value[/mask]`, 32-bit.
+    Mark,
+    /// Conntrack states, comma-separated.
+    CtState,
+    /// `state` match states, comma-separated.
+    State,
+    /// An address with optional prefix or mask, or a comma-separated list of them.
+    Address,
+    /// A probability between 0 and 1.
+    Probability,
+    /// `random` or `nth`.
+    StatisticMode,
+    /// A text of at most this many bytes.
+    Text(usize),
+    /// A rate `N[/second|minute|hour|day]`.
+    Rate,
+    /// An interface name (at most 15 bytes).
+    Interface,
+    /// `-c PACKETS,BYTES` or `-c PACKETS BYTES`.
+    Counters,
+}
+
+/// One option: its long name and what it takes.
+type Opt = (&'static str, V);
+
+/// Known matches: name and options (`None`: the options are not checked).
+const MATCHES: &[(&str, Option<&[Opt]>)] = &[
+    ("tcp", Some(TCP)),
+    ("udp", Some(UDP)),
+    ("udplite", Some(UDP)),
+    ("comment", Some(&[("--comment", V::Text(255))])),
+    (
+        "multiport",
+        Some(&[
+            ("--sports", V::PortList),
+            ("--source-ports", V::PortList),
+            ("--dports", V::PortList),
+            ("--destination-ports", V::PortList),
+            ("--ports", V::PortList),
+        ]),
+    ),
+    (
+        "conntrack",
+        Some(&[
+            ("--ctstate", V::CtState),
+            ("--ctproto", V::Any),
+            ("--ctorigsrc", V::Address),
+            ("--ctorigdst", V::Address),
+            ("--ctreplsrc", V::Address),
+            ("--ctrepldst", V::Address),
+            ("--ctorigsrcport", V::PortRange),
+            ("--ctorigdstport", V::PortRange),
+            ("--ctreplsrcport", V::PortRange),
+            ("--ctrepldstport", V::PortRange),
+            ("--ctstatus", V::Any),
+            ("--ctexpire", V::Range),
+            ("--ctdir", V::Any),
+        ]),
+    ),
+    ("state", Some(&[("--state", V::State)])),
+    ("mark", Some(&[("--mark", V::Mark)])),
+    ("connmark", Some(&[("--mark", V::Mark)])),
+    (
+        "statistic",
+        Some(&[
+            ("--mode", V::StatisticMode),
+            ("--probability", V::Probability),
+            ("--every", V::U32),
+            ("--packet", V::U32),
+        ]),
+    ),
+    (
+        "addrtype",
+        Some(&[
+            ("--src-type", V::Any),
+            ("--dst-type", V::Any),
+            ("--limit-iface-in", V::Flag),
+            ("--limit-iface-out", V::Flag),
+        ]),
+    ),
+    (
+        "limit",
+        Some(&[("--limit", V::Rate), ("--limit-burst", V::U32)]),
+    ),
+    (
+        "recent",
+        Some(&[
+            ("--set", V::Flag),
+            ("--rcheck", V::Flag),
+            ("--update", V::Flag),
+            ("--remove", V::Flag),
+            ("--seconds", V::U32),
+            ("--reap", V::Flag),
+            ("--hitcount", V::U32),
+            ("--rttl", V::Flag),
+            ("--name", V::Text(200)),
+            ("--mask", V::Address),
+            ("--rsource", V::Flag),
+            ("--rdest", V::Flag),
+        ]),
+    ),
+    (
+        "set",
+        Some(&[
+            ("--match-set", V::Two),
+            ("--set", V::Two),
+            ("--return-nomatch", V::Flag),
+            ("--update-counters", V::Flag),
+            ("--update-subcounters", V::Flag),
+            ("--packets-eq", V::U32),
+            ("--packets-lt", V::U32),
+            ("--packets-gt", V::U32),
+            ("--bytes-eq", V::Any),
+            ("--bytes-lt", V::Any),
+            ("--bytes-gt", V::Any),
+        ]),
+    ),
+    (
+        "physdev",
+        Some(&[
+            ("--physdev-in", V::Interface),
+            ("--physdev-out", V::Interface),
+            ("--physdev-is-in", V::Flag),
+            ("--physdev-is-out", V::Flag),
+            ("--physdev-is-bridged", V::Flag),
+        ]),
+    ),
+    ("mac", Some(&[("--mac-source", V::Any)])),
+    (
+        "iprange",
+        Some(&[("--src-range", V::Any), ("--dst-range", V::Any)]),
+    ),
+    ("length", Some(&[("--length", V::Range)])),
+    (
+        "owner",
+        Some(&[
+            ("--uid-owner", V::Any),
+            ("--gid-owner", V::Any),
+            ("--socket-exists", V::Flag),
+            ("--suppl-groups", V::Flag),
+        ]),
+    ),
+    ("pkttype", Some(&[("--pkt-type", V::Any)])),
+    (
+        "socket",
+        Some(&[
+            ("--transparent", V::Flag),
+            ("--nowildcard", V::Flag),
+            ("--restore-skmark", V::Flag),
+        ]),
+    ),
+    ("nfacct", Some(&[("--nfacct-name", V::Text(31))])),
+    (
+        "rpfilter",
+        Some(&[
+            ("--loose", V::Flag),
+            ("--validmark", V::Flag),
+            ("--accept-local", V::Flag),
+            ("--invert", V::Flag),
+        ]),
+    ),
+    ("icmp", Some(&[("--icmp-type", V::Any)])),
+    ("icmp6", Some(&[("--icmpv6-type", V::Any)])),
+    ("ipv6-icmp", Some(&[("--icmpv6-type", V::Any)])),
+    ("icmpv6", Some(&[("--icmpv6-type", V::Any)])),
+    ("helper", Some(&[("--helper", V::Any)])),
+    ("tcpmss", Some(&[("--mss", V::Range)])),
+    (
+        "sctp",
+        Some(&[
+            ("--sport", V::PortRange),
+            ("--source-port", V::PortRange),
+            ("--dport", V::PortRange),
+            ("--destination-port", V::PortRange),
+            ("--chunk-types", V::Two),
+        ]),
+    ),
+    ("ah", None),
+    ("bpf", None),
+    ("cgroup", None),
+    ("cluster", None),
+    ("connbytes", None),
+    ("connlabel", None),
+    ("connlimit", None),
+    ("cpu", None),
+    ("dccp", None),
+    ("devgroup", None),
+    ("dscp", None),
+    ("dst", None),
+    ("ecn", None),
+    ("esp", None),
+    ("eui64", None),
+    ("frag", None),
+    ("hashlimit", None),
+    ("hbh", None),
+    ("hl", None),
+    ("ipcomp", None),
+    ("ipv6header", None),
+    ("ipvs", None),
+    ("l2tp", None),
+    ("mh", None),
+    ("osf", None),
+    ("policy", None),
+    ("quota", None),
+    ("rateest", None),
+    ("realm", None),
+    ("rt", None),
+    ("srh", None),
+    ("string", None),
+    ("time", None),
+    ("tos", None),
+    ("ttl", None),
+    ("u32", None),
+    ("unclean", None),
+];
+
+const TCP: &[Opt] = &[
+    ("--sport", V::PortRange),
+    ("--source-port", V::PortRange),
+    ("--dport", V::PortRange),
+    ("--destination-port", V::PortRange),
+    ("--syn", V::Flag),
+    ("--tcp-flags", V::Two),
+    ("--tcp-option", V::Any),
+];
+
+const UDP: &[Opt] = &[
+    ("--sport", V::PortRange),
+    ("--source-port", V::PortRange),
+    ("--dport", V::PortRange),
+    ("--destination-port", V::PortRange),
+];
+
+const MARK_TARGET: &[Opt] = &[
+    ("--set-mark", V::Mark),
+    ("--set-xmark", V::Mark),
+    ("--and-mark", V::U32),
+    ("--or-mark", V::U32),
+    ("--xor-mark", V::U32),
+];
+
+/// Known targets: name and options (`None`: the options are not checked).
+const TARGETS: &[(&str, Option<&[Opt]>)] = &[
+    ("ACCEPT", Some(&[])),
+    ("DROP", Some(&[])),
+    ("RETURN", Some(&[])),
+    ("QUEUE", Some(&[])),
+    ("NOTRACK", Some(&[])),
+    ("TRACE", Some(&[])),
+    (
+        "DNAT",
+        Some(&[
+            ("--to-destination", V::Any),
+            ("--random", V::Flag),
+            ("--random-fully", V::Flag),
+            ("--persistent", V::Flag),
+        ]),
+    ),
+    (
+        "SNAT",
+        Some(&[
+            ("--to-source", V::Any),
+            ("--random", V::Flag),
+            ("--random-fully", V::Flag),
+            ("--persistent", V::Flag),
+        ]),
+    ),
+    (
+        "MASQUERADE",
+        Some(&[
+            ("--to-ports", V::Any),
+            ("--random", V::Flag),
+            ("--random-fully", V::Flag),
+        ]),
+    ),
+    (
+        "REDIRECT",
+        Some(&[("--to-ports", V::Any), ("--random", V::Flag)]),
+    ),
+    ("MARK", Some(MARK_TARGET)),
+    (
+        "CONNMARK",
+        Some(&[
+            ("--set-mark", V::Mark),
+            ("--set-xmark", V::Mark),
+            ("--and-mark", V::U32),
+            ("--or-mark", V::U32),
+            ("--xor-mark", V::U32),
+            ("--save-mark", V::Flag),
+            ("--restore-mark", V::Flag),
+            ("--nfmask", V::U32),
+            ("--ctmask", V::U32),
+            ("--mask", V::U32),
+        ]),
+    ),
+    ("REJECT", Some(&[("--reject-with", V::Any)])),
+    (
+        "LOG",
+        Some(&[
+            ("--log-level", V::Any),
+            ("--log-prefix", V::Text(29)),
+            ("--log-tcp-sequence", V::Flag),
+            ("--log-tcp-options", V::Flag),
+            ("--log-ip-options", V::Flag),
+            ("--log-uid", V::Flag),
+            ("--log-macdecode", V::Flag),
+        ]),
+    ),
+    (
+        "TCPMSS",
+        Some(&[("--set-mss", V::U32), ("--clamp-mss-to-pmtu", V::Flag)]),
+    ),
+    (
+        "TPROXY",
+        Some(&[
+            ("--on-port", V::Any),
+            ("--on-ip", V::Any),
+            ("--tproxy-mark", V::Mark),
+        ]),
+    ),
+    (
+        "NFQUEUE",
+        Some(&[
+            ("--queue-num", V::U32),
+            ("--queue-balance", V::Range),
+            ("--queue-bypass", V::Flag),
+            ("--fail-open", V::Flag),
+            ("--queue-cpu-fanout", V::Flag),
+        ]),
+    ),
+    (
+        "SET",
+        Some(&[
+            ("--add-set", V::Two),
+            ("--del-set", V::Two),
+            ("--map-set", V::Two),
+            ("--timeout", V::U32),
+            ("--exist", V::Flag),
+            ("--map-mark", V::Flag),
+            ("--map-prio", V::Flag),
+            ("--map-queue", V::Flag),
+        ]),
+    ),
+    ("AUDIT", None),
+    ("CHECKSUM", None),
+    ("CLASSIFY", None),
+    ("CLUSTERIP", None),
+    ("CONNSECMARK", None),
+    ("CT", None),
+    ("DNPT", None),
+    ("DSCP", None),
+    ("ECN", None),
+    ("HL", None),
+    ("HMARK", None),
+    ("IDLETIMER", None),
+    ("LED", None),
+    ("NETMAP", None),
+    ("NFLOG", None),
+    ("RATEEST", None),
+    ("SECMARK", None),
+    ("SNPT", None),
+    ("SYNPROXY", None),
+    ("TCPOPTSTRIP", None),
+    ("TEE", None),
+    ("TOS", None),
+    ("TTL", None),
+    ("ULOG", None),
+];
+
+/// Generic options and whether they take a value.
+fn generic(word: &str) -> Option<(&'static str, V)> {
+    Some(match word {
+        "-s" | "--source" | "--src" => ("-s", V::Address),
+        "-d" | "--destination" | "--dst" => ("-d", V::Address),
+        "-i" | "--in-interface" => ("-i", V::Interface),
+        "-o" | "--out-interface" => ("-o", V::Interface),
+        "-p" | "--protocol" => ("-p", V::Any),
+        "-f" | "--fragment" => ("-f", V::Flag),
+        "-c" | "--set-counters" => ("-c", V::Counters),
+        _ => return None,
+    })
+}
+
+/// The longest chain or target name iptables takes (`XT_EXTENSION_MAXNAMELEN` - 1).
+const MAX_NAME: usize = 28;
+
+/// One loaded extension: its options, and which of them were given.
+struct Loaded {
+    name: &'static str,
+    options: Option<&'static [Opt]>,
+    seen: Vec<&'static str>,
+}
+
+/// Checks `words` of `text` as iptables-restore reads them; appends what it refuses.
+pub(super) fn check(text: &str, words: &[Word], problems: &mut Vec<SpecProblem>) {
+    let mut say = |w: &Word, message: String| {
+        problems.push(SpecProblem {
+            offset: w.start as usize,
+            message,
+        })
+    };
+    let mut matches: Vec<Loaded> = Vec::new();
+    let mut target: Option<Loaded> = None;
+    let mut generic_seen: Vec<&'static str> = Vec::new();
+    let mut protocol: Option<String> = None;
+    let mut bang = false;
+    let mut i = 0;
+    while i < words.len() {
+        let w = &words[i];
+        let raw = w.raw(text);
+        if w.len >= 1024 {
+            say(
+                w,
+                "word longer than 1023 bytes (iptables: Parameter too long!)".into(),
+            );
+            return;
+        }
+        if w.is_bang(text) {
+            if bang {
+                say(w, "multiple \"!\" flags are not allowed".into());
+                return;
+            }
+            bang = true;
+            i += 1;
+            continue;
+        }
+        if !raw.starts_with('-') || raw == "-" || w.quoted {
+            say(w, format!("Bad argument {raw:?}: no option takes it"));
+            return;
+        }
+        let negated = std::mem::take(&mut bang);
+        let next = words.get(i + 1);
+        match raw {
+            "-m" | "--match" => {
+                let Some(n) = next else {
+                    say(w, format!("{raw} needs a match name"));
+                    return;
+                };
+                let name = n.value(text);
+                match MATCHES.iter().find(|(m, _)| *m == name) {
+                    Some((m, options)) => matches.push(Loaded {
+                        name: m,
+                        options: *options,
+                        seen: Vec::new(),
+                    }),
+                    None => {
+                        say(
+                            n,
+                            format!("unknown match {name:?} (iptables: Couldn't load match)"),
+                        );
+                        return;
+                    }
+                }
+                i += 2;
+                continue;
+            }
+            "-j" | "--jump" | "-g" | "--goto" => {
+                let Some(n) = next else {
+                    say(w, format!("{raw} needs a target or chain name"));
+                    return;
+                };
+                let name = n.value(text);
+                if target.is_some() {
+                    say(w, "more than one target (-j/-g) in one rule".into());
+                    return;
+                }
+                if name.is_empty() || name.len() > MAX_NAME || name.starts_with('-') {
+                    say(n, format!("invalid target or chain name {name:?}"));
+                    return;
+                }
+                let known = TARGETS.iter().find(|(t, _)| *t == name);
+                target = Some(Loaded {
+                    name: known.map_or("", |(t, _)| t),
+                    // A chain takes no options.
+                    options: known.map_or(Some(&[][..]), |(_, o)| *o),
+                    seen: Vec::new(),
+                });
+                i += 2;
+                continue;
+            }
+            _ => {}
+        }
+        // An ordinary option: generic, or of a loaded extension.
+        let (name, kind, owner) = if let Some((short, kind)) = generic(raw) {
+            if generic_seen.contains(&short) {
+                say(w, format!("multiple {raw} flags are not allowed"));
+                return;
+            }
+            generic_seen.push(short);
+            (short, kind, None)
+        } else {
+            match lookup(raw, &mut matches, &mut target, protocol.as_deref()) {
+                Lookup::Found(name, kind, owner) => (name, kind, Some(owner)),
+                Lookup::Unchecked => {
+                    // An extension whose options are not listed: take the words
+                    // up to the next option, as the grouping does.
+                    // An extension whose options are not listed: the option takes
+                    // the next word unless that is an option (a flag then).
+                    let _ = negated;
+                    i += 1;
+                    if words.get(i).is_some_and(|w| w.is_bang(text))
+                        && words.get(i + 1).is_some_and(|w| !w.is_option(text))
+                    {
+                        i += 1;
+                    }
+                    if words
+                        .get(i)
+                        .is_some_and(|w| !w.is_option(text) && !w.is_bang(text))
+                    {
+                        i += 1;
+                    }
+                    continue;
+                }
+                Lookup::Unknown => {
+                    say(w, format!("unknown option {raw:?}"));
+                    return;
+                }
+            }
+        };
+        if let Some(owner) = owner {
+            let loaded = match owner {
+                Owner::Match(m) => &mut matches[m],
+                Owner::Target => target.as_mut().expect("found in it"),
+            };
+            if loaded.seen.contains(&name) {
+                say(w, format!("multiple {name} flags are not allowed"));
+                return;
+            }
+            loaded.seen.push(name);
+        }
+        i += 1;
+        let arity = match kind {
+            V::Flag => 0,
+            V::Two => 2,
+            _ => 1,
+        };
+        if arity == 0 {
+            continue;
+        }
+        // `--opt ! value`: the old place of the negation.
+        if words.get(i).is_some_and(|w| w.is_bang(text)) {
+            i += 1;
+        }
+        let Some(arg) = words.get(i) else {
+            say(w, format!("option {raw} requires an argument"));
+            return;
+        };
+        let value = arg.value(text);
+        if arity == 2 {
+            let second = words.get(i + 1).filter(|s| {
+                let r = s.raw(text);
+                !r.starts_with('-') && !r.starts_with('!')
+            });
+            if second.is_none() {
+                say(w, format!("{raw} requires two arguments"));
+                return;
+            }
+            i += 2;
+            continue;
+        }
+        if kind == V::Counters
+            && !value.contains(',')
+            && words.get(i + 1).is_some_and(|w| {
+                let r = w.raw(text);
+                !r.starts_with('-') && !r.starts_with('!')
+            })
+        {
+            i += 1; // `-c PACKETS BYTES`
+        }
+        if let Err(why) = valid(kind, &value) {
+            say(arg, format!("bad value {value:?} for {raw}: {why}"));
+            return;
+        }
+        if name == "-p" {
+            protocol = Some(value.to_ascii_lowercase());
+            if !valid_protocol(&value) {
+                say(arg, format!("unknown protocol {value:?}"));
+                return;
+            }
+        }
+        i += 1;
+    }
+    if bang {
+        problems.push(SpecProblem {
+            offset: text.len(),
+            message: "\"!\" at the end of the rule negates nothing".into(),
+        });
+        return;
+    }
+    for l in matches.iter().chain(target.as_ref()) {
+        if let Some((_, one_of)) = REQUIRED.iter().find(|(n, _)| *n == l.name)
+            && !l.seen.iter().any(|s| one_of.contains(s))
+        {
+            let at = words.last().map_or(0, |w| w.start as usize);
+            problems.push(SpecProblem {
+                offset: at,
+                message: format!("{} needs one of {}", l.name, one_of.join(", ")),
+            });
+            return;
+        }
+    }
+}
+
+/// Extensions that refuse to load without one of these options.
+const REQUIRED: &[(&str, &[&str])] = &[
+    ("comment", &["--comment"]),
+    ("mark", &["--mark"]),
+    ("connmark", &["--mark"]),
+    ("state", &["--state"]),
+    ("statistic", &["--mode"]),
+    ("set", &["--match-set", "--set"]),
+    (
+        "multiport",
+        &[
+            "--sports",
+            "--source-ports",
+            "--dports",
+            "--destination-ports",
+            "--ports",
+        ],
+    ),
+    (
+        "conntrack",
+        &[
+            "--ctstate",
+            "--ctproto",
+            "--ctorigsrc",
+            "--ctorigdst",
+            "--ctreplsrc",
+            "--ctrepldst",
+            "--ctorigsrcport",
+            "--ctorigdstport",
+            "--ctreplsrcport",
+            "--ctrepldstport",
+            "--ctstatus",
+            "--ctexpire",
+            "--ctdir",
+        ],
+    ),
+    (
+        "physdev",
+        &[
+            "--physdev-in",
+            "--physdev-out",
+            "--physdev-is-in",
+            "--physdev-is-out",
+            "--physdev-is-bridged",
+        ],
+    ),
+    ("length", &["--length"]),
+    ("pkttype", &["--pkt-type"]),
+    ("helper", &["--helper"]),
+    ("tcpmss", &["--mss"]),
+    ("nfacct", &["--nfacct-name"]),
+    ("mac", &["--mac-source"]),
+    ("iprange", &["--src-range", "--dst-range"]),
+    ("SNAT", &["--to-source"]),
+    (
+        "MARK",
+        &[
+            "--set-mark",
+            "--set-xmark",
+            "--and-mark",
+            "--or-mark",
+            "--xor-mark",
+        ],
+    ),
+    (
+        "CONNMARK",
+        &[
+            "--set-mark",
+            "--set-xmark",
+            "--and-mark",
+            "--or-mark",
+            "--xor-mark",
+            "--save-mark",
+            "--restore-mark",
+        ],
+    ),
+    ("TCPMSS", &["--set-mss", "--clamp-mss-to-pmtu"]),
+    ("TPROXY", &["--on-port"]),
+    ("SET", &["--add-set", "--del-set", "--map-set"]),
+];
+
+#[derive(Clone, Copy)]
+enum Owner {
+    Match(usize),
+    Target,
+}
+
+enum Lookup {
+    Found(&'static str, V, Owner),
+    /// Some loaded extension does not list its options: it may own this one.
+    Unchecked,
+    Unknown,
+}
+
+/// Finds the option among the target's and the loaded matches' (the last loaded
+/// first); a unique prefix of a long option name is that option. With `-p` given
+/// and no match owning the option, the protocol's match is loaded (as iptables does).
+fn lookup(
+    raw: &str,
+    matches: &mut Vec<Loaded>,
+    target: &mut Option<Loaded>,
+    protocol: Option<&str>,
+) -> Lookup {
+    let mut owners: Vec<(Owner, Option<&'static [Opt]>)> = Vec::new();
+    if let Some(t) = target.as_ref() {
+        owners.push((Owner::Target, t.options));
+    }
+    for (m, l) in matches.iter().enumerate().rev() {
+        owners.push((Owner::Match(m), l.options));
+    }
+    let find = |owners: &[(Owner, Option<&'static [Opt]>)]| {
+        for &(owner, opts) in owners {
+            if let Some(&(n, k)) = opts.into_iter().flatten().find(|(n, _)| *n == raw) {
+                return Some((n, k, owner));
+            }
+        }
+        if raw.starts_with("--") && raw.len() > 2 {
+            let mut found = None;
+            let mut count = 0;
+            for &(owner, opts) in owners {
+                for &(n, k) in opts.into_iter().flatten() {
+                    if n.starts_with(raw) {
+                        count += 1;
+                        found = Some((n, k, owner));
+                    }
+                }
+            }
+            if count == 1 {
+                return found;
+            }
+        }
+        None
+    };
+    if let Some((n, k, o)) = find(&owners) {
+        return Lookup::Found(n, k, o);
+    }
+    if owners.iter().any(|(_, o)| o.is_none()) {
+        return Lookup::Unchecked;
+    }
+    if target.is_none()
+        && let Some(p) = protocol
+        && let Some((m, opts)) = MATCHES.iter().find(|(m, _)| *m == p)
+    {
+        matches.push(Loaded {
+            name: m,
+            options: *opts,
+            seen: Vec::new(),
+        });
+        return lookup(raw, matches, target, None);
+    }
+    if target.is_none() && protocol.is_some_and(|p| !MATCHES.iter().any(|(m, _)| *m == p)) {
+        // A protocol without a listed match (`-p 47`): iptables would try to load one.
+        return Lookup::Unchecked;
+    }
+    Lookup::Unknown
+}
+
+fn valid_protocol(p: &str) -> bool {
+    const NAMES: &[&str] = &[
+        "all",
+        "tcp",
+        "udp",
+        "udplite",
+        "icmp",
+        "icmpv6",
+        "ipv6-icmp",
+        "esp",
+        "ah",
+        "sctp",
+        "mh",
+        "dccp",
+        "gre",
+        "ipv6",
+        "igmp",
+        "ipip",
+        "ipencap",
+        "ospf",
+        "vrrp",
+        "pim",
+        "l2tp",
+        "ipv6-frag",
+        "ipv6-route",
+        "ipv6-opts",
+        "ipv6-nonxt",
+        "hopopt",
+        "ipcomp",
+        "encap",
+        "egp",
+        "pup",
+        "idp",
+        "rdp",
+        "xtp",
+        "ddp",
+        "idpr-cmtp",
+        "rsvp",
+        "skip",
+        "rspf",
+        "vmtp",
+        "eigrp",
+        "ax.25",
+        "etherip",
+        "isis",
+        "fc",
+        "mptcp",
+        "ggp",
+        "st",
+        "igp",
+        "ipx-in-ip",
+        "manet",
+        "hip",
+        "shim6",
+        "wesp",
+        "rohc",
+        "ethernet",
+        "mobility-header",
+        "ipv6-mh",
+    ];
+    let lower = p.to_ascii_lowercase();
+    NAMES.contains(&lower.as_str()) || p.parse::<u8>().is_ok()
+}
+
+fn number(s: &str) -> Option<u64> {
+    if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        return u64::from_str_radix(h, 16).ok();
+    }
+    if s.len() > 1 && s.starts_with('0') && s.bytes().all(|b| b.is_ascii_digit()) {
+        return u64::from_str_radix(s, 8).ok();
+    }
+    s.parse().ok()
+}
+
+fn port(s: &str) -> bool {
+    const NAMES: &[&str] = &[
+        "ftp-data",
+        "ftp",
+        "ssh",
+        "telnet",
+        "smtp",
+        "domain",
+        "http",
+        "www",
+        "pop3",
+        "ntp",
+        "imap2",
+        "snmp",
+        "https",
+        "imaps",
+        "pop3s",
+        "bootps",
+        "bootpc",
+        "tftp",
+        "ldap",
+        "ldaps",
+        "submission",
+        "mysql",
+        "postgresql",
+        "redis",
+        "kerberos",
+        "syslog",
+    ];
+    s.parse::<u16>().is_ok() || NAMES.contains(&s)
+}
+
+fn valid(kind: V, v: &str) -> Result<(), &'static str> {
+    let ok = match kind {
+        V::Flag | V::Any | V::Two => true,
+        V::PortRange => {
+            let parts: Vec<&str> = v.split(':').collect();
+            match parts.as_slice() {
+                [p] => port(p),
+                [a, b] => (a.is_empty() || port(a)) && (b.is_empty() || port(b)),
+                _ => false,
+            }
+        }
+        V::PortList => {
+            let items: Vec<&str> = v.split(',').collect();
+            items.len() <= 15
+                && items
+                    .iter()
+                    .all(|p| valid(V::PortRange, p).is_ok() && !p.is_empty())
+        }
+        V::U32 => number(v).is_some_and(|n| n <= u32::MAX as u64),
+        V::Range => {
+            let mut it = v.split(':');
+            let ok = |s: Option<&str>| s.is_none_or(|s| s.is_empty() || number(s).is_some());
+            let (a, b) = (it.next(), it.next());
+            it.next().is_none() && !v.is_empty() && ok(a) && ok(b)
+        }
+        V::Mark => {
+            let (a, m) = v.split_once('/').map_or((v, None), |(a, m)| (a, Some(m)));
+            number(a).is_some_and(|n| n <= u32::MAX as u64)
+                && m.is_none_or(|m| number(m).is_some_and(|n| n <= u32::MAX as u64))
+        }
+        V::CtState => v.split(',').all(|s| {
+            matches!(
+                s,
+                "INVALID" | "NEW" | "RELATED" | "ESTABLISHED" | "UNTRACKED" | "SNAT" | "DNAT"
+            )
+        }),
+        V::State => v.split(',').all(|s| {
+            matches!(
+                s,
+                "INVALID" | "NEW" | "RELATED" | "ESTABLISHED" | "UNTRACKED"
+            )
+        }),
+        V::Address => v.split(',').all(address),
+        V::Probability => v.parse::<f64>().is_ok_and(|p| (0.0..=1.0).contains(&p)),
+        V::StatisticMode => matches!(v, "random" | "nth"),
+        V::Text(max) => v.len() <= max,
+        V::Rate => {
+            let (n, unit) = v.split_once('/').map_or((v, None), |(n, u)| (n, Some(u)));
+            n.parse::<u32>().is_ok_and(|n| n > 0)
+                && unit.is_none_or(|u| {
+                    !u.is_empty()
+                        && ["second", "minute", "hour", "day"]
+                            .iter()
+                            .any(|full| full.starts_with(u))
+                })
+        }
+        V::Interface => !v.is_empty() && v.len() <= 15,
+        V::Counters => v.split(',').all(|n| n.parse::<u64>().is_ok()),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err("not a valid value for this option")
+    }
+}
+
+/// An IPv4 or IPv6 address with an optional `/prefix` or `/mask`.
+fn address(s: &str) -> bool {
+    let (a, m) = s.split_once('/').map_or((s, None), |(a, m)| (a, Some(m)));
+    let v4 = a.parse::<std::net::Ipv4Addr>().is_ok() || inet_aton(a);
+    let v6 = a.parse::<std::net::Ipv6Addr>().is_ok();
+    if !v4 && !v6 {
+        return false;
+    }
+    m.is_none_or(|m| {
+        let max = if v4 { 32 } else { 128 };
+        m.parse::<u8>().is_ok_and(|p| p <= max)
+            || (v4 && m.parse::<std::net::Ipv4Addr>().is_ok())
+            || (v6 && m.parse::<std::net::Ipv6Addr>().is_ok())
+    })
+}
+
+/// The shorter IPv4 forms inet_aton takes (`10.80` is 10.0.0.80, `1` is 0.0.0.1),
+/// which iptables accepts.
+fn inet_aton(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('.').collect();
+    if parts.is_empty() || parts.len() > 4 || parts.iter().any(|p| p.is_empty()) {
+        return false;
+    }
+    let nums: Vec<Option<u64>> = parts.iter().map(|p| number(p)).collect();
+    if nums.iter().any(Option::is_none) {
+        return false;
+    }
+    let nums: Vec<u64> = nums.into_iter().flatten().collect();
+    let last_bits = 8 * (5 - nums.len() as u32);
+    let (head, last) = nums.split_at(nums.len() - 1);
+    head.iter().all(|&n| n <= 255) && last[0] < (1u64 << last_bits.min(32)).max(256)
+}
