@@ -17,7 +17,11 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// A legacy read: the ruleset and a fingerprint of the raw text.
 #[derive(Debug, Default)]
 pub struct LegacyRead {
+    /// The legacy tables of both families as iptables-legacy-save and
+    /// ip6tables-legacy-save print them; no tables when /proc lists none.
     pub ruleset: Ruleset,
+    /// A hash of the /proc table lists and each dump's lines but its comments (which
+    /// carry dates): equal fingerprints mean the same output.
     pub fingerprint: u64,
     /// Tools that failed, with why.
     pub errors: Vec<String>,

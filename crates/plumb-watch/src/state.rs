@@ -318,6 +318,7 @@ impl Transaction {
         self.messages
     }
 
+    /// Whether no message has been applied yet.
     pub fn is_empty(&self) -> bool {
         self.messages == 0
     }

@@ -139,6 +139,7 @@ pub struct WatchOptions {
     pub debounce: Duration,
     /// Legacy fingerprint poll interval when audit is unavailable.
     pub legacy_poll: Duration,
+    /// How many removals within which window make a fight.
     pub fight: FightPolicy,
     /// Netlink receive buffer asked for (bytes).
     pub receive_buffer: usize,
@@ -174,23 +175,32 @@ impl Default for WatchOptions {
 /// Why watch could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
+    /// The nftables notification socket could not be opened or subscribed (in the
+    /// namespace, when one was given).
     #[error(
         "cannot subscribe to nftables notifications{} (needs CAP_NET_ADMIN, and CAP_SYS_ADMIN to enter a namespace)",
         .netns.as_deref().map(|n| format!(" in network namespace {n}")).unwrap_or_default()
     )]
     Subscribe {
+        /// The namespace asked for; None: plumb's own.
         netns: Option<String>,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
 }
 
-/// What a watch run saw (printed at the end).
+/// What a watch run saw (printed at the end; its serde form is the JSON summary).
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Summary {
+    /// Seconds from [`Watcher::start`] to the end (the baseline read included).
     pub duration_s: f64,
+    /// Events emitted, by kind (`foreign-change`, `gap`, ...); preliminary events
+    /// are counted under `preliminary`, not under their kind.
     pub events: BTreeMap<String, u64>,
+    /// Complete nf_tables transactions judged (with or without an event).
     pub batches: u64,
+    /// Times the kernel dropped notifications (each a `gap` event).
     pub gaps: u64,
     /// `listening`, `unavailable: <why>` or `off`.
     pub audit: String,
@@ -198,6 +208,9 @@ pub struct Summary {
     pub legacy: String,
     /// The eBPF writer probe: `attached`, `unavailable: <why>` or `off`.
     pub probe: String,
+    /// Sentences about what the run could not do or saw only in part (baseline
+    /// problems, legacy polling, transactions already in the dump, the probe's
+    /// namings and dropped reports).
     pub notes: Vec<String>,
 }
 
