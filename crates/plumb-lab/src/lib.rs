@@ -27,6 +27,8 @@
 //! [`state`] (the state file), [`process`] and [`netns`] (finding and entering things),
 //! [`probe`] (real packets and deadline waits).
 
+#![deny(missing_docs)]
+
 pub mod actors;
 pub mod backend_mix;
 pub mod clock;

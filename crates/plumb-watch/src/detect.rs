@@ -29,16 +29,28 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Kind {
+    /// `foreign-change`: owned chains, rules or hook rules changed by a writer that is
+    /// not their owner, or rules inserted ahead of owned hook rules.
     ForeignChange,
+    /// `fight`: the same owned objects removed again and again by one party and
+    /// restored by their owner.
     Fight,
+    /// `policy-change`: a base chain's policy changed.
     PolicyChange,
+    /// `owner-change`: an owner's own write (not tampering).
     OwnerChange,
+    /// `rewrite`: owned chains rewritten with the same rules by another writer (no
+    /// net change; information).
     Rewrite,
+    /// `resync`: what a full re-read after lost notifications found changed; the
+    /// writer is unknown.
     Resync,
+    /// `gap`: the kernel dropped notifications; a resync follows.
     Gap,
 }
 
 impl Kind {
+    /// The kind's name in the JSON contract and the metrics (`foreign-change`).
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::ForeignChange => "foreign-change",
@@ -81,6 +93,8 @@ pub enum Action {
 }
 
 impl Action {
+    /// The verb of the human line (`deleted`, `rewrote`, `changed the policy of`);
+    /// the JSON form is the variant's kebab-case name instead.
     pub fn as_str(self) -> &'static str {
         match self {
             Action::Deleted => "deleted",
@@ -107,6 +121,7 @@ pub struct FightInfo {
     pub restorer: String,
     /// Removals of these objects within the window (this one included).
     pub reverts: u32,
+    /// Restores of them by the owner since the first removal in the window.
     pub restores: u32,
     /// Seconds from the first removal in the window to this one.
     pub span_s: f64,
@@ -117,21 +132,30 @@ pub struct FightInfo {
 /// One detection result (the watcher adds time, actor and latency to make an event).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Detection {
+    /// What kind of change.
     pub kind: Kind,
+    /// What happened to the chains.
     pub action: Action,
+    /// The table's family (`ip`, `ip6`, `inet`, ...).
     pub family: String,
+    /// The table's name.
     pub table: String,
+    /// Whose chains they are; None for detections not about owned chains (policy
+    /// changes, insertions, resyncs).
     pub owner: Option<String>,
     /// Affected chains, sorted; the first [`crate::event::MAX_LISTED_CHAINS`] only.
     pub chains: Vec<String>,
     /// Number of affected chains (a 10k-service revert affects 40k).
     pub chain_count: usize,
+    /// Rules added to the affected chains.
     pub rules_added: usize,
+    /// Rules removed from the affected chains.
     pub rules_removed: usize,
     /// Extra facts: "canary chain KUBE-PROXY-CANARY vanished", "whole table flushed", ...
     pub details: Vec<String>,
     /// For removals: the how-many-th removal of these objects within the window.
     pub revert: Option<u32>,
+    /// For a removal that makes a fight (and for the fight detection): the fight.
     pub fight: Option<FightInfo>,
 }
 
@@ -306,7 +330,11 @@ impl Group<'_> {
 /// How long a fight is remembered, and how many removals make one.
 #[derive(Clone, Copy, Debug)]
 pub struct FightPolicy {
+    /// How long removals and restores are remembered, in milliseconds.
     pub window_ms: u64,
+    /// Removals of the same objects by one party within the window that make a
+    /// fight (when the owner restored them in between: at least this many minus one
+    /// restores).
     pub min_reverts: u32,
 }
 
@@ -343,6 +371,7 @@ pub const MAX_FIGHTS: usize = 1024;
 const MAX_CHAINS: usize = 1024;
 
 impl FightTracker {
+    /// A tracker that remembers nothing yet.
     pub fn new(policy: FightPolicy) -> FightTracker {
         FightTracker {
             policy,

@@ -20,26 +20,54 @@ pub const MAX_LISTED_CHAINS: usize = 200;
 /// One watch event.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Event {
+    /// When plumb reported it: UTC, RFC 3339 with milliseconds
+    /// (`2024-09-17T12:57:29.009Z`).
     pub time: String,
+    /// What kind of event (`foreign-change`, `fight`, `policy-change`,
+    /// `owner-change`, `rewrite`, `resync`, `gap`).
     pub kind: Kind,
+    /// What happened to the chains (`deleted`, `flushed`, `modified`, `added`,
+    /// `restored`, `rewritten`, `inserted`, `unhooked`, `policy`, `fight`, `changed`).
     pub action: Action,
     /// The watched network namespace (`null`: the host's).
     pub netns: Option<String>,
+    /// The table's family (`ip`, `ip6`, `inet`, ...); empty for a gap.
     pub family: String,
+    /// The table's name (`nat`, `kube-proxy`); empty for a gap.
     pub table: String,
+    /// The affected chains, sorted, the first [`MAX_LISTED_CHAINS`] only. For
+    /// `unhooked`, the removed hook rules as `CHAIN -j TARGET`; for `policy`, the base
+    /// chain; for `inserted`, the built-in chains the rules went into.
     pub chains: Vec<String>,
     /// Number of affected chains (`chains` may be cut at [`MAX_LISTED_CHAINS`]).
     pub chain_count: usize,
+    /// Whose chains they are (`kube-proxy`, `kubelet`, `calico`, ...), from the
+    /// ownership catalogue; `null` for events not about owned chains (policy changes,
+    /// insertions, resyncs, gaps).
     pub owner: Option<String>,
+    /// Who wrote the change; its fields are `null` when unknown (resync, legacy
+    /// poll, gap).
     pub actor: Actor,
-    /// Kernel commit (notification received) to event, in milliseconds.
+    /// Milliseconds from the transaction's first notification (about its commit) to
+    /// this event; `null` for changes found by a re-read (resync, legacy) and gaps.
     pub latency_ms: Option<f64>,
-    /// nf_tables generation of the change.
+    /// The nf_tables generation the transaction committed; `null` when not from a
+    /// notification (resync, legacy, gap).
     pub generation: Option<u32>,
+    /// Rules added to the affected chains.
     pub rules_added: usize,
+    /// Rules removed from the affected chains.
     pub rules_removed: usize,
+    /// Further facts, one sentence each ("canary/hint chain KUBE-PROXY-CANARY
+    /// vanished", "whole nat table flushed", a policy's `FORWARD policy ACCEPT ->
+    /// DROP`, ...).
     pub details: Vec<String>,
+    /// For a foreign change that removed owned objects: the how-many-th removal of
+    /// the same objects by the same writer within the fight window (1 the first
+    /// time); `null` otherwise.
     pub revert: Option<u32>,
+    /// For a removal that makes a fight (and for the `fight` event itself): the two
+    /// parties, the counts and the period; `null` otherwise.
     pub fight: Option<FightInfo>,
     /// Reported while a big transaction was still being sent (what it had done so
     /// far, its writer named by the eBPF writer probe): the complete event of the same

@@ -19,6 +19,8 @@
 //! only listens on multicast groups, sends GET requests (the generation, the table
 //! list) and runs dump commands. The eBPF probe observes syscalls; it changes nothing.
 
+#![deny(missing_docs)]
+
 pub mod actor;
 pub mod audit;
 pub mod audit_control;
