@@ -16,7 +16,7 @@
 //! subscription with a socket filter passing NEWGEN and a sample would cost CPU and add
 //! nothing while the listener keeps pace with the kernel.
 //!
-//! Gaps (ENOBUFS, a cut datagram) and resyncs: see [`Listener::resync`].
+//! Gaps (ENOBUFS, a cut datagram) and resyncs: see `Listener::resync`.
 
 use crate::actor::{self, Actor, Hints};
 use crate::metrics::{ErrorKind, Metrics};

@@ -71,7 +71,8 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Registers every metric at zero; not ready (see [`Metrics::set_ready`]).
+    /// Registers every metric at zero; not ready until the flag of
+    /// [`Metrics::ready_flag`] is set.
     pub fn new() -> Metrics {
         let mut r = Registry::default();
         let changes = Family::<Labels, Counter>::default();
