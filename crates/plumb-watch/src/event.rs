@@ -147,18 +147,41 @@ impl Event {
     /// kube-proxy chains in nat (KUBE-SVC-… …) — 3rd revert in 21 s, fight with kube-proxy`.
     pub fn human(&self) -> String {
         let clock = self.time.get(11..23).unwrap_or(&self.time);
+        let body = self.human_body();
+        let mut line = if self.preliminary {
+            format!("{clock} (preliminary) {body}")
+        } else {
+            format!("{clock} {body}")
+        };
+        if self.kind == Kind::ForeignChange {
+            self.push_revert_and_details(&mut line);
+        }
+        if let Some(ms) = self.latency_ms {
+            line.push_str(&format!(" [{ms:.1} ms]"));
+        }
+        line
+    }
+
+    /// The writer for the human line: display name, exe and unit, catalogue label.
+    fn human_writer(&self) -> String {
         let who = match (&self.actor.exe, &self.actor.unit) {
             (Some(exe), Some(unit)) => format!("{} ({exe}, {unit})", self.actor.display()),
             (Some(exe), None) => format!("{} ({exe})", self.actor.display()),
             (None, Some(unit)) => format!("{} ({unit})", self.actor.display()),
             (None, None) => self.actor.display(),
         };
-        let who = match &self.actor.identity {
+        match &self.actor.identity {
             Some(id) if id.label.is_some() => {
                 format!("{who} [{}]", id.label.as_deref().unwrap_or(""))
             }
             _ => who,
-        };
+        }
+    }
+
+    /// What happened, in words, by kind and action (the human line without its time
+    /// and suffixes).
+    fn human_body(&self) -> String {
+        let who = self.human_writer();
         let chains = list_chains(&self.chains, self.chain_count);
         let owner = self.owner.as_deref().unwrap_or("");
         let table = self.table_label();
@@ -169,7 +192,7 @@ impl Event {
                 format!("{n} {w}s")
             }
         };
-        let body = match (self.kind, self.action) {
+        match (self.kind, self.action) {
             (Kind::Gap, _) => format!(
                 "GAP: events lost ({}); resynchronising from a full dump",
                 self.details.join("; ")
@@ -200,7 +223,7 @@ impl Event {
             (_, Action::Unhooked) => {
                 format!("{who} removed {owner} hook rules in {table} ({chains})")
             }
-            (kind, action) => {
+            (_, action) => {
                 let what = match action {
                     Action::Modified => format!(
                         "modified {} (+{} -{} rules)",
@@ -214,39 +237,32 @@ impl Event {
                         plural(self.chain_count, &format!("{owner} chain"))
                     ),
                 };
-                let _ = kind;
                 format!("{who} {what} in {table} ({chains})")
             }
-        };
-        let mut line = if self.preliminary {
-            format!("{clock} (preliminary) {body}")
-        } else {
-            format!("{clock} {body}")
-        };
-        if self.kind == Kind::ForeignChange {
-            if let Some(n) = self.revert.filter(|&n| n > 1) {
-                match &self.fight {
-                    Some(f) => line.push_str(&format!(
-                        " — {} revert in {:.0} s, fight with {}",
-                        ordinal(n),
-                        f.span_s,
-                        f.restorer
-                    )),
-                    None => line.push_str(&format!(" — {} revert", ordinal(n))),
-                }
-            }
-            for d in self
-                .details
-                .iter()
-                .filter(|_| self.action != Action::Inserted)
-            {
-                line.push_str(&format!("; {d}"));
+        }
+    }
+
+    /// A foreign change's suffixes: the how-many-th revert (and the fight it makes),
+    /// then its details (none for an insertion: its body quotes the first).
+    fn push_revert_and_details(&self, line: &mut String) {
+        if let Some(n) = self.revert.filter(|&n| n > 1) {
+            match &self.fight {
+                Some(f) => line.push_str(&format!(
+                    " — {} revert in {:.0} s, fight with {}",
+                    ordinal(n),
+                    f.span_s,
+                    f.restorer
+                )),
+                None => line.push_str(&format!(" — {} revert", ordinal(n))),
             }
         }
-        if let Some(ms) = self.latency_ms {
-            line.push_str(&format!(" [{ms:.1} ms]"));
+        for d in self
+            .details
+            .iter()
+            .filter(|_| self.action != Action::Inserted)
+        {
+            line.push_str(&format!("; {d}"));
         }
-        line
     }
 }
 
