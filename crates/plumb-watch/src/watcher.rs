@@ -65,6 +65,32 @@ fn attach_writer_probe(
     }
 }
 
+/// What the baseline read could not do: counted as a re-read error and said in the
+/// summary's notes.
+fn note_baseline_problems(problems: &[String], metrics: &Metrics, summary: &mut Summary) {
+    if !problems.is_empty() {
+        metrics.error(ErrorKind::Reread);
+        summary
+            .notes
+            .extend(problems.iter().map(|p| format!("baseline: {p}")));
+    }
+}
+
+/// The summary's `legacy` field (how iptables-legacy changes are found) and, when
+/// they are found by polling, a note that says what that costs.
+fn note_legacy_mode(present: bool, audit_ok: bool, summary: &mut Summary) {
+    summary.legacy = match (present, audit_ok) {
+        (false, _) => "none".into(),
+        (true, true) => "audit".into(),
+        (true, false) => "polling".into(),
+    };
+    if present && !audit_ok {
+        summary.notes.push(
+            "iptables-legacy tables present and audit unavailable: legacy changes are found by polling; attribution and latency are degraded".into(),
+        );
+    }
+}
+
 /// Starts the audit listener thread when asked and possible. Returns the summary's
 /// `audit` field and whether audit is listening.
 fn start_audit_listener(
@@ -314,12 +340,7 @@ impl Watcher {
         let runner = SystemRunner;
         let baseline = crate::baseline::read(netns);
         let dumped_at_ns = crate::listener::monotonic_ns();
-        if !baseline.problems.is_empty() {
-            metrics.error(ErrorKind::Reread);
-            summary
-                .notes
-                .extend(baseline.problems.iter().map(|p| format!("baseline: {p}")));
-        }
+        note_baseline_problems(&baseline.problems, metrics, &mut summary);
         let legacy_rs = crate::legacy::read(&runner, netns);
         let legacy_present = !legacy_rs.ruleset.tables.is_empty();
 
@@ -359,16 +380,7 @@ impl Watcher {
         let (audit, audit_ok) = start_audit_listener(opts.audit, metrics, &stop, &tx);
         summary.audit = audit;
         drop(tx);
-        summary.legacy = match (legacy_present, audit_ok) {
-            (false, _) => "none".into(),
-            (true, true) => "audit".into(),
-            (true, false) => "polling".into(),
-        };
-        if legacy_present && !audit_ok {
-            summary.notes.push(
-            "iptables-legacy tables present and audit unavailable: legacy changes are found by polling; attribution and latency are degraded".into(),
-        );
-        }
+        note_legacy_mode(legacy_present, audit_ok, &mut summary);
 
         if let Some(r) = &opts.ready {
             r.store(true, Ordering::SeqCst);
