@@ -82,13 +82,20 @@ impl fmt::Display for Evidence {
 pub struct Finding {
     /// Stable code, e.g. `dangling-reference`.
     pub id: String,
+    /// Whether the check found its problem, ruled it out, or could not tell.
     pub status: Status,
+    /// How much it matters when it is a problem (JSON: `info` … `critical`).
     pub severity: Severity,
     /// One line, specific to this node ("KUBE-SERVICES is empty while 42 KUBE-SVC chains exist").
     pub title: String,
+    /// What the conclusion rests on, quoted from the node's own output and files;
+    /// through [`Finding::with_evidence`], at most [`MAX_EVIDENCE`] items and a line
+    /// saying how many more.
     pub evidence: Vec<Evidence>,
     /// Why it matters, for a platform engineer.
     pub explanation: String,
+    /// Steps to fix it, in order, quoting the node's own names and addresses; empty
+    /// when there is nothing to do.
     pub remediation: Vec<String>,
     /// What not to do (the write-ups warn against flushing rules, for instance).
     pub do_not: Vec<String>,

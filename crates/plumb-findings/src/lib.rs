@@ -7,6 +7,8 @@
 //!
 //! Pure leaf crate: no IO, depends on nothing of plumb's.
 
+#![deny(missing_docs)]
+
 pub mod conclusion;
 pub mod finding;
 pub mod order;

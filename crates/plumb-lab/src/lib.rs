@@ -24,8 +24,10 @@
 //! Code map: [`scenario`] and [`plan`] (what each incident sets up), [`topology`]
 //! (namespaces, links, routes), [`layout`] (the node's files), [`actors`] (the emulators),
 //! [`ufw`] (real UFW in a private mount namespace), [`lab`] (up/down/status/exec),
-//! [`state`] (the state file), [`process`] and [`netns`] (finding and entering things),
+//! [`state`] (the state file), [`process`] and [`plumb_os::netns`] (finding and entering things),
 //! [`probe`] (real packets and deadline waits).
+
+#![deny(missing_docs)]
 
 pub mod actors;
 pub mod backend_mix;

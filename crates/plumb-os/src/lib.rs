@@ -10,6 +10,8 @@
 //! Nothing here writes to the firewall: callers decide what they run, and plumb only
 //! runs dump commands.
 
+#![deny(missing_docs)]
+
 pub mod netlink;
 pub mod netns;
 pub mod runner;

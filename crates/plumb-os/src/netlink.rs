@@ -24,10 +24,18 @@ fn align4(n: usize) -> usize {
 /// One netlink message: header fields and its payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Message<'a> {
+    /// `nlmsg_type`: for nfnetlink, the subsystem in the high byte and the message
+    /// in the low byte; below 16, a control message (`NLMSG_ERROR`, `NLMSG_DONE`, ...).
     pub kind: u16,
+    /// `nlmsg_flags` (`NLM_F_*`).
     pub flags: u16,
+    /// `nlmsg_seq`: the request's sequence number; in nftables notifications, the
+    /// sequence number of the batch that caused them.
     pub seq: u32,
+    /// `nlmsg_pid`: the sending socket's port id (0 from the kernel).
     pub pid: u32,
+    /// What follows the 16-byte header, up to the message's length (or the end of
+    /// the buffer for a cut message).
     pub payload: &'a [u8],
 }
 
@@ -83,7 +91,9 @@ pub fn messages_up_to_cut(buf: &[u8]) -> impl Iterator<Item = (Message<'_>, bool
 /// One attribute: its type (flags masked off) and value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Attr<'a> {
+    /// `nla_type` without the nested and byte-order flags.
     pub kind: u16,
+    /// The value, without the 4-byte header and the padding.
     pub value: &'a [u8],
 }
 

@@ -8,12 +8,16 @@ use std::time::{Duration, Instant};
 /// What a command printed and how it ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommandOutput {
+    /// The exit code; None when a signal ended the process.
     pub status: Option<i32>,
+    /// Everything it wrote to standard output, as bytes (dumps need not be UTF-8).
     pub stdout: Vec<u8>,
+    /// Everything it wrote to standard error, lossily decoded.
     pub stderr: String,
 }
 
 impl CommandOutput {
+    /// Whether it exited with code 0.
     pub fn success(&self) -> bool {
         self.status == Some(0)
     }
@@ -22,13 +26,26 @@ impl CommandOutput {
 /// Why a command could not give output.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The program is not on PATH (nor in the sbin directories).
     #[error("{program}: not installed")]
-    NotFound { program: String },
+    NotFound {
+        /// The program's name as asked for.
+        program: String,
+    },
+    /// The deadline passed; the process was killed.
     #[error("{program}: did not finish within {timeout:?}")]
-    Timeout { program: String, timeout: Duration },
+    Timeout {
+        /// The program's name as asked for.
+        program: String,
+        /// The deadline it was given.
+        timeout: Duration,
+    },
+    /// Starting it, or reading its output, failed.
     #[error("{program}: {source}")]
     Io {
+        /// The program's name as asked for.
         program: String,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },

@@ -8,6 +8,8 @@
 //! - [`conditional_jump_chains`]: a small ruleset whose conditional jumps multiply the
 //!   paths a naive packet trace follows.
 
+#![deny(missing_docs)]
+
 use std::path::{Path, PathBuf};
 
 /// The variable that turns every skip into a failure. CI sets it (`scripts/test-all`):
@@ -123,6 +125,7 @@ impl Scratch {
         Scratch(p)
     }
 
+    /// The directory (removed when the `Scratch` is dropped).
     pub fn path(&self) -> &Path {
         &self.0
     }

@@ -14,14 +14,23 @@ use std::sync::OnceLock;
 /// What /proc says about one process.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ProcInfo {
+    /// The process id (in plumb's pid namespace).
     pub pid: u32,
+    /// `/proc/PID/comm`: the thread name, at most 15 bytes (`iptables-restor`).
     pub comm: Option<String>,
+    /// Where `/proc/PID/exe` points; None when it cannot be read (a kernel thread, an
+    /// exiting process, no permission).
     pub exe: Option<String>,
+    /// The parent's pid, from `/proc/PID/stat`.
     pub ppid: Option<u32>,
+    /// The real user id, from `/proc/PID/status`.
     pub uid: Option<u32>,
     /// The cgroup v2 path (or the first v1 line's path).
     pub cgroup: Option<String>,
+    /// The command line, arguments joined by single spaces; None when empty (a kernel
+    /// thread, a zombie).
     pub argv: Option<String>,
+    /// The inode of the process's network namespace (`/proc/PID/ns/net`).
     pub netns: Option<u64>,
 }
 
@@ -140,12 +149,13 @@ fn catalogue() -> &'static Catalogue {
 pub struct Identity {
     /// Catalogue name: `kube-proxy`, `illumio-ven`, `shell`, ...
     pub name: String,
+    /// A longer human name from the catalogue (`Illumio VEN`), when it has one.
     pub label: Option<String>,
     /// `kubernetes`, `cni`, `host-firewall`, `security-agent`, `human`, ...
     pub kind: String,
     /// Owners whose objects this writer legitimately changes.
     pub writes: Vec<String>,
-    /// Why: "comm venAgent", "parent 812 comm kube-proxy", ...
+    /// Why: "comm venAgent", "ancestor 812 comm kube-proxy", ...
     pub evidence: String,
 }
 
@@ -212,15 +222,28 @@ pub fn identify(chain: &[ProcInfo]) -> Option<Identity> {
 /// The writer of one change, as reported in events.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Actor {
+    /// The writing process's id; None when the writer is unknown (a resync, a poll).
     pub pid: Option<u32>,
+    /// Its comm (at most 15 bytes), from /proc or, when it is gone, from the kernel's
+    /// NEWGEN or audit record.
     pub comm: Option<String>,
+    /// Its executable's path, from /proc or an audit record; None when neither said.
     pub exe: Option<String>,
+    /// The systemd unit or scope its cgroup names (`kubelet.service`).
     pub unit: Option<String>,
+    /// The container id (12 hex digits) its cgroup names.
     pub container: Option<String>,
+    /// Its parent's pid.
     pub ppid: Option<u32>,
+    /// Its real user id.
     pub uid: Option<u32>,
+    /// Its command line, arguments joined by spaces.
     pub argv: Option<String>,
+    /// The inode of its network namespace; None when it was not read (the process is
+    /// gone).
     pub netns: Option<u64>,
+    /// The catalogue entry it (or an ancestor) matched; None for a writer the
+    /// catalogue does not know.
     pub identity: Option<Identity>,
     /// The process had exited before plumb could read /proc: fields come from the
     /// kernel's notification and audit records only.
@@ -233,7 +256,8 @@ impl Actor {
         Actor::default()
     }
 
-    /// Display name: identity label or comm, with pid.
+    /// Display name: the comm, else the identity's name, else `unknown`; then `[pid]`
+    /// when the pid is known (`kube-proxy[812]`).
     pub fn display(&self) -> String {
         let name = self
             .comm
@@ -287,10 +311,16 @@ impl Actor {
 /// Hints from the kernel about a writer, used when its process is gone.
 #[derive(Clone, Debug, Default)]
 pub struct Hints {
+    /// The comm the kernel reported (NEWGEN's `NFTA_GEN_PROC_NAME`, audit's `comm=`);
+    /// when set, a /proc entry with another comm is taken for a reused pid.
     pub comm: Option<String>,
+    /// The executable's path (audit's `exe=`).
     pub exe: Option<String>,
+    /// The parent's pid (audit's `ppid=`).
     pub ppid: Option<u32>,
+    /// The user id (audit's `uid=`).
     pub uid: Option<u32>,
+    /// The command line (audit's PROCTITLE, arguments joined by spaces).
     pub argv: Option<String>,
 }
 

@@ -18,20 +18,29 @@ use std::io;
 use std::path::Path;
 use std::time::Duration;
 
+/// `AUDIT_SYSCALL`: the system call that caused the event (pid, ppid, uid, exe, comm).
 pub const AUDIT_SYSCALL: u16 = 1300;
+/// `AUDIT_EOE`: the end of a multi-record event.
 pub const AUDIT_EOE: u16 = 1320;
+/// `AUDIT_NETFILTER_CFG`: one netfilter configuration change.
 pub const AUDIT_NETFILTER_CFG: u16 = 1325;
+/// `AUDIT_PROCTITLE`: the process's command line, hex-encoded.
 pub const AUDIT_PROCTITLE: u16 = 1327;
-/// `AUDIT_NLGRP_READLOG`.
+/// `AUDIT_NLGRP_READLOG`: the multicast group of read-only audit listeners.
 pub const AUDIT_NLGRP_READLOG: u32 = 1;
 
 /// One audit record: type, time, serial and its `key=value` fields.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
+    /// The record type (`AUDIT_*`, e.g. 1325 for NETFILTER_CFG).
     pub kind: u16,
-    /// Milliseconds since the epoch, from `audit(SECS.MS:SERIAL)`.
+    /// Milliseconds since the epoch, from `audit(SECS.MS:SERIAL)`; 0 when the stamp
+    /// is not numeric (`ausearch -i` output).
     pub time_ms: u64,
+    /// The event's serial: records of one event share it.
     pub serial: u64,
+    /// The `key=value` fields in order, quotes removed and hex-encoded values
+    /// (comm, exe, proctitle, cwd, name) decoded.
     pub fields: Vec<(String, String)>,
 }
 
@@ -147,19 +156,26 @@ fn decode_hex(s: &str, argv: bool) -> Option<String> {
 /// One NETFILTER_CFG record.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct NetfilterCfg {
+    /// The table's name (`nat`, `kube-proxy`), without the generation suffix; empty
+    /// when the record has no `table=`.
     pub table: String,
     /// nf_tables generation (`table=nat:19`); absent for legacy.
     pub generation: Option<u32>,
     /// `NFPROTO_*` family (2 = ipv4, 10 = ipv6, ...).
     pub family: Option<u32>,
+    /// `entries=`: for legacy, the table's rule count after the change; for nf_tables,
+    /// the number of objects the operation touched.
     pub entries: Option<u64>,
     /// `xt_replace`, `xt_register`, `nft_register_chain`, `nft_unregister_rule`, ...
     pub op: String,
+    /// The writer's pid, when the record carries one (records in syscall context).
     pub pid: Option<u32>,
+    /// The writer's comm, when the record carries one.
     pub comm: Option<String>,
 }
 
 impl NetfilterCfg {
+    /// Reads a NETFILTER_CFG record; None for a record of another type.
     pub fn from_record(r: &Record) -> Option<NetfilterCfg> {
         if r.kind != AUDIT_NETFILTER_CFG {
             return None;
@@ -204,20 +220,32 @@ impl NetfilterCfg {
 /// SYSCALL fields that describe the writer.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SyscallInfo {
+    /// The writer's pid.
     pub pid: Option<u32>,
+    /// Its parent's pid.
     pub ppid: Option<u32>,
+    /// Its user id.
     pub uid: Option<u32>,
+    /// Its login (audit) user id: who logged in, whatever user it runs as now;
+    /// 4294967295 for a process no login started (a daemon).
     pub auid: Option<u32>,
+    /// Its executable's path.
     pub exe: Option<String>,
+    /// Its comm (at most 15 bytes).
     pub comm: Option<String>,
 }
 
 /// All records of one audit event (one serial) that changed netfilter.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct NetfilterAudit {
+    /// The audit serial all its records share.
     pub serial: u64,
+    /// When the kernel stamped its first record, milliseconds since the epoch.
     pub time_ms: u64,
+    /// Its NETFILTER_CFG records in arrival order (one per table or object touched);
+    /// never empty in an event the [`Assembler`] yields.
     pub changes: Vec<NetfilterCfg>,
+    /// Its SYSCALL record; None outside syscall context or when the record was lost.
     pub syscall: Option<SyscallInfo>,
     /// PROCTITLE: the writer's argv, space-separated.
     pub argv: Option<String>,

@@ -16,6 +16,8 @@ use crate::state::{NftState, Transaction};
 /// What reading the baseline gave.
 #[derive(Debug, Default)]
 pub struct Baseline {
+    /// Every nf_tables table, chain and rule count of the namespace as the dumps gave
+    /// them; empty when the dump failed (`problems` says why).
     pub state: NftState,
     /// The nf_tables generation the state was read at (None: the read failed).
     pub generation: Option<u32>,

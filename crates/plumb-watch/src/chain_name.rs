@@ -30,6 +30,7 @@ enum Repr {
 }
 
 impl ChainName {
+    /// Copies `s`: inline when it is at most [`INLINE`] bytes, else on the heap.
     pub fn new(s: &str) -> ChainName {
         ChainName(if s.len() <= INLINE {
             let mut bytes = [0; INLINE];
@@ -48,6 +49,7 @@ impl ChainName {
         matches!(self.0, Repr::Inline { .. })
     }
 
+    /// The name as it was given to [`ChainName::new`].
     pub fn as_str(&self) -> &str {
         match &self.0 {
             Repr::Inline { len, bytes } => {

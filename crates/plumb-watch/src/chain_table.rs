@@ -17,6 +17,9 @@ use crate::chain_name::ChainName;
 use plumb_ruleset::fasthash::FxHasher;
 use std::hash::{BuildHasher, BuildHasherDefault};
 
+/// A map from chain name to `V` that keeps entries in the order they were first
+/// inserted and finds the next notification's chain by a name compare at the cursor
+/// before it hashes (see the module doc).
 #[derive(Clone, Debug)]
 pub struct ChainTable<V> {
     entries: Vec<(ChainName, V)>,
@@ -41,10 +44,12 @@ fn hash(name: &str) -> u64 {
 }
 
 impl<V> ChainTable<V> {
+    /// Number of entries.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// Whether it has no entries.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -69,6 +74,7 @@ impl<V> ChainTable<V> {
         Some(i)
     }
 
+    /// The entry of `name` (by the index; the cursor does not move).
     pub fn get(&self, name: &str) -> Option<&V> {
         Some(&self.entries[self.position(name)?].1)
     }
@@ -113,10 +119,12 @@ impl<V> ChainTable<V> {
             });
     }
 
+    /// Every entry with its name, in first-inserted order.
     pub fn iter(&self) -> impl Iterator<Item = (&ChainName, &V)> {
         self.entries.iter().map(|(n, v)| (n, v))
     }
 
+    /// Every entry, mutably, in first-inserted order.
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
         self.entries.iter_mut().map(|(_, v)| v)
     }

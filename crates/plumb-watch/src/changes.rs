@@ -15,23 +15,30 @@ use std::collections::BTreeMap;
 /// A chain that appeared or went away, with the rules it held.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ChainDelta {
+    /// The chain's name.
     pub name: String,
+    /// Rules it held when it was deleted, or holds once created (as the change set's
+    /// source saw them).
     pub rules: usize,
 }
 
 /// A base-chain policy change.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct PolicyDelta {
+    /// The base chain's name.
     pub chain: String,
     /// None: the base chain is new (its hook had no chain, so no verdict, before).
     pub from: Option<String>,
+    /// The new policy (`ACCEPT`, `DROP`, or nft's `accept`, `drop`).
     pub to: String,
 }
 
 /// A rule added to or removed from a built-in (hook) chain.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct HookRule {
+    /// The built-in chain (`PREROUTING`, `FORWARD`, ...).
     pub chain: String,
+    /// True for a rule added, false for one removed.
     pub added: bool,
     /// Chain the rule jumps to, when known.
     pub jump: Option<String>,
@@ -51,10 +58,15 @@ pub struct HookRule {
 pub struct TableChanges {
     /// `ip`, `ip6`, `inet`, ...
     pub family: String,
+    /// The table's name (`nat`, `kube-proxy`).
     pub table: String,
+    /// The table was created by this change.
     pub table_added: bool,
+    /// The table was deleted by this change.
     pub table_removed: bool,
+    /// Chains created.
     pub chains_added: Vec<ChainDelta>,
+    /// Chains deleted.
     pub chains_removed: Vec<ChainDelta>,
     /// Rules added per surviving chain.
     pub rules_added: BTreeMap<String, usize>,
@@ -69,7 +81,10 @@ pub struct TableChanges {
     /// counts. Not in `rules_added` or `rules_removed`, and their hook rules are not
     /// in `hook_rules`. Filled from notifications only ([`crate::state`]).
     pub rules_rewritten: BTreeMap<String, usize>,
+    /// Base chains whose policy changed.
     pub policies: Vec<PolicyDelta>,
+    /// Rules added to or removed from built-in chains, net of those removed and put
+    /// back in the same change ([`net_hook_rules`]).
     pub hook_rules: Vec<HookRule>,
     /// Every rule of the table is gone while chains remain (`iptables -t nat -F`),
     /// or the table itself was deleted with rules in it.
@@ -77,6 +92,7 @@ pub struct TableChanges {
 }
 
 impl TableChanges {
+    /// Whether nothing changed in the table.
     pub fn is_empty(&self) -> bool {
         !self.table_added
             && !self.table_removed
@@ -101,10 +117,12 @@ impl TableChanges {
 /// Everything one write (or one resync) changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ChangeSet {
+    /// One entry per table the write touched (tables it did not touch are absent).
     pub tables: Vec<TableChanges>,
 }
 
 impl ChangeSet {
+    /// Whether no table changed.
     pub fn is_empty(&self) -> bool {
         self.tables.iter().all(TableChanges::is_empty)
     }

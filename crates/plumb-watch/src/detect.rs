@@ -19,7 +19,7 @@
 //! - **resync**: changes found by a full re-read after lost events: writer unknown.
 
 use crate::actor::Actor;
-use crate::changes::{ChangeSet, TableChanges, is_builtin_chain};
+use crate::changes::{ChangeSet, HookRule, TableChanges, is_builtin_chain};
 use plumb_ruleset::owner::{owner_name_of_chain, table_owner};
 use serde::Serialize;
 use std::cmp::Ordering;
@@ -29,16 +29,28 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Kind {
+    /// `foreign-change`: owned chains, rules or hook rules changed by a writer that is
+    /// not their owner, or rules inserted ahead of owned hook rules.
     ForeignChange,
+    /// `fight`: the same owned objects removed again and again by one party and
+    /// restored by their owner.
     Fight,
+    /// `policy-change`: a base chain's policy changed.
     PolicyChange,
+    /// `owner-change`: an owner's own write (not tampering).
     OwnerChange,
+    /// `rewrite`: owned chains rewritten with the same rules by another writer (no
+    /// net change; information).
     Rewrite,
+    /// `resync`: what a full re-read after lost notifications found changed; the
+    /// writer is unknown.
     Resync,
+    /// `gap`: the kernel dropped notifications; a resync follows.
     Gap,
 }
 
 impl Kind {
+    /// The kind's name in the JSON contract and the metrics (`foreign-change`).
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::ForeignChange => "foreign-change",
@@ -81,6 +93,8 @@ pub enum Action {
 }
 
 impl Action {
+    /// The verb of the human line (`deleted`, `rewrote`, `changed the policy of`);
+    /// the JSON form is the variant's kebab-case name instead.
     pub fn as_str(self) -> &'static str {
         match self {
             Action::Deleted => "deleted",
@@ -107,6 +121,7 @@ pub struct FightInfo {
     pub restorer: String,
     /// Removals of these objects within the window (this one included).
     pub reverts: u32,
+    /// Restores of them by the owner since the first removal in the window.
     pub restores: u32,
     /// Seconds from the first removal in the window to this one.
     pub span_s: f64,
@@ -117,21 +132,30 @@ pub struct FightInfo {
 /// One detection result (the watcher adds time, actor and latency to make an event).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Detection {
+    /// What kind of change.
     pub kind: Kind,
+    /// What happened to the chains.
     pub action: Action,
+    /// The table's family (`ip`, `ip6`, `inet`, ...).
     pub family: String,
+    /// The table's name.
     pub table: String,
+    /// Whose chains they are; None for detections not about owned chains (policy
+    /// changes, insertions, resyncs).
     pub owner: Option<String>,
     /// Affected chains, sorted; the first [`crate::event::MAX_LISTED_CHAINS`] only.
     pub chains: Vec<String>,
     /// Number of affected chains (a 10k-service revert affects 40k).
     pub chain_count: usize,
+    /// Rules added to the affected chains.
     pub rules_added: usize,
+    /// Rules removed from the affected chains.
     pub rules_removed: usize,
     /// Extra facts: "canary chain KUBE-PROXY-CANARY vanished", "whole table flushed", ...
     pub details: Vec<String>,
     /// For removals: the how-many-th removal of these objects within the window.
     pub revert: Option<u32>,
+    /// For a removal that makes a fight (and for the fight detection): the fight.
     pub fight: Option<FightInfo>,
 }
 
@@ -306,7 +330,11 @@ impl Group<'_> {
 /// How long a fight is remembered, and how many removals make one.
 #[derive(Clone, Copy, Debug)]
 pub struct FightPolicy {
+    /// How long removals and restores are remembered, in milliseconds.
     pub window_ms: u64,
+    /// Removals of the same objects by one party within the window that make a
+    /// fight (when the owner restored them in between: at least this many minus one
+    /// restores).
     pub min_reverts: u32,
 }
 
@@ -343,6 +371,7 @@ pub const MAX_FIGHTS: usize = 1024;
 const MAX_CHAINS: usize = 1024;
 
 impl FightTracker {
+    /// A tracker that remembers nothing yet.
     pub fn new(policy: FightPolicy) -> FightTracker {
         FightTracker {
             policy,
@@ -457,260 +486,364 @@ pub fn detect(
     fights: &mut FightTracker,
 ) -> Vec<Detection> {
     let mut out = Vec::new();
-    let party = actor.metric_label();
+    let write = Write {
+        actor,
+        party: actor.metric_label(),
+        source,
+        now_ms,
+    };
     for t in &changes.tables {
         if source == Source::Resync {
-            if !t.is_empty() {
-                let mut f = Detection::new(Kind::Resync, Action::Changed, t, None);
-                let names: BTreeSet<&str> = t
-                    .chains_added
-                    .iter()
-                    .chain(&t.chains_removed)
-                    .map(|c| c.name.as_str())
-                    .chain(t.rules_added.keys().map(String::as_str))
-                    .chain(t.rules_removed.keys().map(String::as_str))
-                    .collect();
-                f.set_chains(names.into_iter());
-                f.rules_added = t.rules_added.values().sum();
-                f.rules_removed = t.rules_removed.values().sum();
-                f.details.push(format!(
-                    "{} chains added, {} removed while events were lost; writer unknown",
-                    t.chains_added.len(),
-                    t.chains_removed.len()
-                ));
-                out.push(f);
-            }
+            out.extend(resync_detection(t));
             continue;
         }
         let owners = Owners::of_table(t);
-        let mut groups: BTreeMap<&str, Group> = BTreeMap::new();
-        for c in &t.chains_removed {
-            if let Some(o) = owners.of(&c.name) {
-                let g = groups.entry(o).or_default();
-                g.removed.push(&c.name);
-                g.rules_removed += c.rules;
-            }
-        }
-        for c in &t.chains_added {
-            if let Some(o) = owners.of(&c.name) {
-                let g = groups.entry(o).or_default();
-                g.added.push(&c.name);
-                g.rules_added += c.rules;
-            }
-        }
-        for chain in t.rules_rewritten.keys() {
-            if let Some(o) = owners.of(chain) {
-                groups.entry(o).or_default().rewritten.push(chain);
-            }
-        }
-        // Surviving chains with rules removed, added or both: one pass over the two
-        // sorted maps together.
-        let mut removed = t.rules_removed.iter().peekable();
-        let mut added = t.rules_added.iter().peekable();
-        loop {
-            let order = match (removed.peek(), added.peek()) {
-                (None, None) => break,
-                (Some(_), None) => Ordering::Less,
-                (None, Some(_)) => Ordering::Greater,
-                (Some((r, _)), Some((a, _))) => r.cmp(a),
-            };
-            let rm = (order != Ordering::Greater)
-                .then(|| removed.next())
-                .flatten();
-            let ad = (order != Ordering::Less).then(|| added.next()).flatten();
-            let Some(chain) = rm.or(ad).map(|(c, _)| c) else {
-                break;
-            };
-            let Some(o) = owners.of(chain) else { continue };
-            let (rm, ad) = (rm.map(|(_, n)| *n), ad.map(|(_, n)| *n));
-            let g = groups.entry(o).or_default();
-            g.rules_removed += rm.unwrap_or(0);
-            g.rules_added += ad.unwrap_or(0);
-            // Rules removed and none added, none left: flushed; otherwise modified.
-            let none_left = || t.rules_after.get(chain).copied().unwrap_or(0) == 0;
-            if rm.is_some() && ad.unwrap_or(0) == 0 && none_left() {
-                g.flushed.push(chain);
-            } else {
-                g.modified.push(chain);
-            }
-        }
-        // Hook rules: removal of a jump into an owned chain, or insertion ahead of one.
-        let mut inserted = Vec::new();
-        for h in &t.hook_rules {
-            let target_owner = h.jump.as_deref().and_then(|j| owners.of(j));
-            match (h.added, target_owner) {
-                (false, Some(o)) => {
-                    let g = groups.entry(o).or_default();
-                    g.unhooked.insert(format!(
-                        "{} -j {}",
-                        h.chain,
-                        h.jump.as_deref().unwrap_or("?")
-                    ));
-                }
-                (true, _) if h.ahead_of_owned_hooks && !inserts_hooks_legitimately(actor) => {
-                    inserted.push(h)
-                }
-                _ => {}
-            }
-        }
+        let (groups, inserted) = group_by_owner(t, &owners, actor);
         for (owner, mut g) in groups {
             g.seal();
-            let legit = actor.writes(owner);
-            let unhooked: Vec<&str> = g
-                .unhooked
-                .iter()
-                .filter_map(|h| h.split_once(" -j ").map(|(_, target)| target))
-                .collect();
-            let lost = union(&[&g.removed.0, &g.flushed.0, &unhooked]);
-            let unchanged = g.added.is_empty()
-                && g.removed.is_empty()
-                && g.modified.is_empty()
-                && g.flushed.is_empty();
-            let also_rewrote = |f: &mut Detection| {
-                if !g.rewritten.is_empty() && !unchanged {
-                    f.details.push(format!(
-                        "also rewrote {} {owner} chains with the same rules (no net change)",
-                        g.rewritten.len()
-                    ));
-                }
-            };
-            if unchanged && g.unhooked.is_empty() {
-                // Only rewrites with the same rules: by the owner, its own write; by
-                // anyone else, information, not tampering.
-                let kind = if legit {
-                    Kind::OwnerChange
-                } else {
-                    Kind::Rewrite
-                };
-                let mut f = Detection::new(kind, Action::Rewritten, t, Some(owner.to_string()));
-                f.set_chains(g.rewritten.iter());
-                f.details.push(format!(
-                    "every rule of these chains removed and the same rules added back in \
-                     the same order: no net change{}",
-                    if legit { "" } else { "; not a foreign change" }
-                ));
-                out.push(f);
-                continue;
-            }
-            if legit || (source == Source::Poll && lost.is_empty()) {
-                let restored = !(g.added.is_empty() && g.modified.is_empty())
-                    && fights.restore(&t.label(), owner, &party, &[&g.added, &g.modified], now_ms);
-                let mut f = Detection::new(
-                    Kind::OwnerChange,
-                    if restored {
-                        Action::Restored
-                    } else if !g.added.is_empty() {
-                        Action::Added
-                    } else if !g.removed.is_empty() {
-                        Action::Deleted
-                    } else {
-                        Action::Modified
-                    },
-                    t,
-                    Some(owner.to_string()),
-                );
-                f.set_chains(
-                    union(&[&g.added.0, &g.removed.0, &g.modified.0, &g.flushed.0]).into_iter(),
-                );
-                f.rules_added = g.rules_added;
-                f.rules_removed = g.rules_removed;
-                also_rewrote(&mut f);
-                out.push(f);
-                continue;
-            }
-            let action = if !g.removed.is_empty() {
-                Action::Deleted
-            } else if !g.flushed.is_empty() {
-                Action::Flushed
-            } else if !g.unhooked.is_empty() {
-                Action::Unhooked
-            } else if !g.added.is_empty() && g.modified.is_empty() {
-                Action::Added
-            } else {
-                Action::Modified
-            };
-            let mut f = Detection::new(Kind::ForeignChange, action, t, Some(owner.to_string()));
-            match action {
-                Action::Deleted => f.set_chains(g.removed.iter()),
-                Action::Flushed => f.set_chains(g.flushed.iter()),
-                Action::Unhooked => f.set_chains(g.unhooked.iter().map(String::as_str)),
-                _ => f.set_chains(union(&[&g.added.0, &g.modified.0]).into_iter()),
-            }
-            if action == Action::Deleted && !g.flushed.is_empty() {
-                f.details
-                    .push(format!("also flushed {} {owner} chains", g.flushed.len()));
-            }
-            if !g.unhooked.is_empty() && action != Action::Unhooked {
-                f.details.push(format!(
-                    "removed hook rules: {}",
-                    g.unhooked.iter().cloned().collect::<Vec<_>>().join(", ")
-                ));
-            }
-            for c in CANARIES {
-                if g.removed.contains(c) || g.flushed.contains(c) {
-                    f.details.push(format!("canary/hint chain {c} vanished"));
-                }
-            }
-            if t.whole_table_flushed {
-                f.details.push(format!("whole {} table flushed", t.label()));
-            }
-            also_rewrote(&mut f);
-            if source == Source::Poll {
-                f.details
-                    .push("writer unknown: found by polling (no audit)".into());
-            }
-            f.rules_added = g.rules_added;
-            f.rules_removed = g.rules_removed;
-            if !lost.is_empty() {
-                let (n, fight) = fights.revert(&t.label(), owner, &party, &lost, now_ms);
-                f.revert = Some(n);
-                f.fight = fight.clone();
-                out.push(f.clone());
-                if let Some(fi) = fight {
-                    let mut ff =
-                        Detection::new(Kind::Fight, Action::Fight, t, Some(owner.to_string()));
-                    ff.chains = f.chains.clone();
-                    ff.chain_count = f.chain_count;
-                    ff.revert = Some(n);
-                    ff.fight = Some(fi);
-                    out.push(ff);
-                }
-            } else {
-                out.push(f);
-            }
+            judge_owner(&mut out, t, owner, &g, &write, fights);
         }
-        if !inserted.is_empty() {
-            let mut f = Detection::new(Kind::ForeignChange, Action::Inserted, t, None);
-            let names: BTreeSet<&str> = inserted.iter().map(|h| h.chain.as_str()).collect();
-            f.set_chains(names.into_iter());
-            f.rules_added = inserted.len();
-            for h in &inserted {
-                f.details.push(match (&h.text, &h.jump) {
-                    (Some(text), _) => format!("{}: {text}", h.chain),
-                    (None, Some(j)) => format!("{}: -j {j}", h.chain),
-                    (None, None) => match &h.verdict {
-                        Some(v) => format!("{}: a rule ending in {v}", h.chain),
-                        None => format!("{}: a rule", h.chain),
-                    },
-                });
-            }
-            f.details
-                .push("inserted ahead of kube-proxy/CNI hook rules".into());
-            out.push(f);
-        }
-        for p in &t.policies {
-            let mut f = Detection::new(Kind::PolicyChange, Action::Policy, t, None);
-            f.set_chains(std::iter::once(p.chain.as_str()));
-            f.details.push(format!(
-                "{} policy {} -> {}",
-                p.chain,
-                p.from.as_deref().unwrap_or("none (new chain)"),
-                p.to
-            ));
-            out.push(f);
-        }
+        out.extend(inserted_detection(t, &inserted));
+        out.extend(policy_detections(t));
     }
     out
+}
+
+/// Who wrote a change set, and how it was found: what judging a group needs besides
+/// the group.
+struct Write<'a> {
+    actor: &'a Actor,
+    /// The writer's metric label: the party a fight is counted against.
+    party: String,
+    source: Source,
+    now_ms: u64,
+}
+
+/// A resync's changes to one table, writer unknown; None when the table did not change.
+fn resync_detection(t: &TableChanges) -> Option<Detection> {
+    if t.is_empty() {
+        return None;
+    }
+    let mut f = Detection::new(Kind::Resync, Action::Changed, t, None);
+    let names: BTreeSet<&str> = t
+        .chains_added
+        .iter()
+        .chain(&t.chains_removed)
+        .map(|c| c.name.as_str())
+        .chain(t.rules_added.keys().map(String::as_str))
+        .chain(t.rules_removed.keys().map(String::as_str))
+        .collect();
+    f.set_chains(names.into_iter());
+    f.rules_added = t.rules_added.values().sum();
+    f.rules_removed = t.rules_removed.values().sum();
+    f.details.push(format!(
+        "{} chains added, {} removed while events were lost; writer unknown",
+        t.chains_added.len(),
+        t.chains_removed.len()
+    ));
+    Some(f)
+}
+
+/// Sorts what a write did to one table by the owner of each chain (chains no owner
+/// claims are left out), and collects the hook rules put ahead of owned ones by a
+/// writer that does not insert hooks legitimately.
+fn group_by_owner<'t, 'o>(
+    t: &'t TableChanges,
+    owners: &'o Owners,
+    actor: &Actor,
+) -> (BTreeMap<&'o str, Group<'t>>, Vec<&'t HookRule>) {
+    let mut groups: BTreeMap<&str, Group> = BTreeMap::new();
+    for c in &t.chains_removed {
+        if let Some(o) = owners.of(&c.name) {
+            let g = groups.entry(o).or_default();
+            g.removed.push(&c.name);
+            g.rules_removed += c.rules;
+        }
+    }
+    for c in &t.chains_added {
+        if let Some(o) = owners.of(&c.name) {
+            let g = groups.entry(o).or_default();
+            g.added.push(&c.name);
+            g.rules_added += c.rules;
+        }
+    }
+    for chain in t.rules_rewritten.keys() {
+        if let Some(o) = owners.of(chain) {
+            groups.entry(o).or_default().rewritten.push(chain);
+        }
+    }
+    group_rule_changes(t, owners, &mut groups);
+    // Hook rules: removal of a jump into an owned chain, or insertion ahead of one.
+    let mut inserted = Vec::new();
+    for h in &t.hook_rules {
+        let target_owner = h.jump.as_deref().and_then(|j| owners.of(j));
+        match (h.added, target_owner) {
+            (false, Some(o)) => {
+                let g = groups.entry(o).or_default();
+                g.unhooked.insert(format!(
+                    "{} -j {}",
+                    h.chain,
+                    h.jump.as_deref().unwrap_or("?")
+                ));
+            }
+            (true, _) if h.ahead_of_owned_hooks && !inserts_hooks_legitimately(actor) => {
+                inserted.push(h)
+            }
+            _ => {}
+        }
+    }
+    (groups, inserted)
+}
+
+/// Surviving chains with rules removed, added or both, into their owner's group as
+/// flushed (rules removed, none added, none left) or modified: one pass over the two
+/// sorted maps together.
+fn group_rule_changes<'t, 'o>(
+    t: &'t TableChanges,
+    owners: &'o Owners,
+    groups: &mut BTreeMap<&'o str, Group<'t>>,
+) {
+    let mut removed = t.rules_removed.iter().peekable();
+    let mut added = t.rules_added.iter().peekable();
+    loop {
+        let order = match (removed.peek(), added.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((r, _)), Some((a, _))) => r.cmp(a),
+        };
+        let rm = (order != Ordering::Greater)
+            .then(|| removed.next())
+            .flatten();
+        let ad = (order != Ordering::Less).then(|| added.next()).flatten();
+        let Some(chain) = rm.or(ad).map(|(c, _)| c) else {
+            break;
+        };
+        let Some(o) = owners.of(chain) else { continue };
+        let (rm, ad) = (rm.map(|(_, n)| *n), ad.map(|(_, n)| *n));
+        let g = groups.entry(o).or_default();
+        g.rules_removed += rm.unwrap_or(0);
+        g.rules_added += ad.unwrap_or(0);
+        let none_left = || t.rules_after.get(chain).copied().unwrap_or(0) == 0;
+        if rm.is_some() && ad.unwrap_or(0) == 0 && none_left() {
+            g.flushed.push(chain);
+        } else {
+            g.modified.push(chain);
+        }
+    }
+}
+
+/// Judges what one write did to one owner's chains (`g`, sealed): a rewrite with the
+/// same rules, the owner's own change (or a poll that lost nothing), or a foreign
+/// change (and then maybe a fight).
+fn judge_owner(
+    out: &mut Vec<Detection>,
+    t: &TableChanges,
+    owner: &str,
+    g: &Group<'_>,
+    write: &Write<'_>,
+    fights: &mut FightTracker,
+) {
+    let legit = write.actor.writes(owner);
+    let unchanged =
+        g.added.is_empty() && g.removed.is_empty() && g.modified.is_empty() && g.flushed.is_empty();
+    if unchanged && g.unhooked.is_empty() {
+        out.push(rewrite_detection(t, owner, g, legit));
+        return;
+    }
+    let unhooked: Vec<&str> = g
+        .unhooked
+        .iter()
+        .filter_map(|h| h.split_once(" -j ").map(|(_, target)| target))
+        .collect();
+    let lost = union(&[&g.removed.0, &g.flushed.0, &unhooked]);
+    let foreign = !(legit || (write.source == Source::Poll && lost.is_empty()));
+    let mut f = if foreign {
+        foreign_change(t, owner, g)
+    } else {
+        owner_change(t, owner, g, write, fights)
+    };
+    // Rewrites are mentioned next to chain changes, not next to hook removals alone.
+    if !g.rewritten.is_empty() && !unchanged {
+        f.details.push(format!(
+            "also rewrote {} {owner} chains with the same rules (no net change)",
+            g.rewritten.len()
+        ));
+    }
+    if !foreign {
+        out.push(f);
+        return;
+    }
+    if write.source == Source::Poll {
+        f.details
+            .push("writer unknown: found by polling (no audit)".into());
+    }
+    if lost.is_empty() {
+        out.push(f);
+    } else {
+        record_removal(out, f, t, owner, &lost, write, fights);
+    }
+}
+
+/// A foreign change that removed `lost` (owned chains deleted, flushed or unhooked):
+/// counted against the writer as a revert, and followed by a fight detection when the
+/// removals and the owner's restores make one.
+fn record_removal(
+    out: &mut Vec<Detection>,
+    mut f: Detection,
+    t: &TableChanges,
+    owner: &str,
+    lost: &[&str],
+    write: &Write<'_>,
+    fights: &mut FightTracker,
+) {
+    let (n, fight) = fights.revert(&t.label(), owner, &write.party, lost, write.now_ms);
+    f.revert = Some(n);
+    f.fight = fight.clone();
+    out.push(f.clone());
+    if let Some(fi) = fight {
+        let mut ff = Detection::new(Kind::Fight, Action::Fight, t, Some(owner.to_string()));
+        ff.chains = f.chains;
+        ff.chain_count = f.chain_count;
+        ff.revert = Some(n);
+        ff.fight = Some(fi);
+        out.push(ff);
+    }
+}
+
+/// Only rewrites with the same rules: by the owner, its own write; by anyone else,
+/// information, not tampering.
+fn rewrite_detection(t: &TableChanges, owner: &str, g: &Group<'_>, legit: bool) -> Detection {
+    let kind = if legit {
+        Kind::OwnerChange
+    } else {
+        Kind::Rewrite
+    };
+    let mut f = Detection::new(kind, Action::Rewritten, t, Some(owner.to_string()));
+    f.set_chains(g.rewritten.iter());
+    f.details.push(format!(
+        "every rule of these chains removed and the same rules added back in \
+         the same order: no net change{}",
+        if legit { "" } else { "; not a foreign change" }
+    ));
+    f
+}
+
+/// The owner's own change; chains it adds or modifies that a fight removed are
+/// recorded as restored.
+fn owner_change(
+    t: &TableChanges,
+    owner: &str,
+    g: &Group<'_>,
+    write: &Write<'_>,
+    fights: &mut FightTracker,
+) -> Detection {
+    let restored = !(g.added.is_empty() && g.modified.is_empty())
+        && fights.restore(
+            &t.label(),
+            owner,
+            &write.party,
+            &[&g.added, &g.modified],
+            write.now_ms,
+        );
+    let action = if restored {
+        Action::Restored
+    } else if !g.added.is_empty() {
+        Action::Added
+    } else if !g.removed.is_empty() {
+        Action::Deleted
+    } else {
+        Action::Modified
+    };
+    let mut f = Detection::new(Kind::OwnerChange, action, t, Some(owner.to_string()));
+    f.set_chains(union(&[&g.added.0, &g.removed.0, &g.modified.0, &g.flushed.0]).into_iter());
+    f.rules_added = g.rules_added;
+    f.rules_removed = g.rules_removed;
+    f
+}
+
+/// A change to `owner`'s chains by a writer that is not theirs, named by its worst
+/// action (deleted, flushed, unhooked, added, modified), with the rest in details.
+fn foreign_change(t: &TableChanges, owner: &str, g: &Group<'_>) -> Detection {
+    let action = if !g.removed.is_empty() {
+        Action::Deleted
+    } else if !g.flushed.is_empty() {
+        Action::Flushed
+    } else if !g.unhooked.is_empty() {
+        Action::Unhooked
+    } else if !g.added.is_empty() && g.modified.is_empty() {
+        Action::Added
+    } else {
+        Action::Modified
+    };
+    let mut f = Detection::new(Kind::ForeignChange, action, t, Some(owner.to_string()));
+    match action {
+        Action::Deleted => f.set_chains(g.removed.iter()),
+        Action::Flushed => f.set_chains(g.flushed.iter()),
+        Action::Unhooked => f.set_chains(g.unhooked.iter().map(String::as_str)),
+        _ => f.set_chains(union(&[&g.added.0, &g.modified.0]).into_iter()),
+    }
+    if action == Action::Deleted && !g.flushed.is_empty() {
+        f.details
+            .push(format!("also flushed {} {owner} chains", g.flushed.len()));
+    }
+    if !g.unhooked.is_empty() && action != Action::Unhooked {
+        f.details.push(format!(
+            "removed hook rules: {}",
+            g.unhooked.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    for c in CANARIES {
+        if g.removed.contains(c) || g.flushed.contains(c) {
+            f.details.push(format!("canary/hint chain {c} vanished"));
+        }
+    }
+    if t.whole_table_flushed {
+        f.details.push(format!("whole {} table flushed", t.label()));
+    }
+    f.rules_added = g.rules_added;
+    f.rules_removed = g.rules_removed;
+    f
+}
+
+/// Rules a writer that does not own hooks inserted ahead of kube-proxy's or a CNI's
+/// hook rules, as one foreign change; None when there are none.
+fn inserted_detection(t: &TableChanges, inserted: &[&HookRule]) -> Option<Detection> {
+    if inserted.is_empty() {
+        return None;
+    }
+    let mut f = Detection::new(Kind::ForeignChange, Action::Inserted, t, None);
+    let names: BTreeSet<&str> = inserted.iter().map(|h| h.chain.as_str()).collect();
+    f.set_chains(names.into_iter());
+    f.rules_added = inserted.len();
+    for h in inserted {
+        f.details.push(match (&h.text, &h.jump) {
+            (Some(text), _) => format!("{}: {text}", h.chain),
+            (None, Some(j)) => format!("{}: -j {j}", h.chain),
+            (None, None) => match &h.verdict {
+                Some(v) => format!("{}: a rule ending in {v}", h.chain),
+                None => format!("{}: a rule", h.chain),
+            },
+        });
+    }
+    f.details
+        .push("inserted ahead of kube-proxy/CNI hook rules".into());
+    Some(f)
+}
+
+/// One policy-change detection per base chain whose policy changed.
+fn policy_detections(t: &TableChanges) -> impl Iterator<Item = Detection> + '_ {
+    t.policies.iter().map(move |p| {
+        let mut f = Detection::new(Kind::PolicyChange, Action::Policy, t, None);
+        f.set_chains(std::iter::once(p.chain.as_str()));
+        f.details.push(format!(
+            "{} policy {} -> {}",
+            p.chain,
+            p.from.as_deref().unwrap_or("none (new chain)"),
+            p.to
+        ));
+        f
+    })
 }
 
 /// Convenience for callers and tests: detect the changes from `old` to `new`.

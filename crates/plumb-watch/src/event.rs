@@ -20,26 +20,54 @@ pub const MAX_LISTED_CHAINS: usize = 200;
 /// One watch event.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Event {
+    /// When plumb reported it: UTC, RFC 3339 with milliseconds
+    /// (`2024-09-17T12:57:29.009Z`).
     pub time: String,
+    /// What kind of event (`foreign-change`, `fight`, `policy-change`,
+    /// `owner-change`, `rewrite`, `resync`, `gap`).
     pub kind: Kind,
+    /// What happened to the chains (`deleted`, `flushed`, `modified`, `added`,
+    /// `restored`, `rewritten`, `inserted`, `unhooked`, `policy`, `fight`, `changed`).
     pub action: Action,
     /// The watched network namespace (`null`: the host's).
     pub netns: Option<String>,
+    /// The table's family (`ip`, `ip6`, `inet`, ...); empty for a gap.
     pub family: String,
+    /// The table's name (`nat`, `kube-proxy`); empty for a gap.
     pub table: String,
+    /// The affected chains, sorted, the first [`MAX_LISTED_CHAINS`] only. For
+    /// `unhooked`, the removed hook rules as `CHAIN -j TARGET`; for `policy`, the base
+    /// chain; for `inserted`, the built-in chains the rules went into.
     pub chains: Vec<String>,
     /// Number of affected chains (`chains` may be cut at [`MAX_LISTED_CHAINS`]).
     pub chain_count: usize,
+    /// Whose chains they are (`kube-proxy`, `kubelet`, `calico`, ...), from the
+    /// ownership catalogue; `null` for events not about owned chains (policy changes,
+    /// insertions, resyncs, gaps).
     pub owner: Option<String>,
+    /// Who wrote the change; its fields are `null` when unknown (resync, legacy
+    /// poll, gap).
     pub actor: Actor,
-    /// Kernel commit (notification received) to event, in milliseconds.
+    /// Milliseconds from the transaction's first notification (about its commit) to
+    /// this event; `null` for changes found by a re-read (resync, legacy) and gaps.
     pub latency_ms: Option<f64>,
-    /// nf_tables generation of the change.
+    /// The nf_tables generation the transaction committed; `null` when not from a
+    /// notification (resync, legacy, gap).
     pub generation: Option<u32>,
+    /// Rules added to the affected chains.
     pub rules_added: usize,
+    /// Rules removed from the affected chains.
     pub rules_removed: usize,
+    /// Further facts, one sentence each ("canary/hint chain KUBE-PROXY-CANARY
+    /// vanished", "whole nat table flushed", a policy's `FORWARD policy ACCEPT ->
+    /// DROP`, ...).
     pub details: Vec<String>,
+    /// For a foreign change that removed owned objects: the how-many-th removal of
+    /// the same objects by the same writer within the fight window (1 the first
+    /// time); `null` otherwise.
     pub revert: Option<u32>,
+    /// For a removal that makes a fight (and for the `fight` event itself): the two
+    /// parties, the counts and the period; `null` otherwise.
     pub fight: Option<FightInfo>,
     /// Reported while a big transaction was still being sent (what it had done so
     /// far, its writer named by the eBPF writer probe): the complete event of the same
@@ -119,18 +147,41 @@ impl Event {
     /// kube-proxy chains in nat (KUBE-SVC-… …) — 3rd revert in 21 s, fight with kube-proxy`.
     pub fn human(&self) -> String {
         let clock = self.time.get(11..23).unwrap_or(&self.time);
+        let body = self.human_body();
+        let mut line = if self.preliminary {
+            format!("{clock} (preliminary) {body}")
+        } else {
+            format!("{clock} {body}")
+        };
+        if self.kind == Kind::ForeignChange {
+            self.push_revert_and_details(&mut line);
+        }
+        if let Some(ms) = self.latency_ms {
+            line.push_str(&format!(" [{ms:.1} ms]"));
+        }
+        line
+    }
+
+    /// The writer for the human line: display name, exe and unit, catalogue label.
+    fn human_writer(&self) -> String {
         let who = match (&self.actor.exe, &self.actor.unit) {
             (Some(exe), Some(unit)) => format!("{} ({exe}, {unit})", self.actor.display()),
             (Some(exe), None) => format!("{} ({exe})", self.actor.display()),
             (None, Some(unit)) => format!("{} ({unit})", self.actor.display()),
             (None, None) => self.actor.display(),
         };
-        let who = match &self.actor.identity {
+        match &self.actor.identity {
             Some(id) if id.label.is_some() => {
                 format!("{who} [{}]", id.label.as_deref().unwrap_or(""))
             }
             _ => who,
-        };
+        }
+    }
+
+    /// What happened, in words, by kind and action (the human line without its time
+    /// and suffixes).
+    fn human_body(&self) -> String {
+        let who = self.human_writer();
         let chains = list_chains(&self.chains, self.chain_count);
         let owner = self.owner.as_deref().unwrap_or("");
         let table = self.table_label();
@@ -141,7 +192,7 @@ impl Event {
                 format!("{n} {w}s")
             }
         };
-        let body = match (self.kind, self.action) {
+        match (self.kind, self.action) {
             (Kind::Gap, _) => format!(
                 "GAP: events lost ({}); resynchronising from a full dump",
                 self.details.join("; ")
@@ -172,7 +223,7 @@ impl Event {
             (_, Action::Unhooked) => {
                 format!("{who} removed {owner} hook rules in {table} ({chains})")
             }
-            (kind, action) => {
+            (_, action) => {
                 let what = match action {
                     Action::Modified => format!(
                         "modified {} (+{} -{} rules)",
@@ -186,39 +237,32 @@ impl Event {
                         plural(self.chain_count, &format!("{owner} chain"))
                     ),
                 };
-                let _ = kind;
                 format!("{who} {what} in {table} ({chains})")
             }
-        };
-        let mut line = if self.preliminary {
-            format!("{clock} (preliminary) {body}")
-        } else {
-            format!("{clock} {body}")
-        };
-        if self.kind == Kind::ForeignChange {
-            if let Some(n) = self.revert.filter(|&n| n > 1) {
-                match &self.fight {
-                    Some(f) => line.push_str(&format!(
-                        " — {} revert in {:.0} s, fight with {}",
-                        ordinal(n),
-                        f.span_s,
-                        f.restorer
-                    )),
-                    None => line.push_str(&format!(" — {} revert", ordinal(n))),
-                }
-            }
-            for d in self
-                .details
-                .iter()
-                .filter(|_| self.action != Action::Inserted)
-            {
-                line.push_str(&format!("; {d}"));
+        }
+    }
+
+    /// A foreign change's suffixes: the how-many-th revert (and the fight it makes),
+    /// then its details (none for an insertion: its body quotes the first).
+    fn push_revert_and_details(&self, line: &mut String) {
+        if let Some(n) = self.revert.filter(|&n| n > 1) {
+            match &self.fight {
+                Some(f) => line.push_str(&format!(
+                    " — {} revert in {:.0} s, fight with {}",
+                    ordinal(n),
+                    f.span_s,
+                    f.restorer
+                )),
+                None => line.push_str(&format!(" — {} revert", ordinal(n))),
             }
         }
-        if let Some(ms) = self.latency_ms {
-            line.push_str(&format!(" [{ms:.1} ms]"));
+        for d in self
+            .details
+            .iter()
+            .filter(|_| self.action != Action::Inserted)
+        {
+            line.push_str(&format!("; {d}"));
         }
-        line
     }
 }
 

@@ -22,17 +22,24 @@ pub struct Impersonator {
 /// What one impersonated command did.
 #[derive(Debug, Clone)]
 pub struct Ran {
+    /// The process's pid: the writer the kernel names (`ip netns exec` execs in place).
     pub pid: u32,
+    /// The renamed binary it ran.
     pub exe: PathBuf,
+    /// Whether it exited with code 0 (a run past its deadline is an error instead).
     pub success: bool,
+    /// What it printed, lossily decoded.
     pub stdout: String,
+    /// What it printed on standard error, lossily decoded.
     pub stderr: String,
 }
 
 /// Which multi-call binary to copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flavor {
+    /// `xtables-nft-multi`: iptables-nft, changes through nf_tables.
     Nft,
+    /// `xtables-legacy-multi`: iptables-legacy, changes through x_tables.
     Legacy,
 }
 
@@ -50,6 +57,7 @@ impl Impersonator {
         Ok(Impersonator { dir })
     }
 
+    /// The directory holding the renamed binaries.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -4,8 +4,9 @@
 //! re-reads the legacy tables (debounced, with `iptables-legacy-save`, only when
 //! /proc/net/ip*_tables_names lists tables — querying a missing legacy table creates
 //! it) and diffs against the previous read; the audit record names the writer.
-//! Without audit plumb polls a cheap fingerprint (the table-name lists and the dump's
-//! length and hash) and reports that attribution and latency are degraded.
+//! Without audit plumb re-reads them every poll interval, diffs only when the
+//! fingerprint of the output (the table-name lists and the dumps' lines) changed, and
+//! reports that attribution and latency are degraded.
 
 use plumb_collect::runner::{RunError, Runner};
 use plumb_ruleset::iptables::save::{IptablesInput, parse};
@@ -17,7 +18,11 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// A legacy read: the ruleset and a fingerprint of the raw text.
 #[derive(Debug, Default)]
 pub struct LegacyRead {
+    /// The legacy tables of both families as iptables-legacy-save and
+    /// ip6tables-legacy-save print them; no tables when /proc lists none.
     pub ruleset: Ruleset,
+    /// A hash of the /proc table lists and each dump's lines but its comments (which
+    /// carry dates): equal fingerprints mean the same output.
     pub fingerprint: u64,
     /// Tools that failed, with why.
     pub errors: Vec<String>,

@@ -4,7 +4,7 @@
 //! namespace ([`nft_events`], NEWGEN names the writer), the audit multicast group
 //! ([`audit`], read-only: exe/ppid/argv of the writer, and the only trigger for
 //! iptables-legacy, see [`legacy`]), and /proc ([`actor`]). Pure parts, testable
-//! without a kernel: [`netlink`] and the decoders, [`state`] (chains per table kept
+//! without a kernel: the decoders (on [`plumb_os::netlink`]'s framing), [`state`] (chains per table kept
 //! from notifications), [`changes`], [`detect`] (foreign changes, owner changes,
 //! policy changes, hook insertions, fights) and [`event`] (the JSON line contract).
 //! [`listener`] is the thread that reads every notification, keeps the state and names
@@ -18,6 +18,8 @@
 //! Read-only: plumb never sends a request that changes netfilter or audit state. It
 //! only listens on multicast groups, sends GET requests (the generation, the table
 //! list) and runs dump commands. The eBPF probe observes syscalls; it changes nothing.
+
+#![deny(missing_docs)]
 
 pub mod actor;
 pub mod audit;

@@ -16,7 +16,7 @@
 //! subscription with a socket filter passing NEWGEN and a sample would cost CPU and add
 //! nothing while the listener keeps pace with the kernel.
 //!
-//! Gaps (ENOBUFS, a cut datagram) and resyncs: see [`Listener::resync`].
+//! Gaps (ENOBUFS, a cut datagram) and resyncs: see `Listener::resync`.
 
 use crate::actor::{self, Actor, Hints};
 use crate::metrics::{ErrorKind, Metrics};
@@ -25,6 +25,7 @@ use crate::pending_sends::{PendingSends, Sent, may_be_in_sendmsg};
 use crate::state::{NftState, Transaction};
 use crate::watcher::{Committed, Msg};
 use crate::writer_probe::WriterProbe;
+use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -176,96 +177,55 @@ pub(crate) struct Listener {
     pub(crate) naming: ProbeNaming,
 }
 
+/// What the listener keeps from one receive to the next.
+struct Reading {
+    /// The transaction being read, if one has begun.
+    open: Option<Open>,
+    /// The last generation read (NEWGEN or dump): the open transaction's is the next.
+    last_gen: Option<u32>,
+    /// Batches the probe saw sent whose NEWGEN has not been read.
+    pending: PendingSends,
+    /// The state changed since the chain gauge was last set.
+    dirty: bool,
+    /// When the chain gauge was last set.
+    last_gauge: Instant,
+}
+
+/// Keeps level with the kernel when CPU is short: a lower nice value for the calling
+/// thread only. Not allowed without CAP_SYS_NICE: then it stays as it is.
+fn raise_priority() {
+    // SAFETY: gettid and setpriority on this thread; no memory involved.
+    unsafe {
+        let tid = libc::gettid();
+        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, -5);
+    }
+}
+
 impl Listener {
     /// Reads until `stop` is set or the detection loop is gone.
     pub(crate) fn run(mut self, stop: &AtomicBool) {
-        // Keeps level with the kernel when CPU is short: a lower nice value for this
-        // thread only. Not allowed without CAP_SYS_NICE: then it stays as it is.
-        // SAFETY: gettid and setpriority on this thread; no memory involved.
-        unsafe {
-            let tid = libc::gettid();
-            let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, -5);
-        }
-        let mut open: Option<Open> = None;
-        // The last generation read (NEWGEN or dump): the open transaction's is the next.
-        let mut last_gen = self.dumped;
-        let mut pending = PendingSends::default();
-        let mut dirty = false;
-        let mut last_gauge = Instant::now();
+        raise_priority();
+        let mut r = Reading {
+            open: None,
+            last_gen: self.dumped,
+            pending: PendingSends::default(),
+            dirty: false,
+            last_gauge: Instant::now(),
+        };
         while !stop.load(Ordering::Relaxed) {
-            if self.resync.try_recv().is_ok() {
-                // The queue was discarded: the open transaction's rest and NEWGENs are
-                // gone, whether the dump worked or not.
-                open = None;
-                pending.clear();
-                last_gen = self.resync();
-                match last_gen {
-                    Some(_) => dirty = true,
-                    None if self.tx.send(Msg::ResyncFailed).is_err() => return,
-                    None => {}
-                }
-            }
-            let (state, dumped) = (&mut self.state, &mut self.dumped);
-            let mut ended: Vec<Ended> = Vec::new();
-            let r = self.nft.receive_each(&mut |e| match e {
-                NftEvent::Gen { id, pid, comm } => {
-                    last_gen = Some(id);
-                    let Open {
-                        t, started, named, ..
-                    } = open.take().unwrap_or_else(Open::new);
-                    let changes = if already_in_dump(id, *dumped) {
-                        // Queued while the dump was read, and in it: applied twice.
-                        // Undo it; it happened before the state's time.
-                        t.roll_back(state);
-                        None
-                    } else {
-                        *dumped = None;
-                        Some(t.finish(state))
-                    };
-                    ended.push(Ended {
-                        started,
-                        named,
-                        changes,
-                        generation: id,
-                        pid,
-                        comm: comm.map(str::to_string),
-                    });
-                }
-                e => open.get_or_insert_with(Open::new).t.push(state, &e),
-            });
-            // Drained: what is being read is what the kernel is sending now.
-            let mut live = false;
-            match r {
-                Ok(Received::Gap) => {
-                    open = None;
-                    last_gen = None;
-                    pending.clear();
-                    if self.tx.send(Msg::Gap).is_err() {
-                        return;
-                    }
-                }
-                Ok(Received::Data { datagrams }) => live = datagrams < LISTENER_BATCH,
-                Ok(Received::Idle | Received::Batches(_)) => {}
-                Err(e) => {
-                    let _ = self
-                        .tx
-                        .send(Msg::Error(ErrorKind::NetlinkReceive, e.to_string()));
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
-            self.read_probe(&mut pending);
-            let in_dump = ended.iter().filter(|e| e.changes.is_none()).count();
-            if in_dump > 0 && self.tx.send(Msg::AlreadyInDump(in_dump as u64)).is_err() {
+            if self.resync.try_recv().is_ok() && !self.resync_now(&mut r) {
                 return;
             }
-            for e in ended {
-                dirty = true;
-                if !self.report(e, &mut pending) {
-                    return;
-                }
+            let (ended, received) = self.receive(&mut r);
+            let Some(live) = self.on_received(received, &mut r) else {
+                return;
+            };
+            self.read_probe(&mut r.pending);
+            if !self.report_ended(ended, &mut r) {
+                return;
             }
-            if let Some(o) = &mut open {
-                if !self.preview(o, &mut pending, last_gen) {
+            if let Some(o) = &mut r.open {
+                if !self.preview(o, &mut r.pending, r.last_gen) {
                     return;
                 }
                 if live {
@@ -274,12 +234,108 @@ impl Listener {
                     std::thread::sleep(GATHER);
                 }
             }
-            if dirty && open.is_none() && last_gauge.elapsed() >= Duration::from_secs(1) {
-                // Only after changes: a 10k-service state has 40k chains to classify.
-                dirty = false;
-                last_gauge = Instant::now();
-                self.metrics.set_chains(self.state.chain_names());
+            self.update_chain_gauge(&mut r);
+        }
+    }
+
+    /// The resync the detection loop asked for. The queue is discarded: the open
+    /// transaction's rest and NEWGENs are gone, whether the dump worked or not. False
+    /// when the detection loop is gone.
+    fn resync_now(&mut self, r: &mut Reading) -> bool {
+        r.open = None;
+        r.pending.clear();
+        r.last_gen = self.resync();
+        match r.last_gen {
+            Some(_) => r.dirty = true,
+            None => return self.tx.send(Msg::ResyncFailed).is_ok(),
+        }
+        true
+    }
+
+    /// Applies what is queued on the socket to the state, notification by
+    /// notification; returns the transactions whose NEWGEN was read (those already in
+    /// the dump the state came from rolled back) and what the receive said.
+    fn receive(&mut self, r: &mut Reading) -> (Vec<Ended>, io::Result<Received>) {
+        let (state, dumped) = (&mut self.state, &mut self.dumped);
+        let (open, last_gen) = (&mut r.open, &mut r.last_gen);
+        let mut ended: Vec<Ended> = Vec::new();
+        let received = self.nft.receive_each(&mut |e| match e {
+            NftEvent::Gen { id, pid, comm } => {
+                *last_gen = Some(id);
+                let Open {
+                    t, started, named, ..
+                } = open.take().unwrap_or_else(Open::new);
+                let changes = if already_in_dump(id, *dumped) {
+                    // Queued while the dump was read, and in it: applied twice.
+                    // Undo it; it happened before the state's time.
+                    t.roll_back(state);
+                    None
+                } else {
+                    *dumped = None;
+                    Some(t.finish(state))
+                };
+                ended.push(Ended {
+                    started,
+                    named,
+                    changes,
+                    generation: id,
+                    pid,
+                    comm: comm.map(str::to_string),
+                });
             }
+            e => open.get_or_insert_with(Open::new).t.push(state, &e),
+        });
+        (ended, received)
+    }
+
+    /// Acts on what a receive said: a gap drops the open transaction and the pending
+    /// sends and is reported; an error is reported and waited out. Returns whether the
+    /// queue was drained (what is being read is what the kernel is sending now), or
+    /// None when the detection loop is gone.
+    fn on_received(&mut self, received: io::Result<Received>, r: &mut Reading) -> Option<bool> {
+        match received {
+            Ok(Received::Gap) => {
+                r.open = None;
+                r.last_gen = None;
+                r.pending.clear();
+                self.tx.send(Msg::Gap).ok()?;
+                Some(false)
+            }
+            Ok(Received::Data { datagrams }) => Some(datagrams < LISTENER_BATCH),
+            Ok(Received::Idle | Received::Batches(_)) => Some(false),
+            Err(e) => {
+                let _ = self
+                    .tx
+                    .send(Msg::Error(ErrorKind::NetlinkReceive, e.to_string()));
+                std::thread::sleep(Duration::from_millis(100));
+                Some(false)
+            }
+        }
+    }
+
+    /// Counts the transactions that were in the dump already and reports the others.
+    /// False when the detection loop is gone.
+    fn report_ended(&mut self, ended: Vec<Ended>, r: &mut Reading) -> bool {
+        let in_dump = ended.iter().filter(|e| e.changes.is_none()).count();
+        if in_dump > 0 && self.tx.send(Msg::AlreadyInDump(in_dump as u64)).is_err() {
+            return false;
+        }
+        for e in ended {
+            r.dirty = true;
+            if !self.report(e, &mut r.pending) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Sets the chain gauge, at most once a second, only after changes and between
+    /// transactions (a 10k-service state has 40k chains to classify).
+    fn update_chain_gauge(&mut self, r: &mut Reading) {
+        if r.dirty && r.open.is_none() && r.last_gauge.elapsed() >= Duration::from_secs(1) {
+            r.dirty = false;
+            r.last_gauge = Instant::now();
+            self.metrics.set_chains(self.state.chain_names());
         }
     }
 

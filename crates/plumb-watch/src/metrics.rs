@@ -23,10 +23,16 @@ pub const MAX_ACTOR_LABELS: usize = 64;
 /// Error kinds counted in `plumb_watch_errors_total{kind}`.
 #[derive(Clone, Copy, Debug)]
 pub enum ErrorKind {
+    /// Receiving nftables notifications failed (other than lost messages, which are
+    /// gaps).
     NetlinkReceive,
+    /// Receiving audit records failed (ENOBUFS included: records were lost).
     AuditReceive,
+    /// Audit was asked for and cannot be listened to (counted once at start).
     AuditUnavailable,
+    /// A baseline, resync or legacy re-read failed in part.
     Reread,
+    /// A notification could not be decoded.
     Decode,
 }
 
@@ -65,6 +71,8 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Registers every metric at zero; not ready until the flag of
+    /// [`Metrics::ready_flag`] is set.
     pub fn new() -> Metrics {
         let mut r = Registry::default();
         let changes = Family::<Labels, Counter>::default();

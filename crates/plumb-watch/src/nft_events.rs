@@ -4,7 +4,8 @@
 //! iptables-nft and native nft alike — as NEWTABLE/NEWCHAIN/NEWRULE/DEL* messages,
 //! closed by a NEWGEN message that carries the new generation id and the pid and
 //! process name of the writer (see facts-kernel.md). [`decode`] is the pure decoder
-//! (fuzzed: never panics); [`Batcher`] groups messages until NEWGEN;
+//! (fuzzed: never panics) and [`decode_each`] its borrowing form, which the listener
+//! uses; [`Batcher`] groups owned messages until NEWGEN (for tests and tools);
 //! [`NftListener`] owns the socket, opened *inside* the watched network namespace
 //! (subscriptions are per namespace) with a large receive buffer. A receive error
 //! `ENOBUFS` means the kernel dropped notifications: the listener reports a gap and
@@ -40,7 +41,9 @@ const DESTROYRULE: u16 = 28;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Op {
+    /// Created (NEW*; for a rule, added).
     New,
+    /// Deleted (DEL* or DESTROY*).
     Del,
 }
 
@@ -56,29 +59,45 @@ pub struct RuleSummary {
 /// One decoded nftables notification.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NftMessage {
+    /// A table created or deleted.
     Table {
+        /// Created or deleted.
         op: Op,
+        /// `NFPROTO_*` family: 2 ip, 10 ip6, 1 inet, 3 arp, 7 bridge, 5 netdev.
         family: u8,
+        /// The table's name.
         name: String,
     },
+    /// A chain created (or its policy changed: NEWCHAIN again) or deleted.
     Chain {
+        /// Created (or updated) or deleted.
         op: Op,
+        /// `NFPROTO_*` family: 2 ip, 10 ip6, 1 inet, 3 arp, 7 bridge, 5 netdev.
         family: u8,
+        /// Its table's name.
         table: String,
+        /// The chain's name.
         name: String,
         /// `NF_INET_*` hook number for base chains.
         hook: Option<u32>,
         /// `NF_ACCEPT` (1) or `NF_DROP` (0) for base chains.
         policy: Option<u32>,
     },
+    /// A rule added or deleted.
     Rule {
+        /// Added or deleted.
         op: Op,
+        /// `NFPROTO_*` family: 2 ip, 10 ip6, 1 inet, 3 arp, 7 bridge, 5 netdev.
         family: u8,
+        /// Its table's name.
         table: String,
+        /// Its chain's name.
         chain: String,
+        /// The rule's handle (unique within its table, assigned by the kernel).
         handle: Option<u64>,
         /// `NLM_F_APPEND` was set: appended (`-A`), not inserted (`-I`).
         appended: bool,
+        /// Where it jumps and its verdict, when decoded.
         summary: RuleSummary,
         /// What the rule matches and does ([`rule_fingerprint`]): the same for the
         /// same rule written again, whatever its handle and counters.
@@ -86,12 +105,16 @@ pub enum NftMessage {
     },
     /// End of a transaction: generation id and the writer.
     Gen {
+        /// The generation the transaction committed (the kernel skips 0 when it wraps).
         id: u32,
+        /// The id of the thread that sent the batch (`NFTA_GEN_PROC_PID`).
         pid: Option<u32>,
+        /// That thread's comm, at most 15 bytes (`NFTA_GEN_PROC_NAME`).
         comm: Option<String>,
     },
     /// Sets, elements, objects, flowtables: counted, not interpreted.
     Other {
+        /// The `NFT_MSG_*` number (the message type's low byte).
         kind: u16,
     },
 }
@@ -100,38 +123,64 @@ pub enum NftMessage {
 /// hot path decodes ~150k of these per 10k-service kube-proxy sync.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NftEvent<'a> {
+    /// [`NftMessage::Table`], borrowed.
     Table {
+        /// Created or deleted.
         op: Op,
+        /// `NFPROTO_*` family.
         family: u8,
+        /// The table's name.
         name: &'a str,
     },
+    /// [`NftMessage::Chain`], borrowed.
     Chain {
+        /// Created (or updated) or deleted.
         op: Op,
+        /// `NFPROTO_*` family.
         family: u8,
+        /// Its table's name.
         table: &'a str,
+        /// The chain's name.
         name: &'a str,
+        /// `NF_INET_*` hook number for base chains.
         hook: Option<u32>,
+        /// `NF_ACCEPT` (1) or `NF_DROP` (0) for base chains.
         policy: Option<u32>,
     },
+    /// [`NftMessage::Rule`], borrowed.
     Rule {
+        /// Added or deleted.
         op: Op,
+        /// `NFPROTO_*` family.
         family: u8,
+        /// Its table's name.
         table: &'a str,
+        /// Its chain's name.
         chain: &'a str,
+        /// The rule's handle.
         handle: Option<u64>,
+        /// Appended (`-A`), not inserted (`-I`).
         appended: bool,
-        /// Decoded only where it matters: built-in chain names and native nft tables.
+        /// The chain a jump/goto verdict names. Decoded only where it matters:
+        /// built-in chain names and native nft tables.
         jump: Option<&'a str>,
+        /// Its target extension or plain verdict, decoded where `jump` is.
         verdict: Option<&'a str>,
         /// [`rule_fingerprint`] of the rule.
         fingerprint: u64,
     },
+    /// [`NftMessage::Gen`], borrowed: the end of a transaction.
     Gen {
+        /// The generation the transaction committed.
         id: u32,
+        /// The id of the thread that sent the batch.
         pid: Option<u32>,
+        /// That thread's comm.
         comm: Option<&'a str>,
     },
+    /// [`NftMessage::Other`].
     Other {
+        /// The `NFT_MSG_*` number.
         kind: u16,
     },
 }
@@ -520,9 +569,14 @@ pub fn family_name(code: u8) -> &'static str {
 /// Messages of one committed transaction, closed by its NEWGEN.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Batch {
+    /// The generation its NEWGEN announced.
     pub generation: u32,
+    /// The id of the thread that sent it, from NEWGEN.
     pub pid: Option<u32>,
+    /// That thread's comm, from NEWGEN.
     pub comm: Option<String>,
+    /// Its notifications in arrival order, NEWGEN excluded; the first
+    /// `max_messages` of the [`Batcher`] only.
     pub messages: Vec<NftMessage>,
     /// When the NEWGEN was received.
     pub received: Option<SystemTime>,
@@ -548,6 +602,7 @@ impl Default for Batcher {
 }
 
 impl Batcher {
+    /// A batcher that keeps at most `max_messages` messages of one transaction.
     pub fn new(max_messages: usize) -> Batcher {
         Batcher {
             pending: Vec::new(),
@@ -591,9 +646,11 @@ impl Batcher {
 /// What the listener saw.
 #[derive(Debug)]
 pub enum Received {
+    /// Transactions completed by what was read ([`NftListener::receive`] only).
     Batches(Vec<Batch>),
     /// Datagrams were decoded and handed over message by message.
     Data {
+        /// How many datagrams were read.
         datagrams: usize,
     },
     /// The kernel dropped notifications (ENOBUFS): resynchronise.
@@ -614,8 +671,7 @@ pub struct NftListener {
 
 /// Receive buffer asked for (SO_RCVBUFFORCE, falling back to SO_RCVBUF): replacing a
 /// 10k-service ruleset produces 150k–300k notifications at once, ~90 MB of socket
-/// buffers if watch is starved of CPU meanwhile (charged only while queued). Was 64 MiB
-/// during the first benchmark run, which saw one gap.
+/// buffers if watch is starved of CPU meanwhile (charged only while queued).
 pub const RECEIVE_BUFFER: usize = 128 << 20;
 
 /// Bytes a listener keeps for each datagram: the kernel fills notification datagrams to

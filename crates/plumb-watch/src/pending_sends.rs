@@ -12,9 +12,11 @@
 /// A batch the writer probe ([`crate::writer_probe`]) saw being sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sent {
+    /// The sending process (thread group) id.
     pub pid: u32,
     /// The sending thread: what NEWGEN names (the kernel writes the thread's id).
     pub tid: u32,
+    /// The sending thread's comm (at most 15 bytes).
     pub comm: String,
     /// When the send began, CLOCK_MONOTONIC nanoseconds.
     pub at_ns: u64,
@@ -48,6 +50,8 @@ pub struct PendingSends {
 }
 
 impl PendingSends {
+    /// Adds a send, newest last. A send of a thread that already has one replaces it
+    /// in place; beyond [`MAX_PENDING_SENDS`] the oldest is forgotten.
     pub fn push(&mut self, s: Sent) {
         if let Some(old) = self.sends.iter_mut().find(|o| o.tid == s.tid) {
             *old = s;
@@ -59,10 +63,12 @@ impl PendingSends {
         self.sends.push_back(s);
     }
 
+    /// Number of pending sends.
     pub fn len(&self) -> usize {
         self.sends.len()
     }
 
+    /// Whether no send is pending.
     pub fn is_empty(&self) -> bool {
         self.sends.is_empty()
     }

@@ -312,12 +312,81 @@ pub struct Transaction {
     messages: usize,
 }
 
+/// Applies one rule notification to its chain's entry `e` (in chain `chain`): the
+/// rule counts (`table_rules` is the table's), whether the chain is still in handle
+/// order, the fingerprints of rules added and removed (for rewrites), and a
+/// [`HookRule`] for rules of built-in and base chains.
+fn apply_rule(
+    e: &mut ChainEntry,
+    table_rules: &mut usize,
+    hooks: &mut Vec<HookRule>,
+    chain: &str,
+    m: &NftEvent<'_>,
+) {
+    let NftEvent::Rule {
+        op,
+        handle,
+        appended,
+        jump,
+        verdict,
+        fingerprint,
+        ..
+    } = *m
+    else {
+        return;
+    };
+    let c = e.now_or_new();
+    // Hooks matter only in base chains: skip the catalogue lookup elsewhere.
+    let hook_chain = c.base || crate::changes::is_builtin_chain(chain);
+    let owned_jump = u32::from(hook_chain && jump.is_some_and(is_owned_chain));
+    let hooks_before = c.owned_hooks;
+    let added = op == Op::New;
+    if added {
+        // Inserted ahead of rules with lower handles: the chain's order is
+        // no longer its handles' order.
+        let inserted = !appended && c.rules > 0;
+        c.ordered = !inserted && (c.ordered || c.rules == 0);
+        c.rules += 1;
+        c.owned_hooks += owned_jump;
+        e.added += 1;
+        e.added_seq = fold(e.added_seq, fingerprint);
+        e.may_rewrite &= !inserted;
+        *table_rules += 1;
+    } else {
+        if c.rules > 0 {
+            c.rules -= 1;
+            *table_rules -= 1;
+        }
+        c.owned_hooks = c.owned_hooks.saturating_sub(owned_jump);
+        // One rule left, or none: in order, whatever came before.
+        c.ordered |= c.rules <= 1;
+        e.removed += 1;
+        e.removed_seq = fold(e.removed_seq, fingerprint);
+        match handle {
+            Some(h) if e.added == 0 && h > e.last_removed => e.last_removed = h,
+            _ => e.may_rewrite = false,
+        }
+    }
+    if hook_chain {
+        hooks.push(HookRule {
+            chain: chain.to_string(),
+            added,
+            jump: jump.map(str::to_string),
+            verdict: verdict.map(str::to_string),
+            inserted: added.then_some(!appended),
+            ahead_of_owned_hooks: added && !appended && hooks_before > 0,
+            text: None,
+        });
+    }
+}
+
 impl Transaction {
     /// Messages applied so far.
     pub fn len(&self) -> usize {
         self.messages
     }
 
+    /// Whether no message has been applied yet.
     pub fn is_empty(&self) -> bool {
         self.messages == 0
     }
@@ -413,59 +482,7 @@ impl Transaction {
                     t.rules -= c.rules as usize;
                 }
             }
-            NftEvent::Rule {
-                op,
-                handle,
-                appended,
-                jump,
-                verdict,
-                fingerprint,
-                ..
-            } => {
-                let c = e.now_or_new();
-                // Hooks matter only in base chains: skip the catalogue lookup elsewhere.
-                let hook_chain = c.base || crate::changes::is_builtin_chain(chain);
-                let owned_jump = u32::from(hook_chain && jump.is_some_and(is_owned_chain));
-                let hooks_before = c.owned_hooks;
-                let added = op == Op::New;
-                if added {
-                    // Inserted ahead of rules with lower handles: the chain's order is
-                    // no longer its handles' order.
-                    let inserted = !appended && c.rules > 0;
-                    c.ordered = !inserted && (c.ordered || c.rules == 0);
-                    c.rules += 1;
-                    c.owned_hooks += owned_jump;
-                    e.added += 1;
-                    e.added_seq = fold(e.added_seq, fingerprint);
-                    e.may_rewrite &= !inserted;
-                    t.rules += 1;
-                } else {
-                    if c.rules > 0 {
-                        c.rules -= 1;
-                        t.rules -= 1;
-                    }
-                    c.owned_hooks = c.owned_hooks.saturating_sub(owned_jump);
-                    // One rule left, or none: in order, whatever came before.
-                    c.ordered |= c.rules <= 1;
-                    e.removed += 1;
-                    e.removed_seq = fold(e.removed_seq, fingerprint);
-                    match handle {
-                        Some(h) if e.added == 0 && h > e.last_removed => e.last_removed = h,
-                        _ => e.may_rewrite = false,
-                    }
-                }
-                if hook_chain {
-                    a.hooks.push(HookRule {
-                        chain: chain.to_string(),
-                        added,
-                        jump: jump.map(str::to_string),
-                        verdict: verdict.map(str::to_string),
-                        inserted: added.then_some(!appended),
-                        ahead_of_owned_hooks: added && !appended && hooks_before > 0,
-                        text: None,
-                    });
-                }
-            }
+            NftEvent::Rule { .. } => apply_rule(e, &mut t.rules, &mut a.hooks, chain, m),
             _ => {}
         }
     }

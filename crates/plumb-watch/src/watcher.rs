@@ -65,6 +65,93 @@ fn attach_writer_probe(
     }
 }
 
+/// What the baseline read could not do: counted as a re-read error and said in the
+/// summary's notes.
+fn note_baseline_problems(problems: &[String], metrics: &Metrics, summary: &mut Summary) {
+    if !problems.is_empty() {
+        metrics.error(ErrorKind::Reread);
+        summary
+            .notes
+            .extend(problems.iter().map(|p| format!("baseline: {p}")));
+    }
+}
+
+/// The summary's `legacy` field (how iptables-legacy changes are found) and, when
+/// they are found by polling, a note that says what that costs.
+fn note_legacy_mode(present: bool, audit_ok: bool, summary: &mut Summary) {
+    summary.legacy = match (present, audit_ok) {
+        (false, _) => "none".into(),
+        (true, true) => "audit".into(),
+        (true, false) => "polling".into(),
+    };
+    if present && !audit_ok {
+        summary.notes.push(
+            "iptables-legacy tables present and audit unavailable: legacy changes are found by polling; attribution and latency are degraded".into(),
+        );
+    }
+}
+
+/// Starts the audit listener thread when asked and possible. Returns the summary's
+/// `audit` field and whether audit is listening.
+fn start_audit_listener(
+    wanted: bool,
+    metrics: &Metrics,
+    stop: &Arc<AtomicBool>,
+    tx: &mpsc::Sender<Msg>,
+) -> (String, bool) {
+    if !wanted {
+        return ("off".into(), false);
+    }
+    if !crate::audit::in_initial_netns() {
+        metrics.error(ErrorKind::AuditUnavailable);
+        return (
+            "unavailable: plumb is not in the initial network namespace".into(),
+            false,
+        );
+    }
+    match AuditListener::open() {
+        Ok(listener) => {
+            let stop = stop.clone();
+            let tx = tx.clone();
+            let _ = std::thread::Builder::new()
+                .name("plumb-audit".into())
+                .spawn(move || read_audit(listener, &stop, &tx));
+            ("listening".into(), true)
+        }
+        Err(e) => {
+            metrics.error(ErrorKind::AuditUnavailable);
+            (format!("unavailable: {e} (needs CAP_AUDIT_READ)"), false)
+        }
+    }
+}
+
+/// The audit listener thread: assembles NETFILTER_CFG, SYSCALL and PROCTITLE records
+/// into events (a record group older than 50 ms is complete) and sends them to the
+/// detection loop until `stop` is set or the loop is gone.
+fn read_audit(mut listener: AuditListener, stop: &AtomicBool, tx: &mpsc::Sender<Msg>) {
+    let mut asm = Assembler::default();
+    while !stop.load(Ordering::Relaxed) {
+        let now = unix_ms(SystemTime::now());
+        let mut done = Vec::new();
+        match listener.receive() {
+            Ok(records) => {
+                for r in records {
+                    done.extend(asm.push(r, now));
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Msg::Error(ErrorKind::AuditReceive, e.to_string()));
+            }
+        }
+        done.extend(asm.flush_older(now, 50));
+        for ev in done {
+            if tx.send(Msg::Audit(Box::new(ev))).is_err() {
+                return;
+            }
+        }
+    }
+}
+
 /// How to watch.
 #[derive(Clone, Debug)]
 pub struct WatchOptions {
@@ -78,6 +165,7 @@ pub struct WatchOptions {
     pub debounce: Duration,
     /// Legacy fingerprint poll interval when audit is unavailable.
     pub legacy_poll: Duration,
+    /// How many removals within which window make a fight.
     pub fight: FightPolicy,
     /// Netlink receive buffer asked for (bytes).
     pub receive_buffer: usize,
@@ -113,23 +201,32 @@ impl Default for WatchOptions {
 /// Why watch could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
+    /// The nftables notification socket could not be opened or subscribed (in the
+    /// namespace, when one was given).
     #[error(
         "cannot subscribe to nftables notifications{} (needs CAP_NET_ADMIN, and CAP_SYS_ADMIN to enter a namespace)",
         .netns.as_deref().map(|n| format!(" in network namespace {n}")).unwrap_or_default()
     )]
     Subscribe {
+        /// The namespace asked for; None: plumb's own.
         netns: Option<String>,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
 }
 
-/// What a watch run saw (printed at the end).
+/// What a watch run saw (printed at the end; its serde form is the JSON summary).
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Summary {
+    /// Seconds from [`Watcher::start`] to the end (the baseline read included).
     pub duration_s: f64,
+    /// Events emitted, by kind (`foreign-change`, `gap`, ...); preliminary events
+    /// are counted under `preliminary`, not under their kind.
     pub events: BTreeMap<String, u64>,
+    /// Complete nf_tables transactions judged (with or without an event).
     pub batches: u64,
+    /// Times the kernel dropped notifications (each a `gap` event).
     pub gaps: u64,
     /// `listening`, `unavailable: <why>` or `off`.
     pub audit: String,
@@ -137,6 +234,9 @@ pub struct Summary {
     pub legacy: String,
     /// The eBPF writer probe: `attached`, `unavailable: <why>` or `off`.
     pub probe: String,
+    /// Sentences about what the run could not do or saw only in part (baseline
+    /// problems, legacy polling, transactions already in the dump, the probe's
+    /// namings and dropped reports).
     pub notes: Vec<String>,
 }
 
@@ -164,11 +264,6 @@ pub(crate) enum Msg {
     ResyncFailed,
     Audit(Box<NetfilterAudit>),
     Error(ErrorKind, String),
-}
-
-struct Pending {
-    c: Box<Committed>,
-    deadline: Instant,
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
@@ -245,12 +340,7 @@ impl Watcher {
         let runner = SystemRunner;
         let baseline = crate::baseline::read(netns);
         let dumped_at_ns = crate::listener::monotonic_ns();
-        if !baseline.problems.is_empty() {
-            metrics.error(ErrorKind::Reread);
-            summary
-                .notes
-                .extend(baseline.problems.iter().map(|p| format!("baseline: {p}")));
-        }
+        note_baseline_problems(&baseline.problems, metrics, &mut summary);
         let legacy_rs = crate::legacy::read(&runner, netns);
         let legacy_present = !legacy_rs.ruleset.tables.is_empty();
 
@@ -287,65 +377,10 @@ impl Watcher {
             .ok();
 
         // Audit listener thread (initial namespace only).
-        let mut audit_ok = false;
-        summary.audit = if !opts.audit {
-            "off".into()
-        } else if !crate::audit::in_initial_netns() {
-            metrics.error(ErrorKind::AuditUnavailable);
-            "unavailable: plumb is not in the initial network namespace".into()
-        } else {
-            match AuditListener::open() {
-                Ok(mut listener) => {
-                    audit_ok = true;
-                    let a_stop = stop.clone();
-                    let a_tx = tx.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("plumb-audit".into())
-                        .spawn(move || {
-                            let mut asm = Assembler::default();
-                            while !a_stop.load(Ordering::Relaxed) {
-                                let now = unix_ms(SystemTime::now());
-                                let mut done = Vec::new();
-                                match listener.receive() {
-                                    Ok(records) => {
-                                        for r in records {
-                                            done.extend(asm.push(r, now));
-                                        }
-                                    }
-                                    Err(e) => {
-                                        let _ = a_tx.send(Msg::Error(
-                                            ErrorKind::AuditReceive,
-                                            e.to_string(),
-                                        ));
-                                    }
-                                }
-                                done.extend(asm.flush_older(now, 50));
-                                for ev in done {
-                                    if a_tx.send(Msg::Audit(Box::new(ev))).is_err() {
-                                        return;
-                                    }
-                                }
-                            }
-                        });
-                    "listening".into()
-                }
-                Err(e) => {
-                    metrics.error(ErrorKind::AuditUnavailable);
-                    format!("unavailable: {e} (needs CAP_AUDIT_READ)")
-                }
-            }
-        };
+        let (audit, audit_ok) = start_audit_listener(opts.audit, metrics, &stop, &tx);
+        summary.audit = audit;
         drop(tx);
-        summary.legacy = match (legacy_present, audit_ok) {
-            (false, _) => "none".into(),
-            (true, true) => "audit".into(),
-            (true, false) => "polling".into(),
-        };
-        if legacy_present && !audit_ok {
-            summary.notes.push(
-            "iptables-legacy tables present and audit unavailable: legacy changes are found by polling; attribution and latency are degraded".into(),
-        );
-        }
+        note_legacy_mode(legacy_present, audit_ok, &mut summary);
 
         if let Some(r) = &opts.ready {
             r.store(true, Ordering::SeqCst);
@@ -376,260 +411,435 @@ impl Watcher {
             started,
             opts,
             metrics,
-            mut summary,
+            summary,
             rx,
             resync_tx,
-            mut legacy_rs,
+            legacy_rs,
             legacy_present,
             audit_ok,
             probe_naming,
             probe_dropped,
             threads,
         } = self;
-        let opts = &opts;
-        let metrics = &metrics;
         let stop = threads.stop.clone();
-        let netns = opts.netns.as_deref();
-        let runner = SystemRunner;
-        // --duration counts from here: reading a 10k-service baseline takes seconds.
-        let watching = Instant::now();
-        let mut fights = FightTracker::new(opts.fight);
-        let mut pending: VecDeque<Pending> = VecDeque::new();
-        let mut recent_audit: VecDeque<NetfilterAudit> = VecDeque::new();
-        let mut resync_at: Option<Instant> = None;
-        // Transactions queued while a dump was read and already in it (`already_in_dump`).
-        let mut in_dump = 0u64;
-        let mut audit_seen = false;
-        let mut legacy_at: Option<(Instant, Actor)> = None;
-        // Generations that already had a preliminary event (one per transaction).
-        let mut early_reported: VecDeque<u32> = VecDeque::new();
-        // Generations whose complete event is out: a preliminary one arriving later is stale.
-        let mut completed: VecDeque<u32> = VecDeque::new();
-        let mut next_poll = Instant::now() + opts.legacy_poll;
-        let mut emit = |e: Event, summary: &mut Summary| {
-            // A preliminary event is not counted as one of its kind (its complete event is).
-            let key = if e.preliminary {
-                "preliminary"
-            } else {
-                metrics.event(&e, unix_ms(SystemTime::now()) as f64 / 1000.0);
-                e.kind.as_str()
-            };
-            *summary.events.entry(key.to_string()).or_default() += 1;
-            sink(&e);
-        };
-
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            if opts.duration.is_some_and(|d| watching.elapsed() >= d) {
-                break;
-            }
-            // Sleep until the next thing that can be due (few wake-ups when idle).
-            let now = Instant::now();
-            let mut next = now + Duration::from_millis(500);
-            if let Some(p) = pending.front() {
-                next = next.min(p.deadline.max(now + Duration::from_millis(1)));
-            }
-            if let Some(t) = resync_at {
-                next = next.min(t);
-            }
-            if let Some((t, _)) = &legacy_at {
-                next = next.min(*t);
-            }
-            if legacy_present && !audit_ok {
-                next = next.min(next_poll);
-            }
-            if let Some(d) = opts.duration {
-                next = next.min(watching + d);
-            }
-            let wait = next.saturating_duration_since(now);
-            match rx.recv_timeout(wait) {
-                Ok(Msg::Committed(c)) => {
-                    if completed.len() >= 64 {
-                        completed.pop_front();
-                    }
-                    completed.push_back(c.generation);
-                    // Wait for audit only once audit has shown it delivers records
-                    // (the kernel may have audit disabled: then nothing ever comes).
-                    if c.actor.gone && audit_ok && audit_seen {
-                        // Try a join with an audit event already here.
-                        if let Some(a) = recent_audit
-                            .iter()
-                            .find(|a| a.generation() == Some(c.generation))
-                        {
-                            let mut c = c;
-                            c.actor = enrich(std::mem::take(&mut c.actor), a);
-                            for e in process(&c, &mut fights, netns, &mut summary) {
-                                emit(e, &mut summary);
-                            }
-                        } else {
-                            pending.push_back(Pending {
-                                c,
-                                deadline: Instant::now() + AUDIT_JOIN_WAIT,
-                            });
-                        }
-                    } else if !pending.is_empty() {
-                        // Keep order: later transactions wait behind earlier ones.
-                        pending.push_back(Pending {
-                            c,
-                            deadline: Instant::now(),
-                        });
-                    } else {
-                        for e in process(&c, &mut fights, netns, &mut summary) {
-                            emit(e, &mut summary);
-                        }
-                    }
-                }
-                Ok(Msg::Early(c, how)) => {
-                    if !early_reported.contains(&c.generation) && !completed.contains(&c.generation)
-                    {
-                        let events = preliminary(&c, how, &fights, netns);
-                        if !events.is_empty() {
-                            if early_reported.len() >= 16 {
-                                early_reported.pop_front();
-                            }
-                            early_reported.push_back(c.generation);
-                        }
-                        for e in events {
-                            emit(e, &mut summary);
-                        }
-                    }
-                }
-                Ok(Msg::Resync(changes)) => {
-                    resync_events(&changes, &mut fights, netns, &mut |e| emit(e, &mut summary));
-                }
-                Ok(Msg::Audit(a)) => {
-                    audit_seen = true;
-                    if let Some(p) = pending
-                        .iter_mut()
-                        .find(|p| a.generation() == Some(p.c.generation))
-                    {
-                        p.c.actor = enrich(std::mem::take(&mut p.c.actor), &a);
-                        p.deadline = Instant::now();
-                    }
-                    let legacy_change = a.changes.iter().any(|c| c.op == "xt_replace");
-                    if legacy_change && audit_pid_in_netns(&a, netns) {
-                        let hints = Hints {
-                            comm: a.changes.iter().find_map(|c| c.comm.clone()),
-                            exe: a.syscall.as_ref().and_then(|s| s.exe.clone()),
-                            ppid: a.syscall.as_ref().and_then(|s| s.ppid),
-                            uid: a.syscall.as_ref().and_then(|s| s.uid),
-                            argv: a.argv.clone(),
-                        };
-                        let actor = a
-                            .pid()
-                            .map(|p| actor::resolve(p, &hints))
-                            .unwrap_or_default();
-                        legacy_at = Some((Instant::now() + opts.debounce, actor));
-                    }
-                    recent_audit.push_back(*a);
-                    while recent_audit.len() > 256 {
-                        recent_audit.pop_front();
-                    }
-                }
-                Ok(Msg::Gap) => {
-                    summary.gaps += 1;
-                    emit(
-                        Event::gap(
-                            SystemTime::now(),
-                            netns,
-                            "the kernel dropped nftables notifications (ENOBUFS)",
-                        ),
-                        &mut summary,
-                    );
-                    resync_at = Some(Instant::now() + opts.debounce);
-                }
-                Ok(Msg::AlreadyInDump(n)) => in_dump += n,
-                Ok(Msg::ResyncFailed) => resync_at = Some(Instant::now() + RESYNC_RETRY),
-                Ok(Msg::Error(kind, _msg)) => metrics.error(kind),
+        let mut lp = DetectionLoop::new(
+            &opts,
+            &metrics,
+            sink,
+            summary,
+            resync_tx,
+            LegacyWatch::new(legacy_rs, legacy_present, audit_ok, &opts),
+            audit_ok,
+        );
+        while !stop.load(Ordering::Relaxed) && !lp.duration_over() {
+            match rx.recv_timeout(lp.time_to_next_due()) {
+                Ok(msg) => lp.handle(msg),
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
-            // Batches whose audit wait is over, in order.
-            while pending
-                .front()
-                .is_some_and(|p| p.deadline <= Instant::now())
-            {
-                if let Some(p) = pending.pop_front() {
-                    for e in process(&p.c, &mut fights, netns, &mut summary) {
-                        emit(e, &mut summary);
-                    }
-                }
-            }
-            // Debounced full resync after a gap.
-            if resync_at.is_some_and(|t| t <= Instant::now()) {
-                resync_at = None;
-                // The listener thread dumps, swaps the state and reports what changed while
-                // events were lost.
-                let _ = resync_tx.send(());
-            }
-            // Legacy: audit-triggered re-read, or a poll without audit.
-            let poll_due = legacy_present && !audit_ok && Instant::now() >= next_poll;
-            let trigger_due = legacy_at
-                .as_ref()
-                .is_some_and(|(t, _)| *t <= Instant::now());
-            if poll_due || trigger_due {
-                next_poll = Instant::now() + opts.legacy_poll;
-                let (actor, source) = match legacy_at.take() {
-                    Some((_, a)) if trigger_due => (a, Source::Write),
-                    other => {
-                        legacy_at = other;
-                        (Actor::unknown(), Source::Poll)
-                    }
-                };
-                let fresh = crate::legacy::read(&runner, netns);
-                if !fresh.errors.is_empty() {
-                    metrics.error(ErrorKind::Reread);
-                }
-                if fresh.fingerprint != legacy_rs.fingerprint {
-                    let changes = from_rulesets(&legacy_rs.ruleset, &fresh.ruleset);
-                    let at = SystemTime::now();
-                    for f in detect(&changes, &actor, source, unix_ms(at), &mut fights) {
-                        emit(
-                            Event::from_finding(f, at, netns, &actor, None, None),
-                            &mut summary,
-                        );
-                    }
-                    legacy_rs = fresh;
-                }
-            }
+            lp.release_due_pending();
+            lp.request_due_resync();
+            lp.reread_legacy_if_due();
         }
-        if in_dump > 0 {
-            summary.notes.push(format!(
-                "{in_dump} transactions committed while the ruleset was being dumped were in \
-             the dump already: not reported"
-            ));
-        }
-        // Flush what is still waiting for audit.
-        while let Some(p) = pending.pop_front() {
-            for e in process(&p.c, &mut fights, netns, &mut summary) {
-                emit(e, &mut summary);
-            }
-        }
+        let mut summary = lp.finish();
         drop(threads);
-        let named: Vec<u64> = probe_naming
-            .iter()
-            .map(|n| n.load(Ordering::Relaxed))
-            .collect();
-        if named[0] > 0 {
-            summary.notes.push(format!(
-            "transactions whose writer the eBPF probe named before their NEWGEN: {} ({} confirmed by the NEWGEN, {} contradicted)",
-            named[0], named[1], named[2]
-        ));
-        }
-        let dropped = probe_dropped.load(Ordering::Relaxed);
-        if dropped > 0 {
-            summary.notes.push(format!(
-                "eBPF writer probe: {dropped} reports dropped (its ring buffer was full): those \
-             writers were named at their NEWGEN"
-            ));
-        }
+        add_probe_notes(&mut summary, &probe_naming, &probe_dropped);
         summary.duration_s = started.elapsed().as_secs_f64();
         summary
     }
 }
 
+/// A committed transaction waiting in the detection loop for the audit record that
+/// names its writer, until `deadline`.
+struct Pending {
+    c: Box<Committed>,
+    deadline: Instant,
+}
+
+/// How many generations the detection loop remembers as completed (a preliminary
+/// event arriving after its complete event is stale).
+const COMPLETED_REMEMBERED: usize = 64;
+/// How many generations the detection loop remembers as having had a preliminary
+/// event (one per transaction).
+const EARLY_REMEMBERED: usize = 16;
+/// How many audit events the detection loop keeps to join with later transactions.
+const AUDIT_REMEMBERED: usize = 256;
+/// Longest sleep of the detection loop when nothing is due.
+const IDLE_WAKE: Duration = Duration::from_millis(500);
+
+/// iptables-legacy as the detection loop sees it: the last read, and when the next
+/// re-read is due (after an audit trigger, or by polling without audit).
+struct LegacyWatch {
+    /// The last read of the legacy tables; changes are diffed against it.
+    last: crate::legacy::LegacyRead,
+    /// Legacy tables existed at start and audit cannot say when they change: poll.
+    polling: bool,
+    /// When the next poll is due (meaningful only when `polling`).
+    next_poll: Instant,
+    poll_every: Duration,
+    /// An audit-triggered re-read: when it is due (debounced) and the writer audit named.
+    triggered: Option<(Instant, Actor)>,
+}
+
+impl LegacyWatch {
+    fn new(
+        last: crate::legacy::LegacyRead,
+        present: bool,
+        audit_ok: bool,
+        opts: &WatchOptions,
+    ) -> LegacyWatch {
+        LegacyWatch {
+            last,
+            polling: present && !audit_ok,
+            next_poll: Instant::now() + opts.legacy_poll,
+            poll_every: opts.legacy_poll,
+            triggered: None,
+        }
+    }
+}
+
+/// The detection loop's state between messages: what waits for audit, the fight
+/// tracker, the timers (resync, legacy) and the summary being built. [`Watcher::run`]
+/// feeds it one message at a time and then lets it do what is due.
+struct DetectionLoop<'a> {
+    opts: &'a WatchOptions,
+    metrics: &'a Metrics,
+    sink: &'a mut dyn FnMut(&Event),
+    summary: Summary,
+    runner: SystemRunner,
+    /// --duration counts from here: reading a 10k-service baseline takes seconds.
+    watching: Instant,
+    fights: FightTracker,
+    /// Transactions waiting for their audit record, in commit order.
+    pending: VecDeque<Pending>,
+    /// The last [`AUDIT_REMEMBERED`] audit events, for transactions committed after them.
+    recent_audit: VecDeque<NetfilterAudit>,
+    /// Whether audit is listening at all.
+    audit_ok: bool,
+    /// Whether audit has delivered a record (the kernel may have audit disabled: then
+    /// nothing ever comes, and no transaction waits for it).
+    audit_seen: bool,
+    /// When the debounced full resync after a gap is due.
+    resync_at: Option<Instant>,
+    /// Asks the listener thread for a resync.
+    resync_tx: mpsc::Sender<()>,
+    /// Transactions queued while a dump was read and already in it (`already_in_dump`).
+    in_dump: u64,
+    /// Generations that already had a preliminary event (one per transaction).
+    early_reported: VecDeque<u32>,
+    /// Generations whose complete event is out: a preliminary one arriving later is stale.
+    completed: VecDeque<u32>,
+    legacy: LegacyWatch,
+}
+
+impl<'a> DetectionLoop<'a> {
+    fn new(
+        opts: &'a WatchOptions,
+        metrics: &'a Metrics,
+        sink: &'a mut dyn FnMut(&Event),
+        summary: Summary,
+        resync_tx: mpsc::Sender<()>,
+        legacy: LegacyWatch,
+        audit_ok: bool,
+    ) -> Self {
+        DetectionLoop {
+            opts,
+            metrics,
+            sink,
+            summary,
+            runner: SystemRunner,
+            watching: Instant::now(),
+            fights: FightTracker::new(opts.fight),
+            pending: VecDeque::new(),
+            recent_audit: VecDeque::new(),
+            audit_ok,
+            audit_seen: false,
+            resync_at: None,
+            resync_tx,
+            in_dump: 0,
+            early_reported: VecDeque::new(),
+            completed: VecDeque::new(),
+            legacy,
+        }
+    }
+
+    fn netns(&self) -> Option<&'a str> {
+        self.opts.netns.as_deref()
+    }
+
+    /// Whether `--duration` has passed since watching began.
+    fn duration_over(&self) -> bool {
+        self.opts
+            .duration
+            .is_some_and(|d| self.watching.elapsed() >= d)
+    }
+
+    /// How long to sleep until the next thing that can be due (few wake-ups when idle).
+    fn time_to_next_due(&self) -> Duration {
+        let now = Instant::now();
+        let mut next = now + IDLE_WAKE;
+        if let Some(p) = self.pending.front() {
+            next = next.min(p.deadline.max(now + Duration::from_millis(1)));
+        }
+        if let Some(t) = self.resync_at {
+            next = next.min(t);
+        }
+        if let Some((t, _)) = &self.legacy.triggered {
+            next = next.min(*t);
+        }
+        if self.legacy.polling {
+            next = next.min(self.legacy.next_poll);
+        }
+        if let Some(d) = self.opts.duration {
+            next = next.min(self.watching + d);
+        }
+        next.saturating_duration_since(now)
+    }
+
+    /// Counts an event in the summary (and, unless preliminary, in the metrics) and
+    /// hands it to the sink.
+    fn emit(&mut self, e: Event) {
+        // A preliminary event is not counted as one of its kind (its complete event is).
+        let key = if e.preliminary {
+            "preliminary"
+        } else {
+            self.metrics
+                .event(&e, unix_ms(SystemTime::now()) as f64 / 1000.0);
+            e.kind.as_str()
+        };
+        *self.summary.events.entry(key.to_string()).or_default() += 1;
+        (self.sink)(&e);
+    }
+
+    /// Detects and emits what a complete transaction did.
+    fn report(&mut self, c: &Committed) {
+        let netns = self.netns();
+        for e in process(c, &mut self.fights, netns, &mut self.summary) {
+            self.emit(e);
+        }
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Committed(c) => self.on_committed(c),
+            Msg::Early(c, how) => self.on_early(&c, how),
+            Msg::Resync(changes) => {
+                let netns = self.netns();
+                for e in resync_events(&changes, &mut self.fights, netns) {
+                    self.emit(e);
+                }
+            }
+            Msg::Audit(a) => self.on_audit(*a),
+            Msg::Gap => self.on_gap(),
+            Msg::AlreadyInDump(n) => self.in_dump += n,
+            Msg::ResyncFailed => self.resync_at = Some(Instant::now() + RESYNC_RETRY),
+            Msg::Error(kind, _msg) => self.metrics.error(kind),
+        }
+    }
+
+    /// A complete transaction: reported now, or queued behind earlier ones or until
+    /// the audit record that names its writer (when the writer is already gone).
+    fn on_committed(&mut self, mut c: Box<Committed>) {
+        if self.completed.len() >= COMPLETED_REMEMBERED {
+            self.completed.pop_front();
+        }
+        self.completed.push_back(c.generation);
+        // Wait for audit only once audit has shown it delivers records.
+        if c.actor.gone && self.audit_ok && self.audit_seen {
+            // Try a join with an audit event already here.
+            if let Some(a) = self
+                .recent_audit
+                .iter()
+                .find(|a| a.generation() == Some(c.generation))
+            {
+                c.actor = enrich(std::mem::take(&mut c.actor), a);
+                self.report(&c);
+            } else {
+                self.pending.push_back(Pending {
+                    c,
+                    deadline: Instant::now() + AUDIT_JOIN_WAIT,
+                });
+            }
+        } else if !self.pending.is_empty() {
+            // Keep order: later transactions wait behind earlier ones.
+            self.pending.push_back(Pending {
+                c,
+                deadline: Instant::now(),
+            });
+        } else {
+            self.report(&c);
+        }
+    }
+
+    /// What a big transaction has done so far: preliminary events, once per
+    /// generation, and never after its complete event.
+    fn on_early(&mut self, c: &Committed, how: &str) {
+        if self.early_reported.contains(&c.generation) || self.completed.contains(&c.generation) {
+            return;
+        }
+        let events = preliminary(c, how, &self.fights, self.netns());
+        if !events.is_empty() {
+            if self.early_reported.len() >= EARLY_REMEMBERED {
+                self.early_reported.pop_front();
+            }
+            self.early_reported.push_back(c.generation);
+        }
+        for e in events {
+            self.emit(e);
+        }
+    }
+
+    /// An audit event: names the writer of a waiting transaction of its generation,
+    /// triggers a legacy re-read when it records an iptables-legacy write in the
+    /// watched namespace, and is kept for transactions that come after it.
+    fn on_audit(&mut self, a: NetfilterAudit) {
+        self.audit_seen = true;
+        if let Some(p) = self
+            .pending
+            .iter_mut()
+            .find(|p| a.generation() == Some(p.c.generation))
+        {
+            p.c.actor = enrich(std::mem::take(&mut p.c.actor), &a);
+            p.deadline = Instant::now();
+        }
+        let legacy_change = a.changes.iter().any(|c| c.op == "xt_replace");
+        if legacy_change && audit_pid_in_netns(&a, self.netns()) {
+            let actor = a
+                .pid()
+                .map(|p| actor::resolve(p, &audit_hints(&a)))
+                .unwrap_or_default();
+            self.legacy.triggered = Some((Instant::now() + self.opts.debounce, actor));
+        }
+        self.recent_audit.push_back(a);
+        while self.recent_audit.len() > AUDIT_REMEMBERED {
+            self.recent_audit.pop_front();
+        }
+    }
+
+    /// The kernel dropped notifications: a `gap` event, and a debounced resync.
+    fn on_gap(&mut self) {
+        self.summary.gaps += 1;
+        self.emit(Event::gap(
+            SystemTime::now(),
+            self.netns(),
+            "the kernel dropped nftables notifications (ENOBUFS)",
+        ));
+        self.resync_at = Some(Instant::now() + self.opts.debounce);
+    }
+
+    /// Reports the transactions whose audit wait is over, in order.
+    fn release_due_pending(&mut self) {
+        while self
+            .pending
+            .front()
+            .is_some_and(|p| p.deadline <= Instant::now())
+        {
+            if let Some(p) = self.pending.pop_front() {
+                self.report(&p.c);
+            }
+        }
+    }
+
+    /// Asks the listener thread for the debounced full resync after a gap, once due.
+    /// The listener dumps, swaps the state and reports what changed while events were
+    /// lost.
+    fn request_due_resync(&mut self) {
+        if self.resync_at.is_some_and(|t| t <= Instant::now()) {
+            self.resync_at = None;
+            let _ = self.resync_tx.send(());
+        }
+    }
+
+    /// Re-reads the legacy tables when an audit trigger or a poll is due, and reports
+    /// what changed since the last read.
+    fn reread_legacy_if_due(&mut self) {
+        let poll_due = self.legacy.polling && Instant::now() >= self.legacy.next_poll;
+        let trigger_due = self
+            .legacy
+            .triggered
+            .as_ref()
+            .is_some_and(|(t, _)| *t <= Instant::now());
+        if !(poll_due || trigger_due) {
+            return;
+        }
+        self.legacy.next_poll = Instant::now() + self.legacy.poll_every;
+        let (actor, source) = match self.legacy.triggered.take() {
+            Some((_, a)) if trigger_due => (a, Source::Write),
+            other => {
+                self.legacy.triggered = other;
+                (Actor::unknown(), Source::Poll)
+            }
+        };
+        let netns = self.netns();
+        let fresh = crate::legacy::read(&self.runner, netns);
+        if !fresh.errors.is_empty() {
+            self.metrics.error(ErrorKind::Reread);
+        }
+        if fresh.fingerprint == self.legacy.last.fingerprint {
+            return;
+        }
+        let changes = from_rulesets(&self.legacy.last.ruleset, &fresh.ruleset);
+        let at = SystemTime::now();
+        for f in detect(&changes, &actor, source, unix_ms(at), &mut self.fights) {
+            self.emit(Event::from_finding(f, at, netns, &actor, None, None));
+        }
+        self.legacy.last = fresh;
+    }
+
+    /// Reports what still waits for audit and returns the summary (without the
+    /// probe's notes and the duration, which [`Watcher::run`] adds).
+    fn finish(mut self) -> Summary {
+        if self.in_dump > 0 {
+            self.summary.notes.push(format!(
+                "{} transactions committed while the ruleset was being dumped were in \
+                 the dump already: not reported",
+                self.in_dump
+            ));
+        }
+        while let Some(p) = self.pending.pop_front() {
+            self.report(&p.c);
+        }
+        self.summary
+    }
+}
+
+/// What audit says about the writer of an iptables-legacy write, for [`actor::resolve`].
+fn audit_hints(a: &NetfilterAudit) -> Hints {
+    Hints {
+        comm: a.changes.iter().find_map(|c| c.comm.clone()),
+        exe: a.syscall.as_ref().and_then(|s| s.exe.clone()),
+        ppid: a.syscall.as_ref().and_then(|s| s.ppid),
+        uid: a.syscall.as_ref().and_then(|s| s.uid),
+        argv: a.argv.clone(),
+    }
+}
+
+/// The summary's notes on the eBPF writer probe: how many writers it named before
+/// their NEWGEN (confirmed, contradicted) and how many reports its full ring buffer
+/// dropped.
+fn add_probe_notes(
+    summary: &mut Summary,
+    naming: &ProbeNaming,
+    dropped: &std::sync::atomic::AtomicU32,
+) {
+    let named: Vec<u64> = naming.iter().map(|n| n.load(Ordering::Relaxed)).collect();
+    if named[0] > 0 {
+        summary.notes.push(format!(
+            "transactions whose writer the eBPF probe named before their NEWGEN: {} ({} confirmed by the NEWGEN, {} contradicted)",
+            named[0], named[1], named[2]
+        ));
+    }
+    let dropped = dropped.load(Ordering::Relaxed);
+    if dropped > 0 {
+        summary.notes.push(format!(
+            "eBPF writer probe: {dropped} reports dropped (its ring buffer was full): those \
+             writers were named at their NEWGEN"
+        ));
+    }
+}
+
+/// Events for a complete transaction (counted in the summary's batches); fights are
+/// remembered.
 fn process(
     c: &Committed,
     fights: &mut FightTracker,
@@ -692,18 +902,22 @@ fn preliminary(c: &Committed, how: &str, fights: &FightTracker, netns: Option<&s
     .collect()
 }
 
+/// Events for what a resync found changed while notifications were lost (writer
+/// unknown).
 fn resync_events(
     changes: &ChangeSet,
     fights: &mut FightTracker,
     netns: Option<&str>,
-    emit: &mut dyn FnMut(Event),
-) {
+) -> Vec<Event> {
     let at = SystemTime::now();
     let unknown = Actor::unknown();
-    for f in detect(changes, &unknown, Source::Resync, unix_ms(at), fights) {
-        debug_assert_eq!(f.kind, Kind::Resync);
-        emit(Event::from_finding(f, at, netns, &unknown, None, None));
-    }
+    detect(changes, &unknown, Source::Resync, unix_ms(at), fights)
+        .into_iter()
+        .map(|f| {
+            debug_assert_eq!(f.kind, Kind::Resync);
+            Event::from_finding(f, at, netns, &unknown, None, None)
+        })
+        .collect()
 }
 
 /// Adds what an audit event knows about the writer (exe, ppid, uid, argv) and

@@ -67,14 +67,19 @@ pub enum ProbeError {
     #[error(
         "plumb was built without the eBPF writer probe (clang or libbpf-dev were missing at build time)"
     )]
+    /// This build has no probe program (clang or libbpf headers were missing).
     NotBuilt,
+    /// The kernel's BTF (`/sys/kernel/btf/vmlinux`) could not be read; the text says why.
     #[error("no kernel BTF at {KERNEL_BTF} (the kernel needs CONFIG_DEBUG_INFO_BTF): {0}")]
     NoBtf(String),
+    /// The program reads syscall arguments by this architecture's register layout,
+    /// which it does not know (the architecture's name).
     #[error("the eBPF writer probe is not supported on {0}")]
     UnsupportedArch(&'static str),
     /// The helper process that loads the program ([`crate::probe_handoff`]) failed.
     #[error("the eBPF writer probe's loader process: {0}")]
     Helper(String),
+    /// The kernel refused to load or attach the program, or to create its map.
     #[error("eBPF {stage} failed{}: {meaning}; {detail}", errno_text(*.errno))]
     Kernel {
         /// What was being done: "load", "attach", "map".
@@ -295,6 +300,7 @@ impl WriterProbe {
         })
     }
 
+    /// Always [`ProbeError::NotBuilt`]: this build has no probe program.
     #[cfg(plumb_no_bpf)]
     pub fn attach(netns_inode: u64) -> Result<WriterProbe, ProbeError> {
         let _ = netns_inode;

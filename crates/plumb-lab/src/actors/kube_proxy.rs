@@ -26,7 +26,7 @@
 //! `kubernetes` Service's endpoint is `--api-endpoint`.
 //!
 //! One lab deviation from kube-proxy's bytes, on the nft backend only: each table of a
-//! full-sync payload starts with a chainless `-S` (a read; see [`with_chain_cache_hint`]
+//! full-sync payload starts with a chainless `-S` (a read; see `with_chain_cache_hint`
 //! for why: iptables-nft's `--noflush` restore is quadratic in the chains a payload names).
 //! `--exact-restore-payload` turns it off.
 //!
