@@ -399,13 +399,12 @@ impl FightTracker {
         now: u64,
     ) -> (u32, Option<FightInfo>) {
         self.prune(now);
-        if self.fights.len() >= MAX_FIGHTS {
+        let key = (table.to_string(), owner.to_string(), remover.to_string());
+        // At the cap a new party is not tracked; the ones already tracked still are.
+        if self.fights.len() >= MAX_FIGHTS && !self.fights.contains_key(&key) {
             return (1, None);
         }
-        let f = self
-            .fights
-            .entry((table.into(), owner.into(), remover.into()))
-            .or_default();
+        let f = self.fights.entry(key).or_default();
         let overlaps = f.chains.is_empty() || chains.iter().any(|c| f.chains.contains(*c));
         if !overlaps {
             // Other objects: a new episode.
@@ -856,4 +855,47 @@ pub fn detect_rulesets(
 ) -> Vec<Detection> {
     let changes = crate::changes::from_rulesets(old, new);
     detect(&changes, actor, Source::Write, now_ms, fights)
+}
+
+#[cfg(test)]
+mod fight_cap_tests {
+    use super::*;
+
+    #[test]
+    fn at_the_cap_a_tracked_fight_goes_on_and_a_new_party_is_not_tracked() {
+        let mut t = FightTracker::new(FightPolicy::default());
+        let key = (
+            "ip filter".to_string(),
+            "kube-proxy".to_string(),
+            "agent".to_string(),
+        );
+        let revert = |t: &mut FightTracker, remover: &str, now: u64| {
+            t.revert("ip filter", "kube-proxy", remover, &["KUBE-SERVICES"], now)
+        };
+        assert_eq!(revert(&mut t, "agent", 1_000).0, 1);
+        for i in 1..MAX_FIGHTS {
+            revert(&mut t, &format!("other-{i}"), 1_000);
+        }
+        assert_eq!(t.fights.len(), MAX_FIGHTS);
+        // kube-proxy restores between the agent's removals.
+        t.fights
+            .get_mut(&key)
+            .unwrap()
+            .restores
+            .push((2_000, "kube-proxy".into()));
+        assert_eq!(revert(&mut t, "agent", 3_000).0, 2);
+        t.fights
+            .get_mut(&key)
+            .unwrap()
+            .restores
+            .push((4_000, "kube-proxy".into()));
+        let (n, fight) = revert(&mut t, "agent", 5_000);
+        assert_eq!(n, 3);
+        let fight = fight.expect("the tracked fight is reported at the cap");
+        assert_eq!(fight.remover, "agent");
+        assert_eq!(fight.restores, 2);
+        // A party never seen before is not tracked once the cap is reached.
+        assert_eq!(revert(&mut t, "newcomer", 5_000), (1, None));
+        assert_eq!(t.fights.len(), MAX_FIGHTS);
+    }
 }

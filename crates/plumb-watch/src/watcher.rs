@@ -496,6 +496,19 @@ impl LegacyWatch {
             triggered: None,
         }
     }
+
+    /// Takes a fresh read: the changes since the last one, or `None` when there is
+    /// nothing to report. A read where a tool failed is not compared at all (its missing
+    /// tables would read as every chain deleted by an unknown writer) and does not
+    /// become the reference either.
+    fn accept(&mut self, fresh: crate::legacy::LegacyRead) -> Option<ChangeSet> {
+        if !fresh.errors.is_empty() || fresh.fingerprint == self.last.fingerprint {
+            return None;
+        }
+        let changes = from_rulesets(&self.last.ruleset, &fresh.ruleset);
+        self.last = fresh;
+        Some(changes)
+    }
 }
 
 /// The detection loop's state between messages: what waits for audit, the fight
@@ -774,16 +787,18 @@ impl<'a> DetectionLoop<'a> {
         let fresh = crate::legacy::read(&self.runner, netns);
         if !fresh.errors.is_empty() {
             self.metrics.error(ErrorKind::Reread);
+            // Retry the audit-named write at the next poll, with its writer.
+            if source == Source::Write {
+                self.legacy.triggered = Some((self.legacy.next_poll, actor.clone()));
+            }
         }
-        if fresh.fingerprint == self.legacy.last.fingerprint {
+        let Some(changes) = self.legacy.accept(fresh) else {
             return;
-        }
-        let changes = from_rulesets(&self.legacy.last.ruleset, &fresh.ruleset);
+        };
         let at = SystemTime::now();
         for f in detect(&changes, &actor, source, unix_ms(at), &mut self.fights) {
             self.emit(Event::from_finding(f, at, netns, &actor, None, None));
         }
-        self.legacy.last = fresh;
     }
 
     /// Reports what still waits for audit and returns the summary (without the
@@ -975,5 +990,42 @@ fn audit_pid_in_netns(a: &NetfilterAudit, netns: Option<&str>) -> bool {
     ) {
         (Ok(w), Ok(p)) => w == p,
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod legacy_watch_tests {
+    use super::*;
+    use crate::legacy::LegacyRead;
+    use plumb_ruleset::iptables::save::{IptablesInput, parse};
+
+    fn read(text: &str, fingerprint: u64, errors: &[&str]) -> LegacyRead {
+        LegacyRead {
+            ruleset: parse(text, &IptablesInput::default()),
+            fingerprint,
+            errors: errors.iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    const WITH: &str =
+        "*filter\n:INPUT ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n-A INPUT -j KUBE-SERVICES\nCOMMIT\n";
+    const WITHOUT: &str = "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n";
+
+    #[test]
+    fn a_failed_reread_is_neither_a_change_nor_the_new_reference() {
+        let mut w = LegacyWatch::new(read(WITH, 1, &[]), true, true, &WatchOptions::default());
+        // The save timed out: nothing read, which must not look like every chain deleted.
+        let failed = read("", 2, &["iptables-legacy-save: did not finish within 30s"]);
+        assert!(w.accept(failed).is_none());
+        assert_eq!(
+            w.last.fingerprint, 1,
+            "the failed read became the reference"
+        );
+        // The next good read is compared with the last good one: no change.
+        assert!(w.accept(read(WITH, 1, &[])).is_none());
+        // A real deletion is still reported, once.
+        let changes = w.accept(read(WITHOUT, 3, &[])).expect("the deletion");
+        assert!(!changes.is_empty(), "{changes:?}");
+        assert!(w.accept(read(WITHOUT, 3, &[])).is_none());
     }
 }
