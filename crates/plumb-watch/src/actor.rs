@@ -325,7 +325,7 @@ pub struct Hints {
 }
 
 /// How far up the process tree to look for a known writer.
-const MAX_ANCESTORS: usize = 6;
+pub(crate) const MAX_ANCESTORS: usize = 6;
 
 /// Resolves `pid` now (call as soon as the notification arrives: writers are
 /// short-lived). Falls back to `hints` when the process is gone or the pid was

@@ -141,6 +141,9 @@ fn read_audit(mut listener: AuditListener, stop: &AtomicBool, tx: &mpsc::Sender<
             }
             Err(e) => {
                 let _ = tx.send(Msg::Error(ErrorKind::AuditReceive, e.to_string()));
+                // A persistent error (e.g. ENOBUFS after a burst) must not spin a core;
+                // the nftables listener waits the same.
+                std::thread::park_timeout(Duration::from_millis(100));
             }
         }
         done.extend(asm.flush_older(now, 50));
@@ -961,7 +964,7 @@ fn enrich(actor: Actor, a: &NetfilterAudit) -> Actor {
             ..Default::default()
         }];
         let mut next = Some(pp);
-        while let Some(p) = next.filter(|&p| p > 1 && chain.len() < 7) {
+        while let Some(p) = next.filter(|&p| p > 1 && chain.len() <= crate::actor::MAX_ANCESTORS) {
             match crate::actor::ProcInfo::read(p) {
                 Some(info) => {
                     next = info.ppid;
