@@ -39,7 +39,33 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
             }
         }
     }
-    if facts.services.is_empty() {
+    // The REJECT rules themselves, for inputs the service map could not be read from
+    // (a filter-table listing without the nat table): kube-proxy's "NAME has no
+    // endpoints" comment names the service port.
+    let mut rejects = 0usize;
+    for table in facts.xt_tables().filter(|t| &*t.name == "filter") {
+        for chain in ["KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES"] {
+            let Some(c) = table.chain(chain) else {
+                continue;
+            };
+            for r in &c.rules {
+                if !r.text.contains("has no endpoints") {
+                    continue;
+                }
+                let name = r
+                    .comments()
+                    .iter()
+                    .find_map(|c| c.strip_suffix(" has no endpoints").map(str::to_string));
+                let Some(name) = name else { continue };
+                rejects += 1;
+                if !names.contains(&name) {
+                    names.push(name);
+                    evidence.push(facts.rule(table, r));
+                }
+            }
+        }
+    }
+    if facts.services.is_empty() && rejects == 0 {
         return Vec::new();
     }
     if names.is_empty() {

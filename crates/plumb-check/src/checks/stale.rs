@@ -5,7 +5,17 @@
 //! after a switch to IPVS mode (facts-kubernetes.md), chains of an uninstalled CNI or
 //! firewall. kube-proxy's unreachable *service* chains (not in IPVS mode) are reported by
 //! `kube-proxy-service-unreachable` because they mean broken services, not litter.
-//! Canary and hint chains are unreferenced by design and exempt.
+//!
+//! Chains unreferenced *by design* are not findings; the owner catalogue
+//! (`unreferenced_by_design` in plumb-ruleset's `data/owners.json`) says which and why:
+//! canaries and the backend hint, UFW's logging/limit/skip chains, Docker's empty DOCKER
+//! chain, portmap's CNI-HOSTPORT-SETMARK without hostPorts, IPVS-mode KUBE-FIREWALL /
+//! KUBE-LOAD-BALANCER without LoadBalancer services, firewalld's unbound zone chains.
+//! A flushed table (every chain empty) is one `table-flushed` finding instead.
+//!
+//! The reverse also counts: a chain the catalogue marks `empty_is_stale` (portmap's
+//! per-container `CNI-DN-*` DNAT chain) that is still jumped to but holds no rule is left
+//! from a container removed without its CNI DEL.
 //!
 //! Only judged on complete dumps: in a restore payload the references may be in the kernel.
 
@@ -20,15 +30,12 @@ use std::collections::BTreeMap;
 
 pub const ID: &str = "stale-chain";
 
-/// Chains that exist to be looked at, not jumped to.
-const EXEMPT: &[&str] = &[
-    "KUBE-PROXY-CANARY",
-    "KUBE-KUBELET-CANARY",
-    "KUBE-IPTABLES-HINT",
-    "KUBE-MARK-DROP",
-    "KUBE-MARK-MASQ",
-    "DOCKER-USER",
-];
+/// True when the catalogue says nothing jumps to `chain` on a healthy node.
+fn by_design(chain: &plumb_ruleset::Chain, ipvs_nat: bool) -> bool {
+    plumb_ruleset::owner::unreferenced_by_design(&chain.name).is_some_and(|(_, r)| {
+        (!r.only_if_empty || chain.rules.is_empty()) && (!r.only_in_ipvs_nat || ipvs_nat)
+    })
+}
 
 pub fn check(facts: &Facts) -> Vec<Finding> {
     if !facts.is_full() {
@@ -36,12 +43,17 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
     }
     let mut out = Vec::new();
     for table in &facts.ruleset.tables {
-        let referenced = &facts.refs_of(table).referenced;
+        if super::flushed::is_flushed(table) {
+            continue; // table-flushed
+        }
+        let refs = facts.refs_of(table);
+        let referenced = &refs.referenced;
         let ipvs = &*table.name == "nat" && ipvs_mode(table);
+        empty_but_referenced(facts, table, &refs.rules, &mut out);
         // owner -> chains
         let mut stale: BTreeMap<String, Vec<&plumb_ruleset::Chain>> = BTreeMap::new();
         for c in &table.chains {
-            if c.is_builtin() || referenced.contains(&*c.name) || EXEMPT.contains(&&*c.name) {
+            if c.is_builtin() || referenced.contains(&*c.name) || by_design(c, ipvs) {
                 continue;
             }
             if !ipvs
@@ -72,6 +84,61 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
         ));
     }
     out
+}
+
+/// Chains the catalogue calls litter when empty (portmap's CNI-DN-*), still jumped to.
+fn empty_but_referenced(
+    facts: &Facts,
+    table: &Table,
+    jumps: &[(&str, &plumb_ruleset::Rule)],
+    out: &mut Vec<Finding>,
+) {
+    let mut chains = Vec::new();
+    let mut evidence = Vec::new();
+    let mut why = "";
+    let mut owner = "";
+    for c in table.chains.iter().filter(|c| c.rules.is_empty()) {
+        let Some((o, rule)) = plumb_ruleset::owner::empty_is_stale(&c.name) else {
+            continue;
+        };
+        let from: Vec<_> = jumps.iter().filter(|(t, _)| *t == &*c.name).collect();
+        if from.is_empty() {
+            continue; // unreferenced: the general rule reports it
+        }
+        chains.push(&*c.name);
+        evidence.push(facts.chain(table, c));
+        evidence.extend(from.iter().take(1).map(|(_, r)| facts.rule(table, r)));
+        why = &rule.why;
+        owner = o;
+    }
+    if chains.is_empty() {
+        return;
+    }
+    out.push(
+        Finding::problem(
+            ID,
+            Severity::Low,
+            format!(
+                "{} {} {}: {} empty {owner} chain(s) still jumped to: {}",
+                table.backend,
+                table.family,
+                table.name,
+                chains.len(),
+                short_list(&chains, 4)
+            ),
+        )
+        .with_evidence(evidence)
+        .explain(format!("{}. The jump to it matches nothing and falls through, so traffic is not affected, but the rule that jumps there is stale too.", capitalise(why)))
+        .fix("Remove the container runtime's leftovers with its own tool (for nerdctl/containerd: `nerdctl network prune` or a CNI DEL for the old container) rather than by hand."),
+    );
+}
+
+fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
 }
 
 fn finding(
