@@ -421,6 +421,16 @@ fn address_matches<'a>(
     }
 }
 
+/// Whether a rule is one a platform installs on purpose (catalogue rule shapes marked
+/// `intended`, e.g. AKS's DROP of pod traffic to the Azure wireserver): the owner and
+/// why. A check that would call such a rule a problem reports it as intended.
+pub fn intended(chain: &str, rule: &Rule) -> Option<(&'static str, &'static str)> {
+    let c = columns(rule);
+    shapes(chain, &c).into_iter().find(|(o, why)| {
+        owner::entry(o).is_some_and(|e| e.rules.iter().any(|s| s.intended && s.why == *why))
+    })
+}
+
 /// The catalogue rule shapes this rule has: (owner, why).
 fn shapes(chain: &str, c: &Columns) -> Vec<(&'static str, &'static str)> {
     let mut out = Vec::new();
@@ -798,6 +808,31 @@ mod tests {
         assert_eq!(owners(&i), ["weave", "antrea"]);
         assert_eq!(i.cnis[1].matches[0].why, "interface antrea-gw0");
         assert_eq!(i.cnis[0].matches[0].why, "ipset weave-*");
+    }
+
+    #[test]
+    fn aks_wireserver_drop_is_intended() {
+        use plumb_ruleset::format::{ParseOptions, parse_bytes};
+        let rs = parse_bytes(
+            b"*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -d 168.63.129.16/32 -p tcp -m tcp --dport 32526 -j DROP\n-A FORWARD -d 10.0.0.1/32 -j DROP\nCOMMIT\n",
+            &ParseOptions::default(),
+        )
+        .unwrap()
+        .ruleset;
+        let fwd = rs.tables[0].chain("FORWARD").unwrap();
+        let (owner, why) = intended("FORWARD", &fwd.rules[0]).expect("intended");
+        assert_eq!(owner, "aks");
+        assert!(why.contains("wireserver"));
+        assert!(intended("FORWARD", &fwd.rules[1]).is_none());
+        // The same shape as a listing row (`iptables -vnL`).
+        let rs = parse_bytes(
+            b"Chain FORWARD (policy ACCEPT 0 packets, 0 bytes)\n pkts bytes target     prot opt in     out     source               destination         \n    0     0 DROP       tcp  --  *      *       0.0.0.0/0            168.63.129.16        tcp dpt:80\n",
+            &ParseOptions::default(),
+        )
+        .unwrap()
+        .ruleset;
+        let fwd = rs.tables[0].chain("FORWARD").unwrap();
+        assert_eq!(intended("FORWARD", &fwd.rules[0]).map(|x| x.0), Some("aks"));
     }
 
     #[test]

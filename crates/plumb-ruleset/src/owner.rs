@@ -135,6 +135,9 @@ pub struct RuleShape {
     pub dst: Option<String>,
     #[serde(default)]
     pub addrtype_dst: Option<String>,
+    /// A platform's deliberate rule: checks report it as intended, never as a problem.
+    #[serde(default)]
+    pub intended: bool,
     /// What the rule is, for evidence.
     pub why: String,
 }
