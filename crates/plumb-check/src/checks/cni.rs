@@ -243,6 +243,41 @@ mod tests {
     }
 
     #[test]
+    fn old_flannel_and_weave_are_cnis_and_not_partly_removed_flannel() {
+        // Old Flannel: a single FLANNEL chain; nothing of the new chains is expected.
+        let f = run(
+            "*nat\n:POSTROUTING ACCEPT [0:0]\n:FLANNEL - [0:0]\n:KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]\n-A POSTROUTING -s 10.2.0.0/16 -j FLANNEL\n-A FLANNEL -d 10.2.0.0/16 -j ACCEPT\nCOMMIT\n",
+        );
+        let c = f.iter().find(|x| x.id == ID).unwrap();
+        assert_eq!(c.status, Status::Ok, "{f:#?}");
+        assert!(c.title.contains("Flannel"), "{}", c.title);
+        let f = run(
+            "*filter\n:FORWARD ACCEPT [0:0]\n:WEAVE-NPC - [0:0]\n-A FORWARD -o weave -j WEAVE-NPC\nCOMMIT\n*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]\nCOMMIT\n",
+        );
+        assert!(f.iter().all(|x| x.status == Status::Ok), "{f:#?}");
+    }
+
+    #[test]
+    fn two_pod_networks_hooked_are_multiple_cnis() {
+        let f = run(
+            "*filter\n:FORWARD ACCEPT [0:0]\n:FLANNEL-FWD - [0:0]\n:WEAVE-NPC - [0:0]\n-A FORWARD -j WEAVE-NPC\n-A FORWARD -j FLANNEL-FWD\nCOMMIT\n",
+        );
+        let m = f.iter().find(|x| x.id == ID_MULTIPLE).unwrap();
+        assert!(m.is_problem(), "{f:#?}");
+        assert_eq!(
+            m.title,
+            "2 CNIs' hooks are active at once: Flannel, Weave Net"
+        );
+        assert_eq!(m.evidence.len(), 2);
+        // Calico beside Flannel is Canal.
+        let f = run(
+            "*filter\n:FORWARD ACCEPT [0:0]\n:FLANNEL-FWD - [0:0]\n:cali-FORWARD - [0:0]\n-A FORWARD -j cali-FORWARD\n-A FORWARD -j FLANNEL-FWD\nCOMMIT\n",
+        );
+        let m = f.iter().find(|x| x.id == ID_MULTIPLE).unwrap();
+        assert_eq!(m.status, Status::Ok, "{f:#?}");
+    }
+
+    #[test]
     fn kube_proxy_without_any_cni_is_unknown() {
         let f = run(
             "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -j KUBE-SVC-NPX46M4PTMTKRN6Y\nCOMMIT\n",

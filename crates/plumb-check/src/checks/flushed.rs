@@ -27,13 +27,14 @@ const MIN_USER_CHAINS: usize = 3;
 /// calls unreferenced by design are empty anyway: a mangle table of canaries is not
 /// flushed).
 pub fn is_flushed(table: &Table) -> bool {
-    table
-        .chains
-        .iter()
-        .filter(|c| !c.is_builtin() && owner::unreferenced_by_design(&c.name).is_none())
-        .count()
-        >= MIN_USER_CHAINS
-        && table.chains.iter().all(|c| c.rules.is_empty())
+    // The first rule ends it: a live table answers at once.
+    table.chains.iter().all(|c| c.rules.is_empty())
+        && table
+            .chains
+            .iter()
+            .filter(|c| !c.is_builtin() && owner::unreferenced_by_design(&c.name).is_none())
+            .count()
+            >= MIN_USER_CHAINS
 }
 
 /// Display name of an owner: a CNI's catalogue name, else the owner name.

@@ -548,6 +548,51 @@ mod tests {
     }
 
     #[test]
+    fn canaries_are_asked_only_of_generations_that_write_them() {
+        // kube-proxy 1.1: no KUBE-MARK-MASQ chain, the mark set directly.
+        let old = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-6N4SJQIF3IX3FORG - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A OUTPUT -j KUBE-SERVICES\n-A POSTROUTING -m comment --comment \"kubernetes service traffic requiring SNAT\" -m mark --mark 0x4d415351 -j MASQUERADE\n-A KUBE-SERVICES -d 11.1.2.1/32 -p tcp -m tcp --dport 443 -j KUBE-SVC-6N4SJQIF3IX3FORG\n-A KUBE-SVC-6N4SJQIF3IX3FORG -j MARK --set-xmark 0x4d415351/0xffffffff\nCOMMIT\n*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n";
+        let f = run(old);
+        let c = f.iter().find(|x| x.id == ID_CANARY).expect("answered");
+        assert_eq!(c.status, Status::Ok, "{f:#?}");
+        assert!(c.title.contains("0x4d415351"), "{}", c.title);
+        // Nothing shows the version: not a claim either way.
+        let unknown = old.replace(
+            "-A POSTROUTING -m comment --comment \"kubernetes service traffic requiring SNAT\" -m mark --mark 0x4d415351 -j MASQUERADE\n",
+            "",
+        ).replace("-A KUBE-SVC-6N4SJQIF3IX3FORG -j MARK --set-xmark 0x4d415351/0xffffffff\n", "");
+        let f = run(&unknown);
+        let c = f.iter().find(|x| x.id == ID_CANARY).expect("answered");
+        assert_eq!(c.status, Status::Unknown, "{f:#?}");
+        // KUBE-PROXY-FIREWALL proves 1.25: the canaries must be there.
+        let modern = unknown.replace(
+            ":OUTPUT ACCEPT [0:0]\nCOMMIT\n",
+            ":OUTPUT ACCEPT [0:0]\n:KUBE-PROXY-FIREWALL - [0:0]\n-A INPUT -j KUBE-PROXY-FIREWALL\nCOMMIT\n",
+        );
+        let f = run(&modern);
+        let c = problems(&f, ID_CANARY);
+        assert_eq!(c.len(), 1, "{f:#?}");
+        assert!(
+            c[0].title
+                .contains("KUBE-PROXY-CANARY, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT")
+        );
+    }
+
+    #[test]
+    fn flushed_filter_is_not_reported_hook_by_hook() {
+        let mut text = dump();
+        let start = text.find("*filter").unwrap();
+        let end = start + text[start..].find("COMMIT").unwrap();
+        let filter: String = text[start..end]
+            .lines()
+            .filter(|l| !l.starts_with("-A"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        text.replace_range(start..end, &filter);
+        let f = run(&text);
+        assert!(problems(&f, ID_MISSING).is_empty(), "{f:#?}");
+    }
+
+    #[test]
     fn partial_payload_is_unknown_not_broken() {
         let c = generate(&GeneratorConfig {
             services: 8,

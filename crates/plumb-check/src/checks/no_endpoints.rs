@@ -127,6 +127,22 @@ mod tests {
     }
 
     #[test]
+    fn reject_rules_of_a_filter_listing_name_the_services() {
+        // `iptables --list` of filter only: the nat table (and the service map) is absent.
+        let text = "Chain KUBE-SERVICES (2 references)\ntarget     prot opt source               destination         \nREJECT     tcp  --  anywhere             10.96.7.189          /* argocd/argocd-redis-ha-announce-2:tcp-server has no endpoints */ tcp dpt:6379 reject-with icmp-port-unreachable\n";
+        let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
+            .unwrap()
+            .ruleset;
+        let f = check(&Facts::new(&rs, Origin::File("l".into()), false));
+        assert!(f[0].is_problem(), "{f:#?}");
+        assert_eq!(
+            f[0].title,
+            "1 service port(s) have no endpoints: argocd/argocd-redis-ha-announce-2:tcp-server"
+        );
+        assert!(f[0].evidence[0].text.contains("has no endpoints"));
+    }
+
+    #[test]
     fn all_endpoints_ready_is_ok() {
         let f = run(GeneratorConfig {
             services: 30,

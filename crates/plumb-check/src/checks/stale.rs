@@ -225,6 +225,68 @@ mod tests {
     }
 
     #[test]
+    fn chains_unreferenced_by_design_are_not_stale() {
+        // UFW's optional chains, Docker's empty DOCKER chain, portmap's SETMARK chain
+        // without hostPorts, Weave's canary: the catalogue says why each is unreferenced.
+        let f = run(
+            "*filter\n:INPUT DROP [0:0]\n:ufw-logging-allow - [0:0]\n:ufw-skip-to-policy-output - [0:0]\n:ufw-user-limit - [0:0]\n:ufw-user-limit-accept - [0:0]\n:ufw-user-logging-input - [0:0]\n:DOCKER - [0:0]\n:WEAVE-CANARY - [0:0]\n-A ufw-user-limit -j REJECT\nCOMMIT\n*nat\n:PREROUTING ACCEPT [0:0]\n:CNI-HOSTPORT-SETMARK - [0:0]\n-A CNI-HOSTPORT-SETMARK -j MARK --set-xmark 0x2000/0x2000\nCOMMIT\n",
+            false,
+        );
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].status, Status::Ok, "{f:#?}");
+        // Docker's DOCKER chain is by design only while empty.
+        let f = run(
+            "*nat\n:PREROUTING ACCEPT [0:0]\n:DOCKER - [0:0]\n-A DOCKER -i docker0 -j RETURN\nCOMMIT\n",
+            false,
+        );
+        assert!(f[0].is_problem() && f[0].title.contains("docker"), "{f:#?}");
+    }
+
+    #[test]
+    fn ipvs_firewall_chains_without_load_balancers_are_by_design() {
+        let ipvs = "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-FIREWALL - [0:0]\n:KUBE-LOAD-BALANCER - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT\nCOMMIT\n";
+        assert_eq!(run(ipvs, false)[0].status, Status::Ok);
+        // Outside IPVS mode an unreferenced KUBE-LOAD-BALANCER is litter.
+        let iptables = ipvs.replace(
+            "-m set --match-set KUBE-CLUSTER-IP dst,dst ",
+            "-d 10.0.0.1/32 ",
+        );
+        assert!(run(&iptables, false)[0].is_problem());
+    }
+
+    #[test]
+    fn empty_portmap_dnat_chain_still_jumped_to_is_stale() {
+        let f = run(
+            "*nat\n:PREROUTING ACCEPT [0:0]\n:CNI-HOSTPORT-DNAT - [0:0]\n:CNI-DN-2d72aeb202429907277c5 - [0:0]\n:CNI-DN-04579c7bb67f4c3f6cca0 - [0:0]\n-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT\n-A CNI-HOSTPORT-DNAT -p tcp -m multiport --dports 8082 -j CNI-DN-2d72aeb202429907277c5\n-A CNI-HOSTPORT-DNAT -p tcp -m multiport --dports 8081 -j CNI-DN-04579c7bb67f4c3f6cca0\n-A CNI-DN-04579c7bb67f4c3f6cca0 -p tcp -m tcp --dport 8081 -j DNAT --to-destination 10.4.0.10:80\nCOMMIT\n",
+            false,
+        );
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert!(f[0].is_problem());
+        assert_eq!(f[0].severity, Severity::Low);
+        assert!(
+            f[0].title.ends_with(
+                "1 empty cni-plugins chain(s) still jumped to: CNI-DN-2d72aeb202429907277c5"
+            ),
+            "{}",
+            f[0].title
+        );
+        assert!(
+            f[0].evidence[1]
+                .text
+                .contains("-j CNI-DN-2d72aeb202429907277c5")
+        );
+    }
+
+    #[test]
+    fn flushed_table_is_left_to_table_flushed() {
+        let f = run(
+            "*filter\n:INPUT ACCEPT [0:0]\n:KUBE-FORWARD - [0:0]\n:KUBE-SERVICES - [0:0]\n:WEAVE-NPC - [0:0]\nCOMMIT\n",
+            false,
+        );
+        assert_eq!(f[0].status, Status::Ok, "{f:#?}");
+    }
+
+    #[test]
     fn partial_input_is_not_judged() {
         let f = run("*nat\n:KUBE-SEP-SXIVWICOYRO3J4NJ - [0:0]\nCOMMIT\n", true);
         assert!(f.is_empty());
