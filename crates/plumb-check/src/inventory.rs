@@ -738,10 +738,14 @@ fn generation(facts: &Facts) -> Option<ProxyGeneration> {
     let contradicted = features
         .iter()
         .any(|f| f.at_most.is_some_and(|m| at_least.is_some_and(|l| m < l)));
+    // High: two features present and no bound resting on an absence; medium: one
+    // feature, or a bound from something missing (a deleted rule looks the same); low:
+    // features that contradict each other, or none present.
     let strong = features.iter().filter(|f| !f.by_absence).count();
+    let weak_bound = uppers.iter().any(|f| f.by_absence && f.at_most == at_most);
     let confidence = if contradicted || strong == 0 {
         Confidence::Low
-    } else if strong >= 2 || (at_least.is_some() && at_most.is_some()) {
+    } else if strong >= 2 && !weak_bound {
         Confidence::High
     } else {
         Confidence::Medium
