@@ -52,6 +52,9 @@ pub struct CniFound {
     /// Rules in built-in chains that send packets to this CNI's rules (jumps to its
     /// chains, rules on its interfaces or of its shapes), or its own nft base chains.
     pub hooks: Vec<Evidence>,
+    /// How many of `hooks` (at the front) are in a FORWARD chain.
+    #[serde(skip)]
+    forward_hooks: usize,
 }
 
 impl CniFound {
@@ -262,6 +265,7 @@ impl Collector {
                     matches: Vec::new(),
                     match_count: 0,
                     hooks: Vec::new(),
+                    forward_hooks: 0,
                 });
                 self.cnis.len() - 1
             }
@@ -286,11 +290,17 @@ impl Collector {
         }
     }
 
-    fn hook(&mut self, owner_name: &str, ev: impl FnOnce() -> Evidence) {
-        if let Some(c) = self.slot(owner_name)
-            && c.hooks.len() < MAX_MATCHES
-        {
-            c.hooks.push(ev());
+    /// Records a hook. Forwarding hooks come first: they decide what happens to pod
+    /// traffic between nodes, so they are the ones a report quotes.
+    fn hook(&mut self, owner_name: &str, forward: bool, ev: impl FnOnce() -> Evidence) {
+        if let Some(c) = self.slot(owner_name) {
+            if forward && c.forward_hooks < MAX_MATCHES {
+                c.hooks.insert(c.forward_hooks, ev());
+                c.forward_hooks += 1;
+                c.hooks.truncate(MAX_MATCHES);
+            } else if c.hooks.len() < MAX_MATCHES {
+                c.hooks.push(ev());
+            }
         }
     }
 }
@@ -504,7 +514,9 @@ fn cnis(facts: &Facts) -> Vec<CniFound> {
                 || facts.note(format!("table {} {}", table.family, table.name)),
             );
             if let Some(base) = table.chains.iter().find(|c| c.base.is_some()) {
-                col.hook(o, || facts.chain(table, base));
+                col.hook(o, base.name.contains("forward"), || {
+                    facts.chain(table, base)
+                });
             }
             continue;
         }
@@ -557,7 +569,7 @@ fn scan_rule(
                     || format!("jump to {}", r.chain),
                     || facts.rule(table, rule),
                 );
-                col.hook(o, || facts.rule(table, rule));
+                col.hook(o, &*chain.name == "FORWARD", || facts.rule(table, rule));
             }
         }
     }
@@ -587,7 +599,7 @@ fn scan_rule(
         }
         col.add(o, || why, || facts.rule(table, rule));
         if builtin {
-            col.hook(o, || facts.rule(table, rule));
+            col.hook(o, &*chain.name == "FORWARD", || facts.rule(table, rule));
         }
     }
 }

@@ -273,8 +273,14 @@ fn weave_and_flannel_both_hooked_are_multiple_cnis() {
     );
     let m = c.problem("multiple-cnis");
     assert!(m.title.contains("Flannel, Weave Net"), "{}", m.title);
-    // Both hooks in FORWARD are quoted.
-    assert!(m.evidence.iter().any(|e| e.text.starts_with("WEAVE-NPC")));
+    // Both hooks in FORWARD are quoted (Weave's carry its "must go before" note).
+    assert!(
+        m.evidence
+            .iter()
+            .any(|e| e.text.starts_with("WEAVE-NPC") && e.text.contains("must go before")),
+        "{:#?}",
+        m.evidence
+    );
     assert!(m.evidence.iter().any(|e| e.text.starts_with("FLANNEL-FWD")));
     let n = c.problem("service-no-endpoints");
     assert!(
