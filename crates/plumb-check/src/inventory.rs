@@ -294,12 +294,20 @@ impl Collector {
     /// traffic between nodes, so they are the ones a report quotes.
     fn hook(&mut self, owner_name: &str, forward: bool, ev: impl FnOnce() -> Evidence) {
         if let Some(c) = self.slot(owner_name) {
+            let ev = ev();
+            // One rule can hook a CNI twice (a jump to its chain with its comment).
+            if c.hooks
+                .iter()
+                .any(|h| h.line == ev.line && h.text == ev.text)
+            {
+                return;
+            }
             if forward && c.forward_hooks < MAX_MATCHES {
-                c.hooks.insert(c.forward_hooks, ev());
+                c.hooks.insert(c.forward_hooks, ev);
                 c.forward_hooks += 1;
                 c.hooks.truncate(MAX_MATCHES);
             } else if c.hooks.len() < MAX_MATCHES {
-                c.hooks.push(ev());
+                c.hooks.push(ev);
             }
         }
     }

@@ -282,6 +282,10 @@ fn weave_and_flannel_both_hooked_are_multiple_cnis() {
         m.evidence
     );
     assert!(m.evidence.iter().any(|e| e.text.starts_with("FLANNEL-FWD")));
+    let lines: Vec<_> = m.evidence.iter().map(|e| e.line).collect();
+    let mut unique = lines.clone();
+    unique.dedup();
+    assert_eq!(lines, unique, "each hook quoted once");
     let n = c.problem("service-no-endpoints");
     assert!(
         n.title
