@@ -860,6 +860,28 @@ mod tests {
     }
 
     #[test]
+    fn calico_in_nft_mode_and_cilium_interfaces_in_nft_rules() {
+        use plumb_ruleset::format::{ParseOptions, parse_bytes};
+        let inv = |t: &str| {
+            let rs = parse_bytes(t.as_bytes(), &ParseOptions::default())
+                .unwrap()
+                .ruleset;
+            Facts::new(&rs, Origin::File("n".into()), false).inventory
+        };
+        let i = inv(
+            "table ip calico {\n\tchain filter-FORWARD {\n\t\ttype filter hook forward priority filter; policy accept;\n\t\tcounter accept\n\t}\n}\n",
+        );
+        assert_eq!(owners(&i), ["calico"]);
+        assert!(i.cnis[0].active());
+        assert_eq!(i.cnis[0].matches[0].why, "nft table ip calico");
+        let i = inv(
+            "table inet host {\n\tchain fwd {\n\t\ttype filter hook forward priority filter; policy accept;\n\t\toifname \"lxc*\" accept\n\t\tiifname \"cilium_host\" accept\n\t}\n}\n",
+        );
+        assert_eq!(owners(&i), ["cilium"]);
+        assert_eq!(i.cnis[0].match_count, 2);
+    }
+
+    #[test]
     fn roles_decide_which_combinations_conflict() {
         // k3s: flannel + kube-router policy + portmap plugin is one normal combination.
         let k3s = inventory(
