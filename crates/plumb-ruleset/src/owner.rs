@@ -150,6 +150,9 @@ pub struct ExpectedChain {
     pub chain: String,
     #[serde(default)]
     pub hook: Option<String>,
+    /// The configuration that leaves this chain out (its absence is then no evidence).
+    #[serde(default)]
+    pub optional: Option<String>,
 }
 
 /// A rule about chains by name, with the reason.

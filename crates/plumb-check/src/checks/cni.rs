@@ -160,6 +160,7 @@ fn missing_for(
             continue; // table-flushed
         }
         match t.chain(&e.chain) {
+            None if e.optional.is_some() => {}
             None => {
                 missing.push(format!("{} {}", e.table, e.chain));
                 evidence.push(facts.note(format!(
@@ -222,13 +223,23 @@ mod tests {
     #[test]
     fn flannel_complete_is_ok_and_half_removed_is_not() {
         assert_eq!(run(FLANNEL)[0].status, Status::Ok);
-        let half = FLANNEL.replace(":FLANNEL-FWD - [0:0]\n", "").replace(
-            "-A FORWARD -m comment --comment \"flanneld forward\" -j FLANNEL-FWD\n",
+        let half = FLANNEL.replace(":FLANNEL-POSTRTG - [0:0]\n", "").replace(
+            "-A POSTROUTING -m comment --comment \"flanneld masq\" -j FLANNEL-POSTRTG\n",
             "",
         );
         let f = run(&half);
         assert!(f[0].is_problem(), "{f:#?}");
-        assert!(f[0].title.contains("filter FLANNEL-FWD"));
+        assert!(
+            f[0].title.contains("missing nat FLANNEL-POSTRTG"),
+            "{}",
+            f[0].title
+        );
+        // Without FLANNEL-FWD altogether: flannel --iptables-forward-rules=false.
+        let no_forward_rules = FLANNEL.replace(":FLANNEL-FWD - [0:0]\n", "").replace(
+            "-A FORWARD -m comment --comment \"flanneld forward\" -j FLANNEL-FWD\n",
+            "",
+        );
+        assert_eq!(run(&no_forward_rules)[0].status, Status::Ok);
         let unhooked = FLANNEL.replace(
             "-A FORWARD -m comment --comment \"flanneld forward\" -j FLANNEL-FWD\n",
             "",
