@@ -7,8 +7,9 @@
 //!
 //! Positional semantics: a later copy is reported only when it is provably dead weight —
 //! - nothing between the two copies can change what it matches: every rule in between
-//!   ends in ACCEPT, DROP, REJECT, RETURN, LOG/NFLOG or no target (a MARK, CONNMARK, a jump
-//!   to a chain that may mark, a NAT target could make the later copy match other packets);
+//!   ends in ACCEPT, DROP, REJECT, RETURN, a NAT target (terminal), LOG/NFLOG or no
+//!   target. A MARK, a CONNMARK, a jump to a chain that may mark, CT/NOTRACK could make
+//!   the later copy match packets the first did not;
 //! - all its columns are known: a listing without `-v` hides `-i`/`-o` (two `ACCEPT all
 //!   -- anywhere anywhere` lines may be `-o docker0` and `-i docker0`), a listing row with
 //!   unrecognised option text, an nft view of an xtables extension (`xt match`/`xt target`)
@@ -20,7 +21,7 @@ use super::rule_body_text;
 use crate::facts::Facts;
 use crate::facts::{FastMap, FastSet};
 use plumb_findings::{Finding, Severity};
-use plumb_ruleset::{Rule, RuleBody};
+use plumb_ruleset::{Rule, RuleBody, Table};
 
 pub const ID: &str = "duplicate-rule";
 
@@ -42,47 +43,81 @@ fn columns_known(rule: &Rule, error_lines: &FastSet<u32>) -> bool {
     }
 }
 
+/// Targets after which a later rule sees the packet as it was (or not at all).
+const INERT_TARGETS: &[&str] = &[
+    "ACCEPT",
+    "DROP",
+    "REJECT",
+    "RETURN",
+    "DNAT",
+    "SNAT",
+    "MASQUERADE",
+    "REDIRECT",
+    "LOG",
+    "NFLOG",
+    "ULOG",
+];
+
 /// True when the rule changes nothing a later rule could match on: it ends in a
-/// verdict, RETURN, a log target or nothing.
-fn inert(rule: &Rule) -> bool {
+/// verdict, RETURN, a NAT target (terminal: a packet it matches leaves the chain, one it
+/// does not match goes on unchanged), a log target or nothing — or it jumps to a chain
+/// of `table` whose own rules are all of that kind (a logging chain that ends in DROP).
+fn inert(rule: &Rule, table: &Table) -> bool {
+    let jump_is_inert = |name: &str, goto: bool| {
+        !goto
+            && table
+                .chain(name)
+                .is_some_and(|c| c.rules.iter().all(|r| inert_in_place(r) == Some(true)))
+    };
+    match inert_in_place(rule) {
+        Some(b) => b,
+        None => match &rule.body {
+            RuleBody::Xt(_) => rule
+                .xt_target()
+                .is_some_and(|t| jump_is_inert(t.name, t.goto)),
+            RuleBody::Approximate(l) => l
+                .target
+                .as_deref()
+                .is_some_and(|t| jump_is_inert(t, l.goto)),
+            RuleBody::Nft(_) => false,
+        },
+    }
+}
+
+/// [`inert`] without following jumps: `None` for a jump or goto to a user chain whose
+/// rules decide.
+fn inert_in_place(rule: &Rule) -> Option<bool> {
     match &rule.body {
         RuleBody::Xt(_) => match rule.xt_target() {
-            None => true,
-            Some(t) => {
-                !t.goto
-                    && matches!(
-                        t.name,
-                        "ACCEPT" | "DROP" | "REJECT" | "RETURN" | "LOG" | "NFLOG" | "ULOG"
-                    )
-            }
+            None => Some(true),
+            Some(t) if !t.goto && INERT_TARGETS.contains(&t.name) => Some(true),
+            Some(t) if t.chain_reference().is_some() && !t.has_options => None,
+            Some(_) => Some(false),
         },
         RuleBody::Approximate(l) => match l.target.as_deref() {
-            None => true,
-            Some(t) => {
-                !l.goto
-                    && matches!(
-                        t,
-                        "ACCEPT" | "DROP" | "REJECT" | "RETURN" | "LOG" | "NFLOG" | "ULOG"
-                    )
-            }
+            None => Some(true),
+            Some(t) if !l.goto && INERT_TARGETS.contains(&t) => Some(true),
+            Some(_) if l.chain_reference().is_some() => None,
+            Some(_) => Some(false),
         },
         RuleBody::Nft(_) => {
             let t: &str = &rule.text;
-            ![
-                "jump",
-                "goto",
-                " set ",
-                "nat",
-                "masquerade",
-                "redirect",
-                "tproxy",
-                "xt target",
-                "queue",
-                "dup ",
-                "fwd ",
-            ]
-            .iter()
-            .any(|w| t.contains(w))
+            Some(
+                ![
+                    "jump",
+                    "goto",
+                    " set ",
+                    "tproxy",
+                    "xt target",
+                    "queue",
+                    "dup ",
+                    "fwd ",
+                    "notrack",
+                    "ct zone",
+                ]
+                .iter()
+                .any(|w| t.contains(w)),
+            )
         }
     }
 }
@@ -122,7 +157,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
                 let dead = columns_known(r, &error_lines)
                     && columns_known(&c.rules[j], &error_lines)
                     && !counted(r)
-                    && c.rules[j + 1..i].iter().all(inert);
+                    && c.rules[j + 1..i].iter().all(|b| inert(b, table));
                 if dead {
                     evidence.push(facts.rule(table, r));
                     if !chains.contains(&&*c.name) {
@@ -190,10 +225,21 @@ mod tests {
             "-A POSTROUTING -j MAYBE-MARKS",
         ] {
             let f = run(&format!(
-                "*nat\n:POSTROUTING ACCEPT [0:0]\n:MAYBE-MARKS - [0:0]\n-A POSTROUTING -m mark --mark 0x21 -j MASQUERADE\n{between}\n-A POSTROUTING -m mark --mark 0x21 -j MASQUERADE\nCOMMIT\n"
+                "*nat\n:POSTROUTING ACCEPT [0:0]\n:MAYBE-MARKS - [0:0]\n-A MAYBE-MARKS -s 10.1.0.0/16 -j MARK --set-xmark 0x21/0xffffffff\n-A POSTROUTING -m mark --mark 0x21 -j MASQUERADE\n{between}\n-A POSTROUTING -m mark --mark 0x21 -j MASQUERADE\nCOMMIT\n"
             ));
             assert_eq!(f[0].status, Status::Ok, "{between}: {f:#?}");
         }
+        // Terminal NAT rules between copies change nothing for the packets that go on
+        // (libvirt's masquerade rules appended on every restart).
+        let f = run(
+            "*nat\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -s 192.168.122.0/24 ! -d 192.168.122.0/24 -p tcp -j MASQUERADE --to-ports 1024-65535\n-A POSTROUTING -s 192.168.122.0/24 ! -d 192.168.122.0/24 -j MASQUERADE\n-A POSTROUTING -s 192.168.122.0/24 ! -d 192.168.122.0/24 -p tcp -j MASQUERADE --to-ports 1024-65535\nCOMMIT\n",
+        );
+        assert!(f[0].is_problem(), "{f:#?}");
+        // A jump to a chain that only logs and drops changes nothing for what goes on.
+        let f = run(
+            "*filter\n:INPUT DROP [0:0]\n:LOGGING - [0:0]\n-A INPUT -p tcp -m tcp --dport 13001 -j ACCEPT\n-A INPUT -j LOGGING\n-A INPUT -p tcp -m tcp --dport 13001 -j ACCEPT\n-A LOGGING -j LOG --log-prefix \"dropped: \"\n-A LOGGING -j DROP\nCOMMIT\n",
+        );
+        assert!(f[0].is_problem(), "{f:#?}");
         // Adjacent copies (cce-cilium's doubled masquerade) are a true duplicate.
         let f = run(
             "*nat\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -m mark --mark 0x21 -j MASQUERADE\n-A POSTROUTING -s 10.0.0.0/8 -j RETURN\n-A POSTROUTING -m mark --mark 0x21 -j MASQUERADE\nCOMMIT\n",
