@@ -1,5 +1,6 @@
 //! Prints how long parsing, service recovery and each check take on a dump:
-//! `cargo run --release -p plumb-check --example timing -- FILE [RUNS]`.
+//! `cargo run --release -p plumb-check --example timing -- FILE [RUNS]` (FILE may be
+//! `generated:10000`: kube-proxy's dump of that many services).
 //!
 //! Each phase shows the CPU time this thread spent in it (from
 //! `/proc/thread-self/schedstat`, nanoseconds on the CPU) and the wall time: on a shared,
@@ -50,6 +51,10 @@ fn run_once(path: &str, bytes: &[u8]) -> Vec<Phase> {
     let facts = timed(&mut phases, "facts: recover + refs", || {
         Facts::new(&parsed.ruleset, Origin::File(path.to_string()), false)
     });
+    let n = timed(&mut phases, "inventory (again)", || {
+        plumb_check::inventory::infer(&facts).cnis.len()
+    });
+    phases.last_mut().expect("just pushed").note = format!("({n} CNIs; also inside facts)");
     let (c, w) = (cpu_ns(), Instant::now());
     for c in checks::ALL {
         let n = timed(&mut phases, c.ids[0], || (c.check)(&facts).len());
@@ -68,7 +73,13 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let path = args.next().expect("usage: timing FILE [RUNS]");
     let runs: usize = args.next().and_then(|r| r.parse().ok()).unwrap_or(1);
-    let bytes = std::fs::read(&path).expect("readable file");
+    // `generated:N` is kube-proxy's dump of N services x 3 endpoints (the bench input).
+    let bytes = match path.strip_prefix("generated:") {
+        Some(n) => plumb_kubeproxy::generated_save_text(n.parse().expect("a number"), 3)
+            .expect("generator config")
+            .into_bytes(),
+        None => std::fs::read(&path).expect("readable file"),
+    };
     let mut best = run_once(&path, &bytes);
     for _ in 1..runs {
         for (b, p) in best.iter_mut().zip(run_once(&path, &bytes)) {

@@ -4,6 +4,7 @@
 //! handed to every check. It also turns model locations into quoted [`Evidence`] with the
 //! right source name: a file, or the dump command a live table was read with.
 
+use crate::inventory::Inventory;
 use plumb_findings::Evidence;
 use plumb_kubeproxy::recover::{ServiceMap, recover};
 use plumb_ruleset::fasthash::FxHasher;
@@ -91,6 +92,8 @@ pub struct Facts<'a> {
     pub services: Vec<ServiceMap<'a>>,
     /// Chain references per table, parallel to `ruleset.tables`.
     pub refs: Vec<TableRefs<'a>>,
+    /// The CNIs and the kube-proxy generation the ruleset shows.
+    pub inventory: Inventory,
 }
 
 impl<'a> Facts<'a> {
@@ -100,13 +103,16 @@ impl<'a> Facts<'a> {
             || recover(ruleset),
             || ruleset.tables.iter().map(TableRefs::new).collect(),
         );
-        Facts {
+        let mut facts = Facts {
             ruleset,
             origin,
             partial_flag,
             services,
             refs,
-        }
+            inventory: Inventory::default(),
+        };
+        facts.inventory = crate::inventory::infer(&facts);
+        facts
     }
 
     /// The chain references of `table` (which must belong to this ruleset).

@@ -12,6 +12,7 @@
 
 pub mod checks;
 pub mod facts;
+pub mod inventory;
 
 pub use facts::{Facts, Origin};
 use plumb_findings::Finding;

@@ -49,19 +49,206 @@ struct Catalogue {
     owners: Vec<Entry>,
 }
 
+/// One writer in the catalogue (`data/owners.json`): how its objects are recognised,
+/// and, for CNIs, what it is and which chains it writes together.
 #[derive(Debug, Deserialize)]
-struct Entry {
-    owner: String,
+#[non_exhaustive]
+pub struct Entry {
+    /// Owner name (`flannel`, `kube-proxy`, `ufw`).
+    pub owner: String,
+    /// Exact chain names.
     #[serde(default)]
-    chain_names: Vec<String>,
+    pub chain_names: Vec<String>,
+    /// Chain name prefixes.
     #[serde(default)]
-    chain_prefixes: Vec<String>,
+    pub chain_prefixes: Vec<String>,
+    /// Comment prefixes (`cali:`).
     #[serde(default)]
-    comment_prefixes: Vec<String>,
+    pub comment_prefixes: Vec<String>,
+    /// Comment substrings (`flanneld `).
     #[serde(default)]
-    comment_contains: Vec<String>,
+    pub comment_contains: Vec<String>,
+    /// Native nft table names.
     #[serde(default)]
-    nft_tables: Vec<String>,
+    pub nft_tables: Vec<String>,
+    /// Interfaces in `-i`/`-o` (a trailing `+` is a prefix, as in iptables).
+    #[serde(default)]
+    pub interfaces: Vec<String>,
+    /// ipset name prefixes (`-m set --match-set NAME`).
+    #[serde(default)]
+    pub ipsets: Vec<String>,
+    /// Rule shapes only this writer writes.
+    #[serde(default)]
+    pub rules: Vec<RuleShape>,
+    /// Set for CNIs and CNI plugins.
+    #[serde(default)]
+    pub cni: Option<CniInfo>,
+    /// Chains written together, each hooked from a built-in chain.
+    #[serde(default)]
+    pub expects: Vec<ExpectedChain>,
+    /// Chains nothing jumps to on a healthy node.
+    #[serde(default)]
+    pub unreferenced_by_design: Vec<ChainRule>,
+    /// Chains that are litter when they are empty although something jumps to them.
+    #[serde(default)]
+    pub empty_is_stale: Vec<ChainRule>,
+}
+
+/// What a CNI is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CniRole {
+    /// Gives pods their addresses and routes (Flannel, Weave Net, AWS VPC CNI).
+    Network,
+    /// A pod network, unless it runs beside a network CNI it is documented to combine
+    /// with; then policy only (Calico in Canal, Cilium in chaining mode).
+    NetworkOrPolicy,
+    /// Network policy only (kube-router's policy controller in k3s).
+    Policy,
+    /// A plugin the pod network chains (bridge, portmap).
+    Plugin,
+}
+
+/// The CNI part of a catalogue entry.
+#[derive(Debug, Deserialize)]
+#[non_exhaustive]
+pub struct CniInfo {
+    /// Display name (`Weave Net`).
+    pub name: String,
+    pub role: CniRole,
+    /// Owners this CNI is documented to run beside (Canal: Calico with Flannel).
+    #[serde(default)]
+    pub combines_with: Vec<String>,
+}
+
+/// A rule shape: chain, target and address columns. An address is a literal CIDR or a
+/// `$name` bound on first use (so `!$pods` and `$pods` must be the same network); a
+/// leading `!` is a negation. `addrtype_dst` is the `-m addrtype --dst-type` value.
+#[derive(Debug, Deserialize)]
+#[non_exhaustive]
+pub struct RuleShape {
+    pub chain: String,
+    pub target: String,
+    #[serde(default)]
+    pub src: Option<String>,
+    #[serde(default)]
+    pub dst: Option<String>,
+    #[serde(default)]
+    pub addrtype_dst: Option<String>,
+    /// A platform's deliberate rule: checks report it as intended, never as a problem.
+    #[serde(default)]
+    pub intended: bool,
+    /// What the rule is, for evidence.
+    pub why: String,
+}
+
+/// A chain a writer always writes, hooked from a built-in chain.
+#[derive(Debug, Deserialize)]
+#[non_exhaustive]
+pub struct ExpectedChain {
+    pub table: String,
+    pub chain: String,
+    #[serde(default)]
+    pub hook: Option<String>,
+    /// The configuration that leaves this chain out (its absence is then no evidence).
+    #[serde(default)]
+    pub optional: Option<String>,
+}
+
+/// A rule about chains by name, with the reason.
+#[derive(Debug, Deserialize)]
+#[non_exhaustive]
+pub struct ChainRule {
+    #[serde(default)]
+    pub names: Vec<String>,
+    #[serde(default)]
+    pub prefixes: Vec<String>,
+    /// Applies only to chains without rules.
+    #[serde(default)]
+    pub only_if_empty: bool,
+    /// Applies only in a nat table where kube-proxy runs in IPVS mode.
+    #[serde(default)]
+    pub only_in_ipvs_nat: bool,
+    pub why: String,
+}
+
+impl ChainRule {
+    /// Whether the rule names `chain` (by name or prefix).
+    pub fn names_chain(&self, chain: &str) -> bool {
+        self.names.iter().any(|n| n == chain)
+            || self.prefixes.iter().any(|p| chain.starts_with(p.as_str()))
+    }
+}
+
+/// Every catalogue entry, in matching order.
+pub fn entries() -> &'static [Entry] {
+    &catalogue().owners
+}
+
+/// The catalogue entry of an owner.
+pub fn entry(owner: &str) -> Option<&'static Entry> {
+    entries().iter().find(|e| e.owner == owner)
+}
+
+/// The first by-design rule (and its owner) that names `chain` as unreferenced on a
+/// healthy node.
+pub fn unreferenced_by_design(chain: &str) -> Option<(&'static str, &'static ChainRule)> {
+    entries().iter().find_map(|e| {
+        e.unreferenced_by_design
+            .iter()
+            .find(|r| r.names_chain(chain))
+            .map(|r| (e.owner.as_str(), r))
+    })
+}
+
+/// The rule (and its owner) that makes `chain` litter when it is empty.
+pub fn empty_is_stale(chain: &str) -> Option<(&'static str, &'static ChainRule)> {
+    entries().iter().find_map(|e| {
+        e.empty_is_stale
+            .iter()
+            .find(|r| r.names_chain(chain))
+            .map(|r| (e.owner.as_str(), r))
+    })
+}
+
+/// Whether a catalogue interface pattern covers an interface as a rule names it
+/// (`eni+` covers `eni+` and `eni3a`; `weave` only `weave`).
+pub fn interface_matches(pattern: &str, iface: &str) -> bool {
+    match pattern.strip_suffix('+') {
+        Some(p) => iface.starts_with(p),
+        None => pattern == iface,
+    }
+}
+
+/// The owner of an interface named in `-i`/`-o`, and the catalogue pattern.
+pub fn owner_of_interface(iface: &str) -> Option<(&'static str, &'static str)> {
+    entries().iter().find_map(|e| {
+        e.interfaces
+            .iter()
+            .find(|p| interface_matches(p, iface))
+            .map(|p| (e.owner.as_str(), p.as_str()))
+    })
+}
+
+/// The owner of an ipset name, and the catalogue prefix.
+pub fn owner_of_ipset(name: &str) -> Option<(&'static str, &'static str)> {
+    entries().iter().find_map(|e| {
+        e.ipsets
+            .iter()
+            .find(|p| name.starts_with(p.as_str()))
+            .map(|p| (e.owner.as_str(), p.as_str()))
+    })
+}
+
+/// The owner a rule comment names (tag or substring), and the matched text.
+pub fn owner_of_comment(comment: &str) -> Option<(&'static str, &'static str)> {
+    match_comment(comment).map(|(o, why)| {
+        let text = match why {
+            Why::CommentPrefix(p) | Why::CommentContains(p) => p,
+            Why::NftTable(p) | Why::ChainName(p) | Why::ChainPrefix(p) => p,
+        };
+        (o, text)
+    })
 }
 
 fn catalogue() -> &'static Catalogue {
@@ -350,6 +537,120 @@ mod tests {
     #[test]
     fn catalogue_parses() {
         assert!(catalogue().owners.len() >= 8);
+    }
+
+    #[test]
+    fn cni_chains_are_not_kube_proxys() {
+        // KUBE-* chains of kube-router and openshift-sdn come before kube-proxy's prefix.
+        for (chain, owner) in [
+            ("KUBE-ROUTER-FORWARD", "kube-router"),
+            ("KUBE-NWPLCY-DEFAULT", "kube-router"),
+            ("KUBE-POD-FW-7RUQJ3EMIQQ6FX3B", "kube-router"),
+            ("KUBE-NODEPORT-NON-LOCAL", "openshift-sdn"),
+            ("KUBE-SVC-NPX46M4PTMTKRN6Y", "kube-proxy"),
+            ("KUBE-FIREWALL", "kubelet"),
+            ("WEAVE", "weave"),
+            ("WEAVE-NPC-EGRESS", "weave"),
+            ("AWS-SNAT-CHAIN-0", "aws-vpc-cni"),
+            ("CNI-DN-2d72aeb202429907277c5", "cni-plugins"),
+            ("CNI-5033e3bad9f1265a2b04037f", "cni-plugins"),
+            ("FLANNEL", "flannel"),
+            ("FLANNEL-FWD", "flannel"),
+            ("felix-to-7b262072819", "calico"),
+            ("ANTREA-POSTROUTING", "antrea"),
+            ("OVN-KUBE-NODEPORT", "ovn-kubernetes"),
+        ] {
+            assert_eq!(chain_name_owner(chain), Some(owner), "{chain}");
+        }
+    }
+
+    #[test]
+    fn every_cni_names_a_role_and_known_partners() {
+        let cnis: Vec<&Entry> = entries().iter().filter(|e| e.cni.is_some()).collect();
+        assert!(cnis.len() >= 11, "{}", cnis.len());
+        for e in &cnis {
+            for partner in &e.cni.as_ref().unwrap().combines_with {
+                assert!(
+                    entry(partner).is_some_and(|p| p.cni.is_some()),
+                    "{} combines with unknown CNI {partner}",
+                    e.owner
+                );
+            }
+        }
+        assert_eq!(
+            entry("cni-plugins").unwrap().cni.as_ref().unwrap().role,
+            CniRole::Plugin
+        );
+        assert_eq!(
+            entry("kube-router").unwrap().cni.as_ref().unwrap().role,
+            CniRole::Policy
+        );
+    }
+
+    #[test]
+    fn interfaces_ipsets_and_comments_name_their_cni() {
+        assert_eq!(owner_of_interface("eni+"), Some(("aws-vpc-cni", "eni+")));
+        assert_eq!(owner_of_interface("eni3a7f"), Some(("aws-vpc-cni", "eni+")));
+        assert_eq!(owner_of_interface("weave"), Some(("weave", "weave")));
+        assert_eq!(owner_of_interface("weave0"), None);
+        assert_eq!(owner_of_interface("cbr0"), Some(("kubenet", "cbr0")));
+        assert_eq!(
+            owner_of_interface("antrea-gw0").map(|x| x.0),
+            Some("antrea")
+        );
+        assert_eq!(
+            owner_of_interface("ovn-k8s-mp0").map(|x| x.0),
+            Some("ovn-kubernetes")
+        );
+        assert_eq!(
+            owner_of_interface("cilium_host").map(|x| x.0),
+            Some("cilium")
+        );
+        assert_eq!(owner_of_interface("eth0"), None);
+        assert_eq!(owner_of_ipset("ANTREA-POD-IP").map(|x| x.0), Some("antrea"));
+        assert_eq!(owner_of_ipset("KUBE-CLUSTER-IP"), None);
+        assert_eq!(
+            owner_of_comment("flanneld forward").map(|x| x.0),
+            Some("flannel")
+        );
+        assert_eq!(
+            owner_of_comment("AWS SNAT CHAIN").map(|x| x.0),
+            Some("aws-vpc-cni")
+        );
+    }
+
+    #[test]
+    fn by_design_rules_say_why() {
+        for chain in [
+            "ufw-logging-allow",
+            "ufw-skip-to-policy-output",
+            "ufw-user-limit",
+            "ufw-user-limit-accept",
+            "ufw-user-logging-input",
+            "KUBE-PROXY-CANARY",
+            "KUBE-KUBELET-CANARY",
+            "KUBE-IPTABLES-HINT",
+            "WEAVE-CANARY",
+            "CNI-HOSTPORT-SETMARK",
+            "DOCKER",
+        ] {
+            let (_, r) = unreferenced_by_design(chain).unwrap_or_else(|| panic!("{chain}"));
+            assert!(!r.why.is_empty());
+        }
+        assert!(unreferenced_by_design("DOCKER").unwrap().1.only_if_empty);
+        assert!(
+            unreferenced_by_design("KUBE-LOAD-BALANCER")
+                .unwrap()
+                .1
+                .only_in_ipvs_nat
+        );
+        assert!(unreferenced_by_design("ufw-before-input").is_none());
+        assert!(unreferenced_by_design("KUBE-SEP-SXIVWICOYRO3J4NJ").is_none());
+        assert_eq!(
+            empty_is_stale("CNI-DN-2d72aeb202429907277c5").map(|x| x.0),
+            Some("cni-plugins")
+        );
+        assert!(empty_is_stale("CNI-HOSTPORT-DNAT").is_none());
     }
 
     #[test]

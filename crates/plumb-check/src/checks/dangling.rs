@@ -105,7 +105,17 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
             names.len(),
             short_list(&names, 4)
         );
-        let f = if !deleted_refs.is_empty() || facts.is_full() {
+        // An nft table of one chain whose jumps leave it is the output of `nft list
+        // chain` (a complete `nft list ruleset` never holds a jump to a missing chain):
+        // the targets were not listed, not deleted.
+        let one_chain_listing = deleted_refs.is_empty()
+            && table.backend == Backend::Nftables
+            && table.chains.len() == 1;
+        let f = if one_chain_listing {
+            Finding::unknown(ID, Severity::Info, title).explain(
+                "The input holds a single chain of this table, as `nft list chain` prints it: the chains it jumps to are not listed, which says nothing about whether they exist. Collect `nft list ruleset` to decide.",
+            )
+        } else if !deleted_refs.is_empty() || facts.is_full() {
             let why = if !deleted_refs.is_empty() {
                 format!(
                     "This restore payload deletes {} (-X) while rules still jump to it. iptables-restore refuses the whole transaction (`Chain '{}' does not exist` / `Couldn't load target`), so none of the payload is applied.",
@@ -147,6 +157,26 @@ mod tests {
     use super::*;
     use crate::facts::Origin;
     use plumb_ruleset::format::{ParseOptions, parse_bytes};
+
+    #[test]
+    fn one_listed_nft_chain_jumping_elsewhere_is_not_judged() {
+        // `nft -a list chain ip nat PREROUTING` on an OVN-Kubernetes node.
+        let text = "table ip nat {\n\tchain PREROUTING { # handle 1\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tcounter packets 108 bytes 18074 jump OVN-KUBE-ETP # handle 116\n\t}\n}\n";
+        let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
+            .unwrap()
+            .ruleset;
+        let f = check(&Facts::new(&rs, Origin::File("f".into()), false));
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].status, plumb_findings::Status::Unknown, "{f:#?}");
+        assert!(f[0].explanation.contains("nft list chain"));
+        // Two chains of a table: the missing one is a real dangling jump.
+        let two = text.replace("\t}\n}", "\t}\n\tchain X {\n\t}\n}");
+        let rs = parse_bytes(two.as_bytes(), &ParseOptions::default())
+            .unwrap()
+            .ruleset;
+        let f = check(&Facts::new(&rs, Origin::File("f".into()), false));
+        assert!(f[0].is_problem(), "{f:#?}");
+    }
 
     fn run(text: &str, partial: bool) -> Vec<Finding> {
         let text = crate::checks::full_dump(text);

@@ -129,7 +129,7 @@ fn xt_group(facts: &Facts, group: (Backend, Family), out: &mut Vec<Finding>) {
     let nat = facts.xt_table(group, "nat");
     let filter = facts.xt_table(group, "filter");
     let mangle = facts.xt_table(group, "mangle");
-    if let Some(nat) = nat {
+    if let Some(nat) = nat.filter(|t| !super::flushed::is_flushed(t)) {
         let svc_chains: Vec<&str> = nat
             .chains
             .iter()
@@ -245,6 +245,7 @@ fn xt_group(facts: &Facts, group: (Backend, Family), out: &mut Vec<Finding>) {
         }
     }
     if let Some(filter) = filter
+        && !super::flushed::is_flushed(filter)
         && filter.chain("KUBE-FORWARD").is_some()
         && hooked(filter, "FORWARD", "KUBE-FORWARD") == Some(false)
     {
@@ -280,27 +281,78 @@ fn xt_group(facts: &Facts, group: (Backend, Family), out: &mut Vec<Finding>) {
         None => {}
     }
     if !missing.is_empty() {
-        let proxy_canary = missing.contains(&"KUBE-PROXY-CANARY");
-        let ev = match mangle {
-            Some(_) => facts.note(format!(
-                "mangle table ({}) declares no {}",
-                group_name(group),
-                missing.join(", ")
-            )),
-            None => facts.note(format!("no mangle table in {}", group_name(group))),
-        };
-        out.push(
-            Finding::problem(
-                ID_CANARY,
-                if proxy_canary { Severity::Medium } else { Severity::Low },
-                format!("{gname}: mangle {} missing", missing.join(", ")),
-            )
-            .with_evidence([ev])
-            .explain("kube-proxy creates KUBE-PROXY-CANARY in mangle and checks it every sync period; kubelet keeps KUBE-KUBELET-CANARY and marks its backend with KUBE-IPTABLES-HINT. When they vanish, something flushed or replaced the tables (a firewall reload, an agent restoring its own snapshot). kube-proxy resyncs when it notices, so a missing canary on a node where the services work points at a writer that fights kube-proxy — or at an agent whose snapshot happens to keep the canary while dropping the rules.")
-            .fix("Find who rewrote the mangle table (firewalld reload with FlushAllOnReload, `ufw reload`, a security agent) and exempt Kubernetes' chains.")
-            .do_not(DO_NOT_FLUSH),
-        );
+        canary_missing(facts, group, mangle, &missing, out);
     }
+}
+
+/// Canaries exist from Kubernetes 1.17 (KUBE-IPTABLES-HINT from 1.23): their absence is a
+/// problem only when the ruleset's own features show a generation that writes them.
+fn canary_missing(
+    facts: &Facts,
+    group: (Backend, Family),
+    mangle: Option<&Table>,
+    missing: &[&str],
+    out: &mut Vec<Finding>,
+) {
+    let gname = group_name(group);
+    let generation = facts.inventory.kube_proxy.as_ref();
+    // What this generation writes: canaries from 1.17, the hint from 1.23.
+    let expected: Vec<&str> = missing
+        .iter()
+        .copied()
+        .filter(|c| {
+            let since = if *c == "KUBE-IPTABLES-HINT" { 23 } else { 17 };
+            generation.is_some_and(|g| g.writes_since(since))
+        })
+        .collect();
+    let described = generation.map_or_else(|| "kube-proxy".to_string(), |g| g.describe());
+    if expected.is_empty() {
+        if generation.is_some_and(|g| g.predates(17)) {
+            out.push(Finding::ok(
+                ID_CANARY,
+                format!("no canary chains, as expected: {described}; canaries exist from 1.17"),
+            ));
+        } else if missing == ["KUBE-IPTABLES-HINT"] {
+            out.push(Finding::ok(
+                ID_CANARY,
+                format!("canaries present; KUBE-IPTABLES-HINT exists from 1.23 and nothing shows a later version: {described}"),
+            ));
+        } else {
+            out.push(
+                Finding::unknown(
+                    ID_CANARY,
+                    Severity::Info,
+                    format!(
+                        "{gname}: mangle {} absent, but nothing in this ruleset shows a kube-proxy that writes them",
+                        missing.join(", ")
+                    ),
+                )
+                .with_evidence([facts.note(described)])
+                .explain("kube-proxy and kubelet write the canary chains from Kubernetes 1.17 (KUBE-IPTABLES-HINT from 1.23). This ruleset has none of the features that prove such a version (the hint, KUBE-EXT-* chains, KUBE-PROXY-FIREWALL, the ct_state_invalid_dropped_pkts counter, --random-fully masquerade), so the canaries may never have existed here — or the tables were rewritten together with them."),
+            );
+        }
+        return;
+    }
+    let proxy_canary = expected.contains(&"KUBE-PROXY-CANARY");
+    let ev = match mangle {
+        Some(_) => facts.note(format!(
+            "mangle table ({}) declares no {}",
+            group_name(group),
+            expected.join(", ")
+        )),
+        None => facts.note(format!("no mangle table in {}", group_name(group))),
+    };
+    out.push(
+        Finding::problem(
+            ID_CANARY,
+            if proxy_canary { Severity::Medium } else { Severity::Low },
+            format!("{gname}: mangle {} missing", expected.join(", ")),
+        )
+        .with_evidence([ev, facts.note(described)])
+        .explain("kube-proxy creates KUBE-PROXY-CANARY in mangle and checks it every sync period; kubelet keeps KUBE-KUBELET-CANARY and marks its backend with KUBE-IPTABLES-HINT. The ruleset's own features show a kube-proxy that writes them. When they vanish, something flushed or replaced the tables (a firewall reload, an agent restoring its own snapshot). kube-proxy resyncs when it notices, so a missing canary on a node where the services work points at a writer that fights kube-proxy — or at an agent whose snapshot happens to keep the canary while dropping the rules.")
+        .fix("Find who rewrote the mangle table (firewalld reload with FlushAllOnReload, `ufw reload`, a security agent) and exempt Kubernetes' chains.")
+        .do_not(DO_NOT_FLUSH),
+    );
 }
 
 fn hook_missing(
@@ -493,6 +545,51 @@ mod tests {
         let c = problems(&f, ID_CANARY);
         assert_eq!(c.len(), 1);
         assert!(c[0].title.contains("KUBE-PROXY-CANARY"));
+    }
+
+    #[test]
+    fn canaries_are_asked_only_of_generations_that_write_them() {
+        // kube-proxy 1.1: no KUBE-MARK-MASQ chain, the mark set directly.
+        let old = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-6N4SJQIF3IX3FORG - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A OUTPUT -j KUBE-SERVICES\n-A POSTROUTING -m comment --comment \"kubernetes service traffic requiring SNAT\" -m mark --mark 0x4d415351 -j MASQUERADE\n-A KUBE-SERVICES -d 11.1.2.1/32 -p tcp -m tcp --dport 443 -j KUBE-SVC-6N4SJQIF3IX3FORG\n-A KUBE-SVC-6N4SJQIF3IX3FORG -j MARK --set-xmark 0x4d415351/0xffffffff\nCOMMIT\n*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n";
+        let f = run(old);
+        let c = f.iter().find(|x| x.id == ID_CANARY).expect("answered");
+        assert_eq!(c.status, Status::Ok, "{f:#?}");
+        assert!(c.title.contains("0x4d415351"), "{}", c.title);
+        // Nothing shows the version: not a claim either way.
+        let unknown = old.replace(
+            "-A POSTROUTING -m comment --comment \"kubernetes service traffic requiring SNAT\" -m mark --mark 0x4d415351 -j MASQUERADE\n",
+            "",
+        ).replace("-A KUBE-SVC-6N4SJQIF3IX3FORG -j MARK --set-xmark 0x4d415351/0xffffffff\n", "");
+        let f = run(&unknown);
+        let c = f.iter().find(|x| x.id == ID_CANARY).expect("answered");
+        assert_eq!(c.status, Status::Unknown, "{f:#?}");
+        // KUBE-PROXY-FIREWALL proves 1.25: the canaries must be there.
+        let modern = unknown.replace(
+            ":OUTPUT ACCEPT [0:0]\nCOMMIT\n",
+            ":OUTPUT ACCEPT [0:0]\n:KUBE-PROXY-FIREWALL - [0:0]\n-A INPUT -j KUBE-PROXY-FIREWALL\nCOMMIT\n",
+        );
+        let f = run(&modern);
+        let c = problems(&f, ID_CANARY);
+        assert_eq!(c.len(), 1, "{f:#?}");
+        assert!(
+            c[0].title
+                .contains("KUBE-PROXY-CANARY, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT")
+        );
+    }
+
+    #[test]
+    fn flushed_filter_is_not_reported_hook_by_hook() {
+        let mut text = dump();
+        let start = text.find("*filter").unwrap();
+        let end = start + text[start..].find("COMMIT").unwrap();
+        let filter: String = text[start..end]
+            .lines()
+            .filter(|l| !l.starts_with("-A"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        text.replace_range(start..end, &filter);
+        let f = run(&text);
+        assert!(problems(&f, ID_MISSING).is_empty(), "{f:#?}");
     }
 
     #[test]

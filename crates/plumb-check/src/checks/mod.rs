@@ -4,6 +4,7 @@ pub mod backends;
 pub mod cni;
 pub mod dangling;
 pub mod duplicates;
+pub mod flushed;
 pub mod garbled_nat;
 pub mod kube_proxy;
 pub mod no_endpoints;
@@ -71,9 +72,14 @@ pub const ALL: &[Check] = &[
         check: duplicates::check,
     },
     Check {
-        ids: &[cni::ID],
-        summary: "CNI chains missing although the CNI is evidently present",
+        ids: &[cni::ID, cni::ID_MULTIPLE],
+        summary: "CNI chains missing although the CNI is evidently present, or two pod networks active at once",
         check: cni::check,
+    },
+    Check {
+        ids: &[flushed::ID],
+        summary: "tables whose chains are all declared and all empty (flushed)",
+        check: flushed::check,
     },
 ];
 

@@ -39,7 +39,33 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
             }
         }
     }
-    if facts.services.is_empty() {
+    // The REJECT rules themselves, for inputs the service map could not be read from
+    // (a filter-table listing without the nat table): kube-proxy's "NAME has no
+    // endpoints" comment names the service port.
+    let mut rejects = 0usize;
+    for table in facts.xt_tables().filter(|t| &*t.name == "filter") {
+        for chain in ["KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES"] {
+            let Some(c) = table.chain(chain) else {
+                continue;
+            };
+            for r in &c.rules {
+                if !r.text.contains("has no endpoints") {
+                    continue;
+                }
+                let name = r
+                    .comments()
+                    .iter()
+                    .find_map(|c| c.strip_suffix(" has no endpoints").map(str::to_string));
+                let Some(name) = name else { continue };
+                rejects += 1;
+                if !names.contains(&name) {
+                    names.push(name);
+                    evidence.push(facts.rule(table, r));
+                }
+            }
+        }
+    }
+    if facts.services.is_empty() && rejects == 0 {
         return Vec::new();
     }
     if names.is_empty() {
@@ -98,6 +124,22 @@ mod tests {
         assert_eq!(f[0].severity, Severity::Low);
         assert!(f[0].evidence[0].text.contains("has no endpoints"));
         assert!(f[0].evidence[0].text.contains("-j REJECT"));
+    }
+
+    #[test]
+    fn reject_rules_of_a_filter_listing_name_the_services() {
+        // `iptables --list` of filter only: the nat table (and the service map) is absent.
+        let text = "Chain KUBE-SERVICES (2 references)\ntarget     prot opt source               destination         \nREJECT     tcp  --  anywhere             10.96.7.189          /* argocd/argocd-redis-ha-announce-2:tcp-server has no endpoints */ tcp dpt:6379 reject-with icmp-port-unreachable\n";
+        let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
+            .unwrap()
+            .ruleset;
+        let f = check(&Facts::new(&rs, Origin::File("l".into()), false));
+        assert!(f[0].is_problem(), "{f:#?}");
+        assert_eq!(
+            f[0].title,
+            "1 service port(s) have no endpoints: argocd/argocd-redis-ha-announce-2:tcp-server"
+        );
+        assert!(f[0].evidence[0].text.contains("has no endpoints"));
     }
 
     #[test]

@@ -5,7 +5,17 @@
 //! after a switch to IPVS mode (facts-kubernetes.md), chains of an uninstalled CNI or
 //! firewall. kube-proxy's unreachable *service* chains (not in IPVS mode) are reported by
 //! `kube-proxy-service-unreachable` because they mean broken services, not litter.
-//! Canary and hint chains are unreferenced by design and exempt.
+//!
+//! Chains unreferenced *by design* are not findings; the owner catalogue
+//! (`unreferenced_by_design` in plumb-ruleset's `data/owners.json`) says which and why:
+//! canaries and the backend hint, UFW's logging/limit/skip chains, Docker's empty DOCKER
+//! chain, portmap's CNI-HOSTPORT-SETMARK without hostPorts, IPVS-mode KUBE-FIREWALL /
+//! KUBE-LOAD-BALANCER without LoadBalancer services, firewalld's unbound zone chains.
+//! A flushed table (every chain empty) is one `table-flushed` finding instead.
+//!
+//! The reverse also counts: a chain the catalogue marks `empty_is_stale` (portmap's
+//! per-container `CNI-DN-*` DNAT chain) that is still jumped to but holds no rule is left
+//! from a container removed without its CNI DEL.
 //!
 //! Only judged on complete dumps: in a restore payload the references may be in the kernel.
 
@@ -20,15 +30,12 @@ use std::collections::BTreeMap;
 
 pub const ID: &str = "stale-chain";
 
-/// Chains that exist to be looked at, not jumped to.
-const EXEMPT: &[&str] = &[
-    "KUBE-PROXY-CANARY",
-    "KUBE-KUBELET-CANARY",
-    "KUBE-IPTABLES-HINT",
-    "KUBE-MARK-DROP",
-    "KUBE-MARK-MASQ",
-    "DOCKER-USER",
-];
+/// True when the catalogue says nothing jumps to `chain` on a healthy node.
+fn by_design(chain: &plumb_ruleset::Chain, ipvs_nat: bool) -> bool {
+    plumb_ruleset::owner::unreferenced_by_design(&chain.name).is_some_and(|(_, r)| {
+        (!r.only_if_empty || chain.rules.is_empty()) && (!r.only_in_ipvs_nat || ipvs_nat)
+    })
+}
 
 pub fn check(facts: &Facts) -> Vec<Finding> {
     if !facts.is_full() {
@@ -36,12 +43,17 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
     }
     let mut out = Vec::new();
     for table in &facts.ruleset.tables {
-        let referenced = &facts.refs_of(table).referenced;
+        if super::flushed::is_flushed(table) {
+            continue; // table-flushed
+        }
+        let refs = facts.refs_of(table);
+        let referenced = &refs.referenced;
         let ipvs = &*table.name == "nat" && ipvs_mode(table);
+        empty_but_referenced(facts, table, &refs.rules, &mut out);
         // owner -> chains
         let mut stale: BTreeMap<String, Vec<&plumb_ruleset::Chain>> = BTreeMap::new();
         for c in &table.chains {
-            if c.is_builtin() || referenced.contains(&*c.name) || EXEMPT.contains(&&*c.name) {
+            if c.is_builtin() || referenced.contains(&*c.name) || by_design(c, ipvs) {
                 continue;
             }
             if !ipvs
@@ -72,6 +84,61 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
         ));
     }
     out
+}
+
+/// Chains the catalogue calls litter when empty (portmap's CNI-DN-*), still jumped to.
+fn empty_but_referenced(
+    facts: &Facts,
+    table: &Table,
+    jumps: &[(&str, &plumb_ruleset::Rule)],
+    out: &mut Vec<Finding>,
+) {
+    let mut chains = Vec::new();
+    let mut evidence = Vec::new();
+    let mut why = "";
+    let mut owner = "";
+    for c in table.chains.iter().filter(|c| c.rules.is_empty()) {
+        let Some((o, rule)) = plumb_ruleset::owner::empty_is_stale(&c.name) else {
+            continue;
+        };
+        let from: Vec<_> = jumps.iter().filter(|(t, _)| *t == &*c.name).collect();
+        if from.is_empty() {
+            continue; // unreferenced: the general rule reports it
+        }
+        chains.push(&*c.name);
+        evidence.push(facts.chain(table, c));
+        evidence.extend(from.iter().take(1).map(|(_, r)| facts.rule(table, r)));
+        why = &rule.why;
+        owner = o;
+    }
+    if chains.is_empty() {
+        return;
+    }
+    out.push(
+        Finding::problem(
+            ID,
+            Severity::Low,
+            format!(
+                "{} {} {}: {} empty {owner} chain(s) still jumped to: {}",
+                table.backend,
+                table.family,
+                table.name,
+                chains.len(),
+                short_list(&chains, 4)
+            ),
+        )
+        .with_evidence(evidence)
+        .explain(format!("{}. The jump to it matches nothing and falls through, so traffic is not affected, but the rule that jumps there is stale too.", capitalise(why)))
+        .fix("Remove the container runtime's leftovers with its own tool (for nerdctl/containerd: `nerdctl network prune` or a CNI DEL for the old container) rather than by hand."),
+    );
+}
+
+fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
 }
 
 fn finding(
@@ -155,6 +222,68 @@ mod tests {
         );
         assert!(f[0].is_problem());
         assert!(f[0].explanation.contains("IPVS"));
+    }
+
+    #[test]
+    fn chains_unreferenced_by_design_are_not_stale() {
+        // UFW's optional chains, Docker's empty DOCKER chain, portmap's SETMARK chain
+        // without hostPorts, Weave's canary: the catalogue says why each is unreferenced.
+        let f = run(
+            "*filter\n:INPUT DROP [0:0]\n:ufw-logging-allow - [0:0]\n:ufw-skip-to-policy-output - [0:0]\n:ufw-user-limit - [0:0]\n:ufw-user-limit-accept - [0:0]\n:ufw-user-logging-input - [0:0]\n:DOCKER - [0:0]\n:WEAVE-CANARY - [0:0]\n-A ufw-user-limit -j REJECT\nCOMMIT\n*nat\n:PREROUTING ACCEPT [0:0]\n:CNI-HOSTPORT-SETMARK - [0:0]\n-A CNI-HOSTPORT-SETMARK -j MARK --set-xmark 0x2000/0x2000\nCOMMIT\n",
+            false,
+        );
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].status, Status::Ok, "{f:#?}");
+        // Docker's DOCKER chain is by design only while empty.
+        let f = run(
+            "*nat\n:PREROUTING ACCEPT [0:0]\n:DOCKER - [0:0]\n-A DOCKER -i docker0 -j RETURN\nCOMMIT\n",
+            false,
+        );
+        assert!(f[0].is_problem() && f[0].title.contains("docker"), "{f:#?}");
+    }
+
+    #[test]
+    fn ipvs_firewall_chains_without_load_balancers_are_by_design() {
+        let ipvs = "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-FIREWALL - [0:0]\n:KUBE-LOAD-BALANCER - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT\nCOMMIT\n";
+        assert_eq!(run(ipvs, false)[0].status, Status::Ok);
+        // Outside IPVS mode an unreferenced KUBE-LOAD-BALANCER is litter.
+        let iptables = ipvs.replace(
+            "-m set --match-set KUBE-CLUSTER-IP dst,dst ",
+            "-d 10.0.0.1/32 ",
+        );
+        assert!(run(&iptables, false)[0].is_problem());
+    }
+
+    #[test]
+    fn empty_portmap_dnat_chain_still_jumped_to_is_stale() {
+        let f = run(
+            "*nat\n:PREROUTING ACCEPT [0:0]\n:CNI-HOSTPORT-DNAT - [0:0]\n:CNI-DN-2d72aeb202429907277c5 - [0:0]\n:CNI-DN-04579c7bb67f4c3f6cca0 - [0:0]\n-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT\n-A CNI-HOSTPORT-DNAT -p tcp -m multiport --dports 8082 -j CNI-DN-2d72aeb202429907277c5\n-A CNI-HOSTPORT-DNAT -p tcp -m multiport --dports 8081 -j CNI-DN-04579c7bb67f4c3f6cca0\n-A CNI-DN-04579c7bb67f4c3f6cca0 -p tcp -m tcp --dport 8081 -j DNAT --to-destination 10.4.0.10:80\nCOMMIT\n",
+            false,
+        );
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert!(f[0].is_problem());
+        assert_eq!(f[0].severity, Severity::Low);
+        assert!(
+            f[0].title.ends_with(
+                "1 empty cni-plugins chain(s) still jumped to: CNI-DN-2d72aeb202429907277c5"
+            ),
+            "{}",
+            f[0].title
+        );
+        assert!(
+            f[0].evidence[1]
+                .text
+                .contains("-j CNI-DN-2d72aeb202429907277c5")
+        );
+    }
+
+    #[test]
+    fn flushed_table_is_left_to_table_flushed() {
+        let f = run(
+            "*filter\n:INPUT ACCEPT [0:0]\n:KUBE-FORWARD - [0:0]\n:KUBE-SERVICES - [0:0]\n:WEAVE-NPC - [0:0]\nCOMMIT\n",
+            false,
+        );
+        assert_eq!(f[0].status, Status::Ok, "{f:#?}");
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub fn run(
             parse_errors: usize,
             parse_error_samples: Vec<&'a plumb_ruleset::Diagnostic>,
             hint: Option<&'a str>,
+            /// The CNIs and the kube-proxy generation the ruleset shows, with evidence.
+            inventory: &'a plumb_check::inventory::Inventory,
             findings: &'a [Finding],
         }
         output::json(&Out {
@@ -56,6 +58,7 @@ pub fn run(
                 .take(super::input::ERRORS_SHOWN)
                 .collect(),
             hint: src.hint.as_deref(),
+            inventory: &facts.inventory,
             findings: &findings,
         })?;
     } else {
@@ -76,6 +79,16 @@ pub fn run(
             }
         )?;
         write_read_problems(&mut out, &src.name, &src.ruleset, src.hint.as_deref())?;
+        // What the ruleset shows about the node: the checks' answers depend on it.
+        if let Some(g) = &facts.inventory.kube_proxy {
+            writeln!(out, "seen: {}", g.describe())?;
+        }
+        if !facts.inventory.cnis.is_empty() {
+            writeln!(out, "seen: CNI {}", facts.inventory.describe_cnis())?;
+        }
+        if facts.inventory.kube_proxy.is_some() || !facts.inventory.cnis.is_empty() {
+            writeln!(out)?;
+        }
         for t in src.tools.iter().filter(|t| t.status == "failed") {
             writeln!(out, "warning: {} failed: {}", t.tool, t.detail)?;
         }
