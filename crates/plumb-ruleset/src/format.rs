@@ -249,6 +249,10 @@ fn parse_source(source: SourceText, options: &ParseOptions) -> Result<Parsed, In
         Format::NftText => crate::nft::parse_text(text),
         Format::NftJson => crate::nft::parse_json(text),
     };
+    if matches!(format, Format::NftText | Format::NftJson) {
+        // iptables-nft's tables in an nft listing are iptables tables.
+        crate::nft::iptables_nft::translate(&mut ruleset);
+    }
     ruleset.settle_completeness();
     // A text in save syntax that turned out to be a restore payload says so.
     let format = if format == Format::IptablesSave && ruleset.completeness == Completeness::Partial

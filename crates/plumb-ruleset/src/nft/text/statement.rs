@@ -93,6 +93,11 @@ fn is_selector_start(w: &str) -> bool {
         || (w.starts_with('@') && w.contains(','))
 }
 
+/// Whether a word starts a statement or a selector (the lexer's end of an xtables print).
+pub(super) fn starts_statement(w: &str) -> bool {
+    is_stmt_start(w)
+}
+
 /// Whether a word starts a statement (where skipped arguments end).
 fn is_stmt_start(w: &str) -> bool {
     is_selector_start(w)
@@ -248,6 +253,11 @@ impl<'a> StmtParser<'_, 'a> {
                 StatementKind::Other(w.to_string())
             }
             "xt" => self.compat_xt(t),
+            _ if w.starts_with('#') => {
+                // An xtables match as its extension prints it (see the lexer).
+                self.i += 1;
+                StatementKind::Other("xt".into())
+            }
             "flow" => self.flow(w),
             _ if OTHER_STMTS.contains(&w) => self.other_statement(w),
             _ if is_selector_start(w) => self.matchlike(),
@@ -466,7 +476,14 @@ impl<'a> StmtParser<'_, 'a> {
         while let Some(f) = self.cur() {
             if !f.is_empty()
                 && f.split(',')
-                    .all(|x| matches!(x, "random" | "fully-random" | "persistent" | "netmap"))
+                    // `random-fully`: iptables' own spelling, which the MASQUERADE
+                    // translation of some iptables versions printed for nft.
+                    .all(|x| {
+                        matches!(
+                            x,
+                            "random" | "fully-random" | "random-fully" | "persistent" | "netmap"
+                        )
+                    })
             {
                 self.i += 1;
             } else {
@@ -826,7 +843,13 @@ impl<'a> StmtParser<'_, 'a> {
                 StatementKind::Other("map".into())
             }
             _ => {
-                let op = Op::parse(next).filter(|o| *o != Op::Implicit);
+                // `tcp flags ! fin,syn`: nft's "none of these flags" (printed for
+                // iptables' `--tcp-flags ... NONE`), read as a negated match.
+                let op = if next == "!" {
+                    Some(Op::Ne)
+                } else {
+                    Op::parse(next).filter(|o| *o != Op::Implicit)
+                };
                 if op.is_some() {
                     self.i += 1;
                 }
