@@ -153,11 +153,26 @@ fn is_foreign(rule: &Rule) -> bool {
 /// table and per rule kept as an nft rule.
 pub fn translate(ruleset: &mut Ruleset) {
     let mut notes = Vec::new();
+    let mut partial = false;
     for table in &mut ruleset.tables {
         if table.backend != Backend::Nftables || !is_iptables_nft_table(table) {
             continue;
         }
         let foreign = translate_table(table);
+        if let Some(missing) = undeclared_target(table) {
+            // The kernel holds no jump to a missing chain: this is a listing of some
+            // chains (`nft list chain ip nat PREROUTING`), not of the whole table.
+            partial = true;
+            notes.push(Diagnostic::note(
+                table.location.line,
+                table.location.column,
+                format!(
+                    "table {} {} jumps to chain {missing}, which the listing does not hold: a listing of some chains (nft list chain), read as partial",
+                    table.family, table.name
+                ),
+                "",
+            ));
+        }
         notes.push(Diagnostic::note(
             table.location.line,
             table.location.column,
@@ -184,8 +199,21 @@ pub fn translate(ruleset: &mut Ruleset) {
             ));
         }
     }
+    if partial && ruleset.completeness == crate::model::Completeness::Full {
+        ruleset.completeness = crate::model::Completeness::Partial;
+    }
     ruleset.diagnostics.extend(notes);
     ruleset.diagnostics.sort_by_key(|d| (d.line, d.column));
+}
+
+/// A chain a rule of `table` jumps or goes to that the table does not declare.
+fn undeclared_target(table: &Table) -> Option<String> {
+    table.chains.iter().flat_map(|c| &c.rules).find_map(|r| {
+        r.chain_references()
+            .into_iter()
+            .find(|c| table.chain(c.chain).is_none())
+            .map(|c| c.chain.to_string())
+    })
 }
 
 /// Rewrites one table; returns where the rules it kept as nft rules are (line,

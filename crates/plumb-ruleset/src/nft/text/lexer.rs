@@ -26,6 +26,13 @@ pub(super) struct Token {
     pub(super) line_start: usize,
 }
 
+/// Words that end an xtables print inside a rule: how the rest of an iptables-nft rule
+/// begins.
+const PRINT_ENDS_AT: &[&str] = &[
+    "counter", "meta", "ip", "ip6", "tcp", "udp", "sctp", "icmp", "icmpv6", "ct", "iifname",
+    "oifname", "fib", "pkttype", "limit", "log", "xt", "mark",
+];
+
 /// Where an xtables print inside a rule ends, for a `#` comment that is one.
 ///
 /// nft builds without a translation for an iptables-nft match print it as `#` and the
@@ -33,8 +40,9 @@ pub(super) struct Token {
 /// --transparent`) and then print the rest of the rule on the same line. Such a comment
 /// is recognised by what follows it: a `counter packets N bytes M` statement (iptables-nft
 /// gives every rule a counter after its matches). The print ends before the first word
-/// that starts an nft statement or selector (`counter`, `meta`, `ip` ...). `None` for an
-/// ordinary comment.
+/// that starts what iptables-nft rules hold ([`PRINT_ENDS_AT`]: `counter`, `meta`, `ip`
+/// ...; not every nft selector: `dst` is one, and also a match-set direction). `None`
+/// for an ordinary comment.
 fn xt_print_end(comment: &str) -> Option<usize> {
     let body = comment.strip_prefix('#')?;
     if body.trim_start().starts_with("handle ") || !body.starts_with(' ') {
@@ -61,7 +69,7 @@ fn xt_print_end(comment: &str) -> Option<usize> {
     let end = words
         .iter()
         .skip(1)
-        .find(|(_, w)| super::statement::starts_statement(w))
+        .find(|(_, w)| PRINT_ENDS_AT.contains(w))
         .map(|(at, _)| *at)?;
     Some(comment[..end].trim_end().len())
 }

@@ -93,11 +93,6 @@ fn is_selector_start(w: &str) -> bool {
         || (w.starts_with('@') && w.contains(','))
 }
 
-/// Whether a word starts a statement or a selector (the lexer's end of an xtables print).
-pub(super) fn starts_statement(w: &str) -> bool {
-    is_stmt_start(w)
-}
-
 /// Whether a word starts a statement (where skipped arguments end).
 fn is_stmt_start(w: &str) -> bool {
     is_selector_start(w)
