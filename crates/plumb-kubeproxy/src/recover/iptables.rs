@@ -456,6 +456,15 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, bu
         let ip = r.dst_host();
         let kind = match (says, prefix) {
             (Some(s @ (Says::ClusterIp | Says::ExternalIp | Says::LoadBalancerIp)), _) => s,
+            // Without a comment (an nft listing shows none) the first address that
+            // leads to the service chain is its ClusterIP; later ones are external or
+            // load-balancer IPs, which only the comment tells apart.
+            (None, ChainPrefix::Svc | ChainPrefix::Svl)
+                if b.cluster_ip.is_some() && ip.is_some() && b.cluster_ip != ip =>
+            {
+                b.unlabelled_ips = true;
+                Says::ExternalIp
+            }
             (_, ChainPrefix::Svc | ChainPrefix::Svl) => Says::ClusterIp,
             (_, ChainPrefix::Fw) => Says::LoadBalancerIp,
             _ => {

@@ -984,3 +984,146 @@ fn words(text: &str) -> Vec<String> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> Ruleset {
+        let mut rs = crate::nft::parse_text(text);
+        translate(&mut rs);
+        rs
+    }
+
+    fn nat(rules: &str) -> String {
+        format!(
+            "table ip nat {{\n\tchain PREROUTING {{\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t}}\n\tchain X {{\n{rules}\n\t}}\n}}\n"
+        )
+    }
+
+    fn specs(rules: &str) -> Vec<String> {
+        let rs = read(&nat(rules));
+        let t = rs.table(Family::Ip, "nat").unwrap();
+        assert!(t.nft_view);
+        t.chain("X")
+            .unwrap()
+            .rules
+            .iter()
+            .map(|r| r.text.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn native_and_translated_statements_read_back_as_iptables_lists_them() {
+        assert_eq!(
+            specs(
+                "ip saddr != 10.42.0.0/16 ip daddr 10.43.0.10 ip protocol tcp  tcp dport 53 counter packets 0 bytes 0 jump KUBE-MARK-MASQ\n\
+                 meta l4proto tcp counter packets 0 bytes 0 dnat to 10.42.0.7:53\n\
+                 meta random & 2147483647 < 1073741824 counter packets 0 bytes 0 jump KUBE-SEP-A\n\
+                 counter packets 0 bytes 0 meta mark set mark xor 0x4000\n\
+                 meta mark & 0x00004000 != 0x00004000 counter packets 0 bytes 0 return\n\
+                 iifname \"lxc*\" udp sport 67-68 udp dport 67-68 counter packets 0 bytes 0 accept\n\
+                 fib daddr type local counter packets 1 bytes 2 jump KUBE-NODEPORTS\n\
+                 ct state related,established counter packets 0 bytes 0 accept\n\
+                 meta l4proto tcp counter packets 0 bytes 0 reject with tcp reset\n\
+                 counter packets 0 bytes 0 masquerade fully-random"
+            ),
+            [
+                "-A X ! -s 10.42.0.0/16 -d 10.43.0.10/32 -p tcp -m tcp --dport 53 -j KUBE-MARK-MASQ",
+                "-A X -p tcp -j DNAT --to-destination 10.42.0.7:53",
+                "-A X -m statistic --mode random --probability 0.50000000000 -j KUBE-SEP-A",
+                "-A X -j MARK --set-xmark 0x4000/0x0",
+                "-A X -m mark ! --mark 0x00004000/0x00004000 -j RETURN",
+                "-A X -i lxc+ -p udp -m udp --sport 67:68 --dport 67:68 -j ACCEPT",
+                "-A X -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS",
+                "-A X -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+                "-A X -p tcp -j REJECT --reject-with tcp-reset",
+                "-A X -j MASQUERADE --random-fully",
+            ]
+        );
+    }
+
+    #[test]
+    fn extensions_shown_by_name_only_have_unknown_options() {
+        assert_eq!(
+            specs(
+                "ip daddr 10.42.0.31 xt match \"physdev\" counter packets 0 bytes 0 jump KUBE-POD-FW-A\n\
+                 ip protocol tcp   counter packets 0 bytes 0 # Warning: XT target DNAT not found\n\
+                 xt target \"DNAT\"\n\
+                 ip saddr != 127.0.0.0/8 ip daddr 127.0.0.0/8  ct status dnat counter packets 0 bytes 0 drop"
+            ),
+            [
+                format!("-A X -d 10.42.0.31/32 -m physdev {NOT_SHOWN} -j KUBE-POD-FW-A"),
+                format!("-A X -p tcp -j DNAT {NOT_SHOWN}"),
+                format!("-A X ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m conntrack {NOT_SHOWN} -j DROP"),
+            ]
+        );
+    }
+
+    #[test]
+    fn rules_iptables_nft_did_not_write_stay_nft_rules() {
+        let rs = read(&nat("tcp dport 30700 ip daddr 192.168.150.33 drop\n\
+             counter packets 0 bytes 0 jump KUBE-SERVICES\n\
+             ip daddr . tcp dport vmap @svc"));
+        let x = rs.table(Family::Ip, "nat").unwrap().chain("X").unwrap();
+        assert!(matches!(x.rules[0].body, RuleBody::Nft(_)));
+        assert!(matches!(x.rules[1].body, RuleBody::Xt(_)));
+        assert!(matches!(x.rules[2].body, RuleBody::Nft(_)));
+        assert_eq!(
+            x.rules.iter().map(|r| r.position).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+        // Only the counter-less rule is foreign: the vmap one has no counter either.
+        assert_eq!(foreign_rules(&rs).count(), 2);
+    }
+
+    #[test]
+    fn only_tables_shaped_as_iptables_nft_creates_them_are_translated() {
+        for (text, translated) in [
+            // Lowercase base chain: a native nft table named filter.
+            (
+                "table ip filter {\n chain input {\n  type filter hook input priority 0; policy accept;\n }\n}\n",
+                false,
+            ),
+            // Wrong priority for iptables' INPUT.
+            (
+                "table ip filter {\n chain INPUT {\n  type filter hook input priority 10; policy accept;\n }\n}\n",
+                false,
+            ),
+            // Not an iptables table name, or an inet table.
+            ("table ip kube-proxy {\n chain X {\n }\n}\n", false),
+            (
+                "table inet filter {\n chain INPUT {\n  type filter hook input priority 0; policy accept;\n }\n}\n",
+                false,
+            ),
+            // A named set: iptables-nft never creates one.
+            (
+                "table ip filter {\n set s {\n  type ipv4_addr\n }\n}\n",
+                false,
+            ),
+            (
+                "table ip filter {\n chain INPUT {\n  type filter hook input priority filter; policy drop;\n }\n}\n",
+                true,
+            ),
+            (
+                "table ip6 mangle {\n chain KUBE-PROXY-CANARY {\n }\n}\n",
+                true,
+            ),
+        ] {
+            let rs = read(text);
+            let t = &rs.tables[0];
+            assert_eq!(t.nft_view, translated, "{text}");
+            assert_eq!(t.backend == Backend::IptablesNft, translated, "{text}");
+        }
+        // A translated table lists every built-in chain, the policy kept.
+        let rs = read(
+            "table ip filter {\n chain INPUT {\n  type filter hook input priority filter; policy drop;\n }\n}\n",
+        );
+        let names: Vec<&str> = rs.tables[0].chains.iter().map(|c| &*c.name).collect();
+        assert_eq!(names, ["FORWARD", "OUTPUT", "INPUT"]);
+        assert_eq!(
+            rs.tables[0].chain("INPUT").unwrap().policy(),
+            Some(&crate::model::Policy::Drop)
+        );
+    }
+}
