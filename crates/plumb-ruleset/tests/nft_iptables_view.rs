@@ -8,7 +8,7 @@ use plumb_ruleset::diff::{Change, diff};
 use plumb_ruleset::format::{ParseOptions, parse_bytes};
 use plumb_ruleset::nft::iptables_nft::foreign_rules;
 use plumb_ruleset::{Backend, Completeness, Family, RuleBody, Ruleset};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn real_world(rel: &str) -> Option<PathBuf> {
     let dir = common::corpus_dir()?.join("real-world");
@@ -24,7 +24,7 @@ fn real_world(rel: &str) -> Option<PathBuf> {
     found
 }
 
-fn read(path: &PathBuf) -> Ruleset {
+fn read(path: &Path) -> Ruleset {
     parse_bytes(common::read(path).as_bytes(), &ParseOptions::default())
         .unwrap()
         .ruleset

@@ -68,6 +68,18 @@ pub fn is_iptables_nft_table(table: &Table) -> bool {
         return false;
     }
     let builtins = crate::iptables::save::builtin_chains(&table.name);
+    // iptables chain names: one word, no quotes, unique in the table.
+    let mut names = std::collections::HashSet::new();
+    if !table.chains.iter().all(|c| {
+        !c.name.is_empty()
+            && !c
+                .name
+                .contains(|ch: char| ch.is_whitespace() || ch == '"' || ch == '\'')
+            && !c.name.starts_with('-')
+            && names.insert(&*c.name)
+    }) {
+        return false;
+    }
     table.chains.iter().all(|c| match &c.base {
         None => !builtins.contains(&&*c.name),
         Some(b) => {
@@ -158,7 +170,9 @@ pub fn translate(ruleset: &mut Ruleset) {
         if table.backend != Backend::Nftables || !is_iptables_nft_table(table) {
             continue;
         }
-        let foreign = translate_table(table);
+        let Some(foreign) = translate_table(table) else {
+            continue;
+        };
         if let Some(missing) = undeclared_target(table) {
             // The kernel holds no jump to a missing chain: this is a listing of some
             // chains (`nft list chain ip nat PREROUTING`), not of the whole table.
@@ -217,60 +231,62 @@ fn undeclared_target(table: &Table) -> Option<String> {
 }
 
 /// Rewrites one table; returns where the rules it kept as nft rules are (line,
-/// column, chain, foreign: not written by iptables-nft).
-fn translate_table(table: &mut Table) -> Vec<(u32, u32, String, bool)> {
+/// column, chain, foreign: not written by iptables-nft), or `None` (the table left as
+/// it was) when the iptables reader does not read the translation back rule for rule.
+fn translate_table(table: &mut Table) -> Option<Vec<(u32, u32, String, bool)>> {
     // The rules as iptables-save text, read back with the iptables reader: the
-    // translated rules are exactly what the iptables side of plumb reads.
-    let mut text = format!("*{}\n", table.name);
-    let builtins = crate::iptables::save::builtin_chains(&table.name);
-    // iptables-nft lists every built-in chain, also those it has not created in the
-    // kernel yet (policy ACCEPT, no rules): so does the translation.
-    for b in builtins {
-        let policy = table
-            .chain(b)
-            .and_then(|c| c.policy())
-            .map_or("ACCEPT", |p| p.as_iptables());
-        let _ = writeln!(text, ":{b} {policy} [0:0]");
-    }
-    for c in table
+    // translated rules are exactly what the iptables side of plumb reads. A rule the
+    // reader refuses (an interface name iptables cannot spell, say) stays an nft rule.
+    let mut plan: Vec<Vec<bool>> = table
         .chains
         .iter()
-        .filter(|c| !builtins.contains(&&*c.name))
-    {
-        let _ = writeln!(text, ":{} - [0:0]", c.name);
-    }
-    // Per chain, per rule: Some(line index in the generated text's rules) or None
-    // (kept as an nft rule).
-    let mut plan: Vec<Vec<bool>> = Vec::new();
-    for c in &table.chains {
-        let mut row = Vec::with_capacity(c.rules.len());
-        for r in &c.rules {
-            match &r.body {
-                RuleBody::Nft(n) => match rule_spec(n, table.family) {
-                    Some(spec) => {
-                        let _ = writeln!(text, "-A {} {spec}", c.name);
-                        row.push(true);
-                    }
-                    None => row.push(false),
-                },
-                _ => row.push(false),
-            }
+        .map(|c| {
+            c.rules
+                .iter()
+                .map(
+                    |r| matches!(&r.body, RuleBody::Nft(n) if rule_spec(n, table.family).is_some()),
+                )
+                .collect()
+        })
+        .collect();
+    let mut parsed = None;
+    for _ in 0..3 {
+        let (text, line_of) = iptables_text(table, &plan);
+        let rs = parse_shared(
+            Arc::new(text),
+            &IptablesInput {
+                family: table.family,
+                backend: Some(Backend::IptablesNft),
+                table: None,
+                restore_payload: false,
+            },
+        );
+        let bad: Vec<(usize, usize)> = rs
+            .errors()
+            .filter_map(|d| line_of.get(&d.line).copied())
+            .collect();
+        if rs.error_count() == 0 {
+            parsed = Some(rs);
+            break;
         }
-        plan.push(row);
+        if bad.is_empty() {
+            break;
+        }
+        for (ci, ri) in bad {
+            plan[ci][ri] = false;
+        }
     }
-    text.push_str("COMMIT\n");
-    let parsed = parse_shared(
-        Arc::new(text),
-        &IptablesInput {
-            family: table.family,
-            backend: Some(Backend::IptablesNft),
-            table: None,
-            restore_payload: false,
-        },
-    );
-    let Some(mut xt_table) = parsed.tables.into_iter().next() else {
-        return Vec::new();
-    };
+    // Nothing read cleanly: the table stays as nft listed it.
+    let mut xt_table = parsed.and_then(|rs| rs.tables.into_iter().next())?;
+    let counts_agree = table.chains.iter().zip(&plan).all(|(c, row)| {
+        let want = row.iter().filter(|t| **t).count();
+        xt_table
+            .chain(&c.name)
+            .is_some_and(|x| x.rules.len() == want)
+    });
+    if !counts_agree {
+        return None;
+    }
     let mut foreign = Vec::new();
     let old_chains = std::mem::take(&mut table.chains);
     let mut new_chains: Vec<Chain> = Vec::with_capacity(xt_table.chains.len());
@@ -330,7 +346,53 @@ fn translate_table(table: &mut Table) -> Vec<(u32, u32, String, bool)> {
     table.chains = new_chains;
     table.backend = Backend::IptablesNft;
     table.nft_view = true;
-    foreign
+    Some(foreign)
+}
+
+/// The table as iptables-save text, with the rules `plan` marks, and for each rule line
+/// (1-based) the chain and rule it was written for.
+fn iptables_text(
+    table: &Table,
+    plan: &[Vec<bool>],
+) -> (String, std::collections::HashMap<u32, (usize, usize)>) {
+    let mut text = format!("*{}\n", table.name);
+    let mut line = 1u32;
+    let builtins = crate::iptables::save::builtin_chains(&table.name);
+    // iptables-nft lists every built-in chain, also those it has not created in the
+    // kernel yet (policy ACCEPT, no rules): so does the translation.
+    for b in builtins {
+        let policy = table
+            .chain(b)
+            .and_then(|c| c.policy())
+            .map_or("ACCEPT", |p| p.as_iptables());
+        let _ = writeln!(text, ":{b} {policy} [0:0]");
+        line += 1;
+    }
+    for c in table
+        .chains
+        .iter()
+        .filter(|c| !builtins.contains(&&*c.name))
+    {
+        let _ = writeln!(text, ":{} - [0:0]", c.name);
+        line += 1;
+    }
+    let mut line_of = std::collections::HashMap::new();
+    for (ci, c) in table.chains.iter().enumerate() {
+        for (ri, r) in c.rules.iter().enumerate() {
+            if !plan[ci][ri] {
+                continue;
+            }
+            if let RuleBody::Nft(n) = &r.body
+                && let Some(spec) = rule_spec(n, table.family)
+            {
+                let _ = writeln!(text, "-A {} {spec}", c.name);
+                line += 1;
+                line_of.insert(line, (ci, ri));
+            }
+        }
+    }
+    text.push_str("COMMIT\n");
+    (text, line_of)
 }
 
 /// The iptables rule (the words after `-A CHAIN`) that iptables-nft lists for an nft

@@ -395,11 +395,13 @@ impl<'a> StmtParser<'_, 'a> {
 
     /// `xt match|target NAME`: an iptables-nft compat expression, noted and kept as text.
     fn compat_xt(&mut self, t: Token) -> StatementKind {
+        // `xt` may end the rule early (`xt` or `xt match` alone): never read past it.
+        let start = self.i;
         self.i = (self.i + 3).min(self.toks.len());
         self.r.note(
             &t,
             "iptables-nft compat expression (xt): its match/target options are opaque to nft and to plumb",
-            &self.span_text(self.i - 3, self.i),
+            &self.span_text(start, self.i),
         );
         StatementKind::Other("xt".into())
     }
@@ -1047,6 +1049,20 @@ mod tests {
             kinds[4],
             StatementKind::Verdict(Verdict::Reject(Some("icmp type host-unreachable".into())))
         );
+    }
+
+    /// Regression (fuzz): a rule that ends right after `xt` made the note's text span
+    /// start before the rule (subtract overflow).
+    #[test]
+    fn a_rule_ending_in_xt_is_read_without_panicking() {
+        for rule in ["xt", "xt match", "counter xt"] {
+            let r = nft(rule);
+            assert!(
+                r.statements
+                    .iter()
+                    .any(|s| s.kind == StatementKind::Other("xt".into()))
+            );
+        }
     }
 
     #[test]
