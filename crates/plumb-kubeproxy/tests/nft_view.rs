@@ -3,7 +3,8 @@
 //! loaded into a private network namespace (`plumb-t-nftcompat-<pid>-<n>`, deleted on
 //! drop, also on panic), and the namespace's `iptables-nft-save` and `nft list ruleset`
 //! must give an empty `plumb ruleset diff` and the same service map (names aside: nft
-//! never prints the comments kube-proxy's names are in).
+//! never prints the comments kube-proxy's names are in); `nft -j list ruleset` must give
+//! an empty diff too.
 //!
 //! Privileged: skips (with the reason) without root, `ip`, iptables-nft or nft. Run with
 //! `--test-threads=1` when other privileged tests share the machine.
@@ -106,6 +107,7 @@ fn iptables_nft_save_and_nft_list_ruleset_of_one_namespace_agree() {
     };
     let (mut loaded, mut refused, mut diff_empty, mut services_same, mut service_ports) =
         (0, 0, 0, 0, 0);
+    let mut json_diff_empty = 0;
     let mut failures = Vec::new();
     for path in dumps(&corpus) {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
@@ -149,6 +151,22 @@ fn iptables_nft_save_and_nft_list_ruleset_of_one_namespace_agree() {
                 changes[0]
             ));
         }
+        // `nft -j` shows even less (no translation of extensions): the diff holds too.
+        let (ok3, json, e3) = ns
+            .exec("nft", &["-j", "list", "ruleset"], None)
+            .expect("nft -j");
+        assert!(ok3, "{name}: {e3}");
+        let j = parse(&json, Format::NftJson, family);
+        let changes = diff(&a, &j);
+        if changes.is_empty() {
+            json_diff_empty += 1;
+        } else {
+            failures.push(format!(
+                "{name} (nft -j): {} change(s), first: {}",
+                changes.len(),
+                changes[0]
+            ));
+        }
         let (sa, sb) = (services(&a), services(&b));
         service_ports += sa.len();
         if sa == sb {
@@ -158,7 +176,7 @@ fn iptables_nft_save_and_nft_list_ruleset_of_one_namespace_agree() {
         }
     }
     eprintln!(
-        "nft view vs iptables-nft-save: {loaded} dumps loaded ({refused} refused by iptables-nft-restore); diff empty on {diff_empty}/{loaded}; service maps equal on {services_same}/{loaded} ({service_ports} service ports)"
+        "nft view vs iptables-nft-save: {loaded} dumps loaded ({refused} refused by iptables-nft-restore); diff empty on {diff_empty}/{loaded} (nft -j: {json_diff_empty}/{loaded}); service maps equal on {services_same}/{loaded} ({service_ports} service ports)"
     );
     assert!(loaded >= 25, "only {loaded} corpus dumps loaded");
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -411,26 +411,42 @@ fn view_segments(id: &str) -> Vec<String> {
         .position(|s| s.starts_with("-j ") || s.starts_with("-g "))
         .unwrap_or(segs.len())
         .max(first_match);
-    segs[first_match..target].sort_by(|a, b| {
-        let module = |s: &str| s.split(' ').nth(1).unwrap_or("").to_string();
-        module(a).cmp(&module(b))
-    });
+    segs[first_match..target].sort_by_key(|s| port_module(s.split(' ').nth(1).unwrap_or("")));
     segs
+}
+
+/// A match module's name, with the port matches nft prints alike (`tcp`, `udp`, `sctp`,
+/// `multiport` and their normal form `l4`) as one.
+fn port_module(m: &str) -> String {
+    match m {
+        "tcp" | "udp" | "sctp" | "multiport" | "l4" => "l4".into(),
+        m => m.to_string(),
+    }
 }
 
 /// Whether `view`'s segments equal `other`'s, where a segment whose options the nft
 /// view did not show (`-m NAME` + [`crate::nft::iptables_nft::NOT_SHOWN`]) stands for
-/// that extension with any options.
+/// that extension with any options, or for nothing (a `-m tcp` without options is not
+/// a segment of the other side's canonical form).
 fn segments_agree(view: &[String], other: &[String]) -> bool {
     use crate::nft::iptables_nft::NOT_SHOWN;
-    view.len() == other.len()
-        && view.iter().zip(other).all(|(v, o)| {
-            v == o
-                || (v.ends_with(NOT_SHOWN) && {
-                    // `-m NAME` / `-j NAME`: the extension must be the same.
-                    v.split(' ').take(2).eq(o.split(' ').take(2))
-                })
-        })
+    match view.split_first() {
+        None => other.is_empty(),
+        Some((v, rest)) if v.ends_with(NOT_SHOWN) => {
+            let same_extension = |o: &String| {
+                let (mut vw, mut ow) = (v.split(' '), o.split(' '));
+                vw.next() == ow.next()
+                    && port_module(vw.next().unwrap_or("")) == port_module(ow.next().unwrap_or(""))
+            };
+            other
+                .split_first()
+                .is_some_and(|(o, orest)| same_extension(o) && segments_agree(rest, orest))
+                || segments_agree(rest, other)
+        }
+        Some((v, rest)) => other
+            .split_first()
+            .is_some_and(|(o, orest)| v == o && segments_agree(rest, orest)),
+    }
 }
 
 /// Marks the members of one longest strictly increasing subsequence (O(n log n)).

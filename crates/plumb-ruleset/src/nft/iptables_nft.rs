@@ -417,7 +417,18 @@ pub fn rule_spec(rule: &NftRule, family: Family) -> Option<String> {
             StatementKind::Comment(c) => s.push(format!("-m comment --comment {}", quote(c))),
             StatementKind::Match { .. } => {
                 if s.matched(&w, family).is_none() {
-                    s.push(format!("-m {} {NOT_SHOWN}", opaque_match(&w)?));
+                    let module = opaque_match(&w)?;
+                    // A transport header match implies its protocol (nft hides the
+                    // `meta l4proto` dependency it adds).
+                    let implied: Option<&str> = match w.first().copied() {
+                        Some(p @ ("tcp" | "udp" | "sctp" | "icmp")) => Some(p),
+                        Some("icmpv6") => Some("ipv6-icmp"),
+                        _ => None,
+                    };
+                    if let (None, Some(p)) = (&s.proto, implied) {
+                        s.proto(p, false);
+                    }
+                    s.push(format!("-m {module} {NOT_SHOWN}"));
                 }
             }
             StatementKind::Other(k) if k == "limit" && !counter => {
@@ -515,7 +526,8 @@ impl Spec {
     fn matched(&mut self, w: &[&str], family: Family) -> Option<()> {
         let (w, neg) = split_op(w);
         match w.as_slice() {
-            [dir @ ("iifname" | "oifname"), name] => {
+            [dir @ ("iifname" | "oifname"), name]
+            | ["meta", dir @ ("iifname" | "oifname"), name] => {
                 let opt = if *dir == "iifname" { "-i" } else { "-o" };
                 let name = unquote(name);
                 let name = name
