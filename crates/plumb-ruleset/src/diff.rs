@@ -202,7 +202,8 @@ fn diff_table(old: &Table, new: &Table, out: &mut Vec<Change>) {
                 to: show(np),
             });
         }
-        diff_rules(&label, o, c, old.family, out);
+        let view = old.nft_view || new.nft_view;
+        diff_rules(&label, o, c, old.family, view, out);
     }
 }
 
@@ -239,28 +240,72 @@ fn strip_nft_noise(text: &str) -> String {
     out.join(" ")
 }
 
-fn diff_rules(table: &str, old: &Chain, new: &Chain, family: Family, out: &mut Vec<Change>) {
+fn diff_rules(
+    table: &str,
+    old: &Chain,
+    new: &Chain,
+    family: Family,
+    nft_view: bool,
+    out: &mut Vec<Change>,
+) {
     let old_ids: Vec<String> = old.rules.iter().map(|r| rule_identity(r, family)).collect();
     let new_ids: Vec<String> = new.rules.iter().map(|r| rule_identity(r, family)).collect();
     if old_ids == new_ids {
         return;
     }
+    // An nft listing of an iptables-nft table does not show comments, nor the options
+    // of extensions nft prints by name only: compare what both views show.
+    let (old_keys, new_keys) = if nft_view {
+        (
+            old_ids.iter().map(|i| view_segments(i).join(" ")).collect(),
+            new_ids.iter().map(|i| view_segments(i).join(" ")).collect(),
+        )
+    } else {
+        (old_ids.clone(), new_ids.clone())
+    };
     // Pair equal rules in order of appearance (duplicates pair up one to one).
     let mut available: HashMap<&str, std::collections::VecDeque<usize>> = HashMap::new();
-    for (i, id) in new_ids.iter().enumerate() {
+    for (i, id) in new_keys.iter().enumerate() {
         available.entry(id).or_default().push_back(i);
     }
     let mut pairs: Vec<(usize, usize)> = Vec::new();
-    for (i, id) in old_ids.iter().enumerate() {
+    let mut unpaired_old = Vec::new();
+    for (i, id) in old_keys.iter().enumerate() {
         match available.get_mut(id.as_str()).and_then(|q| q.pop_front()) {
             Some(j) => pairs.push((i, j)),
-            None => out.push(Change::RuleRemoved {
-                table: table.into(),
-                chain: new.name.to_string(),
-                position: i as u32 + 1,
-                rule: id.clone(),
-            }),
+            None => unpaired_old.push(i),
         }
+    }
+    if nft_view {
+        // A rule with an extension shown by name only pairs with a rule that has that
+        // extension with any options (in order of appearance).
+        let mut taken: std::collections::HashSet<usize> = pairs.iter().map(|&(_, j)| j).collect();
+        let old_segs: Vec<Vec<String>> = old_ids.iter().map(|i| view_segments(i)).collect();
+        let new_segs: Vec<Vec<String>> = new_ids.iter().map(|i| view_segments(i)).collect();
+        unpaired_old.retain(|&i| {
+            let found = (0..new_ids.len()).find(|j| {
+                !taken.contains(j)
+                    && (segments_agree(&old_segs[i], &new_segs[*j])
+                        || segments_agree(&new_segs[*j], &old_segs[i]))
+            });
+            match found {
+                Some(j) => {
+                    taken.insert(j);
+                    pairs.push((i, j));
+                    false
+                }
+                None => true,
+            }
+        });
+        pairs.sort_unstable();
+    }
+    for i in unpaired_old {
+        out.push(Change::RuleRemoved {
+            table: table.into(),
+            chain: new.name.to_string(),
+            position: i as u32 + 1,
+            rule: old_ids[i].clone(),
+        });
     }
     let paired_new: std::collections::HashSet<usize> = pairs.iter().map(|&(_, j)| j).collect();
     for (j, id) in new_ids.iter().enumerate() {
@@ -284,6 +329,123 @@ fn diff_rules(table: &str, old: &Chain, new: &Chain, family: Family, out: &mut V
                 rule: old_ids[i].clone(),
             });
         }
+    }
+}
+
+/// A canonical rule split into its generic part, its matches (`-m NAME ...`) and its
+/// target (`-j NAME ...`), as far as an nft listing of an iptables-nft table shows them:
+/// without comments, `-m state --state` as `-m conntrack --ctstate` (nft prints both
+/// as `ct state`), conntrack state lists sorted.
+fn view_segments(id: &str) -> Vec<String> {
+    let mut segs: Vec<String> = Vec::new();
+    let mut cur = String::new();
+    let mut words = Vec::new();
+    if crate::model::xt::words::split(id, 0, &mut words).is_err() {
+        return vec![id.to_string()];
+    }
+    for w in &words {
+        let t = w.raw(id);
+        if matches!(t, "-m" | "-j" | "-g") && !cur.is_empty() {
+            segs.push(std::mem::take(&mut cur));
+        }
+        if !cur.is_empty() {
+            cur.push(' ');
+        }
+        cur.push_str(t);
+    }
+    if !cur.is_empty() {
+        segs.push(cur);
+    }
+    // `-m tcp` without options (kube-proxy's DNAT rules) prints nothing in nft.
+    segs.retain(|s| {
+        !s.starts_with("-m comment ") && !matches!(s.as_str(), "-m tcp" | "-m udp" | "-m sctp")
+    });
+    for s in &mut segs {
+        // One port or range: nft prints `-m multiport --dports 1:2` as `tcp dport 1-2`.
+        for (from, to) in [
+            ("-m multiport --dports ", "--dport "),
+            ("-m multiport ! --dports ", "! --dport "),
+            ("-m multiport --sports ", "--sport "),
+            ("-m multiport ! --sports ", "! --sport "),
+            ("-m tcp ", ""),
+            ("-m udp ", ""),
+            ("-m sctp ", ""),
+        ] {
+            if let Some(rest) = s.strip_prefix(from)
+                && !rest.contains(',')
+            {
+                *s = format!("-m l4 {to}{rest}");
+                break;
+            }
+        }
+        let body = s
+            .strip_prefix("-m state ")
+            .map(|r| r.replacen("--state ", "--ctstate ", 1));
+        if let Some(b) = body {
+            *s = format!("-m conntrack {b}");
+        }
+        if s.starts_with("-m conntrack ") {
+            let words: Vec<String> = s
+                .split(' ')
+                .map(|w| {
+                    if w.chars().all(|c| c.is_ascii_uppercase() || c == ',') && w.contains(',') {
+                        let mut v: Vec<&str> = w.split(',').collect();
+                        v.sort_unstable();
+                        v.join(",")
+                    } else {
+                        w.to_string()
+                    }
+                })
+                .collect();
+            *s = words.join(" ");
+        }
+    }
+    // Matches are a conjunction; nft prints some translations in another order than
+    // iptables lists the matches (`skuid 0 ct state new` for conntrack, then owner).
+    let first_match = segs
+        .iter()
+        .position(|s| s.starts_with("-m "))
+        .unwrap_or(segs.len());
+    let target = segs
+        .iter()
+        .position(|s| s.starts_with("-j ") || s.starts_with("-g "))
+        .unwrap_or(segs.len())
+        .max(first_match);
+    segs[first_match..target].sort_by_key(|s| port_module(s.split(' ').nth(1).unwrap_or("")));
+    segs
+}
+
+/// A match module's name, with the port matches nft prints alike (`tcp`, `udp`, `sctp`,
+/// `multiport` and their normal form `l4`) as one.
+fn port_module(m: &str) -> String {
+    match m {
+        "tcp" | "udp" | "sctp" | "multiport" | "l4" => "l4".into(),
+        m => m.to_string(),
+    }
+}
+
+/// Whether `view`'s segments equal `other`'s, where a segment whose options the nft
+/// view did not show (`-m NAME` + [`crate::nft::iptables_nft::NOT_SHOWN`]) stands for
+/// that extension with any options, or for nothing (a `-m tcp` without options is not
+/// a segment of the other side's canonical form).
+fn segments_agree(view: &[String], other: &[String]) -> bool {
+    use crate::nft::iptables_nft::NOT_SHOWN;
+    match view.split_first() {
+        None => other.is_empty(),
+        Some((v, rest)) if v.ends_with(NOT_SHOWN) => {
+            let same_extension = |o: &String| {
+                let (mut vw, mut ow) = (v.split(' '), o.split(' '));
+                vw.next() == ow.next()
+                    && port_module(vw.next().unwrap_or("")) == port_module(ow.next().unwrap_or(""))
+            };
+            other
+                .split_first()
+                .is_some_and(|(o, orest)| same_extension(o) && segments_agree(rest, orest))
+                || segments_agree(rest, other)
+        }
+        Some((v, rest)) => other
+            .split_first()
+            .is_some_and(|(o, orest)| v == o && segments_agree(rest, orest)),
     }
 }
 

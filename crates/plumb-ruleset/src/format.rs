@@ -442,6 +442,10 @@ fn parse_source(source: SourceText, options: &ParseOptions) -> Result<Parsed, In
         Format::NftJson => crate::nft::parse_json(text),
         Format::Session => parse_session(text, options),
     };
+    if matches!(format, Format::NftText | Format::NftJson) {
+        // iptables-nft's tables in an nft listing are iptables tables.
+        crate::nft::iptables_nft::translate(&mut ruleset);
+    }
     ruleset.settle_completeness();
     // A text in save syntax that turned out to be a restore payload says so.
     let format = if format == Format::IptablesSave

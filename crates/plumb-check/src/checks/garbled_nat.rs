@@ -61,6 +61,13 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
                             "SNAT" => "--to-source",
                             _ => return false,
                         };
+                        // An nft listing showed the target by name only
+                        // (`xt target "DNAT"`): its address is unknown, not garbled.
+                        if t.option(plumb_ruleset::nft::iptables_nft::NOT_SHOWN)
+                            .is_some()
+                        {
+                            return false;
+                        }
                         match t.option(opt) {
                             // No --to: legal only for DNAT/SNAT in very old kernels; kube-proxy
                             // always writes one.

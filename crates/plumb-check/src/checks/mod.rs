@@ -7,6 +7,7 @@ pub mod duplicates;
 pub mod flushed;
 pub mod garbled_nat;
 pub mod kube_proxy;
+pub mod nft_in_iptables;
 pub mod no_endpoints;
 pub mod shadow;
 pub mod stale;
@@ -70,6 +71,11 @@ pub const ALL: &[Check] = &[
         ids: &[duplicates::ID],
         summary: "identical rules repeated in one chain",
         check: duplicates::check,
+    },
+    Check {
+        ids: &[nft_in_iptables::ID],
+        summary: "native nft rules inside tables iptables-nft manages",
+        check: nft_in_iptables::check,
     },
     Check {
         ids: &[cni::ID, cni::ID_MULTIPLE],

@@ -576,6 +576,15 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, bu
         let ip = r.dst_host();
         let kind = match (says, prefix) {
             (Some(s @ (Says::ClusterIp | Says::ExternalIp | Says::LoadBalancerIp)), _) => s,
+            // Without a comment (an nft listing shows none) the first address that
+            // leads to the service chain is its ClusterIP; later ones are external or
+            // load-balancer IPs, which only the comment tells apart.
+            (None, ChainPrefix::Svc | ChainPrefix::Svl)
+                if b.cluster_ip.is_some() && ip.is_some() && b.cluster_ip != ip =>
+            {
+                b.unlabelled_ips = true;
+                Says::ExternalIp
+            }
             (_, ChainPrefix::Svc | ChainPrefix::Svl) => Says::ClusterIp,
             (_, ChainPrefix::Fw) => Says::LoadBalancerIp,
             _ => {
@@ -839,6 +848,10 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table, b
         for rule in &chain.rules {
             let Some(r) = R::new(rule, buf) else { continue };
             let comment = r.comment();
+            if comment.is_none() && filter.nft_view && which == "KUBE-SERVICES" {
+                no_endpoints_unnamed(rec, table, rule, &r);
+                continue;
+            }
             let Some((name, says)) = comment.as_deref().and_then(read_comment) else {
                 continue;
             };
@@ -904,6 +917,30 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table, b
             }
         }
     }
+}
+
+/// A filter `KUBE-SERVICES` rule `-d IP -p PROTO --dport N -j REJECT` read from an nft
+/// listing, which does not show kube-proxy's `has no endpoints` comment: the service
+/// port without endpoints it rejects for, unnamed.
+fn no_endpoints_unnamed<'a>(rec: &mut Recovery<'a>, table: &'a str, rule: &'a Rule, r: &R<'_, 'a>) {
+    let (Some("REJECT"), Some(ip), Some(proto), Some(port)) =
+        (r.target(), r.dst_host(), r.protocol(), r.dport())
+    else {
+        return;
+    };
+    let key = format!("no-endpoints|{ip}|{proto}|{port}");
+    let next = rec.builders.len();
+    let i = *rec.by_other_key.entry(key).or_insert(next);
+    if i == next {
+        rec.builders.push(Builder::default());
+    }
+    let b = &mut rec.builders[i];
+    b.protocol.get_or_insert(proto);
+    b.cluster_ip = b.cluster_ip.or(Some(ip));
+    b.port = b.port.or(Some(port));
+    b.no_endpoints = Some(NoEndpoints::Reject);
+    b.evidence
+        .push(Evidence::rule(table, "KUBE-SERVICES", rule));
 }
 
 fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: Builder<'a>) -> RecoveredService<'a> {

@@ -22,7 +22,7 @@ use super::{
     RecoveredService, ServiceMap, push_unique, split_host_port, split_service_port_name,
 };
 use crate::chain_name::{NftChainPrefix, nft_endpoint_chain_name, nft_service_port_base};
-use plumb_ruleset::nft::{NftSet, StatementKind, Value, Verdict, VerdictMapRef};
+use plumb_ruleset::nft::{NatKind, NftSet, StatementKind, Value, Verdict, VerdictMapRef};
 use plumb_ruleset::{Backend, Chain, Family, RuleBody, Ruleset, Table};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -451,6 +451,37 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                         }
                     }
                 }
+                // Newer kube-proxy DNATs in the service chain itself: `dnat ip addr .
+                // port to numgen random mod N map { 0 : IP . PORT, ... }` (nft lists it
+                // as `dnat ip to numgen ...`), or `dnat to IP:PORT` for one endpoint.
+                StatementKind::Nat {
+                    kind: NatKind::Dnat,
+                    ..
+                } => {
+                    for (address, p) in dnat_picks(&s.text) {
+                        let b = &mut rec.builders[i];
+                        match b
+                            .endpoints
+                            .iter_mut()
+                            .find(|e| e.chain.is_none() && e.address.as_deref() == Some(&address))
+                        {
+                            Some(e) => {
+                                if local {
+                                    e.local = Some(true);
+                                } else {
+                                    e.probability = Some(p);
+                                }
+                            }
+                            None => b.endpoints.push(RecoveredEndpoint {
+                                address: Some(address),
+                                probability: Some(p),
+                                local: local.then_some(true),
+                                chain: None,
+                                evidence: vec![ev],
+                            }),
+                        }
+                    }
+                }
                 StatementKind::Verdict(v) => {
                     // A single endpoint may be a plain `goto endpoint-…` (no numgen).
                     if let Some(target) = verdict_chain(v)
@@ -485,6 +516,11 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                 }
             }
         }
+        if address.is_none() {
+            // The endpoint chain is not in the input (a truncated listing): its name
+            // carries the address (`endpoint-HASH-ns/name/proto/port__IP/PORT`).
+            address = endpoint_address_from_name(target);
+        }
         let b = &mut rec.builders[i];
         match b.endpoints.iter_mut().find(|e| e.chain == Some(target)) {
             Some(e) => {
@@ -503,6 +539,87 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
             }),
         }
     }
+}
+
+/// The endpoints a `dnat` statement of a service chain picks, with their probability:
+/// `dnat to IP:PORT` (one endpoint), `dnat ip addr . port to numgen random mod N map
+/// { K : IP . PORT, ... }` (a key may be a range `a-b`: that many of the N draws). An
+/// address is written `IP:PORT`, `[IP6]:PORT`. Empty when the statement is anything else.
+fn dnat_picks(text: &str) -> Vec<(String, f64)> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let Some(to) = words.iter().position(|w| *w == "to") else {
+        return Vec::new();
+    };
+    let rest = &words[to + 1..];
+    match rest {
+        ["numgen", "random", "mod", n, tail @ ..] => {
+            let Some(n) = n.parse::<u32>().ok().filter(|&n| n > 0) else {
+                return Vec::new();
+            };
+            let (Some(open), Some(close)) = (text.find('{'), text.rfind('}')) else {
+                return Vec::new();
+            };
+            if !tail.contains(&"map") || open > close {
+                return Vec::new();
+            }
+            let mut out: Vec<(String, f64)> = Vec::new();
+            for entry in text[open + 1..close].split(',') {
+                let Some((key, value)) = entry
+                    .split_once(':')
+                    .filter(|(k, _)| k.trim().chars().all(|c| c.is_ascii_digit() || c == '-'))
+                else {
+                    continue;
+                };
+                let key = key.trim();
+                let draws = match key.split_once('-') {
+                    Some((a, b)) => match (a.parse::<u32>(), b.parse::<u32>()) {
+                        (Ok(a), Ok(b)) if b >= a => b - a + 1,
+                        _ => continue,
+                    },
+                    None => 1,
+                };
+                let Some(address) = map_value_address(value) else {
+                    continue;
+                };
+                let p = f64::from(draws) / f64::from(n);
+                match out.iter_mut().find(|(a, _)| *a == address) {
+                    Some(e) => e.1 += p,
+                    None => out.push((address, p)),
+                }
+            }
+            out
+        }
+        [addr, ..] if split_host_port(addr).is_some() => vec![(addr.to_string(), 1.0)],
+        _ => Vec::new(),
+    }
+}
+
+/// `10.0.0.1 . 80` or `fd00::1 . 80` (a concatenated map value) as `IP:PORT` /
+/// `[IP6]:PORT`; `10.0.0.1:80` as is.
+fn map_value_address(value: &str) -> Option<String> {
+    let v = value.trim();
+    if let Some((ip, port)) = v.split_once(" . ") {
+        let ip: IpAddr = ip.trim().parse().ok()?;
+        let port: u16 = port.trim().parse().ok()?;
+        return Some(match ip {
+            IpAddr::V4(a) => format!("{a}:{port}"),
+            IpAddr::V6(a) => format!("[{a}]:{port}"),
+        });
+    }
+    split_host_port(v).map(|_| v.to_string())
+}
+
+/// The address an endpoint chain's name spells: `endpoint-HASH-ns/name/proto/port__IP/PORT`
+/// -> `IP:PORT` (`[IP6]:PORT`).
+fn endpoint_address_from_name(chain: &str) -> Option<String> {
+    let (_, ep) = chain.rsplit_once("__")?;
+    let (ip, port) = ep.rsplit_once('/')?;
+    let ip: IpAddr = ip.parse().ok()?;
+    let port: u16 = port.parse().ok()?;
+    Some(match ip {
+        IpAddr::V4(a) => format!("{a}:{port}"),
+        IpAddr::V6(a) => format!("[{a}]:{port}"),
+    })
 }
 
 fn firewall_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize) {

@@ -316,6 +316,10 @@ pub struct Table {
     /// nft table comment or flags kept verbatim (`comment "rules for kube-proxy"`).
     pub attributes: Vec<Box<str>>,
     pub location: Location,
+    /// An iptables-nft table read from an nft listing (`nft list ruleset`): rule
+    /// comments, and the options of extensions nft shows only by name, are not in it
+    /// (see `crate::nft::iptables_nft`).
+    pub nft_view: bool,
 }
 
 impl Table {
@@ -329,6 +333,7 @@ impl Table {
             deleted_chains: Vec::new(),
             attributes: Vec::new(),
             location,
+            nft_view: false,
         }
     }
 

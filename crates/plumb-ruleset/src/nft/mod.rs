@@ -6,6 +6,7 @@
 //! sequences, sets and maps); its types are re-exported here, where callers have always
 //! found them. Readers depend on the model, never the reverse.
 
+pub mod iptables_nft;
 mod json;
 pub(crate) mod text;
 

@@ -41,7 +41,8 @@ pub struct PrintOptions {
 
 /// The xtables tables of `ruleset` printed as `iptables-save` would print them.
 /// Native nft tables are skipped (they have no iptables form). Rules that are not
-/// xtables rules (listings) are printed as read.
+/// xtables rules (listings) are printed as read; a native nft rule inside an
+/// iptables-nft table is printed as a `#` comment.
 pub fn save_text(ruleset: &Ruleset, options: PrintOptions) -> String {
     let mut out = String::with_capacity(ruleset.rule_count() * 128);
     for table in ruleset
@@ -74,6 +75,17 @@ pub fn save_text(ruleset: &Ruleset, options: PrintOptions) -> String {
         }
         for chain in &table.chains {
             for rule in &chain.rules {
+                if let crate::model::RuleBody::Nft(_) = rule.body {
+                    // A native nft rule in an iptables-nft table (see
+                    // `crate::nft::iptables_nft`): no iptables form, so a comment
+                    // that iptables-restore skips.
+                    let _ = writeln!(
+                        out,
+                        "# -A {}: nft rule with no iptables form: {}",
+                        chain.name, rule.text
+                    );
+                    continue;
+                }
                 if options.counters
                     && let Some(c) = rule.counters
                 {

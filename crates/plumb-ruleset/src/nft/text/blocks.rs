@@ -425,10 +425,25 @@ impl<'a> Reader<'a> {
                 Tok::LBrace => depth += 1,
                 Tok::RBrace => depth -= 1,
                 Tok::Comment => {
-                    if let Some(h) = self.s(&t).strip_prefix('#').map(str::trim)
+                    let c = self.s(&t);
+                    if let Some(h) = c.strip_prefix('#').map(str::trim)
                         && let Some(n) = h.strip_prefix("handle ")
                     {
                         handle = n.trim().parse().ok();
+                    }
+                    // nft without xtables support: `... counter packets 0 bytes 0 #
+                    // Warning: XT target DNAT not found` and, on the next line, the
+                    // rule's last statement `xt target "DNAT"`.
+                    if depth == 0
+                        && c.starts_with("# Warning: XT ")
+                        && self.toks.get(self.pos + 1).map(|n| n.kind) == Some(Tok::Newline)
+                        && self
+                            .toks
+                            .get(self.pos + 2)
+                            .is_some_and(|n| n.kind == Tok::Word && self.s(n) == "xt")
+                    {
+                        self.pos += 2;
+                        continue;
                     }
                 }
                 _ => {}

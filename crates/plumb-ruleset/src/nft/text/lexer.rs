@@ -26,6 +26,54 @@ pub(super) struct Token {
     pub(super) line_start: usize,
 }
 
+/// Words that end an xtables print inside a rule: how the rest of an iptables-nft rule
+/// begins.
+const PRINT_ENDS_AT: &[&str] = &[
+    "counter", "meta", "ip", "ip6", "tcp", "udp", "sctp", "icmp", "icmpv6", "ct", "iifname",
+    "oifname", "fib", "pkttype", "limit", "log", "xt", "mark",
+];
+
+/// Where an xtables print inside a rule ends, for a `#` comment that is one.
+///
+/// nft builds without a translation for an iptables-nft match print it as `#` and the
+/// extension's `iptables -L` text (`# match-set KUBE-CLUSTER-IP dst,dst`, `# socket
+/// --transparent`) and then print the rest of the rule on the same line. Such a comment
+/// is recognised by what follows it: a `counter packets N bytes M` statement (iptables-nft
+/// gives every rule a counter after its matches). The print ends before the first word
+/// that starts what iptables-nft rules hold ([`PRINT_ENDS_AT`]: `counter`, `meta`, `ip`
+/// ...; not every nft selector: `dst` is one, and also a match-set direction). `None`
+/// for an ordinary comment.
+fn xt_print_end(comment: &str) -> Option<usize> {
+    let body = comment.strip_prefix('#')?;
+    if body.trim_start().starts_with("handle ") || !body.starts_with(' ') {
+        return None;
+    }
+    let mut counter_follows = false;
+    let words: Vec<(usize, &str)> = body
+        .split(' ')
+        .scan(1usize, |off, w| {
+            let at = *off;
+            *off += w.len() + 1;
+            Some((at, w))
+        })
+        .filter(|(_, w)| !w.is_empty())
+        .collect();
+    for pair in words.windows(2) {
+        if pair[0].1 == "counter" && pair[1].1 == "packets" {
+            counter_follows = true;
+        }
+    }
+    if !counter_follows || words.is_empty() {
+        return None;
+    }
+    let end = words
+        .iter()
+        .skip(1)
+        .find(|(_, w)| PRINT_ENDS_AT.contains(w))
+        .map(|(at, _)| *at)?;
+    Some(comment[..end].trim_end().len())
+}
+
 /// Splits the text into tokens. Quoted strings stay inside their word; a comma
 /// is its own token only where it separates list items (followed by a space,
 /// newline, `}` or the end), so `established,related` stays one word.
@@ -70,6 +118,20 @@ pub(super) fn tokenize(text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
             }
             b'#' => {
                 let end = memchr_newline(b, i);
+                if let Some(print_end) = xt_print_end(&text[i..end]) {
+                    // An iptables-nft match nft printed with the extension's own print
+                    // function (`# match-set KUBE-X dst,dst counter ... accept`): the
+                    // rule goes on after it. One word for the print, then lex on.
+                    toks.push(Token {
+                        kind: Tok::Word,
+                        start: i,
+                        end: i + print_end,
+                        line,
+                        line_start,
+                    });
+                    i += print_end;
+                    continue;
+                }
                 toks.push(Token {
                     kind: Tok::Comment,
                     start: i,

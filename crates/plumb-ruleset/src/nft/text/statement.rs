@@ -248,6 +248,11 @@ impl<'a> StmtParser<'_, 'a> {
                 StatementKind::Other(w.to_string())
             }
             "xt" => self.compat_xt(t),
+            _ if w.starts_with('#') => {
+                // An xtables match as its extension prints it (see the lexer).
+                self.i += 1;
+                StatementKind::Other("xt".into())
+            }
             "flow" => self.flow(w),
             _ if OTHER_STMTS.contains(&w) => self.other_statement(w),
             _ if is_selector_start(w) => self.matchlike(),
@@ -390,11 +395,13 @@ impl<'a> StmtParser<'_, 'a> {
 
     /// `xt match|target NAME`: an iptables-nft compat expression, noted and kept as text.
     fn compat_xt(&mut self, t: Token) -> StatementKind {
+        // `xt` may end the rule early (`xt` or `xt match` alone): never read past it.
+        let start = self.i;
         self.i = (self.i + 3).min(self.toks.len());
         self.r.note(
             &t,
             "iptables-nft compat expression (xt): its match/target options are opaque to nft and to plumb",
-            &self.span_text(self.i - 3, self.i),
+            &self.span_text(start, self.i),
         );
         StatementKind::Other("xt".into())
     }
@@ -466,7 +473,14 @@ impl<'a> StmtParser<'_, 'a> {
         while let Some(f) = self.cur() {
             if !f.is_empty()
                 && f.split(',')
-                    .all(|x| matches!(x, "random" | "fully-random" | "persistent" | "netmap"))
+                    // `random-fully`: iptables' own spelling, which the MASQUERADE
+                    // translation of some iptables versions printed for nft.
+                    .all(|x| {
+                        matches!(
+                            x,
+                            "random" | "fully-random" | "random-fully" | "persistent" | "netmap"
+                        )
+                    })
             {
                 self.i += 1;
             } else {
@@ -826,7 +840,13 @@ impl<'a> StmtParser<'_, 'a> {
                 StatementKind::Other("map".into())
             }
             _ => {
-                let op = Op::parse(next).filter(|o| *o != Op::Implicit);
+                // `tcp flags ! fin,syn`: nft's "none of these flags" (printed for
+                // iptables' `--tcp-flags ... NONE`), read as a negated match.
+                let op = if next == "!" {
+                    Some(Op::Ne)
+                } else {
+                    Op::parse(next).filter(|o| *o != Op::Implicit)
+                };
                 if op.is_some() {
                     self.i += 1;
                 }
@@ -1034,6 +1054,20 @@ mod tests {
             kinds[4],
             StatementKind::Verdict(Verdict::Reject(Some("icmp type host-unreachable".into())))
         );
+    }
+
+    /// Regression (fuzz): a rule that ends right after `xt` made the note's text span
+    /// start before the rule (subtract overflow).
+    #[test]
+    fn a_rule_ending_in_xt_is_read_without_panicking() {
+        for rule in ["xt", "xt match", "counter xt"] {
+            let r = nft(rule);
+            assert!(
+                r.statements
+                    .iter()
+                    .any(|s| s.kind == StatementKind::Other("xt".into()))
+            );
+        }
     }
 
     #[test]
