@@ -125,6 +125,12 @@ pub enum RulesetCommand {
         output: OutputFlags,
     },
     /// Re-print a ruleset file in canonical iptables-save form.
+    ///
+    /// Rules read from an `iptables -L` listing print as rules only when the listing
+    /// shows all of them: made with -v (interfaces) and -n (addresses, ports), every
+    /// option recognised. Any other row is printed as a `# not translated (line N):
+    /// REASON: ROW` comment, a warning lists them on stderr, and the exit status is 1:
+    /// the output is then not the whole ruleset and must not be restored as if it were.
     Print {
         file: PathBuf,
         #[command(flatten)]

@@ -24,12 +24,14 @@
 //!
 //! Where things are: `tables` (which table a listing shows: bundle file names, separator
 //! lines, built-in chains), `columns` (chain header, column header and rule lines split
-//! into columns), `options` (what plumb recognises in a rule's trailing option text).
+//! into columns), `options` (what plumb recognises in a rule's trailing option text),
+//! `save` (a listed rule back in `iptables-save` syntax when the listing shows all of it).
 //! This module reads line by line and builds the ruleset. The types of a listed rule
 //! belong to the model ([`crate::model::listed`]) and are re-exported here.
 
 mod columns;
 mod options;
+mod save;
 mod tables;
 
 use crate::diagnostic::Diagnostic;
@@ -45,6 +47,7 @@ use columns::{
     words,
 };
 use options::read_extra;
+pub use save::{Refusal, save_spec};
 use std::collections::HashMap;
 pub use tables::source_of_file_name;
 use tables::{guess_table, infer_table, table_separator};
