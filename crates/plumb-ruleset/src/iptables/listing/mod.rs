@@ -52,6 +52,22 @@ use std::collections::HashMap;
 pub use tables::source_of_file_name;
 use tables::{guess_table, infer_table, table_separator};
 
+/// The table a listing that does not name it shows, from its built-in chains or, failing
+/// that, its chains' names and targets; `None` when they point to no single table.
+pub fn inferred_table(text: &str, family: Family) -> Option<&'static str> {
+    // Read under any name: only the chains and rules are looked at.
+    let rs = parse(text, family, Some("filter"));
+    let mut found = None;
+    for t in &rs.tables {
+        let name = guess_table(t).or_else(|| infer_table(t))?;
+        if found.is_some_and(|f| f != name) {
+            return None;
+        }
+        found = Some(name);
+    }
+    found
+}
+
 /// Reads an iptables listing. `default_table` names the table when the text does not
 /// (sosreport keeps one table per file); without it, `# Table: nat` style separators
 /// and the built-in chains decide, and a note says what was guessed.
