@@ -152,7 +152,7 @@ pub enum RulesetCommand {
 
 #[derive(Debug, Args, Clone)]
 pub struct InputFlags {
-    /// Input format: iptables-save, iptables-restore, iptables-list-rules, iptables-listing, nft, nft-json.
+    /// Input format: iptables-save, iptables-restore, iptables-list-rules, iptables-listing, nft, nft-json, ipvsadm, session.
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<String>,
     /// Address family when the input does not say: ip or ip6.

@@ -218,6 +218,14 @@ fn print_summary(out: &mut impl Write, s: &Summary, source: &str) -> std::io::Re
             writeln!(out, "{o:<14} {c:>7} {r:>8}")?;
         }
     }
+    if s.ipvs_virtual_services > 0 || s.ipsets > 0 {
+        writeln!(
+            out,
+            "
+IPVS virtual services: {}, ipsets: {} (see plumb services)",
+            s.ipvs_virtual_services, s.ipsets
+        )?;
+    }
     if s.diagnostics.is_empty() {
         writeln!(out, "\nno problems")?;
     } else {
