@@ -64,8 +64,20 @@ fn evidence(vs: &VirtualService) -> Evidence<'_> {
     Evidence::at("ipvs", "", vs.location, &vs.text)
 }
 
+/// Real servers as (address, port), sorted: two virtual services with equal keys send
+/// to the same endpoints.
+type Backends = Vec<(IpAddr, u16)>;
+
+/// Virtual services outside KUBE-CLUSTER-IP with one (protocol, port, real servers).
+struct Group<'a> {
+    protocol: String,
+    port: u16,
+    backends: Backends,
+    services: Vec<&'a VirtualService>,
+}
+
 /// The real servers of a virtual service as a comparable key.
-fn backends(vs: &VirtualService) -> Vec<(IpAddr, u16)> {
+fn backends(vs: &VirtualService) -> Backends {
     let mut b: Vec<(IpAddr, u16)> = vs
         .real_servers
         .iter()
@@ -169,7 +181,7 @@ fn services<'a>(
             .collect();
     };
     let mut out: Vec<RecoveredService<'a>> = Vec::new();
-    let mut keys: Vec<(String, Vec<(IpAddr, u16)>)> = Vec::new();
+    let mut keys: Vec<(String, Backends)> = Vec::new();
     let mut others = Vec::new();
     for &(vs, protocol, address, port) in all {
         if set.has_ip_port(address, protocol, port) {
@@ -184,18 +196,29 @@ fn services<'a>(
     }
     // Other virtual services (NodePorts on every node address, external and
     // load-balancer IPs): one row per (protocol, port, real servers).
-    let mut extra: Vec<(String, u16, Vec<(IpAddr, u16)>, Vec<&'a VirtualService>)> = Vec::new();
+    let mut extra: Vec<Group<'a>> = Vec::new();
     for (vs, protocol, _, port) in others {
         let key = backends(vs);
         match extra
             .iter_mut()
-            .find(|(p, n, b, _)| p == protocol && *n == port && *b == key)
+            .find(|g| g.protocol == protocol && g.port == port && g.backends == key)
         {
-            Some(e) => e.3.push(vs),
-            None => extra.push((protocol.to_string(), port, key, vec![vs])),
+            Some(g) => g.services.push(vs),
+            None => extra.push(Group {
+                protocol: protocol.to_string(),
+                port,
+                backends: key,
+                services: vec![vs],
+            }),
         }
     }
-    for (protocol, port, key, vss) in extra {
+    for Group {
+        protocol,
+        port,
+        backends: key,
+        services: vss,
+    } in extra
+    {
         let addresses: Vec<String> = vss
             .iter()
             .filter_map(|vs| match &vs.address {
