@@ -53,14 +53,32 @@ fn address_port(s: &str) -> Option<(IpAddr, u16)> {
 pub fn parse_ipvsadm(text: &str) -> (Vec<VirtualService>, Vec<Diagnostic>) {
     let mut services: Vec<VirtualService> = Vec::new();
     let mut diags = Vec::new();
+    // The real-server columns, from their header: `--stats`, `--rate` and
+    // `--thresholds` print counters where `-ln` prints forwarding and weight.
+    let mut standard_columns = true;
+    let mut scheduler_column = true;
     for (i, raw) in text.lines().enumerate() {
         let n = i as u32 + 1;
         let line = raw.trim();
-        if line.is_empty()
-            || line.starts_with("IP Virtual Server version")
-            || line.starts_with("Prot LocalAddress")
-            || line.starts_with("-> RemoteAddress")
-        {
+        if let Some(columns) = line.strip_prefix("-> RemoteAddress:Port") {
+            let columns: Vec<&str> = columns.split_whitespace().collect();
+            standard_columns =
+                columns.starts_with(&["Forward", "Weight", "ActiveConn", "InActConn"]);
+            if !standard_columns {
+                diags.push(Diagnostic::note(
+                    n,
+                    1,
+                    "this ipvsadm output (--stats, --rate or --thresholds) does not show the real servers' weights: endpoint shares are unknown",
+                    line,
+                ));
+            }
+            continue;
+        }
+        if let Some(columns) = line.strip_prefix("Prot LocalAddress:Port") {
+            scheduler_column = columns.split_whitespace().next() == Some("Scheduler");
+            continue;
+        }
+        if line.is_empty() || line.starts_with("IP Virtual Server version") {
             continue;
         }
         let loc = Location {
@@ -78,13 +96,13 @@ pub fn parse_ipvsadm(text: &str) -> (Vec<VirtualService>, Vec<Diagnostic>) {
                 ));
                 continue;
             };
-            match real_server(&words, loc, line) {
+            match real_server(&words, loc, line, standard_columns) {
                 Ok(rs) => vs.real_servers.push(rs),
                 Err(why) => diags.push(Diagnostic::error(n, loc.column, why, line)),
             }
             continue;
         }
-        match virtual_service(&words, loc, line) {
+        match virtual_service(&words, loc, line, scheduler_column) {
             Ok(vs) => services.push(vs),
             Err(why) => diags.push(Diagnostic::error(n, loc.column, why, line)),
         }
@@ -96,10 +114,21 @@ fn virtual_service(
     words: &[&str],
     location: Location,
     line: &str,
+    scheduler_column: bool,
 ) -> Result<VirtualService, String> {
-    let (Some(prot), Some(addr), Some(scheduler)) = (words.first(), words.get(1), words.get(2))
-    else {
+    let (Some(prot), Some(addr)) = (words.first(), words.get(1)) else {
         return Err("not an ipvsadm virtual service line (PROT ADDRESS:PORT SCHEDULER)".into());
+    };
+    // `--stats`/`--rate` print counters after the address, not the scheduler.
+    let scheduler = if scheduler_column {
+        Some(
+            words
+                .get(2)
+                .ok_or("virtual service line without its scheduler")?
+                .to_string(),
+        )
+    } else {
+        None
     };
     let address = match *prot {
         "TCP" | "UDP" | "SCTP" => {
@@ -121,7 +150,7 @@ fn virtual_service(
     };
     let mut persistent_seconds = None;
     let mut flags = Vec::new();
-    let mut k = 3;
+    let mut k = if scheduler_column { 3 } else { words.len() };
     while k < words.len() {
         if words[k] == "persistent" {
             persistent_seconds = words.get(k + 1).and_then(|s| s.parse().ok());
@@ -133,7 +162,7 @@ fn virtual_service(
     }
     Ok(VirtualService {
         address,
-        scheduler: scheduler.to_string(),
+        scheduler,
         persistent_seconds,
         flags,
         real_servers: Vec::new(),
@@ -142,30 +171,48 @@ fn virtual_service(
     })
 }
 
-fn real_server(words: &[&str], location: Location, line: &str) -> Result<RealServer, String> {
-    let [_, addr, forward, weight, active, inactive, ..] = words else {
+fn real_server(
+    words: &[&str],
+    location: Location,
+    line: &str,
+    standard_columns: bool,
+) -> Result<RealServer, String> {
+    let Some(addr) = words.get(1) else {
+        return Err("real server line without its address".into());
+    };
+    let (address, port) = address_port(addr)
+        .ok_or_else(|| format!("{addr} is not ADDRESS:PORT (ipvsadm prints names without -n)"))?;
+    let mut server = RealServer {
+        address,
+        port,
+        forward: None,
+        weight: None,
+        active_connections: None,
+        inactive_connections: None,
+        location,
+        text: line.into(),
+    };
+    if !standard_columns {
+        return Ok(server);
+    }
+    let [_, _, forward, weight, active, inactive, ..] = words else {
         return Err(
             "real server line without its columns (ADDRESS:PORT FORWARD WEIGHT ACTIVE INACTIVE)"
                 .into(),
         );
     };
-    let (address, port) = address_port(addr)
-        .ok_or_else(|| format!("{addr} is not ADDRESS:PORT (ipvsadm prints names without -n)"))?;
     let num = |s: &str, what: &str| {
         s.parse::<u64>()
             .map_err(|_| format!("{what} {s:?} is not a number"))
     };
-    Ok(RealServer {
-        address,
-        port,
-        forward: forward.to_string(),
-        weight: u32::try_from(num(weight, "weight")?)
+    server.forward = Some(forward.to_string());
+    server.weight = Some(
+        u32::try_from(num(weight, "weight")?)
             .map_err(|_| format!("weight {weight} out of range"))?,
-        active_connections: num(active, "active connections")?,
-        inactive_connections: num(inactive, "inactive connections")?,
-        location,
-        text: line.into(),
-    })
+    );
+    server.active_connections = Some(num(active, "active connections")?);
+    server.inactive_connections = Some(num(inactive, "inactive connections")?);
+    Ok(server)
 }
 
 /// Reads `ipset list` output: each `Name:` block with its `Type:` and `Members:`.
@@ -236,17 +283,17 @@ FWM  100 wrr
             }
         );
         assert_eq!(vs[0].real_servers.len(), 1);
-        assert_eq!(vs[0].real_servers[0].active_connections, 4);
+        assert_eq!(vs[0].real_servers[0].active_connections, Some(4));
         assert_eq!(vs[0].location.line, 4);
         assert_eq!(vs[1].persistent_seconds, Some(10800));
-        assert_eq!(vs[1].real_servers[1].weight, 0);
+        assert_eq!(vs[1].real_servers[1].weight, Some(0));
         assert_eq!(vs[1].real_servers[1].location.line, 8);
         assert!(matches!(
             vs[2].address,
             VirtualAddress::Service { port: 53, .. }
         ));
         assert_eq!(vs[3].address, VirtualAddress::FirewallMark { mark: 100 });
-        assert_eq!(vs[3].scheduler, "wrr");
+        assert_eq!(vs[3].scheduler.as_deref(), Some("wrr"));
     }
 
     #[test]
@@ -257,6 +304,26 @@ FWM  100 wrr
         let lines: Vec<u32> = d.iter().map(|d| d.line).collect();
         assert_eq!(lines, [2, 3, 5]);
         assert!(d[1].message.contains("without -n"), "{}", d[1].message);
+    }
+
+    #[test]
+    fn stats_output_has_no_weights() {
+        let text = "IP Virtual Server version 1.2.1 (size=4096)
+Prot LocalAddress:Port               Conns   InPkts  OutPkts  InBytes OutBytes
+  -> RemoteAddress:Port
+TCP  10.96.0.1:443                      12      340      310    40120    51230
+  -> 172.16.0.4:6443                    12      340      310    40120    51230
+";
+        let (vs, d) = parse_ipvsadm(text);
+        assert_eq!(vs[0].real_servers[0].weight, None, "Conns is not a weight");
+        assert_eq!(vs[0].scheduler, None, "12 is a connection count");
+        assert!(vs[0].flags.is_empty());
+        assert_eq!(vs[0].real_servers[0].port, 6443);
+        assert_eq!(d.len(), 1);
+        assert!(
+            d[0].message
+                .contains("does not show the real servers' weights")
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! connections.
 
 use super::{Evidence, NameSource, ProxyMode, RecoveredEndpoint, RecoveredService, ServiceMap};
-use plumb_ruleset::model::ipvs::{IpSetListing, VirtualAddress, VirtualService};
+use plumb_ruleset::model::ipvs::{IpSetListing, RealServer, VirtualAddress, VirtualService};
 use plumb_ruleset::{Backend, Family, Ruleset};
 use std::net::IpAddr;
 
@@ -89,27 +89,32 @@ fn backends(vs: &VirtualService) -> Backends {
 
 fn endpoints(vs: &VirtualService) -> (Vec<RecoveredEndpoint<'_>>, Vec<String>) {
     let mut notes = Vec::new();
-    let live: u64 = vs.real_servers.iter().filter(|r| r.weight > 0).count() as u64;
-    let total_weight: u64 = vs.real_servers.iter().map(|r| u64::from(r.weight)).sum();
-    let probability = |weight: u32| -> Option<f64> {
-        match vs.scheduler.as_str() {
-            _ if weight == 0 => Some(0.0),
+    let weights_known = vs.real_servers.iter().all(|r| r.weight.is_some());
+    let weight = |r: &RealServer| r.weight.unwrap_or(0);
+    let live: u64 = vs.real_servers.iter().filter(|r| weight(r) > 0).count() as u64;
+    let total_weight: u64 = vs.real_servers.iter().map(|r| u64::from(weight(r))).sum();
+    let probability = |r: &RealServer| -> Option<f64> {
+        let w = r.weight?;
+        match vs.scheduler.as_deref().unwrap_or("") {
+            _ if !weights_known => None,
+            _ if w == 0 => Some(0.0),
             "rr" if live > 0 => Some(1.0 / live as f64),
-            "wrr" if total_weight > 0 => Some(f64::from(weight) / total_weight as f64),
+            "wrr" if total_weight > 0 => Some(f64::from(w) / total_weight as f64),
             _ => None,
         }
     };
-    if !matches!(vs.scheduler.as_str(), "rr" | "wrr") {
-        notes.push(format!(
-            "scheduler {}: which endpoint a connection gets depends on load or hashing, not a fixed share",
-            vs.scheduler
-        ));
+    match vs.scheduler.as_deref() {
+        Some("rr" | "wrr") => {}
+        Some(other) => notes.push(format!(
+            "scheduler {other}: which endpoint a connection gets depends on load or hashing, not a fixed share"
+        )),
+        None => notes.push("the input does not show the scheduler: endpoint shares are unknown".into()),
     }
     let eps = vs
         .real_servers
         .iter()
         .map(|r| {
-            if r.weight == 0 {
+            if r.weight == Some(0) {
                 notes.push(format!(
                     "endpoint {} has weight 0: it takes no new connections (terminating)",
                     socket(r.address, r.port)
@@ -117,7 +122,7 @@ fn endpoints(vs: &VirtualService) -> (Vec<RecoveredEndpoint<'_>>, Vec<String>) {
             }
             RecoveredEndpoint {
                 address: Some(socket(r.address, r.port)),
-                probability: probability(r.weight),
+                probability: probability(r),
                 local: None,
                 chain: None,
                 evidence: vec![Evidence::at("ipvs", "", r.location, &r.text)],

@@ -27,12 +27,13 @@ pub enum VirtualAddress {
 pub struct RealServer {
     pub address: IpAddr,
     pub port: u16,
-    /// `Masq`, `Route`, `Tunnel`, `Local` as printed.
-    pub forward: String,
+    /// `Masq`, `Route`, `Tunnel`, `Local` as printed. The columns are `None` in output
+    /// that does not show them (`ipvsadm -ln --stats`, `--rate`, `--thresholds`).
+    pub forward: Option<String>,
     /// Weight 0: the server takes no new connections (kube-proxy's graceful termination).
-    pub weight: u32,
-    pub active_connections: u64,
-    pub inactive_connections: u64,
+    pub weight: Option<u32>,
+    pub active_connections: Option<u64>,
+    pub inactive_connections: Option<u64>,
     pub location: Location,
     /// The line as read (trimmed).
     pub text: Box<str>,
@@ -42,8 +43,9 @@ pub struct RealServer {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct VirtualService {
     pub address: VirtualAddress,
-    /// `rr`, `wrr`, `lc`, `sh`, ...
-    pub scheduler: String,
+    /// `rr`, `wrr`, `lc`, `sh`, ...;
+    /// `None` in output that does not show it (`--stats`, `--rate`).
+    pub scheduler: Option<String>,
     /// `persistent 10800`: client affinity timeout in seconds.
     pub persistent_seconds: Option<u32>,
     /// The words after the scheduler plumb did not interpret (`ops`, `mask ...`).
