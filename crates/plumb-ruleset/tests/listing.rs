@@ -769,3 +769,26 @@ fn a_listing_without_v_prints_no_rule() {
         report.text
     );
 }
+
+/// `print --counters` of a listing: exact counters (`-x`) print as `[packets:bytes]`;
+/// rounded ones (`2164K`) are not printed as if exact, and are counted.
+#[test]
+fn printed_listing_counters_only_when_exact() {
+    use plumb_ruleset::iptables::canonical::{PrintOptions, save_text_report};
+    let exact = listing::parse(&data("kube-node.filter.vnxL"), Family::Ip, Some("filter"));
+    let r = save_text_report(&exact, PrintOptions { counters: true });
+    assert_eq!(r.rounded_counters, 0);
+    assert!(
+        r.text
+            .lines()
+            .any(|l| l.starts_with('[') && l.contains("] -A ")),
+        "{}",
+        r.text
+    );
+    let rounded = listing::parse(&data("kube-node.nat.nvL"), Family::Ip, Some("nat"));
+    let r = save_text_report(&rounded, PrintOptions { counters: true });
+    assert!(r.rounded_counters > 0);
+    let with_prefix = r.text.lines().filter(|l| l.starts_with("[")).count();
+    let rules = r.text.lines().filter(|l| l.contains("-A ")).count();
+    assert_eq!(with_prefix + r.rounded_counters, rules);
+}
