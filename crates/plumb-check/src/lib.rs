@@ -30,6 +30,117 @@ pub fn run(facts: &Facts) -> Vec<Finding> {
         out
     });
     let mut out: Vec<Finding> = parts.into_iter().flatten().collect();
+    mark_approximate(facts, &mut out);
     plumb_findings::sort(&mut out);
     out
+}
+
+/// Every problem and unknown drawn from a listing says so: the listing does not show all
+/// an `iptables-save` dump shows, so a conclusion from it is approximate. Done here, once,
+/// so no check can forget it. `ok` findings are left alone: "checked, no problem" lists
+/// only ids.
+fn mark_approximate(facts: &Facts, findings: &mut [Finding]) {
+    let Some(reason) = approximate_reason(facts.ruleset) else {
+        return;
+    };
+    for f in findings
+        .iter_mut()
+        .filter(|f| f.status != plumb_findings::Status::Ok && f.approximate.is_none())
+    {
+        f.approximate = Some(reason.clone());
+    }
+}
+
+/// Why conclusions about `ruleset` are approximate, or `None` for exact input. A listing
+/// made without `-v` hides the interface columns (rules that differ only in `-i`/`-o`
+/// print the same), which matters more than the prose and rounding every listing has.
+pub fn approximate_reason(ruleset: &plumb_ruleset::Ruleset) -> Option<String> {
+    if !ruleset.approximate {
+        return None;
+    }
+    let hides_interfaces = ruleset
+        .tables
+        .iter()
+        .flat_map(|t| &t.chains)
+        .flat_map(|c| &c.rules)
+        .any(
+            |r| matches!(&r.body, plumb_ruleset::RuleBody::Approximate(l) if !l.interfaces_listed),
+        );
+    Some(if hides_interfaces {
+        "read from a listing that hides columns (no -v: interfaces are not shown)".into()
+    } else {
+        "read from a listing, which prints options as prose and may round counters".into()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plumb_findings::Status;
+    use plumb_ruleset::format::{ParseOptions, parse_bytes};
+
+    fn findings(text: &str) -> Vec<Finding> {
+        let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
+            .unwrap()
+            .ruleset;
+        assert!(rs.approximate, "read as a listing");
+        run(&Facts::new(&rs, Origin::File("listing".into()), false))
+    }
+
+    const HEADER: &str = "target     prot opt source               destination\n";
+
+    #[test]
+    fn every_problem_and_unknown_from_a_listing_is_approximate() {
+        let text = format!(
+            "Chain INPUT (policy ACCEPT)\n{HEADER}KUBE-GONE  all  --  0.0.0.0/0            0.0.0.0/0\n\n\
+             Chain FORWARD (policy DROP)\n{HEADER}\n\
+             Chain OUTPUT (policy ACCEPT)\n{HEADER}\n\
+             Chain KUBE-LEFT (0 references)\n{HEADER}ACCEPT     all  --  0.0.0.0/0            0.0.0.0/0\n"
+        );
+        let f = findings(&text);
+        let judged: Vec<&Finding> = f.iter().filter(|f| f.status != Status::Ok).collect();
+        assert!(
+            judged.iter().any(|f| f.id == "dangling-reference"),
+            "the dangling jump is judged: {f:#?}"
+        );
+        for x in &judged {
+            let reason = x.approximate.as_deref().unwrap_or_else(|| panic!("{x:#?}"));
+            assert!(reason.contains("hides columns"), "{reason}");
+        }
+        assert!(
+            f.iter()
+                .filter(|f| f.status == Status::Ok)
+                .all(|f| f.approximate.is_none())
+        );
+    }
+
+    #[test]
+    fn a_verbose_listing_is_approximate_without_hidden_columns() {
+        let vheader =
+            " pkts bytes target     prot opt in     out     source               destination\n";
+        let text = format!(
+            "Chain INPUT (policy ACCEPT 0 packets, 0 bytes)\n{vheader}    0     0 KUBE-GONE  all  --  *      *       0.0.0.0/0            0.0.0.0/0\n\n\
+             Chain FORWARD (policy ACCEPT 0 packets, 0 bytes)\n{vheader}\n\
+             Chain OUTPUT (policy ACCEPT 0 packets, 0 bytes)\n{vheader}\n"
+        );
+        let f = findings(&text);
+        let dangling = f
+            .iter()
+            .find(|f| f.id == "dangling-reference" && f.status != Status::Ok)
+            .unwrap_or_else(|| panic!("{f:#?}"));
+        let reason = dangling.approximate.as_deref().expect("approximate");
+        assert!(reason.contains("prose"), "{reason}");
+    }
+
+    #[test]
+    fn findings_from_a_dump_are_not_approximate() {
+        let text = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
+                    -A INPUT -j KUBE-GONE\nCOMMIT\n";
+        let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
+            .unwrap()
+            .ruleset;
+        let f = run(&Facts::new(&rs, Origin::File("dump".into()), false));
+        assert!(f.iter().any(|f| f.status != Status::Ok), "{f:#?}");
+        assert!(f.iter().all(|f| f.approximate.is_none()), "{f:#?}");
+    }
 }

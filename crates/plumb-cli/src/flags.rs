@@ -125,6 +125,12 @@ pub enum RulesetCommand {
         output: OutputFlags,
     },
     /// Re-print a ruleset file in canonical iptables-save form.
+    ///
+    /// Rules read from an `iptables -L` listing print as rules only when the listing
+    /// shows all of them: made with -v (interfaces) and -n (addresses, ports), every
+    /// option recognised. Any other row is printed as a `# not translated (line N):
+    /// REASON: ROW` comment, a warning lists them on stderr, and the exit status is 1:
+    /// the output is then not the whole ruleset and must not be restored as if it were.
     Print {
         file: PathBuf,
         #[command(flatten)]
@@ -146,7 +152,7 @@ pub enum RulesetCommand {
 
 #[derive(Debug, Args, Clone)]
 pub struct InputFlags {
-    /// Input format: iptables-save, iptables-restore, iptables-list-rules, iptables-listing, nft, nft-json.
+    /// Input format: iptables-save, iptables-restore, iptables-list-rules, iptables-listing, nft, nft-json, ipvsadm, session.
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<String>,
     /// Address family when the input does not say: ip or ip6.

@@ -3,7 +3,8 @@
 //! Every command that judges a node (`check`, `doctor`) emits these. Plain data with a
 //! stable JSON shape:
 //! `{"id","status","severity","title","evidence":[{"source","line","text"}],
-//!   "explanation","remediation":[...],"do_not":[...]}`.
+//!   "explanation","remediation":[...],"do_not":[...]}`, plus `"approximate":"reason"`
+//! when the finding rests on lossy input (an `iptables -L` listing).
 //! `id` is a stable kebab-case code (one per check module); `status` says whether the
 //! check found a problem, ruled one out (`ok`) or could not tell (`unknown`).
 
@@ -99,6 +100,11 @@ pub struct Finding {
     pub remediation: Vec<String>,
     /// What not to do (the write-ups warn against flushing rules, for instance).
     pub do_not: Vec<String>,
+    /// Set when the input the finding rests on is lossy (rules read from an `iptables -L`
+    /// listing): why the conclusion is approximate. Absent from JSON when `None`, so
+    /// findings from exact input keep their shape.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approximate: Option<String>,
 }
 
 /// Evidence lists are capped so a 10k-service node does not print 10k lines per finding.
@@ -116,6 +122,7 @@ impl Finding {
             explanation: String::new(),
             remediation: Vec::new(),
             do_not: Vec::new(),
+            approximate: None,
         }
     }
 
@@ -151,6 +158,12 @@ impl Finding {
     /// renderer adds: `flush iptables: it removes ...`).
     pub fn do_not(mut self, what: impl Into<String>) -> Finding {
         self.do_not.push(what.into());
+        self
+    }
+
+    /// Marks the finding approximate, with the reason (what the input did not show).
+    pub fn approximate(mut self, reason: impl Into<String>) -> Finding {
+        self.approximate = Some(reason.into());
         self
     }
 
@@ -201,6 +214,15 @@ mod tests {
             "title":"t","evidence":[{"source":"dump","line":3,"text":"-A X -j Y"}],
             "explanation":"e","remediation":["r"],"do_not":[]})
         );
+    }
+
+    #[test]
+    fn approximate_is_serialised_only_when_set() {
+        let exact = serde_json::to_value(Finding::unknown("x", Severity::Low, "t")).unwrap();
+        assert!(exact.get("approximate").is_none(), "{exact}");
+        let f = Finding::problem("x", Severity::Low, "t").approximate("read from a listing");
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(v["approximate"], "read from a listing");
     }
 
     #[test]

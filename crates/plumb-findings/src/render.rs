@@ -162,7 +162,15 @@ pub fn diagnosis(conclusion: Option<&Conclusion>, findings: &[Finding], style: S
             if !c.supporting.is_empty() {
                 let _ = writeln!(o, "\n{}Explained by it{}", p.bold, p.reset);
                 for f in c.supporting.iter().filter_map(|id| problem(id)) {
-                    let _ = writeln!(o, "  {}[{}]{} {}", p.yellow, f.id, p.reset, f.title);
+                    let _ = writeln!(
+                        o,
+                        "  {}[{}]{} {}{}",
+                        p.yellow,
+                        f.id,
+                        p.reset,
+                        f.title,
+                        approximate_suffix(f)
+                    );
                     for e in f.evidence.iter().take(3) {
                         let _ = writeln!(o, "      {e}");
                     }
@@ -189,12 +197,13 @@ pub fn diagnosis(conclusion: Option<&Conclusion>, findings: &[Finding], style: S
         for f in others {
             let _ = writeln!(
                 o,
-                "  {}[{}] {}{} {}",
+                "  {}[{}] {}{} {}{}",
                 p.severity(f.severity),
                 f.severity,
                 f.id,
                 p.reset,
-                f.title
+                f.title,
+                approximate_suffix(f)
             );
             for e in f.evidence.iter().take(2) {
                 let _ = writeln!(o, "      {e}");
@@ -208,7 +217,7 @@ pub fn diagnosis(conclusion: Option<&Conclusion>, findings: &[Finding], style: S
     if !unknown.is_empty() {
         let _ = writeln!(o, "\n{}Could not check{}", p.bold, p.reset);
         for f in unknown {
-            let _ = writeln!(o, "  [{}] {}", f.id, f.title);
+            let _ = writeln!(o, "  [{}] {}{}", f.id, f.title, approximate_suffix(f));
         }
     }
     let ok: Vec<&Finding> = findings.iter().filter(|f| f.status == Status::Ok).collect();
@@ -224,6 +233,9 @@ pub fn diagnosis(conclusion: Option<&Conclusion>, findings: &[Finding], style: S
 /// A finding's body in the list layout: indented evidence, then `why:`, `fix:` and
 /// `do not:` lines.
 fn body(o: &mut String, f: &Finding, p: &Paint, indent: &str) {
+    if let Some(reason) = &f.approximate {
+        let _ = writeln!(o, "{indent}{}approximate:{} {reason}", p.bold, p.reset);
+    }
     for e in &f.evidence {
         let _ = writeln!(o, "{indent}  {e}");
     }
@@ -240,6 +252,9 @@ fn body(o: &mut String, f: &Finding, p: &Paint, indent: &str) {
 
 /// A finding's body in the diagnosis layout: headed sections.
 fn section_body(o: &mut String, f: &Finding, p: &Paint) {
+    if let Some(reason) = &f.approximate {
+        let _ = writeln!(o, "\n{}Approximate{}\n  {reason}", p.bold, p.reset);
+    }
     if !f.evidence.is_empty() {
         let _ = writeln!(o, "\n{}Evidence{}", p.bold, p.reset);
         for e in &f.evidence {
@@ -261,6 +276,14 @@ fn section_body(o: &mut String, f: &Finding, p: &Paint) {
             let _ = writeln!(o, "  - {}", do_not_text(d));
         }
     }
+}
+
+/// ` (approximate: reason)` after a one-line mention of an approximate finding.
+fn approximate_suffix(f: &Finding) -> String {
+    f.approximate
+        .as_deref()
+        .map(|r| format!(" (approximate: {r})"))
+        .unwrap_or_default()
 }
 
 /// A "do not" item without a leading "do not" of its own (the heading says it), so
@@ -296,6 +319,31 @@ mod tests {
             Finding::unknown("unsure", Severity::High, "could not tell"),
             Finding::ok("fine", "all good"),
         ]
+    }
+
+    #[test]
+    fn approximate_findings_say_so_in_both_layouts() {
+        let f = vec![
+            Finding::problem("cause", Severity::High, "the cause")
+                .approximate("read from a listing that hides columns"),
+        ];
+        let list = finding_list(&f, Style::default());
+        assert!(
+            list.contains("HIGH      cause  the cause\n  approximate: read from a listing that hides columns\n"),
+            "{list}"
+        );
+        let c = Conclusion {
+            root_cause: "cause".into(),
+            confidence: Confidence::Low,
+            supporting: vec![],
+        };
+        let d = diagnosis(Some(&c), &f, Style::default());
+        assert!(
+            d.contains("\nApproximate\n  read from a listing that hides columns\n"),
+            "{d}"
+        );
+        let exact = finding_list(&sample(), Style::default());
+        assert!(!exact.contains("approximate"), "{exact}");
     }
 
     #[test]

@@ -211,3 +211,166 @@ fn aks_session_grep_of_save_gives_nginx() {
         vec![row("default/nginx", "10.0.91.63", &["10.244.0.13:80"])]
     );
 }
+
+/// (protocol, VIP:port or node port, endpoints, probability of each) per IPVS service.
+fn ipvs_rows(rs: &Ruleset) -> Vec<String> {
+    use plumb_kubeproxy::recover::ProxyMode;
+    let maps = recover(rs);
+    assert!(
+        maps.iter().all(|m| m.mode == ProxyMode::Ipvs),
+        "IPVS mode only: {:?}",
+        maps.iter().map(|m| m.mode).collect::<Vec<_>>()
+    );
+    maps.iter()
+        .flat_map(|m| m.services.iter())
+        .map(|s| {
+            assert_eq!(s.name, None, "IPVS has no names");
+            let at = match (s.cluster_ip, s.port) {
+                (Some(ip), Some(p)) => format!("{ip}:{p}"),
+                _ => format!("nodeport {:?}", s.node_ports),
+            };
+            let eps: Vec<String> = s
+                .endpoints
+                .iter()
+                .map(|e| format!("{}={:?}", e.address.as_deref().unwrap(), e.probability))
+                .collect();
+            format!("{} {at} {}", s.protocol.as_deref().unwrap(), eps.join(","))
+        })
+        .collect()
+}
+
+/// `ipvsadm -ln` alone: the 4 virtual services at their addresses, each noted as not
+/// confirmed a ClusterIP (no KUBE-CLUSTER-IP listing in the input).
+#[test]
+fn azure_ipvsadm_gives_the_four_virtual_services() {
+    let Some(rs) = load("iptables-list/azure-kubeadm_kube-proxy-IPVS_calico_ipvsadm-ln.txt") else {
+        return;
+    };
+    assert_eq!(rs.completeness, plumb_ruleset::Completeness::Partial);
+    assert!(rs.diagnostics.is_empty(), "{:?}", rs.diagnostics);
+    assert_eq!(
+        ipvs_rows(&rs),
+        [
+            "tcp 10.96.0.1:443 172.16.0.4:6443=Some(1.0)",
+            "tcp 10.96.0.10:53 192.168.0.17:53=Some(0.5),192.168.0.18:53=Some(0.5)",
+            "tcp 10.106.42.178:44134 192.168.1.5:44134=Some(1.0)",
+            "udp 10.96.0.10:53 192.168.0.17:53=Some(0.5),192.168.0.18:53=Some(0.5)",
+        ]
+    );
+    let s = &recover(&rs)[0].services[0];
+    assert!(
+        s.notes[0].contains("not confirmed as a ClusterIP"),
+        "{:?}",
+        s.notes
+    );
+    assert_eq!(s.evidence[0].line, 4);
+}
+
+/// The kind session (`ipt`/`ips`/`ipv` aliases): ClusterIPs are the virtual services in
+/// the KUBE-CLUSTER-IP ipset listed in the same session; the NodePort 31730 served on
+/// three node addresses is one row, not joined to a service because two ClusterIPs
+/// (web and another) have the same endpoints.
+#[test]
+fn kind_ipvs_session_gives_cluster_ips_from_the_ipset_and_the_node_port() {
+    let Some(rs) =
+        load("iptables-list/kind-ipvs_k8s-guide-worker_iptables-nvL+ipset+ipvsadm_session.txt")
+    else {
+        return;
+    };
+    let web = "10.244.1.6:80=Some(0.5),10.244.2.4:80=Some(0.5)";
+    let dns = |p: u16| format!("10.244.0.3:{p}=Some(0.5),10.244.0.4:{p}=Some(0.5)");
+    assert_eq!(
+        ipvs_rows(&rs),
+        [
+            "tcp 10.96.0.1:443 192.168.224.3:6443=Some(1.0)".to_string(),
+            format!("tcp 10.96.0.10:53 {}", dns(53)),
+            format!("tcp 10.96.0.10:9153 {}", dns(9153)),
+            "tcp 10.96.10.207:3030 10.244.1.4:3030=Some(1.0)".into(),
+            "tcp 10.96.68.46:3030 10.244.2.2:3030=Some(1.0)".into(),
+            format!("tcp 10.96.119.228:80 {web}"),
+            format!("tcp 10.96.148.225:80 {web}"),
+            "tcp 10.96.159.35:11211 10.244.1.3:11211=Some(1.0)".into(),
+            format!("udp 10.96.0.10:53 {}", dns(53)),
+            format!("tcp nodeport [31730] {web}"),
+        ]
+    );
+    let maps = recover(&rs);
+    let np = maps[0].services.last().unwrap();
+    assert!(
+        np.notes[0].contains("192.168.224.4, 10.244.2.1, 127.0.0.1")
+            && np.notes[0].contains("2 ClusterIPs have the same endpoints"),
+        "{:?}",
+        np.notes
+    );
+    assert_eq!(np.evidence.len(), 3, "one virtual service per node address");
+    // The confirmed ClusterIPs carry no "not confirmed" note.
+    assert!(maps[0].services[0].notes.is_empty());
+}
+
+mod ipvs_robustness {
+    use plumb_kubeproxy::recover::recover;
+    use plumb_ruleset::{Format, ParseOptions, parse_bytes};
+    use proptest::prelude::*;
+
+    const WORDS: &[&str] = &[
+        "IP Virtual Server version 1.2.1 (size=4096)\n",
+        "TCP",
+        "UDP",
+        "SCTP",
+        "FWM",
+        "->",
+        "Masq",
+        "Route",
+        "rr",
+        "wrr",
+        "sh",
+        "persistent",
+        "10800",
+        "0",
+        "1",
+        "4294967296",
+        "-1",
+        "10.96.0.1:443",
+        "[fd00::1]:53",
+        "[fd00::1]",
+        "10.244.1.6:80",
+        "1.2.3.4:",
+        ":80",
+        "\n",
+        "  ",
+        "Name: KUBE-CLUSTER-IP\n",
+        "Type: hash:ip,port\n",
+        "Members:\n",
+        "10.96.0.1,tcp:443",
+        "10.96.0.1,",
+        ",tcp:",
+        "$ ipvsadm -ln\n",
+        "$ ipset list\n",
+    ];
+
+    proptest! {
+        /// The ipvsadm and ipset readers and the IPVS service map never panic on
+        /// shuffled pieces of their own syntax (the fuzz target `ipvsadm` does the same
+        /// on arbitrary bytes), whole or as a session's output.
+        #[test]
+        fn ipvs_readers_and_recovery_never_panic(
+            picks in proptest::collection::vec(0..WORDS.len(), 0..80)
+        ) {
+            let text: String = picks.iter().map(|&i| WORDS[i]).collect::<Vec<_>>().join(" ");
+            for format in [None, Some(Format::Ipvsadm), Some(Format::Session)] {
+                let opts = ParseOptions { format, ..Default::default() };
+                if let Ok(p) = parse_bytes(text.as_bytes(), &opts) {
+                    for m in recover(&p.ruleset) {
+                        for s in &m.services {
+                            for e in &s.endpoints {
+                                if let Some(p) = e.probability {
+                                    prop_assert!((0.0..=1.0).contains(&p));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

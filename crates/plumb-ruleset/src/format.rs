@@ -27,6 +27,9 @@ pub enum Format {
     NftText,
     /// `nft -j list ruleset` JSON.
     NftJson,
+    /// `ipvsadm -ln` output: IPVS virtual services (kube-proxy's IPVS mode), no rules:
+    /// partial as a ruleset.
+    Ipvsadm,
     /// A pasted terminal session: command lines (`$ iptables -t nat -L X -n`,
     /// `host:/# iptables-save | grep Y`) each followed by its output; each ruleset output
     /// is read by its own reader, the rest skipped with a note (see [`crate::session`]).
@@ -41,6 +44,7 @@ impl Format {
         ("iptables-listing", Format::IptablesListing),
         ("nft", Format::NftText),
         ("nft-json", Format::NftJson),
+        ("ipvsadm", Format::Ipvsadm),
         ("session", Format::Session),
     ];
 
@@ -130,6 +134,9 @@ pub fn detect(text: &str) -> Result<Format, InputError> {
     if crate::session::is_session(text) {
         return Ok(Format::Session);
     }
+    if crate::ipvs::is_ipvsadm(text) {
+        return Ok(Format::Ipvsadm);
+    }
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         return Ok(Format::NftJson);
@@ -211,6 +218,51 @@ pub fn table_from_file_name(name: &str) -> Option<&'static str> {
     })
 }
 
+/// Reads `ipvsadm -ln` output as a ruleset holding only IPVS virtual services: partial,
+/// since it shows none of the node's iptables or nftables rules.
+fn parse_ipvsadm(text: &str) -> Ruleset {
+    let (ipvs, diagnostics) = crate::ipvs::parse_ipvsadm(text);
+    Ruleset {
+        completeness: Completeness::Partial,
+        diagnostics,
+        ipvs,
+        ..Ruleset::default()
+    }
+}
+
+/// The table each shell alias lists, for sessions that list with an alias (`ipt
+/// KUBE-SERVICES` for `iptables -t nat -nvL KUBE-SERVICES`): an alias expands to the
+/// same command every time, so all its listings are of one table, inferred from all of
+/// them together (one listing of `OUTPUT` alone could be filter or nat). An alias whose
+/// listings point to no single table is left out: each is then inferred alone.
+fn alias_tables<'a>(
+    sections: &[crate::session::Section<'a>],
+    family: Family,
+) -> std::collections::HashMap<&'a str, &'static str> {
+    use crate::session::Output;
+    let mut texts: std::collections::HashMap<&str, String> = Default::default();
+    for sec in sections {
+        let Some(cmd) = sec.command else { continue };
+        let mut words = cmd.split('|').next().unwrap_or("").split_whitespace();
+        let Some(alias) = words.next() else { continue };
+        if sec.output != Output::Unknown
+            || words.any(|w| w == "-t" || w.starts_with("--table"))
+            || !matches!(detect(sec.text), Ok(Format::IptablesListing))
+        {
+            continue;
+        }
+        let text = texts.entry(alias).or_default();
+        text.push_str(sec.text);
+        text.push('\n');
+    }
+    texts
+        .into_iter()
+        .filter_map(|(alias, text)| {
+            crate::iptables::listing::inferred_table(&text, family).map(|t| (alias, t))
+        })
+        .collect()
+}
+
 /// Reads a terminal session: each command's output with the reader its command (or,
 /// for an unknown command, its text) calls for, merged into one ruleset; other output
 /// is skipped with a note. Line numbers are the session's.
@@ -218,14 +270,22 @@ fn parse_session(text: &str, options: &ParseOptions) -> Ruleset {
     use crate::session::{Output, split};
     let mut rs = Ruleset::default();
     let mut read_any = false;
-    for mut sec in split(text) {
+    let sections = split(text);
+    let aliases = alias_tables(&sections, options.family.unwrap_or(Family::Ip));
+    for mut sec in sections {
         if sec.output == Output::Unknown {
+            let alias = sec
+                .command
+                .and_then(|c| c.split_whitespace().next())
+                .and_then(|a| aliases.get(a).copied());
             // An alias or text before any command: what the output looks like.
             sec.output = match detect(sec.text) {
                 Ok(Format::IptablesListing) => Output::Listing {
-                    table: None,
+                    table: alias,
                     chain: None,
                 },
+                Ok(Format::Ipvsadm) => Output::Ipvsadm,
+                _ if crate::ipvs::is_ipset_list(sec.text) => Output::IpsetList,
                 Ok(Format::IptablesListRules) => Output::ListRules { table: None },
                 Ok(Format::IptablesSave) => Output::Save { filtered: false },
                 _ => Output::Other,
@@ -235,6 +295,25 @@ fn parse_session(text: &str, options: &ParseOptions) -> Ruleset {
             Output::Listing { table, .. } => (Format::IptablesListing, table.map(str::to_string)),
             Output::ListRules { table } => (Format::IptablesListRules, table.map(str::to_string)),
             Output::Save { .. } => (Format::IptablesSave, None),
+            Output::Ipvsadm | Output::IpsetList => {
+                let mut part = if sec.output == Output::Ipvsadm {
+                    parse_ipvsadm(sec.text)
+                } else {
+                    Ruleset {
+                        completeness: Completeness::Partial,
+                        ipsets: crate::ipvs::parse_ipset_list(sec.text),
+                        ..Ruleset::default()
+                    }
+                };
+                // Not rules: the session's completeness is its rules' (a full dump next
+                // to `ipvsadm -ln` stays full).
+                shift_lines(&mut part, sec.first_line - 1);
+                read_any |= !part.ipvs.is_empty();
+                rs.diagnostics.extend(part.diagnostics);
+                rs.ipvs.extend(part.ipvs);
+                rs.ipsets.extend(part.ipsets);
+                continue;
+            }
             Output::Other | Output::Unknown => {
                 if !sec.text.trim().is_empty() {
                     rs.diagnostics.push(crate::Diagnostic::note(
@@ -273,9 +352,12 @@ fn parse_session(text: &str, options: &ParseOptions) -> Ruleset {
         rs.diagnostics.push(crate::Diagnostic::error(
             1,
             1,
-            "this session shows no ruleset output (iptables -L/-S, iptables-save)",
+            "this session shows no ruleset output (iptables -L/-S, iptables-save, ipvsadm -ln)",
             "",
         ));
+    }
+    if rs.tables.is_empty() && !rs.ipvs.is_empty() {
+        rs.completeness = Completeness::Partial; // IPVS services, no rules at all
     }
     rs
 }
@@ -284,6 +366,15 @@ fn parse_session(text: &str, options: &ParseOptions) -> Ruleset {
 fn shift_lines(rs: &mut Ruleset, by: u32) {
     for d in &mut rs.diagnostics {
         d.line = d.line.saturating_add(by);
+    }
+    for vs in &mut rs.ipvs {
+        vs.location.line = vs.location.line.saturating_add(by);
+        for r in &mut vs.real_servers {
+            r.location.line = r.location.line.saturating_add(by);
+        }
+    }
+    for s in &mut rs.ipsets {
+        s.location.line = s.location.line.saturating_add(by);
     }
     for t in &mut rs.tables {
         t.location.line = t.location.line.saturating_add(by);
@@ -440,6 +531,7 @@ fn parse_source(source: SourceText, options: &ParseOptions) -> Result<Parsed, In
         }
         Format::NftText => crate::nft::parse_text(text),
         Format::NftJson => crate::nft::parse_json(text),
+        Format::Ipvsadm => parse_ipvsadm(text),
         Format::Session => parse_session(text, options),
     };
     if matches!(format, Format::NftText | Format::NftJson) {

@@ -14,11 +14,12 @@
 //!               │ use the printer, the readers (format) and the model
 //! printer    iptables::canonical: model -> iptables-save text
 //! readers    format (detects the format, dispatches), iptables::{save, listing},
-//!            nft::{text, json}: text -> model + diagnostics
+//!            nft::{text, json}, ipvs (ipvsadm, ipset list): text -> model + diagnostics
 //!               │ use the model
 //! model      model (Ruleset, Table, Chain, Rule) with the rule bodies it owns:
 //!            model::xt (xtables rule index and word splitter), model::nft
-//!            (statements, sets), model::listed (`-nvL` listing rules)
+//!            (statements, sets), model::listed (`-nvL` listing rules),
+//!            model::ipvs (IPVS virtual services, ipset listings)
 //!               │ uses
 //! leaves     diagnostic, fasthash, parallel
 //! ```
@@ -30,6 +31,7 @@
 pub mod diagnostic;
 pub mod fasthash;
 pub mod iptables;
+pub mod ipvs;
 pub mod model;
 pub mod nft;
 

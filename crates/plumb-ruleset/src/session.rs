@@ -4,8 +4,11 @@
 //! output is, from its command (`iptables -t nat -L X` gives the table and the chain;
 //! `iptables-save | grep` a filtered save) or, for commands plumb does not know (shell
 //! aliases), from the output itself. `format` reads each ruleset section with its own
-//! reader (an unknown command's output by what it looks like) and merges them into one ruleset; other output (kubectl, ipset) is skipped
-//! with a note.
+//! reader (an unknown command's output by what it looks like) and merges them into one
+//! ruleset, with `ipvsadm -ln` and `ipset list` outputs as its IPVS services and sets;
+//! other output (kubectl) is skipped with a note. Shell aliases (`ipt` for `iptables -t
+//! nat -nvL`) are read by what their output looks like, and every listing of one alias
+//! is of one table (an alias expands to the same command each time).
 
 /// What one section's output is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,7 +24,11 @@ pub enum Output {
     ListRules { table: Option<&'static str> },
     /// `iptables-save` output; `filtered` when piped through grep/head/sed/awk/tail.
     Save { filtered: bool },
-    /// Anything else (kubectl, ipset, ipvsadm): not read as a ruleset.
+    /// `ipvsadm -L` output: IPVS virtual services (kube-proxy's IPVS mode).
+    Ipvsadm,
+    /// `ipset list` output: the sets rules match with `-m set`.
+    IpsetList,
+    /// Anything else (kubectl, crictl): not read as a ruleset.
     Other,
     /// A command plumb does not know (a shell alias such as `ipt KUBE-SERVICES`): what
     /// the output is must be told from the output itself.
@@ -187,6 +194,25 @@ pub fn output_of(command: &str) -> Output {
         }
         return Output::Other;
     }
+    if cmd == "ipvsadm" {
+        let lists = words[1..].iter().any(|a| {
+            matches!(*a, "--list" | "-l")
+                || (a.starts_with('-') && !a.starts_with("--") && a.contains(['L', 'l']))
+        });
+        return if lists {
+            Output::Ipvsadm
+        } else {
+            Output::Other
+        };
+    }
+    if cmd == "ipset" {
+        let lists = matches!(words.get(1).copied(), Some("list" | "-L" | "-l" | "--list"));
+        return if lists {
+            Output::IpsetList
+        } else {
+            Output::Other
+        };
+    }
     if KNOWN.contains(&cmd) {
         return Output::Other;
     }
@@ -304,6 +330,10 @@ mod tests {
             }
         );
         assert_eq!(output_of("kubectl get svc"), Output::Other);
+        assert_eq!(output_of("ipvsadm -ln"), Output::Ipvsadm);
+        assert_eq!(output_of("sudo ipvsadm -L -n"), Output::Ipvsadm);
+        assert_eq!(output_of("ipvsadm -A -t 1.2.3.4:80"), Output::Other);
+        assert_eq!(output_of("ipset list KUBE-CLUSTER-IP"), Output::IpsetList);
         assert_eq!(output_of("ipt KUBE-SERVICES"), Output::Unknown);
     }
 

@@ -30,7 +30,17 @@ pub struct Summary {
     pub owners: BTreeMap<String, usize>,
     /// Rules per owner.
     pub owner_rules: BTreeMap<String, usize>,
+    /// IPVS virtual services read (`ipvsadm -ln`); absent from JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub ipvs_virtual_services: usize,
+    /// ipsets read (`ipset list`); absent from JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub ipsets: usize,
     pub diagnostics: Vec<Diagnostic>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 pub fn summarize(ruleset: &Ruleset) -> Summary {
@@ -55,6 +65,8 @@ pub fn summarize(ruleset: &Ruleset) -> Summary {
             .collect(),
         owners: counts.chains,
         owner_rules: counts.rules,
+        ipvs_virtual_services: ruleset.ipvs.len(),
+        ipsets: ruleset.ipsets.len(),
         diagnostics: ruleset.diagnostics.clone(),
     }
 }

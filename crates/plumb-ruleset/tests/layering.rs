@@ -24,6 +24,7 @@ const UNITS: &[(&str, u8)] = &[
     ("iptables::listing", 2),
     ("iptables::tables", 2),
     ("session", 2),
+    ("ipvs", 2),
     ("nft", 2),
     ("nft::text", 2),
     ("nft::json", 2),

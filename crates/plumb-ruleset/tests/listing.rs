@@ -655,3 +655,140 @@ proptest! {
         check_invariants(text, &rs);
     }
 }
+
+/// `-A` lines of an `iptables-save` text, by chain, in order.
+fn rule_lines_by_chain(text: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut out: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for l in text.lines() {
+        if let Some(rest) = l.strip_prefix("-A ") {
+            let chain = rest.split_whitespace().next().unwrap().to_string();
+            out.entry(chain).or_default().push(l.to_string());
+        }
+    }
+    out
+}
+
+/// Prints every table of a listing in `iptables-save` form and compares it with the
+/// `iptables-save` of the same kernel state: every rule printed is the saved rule, in
+/// order; every other row is a `# not translated` comment; nothing else sits between
+/// `*table` and `COMMIT`. Returns (translated, refused).
+fn print_matches_save(listing_name: &str, table: Option<&str>, save_name: &str) -> (usize, usize) {
+    use plumb_ruleset::iptables::canonical::{PrintOptions, save_text, save_text_report};
+    let save = saved(save_name, Family::Ip);
+    let rs = listing::parse(&data(listing_name), Family::Ip, table);
+    let report = save_text_report(&rs, PrintOptions::default());
+    for l in report.text.lines() {
+        assert!(
+            l.starts_with('*')
+                || l.starts_with(':')
+                || l.starts_with("-A ")
+                || l.starts_with("# not translated (line ")
+                || l == "COMMIT",
+            "not iptables-save syntax: {l:?}"
+        );
+    }
+    let reread = save::parse(&report.text, &IptablesInput::default());
+    assert_eq!(errors(&reread), Vec::<String>::new(), "{}", report.text);
+    let mut translated = 0;
+    for t in &rs.tables {
+        let mut one = save.clone();
+        one.tables.retain(|s| s.name == t.name);
+        // iptables-save names protocol 47 from the capture host's /etc/protocols; the
+        // listing printed its number, which iptables-restore reads as the same protocol.
+        let expected = rule_lines_by_chain(
+            &save_text(&one, PrintOptions::default()).replace(" -p gre ", " -p 47 "),
+        );
+        let mine = Ruleset {
+            tables: vec![t.clone()],
+            ..Ruleset::default()
+        };
+        let got = rule_lines_by_chain(&save_text(&mine, PrintOptions::default()));
+        for (chain, lines) in &got {
+            let want = &expected[chain];
+            let refused = report
+                .refused
+                .iter()
+                .filter(|r| r.table == *t.name && r.chain == *chain)
+                .count();
+            assert_eq!(lines.len() + refused, want.len(), "{chain}");
+            let mut it = want.iter();
+            for l in lines {
+                assert!(
+                    it.any(|w| w == l),
+                    "{l} is not a saved rule of {chain} (in order): {want:#?}"
+                );
+            }
+            translated += lines.len();
+        }
+    }
+    (translated, report.refused.len())
+}
+
+#[test]
+fn printed_nat_listing_is_the_saved_nat_table() {
+    let (translated, refused) =
+        print_matches_save("kube-node.nat.nvL", Some("nat"), "kube-node.save-c");
+    assert_eq!(refused, 0);
+    assert!(translated > 50, "{translated}");
+}
+
+#[test]
+fn printed_listings_of_every_table_are_the_saved_rules_or_refused() {
+    let (t, r) = print_matches_save("kube-node.filter.vnxL", Some("filter"), "kube-node.save-c");
+    assert_eq!(r, 0);
+    assert!(t > 10);
+    let (t, r) = print_matches_save("kube-node.mangle.nvL", Some("mangle"), "kube-node.save-c");
+    assert_eq!((t, r), (0, 0));
+    // CT, CONNMARK, TCPMSS and an icmp type are not translated: 4 refused.
+    let (t, r) = print_matches_save("extras.all.nvL", None, "extras.save-c");
+    assert_eq!(r, 4);
+    assert_eq!(t, 31, "every other rule translates");
+}
+
+#[test]
+fn a_listing_without_v_prints_no_rule() {
+    use plumb_ruleset::iptables::canonical::{PrintOptions, save_text_report};
+    let text = "Chain INPUT (policy ACCEPT)\ntarget     prot opt source               destination\n\
+                ACCEPT     all  --  0.0.0.0/0            0.0.0.0/0\n\n\
+                Chain FORWARD (policy DROP)\ntarget     prot opt source               destination\n\n\
+                Chain OUTPUT (policy ACCEPT)\ntarget     prot opt source               destination\n";
+    let rs = listing::parse(text, Family::Ip, Some("filter"));
+    let report = save_text_report(&rs, PrintOptions::default());
+    assert_eq!(report.refused.len(), 1);
+    assert!(!report.text.contains("\n-A "), "{}", report.text);
+    assert!(
+        report.text.contains(
+            "# not translated (line 3): listing made without -v: the in/out interface columns are not shown: ACCEPT     all  --  0.0.0.0/0            0.0.0.0/0\n"
+        ),
+        "{}",
+        report.text
+    );
+    assert!(
+        report.text.contains(":FORWARD DROP [0:0]\n"),
+        "{}",
+        report.text
+    );
+}
+
+/// `print --counters` of a listing: exact counters (`-x`) print as `[packets:bytes]`;
+/// rounded ones (`2164K`) are not printed as if exact, and are counted.
+#[test]
+fn printed_listing_counters_only_when_exact() {
+    use plumb_ruleset::iptables::canonical::{PrintOptions, save_text_report};
+    let exact = listing::parse(&data("kube-node.filter.vnxL"), Family::Ip, Some("filter"));
+    let r = save_text_report(&exact, PrintOptions { counters: true });
+    assert_eq!(r.rounded_counters, 0);
+    assert!(
+        r.text
+            .lines()
+            .any(|l| l.starts_with('[') && l.contains("] -A ")),
+        "{}",
+        r.text
+    );
+    let rounded = listing::parse(&data("kube-node.nat.nvL"), Family::Ip, Some("nat"));
+    let r = save_text_report(&rounded, PrintOptions { counters: true });
+    assert!(r.rounded_counters > 0);
+    let with_prefix = r.text.lines().filter(|l| l.starts_with("[")).count();
+    let rules = r.text.lines().filter(|l| l.contains("-A ")).count();
+    assert_eq!(with_prefix + r.rounded_counters, rules);
+}

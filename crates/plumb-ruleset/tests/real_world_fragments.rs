@@ -251,3 +251,36 @@ fn session_with_aliases_reads_the_listings() {
     assert!(chain_in(&rs, "nat", "KUBE-SERVICES"));
     assert!(chain_in(&rs, "nat", "KUBE-POSTROUTING"));
 }
+
+/// The kind session lists with shell aliases (`ipt X` for `iptables -t nat -nvL X`,
+/// `ips`, `ipv`): every `ipt` listing is of one table, nat, inferred from all of them
+/// (`ipt OUTPUT` alone could be filter); `ipset list` and `ipvsadm -ln` outputs are read
+/// as the session's sets and IPVS services.
+#[test]
+fn alias_session_is_one_nat_table_with_its_ipsets_and_ipvs_services() {
+    let Some(rs) =
+        load("iptables-list/kind-ipvs_k8s-guide-worker_iptables-nvL+ipset+ipvsadm_session.txt")
+    else {
+        return;
+    };
+    assert_eq!(errors(&rs), Vec::<String>::new());
+    let names: Vec<&str> = rs.tables.iter().map(|t| &*t.name).collect();
+    assert_eq!(names, ["nat"], "no filter table guessed for `ipt OUTPUT`");
+    assert!(chain_in(&rs, "nat", "OUTPUT"));
+    assert!(chain_in(&rs, "nat", "KUBE-POSTROUTING"));
+    let sets: Vec<(&str, usize)> = rs
+        .ipsets
+        .iter()
+        .map(|s| (s.name.as_str(), s.members.len()))
+        .collect();
+    assert_eq!(sets, [("KUBE-CLUSTER-IP", 9), ("KUBE-LOOP-BACK", 2)]);
+    assert_eq!(rs.ipvs.len(), 12);
+    assert_eq!(rs.ipvs[0].location.line, 45, "session line numbers");
+    assert!(
+        !rs.diagnostics
+            .iter()
+            .any(|d| d.text.starts_with("ipv") || d.text.starts_with("ips")),
+        "ipset and ipvsadm outputs are read, not skipped: {:?}",
+        rs.diagnostics
+    );
+}

@@ -7,7 +7,7 @@ use crate::flags::RulesetCommand;
 use crate::output;
 use plumb_collect::ToolOutcome;
 use plumb_ruleset::diff::{Change, diff};
-use plumb_ruleset::iptables::canonical::{PrintOptions, save_text};
+use plumb_ruleset::iptables::canonical::{PrintOptions, SaveReport, save_text_report};
 use plumb_ruleset::summary::{Summary, summarize};
 use plumb_ruleset::{Completeness, Severity};
 use serde::Serialize;
@@ -58,11 +58,16 @@ pub fn run(cmd: RulesetCommand) -> anyhow::Result<Verdict> {
             counters,
         } => {
             let loaded = load(&file, &input)?;
-            let text = save_text(&loaded.parsed.ruleset, PrintOptions { counters });
-            std::io::stdout().lock().write_all(text.as_bytes())?;
+            let report = save_text_report(&loaded.parsed.ruleset, PrintOptions { counters });
+            std::io::stdout().lock().write_all(report.text.as_bytes())?;
             let summary = summarize(&loaded.parsed.ruleset);
             print_diagnostics_to_stderr(&loaded.name, &summary);
-            Ok(verdict(&summary))
+            let refused = listing_print_warnings(&loaded.name, &loaded.parsed.ruleset, &report);
+            Ok(if refused {
+                Verdict::Problems
+            } else {
+                verdict(&summary)
+            })
         }
         RulesetCommand::Diff {
             old,
@@ -213,6 +218,14 @@ fn print_summary(out: &mut impl Write, s: &Summary, source: &str) -> std::io::Re
             writeln!(out, "{o:<14} {c:>7} {r:>8}")?;
         }
     }
+    if s.ipvs_virtual_services > 0 || s.ipsets > 0 {
+        writeln!(
+            out,
+            "
+IPVS virtual services: {}, ipsets: {} (see plumb services)",
+            s.ipvs_virtual_services, s.ipsets
+        )?;
+    }
     if s.diagnostics.is_empty() {
         writeln!(out, "\nno problems")?;
     } else {
@@ -238,6 +251,42 @@ fn diagnostic_line(source: &str, d: &plumb_ruleset::Diagnostic) -> String {
         "{source}:{}:{}: {sev}: {}{text}",
         d.line, d.column, d.message
     )
+}
+
+/// Warnings on stderr for a printed listing: the rows left out (as `# not translated`
+/// comments), counters the listing rounded, and that a partial listing restored
+/// without `--noflush` would delete what it does not show. Returns whether rows were
+/// left out: the output is then not the whole ruleset, and `print` exits 1 so that a
+/// script piping it to `iptables-restore` stops.
+fn listing_print_warnings(
+    source: &str,
+    ruleset: &plumb_ruleset::Ruleset,
+    report: &SaveReport,
+) -> bool {
+    if !report.refused.is_empty() {
+        eprintln!(
+            "{source}: warning: {} listed rule(s) could not be translated exactly and are printed as `# not translated` comments; the output is NOT the whole ruleset:",
+            report.refused.len()
+        );
+        for r in report.refused.iter().take(10) {
+            eprintln!("  line {} ({} {}): {}", r.line, r.table, r.chain, r.reason);
+        }
+        if report.refused.len() > 10 {
+            eprintln!("  ... and {} more", report.refused.len() - 10);
+        }
+    }
+    if report.rounded_counters > 0 {
+        eprintln!(
+            "{source}: note: {} rule(s) printed without counters: the listing rounded them (K/M/G); list with -x for exact counters",
+            report.rounded_counters
+        );
+    }
+    if ruleset.approximate && ruleset.completeness != Completeness::Full {
+        eprintln!(
+            "{source}: warning: the listing shows only part of its tables; restoring this output without --noflush would delete every chain and rule it does not show"
+        );
+    }
+    !report.refused.is_empty()
 }
 
 fn print_diagnostics_to_stderr(source: &str, s: &Summary) {

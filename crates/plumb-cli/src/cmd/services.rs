@@ -59,10 +59,11 @@ fn percent(p: f64) -> String {
     }
 }
 
-fn endpoints_cell(s: &RecoveredService, ruleset: &plumb_ruleset::Ruleset) -> String {
+fn endpoints_cell(s: &RecoveredService, ruleset: &plumb_ruleset::Ruleset, ipvs: bool) -> String {
     // A partial capture that does not show the service's own chain says nothing about
-    // its endpoints.
+    // its endpoints (an IPVS virtual service shows its real servers itself).
     if s.endpoints.is_empty()
+        && !ipvs
         && s.no_endpoints.is_none()
         && ruleset.completeness != plumb_ruleset::Completeness::Full
         && !s.chains.iter().any(|c| {
@@ -100,6 +101,20 @@ fn endpoints_cell(s: &RecoveredService, ruleset: &plumb_ruleset::Ruleset) -> Str
         let _ = write!(cell, " +{} more", s.endpoints.len() - 3);
     }
     cell
+}
+
+/// Who a note is about: the name, or for an unnamed service without chains (IPVS) its
+/// address, so that notes of several unnamed services can be told apart.
+fn note_label(s: &RecoveredService) -> String {
+    if s.name.is_some() || !s.chains.is_empty() {
+        return s.display_name();
+    }
+    let proto = s.protocol.as_deref().unwrap_or("?");
+    match (s.cluster_ip, s.port, s.node_ports.first()) {
+        (Some(ip), Some(port), _) => format!("<unnamed {proto} {ip}:{port}>"),
+        (_, _, Some(np)) => format!("<unnamed {proto} node port {np}>"),
+        _ => s.display_name(),
+    }
 }
 
 fn extras(s: &RecoveredService) -> String {
@@ -150,6 +165,7 @@ fn print_human(out: &mut impl Write, src: &Source, maps: &[ServiceMap]) -> std::
             match m.mode {
                 plumb_kubeproxy::recover::ProxyMode::Iptables => "iptables",
                 plumb_kubeproxy::recover::ProxyMode::Nftables => "nftables",
+                plumb_kubeproxy::recover::ProxyMode::Ipvs => "IPVS",
             },
             m.backend,
             m.family,
@@ -160,7 +176,12 @@ fn print_human(out: &mut impl Write, src: &Source, maps: &[ServiceMap]) -> std::
                 ""
             }
         )?;
-        if src.ruleset.approximate {
+        if m.mode == plumb_kubeproxy::recover::ProxyMode::Ipvs {
+            writeln!(
+                out,
+                "names unknown: IPVS keeps no service names (match the ClusterIPs with `kubectl get svc -A`)"
+            )?;
+        } else if src.ruleset.approximate {
             writeln!(
                 out,
                 "approximate: read from an iptables listing, which loses columns (a port it does not print is shown as -)"
@@ -184,7 +205,11 @@ fn print_human(out: &mut impl Write, src: &Source, maps: &[ServiceMap]) -> std::
                             .collect::<Vec<_>>()
                             .join(",")
                     },
-                    endpoints_cell(s, &src.ruleset),
+                    endpoints_cell(
+                        s,
+                        &src.ruleset,
+                        m.mode == plumb_kubeproxy::recover::ProxyMode::Ipvs,
+                    ),
                 ]
             })
             .collect();
@@ -246,7 +271,7 @@ fn print_human(out: &mut impl Write, src: &Source, maps: &[ServiceMap]) -> std::
             writeln!(out, "\nnotes:")?;
             for s in noted.iter().take(10) {
                 for n in &s.notes {
-                    writeln!(out, "  {}: {n}", s.display_name())?;
+                    writeln!(out, "  {}: {n}", note_label(s))?;
                 }
             }
             if noted.len() > 10 {

@@ -7,7 +7,9 @@
 //! - iptables mode ([`iptables`]): `KUBE-SERVICES` / `KUBE-SVC-*` / `KUBE-SEP-*` chains in the
 //!   `nat` and `filter` tables of either iptables backend;
 //! - nftables mode ([`nft`]): `table ip kube-proxy` / `table ip6 kube-proxy` with the
-//!   `service-ips` and `service-nodeports` verdict maps and `numgen` endpoint choice.
+//!   `service-ips` and `service-nodeports` verdict maps and `numgen` endpoint choice;
+//! - IPVS mode ([`ipvs`]): the IPVS virtual services (`ipvsadm -ln`), ClusterIPs told
+//!   apart by the `KUBE-CLUSTER-IP` ipset when the input lists it.
 //!
 //! Names come from kube-proxy's rule comments (iptables) or chain names (nftables). When
 //! comments are missing the service is identified by its chain and a note says so. Every
@@ -19,6 +21,7 @@
 //! Pure: no IO. Never panics on any input (proptest in `tests/recover.rs`).
 
 pub mod iptables;
+pub mod ipvs;
 pub mod nft;
 
 use plumb_ruleset::{Backend, Family, Location, Rule, Ruleset};
@@ -33,6 +36,8 @@ pub enum ProxyMode {
     Iptables,
     /// Native nftables `table ip|ip6 kube-proxy`.
     Nftables,
+    /// IPVS virtual services (`ipvsadm -ln`), with ipsets naming the ClusterIPs.
+    Ipvs,
 }
 
 /// A rule that supports a recovered fact.
@@ -186,6 +191,13 @@ pub struct ServiceMap<'a> {
 /// nothing (e.g. Cilium's kube-proxy replacement).
 pub fn recover(ruleset: &Ruleset) -> Vec<ServiceMap<'_>> {
     let mut maps = iptables::recover(ruleset);
+    let ipvs = ipvs::recover(ruleset);
+    if !ipvs.is_empty() {
+        // In IPVS mode KUBE-SERVICES only matches ipsets: an iptables-mode map without
+        // services is IPVS mode's helper chains, not a second dataplane.
+        maps.retain(|m| !m.services.is_empty());
+    }
+    maps.extend(ipvs);
     maps.extend(nft::recover(ruleset));
     maps
 }

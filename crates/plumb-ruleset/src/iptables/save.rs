@@ -901,7 +901,12 @@ impl<'t> Reader<'_, 't> {
         // rule ("Couldn't load target"). Only a whole table can say so: a restore
         // payload (one that declares only some chains, or uses -N/-I/-X) may jump to
         // chains in the kernel, and `-S` captures are often filtered.
-        if !self.input.restore_payload && !self.restore_commands && self.input.table.is_none() {
+        // A fragment (`iptables-save | grep X`) shows rules without the chains they jump to.
+        if !fragment
+            && !self.input.restore_payload
+            && !self.restore_commands
+            && self.input.table.is_none()
+        {
             for c in &st.table.chains {
                 for r in &c.rules {
                     let Some(to) = r.xt_target().and_then(|t| t.chain_reference()) else {

@@ -18,6 +18,7 @@
 //! `crate::format`), the printer and the analyses use the model; the model uses only
 //! [`crate::diagnostic`] (tests/layering.rs checks this).
 
+pub mod ipvs;
 pub mod listed;
 pub mod nft;
 pub mod xt;
@@ -228,6 +229,12 @@ pub struct Ruleset {
     pub approximate: bool,
     /// Problems found while reading, with locations. Empty for clean input.
     pub diagnostics: Vec<Diagnostic>,
+    /// IPVS virtual services read from `ipvsadm -ln` (kube-proxy's IPVS mode).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ipvs: Vec<ipvs::VirtualService>,
+    /// Sets read from `ipset list` output (in a session next to the rules using them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ipsets: Vec<ipvs::IpSetListing>,
 }
 
 impl Default for Ruleset {
@@ -237,6 +244,8 @@ impl Default for Ruleset {
             completeness: Completeness::Full,
             approximate: false,
             diagnostics: Vec::new(),
+            ipvs: Vec::new(),
+            ipsets: Vec::new(),
         }
     }
 }
@@ -295,6 +304,8 @@ impl Ruleset {
     pub fn merge(&mut self, other: Ruleset) {
         self.tables.extend(other.tables);
         self.diagnostics.extend(other.diagnostics);
+        self.ipvs.extend(other.ipvs);
+        self.ipsets.extend(other.ipsets);
         self.approximate |= other.approximate;
         if other.completeness != Completeness::Full {
             self.completeness = other.completeness;

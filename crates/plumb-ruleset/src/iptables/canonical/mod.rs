@@ -22,8 +22,11 @@ mod matches;
 mod targets;
 mod values;
 
+use crate::diagnostic::Severity;
+use crate::iptables::save::IptablesInput;
+use crate::model::listed::ListedRule;
 use crate::model::xt::{XtOptionView, XtView};
-use crate::model::{Backend, Family, Ruleset};
+use crate::model::{Backend, Family, RuleBody, Ruleset};
 use matches::match_options;
 use std::fmt::Write;
 use targets::target_options;
@@ -40,10 +43,43 @@ pub struct PrintOptions {
 }
 
 /// The xtables tables of `ruleset` printed as `iptables-save` would print them.
-/// Native nft tables are skipped (they have no iptables form). Rules that are not
-/// xtables rules (listings) are printed as read; a native nft rule inside an
-/// iptables-nft table is printed as a `#` comment.
+/// Native nft tables are skipped (they have no iptables form). Rules read from a
+/// listing print as rules when the listing shows all of them, else as a `#` comment
+/// (see [`save_text_report`]); a native nft rule inside an iptables-nft table prints
+/// as a `#` comment.
 pub fn save_text(ruleset: &Ruleset, options: PrintOptions) -> String {
+    save_text_report(ruleset, options).text
+}
+
+/// What [`save_text_report`] printed and what it could not.
+#[derive(Clone, Debug, Default)]
+pub struct SaveReport {
+    /// The `iptables-save` text.
+    pub text: String,
+    /// Listed rules printed as `# not translated` comments instead of rules.
+    pub refused: Vec<RefusedRule>,
+    /// Listed rules printed without their counters because the listing rounded them
+    /// (`2657K`); only counted when counters were asked for.
+    pub rounded_counters: usize,
+}
+
+/// A listed rule with no exact `iptables-save` form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusedRule {
+    pub table: String,
+    pub chain: String,
+    /// Line of the row in the input.
+    pub line: u32,
+    /// Why it was not translated.
+    pub reason: String,
+}
+
+/// [`save_text`], also saying which listed rules were left out and why. A listed
+/// rule never appears as listing text between `*table` and `COMMIT`: it is either an
+/// `-A` rule that `iptables-restore` reads back to the same rule, or a comment line
+/// `# not translated (line N): REASON: ROW`.
+pub fn save_text_report(ruleset: &Ruleset, options: PrintOptions) -> SaveReport {
+    let mut report = SaveReport::default();
     let mut out = String::with_capacity(ruleset.rule_count() * 128);
     for table in ruleset
         .tables
@@ -86,6 +122,38 @@ pub fn save_text(ruleset: &Ruleset, options: PrintOptions) -> String {
                     );
                     continue;
                 }
+                if let RuleBody::Approximate(listed) = &rule.body {
+                    match listed_rule_line(&table.name, &chain.name, listed, table.family) {
+                        Ok(line) => {
+                            if options.counters
+                                && let Some(c) = rule.counters
+                            {
+                                if listed.counters_rounded {
+                                    report.rounded_counters += 1;
+                                } else {
+                                    let _ = write!(out, "[{}:{}] ", c.packets, c.bytes);
+                                }
+                            }
+                            out.push_str(&line);
+                        }
+                        Err(reason) => {
+                            let row = rule.text.as_str().trim().replace('\n', " ");
+                            let _ = write!(
+                                out,
+                                "# not translated (line {}): {reason}: {row}",
+                                rule.location.line
+                            );
+                            report.refused.push(RefusedRule {
+                                table: table.name.to_string(),
+                                chain: chain.name.to_string(),
+                                line: rule.location.line,
+                                reason,
+                            });
+                        }
+                    }
+                    out.push('\n');
+                    continue;
+                }
                 if options.counters
                     && let Some(c) = rule.counters
                 {
@@ -104,7 +172,42 @@ pub fn save_text(ruleset: &Ruleset, options: PrintOptions) -> String {
         }
         out.push_str("COMMIT\n");
     }
-    out
+    report.text = out;
+    report
+}
+
+/// A listed rule as a canonical `-A CHAIN ...` line: translated
+/// ([`listing::save_spec`](crate::iptables::listing::save_spec)), then read back with
+/// the `iptables-save` grammar, which must accept it without a diagnostic, and printed
+/// in save order.
+fn listed_rule_line(
+    table: &str,
+    chain: &str,
+    listed: &ListedRule,
+    family: Family,
+) -> Result<String, String> {
+    let spec = crate::iptables::listing::save_spec(listed, family)?;
+    let text = format!("*{table}\n:{chain} - [0:0]\n-A {chain}{spec}\nCOMMIT\n");
+    // A payload: the chains the rule jumps to are the listing's, not this text's.
+    let input = IptablesInput {
+        family,
+        restore_payload: true,
+        ..Default::default()
+    };
+    let rs = crate::iptables::save::parse(&text, &input);
+    if let Some(d) = rs.diagnostics.iter().find(|d| d.severity != Severity::Note) {
+        return Err(format!(
+            "its translation `-A {chain}{spec}` is not valid: {}",
+            d.message
+        ));
+    }
+    rs.tables
+        .iter()
+        .flat_map(|t| &t.chains)
+        .flat_map(|c| &c.rules)
+        .find_map(|r| r.xt())
+        .map(|x| rule_line(chain, &x, family))
+        .ok_or_else(|| format!("its translation `-A {chain}{spec}` is not an xtables rule"))
 }
 
 /// Why a rule could not be put in canonical form (it is then printed as written).

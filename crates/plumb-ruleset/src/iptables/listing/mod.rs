@@ -24,12 +24,14 @@
 //!
 //! Where things are: `tables` (which table a listing shows: bundle file names, separator
 //! lines, built-in chains), `columns` (chain header, column header and rule lines split
-//! into columns), `options` (what plumb recognises in a rule's trailing option text).
+//! into columns), `options` (what plumb recognises in a rule's trailing option text),
+//! `save` (a listed rule back in `iptables-save` syntax when the listing shows all of it).
 //! This module reads line by line and builds the ruleset. The types of a listed rule
 //! belong to the model ([`crate::model::listed`]) and are re-exported here.
 
 mod columns;
 mod options;
+mod save;
 mod tables;
 
 use crate::diagnostic::Diagnostic;
@@ -45,9 +47,26 @@ use columns::{
     words,
 };
 use options::read_extra;
+pub use save::{Refusal, save_spec};
 use std::collections::HashMap;
 pub use tables::source_of_file_name;
 use tables::{guess_table, infer_table, table_separator};
+
+/// The table a listing that does not name it shows, from its built-in chains or, failing
+/// that, its chains' names and targets; `None` when they point to no single table.
+pub fn inferred_table(text: &str, family: Family) -> Option<&'static str> {
+    // Read under any name: only the chains and rules are looked at.
+    let rs = parse(text, family, Some("filter"));
+    let mut found = None;
+    for t in &rs.tables {
+        let name = guess_table(t).or_else(|| infer_table(t))?;
+        if found.is_some_and(|f| f != name) {
+            return None;
+        }
+        found = Some(name);
+    }
+    found
+}
 
 /// Reads an iptables listing. `default_table` names the table when the text does not
 /// (sosreport keeps one table per file); without it, `# Table: nat` style separators
