@@ -166,9 +166,9 @@ pub struct ChainRule {
     /// Applies only to chains without rules.
     #[serde(default)]
     pub only_if_empty: bool,
-    /// Applies only in a nat table where kube-proxy runs in IPVS mode.
+    /// Applies only where kube-proxy runs in IPVS mode (either family, any table).
     #[serde(default)]
-    pub only_in_ipvs_nat: bool,
+    pub only_in_ipvs: bool,
     pub why: String,
 }
 
@@ -642,7 +642,7 @@ mod tests {
             unreferenced_by_design("KUBE-LOAD-BALANCER")
                 .unwrap()
                 .1
-                .only_in_ipvs_nat
+                .only_in_ipvs
         );
         assert!(unreferenced_by_design("ufw-before-input").is_none());
         assert!(unreferenced_by_design("KUBE-SEP-SXIVWICOYRO3J4NJ").is_none());

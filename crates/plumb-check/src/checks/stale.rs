@@ -31,9 +31,9 @@ use std::collections::BTreeMap;
 pub const ID: &str = "stale-chain";
 
 /// True when the catalogue says nothing jumps to `chain` on a healthy node.
-fn by_design(chain: &plumb_ruleset::Chain, ipvs_nat: bool) -> bool {
+fn by_design(chain: &plumb_ruleset::Chain, ipvs: bool) -> bool {
     plumb_ruleset::owner::unreferenced_by_design(&chain.name).is_some_and(|(_, r)| {
-        (!r.only_if_empty || chain.rules.is_empty()) && (!r.only_in_ipvs_nat || ipvs_nat)
+        (!r.only_if_empty || chain.rules.is_empty()) && (!r.only_in_ipvs || ipvs)
     })
 }
 
@@ -42,13 +42,20 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
         return Vec::new();
     }
     let mut out = Vec::new();
+    let proxy_ipvs = facts
+        .ruleset
+        .tables
+        .iter()
+        .any(|t| &*t.name == "nat" && ipvs_mode(t));
     for table in &facts.ruleset.tables {
         if super::flushed::is_flushed(table) {
             continue; // table-flushed
         }
         let refs = facts.refs_of(table);
         let referenced = &refs.referenced;
-        let ipvs = &*table.name == "nat" && ipvs_mode(table);
+        // kube-proxy runs one mode for both families: an IPv6 nat table with no services
+        // shows no ipset match of its own.
+        let ipvs = proxy_ipvs;
         empty_but_referenced(facts, table, &refs.rules, &mut out);
         // owner -> chains
         let mut stale: BTreeMap<String, Vec<&plumb_ruleset::Chain>> = BTreeMap::new();
