@@ -159,23 +159,16 @@ mod tests {
     use plumb_ruleset::format::{ParseOptions, parse_bytes};
 
     #[test]
-    fn one_listed_nft_chain_jumping_elsewhere_is_not_judged() {
-        // `nft -a list chain ip nat PREROUTING` on an OVN-Kubernetes node.
+    fn a_listed_nft_chain_jumping_elsewhere_is_a_partial_listing() {
+        // `nft -a list chain ip nat PREROUTING` on an OVN-Kubernetes node: the kernel
+        // refuses a jump to a missing chain, so the listing shows only some chains.
         let text = "table ip nat {\n\tchain PREROUTING { # handle 1\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tcounter packets 108 bytes 18074 jump OVN-KUBE-ETP # handle 116\n\t}\n}\n";
         let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
             .unwrap()
             .ruleset;
+        assert_eq!(rs.completeness, plumb_ruleset::Completeness::Partial);
         let f = check(&Facts::new(&rs, Origin::File("f".into()), false));
-        assert_eq!(f.len(), 1);
-        assert_eq!(f[0].status, plumb_findings::Status::Unknown, "{f:#?}");
-        assert!(f[0].explanation.contains("nft list chain"));
-        // Two chains of a table: the missing one is a real dangling jump.
-        let two = text.replace("\t}\n}", "\t}\n\tchain X {\n\t}\n}");
-        let rs = parse_bytes(two.as_bytes(), &ParseOptions::default())
-            .unwrap()
-            .ruleset;
-        let f = check(&Facts::new(&rs, Origin::File("f".into()), false));
-        assert!(f[0].is_problem(), "{f:#?}");
+        assert!(f.iter().all(|f| !f.is_problem()), "{f:#?}");
     }
 
     fn run(text: &str, partial: bool) -> Vec<Finding> {
@@ -189,14 +182,14 @@ mod tests {
     const DUMP: &str = "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -d 10.43.0.1/32 -p tcp -m tcp --dport 443 -j KUBE-SVC-NPX46M4PTMTKRN6Y\n-A KUBE-SERVICES -j DNAT --to-destination 1.2.3.4\nCOMMIT\n";
 
     #[test]
-    fn missing_service_chain_in_full_dump_is_critical() {
+    fn a_dump_jumping_to_a_missing_chain_was_edited_and_is_not_judged() {
+        // iptables-restore refuses such a dump (the kernel never held it): the input is
+        // damaged, and the dangling jump is named without a claim about the node.
         let f = run(DUMP, false);
         assert_eq!(f.len(), 1);
-        assert!(f[0].is_problem());
-        assert_eq!(f[0].severity, Severity::Critical);
+        assert_eq!(f[0].status, plumb_findings::Status::Unknown, "{f:#?}");
         assert!(f[0].title.contains("KUBE-SVC-NPX46M4PTMTKRN6Y"));
         assert_eq!(f[0].evidence[0].line, Some(8));
-        assert!(f[0].explanation.contains("does not exist"));
     }
 
     #[test]
