@@ -54,7 +54,7 @@ use std::sync::Arc;
 
 /// The option an extension gets when the nft view shows only its name: its real
 /// options are unknown. No iptables extension has an option of this name.
-pub const NOT_SHOWN: &str = "--options-not-shown-by-nft";
+pub use crate::model::xt::OPTIONS_NOT_SHOWN as NOT_SHOWN;
 
 /// iptables' table names.
 const TABLES: &[&str] = &["filter", "nat", "mangle", "raw", "security"];
