@@ -257,6 +257,9 @@ fn translate_table(table: &mut Table) -> Option<Vec<(u32, u32, String, bool)>> {
             &IptablesInput {
                 family: table.family,
                 backend: Some(Backend::IptablesNft),
+                // Read as a payload: whether jump targets exist is the listing's
+                // business (a chain listing is partial), not the translation's.
+                restore_payload: true,
                 ..IptablesInput::default()
             },
         );
