@@ -272,10 +272,11 @@ fn node_class(m: &NodeModel) -> AddrSet {
     }
 }
 
-/// Pod addresses: the pod networks when known, else what a node address may be.
-fn pod_class(m: &NodeModel) -> AddrSet {
+/// Pod addresses: the pod networks when known, else what a node address may be
+/// (`nodes`, the [`node_class`] of `m`).
+fn pod_class(m: &NodeModel, nodes: &AddrSet) -> AddrSet {
     if m.pod_cidrs.is_empty() {
-        return node_class(m);
+        return nodes.clone();
     }
     AddrSet::of_match(
         &AddrMatch::Any(
@@ -308,7 +309,9 @@ fn flows(m: &NodeModel, index: &Index) -> Vec<Flow> {
         local_addrs: vec![plumb_trace::addr::Cidr::host(node_ip)],
         ..Default::default()
     };
-    let pods = pod_class(m);
+    // Built once: with 10k Services it excludes 10k ClusterIPs.
+    let nodes = node_class(m);
+    let pods = pod_class(m, &nodes);
     let src_pods = (!m.pod_cidrs.is_empty()).then(|| pods.clone());
     let pod_cidr_text = if m.pod_cidrs.is_empty() {
         "pod network not shown by the rules".to_string()
@@ -347,7 +350,7 @@ fn flows(m: &NodeModel, index: &Index) -> Vec<Flow> {
             Side::Network,
             Side::Local,
         );
-        f.dst_class = Some(node_class(m));
+        f.dst_class = Some(nodes.clone());
         f.only_if = np.only_if.clone();
         f.breaks = np.because.clone();
         f.severity = if np.port == Some(10250) {
@@ -385,7 +388,7 @@ fn flows(m: &NodeModel, index: &Index) -> Vec<Flow> {
                 Side::Local,
             );
             f.src = src_pods.clone();
-            f.dst_class = Some(node_class(m));
+            f.dst_class = Some(nodes.clone());
             f.only_if = Some(format!("if this node serves the Kubernetes API ({ep})"));
             f.breaks = "pods reach the API server at its endpoint".into();
             f.severity = Severity::Critical;
@@ -397,7 +400,7 @@ fn flows(m: &NodeModel, index: &Index) -> Vec<Flow> {
                 Side::Network,
                 Side::Local,
             );
-            f.dst_class = Some(node_class(m));
+            f.dst_class = Some(nodes.clone());
             f.only_if = Some(format!("if this node serves the Kubernetes API ({ep})"));
             f.breaks = "kubelets and pods of other nodes reach the API server".into();
             out.push(f);
@@ -427,7 +430,7 @@ fn flows(m: &NodeModel, index: &Index) -> Vec<Flow> {
                 Side::Network,
                 Side::Either,
             );
-            f.dst_class = Some(node_class(m));
+            f.dst_class = Some(nodes.clone());
             f.breaks = "clients reach the Service on every node's NodePort".into();
             f.severity = Severity::Medium;
             out.push(f);

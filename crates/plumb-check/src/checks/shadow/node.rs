@@ -162,9 +162,16 @@ pub fn infer(facts: &Facts<'_>, family: Family) -> NodeModel {
             // Interface names of the CNI's devices are in the CNI's and the host's
             // chains, not in kube-proxy's (tens of thousands of rules on big clusters).
             let scan = !c.name.starts_with("KUBE-") || c.name.starts_with("KUBE-ROUTER");
+            let postrouting = &*c.name == "POSTROUTING";
+            if !scan && !flannel && !postrouting {
+                continue;
+            }
             for r in &c.rules {
                 if scan {
                     texts.push(r.text.trim());
+                }
+                if !flannel && !postrouting {
+                    continue;
                 }
                 // Flannel's rules name its network (`-s 10.244.0.0/16 -j ACCEPT` in
                 // FLANNEL-FWD, `-s 10.244.0.0/16 -d 10.244.0.0/16 -j RETURN`); old flannel
@@ -177,7 +184,7 @@ pub fn infer(facts: &Facts<'_>, family: Family) -> NodeModel {
                 {
                     add_pod(&mut m, cidr, r.text.trim());
                 }
-                if &*c.name == "POSTROUTING"
+                if postrouting
                     && target_of(r).as_deref() == Some("MASQUERADE")
                     && let Some((false, s)) = &src
                     && let Some((true, d)) = addr_of(r, &mut buf, true)
@@ -189,54 +196,66 @@ pub fn infer(facts: &Facts<'_>, family: Family) -> NodeModel {
             }
         }
     }
+    // The recovered service map (Facts holds it): every ClusterIP, and the few
+    // services whose flows are traced (the API, kube-dns, two NodePorts). Only those
+    // few have their endpoints read; the rest cost a push each.
     for map in facts.services.iter().filter(|s| s.family == family) {
         for s in &map.services {
             let Some(ip) = s.cluster_ip else { continue };
-            if !m.cluster_ips.contains(&ip) {
-                m.cluster_ips.push(ip);
-            }
+            m.cluster_ips.push(ip);
+            let Some(port) = s.port.filter(|p| *p != 0) else {
+                continue;
+            };
             let proto = match s.protocol.as_deref() {
                 Some("udp") => Proto::Udp,
                 Some("sctp") => Proto::Other(132),
                 _ => Proto::Tcp,
             };
-            let name = s.name.clone().unwrap_or_default();
+            let name = s.name.as_deref().unwrap_or_default();
+            let api = m.api.is_none()
+                && matches!(name, "default/kubernetes:https" | "default/kubernetes");
+            let dns = !api
+                && m.dns.is_none()
+                && name.starts_with("kube-system/kube-dns:")
+                && proto == Proto::Udp
+                && port == 53;
+            let node_ports = m.node_ports.len() < 2 && !s.node_ports.is_empty();
+            if !(api || dns || node_ports) {
+                continue;
+            }
             let endpoints: Vec<(IpAddr, u16)> = s
                 .endpoints
                 .iter()
                 .filter_map(|e| parse_endpoint(e.address.as_deref()?))
                 .collect();
-            let port = ServicePort {
-                name: name.clone(),
+            let service = ServicePort {
+                name: name.to_string(),
                 cluster_ip: ip,
-                port: s.port.unwrap_or(0),
+                port,
                 proto,
                 endpoints,
             };
-            if port.port == 0 {
+            if service.endpoints.is_empty() {
+                if api {
+                    m.api = Some(service);
+                }
                 continue;
             }
-            if (name == "default/kubernetes:https" || name == "default/kubernetes")
-                && m.api.is_none()
-            {
-                m.api = Some(port.clone());
-            } else if name.starts_with("kube-system/kube-dns:")
-                && proto == Proto::Udp
-                && port.port == 53
-                && !port.endpoints.is_empty()
-                && m.dns.is_none()
-            {
-                m.dns = Some(port.clone());
-            }
-            if !port.endpoints.is_empty() && m.node_ports.len() < 2 {
-                for &np in &s.node_ports {
-                    if m.node_ports.len() < 2 {
-                        m.node_ports.push((np, proto, name.clone()));
-                    }
+            for &np in &s.node_ports {
+                if m.node_ports.len() < 2 {
+                    m.node_ports.push((np, proto, name.to_string()));
                 }
+            }
+            if api {
+                m.api = Some(service);
+            } else if dns {
+                m.dns = Some(service);
             }
         }
     }
+    // Sorted and deduplicated once: a Service has a ClusterIP per port.
+    m.cluster_ips.sort_unstable();
+    m.cluster_ips.dedup();
     m.node_inbound = node_inbound(&m, &texts);
     m
 }
