@@ -3,12 +3,13 @@
 //! policies.
 //!
 //! - `forward-drop-blocks-pods`: traffic the node forwards for pods (pod to pod across
-//!   nodes, pod to a Service's endpoint, pod to the API server through the
+//!   nodes and between two pods of this node, pod to a Service's endpoint, pod to the API server through the
 //!   `kubernetes` ClusterIP, DNS to kube-dns, NodePorts) ends in a DROP or REJECT of the
 //!   host firewall (a rule or a chain policy) in FORWARD.
 //! - `input-drop-blocks-node`: traffic other nodes send to this node (kubelet
 //!   10250/tcp; the CNI's encapsulation or routing: VXLAN 8472/udp, Geneve 6081/udp,
-//!   Calico VXLAN 4789/udp, IPIP, BGP 179/tcp, WireGuard 51820/51821/udp; NodePorts)
+//!   Calico VXLAN 4789/udp, IPIP, BGP 179/tcp, WireGuard 51820/51821/udp; NodePorts;
+//!   RKE2's supervisor 9345/tcp, conditional, on nodes with k3s's/RKE2's networks)
 //!   ends in a DROP or REJECT of the host firewall in INPUT.
 //! - `docker-bypasses-ufw`: on a UFW host, Docker's FORWARD chains come before UFW's and
 //!   accept published container ports, so UFW's rules never see that traffic.
@@ -453,6 +454,16 @@ fn flows(m: &NodeModel, index: &Index) -> Vec<Flow> {
                 local,
                 Origin::External,
                 Side::Network,
+                Side::Pod,
+            ),
+            // Between two pods of this node: routed from veth to veth (Calico, Cilium
+            // legacy routing) or bridged on cni0/docker0, which FORWARD sees because
+            // Kubernetes requires bridge-nf-call-iptables.
+            (
+                "pod -> pod on this node",
+                local,
+                Origin::Pod,
+                Side::Pod,
                 Side::Pod,
             ),
         ] {

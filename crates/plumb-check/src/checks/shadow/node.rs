@@ -395,6 +395,18 @@ fn node_inbound(m: &NodeModel, texts: &[&str]) -> Vec<NodePort> {
             Some("if kube-router routes pod traffic with BGP"),
         );
     }
+    // RKE2 servers take agents' registrations on 9345/tcp (k3s uses 6443 for it). The
+    // rules cannot tell RKE2 from k3s or a server from an agent, only that the
+    // networks are theirs: always conditional.
+    if let Some(evidence) = k3s_family_evidence(m) {
+        push(
+            Proto::Tcp,
+            Some(9345),
+            "RKE2 supervisor (agents register with servers)",
+            evidence,
+            Some("if this node is an RKE2 server"),
+        );
+    }
     if has("weave") {
         push(
             Proto::Tcp,
@@ -405,4 +417,25 @@ fn node_inbound(m: &NodeModel, texts: &[&str]) -> Vec<NodePort> {
         );
     }
     out
+}
+
+/// Why the node looks like k3s or RKE2: their default service network (the API's
+/// ClusterIP 10.43.0.1) or pod network (10.42.0.0/16), which kubeadm and the clouds do
+/// not use.
+fn k3s_family_evidence(m: &NodeModel) -> Option<String> {
+    if m.v6 {
+        return None;
+    }
+    let k3s_api: IpAddr = std::net::Ipv4Addr::new(10, 43, 0, 1).into();
+    if let Some(api) = m.api.as_ref().filter(|a| a.cluster_ip == k3s_api) {
+        return Some(format!(
+            "the kubernetes Service is at {} (the service network of k3s and RKE2)",
+            api.cluster_ip
+        ));
+    }
+    let k3s_pods = Cidr::parse("10.42.0.0/16")?;
+    m.pod_cidrs
+        .iter()
+        .find(|(c, _)| *c == k3s_pods)
+        .map(|(_, text)| format!("the pod network is 10.42.0.0/16 (k3s's and RKE2's): {text}"))
 }
