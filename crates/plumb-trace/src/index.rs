@@ -358,6 +358,9 @@ impl<'r> Index<'r> {
             options,
             hooks: Default::default(),
         };
+        index
+            .chains
+            .reserve(ruleset.tables.iter().map(|t| t.chains.len()).sum());
         for table in &ruleset.tables {
             if families(table.family).is_empty() {
                 continue;

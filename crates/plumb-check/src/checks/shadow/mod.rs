@@ -40,7 +40,7 @@ mod node;
 use crate::facts::Facts;
 use node::NodeModel;
 use plumb_findings::{Evidence, Finding, Severity, Status};
-use plumb_ruleset::{Family, Table};
+use plumb_ruleset::{Backend, Family, Hook, Table};
 use plumb_trace::constraint::{AddrSet, Fact};
 use plumb_trace::index::{HookId, Item};
 use plumb_trace::matches::{AddrMatch, Cond, IfacePattern};
@@ -154,6 +154,8 @@ struct Block {
     rule: String,
     /// Packets the stopping rule counted, when the input shows counters.
     packets: Option<u64>,
+    /// The stopping rule or policy is in a native nft table (`table, chain` for fixes).
+    nft: Option<(String, String)>,
 }
 
 pub fn check(facts: &Facts) -> Vec<Finding> {
@@ -167,10 +169,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
     let mut undecided: Vec<(Flow, String)> = Vec::new();
     let mut index: Option<Index> = None;
     for family in [Family::Ip, Family::Ip6] {
-        if !facts
-            .xt_tables()
-            .any(|t| t.family == family && &*t.name == "filter")
-        {
+        if !filters(facts, family) {
             continue;
         }
         if !kubernetes_present(facts, family) {
@@ -197,16 +196,52 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
     out
 }
 
-/// Kubernetes components or a CNI wrote rules of this family.
-fn kubernetes_present(facts: &Facts, family: Family) -> bool {
-    facts.xt_tables().filter(|t| t.family == family).any(|t| {
+/// The tables of `family` a packet of that family meets: its iptables tables and
+/// nft tables of the family or `inet`.
+fn tables_of<'a>(facts: &Facts<'a>, family: Family) -> impl Iterator<Item = &'a Table> {
+    facts.ruleset.tables.iter().filter(move |t| {
+        t.family == family || (t.backend == Backend::Nftables && t.family == Family::Inet)
+    })
+}
+
+/// The input has something that filters INPUT or FORWARD for `family`: the iptables
+/// filter table, or an nft base chain of type filter on those hooks (nftables.conf's
+/// `table inet filter`, firewalld's nft backend, kube-proxy's nftables mode).
+fn filters(facts: &Facts, family: Family) -> bool {
+    tables_of(facts, family).any(|t| {
+        if t.backend != Backend::Nftables {
+            return &*t.name == "filter";
+        }
         t.chains.iter().any(|c| {
-            super::is_kube_proxy_chain(&c.name)
-                || super::is_cni_chain(&c.name)
-                || c.name.starts_with("KUBE-")
-                || policy_owned(&c.name)
+            c.base.as_ref().is_some_and(|b| {
+                matches!(b.hook, Hook::Input | Hook::Forward)
+                    && b.chain_type.as_deref().is_none_or(|t| t == "filter")
+            })
         })
     })
+}
+
+/// Kubernetes components or a CNI wrote rules of this family.
+fn kubernetes_present(facts: &Facts, family: Family) -> bool {
+    tables_of(facts, family).any(|t| {
+        owned_table(t)
+            || t.chains.iter().any(|c| {
+                super::is_kube_proxy_chain(&c.name)
+                    || super::is_cni_chain(&c.name)
+                    || c.name.starts_with("KUBE-")
+                    || policy_owned(&c.name)
+            })
+    })
+}
+
+/// nft tables of Kubernetes components and CNIs (kube-proxy's nftables mode, Calico's
+/// and Cilium's nft tables): every rule in them is theirs.
+fn owned_table(t: &Table) -> bool {
+    t.backend == Backend::Nftables
+        && (&*t.name == "kube-proxy"
+            || ["cali", "cilium", "antrea", "kube-router"]
+                .iter()
+                .any(|p| t.name.starts_with(p)))
 }
 
 /// Chains of Kubernetes components and CNIs, whose DROP/REJECT rules are intended
@@ -305,9 +340,22 @@ fn pick_in(class: &AddrSet, fraction: u128) -> Option<IpAddr> {
 /// The flows this node needs, given what its rules show.
 fn flows(m: &NodeModel, index: &Index) -> Vec<Flow> {
     let mut out = Vec::new();
-    let node_ip = placeholder_node(m.v6);
+    // The node's own address when the rules name it (kube-proxy's nftables mode tests
+    // `ip daddr @nodeport-ips`), else a placeholder, whose tests are flagged below.
+    let node_ip = m
+        .node_addrs
+        .first()
+        .copied()
+        .unwrap_or_else(|| placeholder_node(m.v6));
+    let mut local_addrs = vec![plumb_trace::addr::Cidr::host(node_ip)];
+    local_addrs.extend(
+        m.node_addrs
+            .iter()
+            .skip(1)
+            .map(|a| plumb_trace::addr::Cidr::host(*a)),
+    );
     let node = Node {
-        local_addrs: vec![plumb_trace::addr::Cidr::host(node_ip)],
+        local_addrs,
         ..Default::default()
     };
     // Built once: with 10k Services it excludes 10k ClusterIPs.
@@ -535,7 +583,8 @@ fn judge(facts: &Facts, index: &Index, flow: &Flow) -> Fate {
         let stopped = matches!(o.verdict, Verdict::Drop | Verdict::Reject)
             && deciding_step(o).is_some_and(|s| {
                 let chain = &index.chain(s.chain).chain.name;
-                s.kind == StepKind::Policy || !policy_owned(chain)
+                s.kind == StepKind::Policy
+                    || !(policy_owned(chain) || owned_table(index.table_of(s.chain)))
             });
         if !stopped {
             all_blocked = false;
@@ -670,17 +719,24 @@ fn block_of(facts: &Facts, index: &Index, o: &Outcome) -> Option<Block> {
     }
     let (rule, packets) = if last.kind == StepKind::Policy {
         evidence.push(facts.chain(table, chain.chain));
+        let policy = chain
+            .chain
+            .policy()
+            .map(|p| p.as_iptables().to_string())
+            .unwrap_or_default();
         (
-            format!(
-                "policy {} of {} {}",
-                chain
-                    .chain
-                    .policy()
-                    .map(|p| p.as_iptables().to_string())
-                    .unwrap_or_default(),
-                table.name,
-                chain.chain.name
-            ),
+            // nft tables are named with their family (`inet filter`), as nft does.
+            if table.backend == Backend::Nftables {
+                format!(
+                    "policy {} of {} {} {}",
+                    policy.to_ascii_lowercase(),
+                    table.family.as_str(),
+                    table.name,
+                    chain.chain.name
+                )
+            } else {
+                format!("policy {policy} of {} {}", table.name, chain.chain.name)
+            },
             chain
                 .chain
                 .base
@@ -706,6 +762,12 @@ fn block_of(facts: &Facts, index: &Index, o: &Outcome) -> Option<Block> {
         evidence,
         rule,
         packets,
+        nft: (table.backend == Backend::Nftables).then(|| {
+            (
+                format!("{} {}", table.family.as_str(), table.name),
+                chain.chain.name.to_string(),
+            )
+        }),
     })
 }
 
@@ -776,10 +838,14 @@ fn finding(
         return Finding::problem(id, severity, title)
             .with_evidence(evidence)
             .explain(explanation)
-            .fix(if id == ID_INPUT {
+            .fix(match &b0.nft {
+                Some((table, chain)) if id == ID_INPUT => format!("Accept the node's ports before the drop (for example `nft insert rule {table} {chain} tcp dport 10250 accept`, and the CNI's port), or open them in the firewall's own configuration (nftables.conf, the firewalld zone)."),
+                Some((table, chain)) => format!("Accept forwarding for the pod network before the drop (for example `nft insert rule {table} {chain} ip saddr <pod CIDR> accept` and `ip daddr <pod CIDR>`), or in the firewall's own configuration (nftables.conf, the firewalld zone)."),
+                None => if id == ID_INPUT {
                 "Accept the node's ports before the catch-all REJECT/DROP (for example `iptables -I INPUT -p tcp --dport 10250 -j ACCEPT`, and the CNI's port), or remove the host firewall's catch-all on Kubernetes nodes (RHEL/CentOS: `systemctl disable --now iptables` of iptables-services; firewalld: open the ports in the zone)."
             } else {
                 "Accept forwarding for the pod network before the catch-all (for example `iptables -I FORWARD -s <pod CIDR> -j ACCEPT` and `-d <pod CIDR>`), or remove the host firewall's FORWARD catch-all on Kubernetes nodes."
+            }.to_string(),
             })
             .do_not(DO_NOT_FLUSH);
     }

@@ -4,7 +4,7 @@
 
 use crate::facts::Facts;
 use plumb_ruleset::iptables::XtBuf;
-use plumb_ruleset::{Family, Rule, RuleBody, Table};
+use plumb_ruleset::{Backend, Family, Hook, Rule, RuleBody, Table};
 use plumb_trace::Proto;
 use plumb_trace::addr::Cidr;
 use std::net::IpAddr;
@@ -49,6 +49,9 @@ pub struct NodeModel {
     pub node_inbound: Vec<NodePort>,
     /// The nat table of this family is in the input (ClusterIP flows need it).
     pub has_nat: bool,
+    /// Addresses of this node the rules name: kube-proxy's nftables `nodeport-ips`
+    /// set (its `--nodeport-addresses`, by default the node's addresses).
+    pub node_addrs: Vec<IpAddr>,
 }
 
 /// Chain-name prefixes of the CNIs, for evidence.
@@ -120,8 +123,26 @@ pub fn infer(facts: &Facts<'_>, family: Family) -> NodeModel {
         v6,
         ..Default::default()
     };
-    let tables: Vec<&Table> = facts.xt_tables().filter(|t| t.family == family).collect();
-    m.has_nat = tables.iter().any(|t| &*t.name == "nat");
+    let tables: Vec<&Table> = facts
+        .ruleset
+        .tables
+        .iter()
+        .filter(|t| {
+            t.family == family || (t.backend == Backend::Nftables && t.family == Family::Inet)
+        })
+        .collect();
+    // The nat table, or an nft chain of type nat on prerouting (kube-proxy's
+    // nftables mode): ClusterIP flows need the DNAT.
+    m.has_nat = tables.iter().any(|t| {
+        if t.backend != Backend::Nftables {
+            return &*t.name == "nat";
+        }
+        t.chains.iter().any(|c| {
+            c.base.as_ref().is_some_and(|b| {
+                b.hook == Hook::Prerouting && b.chain_type.as_deref() == Some("nat")
+            })
+        })
+    });
     let mut buf = XtBuf::default();
     let add_pod = |m: &mut NodeModel, c: Cidr, text: &str| {
         if !m.pod_cidrs.iter().any(|(x, _)| *x == c) {
@@ -155,7 +176,36 @@ pub fn infer(facts: &Facts<'_>, family: Family) -> NodeModel {
                     }
                 }
             }
-            if per_service_chain(&c.name) {
+            // kube-proxy's nftables mode: `ip daddr X tcp dport N ip saddr != POD_CIDR
+            // jump mark-for-masquerade` opens each service chain (its --cluster-cidr).
+            let nft_kube_proxy = t.backend == Backend::Nftables && &*t.name == "kube-proxy";
+            if nft_kube_proxy && m.node_addrs.is_empty() {
+                m.node_addrs = t
+                    .sets
+                    .iter()
+                    .filter(|set| &*set.name == "nodeport-ips")
+                    .flat_map(|set| &set.elements)
+                    .filter_map(|e| e.key_text.trim().parse::<IpAddr>().ok())
+                    .filter(|a| a.is_ipv6() == v6)
+                    .collect();
+            }
+            if nft_kube_proxy && c.name.starts_with("service-") {
+                svc_chains += 1;
+                if svc_chains <= 32 {
+                    for r in c.rules.iter().take(2) {
+                        if let Some(cidr) = nft_masq_exempt(&r.text, v6) {
+                            add_pod(&mut m, cidr, r.text.trim());
+                        }
+                    }
+                }
+                continue;
+            }
+            if per_service_chain(&c.name)
+                || (nft_kube_proxy
+                    && ["endpoint-", "external-", "firewall-"]
+                        .iter()
+                        .any(|p| c.name.starts_with(p)))
+            {
                 continue;
             }
             let flannel = c.name.starts_with("FLANNEL");
@@ -258,6 +308,15 @@ pub fn infer(facts: &Facts<'_>, family: Family) -> NodeModel {
     m.cluster_ips.dedup();
     m.node_inbound = node_inbound(&m, &texts);
     m
+}
+
+/// The network after `saddr !=` in kube-proxy's nft masquerade-marking rule.
+fn nft_masq_exempt(text: &str, v6: bool) -> Option<Cidr> {
+    if !text.contains("jump mark-for-masquerade") {
+        return None;
+    }
+    let (_, rest) = text.split_once("saddr != ")?;
+    network(rest.split_whitespace().next()?, v6)
 }
 
 /// `10.0.0.1:6443`, `[fd00::1]:6443`.
