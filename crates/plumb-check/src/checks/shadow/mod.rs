@@ -752,7 +752,7 @@ fn block_of(facts: &Facts, index: &Index, o: &Outcome) -> Option<Block> {
                 "{} rule {} (`{}`)",
                 chain.chain.name,
                 r.position,
-                super::rule_body_text(r)
+                shown_rule(r)
             ),
             r.counters.as_ref().map(|c| c.packets),
         )
@@ -769,6 +769,20 @@ fn block_of(facts: &Facts, index: &Index, o: &Outcome) -> Option<Block> {
             )
         }),
     })
+}
+
+/// A rule as a title shows it: a listing row without its `pkts bytes` columns (the
+/// title gives the packet count in words) and with its column padding collapsed.
+fn shown_rule(r: &plumb_ruleset::Rule) -> String {
+    let text = super::rule_body_text(r);
+    if !matches!(r.body, plumb_ruleset::RuleBody::Approximate(_)) {
+        return text.to_string();
+    }
+    let skip = if r.counters.is_some() { 2 } else { 0 };
+    text.split_whitespace()
+        .skip(skip)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The finding of `id` from the flows judged (INPUT blocks go to `input-drop-blocks-node`,

@@ -192,6 +192,13 @@ fn listing_without_interfaces_is_never_a_problem() {
     let fwd = find(&f, ID_FORWARD);
     assert!(fwd.is_problem(), "{fwd:#?}");
     assert!(fwd.title.contains("stopped 5 packets"), "{}", fwd.title);
+    // The rule is shown without its counter columns and padding.
+    assert!(
+        fwd.title
+            .contains("(`DROP all -- * * 0.0.0.0/0 0.0.0.0/0`)"),
+        "{}",
+        fwd.title
+    );
     // With `-o weave` shown, the DROP is not a catch-all.
     let weave = v.replace(
         "DROP       all  --  *      *  ",
