@@ -14,6 +14,11 @@
 //! - `docker-bypasses-ufw`: on a UFW host, Docker's FORWARD chains come before UFW's and
 //!   accept published container ports, so UFW's rules never see that traffic.
 //!
+//! The host firewall may be iptables (the filter table) or nft (base chains of type
+//! filter on input/forward: nftables.conf, firewalld's nft backend), beside kube-proxy
+//! in iptables or nftables mode; the trace runs every base chain of a hook in priority
+//! order, so an accept in one table does not hide a drop in another.
+//!
 //! How: [`node::infer`] reads what the ruleset shows about the node (pod networks,
 //! Services, the CNI and its encapsulation). Each flow the node needs becomes a packet
 //! whose unknown parts (source address, interfaces) stay unknown: the trace branches
