@@ -164,3 +164,62 @@ proptest! {
         }
     }
 }
+
+/// nftables.conf's usual host firewall (policy drop on input and forward, ssh only).
+const NFT_HOST_FIREWALL: &str = "table inet filter {\n\tchain input {\n\t\ttype filter hook input priority filter; policy drop;\n\t\tct state established,related accept\n\t\tiif \"lo\" accept\n\t\ttcp dport 22 accept\n\t}\n\tchain forward {\n\t\ttype filter hook forward priority filter; policy drop;\n\t}\n\tchain output {\n\t\ttype filter hook output priority filter; policy accept;\n\t}\n}\n";
+
+#[test]
+fn nft_host_firewall_on_a_kube_proxy_nftables_node_is_traced() {
+    // A real kube-proxy nftables-mode table and no iptables at all: the host firewall is
+    // an nft table too, and its policy drop stops what the node needs.
+    let Some(dir) = common::corpus_dir() else {
+        return;
+    };
+    let kube_proxy = common::read(&dir.join(
+        "kube-proxy-nftables/real-nodes/k3s-like_10.42-10.43_nft-list-table-ip-kube-proxy.nft",
+    ));
+    // Alone, kube-proxy's own drops and rejects (no endpoints, unallocated ClusterIPs)
+    // are intended: nothing is blocked.
+    let f = check_text(&kube_proxy, &ParseOptions::default(), false);
+    for id in ["input-drop-blocks-node", "forward-drop-blocks-pods"] {
+        let x = f
+            .iter()
+            .find(|x| x.id == id)
+            .unwrap_or_else(|| panic!("{id}: {f:#?}"));
+        assert_eq!(x.status, Status::Ok, "{x:#?}");
+    }
+    let f = check_text(
+        &format!("{kube_proxy}{NFT_HOST_FIREWALL}"),
+        &ParseOptions::default(),
+        false,
+    );
+    let inp = problem(&f, "input-drop-blocks-node").unwrap_or_else(|| panic!("{f:#?}"));
+    assert!(inp.title.contains("10250/tcp"), "{}", inp.title);
+    assert!(
+        inp.title.contains("policy drop of inet filter input"),
+        "{}",
+        inp.title
+    );
+    let fwd = problem(&f, "forward-drop-blocks-pods").unwrap_or_else(|| panic!("{f:#?}"));
+    // kube-proxy's `ip saddr != 10.42.0.0/16` names the pod network; pods reach the API
+    // server through the ClusterIP, which the forward policy stops.
+    assert!(fwd.title.contains("10.43.0.1:443"), "{}", fwd.title);
+    // Accepting the pod network and the kubelet port before the policy opens both.
+    let open = NFT_HOST_FIREWALL
+        .replace(
+            "tcp dport 22 accept\n",
+            "tcp dport { 22, 10250, 6443, 9345 } accept\n",
+        )
+        .replace(
+            "policy drop;\n\t}\n\tchain output",
+            "policy drop;\n\t\tip saddr 10.42.0.0/16 accept\n\t\tip daddr 10.42.0.0/16 accept\n\t}\n\tchain output",
+        );
+    let f = check_text(
+        &format!("{kube_proxy}{open}"),
+        &ParseOptions::default(),
+        false,
+    );
+    for id in ["input-drop-blocks-node", "forward-drop-blocks-pods"] {
+        assert!(problem(&f, id).is_none(), "{id}: {f:#?}");
+    }
+}

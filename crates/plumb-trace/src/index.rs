@@ -161,7 +161,9 @@ pub struct Dispatch {
 pub struct CompiledChain<'r> {
     pub table: u32,
     pub chain: &'r Chain,
-    code: OnceLock<ChainCode>,
+    /// Boxed: an index holds one entry per chain (40k on a 10k-service node) and
+    /// compiles a few; an unboxed `ChainCode` would make each entry ten times larger.
+    code: OnceLock<Box<ChainCode>>,
 }
 
 /// A chain's compiled rules and dispatch table.
@@ -356,6 +358,9 @@ impl<'r> Index<'r> {
             options,
             hooks: Default::default(),
         };
+        index
+            .chains
+            .reserve(ruleset.tables.iter().map(|t| t.chains.len()).sum());
         for table in &ruleset.tables {
             if families(table.family).is_empty() {
                 continue;
@@ -375,14 +380,14 @@ impl<'r> Index<'r> {
                         sets: &mut index.sets,
                         cache: &mut set_cache,
                     };
-                    let _ = code.set(compile_chain(
+                    let _ = code.set(Box::new(compile_chain(
                         table,
                         chain,
                         &names,
                         Some(sets),
                         options,
                         &mut conds,
-                    ));
+                    )));
                 }
                 let id = first + ci as u32;
                 if let Some(base) = &chain.base
@@ -431,14 +436,14 @@ impl<'r> Index<'r> {
         c.code.get_or_init(|| {
             // Only chains of iptables tables are left for later; their rules are
             // xtables rules, which use no nft sets (`None`).
-            compile_chain(
+            Box::new(compile_chain(
                 self.tables[c.table as usize],
                 c.chain,
                 &self.names[c.table as usize],
                 None,
                 self.options,
                 &mut Vec::new(),
-            )
+            ))
         })
     }
 
@@ -518,11 +523,16 @@ fn compile_chain(
     let resolve = |n: &str| names.get(n);
     let mut items = Vec::with_capacity(chain.rules.len() * 4);
     let mut rules = Vec::with_capacity(chain.rules.len());
+    let mut xt_buf = plumb_ruleset::iptables::XtBuf::default();
     for (ri, rule) in chain.rules.iter().enumerate() {
         let start = items.len() as u32;
         match &rule.body {
             RuleBody::Xt(_) => {
-                let Some(view) = rule.xt() else { continue };
+                // Indexed into one reused buffer: a rule's kept index would cost an
+                // allocation per rule (10k in kube-proxy's KUBE-SERVICES) and stay.
+                let Some(view) = rule.xt_in(&mut xt_buf) else {
+                    continue;
+                };
                 conds.clear();
                 crate::matches::xt::compile_into(&view, conds);
                 items.extend(conds.drain(..).map(Item::Cond));

@@ -6,7 +6,8 @@
 //! Decided by tracing a new connection from outside to each port Docker's DOCKER chain
 //! accepts: the finding is a problem when the trace accepts it in a Docker chain without
 //! passing through a UFW chain. UFW's FORWARD policy DROP is its default and is not a
-//! finding by itself.
+//! finding by itself. ip6tables dumps are judged the same way (UFW's chains are
+//! `ufw6-*` there); an IPv6 problem's title starts with `IPv6:`.
 
 use crate::facts::Facts;
 use plumb_findings::{Evidence, Finding, Severity};
@@ -16,7 +17,7 @@ use plumb_trace::addr::Cidr;
 use plumb_trace::constraint::Fact;
 use plumb_trace::matches::IfacePattern;
 use plumb_trace::{Index, Node, Origin, Packet, Proto, StepKind, Verdict, trace};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub const ID: &str = "docker-bypasses-ufw";
 
@@ -28,7 +29,7 @@ struct Published<'a> {
     rule: &'a plumb_ruleset::Rule,
 }
 
-fn published<'a>(docker: &'a Chain) -> Vec<Published<'a>> {
+fn published<'a>(docker: &'a Chain, v6: bool) -> Vec<Published<'a>> {
     let mut buf = XtBuf::default();
     let mut out = Vec::new();
     for r in &docker.rules {
@@ -41,7 +42,7 @@ fn published<'a>(docker: &'a Chain) -> Vec<Published<'a>> {
             .filter(|o| !o.negated())
             .and_then(|o| o.arg(0))
             .and_then(|a| Cidr::parse(&a))
-            .filter(|c| c.is_host())
+            .filter(|c| c.is_host() && c.addr.is_ipv6() == v6)
             .map(|c| c.addr);
         let proto = v
             .generic_option("-p")
@@ -80,31 +81,50 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
     if !facts.is_full() {
         return out;
     }
+    // ip6tables too: Docker publishes ports on IPv6 (`ip6tables: true`, the default
+    // since Docker 27) with the same chains, and UFW writes ip6tables rules.
     for filter in facts
         .xt_tables()
-        .filter(|t| &*t.name == "filter" && t.family == Family::Ip)
+        .filter(|t| &*t.name == "filter" && matches!(t.family, Family::Ip | Family::Ip6))
     {
-        if let Some(f) = judge(facts, filter) {
+        if let Some(mut f) = judge(facts, filter) {
+            if filter.family == Family::Ip6 {
+                f.title = format!("IPv6: {}", f.title);
+            }
             out.push(f);
         }
+    }
+    // One finding per family at most; an IPv4 "ok" says nothing once IPv6 has the
+    // problem (and the other way round), so only problems are kept when there are any.
+    if out.iter().any(|f| f.is_problem()) {
+        out.retain(|f| f.is_problem());
+    } else {
+        out.truncate(1);
     }
     out
 }
 
 fn judge(facts: &Facts, filter: &Table) -> Option<Finding> {
     let fwd = filter.chain("FORWARD")?;
-    let ufw_jump = first_jump(fwd, &["ufw-before-forward"])?;
+    // UFW's ip6tables chains are ufw6-*.
+    let ufw_jump = first_jump(fwd, &["ufw-before-forward", "ufw6-before-forward"])?;
     let docker = filter.chain("DOCKER")?;
     let docker_jump = first_jump(fwd, &["DOCKER-FORWARD", "DOCKER"])?;
     if docker_jump.position > ufw_jump.position {
         return Some(Finding::ok(ID, "UFW's FORWARD chains come before Docker's"));
     }
-    let ports = published(docker);
+    let ports = published(docker, filter.family == Family::Ip6);
     if ports.is_empty() {
         return Some(Finding::ok(ID, "Docker publishes no container port"));
     }
     let index = Index::build(facts.ruleset);
-    let host = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10));
+    let v6 = filter.family == Family::Ip6;
+    // A placeholder address of this host (documentation ranges).
+    let host = if v6 {
+        IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x10))
+    } else {
+        IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10))
+    };
     let node = Node {
         local_addrs: vec![Cidr::host(host)],
         ..Default::default()
@@ -134,7 +154,7 @@ fn judge(facts: &Facts, filter: &Table) -> Option<Finding> {
             let mut through_ufw = false;
             for s in fwd_steps {
                 let name = &*index.chain(s.chain).chain.name;
-                through_ufw |= name.starts_with("ufw-");
+                through_ufw |= name.starts_with("ufw-") || name.starts_with("ufw6-");
                 last_chain = Some(name);
             }
             !through_ufw && last_chain.is_some_and(|n| n.starts_with("DOCKER"))

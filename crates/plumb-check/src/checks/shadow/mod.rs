@@ -3,15 +3,21 @@
 //! policies.
 //!
 //! - `forward-drop-blocks-pods`: traffic the node forwards for pods (pod to pod across
-//!   nodes, pod to a Service's endpoint, pod to the API server through the
+//!   nodes and between two pods of this node, pod to a Service's endpoint, pod to the API server through the
 //!   `kubernetes` ClusterIP, DNS to kube-dns, NodePorts) ends in a DROP or REJECT of the
 //!   host firewall (a rule or a chain policy) in FORWARD.
 //! - `input-drop-blocks-node`: traffic other nodes send to this node (kubelet
 //!   10250/tcp; the CNI's encapsulation or routing: VXLAN 8472/udp, Geneve 6081/udp,
-//!   Calico VXLAN 4789/udp, IPIP, BGP 179/tcp, WireGuard 51820/51821/udp; NodePorts)
+//!   Calico VXLAN 4789/udp, IPIP, BGP 179/tcp, WireGuard 51820/51821/udp; NodePorts;
+//!   RKE2's supervisor 9345/tcp, conditional, on nodes with k3s's/RKE2's networks)
 //!   ends in a DROP or REJECT of the host firewall in INPUT.
 //! - `docker-bypasses-ufw`: on a UFW host, Docker's FORWARD chains come before UFW's and
 //!   accept published container ports, so UFW's rules never see that traffic.
+//!
+//! The host firewall may be iptables (the filter table) or nft (base chains of type
+//! filter on input/forward: nftables.conf, firewalld's nft backend), beside kube-proxy
+//! in iptables or nftables mode; the trace runs every base chain of a hook in priority
+//! order, so an accept in one table does not hide a drop in another.
 //!
 //! How: [`node::infer`] reads what the ruleset shows about the node (pod networks,
 //! Services, the CNI and its encapsulation). Each flow the node needs becomes a packet
@@ -39,7 +45,7 @@ mod node;
 use crate::facts::Facts;
 use node::NodeModel;
 use plumb_findings::{Evidence, Finding, Severity, Status};
-use plumb_ruleset::{Family, Table};
+use plumb_ruleset::{Backend, Family, Hook, Table};
 use plumb_trace::constraint::{AddrSet, Fact};
 use plumb_trace::index::{HookId, Item};
 use plumb_trace::matches::{AddrMatch, Cond, IfacePattern};
@@ -153,6 +159,8 @@ struct Block {
     rule: String,
     /// Packets the stopping rule counted, when the input shows counters.
     packets: Option<u64>,
+    /// The stopping rule or policy is in a native nft table (`table, chain` for fixes).
+    nft: Option<(String, String)>,
 }
 
 pub fn check(facts: &Facts) -> Vec<Finding> {
@@ -166,10 +174,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
     let mut undecided: Vec<(Flow, String)> = Vec::new();
     let mut index: Option<Index> = None;
     for family in [Family::Ip, Family::Ip6] {
-        if !facts
-            .xt_tables()
-            .any(|t| t.family == family && &*t.name == "filter")
-        {
+        if !filters(facts, family) {
             continue;
         }
         if !kubernetes_present(facts, family) {
@@ -196,16 +201,52 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
     out
 }
 
-/// Kubernetes components or a CNI wrote rules of this family.
-fn kubernetes_present(facts: &Facts, family: Family) -> bool {
-    facts.xt_tables().filter(|t| t.family == family).any(|t| {
+/// The tables of `family` a packet of that family meets: its iptables tables and
+/// nft tables of the family or `inet`.
+fn tables_of<'a>(facts: &Facts<'a>, family: Family) -> impl Iterator<Item = &'a Table> {
+    facts.ruleset.tables.iter().filter(move |t| {
+        t.family == family || (t.backend == Backend::Nftables && t.family == Family::Inet)
+    })
+}
+
+/// The input has something that filters INPUT or FORWARD for `family`: the iptables
+/// filter table, or an nft base chain of type filter on those hooks (nftables.conf's
+/// `table inet filter`, firewalld's nft backend, kube-proxy's nftables mode).
+fn filters(facts: &Facts, family: Family) -> bool {
+    tables_of(facts, family).any(|t| {
+        if t.backend != Backend::Nftables {
+            return &*t.name == "filter";
+        }
         t.chains.iter().any(|c| {
-            super::is_kube_proxy_chain(&c.name)
-                || super::is_cni_chain(&c.name)
-                || c.name.starts_with("KUBE-")
-                || policy_owned(&c.name)
+            c.base.as_ref().is_some_and(|b| {
+                matches!(b.hook, Hook::Input | Hook::Forward)
+                    && b.chain_type.as_deref().is_none_or(|t| t == "filter")
+            })
         })
     })
+}
+
+/// Kubernetes components or a CNI wrote rules of this family.
+fn kubernetes_present(facts: &Facts, family: Family) -> bool {
+    tables_of(facts, family).any(|t| {
+        owned_table(t)
+            || t.chains.iter().any(|c| {
+                super::is_kube_proxy_chain(&c.name)
+                    || super::is_cni_chain(&c.name)
+                    || c.name.starts_with("KUBE-")
+                    || policy_owned(&c.name)
+            })
+    })
+}
+
+/// nft tables of Kubernetes components and CNIs (kube-proxy's nftables mode, Calico's
+/// and Cilium's nft tables): every rule in them is theirs.
+fn owned_table(t: &Table) -> bool {
+    t.backend == Backend::Nftables
+        && (&*t.name == "kube-proxy"
+            || ["cali", "cilium", "antrea", "kube-router"]
+                .iter()
+                .any(|p| t.name.starts_with(p)))
 }
 
 /// Chains of Kubernetes components and CNIs, whose DROP/REJECT rules are intended
@@ -272,10 +313,11 @@ fn node_class(m: &NodeModel) -> AddrSet {
     }
 }
 
-/// Pod addresses: the pod networks when known, else what a node address may be.
-fn pod_class(m: &NodeModel) -> AddrSet {
+/// Pod addresses: the pod networks when known, else what a node address may be
+/// (`nodes`, the [`node_class`] of `m`).
+fn pod_class(m: &NodeModel, nodes: &AddrSet) -> AddrSet {
     if m.pod_cidrs.is_empty() {
-        return node_class(m);
+        return nodes.clone();
     }
     AddrSet::of_match(
         &AddrMatch::Any(
@@ -303,12 +345,27 @@ fn pick_in(class: &AddrSet, fraction: u128) -> Option<IpAddr> {
 /// The flows this node needs, given what its rules show.
 fn flows(m: &NodeModel, index: &Index) -> Vec<Flow> {
     let mut out = Vec::new();
-    let node_ip = placeholder_node(m.v6);
+    // The node's own address when the rules name it (kube-proxy's nftables mode tests
+    // `ip daddr @nodeport-ips`), else a placeholder, whose tests are flagged below.
+    let node_ip = m
+        .node_addrs
+        .first()
+        .copied()
+        .unwrap_or_else(|| placeholder_node(m.v6));
+    let mut local_addrs = vec![plumb_trace::addr::Cidr::host(node_ip)];
+    local_addrs.extend(
+        m.node_addrs
+            .iter()
+            .skip(1)
+            .map(|a| plumb_trace::addr::Cidr::host(*a)),
+    );
     let node = Node {
-        local_addrs: vec![plumb_trace::addr::Cidr::host(node_ip)],
+        local_addrs,
         ..Default::default()
     };
-    let pods = pod_class(m);
+    // Built once: with 10k Services it excludes 10k ClusterIPs.
+    let nodes = node_class(m);
+    let pods = pod_class(m, &nodes);
     let src_pods = (!m.pod_cidrs.is_empty()).then(|| pods.clone());
     let pod_cidr_text = if m.pod_cidrs.is_empty() {
         "pod network not shown by the rules".to_string()
@@ -347,7 +404,7 @@ fn flows(m: &NodeModel, index: &Index) -> Vec<Flow> {
             Side::Network,
             Side::Local,
         );
-        f.dst_class = Some(node_class(m));
+        f.dst_class = Some(nodes.clone());
         f.only_if = np.only_if.clone();
         f.breaks = np.because.clone();
         f.severity = if np.port == Some(10250) {
@@ -385,7 +442,7 @@ fn flows(m: &NodeModel, index: &Index) -> Vec<Flow> {
                 Side::Local,
             );
             f.src = src_pods.clone();
-            f.dst_class = Some(node_class(m));
+            f.dst_class = Some(nodes.clone());
             f.only_if = Some(format!("if this node serves the Kubernetes API ({ep})"));
             f.breaks = "pods reach the API server at its endpoint".into();
             f.severity = Severity::Critical;
@@ -397,7 +454,7 @@ fn flows(m: &NodeModel, index: &Index) -> Vec<Flow> {
                 Side::Network,
                 Side::Local,
             );
-            f.dst_class = Some(node_class(m));
+            f.dst_class = Some(nodes.clone());
             f.only_if = Some(format!("if this node serves the Kubernetes API ({ep})"));
             f.breaks = "kubelets and pods of other nodes reach the API server".into();
             out.push(f);
@@ -427,7 +484,7 @@ fn flows(m: &NodeModel, index: &Index) -> Vec<Flow> {
                 Side::Network,
                 Side::Either,
             );
-            f.dst_class = Some(node_class(m));
+            f.dst_class = Some(nodes.clone());
             f.breaks = "clients reach the Service on every node's NodePort".into();
             f.severity = Severity::Medium;
             out.push(f);
@@ -450,6 +507,16 @@ fn flows(m: &NodeModel, index: &Index) -> Vec<Flow> {
                 local,
                 Origin::External,
                 Side::Network,
+                Side::Pod,
+            ),
+            // Between two pods of this node: routed from veth to veth (Calico, Cilium
+            // legacy routing) or bridged on cni0/docker0, which FORWARD sees because
+            // Kubernetes requires bridge-nf-call-iptables.
+            (
+                "pod -> pod on this node",
+                local,
+                Origin::Pod,
+                Side::Pod,
                 Side::Pod,
             ),
         ] {
@@ -521,7 +588,8 @@ fn judge(facts: &Facts, index: &Index, flow: &Flow) -> Fate {
         let stopped = matches!(o.verdict, Verdict::Drop | Verdict::Reject)
             && deciding_step(o).is_some_and(|s| {
                 let chain = &index.chain(s.chain).chain.name;
-                s.kind == StepKind::Policy || !policy_owned(chain)
+                s.kind == StepKind::Policy
+                    || !(policy_owned(chain) || owned_table(index.table_of(s.chain)))
             });
         if !stopped {
             all_blocked = false;
@@ -656,17 +724,24 @@ fn block_of(facts: &Facts, index: &Index, o: &Outcome) -> Option<Block> {
     }
     let (rule, packets) = if last.kind == StepKind::Policy {
         evidence.push(facts.chain(table, chain.chain));
+        let policy = chain
+            .chain
+            .policy()
+            .map(|p| p.as_iptables().to_string())
+            .unwrap_or_default();
         (
-            format!(
-                "policy {} of {} {}",
-                chain
-                    .chain
-                    .policy()
-                    .map(|p| p.as_iptables().to_string())
-                    .unwrap_or_default(),
-                table.name,
-                chain.chain.name
-            ),
+            // nft tables are named with their family (`inet filter`), as nft does.
+            if table.backend == Backend::Nftables {
+                format!(
+                    "policy {} of {} {} {}",
+                    policy.to_ascii_lowercase(),
+                    table.family.as_str(),
+                    table.name,
+                    chain.chain.name
+                )
+            } else {
+                format!("policy {policy} of {} {}", table.name, chain.chain.name)
+            },
             chain
                 .chain
                 .base
@@ -682,7 +757,7 @@ fn block_of(facts: &Facts, index: &Index, o: &Outcome) -> Option<Block> {
                 "{} rule {} (`{}`)",
                 chain.chain.name,
                 r.position,
-                super::rule_body_text(r)
+                shown_rule(r)
             ),
             r.counters.as_ref().map(|c| c.packets),
         )
@@ -692,7 +767,27 @@ fn block_of(facts: &Facts, index: &Index, o: &Outcome) -> Option<Block> {
         evidence,
         rule,
         packets,
+        nft: (table.backend == Backend::Nftables).then(|| {
+            (
+                format!("{} {}", table.family.as_str(), table.name),
+                chain.chain.name.to_string(),
+            )
+        }),
     })
+}
+
+/// A rule as a title shows it: a listing row without its `pkts bytes` columns (the
+/// title gives the packet count in words) and with its column padding collapsed.
+fn shown_rule(r: &plumb_ruleset::Rule) -> String {
+    let text = super::rule_body_text(r);
+    if !matches!(r.body, plumb_ruleset::RuleBody::Approximate(_)) {
+        return text.to_string();
+    }
+    let skip = if r.counters.is_some() { 2 } else { 0 };
+    text.split_whitespace()
+        .skip(skip)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The finding of `id` from the flows judged (INPUT blocks go to `input-drop-blocks-node`,
@@ -762,10 +857,14 @@ fn finding(
         return Finding::problem(id, severity, title)
             .with_evidence(evidence)
             .explain(explanation)
-            .fix(if id == ID_INPUT {
+            .fix(match &b0.nft {
+                Some((table, chain)) if id == ID_INPUT => format!("Accept the node's ports before the drop (for example `nft insert rule {table} {chain} tcp dport 10250 accept`, and the CNI's port), or open them in the firewall's own configuration (nftables.conf, the firewalld zone)."),
+                Some((table, chain)) => format!("Accept forwarding for the pod network before the drop (for example `nft insert rule {table} {chain} ip saddr <pod CIDR> accept` and `ip daddr <pod CIDR>`), or in the firewall's own configuration (nftables.conf, the firewalld zone)."),
+                None => if id == ID_INPUT {
                 "Accept the node's ports before the catch-all REJECT/DROP (for example `iptables -I INPUT -p tcp --dport 10250 -j ACCEPT`, and the CNI's port), or remove the host firewall's catch-all on Kubernetes nodes (RHEL/CentOS: `systemctl disable --now iptables` of iptables-services; firewalld: open the ports in the zone)."
             } else {
                 "Accept forwarding for the pod network before the catch-all (for example `iptables -I FORWARD -s <pod CIDR> -j ACCEPT` and `-d <pod CIDR>`), or remove the host firewall's FORWARD catch-all on Kubernetes nodes."
+            }.to_string(),
             })
             .do_not(DO_NOT_FLUSH);
     }

@@ -4,7 +4,7 @@
 
 use crate::facts::Facts;
 use plumb_ruleset::iptables::XtBuf;
-use plumb_ruleset::{Family, Rule, RuleBody, Table};
+use plumb_ruleset::{Backend, Family, Hook, Rule, RuleBody, Table};
 use plumb_trace::Proto;
 use plumb_trace::addr::Cidr;
 use std::net::IpAddr;
@@ -49,6 +49,9 @@ pub struct NodeModel {
     pub node_inbound: Vec<NodePort>,
     /// The nat table of this family is in the input (ClusterIP flows need it).
     pub has_nat: bool,
+    /// Addresses of this node the rules name: kube-proxy's nftables `nodeport-ips`
+    /// set (its `--nodeport-addresses`, by default the node's addresses).
+    pub node_addrs: Vec<IpAddr>,
 }
 
 /// Chain-name prefixes of the CNIs, for evidence.
@@ -120,8 +123,26 @@ pub fn infer(facts: &Facts<'_>, family: Family) -> NodeModel {
         v6,
         ..Default::default()
     };
-    let tables: Vec<&Table> = facts.xt_tables().filter(|t| t.family == family).collect();
-    m.has_nat = tables.iter().any(|t| &*t.name == "nat");
+    let tables: Vec<&Table> = facts
+        .ruleset
+        .tables
+        .iter()
+        .filter(|t| {
+            t.family == family || (t.backend == Backend::Nftables && t.family == Family::Inet)
+        })
+        .collect();
+    // The nat table, or an nft chain of type nat on prerouting (kube-proxy's
+    // nftables mode): ClusterIP flows need the DNAT.
+    m.has_nat = tables.iter().any(|t| {
+        if t.backend != Backend::Nftables {
+            return &*t.name == "nat";
+        }
+        t.chains.iter().any(|c| {
+            c.base.as_ref().is_some_and(|b| {
+                b.hook == Hook::Prerouting && b.chain_type.as_deref() == Some("nat")
+            })
+        })
+    });
     let mut buf = XtBuf::default();
     let add_pod = |m: &mut NodeModel, c: Cidr, text: &str| {
         if !m.pod_cidrs.iter().any(|(x, _)| *x == c) {
@@ -155,16 +176,52 @@ pub fn infer(facts: &Facts<'_>, family: Family) -> NodeModel {
                     }
                 }
             }
-            if per_service_chain(&c.name) {
+            // kube-proxy's nftables mode: `ip daddr X tcp dport N ip saddr != POD_CIDR
+            // jump mark-for-masquerade` opens each service chain (its --cluster-cidr).
+            let nft_kube_proxy = t.backend == Backend::Nftables && &*t.name == "kube-proxy";
+            if nft_kube_proxy && m.node_addrs.is_empty() {
+                m.node_addrs = t
+                    .sets
+                    .iter()
+                    .filter(|set| &*set.name == "nodeport-ips")
+                    .flat_map(|set| &set.elements)
+                    .filter_map(|e| e.key_text.trim().parse::<IpAddr>().ok())
+                    .filter(|a| a.is_ipv6() == v6)
+                    .collect();
+            }
+            if nft_kube_proxy && c.name.starts_with("service-") {
+                svc_chains += 1;
+                if svc_chains <= 32 {
+                    for r in c.rules.iter().take(2) {
+                        if let Some(cidr) = nft_masq_exempt(&r.text, v6) {
+                            add_pod(&mut m, cidr, r.text.trim());
+                        }
+                    }
+                }
+                continue;
+            }
+            if per_service_chain(&c.name)
+                || (nft_kube_proxy
+                    && ["endpoint-", "external-", "firewall-"]
+                        .iter()
+                        .any(|p| c.name.starts_with(p)))
+            {
                 continue;
             }
             let flannel = c.name.starts_with("FLANNEL");
             // Interface names of the CNI's devices are in the CNI's and the host's
             // chains, not in kube-proxy's (tens of thousands of rules on big clusters).
             let scan = !c.name.starts_with("KUBE-") || c.name.starts_with("KUBE-ROUTER");
+            let postrouting = &*c.name == "POSTROUTING";
+            if !scan && !flannel && !postrouting {
+                continue;
+            }
             for r in &c.rules {
                 if scan {
                     texts.push(r.text.trim());
+                }
+                if !flannel && !postrouting {
+                    continue;
                 }
                 // Flannel's rules name its network (`-s 10.244.0.0/16 -j ACCEPT` in
                 // FLANNEL-FWD, `-s 10.244.0.0/16 -d 10.244.0.0/16 -j RETURN`); old flannel
@@ -177,7 +234,7 @@ pub fn infer(facts: &Facts<'_>, family: Family) -> NodeModel {
                 {
                     add_pod(&mut m, cidr, r.text.trim());
                 }
-                if &*c.name == "POSTROUTING"
+                if postrouting
                     && target_of(r).as_deref() == Some("MASQUERADE")
                     && let Some((false, s)) = &src
                     && let Some((true, d)) = addr_of(r, &mut buf, true)
@@ -189,56 +246,77 @@ pub fn infer(facts: &Facts<'_>, family: Family) -> NodeModel {
             }
         }
     }
+    // The recovered service map (Facts holds it): every ClusterIP, and the few
+    // services whose flows are traced (the API, kube-dns, two NodePorts). Only those
+    // few have their endpoints read; the rest cost a push each.
     for map in facts.services.iter().filter(|s| s.family == family) {
         for s in &map.services {
             let Some(ip) = s.cluster_ip else { continue };
-            if !m.cluster_ips.contains(&ip) {
-                m.cluster_ips.push(ip);
-            }
+            m.cluster_ips.push(ip);
+            let Some(port) = s.port.filter(|p| *p != 0) else {
+                continue;
+            };
             let proto = match s.protocol.as_deref() {
                 Some("udp") => Proto::Udp,
                 Some("sctp") => Proto::Other(132),
                 _ => Proto::Tcp,
             };
-            let name = s.name.clone().unwrap_or_default();
+            let name = s.name.as_deref().unwrap_or_default();
+            let api = m.api.is_none()
+                && matches!(name, "default/kubernetes:https" | "default/kubernetes");
+            let dns = !api
+                && m.dns.is_none()
+                && name.starts_with("kube-system/kube-dns:")
+                && proto == Proto::Udp
+                && port == 53;
+            let node_ports = m.node_ports.len() < 2 && !s.node_ports.is_empty();
+            if !(api || dns || node_ports) {
+                continue;
+            }
             let endpoints: Vec<(IpAddr, u16)> = s
                 .endpoints
                 .iter()
                 .filter_map(|e| parse_endpoint(e.address.as_deref()?))
                 .collect();
-            let port = ServicePort {
-                name: name.clone(),
+            let service = ServicePort {
+                name: name.to_string(),
                 cluster_ip: ip,
-                port: s.port.unwrap_or(0),
+                port,
                 proto,
                 endpoints,
             };
-            if port.port == 0 {
+            if service.endpoints.is_empty() {
+                if api {
+                    m.api = Some(service);
+                }
                 continue;
             }
-            if (name == "default/kubernetes:https" || name == "default/kubernetes")
-                && m.api.is_none()
-            {
-                m.api = Some(port.clone());
-            } else if name.starts_with("kube-system/kube-dns:")
-                && proto == Proto::Udp
-                && port.port == 53
-                && !port.endpoints.is_empty()
-                && m.dns.is_none()
-            {
-                m.dns = Some(port.clone());
-            }
-            if !port.endpoints.is_empty() && m.node_ports.len() < 2 {
-                for &np in &s.node_ports {
-                    if m.node_ports.len() < 2 {
-                        m.node_ports.push((np, proto, name.clone()));
-                    }
+            for &np in &s.node_ports {
+                if m.node_ports.len() < 2 {
+                    m.node_ports.push((np, proto, name.to_string()));
                 }
+            }
+            if api {
+                m.api = Some(service);
+            } else if dns {
+                m.dns = Some(service);
             }
         }
     }
+    // Sorted and deduplicated once: a Service has a ClusterIP per port.
+    m.cluster_ips.sort_unstable();
+    m.cluster_ips.dedup();
     m.node_inbound = node_inbound(&m, &texts);
     m
+}
+
+/// The network after `saddr !=` in kube-proxy's nft masquerade-marking rule.
+fn nft_masq_exempt(text: &str, v6: bool) -> Option<Cidr> {
+    if !text.contains("jump mark-for-masquerade") {
+        return None;
+    }
+    let (_, rest) = text.split_once("saddr != ")?;
+    network(rest.split_whitespace().next()?, v6)
 }
 
 /// `10.0.0.1:6443`, `[fd00::1]:6443`.
@@ -376,6 +454,18 @@ fn node_inbound(m: &NodeModel, texts: &[&str]) -> Vec<NodePort> {
             Some("if kube-router routes pod traffic with BGP"),
         );
     }
+    // RKE2 servers take agents' registrations on 9345/tcp (k3s uses 6443 for it). The
+    // rules cannot tell RKE2 from k3s or a server from an agent, only that the
+    // networks are theirs: always conditional.
+    if let Some(evidence) = k3s_family_evidence(m) {
+        push(
+            Proto::Tcp,
+            Some(9345),
+            "RKE2 supervisor (agents register with servers)",
+            evidence,
+            Some("if this node is an RKE2 server"),
+        );
+    }
     if has("weave") {
         push(
             Proto::Tcp,
@@ -386,4 +476,25 @@ fn node_inbound(m: &NodeModel, texts: &[&str]) -> Vec<NodePort> {
         );
     }
     out
+}
+
+/// Why the node looks like k3s or RKE2: their default service network (the API's
+/// ClusterIP 10.43.0.1) or pod network (10.42.0.0/16), which kubeadm and the clouds do
+/// not use.
+fn k3s_family_evidence(m: &NodeModel) -> Option<String> {
+    if m.v6 {
+        return None;
+    }
+    let k3s_api: IpAddr = std::net::Ipv4Addr::new(10, 43, 0, 1).into();
+    if let Some(api) = m.api.as_ref().filter(|a| a.cluster_ip == k3s_api) {
+        return Some(format!(
+            "the kubernetes Service is at {} (the service network of k3s and RKE2)",
+            api.cluster_ip
+        ));
+    }
+    let k3s_pods = Cidr::parse("10.42.0.0/16")?;
+    m.pod_cidrs
+        .iter()
+        .find(|(c, _)| *c == k3s_pods)
+        .map(|(_, text)| format!("the pod network is 10.42.0.0/16 (k3s's and RKE2's): {text}"))
 }

@@ -65,6 +65,16 @@ fn centos_catch_all_reject_in_input_blocks_kubelet_and_vxlan() {
     assert!(inp.is_problem(), "{inp:#?}");
     assert!(inp.title.contains("10250/tcp"), "{}", inp.title);
     assert!(inp.title.contains("8472/udp"), "{}", inp.title);
+    // The generated node uses k3s's networks: RKE2's supervisor port is named, only as
+    // "may be" (the rules cannot tell an RKE2 server).
+    assert!(!inp.title.contains("9345"), "{}", inp.title);
+    assert!(
+        inp.explanation
+            .contains("9345/tcp from other nodes (RKE2 supervisor")
+            && inp.explanation.contains("if this node is an RKE2 server"),
+        "{}",
+        inp.explanation
+    );
     // The evidence is the REJECT rule itself, with its line.
     let ev = inp.evidence.last().unwrap();
     assert!(ev.text.contains("icmp-host-prohibited"), "{ev:?}");
@@ -99,6 +109,7 @@ fn reject_after_the_cni_and_node_accepts_is_not_a_problem() {
             "-p tcp -m tcp --dport 10250 -j ACCEPT",
             "-p udp -m udp --dport 8472 -j ACCEPT",
             "-p tcp -m tcp --dport 6443 -j ACCEPT",
+            "-p tcp -m tcp --dport 9345 -j ACCEPT",
             REJECT,
         ],
         &[REJECT],
@@ -111,6 +122,16 @@ fn reject_after_the_cni_and_node_accepts_is_not_a_problem() {
     assert_eq!(find(&f, ID_INPUT).status, Status::Ok, "{f:#?}");
     // kube-proxy's `! -s 10.42.0.0/16` rules name the pod network; the accepts cover it.
     assert_eq!(find(&f, ID_FORWARD).status, Status::Ok, "{f:#?}");
+    // Without the accept for RKE2's supervisor port: whether the node needs it is not
+    // in the rules (an RKE2 server does, k3s and agents do not), so not a problem.
+    let f = run(&text.replace("-A INPUT -p tcp -m tcp --dport 9345 -j ACCEPT\n", ""));
+    let inp = find(&f, ID_INPUT);
+    assert_eq!(inp.status, Status::Unknown, "{inp:#?}");
+    assert!(
+        inp.title.contains("9345/tcp") && inp.title.contains("RKE2 server"),
+        "{}",
+        inp.title
+    );
 }
 
 #[test]
@@ -171,6 +192,13 @@ fn listing_without_interfaces_is_never_a_problem() {
     let fwd = find(&f, ID_FORWARD);
     assert!(fwd.is_problem(), "{fwd:#?}");
     assert!(fwd.title.contains("stopped 5 packets"), "{}", fwd.title);
+    // The rule is shown without its counter columns and padding.
+    assert!(
+        fwd.title
+            .contains("(`DROP all -- * * 0.0.0.0/0 0.0.0.0/0`)"),
+        "{}",
+        fwd.title
+    );
     // With `-o weave` shown, the DROP is not a catch-all.
     let weave = v.replace(
         "DROP       all  --  *      *  ",
@@ -252,4 +280,58 @@ fn docker_published_ports_before_ufw_bypass_it() {
     assert_eq!(find(&f, ID_DOCKER_UFW).status, Status::Ok, "{f:#?}");
     // No forward-drop/input-drop findings on a host without Kubernetes.
     assert!(!f.iter().any(|x| x.id == ID_FORWARD || x.id == ID_INPUT));
+}
+
+#[test]
+fn forward_accepting_only_the_tunnel_blocks_pods_of_the_same_node() {
+    // FORWARD passes what enters or leaves the VXLAN device, then rejects: pods of
+    // different nodes may talk (through flannel.1), two pods of this node never do
+    // (neither side of their path is a tunnel).
+    let text = node_with(
+        &[],
+        &["-i flannel.1 -j ACCEPT", "-o flannel.1 -j ACCEPT", REJECT],
+    );
+    let f = run(&text);
+    let fwd = find(&f, ID_FORWARD);
+    assert!(fwd.is_problem(), "{fwd:#?}");
+    assert!(
+        fwd.title.contains("pod -> pod on this node"),
+        "{}",
+        fwd.title
+    );
+    assert!(
+        fwd.evidence
+            .iter()
+            .any(|e| e.text.contains("icmp-host-prohibited")),
+        "{:#?}",
+        fwd.evidence
+    );
+}
+
+#[test]
+fn docker_published_ports_before_ufw_bypass_it_on_ipv6() {
+    // ip6tables-save of a UFW host whose Docker publishes on IPv6: the same chains.
+    let text = "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n:DOCKER - [0:0]\n:DOCKER-USER - [0:0]\n:ufw6-before-forward - [0:0]\n:ufw6-before-input - [0:0]\n-A INPUT -j ufw6-before-input\n-A FORWARD -j DOCKER-USER\n-A FORWARD -o docker0 -j DOCKER\n-A FORWARD -j ufw6-before-forward\n-A DOCKER -d fd00:dead:beef::2/128 ! -i docker0 -o docker0 -p tcp -m tcp --dport 9443 -j ACCEPT\n-A DOCKER-USER -j RETURN\n-A ufw6-before-input -p tcp -m tcp --dport 22 -j ACCEPT\nCOMMIT\n";
+    let rs = plumb_ruleset::iptables::save::parse(
+        text,
+        &plumb_ruleset::iptables::save::IptablesInput {
+            family: Family::Ip6,
+            ..Default::default()
+        },
+    );
+    assert!(rs.tables.iter().all(|t| t.family == Family::Ip6));
+    let f = check(&Facts::new(
+        &rs,
+        crate::facts::Origin::File("d".into()),
+        false,
+    ));
+    let d: Vec<&Finding> = f.iter().filter(|x| x.id == ID_DOCKER_UFW).collect();
+    assert_eq!(d.len(), 1, "{f:#?}");
+    assert!(d[0].is_problem(), "{:#?}", d[0]);
+    assert!(d[0].title.starts_with("IPv6: "), "{}", d[0].title);
+    assert!(
+        d[0].title.contains("fd00:dead:beef::2:9443/tcp"),
+        "{}",
+        d[0].title
+    );
 }
