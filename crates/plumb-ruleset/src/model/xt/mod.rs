@@ -81,6 +81,7 @@ fn generic_option(word: &str) -> Option<(&'static str, bool)> {
         "-o" | "--out-interface" => ("-o", true),
         "-p" | "--protocol" => ("-p", true),
         "-f" | "--fragment" => ("-f", false),
+        "-c" | "--set-counters" => ("-c", true),
         _ => return None,
     })
 }
@@ -140,6 +141,7 @@ impl XtRule {
     pub fn validate(
         text: &str,
         words: &[Word],
+        chain: Option<&str>,
         scratch: &mut IndexScratch,
         problems: &mut Vec<SpecProblem>,
     ) {
@@ -148,7 +150,7 @@ impl XtRule {
         // What the grouping accepts, iptables-restore may still refuse: arity, option
         // names, values (`grammar`). One problem per rule is enough to say where.
         if problems.len() == before {
-            grammar::check(text, words, problems);
+            grammar::check(text, words, chain, problems);
         }
     }
 

@@ -173,12 +173,33 @@ impl<'a> StmtParser<'_, 'a> {
     /// Every statement of the rule, each with its text; always makes progress.
     pub(super) fn statements(&mut self) -> Vec<Statement> {
         let mut out = Vec::new();
+        // nft refuses any statement after a terminal one (a verdict other than
+        // `continue`, `reject`, `queue`, NAT): "Statement after terminal statement
+        // has no effect". A comment is no statement.
+        let mut terminal = false;
+        let diagnostics_before = self.r.ruleset.diagnostics.len();
         while self.i < self.toks.len() {
             let start = self.i;
             let kind = self.statement();
             if self.i == start {
                 self.i += 1; // always make progress
             }
+            if terminal
+                && !matches!(kind, StatementKind::Comment(_))
+                && self.r.ruleset.diagnostics.len() == diagnostics_before
+            {
+                let t = self.toks[start];
+                let text = self.span_text(start, self.i);
+                self.r.error(
+                    &t,
+                    "statement after a terminal statement (nft: Statement after terminal statement has no effect)",
+                    &text,
+                );
+            }
+            terminal |= matches!(
+                kind,
+                StatementKind::Verdict(ref v) if *v != Verdict::Continue
+            ) || matches!(kind, StatementKind::Nat { .. });
             out.push(Statement {
                 text: self.span_text(start, self.i),
                 kind,
