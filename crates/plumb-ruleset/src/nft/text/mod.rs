@@ -25,8 +25,8 @@ mod script;
 mod statement;
 
 use crate::diagnostic::Diagnostic;
-use crate::model::nft::Value;
-use crate::model::{Completeness, Location, Ruleset};
+use crate::model::nft::{StatementKind, Value, Verdict};
+use crate::model::{Completeness, Location, RuleBody, Ruleset};
 use lexer::{Tok, Token, column, tokenize};
 use script::builds_ruleset;
 use std::collections::{HashMap, HashSet};
@@ -297,6 +297,26 @@ fn undefined_set_references(rs: &mut Ruleset) {
     for t in &rs.tables {
         for c in &t.chains {
             for r in &c.rules {
+                // A jump or goto to a chain the table does not define is refused the same way.
+                if let RuleBody::Nft(rule) = &r.body {
+                    for s in &rule.statements {
+                        if let StatementKind::Verdict(Verdict::Jump(to) | Verdict::Goto(to)) =
+                            &s.kind
+                            && t.chain(to).is_none()
+                        {
+                            found.push(Diagnostic::error(
+                                r.location.line,
+                                r.location.column,
+                                format!(
+                                    "rule jumps to chain '{to}' that table {} {} does not define (nft: No such file or directory)",
+                                    t.family.as_str(),
+                                    t.name
+                                ),
+                                to,
+                            ));
+                        }
+                    }
+                }
                 for name in set_references(r.text.as_str()) {
                     if t.set(name).is_none() {
                         found.push(Diagnostic::error(

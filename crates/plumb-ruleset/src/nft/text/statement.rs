@@ -80,10 +80,70 @@ const SELECTOR_HEADS: &[&str] = &[
     "meta", "ct", "numgen", "jhash", "symhash", "fib", "socket", "osf", "ipsec", "rt", "exthdr",
     "inner",
 ];
+/// The states `ct state` matches.
+const CT_STATES: &[&str] = &["invalid", "established", "related", "new", "untracked"];
 /// Fields of `tcp option NAME FIELD`.
 const TCP_OPT_FIELDS: &[&str] = &[
     "kind", "length", "size", "count", "left", "right", "tsval", "tsecr", "value", "subtype",
 ];
+
+/// Whether `field` can follow protocol `proto` in a selector (`ip saddr`, `tcp dport`),
+/// for the protocols whose fields are listed here (others take any word).
+fn proto_field(proto: &str, field: &str) -> bool {
+    let fields: &[&str] = match proto {
+        "ip" => &[
+            "version",
+            "hdrlength",
+            "dscp",
+            "ecn",
+            "length",
+            "id",
+            "frag-off",
+            "ttl",
+            "protocol",
+            "checksum",
+            "saddr",
+            "daddr",
+        ],
+        "ip6" => &[
+            "version",
+            "dscp",
+            "ecn",
+            "flowlabel",
+            "length",
+            "nexthdr",
+            "hoplimit",
+            "saddr",
+            "daddr",
+        ],
+        "tcp" => &[
+            "sport", "dport", "sequence", "ackseq", "doff", "reserved", "flags", "window",
+            "checksum", "urgptr",
+        ],
+        "udp" => &["sport", "dport", "length", "checksum"],
+        "udplite" => &["sport", "dport", "csumcov", "checksum"],
+        "th" => &["sport", "dport"],
+        "icmp" => &[
+            "type", "code", "checksum", "id", "sequence", "gateway", "mtu",
+        ],
+        "icmpv6" => &[
+            "type",
+            "code",
+            "checksum",
+            "parameter-problem",
+            "packet-too-big",
+            "id",
+            "sequence",
+            "max-delay",
+            "taddr",
+            "daddr",
+        ],
+        "ether" => &["saddr", "daddr", "type"],
+        "vlan" => &["id", "dei", "cfi", "pcp", "type"],
+        _ => return true,
+    };
+    fields.contains(&field)
+}
 
 /// Whether a word starts a selector expression.
 fn is_selector_start(w: &str) -> bool {
@@ -194,6 +254,22 @@ impl<'a> StmtParser<'_, 'a> {
                     &t,
                     "statement after a terminal statement (nft: Statement after terminal statement has no effect)",
                     &text,
+                );
+            }
+            if let StatementKind::Match {
+                ref left,
+                right: Value::Single(ref v),
+                ..
+            } = kind
+                && left == "ct state"
+                && self.r.ruleset.diagnostics.len() == diagnostics_before
+                && let Some(bad) = v.split(',').find(|s| !CT_STATES.contains(s))
+            {
+                let t = self.toks[start];
+                self.r.error(
+                    &t,
+                    format!("'{bad}' is no conntrack state (nft: Could not parse conntrack state)"),
+                    bad,
                 );
             }
             terminal |= matches!(
@@ -642,6 +718,15 @@ impl<'a> StmtParser<'_, 'a> {
                     {
                         self.selector();
                     }
+                    Some(f) if self.cur_is_word() && !proto_field(w, f) => {
+                        let t = self.toks[self.i];
+                        self.i += 1;
+                        self.r.error(
+                            &t,
+                            format!("'{f}' is no field of '{w}' (nft: syntax error)"),
+                            f,
+                        );
+                    }
                     _ => {
                         self.bump_word(at);
                     }
@@ -1020,9 +1105,16 @@ mod tests {
     #[test]
     fn nat_mangle_log_reject() {
         let n = nft(
-            "meta mark set meta mark | 0x4000 ct state established,related log prefix \"x y\" level info dnat to 10.0.0.1:80 reject with icmp type host-unreachable",
+            "meta mark set meta mark | 0x4000 ct state established,related log prefix \"x y\" level info dnat to 10.0.0.1:80",
         );
-        let kinds: Vec<_> = n.statements.iter().map(|s| s.kind.clone()).collect();
+        // A rule ends at its first terminal statement (nft refuses more after it).
+        let reject = nft("reject with icmp type host-unreachable");
+        let kinds: Vec<_> = n
+            .statements
+            .iter()
+            .chain(&reject.statements)
+            .map(|s| s.kind.clone())
+            .collect();
         assert_eq!(
             kinds[0],
             StatementKind::Mangle {
