@@ -69,8 +69,14 @@ const VERDICTS: &[(&str, bool)] = &[
     // Every extension's options are known: unknown, ambiguous or argument-less ones
     // are refused, as are missing required options.
     ("-m ttl --ttl-eq 5 --bogus -j ACCEPT", false),
-    ("-m connbytes --connbytes0:1000 --connbytes-mode packets --connbytes-dir reply", false),
-    ("-m connbytes --connbytes 0:1000 --connbytes-mode packets --connbytes-dir reply", true),
+    (
+        "-m connbytes --connbytes0:1000 --connbytes-mode packets --connbytes-dir reply",
+        false,
+    ),
+    (
+        "-m connbytes --connbytes 0:1000 --connbytes-mode packets --connbytes-dir reply",
+        true,
+    ),
     ("-m hashlimit --hashlimit-upto 10/sec", false),
     ("-m string --algo bm", false),
     ("-m string --string x -j DROP", true),

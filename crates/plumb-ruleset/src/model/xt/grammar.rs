@@ -242,7 +242,11 @@ const MATCHES: &[(&str, Option<&[Opt]>)] = &[
     ),
     (
         "ah",
-        Some(&[("--ahspi", V::Range), ("--ahlen", V::U32), ("--ahres", V::Flag)]),
+        Some(&[
+            ("--ahspi", V::Range),
+            ("--ahlen", V::U32),
+            ("--ahres", V::Flag),
+        ]),
     ),
     (
         "bpf",
@@ -263,10 +267,16 @@ const MATCHES: &[(&str, Option<&[Opt]>)] = &[
         Some(&[
             ("--connbytes", V::Range),
             ("--connbytes-dir", V::Choice(&["original", "reply", "both"])),
-            ("--connbytes-mode", V::Choice(&["packets", "bytes", "avgpkt"])),
+            (
+                "--connbytes-mode",
+                V::Choice(&["packets", "bytes", "avgpkt"]),
+            ),
         ]),
     ),
-    ("connlabel", Some(&[("--label", V::Any), ("--set", V::Flag)])),
+    (
+        "connlabel",
+        Some(&[("--label", V::Any), ("--set", V::Flag)]),
+    ),
     (
         "connlimit",
         Some(&[
@@ -293,8 +303,14 @@ const MATCHES: &[(&str, Option<&[Opt]>)] = &[
         "devgroup",
         Some(&[("--src-group", V::Any), ("--dst-group", V::Any)]),
     ),
-    ("dscp", Some(&[("--dscp", V::U32), ("--dscp-class", V::Any)])),
-    ("dst", Some(&[("--dst-len", V::U32), ("--dst-opts", V::Any)])),
+    (
+        "dscp",
+        Some(&[("--dscp", V::U32), ("--dscp-class", V::Any)]),
+    ),
+    (
+        "dst",
+        Some(&[("--dst-len", V::U32), ("--dst-opts", V::Any)]),
+    ),
     (
         "ecn",
         Some(&[
@@ -335,16 +351,26 @@ const MATCHES: &[(&str, Option<&[Opt]>)] = &[
             ("--hashlimit-rate-interval", V::U32),
         ]),
     ),
-    ("hbh", Some(&[("--hbh-len", V::U32), ("--hbh-opts", V::Any)])),
+    (
+        "hbh",
+        Some(&[("--hbh-len", V::U32), ("--hbh-opts", V::Any)]),
+    ),
     (
         "hl",
-        Some(&[("--hl-eq", V::U32), ("--hl-lt", V::U32), ("--hl-gt", V::U32)]),
+        Some(&[
+            ("--hl-eq", V::U32),
+            ("--hl-lt", V::U32),
+            ("--hl-gt", V::U32),
+        ]),
     ),
     (
         "ipcomp",
         Some(&[("--ipcompspi", V::Range), ("--compres", V::Flag)]),
     ),
-    ("ipv6header", Some(&[("--header", V::Any), ("--soft", V::Flag)])),
+    (
+        "ipv6header",
+        Some(&[("--header", V::Any), ("--soft", V::Flag)]),
+    ),
     (
         "ipvs",
         Some(&[
@@ -637,7 +663,10 @@ const TARGETS: &[(&str, Option<&[Opt]>)] = &[
             ("--timeout", V::Any),
         ]),
     ),
-    ("DNPT", Some(&[("--src-pfx", V::Any), ("--dst-pfx", V::Any)])),
+    (
+        "DNPT",
+        Some(&[("--src-pfx", V::Any), ("--dst-pfx", V::Any)]),
+    ),
     (
         "DSCP",
         Some(&[("--set-dscp", V::U32), ("--set-dscp-class", V::Any)]),
@@ -704,7 +733,10 @@ const TARGETS: &[(&str, Option<&[Opt]>)] = &[
         ]),
     ),
     ("TCPOPTSTRIP", Some(&[("--strip-options", V::Any)])),
-    ("TEE", Some(&[("--gateway", V::Address), ("--oif", V::Interface)])),
+    (
+        "TEE",
+        Some(&[("--gateway", V::Address), ("--oif", V::Interface)]),
+    ),
     (
         "TOS",
         Some(&[
@@ -955,14 +987,19 @@ pub(super) fn check(
             i += 1; // `-c PACKETS BYTES`
             let bytes = words[i].value(text);
             if bytes.parse::<u64>().is_err() {
-                say(&words[i], format!("bad value {bytes:?} for -c: byte counter not numeric"));
+                say(
+                    &words[i],
+                    format!("bad value {bytes:?} for -c: byte counter not numeric"),
+                );
                 return;
             }
         }
         if matches!(kind, V::Prefix(_)) && unterminated(arg.raw(text)) {
             say(
                 arg,
-                format!("{raw}: an unterminated quote takes the line's end (iptables: Newlines not allowed)"),
+                format!(
+                    "{raw}: an unterminated quote takes the line's end (iptables: Newlines not allowed)"
+                ),
             );
             return;
         }
@@ -995,7 +1032,9 @@ pub(super) fn check(
     };
     if let Some(opt) = wrong_way
         && generic_seen.contains(&opt)
-        && let Some(w) = words.iter().find(|w| generic(w.raw(text)).is_some_and(|(s, _)| s == opt))
+        && let Some(w) = words
+            .iter()
+            .find(|w| generic(w.raw(text)).is_some_and(|(s, _)| s == opt))
     {
         problems.push(SpecProblem {
             offset: w.start as usize,
@@ -1454,8 +1493,7 @@ fn nat_range(v: &str) -> bool {
     let ports_ok = ports.is_none_or(|p| {
         let (range, offset) = p.split_once('/').map_or((p, None), |(r, o)| (r, Some(o)));
         !range.is_empty()
-            && range.split('-').count() <= 2
-            && range.split('-').all(port)
+            && (port(range) || range.split('-').count() <= 2 && range.split('-').all(port))
             && offset.is_none_or(port)
     });
     !(addrs.is_empty() && ports.is_none()) && addr_ok && ports_ok
@@ -1482,8 +1520,8 @@ fn unterminated(raw: &str) -> bool {
 fn state_prefix(s: &str, names: &[&str]) -> bool {
     !s.is_empty()
         && names.iter().any(|n| {
-        n.len() >= s.len() && n.as_bytes()[..s.len()].eq_ignore_ascii_case(s.as_bytes())
-    })
+            n.len() >= s.len() && n.as_bytes()[..s.len()].eq_ignore_ascii_case(s.as_bytes())
+        })
 }
 
 /// An IPv4 or IPv6 address with an optional `/prefix` or `/mask`.

@@ -132,9 +132,35 @@ pub(super) fn tokenize(text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
 /// Words a number glued to them ends at (`0bytes`, `22counter`, `10.0.0.1jump`): nft's
 /// scanner ends a number where a letter starts.
 const AFTER_NUMBER: &[&str] = &[
-    "accept", "drop", "return", "jump", "goto", "continue", "counter", "packets", "bytes",
-    "reject", "log", "comment", "ip", "ip6", "tcp", "udp", "meta", "ct", "iifname", "oifname",
-    "iif", "oif", "dnat", "snat", "masquerade", "redirect", "limit", "queue", "mark",
+    "accept",
+    "drop",
+    "return",
+    "jump",
+    "goto",
+    "continue",
+    "counter",
+    "packets",
+    "bytes",
+    "reject",
+    "log",
+    "comment",
+    "ip",
+    "ip6",
+    "tcp",
+    "udp",
+    "meta",
+    "ct",
+    "iifname",
+    "oifname",
+    "iif",
+    "oif",
+    "dnat",
+    "snat",
+    "masquerade",
+    "redirect",
+    "limit",
+    "queue",
+    "mark",
 ];
 
 /// Operators nft's scanner reads as tokens of their own even when glued to a word.

@@ -435,6 +435,12 @@ impl<'a> StmtParser<'_, 'a> {
                     StatementKind::Counter(None)
                 }
             }
+        } else if self.cur() == Some("packets")
+            && self.w(self.i + 1).is_some_and(|n| n.parse::<u64>().is_ok())
+        {
+            // `counter packets N` alone: nft takes the bytes as optional.
+            self.i += 2;
+            StatementKind::Counter(None)
         } else if self.cur() == Some("name") {
             // `counter name "c"` or `counter name ip saddr map { ... }`
             self.i += 1;
