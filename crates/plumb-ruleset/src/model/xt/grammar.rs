@@ -1469,7 +1469,7 @@ fn valid(kind: V, v: &str) -> Result<(), &'static str> {
 fn nat_range(v: &str) -> bool {
     let (addrs, ports) = if let Some(rest) = v.strip_prefix('[') {
         match rest.split_once(']') {
-            Some((a, p)) if p.is_empty() => (a, None),
+            Some((a, "")) => (a, None),
             Some((a, p)) => match p.strip_prefix(':') {
                 Some(p) => (a, Some(p)),
                 None => return false,

@@ -204,13 +204,13 @@ fn glued_end(b: &[u8], from: usize, end: usize) -> usize {
             return from + op.len();
         }
     }
-    if word[0].is_ascii_digit() && !word.starts_with(b"0x") && !word.contains(&b':') {
-        if let Some(k) = word.iter().position(|c| c.is_ascii_alphabetic()) {
-            let rest = std::str::from_utf8(&word[k..]).unwrap_or("");
-            if AFTER_NUMBER.contains(&rest) {
-                return from + k;
-            }
-        }
+    if word[0].is_ascii_digit()
+        && !word.starts_with(b"0x")
+        && !word.contains(&b':')
+        && let Some(k) = word.iter().position(|c| c.is_ascii_alphabetic())
+        && AFTER_NUMBER.contains(&std::str::from_utf8(&word[k..]).unwrap_or(""))
+    {
+        return from + k;
     }
     end
 }
