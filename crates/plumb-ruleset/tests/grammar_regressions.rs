@@ -212,6 +212,12 @@ fn an_undefined_nft_set_or_map_is_an_error_in_a_whole_ruleset_only() {
         errs[0].contains("'@nope'") && errs[1].contains("'@nomap'"),
         "{errs:#?}"
     );
+    // A jump to an undefined chain likewise; `nft list chain` output (one chain, no
+    // sets) shows neither the chains nor the sets it names.
+    let jump = "table ip t {\n\tchain a {\n\t}\n\tchain c {\n\t\tjump nope\n\t}\n}\n";
+    assert_eq!(errors(&plumb_ruleset::nft::parse_text(jump)).len(), 1);
+    let listed = "table ip nat {\n\tchain PREROUTING {\n\t\tjump OVN-KUBE-ETP\n\t\tip daddr @s accept\n\t}\n}\n";
+    assert!(errors(&plumb_ruleset::nft::parse_text(listed)).is_empty());
     // A script adding to a table in the kernel may name sets the kernel holds.
     let script = "add rule ip t c ip daddr @nope drop\n";
     assert!(errors(&plumb_ruleset::nft::parse_text(script)).is_empty());

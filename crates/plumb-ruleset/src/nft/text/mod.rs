@@ -285,9 +285,10 @@ fn collapse(s: &str) -> String {
     out
 }
 
-/// A rule that names a set or map (`@name`) its table does not define: `nft -f`
-/// refuses it ("Could not process rule: No such file or directory"). Only a whole
-/// ruleset can say so: a script that adds to tables in the kernel (partial) or a cut
+/// A rule that names a set or map (`@name`) or jumps to a chain its table does not
+/// define: `nft -f` refuses it ("Could not process rule: No such file or directory").
+/// Only a whole ruleset can say so (and not a table of one chain without sets, the
+/// shape `nft list chain` prints): a script that adds to tables in the kernel (partial) or a cut
 /// dump may name sets it does not show.
 fn undefined_set_references(rs: &mut Ruleset) {
     if rs.completeness != Completeness::Full {
@@ -295,6 +296,11 @@ fn undefined_set_references(rs: &mut Ruleset) {
     }
     let mut found = Vec::new();
     for t in &rs.tables {
+        // `nft list chain` prints its table holding that one chain and no sets: the
+        // chains and sets it names are not shown, not absent.
+        if t.chains.len() == 1 && t.sets.is_empty() {
+            continue;
+        }
         for c in &t.chains {
             for r in &c.rules {
                 // A jump or goto to a chain the table does not define is refused the same way.
