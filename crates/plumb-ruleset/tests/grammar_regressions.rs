@@ -51,7 +51,89 @@ const VERDICTS: &[(&str, bool)] = &[
     // inet_aton forms, unique prefixes of long options.
     ("-s 10.80 -j ACCEPT", true),
     ("-p tcp -m tcp --dpo 80 -j ACCEPT", true),
+    // A short option's value glued to it is getopt's argument (as current iptables
+    // reads it; 1.8.9 refused it for -s, -d, -p, -i, -o and -j).
+    ("-ptcp -s1.2.3.4 -d5.6.7.8/32 -ieth0 -jACCEPT", true),
+    ("-c1,2 -j ACCEPT", true),
+    ("-c 2,3 -j ACCEPT", true),
+    ("-c 2 ,3 -j ACCEPT", false),
+    // The negation's old place, as iptables-save 1.4 wrote it, is read.
+    ("-d ! 192.168.122.0/24 -j ACCEPT", true),
+    // Conntrack states are matched over the length given.
+    ("-m conntrack --ctstate REL -j ACCEPT", true),
+    ("-m conntrack --ctstate RELATED, -j ACCEPT", false),
+    // `--` ends the options; a word after it is refused, required options still are.
+    ("-j ACCEPT --", true),
+    ("-j ACCEPT -- x", false),
+    ("-m comment --", false),
+    // Every extension's options are known: unknown, ambiguous or argument-less ones
+    // are refused, as are missing required options.
+    ("-m ttl --ttl-eq 5 --bogus -j ACCEPT", false),
+    (
+        "-m connbytes --connbytes0:1000 --connbytes-mode packets --connbytes-dir reply",
+        false,
+    ),
+    (
+        "-m connbytes --connbytes 0:1000 --connbytes-mode packets --connbytes-dir reply",
+        true,
+    ),
+    ("-m hashlimit --hashlimit-upto 10/sec", false),
+    ("-m string --algo bm", false),
+    ("-m string --string x -j DROP", true),
+    ("-j IDLETIMER --ti", false),
+    ("-j AUDIT --type ac", false),
+    ("-m addrtype -j ACCEPT", false),
+    ("-m addrtype --dst-type LOCAL -j ACCEPT", true),
+    // Values: a NAT address, a log prefix whose quote runs to the line's end.
+    ("-p tcp -j DNAT --to-destination 172", false),
+    ("-p tcp -j DNAT --to-destination 10.0.0.1:80", true),
+    ("-j LOG --log-prefix \"open", false),
+    // multiport needs its protocol.
+    ("-m multiport --dports 80,443 -j ACCEPT", false),
+    ("-p tcp -m multiport --dports 80,443 -j ACCEPT", true),
+    // policy repeats its options after --next.
+    (
+        "-m policy --dir in --pol ipsec --strict --reqid 1 --spi 0x1 --proto esp --mode tunnel --tunnel-dst 10.0.0.0/8 --tunnel-src 10.0.0.0/8 --next --reqid 2",
+        true,
+    ),
 ];
+
+#[test]
+fn an_interface_the_chain_never_sees_is_refused() {
+    let rs = parse(
+        "*filter\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:X - [0:0]\n-A INPUT -o eth0 -j ACCEPT\n-A OUTPUT -i eth0 -j ACCEPT\n-A X -o eth0 -j ACCEPT\nCOMMIT\n",
+        &IptablesInput::default(),
+    );
+    let errs: Vec<_> = rs.errors().map(|d| d.line).collect();
+    assert_eq!(errs, [5, 6], "{:#?}", errors(&rs));
+}
+
+#[test]
+fn nft_statements_after_a_terminal_one_and_glued_tokens_are_judged_as_nft_judges_them() {
+    // (rule, nft -c accepts it), from nft 1.0.6.
+    const NFT: &[(&str, bool)] = &[
+        ("accept accept", false),
+        ("tcp dport 22 accept counter", false),
+        ("masquerade masquerade", false),
+        ("ip saddr 10.0.0.1 dnat to 10.0.0.2 accept", false),
+        ("accept comment \"x\"", true),
+        ("counter continue accept", true),
+        // nft's scanner splits these words.
+        ("counter packets 0bytes 0 accept", true),
+        ("tcp dport 22counter accept", true),
+        ("iifname\"lo\" accept", true),
+        ("accept comment\"x\"", true),
+        ("ip saddr@s accept", true),
+        ("iifname!= \"eth0\" accept", true),
+    ];
+    for &(rule, accepted) in NFT {
+        let text = format!(
+            "table ip t {{\n\tset s {{\n\t\ttype ipv4_addr\n\t}}\n\tchain c {{\n\t\t{rule}\n\t}}\n}}\n"
+        );
+        let errs = errors(&plumb_ruleset::nft::parse_text(&text));
+        assert_eq!(errs.is_empty(), accepted, "{rule}: {errs:?}");
+    }
+}
 
 #[test]
 fn glued_split_and_trailing_words_are_judged_as_iptables_restore_judges_them() {
@@ -130,6 +212,12 @@ fn an_undefined_nft_set_or_map_is_an_error_in_a_whole_ruleset_only() {
         errs[0].contains("'@nope'") && errs[1].contains("'@nomap'"),
         "{errs:#?}"
     );
+    // A jump to an undefined chain likewise; `nft list chain` output (one chain, no
+    // sets) shows neither the chains nor the sets it names.
+    let jump = "table ip t {\n\tchain a {\n\t}\n\tchain c {\n\t\tjump nope\n\t}\n}\n";
+    assert_eq!(errors(&plumb_ruleset::nft::parse_text(jump)).len(), 1);
+    let listed = "table ip nat {\n\tchain PREROUTING {\n\t\tjump OVN-KUBE-ETP\n\t\tip daddr @s accept\n\t}\n}\n";
+    assert!(errors(&plumb_ruleset::nft::parse_text(listed)).is_empty());
     // A script adding to a table in the kernel may name sets the kernel holds.
     let script = "add rule ip t c ip daddr @nope drop\n";
     assert!(errors(&plumb_ruleset::nft::parse_text(script)).is_empty());

@@ -18,6 +18,9 @@ struct Case {
     family: Family,
     rule: String,
     expected: String,
+    /// The table and first chain the file names for its rules (`*nat`, `:PREROUTING`).
+    table: String,
+    chain: String,
 }
 
 fn cases(dir: &std::path::Path) -> (Vec<Case>, usize) {
@@ -43,7 +46,15 @@ fn cases(dir: &std::path::Path) -> (Vec<Case>, usize) {
         } else {
             Family::Ip
         };
+        let mut table = "filter".to_string();
+        let mut chain = "INPUT".to_string();
         for (i, line) in common::read(&path).lines().enumerate() {
+            if let Some(t) = line.strip_prefix('*') {
+                table = t.trim().to_string();
+            }
+            if let Some(c) = line.strip_prefix(':') {
+                chain = c.split(',').next().unwrap_or("INPUT").trim().to_string();
+            }
             if line.starts_with('#')
                 || line.starts_with(':')
                 || line.starts_with('*')
@@ -72,6 +83,8 @@ fn cases(dir: &std::path::Path) -> (Vec<Case>, usize) {
                 family,
                 rule,
                 expected,
+                table: table.clone(),
+                chain: chain.clone(),
             });
         }
     }
@@ -91,7 +104,7 @@ fn ok_rules_print_in_saved_form() {
     );
     let mut failures = Vec::new();
     for c in &cases {
-        let text = format!("*filter\n-A INPUT {}\nCOMMIT\n", c.rule);
+        let text = format!("*{}\n-A {} {}\nCOMMIT\n", c.table, c.chain, c.rule);
         let input = IptablesInput {
             family: c.family,
             table: None,
@@ -106,7 +119,7 @@ fn ok_rules_print_in_saved_form() {
         let rule = &rs.tables[0]
             .chains
             .iter()
-            .find(|ch| &*ch.name == "INPUT")
+            .find(|ch| *ch.name == *c.chain)
             .unwrap()
             .rules[0];
         let mut printed = String::new();

@@ -190,7 +190,12 @@ fn prepare(line: &str, spec_at: usize, n: u32, bufs: &mut PrepareBufs) -> Prepar
         }
     }
     bufs.problems.clear();
-    XtRule::validate(line, words, &mut bufs.scratch, &mut bufs.problems);
+    // The chain: the word after `-A`/`-I` (the rule's words start after it).
+    let chain = line[..spec_at]
+        .split_whitespace()
+        .skip_while(|w| !matches!(*w, "-A" | "--append" | "-I" | "--insert"))
+        .nth(1);
+    XtRule::validate(line, words, chain, &mut bufs.scratch, &mut bufs.problems);
     let cell = XtCell::parsed(spec_at..spec_end, words, &bufs.scratch);
     for p in bufs.problems.drain(..) {
         let col = column_of(line, p.offset);

@@ -50,6 +50,18 @@ enum V {
     StatisticMode,
     /// A text of at most this many bytes.
     Text(usize),
+    /// A log prefix of at most this many bytes, without a newline (an unterminated
+    /// quote leaves the line's end in it).
+    Prefix(usize),
+    /// A TOS value: `value[/mask]` or one of the symbolic names.
+    Tos,
+    /// One of these words (case-insensitive).
+    Choice(&'static [&'static str]),
+    /// A comma-separated list of these words or prefixes of them (case-insensitive,
+    /// as `strncasecmp` over the length given compares them).
+    Choices(&'static [&'static str]),
+    /// A NAT range: `[ADDR[-ADDR]][:PORT[-PORT]]`, an IPv6 address in brackets.
+    NatRange,
     /// A rate `N[/second|minute|hour|day]`.
     Rate,
     /// An interface name (at most 15 bytes).
@@ -110,8 +122,8 @@ const MATCHES: &[(&str, Option<&[Opt]>)] = &[
     (
         "addrtype",
         Some(&[
-            ("--src-type", V::Any),
-            ("--dst-type", V::Any),
+            ("--src-type", V::Choices(ADDR_TYPES)),
+            ("--dst-type", V::Choices(ADDR_TYPES)),
             ("--limit-iface-in", V::Flag),
             ("--limit-iface-out", V::Flag),
         ]),
@@ -178,7 +190,22 @@ const MATCHES: &[(&str, Option<&[Opt]>)] = &[
             ("--suppl-groups", V::Flag),
         ]),
     ),
-    ("pkttype", Some(&[("--pkt-type", V::Any)])),
+    (
+        "pkttype",
+        Some(&[(
+            "--pkt-type",
+            V::Choice(&[
+                "unicast",
+                "broadcast",
+                "multicast",
+                "host",
+                "otherhost",
+                "outgoing",
+                "loopback",
+                "fastroute",
+            ]),
+        )]),
+    ),
     (
         "socket",
         Some(&[
@@ -213,43 +240,266 @@ const MATCHES: &[(&str, Option<&[Opt]>)] = &[
             ("--chunk-types", V::Two),
         ]),
     ),
-    ("ah", None),
-    ("bpf", None),
-    ("cgroup", None),
-    ("cluster", None),
-    ("connbytes", None),
-    ("connlabel", None),
-    ("connlimit", None),
-    ("cpu", None),
-    ("dccp", None),
-    ("devgroup", None),
-    ("dscp", None),
-    ("dst", None),
-    ("ecn", None),
-    ("esp", None),
-    ("eui64", None),
-    ("frag", None),
-    ("hashlimit", None),
-    ("hbh", None),
-    ("hl", None),
-    ("ipcomp", None),
-    ("ipv6header", None),
-    ("ipvs", None),
-    ("l2tp", None),
-    ("mh", None),
-    ("osf", None),
-    ("policy", None),
-    ("quota", None),
+    (
+        "ah",
+        Some(&[
+            ("--ahspi", V::Range),
+            ("--ahlen", V::U32),
+            ("--ahres", V::Flag),
+        ]),
+    ),
+    (
+        "bpf",
+        Some(&[("--bytecode", V::Any), ("--object-pinned", V::Any)]),
+    ),
+    ("cgroup", Some(&[("--path", V::Any), ("--cgroup", V::U32)])),
+    (
+        "cluster",
+        Some(&[
+            ("--cluster-total-nodes", V::U32),
+            ("--cluster-local-node", V::U32),
+            ("--cluster-local-nodemask", V::U32),
+            ("--cluster-hash-seed", V::U32),
+        ]),
+    ),
+    (
+        "connbytes",
+        Some(&[
+            ("--connbytes", V::Range),
+            ("--connbytes-dir", V::Choice(&["original", "reply", "both"])),
+            (
+                "--connbytes-mode",
+                V::Choice(&["packets", "bytes", "avgpkt"]),
+            ),
+        ]),
+    ),
+    (
+        "connlabel",
+        Some(&[("--label", V::Any), ("--set", V::Flag)]),
+    ),
+    (
+        "connlimit",
+        Some(&[
+            ("--connlimit-upto", V::U32),
+            ("--connlimit-above", V::U32),
+            ("--connlimit-mask", V::U32),
+            ("--connlimit-saddr", V::Flag),
+            ("--connlimit-daddr", V::Flag),
+        ]),
+    ),
+    ("cpu", Some(&[("--cpu", V::U32)])),
+    (
+        "dccp",
+        Some(&[
+            ("--sport", V::PortRange),
+            ("--source-port", V::PortRange),
+            ("--dport", V::PortRange),
+            ("--destination-port", V::PortRange),
+            ("--dccp-types", V::Any),
+            ("--dccp-option", V::U32),
+        ]),
+    ),
+    (
+        "devgroup",
+        Some(&[("--src-group", V::Any), ("--dst-group", V::Any)]),
+    ),
+    (
+        "dscp",
+        Some(&[("--dscp", V::U32), ("--dscp-class", V::Any)]),
+    ),
+    (
+        "dst",
+        Some(&[("--dst-len", V::U32), ("--dst-opts", V::Any)]),
+    ),
+    (
+        "ecn",
+        Some(&[
+            ("--ecn-tcp-cwr", V::Flag),
+            ("--ecn-tcp-ece", V::Flag),
+            ("--ecn-ip-ect", V::U32),
+        ]),
+    ),
+    ("esp", Some(&[("--espspi", V::Range)])),
+    ("eui64", Some(&[])),
+    (
+        "frag",
+        Some(&[
+            ("--fragid", V::Range),
+            ("--fraglen", V::U32),
+            ("--fragres", V::Flag),
+            ("--fragfirst", V::Flag),
+            ("--fragmore", V::Flag),
+            ("--fraglast", V::Flag),
+        ]),
+    ),
+    (
+        "hashlimit",
+        Some(&[
+            ("--hashlimit", V::Any),
+            ("--hashlimit-upto", V::Any),
+            ("--hashlimit-above", V::Any),
+            ("--hashlimit-burst", V::Any),
+            ("--hashlimit-mode", V::Any),
+            ("--hashlimit-srcmask", V::U32),
+            ("--hashlimit-dstmask", V::U32),
+            ("--hashlimit-name", V::Any),
+            ("--hashlimit-htable-size", V::U32),
+            ("--hashlimit-htable-max", V::U32),
+            ("--hashlimit-htable-gcinterval", V::U32),
+            ("--hashlimit-htable-expire", V::U32),
+            ("--hashlimit-rate-match", V::Flag),
+            ("--hashlimit-rate-interval", V::U32),
+        ]),
+    ),
+    (
+        "hbh",
+        Some(&[("--hbh-len", V::U32), ("--hbh-opts", V::Any)]),
+    ),
+    (
+        "hl",
+        Some(&[
+            ("--hl-eq", V::U32),
+            ("--hl-lt", V::U32),
+            ("--hl-gt", V::U32),
+        ]),
+    ),
+    (
+        "ipcomp",
+        Some(&[("--ipcompspi", V::Range), ("--compres", V::Flag)]),
+    ),
+    (
+        "ipv6header",
+        Some(&[("--header", V::Any), ("--soft", V::Flag)]),
+    ),
+    (
+        "ipvs",
+        Some(&[
+            ("--ipvs", V::Flag),
+            ("--vproto", V::Any),
+            ("--vaddr", V::Address),
+            ("--vport", V::PortRange),
+            ("--vdir", V::Any),
+            ("--vmethod", V::Any),
+            ("--vportctl", V::PortRange),
+        ]),
+    ),
+    (
+        "l2tp",
+        Some(&[
+            ("--tid", V::U32),
+            ("--sid", V::U32),
+            ("--pversion", V::U32),
+            ("--type", V::Any),
+        ]),
+    ),
+    ("mh", Some(&[("--mh-type", V::Any)])),
+    (
+        "osf",
+        Some(&[("--genre", V::Any), ("--ttl", V::U32), ("--log", V::U32)]),
+    ),
+    (
+        "policy",
+        Some(&[
+            ("--dir", V::Any),
+            ("--pol", V::Any),
+            ("--strict", V::Flag),
+            ("--reqid", V::U32),
+            ("--spi", V::U32),
+            ("--proto", V::Any),
+            ("--mode", V::Any),
+            ("--tunnel-src", V::Address),
+            ("--tunnel-dst", V::Address),
+            ("--next", V::Flag),
+        ]),
+    ),
+    ("quota", Some(&[("--quota", V::Any)])),
     ("rateest", None),
-    ("realm", None),
-    ("rt", None),
-    ("srh", None),
-    ("string", None),
-    ("time", None),
-    ("tos", None),
-    ("ttl", None),
-    ("u32", None),
-    ("unclean", None),
+    ("realm", Some(&[("--realm", V::Any)])),
+    (
+        "rt",
+        Some(&[
+            ("--rt-type", V::U32),
+            ("--rt-segsleft", V::Range),
+            ("--rt-len", V::U32),
+            ("--rt-0-res", V::Flag),
+            ("--rt-0-addrs", V::Any),
+            ("--rt-0-not-strict", V::Flag),
+        ]),
+    ),
+    (
+        "srh",
+        Some(&[
+            ("--srh-next-hdr", V::U32),
+            ("--srh-hdr-len-eq", V::U32),
+            ("--srh-hdr-len-gt", V::U32),
+            ("--srh-hdr-len-lt", V::U32),
+            ("--srh-segs-left-eq", V::U32),
+            ("--srh-segs-left-gt", V::U32),
+            ("--srh-segs-left-lt", V::U32),
+            ("--srh-last-entry-eq", V::U32),
+            ("--srh-last-entry-gt", V::U32),
+            ("--srh-last-entry-lt", V::U32),
+            ("--srh-tag", V::U32),
+            ("--srh-psid", V::Any),
+            ("--srh-nsid", V::Any),
+            ("--srh-lsid", V::Any),
+        ]),
+    ),
+    (
+        "string",
+        Some(&[
+            ("--from", V::U32),
+            ("--to", V::U32),
+            ("--algo", V::Any),
+            ("--string", V::Text(128)),
+            ("--hex-string", V::Any),
+            ("--icase", V::Flag),
+        ]),
+    ),
+    (
+        "time",
+        Some(&[
+            ("--datestart", V::Any),
+            ("--datestop", V::Any),
+            ("--timestart", V::Any),
+            ("--timestop", V::Any),
+            ("--monthdays", V::Any),
+            ("--weekdays", V::Any),
+            // The time match of iptables 1.3 (old dumps).
+            ("--days", V::Any),
+            ("--localtz", V::Flag),
+            ("--utc", V::Flag),
+            ("--kerneltz", V::Flag),
+            ("--contiguous", V::Flag),
+        ]),
+    ),
+    ("tos", Some(&[("--tos", V::Tos)])),
+    (
+        "ttl",
+        Some(&[
+            ("--ttl-eq", V::U32),
+            ("--ttl-lt", V::U32),
+            ("--ttl-gt", V::U32),
+        ]),
+    ),
+    ("u32", Some(&[("--u32", V::Any)])),
+    ("unclean", Some(&[])),
+];
+
+/// Address types of the addrtype match.
+const ADDR_TYPES: &[&str] = &[
+    "UNSPEC",
+    "UNICAST",
+    "LOCAL",
+    "BROADCAST",
+    "ANYCAST",
+    "MULTICAST",
+    "BLACKHOLE",
+    "UNREACHABLE",
+    "PROHIBIT",
+    "THROW",
+    "NAT",
+    "XRESOLVE",
 ];
 
 const TCP: &[Opt] = &[
@@ -288,7 +538,7 @@ const TARGETS: &[(&str, Option<&[Opt]>)] = &[
     (
         "DNAT",
         Some(&[
-            ("--to-destination", V::Any),
+            ("--to-destination", V::NatRange),
             ("--random", V::Flag),
             ("--random-fully", V::Flag),
             ("--persistent", V::Flag),
@@ -297,7 +547,7 @@ const TARGETS: &[(&str, Option<&[Opt]>)] = &[
     (
         "SNAT",
         Some(&[
-            ("--to-source", V::Any),
+            ("--to-source", V::NatRange),
             ("--random", V::Flag),
             ("--random-fully", V::Flag),
             ("--persistent", V::Flag),
@@ -336,7 +586,7 @@ const TARGETS: &[(&str, Option<&[Opt]>)] = &[
         "LOG",
         Some(&[
             ("--log-level", V::Any),
-            ("--log-prefix", V::Text(29)),
+            ("--log-prefix", V::Prefix(29)),
             ("--log-tcp-sequence", V::Flag),
             ("--log-tcp-options", V::Flag),
             ("--log-ip-options", V::Flag),
@@ -379,29 +629,131 @@ const TARGETS: &[(&str, Option<&[Opt]>)] = &[
             ("--map-queue", V::Flag),
         ]),
     ),
-    ("AUDIT", None),
-    ("CHECKSUM", None),
-    ("CLASSIFY", None),
-    ("CLUSTERIP", None),
-    ("CONNSECMARK", None),
-    ("CT", None),
-    ("DNPT", None),
-    ("DSCP", None),
-    ("ECN", None),
-    ("HL", None),
+    (
+        "AUDIT",
+        Some(&[("--type", V::Choice(&["accept", "drop", "reject"]))]),
+    ),
+    ("CHECKSUM", Some(&[("--checksum-fill", V::Flag)])),
+    ("CLASSIFY", Some(&[("--set-class", V::Any)])),
+    (
+        "CLUSTERIP",
+        Some(&[
+            ("--new", V::Flag),
+            ("--hashmode", V::Any),
+            ("--clustermac", V::Any),
+            ("--total-nodes", V::U32),
+            ("--local-node", V::U32),
+            ("--hash-init", V::U32),
+        ]),
+    ),
+    (
+        "CONNSECMARK",
+        Some(&[("--save", V::Flag), ("--restore", V::Flag)]),
+    ),
+    (
+        "CT",
+        Some(&[
+            ("--notrack", V::Flag),
+            ("--ctevents", V::Any),
+            ("--expevents", V::Any),
+            ("--helper", V::Any),
+            ("--zone", V::Any),
+            ("--zone-orig", V::Any),
+            ("--zone-reply", V::Any),
+            ("--timeout", V::Any),
+        ]),
+    ),
+    (
+        "DNPT",
+        Some(&[("--src-pfx", V::Any), ("--dst-pfx", V::Any)]),
+    ),
+    (
+        "DSCP",
+        Some(&[("--set-dscp", V::U32), ("--set-dscp-class", V::Any)]),
+    ),
+    (
+        "ECN",
+        Some(&[
+            ("--ecn-tcp-remove", V::Flag),
+            ("--ecn-tcp-cwr", V::U32),
+            ("--ecn-tcp-ece", V::U32),
+            ("--ecn-ip-ect", V::U32),
+        ]),
+    ),
+    (
+        "HL",
+        Some(&[
+            ("--hl-set", V::U32),
+            ("--hl-dec", V::U32),
+            ("--hl-inc", V::U32),
+        ]),
+    ),
     ("HMARK", None),
-    ("IDLETIMER", None),
-    ("LED", None),
-    ("NETMAP", None),
-    ("NFLOG", None),
+    (
+        "IDLETIMER",
+        Some(&[
+            ("--timeout", V::U32),
+            ("--label", V::Any),
+            ("--alarm", V::Flag),
+        ]),
+    ),
+    (
+        "LED",
+        Some(&[
+            ("--led-trigger-id", V::Any),
+            ("--led-delay", V::Any),
+            ("--led-always-blink", V::Flag),
+        ]),
+    ),
+    ("NETMAP", Some(&[("--to", V::Any)])),
+    (
+        "NFLOG",
+        Some(&[
+            ("--nflog-group", V::U32),
+            ("--nflog-prefix", V::Prefix(usize::MAX)),
+            ("--nflog-range", V::U32),
+            ("--nflog-size", V::U32),
+            ("--nflog-threshold", V::U32),
+        ]),
+    ),
     ("RATEEST", None),
-    ("SECMARK", None),
-    ("SNPT", None),
-    ("SYNPROXY", None),
-    ("TCPOPTSTRIP", None),
-    ("TEE", None),
-    ("TOS", None),
-    ("TTL", None),
+    ("SECMARK", Some(&[("--selctx", V::Any)])),
+    (
+        "SNPT",
+        Some(&[("--src-pfx", V::Any), ("--dst-pfx", V::Any)]),
+    ),
+    (
+        "SYNPROXY",
+        Some(&[
+            ("--sack-perm", V::Flag),
+            ("--timestamp", V::Flag),
+            ("--ecn", V::Flag),
+            ("--wscale", V::U32),
+            ("--mss", V::U32),
+        ]),
+    ),
+    ("TCPOPTSTRIP", Some(&[("--strip-options", V::Any)])),
+    (
+        "TEE",
+        Some(&[("--gateway", V::Address), ("--oif", V::Interface)]),
+    ),
+    (
+        "TOS",
+        Some(&[
+            ("--set-tos", V::Tos),
+            ("--and-tos", V::U32),
+            ("--or-tos", V::U32),
+            ("--xor-tos", V::U32),
+        ]),
+    ),
+    (
+        "TTL",
+        Some(&[
+            ("--ttl-set", V::U32),
+            ("--ttl-dec", V::U32),
+            ("--ttl-inc", V::U32),
+        ]),
+    ),
     ("ULOG", None),
 ];
 
@@ -429,8 +781,14 @@ struct Loaded {
     seen: Vec<&'static str>,
 }
 
-/// Checks `words` of `text` as iptables-restore reads them; appends what it refuses.
-pub(super) fn check(text: &str, words: &[Word], problems: &mut Vec<SpecProblem>) {
+/// Checks `words` of `text` (a rule of `chain`, when known) as iptables-restore reads
+/// them; appends what it refuses.
+pub(super) fn check(
+    text: &str,
+    words: &[Word],
+    chain: Option<&str>,
+    problems: &mut Vec<SpecProblem>,
+) {
     let mut say = |w: &Word, message: String| {
         problems.push(SpecProblem {
             offset: w.start as usize,
@@ -441,6 +799,7 @@ pub(super) fn check(text: &str, words: &[Word], problems: &mut Vec<SpecProblem>)
     let mut target: Option<Loaded> = None;
     let mut generic_seen: Vec<&'static str> = Vec::new();
     let mut protocol: Option<String> = None;
+    let mut protocol_negated = false;
     let mut bang = false;
     let mut i = 0;
     while i < words.len() {
@@ -468,6 +827,25 @@ pub(super) fn check(text: &str, words: &[Word], problems: &mut Vec<SpecProblem>)
         }
         let negated = std::mem::take(&mut bang);
         let next = words.get(i + 1);
+        // A value glued to its short option (`-s10.0.0.1`, `-jACCEPT`) is getopt's
+        // argument, as current iptables reads it (iptables 1.8.9 took the whole word
+        // for -s, -d, -p, -i, -o and -j and refused it; upstream's own tests load
+        // `-ptcp -s1.2.3.4 -jACCEPT`): the splitter gives it as its own word.
+        if raw == "--" {
+            // getopt's end of options: any word after it is refused.
+            if let Some(n) = next {
+                say(
+                    n,
+                    "word after \"--\" (iptables: unknown arguments found on commandline)".into(),
+                );
+                return;
+            }
+            break;
+        }
+        if raw == "--help" {
+            // iptables' own --help: it prints the help and reads nothing further.
+            return;
+        }
         match raw {
             "-m" | "--match" => {
                 let Some(n) = next else {
@@ -560,7 +938,8 @@ pub(super) fn check(text: &str, words: &[Word], problems: &mut Vec<SpecProblem>)
                 Owner::Match(m) => &mut matches[m],
                 Owner::Target => target.as_mut().expect("found in it"),
             };
-            if loaded.seen.contains(&name) {
+            // policy repeats its element options after each `--next`.
+            if loaded.seen.contains(&name) && loaded.name != "policy" {
                 say(w, format!("multiple {name} flags are not allowed"));
                 return;
             }
@@ -575,7 +954,9 @@ pub(super) fn check(text: &str, words: &[Word], problems: &mut Vec<SpecProblem>)
         if arity == 0 {
             continue;
         }
-        // `--opt ! value`: the old place of the negation.
+        // `--opt ! value`: the negation's old place, which iptables-save up to 1.4
+        // wrote (`-d ! 10.0.0.0/8`). iptables 1.8 takes the "!" as the value and
+        // refuses the rule, but genuine old dumps hold it: read as that negation.
         if words.get(i).is_some_and(|w| w.is_bang(text)) {
             i += 1;
         }
@@ -604,12 +985,30 @@ pub(super) fn check(text: &str, words: &[Word], problems: &mut Vec<SpecProblem>)
             })
         {
             i += 1; // `-c PACKETS BYTES`
+            let bytes = words[i].value(text);
+            if bytes.parse::<u64>().is_err() {
+                say(
+                    &words[i],
+                    format!("bad value {bytes:?} for -c: byte counter not numeric"),
+                );
+                return;
+            }
+        }
+        if matches!(kind, V::Prefix(_)) && unterminated(arg.raw(text)) {
+            say(
+                arg,
+                format!(
+                    "{raw}: an unterminated quote takes the line's end (iptables: Newlines not allowed)"
+                ),
+            );
+            return;
         }
         if let Err(why) = valid(kind, &value) {
             say(arg, format!("bad value {value:?} for {raw}: {why}"));
             return;
         }
         if name == "-p" {
+            protocol_negated = negated;
             protocol = Some(value.to_ascii_lowercase());
             if !valid_protocol(&value) {
                 say(arg, format!("unknown protocol {value:?}"));
@@ -625,10 +1024,49 @@ pub(super) fn check(text: &str, words: &[Word], problems: &mut Vec<SpecProblem>)
         });
         return;
     }
+    // Built-in chains that see packets only one way refuse the other interface.
+    let wrong_way = match chain {
+        Some("PREROUTING" | "INPUT") => Some("-o"),
+        Some("POSTROUTING" | "OUTPUT") => Some("-i"),
+        _ => None,
+    };
+    if let Some(opt) = wrong_way
+        && generic_seen.contains(&opt)
+        && let Some(w) = words
+            .iter()
+            .find(|w| generic(w.raw(text)).is_some_and(|(s, _)| s == opt))
+    {
+        problems.push(SpecProblem {
+            offset: w.start as usize,
+            message: format!(
+                "{opt} in chain {}: iptables refuses it (Can't use {opt} with {})",
+                chain.unwrap_or_default(),
+                chain.unwrap_or_default()
+            ),
+        });
+        return;
+    }
+    if matches.iter().any(|m| m.name == "multiport")
+        && (protocol_negated
+            || !protocol.as_deref().is_some_and(|p| {
+                matches!(
+                    p,
+                    "tcp" | "udp" | "udplite" | "sctp" | "dccp" | "6" | "17" | "136" | "132" | "33"
+                )
+            }))
+    {
+        let at = words.first().map_or(0, |w| w.start as usize);
+        problems.push(SpecProblem {
+            offset: at,
+            message: "multiport needs -p tcp, udp, udplite, sctp or dccp".into(),
+        });
+        return;
+    }
     for l in matches.iter().chain(target.as_ref()) {
-        if let Some((_, one_of)) = REQUIRED.iter().find(|(n, _)| *n == l.name)
-            && !l.seen.iter().any(|s| one_of.contains(s))
-        {
+        for (_, one_of) in REQUIRED.iter().filter(|(n, _)| *n == l.name) {
+            if l.seen.iter().any(|s| one_of.contains(s)) {
+                continue;
+            }
             let at = words.last().map_or(0, |w| w.start as usize);
             problems.push(SpecProblem {
                 offset: at,
@@ -718,6 +1156,40 @@ const REQUIRED: &[(&str, &[&str])] = &[
     ("TCPMSS", &["--set-mss", "--clamp-mss-to-pmtu"]),
     ("TPROXY", &["--on-port"]),
     ("SET", &["--add-set", "--del-set", "--map-set"]),
+    ("DNAT", &["--to-destination"]),
+    ("addrtype", &["--src-type", "--dst-type"]),
+    ("icmp", &["--icmp-type"]),
+    ("recent", &["--set", "--rcheck", "--update", "--remove"]),
+    ("ecn", &["--ecn-tcp-cwr", "--ecn-tcp-ece", "--ecn-ip-ect"]),
+    ("connbytes", &["--connbytes"]),
+    ("connbytes", &["--connbytes-dir"]),
+    ("connbytes", &["--connbytes-mode"]),
+    ("cpu", &["--cpu"]),
+    ("dscp", &["--dscp", "--dscp-class"]),
+    ("hashlimit", &["--hashlimit-name"]),
+    (
+        "hashlimit",
+        &["--hashlimit", "--hashlimit-upto", "--hashlimit-above"],
+    ),
+    ("ipv6header", &["--header"]),
+    ("realm", &["--realm"]),
+    ("string", &["--string", "--hex-string"]),
+    // `--algo` too since iptables 1.3.6; older dumps have string matches without it.
+    ("tos", &["--tos"]),
+    ("ttl", &["--ttl-eq", "--ttl-lt", "--ttl-gt"]),
+    ("u32", &["--u32"]),
+    ("AUDIT", &["--type"]),
+    ("CHECKSUM", &["--checksum-fill"]),
+    ("CLASSIFY", &["--set-class"]),
+    ("CONNSECMARK", &["--save", "--restore"]),
+    ("DSCP", &["--set-dscp", "--set-dscp-class"]),
+    ("HL", &["--hl-set", "--hl-dec", "--hl-inc"]),
+    ("IDLETIMER", &["--timeout"]),
+    ("NETMAP", &["--to"]),
+    ("SECMARK", &["--selctx"]),
+    ("TEE", &["--gateway"]),
+    ("TOS", &["--set-tos", "--and-tos", "--or-tos", "--xor-tos"]),
+    ("TTL", &["--ttl-set", "--ttl-dec", "--ttl-inc"]),
 ];
 
 #[derive(Clone, Copy)]
@@ -932,22 +1404,46 @@ fn valid(kind: V, v: &str) -> Result<(), &'static str> {
             number(a).is_some_and(|n| n <= u32::MAX as u64)
                 && m.is_none_or(|m| number(m).is_some_and(|n| n <= u32::MAX as u64))
         }
+        // Each state is compared over the length given, case-insensitively
+        // (`strncasecmp`): any prefix of a state's name is that state.
         V::CtState => v.split(',').all(|s| {
-            matches!(
+            state_prefix(
                 s,
-                "INVALID" | "NEW" | "RELATED" | "ESTABLISHED" | "UNTRACKED" | "SNAT" | "DNAT"
+                &[
+                    "INVALID",
+                    "NEW",
+                    "ESTABLISHED",
+                    "RELATED",
+                    "UNTRACKED",
+                    "SNAT",
+                    "DNAT",
+                ],
             )
         }),
         V::State => v.split(',').all(|s| {
-            matches!(
+            state_prefix(
                 s,
-                "INVALID" | "NEW" | "RELATED" | "ESTABLISHED" | "UNTRACKED"
+                &["INVALID", "ESTABLISHED", "NEW", "RELATED", "UNTRACKED"],
             )
         }),
         V::Address => v.split(',').all(address),
         V::Probability => v.parse::<f64>().is_ok_and(|p| (0.0..=1.0).contains(&p)),
         V::StatisticMode => matches!(v, "random" | "nth"),
         V::Text(max) => v.len() <= max,
+        V::Choice(names) => names.iter().any(|n| n.eq_ignore_ascii_case(v)),
+        V::Choices(names) => v.split(',').all(|w| state_prefix(w, names)),
+        V::NatRange => nat_range(v),
+        V::Prefix(max) => v.len() <= max && !v.contains('\n'),
+        V::Tos => {
+            matches!(
+                v,
+                "Minimize-Delay"
+                    | "Maximize-Throughput"
+                    | "Maximize-Reliability"
+                    | "Minimize-Cost"
+                    | "Normal-Service"
+            ) || valid(V::Mark, v).is_ok()
+        }
         V::Rate => {
             let (n, unit) = v.split_once('/').map_or((v, None), |(n, u)| (n, Some(u)));
             n.parse::<u32>().is_ok_and(|n| n > 0)
@@ -966,6 +1462,66 @@ fn valid(kind: V, v: &str) -> Result<(), &'static str> {
     } else {
         Err("not a valid value for this option")
     }
+}
+
+/// `[ADDR[-ADDR]][:PORT[-PORT]]` as the NAT targets read it (IPv6 in brackets when a
+/// port follows).
+fn nat_range(v: &str) -> bool {
+    let (addrs, ports) = if let Some(rest) = v.strip_prefix('[') {
+        match rest.split_once(']') {
+            Some((a, "")) => (a, None),
+            Some((a, p)) => match p.strip_prefix(':') {
+                Some(p) => (a, Some(p)),
+                None => return false,
+            },
+            None => return false,
+        }
+    } else if v.matches(':').count() > 1 {
+        (v, None) // a bare IPv6 address or range
+    } else {
+        match v.split_once(':') {
+            Some((a, p)) => (a, Some(p)),
+            None => (v, None),
+        }
+    };
+    let addr_ok = addrs.is_empty()
+        || addrs.split('-').count() <= 2
+            && addrs.split('-').all(|a| {
+                a.parse::<std::net::Ipv4Addr>().is_ok() || a.parse::<std::net::Ipv6Addr>().is_ok()
+            });
+    // `PORT[-PORT][/OFFSET]`, ports by number or service name.
+    let ports_ok = ports.is_none_or(|p| {
+        let (range, offset) = p.split_once('/').map_or((p, None), |(r, o)| (r, Some(o)));
+        !range.is_empty()
+            && (port(range) || range.split('-').count() <= 2 && range.split('-').all(port))
+            && offset.is_none_or(port)
+    });
+    !(addrs.is_empty() && ports.is_none()) && addr_ok && ports_ok
+}
+
+/// Whether a word's quote is left open (iptables-restore then keeps the line's
+/// newline in the word).
+fn unterminated(raw: &str) -> bool {
+    let mut in_quotes = false;
+    let mut bytes = raw.bytes();
+    while let Some(b) = bytes.next() {
+        match b {
+            b'"' => in_quotes = !in_quotes,
+            b'\\' if in_quotes => {
+                bytes.next();
+            }
+            _ => {}
+        }
+    }
+    in_quotes
+}
+
+/// Whether `s` is a prefix (case-insensitive) of one of `names`.
+fn state_prefix(s: &str, names: &[&str]) -> bool {
+    !s.is_empty()
+        && names.iter().any(|n| {
+            n.len() >= s.len() && n.as_bytes()[..s.len()].eq_ignore_ascii_case(s.as_bytes())
+        })
 }
 
 /// An IPv4 or IPv6 address with an optional `/prefix` or `/mask`.

@@ -87,6 +87,7 @@ fn generic_option(word: &str) -> Option<(&'static str, bool)> {
         "-o" | "--out-interface" => ("-o", true),
         "-p" | "--protocol" => ("-p", true),
         "-f" | "--fragment" => ("-f", false),
+        "-c" | "--set-counters" => ("-c", true),
         _ => return None,
     })
 }
@@ -146,6 +147,7 @@ impl XtRule {
     pub fn validate(
         text: &str,
         words: &[Word],
+        chain: Option<&str>,
         scratch: &mut IndexScratch,
         problems: &mut Vec<SpecProblem>,
     ) {
@@ -154,7 +156,7 @@ impl XtRule {
         // What the grouping accepts, iptables-restore may still refuse: arity, option
         // names, values (`grammar`). One problem per rule is enough to say where.
         if problems.len() == before && !text.contains(OPTIONS_NOT_SHOWN) {
-            grammar::check(text, words, problems);
+            grammar::check(text, words, chain, problems);
         }
     }
 

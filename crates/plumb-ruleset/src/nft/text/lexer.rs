@@ -173,17 +173,108 @@ pub(super) fn tokenize(text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
                         _ => i += 1,
                     }
                 }
-                toks.push(Token {
-                    kind: Tok::Word,
-                    start,
-                    end: i,
-                    line,
-                    line_start,
-                });
+                let mut from = start;
+                while from < i {
+                    let to = glued_end(b, from, i);
+                    toks.push(Token {
+                        kind: Tok::Word,
+                        start: from,
+                        end: to,
+                        line,
+                        line_start,
+                    });
+                    from = to;
+                }
             }
         }
     }
     toks
+}
+
+/// Words a number glued to them ends at (`0bytes`, `22counter`, `10.0.0.1jump`): nft's
+/// scanner ends a number where a letter starts.
+const AFTER_NUMBER: &[&str] = &[
+    "accept",
+    "drop",
+    "return",
+    "jump",
+    "goto",
+    "continue",
+    "counter",
+    "packets",
+    "bytes",
+    "reject",
+    "log",
+    "comment",
+    "ip",
+    "ip6",
+    "tcp",
+    "udp",
+    "meta",
+    "ct",
+    "iifname",
+    "oifname",
+    "iif",
+    "oif",
+    "dnat",
+    "snat",
+    "masquerade",
+    "redirect",
+    "limit",
+    "queue",
+    "mark",
+];
+
+/// Operators nft's scanner reads as tokens of their own even when glued to a word.
+const GLUED_OPS: &[&str] = &["!=", "==", ">>", "<<", "|", "&"];
+
+/// Where the first token of the blank-free word `b[from..end]` ends, as nft's scanner
+/// splits it: a quoted string is a token of its own (`comment"x"`), a set reference's
+/// `@` starts one (`saddr@s`), an operator glued to a name is one (`iifname!=`,
+/// `|urg`), and a number ends where a statement word starts (`22counter`). Everything
+/// else stays one word (`10.0.0.1:80`, `established,related`, `1h30m`).
+fn glued_end(b: &[u8], from: usize, end: usize) -> usize {
+    let word = &b[from..end];
+    if word[0] == b'"' {
+        // The quoted string and what follows it.
+        return match word[1..].iter().position(|&c| c == b'"') {
+            Some(p) if from + p + 2 < end => from + p + 2,
+            _ => end,
+        };
+    }
+    if word[0].is_ascii_alphabetic() {
+        for (k, &c) in word.iter().enumerate().skip(1) {
+            if c == b'"' || c == b'@' {
+                return from + k;
+            }
+        }
+        for op in GLUED_OPS {
+            if word.len() > op.len() && word.ends_with(op.as_bytes()) {
+                let cut = word.len() - op.len();
+                if word[cut - 1].is_ascii_alphanumeric() {
+                    return from + cut;
+                }
+            }
+        }
+        return end;
+    }
+    for op in GLUED_OPS {
+        if word.len() > op.len()
+            && word.starts_with(op.as_bytes())
+            && word[op.len()].is_ascii_alphanumeric()
+        {
+            return from + op.len();
+        }
+    }
+    if word[0].is_ascii_digit()
+        && !word.starts_with(b"0x")
+        && !word.contains(&b':')
+        && let Some(k) = word.iter().position(|c| c.is_ascii_alphabetic())
+        && AFTER_NUMBER.contains(&std::str::from_utf8(&word[k..]).unwrap_or(""))
+    {
+        return from + k;
+    }
+    end
 }
 
 fn memchr_newline(b: &[u8], from: usize) -> usize {

@@ -25,8 +25,8 @@ mod script;
 mod statement;
 
 use crate::diagnostic::Diagnostic;
-use crate::model::nft::Value;
-use crate::model::{Completeness, Location, Ruleset};
+use crate::model::nft::{StatementKind, Value, Verdict};
+use crate::model::{Completeness, Location, RuleBody, Ruleset};
 use lexer::{Tok, Token, column, tokenize};
 use script::builds_ruleset;
 use std::collections::{HashMap, HashSet};
@@ -285,9 +285,10 @@ fn collapse(s: &str) -> String {
     out
 }
 
-/// A rule that names a set or map (`@name`) its table does not define: `nft -f`
-/// refuses it ("Could not process rule: No such file or directory"). Only a whole
-/// ruleset can say so: a script that adds to tables in the kernel (partial) or a cut
+/// A rule that names a set or map (`@name`) or jumps to a chain its table does not
+/// define: `nft -f` refuses it ("Could not process rule: No such file or directory").
+/// Only a whole ruleset can say so (and not a table of one chain without sets, the
+/// shape `nft list chain` prints): a script that adds to tables in the kernel (partial) or a cut
 /// dump may name sets it does not show.
 fn undefined_set_references(rs: &mut Ruleset) {
     if rs.completeness != Completeness::Full {
@@ -295,8 +296,33 @@ fn undefined_set_references(rs: &mut Ruleset) {
     }
     let mut found = Vec::new();
     for t in &rs.tables {
+        // `nft list chain` prints its table holding that one chain and no sets: the
+        // chains and sets it names are not shown, not absent.
+        if t.chains.len() == 1 && t.sets.is_empty() {
+            continue;
+        }
         for c in &t.chains {
             for r in &c.rules {
+                // A jump or goto to a chain the table does not define is refused the same way.
+                if let RuleBody::Nft(rule) = &r.body {
+                    for s in &rule.statements {
+                        if let StatementKind::Verdict(Verdict::Jump(to) | Verdict::Goto(to)) =
+                            &s.kind
+                            && t.chain(to).is_none()
+                        {
+                            found.push(Diagnostic::error(
+                                r.location.line,
+                                r.location.column,
+                                format!(
+                                    "rule jumps to chain '{to}' that table {} {} does not define (nft: No such file or directory)",
+                                    t.family.as_str(),
+                                    t.name
+                                ),
+                                to,
+                            ));
+                        }
+                    }
+                }
                 for name in set_references(r.text.as_str()) {
                     if t.set(name).is_none() {
                         found.push(Diagnostic::error(

@@ -80,10 +80,70 @@ const SELECTOR_HEADS: &[&str] = &[
     "meta", "ct", "numgen", "jhash", "symhash", "fib", "socket", "osf", "ipsec", "rt", "exthdr",
     "inner",
 ];
+/// The states `ct state` matches.
+const CT_STATES: &[&str] = &["invalid", "established", "related", "new", "untracked"];
 /// Fields of `tcp option NAME FIELD`.
 const TCP_OPT_FIELDS: &[&str] = &[
     "kind", "length", "size", "count", "left", "right", "tsval", "tsecr", "value", "subtype",
 ];
+
+/// Whether `field` can follow protocol `proto` in a selector (`ip saddr`, `tcp dport`),
+/// for the protocols whose fields are listed here (others take any word).
+fn proto_field(proto: &str, field: &str) -> bool {
+    let fields: &[&str] = match proto {
+        "ip" => &[
+            "version",
+            "hdrlength",
+            "dscp",
+            "ecn",
+            "length",
+            "id",
+            "frag-off",
+            "ttl",
+            "protocol",
+            "checksum",
+            "saddr",
+            "daddr",
+        ],
+        "ip6" => &[
+            "version",
+            "dscp",
+            "ecn",
+            "flowlabel",
+            "length",
+            "nexthdr",
+            "hoplimit",
+            "saddr",
+            "daddr",
+        ],
+        "tcp" => &[
+            "sport", "dport", "sequence", "ackseq", "doff", "reserved", "flags", "window",
+            "checksum", "urgptr",
+        ],
+        "udp" => &["sport", "dport", "length", "checksum"],
+        "udplite" => &["sport", "dport", "csumcov", "checksum"],
+        "th" => &["sport", "dport"],
+        "icmp" => &[
+            "type", "code", "checksum", "id", "sequence", "gateway", "mtu",
+        ],
+        "icmpv6" => &[
+            "type",
+            "code",
+            "checksum",
+            "parameter-problem",
+            "packet-too-big",
+            "id",
+            "sequence",
+            "max-delay",
+            "taddr",
+            "daddr",
+        ],
+        "ether" => &["saddr", "daddr", "type"],
+        "vlan" => &["id", "dei", "cfi", "pcp", "type"],
+        _ => return true,
+    };
+    fields.contains(&field)
+}
 
 /// Whether a word starts a selector expression.
 fn is_selector_start(w: &str) -> bool {
@@ -173,12 +233,49 @@ impl<'a> StmtParser<'_, 'a> {
     /// Every statement of the rule, each with its text; always makes progress.
     pub(super) fn statements(&mut self) -> Vec<Statement> {
         let mut out = Vec::new();
+        // nft refuses any statement after a terminal one (a verdict other than
+        // `continue`, `reject`, `queue`, NAT): "Statement after terminal statement
+        // has no effect". A comment is no statement.
+        let mut terminal = false;
+        let diagnostics_before = self.r.ruleset.diagnostics.len();
         while self.i < self.toks.len() {
             let start = self.i;
             let kind = self.statement();
             if self.i == start {
                 self.i += 1; // always make progress
             }
+            if terminal
+                && !matches!(kind, StatementKind::Comment(_))
+                && self.r.ruleset.diagnostics.len() == diagnostics_before
+            {
+                let t = self.toks[start];
+                let text = self.span_text(start, self.i);
+                self.r.error(
+                    &t,
+                    "statement after a terminal statement (nft: Statement after terminal statement has no effect)",
+                    &text,
+                );
+            }
+            if let StatementKind::Match {
+                ref left,
+                right: Value::Single(ref v),
+                ..
+            } = kind
+                && left == "ct state"
+                && self.r.ruleset.diagnostics.len() == diagnostics_before
+                && let Some(bad) = v.split(',').find(|s| !CT_STATES.contains(s))
+            {
+                let t = self.toks[start];
+                self.r.error(
+                    &t,
+                    format!("'{bad}' is no conntrack state (nft: Could not parse conntrack state)"),
+                    bad,
+                );
+            }
+            terminal |= matches!(
+                kind,
+                StatementKind::Verdict(ref v) if *v != Verdict::Continue
+            ) || matches!(kind, StatementKind::Nat { .. });
             out.push(Statement {
                 text: self.span_text(start, self.i),
                 kind,
@@ -343,6 +440,12 @@ impl<'a> StmtParser<'_, 'a> {
                     StatementKind::Counter(None)
                 }
             }
+        } else if self.cur() == Some("packets")
+            && self.w(self.i + 1).is_some_and(|n| n.parse::<u64>().is_ok())
+        {
+            // `counter packets N` alone: nft takes the bytes as optional.
+            self.i += 2;
+            StatementKind::Counter(None)
         } else if self.cur() == Some("name") {
             // `counter name "c"` or `counter name ip saddr map { ... }`
             self.i += 1;
@@ -634,6 +737,15 @@ impl<'a> StmtParser<'_, 'a> {
                             && matches!(w, "vxlan" | "geneve" | "gre" | "gretap") =>
                     {
                         self.selector();
+                    }
+                    Some(f) if self.cur_is_word() && !proto_field(w, f) => {
+                        let t = self.toks[self.i];
+                        self.i += 1;
+                        self.r.error(
+                            &t,
+                            format!("'{f}' is no field of '{w}' (nft: syntax error)"),
+                            f,
+                        );
                     }
                     _ => {
                         self.bump_word(at);
@@ -1019,9 +1131,16 @@ mod tests {
     #[test]
     fn nat_mangle_log_reject() {
         let n = nft(
-            "meta mark set meta mark | 0x4000 ct state established,related log prefix \"x y\" level info dnat to 10.0.0.1:80 reject with icmp type host-unreachable",
+            "meta mark set meta mark | 0x4000 ct state established,related log prefix \"x y\" level info dnat to 10.0.0.1:80",
         );
-        let kinds: Vec<_> = n.statements.iter().map(|s| s.kind.clone()).collect();
+        // A rule ends at its first terminal statement (nft refuses more after it).
+        let reject = nft("reject with icmp type host-unreachable");
+        let kinds: Vec<_> = n
+            .statements
+            .iter()
+            .chain(&reject.statements)
+            .map(|s| s.kind.clone())
+            .collect();
         assert_eq!(
             kinds[0],
             StatementKind::Mangle {
