@@ -159,7 +159,12 @@ fn xt_group(facts: &Facts, group: (Backend, Family), out: &mut Vec<Finding>) {
                 })
                 .count()
         });
-        if !svc_chains.is_empty() && captures == 0 {
+        // kube-proxy's userspace proxier (before 1.2's iptables mode, removed in 1.26)
+        // captures services in KUBE-PORTALS-*: KUBE-SVC chains beside it are another
+        // mode's leftovers, not a broken iptables proxier.
+        let userspace = nat.chain("KUBE-PORTALS-CONTAINER").is_some()
+            || nat.chain("KUBE-PORTALS-HOST").is_some();
+        if !svc_chains.is_empty() && captures == 0 && !userspace {
             let (title, ev): (String, Vec<Evidence>) = match services {
                 None => (
                     format!(
@@ -619,5 +624,15 @@ mod tests {
             "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:CILIUM_FORWARD - [0:0]\n:KUBE-FIREWALL - [0:0]\n-A FORWARD -j CILIUM_FORWARD\n-A INPUT -j KUBE-FIREWALL\nCOMMIT\n",
         );
         assert!(f.is_empty(), "{f:#?}");
+    }
+
+    #[test]
+    fn the_userspace_proxier_is_not_a_broken_iptables_proxier() {
+        let text = "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:KUBE-PORTALS-CONTAINER - [0:0]\n:KUBE-PORTALS-HOST - [0:0]\n:KUBE-SVC-1111111111111111 - [0:0]\n-A PREROUTING -m comment --comment \"handle ClusterIPs; NOTE: this must be before the NodePort rules\" -j KUBE-PORTALS-CONTAINER\n-A OUTPUT -j KUBE-PORTALS-HOST\nCOMMIT\n";
+        let f = run(text);
+        assert!(
+            !f.iter().any(|f| f.id == ID_MISSING && f.is_problem()),
+            "{f:#?}"
+        );
     }
 }
