@@ -628,7 +628,7 @@ mod tests {
 
     #[test]
     fn the_userspace_proxier_is_not_a_broken_iptables_proxier() {
-        let text = "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:KUBE-PORTALS-CONTAINER - [0:0]\n:KUBE-PORTALS-HOST - [0:0]\n:KUBE-SVC-1111111111111111 - [0:0]\n-A PREROUTING -m comment --comment \"handle ClusterIPs; NOTE: this must be before the NodePort rules\" -j KUBE-PORTALS-CONTAINER\n-A OUTPUT -j KUBE-PORTALS-HOST\nCOMMIT\n";
+        let text = "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:KUBE-PORTALS-CONTAINER - [0:0]\n:KUBE-PORTALS-HOST - [0:0]\n:KUBE-SVC-2222222222222222 - [0:0]\n-A PREROUTING -m comment --comment \"handle ClusterIPs; NOTE: this must be before the NodePort rules\" -j KUBE-PORTALS-CONTAINER\n-A OUTPUT -j KUBE-PORTALS-HOST\nCOMMIT\n";
         let f = run(text);
         assert!(
             !f.iter().any(|f| f.id == ID_MISSING && f.is_problem()),
