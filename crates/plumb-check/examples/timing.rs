@@ -57,7 +57,7 @@ fn run_once(path: &str, bytes: &[u8]) -> Vec<Phase> {
     phases.last_mut().expect("just pushed").note = format!("({n} CNIs; also inside facts)");
     let (c, w) = (cpu_ns(), Instant::now());
     for c in checks::ALL {
-        let n = timed(&mut phases, c.ids[0], || (c.check)(&facts).len());
+        let n = timed(&mut phases, c.ids[0].0, || (c.check)(&facts).len());
         phases.last_mut().expect("just pushed").note = format!("({n} findings)");
     }
     phases.push(Phase {

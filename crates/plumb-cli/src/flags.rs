@@ -103,6 +103,14 @@ pub enum Command {
     },
     /// Print plumb's man page (roff), e.g. `plumb man > /usr/local/share/man/man1/plumb.1`.
     Man,
+    /// What a finding id means and which command reports it; without an id, every id.
+    Explain {
+        /// A finding id (shell completions know them all).
+        #[arg(value_parser = finding_ids())]
+        id: Option<String>,
+        #[command(flatten)]
+        output: OutputFlags,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -336,6 +344,10 @@ pub struct WatchFlags {
 }
 
 /// The lab's scenario names, as clap's possible values (help and completions list them).
+fn finding_ids() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(crate::cmd::explain::catalogue().map(|e| e.id))
+}
+
 fn scenario_names() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(plumb_lab::Scenario::ALL.map(|s| s.name()))
 }

@@ -20,6 +20,9 @@ use plumb_findings::Finding;
 /// Id of the finding that says the facts show no Kubernetes node at all.
 pub const ID_NOT_A_NODE: &str = "not-a-kubernetes-node";
 
+/// Id of the finding that says no ruleset could be read, so the rules were not checked.
+pub const ID_RULESET_UNREADABLE: &str = "ruleset-unreadable";
+
 /// Signs that `facts` describe a Kubernetes node; empty when there is none.
 pub fn kubernetes_signs(facts: &Facts) -> Vec<String> {
     let mut signs = Vec::new();
@@ -88,7 +91,7 @@ pub fn diagnose(facts: &Facts) -> Report {
             plumb_check::run(&plumb_check::Facts::new(rs, origin, false))
         }
         None => vec![Finding::unknown(
-            "ruleset-unreadable",
+            ID_RULESET_UNREADABLE,
             plumb_findings::Severity::High,
             "no ruleset could be read, so kube-proxy's and the CNI's rules were not checked",
         )],

@@ -249,3 +249,27 @@ fn a_machine_that_is_not_a_node_has_nothing_to_diagnose() {
         Some("sysctl-requirement")
     );
 }
+
+#[test]
+fn every_node_check_id_is_in_the_catalogue() {
+    let check_ids: Vec<&str> = plumb_check::checks::ALL
+        .iter()
+        .flat_map(|c| c.ids.iter().map(|(id, _)| *id))
+        .collect();
+    let r = diagnose(&Facts::default());
+    let known: Vec<&str> = plumb_doctor::checks::CATALOGUE
+        .iter()
+        .map(|(id, _)| *id)
+        .collect();
+    for f in &r.findings {
+        assert!(
+            known.contains(&f.id.as_str()) || check_ids.contains(&f.id.as_str()),
+            "{} is not in plumb_doctor::checks::CATALOGUE",
+            f.id
+        );
+    }
+    let mut unique = known.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), known.len(), "an id is listed twice");
+}

@@ -19,8 +19,9 @@ use plumb_ruleset::owner::chain_name_owner;
 
 /// A check: its finding ids and the function that runs it.
 pub struct Check {
-    /// Ids of the findings it can emit.
-    pub ids: &'static [&'static str],
+    /// The findings it can emit: (id, what a problem with that id says).
+    pub ids: &'static [(&'static str, &'static str)],
+    /// What the check looks for, as a whole.
     pub summary: &'static str,
     pub check: fn(&Facts) -> Vec<Finding>,
 }
@@ -28,62 +29,123 @@ pub struct Check {
 /// Every check `plumb check` runs, in a fixed order.
 pub const ALL: &[Check] = &[
     Check {
-        ids: &[dangling::ID],
+        ids: &[(
+            dangling::ID,
+            "a rule jumps or goes to a chain, or a verdict map names a chain, that does not exist",
+        )],
         summary: "rules that jump or go to chains that do not exist",
         check: dangling::check,
     },
     Check {
         ids: &[
-            kube_proxy::ID_MISSING,
-            kube_proxy::ID_UNREACHABLE,
-            kube_proxy::ID_CANARY,
-            kube_proxy::ID_HASH,
+            (
+                kube_proxy::ID_MISSING,
+                "kube-proxy's top chains or their hooks from the built-in chains are missing",
+            ),
+            (
+                kube_proxy::ID_UNREACHABLE,
+                "service chains exist that nothing jumps to: those services get no DNAT",
+            ),
+            (
+                kube_proxy::ID_CANARY,
+                "the canary chains the kube-proxy generation writes are gone: something flushed or replaced the tables",
+            ),
+            (
+                kube_proxy::ID_HASH,
+                "a kube-proxy chain name is not the hash of the service its comment names (edited or foreign rules)",
+            ),
         ],
         summary: "kube-proxy present but its top chains, hooks, canaries or chain names are broken",
         check: kube_proxy::check,
     },
     Check {
-        ids: &[stale::ID],
+        ids: &[(
+            stale::ID,
+            "chains nothing references (by-design ones excepted), or empty portmap DNAT chains",
+        )],
         summary: "chains declared but never referenced",
         check: stale::check,
     },
     Check {
-        ids: &[backends::ID, backends::ID_MODE],
+        ids: &[
+            (
+                backends::ID,
+                "iptables-legacy and iptables-nft both hold Kubernetes rules: only one is in effect",
+            ),
+            (
+                backends::ID_MODE,
+                "kube-proxy rules of two modes (iptables and nftables) exist at once",
+            ),
+        ],
         summary: "iptables-legacy and iptables-nft (or nftables mode) both hold Kubernetes rules",
         check: backends::check,
     },
     Check {
-        ids: &[shadow::ID_FORWARD, shadow::ID_INPUT, shadow::ID_DOCKER_UFW],
+        ids: &[
+            (
+                shadow::ID_FORWARD,
+                "a host-firewall rule or policy in FORWARD stops pod traffic the node must forward",
+            ),
+            (
+                shadow::ID_INPUT,
+                "a host-firewall rule or policy in INPUT stops traffic the node must accept (kubelet, API, tunnels)",
+            ),
+            (
+                shadow::ID_DOCKER_UFW,
+                "Docker's FORWARD chains come before UFW's: published container ports bypass UFW",
+            ),
+        ],
         summary: "host firewall rules or policies that stop traffic a node needs (traced), and published Docker ports that bypass UFW",
         check: shadow::check,
     },
     Check {
-        ids: &[garbled_nat::ID],
+        ids: &[(
+            garbled_nat::ID,
+            "a DNAT/SNAT target without a usable address (iptables version skew)",
+        )],
         summary: "DNAT/SNAT targets without a usable address (iptables version skew)",
         check: garbled_nat::check,
     },
     Check {
-        ids: &[no_endpoints::ID],
+        ids: &[(
+            no_endpoints::ID,
+            "kube-proxy rejects a service because it has no ready endpoints",
+        )],
         summary: "services kube-proxy rejects because they have no endpoints",
         check: no_endpoints::check,
     },
     Check {
-        ids: &[duplicates::ID],
+        ids: &[(
+            duplicates::ID,
+            "a rule repeated in one chain whose later copy can never match (an appending writer)",
+        )],
         summary: "identical rules repeated in one chain",
         check: duplicates::check,
     },
     Check {
-        ids: &[nft_in_iptables::ID],
+        ids: &[(
+            nft_in_iptables::ID,
+            "a native nft rule inside a table iptables-nft manages: lost on the owner's next restore",
+        )],
         summary: "native nft rules inside tables iptables-nft manages",
         check: nft_in_iptables::check,
     },
     Check {
-        ids: &[cni::ID, cni::ID_MULTIPLE],
+        ids: &[
+            (
+                cni::ID,
+                "kube-proxy programs services but no CNI left any trace in netfilter",
+            ),
+            (cni::ID_MULTIPLE, "two pod-network CNIs are hooked at once"),
+        ],
         summary: "CNI chains missing although the CNI is evidently present, or two pod networks active at once",
         check: cni::check,
     },
     Check {
-        ids: &[flushed::ID],
+        ids: &[(
+            flushed::ID,
+            "a table was flushed: its chains are declared and all empty",
+        )],
         summary: "tables whose chains are all declared and all empty (flushed)",
         check: flushed::check,
     },

@@ -4,6 +4,7 @@
 mod check;
 mod collect;
 mod doctor;
+pub(crate) mod explain;
 mod input;
 mod lab;
 mod ruleset;
@@ -57,6 +58,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
             std::io::Write::write_all(&mut std::io::stdout().lock(), &script)?;
             Ok(Verdict::Clean)
         }
+        Command::Explain { id, output } => explain::run(id.as_deref(), output.json()),
         Command::Man => {
             use clap::CommandFactory;
             // Generated from the same definition as --help, so the two never disagree.

@@ -24,3 +24,81 @@ pub const ALL: &[fn(&Ctx) -> Vec<Finding>] = &[
     kernel::check,
     rbac::check,
 ];
+
+/// Every finding id the node checks emit, with what it says (for `plumb explain` and
+/// shell completions). A test keeps it in step with the checks.
+pub const CATALOGUE: &[(&str, &str)] = &[
+    (
+        connectivity::ID_CLUSTERIP,
+        "the `kubernetes` Service ClusterIP does not answer from this node",
+    ),
+    (
+        connectivity::ID_API,
+        "the API server behind it is not ready",
+    ),
+    (
+        agents::ID_TAMPER,
+        "a security agent reverts kube-proxy's or the CNI's rules (its log, or the chains vanishing under kube-proxy, show it)",
+    ),
+    (
+        agents::ID_PRESENT,
+        "a security agent that can rewrite netfilter runs on the node",
+    ),
+    (
+        firewall::ID_UFW,
+        "UFW is active and its FORWARD policy or rules stop pod traffic",
+    ),
+    (
+        firewall::ID_FIREWALLD,
+        "firewalld is active: a reload flushes and rebuilds the tables under kube-proxy",
+    ),
+    (
+        kube_proxy::ID_RESTORE,
+        "kube-proxy's iptables-restore fails (its chains were deleted under it)",
+    ),
+    (
+        kube_proxy::ID_UNHEALTHY,
+        "kube-proxy's /healthz is not 200, or it crash-loops",
+    ),
+    (
+        kube_proxy::ID_PROBES,
+        "kube-proxy's liveness probe uses /healthz (fails while it waits for the node) instead of /livez",
+    ),
+    (
+        kube_proxy::ID_IPTABLES,
+        "kube-proxy's iptables binary cannot write to this kernel (nf_tables generation errors)",
+    ),
+    (
+        kube_proxy::ID_NFT,
+        "kube-proxy in nftables mode cannot run the nft binary",
+    ),
+    (
+        kube_proxy::ID_CONNTRACK_PERM,
+        "kube-proxy may not set nf_conntrack_max (an unprivileged or containerised kube-proxy)",
+    ),
+    (
+        cni::ID,
+        "the CNI never finished initialising (no config, install-cni failing)",
+    ),
+    (
+        kernel::ID_SYSCTL,
+        "a sysctl Kubernetes networking needs is off (ip_forward, bridge-nf-call-iptables)",
+    ),
+    (
+        kernel::ID_MODULES,
+        "a kernel module Kubernetes networking needs is not loaded",
+    ),
+    (kernel::ID_CONNTRACK, "the conntrack table is nearly full"),
+    (
+        rbac::ID,
+        "RBAC denials that resolve themselves (a component starting before its role binding)",
+    ),
+    (
+        crate::ID_NOT_A_NODE,
+        "what was read is not a Kubernetes node",
+    ),
+    (
+        crate::ID_RULESET_UNREADABLE,
+        "no ruleset could be read, so kube-proxy's and the CNI's rules were not checked",
+    ),
+];
