@@ -74,7 +74,10 @@ struct Options {
 
 fn options(f: &Flags) -> Result<Options, String> {
     let churn = f.duration_or("endpoint-churn", Duration::ZERO)?;
-    let tools = Tools::new(f.get("iptables").unwrap_or("iptables"));
+    let mut tools = Tools::new(f.get("iptables").unwrap_or("iptables"));
+    if f.bool_or("model-nf-tables-einval", false)? {
+        tools = tools.with_nf_tables_refused();
+    }
     let drop = match f.get("drop-endpoints") {
         Some(svc) => Some((
             svc.to_string(),
@@ -300,6 +303,33 @@ impl Proxier {
             .run(&args)
             .map(|o| o.ok())
             .unwrap_or(false)
+    }
+
+    /// The monitor's set-up: `EnsureChain` of the canary in mangle, nat and filter; false
+    /// (logged as kube-proxy does) when iptables cannot create them.
+    fn setup_canaries(&self) -> bool {
+        for table in ["mangle", "nat", "filter"] {
+            let args = ["-t", table, "-N", "KUBE-PROXY-CANARY"].map(String::from);
+            match self.opts.tools.run(&args) {
+                // Exit 1 with "Chain already exists" is success for EnsureChain.
+                Ok(o) if o.ok() || o.combined.contains("already exists") => {}
+                Ok(o) => {
+                    log(klog(
+                        'E',
+                        "iptables.go:733",
+                        "Could not set up iptables canary",
+                        &[
+                            ("err", s(format!("error creating chain \"KUBE-PROXY-CANARY\": exit status {}: {}", o.code, o.combined.trim()))),
+                            ("table", s(table)),
+                            ("chain", s("KUBE-PROXY-CANARY")),
+                        ],
+                    ));
+                    return false;
+                }
+                Err(_) => return false,
+            }
+        }
+        true
     }
 
     fn canary_present(&self, table: &str) -> bool {
@@ -612,6 +642,9 @@ pub fn main(f: &Flags) -> Result<i32, String> {
     health.lock().expect("health lock").queued_update();
     let period = p.opts.sync_period;
     let mut next_sync = Instant::now();
+    // pkg/util/iptables Monitor: it first creates the canary chains; when that fails it
+    // logs "Could not set up iptables canary" and returns, so no monitor runs.
+    let monitor = p.setup_canaries();
     // The canary monitor runs on its own timer (its own goroutine in kube-proxy), out of
     // phase with the sync loop; the lab starts it half a period later.
     let mut next_canary = Instant::now() + period + period / 2;
@@ -640,7 +673,7 @@ pub fn main(f: &Flags) -> Result<i32, String> {
             next_churn = Some(now + c);
             next_sync = next_sync.min(last_sync + p.opts.min_sync_period);
         }
-        if now >= next_canary {
+        if monitor && now >= next_canary {
             if !p.canary_present("mangle") {
                 // pkg/util/iptables/monitor.go: log, wait (100 ms polls, up to 5 s) for the
                 // other tables' canaries to go too, then reload with a full sync.
@@ -675,7 +708,11 @@ pub fn main(f: &Flags) -> Result<i32, String> {
             next_sync = last_sync + period;
             continue;
         }
-        let mut wake = next_sync.min(next_canary);
+        let mut wake = if monitor {
+            next_sync.min(next_canary)
+        } else {
+            next_sync
+        };
         if let Some(c) = next_churn {
             wake = wake.min(c);
         }
