@@ -590,6 +590,11 @@ impl Lab {
         if plan.kube_proxy_nf_tables_refused {
             kp_args.push("--model-nf-tables-einval".into());
         }
+        if plan.felix.is_some() {
+            // No NodePort: Felix's chain prefixes do not cover KUBE-EXT-*, whose
+            // references would keep it from deleting KUBE-SVC-* (docs/lab.md).
+            kp_args.push("--cluster-ip-only".into());
+        }
         if let Some(svc) = plan.drop_endpoints {
             kp_args.push(format!("--drop-endpoints={svc}"));
             kp_args.push("--drop-endpoints-after=2s".into());

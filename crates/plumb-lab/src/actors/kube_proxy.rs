@@ -68,6 +68,8 @@ struct Options {
     drop_endpoints: Option<(String, Duration)>,
     version: String,
     model_ufw_lock: bool,
+    /// Only ClusterIP Services (`--cluster-ip-only`, a lab flag).
+    cluster_ip_only: bool,
     /// Full syncs get [`with_chain_cache_hint`] (nft backend, unless `--exact-restore-payload`).
     chain_cache_hint: bool,
 }
@@ -102,6 +104,7 @@ fn options(f: &Flags) -> Result<Options, String> {
         drop_endpoints: drop,
         version: f.get("version").unwrap_or("v1.31.4+rke2r1").to_string(),
         model_ufw_lock: f.bool_or("model-ufw-lock-contention", false)?,
+        cluster_ip_only: f.bool_or("cluster-ip-only", false)?,
         chain_cache_hint: !f.bool_or("exact-restore-payload", false)? && tools.is_nft(),
         tools,
     })
@@ -115,15 +118,34 @@ pub fn lab_cluster(
     node_ip: Ipv4Addr,
     api: SocketAddrV4,
 ) -> Cluster {
-    let mut cluster = generate(&GeneratorConfig {
+    lab_cluster_with(services, node_name, node_ip, api, false)
+}
+
+/// [`lab_cluster`], with only ClusterIP Services when `cluster_ip_only` (no NodePort,
+/// LoadBalancer or external IP, hence no KUBE-EXT/KUBE-FW chains).
+pub fn lab_cluster_with(
+    services: usize,
+    node_name: &str,
+    node_ip: Ipv4Addr,
+    api: SocketAddrV4,
+    cluster_ip_only: bool,
+) -> Cluster {
+    let mut config = GeneratorConfig {
         services: services.max(1),
         node_name: node_name.to_string(),
         node_ip,
         no_endpoints_fraction: 0.0,
         endpoints_per_service: 2,
         ..GeneratorConfig::default()
-    })
-    .expect("generator config is valid");
+    };
+    if cluster_ip_only {
+        config.nodeport_fraction = 0.0;
+        config.load_balancer_fraction = 0.0;
+        config.external_ip_fraction = 0.0;
+        config.local_policy_fraction = 0.0;
+        config.internal_local_fraction = 0.0;
+    }
+    let mut cluster = generate(&config).expect("generator config is valid");
     if let Some(k) = cluster
         .services
         .iter_mut()
@@ -624,11 +646,12 @@ pub fn main(f: &Flags) -> Result<i32, String> {
         "\"Caches are synced for service config\"",
         "Caches are synced for service config",
     ));
-    let cluster = lab_cluster(
+    let cluster = lab_cluster_with(
         opts.services,
         &opts.node_name,
         opts.node_ip,
         opts.api_endpoint,
+        opts.cluster_ip_only,
     );
     let mut p = Proxier {
         cluster,
