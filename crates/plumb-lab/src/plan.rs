@@ -150,7 +150,7 @@ impl Plan {
                 p.sync_period = Duration::from_secs(5);
                 p.host_port = true;
                 p.firewalld = Some(FirewalldPlan {
-                    first_reload: Duration::from_secs(2),
+                    first_reload: Duration::from_secs(6),
                     interval: Duration::from_secs(8),
                 });
             }
