@@ -256,9 +256,11 @@ fn stable_root_cause(scenario: Scenario, id: &str, wait: impl FnMut(&Lab) -> boo
     for n in 0..STABILITY_RUNS {
         // Bounded wait for this run's moment (the lab keeps cycling meanwhile).
         let at = start + step * n;
-        lab.wait_until("the next run's moment", step + Duration::from_secs(5), |_| {
-            std::time::Instant::now() >= at
-        })
+        lab.wait_until(
+            "the next run's moment",
+            step + Duration::from_secs(5),
+            |_| std::time::Instant::now() >= at,
+        )
         .unwrap();
         let bundle = collect(dir.path(), n);
         for (how, (code, report)) in [("live", doctor()), ("bundle", doctor_bundle(&bundle))] {
@@ -293,7 +295,10 @@ fn firewalld_reload_is_firewalld_on_every_run() {
     stable_root_cause(
         Scenario::FirewalldReload,
         "host-firewall-firewalld",
-        |l| l.pod_logs("kube-proxy").contains("Reloading after iptables flush"),
+        |l| {
+            l.pod_logs("kube-proxy")
+                .contains("Reloading after iptables flush")
+        },
         "kube-proxy's resync after a reload",
     );
 }

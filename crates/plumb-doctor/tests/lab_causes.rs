@@ -5,7 +5,9 @@
 
 use plumb_doctor::diagnose;
 use plumb_facts::parse::logs::{cri_lines, signal};
-use plumb_facts::{AgentSighting, Fact, Facts, LogFile, Process, pod_ref_from_path, restart_from_path};
+use plumb_facts::{
+    AgentSighting, Fact, Facts, LogFile, Process, pod_ref_from_path, restart_from_path,
+};
 use plumb_findings::{Severity, Status};
 
 fn log(path: &str, text: &str) -> LogFile {
@@ -48,7 +50,10 @@ fn process(pid: u32, comm: &str) -> Process {
 fn calico_facts(agent: bool) -> Facts {
     Facts {
         pod_logs: vec![log(KP, KP_LEGACY), log(FELIX, FELIX_LOG)],
-        processes: Fact::known(vec![process(210, "kube-proxy"), process(320, "calico-node")], "ps"),
+        processes: Fact::known(
+            vec![process(210, "kube-proxy"), process(320, "calico-node")],
+            "ps",
+        ),
         agents: if agent {
             vec![AgentSighting {
                 agent: "illumio-ven".into(),
@@ -65,11 +70,32 @@ fn calico_facts(agent: bool) -> Facts {
 #[test]
 fn calico_cleaning_kube_proxy_while_it_runs_is_the_cni_conflict() {
     let r = diagnose(&calico_facts(false));
-    assert_eq!(r.root_cause.as_deref(), Some("cni-kube-proxy-conflict"), "{:#?}", r.findings);
-    let f = r.findings.iter().find(|f| f.id == "cni-kube-proxy-conflict").unwrap();
-    assert!(f.evidence.iter().any(|e| e.text.contains("BPF enabled, configuring iptables layer")));
-    assert!(f.evidence.iter().any(|e| e.text.contains("Couldn't load target")));
-    assert!(f.remediation.iter().any(|x| x.contains("disable-kube-proxy")));
+    assert_eq!(
+        r.root_cause.as_deref(),
+        Some("cni-kube-proxy-conflict"),
+        "{:#?}",
+        r.findings
+    );
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "cni-kube-proxy-conflict")
+        .unwrap();
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.text.contains("BPF enabled, configuring iptables layer"))
+    );
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.text.contains("Couldn't load target"))
+    );
+    assert!(
+        f.remediation
+            .iter()
+            .any(|x| x.contains("disable-kube-proxy"))
+    );
 }
 
 /// An agent on the node with no log of its own would be inferred as the tamperer; Calico's
@@ -77,8 +103,17 @@ fn calico_cleaning_kube_proxy_while_it_runs_is_the_cni_conflict() {
 #[test]
 fn calico_cleanup_is_not_taken_for_an_agent_tampering() {
     let r = diagnose(&calico_facts(true));
-    assert_eq!(r.root_cause.as_deref(), Some("cni-kube-proxy-conflict"), "{:#?}", r.findings);
-    let tamper = r.findings.iter().find(|f| f.id == "security-agent-tamper").unwrap();
+    assert_eq!(
+        r.root_cause.as_deref(),
+        Some("cni-kube-proxy-conflict"),
+        "{:#?}",
+        r.findings
+    );
+    let tamper = r
+        .findings
+        .iter()
+        .find(|f| f.id == "security-agent-tamper")
+        .unwrap();
     assert_ne!(tamper.status, Status::Problem, "{tamper:?}");
 }
 
@@ -91,7 +126,11 @@ fn calico_cleanup_without_kube_proxy_is_no_conflict() {
         ..Facts::default()
     };
     let r = diagnose(&f);
-    let c = r.findings.iter().find(|f| f.id == "cni-kube-proxy-conflict").unwrap();
+    let c = r
+        .findings
+        .iter()
+        .find(|f| f.id == "cni-kube-proxy-conflict")
+        .unwrap();
     assert_eq!(c.status, Status::Ok, "{c:?}");
 }
 
@@ -133,12 +172,33 @@ fn reject_facts(save: &str) -> Facts {
 #[test]
 fn a_static_catch_all_reject_with_no_route_to_host_is_host_firewall_reject() {
     let r = diagnose(&reject_facts(REJECT_SAVE));
-    assert_eq!(r.root_cause.as_deref(), Some("host-firewall-reject"), "{:#?}", r.findings);
-    let f = r.findings.iter().find(|f| f.id == "host-firewall-reject").unwrap();
+    assert_eq!(
+        r.root_cause.as_deref(),
+        Some("host-firewall-reject"),
+        "{:#?}",
+        r.findings
+    );
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "host-firewall-reject")
+        .unwrap();
     assert_eq!(f.severity, Severity::High);
-    assert!(f.evidence.iter().any(|e| e.text == "-A FORWARD -j REJECT --reject-with icmp-host-prohibited"));
-    assert!(f.evidence.iter().any(|e| e.text.contains("connect: no route to host")));
-    assert!(f.remediation.iter().any(|x| x.contains("systemctl disable --now iptables")));
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.text == "-A FORWARD -j REJECT --reject-with icmp-host-prohibited")
+    );
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.text.contains("connect: no route to host"))
+    );
+    assert!(
+        f.remediation
+            .iter()
+            .any(|x| x.contains("systemctl disable --now iptables"))
+    );
 }
 
 /// The same REJECT written by firewalld's iptables backend (its zone chains present) is
@@ -155,11 +215,28 @@ fn firewalld_s_reject_is_firewalld() {
         "2026-11-30T08:00:07.000000001Z stderr F I1130 08:00:07.000001 1 iptables.go:751] \"IPTables canary deleted\" table=\"mangle\" chain=\"KUBE-PROXY-CANARY\"\n",
     ));
     let r = diagnose(&f);
-    assert_eq!(r.root_cause.as_deref(), Some("host-firewall-firewalld"), "{:#?}", r.findings);
-    let fw = r.findings.iter().find(|f| f.id == "host-firewall-firewalld").unwrap();
+    assert_eq!(
+        r.root_cause.as_deref(),
+        Some("host-firewall-firewalld"),
+        "{:#?}",
+        r.findings
+    );
+    let fw = r
+        .findings
+        .iter()
+        .find(|f| f.id == "host-firewall-firewalld")
+        .unwrap();
     assert_eq!(fw.severity, Severity::High, "{fw:?}");
-    assert!(fw.evidence.iter().any(|e| e.text.contains("firewalld's iptables backend")));
-    let rej = r.findings.iter().find(|f| f.id == "host-firewall-reject").unwrap();
+    assert!(
+        fw.evidence
+            .iter()
+            .any(|e| e.text.contains("firewalld's iptables backend"))
+    );
+    let rej = r
+        .findings
+        .iter()
+        .find(|f| f.id == "host-firewall-reject")
+        .unwrap();
     assert_eq!(rej.status, Status::Ok);
 }
 
@@ -173,5 +250,10 @@ fn generation_id_errors_are_iptables_userspace_incompatible() {
         ..Facts::default()
     };
     let r = diagnose(&f);
-    assert_eq!(r.root_cause.as_deref(), Some("iptables-userspace-incompatible"), "{:#?}", r.findings);
+    assert_eq!(
+        r.root_cause.as_deref(),
+        Some("iptables-userspace-incompatible"),
+        "{:#?}",
+        r.findings
+    );
 }

@@ -235,7 +235,10 @@ fn node_run(root: &Path, argv: &[String]) -> Result<(), LabError> {
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(LabError::Other(format!("{} did not end in 30 s", argv.join(" "))));
+                return Err(LabError::Other(format!(
+                    "{} did not end in 30 s",
+                    argv.join(" ")
+                )));
             }
         }
     }
@@ -747,7 +750,10 @@ impl Lab {
                     name: "calico-node".into(),
                     exe: layout::actor_path(&root, actors::CALICO_NODE),
                     args: vec![
-                        format!("--refresh-interval={}s", felix.refresh_interval.as_secs_f64()),
+                        format!(
+                            "--refresh-interval={}s",
+                            felix.refresh_interval.as_secs_f64()
+                        ),
                         iptables_flag.clone(),
                     ],
                     restart: kubelet::Restart::Always,
@@ -769,7 +775,10 @@ impl Lab {
                 containers: vec![kubelet::ContainerSpec {
                     name: "coredns".into(),
                     exe: layout::actor_path(&root, actors::COREDNS),
-                    args: vec![format!("--server={CLUSTER_IP}:443"), "--dial-timeout=5s".into()],
+                    args: vec![
+                        format!("--server={CLUSTER_IP}:443"),
+                        "--dial-timeout=5s".into(),
+                    ],
                     restart: kubelet::Restart::Always,
                     start_delay_ms: 1000,
                     backoff_initial_ms: 10_000,

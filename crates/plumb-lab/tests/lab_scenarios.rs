@@ -464,7 +464,10 @@ fn iptables_incompatible() {
     let nat = lab.node_output(&["iptables-save", "-t", "nat"]).unwrap();
     assert!(!nat.contains("KUBE-SERVICES"), "{nat}");
     let mangle = lab.node_output(&["iptables-save", "-t", "mangle"]).unwrap();
-    assert!(mangle.contains("KUBE-KUBELET-CANARY"), "kubelet writes: {mangle}");
+    assert!(
+        mangle.contains("KUBE-KUBELET-CANARY"),
+        "kubelet writes: {mangle}"
+    );
     assert_eq!(
         connect(&lab, false, lab.cluster_ip(), Duration::from_secs(1)),
         Connect::TimedOut
@@ -498,7 +501,8 @@ fn host_reject() {
     );
     lab.wait_until("CoreDNS's refusals", Duration::from_secs(20), |l| {
         let log = l.pod_logs("coredns");
-        log.contains("connect: no route to host") && log.contains("Still waiting on: \"kubernetes\"")
+        log.contains("connect: no route to host")
+            && log.contains("Still waiting on: \"kubernetes\"")
     })
     .unwrap();
     assert!(!lab.pod_logs("coredns").contains("connection established"));
@@ -514,11 +518,15 @@ fn calico_bpf_cleanup() {
         return;
     }
     let lab = up(Scenario::CalicoBpfCleanup);
-    lab.wait_until("Felix's cleanup and a failed restore", Duration::from_secs(30), |l| {
-        l.pod_logs("calico-node")
-            .contains("Found unexpected chain, marking for cleanup chainName=\"KUBE-SVC-")
-            && l.pod_logs("kube-proxy").contains("does not exist")
-    })
+    lab.wait_until(
+        "Felix's cleanup and a failed restore",
+        Duration::from_secs(30),
+        |l| {
+            l.pod_logs("calico-node")
+                .contains("Found unexpected chain, marking for cleanup chainName=\"KUBE-SVC-")
+                && l.pod_logs("kube-proxy").contains("does not exist")
+        },
+    )
     .unwrap();
     let log = lab.pod_logs("calico-node");
     assert!(
@@ -528,7 +536,10 @@ fn calico_bpf_cleanup() {
     // KUBE-NODEPORTS stays referenced from INPUT: Felix cannot delete it and gives up.
     assert!(log.contains("CHAIN_DEL failed (Device or resource busy): chain KUBE-NODEPORTS"));
     let nat = lab.node_output(&["iptables-save", "-t", "nat"]).unwrap();
-    assert!(nat.contains(":KUBE-MARK-MASQ"), "utility chains stay: {nat}");
+    assert!(
+        nat.contains(":KUBE-MARK-MASQ"),
+        "utility chains stay: {nat}"
+    );
     assert_clean_after_down(lab);
 }
 
@@ -541,26 +552,40 @@ fn firewalld_reload() {
     }
     let host = host_fingerprint();
     let lab = up(Scenario::FirewalldReload);
-    let nat = |l: &Lab| l.node_output(&["iptables-save", "-t", "nat"]).unwrap_or_default();
+    let nat = |l: &Lab| {
+        l.node_output(&["iptables-save", "-t", "nat"])
+            .unwrap_or_default()
+    };
     assert!(nat(&lab).contains("CNI-HOSTPORT-DNAT"), "{}", nat(&lab));
-    lab.wait_until("a reload wiping the hostPort DNAT", Duration::from_secs(30), |l| {
-        !nat(l).contains("CNI-HOSTPORT-DNAT")
-    })
+    lab.wait_until(
+        "a reload wiping the hostPort DNAT",
+        Duration::from_secs(30),
+        |l| !nat(l).contains("CNI-HOSTPORT-DNAT"),
+    )
     .unwrap();
-    lab.wait_until("kube-proxy's resync after the flush", Duration::from_secs(30), |l| {
-        l.pod_logs("kube-proxy").contains("Reloading after iptables flush")
-            && nat(l).contains("KUBE-SVC-NPX46M4PTMTKRN6Y")
-    })
+    lab.wait_until(
+        "kube-proxy's resync after the flush",
+        Duration::from_secs(30),
+        |l| {
+            l.pod_logs("kube-proxy")
+                .contains("Reloading after iptables flush")
+                && nat(l).contains("KUBE-SVC-NPX46M4PTMTKRN6Y")
+        },
+    )
     .unwrap();
     assert!(!nat(&lab).contains("CNI-HOSTPORT-DNAT"));
     let filter = lab.node_output(&["iptables-save", "-t", "filter"]).unwrap();
     assert!(filter.contains(":INPUT_ZONES"), "{filter}");
     assert!(filter.contains("-A FWDI_trusted -j ACCEPT"), "{filter}");
     // Pods' traffic is in the trusted zone: the Service works from a pod between reloads.
-    lab.wait_until("pod -> Service between reloads", Duration::from_secs(30), |l| {
-        l.connect_from_pod(0, l.cluster_ip(), Duration::from_millis(500))
-            .is_ok_and(|c| c == Connect::Connected)
-    })
+    lab.wait_until(
+        "pod -> Service between reloads",
+        Duration::from_secs(30),
+        |l| {
+            l.connect_from_pod(0, l.cluster_ip(), Duration::from_millis(500))
+                .is_ok_and(|c| c == Connect::Connected)
+        },
+    )
     .unwrap();
     assert!(
         lab.read(paths::FIREWALLD_LOG)

@@ -50,7 +50,8 @@ fn conflict(ctx: &Ctx) -> Finding {
         Signal::CanaryDeleted,
         Signal::RestoreFailed,
     ]);
-    let kube_proxy_runs = kube_proxy_process.is_some() || ctx.facts.container_logs("kube-proxy").count() > 0;
+    let kube_proxy_runs =
+        kube_proxy_process.is_some() || ctx.facts.container_logs("kube-proxy").count() > 0;
     if !kube_proxy_runs {
         return Finding::ok(
             ID_CONFLICT,
@@ -68,10 +69,16 @@ fn conflict(ctx: &Ctx) -> Finding {
         .map(|e| entry_evidence(e))
         .collect();
     if let (Some(p), Some(src)) = (kube_proxy_process, ctx.facts.processes.source()) {
-        evidence.push(fact_evidence(src, format!("process {}[{}] still runs", p.comm, p.pid)));
+        evidence.push(fact_evidence(
+            src,
+            format!("process {}[{}] still runs", p.comm, p.pid),
+        ));
     }
     evidence.extend(broken.iter().rev().take(3).rev().map(|e| entry_evidence(e)));
-    let cleaned_chains = cleanup.iter().filter(|e| e.text.contains("chainName=")).count();
+    let cleaned_chains = cleanup
+        .iter()
+        .filter(|e| e.text.contains("chainName="))
+        .count();
     Finding::problem(
         ID_CONFLICT,
         Severity::High,

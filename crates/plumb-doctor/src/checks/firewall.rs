@@ -37,7 +37,12 @@ fn firewalld_chains(ctx: &Ctx) -> Option<Evidence> {
             let zones = t
                 .chains
                 .iter()
-                .filter(|c| c.name.starts_with("IN_") && !c.name.contains("_log") && !c.name.contains("_deny") && !c.name.contains("_allow"))
+                .filter(|c| {
+                    c.name.starts_with("IN_")
+                        && !c.name.contains("_log")
+                        && !c.name.contains("_deny")
+                        && !c.name.contains("_allow")
+                })
                 .map(|c| c.name.trim_start_matches("IN_").to_string())
                 .collect::<Vec<_>>();
             Some(Evidence {
@@ -47,7 +52,11 @@ fn firewalld_chains(ctx: &Ctx) -> Option<Evidence> {
                     ":{} (firewalld's iptables backend in {} filter; zones: {})",
                     c.name,
                     t.backend,
-                    if zones.is_empty() { "none".to_string() } else { zones.join(", ") }
+                    if zones.is_empty() {
+                        "none".to_string()
+                    } else {
+                        zones.join(", ")
+                    }
                 ),
             })
         })
@@ -63,8 +72,10 @@ fn rejecting<'c>(ctx: &'c Ctx) -> Vec<(&'c Finding, &'c Evidence)> {
     ctx.ruleset_findings
         .iter()
         .filter(|f| {
-            matches!(f.id.as_str(), "forward-drop-blocks-pods" | "input-drop-blocks-node")
-                && f.status == plumb_findings::Status::Problem
+            matches!(
+                f.id.as_str(),
+                "forward-drop-blocks-pods" | "input-drop-blocks-node"
+            ) && f.status == plumb_findings::Status::Problem
         })
         .flat_map(|f| {
             f.evidence
@@ -80,8 +91,15 @@ fn reject(ctx: &Ctx) -> Finding {
     let hits = rejecting(ctx);
     if hits.is_empty() {
         return match ctx.facts.ruleset.value() {
-            Some(_) => Finding::ok(ID_REJECT, "no catch-all REJECT stops the traffic a node needs"),
-            None => Finding::unknown(ID_REJECT, Severity::High, "no ruleset, so catch-all REJECT rules were not checked"),
+            Some(_) => Finding::ok(
+                ID_REJECT,
+                "no catch-all REJECT stops the traffic a node needs",
+            ),
+            None => Finding::unknown(
+                ID_REJECT,
+                Severity::High,
+                "no ruleset, so catch-all REJECT rules were not checked",
+            ),
         };
     }
     if managed_by_firewall_tool(ctx) {
@@ -98,7 +116,9 @@ fn reject(ctx: &Ctx) -> Finding {
         }
     }
     if let (Some(units), Some(src)) = (ctx.facts.units.value(), ctx.facts.units.source()) {
-        for u in units.iter().filter(|u| matches!(u.name.as_str(), "iptables.service" | "ip6tables.service") && u.is_active()) {
+        for u in units.iter().filter(|u| {
+            matches!(u.name.as_str(), "iptables.service" | "ip6tables.service") && u.is_active()
+        }) {
             evidence.push(Evidence {
                 source: src.to_string(),
                 line: Some(u.line),
@@ -112,15 +132,27 @@ fn reject(ctx: &Ctx) -> Finding {
         .iter()
         .filter(|e| e.signal == Signal::NoRouteToHost)
         .collect();
-    evidence.extend(refused.iter().rev().take(3).rev().map(|e| crate::context::entry_evidence(e)));
+    evidence.extend(
+        refused
+            .iter()
+            .rev()
+            .take(3)
+            .rev()
+            .map(|e| crate::context::entry_evidence(e)),
+    );
     let v = &ctx.values;
     let title = if forward {
         format!(
             "a catch-all REJECT (icmp-host-prohibited) in FORWARD refuses pod traffic{}",
-            if refused.is_empty() { String::new() } else { format!(": {} \"no route to host\" log lines", refused.len()) }
+            if refused.is_empty() {
+                String::new()
+            } else {
+                format!(": {} \"no route to host\" log lines", refused.len())
+            }
         )
     } else {
-        "a catch-all REJECT (icmp-host-prohibited) in INPUT refuses ports this node serves".to_string()
+        "a catch-all REJECT (icmp-host-prohibited) in INPUT refuses ports this node serves"
+            .to_string()
     };
     Finding::problem(ID_REJECT, if forward { Severity::High } else { Severity::Medium }, title)
         .with_evidence(evidence)
@@ -275,7 +307,10 @@ fn firewalld(ctx: &Ctx) -> Finding {
         ));
     }
     if let (Some(p), Some(src)) = (process, ctx.facts.processes.source()) {
-        ev.push(fact_evidence(src, format!("process {}[{}] {}", p.comm, p.pid, p.args)));
+        ev.push(fact_evidence(
+            src,
+            format!("process {}[{}] {}", p.comm, p.pid, p.args),
+        ));
     }
     let iptables_backend = chains.is_some();
     ev.extend(chains);
@@ -287,11 +322,19 @@ fn firewalld(ctx: &Ctx) -> Finding {
         .iter()
         .filter(|e| e.signal == plumb_facts::parse::logs::Signal::CanaryDeleted)
         .count();
-    let severity = if iptables_backend && wipes > 0 { Severity::High } else { Severity::Medium };
+    let severity = if iptables_backend && wipes > 0 {
+        Severity::High
+    } else {
+        Severity::Medium
+    };
     let title = if iptables_backend {
         format!(
             "firewalld (iptables backend) runs on this Kubernetes node: its reloads flush every table{}",
-            if wipes > 0 { format!("; kube-proxy saw its rules wiped ({wipes} log lines)") } else { String::new() }
+            if wipes > 0 {
+                format!("; kube-proxy saw its rules wiped ({wipes} log lines)")
+            } else {
+                String::new()
+            }
         )
     } else {
         "firewalld is running on this Kubernetes node".to_string()

@@ -231,7 +231,8 @@ pub fn signal(text: &str) -> Option<Signal> {
     {
         return Some(Signal::KubeProxyCleanup);
     }
-    if lower.contains("iptables canary deleted") || lower.contains("reloading after iptables flush") {
+    if lower.contains("iptables canary deleted") || lower.contains("reloading after iptables flush")
+    {
         return Some(Signal::CanaryDeleted);
     }
     if lower.contains("no route to host") {

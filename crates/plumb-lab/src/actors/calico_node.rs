@@ -58,7 +58,9 @@ fn say(level: &str, file: &str, msg: &str) {
 }
 
 fn cleaned_chain(name: &str) -> bool {
-    KUBE_PROXY_CHAIN_PREFIXES.iter().any(|p| name.starts_with(p))
+    KUBE_PROXY_CHAIN_PREFIXES
+        .iter()
+        .any(|p| name.starts_with(p))
 }
 
 /// `KubeProxyInsertRuleRegex`: `-j KUBE-[a-zA-Z0-9-]*SERVICES|-j KUBE-FORWARD`.
@@ -214,19 +216,25 @@ fn apply(tools: &Tools, table: &str, nft: bool) -> bool {
             say(
                 "ERROR",
                 "felix/table.go 1238",
-                &format!("Failed to program iptables, loading diags before panic. error={err} ipVersion=0x4 table=\"{table}\""),
+                &format!(
+                    "Failed to program iptables, loading diags before panic. error={err} ipVersion=0x4 table=\"{table}\""
+                ),
             );
             say(
                 "PANIC",
                 "felix/table.go 1248",
-                &format!("Failed to program iptables, giving up after retries error={err} ipVersion=0x4 table=\"{table}\""),
+                &format!(
+                    "Failed to program iptables, giving up after retries error={err} ipVersion=0x4 table=\"{table}\""
+                ),
             );
             return false;
         }
         say(
             "WARNING",
             "felix/table.go 1227",
-            &format!("Failed to program iptables, will retry error={err} ipVersion=0x4 table=\"{table}\""),
+            &format!(
+                "Failed to program iptables, will retry error={err} ipVersion=0x4 table=\"{table}\""
+            ),
         );
         std::thread::sleep(backoff);
         backoff *= 2;
@@ -254,7 +262,9 @@ mod tests {
         let (nft, _) = cleanup("nat", save, true).unwrap();
         assert!(nft.contains("-j KUBE-SERVICES\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]\nCOMMIT\n*nat\n:KUBE-SERVICES - [0:0]\n"), "{nft}");
         assert_eq!(logs.len(), 3);
-        assert!(logs[1].starts_with("Found unexpected chain, marking for cleanup chainName=\"KUBE-SERVICES\""));
+        assert!(logs[1].starts_with(
+            "Found unexpected chain, marking for cleanup chainName=\"KUBE-SERVICES\""
+        ));
         assert!(cleanup("nat", "*nat\n:KUBE-MARK-MASQ - [0:0]\nCOMMIT\n", true).is_none());
     }
 }

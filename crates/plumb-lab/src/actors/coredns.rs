@@ -34,8 +34,14 @@ pub fn main(f: &Flags) -> Result<i32, String> {
     say("linux/amd64, go1.22.7, a6338e9");
     say("[WARNING] plugin/kubernetes: starting server with unsynced Kubernetes API");
     let kinds = [
-        ("*v1.Namespace", "/api/v1/namespaces?limit=500&resourceVersion=0"),
-        ("*v1.Service", "/api/v1/services?limit=500&resourceVersion=0"),
+        (
+            "*v1.Namespace",
+            "/api/v1/namespaces?limit=500&resourceVersion=0",
+        ),
+        (
+            "*v1.Service",
+            "/api/v1/services?limit=500&resourceVersion=0",
+        ),
         (
             "*v1.EndpointSlice",
             "/apis/discovery.k8s.io/v1/endpointslices?limit=500&resourceVersion=0",

@@ -31,7 +31,10 @@ use crate::logfmt::LogFile;
 const TABLES: &[(&str, &[&str])] = &[
     ("security", &["INPUT", "OUTPUT", "FORWARD"]),
     ("raw", &["PREROUTING", "OUTPUT"]),
-    ("mangle", &["PREROUTING", "POSTROUTING", "INPUT", "OUTPUT", "FORWARD"]),
+    (
+        "mangle",
+        &["PREROUTING", "POSTROUTING", "INPUT", "OUTPUT", "FORWARD"],
+    ),
     ("nat", &["PREROUTING", "POSTROUTING", "OUTPUT"]),
     ("filter", &["INPUT", "OUTPUT", "FORWARD"]),
 ];
@@ -79,7 +82,9 @@ pub fn default_rules(uplink: &str, trusted: &str) -> String {
                 out.push_str(&format!("-A {c} -j {c}_direct\n"));
             }
         }
-        out.push_str("-A PREROUTING -j PREROUTING_ZONES_SOURCE\n-A PREROUTING -j PREROUTING_ZONES\n");
+        out.push_str(
+            "-A PREROUTING -j PREROUTING_ZONES_SOURCE\n-A PREROUTING -j PREROUTING_ZONES\n",
+        );
         for (dev, zone) in zones {
             out.push_str(&format!("-A PREROUTING_ZONES -i {dev} -g PRE_{zone}\n"));
         }

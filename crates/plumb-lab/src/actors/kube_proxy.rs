@@ -341,7 +341,14 @@ impl Proxier {
                         "iptables.go:733",
                         "Could not set up iptables canary",
                         &[
-                            ("err", s(format!("error creating chain \"KUBE-PROXY-CANARY\": exit status {}: {}", o.code, o.combined.trim()))),
+                            (
+                                "err",
+                                s(format!(
+                                    "error creating chain \"KUBE-PROXY-CANARY\": exit status {}: {}",
+                                    o.code,
+                                    o.combined.trim()
+                                )),
+                            ),
                             ("table", s(table)),
                             ("chain", s("KUBE-PROXY-CANARY")),
                         ],
