@@ -257,3 +257,30 @@ fn generation_id_errors_are_iptables_userspace_incompatible() {
         r.findings
     );
 }
+
+/// `firewall-cmd --state` saying "not running" outweighs zone chains a stopped firewalld
+/// left behind; without an answer (a namespace, a bundle) the chains and the process decide.
+#[test]
+fn firewalld_s_own_answer_outweighs_leftover_chains() {
+    let save = REJECT_SAVE.replace(
+        ":OUTPUT ACCEPT [0:0]\n:KUBE-FORWARD",
+        ":OUTPUT ACCEPT [0:0]\n:INPUT_ZONES - [0:0]\n:KUBE-FORWARD",
+    );
+    let mut f = reject_facts(&save);
+    f.firewalld = Fact::known("not running".to_string(), "firewall-cmd --state");
+    let r = diagnose(&f);
+    let fw = r
+        .findings
+        .iter()
+        .find(|f| f.id == "host-firewall-firewalld")
+        .unwrap();
+    assert_eq!(fw.status, Status::Ok, "{fw:?}");
+    f.firewalld = Fact::unknown("describes the host");
+    let r = diagnose(&f);
+    let fw = r
+        .findings
+        .iter()
+        .find(|f| f.id == "host-firewall-firewalld")
+        .unwrap();
+    assert_eq!(fw.status, Status::Problem, "{fw:?}");
+}

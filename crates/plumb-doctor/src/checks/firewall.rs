@@ -141,9 +141,14 @@ fn reject(ctx: &Ctx) -> Finding {
             .map(|e| crate::context::entry_evidence(e)),
     );
     let v = &ctx.values;
+    let rule = hits
+        .iter()
+        .find(|(f, _)| !forward || f.id == "forward-drop-blocks-pods")
+        .map(|(_, e)| e.text.clone())
+        .unwrap_or_default();
     let title = if forward {
         format!(
-            "a catch-all REJECT (icmp-host-prohibited) in FORWARD refuses pod traffic{}",
+            "a catch-all `{rule}` refuses forwarded pod traffic{}",
             if refused.is_empty() {
                 String::new()
             } else {
@@ -280,7 +285,13 @@ fn firewalld(ctx: &Ctx) -> Finding {
         .processes
         .value()
         .and_then(|ps| ps.iter().find(|p| p.comm == "firewalld"));
-    if state != Some("running") && unit_active.is_none() && chains.is_none() && process.is_none() {
+    // firewall-cmd's or systemd's answer is authoritative where there is one (a stopped
+    // firewalld may leave its chains); a namespace or a bundle without them has the
+    // ruleset's zone chains and the process list.
+    let running = state == Some("running")
+        || unit_active.is_some()
+        || (state.is_none() && (chains.is_some() || process.is_some()));
+    if !running {
         return match state {
             Some(s) => Finding::ok(ID_FIREWALLD, format!("firewalld is {s}")),
             None if tables == 0 && ctx.facts.ruleset.value().is_some() => {
