@@ -198,3 +198,140 @@ fn sysctl_missing_is_the_sysctl() {
         "nothing",
     );
 }
+
+/// Doctor runs per stability check, and the time they are spread over (the incidents
+/// cycle within seconds: firewalld reloads every 8 s, kube-proxy resyncs every 5 s,
+/// calico-node restarts with kubelet's back-off, kube-proxy crash-loops).
+const STABILITY_RUNS: u32 = 10;
+const STABILITY_SPAN: Duration = Duration::from_secs(120);
+
+/// Runs `plumb collect` of the running lab into `dir`; returns the bundle's path.
+fn collect(dir: &std::path::Path, n: u32) -> std::path::PathBuf {
+    let bundle = dir.join(format!("bundle-{n}.tar.gz"));
+    let root = plumb_lab::state::LabState::load()
+        .unwrap()
+        .expect("a lab runs")
+        .root;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["collect", "-o"])
+        .arg(&bundle)
+        .args(["--netns", plumb_lab::state::NODE_NETNS, "--root"])
+        .arg(&root)
+        .output()
+        .expect("running plumb collect");
+    assert!(
+        out.status.success(),
+        "collect: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bundle
+}
+
+/// `plumb doctor --bundle PATH --json`: (exit code, report).
+fn doctor_bundle(bundle: &std::path::Path) -> (i32, serde_json::Value) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["doctor", "--json", "--bundle"])
+        .arg(bundle)
+        .output()
+        .expect("running plumb doctor --bundle");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor JSON: {e}\n{}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap_or(-1), report)
+}
+
+/// The scenario's root cause is `id` on every one of [`STABILITY_RUNS`] doctor runs spread
+/// over [`STABILITY_SPAN`], live and on a bundle collected at the same moment; every
+/// problem finding of every report has remediation.
+fn stable_root_cause(scenario: Scenario, id: &str, wait: impl FnMut(&Lab) -> bool, what: &str) {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = up_on(scenario, Backend::Nft);
+    lab.wait_until(what, Duration::from_secs(60), wait)
+        .unwrap_or_else(|e| panic!("{scenario}: {e}"));
+    let dir = plumb_testkit::Scratch::new("doctor-stability");
+    let start = std::time::Instant::now();
+    let step = STABILITY_SPAN / STABILITY_RUNS;
+    let mut seen = Vec::new();
+    for n in 0..STABILITY_RUNS {
+        // Bounded wait for this run's moment (the lab keeps cycling meanwhile).
+        let at = start + step * n;
+        lab.wait_until(
+            "the next run's moment",
+            step + Duration::from_secs(5),
+            |_| std::time::Instant::now() >= at,
+        )
+        .unwrap();
+        let bundle = collect(dir.path(), n);
+        for (how, (code, report)) in [("live", doctor()), ("bundle", doctor_bundle(&bundle))] {
+            let t = start.elapsed().as_secs_f64();
+            seen.push(format!("{t:.0}s {how}: {}", report["root_cause"]));
+            assert_eq!(
+                report["root_cause"],
+                id,
+                "{scenario} run {n} ({how}, {t:.0} s): problems {:?}\nruns so far: {seen:?}\n{}",
+                problems(&report),
+                serde_json::to_string_pretty(&report).unwrap()
+            );
+            assert_eq!(code, 1, "{scenario} {how}: a root cause means exit 1");
+            for f in report["findings"].as_array().unwrap() {
+                if f["status"] == "problem" {
+                    assert!(
+                        f["remediation"].as_array().is_some_and(|r| !r.is_empty()),
+                        "{scenario} {how}: {} has no remediation",
+                        f["id"]
+                    );
+                }
+            }
+        }
+    }
+    eprintln!("{scenario}: {seen:?}");
+    let down = lab.down();
+    assert!(down.errors.is_empty(), "{:?}", down.errors);
+}
+
+#[test]
+fn firewalld_reload_is_firewalld_on_every_run() {
+    stable_root_cause(
+        Scenario::FirewalldReload,
+        "host-firewall-firewalld",
+        |l| {
+            l.pod_logs("kube-proxy")
+                .contains("Reloading after iptables flush")
+        },
+        "kube-proxy's resync after a reload",
+    );
+}
+
+#[test]
+fn calico_bpf_cleanup_is_the_cni_conflict_on_every_run() {
+    stable_root_cause(
+        Scenario::CalicoBpfCleanup,
+        "cni-kube-proxy-conflict",
+        |l| {
+            l.pod_logs("calico-node").contains("marking for cleanup")
+                && l.pod_logs("kube-proxy").contains("does not exist")
+        },
+        "Felix's cleanup and kube-proxy's failed restore",
+    );
+}
+
+#[test]
+fn host_reject_is_the_reject_on_every_run() {
+    stable_root_cause(
+        Scenario::HostReject,
+        "host-firewall-reject",
+        |l| l.pod_logs("coredns").contains("no route to host"),
+        "CoreDNS refused",
+    );
+}
+
+#[test]
+fn iptables_incompatible_is_the_userspace_on_every_run() {
+    stable_root_cause(
+        Scenario::IptablesIncompatible,
+        "iptables-userspace-incompatible",
+        |l| l.pod_logs("kube-proxy").contains("generation id"),
+        "kube-proxy's generation-id error",
+    );
+}

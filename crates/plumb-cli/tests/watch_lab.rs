@@ -174,3 +174,69 @@ fn ufw_policy_change_and_chains_are_attributed_to_ufw() {
     drop(w);
     drop(lab);
 }
+
+/// firewalld's reload (its `iptables-restore` children, parent `firewalld`) flushes
+/// kube-proxy's chains: a foreign change attributed to firewalld, and kube-proxy putting
+/// them back.
+#[test]
+fn firewalld_reload_wipe_is_attributed_to_firewalld() {
+    let Some(lab) = up(Scenario::FirewalldReload) else {
+        return;
+    };
+    let w = Watch::start(&["--lab", "--json", "--duration", "120"]);
+    // One flush per table (security, raw, mangle, nat, filter): the nat one takes the
+    // Service chains.
+    let wipe = w.wait_event(
+        &|e| {
+            e["kind"] == "foreign-change"
+                && e["actor"]["identity"]["name"] == "firewalld"
+                && e["owner"] == "kube-proxy"
+                && e["table"] == "nat"
+                && e["chains"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c == "KUBE-SERVICES"))
+        },
+        "firewalld's flush of kube-proxy's nat chains",
+    );
+    assert_eq!(wipe["netns"], "plumb-node", "{wipe}");
+    assert_eq!(wipe["actor"]["identity"]["kind"], "host-firewall", "{wipe}");
+    w.wait_event(
+        &|e| {
+            e["kind"] == "foreign-change"
+                && e["actor"]["identity"]["name"] == "firewalld"
+                && e["chains"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c == "CNI-HOSTPORT-DNAT"))
+        },
+        "firewalld's flush of the portmap plugin's hostPort DNAT",
+    );
+    drop(w);
+    drop(lab);
+}
+
+/// calico-node (Felix) deleting kube-proxy's chains is named as calico-node, not as a
+/// security agent.
+#[test]
+fn calico_node_cleanup_is_attributed_to_calico_node() {
+    let Some(lab) = up(Scenario::CalicoBpfCleanup) else {
+        return;
+    };
+    let w = Watch::start(&["--lab", "--json", "--duration", "120"]);
+    let cleanup = w.wait_event(
+        &|e| {
+            e["kind"] == "foreign-change"
+                && e["owner"] == "kube-proxy"
+                && e["chains"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c == "KUBE-SERVICES"))
+        },
+        "deletion of kube-proxy's KUBE-SERVICES",
+    );
+    assert_eq!(
+        cleanup["actor"]["identity"]["name"], "calico-node",
+        "{cleanup}"
+    );
+    assert_eq!(cleanup["actor"]["identity"]["kind"], "cni", "{cleanup}");
+    drop(w);
+    drop(lab);
+}

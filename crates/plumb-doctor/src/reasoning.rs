@@ -57,6 +57,20 @@ const NEEDS_SUPPORT: &[&str] = &["security-agent-present", "kernel-module-missin
 /// Candidate causes and the finding ids they explain.
 const CAUSES: &[(&str, &[&str])] = &[
     (
+        "cni-kube-proxy-conflict",
+        &[
+            "clusterip-unreachable",
+            "kube-proxy-restore-failures",
+            "kube-proxy-rules-missing",
+            "kube-proxy-service-unreachable",
+            "kube-proxy-canary-missing",
+            "dangling-reference",
+            "stale-chain",
+            "cni-not-initialized",
+            "kube-proxy-unhealthy",
+        ],
+    ),
+    (
         "security-agent-tamper",
         &[
             "clusterip-unreachable",
@@ -87,6 +101,12 @@ const CAUSES: &[(&str, &[&str])] = &[
         &[
             "kube-proxy-rules-missing",
             "kube-proxy-restore-failures",
+            "kube-proxy-service-unreachable",
+            "kube-proxy-canary-missing",
+            "dangling-reference",
+            "stale-chain",
+            "forward-drop-blocks-pods",
+            "input-drop-blocks-node",
             "clusterip-unreachable",
             "cni-not-initialized",
             "kube-proxy-unhealthy",
@@ -146,7 +166,12 @@ const CAUSES: &[(&str, &[&str])] = &[
     ),
     (
         "host-firewall-reject",
-        &["clusterip-unreachable", "cni-not-initialized"],
+        &[
+            "forward-drop-blocks-pods",
+            "input-drop-blocks-node",
+            "clusterip-unreachable",
+            "cni-not-initialized",
+        ],
     ),
     ("service-no-endpoints", &[]),
     ("kube-proxy-probe-semantics", &["kube-proxy-unhealthy"]),

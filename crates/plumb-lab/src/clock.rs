@@ -82,6 +82,14 @@ impl Utc {
         )
     }
 
+    /// `2026-11-30 08:03:01` (firewalld's log format).
+    pub fn firewalld(&self) -> String {
+        format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+            self.year, self.month, self.day, self.hour, self.minute, self.second
+        )
+    }
+
     /// Go's `time.Time.String()` with a monotonic reading:
     /// `2026-11-30 08:03:01.123456789 +0000 UTC m=+12.345678901`.
     pub fn go_string(&self, since_start: Duration) -> String {

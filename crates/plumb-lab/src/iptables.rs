@@ -10,6 +10,9 @@ use std::process::{Command, Stdio};
 pub struct Tools {
     /// `iptables` or `iptables-legacy` / `iptables-nft`.
     pub iptables: String,
+    /// The kernel refuses this iptables' nf_tables requests with EINVAL (see
+    /// [`Tools::with_nf_tables_refused`]).
+    pub nf_tables_refused: bool,
 }
 
 /// What a command printed and how it ended.
@@ -35,7 +38,20 @@ impl Tools {
     pub fn new(iptables: &str) -> Self {
         Self {
             iptables: iptables.to_string(),
+            nf_tables_refused: false,
         }
+    }
+
+    /// These tools as an iptables whose nf_tables requests the kernel refuses with EINVAL:
+    /// the iptables-userspace-incompatible incident (an iptables-nft in the kube-proxy image
+    /// that the node's kernel does not understand). Every child gets a seccomp filter that
+    /// fails `sendto`/`sendmsg` with EINVAL, so the real iptables-nft prints its own
+    /// `Could not fetch rule set generation id: Invalid argument` (its first netlink request
+    /// is the generation id) and exits 4. Only these children are affected; nothing else in
+    /// the namespace or on the host.
+    pub fn with_nf_tables_refused(mut self) -> Self {
+        self.nf_tables_refused = true;
+        self
     }
 
     /// The restore program (`iptables-restore`, `iptables-legacy-restore`, ...).
@@ -50,7 +66,7 @@ impl Tools {
 
     /// Runs the restore program with `args`, `input` on stdin.
     pub fn restore(&self, args: &[&str], input: &str) -> std::io::Result<Output> {
-        run_with_input(&self.restore_program(), args, input)
+        run_with_input(&self.restore_program(), args, input, self.nf_tables_refused)
     }
 
     /// Whether the variant writes through nf_tables (`iptables-nft`, or a system
@@ -59,7 +75,7 @@ impl Tools {
         match self.iptables.as_str() {
             "iptables-nft" => true,
             "iptables-legacy" => false,
-            other => run_with_input(other, &["--version"], "")
+            other => run_with_input(other, &["--version"], "", false)
                 .map(|o| o.stdout.contains("nf_tables"))
                 .unwrap_or(false),
         }
@@ -67,24 +83,40 @@ impl Tools {
 
     /// `iptables-save` (all tables).
     pub fn save(&self) -> std::io::Result<Output> {
-        run_with_input(&self.save_program(), &[], "")
+        run_with_input(&self.save_program(), &[], "", self.nf_tables_refused)
+    }
+
+    /// `iptables-save ARGS` (e.g. `-t nat`).
+    pub fn save_args(&self, args: &[&str]) -> std::io::Result<Output> {
+        run_with_input(&self.save_program(), args, "", self.nf_tables_refused)
     }
 
     /// `iptables ARGS` with kube-proxy's wait flags.
     pub fn run(&self, args: &[String]) -> std::io::Result<Output> {
         let mut full: Vec<&str> = vec!["-w", "5", "-W", "100000"];
         full.extend(args.iter().map(String::as_str));
-        run_with_input(&self.iptables, &full, "")
+        run_with_input(&self.iptables, &full, "", self.nf_tables_refused)
     }
 }
 
-fn run_with_input(program: &str, args: &[&str], input: &str) -> std::io::Result<Output> {
-    let mut child = Command::new(program)
-        .args(args)
+fn run_with_input(
+    program: &str,
+    args: &[&str],
+    input: &str,
+    nf_tables_refused: bool,
+) -> std::io::Result<Output> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
+        .stderr(Stdio::piped());
+    if nf_tables_refused {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the closure only makes two prctl calls (async-signal-safe) on data that
+        // lives in the child's copy of this stack frame.
+        unsafe { cmd.pre_exec(refuse_netlink_sends) };
+    }
+    let mut child = cmd.spawn()?;
     let mut stdin = child.stdin.take().expect("piped stdin");
     let input = input.to_string();
     let writer = std::thread::spawn(move || {
@@ -100,6 +132,50 @@ fn run_with_input(program: &str, args: &[&str], input: &str) -> std::io::Result<
         combined,
         stdout,
     })
+}
+
+/// Installs a seccomp filter in this (child) process: `sendto` and `sendmsg` fail with
+/// EINVAL, everything else is allowed. For a process of another architecture than the
+/// one built for, nothing is filtered.
+fn refuse_netlink_sends() -> std::io::Result<()> {
+    #[cfg(target_arch = "x86_64")]
+    const ARCH: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
+    #[cfg(target_arch = "aarch64")]
+    const ARCH: u32 = 0xC000_00B7; // AUDIT_ARCH_AARCH64
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    const ARCH: u32 = 0;
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    const ALLOW: u32 = 0x7fff_0000; // SECCOMP_RET_ALLOW
+    const ERRNO: u32 = 0x0005_0000; // SECCOMP_RET_ERRNO
+    let f = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let filter = [
+        f(LD_W_ABS, 0, 0, 4), // seccomp_data.arch
+        f(JEQ_K, 0, 3, ARCH), // another architecture: allow
+        f(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        f(JEQ_K, 2, 0, libc::SYS_sendto as u32),
+        f(JEQ_K, 1, 0, libc::SYS_sendmsg as u32),
+        f(RET_K, 0, 0, ALLOW),
+        f(RET_K, 0, 0, ERRNO | libc::EINVAL as u32),
+    ];
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: plain prctl calls; `prog` outlives them.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            || libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &prog as *const libc::sock_fprog,
+            ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// What `EnsureChain` / `EnsureRule` failed on.

@@ -162,6 +162,88 @@ fn spawn_actor(root: &Path, kind: ActorKind, ns: &str, args: &[String]) -> Resul
     Ok(child.id())
 }
 
+/// RHEL/CentOS iptables-services' shipped `/etc/sysconfig/iptables`.
+const IPTABLES_SERVICES_DEFAULT: &str = "# sample configuration for iptables service
+# you can edit this manually or use system-config-firewall
+# please do not ask us to add additional ports/services to this default configuration
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -m state --state RELATED,ESTABLISHED -j ACCEPT
+-A INPUT -p icmp -j ACCEPT
+-A INPUT -i lo -j ACCEPT
+-A INPUT -p tcp -m state --state NEW -m tcp --dport 22 -j ACCEPT
+-A INPUT -j REJECT --reject-with icmp-host-prohibited
+-A FORWARD -j REJECT --reject-with icmp-host-prohibited
+COMMIT
+";
+
+/// The portmap CNI plugin's rules for one hostPort mapping (host 8080/tcp -> `pod_ip`:80),
+/// as containernetworking/plugins `plugins/meta/portmap` writes them (chain names,
+/// comments, mark 0x2000).
+fn portmap_rules(pod_ip: &str) -> String {
+    let dn = "CNI-DN-3e1a2e5c0f4b4b9e7d1a2";
+    format!(
+        "*nat
+:CNI-HOSTPORT-DNAT - [0:0]
+:CNI-HOSTPORT-SETMARK - [0:0]
+:CNI-HOSTPORT-MASQ - [0:0]
+:{dn} - [0:0]
+-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
+-A OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
+-A POSTROUTING -m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ
+-A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE
+-A CNI-HOSTPORT-SETMARK -m comment --comment \"CNI portfwd masquerade mark\" -j MARK --set-xmark 0x2000/0x2000
+-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment \"dnat name: \\\"k8s-pod-network\\\" id: \\\"2f9c1d7e5b3a\\\"\" -m multiport --dports 8080 -j {dn}
+-A {dn} -s {pod_ip}/32 -p tcp -m tcp --dport 8080 -j CNI-HOSTPORT-SETMARK
+-A {dn} -s 127.0.0.1/32 -p tcp -m tcp --dport 8080 -j CNI-HOSTPORT-SETMARK
+-A {dn} -p tcp -m tcp --dport 8080 -j DNAT --to-destination {pod_ip}:80
+COMMIT
+"
+    )
+}
+
+/// Runs `argv` in the node namespace to completion (30 s at most); an error names it.
+fn node_run(root: &Path, argv: &[String]) -> Result<(), LabError> {
+    let mut child = ufw::node_command(root, argv)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| LabError::io(format!("running {}", argv[0]), e))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => {
+                let out = child
+                    .wait_with_output()
+                    .map_err(|e| LabError::io(format!("reading {}", argv[0]), e))?;
+                return if st.success() {
+                    Ok(())
+                } else {
+                    Err(LabError::Other(format!(
+                        "{}: {st}: {}",
+                        argv.join(" "),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )))
+                };
+            }
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(LabError::Other(format!(
+                    "{} did not end in 30 s",
+                    argv.join(" ")
+                )));
+            }
+        }
+    }
+}
+
 fn file_contains(path: &Path, needle: &str) -> bool {
     fs::read_to_string(path).is_ok_and(|t| t.contains(needle))
 }
@@ -468,7 +550,17 @@ impl Lab {
             .map_err(|e| LabError::io(format!("creating {}", root.display()), e))?;
         fs::create_dir_all(root.join(paths::LAB_STATE_DIR))
             .map_err(|e| LabError::io("creating the lab state dir", e))?;
-        layout::install_actors(&root, &exe, plan.agent.is_some())?;
+        let mut optional = Vec::new();
+        if plan.agent.is_some() {
+            optional.push(actors::VEN_AGENT);
+        }
+        if plan.firewalld.is_some() {
+            optional.push(actors::FIREWALLD);
+        }
+        if plan.felix.is_some() {
+            optional.push(actors::CALICO_NODE);
+        }
+        layout::install_actors(&root, &exe, &optional)?;
         let pki = tls::generate(&[CLUSTER_IP.into(), API_IP.into(), [127, 0, 0, 1].into()])?;
 
         let api: SocketAddrV4 = SocketAddrV4::new(API_IP, API_PORT);
@@ -498,6 +590,14 @@ impl Lab {
         if opts.exact_restore_payload {
             kp_args.push("--exact-restore-payload".into());
         }
+        if plan.kube_proxy_nf_tables_refused {
+            kp_args.push("--model-nf-tables-einval".into());
+        }
+        if plan.felix.is_some() {
+            // No NodePort: Felix's chain prefixes do not cover KUBE-EXT-*, whose
+            // references would keep it from deleting KUBE-SVC-* (docs/lab.md).
+            kp_args.push("--cluster-ip-only".into());
+        }
         if let Some(svc) = plan.drop_endpoints {
             kp_args.push(format!("--drop-endpoints={svc}"));
             kp_args.push("--drop-endpoints-after=2s".into());
@@ -516,6 +616,47 @@ impl Lab {
 
         if plan.ufw {
             ufw::enable(&root)?;
+        }
+        if plan.iptables_services {
+            // iptables.service at boot, before kubelet: `iptables-restore` of
+            // /etc/sysconfig/iptables (flush mode), RHEL's shipped default.
+            let file = root.join(paths::SYSCONFIG_IPTABLES);
+            if let Some(d) = file.parent() {
+                fs::create_dir_all(d).map_err(|e| LabError::io("creating etc/sysconfig", e))?;
+            }
+            fs::write(&file, IPTABLES_SERVICES_DEFAULT)
+                .map_err(|e| LabError::io("writing etc/sysconfig/iptables", e))?;
+            node_run(
+                &root,
+                &[
+                    format!("{}-restore", opts.backend.program()),
+                    file.display().to_string(),
+                ],
+            )?;
+        }
+        if let Some(fw) = &plan.firewalld {
+            let log = root.join(paths::FIREWALLD_LOG);
+            let pid = spawn_actor(
+                &root,
+                actors::FIREWALLD,
+                NODE_NETNS,
+                &[
+                    "--nofork".into(),
+                    "--nopid".into(),
+                    "--debug=1".into(),
+                    format!("--log-file={}", log.display()),
+                    format!("--first-reload={}s", fw.first_reload.as_secs_f64()),
+                    format!("--reload-interval={}s", fw.interval.as_secs_f64()),
+                    iptables_flag.clone(),
+                ],
+            )?;
+            state.actors.insert(actors::FIREWALLD.name.into(), pid);
+            state
+                .save()
+                .map_err(|e| LabError::io("writing the lab state", e))?;
+            Self::wait("firewalld's start", Duration::from_secs(10), || {
+                file_contains(&log, "Loading firewalld config")
+            })?;
         }
 
         // The API endpoint.
@@ -573,6 +714,7 @@ impl Lab {
                         period_ms: plan.liveness.period.as_millis() as u64,
                         failure_threshold: plan.liveness.failure_threshold,
                     }),
+                    netns: None,
                 }],
             },
             kubelet::PodSpec {
@@ -594,9 +736,58 @@ impl Lab {
                     backoff_initial_ms: 10_000,
                     backoff_max_ms: 300_000,
                     liveness: None,
+                    netns: None,
                 }],
             },
         ];
+        let mut pods = pods;
+        if let Some(felix) = &plan.felix {
+            pods.push(kubelet::PodSpec {
+                namespace: "kube-system".into(),
+                name: format!("calico-node-{}", &layout::uuid()[..5]),
+                uid: layout::uuid(),
+                containers: vec![kubelet::ContainerSpec {
+                    name: "calico-node".into(),
+                    exe: layout::actor_path(&root, actors::CALICO_NODE),
+                    args: vec![
+                        format!(
+                            "--refresh-interval={}s",
+                            felix.refresh_interval.as_secs_f64()
+                        ),
+                        iptables_flag.clone(),
+                    ],
+                    restart: kubelet::Restart::Always,
+                    // Scheduled after kube-proxy's first sync, as a DaemonSet pod of a CNI
+                    // switched to eBPF mode on a running node.
+                    start_delay_ms: 3000,
+                    backoff_initial_ms: 10_000,
+                    backoff_max_ms: 300_000,
+                    liveness: None,
+                    netns: None,
+                }],
+            });
+        }
+        if plan.coredns {
+            pods.push(kubelet::PodSpec {
+                namespace: "kube-system".into(),
+                name: format!("rke2-coredns-rke2-coredns-{}", &layout::uuid()[..5]),
+                uid: layout::uuid(),
+                containers: vec![kubelet::ContainerSpec {
+                    name: "coredns".into(),
+                    exe: layout::actor_path(&root, actors::COREDNS),
+                    args: vec![
+                        format!("--server={CLUSTER_IP}:443"),
+                        "--dial-timeout=5s".into(),
+                    ],
+                    restart: kubelet::Restart::Always,
+                    start_delay_ms: 1000,
+                    backoff_initial_ms: 10_000,
+                    backoff_max_ms: 300_000,
+                    liveness: None,
+                    netns: Some(topology::pod_netns(0)),
+                }],
+            });
+        }
         let pods_file = lab_dir.join("pods.json");
         fs::write(
             &pods_file,
@@ -672,9 +863,31 @@ impl Lab {
         // emulator's `--exact-restore-payload` (iptables-nft's quadratic chain list).
         let per = if opts.exact_restore_payload { 10 } else { 100 };
         let deadline = Duration::from_secs(30 + services as u64 / per);
+        // An iptables that cannot write never completes a sync: its first failure is the
+        // ready state of that scenario.
+        let first_sync = if plan.kube_proxy_nf_tables_refused {
+            "Sync failed"
+        } else {
+            "SyncProxyRules complete"
+        };
         Self::wait("kube-proxy's first sync", deadline, || {
-            pod_logs(&root, "kube-proxy").contains("SyncProxyRules complete")
+            pod_logs(&root, "kube-proxy").contains(first_sync)
         })?;
+        if plan.host_port {
+            // The portmap CNI plugin's hostPort DNAT for pod 0 (containerPort 80 on host
+            // port 8080), written once when the sandbox was created.
+            let file = root.join(paths::LAB_STATE_DIR).join("portmap.rules");
+            fs::write(&file, portmap_rules(&topology::pod_ip(0).to_string()))
+                .map_err(|e| LabError::io("writing portmap.rules", e))?;
+            node_run(
+                &root,
+                &[
+                    format!("{}-restore", opts.backend.program()),
+                    "--noflush".into(),
+                    file.display().to_string(),
+                ],
+            )?;
+        }
         state.phase = "ready".into();
         state
             .save()

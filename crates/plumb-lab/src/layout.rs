@@ -35,6 +35,10 @@ pub mod paths {
     pub const SERVING_KEY: &str = "var/lib/rancher/rke2/server/tls/serving-kube-apiserver.key";
     /// The lab's own bookkeeping (pod specs, status, start flag).
     pub const LAB_STATE_DIR: &str = "var/lib/plumb-lab";
+    /// iptables-services' rules file (host-reject).
+    pub const SYSCONFIG_IPTABLES: &str = "etc/sysconfig/iptables";
+    /// firewalld's log (`/var/log/firewalld`, firewalld-reload).
+    pub const FIREWALLD_LOG: &str = "var/log/firewalld";
     /// Actors' own stderr (not part of a real node's layout).
     pub const ACTOR_LOGS: &str = "var/log/plumb-lab";
 }
@@ -114,12 +118,13 @@ pub fn write_node_files(
 
 /// Places the actor executables: a hard link to `exe` when on the same filesystem, a
 /// copy otherwise.
-pub fn install_actors(root: &Path, exe: &Path, with_agent: bool) -> Result<(), LabError> {
-    // The agent is installed only where a scenario runs it: on a healthy node nothing of
-    // it exists, so doctor's agent checks have nothing to find (no false positive).
+pub fn install_actors(root: &Path, exe: &Path, optional: &[ActorKind]) -> Result<(), LabError> {
+    // The agent, firewalld and calico-node are installed only where a scenario runs them:
+    // on a healthy node nothing of them exists, so doctor's checks have nothing to find
+    // (no false positive).
     for a in actors::ALL
         .into_iter()
-        .filter(|a| with_agent || *a != actors::VEN_AGENT)
+        .filter(|a| !actors::OPTIONAL.contains(a) || optional.contains(a))
     {
         let target = actor_path(root, a);
         if let Some(d) = target.parent() {

@@ -29,6 +29,22 @@ pub struct LivenessPlan {
     pub failure_threshold: u32,
 }
 
+/// firewalld's reloads (`firewall-cmd --reload`, as a configuration tool runs it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirewalldPlan {
+    /// Time from kube-proxy's first sync to the first reload.
+    pub first_reload: Duration,
+    /// Time between reloads.
+    pub interval: Duration,
+}
+
+/// calico-node's Felix (eBPF mode, kube-proxy cleanup on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FelixPlan {
+    /// `IptablesRefreshInterval` (scaled from 90 s).
+    pub refresh_interval: Duration,
+}
+
 /// Everything a scenario changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -58,6 +74,19 @@ pub struct Plan {
     pub pods: usize,
     /// kube-proxy's modelled xtables-lock contention with UFW (ufw-active only).
     pub model_ufw_lock: bool,
+    /// firewalld with the iptables backend, reloading.
+    pub firewalld: Option<FirewalldPlan>,
+    /// calico-node in eBPF mode cleaning up kube-proxy's chains.
+    pub felix: Option<FelixPlan>,
+    /// RHEL/CentOS iptables-services' default rules (`/etc/sysconfig/iptables`) loaded
+    /// at boot, before kubelet.
+    pub iptables_services: bool,
+    /// The kernel refuses kube-proxy's iptables nf_tables requests (EINVAL).
+    pub kube_proxy_nf_tables_refused: bool,
+    /// A coredns pod (in pod namespace 0) watching the API through the `kubernetes` Service.
+    pub coredns: bool,
+    /// A hostPort pod: the portmap plugin's DNAT rules (written once, at sandbox creation).
+    pub host_port: bool,
 }
 
 impl Plan {
@@ -81,6 +110,12 @@ impl Plan {
             },
             pods: 1,
             model_ufw_lock: false,
+            firewalld: None,
+            felix: None,
+            iptables_services: false,
+            kube_proxy_nf_tables_refused: false,
+            coredns: false,
+            host_port: false,
         };
         match scenario {
             Scenario::Healthy => {}
@@ -110,6 +145,29 @@ impl Plan {
             }
             Scenario::SysctlMissing => {
                 p.ip_forward = false;
+            }
+            Scenario::FirewalldReload => {
+                p.sync_period = Duration::from_secs(5);
+                p.host_port = true;
+                p.firewalld = Some(FirewalldPlan {
+                    first_reload: Duration::from_secs(6),
+                    interval: Duration::from_secs(8),
+                });
+            }
+            Scenario::CalicoBpfCleanup => {
+                p.sync_period = Duration::from_secs(5);
+                p.felix = Some(FelixPlan {
+                    refresh_interval: Duration::from_secs(3),
+                });
+                p.install_cni_delay = Duration::from_millis(4500);
+            }
+            Scenario::HostReject => {
+                p.iptables_services = true;
+                p.coredns = true;
+            }
+            Scenario::IptablesIncompatible => {
+                p.sync_period = Duration::from_secs(5);
+                p.kube_proxy_nf_tables_refused = true;
             }
         }
         p

@@ -25,11 +25,22 @@ pub enum Scenario {
     NoEndpoints,
     /// `net.ipv4.ip_forward=0` in the node namespace.
     SysctlMissing,
+    /// firewalld (iptables backend) reloads: every table flushed and rebuilt, kube-proxy's
+    /// and the portmap plugin's DNAT rules wiped.
+    FirewalldReload,
+    /// calico-node (Felix, eBPF mode, kube-proxy cleanup on) deletes kube-proxy's chains
+    /// while kube-proxy runs.
+    CalicoBpfCleanup,
+    /// RHEL/CentOS iptables-services catch-all `REJECT --reject-with icmp-host-prohibited`
+    /// in INPUT and FORWARD.
+    HostReject,
+    /// kube-proxy's iptables cannot write (the kernel refuses its nf_tables requests).
+    IptablesIncompatible,
 }
 
 impl Scenario {
     /// All scenarios, in documentation order.
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 11] = [
         Self::Healthy,
         Self::SecurityAgentRevert,
         Self::UfwActive,
@@ -37,6 +48,10 @@ impl Scenario {
         Self::BackendMix,
         Self::NoEndpoints,
         Self::SysctlMissing,
+        Self::FirewalldReload,
+        Self::CalicoBpfCleanup,
+        Self::HostReject,
+        Self::IptablesIncompatible,
     ];
 
     /// The name used on the command line and in the state file.
@@ -49,6 +64,10 @@ impl Scenario {
             Self::BackendMix => "backend-mix",
             Self::NoEndpoints => "no-endpoints",
             Self::SysctlMissing => "sysctl-missing",
+            Self::FirewalldReload => "firewalld-reload",
+            Self::CalicoBpfCleanup => "calico-bpf-cleanup",
+            Self::HostReject => "host-reject",
+            Self::IptablesIncompatible => "iptables-incompatible",
         }
     }
 
@@ -63,6 +82,10 @@ impl Scenario {
             Self::BackendMix => Some("iptables-backend-mix"),
             Self::NoEndpoints => Some("service-no-endpoints"),
             Self::SysctlMissing => Some("sysctl-requirement"),
+            Self::FirewalldReload => Some("host-firewall-firewalld"),
+            Self::CalicoBpfCleanup => Some("cni-kube-proxy-conflict"),
+            Self::HostReject => Some("host-firewall-reject"),
+            Self::IptablesIncompatible => Some("iptables-userspace-incompatible"),
         }
     }
 
@@ -86,6 +109,18 @@ impl Scenario {
             Self::SysctlMissing => {
                 "net.ipv4.ip_forward=0 in the node; pod->Service traffic is not forwarded"
             }
+            Self::FirewalldReload => {
+                "firewalld reloads flush every table; kube-proxy resyncs, hostPort DNAT is gone"
+            }
+            Self::CalicoBpfCleanup => {
+                "calico-node (eBPF mode) keeps deleting kube-proxy's chains while kube-proxy runs"
+            }
+            Self::HostReject => {
+                "iptables-services REJECT icmp-host-prohibited; pods get no route to host"
+            }
+            Self::IptablesIncompatible => {
+                "kube-proxy's iptables cannot write (generation id: Invalid argument)"
+            }
         }
     }
 }
@@ -99,7 +134,7 @@ impl fmt::Display for Scenario {
 /// An unknown scenario name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown scenario {0:?}; known: healthy, security-agent-revert, ufw-active, probe-semantics, backend-mix, no-endpoints, sysctl-missing"
+    "unknown scenario {0:?}; known: healthy, security-agent-revert, ufw-active, probe-semantics, backend-mix, no-endpoints, sysctl-missing, firewalld-reload, calico-bpf-cleanup, host-reject, iptables-incompatible"
 )]
 pub struct UnknownScenario(pub String);
 

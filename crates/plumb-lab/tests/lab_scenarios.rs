@@ -443,3 +443,154 @@ fn nft_full_sync_listing_leaves_the_exact_payloads_ruleset() {
     );
     assert!(hinted == exact, "the -S listing changed the ruleset");
 }
+
+/// The kernel refuses kube-proxy's iptables (the real iptables-nft prints its own
+/// generation-id error): none of kube-proxy's rules exist, the ClusterIP times out, while
+/// kubelet's iptables (the node's) writes fine.
+#[test]
+fn iptables_incompatible() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = up(Scenario::IptablesIncompatible);
+    let log = lab.pod_logs("kube-proxy");
+    assert!(
+        log.contains("Could not fetch rule set generation id: Invalid argument"),
+        "{log}"
+    );
+    assert!(log.contains("Failed to ensure chain exists"), "{log}");
+    assert!(log.contains("Could not set up iptables canary"), "{log}");
+    assert!(!log.contains("SyncProxyRules complete"), "{log}");
+    let nat = lab.node_output(&["iptables-save", "-t", "nat"]).unwrap();
+    assert!(!nat.contains("KUBE-SERVICES"), "{nat}");
+    let mangle = lab.node_output(&["iptables-save", "-t", "mangle"]).unwrap();
+    assert!(
+        mangle.contains("KUBE-KUBELET-CANARY"),
+        "kubelet writes: {mangle}"
+    );
+    assert_eq!(
+        connect(&lab, false, lab.cluster_ip(), Duration::from_secs(1)),
+        Connect::TimedOut
+    );
+    assert_clean_after_down(lab);
+}
+
+/// iptables-services' shipped rules: a pod's connect to the kubernetes Service is refused
+/// at once with "no route to host" (ICMP host-prohibited) while the node's own connect
+/// works; CoreDNS logs the refusals and stays not ready.
+#[test]
+fn host_reject() {
+    if !root_or_skip() {
+        return;
+    }
+    let host = host_fingerprint();
+    let lab = up(Scenario::HostReject);
+    let svc = lab.cluster_ip();
+    assert_eq!(
+        connect(&lab, false, svc, Duration::from_secs(2)),
+        Connect::Connected
+    );
+    match connect(&lab, true, svc, Duration::from_secs(2)) {
+        Connect::Failed(e) => assert!(e.contains("No route to host"), "{e}"),
+        other => panic!("pod -> Service: {other:?}"),
+    }
+    let filter = lab.node_output(&["iptables-save", "-t", "filter"]).unwrap();
+    assert!(
+        filter.contains("-A FORWARD -j REJECT --reject-with icmp-host-prohibited"),
+        "{filter}"
+    );
+    lab.wait_until("CoreDNS's refusals", Duration::from_secs(20), |l| {
+        let log = l.pod_logs("coredns");
+        log.contains("connect: no route to host")
+            && log.contains("Still waiting on: \"kubernetes\"")
+    })
+    .unwrap();
+    assert!(!lab.pod_logs("coredns").contains("connection established"));
+    assert_clean_after_down(lab);
+    assert_eq!(host_fingerprint(), host, "the host's firewall is untouched");
+}
+
+/// Felix (eBPF mode) deletes kube-proxy's Service chains and hook rules but not the
+/// utility chains; kube-proxy's partial restores then fail on the missing chains.
+#[test]
+fn calico_bpf_cleanup() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = up(Scenario::CalicoBpfCleanup);
+    lab.wait_until(
+        "Felix's cleanup and a failed restore",
+        Duration::from_secs(30),
+        |l| {
+            l.pod_logs("calico-node")
+                .contains("Found unexpected chain, marking for cleanup chainName=\"KUBE-SVC-")
+                && l.pod_logs("kube-proxy").contains("does not exist")
+        },
+    )
+    .unwrap();
+    let log = lab.pod_logs("calico-node");
+    assert!(
+        log.contains("BPF enabled, configuring iptables layer to clean up kube-proxy's rules."),
+        "{log}"
+    );
+    // KUBE-NODEPORTS stays referenced from INPUT: Felix cannot delete it and gives up.
+    assert!(log.contains("CHAIN_DEL failed (Device or resource busy): chain KUBE-NODEPORTS"));
+    let nat = lab.node_output(&["iptables-save", "-t", "nat"]).unwrap();
+    assert!(
+        nat.contains(":KUBE-MARK-MASQ"),
+        "utility chains stay: {nat}"
+    );
+    assert_clean_after_down(lab);
+}
+
+/// A firewalld reload flushes every table: kube-proxy's rules come back with its next
+/// sync, the portmap plugin's hostPort DNAT never does.
+#[test]
+fn firewalld_reload() {
+    if !root_or_skip() {
+        return;
+    }
+    let host = host_fingerprint();
+    let lab = up(Scenario::FirewalldReload);
+    let nat = |l: &Lab| {
+        l.node_output(&["iptables-save", "-t", "nat"])
+            .unwrap_or_default()
+    };
+    assert!(nat(&lab).contains("CNI-HOSTPORT-DNAT"), "{}", nat(&lab));
+    lab.wait_until(
+        "a reload wiping the hostPort DNAT",
+        Duration::from_secs(30),
+        |l| !nat(l).contains("CNI-HOSTPORT-DNAT"),
+    )
+    .unwrap();
+    lab.wait_until(
+        "kube-proxy's resync after the flush",
+        Duration::from_secs(30),
+        |l| {
+            l.pod_logs("kube-proxy")
+                .contains("Reloading after iptables flush")
+                && nat(l).contains("KUBE-SVC-NPX46M4PTMTKRN6Y")
+        },
+    )
+    .unwrap();
+    assert!(!nat(&lab).contains("CNI-HOSTPORT-DNAT"));
+    let filter = lab.node_output(&["iptables-save", "-t", "filter"]).unwrap();
+    assert!(filter.contains(":INPUT_ZONES"), "{filter}");
+    assert!(filter.contains("-A FWDI_trusted -j ACCEPT"), "{filter}");
+    // Pods' traffic is in the trusted zone: the Service works from a pod between reloads.
+    lab.wait_until(
+        "pod -> Service between reloads",
+        Duration::from_secs(30),
+        |l| {
+            l.connect_from_pod(0, l.cluster_ip(), Duration::from_millis(500))
+                .is_ok_and(|c| c == Connect::Connected)
+        },
+    )
+    .unwrap();
+    assert!(
+        lab.read(paths::FIREWALLD_LOG)
+            .contains("DEBUG1: Loading firewalld config file '/etc/firewalld/firewalld.conf'")
+    );
+    assert_clean_after_down(lab);
+    assert_eq!(host_fingerprint(), host, "the host's firewall is untouched");
+}

@@ -50,7 +50,10 @@ fn where_to_confirm(ctx: &Ctx) -> Option<(String, String)> {
 /// agent log was read. Returns how to confirm it.
 pub fn tamper_inferred(ctx: &Ctx) -> Option<String> {
     let agent_lines = ctx.facts.agent_logs.iter().any(|f| !f.signals.is_empty());
-    if agent_lines || chains_deleted(ctx).is_empty() {
+    // A CNI that says in its own log that it removes kube-proxy's chains (Calico eBPF
+    // cleanup) is the known writer: nothing is left to infer about an agent.
+    let cni_writer = !ctx.pod_signals(None, Signal::KubeProxyCleanup).is_empty();
+    if agent_lines || cni_writer || chains_deleted(ctx).is_empty() {
         return None;
     }
     where_to_confirm(ctx).map(|(_, how)| how)

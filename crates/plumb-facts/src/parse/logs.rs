@@ -149,6 +149,13 @@ pub enum Signal {
     ConntrackPermission,
     /// kube-proxy's nftables mode cannot run `nft` (`failed to run nft: ... No such file or directory`).
     NftUnavailable,
+    /// kube-proxy's canary monitor found its canary chain gone (`IPTables canary deleted`,
+    /// `Reloading after iptables flush`): something flushed or deleted its chains.
+    CanaryDeleted,
+    /// Calico Felix in eBPF mode removes kube-proxy's chains (`BPF enabled, configuring
+    /// iptables layer to clean up kube-proxy's rules.`, `Found unexpected chain, marking
+    /// for cleanup chainName="KUBE-…"`): it is meant to replace kube-proxy, which must not run.
+    KubeProxyCleanup,
     /// The first message of a container log file: the container (re)started.
     ContainerStart,
     /// An audit NETFILTER_CFG record: a process changed a netfilter table.
@@ -217,6 +224,16 @@ pub fn signal(text: &str) -> Option<Signal> {
         && (lower.contains("sandbox") || lower.contains("plugin type="))
     {
         return Some(Signal::CniSandboxFailed);
+    }
+    if lower.contains("configuring iptables layer to clean up kube-proxy's rules")
+        || lower.contains("configuring iptables/nftables layer to clean up kube-proxy's rules")
+        || (lower.contains("marking for cleanup") && lower.contains("chainname=\"kube-"))
+    {
+        return Some(Signal::KubeProxyCleanup);
+    }
+    if lower.contains("iptables canary deleted") || lower.contains("reloading after iptables flush")
+    {
+        return Some(Signal::CanaryDeleted);
     }
     if lower.contains("no route to host") {
         return Some(Signal::NoRouteToHost);

@@ -137,7 +137,7 @@ pub fn main(f: &Flags) -> Result<i32, String> {
 }
 
 /// Go's text for common connect errors.
-fn go_errno(e: &std::io::Error) -> String {
+pub fn go_errno(e: &std::io::Error) -> String {
     match e.raw_os_error() {
         Some(libc::ENETUNREACH) => "network is unreachable".into(),
         Some(libc::ECONNREFUSED) => "connection refused".into(),

@@ -68,13 +68,18 @@ struct Options {
     drop_endpoints: Option<(String, Duration)>,
     version: String,
     model_ufw_lock: bool,
+    /// Only ClusterIP Services (`--cluster-ip-only`, a lab flag).
+    cluster_ip_only: bool,
     /// Full syncs get [`with_chain_cache_hint`] (nft backend, unless `--exact-restore-payload`).
     chain_cache_hint: bool,
 }
 
 fn options(f: &Flags) -> Result<Options, String> {
     let churn = f.duration_or("endpoint-churn", Duration::ZERO)?;
-    let tools = Tools::new(f.get("iptables").unwrap_or("iptables"));
+    let mut tools = Tools::new(f.get("iptables").unwrap_or("iptables"));
+    if f.bool_or("model-nf-tables-einval", false)? {
+        tools = tools.with_nf_tables_refused();
+    }
     let drop = match f.get("drop-endpoints") {
         Some(svc) => Some((
             svc.to_string(),
@@ -99,6 +104,7 @@ fn options(f: &Flags) -> Result<Options, String> {
         drop_endpoints: drop,
         version: f.get("version").unwrap_or("v1.31.4+rke2r1").to_string(),
         model_ufw_lock: f.bool_or("model-ufw-lock-contention", false)?,
+        cluster_ip_only: f.bool_or("cluster-ip-only", false)?,
         chain_cache_hint: !f.bool_or("exact-restore-payload", false)? && tools.is_nft(),
         tools,
     })
@@ -112,15 +118,34 @@ pub fn lab_cluster(
     node_ip: Ipv4Addr,
     api: SocketAddrV4,
 ) -> Cluster {
-    let mut cluster = generate(&GeneratorConfig {
+    lab_cluster_with(services, node_name, node_ip, api, false)
+}
+
+/// [`lab_cluster`], with only ClusterIP Services when `cluster_ip_only` (no NodePort,
+/// LoadBalancer or external IP, hence no KUBE-EXT/KUBE-FW chains).
+pub fn lab_cluster_with(
+    services: usize,
+    node_name: &str,
+    node_ip: Ipv4Addr,
+    api: SocketAddrV4,
+    cluster_ip_only: bool,
+) -> Cluster {
+    let mut config = GeneratorConfig {
         services: services.max(1),
         node_name: node_name.to_string(),
         node_ip,
         no_endpoints_fraction: 0.0,
         endpoints_per_service: 2,
         ..GeneratorConfig::default()
-    })
-    .expect("generator config is valid");
+    };
+    if cluster_ip_only {
+        config.nodeport_fraction = 0.0;
+        config.load_balancer_fraction = 0.0;
+        config.external_ip_fraction = 0.0;
+        config.local_policy_fraction = 0.0;
+        config.internal_local_fraction = 0.0;
+    }
+    let mut cluster = generate(&config).expect("generator config is valid");
     if let Some(k) = cluster
         .services
         .iter_mut()
@@ -300,6 +325,40 @@ impl Proxier {
             .run(&args)
             .map(|o| o.ok())
             .unwrap_or(false)
+    }
+
+    /// The monitor's set-up: `EnsureChain` of the canary in mangle, nat and filter; false
+    /// (logged as kube-proxy does) when iptables cannot create them.
+    fn setup_canaries(&self) -> bool {
+        for table in ["mangle", "nat", "filter"] {
+            let args = ["-t", table, "-N", "KUBE-PROXY-CANARY"].map(String::from);
+            match self.opts.tools.run(&args) {
+                // Exit 1 with "Chain already exists" is success for EnsureChain.
+                Ok(o) if o.ok() || o.combined.contains("already exists") => {}
+                Ok(o) => {
+                    log(klog(
+                        'E',
+                        "iptables.go:733",
+                        "Could not set up iptables canary",
+                        &[
+                            (
+                                "err",
+                                s(format!(
+                                    "error creating chain \"KUBE-PROXY-CANARY\": exit status {}: {}",
+                                    o.code,
+                                    o.combined.trim()
+                                )),
+                            ),
+                            ("table", s(table)),
+                            ("chain", s("KUBE-PROXY-CANARY")),
+                        ],
+                    ));
+                    return false;
+                }
+                Err(_) => return false,
+            }
+        }
+        true
     }
 
     fn canary_present(&self, table: &str) -> bool {
@@ -594,11 +653,12 @@ pub fn main(f: &Flags) -> Result<i32, String> {
         "\"Caches are synced for service config\"",
         "Caches are synced for service config",
     ));
-    let cluster = lab_cluster(
+    let cluster = lab_cluster_with(
         opts.services,
         &opts.node_name,
         opts.node_ip,
         opts.api_endpoint,
+        opts.cluster_ip_only,
     );
     let mut p = Proxier {
         cluster,
@@ -612,6 +672,9 @@ pub fn main(f: &Flags) -> Result<i32, String> {
     health.lock().expect("health lock").queued_update();
     let period = p.opts.sync_period;
     let mut next_sync = Instant::now();
+    // pkg/util/iptables Monitor: it first creates the canary chains; when that fails it
+    // logs "Could not set up iptables canary" and returns, so no monitor runs.
+    let monitor = p.setup_canaries();
     // The canary monitor runs on its own timer (its own goroutine in kube-proxy), out of
     // phase with the sync loop; the lab starts it half a period later.
     let mut next_canary = Instant::now() + period + period / 2;
@@ -640,7 +703,7 @@ pub fn main(f: &Flags) -> Result<i32, String> {
             next_churn = Some(now + c);
             next_sync = next_sync.min(last_sync + p.opts.min_sync_period);
         }
-        if now >= next_canary {
+        if monitor && now >= next_canary {
             if !p.canary_present("mangle") {
                 // pkg/util/iptables/monitor.go: log, wait (100 ms polls, up to 5 s) for the
                 // other tables' canaries to go too, then reload with a full sync.
@@ -675,7 +738,11 @@ pub fn main(f: &Flags) -> Result<i32, String> {
             next_sync = last_sync + period;
             continue;
         }
-        let mut wake = next_sync.min(next_canary);
+        let mut wake = if monitor {
+            next_sync.min(next_canary)
+        } else {
+            next_sync
+        };
         if let Some(c) = next_churn {
             wake = wake.min(c);
         }

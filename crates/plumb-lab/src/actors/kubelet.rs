@@ -86,6 +86,10 @@ pub struct ContainerSpec {
     pub backoff_max_ms: u64,
     /// Liveness probe.
     pub liveness: Option<Probe>,
+    /// Network namespace of the pod (a pod's own); `None` for host-network pods, which
+    /// run in kubelet's (the node's).
+    #[serde(default)]
+    pub netns: Option<String>,
 }
 
 /// What `lab status` shows per container.
@@ -207,12 +211,15 @@ fn run_container(k: &Kubelet, idx: usize, pod: &PodSpec, c: &ContainerSpec) {
                 return;
             }
         };
-        let child = Command::new(&c.exe)
-            .args(&c.args)
+        let mut cmd = Command::new(&c.exe);
+        cmd.args(&c.args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn();
+            .stderr(Stdio::piped());
+        let child = match &c.netns {
+            Some(ns) => plumb_os::netns::command_in(&mut cmd, ns, false).and_then(|()| cmd.spawn()),
+            None => cmd.spawn(),
+        };
         let mut child = match child {
             Ok(ch) => ch,
             Err(e) => {

@@ -14,8 +14,14 @@
 //! | [`ven_agent`] | Illumio VEN | snapshot + revert of the firewall, tamper log lines |
 //! | [`install_cni`] | Canal's install-cni | token request through 10.43.0.1:443, FATAL on timeout, CNI config on success |
 //! | [`api_server`] | kube-apiserver endpoint | TLS :6443, /readyz /livez /version, TokenRequest |
+//! | [`firewalld`] | firewalld, iptables backend | flush of every table and its zone chains at start and each reload |
+//! | [`calico_node`] | calico-node (Felix, eBPF mode) | deletes kube-proxy's chains and hook rules every refresh |
+//! | [`coredns`] | CoreDNS's kubernetes plugin | lists through 10.43.0.1:443 from a pod, logs failures, not ready |
 
 pub mod api_server;
+pub mod calico_node;
+pub mod coredns;
+pub mod firewalld;
 pub mod install_cni;
 pub mod kube_proxy;
 pub mod kubelet;
@@ -62,8 +68,37 @@ pub const API_SERVER: ActorKind = ActorKind {
     path: "usr/local/bin/kube-apiserver",
 };
 
+/// firewalld (RHEL's `/usr/sbin/firewalld`).
+pub const FIREWALLD: ActorKind = ActorKind {
+    name: "firewalld",
+    path: "usr/sbin/firewalld",
+};
+/// calico-node (the calico/node image's `/usr/bin/calico-node`).
+pub const CALICO_NODE: ActorKind = ActorKind {
+    name: "calico-node",
+    path: "usr/bin/calico-node",
+};
+/// CoreDNS (the coredns image's `/coredns`).
+pub const COREDNS: ActorKind = ActorKind {
+    name: "coredns",
+    path: "coredns",
+};
+
 /// Every actor.
-pub const ALL: [ActorKind; 5] = [KUBE_PROXY, KUBELET, VEN_AGENT, INSTALL_CNI, API_SERVER];
+pub const ALL: [ActorKind; 8] = [
+    KUBE_PROXY,
+    KUBELET,
+    VEN_AGENT,
+    INSTALL_CNI,
+    API_SERVER,
+    FIREWALLD,
+    CALICO_NODE,
+    COREDNS,
+];
+
+/// Actors installed only where a scenario runs them (on other nodes nothing of them
+/// exists for doctor to find).
+pub const OPTIONAL: [ActorKind; 3] = [VEN_AGENT, FIREWALLD, CALICO_NODE];
 
 /// If this executable is named like an actor, runs it and returns its exit code.
 pub fn dispatch_by_name() -> Option<i32> {
@@ -91,6 +126,9 @@ pub fn run(name: &str, args: Vec<OsString>) -> i32 {
         "venAgent" => ven_agent::main(&flags),
         "install-cni" => install_cni::main(&flags),
         "kube-apiserver" => api_server::main(&flags),
+        "firewalld" => firewalld::main(&flags),
+        "calico-node" => calico_node::main(&flags),
+        "coredns" => coredns::main(&flags),
         other => Err(format!("unknown actor {other:?}")),
     };
     match result {
