@@ -243,6 +243,13 @@ fn glued_end(b: &[u8], from: usize, end: usize) -> usize {
         };
     }
     if word[0].is_ascii_alphabetic() {
+        // `saddr::1`: a keyword and an IPv6 address (`dead::1` is one address).
+        if let Some(p) = word.windows(2).position(|w| w == b"::")
+            && p > 0
+            && !word[..p].iter().all(u8::is_ascii_hexdigit)
+        {
+            return from + p;
+        }
         for (k, &c) in word.iter().enumerate().skip(1) {
             if c == b'"' || c == b'@' {
                 return from + k;
@@ -261,7 +268,7 @@ fn glued_end(b: &[u8], from: usize, end: usize) -> usize {
     for op in GLUED_OPS {
         if word.len() > op.len()
             && word.starts_with(op.as_bytes())
-            && word[op.len()].is_ascii_alphanumeric()
+            && (word[op.len()].is_ascii_alphanumeric() || word[op.len()] == b'(')
         {
             return from + op.len();
         }

@@ -16,8 +16,38 @@ const PROTOS: &[&str] = &[
     "esp", "comp", "ipcomp", "ether", "vlan", "arp", "gre", "gretap", "vxlan", "geneve", "hbh",
     "frag", "dst", "mh", "srh", "rt0", "rt2", "rt4", "ll", "nh", "dhcp",
 ];
-/// `meta` keys nft prints without `meta` (`iifname`, `mark`, `l4proto`).
+/// `meta` keys nft reads without `meta` (`iifname`, `mark`): its grammar's
+/// unqualified keys. The others (`l4proto`, `nfproto`, `protocol`, `length` ...) need
+/// `meta` in front; bare, nft reads them as a symbol and refuses the rule.
 const META_BARE: &[&str] = &[
+    "iifname",
+    "oifname",
+    "iif",
+    "oif",
+    "iiftype",
+    "oiftype",
+    "iifgroup",
+    "oifgroup",
+    "skuid",
+    "skgid",
+    "rtclassid",
+    "cpu",
+    "cgroup",
+    "mark",
+    "pkttype",
+    "ibrname",
+    "obrname",
+    "ibriport",
+    "obriport",
+    "ibridgename",
+    "obridgename",
+    "hour",
+    "day",
+    "time",
+    "nftrace",
+];
+/// Every key `meta KEY` takes.
+const META_KEYS: &[&str] = &[
     "iifname",
     "oifname",
     "iif",
@@ -39,6 +69,8 @@ const META_BARE: &[&str] = &[
     "obrname",
     "ibriport",
     "obriport",
+    "ibridgename",
+    "obridgename",
     "ibrpvid",
     "ibrvproto",
     "sdif",
@@ -53,8 +85,118 @@ const META_BARE: &[&str] = &[
     "nfproto",
     "l4proto",
     "secpath",
+    "ipsec",
     "random",
     "broute",
+    "secmark",
+];
+/// Keys of `ct [original|reply] KEY`.
+const CT_KEYS: &[&str] = &[
+    "state",
+    "direction",
+    "status",
+    "mark",
+    "expiration",
+    "helper",
+    "label",
+    "l3proto",
+    "protocol",
+    "bytes",
+    "packets",
+    "avgpkt",
+    "zone",
+    "event",
+    "secmark",
+    "id",
+    "count",
+    "saddr",
+    "daddr",
+    "proto-src",
+    "proto-dst",
+    "expectation",
+    "timeout",
+    "ip",
+    "ip6",
+];
+/// Keywords of nft's scanner that no value may be: a match's right side, a `set`
+/// argument or a concatenation's constant (`tcp dport accept`, `meta mark set meta`,
+/// `ip saddr counter`). nft: "syntax error, unexpected KEYWORD". Keywords nft does
+/// take as values (`tcp`, `ip`, `ether`, `redirect`, `snat`, `reply` ...) are not here.
+const NOT_VALUES: &[&str] = &[
+    "accept",
+    "drop",
+    "continue",
+    "return",
+    "jump",
+    "goto",
+    "queue",
+    "reject",
+    "counter",
+    "comment",
+    "log",
+    "limit",
+    "quota",
+    "notrack",
+    "masquerade",
+    "tproxy",
+    "dup",
+    "fwd",
+    "meter",
+    "add",
+    "update",
+    "delete",
+    "set",
+    "map",
+    "vmap",
+    "flow",
+    "synproxy",
+    "xt",
+    "meta",
+    "ct",
+    "numgen",
+    "jhash",
+    "symhash",
+    "fib",
+    "socket",
+    "osf",
+    "ipsec",
+    "rt",
+    "exthdr",
+    "mark",
+    "iif",
+    "iifname",
+    "oif",
+    "oifname",
+    "iiftype",
+    "oiftype",
+    "skuid",
+    "skgid",
+    "nftrace",
+    "rtclassid",
+    "pkttype",
+    "cpu",
+    "iifgroup",
+    "oifgroup",
+    "cgroup",
+    "saddr",
+    "daddr",
+    "sport",
+    "dport",
+    "packets",
+    "bytes",
+    "rate",
+    "burst",
+    "prefix",
+    "level",
+    "with",
+    "name",
+    "option",
+    "flags",
+    "priority",
+    "l4proto",
+    "nfproto",
+    "state",
+    "status",
 ];
 /// Statements kept as text ([`StatementKind::Other`]).
 const OTHER_STMTS: &[&str] = &[
@@ -362,7 +504,7 @@ impl<'a> StmtParser<'_, 'a> {
         self.i += 1;
         match self.toks.get(self.i) {
             Some(n) if n.kind == Tok::LBrace => {
-                self.skip_braces();
+                self.anonymous_chain();
                 StatementKind::Other(format!("{w} {{ anonymous chain }}"))
             }
             Some(n) if n.kind == Tok::Word => {
@@ -378,6 +520,47 @@ impl<'a> StmtParser<'_, 'a> {
                 self.r
                     .error(&t, format!("expected a chain name after '{w}'"), w);
                 StatementKind::Other(w.to_string())
+            }
+        }
+    }
+
+    /// `jump { RULE; RULE ... }`: the rules of an anonymous chain are read (and checked)
+    /// like a chain's, one per line or `;`, and kept as text in the outer rule.
+    fn anonymous_chain(&mut self) {
+        let open = self.i;
+        self.skip_braces();
+        let closed = self.i > open + 1 && self.toks[self.i - 1].kind == Tok::RBrace;
+        let end = if closed { self.i - 1 } else { self.i };
+        let toks = self.toks;
+        let mut from = open + 1;
+        let mut depth = 0usize;
+        for k in open + 1..=end {
+            let split = k == end
+                || (depth == 0
+                    && (toks[k].kind == Tok::Semi || toks[k].line != toks[k - 1].line)
+                    && k > from);
+            if k < end {
+                match toks[k].kind {
+                    Tok::LBrace => depth += 1,
+                    Tok::RBrace => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+            }
+            if split && k > from {
+                let rule: Vec<Token> = toks[from..k]
+                    .iter()
+                    .copied()
+                    .filter(|t| t.kind != Tok::Semi)
+                    .collect();
+                if !rule.is_empty() {
+                    let mut sp = StmtParser {
+                        r: &mut *self.r,
+                        toks: &rule,
+                        i: 0,
+                    };
+                    sp.statements();
+                }
+                from = k;
             }
         }
     }
@@ -638,6 +821,17 @@ impl<'a> StmtParser<'_, 'a> {
         match w {
             "meta" => {
                 self.i += 1;
+                if let Some(k) = self.cur()
+                    && self.cur_is_word()
+                    && !META_KEYS.contains(&k)
+                {
+                    let t = self.toks[self.i];
+                    self.r.error(
+                        &t,
+                        format!("'{k}' is no meta key (nft: syntax error, unexpected {k})"),
+                        k,
+                    );
+                }
                 self.bump_word(at);
             }
             "ct" => {
@@ -646,6 +840,17 @@ impl<'a> StmtParser<'_, 'a> {
                     self.i += 1;
                 }
                 let key = self.cur();
+                if let Some(k) = key
+                    && self.cur_is_word()
+                    && !CT_KEYS.contains(&k)
+                {
+                    let t = self.toks[self.i];
+                    self.r.error(
+                        &t,
+                        format!("'{k}' is no conntrack key (nft: syntax error, unexpected {k})"),
+                        k,
+                    );
+                }
                 if self.bump_word(at) && matches!(key, Some("ip" | "ip6")) {
                     self.bump_word(at);
                 }
@@ -814,6 +1019,16 @@ impl<'a> StmtParser<'_, 'a> {
                         self.i += 1;
                     }
                     return Value::Expr(self.span_text(from, self.i));
+                }
+                if NOT_VALUES.contains(&w) {
+                    self.r.error(
+                        &t,
+                        format!(
+                            "'{w}' is a keyword, not a value (nft: syntax error, unexpected {w})"
+                        ),
+                        w,
+                    );
+                    return Value::Single(w.to_string());
                 }
                 if w == "over" || w == "until" {
                     if self.cur_is_word() {
@@ -1237,5 +1452,55 @@ mod tests {
             "{:?}",
             kinds(1)
         );
+    }
+
+    /// The errors reading `rule` alone in a chain gives.
+    fn rule_errors(rule: &str) -> Vec<String> {
+        errors(&parse_text(&format!(
+            "table ip t {{\n\tchain c {{\n\t\t{rule}\n\t}}\n}}\n"
+        )))
+    }
+
+    /// Asserts nft's verdict on each rule: `true` accepted, `false` refused.
+    fn verdicts(cases: &[(&str, bool)]) {
+        for (rule, ok) in cases {
+            let e = rule_errors(rule);
+            assert_eq!(e.is_empty(), *ok, "{rule}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn keywords_are_no_values_and_keys_are_checked() {
+        verdicts(&[
+            ("tcp dport accept", false),
+            ("udp dport dport 161 accept", false),
+            ("ip saddr counter packets 0 bytes 0 drop", false),
+            ("meta mark set meta", false),
+            (
+                "iif \"lo\" ct mark & 0xff == meta mark set ct mark >> 8",
+                false,
+            ),
+            ("l4proto tcp accept", false),
+            ("protocol ip udp dport 67", false),
+            ("meta l4proto tcp accept", true),
+            ("meta markset 0x1", false),
+            ("meta nft race set 1", false),
+            ("meta nftrace set 1", true),
+            ("ct new state accept", false),
+            ("ct state new accept", true),
+            ("ct original ip saddr 10.0.0.1 accept", true),
+            ("ct status snat,dnat accept", true),
+            ("icmp type redirect accept", true),
+            (
+                "meta l4proto { tcp, udp } th dport 53 jump {\n\t\t\tudp dport 161 accept accept\n\t\t}",
+                false,
+            ),
+            (
+                "meta l4proto { tcp, udp } th dport 53 jump {\n\t\t\tip saddr 10.0.0.1 accept\n\t\t\taccept\n\t\t}",
+                true,
+            ),
+            ("tcp flags &(syn | rst) == syn accept", true),
+            ("ip6 saddr::1 accept", true),
+        ]);
     }
 }
