@@ -242,6 +242,16 @@ fn glued_end(b: &[u8], from: usize, end: usize) -> usize {
             _ => end,
         };
     }
+    // Parentheses are tokens of their own in nft's scanner: `(syn`, `rst)`.
+    if matches!(word[0], b'(' | b')') {
+        return from + 1;
+    }
+    if let Some(p) = word.iter().position(|&c| matches!(c, b'(' | b')' | b'"'))
+        && word[p] != b'"'
+        && !GLUED_OPS.iter().any(|op| word.starts_with(op.as_bytes()))
+    {
+        return from + p;
+    }
     if word[0].is_ascii_alphabetic() {
         // `saddr::1`: a keyword and an IPv6 address (`dead::1` is one address).
         if let Some(p) = word.windows(2).position(|w| w == b"::")

@@ -224,10 +224,217 @@ const SELECTOR_HEADS: &[&str] = &[
 ];
 /// The states `ct state` matches.
 const CT_STATES: &[&str] = &["invalid", "established", "related", "new", "untracked"];
+/// Binary operators of nft's expressions.
+const BINOPS: &[&str] = &[
+    "&", "|", "^", "<<", ">>", "and", "or", "xor", "lshift", "rshift",
+];
 /// Fields of `tcp option NAME FIELD`.
 const TCP_OPT_FIELDS: &[&str] = &[
     "kind", "length", "size", "count", "left", "right", "tsval", "tsecr", "value", "subtype",
 ];
+
+/// ICMP type names nft knows.
+const ICMP_TYPES: &[&str] = &[
+    "echo-reply",
+    "destination-unreachable",
+    "source-quench",
+    "redirect",
+    "echo-request",
+    "router-advertisement",
+    "router-solicitation",
+    "time-exceeded",
+    "parameter-problem",
+    "timestamp-request",
+    "timestamp-reply",
+    "info-request",
+    "info-reply",
+    "address-mask-request",
+    "address-mask-reply",
+];
+/// ICMPv6 type names nft knows.
+const ICMPV6_TYPES: &[&str] = &[
+    "destination-unreachable",
+    "packet-too-big",
+    "time-exceeded",
+    "parameter-problem",
+    "echo-request",
+    "echo-reply",
+    "mld-listener-query",
+    "mld-listener-report",
+    "mld-listener-done",
+    "mld-listener-reduction",
+    "nd-router-solicit",
+    "nd-router-advert",
+    "nd-neighbor-solicit",
+    "nd-neighbor-advert",
+    "nd-redirect",
+    "router-renumbering",
+    "ind-neighbor-solicit",
+    "ind-neighbor-advert",
+    "mld2-listener-report",
+];
+/// Ethernet protocol names nft knows (`ether type`, `meta protocol`, `vlan type`).
+const ETHER_TYPES: &[&str] = &["ip", "arp", "ip6", "vlan", "8021q", "8021ad"];
+/// IP protocol names (`meta l4proto`, `ip protocol`, `ip6 nexthdr`): nft's own words and
+/// the names of the `/etc/protocols` netbase ships, which nft looks up.
+const IP_PROTOCOLS: &[&str] = &[
+    "ip",
+    "hopopt",
+    "icmp",
+    "igmp",
+    "ggp",
+    "ipencap",
+    "st",
+    "tcp",
+    "egp",
+    "igp",
+    "pup",
+    "udp",
+    "hmp",
+    "xns-idp",
+    "rdp",
+    "iso-tp4",
+    "dccp",
+    "xtp",
+    "ddp",
+    "idpr-cmtp",
+    "ipv6",
+    "ipv6-route",
+    "ipv6-frag",
+    "idrp",
+    "rsvp",
+    "gre",
+    "esp",
+    "ah",
+    "skip",
+    "ipv6-icmp",
+    "icmpv6",
+    "ipv6-nonxt",
+    "ipv6-opts",
+    "rspf",
+    "vmtp",
+    "eigrp",
+    "ospf",
+    "ax.25",
+    "ipip",
+    "etherip",
+    "encap",
+    "pim",
+    "ipcomp",
+    "comp",
+    "vrrp",
+    "l2tp",
+    "isis",
+    "sctp",
+    "fc",
+    "mobility-header",
+    "udplite",
+    "mpls-in-ip",
+    "manet",
+    "hip",
+    "shim6",
+    "wesp",
+    "rohc",
+    "ethernet",
+    "aggfrag",
+    "mptcp",
+    "ipv4",
+    "ospfigp",
+    "mh",
+];
+
+/// Why a value word is malformed as nft's scanner reads it (a word cut short, an
+/// address with too few parts, a raw payload with an unknown base); `None` when fine.
+fn malformed_value(w: &str) -> Option<&'static str> {
+    if w.starts_with('"') {
+        return None;
+    }
+    if w == "@" {
+        return Some("expected a set name after '@'");
+    }
+    if let Some(raw) = w.strip_prefix('@') {
+        if raw.contains(',') {
+            let parts: Vec<&str> = raw.split(',').collect();
+            if parts.len() != 3 || !matches!(parts[0], "ll" | "nh" | "th" | "ih") {
+                return Some("unknown raw payload base (nft: expected @ll, @nh, @th or @ih)");
+            }
+        }
+        return None;
+    }
+    if w.ends_with('.') || w.ends_with('/') || w.ends_with('-') {
+        return Some("the value is cut short (nft: syntax error)");
+    }
+    if w.ends_with(':') && !w.ends_with("::") {
+        return Some("the value is cut short (nft: syntax error)");
+    }
+    if w.eq_ignore_ascii_case("0x") {
+        return Some("'0x' without digits (nft: syntax error)");
+    }
+    let first = w.as_bytes()[0];
+    if first.is_ascii_digit() && w.contains('.') && !w.contains(':') {
+        let addr = w.split_once('/').map_or(w, |(a, _)| a);
+        if !addr
+            .split('-')
+            .all(|p| p.parse::<std::net::Ipv4Addr>().is_ok())
+        {
+            return Some("no IPv4 address (nft: syntax error)");
+        }
+    }
+    None
+}
+
+/// The symbol of `right` a match on `left` cannot take, and what it should be
+/// (`ct state estab`, `icmp type echo`, `meta mark set1`).
+fn wrong_symbol(left: &str, right: &Value) -> Option<(String, &'static str)> {
+    let integer = |v: &str| {
+        v.split('-').all(|p| {
+            let p = p.trim();
+            (p.len() > 2
+                && (p.starts_with("0x") || p.starts_with("0X"))
+                && p[2..].chars().all(|c| c.is_ascii_hexdigit()))
+                || (!p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        })
+    };
+    let check: (&dyn Fn(&str) -> bool, &'static str) = match left {
+        "ct state" => (&|v| CT_STATES.contains(&v), "conntrack state"),
+        "icmp type" => (&|v| ICMP_TYPES.contains(&v) || integer(v), "ICMP type"),
+        "icmpv6 type" => (&|v| ICMPV6_TYPES.contains(&v) || integer(v), "ICMPv6 type"),
+        "meta mark" | "mark" | "ct mark" => (&integer, "packet mark"),
+        "meta nftrace" | "nftrace" => (&integer, "integer"),
+        "ct direction" => (
+            &|v| matches!(v, "original" | "reply"),
+            "conntrack direction",
+        ),
+        "meta nfproto" => (
+            &|v| matches!(v, "ipv4" | "ipv6") || integer(v),
+            "netfilter protocol",
+        ),
+        "meta protocol" | "ether type" | "vlan type" => (
+            &|v| ETHER_TYPES.contains(&v) || integer(v),
+            "Ethernet protocol",
+        ),
+        "meta l4proto" | "ip protocol" | "ip6 nexthdr" => (
+            &|v| IP_PROTOCOLS.contains(&v.to_ascii_lowercase().as_str()) || integer(v),
+            "protocol name",
+        ),
+        _ => return None,
+    };
+    let singles: Vec<&str> = match right {
+        Value::Single(v) => v.split(',').collect(),
+        Value::Set(items) => items
+            .iter()
+            .filter_map(|i| match i {
+                Value::Single(v) => Some(v.as_str()),
+                _ => None,
+            })
+            .collect(),
+        _ => return None,
+    };
+    singles
+        .into_iter()
+        .find(|v| !v.is_empty() && !v.starts_with('$') && !(check.0)(v))
+        .map(|v| (v.to_string(), check.1))
+}
 
 /// Whether `field` can follow protocol `proto` in a selector (`ip saddr`, `tcp dport`),
 /// for the protocols whose fields are listed here (others take any word).
@@ -400,18 +607,17 @@ impl<'a> StmtParser<'_, 'a> {
             }
             if let StatementKind::Match {
                 ref left,
-                right: Value::Single(ref v),
+                ref right,
                 ..
             } = kind
-                && left == "ct state"
                 && self.r.ruleset.diagnostics.len() == diagnostics_before
-                && let Some(bad) = v.split(',').find(|s| !CT_STATES.contains(s))
+                && let Some((bad, what)) = wrong_symbol(left, right)
             {
                 let t = self.toks[start];
                 self.r.error(
                     &t,
-                    format!("'{bad}' is no conntrack state (nft: Could not parse conntrack state)"),
-                    bad,
+                    format!("'{bad}' is no {what} (nft: Could not parse {what})"),
+                    &bad,
                 );
             }
             terminal |= matches!(
@@ -916,7 +1122,13 @@ impl<'a> StmtParser<'_, 'a> {
                 self.bump_word(at);
             }
             _ if META_BARE.contains(&w) => self.i += 1,
-            _ if w.starts_with('@') && w.contains(',') => self.i += 1,
+            _ if w.starts_with('@') && w.contains(',') => {
+                let t = self.toks[self.i];
+                self.i += 1;
+                if let Some(why) = malformed_value(w) {
+                    self.r.error(&t, format!("'{w}': {why}"), w);
+                }
+            }
             _ if PROTOS.contains(&w) => {
                 self.i += 1;
                 match self.cur() {
@@ -1010,15 +1222,19 @@ impl<'a> StmtParser<'_, 'a> {
             Tok::Word => {
                 let w = self.r.s(&t);
                 self.i += 1;
-                if w.starts_with('(') {
+                if w == "(" {
                     let from = self.i - 1;
-                    let mut depth = w.matches('(').count() as i64 - w.matches(')').count() as i64;
-                    while depth > 0 && self.i < self.toks.len() {
-                        let x = self.r.s(&self.toks[self.i]);
-                        depth += x.matches('(').count() as i64 - x.matches(')').count() as i64;
-                        self.i += 1;
-                    }
+                    self.paren_expr(t);
                     return Value::Expr(self.span_text(from, self.i));
+                }
+                if w == ")" {
+                    self.r
+                        .error(&t, "unexpected ')' (nft: syntax error, unexpected ')')", w);
+                    return Value::Single(String::new());
+                }
+                if let Some(why) = malformed_value(w) {
+                    self.r.error(&t, format!("'{w}': {why}"), w);
+                    return Value::Single(w.to_string());
                 }
                 if NOT_VALUES.contains(&w) {
                     self.r.error(
@@ -1044,6 +1260,56 @@ impl<'a> StmtParser<'_, 'a> {
                 self.r
                     .error(&t, format!("unexpected '{w}': expected a value"), w);
                 Value::Single(String::new())
+            }
+        }
+    }
+
+    /// After `(`: `OPERAND (OP OPERAND)* )`, operands selectors or values, operators
+    /// the bit operations nft takes there (`(syn | rst)`, `(meta mark | 0x10)`).
+    fn paren_expr(&mut self, open: Token) {
+        loop {
+            if !self.selector_expr() {
+                match self.cur() {
+                    Some("(") => {
+                        let t = self.toks[self.i];
+                        self.i += 1;
+                        self.paren_expr(t);
+                    }
+                    Some(w) if self.cur_is_word() && !BINOPS.contains(&w) && w != ")" => {
+                        self.value_atom();
+                    }
+                    _ => {
+                        let (t, w) = match self.toks.get(self.i) {
+                            Some(t) => (*t, self.r.s(t)),
+                            None => (open, "end of rule"),
+                        };
+                        self.r.error(
+                            &t,
+                            format!("unexpected {w} in '( ... )': expected a value or a selector (nft: syntax error)"),
+                            w,
+                        );
+                        self.i = self.toks.len();
+                        return;
+                    }
+                }
+            }
+            match self.cur() {
+                Some(")") => {
+                    self.i += 1;
+                    return;
+                }
+                Some(op) if BINOPS.contains(&op) => self.i += 1,
+                other => {
+                    let t = self.toks.get(self.i).copied().unwrap_or(open);
+                    let w = other.unwrap_or("end of rule").to_string();
+                    self.r.error(
+                        &t,
+                        format!("unexpected {w}: expected ')' or an operator (nft: syntax error, expecting ')')"),
+                        &w,
+                    );
+                    self.i = self.toks.len();
+                    return;
+                }
             }
         }
     }
@@ -1501,6 +1767,35 @@ mod tests {
             ),
             ("tcp flags &(syn | rst) == syn accept", true),
             ("ip6 saddr::1 accept", true),
+        ]);
+    }
+
+    #[test]
+    fn values_are_checked_by_their_field() {
+        verdicts(&[
+            ("tcp flags & (syn | rst | ack |urg) == ack | urg", true),
+            ("tcp flags & (syn | rst ack | urg) == ack | urg", false),
+            ("tcp flags & (syn | | urg) == ack | urg", false),
+            ("ct mark set (meta mark | 0x10) << 8", true),
+            ("ct mark set (meta mark mark | 0x10) << 8", false),
+            ("ip saddr 10.1.", false),
+            ("ip saddr 10.1.1", false),
+            ("ip saddr 127.0.0.1-192.168.7.1 accept", true),
+            ("ip saddr @", false),
+            ("@th,160,32 0x2736c00 drop", true),
+            ("@th_x,160,32 0x2736c00 drop", false),
+            ("meta mark set 0x", false),
+            ("icmp type echo-request accept", true),
+            ("icmp type echo-requestaccept", false),
+            ("icmp type { echo-request, 8 } accept", true),
+            ("icmpv6 type echo accept", false),
+            ("meta mark set1", false),
+            ("meta mark 0x10-0x20 accept", true),
+            ("meta l4proto ipv6-icmp accept", true),
+            ("meta l4proto icmpaccept", false),
+            ("meta nfproto ipv", false),
+            ("ether type i", false),
+            ("ether type 0x8100 accept", true),
         ]);
     }
 }
