@@ -253,6 +253,10 @@ fn glued_end(b: &[u8], from: usize, end: usize) -> usize {
         return from + p;
     }
     if word[0].is_ascii_alphabetic() {
+        // `to:20000`: the keyword and a port.
+        if word.starts_with(b"to:") {
+            return from + 2;
+        }
         // `saddr::1`: a keyword and an IPv6 address (`dead::1` is one address).
         if let Some(p) = word.windows(2).position(|w| w == b"::")
             && p > 0

@@ -122,7 +122,7 @@ const CT_KEYS: &[&str] = &[
 /// argument or a concatenation's constant (`tcp dport accept`, `meta mark set meta`,
 /// `ip saddr counter`). nft: "syntax error, unexpected KEYWORD". Keywords nft does
 /// take as values (`tcp`, `ip`, `ether`, `redirect`, `snat`, `reply` ...) are not here.
-const NOT_VALUES: &[&str] = &[
+pub(super) const NOT_VALUES: &[&str] = &[
     "accept",
     "drop",
     "continue",
@@ -586,6 +586,8 @@ impl<'a> StmtParser<'_, 'a> {
         // `continue`, `reject`, `queue`, NAT): "Statement after terminal statement
         // has no effect". A comment is no statement.
         let mut terminal = false;
+        // nft reads a comment only at the end of a rule.
+        let mut commented = false;
         let diagnostics_before = self.r.ruleset.diagnostics.len();
         while self.i < self.toks.len() {
             let start = self.i;
@@ -593,6 +595,16 @@ impl<'a> StmtParser<'_, 'a> {
             if self.i == start {
                 self.i += 1; // always make progress
             }
+            if commented && self.r.ruleset.diagnostics.len() == diagnostics_before {
+                let t = self.toks[start];
+                let text = self.span_text(start, self.i);
+                self.r.error(
+                    &t,
+                    "statement after the rule's comment (nft: syntax error, expecting newline or semicolon)",
+                    &text,
+                );
+            }
+            commented |= matches!(kind, StatementKind::Comment(_));
             if terminal
                 && !matches!(kind, StatementKind::Comment(_))
                 && self.r.ruleset.diagnostics.len() == diagnostics_before
@@ -699,6 +711,9 @@ impl<'a> StmtParser<'_, 'a> {
                 StatementKind::Other("xt".into())
             }
             "flow" => self.flow(w),
+            "limit" => self.limit(t),
+            "quota" => self.quota(t),
+            "tproxy" => self.tproxy(t),
             _ if OTHER_STMTS.contains(&w) => self.other_statement(w),
             _ if is_selector_start(w) => self.matchlike(),
             _ => self.unknown_statement(t, w),
@@ -728,6 +743,186 @@ impl<'a> StmtParser<'_, 'a> {
                 StatementKind::Other(w.to_string())
             }
         }
+    }
+
+    /// Reports `msg` at the current token (or at `fallback` when the rule ended).
+    fn fail_here(&mut self, fallback: Token, msg: &str) {
+        let (t, w) = match self.toks.get(self.i) {
+            Some(t) => (*t, self.r.s(t).to_string()),
+            None => (fallback, "end of rule".to_string()),
+        };
+        self.r.error(&t, format!("unexpected {w}: {msg}"), &w);
+    }
+
+    /// Consumes the current word when `ok` accepts it; otherwise reports `msg`.
+    fn expect_word(&mut self, fallback: Token, ok: impl Fn(&str) -> bool, msg: &str) -> bool {
+        match self.cur() {
+            Some(w) if self.cur_is_word() && ok(w) => {
+                self.i += 1;
+                true
+            }
+            _ => {
+                self.fail_here(fallback, msg);
+                false
+            }
+        }
+    }
+
+    /// `name EXPR`: a quoted name, or a selector looked up in a map (`name ip saddr map @m`).
+    fn object_name(&mut self, t: Token) {
+        self.i += 1;
+        if self.cur().is_some_and(is_selector_start) && self.cur_is_word() {
+            self.selector_expr();
+            if self.cur() == Some("map") {
+                self.i += 1;
+                self.value();
+            } else {
+                self.fail_here(t, "expected 'map' after the object name's selector (nft: datatype mismatch, expected string)");
+            }
+        } else if self.cur_is_word() && !self.cur().is_some_and(|w| NOT_VALUES.contains(&w)) {
+            self.i += 1;
+        } else {
+            self.fail_here(t, "expected an object name (nft: syntax error)");
+        }
+    }
+
+    /// `limit rate [over|until] N/UNIT [burst N packets]`, `limit rate [over] N BYTES/UNIT
+    /// [burst N BYTES]` or `limit name NAME`.
+    fn limit(&mut self, t: Token) -> StatementKind {
+        self.i += 1;
+        const UNITS: &[&str] = &["second", "minute", "hour", "day", "week"];
+        const BYTES: &[&str] = &["bytes", "kbytes", "mbytes"];
+        let per = |w: &str| {
+            w.split_once('/').is_some_and(|(n, u)| {
+                !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) && UNITS.contains(&u)
+            })
+        };
+        let num = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_digit());
+        match self.cur() {
+            Some("name") => self.object_name(t),
+            Some("rate") => {
+                self.i += 1;
+                if matches!(self.cur(), Some("over" | "until")) {
+                    self.i += 1;
+                }
+                let joined = self.joined_slash();
+                let bytes = match self.cur() {
+                    Some(_) if per(&joined.0) => {
+                        self.i += joined.1;
+                        false
+                    }
+                    Some(w) if num(w) => {
+                        self.i += 1;
+                        let (unit, n) = self.joined_slash();
+                        if unit
+                            .split_once('/')
+                            .is_some_and(|(b, u)| BYTES.contains(&b) && UNITS.contains(&u))
+                        {
+                            self.i += n;
+                        } else {
+                            self.fail_here(
+                                t,
+                                "expected BYTES/UNIT after the rate (nft: syntax error)",
+                            );
+                        }
+                        true
+                    }
+                    _ => {
+                        self.fail_here(t, "expected N/second, N/minute ... after 'limit rate' (nft: syntax error, expecting number)");
+                        return StatementKind::Other("limit".into());
+                    }
+                };
+                if self.cur() == Some("burst") {
+                    self.i += 1;
+                    if self.expect_word(
+                        t,
+                        num,
+                        "expected a number after 'burst' (nft: syntax error)",
+                    ) {
+                        if bytes {
+                            self.expect_word(t, |u| BYTES.contains(&u), "expected bytes, kbytes or mbytes after the burst (nft: syntax error)");
+                        } else {
+                            self.expect_word(t, |u| u == "packets", "expected 'packets' after the burst (nft: syntax error, expecting packets)");
+                        }
+                    }
+                }
+            }
+            _ => self.fail_here(
+                t,
+                "expected 'rate' or 'name' after 'limit' (nft: syntax error)",
+            ),
+        }
+        StatementKind::Other("limit".into())
+    }
+
+    /// The current word joined with the next ones when a `/` joins them (`5/ second`,
+    /// `5 /second`: nft's scanner reads `/` as a token of its own), and how many words.
+    fn joined_slash(&self) -> (String, usize) {
+        let mut s = String::new();
+        let mut n = 0;
+        while let Some(w) = self.w(self.i + n) {
+            if self.toks[self.i + n].kind != Tok::Word {
+                break;
+            }
+            if n > 0 && !(s.ends_with('/') || w.starts_with('/')) {
+                break;
+            }
+            s.push_str(w);
+            n += 1;
+        }
+        (s, n)
+    }
+
+    /// `quota [over|until] N UNIT [used N UNIT]` or `quota name NAME`.
+    fn quota(&mut self, t: Token) -> StatementKind {
+        self.i += 1;
+        const UNITS: &[&str] = &["bytes", "kbytes", "mbytes"];
+        let num = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_digit());
+        if self.cur() == Some("name") {
+            self.object_name(t);
+            return StatementKind::Other("quota".into());
+        }
+        if matches!(self.cur(), Some("over" | "until")) {
+            self.i += 1;
+        }
+        if self.expect_word(
+            t,
+            num,
+            "expected a number after 'quota' (nft: syntax error, expecting number)",
+        ) {
+            self.expect_word(
+                t,
+                |u| UNITS.contains(&u),
+                "expected bytes, kbytes or mbytes (nft: syntax error)",
+            );
+            if self.cur() == Some("used") {
+                self.i += 1;
+                if self.expect_word(t, num, "expected a number after 'used' (nft: syntax error)") {
+                    self.expect_word(
+                        t,
+                        |u| UNITS.contains(&u),
+                        "expected bytes, kbytes or mbytes (nft: syntax error)",
+                    );
+                }
+            }
+        }
+        StatementKind::Other("quota".into())
+    }
+
+    /// `tproxy [ip|ip6] to ADDR[:PORT]` or `tproxy [ip|ip6] to :PORT`.
+    fn tproxy(&mut self, t: Token) -> StatementKind {
+        self.i += 1;
+        if matches!(self.cur(), Some("ip" | "ip6")) {
+            self.i += 1;
+        }
+        if self.expect_word(
+            t,
+            |w| w == "to",
+            "expected 'to' after 'tproxy' (nft: syntax error, expecting to or ip or ip6)",
+        ) {
+            self.value_expr();
+        }
+        StatementKind::Other("tproxy".into())
     }
 
     /// `jump { RULE; RULE ... }`: the rules of an anonymous chain are read (and checked)
@@ -794,14 +989,26 @@ impl<'a> StmtParser<'_, 'a> {
         self.i += 1;
         let from = self.i;
         if self.cur() == Some("with") {
+            let t = self.toks[self.i];
             self.i += 1;
             let proto = self.cur();
-            self.i += 1;
-            match (proto, self.cur()) {
-                (Some("tcp"), Some("reset")) => self.i += 1,
-                (_, Some("type")) => self.i += 2,
-                (_, Some(_)) if self.cur_is_word() => self.i += 1,
-                _ => {}
+            if self.expect_word(
+                t,
+                |p| matches!(p, "icmp" | "icmpv6" | "icmpx" | "tcp"),
+                "expected icmp, icmpv6, icmpx or tcp after 'reject with' (nft: syntax error)",
+            ) {
+                if proto == Some("tcp") {
+                    self.expect_word(t, |w| w == "reset", "expected 'reset' after 'reject with tcp' (nft: syntax error, expecting reset)");
+                } else {
+                    if self.cur() == Some("type") {
+                        self.i += 1;
+                    }
+                    self.expect_word(
+                        t,
+                        |w| !NOT_VALUES.contains(&w) && malformed_value(w).is_none(),
+                        "expected an ICMP code after 'reject with' (nft: syntax error)",
+                    );
+                }
             }
             self.i = self.i.min(self.toks.len());
         }
@@ -849,7 +1056,7 @@ impl<'a> StmtParser<'_, 'a> {
     fn comment(&mut self, t: Token, w: &str) -> StatementKind {
         self.i += 1;
         match self.cur() {
-            Some(c) if self.cur_is_word() => {
+            Some(c) if self.cur_is_word() && !NOT_VALUES.contains(&c) => {
                 self.i += 1;
                 StatementKind::Comment(unquote(c).to_string())
             }
@@ -864,18 +1071,60 @@ impl<'a> StmtParser<'_, 'a> {
     fn log(&mut self) -> StatementKind {
         self.i += 1;
         let from = self.i;
+        let t = self.toks[self.i - 1];
+        const LEVELS: &[&str] = &[
+            "emerg", "alert", "crit", "err", "warn", "notice", "info", "debug", "audit",
+        ];
+        let num = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_digit());
         while let Some(o) = self.cur() {
             match o {
-                "prefix" | "level" | "group" | "snaplen" | "queue-threshold" => {
-                    self.i = (self.i + 2).min(self.toks.len())
+                "prefix" => {
+                    self.i += 1;
+                    self.expect_word(
+                        t,
+                        |w| !NOT_VALUES.contains(&w),
+                        "expected a string after 'log prefix' (nft: syntax error, expecting string)",
+                    );
+                }
+                "level" => {
+                    self.i += 1;
+                    self.expect_word(
+                        t,
+                        |w| LEVELS.contains(&unquote(w)),
+                        "expected a log level (emerg ... debug, audit)",
+                    );
+                }
+                "group" | "snaplen" | "queue-threshold" => {
+                    self.i += 1;
+                    self.expect_word(
+                        t,
+                        num,
+                        "expected a number (nft: syntax error, expecting number)",
+                    );
                 }
                 "flags" => {
-                    let n = if matches!(self.w(self.i + 1), Some("tcp" | "ip")) {
-                        3
-                    } else {
-                        2
-                    };
-                    self.i = (self.i + n).min(self.toks.len());
+                    self.i += 1;
+                    match self.cur() {
+                        Some("tcp") => {
+                            self.i += 1;
+                            self.expect_word(
+                                t,
+                                |w| w.split(',').all(|f| matches!(f, "sequence" | "options")),
+                                "expected sequence or options after 'log flags tcp' (nft: syntax error)",
+                            );
+                        }
+                        Some("ip") => {
+                            self.i += 1;
+                            self.expect_word(t, |w| w == "options", "expected 'options' after 'log flags ip' (nft: syntax error, expecting options)");
+                        }
+                        _ => {
+                            self.expect_word(
+                                t,
+                                |w| w.split(',').all(|f| matches!(f, "skuid" | "ether" | "all")),
+                                "expected tcp, ip, skuid, ether or all after 'log flags' (nft: syntax error)",
+                            );
+                        }
+                    }
                 }
                 _ => break,
             }
@@ -960,9 +1209,35 @@ impl<'a> StmtParser<'_, 'a> {
         }
         if self.cur() == Some("to") {
             self.i += 1;
-            self.value_expr();
+            let e = self.value_expr();
+            if e.contains(" . ") && !e.contains(" map ") {
+                let t = self.toks[from];
+                self.r.error(
+                    &t,
+                    "a concatenation as NAT address needs a map (nft: datatype mismatch)",
+                    &e,
+                );
+            }
+        } else if matches!(kind, NatKind::Dnat | NatKind::Snat) {
+            let t = self.toks[from - 1];
+            self.fail_here(
+                t,
+                "expected 'to ADDRESS' after dnat/snat (nft: syntax error)",
+            );
         }
+        let mut seen: Vec<&str> = Vec::new();
         while let Some(f) = self.cur() {
+            for x in f.split(',') {
+                if seen.contains(&x) {
+                    let t = self.toks[self.i];
+                    self.r.error(
+                        &t,
+                        format!("NAT flag '{x}' given twice (nft: syntax error)"),
+                        f,
+                    );
+                }
+                seen.push(x);
+            }
             if !f.is_empty()
                 && f.split(',')
                     // `random-fully`: iptables' own spelling, which the MASQUERADE
@@ -1796,6 +2071,44 @@ mod tests {
             ("meta nfproto ipv", false),
             ("ether type i", false),
             ("ether type 0x8100 accept", true),
+        ]);
+    }
+
+    #[test]
+    fn statement_arguments_are_checked() {
+        verdicts(&[
+            ("limit rate 5/second burst 10 packets drop", true),
+            ("limit rate over 5/ minute burst 10 packets drop", true),
+            ("limit rate 10 mbytes/second accept", true),
+            ("limit rate burst 5/second 10 packets drop", false),
+            ("limit rate 5/second burst 10 drop", false),
+            ("limit 5/minute rate drop", false),
+            ("quota over 100 mbytes drop", true),
+            ("quota ip saddr map @test drop", false),
+            ("quota name ip saddr map @test drop", true),
+            ("counter name meta mark", true), // kept as text (see other_statement)
+            ("tcp dport 80 tproxy to:20000 accept", true),
+            ("tcp dport 80 tproxy :20000 to accept", false),
+            ("log prefix \"x \" flags ip options flags ether drop", true),
+            ("log prefix \"x \" flags ip flags ether drop", false),
+            ("log prefix", false),
+            ("reject with icmpv6 port-unreachable", true),
+            ("reject with icmpx type host-unreachable", true),
+            ("reject with type host-unreachable", false),
+            ("reject with tcp", false),
+            ("reject with", false),
+            ("dnat", false),
+            ("dnat to 10.0.0.1:80", true),
+            (
+                "dnat to ip saddr . tcp dport map { 10.0.0.1 . 80 : 10.0.0.2 . 8080 }",
+                true,
+            ),
+            ("dnat to ip saddr . tcp dport", false),
+            ("masquerade", true),
+            ("masquerade fully-random fully-random", false),
+            ("ip saddr 10.0.0.1 counter comment \"x\"", true),
+            ("ip saddr 10.0.0.1 comment \"x\" counter", false),
+            ("comment accept \"x\"", false),
         ]);
     }
 }
