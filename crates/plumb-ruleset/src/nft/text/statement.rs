@@ -228,6 +228,44 @@ const CT_STATES: &[&str] = &["invalid", "established", "related", "new", "untrac
 const BINOPS: &[&str] = &[
     "&", "|", "^", "<<", ">>", "and", "or", "xor", "lshift", "rshift",
 ];
+/// Option names of `tcp option NAME`.
+const TCP_OPTIONS: &[&str] = &[
+    "eol",
+    "nop",
+    "maxseg",
+    "window",
+    "sack-perm",
+    "sack",
+    "sack0",
+    "sack1",
+    "sack2",
+    "sack3",
+    "timestamp",
+    "fastopen",
+    "md5sig",
+    "mptcp",
+];
+/// Chunk types of `sctp chunk TYPE`.
+const SCTP_CHUNKS: &[&str] = &[
+    "data",
+    "init",
+    "init-ack",
+    "sack",
+    "heartbeat",
+    "heartbeat-ack",
+    "abort",
+    "shutdown",
+    "shutdown-ack",
+    "error",
+    "cookie-echo",
+    "cookie-ack",
+    "ecne",
+    "cwr",
+    "shutdown-complete",
+    "asconf-ack",
+    "forward-tsn",
+    "asconf",
+];
 /// Fields of `tcp option NAME FIELD`.
 const TCP_OPT_FIELDS: &[&str] = &[
     "kind", "length", "size", "count", "left", "right", "tsval", "tsecr", "value", "subtype",
@@ -401,6 +439,20 @@ fn wrong_symbol(left: &str, right: &Value) -> Option<(String, &'static str)> {
         "icmpv6 type" => (&|v| ICMPV6_TYPES.contains(&v) || integer(v), "ICMPv6 type"),
         "meta mark" | "mark" | "ct mark" => (&integer, "packet mark"),
         "meta nftrace" | "nftrace" => (&integer, "integer"),
+        "ether saddr" | "ether daddr" => (
+            &|v: &str| {
+                !v.contains(':') || {
+                    let parts: Vec<&str> = v.split(':').collect();
+                    // Two parts nft's scanner reads otherwise (it takes `0a:0b`); three
+                    // to five are an address cut short.
+                    (parts.len() == 6 || parts.len() <= 2)
+                        && parts.iter().all(|p| {
+                            (1..=2).contains(&p.len()) && p.chars().all(|c| c.is_ascii_hexdigit())
+                        })
+                }
+            },
+            "Ethernet address",
+        ),
         "ct direction" => (
             &|v| matches!(v, "original" | "reply"),
             "conntrack direction",
@@ -701,7 +753,11 @@ impl<'a> StmtParser<'_, 'a> {
             "reset" => {
                 // `reset tcp option fastopen`
                 self.i += 1;
-                self.selector();
+                if self.cur() == Some("tcp") && self.w(self.i + 1) == Some("option") {
+                    self.selector();
+                } else {
+                    self.fail_here(t, "expected 'tcp option NAME' after 'reset' (nft: syntax error, expecting tcp)");
+                }
                 StatementKind::Other(w.to_string())
             }
             "xt" => self.compat_xt(t),
@@ -1265,10 +1321,25 @@ impl<'a> StmtParser<'_, 'a> {
         if !self.selector() {
             return false;
         }
-        // `ip saddr . "lo" @s`: constants may be concatenated too.
+        // `ip saddr . "lo" @s`: constants may be concatenated too, but no symbol nft
+        // cannot type there (`. vlanid`, `. protocol`) and no set reference.
         while self.cur() == Some(".") && self.i + 1 < self.toks.len() {
             self.i += 1;
             if !self.selector() {
+                if let Some(w) = self.cur()
+                    && self.cur_is_word()
+                    && !(w.starts_with('"')
+                        || w.as_bytes()[0].is_ascii_digit()
+                        || w.contains(':')
+                        || w == "(")
+                {
+                    let t = self.toks[self.i];
+                    self.r.error(
+                        &t,
+                        format!("'{w}' cannot be typed inside a concatenation (nft: Can't parse symbolic invalid expressions)"),
+                        w,
+                    );
+                }
                 self.value_atom();
             }
         }
@@ -1321,6 +1392,14 @@ impl<'a> StmtParser<'_, 'a> {
                     self.i += 1;
                 }
                 let key = self.cur();
+                if key == Some("expectation") && self.w(self.i + 1) != Some("set") {
+                    let t = self.toks[self.i];
+                    self.r.error(
+                        &t,
+                        "'ct expectation' is only set (nft: syntax error, expecting set)",
+                        "expectation",
+                    );
+                }
                 if let Some(k) = key
                     && self.cur_is_word()
                     && !CT_KEYS.contains(&k)
@@ -1339,7 +1418,14 @@ impl<'a> StmtParser<'_, 'a> {
             "numgen" | "symhash" | "jhash" => {
                 self.i += 1;
                 if w == "numgen" {
-                    self.bump_word(at);
+                    let t = self.toks[at];
+                    if !self.expect_word(t, |m| matches!(m, "inc" | "random"), "expected inc or random after 'numgen' (nft: syntax error, expecting random or inc)") {
+                        return true;
+                    }
+                    if self.cur() != Some("mod") {
+                        self.fail_here(t, "expected 'mod N' (nft: syntax error, expecting mod)");
+                        return true;
+                    }
                 } else if w == "jhash" {
                     self.selector_expr();
                 }
@@ -1349,13 +1435,27 @@ impl<'a> StmtParser<'_, 'a> {
                 }
             }
             "fib" => {
+                let t = self.toks[self.i];
                 self.i += 1;
-                self.bump_word(at);
+                let flag = |f: &str| matches!(f, "saddr" | "daddr" | "mark" | "iif" | "oif");
+                if !self.expect_word(
+                    t,
+                    flag,
+                    "expected saddr, daddr, mark, iif or oif after 'fib' (nft: syntax error)",
+                ) {
+                    return true;
+                }
                 while self.cur() == Some(".") {
                     self.i += 1;
-                    self.bump_word(at);
+                    if !self.expect_word(
+                        t,
+                        flag,
+                        "expected saddr, daddr, mark, iif or oif (nft: syntax error)",
+                    ) {
+                        return true;
+                    }
                 }
-                self.bump_word(at);
+                self.expect_word(t, |r| matches!(r, "oif" | "oifname" | "type" | "check"), "expected oif, oifname, type or check (nft: syntax error, expecting type or oif or oifname)");
             }
             "socket" => {
                 self.i += 1;
@@ -1374,14 +1474,23 @@ impl<'a> StmtParser<'_, 'a> {
                 self.bump_word(at);
             }
             "ipsec" => {
+                let t = self.toks[self.i];
                 self.i += 1;
-                self.bump_word(at);
+                if !self.expect_word(
+                    t,
+                    |d| matches!(d, "in" | "out"),
+                    "expected in or out after 'ipsec' (nft: syntax error)",
+                ) {
+                    return true;
+                }
                 if self.cur() == Some("spnum") {
                     self.i += 2;
                 }
                 let key = self.cur();
-                if self.bump_word(at) && matches!(key, Some("ip" | "ip6")) {
-                    self.bump_word(at);
+                if self.expect_word(t, |k| matches!(k, "reqid" | "spi" | "ip" | "ip6"), "expected reqid, spi, ip or ip6 (nft: syntax error, expecting ip or ip6 or spi or reqid)")
+                    && matches!(key, Some("ip" | "ip6"))
+                {
+                    self.expect_word(t, |k| matches!(k, "saddr" | "daddr"), "expected saddr or daddr (nft: syntax error)");
                 }
             }
             "rt" => {
@@ -1408,15 +1517,33 @@ impl<'a> StmtParser<'_, 'a> {
                 self.i += 1;
                 match self.cur() {
                     Some("option") if matches!(w, "tcp" | "ip") => {
+                        let t = self.toks[self.i];
                         self.i += 1;
-                        self.bump_word(at);
-                        if self.cur().is_some_and(|f| TCP_OPT_FIELDS.contains(&f)) {
+                        if w == "ip" {
+                            if self.expect_word(t, |o| matches!(o, "lsrr" | "rr" | "ssrr" | "ra"), "expected lsrr, rr, ssrr or ra (nft: syntax error, expecting lsrr or rr or ssrr or ra)") {
+                                self.expect_word(t, |f| matches!(f, "type" | "length" | "value" | "ptr" | "addr"), "expected type, length, value, ptr or addr (nft: syntax error)");
+                            }
+                        } else if self.expect_word(
+                            t,
+                            |o| {
+                                TCP_OPTIONS.contains(&o)
+                                    || o.chars().all(|c| c.is_ascii_digit())
+                                    || o.starts_with('@')
+                            },
+                            "no TCP option (nft: syntax error)",
+                        ) && self.cur().is_some_and(|f| TCP_OPT_FIELDS.contains(&f))
+                        {
                             self.i += 1;
                         }
                     }
                     Some("chunk") if w == "sctp" => {
+                        let t = self.toks[self.i];
                         self.i += 1;
-                        self.bump_word(at);
+                        self.expect_word(
+                            t,
+                            |c| SCTP_CHUNKS.contains(&c),
+                            "no SCTP chunk type (nft: syntax error)",
+                        );
                         if self
                             .cur()
                             .is_some_and(|f| !is_stmt_start(f) && f.contains('-'))
@@ -1645,6 +1772,20 @@ impl<'a> StmtParser<'_, 'a> {
         } else {
             self.value();
             self.bitops();
+            if self.cur() == Some("map")
+                && self.i == from + 1
+                && let Some(w) = self.w(from)
+                && w.as_bytes()[0].is_ascii_alphabetic()
+            {
+                let t = self.toks[from];
+                self.r.error(
+                    &t,
+                    format!(
+                        "'{w}' is no selector to look up in a map (nft: No symbol type information)"
+                    ),
+                    w,
+                );
+            }
         }
         if self.cur() == Some("map") {
             self.i += 1;
@@ -1682,6 +1823,9 @@ impl<'a> StmtParser<'_, 'a> {
                     }
                     Some(t) if t.kind == Tok::Word && self.r.s(&t).starts_with('@') => {
                         self.i += 1;
+                        if self.r.s(&t) == "@" {
+                            self.r.error(&t, "expected a map name after '@' (nft: syntax error, expecting string)", "@");
+                        }
                         StatementKind::VerdictMap {
                             key: left,
                             map: VerdictMapRef::Named(self.r.s(&t)[1..].to_string()),
@@ -1699,12 +1843,29 @@ impl<'a> StmtParser<'_, 'a> {
             }
             "set" => {
                 self.i += 1;
+                let vfrom = self.i;
                 let value = self.value_expr();
+                if self.i == vfrom + 1
+                    && let Some((bad, what)) = wrong_symbol(&left, &Value::atom(&value))
+                {
+                    let t = self.toks[vfrom];
+                    self.r.error(
+                        &t,
+                        format!("'{bad}' is no {what} (nft: Could not parse {what})"),
+                        &bad,
+                    );
+                }
                 StatementKind::Mangle { key: left, value }
             }
             "map" => {
+                let t = self.toks[self.i];
                 self.i += 1;
                 self.value();
+                self.r.error(
+                    &t,
+                    "a map lookup is no statement: it belongs after 'set', 'to' or in a match (nft: syntax error)",
+                    &left,
+                );
                 StatementKind::Other("map".into())
             }
             _ => {
@@ -2109,6 +2270,40 @@ mod tests {
             ("ip saddr 10.0.0.1 counter comment \"x\"", true),
             ("ip saddr 10.0.0.1 comment \"x\" counter", false),
             ("comment accept \"x\"", false),
+        ]);
+    }
+
+    #[test]
+    fn selectors_are_checked() {
+        verdicts(&[
+            ("ipsec in reqid 23 accept", true),
+            ("ipsec in 23 reqid", false),
+            ("ipsec reqid in 23", false),
+            ("fib saddr . iif oif 0 drop", true),
+            ("fib saddr . iif check missing drop", true),
+            ("fib saddr iif . oif 0 drop", false),
+            ("ip option ra value 255", true),
+            ("ip option ra val", false),
+            ("tcp option maxseg size 1-500 drop", true),
+            ("tcp option maxsegsize set rt mtu", false),
+            ("sctp chunk init exists accept", true),
+            ("sctp chunk 0 init", false),
+            ("reset tcp option fastopen", true),
+            ("reset reset tcp option fastopen", false),
+            ("meta mark set numgen inc mod 2", true),
+            ("meta mark set numgen in", false),
+            ("ct expectation set \"e\"", true),
+            ("ct expectation \"e\"", false),
+            ("iifname . ip protocol . th dport vmap @m4", true),
+            ("iifname . protocol . th dport vmap @m4", false),
+            ("ip saddr . \"lo\" @s", true),
+            ("meta mark set id map @m2", false),
+            ("meta mark set i", false),
+            ("meta mark set 0x10", true),
+            ("meta l4proto map @test", false),
+            ("ip saddr vmap @", false),
+            ("ether saddr 0a:0b:0c:0d:0e:0f accept", true),
+            ("ether saddr 0a:0b:0c:0", false),
         ]);
     }
 }
