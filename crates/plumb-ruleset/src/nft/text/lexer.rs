@@ -223,10 +223,11 @@ const AFTER_NUMBER: &[&str] = &[
     "limit",
     "queue",
     "mark",
+    "tproxy",
 ];
 
 /// Operators nft's scanner reads as tokens of their own even when glued to a word.
-const GLUED_OPS: &[&str] = &["!=", "==", ">>", "<<", "|", "&"];
+const GLUED_OPS: &[&str] = &["!=", "==", ">>", "<<", "|", "&", "^"];
 
 /// Where the first token of the blank-free word `b[from..end]` ends, as nft's scanner
 /// splits it: a quoted string is a token of its own (`comment"x"`), a set reference's
@@ -251,6 +252,19 @@ fn glued_end(b: &[u8], from: usize, end: usize) -> usize {
         && !GLUED_OPS.iter().any(|op| word.starts_with(op.as_bytes()))
     {
         return from + p;
+    }
+    // `fe80::/64ip6`: a prefix length ends where a statement word starts.
+    if let Some(slash) = word.iter().rposition(|&c| c == b'/')
+        && let Some(k) = word[slash + 1..]
+            .iter()
+            .position(|c| c.is_ascii_alphabetic())
+        && k > 0
+        && word[slash + 1..slash + 1 + k]
+            .iter()
+            .all(u8::is_ascii_digit)
+        && AFTER_NUMBER.contains(&std::str::from_utf8(&word[slash + 1 + k..]).unwrap_or(""))
+    {
+        return from + slash + 1 + k;
     }
     if word[0].is_ascii_alphabetic() {
         // `to:20000`: the keyword and a port.
@@ -287,11 +301,20 @@ fn glued_end(b: &[u8], from: usize, end: usize) -> usize {
             return from + op.len();
         }
     }
+    // `@nh,32,32@y`: a set reference starts at its `@`.
+    if word[0] == b'@'
+        && let Some(p) = word[1..].iter().position(|&c| c == b'@')
+    {
+        return from + 1 + p;
+    }
     if word[0].is_ascii_digit()
         && !word.starts_with(b"0x")
         && !word.contains(&b':')
         && let Some(k) = word.iter().position(|c| c.is_ascii_alphabetic())
         && AFTER_NUMBER.contains(&std::str::from_utf8(&word[k..]).unwrap_or(""))
+        // A plain number followed by d, h, m or s is a time string to nft's scanner
+        // (`0drop` reads `0d` and `rop`): no split there.
+        && (word[..k].contains(&b'.') || !matches!(word[k], b'd' | b'h' | b'm' | b's'))
     {
         return from + k;
     }

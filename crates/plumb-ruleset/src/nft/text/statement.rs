@@ -197,6 +197,7 @@ pub(super) const NOT_VALUES: &[&str] = &[
     "nfproto",
     "state",
     "status",
+    "to",
 ];
 /// Statements kept as text ([`StatementKind::Other`]).
 const OTHER_STMTS: &[&str] = &[
@@ -405,6 +406,44 @@ fn malformed_value(w: &str) -> Option<&'static str> {
     if w.ends_with(':') && !w.ends_with("::") {
         return Some("the value is cut short (nft: syntax error)");
     }
+    if w.starts_with('.') {
+        return Some("a value does not start with '.' (nft: syntax error)");
+    }
+    if first_is_digit(w)
+        && !w.contains(['.', ':', '/'])
+        && !w.starts_with("0x")
+        && !matches!(w, "8021q" | "8021ad")
+    {
+        // `1023drop`: digits and letters are one word only as a time (`1h30m`) or a
+        // byte count (`10mbytes`); nft reads the rest as a string it cannot place.
+        let time = |p: &str| {
+            let mut rest = p;
+            while !rest.is_empty() {
+                let d = rest
+                    .find(|c: char| !c.is_ascii_digit())
+                    .unwrap_or(rest.len());
+                if d == 0 {
+                    return false;
+                }
+                rest = &rest[d..];
+                let u = ["ms", "d", "h", "m", "s"]
+                    .iter()
+                    .find(|u| rest.starts_with(**u));
+                match u {
+                    Some(u) => rest = &rest[u.len()..],
+                    None => return rest.is_empty(),
+                }
+            }
+            true
+        };
+        let bytes = |p: &str| {
+            let d = p.find(|c: char| !c.is_ascii_digit()).unwrap_or(p.len());
+            matches!(&p[d..], "" | "bytes" | "kbytes" | "mbytes")
+        };
+        if !w.split('-').all(|p| time(p) || bytes(p)) {
+            return Some("digits and letters nft cannot read as one value (nft: syntax error)");
+        }
+    }
     if w.eq_ignore_ascii_case("0x") {
         return Some("'0x' without digits (nft: syntax error)");
     }
@@ -419,6 +458,11 @@ fn malformed_value(w: &str) -> Option<&'static str> {
         }
     }
     None
+}
+
+/// Whether the word starts with a digit.
+fn first_is_digit(w: &str) -> bool {
+    w.as_bytes().first().is_some_and(u8::is_ascii_digit)
 }
 
 /// The symbol of `right` a match on `left` cannot take, and what it should be
@@ -438,7 +482,32 @@ fn wrong_symbol(left: &str, right: &Value) -> Option<(String, &'static str)> {
         "icmp type" => (&|v| ICMP_TYPES.contains(&v) || integer(v), "ICMP type"),
         "icmpv6 type" => (&|v| ICMPV6_TYPES.contains(&v) || integer(v), "ICMPv6 type"),
         "meta mark" | "mark" | "ct mark" => (&integer, "packet mark"),
-        "meta nftrace" | "nftrace" => (&integer, "integer"),
+        "meta nftrace" | "nftrace" | "tcp option maxseg size" => (&integer, "integer"),
+        "meta time" => (
+            &|v: &str| {
+                integer(v) || {
+                    let b = v.as_bytes();
+                    let digits = |r: std::ops::Range<usize>| {
+                        b.get(r).is_some_and(|x| x.iter().all(u8::is_ascii_digit))
+                    };
+                    digits(0..4)
+                        && b.get(4) == Some(&b'-')
+                        && digits(5..7)
+                        && b.get(7) == Some(&b'-')
+                        && digits(8..10)
+                        && (b.len() == 10
+                            || (b.get(10) == Some(&b' ')
+                                && digits(11..13)
+                                && b.get(13) == Some(&b':')
+                                && digits(14..16)
+                                && (b.len() == 16
+                                    || (b.get(16) == Some(&b':')
+                                        && digits(17..19)
+                                        && b.len() == 19))))
+                }
+            },
+            "date",
+        ),
         "ether saddr" | "ether daddr" => (
             &|v: &str| {
                 !v.contains(':') || {
@@ -929,6 +998,28 @@ impl<'a> StmtParser<'_, 'a> {
         (s, n)
     }
 
+    /// The current word joined with the next ones where a colon joins them
+    /// (`10.0.0.1: 80`, `10.0.0.1 :80`, `: 5300`), and how many words.
+    fn joined_colon(&self) -> (String, usize) {
+        let mut s = String::new();
+        let mut n = 0;
+        while let Some(w) = self.w(self.i + n) {
+            if self.toks[self.i + n].kind != Tok::Word {
+                break;
+            }
+            // Stop once a port follows the colon (`:5300 :5300` is two words to nft).
+            let has_port = s.rsplit_once(':').is_some_and(|(_, p)| {
+                !p.is_empty() && p.chars().all(|c| c.is_ascii_digit() || c == '-')
+            });
+            if n > 0 && (has_port || !(s.ends_with(':') || w.starts_with(':'))) {
+                break;
+            }
+            s.push_str(w);
+            n += 1;
+        }
+        (s, n)
+    }
+
     /// `quota [over|until] N UNIT [used N UNIT]` or `quota name NAME`.
     fn quota(&mut self, t: Token) -> StatementKind {
         self.i += 1;
@@ -1100,8 +1191,7 @@ impl<'a> StmtParser<'_, 'a> {
             StatementKind::Counter(None)
         } else if self.cur() == Some("name") {
             // `counter name "c"` or `counter name ip saddr map { ... }`
-            self.i += 1;
-            self.value_expr();
+            self.object_name(t);
             StatementKind::Other("counter".into())
         } else {
             StatementKind::Counter(None)
@@ -1263,9 +1353,29 @@ impl<'a> StmtParser<'_, 'a> {
         if self.cur() == Some("addr") && self.w(self.i + 1) == Some(".") {
             self.i = (self.i + 3).min(self.toks.len());
         }
-        if self.cur() == Some("to") {
+        // nft takes `dnat ADDR` without `to` too, and the port apart from its colon
+        // (`10.0.0.1: 80`, `10.0.0.1 :80`, `to : 5300`): `:` is a token of its own.
+        let has_to = self.cur() == Some("to");
+        if has_to {
             self.i += 1;
-            let e = self.value_expr();
+        }
+        let address = has_to
+            || (matches!(kind, NatKind::Dnat | NatKind::Snat)
+                && self.cur_is_word()
+                && self
+                    .cur()
+                    .is_some_and(|w| !is_stmt_start(w) || is_selector_start(w)));
+        if address {
+            let (joined, n) = self.joined_colon();
+            let first_ok = self
+                .cur()
+                .is_some_and(|w| !NOT_VALUES.contains(&w) && !is_stmt_start(w));
+            let e = if n > 1 && first_ok {
+                self.i += n;
+                joined
+            } else {
+                self.value_expr()
+            };
             if e.contains(" . ") && !e.contains(" map ") {
                 let t = self.toks[from];
                 self.r.error(
@@ -1634,6 +1744,17 @@ impl<'a> StmtParser<'_, 'a> {
                         .error(&t, "unexpected ')' (nft: syntax error, unexpected ')')", w);
                     return Value::Single(String::new());
                 }
+                // `@ name`: nft's scanner takes the blank between.
+                if w == "@"
+                    && let Some(n) = self.toks.get(self.i)
+                    && n.kind == Tok::Word
+                {
+                    let name = self.r.s(n);
+                    if !NOT_VALUES.contains(&name) && malformed_value(name).is_none() {
+                        self.i += 1;
+                        return Value::Named(unquote(name).to_string());
+                    }
+                }
                 if let Some(why) = malformed_value(w) {
                     self.r.error(&t, format!("'{w}': {why}"), w);
                     return Value::Single(w.to_string());
@@ -1729,9 +1850,11 @@ impl<'a> StmtParser<'_, 'a> {
                 Tok::RBrace if depth > 0 => depth -= 1,
                 Tok::RBrace | Tok::Comma if depth == 0 => {
                     if self.i > el_start {
+                        self.check_element(el_start, self.i);
                         let words: Vec<&str> = self.toks[el_start..self.i]
                             .iter()
                             .map(|t| self.r.s(t))
+                            .filter(|w| *w != "\\")
                             .collect();
                         items.push(value_of_words(&words));
                     }
@@ -1753,6 +1876,62 @@ impl<'a> StmtParser<'_, 'a> {
             &self.span_text(open, self.i),
         );
         Value::Set(items)
+    }
+
+    /// Checks one element of a set literal, tokens `from..to`: a `\\` only at a line's
+    /// end (nft's line continuation), `:` once and between a key and a value, and no
+    /// two values side by side (`69 "tftp-69"` lacks its `:`).
+    fn check_element(&mut self, from: usize, to: usize) {
+        const OPTS: &[&str] = &[
+            "timeout", "expires", "comment", "counter", "packets", "bytes", "kbytes", "mbytes",
+            "quota", "over", "until", "used", "limit", "rate", "burst", "last", "never",
+        ];
+        let mut words: Vec<(Token, &'a str)> = Vec::new();
+        let mut depth = 0usize;
+        for k in from..to {
+            let t = self.toks[k];
+            match t.kind {
+                Tok::LBrace => depth += 1,
+                Tok::RBrace => depth = depth.saturating_sub(1),
+                Tok::Word if depth == 0 => {
+                    let w = self.r.s(&t);
+                    if w == "\\" {
+                        let at_line_end = self.toks.get(k + 1).is_none_or(|n| n.line != t.line);
+                        if !at_line_end {
+                            self.r.error(&t, "a '\\' inside a set is a line continuation and must end its line (nft: syntax error, unexpected junk)", w);
+                        }
+                        continue;
+                    }
+                    words.push((t, w));
+                }
+                _ => {}
+            }
+        }
+        let colons: Vec<usize> = (0..words.len()).filter(|&k| words[k].1 == ":").collect();
+        if colons.len() > 1 || colons.iter().any(|&c| c == 0 || c + 1 == words.len()) {
+            let t = words[colons[0]].0;
+            self.r.error(&t, "a set element takes one ':' between its key and its value (nft: syntax error, unexpected colon)", ":");
+            return;
+        }
+        let plain = |w: &str| {
+            !OPTS.contains(&w)
+                && !NOT_VALUES.contains(&w)
+                && !BINOPS.contains(&w)
+                && !matches!(w, ":" | "." | "-" | "/" | "!=" | "==")
+                && !w.starts_with(['.', '/', '-'])
+                && !w.ends_with(['.', '/', '-'])
+        };
+        for pair in words.windows(2) {
+            if plain(pair[0].1) && plain(pair[1].1) {
+                let t = pair[1].0;
+                self.r.error(
+                    &t,
+                    format!("'{}' follows a value without ',', ':' or '.' (nft: syntax error, expecting comma or '}}')", pair[1].1),
+                    pair[1].1,
+                );
+                return;
+            }
+        }
     }
 
     /// After `set`, `to` or `map`: a selector expression (optionally `map`ped) or a value.
@@ -1824,7 +2003,12 @@ impl<'a> StmtParser<'_, 'a> {
                     Some(t) if t.kind == Tok::Word && self.r.s(&t).starts_with('@') => {
                         self.i += 1;
                         if self.r.s(&t) == "@" {
-                            self.r.error(&t, "expected a map name after '@' (nft: syntax error, expecting string)", "@");
+                            if self.cur_is_word() {
+                                // `vmap @ name`
+                                self.i += 1;
+                            } else {
+                                self.r.error(&t, "expected a map name after '@' (nft: syntax error, expecting string)", "@");
+                            }
                         }
                         StatementKind::VerdictMap {
                             key: left,
@@ -2247,7 +2431,8 @@ mod tests {
             ("quota over 100 mbytes drop", true),
             ("quota ip saddr map @test drop", false),
             ("quota name ip saddr map @test drop", true),
-            ("counter name meta mark", true), // kept as text (see other_statement)
+            ("counter name meta mark", false),
+            ("counter name \"c\" accept", true),
             ("tcp dport 80 tproxy to:20000 accept", true),
             ("tcp dport 80 tproxy :20000 to accept", false),
             ("log prefix \"x \" flags ip options flags ether drop", true),
@@ -2304,6 +2489,48 @@ mod tests {
             ("ip saddr vmap @", false),
             ("ether saddr 0a:0b:0c:0d:0e:0f accept", true),
             ("ether saddr 0a:0b:0c:0", false),
+        ]);
+    }
+
+    #[test]
+    fn nft_scanner_forms_are_read() {
+        verdicts(&[
+            ("ip saddr @ s drop", true),
+            ("ip saddr vmap @ m", true),
+            ("ip daddr . @nh,32,32@y accept", true),
+            ("meta l4proto tcp dnat 10.42.4.201:8080", true),
+            ("meta l4proto tcp dnat to 10.42.4.202: 8080", true),
+            ("meta l4proto tcp dnat to 10.42.4.207 :8080", true),
+            ("meta l4proto udp redirect to : 5300", true),
+            ("meta l4proto udp redirect to :5300 :5300", false),
+            ("meta l4proto udp redirect to to :5300", false),
+            (
+                "dnat numgen inc mod 2 map { 0 : 10.0.0.1, 1 : 10.0.0.2 }",
+                true,
+            ),
+            ("tcp dport 80tproxy to :20000 accept", true),
+            ("meta mark set meta mark^ 0x4000", true),
+            (
+                "udp dport 547 ip6 saddr fe80::/64ip6 daddr ff02::1:2 accept",
+                true,
+            ),
+            ("tcp sport 0 counter packets 0 bytes 0drop", false),
+            ("tcp sport 1-1023drop", false),
+            ("meta time \"1970-05-23 21:07:14\" accept", true),
+            ("meta time \"1970-05 -23 21:07:14\" accept", false),
+            (
+                "ct helper set udp dport map {\n\t\t\t69 : \"tftp-69\", \\\n\t\t\t5060 : \"sip-5060\" }",
+                true,
+            ),
+            (
+                "ct helper set udp dport map {\n\t\t\t69 : \"tftp-69\", \\ x\n\t\t\t5060 : \"sip-5060\" }",
+                false,
+            ),
+            (
+                "ct helper set udp dport map {\n\t\t\t69 \"tftp-69\", \\\n\t\t\t5060 : \"sip-5060\" }",
+                false,
+            ),
+            ("ct helper set udp dport map { 69 : : \"tftp-69\" }", false),
         ]);
     }
 }
