@@ -2072,7 +2072,25 @@ impl<'a> StmtParser<'_, 'a> {
                     );
                     return StatementKind::Other(left);
                 }
+                let vt = self.toks.get(self.i).copied();
                 let right = self.value();
+                // A concatenated key compares with a concatenation, a set or a map,
+                // never with one symbol (`iifname . th dport vma`).
+                // (`fib saddr . iif` and hashes over `a . b` give one value.)
+                if left.contains(" . ")
+                    && !left.starts_with("fib ")
+                    && !left.starts_with("jhash ")
+                    && !left.starts_with("symhash")
+                    && let (Value::Single(v), Some(vt)) = (&right, vt)
+                    && v.as_bytes().first().is_some_and(u8::is_ascii_alphabetic)
+                    && !self.r.s(&vt).starts_with('"')
+                {
+                    self.r.error(
+                        &vt,
+                        format!("'{v}' is no value for the concatenation '{left}' (nft: invalid data type, expected concatenation)"),
+                        v,
+                    );
+                }
                 StatementKind::Match {
                     left,
                     op: op.unwrap_or(Op::Implicit),
@@ -2531,6 +2549,8 @@ mod tests {
                 false,
             ),
             ("ct helper set udp dport map { 69 : : \"tftp-69\" }", false),
+            ("iifname . ip protocol . th dport vma", false),
+            ("iifname . th dport \"lo\" . 80 accept", true),
         ]);
     }
 }
