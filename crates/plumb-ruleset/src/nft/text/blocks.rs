@@ -501,6 +501,7 @@ impl<'a> Reader<'a> {
             r: self,
             toks: &buf,
             i: 0,
+            depth: 0,
         };
         let statements = sp.statements();
         let rule = NftRule { statements, handle };

@@ -656,7 +656,13 @@ pub(super) struct StmtParser<'r, 'a> {
     pub(super) toks: &'r [Token],
     /// The next token to read.
     pub(super) i: usize,
+    /// How deep parentheses and anonymous chains nest here (bounded: hostile input
+    /// must not exhaust the stack).
+    pub(super) depth: u32,
 }
+
+/// The deepest nesting of `( )` and `jump { }` read; deeper is an error.
+const MAX_DEPTH: u32 = 64;
 
 impl<'a> StmtParser<'_, 'a> {
     /// The text of token `i` of the rule.
@@ -1077,6 +1083,15 @@ impl<'a> StmtParser<'_, 'a> {
     fn anonymous_chain(&mut self) {
         let open = self.i;
         self.skip_braces();
+        if self.depth >= MAX_DEPTH {
+            let t = self.toks[open];
+            self.r.error(
+                &t,
+                format!("anonymous chains nest deeper than {MAX_DEPTH}"),
+                "{",
+            );
+            return;
+        }
         let closed = self.i > open + 1 && self.toks[self.i - 1].kind == Tok::RBrace;
         let end = if closed { self.i - 1 } else { self.i };
         let toks = self.toks;
@@ -1105,6 +1120,7 @@ impl<'a> StmtParser<'_, 'a> {
                         r: &mut *self.r,
                         toks: &rule,
                         i: 0,
+                        depth: self.depth + 1,
                     };
                     sp.statements();
                 }
@@ -1790,6 +1806,22 @@ impl<'a> StmtParser<'_, 'a> {
     /// After `(`: `OPERAND (OP OPERAND)* )`, operands selectors or values, operators
     /// the bit operations nft takes there (`(syn | rst)`, `(meta mark | 0x10)`).
     fn paren_expr(&mut self, open: Token) {
+        if self.depth >= MAX_DEPTH {
+            self.r.error(
+                &open,
+                format!("parentheses nest deeper than {MAX_DEPTH}"),
+                "(",
+            );
+            self.i = self.toks.len();
+            return;
+        }
+        self.depth += 1;
+        self.paren_body(open);
+        self.depth -= 1;
+    }
+
+    /// The inside of `( ... )` after its `(`.
+    fn paren_body(&mut self, open: Token) {
         loop {
             if !self.selector_expr() {
                 match self.cur() {
@@ -2508,6 +2540,20 @@ mod tests {
             ("ether saddr 0a:0b:0c:0d:0e:0f accept", true),
             ("ether saddr 0a:0b:0c:0", false),
         ]);
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let parens = format!(
+            "meta mark set {}1{}",
+            "( ".repeat(200_000),
+            " )".repeat(200_000)
+        );
+        assert!(!rule_errors(&parens).is_empty());
+        let chains = format!("{}accept{}", "jump { ".repeat(50_000), " }".repeat(50_000));
+        assert!(!rule_errors(&chains).is_empty());
+        let ok = format!("meta mark set {}1{}", "( ".repeat(10), " )".repeat(10));
+        assert!(rule_errors(&ok).is_empty(), "{:?}", rule_errors(&ok));
     }
 
     #[test]
