@@ -2543,6 +2543,20 @@ mod tests {
     }
 
     #[test]
+    fn a_jump_to_a_base_chain_is_refused() {
+        let text = |target: &str| {
+            format!(
+                "table ip t {{\n\tchain c1 {{\n\t\ttype filter hook input priority filter; policy accept;\n\t\tjump c2\n\t}}\n\tchain c2 {{\n\t\tjump {target}\n\t}}\n\tchain c3 {{\n\t}}\n}}\n"
+            )
+        };
+        assert!(errors(&parse_text(&text("c3"))).is_empty());
+        let e = errors(&parse_text(&text("c1")));
+        assert!(e.len() == 1 && e[0].contains("base chain 'c1'"), "{e:?}");
+        let vmap = text("c1").replace("jump c1", "tcp dport vmap { 22 : goto c1 }");
+        assert_eq!(errors(&parse_text(&vmap)).len(), 1);
+    }
+
+    #[test]
     fn deep_nesting_is_an_error_not_a_stack_overflow() {
         let parens = format!(
             "meta mark set {}1{}",
