@@ -301,6 +301,16 @@ fn glued_end(b: &[u8], from: usize, end: usize) -> usize {
             return from + op.len();
         }
     }
+    // `0a:0b:0c:0d:0e:0fvlan`: an Ethernet address ends after its sixth pair.
+    if word.len() > 17
+        && word[17].is_ascii_alphabetic()
+        && !word[17].is_ascii_hexdigit()
+        && word[..17].chunks(3).all(|c| {
+            c[0].is_ascii_hexdigit() && c[1].is_ascii_hexdigit() && (c.len() == 2 || c[2] == b':')
+        })
+    {
+        return from + 17;
+    }
     // `@nh,32,32@y`: a set reference starts at its `@`.
     if word[0] == b'@'
         && let Some(p) = word[1..].iter().position(|&c| c == b'@')

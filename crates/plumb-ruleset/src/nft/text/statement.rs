@@ -1635,8 +1635,19 @@ impl<'a> StmtParser<'_, 'a> {
             _ if w.starts_with('@') && w.contains(',') => {
                 let t = self.toks[self.i];
                 self.i += 1;
-                if let Some(why) = malformed_value(w) {
-                    self.r.error(&t, format!("'{w}': {why}"), w);
+                // `@nh,32 ,32`: nft's scanner takes a blank before a comma here.
+                let mut raw = w.to_string();
+                while raw.matches(',').count() < 2
+                    && self.toks.get(self.i).is_some_and(|c| c.kind == Tok::Comma)
+                    && let Some(n) = self.toks.get(self.i + 1)
+                    && n.kind == Tok::Word
+                {
+                    raw.push(',');
+                    raw.push_str(self.r.s(n));
+                    self.i += 2;
+                }
+                if let Some(why) = malformed_value(&raw) {
+                    self.r.error(&t, format!("'{raw}': {why}"), &raw);
                 }
             }
             _ if PROTOS.contains(&w) => {
@@ -2588,6 +2599,9 @@ mod tests {
             ),
             ("tcp dport 80tproxy to :20000 accept", true),
             ("meta mark set meta mark^ 0x4000", true),
+            ("ether saddr 0a:0b:0c:0d:0e:0fvlan id 42 accept", true),
+            ("udp length . @nh,32 ,32 vmap @m1", true),
+            ("udp length . @nh,32 vmap @m1", false),
             (
                 "udp dport 547 ip6 saddr fe80::/64ip6 daddr ff02::1:2 accept",
                 true,
