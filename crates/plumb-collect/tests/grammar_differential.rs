@@ -608,6 +608,39 @@ fn run_tools(
     verdicts
 }
 
+/// Reads verdicts written by [`write_cache`]; `None` when the file is absent or unreadable.
+fn read_cache(path: &Path) -> Option<BTreeMap<&'static str, HashMap<usize, Verdict>>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut out: BTreeMap<&'static str, HashMap<usize, Verdict>> = BTreeMap::new();
+    for l in text.lines() {
+        let mut f = l.splitn(3, '\t');
+        let (tool, i, err) = (f.next()?, f.next()?, f.next());
+        let tool = TOOLS.iter().find(|t| t.name == tool)?.name;
+        let v = match err {
+            None => Ok(()),
+            Some(e) => Err(e.to_string()),
+        };
+        out.entry(tool).or_default().insert(i.parse().ok()?, v);
+    }
+    Some(out)
+}
+
+/// Writes the verdicts, one `tool<TAB>case[<TAB>error]` line each.
+fn write_cache(path: &Path, v: &BTreeMap<&'static str, HashMap<usize, Verdict>>) {
+    let mut text = String::new();
+    for (tool, m) in v {
+        for (i, r) in m {
+            match r {
+                Ok(()) => text.push_str(&format!("{tool}\t{i}\n")),
+                Err(e) => {
+                    text.push_str(&format!("{tool}\t{i}\t{}\n", e.replace(['\t', '\n'], " ")))
+                }
+            }
+        }
+    }
+    let _ = std::fs::write(path, text);
+}
+
 /// plumb's verdict on a case: rejected when reading it gives an error diagnostic.
 fn plumb_verdict(text: &str, base: &Base) -> Verdict {
     let rs = match base.kind {
@@ -687,7 +720,21 @@ fn plumb_accepts_and_rejects_mutated_rules_as_the_kernel_tools_do() {
     for (i, c) in cases.iter().enumerate() {
         std::fs::write(scratch.path().join(format!("c{i}")), c.text(&bases)).unwrap();
     }
-    let verdicts = run_tools(scratch.path(), &cases, &bases);
+    // PLUMB_GRAMMAR_ORACLE_CACHE=FILE keeps the tools' verdicts between runs while the
+    // grammar is worked on: read when FILE exists, written otherwise. The cases are
+    // generated from a fixed seed, so the indexes stay valid while the corpus and
+    // this file are unchanged.
+    let cache = std::env::var_os("PLUMB_GRAMMAR_ORACLE_CACHE").map(PathBuf::from);
+    let verdicts = match cache.as_deref().map(read_cache) {
+        Some(Some(v)) => v,
+        _ => {
+            let v = run_tools(scratch.path(), &cases, &bases);
+            if let Some(path) = &cache {
+                write_cache(path, &v);
+            }
+            v
+        }
+    };
     let oracle_time = started.elapsed();
 
     // A base counts when every tool of its family accepts it unmutated.

@@ -258,8 +258,35 @@ impl<'a> Reader<'a> {
                     self.skip_statement();
                 }
                 "comment" | "flags" if no_rules => {
-                    // Chain comment/flags: the model has no field for them.
-                    self.skip_statement();
+                    // Chain comment/flags: the model has no field for them. nft takes
+                    // one string after `comment` and only `offload` after `flags`.
+                    let start = self.pos;
+                    let text = self.skip_statement();
+                    let words: Vec<&str> = self.toks[start..self.pos]
+                        .iter()
+                        .filter(|t| t.kind == Tok::Word)
+                        .map(|t| self.s(t))
+                        .collect();
+                    let ok = match w {
+                        "comment" => {
+                            words.len() == 2 && !super::statement::NOT_VALUES.contains(&words[1])
+                        }
+                        _ => words == ["flags", "offload"],
+                    };
+                    if !ok {
+                        self.error(
+                            &t,
+                            format!(
+                                "expected '{w} {}' (nft: syntax error)",
+                                if w == "comment" {
+                                    "\"TEXT\""
+                                } else {
+                                    "offload"
+                                }
+                            ),
+                            text,
+                        );
+                    }
                 }
                 _ if is_elision(w) => {
                     self.truncated(
@@ -474,6 +501,7 @@ impl<'a> Reader<'a> {
             r: self,
             toks: &buf,
             i: 0,
+            depth: 0,
         };
         let statements = sp.statements();
         let rule = NftRule { statements, handle };

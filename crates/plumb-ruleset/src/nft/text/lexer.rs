@@ -223,10 +223,11 @@ const AFTER_NUMBER: &[&str] = &[
     "limit",
     "queue",
     "mark",
+    "tproxy",
 ];
 
 /// Operators nft's scanner reads as tokens of their own even when glued to a word.
-const GLUED_OPS: &[&str] = &["!=", "==", ">>", "<<", "|", "&"];
+const GLUED_OPS: &[&str] = &["!=", "==", ">>", "<<", "|", "&", "^"];
 
 /// Where the first token of the blank-free word `b[from..end]` ends, as nft's scanner
 /// splits it: a quoted string is a token of its own (`comment"x"`), a set reference's
@@ -242,7 +243,41 @@ fn glued_end(b: &[u8], from: usize, end: usize) -> usize {
             _ => end,
         };
     }
+    // Parentheses are tokens of their own in nft's scanner: `(syn`, `rst)`.
+    if matches!(word[0], b'(' | b')') {
+        return from + 1;
+    }
+    if let Some(p) = word.iter().position(|&c| matches!(c, b'(' | b')' | b'"'))
+        && word[p] != b'"'
+        && !GLUED_OPS.iter().any(|op| word.starts_with(op.as_bytes()))
+    {
+        return from + p;
+    }
+    // `fe80::/64ip6`: a prefix length ends where a statement word starts.
+    if let Some(slash) = word.iter().rposition(|&c| c == b'/')
+        && let Some(k) = word[slash + 1..]
+            .iter()
+            .position(|c| c.is_ascii_alphabetic())
+        && k > 0
+        && word[slash + 1..slash + 1 + k]
+            .iter()
+            .all(u8::is_ascii_digit)
+        && AFTER_NUMBER.contains(&std::str::from_utf8(&word[slash + 1 + k..]).unwrap_or(""))
+    {
+        return from + slash + 1 + k;
+    }
     if word[0].is_ascii_alphabetic() {
+        // `to:20000`: the keyword and a port.
+        if word.starts_with(b"to:") {
+            return from + 2;
+        }
+        // `saddr::1`: a keyword and an IPv6 address (`dead::1` is one address).
+        if let Some(p) = word.windows(2).position(|w| w == b"::")
+            && p > 0
+            && !word[..p].iter().all(u8::is_ascii_hexdigit)
+        {
+            return from + p;
+        }
         for (k, &c) in word.iter().enumerate().skip(1) {
             if c == b'"' || c == b'@' {
                 return from + k;
@@ -261,16 +296,35 @@ fn glued_end(b: &[u8], from: usize, end: usize) -> usize {
     for op in GLUED_OPS {
         if word.len() > op.len()
             && word.starts_with(op.as_bytes())
-            && word[op.len()].is_ascii_alphanumeric()
+            && (word[op.len()].is_ascii_alphanumeric() || word[op.len()] == b'(')
         {
             return from + op.len();
         }
+    }
+    // `0a:0b:0c:0d:0e:0fvlan`: an Ethernet address ends after its sixth pair.
+    if word.len() > 17
+        && word[17].is_ascii_alphabetic()
+        && !word[17].is_ascii_hexdigit()
+        && word[..17].chunks(3).all(|c| {
+            c[0].is_ascii_hexdigit() && c[1].is_ascii_hexdigit() && (c.len() == 2 || c[2] == b':')
+        })
+    {
+        return from + 17;
+    }
+    // `@nh,32,32@y`: a set reference starts at its `@`.
+    if word[0] == b'@'
+        && let Some(p) = word[1..].iter().position(|&c| c == b'@')
+    {
+        return from + 1 + p;
     }
     if word[0].is_ascii_digit()
         && !word.starts_with(b"0x")
         && !word.contains(&b':')
         && let Some(k) = word.iter().position(|c| c.is_ascii_alphabetic())
         && AFTER_NUMBER.contains(&std::str::from_utf8(&word[k..]).unwrap_or(""))
+        // A plain number followed by d, h, m or s is a time string to nft's scanner
+        // (`0drop` reads `0d` and `rop`): no split there.
+        && (word[..k].contains(&b'.') || !matches!(word[k], b'd' | b'h' | b'm' | b's'))
     {
         return from + k;
     }

@@ -322,6 +322,23 @@ fn undefined_set_references(rs: &mut Ruleset) {
                             ));
                         }
                     }
+                    // The kernel refuses a jump or goto to a base chain (one with a hook):
+                    // "Could not process rule: Operation not supported".
+                    for c in rule.chain_references() {
+                        if t.chain(c.chain).is_some_and(|target| target.base.is_some()) {
+                            found.push(Diagnostic::error(
+                                r.location.line,
+                                r.location.column,
+                                format!(
+                                    "rule jumps to base chain '{}' of table {} {}: only regular chains can be jumped to (nft: Operation not supported)",
+                                    c.chain,
+                                    t.family.as_str(),
+                                    t.name
+                                ),
+                                c.chain,
+                            ));
+                        }
+                    }
                 }
                 for name in set_references(r.text.as_str()) {
                     if t.set(name).is_none() {
