@@ -81,6 +81,14 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "the CNI never finished initialising (no config, install-cni failing)",
     ),
     (
+        cni::ID_CONFLICT,
+        "another component (Calico's eBPF mode cleanup) deletes kube-proxy's chains while kube-proxy runs",
+    ),
+    (
+        firewall::ID_REJECT,
+        "a RHEL/CentOS-style catch-all REJECT (icmp-host-prohibited) stops pod traffic: pods see \"no route to host\"",
+    ),
+    (
         kernel::ID_SYSCTL,
         "a sysctl Kubernetes networking needs is off (ip_forward, bridge-nf-call-iptables)",
     ),
