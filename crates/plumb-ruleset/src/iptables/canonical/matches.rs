@@ -7,7 +7,7 @@ use super::values::{
 };
 use super::{Printed, default_option, one, ordered, range_opt, verbatim};
 use crate::model::Family;
-use crate::model::xt::XtOptionView;
+use crate::model::xt::{CONNTRACK_OPTIONS, XtOptionView};
 
 /// The options of match `module` in save order and spelling.
 pub(super) fn match_options(
@@ -239,24 +239,7 @@ fn conntrack(opts: &[XtOptionView<'_>]) -> Vec<Printed> {
             _ => out.push(verbatim(o)),
         }
     }
-    ordered(
-        out,
-        &[
-            "--ctstate",
-            "--ctproto",
-            "--ctorigsrc",
-            "--ctorigdst",
-            "--ctreplsrc",
-            "--ctrepldst",
-            "--ctorigsrcport",
-            "--ctorigdstport",
-            "--ctreplsrcport",
-            "--ctrepldstport",
-            "--ctstatus",
-            "--ctexpire",
-            "--ctdir",
-        ],
-    )
+    ordered(out, CONNTRACK_OPTIONS)
 }
 
 /// `-m recent`: the command first, defaults for name, mask and side added.

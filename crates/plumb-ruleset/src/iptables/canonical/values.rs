@@ -231,11 +231,17 @@ pub(super) fn tcp_flags(s: &str) -> String {
         "NONE" => return "NONE".into(),
         _ => {}
     }
+    in_order(s, ORDER)
+}
+
+/// The comma-separated names of `s` in `order`, or `s` as written when it names
+/// something `order` does not list.
+fn in_order(s: &str, order: &[&str]) -> String {
     let set: Vec<&str> = s.split(',').collect();
-    if set.iter().any(|f| !ORDER.contains(f)) {
+    if set.iter().any(|f| !order.contains(f)) {
         return s.to_string();
     }
-    ORDER
+    order
         .iter()
         .filter(|f| set.contains(f))
         .copied()
@@ -254,16 +260,7 @@ pub(super) fn ct_states(s: &str) -> String {
         "SNAT",
         "DNAT",
     ];
-    let set: Vec<&str> = s.split(',').collect();
-    if set.iter().any(|f| !ORDER.contains(f)) {
-        return s.to_string();
-    }
-    ORDER
-        .iter()
-        .filter(|f| set.contains(f))
-        .copied()
-        .collect::<Vec<_>>()
-        .join(",")
+    in_order(s, ORDER)
 }
 
 /// An ICMP type name as the number save prints (`any` for the whole range).

@@ -1095,24 +1095,7 @@ const REQUIRED: &[(&str, &[&str])] = &[
             "--ports",
         ],
     ),
-    (
-        "conntrack",
-        &[
-            "--ctstate",
-            "--ctproto",
-            "--ctorigsrc",
-            "--ctorigdst",
-            "--ctreplsrc",
-            "--ctrepldst",
-            "--ctorigsrcport",
-            "--ctorigdstport",
-            "--ctreplsrcport",
-            "--ctrepldstport",
-            "--ctstatus",
-            "--ctexpire",
-            "--ctdir",
-        ],
-    ),
+    ("conntrack", super::CONNTRACK_OPTIONS),
     (
         "physdev",
         &[

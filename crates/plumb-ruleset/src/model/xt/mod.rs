@@ -22,6 +22,24 @@ mod grammar;
 /// unknown. No iptables extension has an option of this name, and the grammar does not
 /// judge a rule that carries it.
 pub const OPTIONS_NOT_SHOWN: &str = "--options-not-shown-by-nft";
+
+/// The conntrack match's options in the order iptables-save prints them; the match
+/// refuses to load without one of them.
+pub const CONNTRACK_OPTIONS: &[&str] = &[
+    "--ctstate",
+    "--ctproto",
+    "--ctorigsrc",
+    "--ctorigdst",
+    "--ctreplsrc",
+    "--ctrepldst",
+    "--ctorigsrcport",
+    "--ctorigdstport",
+    "--ctreplsrcport",
+    "--ctrepldstport",
+    "--ctstatus",
+    "--ctexpire",
+    "--ctdir",
+];
 pub mod words;
 
 use super::{ChainRef, TransferKind};
