@@ -116,6 +116,20 @@ impl ProxyGeneration {
         self.at_least.is_some_and(|m| m >= minor)
     }
 
+    /// True when this generation certainly writes canary chain `chain`: the canaries
+    /// from 1.17, KUBE-IPTABLES-HINT from 1.23. Only the iptables proxier monitors
+    /// KUBE-PROXY-CANARY; in IPVS mode kube-proxy never creates it (kubelet's canary
+    /// and hint are there either way), as real IPVS-mode dumps show.
+    pub fn writes_canary(&self, chain: &str) -> bool {
+        let since = if chain == "KUBE-IPTABLES-HINT" {
+            23
+        } else {
+            17
+        };
+        let proxier_writes = chain != "KUBE-PROXY-CANARY" || self.mode != ProxyMode::Ipvs;
+        proxier_writes && self.writes_since(since)
+    }
+
     /// True when this generation certainly predates 1.`minor`.
     pub fn predates(&self, minor: u32) -> bool {
         self.at_most.is_some_and(|m| m < minor) && !self.writes_since(minor)

@@ -301,19 +301,10 @@ fn canary_missing(
 ) {
     let gname = group_name(group);
     let generation = facts.inventory.kube_proxy.as_ref();
-    // What this generation writes: canaries from 1.17, the hint from 1.23. Only the
-    // iptables proxier monitors KUBE-PROXY-CANARY; in IPVS mode kube-proxy never
-    // creates it (kubelet's canary and hint are there either way), as real IPVS-mode
-    // dumps show.
     let expected: Vec<&str> = missing
         .iter()
         .copied()
-        .filter(|c| {
-            let since = if *c == "KUBE-IPTABLES-HINT" { 23 } else { 17 };
-            let proxier_writes = *c != "KUBE-PROXY-CANARY"
-                || generation.is_none_or(|g| g.mode != crate::inventory::ProxyMode::Ipvs);
-            proxier_writes && generation.is_some_and(|g| g.writes_since(since))
-        })
+        .filter(|c| generation.is_some_and(|g| g.writes_canary(c)))
         .collect();
     let described = generation.map_or_else(|| "kube-proxy".to_string(), |g| g.describe());
     if expected.is_empty() {
