@@ -12,7 +12,8 @@
 
 pub mod checks;
 pub mod facts;
-pub mod inventory;
+
+pub use facts::inventory;
 
 pub use facts::{Facts, Origin};
 use plumb_findings::Finding;

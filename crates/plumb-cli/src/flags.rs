@@ -343,11 +343,12 @@ pub struct WatchFlags {
     pub no_bpf: bool,
 }
 
-/// The lab's scenario names, as clap's possible values (help and completions list them).
+/// Every finding id, as clap's possible values (help and completions list them).
 fn finding_ids() -> clap::builder::PossibleValuesParser {
-    clap::builder::PossibleValuesParser::new(crate::cmd::explain::catalogue().map(|e| e.id))
+    clap::builder::PossibleValuesParser::new(crate::catalogue::catalogue().map(|e| e.id))
 }
 
+/// The lab's scenario names, as clap's possible values (help and completions list them).
 fn scenario_names() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(plumb_lab::Scenario::ALL.map(|s| s.name()))
 }

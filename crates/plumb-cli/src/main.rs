@@ -3,6 +3,7 @@
 //! 0 clean, 1 the input or node has problems, 2 usage or IO error.
 
 mod alloc;
+mod catalogue;
 mod cmd;
 mod flags;
 mod output;

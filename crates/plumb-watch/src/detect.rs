@@ -25,6 +25,8 @@ use serde::Serialize;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Chains listed in one detection or event at most (the count is always complete).
+pub const MAX_LISTED_CHAINS: usize = 200;
 /// Event kinds of the JSON contract.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -143,7 +145,7 @@ pub struct Detection {
     /// Whose chains they are; None for detections not about owned chains (policy
     /// changes, insertions, resyncs).
     pub owner: Option<String>,
-    /// Affected chains, sorted; the first [`crate::event::MAX_LISTED_CHAINS`] only.
+    /// Affected chains, sorted; the first [`MAX_LISTED_CHAINS`] only.
     pub chains: Vec<String>,
     /// Number of affected chains (a 10k-service revert affects 40k).
     pub chain_count: usize,
@@ -177,12 +179,12 @@ impl Detection {
         }
     }
     /// Sets the affected chains from a sorted, deduplicated list: counts them all,
-    /// keeps the first [`crate::event::MAX_LISTED_CHAINS`] (no copy of the rest).
+    /// keeps the first [`MAX_LISTED_CHAINS`] (no copy of the rest).
     fn set_chains<'s>(&mut self, sorted: impl Iterator<Item = &'s str>) {
         self.chains.clear();
         self.chain_count = 0;
         for c in sorted {
-            if self.chains.len() < crate::event::MAX_LISTED_CHAINS {
+            if self.chains.len() < MAX_LISTED_CHAINS {
                 self.chains.push(c.to_string());
             }
             self.chain_count += 1;

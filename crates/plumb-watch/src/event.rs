@@ -14,8 +14,7 @@ use crate::detect::{Action, Detection, FightInfo, Kind};
 use serde::Serialize;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Chains listed in one event at most (the count is always complete).
-pub const MAX_LISTED_CHAINS: usize = 200;
+pub use crate::detect::MAX_LISTED_CHAINS;
 
 /// One watch event.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -34,6 +34,7 @@ pub mod http;
 pub mod impersonate;
 pub mod legacy;
 pub mod listener;
+mod messages;
 pub mod metrics;
 pub mod nft_events;
 pub mod pending_sends;

@@ -19,11 +19,11 @@
 //! Gaps (ENOBUFS, a cut datagram) and resyncs: see `Listener::resync`.
 
 use crate::actor::{self, Actor, Hints};
+use crate::messages::{Committed, Msg};
 use crate::metrics::{ErrorKind, Metrics};
 use crate::nft_events::{LISTENER_BATCH, NftEvent, NftListener, Received};
 use crate::pending_sends::{PendingSends, Sent, may_be_in_sendmsg};
 use crate::state::{NftState, Transaction};
-use crate::watcher::{Committed, Msg};
 use crate::writer_probe::WriterProbe;
 use std::io;
 use std::sync::Arc;

@@ -18,6 +18,7 @@ use crate::changes::{ChangeSet, from_rulesets};
 use crate::detect::{FightPolicy, FightTracker, Kind, Source, detect};
 use crate::event::Event;
 use crate::listener::{Listener, ProbeNaming};
+use crate::messages::{Committed, Msg};
 use crate::metrics::{ErrorKind, Metrics};
 use crate::nft_events::NftListener;
 use crate::writer_probe::WriterProbe;
@@ -241,32 +242,6 @@ pub struct Summary {
     /// problems, legacy polling, transactions already in the dump, the probe's
     /// namings and dropped reports).
     pub notes: Vec<String>,
-}
-
-/// One committed nf_tables transaction, applied on the listener thread.
-pub(crate) struct Committed {
-    pub(crate) changes: ChangeSet,
-    pub(crate) actor: Actor,
-    pub(crate) generation: u32,
-    /// First notification of the transaction (≈ the commit).
-    pub(crate) started: SystemTime,
-}
-
-/// What the listener threads tell the detection loop.
-pub(crate) enum Msg {
-    Committed(Box<Committed>),
-    /// What a big transaction still being read has done so far
-    /// ([`crate::state::Transaction::changes_so_far`]), with its writer and how the
-    /// writer was known.
-    Early(Box<Committed>, &'static str),
-    Resync(Box<ChangeSet>),
-    Gap,
-    /// Transactions already in the dump the state came from, undone and not reported.
-    AlreadyInDump(u64),
-    /// A resync's dump failed (the ruleset kept changing): the old state is kept.
-    ResyncFailed,
-    Audit(Box<NetfilterAudit>),
-    Error(ErrorKind, String),
 }
 
 fn unix_ms(t: SystemTime) -> u64 {

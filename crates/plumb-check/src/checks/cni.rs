@@ -1,7 +1,7 @@
 //! Findings: `cni-chains-missing` — the CNI is evidently present but some of its chains
 //! are not, or nothing shows any CNI; `multiple-cnis` — two pod networks active at once.
 //!
-//! Which CNIs are here comes from [`crate::inventory`] (the owner catalogue: chain names,
+//! Which CNIs are here comes from [`crate::facts::inventory`] (the owner catalogue: chain names,
 //! comments, interfaces, ipsets, rule shapes, each match quoted).
 //!
 //! - A CNI whose catalogue entry lists chains it writes together (`expects`: Flannel's
@@ -21,8 +21,8 @@
 //! Only judged on complete dumps (a filtered or partial capture proves no absence).
 
 use super::short_list;
+use crate::facts::inventory::CniFound;
 use crate::facts::{Facts, group_name};
-use crate::inventory::CniFound;
 use plumb_findings::{Finding, Severity};
 use plumb_kubeproxy::chain_name::parse_chain_name;
 use plumb_ruleset::{Backend, Family, Table, owner};
@@ -156,7 +156,7 @@ fn missing_for(
         let Some(t) = facts.xt_table(group, &e.table) else {
             continue;
         };
-        if super::flushed::is_flushed(t) {
+        if crate::facts::shapes::is_flushed(t) {
             continue; // table-flushed
         }
         match t.chain(&e.chain) {

@@ -13,29 +13,11 @@
 
 use super::short_list;
 use crate::facts::Facts;
+use crate::facts::shapes::is_flushed;
 use plumb_findings::{Finding, Severity};
-use plumb_ruleset::Table;
 use plumb_ruleset::owner;
 
 pub const ID: &str = "table-flushed";
-
-/// User chains a table must declare before "all empty" means flushed.
-const MIN_USER_CHAINS: usize = 3;
-
-/// True when every chain of `table` is empty and it declares at least a few user chains
-/// that hold rules on a healthy node (canaries, hints and other chains the catalogue
-/// calls unreferenced by design are empty anyway: a mangle table of canaries is not
-/// flushed).
-pub fn is_flushed(table: &Table) -> bool {
-    // The first rule ends it: a live table answers at once.
-    table.chains.iter().all(|c| c.rules.is_empty())
-        && table
-            .chains
-            .iter()
-            .filter(|c| !c.is_builtin() && owner::unreferenced_by_design(&c.name).is_none())
-            .count()
-            >= MIN_USER_CHAINS
-}
 
 /// Display name of an owner: a CNI's catalogue name, else the owner name.
 fn owner_display(name: &str) -> String {

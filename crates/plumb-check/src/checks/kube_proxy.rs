@@ -18,6 +18,7 @@
 //! Only judged on complete dumps; partial inputs get an `unknown` answer.
 
 use super::{is_kube_proxy_chain, short_list};
+use crate::facts::shapes::{ipvs_mode, is_flushed};
 use crate::facts::{Facts, group_name};
 use plumb_findings::{Evidence, Finding, Severity};
 use plumb_kubeproxy::ChainPrefix;
@@ -31,23 +32,6 @@ pub const ID_CANARY: &str = "kube-proxy-canary-missing";
 pub const ID_HASH: &str = "kube-proxy-chain-hash-mismatch";
 
 const DO_NOT_FLUSH: &str = "flush iptables or restart kube-proxy in a loop: if something keeps deleting its rules (a security agent's tamper protection, for one), they disappear again; fix the cause.";
-
-/// True when nat `KUBE-SERVICES` selects services through ipsets (IPVS mode).
-pub(crate) fn ipvs_mode(nat: &Table) -> bool {
-    let mut buf = XtBuf::default();
-    nat.chain("KUBE-SERVICES").is_some_and(|c| {
-        // `-m set` needs the word "set": rules without it are not indexed.
-        c.rules.iter().filter(|r| r.text.contains("set")).any(|r| {
-            r.xt_in(&mut buf).is_some_and(|v| {
-                v.match_named("set").is_some_and(|m| {
-                    m.option("--match-set")
-                        .and_then(|o| o.arg(0))
-                        .is_some_and(|s| s.starts_with("KUBE-"))
-                })
-            })
-        })
-    })
-}
 
 fn kube_proxy_present(tables: &[&Table]) -> bool {
     tables
@@ -129,7 +113,7 @@ fn xt_group(facts: &Facts, group: (Backend, Family), out: &mut Vec<Finding>) {
     let nat = facts.xt_table(group, "nat");
     let filter = facts.xt_table(group, "filter");
     let mangle = facts.xt_table(group, "mangle");
-    if let Some(nat) = nat.filter(|t| !super::flushed::is_flushed(t)) {
+    if let Some(nat) = nat.filter(|t| !is_flushed(t)) {
         let svc_chains: Vec<&str> = nat
             .chains
             .iter()
@@ -250,7 +234,7 @@ fn xt_group(facts: &Facts, group: (Backend, Family), out: &mut Vec<Finding>) {
         }
     }
     if let Some(filter) = filter
-        && !super::flushed::is_flushed(filter)
+        && !is_flushed(filter)
         && filter.chain("KUBE-FORWARD").is_some()
         && hooked(filter, "FORWARD", "KUBE-FORWARD") == Some(false)
     {

@@ -19,9 +19,9 @@
 //!
 //! Only judged on complete dumps: in a restore payload the references may be in the kernel.
 
-use super::kube_proxy::ipvs_mode;
 use super::{owner_name, short_list};
 use crate::facts::Facts;
+use crate::facts::shapes::{ipvs_mode, is_flushed};
 use plumb_findings::{Finding, Severity};
 use plumb_kubeproxy::ChainPrefix;
 use plumb_kubeproxy::chain_name::parse_chain_name;
@@ -48,7 +48,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
         .iter()
         .any(|t| &*t.name == "nat" && ipvs_mode(t));
     for table in &facts.ruleset.tables {
-        if super::flushed::is_flushed(table) {
+        if is_flushed(table) {
             continue; // table-flushed
         }
         let refs = facts.refs_of(table);

@@ -1,41 +1,9 @@
-//! `plumb explain [ID]`: what each finding id means and which command reports it, from
-//! the checks' own catalogues (plumb-check's `ALL`, plumb-doctor's `CATALOGUE`), so the
-//! list, the completions and the checks cannot drift apart.
+//! `plumb explain [ID]`: what each finding id means and which command reports it
+//! ([`crate::catalogue`]).
 
 use crate::Verdict;
-use serde::Serialize;
+use crate::catalogue::{Entry, catalogue};
 use std::io::Write;
-
-/// One finding id.
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct Entry {
-    /// The stable id findings carry.
-    pub id: &'static str,
-    /// The command that reports it: `check` (rules) or `doctor` (the node; doctor also
-    /// runs every `check` id).
-    pub command: &'static str,
-    /// What a problem with this id says.
-    pub summary: &'static str,
-}
-
-/// Every finding id, rules first, each once.
-pub fn catalogue() -> impl Iterator<Item = Entry> {
-    let rules = plumb_check::checks::ALL.iter().flat_map(|c| {
-        c.ids.iter().map(|(id, summary)| Entry {
-            id,
-            command: "check",
-            summary,
-        })
-    });
-    let node = plumb_doctor::checks::CATALOGUE
-        .iter()
-        .map(|(id, summary)| Entry {
-            id,
-            command: "doctor",
-            summary,
-        });
-    rules.chain(node)
-}
 
 pub fn run(id: Option<&str>, json: bool) -> anyhow::Result<Verdict> {
     let entries: Vec<Entry> = catalogue()

@@ -4,7 +4,10 @@
 //! handed to every check. It also turns model locations into quoted [`Evidence`] with the
 //! right source name: a file, or the dump command a live table was read with.
 
-use crate::inventory::Inventory;
+pub mod inventory;
+pub mod shapes;
+
+use inventory::Inventory;
 use plumb_findings::Evidence;
 use plumb_kubeproxy::recover::{ServiceMap, recover};
 use plumb_ruleset::fasthash::FxHasher;
@@ -111,7 +114,7 @@ impl<'a> Facts<'a> {
             refs,
             inventory: Inventory::default(),
         };
-        facts.inventory = crate::inventory::infer(&facts);
+        facts.inventory = inventory::infer(&facts);
         facts
     }
 

@@ -713,7 +713,7 @@ fn generation(facts: &Facts) -> Option<ProxyGeneration> {
             && t.chain("POSTROUTING").is_none()
             && t.chain("KUBE-SERVICES").is_some()
             && t.chain("KUBE-FORWARD").is_none()
-            && !crate::checks::flushed::is_flushed(t)
+            && !super::shapes::is_flushed(t)
         {
             filter_services_without_forward = true;
         }
@@ -794,7 +794,7 @@ fn generation(facts: &Facts) -> Option<ProxyGeneration> {
 }
 
 fn super_ipvs(nat: &Table) -> bool {
-    crate::checks::kube_proxy::ipvs_mode(nat)
+    super::shapes::ipvs_mode(nat)
 }
 
 #[cfg(test)]
