@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 const NODE_IP: &str = "192.168.122.10";
 const CLIENT_IP: &str = "10.42.0.50";
 
-// ---------- the probe: runs inside a namespace when re-executed with PLUMB_TRACE_PROBE ----------
+// ---------- the probe: sent from a thread that joined the client's or node's namespace ----------
 
 /// First source port of a helper's probes: probe i comes from port `PROBE_PORT + i`.
 /// Distinct ports, chosen by the helper: a port the kernel picked could come back for a
@@ -41,20 +41,15 @@ const CLIENT_IP: &str = "10.42.0.50";
 /// own. Every probe run follows a conntrack flush (`Lab::reset`).
 const PROBE_PORT: u16 = 20_000;
 
-/// `PLUMB_TRACE_PROBE="tcp|udp IP PORT COUNT"`: sends COUNT probes, each from a new
-/// socket with a port of its own (IPv4).
-#[test]
-fn probe_helper() {
-    let Ok(spec) = std::env::var("PLUMB_TRACE_PROBE") else {
-        return;
-    };
-    let w: Vec<&str> = spec.split_whitespace().collect();
-    let (proto, ip, port, count) = (w[0], w[1], w[2], w[3].parse::<u16>().unwrap());
+/// Sends `count` probes (`tcp` SYN or `udp` datagram) to `ip:port`, each from a new
+/// socket with a port of its own (IPv4), from the current thread's network namespace.
+fn send_probes(proto: &str, ip: &str, port: u16, count: usize) {
     let addr: std::net::SocketAddr = format!("{ip}:{port}").parse().unwrap();
     for i in 0..count {
-        let from = PROBE_PORT
-            .checked_add(i)
-            .expect("probe_helper: at most 45,535 probes");
+        let from = u16::try_from(i)
+            .ok()
+            .and_then(|i| PROBE_PORT.checked_add(i))
+            .expect("at most 45,535 probes");
         match proto {
             "udp" => {
                 let s = std::net::UdpSocket::bind(("0.0.0.0", from)).unwrap();
@@ -69,7 +64,7 @@ fn probe_helper() {
 /// returns; closing the socket then sends nothing (it never got an answer).
 fn send_syn(from: u16, to: std::net::SocketAddr) {
     let std::net::SocketAddr::V4(to) = to else {
-        panic!("probe_helper: IPv4 only, not {to}");
+        panic!("probes are IPv4 only, not {to}");
     };
     let sockaddr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
@@ -319,21 +314,12 @@ impl Lab {
             }
             return;
         }
-        let exe = std::env::current_exe().unwrap();
-        let env = format!("PLUMB_TRACE_PROBE={proto} {dst} {port} {count}");
-        ok_in(
-            ns,
-            &[
-                "env",
-                &env,
-                exe.to_str().unwrap(),
-                "--exact",
-                "probe_helper",
-                "--test-threads=1",
-                "-q",
-            ],
-            None,
-        );
+        // Sockets belong to the namespace of the thread that creates them.
+        plumb_os::netns::on_thread(Some(ns), || {
+            send_probes(proto, dst, port, count);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("probes from {ns}: {e}"));
     }
 }
 
