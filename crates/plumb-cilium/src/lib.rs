@@ -1,0 +1,31 @@
+//! Cilium's service load balancer as plumb reads it, without a Cilium agent.
+//!
+//! A kube-proxy-free node has no KUBE-* rules: Cilium's eBPF programs translate
+//! Service addresses with three pinned BPF hash maps (under
+//! `/sys/fs/bpf/tc/globals/`): *services* (one entry per frontend and backend slot),
+//! *backends* (backend id -> address) and *reverse NAT* (rev-NAT id -> frontend).
+//! This crate turns their raw entries, or the text `cilium-dbg bpf lb list` prints
+//! from them, into [`Frontend`]s: the same "address -> endpoints" map `plumb services`
+//! shows for kube-proxy, with the inconsistencies a healthy agent never leaves (a
+//! slot naming a missing backend, a frontend with no backends).
+//!
+//! - [`layout`]: the maps' key and value layouts per Cilium version, decoded from and
+//!   encoded to bytes (the encoder serves tests and the lab, which fills real maps).
+//! - [`lbmap`]: raw entries -> frontends, with the problems found on the way.
+//! - [`lb_list`]: the `cilium-dbg bpf lb list` text (sysdumps, support tickets) ->
+//!   frontends.
+//! - [`service_list`]: `cilium-dbg service list`, the agent's own view, to compare
+//!   with the maps.
+//!
+//! Layout facts (sizes, byte orders, flag bits per version) come from Cilium's
+//! `bpf/lib/common.h` / `lb.h` and `pkg/loadbalancer`; each type cites its fields.
+//! Pure: no IO; reading the pinned maps is plumb-os's job.
+
+#![deny(missing_docs)]
+
+pub mod layout;
+pub mod lb_list;
+pub mod lbmap;
+pub mod service_list;
+
+pub use lbmap::{BackendRef, Frontend, FrontendKind, LbMaps, Problem};
