@@ -1,0 +1,186 @@
+//! Reading pinned BPF maps, read-only: open a map pinned on a bpffs
+//! (`BPF_OBJ_GET` with `BPF_F_RDONLY`), ask its key and value sizes
+//! (`BPF_OBJ_GET_INFO_BY_FD`) and dump every entry (`BPF_MAP_GET_NEXT_KEY` +
+//! `BPF_MAP_LOOKUP_ELEM`). This is how plumb reads Cilium's load-balancer maps on a
+//! kube-proxy-free node without a Cilium CLI.
+//!
+//! Only those four commands are issued: nothing here creates, updates, deletes or pins.
+//! A map that changes during the dump is read as the kernel answers each call (an
+//! entry deleted meanwhile is skipped), as `bpftool map dump` does.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+const BPF_MAP_LOOKUP_ELEM: libc::c_int = 1;
+const BPF_MAP_GET_NEXT_KEY: libc::c_int = 4;
+const BPF_OBJ_GET: libc::c_int = 7;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
+/// `file_flags` of `BPF_OBJ_GET`: a descriptor that can only read the map.
+const BPF_F_RDONLY: u32 = 1 << 3;
+
+/// Entries dumped at most from one map: Cilium's LB maps hold 65,536 by default; a
+/// map that keeps growing while it is read cannot keep plumb busy forever.
+pub const MAX_ENTRIES: usize = 1 << 20;
+
+/// A pinned map opened read-only.
+#[derive(Debug)]
+pub struct PinnedMap {
+    fd: OwnedFd,
+    /// The map's type (`BPF_MAP_TYPE_*`).
+    pub map_type: u32,
+    /// Bytes of a key.
+    pub key_size: u32,
+    /// Bytes of a value.
+    pub value_size: u32,
+    /// Capacity.
+    pub max_entries: u32,
+    /// The map's name as the kernel keeps it (at most 15 bytes).
+    pub name: String,
+}
+
+/// The leading fields of `struct bpf_map_info` (uapi/linux/bpf.h); the kernel fills
+/// as much as the given length allows.
+#[repr(C)]
+#[derive(Default)]
+struct MapInfo {
+    map_type: u32,
+    id: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    name: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct ObjGetAttr {
+    pathname: u64,
+    bpf_fd: u32,
+    file_flags: u32,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct InfoAttr {
+    bpf_fd: u32,
+    info_len: u32,
+    info: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct ElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value_or_next_key: u64,
+    flags: u64,
+}
+
+/// `bpf(cmd, attr)`.
+///
+/// # Safety
+/// `attr` must be the attribute struct the kernel expects for `cmd`, and every pointer
+/// in it must be valid for the access the command makes.
+unsafe fn bpf<T>(cmd: libc::c_int, attr: &mut T) -> io::Result<libc::c_long> {
+    // SAFETY: forwarded from the caller; the size passed is the struct's own.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut T,
+            std::mem::size_of::<T>() as libc::c_uint,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+impl PinnedMap {
+    /// Opens the map pinned at `path` read-only.
+    pub fn open(path: &Path) -> io::Result<PinnedMap> {
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+        let mut attr = ObjGetAttr {
+            pathname: c_path.as_ptr() as u64,
+            bpf_fd: 0,
+            file_flags: BPF_F_RDONLY,
+        };
+        // SAFETY: BPF_OBJ_GET reads a NUL-terminated path that outlives the call.
+        let fd = unsafe { bpf(BPF_OBJ_GET, &mut attr) }
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        // SAFETY: a non-negative result of BPF_OBJ_GET is a new descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let mut info = MapInfo::default();
+        let mut attr = InfoAttr {
+            bpf_fd: fd.as_raw_fd() as u32,
+            info_len: std::mem::size_of::<MapInfo>() as u32,
+            info: &raw mut info as u64,
+        };
+        // SAFETY: the kernel writes at most info_len bytes into `info`, which lives
+        // through the call.
+        unsafe { bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }.map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("{}: not a BPF map? ({e})", path.display()),
+            )
+        })?;
+        let name_len = info.name.iter().position(|&b| b == 0).unwrap_or(16);
+        Ok(PinnedMap {
+            fd,
+            map_type: info.map_type,
+            key_size: info.key_size,
+            value_size: info.value_size,
+            max_entries: info.max_entries,
+            name: String::from_utf8_lossy(&info.name[..name_len]).into_owned(),
+        })
+    }
+
+    /// Every entry as (key bytes, value bytes), in the kernel's iteration order; at most
+    /// [`MAX_ENTRIES`] (the second value is true when the dump stopped there).
+    pub fn entries(&self) -> io::Result<(Vec<(Vec<u8>, Vec<u8>)>, bool)> {
+        let mut out = Vec::new();
+        let mut key: Option<Vec<u8>> = None;
+        let mut next = vec![0u8; self.key_size as usize];
+        loop {
+            if out.len() >= MAX_ENTRIES {
+                return Ok((out, true));
+            }
+            let mut attr = ElemAttr {
+                map_fd: self.fd.as_raw_fd() as u32,
+                key: key.as_ref().map_or(0, |k| k.as_ptr() as u64),
+                value_or_next_key: next.as_mut_ptr() as u64,
+                ..ElemAttr::default()
+            };
+            // SAFETY: key (or NULL for the first) has key_size bytes; the kernel writes
+            // key_size bytes into `next`.
+            match unsafe { bpf(BPF_MAP_GET_NEXT_KEY, &mut attr) } {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok((out, false)),
+                Err(e) => return Err(e),
+            }
+            let mut value = vec![0u8; self.value_size as usize];
+            let mut attr = ElemAttr {
+                map_fd: self.fd.as_raw_fd() as u32,
+                key: next.as_ptr() as u64,
+                value_or_next_key: value.as_mut_ptr() as u64,
+                ..ElemAttr::default()
+            };
+            // SAFETY: `next` has key_size bytes; the kernel writes value_size bytes
+            // into `value` (hash maps: not per-CPU, which would need more).
+            match unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &mut attr) } {
+                Ok(_) => out.push((next.clone(), value)),
+                // Deleted between the two calls: go on from it all the same.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
+            key = Some(next.clone());
+        }
+    }
+}
