@@ -24,7 +24,8 @@ pub struct Diagnostic {
     pub line: u32,
     /// 1-based column, counted in characters.
     pub column: u32,
-    /// Whether the model is still exact ([`Severity::Note`]) or lost something ([`Severity::Error`]).
+    /// Whether the model is still exact ([`Severity::Note`]) or lost something
+    /// ([`Severity::Error`]).
     pub severity: Severity,
     /// What was wrong and, where possible, what was expected (`unknown command "-Z"`).
     pub message: String,

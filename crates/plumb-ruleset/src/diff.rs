@@ -18,7 +18,8 @@ use std::collections::HashMap;
 pub enum Change {
     /// A table only `new` has.
     TableAdded {
-        /// The table's label: `nat` (iptables IPv4), `ip6 nat` (ip6tables), `inet kube-proxy` (native nft).
+        /// The table's label: `nat` (iptables IPv4), `ip6 nat` (ip6tables), `inet kube-proxy`
+        /// (native nft).
         table: String,
     },
     /// A table only `old` has.

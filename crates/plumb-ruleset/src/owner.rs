@@ -20,7 +20,8 @@ use std::sync::OnceLock;
 pub struct Owner(pub String);
 
 impl Owner {
-    /// The owner's name: a catalogue entry's `owner` (`kube-proxy`, `flannel`), `builtin` or `unknown`.
+    /// The owner's name: a catalogue entry's `owner` (`kube-proxy`, `flannel`), `builtin` or
+    /// `unknown`.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -143,7 +144,8 @@ pub struct RuleShape {
     /// The `-d` column, written as `src`; `None` matches any destination.
     #[serde(default)]
     pub dst: Option<String>,
-    /// `-m addrtype --dst-type` value (`LOCAL`, `!LOCAL`); `None` when the rule has no addrtype test.
+    /// `-m addrtype --dst-type` value (`LOCAL`, `!LOCAL`); `None` when the rule has no addrtype
+    /// test.
     #[serde(default)]
     pub addrtype_dst: Option<String>,
     /// A platform's deliberate rule: checks report it as intended, never as a problem.

@@ -55,7 +55,8 @@ pub struct Section<'a> {
     pub first_line: u32,
     /// The output, verbatim.
     pub text: &'a str,
-    /// What the output is, from the command (or, for [`Output::Unknown`], to be told from the output).
+    /// What the output is, from the command (or, for [`Output::Unknown`], to be told from the
+    /// output).
     pub output: Output,
 }
 

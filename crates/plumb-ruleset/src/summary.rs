@@ -52,7 +52,8 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-/// Summarises a parsed ruleset: per-table sizes, owners' chain and rule counts (from [`crate::owner`]), and its diagnostics.
+/// Summarises a parsed ruleset: per-table sizes, owners' chain and rule counts (from
+/// [`crate::owner`]), and its diagnostics.
 pub fn summarize(ruleset: &Ruleset) -> Summary {
     let mut backends: Vec<Backend> = ruleset.tables.iter().map(|t| t.backend).collect();
     backends.sort();

@@ -103,7 +103,8 @@ pub enum ListedMatch {
         keyword: String,
         /// `!` before the states: the rule matches connections in none of them.
         negated: bool,
-        /// State names as printed (`NEW`, `RELATED`, `ESTABLISHED`, `INVALID`, `UNTRACKED`, `SNAT`, `DNAT`).
+        /// State names as printed (`NEW`, `RELATED`, `ESTABLISHED`, `INVALID`, `UNTRACKED`, `SNAT`,
+        /// `DNAT`).
         states: Vec<String>,
     },
     /// `mark match 0x4000/0x4000`, `mark match ! 0x8000/0x8000`.
@@ -112,12 +113,14 @@ pub enum ListedMatch {
         negated: bool,
         /// The mark value as printed (`0x4000`).
         value: String,
-        /// The mask after `/`; `None` when the listing shows none (the whole 32-bit mark is compared).
+        /// The mask after `/`; `None` when the listing shows none (the whole 32-bit mark is
+        /// compared).
         mask: Option<String>,
     },
     /// `ADDRTYPE match src-type LOCAL dst-type !LOCAL limit-in`.
     AddrType {
-        /// `src-type`: the address type the source must (or, negated, must not) have (`LOCAL`, `UNICAST`, ...).
+        /// `src-type`: the address type the source must (or, negated, must not) have (`LOCAL`,
+        /// `UNICAST`, ...).
         source_type: Option<Negatable>,
         /// `dst-type`: the address type the destination must (or must not) have.
         destination_type: Option<Negatable>,
@@ -192,7 +195,8 @@ pub enum ListedMatch {
 pub enum ListedTarget {
     /// DNAT / SNAT: `to:10.244.1.5:8080 random persistent` (one `to:` per range).
     Nat {
-        /// `to:` ranges, one per DNAT/SNAT `--to-destination`/`--to-source`, verbatim (`10.244.1.5:8080`, `[fd00::2]:53`).
+        /// `to:` ranges, one per DNAT/SNAT `--to-destination`/`--to-source`, verbatim
+        /// (`10.244.1.5:8080`, `[fd00::2]:53`).
         to: Vec<String>,
         /// `random`: the port is chosen at random within the range.
         random: bool,
@@ -203,7 +207,8 @@ pub enum ListedTarget {
     },
     /// MASQUERADE: `masq ports: 1024-65535 random-fully`.
     Masquerade {
-        /// `masq ports:` range the source port is mapped into (`1024-65535`); `None` keeps the original port where possible.
+        /// `masq ports:` range the source port is mapped into (`1024-65535`); `None` keeps the
+        /// original port where possible.
         ports: Option<String>,
         /// `random`: source port chosen at random.
         random: bool,
@@ -311,7 +316,8 @@ pub struct ListedRule {
 }
 
 impl ListedRule {
-    /// The chain this rule transfers to: `[goto]` rules always, `-j` rules when the target is not a target extension (ACCEPT, DNAT, MARK, ...); `None` for no target or an extension.
+    /// The chain this rule transfers to: `[goto]` rules always, `-j` rules when the target is not a
+    /// target extension (ACCEPT, DNAT, MARK, ...); `None` for no target or an extension.
     pub fn chain_reference(&self) -> Option<ChainRef<'_>> {
         let t = self.target.as_deref()?;
         if self.goto {

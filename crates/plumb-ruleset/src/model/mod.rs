@@ -63,7 +63,8 @@ impl Family {
         }
     }
 
-    /// Reads a family name as nft spells it (`ip`, `ip6`, `inet`, `arp`, `bridge`, `netdev`); `None` for anything else.
+    /// Reads a family name as nft spells it (`ip`, `ip6`, `inet`, `arp`, `bridge`, `netdev`);
+    /// `None` for anything else.
     pub fn parse(s: &str) -> Option<Family> {
         Some(match s {
             "ip" => Family::Ip,
@@ -99,7 +100,8 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// The backend's name in plumb's output and JSON (`iptables-legacy`, `iptables-nft`, `nftables`, or `iptables` when unknown).
+    /// The backend's name in plumb's output and JSON (`iptables-legacy`, `iptables-nft`,
+    /// `nftables`, or `iptables` when unknown).
     pub fn as_str(self) -> &'static str {
         match self {
             Backend::IptablesLegacy => "iptables-legacy",
@@ -151,7 +153,8 @@ impl Hook {
         })
     }
 
-    /// Reads an nft hook name (`prerouting`, `ingress`, ...); an unknown name is kept as [`Hook::Other`].
+    /// Reads an nft hook name (`prerouting`, `ingress`, ...); an unknown name is kept as
+    /// [`Hook::Other`].
     pub fn parse_nft(s: &str) -> Hook {
         match s {
             "prerouting" => Hook::Prerouting,
@@ -192,7 +195,8 @@ pub enum Policy {
 }
 
 impl Policy {
-    /// Reads a policy in iptables (`ACCEPT`) or nft (`accept`) spelling; anything else is kept as [`Policy::Other`].
+    /// Reads a policy in iptables (`ACCEPT`) or nft (`accept`) spelling; anything else is kept as
+    /// [`Policy::Other`].
     pub fn parse(s: &str) -> Policy {
         match s {
             "ACCEPT" | "accept" => Policy::Accept,

@@ -90,7 +90,8 @@ pub struct XtRule {
 pub struct SpecProblem {
     /// Byte offset in the rule text.
     pub offset: usize,
-    /// What is wrong, for a diagnostic (`-s needs a value`, `more than one target (-j/-g) in one rule`).
+    /// What is wrong, for a diagnostic (`-s needs a value`, `more than one target (-j/-g) in one
+    /// rule`).
     pub message: String,
 }
 
@@ -345,7 +346,8 @@ impl XtRule {
         self.options.extend(tagged.iter().map(|&(_, o)| o));
     }
 
-    /// Reads the index together with the rule text it was built from (`text` must be that text: the index holds byte offsets into it).
+    /// Reads the index together with the rule text it was built from (`text` must be that text: the
+    /// index holds byte offsets into it).
     pub fn view<'a>(&'a self, text: &'a str) -> XtView<'a> {
         XtViewOf { rule: self, text }
     }
@@ -722,7 +724,8 @@ impl<'r, 't> XtViewOf<'r, 't> {
             .map(move |&idx| XtMatchViewOf { idx, rule, text })
     }
 
-    /// The first match whose module is `module` as written (`"tcp"`, `"comment"`, `"set"`); `None` when the rule has none.
+    /// The first match whose module is `module` as written (`"tcp"`, `"comment"`, `"set"`); `None`
+    /// when the rule has none.
     pub fn match_named(&self, module: &str) -> Option<XtMatchViewOf<'r, 't>> {
         self.matches().find(|m| m.module() == module)
     }
@@ -812,7 +815,8 @@ impl<'r, 't> XtOptionViewOf<'r, 't> {
 }
 
 impl<'r, 't> XtMatchViewOf<'r, 't> {
-    /// The module name (`tcp`, `comment`, `conntrack`): the word after `-m`, or the `-p` protocol for an implicit match.
+    /// The module name (`tcp`, `comment`, `conntrack`): the word after `-m`, or the `-p` protocol
+    /// for an implicit match.
     pub fn module(&self) -> &'t str {
         self.rule.words[self.idx.module as usize].raw(self.text)
     }
@@ -831,7 +835,8 @@ impl<'r, 't> XtMatchViewOf<'r, 't> {
         .options_in(self.idx.opts_start, self.idx.opts_end)
     }
 
-    /// The first option spelled exactly `name` (`"--dport"` does not find `--destination-port`); `None` when absent.
+    /// The first option spelled exactly `name` (`"--dport"` does not find `--destination-port`);
+    /// `None` when absent.
     pub fn option(&self, name: &str) -> Option<XtOptionViewOf<'r, 't>> {
         self.options().find(|o| o.name() == name)
     }
@@ -843,7 +848,8 @@ impl<'r, 't> XtTargetViewOf<'r, 't> {
         self.rule.words[self.idx.name as usize].raw(self.text)
     }
 
-    /// Whether it was written `-g` (goto: the chain's end returns to the caller's caller) rather than `-j`.
+    /// Whether it was written `-g` (goto: the chain's end returns to the caller's caller) rather
+    /// than `-j`.
     pub fn is_goto(&self) -> bool {
         self.idx.goto
     }

@@ -19,7 +19,8 @@ pub struct Word {
 }
 
 impl Word {
-    /// The word exactly as written, quotes and escapes kept. `line` must be the line the word was split from.
+    /// The word exactly as written, quotes and escapes kept. `line` must be the line the word was
+    /// split from.
     pub fn raw<'a>(&self, line: &'a str) -> &'a str {
         &line[self.start as usize..self.start as usize + self.len as usize]
     }
