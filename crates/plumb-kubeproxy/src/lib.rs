@@ -24,6 +24,8 @@
 //! assert!(rules.to_restore_payload().starts_with("*filter\n:KUBE-SERVICES - [0:0]\n"));
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod chain_name;
 pub mod generate;
 pub mod model;

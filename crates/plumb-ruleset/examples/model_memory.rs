@@ -1,5 +1,5 @@
 //! Measures what parsing a dump costs in heap: peak bytes while parsing and bytes the
-//! finished model holds, next to the input's size (the foundation issue's budget is
+//! finished model holds, next to the input's size (the model's memory budget is
 //! 3x the input). Counts every allocation through a wrapping global allocator.
 //!
 //! `cargo run --release -p plumb-ruleset --example model_memory -- DUMP`

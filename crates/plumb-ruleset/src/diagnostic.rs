@@ -20,15 +20,21 @@ pub enum Severity {
 /// One problem in the input, located to the line and column (both 1-based).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Diagnostic {
+    /// 1-based line of the input.
     pub line: u32,
+    /// 1-based column, counted in characters.
     pub column: u32,
+    /// Whether the model is still exact ([`Severity::Note`]) or lost something
+    /// ([`Severity::Error`]).
     pub severity: Severity,
+    /// What was wrong and, where possible, what was expected (`unknown command "-Z"`).
     pub message: String,
     /// The offending text (truncated to a readable length).
     pub text: String,
 }
 
 impl Diagnostic {
+    /// An [`Severity::Error`] diagnostic at `line`:`column`, quoting `text` (cut by [`excerpt`]).
     pub fn error(line: u32, column: u32, message: impl Into<String>, text: &str) -> Diagnostic {
         Diagnostic {
             line,
@@ -39,6 +45,7 @@ impl Diagnostic {
         }
     }
 
+    /// A [`Severity::Note`] diagnostic at `line`:`column`, quoting `text` (cut by [`excerpt`]).
     pub fn note(line: u32, column: u32, message: impl Into<String>, text: &str) -> Diagnostic {
         Diagnostic {
             severity: Severity::Note,
@@ -74,16 +81,34 @@ pub fn excerpt(text: &str) -> String {
 /// Input that cannot be parsed at all.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum InputError {
+    /// The input is bigger than the configured limit; nothing was parsed.
     #[error(
         "input is {size} bytes, over the limit of {limit} bytes (raise it with --max-input-size)"
     )]
-    TooLarge { size: usize, limit: usize },
+    TooLarge {
+        /// Size of the input in bytes.
+        size: usize,
+        /// The limit in bytes ([`ParseOptions::max_size`](crate::ParseOptions::max_size)).
+        limit: usize,
+    },
+    /// The input holds a NUL byte: not text (a compressed or binary file given by mistake).
     #[error("input looks binary (NUL byte at offset {offset}); expected ruleset text")]
-    Binary { offset: usize },
+    Binary {
+        /// Byte offset of the first NUL.
+        offset: usize,
+    },
+    /// The input is not UTF-8 text.
     #[error("input is not valid UTF-8 at byte {offset}")]
-    NotUtf8 { offset: usize },
+    NotUtf8 {
+        /// Byte offset of the first invalid sequence.
+        offset: usize,
+    },
+    /// Format detection found no known ruleset format; the caller must name one.
     #[error("could not recognise the format: {reason}; pass --format")]
-    UnknownFormat { reason: String },
+    UnknownFormat {
+        /// What was looked at and not recognised.
+        reason: String,
+    },
 }
 
 #[cfg(test)]

@@ -16,50 +16,85 @@ use std::collections::HashMap;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Change {
+    /// A table only `new` has.
     TableAdded {
+        /// The table's label: `nat` (iptables IPv4), `ip6 nat` (ip6tables), `inet kube-proxy`
+        /// (native nft).
         table: String,
     },
+    /// A table only `old` has.
     TableRemoved {
+        /// The table's label, as in [`Change::TableAdded`].
         table: String,
     },
+    /// A chain only `new` has (in a table both sides have).
     ChainAdded {
+        /// The table's label, as in [`Change::TableAdded`].
         table: String,
+        /// Name of the added chain.
         chain: String,
+        /// How many rules the added chain holds.
         rules: usize,
     },
+    /// A chain only `old` has (in a table both sides have).
     ChainRemoved {
+        /// The table's label, as in [`Change::TableAdded`].
         table: String,
+        /// Name of the removed chain.
         chain: String,
+        /// How many rules the removed chain held.
         rules: usize,
     },
+    /// A chain's default verdict differs (or it became, or stopped being, a base chain).
     PolicyChanged {
+        /// The table's label, as in [`Change::TableAdded`].
         table: String,
+        /// Name of the chain.
         chain: String,
+        /// The old policy in iptables spelling (`ACCEPT`, `DROP`), `-` for none.
         from: String,
+        /// The new policy, spelled as `from`.
         to: String,
     },
+    /// A rule only `new` has (counting duplicates: a third copy where `old` had two is added).
     RuleAdded {
+        /// The table's label, as in [`Change::TableAdded`].
         table: String,
+        /// Name of the chain.
         chain: String,
+        /// 1-based position of the rule in `new`'s chain.
         position: u32,
+        /// The rule's identity text ([`rule_identity`]: canonical, without counters or handle).
         rule: String,
     },
+    /// A rule only `old` has.
     RuleRemoved {
+        /// The table's label, as in [`Change::TableAdded`].
         table: String,
+        /// Name of the chain.
         chain: String,
+        /// 1-based position the rule had in `old`'s chain.
         position: u32,
+        /// The rule's identity text ([`rule_identity`]).
         rule: String,
     },
+    /// A rule both sides have whose order relative to the other common rules changed.
     RuleMoved {
+        /// The table's label, as in [`Change::TableAdded`].
         table: String,
+        /// Name of the chain.
         chain: String,
+        /// 1-based position in `old`'s chain.
         from: u32,
+        /// 1-based position in `new`'s chain.
         to: u32,
+        /// The rule's identity text ([`rule_identity`]).
         rule: String,
     },
 }
 
 impl Change {
+    /// The label of the table the change is in (`nat`, `ip6 nat`, `inet kube-proxy`).
     pub fn table(&self) -> &str {
         match self {
             Change::TableAdded { table }

@@ -11,6 +11,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// `HashMap` with [`FxHasher`].
 pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
+/// FxHash's hasher (rustc's): fast on short keys such as chain names, not collision-resistant. Use
+/// it through [`FastMap`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FxHasher {
     hash: u64,

@@ -1,7 +1,6 @@
 //! Readers for `ipvsadm -ln` (the kernel's IPVS table: kube-proxy's service map in
-//! IPVS mode) and `ipset list` output, into the model's
-//! [`VirtualService`](crate::model::ipvs::VirtualService) and
-//! [`IpSetListing`](crate::model::ipvs::IpSetListing).
+//! IPVS mode) and `ipset list` output, into the model's [`VirtualService`] and
+//! [`IpSetListing`].
 //!
 //! `ipvsadm -ln` prints (ipvsadm 1.2x, `print_service_entry`/`print_title`):
 //! ```text

@@ -28,6 +28,8 @@
 //! `iptables::XtView`, `iptables::listing::ListedRule`) for callers' convenience; those
 //! re-exports point down, from reader to model.
 
+#![deny(missing_docs)]
+
 pub mod diagnostic;
 pub mod fasthash;
 pub mod iptables;

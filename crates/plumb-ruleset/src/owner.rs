@@ -20,12 +20,16 @@ use std::sync::OnceLock;
 pub struct Owner(pub String);
 
 impl Owner {
+    /// The owner's name: a catalogue entry's `owner` (`kube-proxy`, `flannel`), `builtin` or
+    /// `unknown`.
     pub fn as_str(&self) -> &str {
         &self.0
     }
+    /// The owner of what no catalogue entry recognises.
     pub fn unknown() -> Owner {
         Owner("unknown".into())
     }
+    /// The owner of the built-in chains (INPUT, FORWARD, ...): the kernel's, no writer's.
     pub fn builtin() -> Owner {
         Owner("builtin".into())
     }
@@ -40,7 +44,9 @@ impl std::fmt::Display for Owner {
 /// An owner and why plumb believes it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Attribution {
+    /// Who wrote the object (or [`Owner::unknown`], [`Owner::builtin`]).
     pub owner: Owner,
+    /// Why plumb believes it, quotable in output: "chain name prefix KUBE-", "comment tag cali:".
     pub evidence: String,
 }
 
@@ -115,6 +121,7 @@ pub enum CniRole {
 pub struct CniInfo {
     /// Display name (`Weave Net`).
     pub name: String,
+    /// Whether it is the pod network, policy only, or a plugin.
     pub role: CniRole,
     /// Owners this CNI is documented to run beside (Canal: Calico with Flannel).
     #[serde(default)]
@@ -127,12 +134,18 @@ pub struct CniInfo {
 #[derive(Debug, Deserialize)]
 #[non_exhaustive]
 pub struct RuleShape {
+    /// The chain the rule is in (`POSTROUTING`).
     pub chain: String,
+    /// The rule's target (`-j MASQUERADE`).
     pub target: String,
+    /// The `-s` column: a CIDR, a `$name` or either negated with `!`; `None` matches any source.
     #[serde(default)]
     pub src: Option<String>,
+    /// The `-d` column, written as `src`; `None` matches any destination.
     #[serde(default)]
     pub dst: Option<String>,
+    /// `-m addrtype --dst-type` value (`LOCAL`, `!LOCAL`); `None` when the rule has no addrtype
+    /// test.
     #[serde(default)]
     pub addrtype_dst: Option<String>,
     /// A platform's deliberate rule: checks report it as intended, never as a problem.
@@ -146,8 +159,12 @@ pub struct RuleShape {
 #[derive(Debug, Deserialize)]
 #[non_exhaustive]
 pub struct ExpectedChain {
+    /// The iptables table the chain is in (`nat`, `filter`).
     pub table: String,
+    /// The chain's name (`FLANNEL-POSTRTG`, `cali-INPUT`).
     pub chain: String,
+    /// The built-in chain of the same table that must jump to it (`FORWARD`); `None`:
+    /// where it is hooked from is not checked.
     #[serde(default)]
     pub hook: Option<String>,
     /// The configuration that leaves this chain out (its absence is then no evidence).
@@ -159,8 +176,10 @@ pub struct ExpectedChain {
 #[derive(Debug, Deserialize)]
 #[non_exhaustive]
 pub struct ChainRule {
+    /// Exact chain names the rule applies to.
     #[serde(default)]
     pub names: Vec<String>,
+    /// Chain name prefixes the rule applies to.
     #[serde(default)]
     pub prefixes: Vec<String>,
     /// Applies only to chains without rules.
@@ -169,6 +188,7 @@ pub struct ChainRule {
     /// Applies only where kube-proxy runs in IPVS mode (either family, any table).
     #[serde(default)]
     pub only_in_ipvs: bool,
+    /// Why, quoted as evidence when a check applies the rule.
     pub why: String,
 }
 
@@ -418,7 +438,9 @@ pub fn rule_owner(table: &Table, chain: &Chain, rule: &Rule) -> Attribution {
 /// Counts of chains and rules per owner over a whole ruleset.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct OwnerCounts {
+    /// Chains per owner name.
     pub chains: std::collections::BTreeMap<String, usize>,
+    /// Rules per owner name (a rule's own owner, which can differ from its chain's).
     pub rules: std::collections::BTreeMap<String, usize>,
 }
 

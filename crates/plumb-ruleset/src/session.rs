@@ -17,13 +17,22 @@ pub enum Output {
     /// command is iptables without `-t`; `None` when the command is unknown), `chain`
     /// when the command lists one chain.
     Listing {
+        /// The table the listing is of (`nat`, `filter`, ...).
         table: Option<&'static str>,
+        /// The one chain listed (`-L KUBE-SERVICES`); `None` for the whole table.
         chain: Option<String>,
     },
     /// `iptables -S` output (`table` as for a listing).
-    ListRules { table: Option<&'static str> },
+    ListRules {
+        /// The table the rules are of, as for a listing.
+        table: Option<&'static str>,
+    },
     /// `iptables-save` output; `filtered` when piped through grep/head/sed/awk/tail.
-    Save { filtered: bool },
+    Save {
+        /// The output went through a filter (`| grep`, `| head`, ...): tables or chains
+        /// may be missing, so it is read as a partial ruleset.
+        filtered: bool,
+    },
     /// `ipvsadm -L` output: IPVS virtual services (kube-proxy's IPVS mode).
     Ipvsadm,
     /// `ipset list` output: the sets rules match with `-m set`.
@@ -46,6 +55,8 @@ pub struct Section<'a> {
     pub first_line: u32,
     /// The output, verbatim.
     pub text: &'a str,
+    /// What the output is, from the command (or, for [`Output::Unknown`], to be told from the
+    /// output).
     pub output: Output,
 }
 

@@ -11,20 +11,28 @@ use std::collections::BTreeMap;
 /// One table's size.
 #[derive(Clone, Debug, Serialize)]
 pub struct TableSummary {
+    /// Address family as nft spells it (`ip`, `ip6`, `inet`).
     pub family: String,
+    /// Table name (`nat`, `filter`, `kube-proxy`).
     pub name: String,
+    /// Which kernel interface holds the table.
     pub backend: Backend,
+    /// Chains declared in the table, built-in chains included.
     pub chains: usize,
+    /// Rules in all its chains.
     pub rules: usize,
 }
 
 /// What a ruleset holds, for people and scripts.
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
+    /// The distinct backends of the tables, sorted (empty for a ruleset with no tables).
     pub backends: Vec<Backend>,
+    /// Whether absence in this ruleset means absence on the node.
     pub completeness: Completeness,
     /// Rules come from a lossy listing (`iptables -nvL`).
     pub approximate: bool,
+    /// One entry per table, in input order.
     pub tables: Vec<TableSummary>,
     /// Chains per owner.
     pub owners: BTreeMap<String, usize>,
@@ -36,6 +44,7 @@ pub struct Summary {
     /// ipsets read (`ipset list`); absent from JSON when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub ipsets: usize,
+    /// Every diagnostic of the read, in input order.
     pub diagnostics: Vec<Diagnostic>,
 }
 
@@ -43,6 +52,8 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
+/// Summarises a parsed ruleset: per-table sizes, owners' chain and rule counts (from
+/// [`crate::owner`]), and its diagnostics.
 pub fn summarize(ruleset: &Ruleset) -> Summary {
     let mut backends: Vec<Backend> = ruleset.tables.iter().map(|t| t.backend).collect();
     backends.sort();

@@ -9,11 +9,14 @@ use std::net::IpAddr;
 /// An address prefix (`10.42.0.0/16`), IPv4 or IPv6.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Cidr {
+    /// The address as written; host bits are kept (`contains` masks both sides).
     pub addr: IpAddr,
+    /// Prefix length: 0 to 32 for IPv4, 0 to 128 for IPv6.
     pub len: u8,
 }
 
 impl Cidr {
+    /// The prefix holding just `addr` (/32 or /128).
     pub fn host(addr: IpAddr) -> Cidr {
         let len = if addr.is_ipv4() { 32 } else { 128 };
         Cidr { addr, len }
@@ -47,6 +50,7 @@ impl Cidr {
         Some(Cidr { addr, len })
     }
 
+    /// Whether `ip` is in the prefix (never for an address of the other family).
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(n), IpAddr::V4(a)) => {
@@ -61,6 +65,7 @@ impl Cidr {
         }
     }
 
+    /// Whether the prefix is a single address (/32 or /128).
     pub fn is_host(&self) -> bool {
         self.len == if self.addr.is_ipv4() { 32 } else { 128 }
     }
@@ -92,11 +97,14 @@ impl std::fmt::Display for Cidr {
 /// An inclusive address range (`10.0.0.1-10.0.0.9`, iprange, nft ranges).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AddrRange {
+    /// First address of the range.
     pub from: IpAddr,
+    /// Last address, included.
     pub to: IpAddr,
 }
 
 impl AddrRange {
+    /// Reads `FROM-TO` (`10.0.0.1-10.0.0.9`); `None` unless both ends are addresses.
     pub fn parse(s: &str) -> Option<AddrRange> {
         let (a, b) = s.split_once('-')?;
         Some(AddrRange {
@@ -105,6 +113,7 @@ impl AddrRange {
         })
     }
 
+    /// Whether `ip` is within the range (never when the families differ).
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.from, self.to, ip) {
             (IpAddr::V4(f), IpAddr::V4(t), IpAddr::V4(a)) => f <= a && a <= t,
@@ -117,11 +126,14 @@ impl AddrRange {
 /// An inclusive port range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PortRange {
+    /// First port.
     pub from: u16,
+    /// Last port, included.
     pub to: u16,
 }
 
 impl PortRange {
+    /// The range holding just port `p`.
     pub fn single(p: u16) -> PortRange {
         PortRange { from: p, to: p }
     }
@@ -140,6 +152,7 @@ impl PortRange {
         }
     }
 
+    /// Whether port `p` is within the range.
     pub fn contains(&self, p: u16) -> bool {
         self.from <= p && p <= self.to
     }

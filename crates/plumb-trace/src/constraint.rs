@@ -64,10 +64,12 @@ impl RangeSet {
         &self.ranges
     }
 
+    /// Whether no value is possible.
     pub fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }
 
+    /// Whether `v` is in the set.
     pub fn contains(&self, v: u128) -> bool {
         let i = self.ranges.partition_point(|r| r.1 < v);
         self.ranges.get(i).is_some_and(|r| r.0 <= v)
@@ -81,6 +83,7 @@ impl RangeSet {
         }
     }
 
+    /// The values in both sets.
     pub fn intersect(&self, other: &RangeSet) -> RangeSet {
         let (mut i, mut j) = (0, 0);
         let mut out = Vec::new();
@@ -101,6 +104,7 @@ impl RangeSet {
         RangeSet { ranges: out }
     }
 
+    /// The values in either set.
     pub fn union(&self, other: &RangeSet) -> RangeSet {
         RangeSet::from_ranges(self.ranges.iter().chain(&other.ranges).copied())
     }
@@ -159,7 +163,9 @@ fn addr_of(v: u128, v6: bool) -> IpAddr {
 /// A set of addresses of one family.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct AddrSet {
+    /// IPv6 addresses (`false`: IPv4); an address of the other family is never in the set.
     pub v6: bool,
+    /// The addresses as integers (an IPv4 address's 32 bits, an IPv6 address's 128).
     pub set: RangeSet,
 }
 
@@ -239,6 +245,7 @@ impl AddrSet {
         AddrSet { v6, set }
     }
 
+    /// Whether `ip` is in the set (never for an address of the other family).
     pub fn contains(&self, ip: IpAddr) -> bool {
         ip.is_ipv6() == self.v6 && self.set.contains(addr_bits(ip))
     }
@@ -463,6 +470,8 @@ impl IfaceSet {
         (!self.excluded(&name)).then_some(name)
     }
 
+    /// Whether no interface name is possible (none matches a pattern of every `any_of`
+    /// list and no exclusion).
     pub fn is_empty(&self) -> bool {
         self.pick().is_none()
     }
@@ -477,6 +486,7 @@ impl IfaceSet {
         &self.none_of
     }
 
+    /// Whether `name` matches one pattern of every `any_of` list and no excluded pattern.
     pub fn contains(&self, name: &str) -> bool {
         self.any_of
             .iter()
@@ -530,18 +540,22 @@ pub mod ct_nat {
 pub enum Fact {
     /// The original source address is in the set.
     Src(AddrSet),
+    /// The original source port is in the set.
     Sport(RangeSet),
     /// The original destination port is in the set.
     Dport(RangeSet),
     /// The input interface matches one of the patterns.
     InIface(Vec<IfacePattern>),
+    /// The output interface matches one of the patterns.
     OutIface(Vec<IfacePattern>),
     /// The connection's NAT status is one of the combinations of the mask ([`ct_nat`]).
     CtNat(u8),
     /// A yes/no fact that is not about one field: `key` names what it depends on,
     /// `text` says in words what "yes" means.
     Atom {
+        /// Names what the fact depends on; facts with the same key are one question.
         key: Arc<str>,
+        /// What "yes" means, in words.
         text: Arc<str>,
     },
 }
@@ -549,8 +563,12 @@ pub enum Fact {
 /// An atom and the answer a path assumed for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Atom {
+    /// Names what the fact depends on (a recent list, a rate limit, a match's text): two
+    /// facts with the same key get the same answer on a path.
     pub key: Arc<str>,
+    /// What "yes" means, in words, as outcomes print it.
     pub text: Arc<str>,
+    /// The answer the path assumed: the fact holds (`true`) or does not.
     pub holds: bool,
 }
 

@@ -21,7 +21,9 @@ use std::sync::OnceLock;
 /// A compiled condition or action of a rule, in order.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
+    /// A match: the rule goes on only if it holds.
     Cond(Cond),
+    /// A target or statement: what the rule does once its conditions before it held.
     Act(Action),
 }
 
@@ -38,14 +40,20 @@ pub struct CompiledRule {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum HookId {
+    /// Before routing (conntrack, DNAT).
     Prerouting = 0,
+    /// After routing, to a local process.
     Input = 1,
+    /// After routing, through the node.
     Forward = 2,
+    /// Sent by a local process.
     Output = 3,
+    /// Leaving the node (SNAT, MASQUERADE).
     Postrouting = 4,
 }
 
 impl HookId {
+    /// The hook's iptables name (`PREROUTING`, ...), as in JSON.
     pub fn name(self) -> &'static str {
         match self {
             HookId::Prerouting => "PREROUTING",
@@ -76,8 +84,14 @@ impl HookId {
 /// A base chain attached to a hook.
 #[derive(Clone, Debug)]
 pub struct BaseRef {
+    /// The base chain, as a chain id of the [`Index`].
     pub chain: u32,
+    /// Its order at the hook, lowest first: nft's `priority`, or the kernel's priority of
+    /// the iptables table (raw -300, mangle -150, nat -100 (DNAT) or 100 (SNAT), filter 0,
+    /// security 50).
     pub priority: i32,
+    /// A NAT chain (iptables `nat` table, nft `type nat`): consulted only for a
+    /// connection's first packet.
     pub nat: bool,
 }
 
@@ -134,6 +148,7 @@ impl<K: std::hash::Hash + Eq + Copy + Ord> KeyedRules<K> {
         self.rules.len()
     }
 
+    /// Whether no rule is keyed.
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
@@ -153,13 +168,16 @@ pub struct Dispatch {
     pub port: KeyedRules<(u8, u16)>,
     /// Rules that need one destination, any port.
     pub dst: KeyedRules<IpAddr>,
+    /// Rules on no key's list: candidates for every packet.
     pub rest: Vec<u32>,
 }
 
 /// A chain of the index; its rules are compiled on first use ([`Index::code`]).
 #[derive(Debug)]
 pub struct CompiledChain<'r> {
+    /// Index into [`Index::tables`] of the chain's table.
     pub table: u32,
+    /// The chain in the ruleset.
     pub chain: &'r Chain,
     /// Boxed: an index holds one entry per chain (40k on a 10k-service node) and
     /// compiles a few; an unboxed `ChainCode` would make each entry ten times larger.
@@ -172,6 +190,8 @@ pub struct ChainCode {
     /// Items of the chain's rules, rule after rule.
     items: Vec<Item>,
     rules: Vec<CompiledRule>,
+    /// The dispatch table; `None` for chains under [`DISPATCH_MIN_RULES`] rules or when
+    /// [`IndexOptions::dispatch`] is off.
     pub dispatch: Option<Dispatch>,
 }
 
@@ -202,9 +222,14 @@ impl Default for IndexOptions {
 /// A ruleset compiled for tracing. Borrows the ruleset for rule texts.
 #[derive(Debug)]
 pub struct Index<'r> {
+    /// The ruleset the index was built from.
     pub ruleset: &'r Ruleset,
+    /// The tables a trace can walk (those of families `ip`, `ip6` and `inet`); a table
+    /// id is its position.
     pub tables: Vec<&'r Table>,
+    /// Every chain of those tables; a chain id is its position.
     pub chains: Vec<CompiledChain<'r>>,
+    /// The nft sets and maps of those tables, compiled.
     pub sets: Vec<CompiledSet>,
     /// Chain names of each table (in `tables` order), to resolve jumps.
     names: Vec<ChainNames<'r>>,
@@ -344,10 +369,12 @@ fn families(f: Family) -> &'static [usize] {
 }
 
 impl<'r> Index<'r> {
+    /// Builds the index with [`IndexOptions::default`]: dispatch tables, lazy compilation.
     pub fn build(ruleset: &'r Ruleset) -> Index<'r> {
         Index::build_with(ruleset, IndexOptions::default())
     }
 
+    /// Builds the index with the given options (see [`IndexOptions`]).
     pub fn build_with(ruleset: &'r Ruleset, options: IndexOptions) -> Index<'r> {
         let mut index = Index {
             ruleset,
@@ -463,10 +490,12 @@ impl<'r> Index<'r> {
         self.code(chain).dispatch.as_ref()
     }
 
+    /// The chain with this id (ids come from steps, jumps and base chains).
     pub fn chain(&self, id: u32) -> &CompiledChain<'r> {
         &self.chains[id as usize]
     }
 
+    /// The table of the chain with this id.
     pub fn table_of(&self, chain: u32) -> &'r Table {
         self.tables[self.chains[chain as usize].table as usize]
     }

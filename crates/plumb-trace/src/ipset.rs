@@ -11,9 +11,13 @@ use std::net::IpAddr;
 /// One dimension of a set type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dim {
+    /// `ip`: an address (entries may be written as a prefix or a range).
     Ip,
+    /// `net`: a prefix.
     Net,
+    /// `port`: a protocol and port (`tcp:80`; a bare port is TCP).
     Port,
+    /// `iface`: an interface name.
     Iface,
     /// A dimension plumb cannot evaluate (`mark`, `mac`).
     Other,
@@ -22,27 +26,38 @@ pub enum Dim {
 /// One element of one dimension.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Elem {
+    /// An address or prefix (`10.0.0.1`, `10.244.0.0/16`).
     Net(Cidr),
+    /// An address range (`10.0.0.1-10.0.0.9`).
     Range(AddrRange),
     /// Protocol number (`None`: any) and port range.
     Port(Option<u8>, PortRange),
+    /// An interface name, as written.
     Iface(String),
+    /// A value of a dimension plumb does not evaluate, as written.
     Other(String),
 }
 
 /// An entry: one element per dimension, and whether it is a `nomatch` exception.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Entry {
+    /// One element per dimension of the set type, in order.
     pub elems: Vec<Elem>,
+    /// The entry is a `nomatch` exception: addresses it covers are not in the set.
     pub nomatch: bool,
 }
 
 /// A named set.
 #[derive(Clone, Debug, PartialEq)]
 pub struct IpSet {
+    /// Set name (`KUBE-CLUSTER-IP`).
     pub name: String,
+    /// Set type as written (`hash:ip,port`, `list:set`).
     pub set_type: String,
+    /// The dimensions of the type, in order (`list:set` has one, [`Dim::Other`]: its
+    /// members are looked up instead).
     pub dims: Vec<Dim>,
+    /// The `add` entries (not for `list:set`).
     pub entries: Vec<Entry>,
     /// `list:set` members, in order.
     pub members: Vec<String>,
@@ -51,6 +66,7 @@ pub struct IpSet {
 /// All sets read from `ipset save`.
 #[derive(Clone, Debug, Default)]
 pub struct IpSets {
+    /// The sets by name.
     pub sets: HashMap<String, IpSet>,
 }
 
@@ -58,8 +74,11 @@ pub struct IpSets {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {message}: {text:?}")]
 pub struct IpSetError {
+    /// 1-based line number in the `ipset save` text.
     pub line: usize,
+    /// What is wrong (`unreadable element`, `element added to a set not created before`).
     pub message: String,
+    /// The line as read.
     pub text: String,
 }
 
@@ -131,6 +150,7 @@ impl IpSets {
         Ok(IpSets { sets })
     }
 
+    /// The set with this name; `None` when the input had none.
     pub fn get(&self, name: &str) -> Option<&IpSet> {
         self.sets.get(name)
     }
@@ -160,8 +180,11 @@ fn parse_elem(s: &str, dim: Dim) -> Option<Elem> {
 /// The packet fields one dimension looks at, `None` when unknown.
 #[derive(Clone, Debug)]
 pub enum Key<'a> {
+    /// The address compared (source or destination by the match's flags); `None` when unknown.
     Addr(Option<IpAddr>),
+    /// The packet's protocol number and the port compared; `None` when unknown.
     Port(u8, Option<u16>),
+    /// The interface compared; `None` when unknown.
     Iface(Option<&'a str>),
 }
 

@@ -21,6 +21,8 @@
 //! assert_eq!(t.outcomes[0].dnat.as_deref(), Some("10.42.0.5:6443"));
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod addr;
 pub mod constraint;
 pub mod explain;

@@ -20,8 +20,11 @@ pub type SetRef = u32;
 /// One value of a lookup key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Atom {
+    /// An address (`ip daddr`, `ip saddr`).
     Addr(IpAddr),
+    /// A number: a port, a protocol, a mark.
     Num(u64),
+    /// An interface name (`iifname`, `oifname`).
     Name(String),
 }
 
@@ -52,6 +55,7 @@ impl Pattern {
 /// A set or map (named or anonymous) ready for lookups.
 #[derive(Clone, Debug, Default)]
 pub struct CompiledSet {
+    /// The set's name without `@`, or `{...}` for an anonymous set.
     pub name: String,
     exact: HashMap<Vec<Atom>, usize>,
     patterns: Vec<(Vec<Pattern>, usize)>,
@@ -257,8 +261,11 @@ impl CompiledSet {
 
 /// Compiles nft rules for one table; sets are added to `sets` on first use.
 pub struct Compiler<'a> {
+    /// The named sets and maps of the table being compiled.
     pub table_sets: &'a [NftSet],
+    /// Resolves a chain name of the table to its chain id; `None` for a chain the table lacks.
     pub resolve: &'a dyn Fn(&str) -> Option<u32>,
+    /// Where compiled sets go; a [`SetRef`] is a position in it.
     pub sets: &'a mut Vec<CompiledSet>,
     /// (table-local set name, fields) -> compiled index.
     pub cache: &'a mut HashMap<(String, Vec<Field>), SetRef>,
@@ -281,6 +288,7 @@ impl Compiler<'_> {
         Some(r)
     }
 
+    /// Compiles one rule into its conditions and actions, in statement order.
     pub fn compile(&mut self, rule: &NftRule) -> Items {
         let mut items = Vec::new();
         self.compile_into(rule, &mut items);

@@ -11,7 +11,9 @@ use std::net::IpAddr;
 pub enum Verdict {
     /// Delivered: to a local process, or sent/forwarded out of the node.
     Accept,
+    /// Discarded silently (`DROP`, a DROP policy, nft `drop`).
     Drop,
+    /// Discarded with an ICMP error or TCP reset sent back (`REJECT`, nft `reject`).
     Reject,
     /// Handed to userspace (QUEUE/NFQUEUE): plumb cannot follow it.
     Queue,
@@ -20,6 +22,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The verdict as plumb prints it (`ACCEPT`, `DROP`, `REJECT`, `QUEUE`, `INDETERMINATE`).
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Accept => "ACCEPT",
@@ -63,6 +66,7 @@ pub enum StepKind {
 /// One part of a step's note.
 #[derive(Clone, Debug, PartialEq)]
 pub enum NotePart {
+    /// Text, verbatim.
     Text(Box<str>),
     /// `random: chosen with probability P`.
     Chosen(f64),
@@ -103,6 +107,7 @@ pub struct Note {
 }
 
 impl Note {
+    /// A note with one part.
     pub fn new(part: impl Into<NotePart>) -> Note {
         Note {
             first: part.into(),
@@ -110,10 +115,12 @@ impl Note {
         }
     }
 
+    /// Adds a part, printed after the others with "; " between.
     pub fn push(&mut self, part: impl Into<NotePart>) {
         self.more.push(part.into());
     }
 
+    /// The parts in order.
     pub fn parts(&self) -> impl Iterator<Item = &NotePart> {
         std::iter::once(&self.first).chain(&self.more)
     }
@@ -134,9 +141,14 @@ impl std::fmt::Display for Note {
 /// One step of a path. `rule` indexes the chain's rules (for rule steps).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Step {
+    /// The hook the step was taken at.
     pub hook: HookId,
+    /// The chain, as an id of the [`Index`] ([`Index::chain`]).
     pub chain: u32,
+    /// 0-based index of the rule in the chain's rules (for rule steps; unused for
+    /// policy and route steps).
     pub rule: u32,
+    /// What happened: the rule matched, did not, a policy, a routing decision, a skip.
     pub kind: StepKind,
     /// For branches: the probability taken or the assumption made; for routes: the decision.
     pub note: Option<Note>,
@@ -145,6 +157,7 @@ pub struct Step {
 /// One possible fate of the packet.
 #[derive(Clone, Debug)]
 pub struct Outcome {
+    /// The packet's fate on this path.
     pub verdict: Verdict,
     /// Probability of this outcome given its `conditions`.
     pub probability: f64,
@@ -155,25 +168,37 @@ pub struct Outcome {
     /// equivalent branches were merged; `steps` are those of the most probable).
     /// A float: their number can grow exponentially with the rules.
     pub routes: f64,
+    /// The DNAT destination this path applied (`10.42.0.5:6443`, `[fd00::5]:53`, or a
+    /// range as written); `None` without DNAT.
     pub dnat: Option<String>,
+    /// The SNAT this path applied: the `--to-source` text, or `masquerade (eth0)`; `None`
+    /// without SNAT.
     pub snat: Option<String>,
     /// Assumptions this outcome depends on (unknown fields, session affinity, limits),
     /// in words: `constraints` rendered, one line per field.
     pub conditions: Vec<String>,
     /// The same assumptions as sets of values per unknown field.
     pub constraints: crate::constraint::Constraints,
+    /// Where an accepted packet ends up; `None` for other verdicts.
     pub delivery: Option<Delivery>,
+    /// The destination address after every rewrite on the path.
     pub final_dst: IpAddr,
+    /// The destination port after every rewrite; `None` when unknown or for protocols without
+    /// ports.
     pub final_dport: Option<u16>,
+    /// The packet's mark at the end of the path.
     pub mark: u32,
     /// Why the trace ended here, in words.
     pub why: String,
+    /// The path's steps in order, hooks in kernel order.
     pub steps: Vec<Step>,
 }
 
 /// All outcomes of a trace, most probable first.
 #[derive(Clone, Debug)]
 pub struct Trace {
+    /// Every outcome found (for a truncated trace: before the bound, plus the unexplored
+    /// part), most probable first.
     pub outcomes: Vec<Outcome>,
     /// Exploration stopped at a bound (`incomplete` says which); the unexplored part
     /// is one INDETERMINATE outcome.
@@ -193,13 +218,20 @@ impl Trace {
 /// A step as JSON: table, chain, rule number, rule text, matched.
 #[derive(Clone, Debug, Serialize)]
 pub struct StepReport {
+    /// Table label: `nat`, or `FAMILY NAME` for native nft (`ip kube-proxy`).
     pub table: String,
+    /// Chain name.
     pub chain: String,
     /// 1-based rule number; `null` for policies, routing and skips.
     pub rule: Option<u32>,
+    /// The rule as read; `policy ACCEPT`, `routing decision` or a skip summary for other steps.
     pub text: String,
+    /// Whether the rule matched (policies and routing decisions count as matched).
     pub matched: bool,
+    /// The hook the step was taken at.
     pub hook: HookId,
+    /// Why a rule did not match, which branch was taken, or what routing decided; absent
+    /// when there is nothing to add.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
 }
@@ -207,18 +239,29 @@ pub struct StepReport {
 /// An outcome as JSON.
 #[derive(Clone, Debug, Serialize)]
 pub struct OutcomeReport {
+    /// The packet's fate.
     pub verdict: Verdict,
+    /// Probability of this outcome given its `conditions` (0 to 1).
     pub probability: f64,
+    /// DNAT destination (`10.42.0.5:6443`), `null` without DNAT.
     pub dnat: Option<String>,
+    /// SNAT applied (`--to-source` text or `masquerade (eth0)`), `null` without SNAT.
     pub snat: Option<String>,
+    /// Assumptions the outcome depends on, one line per unknown field; empty when it holds
+    /// for every packet the description allows.
     pub conditions: Vec<String>,
     /// Routes merged into this outcome; `steps` show the most probable one.
     pub routes: f64,
+    /// Where an accepted packet ends up; `null` for other verdicts.
     pub delivery: Option<Delivery>,
+    /// Why the trace ended here, in words.
     pub why: String,
     /// Service and endpoint names from kube-proxy comments along the path.
     pub service: Option<String>,
+    /// Endpoint (`ip:port`) the path went to, from kube-proxy's rule comments or nftables
+    /// chain names; `null` when the path went through no endpoint.
     pub endpoint: Option<String>,
+    /// The path's steps.
     pub steps: Vec<StepReport>,
 }
 
@@ -226,8 +269,12 @@ pub struct OutcomeReport {
 /// (most probable) outcome; every outcome carries its own.
 #[derive(Clone, Debug, Serialize)]
 pub struct TraceReport {
+    /// Every outcome, most probable first.
     pub outcomes: Vec<OutcomeReport>,
+    /// The steps of the first outcome (the most probable).
     pub steps: Vec<StepReport>,
+    /// Exploration stopped at a bound: one INDETERMINATE outcome stands for the unexplored
+    /// part.
     pub truncated: bool,
     /// `more than N paths` / `more than N steps explored` when plumb stopped exploring:
     /// the outcomes are incomplete.
@@ -235,6 +282,8 @@ pub struct TraceReport {
 }
 
 impl Step {
+    /// The step as JSON, with the table, chain and rule text looked up in `index` (the
+    /// index the trace ran on).
     pub fn report(&self, index: &Index<'_>) -> StepReport {
         let c = index.chain(self.chain);
         let table = index.tables[c.table as usize];
@@ -302,6 +351,8 @@ impl Step {
 }
 
 impl Outcome {
+    /// The outcome as JSON: steps as [`Step::report`], plus service and endpoint names
+    /// from kube-proxy comments and chain names along the path.
     pub fn report(&self, index: &Index<'_>) -> OutcomeReport {
         let (service, endpoint) = crate::explain::service_and_endpoint(index, self);
         OutcomeReport {
@@ -321,6 +372,7 @@ impl Outcome {
 }
 
 impl Trace {
+    /// The trace as JSON (`plumb trace --json`).
     pub fn report(&self, index: &Index<'_>) -> TraceReport {
         let outcomes: Vec<OutcomeReport> = self.outcomes.iter().map(|o| o.report(index)).collect();
         let steps = outcomes

@@ -13,14 +13,18 @@ use std::net::IpAddr;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Proto {
+    /// TCP (protocol 6).
     Tcp,
+    /// UDP (protocol 17).
     Udp,
+    /// ICMP (protocol 1) or ICMPv6 (58); the family comes from the addresses.
     Icmp,
     /// Any other IP protocol number.
     Other(u8),
 }
 
 impl Proto {
+    /// The IP protocol number (`Icmp` is 1).
     pub fn number(self) -> u8 {
         match self {
             Proto::Tcp => 6,
@@ -30,6 +34,7 @@ impl Proto {
         }
     }
 
+    /// The protocol of an IP protocol number; 1 and 58 (ICMPv6) are both [`Proto::Icmp`].
     pub fn from_number(n: u8) -> Proto {
         match n {
             6 => Proto::Tcp,
@@ -39,6 +44,8 @@ impl Proto {
         }
     }
 
+    /// Reads a protocol name or number as iptables accepts it (`tcp`, `udp`, `icmp`, `6`);
+    /// `None` when unknown.
     pub fn parse(s: &str) -> Option<Proto> {
         crate::addr::protocol_number(s).map(Proto::from_number)
     }
@@ -48,6 +55,7 @@ impl Proto {
         matches!(self.number(), 6 | 17 | 132 | 136 | 33)
     }
 
+    /// The protocol's name as iptables prints it (`tcp`, `udp`, `icmp`, `sctp`), else its number.
     pub fn name(self) -> String {
         crate::addr::protocol_name(self.number())
     }
@@ -66,6 +74,7 @@ pub enum Origin {
 }
 
 impl Origin {
+    /// Reads an origin as the CLI spells it: `host` (or `local`), `pod`, `external` (or `remote`).
     pub fn parse(s: &str) -> Option<Origin> {
         Some(match s {
             "host" | "local" => Origin::Host,
@@ -80,14 +89,21 @@ impl Origin {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum CtState {
+    /// The first packet of a connection (a SYN for TCP): NAT rules are evaluated for it.
     New,
+    /// A packet of a connection seen both ways: NAT chains are not traversed (conntrack
+    /// applies the connection's NAT).
     Established,
+    /// A packet related to an existing connection (an ICMP error).
     Related,
+    /// A packet conntrack could not classify.
     Invalid,
+    /// A packet in a connection conntrack does not track (`NOTRACK` in `raw`).
     Untracked,
 }
 
 impl CtState {
+    /// Reads a state name in any case (`NEW`, `established`); `None` when unknown.
     pub fn parse(s: &str) -> Option<CtState> {
         Some(match s.to_ascii_uppercase().as_str() {
             "NEW" => CtState::New,
@@ -99,6 +115,7 @@ impl CtState {
         })
     }
 
+    /// The state's name as `--ctstate` spells it (`NEW`, `ESTABLISHED`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             CtState::New => "NEW",
@@ -113,27 +130,42 @@ impl CtState {
 /// The packet to trace. `src` and ports may be unknown.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Packet {
+    /// Source address; `None` when not known (any client; for a host's packet, the one
+    /// the kernel picks).
     pub src: Option<IpAddr>,
+    /// Source port; `None` when not known (an ephemeral port).
     pub sport: Option<u16>,
+    /// Destination address, before any DNAT (a ClusterIP, a NodePort's node address).
     pub dst: IpAddr,
     /// Destination port (ignored for protocols without ports).
     pub dport: Option<u16>,
+    /// Layer-4 protocol.
     pub proto: Proto,
     /// ICMP type (default: echo request, 8).
     pub icmp_type: u8,
+    /// Where the packet comes from, which decides the hooks it traverses.
     pub origin: Origin,
+    /// Interface the packet arrives on (a pod's `veth…`, `eth0`); `None` when not known.
+    /// Ignored for a host's packet, which has none.
     pub in_iface: Option<String>,
+    /// Interface the packet leaves by; `None` when routing is not known (a local destination leaves
+    /// by `lo`).
     pub out_iface: Option<String>,
     /// Bridge ports for `-m physdev` (`None`: not bridged or unknown).
     pub physdev_in: Option<String>,
+    /// Bridge port the frame leaves by (`None`: not bridged or unknown).
     pub physdev_out: Option<String>,
+    /// The packet's mark (`meta mark`, `-m mark`) as it arrives at the first hook; usually 0.
     pub mark: u32,
+    /// The connection's mark (`ct mark`, `-m connmark`) as it arrives.
     pub ct_mark: u32,
+    /// The connection's conntrack state; NAT chains see only [`CtState::New`] connections.
     pub ct_state: CtState,
 }
 
 impl Packet {
-    /// A NEW TCP connection from the host to `dst:dport`; other fields unknown or zero.
+    /// The first packet (NEW) of a connection to `dst:dport` over `proto` from `origin`;
+    /// source, source port and interfaces unknown, marks zero, ICMP type echo request.
     pub fn new(dst: IpAddr, dport: u16, proto: Proto, origin: Origin) -> Packet {
         Packet {
             src: None,
@@ -153,6 +185,8 @@ impl Packet {
         }
     }
 
+    /// Whether the packet is IPv6 (its destination is), which decides the tables it
+    /// traverses (ip6tables, nft `ip6`).
     pub fn is_ipv6(&self) -> bool {
         self.dst.is_ipv6()
     }
@@ -177,11 +211,15 @@ pub struct Node {
     /// The node's local addresses, with prefix length when known (for broadcast).
     /// 127.0.0.0/8 and ::1 are always local.
     pub local_addrs: Vec<Cidr>,
+    /// The ipsets rules match with `-m set` (read from `ipset save`); a match on
+    /// a set not in it is indeterminate.
     pub ipsets: IpSets,
+    /// How `-m recent` session affinity is decided.
     pub recent: RecentAssumption,
 }
 
 impl Node {
+    /// Whether `ip` is one of the node's addresses (loopback always is).
     pub fn is_local(&self, ip: IpAddr) -> bool {
         match ip {
             IpAddr::V4(v4) if v4.octets()[0] == 127 => true,
@@ -223,21 +261,34 @@ impl Node {
 /// Address types of `-m addrtype` (the ones plumb can decide).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AddrType {
+    /// No address (`0.0.0.0`, `::`).
     Unspec,
+    /// An ordinary address of another machine, reached through a gateway or on link.
     Unicast,
+    /// An address of this node.
     Local,
+    /// A broadcast address (`255.255.255.255`, `0.0.0.0` for IPv4, a local subnet's broadcast).
     Broadcast,
+    /// An anycast address.
     Anycast,
+    /// A multicast address.
     Multicast,
+    /// A destination the routing table drops (`blackhole` route).
     Blackhole,
+    /// A destination routing rejects as unreachable.
     Unreachable,
+    /// A destination routing rejects as prohibited.
     Prohibit,
+    /// A `throw` route: the lookup continues in the next table.
     Throw,
+    /// A NAT route (obsolete kernel type).
     Nat,
+    /// An external-resolver route (obsolete kernel type).
     XResolve,
 }
 
 impl AddrType {
+    /// Reads a type as `-m addrtype` spells it (`LOCAL`, `unicast`); `None` when unknown.
     pub fn parse(s: &str) -> Option<AddrType> {
         Some(match s.to_ascii_uppercase().as_str() {
             "UNSPEC" => AddrType::Unspec,

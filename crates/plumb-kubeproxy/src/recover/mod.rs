@@ -114,6 +114,8 @@ pub struct RecoveredEndpoint<'a> {
     pub local: Option<bool>,
     /// The endpoint chain (`KUBE-SEP-*`, `endpoint-*`).
     pub chain: Option<&'a str>,
+    /// The rules that show the endpoint: the rule that picks it (its `statistic` match or
+    /// `numgen` map element) first, then the endpoint chain's DNAT rule when present.
     pub evidence: Vec<Evidence<'a>>,
 }
 
@@ -122,19 +124,27 @@ pub struct RecoveredEndpoint<'a> {
 pub struct RecoveredService<'a> {
     /// `namespace/name:port` (`namespace/name` for an unnamed port), if known.
     pub name: Option<String>,
+    /// Whether the name came from a comment, a chain name, or nowhere.
     pub name_source: NameSource,
     /// `tcp`, `udp` or `sctp`.
     pub protocol: Option<String>,
+    /// The ClusterIP; `None` when the rules show none (a partial payload, a capture
+    /// filtered to the NodePort rules).
     pub cluster_ip: Option<IpAddr>,
     /// The service port (on the ClusterIP, external and load-balancer IPs).
     pub port: Option<u16>,
+    /// The ports of the NodePort capture rules (`KUBE-NODEPORTS`, `service-nodeports`);
+    /// empty when the service has none.
     pub node_ports: Vec<u16>,
     /// `spec.externalIPs`. In nftables mode, and in iptables mode for a service with no
     /// endpoints, load-balancer IPs look the same and are listed here (see `notes`).
     pub external_ips: Vec<IpAddr>,
+    /// `status.loadBalancer.ingress` IPs (`KUBE-FW-*` / `firewall-*` rules and their captures).
     pub load_balancer_ips: Vec<IpAddr>,
     /// `loadBalancerSourceRanges` (from `KUBE-FW-*` / `firewall-*`).
     pub load_balancer_source_ranges: Vec<String>,
+    /// `healthCheckNodePort` of an `externalTrafficPolicy: Local` load balancer (the
+    /// `KUBE-NODEPORTS` rule commented as its health check); `None` when absent.
     pub health_check_node_port: Option<u16>,
     /// `ClientIP` affinity timeout in seconds (`-m recent --rcheck --seconds`).
     pub session_affinity_seconds: Option<u32>,
@@ -142,6 +152,8 @@ pub struct RecoveredService<'a> {
     pub internal_traffic_local: bool,
     /// `externalTrafficPolicy: Local`.
     pub external_traffic_local: bool,
+    /// The endpoints, in rule order (the order the `statistic` cascade or `numgen` map
+    /// tries them); empty when the service has none.
     pub endpoints: Vec<RecoveredEndpoint<'a>>,
     /// Set when kube-proxy rejects or drops traffic for lack of endpoints.
     pub no_endpoints: Option<NoEndpoints>,
@@ -167,22 +179,31 @@ impl RecoveredService<'_> {
 /// A kube-proxy chain whose hash does not match the service (or endpoint) it serves.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct NameMismatch<'a> {
+    /// The kube-proxy chain whose name does not match (`KUBE-SVC-…`, `KUBE-SEP-…`, `service-…`).
     pub chain: &'a str,
     /// `ns/name:port` (and endpoint) the chain belongs to according to the rules.
     pub service: String,
+    /// The endpoint (`ip:port`) for an endpoint chain; `None` for a service chain.
     pub endpoint: Option<String>,
     /// The name kube-proxy would have used.
     pub expected: String,
+    /// A rule of the service (for an endpoint chain, the rule that jumps to it), to quote.
     pub evidence: Evidence<'a>,
 }
 
 /// The service map of one kube-proxy dataplane (one family, one backend).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ServiceMap<'a> {
+    /// Which dataplane the map was read from.
     pub mode: ProxyMode,
+    /// Address family of the tables read (`ip` or `ip6`).
     pub family: Family,
+    /// Backend of the tables read (iptables-legacy, iptables-nft, nftables).
     pub backend: Backend,
+    /// Every service port found, one entry per (service, port, protocol).
     pub services: Vec<RecoveredService<'a>>,
+    /// Chains whose hashed name does not match the service or endpoint recovered for
+    /// them; empty for rules kube-proxy wrote itself.
     pub name_mismatches: Vec<NameMismatch<'a>>,
 }
 

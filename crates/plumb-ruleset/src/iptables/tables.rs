@@ -47,10 +47,12 @@ impl TableSet {
         TableSet(self.0 & other.0)
     }
 
+    /// Whether the set holds no table.
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
 
+    /// Whether the set holds `table` (`nat`, `filter`, `mangle`, `raw`, `security`).
     pub fn contains(self, table: &str) -> bool {
         TABLES
             .iter()
@@ -263,6 +265,7 @@ impl Evidence {
 pub struct Section {
     /// First line of the run (1-based).
     pub first_line: u32,
+    /// The table the run's lines are read in (`nat`, `filter`, ...).
     pub table: &'static str,
     /// Why this table (for the note the reader writes).
     pub why: String,

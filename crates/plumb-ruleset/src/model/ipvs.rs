@@ -15,25 +15,35 @@ pub enum VirtualAddress {
     Service {
         /// `tcp`, `udp` or `sctp`.
         protocol: String,
+        /// The virtual IP (a ClusterIP, a node address for a NodePort, an external IP).
         address: IpAddr,
+        /// The service port.
         port: u16,
     },
     /// `FWM  100`: packets with this firewall mark.
-    FirewallMark { mark: u32 },
+    FirewallMark {
+        /// The fwmark a rule set on the packet (`-j MARK`), decimal as printed.
+        mark: u32,
+    },
 }
 
 /// One real server (`  -> 10.244.1.6:80  Masq  1  0  0`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RealServer {
+    /// The endpoint's address (a pod IP for kube-proxy).
     pub address: IpAddr,
+    /// The endpoint's port.
     pub port: u16,
     /// `Masq`, `Route`, `Tunnel`, `Local` as printed. The columns are `None` in output
     /// that does not show them (`ipvsadm -ln --stats`, `--rate`, `--thresholds`).
     pub forward: Option<String>,
     /// Weight 0: the server takes no new connections (kube-proxy's graceful termination).
     pub weight: Option<u32>,
+    /// `ActiveConn`: connections in ESTABLISHED state; `None` when the output has no such column.
     pub active_connections: Option<u64>,
+    /// `InActConn`: other connections (closing, waiting); `None` when not shown.
     pub inactive_connections: Option<u64>,
+    /// Where the `->` line was read.
     pub location: Location,
     /// The line as read (trimmed).
     pub text: Box<str>,
@@ -42,6 +52,7 @@ pub struct RealServer {
 /// One virtual service with its real servers, in the order `ipvsadm` printed them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct VirtualService {
+    /// What the service matches: protocol, address and port, or a firewall mark.
     pub address: VirtualAddress,
     /// `rr`, `wrr`, `lc`, `sh`, ...;
     /// `None` in output that does not show it (`--stats`, `--rate`).
@@ -50,7 +61,9 @@ pub struct VirtualService {
     pub persistent_seconds: Option<u32>,
     /// The words after the scheduler plumb did not interpret (`ops`, `mask ...`).
     pub flags: Vec<String>,
+    /// The endpoints, in the order printed; empty for a service with no ready endpoints.
     pub real_servers: Vec<RealServer>,
+    /// Where the service line was read.
     pub location: Location,
     /// The virtual service line as read (trimmed).
     pub text: Box<str>,
@@ -60,10 +73,14 @@ pub struct VirtualService {
 /// (`10.96.0.10,udp:53` in a `hash:ip,port` set).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct IpSetListing {
+    /// Set name (`KUBE-CLUSTER-IP`, `KUBE-NODE-PORT-TCP`).
     pub name: String,
     /// `hash:ip,port`, `bitmap:port`, ...
     pub kind: String,
+    /// The members in the order printed, each the first word of its line (`10.96.0.1,tcp:443`;
+    /// `timeout 0` and other options dropped); empty for an empty set.
     pub members: Vec<String>,
+    /// Where the `Name:` line was read.
     pub location: Location,
 }
 

@@ -36,15 +36,22 @@ use xt::{XtBuf, XtCell, XtTargetRef, XtView, XtViewOf};
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Family {
+    /// IPv4 (`iptables`, nft `ip`).
     Ip,
+    /// IPv6 (`ip6tables`, nft `ip6`).
     Ip6,
+    /// nft `inet`: one table for IPv4 and IPv6.
     Inet,
+    /// ARP (`arptables`, nft `arp`).
     Arp,
+    /// Bridged frames (`ebtables`, nft `bridge`).
     Bridge,
+    /// nft `netdev`: per-device ingress/egress, before the IP stack.
     Netdev,
 }
 
 impl Family {
+    /// The family's name as nft and the model's JSON spell it (`ip`, `ip6`, `inet`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             Family::Ip => "ip",
@@ -56,6 +63,8 @@ impl Family {
         }
     }
 
+    /// Reads a family name as nft spells it (`ip`, `ip6`, `inet`, `arp`, `bridge`, `netdev`);
+    /// `None` for anything else.
     pub fn parse(s: &str) -> Option<Family> {
         Some(match s {
             "ip" => Family::Ip,
@@ -91,6 +100,8 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// The backend's name in plumb's output and JSON (`iptables-legacy`, `iptables-nft`,
+    /// `nftables`, or `iptables` when unknown).
     pub fn as_str(self) -> &'static str {
         match self {
             Backend::IptablesLegacy => "iptables-legacy",
@@ -111,13 +122,21 @@ impl fmt::Display for Backend {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Hook {
+    /// Before routing, for every packet that arrives (DNAT happens here).
     Prerouting,
+    /// After routing, for packets addressed to this host.
     Input,
+    /// After routing, for packets this host routes on (pods' traffic on a node).
     Forward,
+    /// Packets the host itself sends, before routing is final.
     Output,
+    /// Every packet leaving, after routing (SNAT/masquerade happen here).
     Postrouting,
+    /// nft `netdev` ingress: as the device receives a frame, before `prerouting`.
     Ingress,
+    /// nft `netdev` egress: as the device is about to send a frame.
     Egress,
+    /// A hook name plumb does not know, kept verbatim.
     Other(String),
 }
 
@@ -134,6 +153,8 @@ impl Hook {
         })
     }
 
+    /// Reads an nft hook name (`prerouting`, `ingress`, ...); an unknown name is kept as
+    /// [`Hook::Other`].
     pub fn parse_nft(s: &str) -> Hook {
         match s {
             "prerouting" => Hook::Prerouting,
@@ -147,6 +168,7 @@ impl Hook {
         }
     }
 
+    /// The hook's nft name, lowercase (`prerouting`, ..., or the [`Hook::Other`] text).
     pub fn as_str(&self) -> &str {
         match self {
             Hook::Prerouting => "prerouting",
@@ -164,13 +186,17 @@ impl Hook {
 /// Default verdict of a base chain.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Policy {
+    /// `ACCEPT`/`accept`: packets that reach the end of the chain are accepted.
     Accept,
+    /// `DROP`/`drop`: packets that reach the end of the chain are dropped.
     Drop,
     /// Anything else a dump may carry (kept verbatim).
     Other(String),
 }
 
 impl Policy {
+    /// Reads a policy in iptables (`ACCEPT`) or nft (`accept`) spelling; anything else is kept as
+    /// [`Policy::Other`].
     pub fn parse(s: &str) -> Policy {
         match s {
             "ACCEPT" | "accept" => Policy::Accept,
@@ -192,14 +218,18 @@ impl Policy {
 /// Packet and byte counters as printed by `iptables-save -c` or `nft list`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct Counters {
+    /// Packets counted (exact, unless the rule came from a listing with `K`/`M`/`G` suffixes).
     pub packets: u64,
+    /// Bytes counted, of whole IP packets.
     pub bytes: u64,
 }
 
 /// Where something was read: 1-based line and column in the source text.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct Location {
+    /// 1-based line in the input text.
     pub line: u32,
+    /// 1-based column, counted in characters from the start of the line.
     pub column: u32,
 }
 
@@ -222,7 +252,9 @@ pub enum Completeness {
 /// The whole firewall as read from one or more dumps.
 #[derive(Clone, Debug, Serialize)]
 pub struct Ruleset {
+    /// The tables in input order (ip and ip6 tables of merged dumps side by side).
     pub tables: Vec<Table>,
+    /// Whether absence in this model means absence on the node; see [`Completeness`].
     pub completeness: Completeness,
     /// Read from a listing that loses detail (`iptables -nvL`): rules are approximate
     /// (independent of completeness: a listing can also be truncated).
@@ -251,6 +283,7 @@ impl Default for Ruleset {
 }
 
 impl Ruleset {
+    /// The table with this family and name (`Family::Ip`, `"nat"`); `None` if the ruleset has none.
     pub fn table(&self, family: Family, name: &str) -> Option<&Table> {
         self.tables
             .iter()
@@ -262,10 +295,12 @@ impl Ruleset {
         self.tables.iter().filter(move |t| t.backend == backend)
     }
 
+    /// Rules in every chain of every table.
     pub fn rule_count(&self) -> usize {
         self.tables.iter().map(Table::rule_count).sum()
     }
 
+    /// Chains (built-in and user-defined) in every table.
     pub fn chain_count(&self) -> usize {
         self.tables.iter().map(|t| t.chains.len()).sum()
     }
@@ -316,9 +351,13 @@ impl Ruleset {
 /// One table: `*nat` in iptables-save, `table ip kube-proxy { ... }` in nft.
 #[derive(Clone, Debug, Serialize)]
 pub struct Table {
+    /// Address family: `ip`/`ip6` for iptables tables, any for nft.
     pub family: Family,
+    /// Which kernel interface holds the table (legacy, nft, native nft, unknown).
     pub backend: Backend,
+    /// Table name as the dump spells it (`nat`, `filter`, `kube-proxy`).
     pub name: Box<str>,
+    /// The chains in input order, built-in chains included.
     pub chains: Vec<Chain>,
     /// nft sets and maps (empty for iptables tables).
     pub sets: Vec<NftSet>,
@@ -326,6 +365,7 @@ pub struct Table {
     pub deleted_chains: Vec<Box<str>>,
     /// nft table comment or flags kept verbatim (`comment "rules for kube-proxy"`).
     pub attributes: Vec<Box<str>>,
+    /// Where the table header (`*nat`, `table ip nat {`) was read.
     pub location: Location,
     /// An iptables-nft table read from an nft listing (`nft list ruleset`): rule
     /// comments, and the options of extensions nft shows only by name, are not in it
@@ -334,6 +374,7 @@ pub struct Table {
 }
 
 impl Table {
+    /// An empty table with no chains, sets or attributes.
     pub fn new(family: Family, backend: Backend, name: &str, location: Location) -> Table {
         Table {
             family,
@@ -348,14 +389,17 @@ impl Table {
         }
     }
 
+    /// The chain with this name; `None` when the table does not declare it.
     pub fn chain(&self, name: &str) -> Option<&Chain> {
         self.chains.iter().find(|c| &*c.name == name)
     }
 
+    /// The nft set or map with this name; `None` when the table has none.
     pub fn set(&self, name: &str) -> Option<&NftSet> {
         self.sets.iter().find(|s| &*s.name == name)
     }
 
+    /// Rules in all chains of this table.
     pub fn rule_count(&self) -> usize {
         self.chains.iter().map(|c| c.rules.len()).sum()
     }
@@ -364,14 +408,19 @@ impl Table {
 /// A chain: built-in/base (attached to a hook, with a policy) or user-defined.
 #[derive(Clone, Debug, Serialize)]
 pub struct Chain {
+    /// Chain name as written (`KUBE-SERVICES`, `PREROUTING`, `nat-prerouting`).
     pub name: Box<str>,
     /// Boxed: most chains are user-defined, and a 10k-service dump has 40k of them.
     pub base: Option<Box<BaseChain>>,
+    /// The rules in kernel order (first match first).
     pub rules: Vec<Rule>,
+    /// Where the chain was declared (`:NAME` line, `chain NAME {`), or the first rule
+    /// appended to it when the input never declares it.
     pub location: Location,
 }
 
 impl Chain {
+    /// A chain with no rules; `base` makes it a built-in/base chain.
     pub fn new(name: &str, base: Option<BaseChain>, location: Location) -> Chain {
         Chain {
             name: name.into(),
@@ -381,10 +430,15 @@ impl Chain {
         }
     }
 
+    /// Whether the chain is attached to a hook (an iptables built-in chain or an nft base
+    /// chain): packets enter it from the kernel, not by a jump.
     pub fn is_builtin(&self) -> bool {
         self.base.is_some()
     }
 
+    /// The verdict for packets that reach the end of a base chain; `None` for
+    /// user-defined chains (they return to the caller) and for base chains whose input
+    /// shows no policy (a built-in chain a restore payload only appends to).
     pub fn policy(&self) -> Option<&Policy> {
         self.base.as_ref().and_then(|b| b.policy.as_ref())
     }
@@ -393,8 +447,12 @@ impl Chain {
 /// What makes a chain a base chain.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct BaseChain {
+    /// The netfilter hook packets enter the chain from.
     pub hook: Hook,
+    /// Default verdict; `None` when the input does not show one (nft's default is accept).
     pub policy: Option<Policy>,
+    /// The chain's counters (`[packets:bytes]` of an iptables-save `:CHAIN` line); `None`
+    /// when not printed.
     pub counters: Option<Counters>,
     /// nft only: `type filter|nat|route`.
     pub chain_type: Option<Box<str>>,
@@ -407,10 +465,15 @@ pub struct BaseChain {
 pub struct Rule {
     /// 1-based position within its chain.
     pub position: u32,
+    /// Where the rule was read (its line, column 1 for a dump line).
     pub location: Location,
+    /// The rule's counters (`[p:b]` or `-c p b` in iptables-save, the `pkts`/`bytes`
+    /// columns of a listing); `None` when the input shows none (nft rules keep `counter`
+    /// as a statement).
     pub counters: Option<Counters>,
     /// The rule exactly as read (one line of the dump).
     pub text: RuleText,
+    /// What was understood of the rule, by backend; not serialised (the JSON carries `text`).
     #[serde(skip)]
     pub body: RuleBody,
 }
@@ -427,6 +490,9 @@ pub enum RuleBody {
 }
 
 impl Rule {
+    /// The xtables structure of the rule (generic options, matches, target), indexed on
+    /// first call and kept in the rule (see [`XtCell`]); `None` for nft and listing
+    /// rules. For passes over every rule use [`Rule::xt_in`].
     pub fn xt(&self) -> Option<XtView<'_>> {
         match &self.body {
             RuleBody::Xt(x) => Some(x.get(&self.text).view(&self.text)),
@@ -525,6 +591,7 @@ impl RuleText {
         }
     }
 
+    /// The text this span covers.
     pub fn as_str(&self) -> &str {
         &self.source[self.start as usize..self.end as usize]
     }
@@ -619,7 +686,9 @@ pub enum TransferKind {
 /// A reference from a rule to a chain by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChainRef<'a> {
+    /// Jump (`-j`, nft `jump`) or goto (`-g`, nft `goto`).
     pub kind: TransferKind,
+    /// The name of the chain referred to, as written in the rule.
     pub chain: &'a str,
 }
 #[cfg(test)]

@@ -15,7 +15,11 @@ use serde::Serialize;
 /// carried one (`nft -a` comments `# handle N`, or JSON `handle`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NftRule {
+    /// The rule's statements in evaluation order; evaluation stops at the first match
+    /// that fails or at a terminal verdict.
     pub statements: Vec<Statement>,
+    /// The kernel's rule handle; `None` when the dump was listed without `-a` (text) or
+    /// carried no `handle` (JSON).
     pub handle: Option<u64>,
 }
 
@@ -69,7 +73,9 @@ impl NftRule {
 /// One statement of a rule: its text as read (or rendered from JSON) and its meaning.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Statement {
+    /// The statement's text as read (or as rendered from a JSON object).
     pub text: String,
+    /// What plumb understood the statement to do.
     pub kind: StatementKind,
 }
 
@@ -80,23 +86,49 @@ pub enum StatementKind {
     /// `ip daddr 10.0.0.1`, `tcp dport != { 80, 443 }`, `ip daddr @nodeport-ips`,
     /// `ip daddr . meta l4proto . th dport { ... }`. `left` is the selector text
     /// (with bit operations such as `meta mark & 0x4000`).
-    Match { left: String, op: Op, right: Value },
+    Match {
+        /// The selector as written (`ip daddr`, `meta mark & 0x4000`, `ip daddr . th dport`).
+        left: String,
+        /// How `left` is compared with `right`.
+        op: Op,
+        /// The value, range, prefix, set or expression compared with.
+        right: Value,
+    },
     /// A verdict (terminal or a chain transfer).
     Verdict(Verdict),
     /// `KEY vmap @name` or `KEY vmap { k : verdict, ... }`; the key may be
     /// `numgen random mod 9`.
-    VerdictMap { key: String, map: VerdictMapRef },
+    VerdictMap {
+        /// The lookup key expression as written (`ip daddr . meta l4proto . th dport`).
+        key: String,
+        /// The map the key is looked up in: named (`@service-ips`) or inline.
+        map: VerdictMapRef,
+    },
     /// `dnat to 10.0.0.1:80`, `masquerade`, `snat ip to ...`; `args` is the text
     /// after the keyword.
-    Nat { kind: NatKind, args: String },
+    Nat {
+        /// Which translation: dnat, snat, masquerade or redirect.
+        kind: NatKind,
+        /// The text after the keyword (`to 10.0.0.1:80`, `ip to ip saddr map @m`,
+        /// `random,persistent`); empty for a bare `masquerade`.
+        args: String,
+    },
     /// `counter` (counters absent when the input did not print them).
     Counter(Option<Counters>),
     /// `comment "..."` (unquoted).
     Comment(String),
     /// `meta mark set 0x4000`, `ct mark set meta mark`, `tcp dport set 80`.
-    Mangle { key: String, value: String },
+    Mangle {
+        /// What is written, as written (`meta mark`, `ct mark`, `tcp dport`).
+        key: String,
+        /// The expression after `set` (`0x4000`, `meta mark`, `meta mark | 0x4000`).
+        value: String,
+    },
     /// `log prefix "..." level info`; `args` is the text after `log`.
-    Log { args: String },
+    Log {
+        /// The log options after `log` (`prefix "..." level info`); empty for a bare `log`.
+        args: String,
+    },
     /// Anything else (`limit`, `quota`, `notrack`, iptables-nft `xt` compat
     /// expressions, unknown JSON objects): the statement text says it all. The
     /// string is the statement keyword (text) or the JSON object key.
@@ -108,15 +140,23 @@ pub enum StatementKind {
 pub enum Op {
     /// No operator written: equality, set membership or flag test.
     Implicit,
+    /// `==` / `eq`: equal.
     Eq,
+    /// `!=` / `ne`: not equal (or not in the set).
     Ne,
+    /// `<` / `lt`.
     Lt,
+    /// `>` / `gt`.
     Gt,
+    /// `<=` / `le`.
     Le,
+    /// `>=` / `ge`.
     Ge,
 }
 
 impl Op {
+    /// Reads an operator as nft text or JSON spells it (`==`, `eq`, `in`, `implicit`,
+    /// ...); `None` for anything else.
     pub fn parse(s: &str) -> Option<Op> {
         Some(match s {
             "==" | "eq" => Op::Eq,
@@ -191,15 +231,23 @@ fn split_range(word: &str) -> Option<(&str, &str)> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
+    /// `accept`: the packet leaves this hook's chain evaluation accepted.
     Accept,
+    /// `drop`: the packet is discarded, silently.
     Drop,
     /// `reject` with its `with ...` arguments, if any.
     Reject(Option<String>),
+    /// `return`: back to the calling chain (at a base chain: the policy).
     Return,
+    /// `continue`: go on with the next rule (the default after a statement).
     Continue,
     /// `queue` with its arguments (possibly empty).
     Queue(String),
+    /// `jump CHAIN`: evaluate the chain, then come back to the next rule unless it ends
+    /// in a verdict.
     Jump(String),
+    /// `goto CHAIN`: evaluate the chain and do not come back; its `return` goes to the
+    /// caller's caller.
     Goto(String),
 }
 
@@ -247,13 +295,18 @@ pub enum VerdictMapRef {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NatKind {
+    /// `dnat`: rewrites the destination address (and port).
     Dnat,
+    /// `snat`: rewrites the source address (and port).
     Snat,
+    /// `masquerade`: source NAT to the address of the outgoing interface.
     Masquerade,
+    /// `redirect`: destination NAT to the host itself (the incoming interface's address).
     Redirect,
 }
 
 impl NatKind {
+    /// Reads a NAT keyword (`dnat`, `snat`, `masquerade`, `redirect`); `None` for anything else.
     pub fn parse(s: &str) -> Option<NatKind> {
         Some(match s {
             "dnat" => NatKind::Dnat,
@@ -269,15 +322,20 @@ impl NatKind {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SetKind {
+    /// `set`: a collection of keys, tested with `@name`.
     #[default]
     Set,
+    /// `map`: keys with values (`: verdict`, `: ipv4_addr`), looked up with `map @name`
+    /// or `vmap @name`.
     Map,
 }
 
 /// An nft set or map with its elements.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct NftSet {
+    /// Set name, without the `@` (`service-ips`, `cluster-ips`).
     pub name: Box<str>,
+    /// Whether it is a set or a map.
     pub kind: SetKind,
     /// Key type as written: `ipv4_addr . inet_proto . inet_service`, or
     /// `typeof ip saddr` when declared with `typeof`.
@@ -286,11 +344,16 @@ pub struct NftSet {
     pub value_type: Option<Box<str>>,
     /// `flags interval,timeout` -> `["interval", "timeout"]`.
     pub flags: Vec<Box<str>>,
+    /// The elements in input order; empty when the set has none or the dump did not
+    /// list them.
     pub elements: Vec<SetElement>,
+    /// `comment "..."`, unquoted; `None` when the set has none.
     pub comment: Option<Box<str>>,
     /// Other declarations kept verbatim (`size 65535`, `timeout 1h`, `policy memory`).
     pub attributes: Vec<Box<str>>,
+    /// The kernel's handle (`nft -a`, JSON); `None` when not shown.
     pub handle: Option<u64>,
+    /// Where the set declaration (`set NAME {`, `map NAME {`) was read.
     pub location: Location,
 }
 
@@ -313,6 +376,7 @@ impl NftSet {
 pub struct SetElement {
     /// Key text as written (`10.43.0.10 . tcp . 53`), without element options.
     pub key_text: Box<str>,
+    /// The key parsed: a single value, a range, a prefix or a concatenation.
     pub key: Value,
     /// Map value text (`goto service-...`, `10.0.0.1`), `None` for sets.
     pub value: Option<Box<str>>,

@@ -18,7 +18,9 @@ use std::net::IpAddr;
 /// Result of evaluating one condition.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Eval {
+    /// The condition holds for this packet.
     Yes,
+    /// The condition fails for this packet.
     No,
     /// Matches with this probability (independent random draw).
     Random(f64),
@@ -47,13 +49,16 @@ impl Eval {
 /// An address match: prefix or range.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AddrMatch {
+    /// A prefix (`10.0.0.0/8`, `-s 10.0.0.1` as a /32).
     Net(Cidr),
+    /// An inclusive range (`-m iprange`, nft `10.0.0.1-10.0.0.9`).
     Range(AddrRange),
     /// Any of several (nft anonymous sets).
     Any(Vec<AddrMatch>),
 }
 
 impl AddrMatch {
+    /// Whether `ip` is in the prefix, the range, or any of the alternatives.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match self {
             AddrMatch::Net(c) => c.contains(ip),
@@ -66,7 +71,9 @@ impl AddrMatch {
 /// The port ranges of a port match: one (no allocation) or several (multiport, nft sets).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ports {
+    /// A single port or range (`--dport 80`, `--dport 1000:2000`).
     One(PortRange),
+    /// Several ports and ranges (`multiport`, an nft anonymous set).
     Many(Box<[PortRange]>),
 }
 
@@ -92,11 +99,15 @@ impl From<Vec<PortRange>> for Ports {
 /// An interface name pattern: `eth0`, `veth+` (iptables), `veth*` (nft).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct IfacePattern {
+    /// The name, or for a prefix pattern the part before `+`/`*`.
     pub name: String,
+    /// A prefix pattern (`veth+`): any interface whose name starts with `name`.
     pub prefix: bool,
 }
 
 impl IfacePattern {
+    /// Reads an interface argument: a trailing `+` (iptables) or `*` (nft) makes it a prefix
+    /// pattern.
     pub fn parse(s: &str) -> IfacePattern {
         match s.strip_suffix('+').or_else(|| s.strip_suffix('*')) {
             Some(p) => IfacePattern {
@@ -110,6 +121,7 @@ impl IfacePattern {
         }
     }
 
+    /// Whether the interface `iface` matches the pattern.
     pub fn matches(&self, iface: &str) -> bool {
         if self.prefix {
             iface.starts_with(&self.name)
@@ -121,14 +133,23 @@ impl IfacePattern {
 
 /// Conntrack state bits as `xt_conntrack` numbers them.
 pub mod ct_bits {
+    /// A packet conntrack could not classify.
     pub const INVALID: u16 = 1;
+    /// A packet of a connection that has seen traffic both ways.
     pub const ESTABLISHED: u16 = 2;
+    /// A new connection related to an existing one (an ICMP error, an FTP data channel).
     pub const RELATED: u16 = 4;
+    /// The first packet of a connection, or of one not yet seen both ways.
     pub const NEW: u16 = 8;
+    /// A packet conntrack does not track (`-j NOTRACK`/`CT --notrack` in `raw`).
     pub const UNTRACKED: u16 = 64;
+    /// Virtual state: the connection's source was translated (`--ctstate SNAT`).
     pub const SNAT: u16 = 256;
+    /// Virtual state: the connection's destination was translated (`--ctstate DNAT`).
     pub const DNAT: u16 = 512;
 
+    /// Reads a `--ctstate`/`--state` list (`NEW,ESTABLISHED`, any case) into its bits; `None` if a
+    /// name is unknown.
     pub fn parse(list: &str) -> Option<u16> {
         let mut bits = 0;
         for s in list.split(',') {
@@ -150,94 +171,163 @@ pub mod ct_bits {
 /// How `-m recent` uses its list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecentMode {
+    /// `--set`: add the address to the list (always matches).
     Set,
+    /// `--rcheck`: match when the address is in the list.
     Check,
+    /// `--update`: as `--rcheck`, and refresh the entry's time stamp.
     Update,
+    /// `--remove`: match when the address is in the list, and remove it.
     Remove,
 }
 
 /// Which packet field a set dimension or an nft key reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Field {
+    /// Source address.
     Src,
+    /// Destination address.
     Dst,
+    /// Source port (TCP, UDP, SCTP, DCCP, UDP-Lite).
     Sport,
+    /// Destination port.
     Dport,
+    /// Layer-4 protocol number.
     Proto,
+    /// Input interface name.
     InIface,
+    /// Output interface name.
     OutIface,
+    /// Packet mark (`meta mark`, `-m mark`).
     Mark,
 }
 
 /// One compiled condition.
+///
+/// The `bool` of a tuple variant, like `neg` of a struct variant, is a `!` before the
+/// test: the condition holds when the test fails.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Cond {
+    /// `-s`: the source address is in the prefix or range.
     Src(AddrMatch, bool),
+    /// `-d`: the destination address is in the prefix or range.
     Dst(AddrMatch, bool),
     /// Protocol number (never 0: `-p all` compiles to nothing).
     Proto(u8, bool),
+    /// `-i`: the input interface matches (unknown when the trace was not told it).
     InIface(IfacePattern, bool),
+    /// `-o`: the output interface matches.
     OutIface(IfacePattern, bool),
     /// nft `iifname`/`oifname`: no match at all when the hook has no such device.
     NftIface {
+        /// `oifname` rather than `iifname`.
         out: bool,
+        /// The names or patterns; the condition holds when any matches.
         pat: Vec<IfacePattern>,
+        /// `!=`: the condition holds when none matches (but still not without a device).
         neg: bool,
     },
     /// Protocol the match module requires (`-m tcp` only matches TCP).
     ModuleProto(u8),
+    /// `--sport`: the source port is in the ranges (never for protocols without ports).
     Sport(Ports, bool),
+    /// `--dport`: the destination port is in the ranges.
     Dport(Ports, bool),
     /// multiport `--ports`: source or destination.
     EitherPort(Ports, bool),
     /// TCP SYN test (`--syn`, `--tcp-flags ... SYN` on the first packet).
     TcpSyn(bool),
+    /// ICMP type and code (`--icmp-type 8/0`, nft `icmp type echo-request`); never for non-ICMP
+    /// packets.
     IcmpType {
+        /// The type; `None` for any type.
         ty: Option<u8>,
+        /// The code; `None` for any code (plumb traces code 0).
         code: Option<u8>,
+        /// `!` before the test.
         neg: bool,
     },
+    /// `-m mark --mark value/mask`, nft `meta mark`: holds when `mark & mask == value`.
     Mark {
+        /// The value the masked mark must equal.
         value: u32,
+        /// The mask applied to the packet's mark (`0xffffffff` when none is written).
         mask: u32,
+        /// `!` before the test.
         neg: bool,
     },
+    /// `-m connmark --mark value/mask`, nft `ct mark`: the connection's mark, as for
+    /// [`Cond::Mark`].
     ConnMark {
+        /// The value the masked connection mark must equal.
         value: u32,
+        /// The mask applied to the connection mark.
         mask: u32,
+        /// `!` before the test.
         neg: bool,
     },
+    /// `--ctstate`/`--state`: the connection is in any of these [`ct_bits`].
     CtState(u16, bool),
+    /// `--ctorigsrc`: the connection's original source address.
     CtOrigSrc(AddrMatch, bool),
+    /// `--ctorigdst`: the connection's original destination address (before DNAT).
     CtOrigDst(AddrMatch, bool),
+    /// `--ctorigdstport`: the connection's original destination port.
     CtOrigDport(PortRange, bool),
+    /// `-m addrtype`: the address is of one of these types on this node.
     AddrType {
+        /// `--dst-type` rather than `--src-type`.
         dst: bool,
+        /// The types (`LOCAL`, `UNICAST`, ...); the condition holds for any of them.
         types: Vec<AddrType>,
+        /// `!` before the types.
         neg: bool,
     },
+    /// `-m statistic --mode random --probability p`: holds with probability `p` (as the
+    /// kernel rounds it, to 1/2^31), independently of everything else.
     Statistic {
+        /// The probability, 0 to 1.
         p: f64,
+        /// `!` before the test: holds with probability `1 - p`.
         neg: bool,
     },
     /// `--mode nth --every N`: one packet in N, modelled as probability 1/N.
     Nth {
+        /// The cycle length `N`.
         every: u32,
+        /// `!` before the test.
         neg: bool,
     },
+    /// `-m recent`: whether the address is in a recent list (kube-proxy's `ClientIP`
+    /// session affinity: `--rcheck --seconds`).
     Recent {
+        /// The list's `--name` (`KUBE-SEP-…` for kube-proxy).
         name: String,
+        /// What the match does with the list.
         mode: RecentMode,
+        /// `--rsource` (the default): the list holds source addresses; `false` for `--rdest`.
         source: bool,
+        /// `!` before the match.
         neg: bool,
     },
+    /// `-m set --match-set NAME FLAGS`: the packet is in the ipset (as the trace's [`Node::ipsets`]
+    /// says).
     IpSet {
+        /// The set's name.
         name: String,
+        /// One entry per `FLAGS` item (`src,dst`): `true` compares the set's dimension with the
+        /// source, `false` with the destination.
         dims: Vec<bool>,
+        /// `!` before the match.
         neg: bool,
     },
+    /// `--physdev-in NAME`: the bridge port the frame came in on matches; `None` is
+    /// `--physdev-is-in`: it came in through any bridge port.
     PhysdevIn(Option<IfacePattern>, bool),
+    /// `--physdev-out NAME`: the bridge port the frame leaves by matches; `None` is
+    /// `--physdev-is-out`: it leaves through any bridge port.
     PhysdevOut(Option<IfacePattern>, bool),
+    /// `--physdev-is-bridged`: the packet is being bridged.
     PhysdevBridged(bool),
     /// A rate limit: plumb branches on "under the limit" / "over it".
     Limit(String),
@@ -245,8 +335,11 @@ pub enum Cond {
     Fragment(bool),
     /// nft set of values for a field (`tcp dport { 80, 443 }`, `ip daddr @name`).
     NftSet {
+        /// The fields the key is made of, in order (`ip daddr . th dport` is `[Dst, Dport]`).
         fields: Vec<Field>,
+        /// The set: a named set of the table or an anonymous one.
         set: crate::nft::SetRef,
+        /// `!=`: holds when the key is not in the set.
         neg: bool,
     },
     /// A condition with a fixed result (e.g. `--pol ipsec` for plain packets), and why.
@@ -257,27 +350,45 @@ pub enum Cond {
 
 /// What conditions can see of the packet at the current hook.
 pub struct View<'a> {
+    /// Source address; `None` when the trace was not told it (any client, or the address
+    /// the kernel picks for a host's packet).
     pub src: Option<IpAddr>,
+    /// Destination address, as possibly rewritten by DNAT on this path.
     pub dst: IpAddr,
+    /// Source port; `None` when not told (an ephemeral port).
     pub sport: Option<u16>,
+    /// Destination port; `None` when not told or for protocols without ports.
     pub dport: Option<u16>,
+    /// Layer-4 protocol number (6 TCP, 17 UDP, 1 ICMP, ...).
     pub proto: u8,
+    /// ICMP type of an ICMP packet (8: echo request).
     pub icmp_type: u8,
     /// `Some("")`: the hook has no such device; `None`: unknown.
     pub in_iface: Option<&'a str>,
+    /// Output interface, as for `in_iface`: `Some("")` at hooks without an output device
+    /// (prerouting, input), `None` when routing is not known.
     pub out_iface: Option<&'a str>,
+    /// Bridge port the frame came in on (`-m physdev`); `None` when not known or not bridged.
     pub physdev_in: Option<&'a str>,
+    /// Bridge port the frame leaves by; `None` when not known or not bridged.
     pub physdev_out: Option<&'a str>,
+    /// The packet's mark (`meta mark`, `-j MARK`), as rules on this path set it.
     pub mark: u32,
+    /// The connection's mark (`ct mark`, `-j CONNMARK`).
     pub ct_mark: u32,
     /// `ct_bits` of the connection (state plus SNAT/DNAT status); `None` unknown.
     pub ct: Option<u16>,
+    /// The connection's original source (conntrack's tuple); `None` when unknown.
     pub orig_src: Option<IpAddr>,
+    /// The connection's original destination, before any DNAT.
     pub orig_dst: IpAddr,
+    /// The connection's original destination port; `None` when unknown.
     pub orig_dport: Option<u16>,
+    /// The node the packet is traced on: its addresses, ipsets, assumptions.
     pub node: &'a Node,
     /// Lists `-m recent --set` added this source to during this trace.
     pub recent_added: &'a [String],
+    /// The nft sets and maps of the table being evaluated, compiled.
     pub sets: &'a [crate::nft::CompiledSet],
 }
 
@@ -292,6 +403,7 @@ pub struct FactContext {
     /// The hook, and how many times the path rewrote the packet or its marks: they
     /// tell apart facts that may differ after a rewrite or at another hook.
     pub hook: crate::index::HookId,
+    /// How many times the path rewrote the packet or its marks so far (see `hook`).
     pub generation: u32,
     /// The condition's place: chain, rule and item (for facts of one rule).
     pub site: (u32, u32, u16),
@@ -335,6 +447,8 @@ impl Cond {
         )
     }
 
+    /// Evaluates the condition against what the path knows of the packet: yes, no, a random draw,
+    /// or unknown with the statement that would make it match.
     pub fn eval(&self, v: &View<'_>) -> Eval {
         match self {
             Cond::Src(m, neg) => match v.src {

@@ -66,7 +66,9 @@ pub struct SaveReport {
 /// A listed rule with no exact `iptables-save` form.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RefusedRule {
+    /// Table of the listed rule (`nat`).
     pub table: String,
+    /// Chain of the listed rule.
     pub chain: String,
     /// Line of the row in the input.
     pub line: u32,

@@ -90,6 +90,8 @@ pub struct XtRule {
 pub struct SpecProblem {
     /// Byte offset in the rule text.
     pub offset: usize,
+    /// What is wrong, for a diagnostic (`-s needs a value`, `more than one target (-j/-g) in one
+    /// rule`).
     pub message: String,
 }
 
@@ -344,6 +346,8 @@ impl XtRule {
         self.options.extend(tagged.iter().map(|&(_, o)| o));
     }
 
+    /// Reads the index together with the rule text it was built from (`text` must be that text: the
+    /// index holds byte offsets into it).
     pub fn view<'a>(&'a self, text: &'a str) -> XtView<'a> {
         XtViewOf { rule: self, text }
     }
@@ -379,8 +383,8 @@ pub struct XtBuf {
 ///
 /// Parsers check every rule while reading (diagnostics need it) but keep only where
 /// the rule's words are; the index is built again, once, when someone looks at the
-/// rule. A 100k-rule dump then costs little more than its text (the foundation
-/// issue's memory budget is 3x the input), and consumers that walk every rule pay
+/// rule. A 100k-rule dump then costs little more than its text (the model's
+/// memory budget is 3x the input), and consumers that walk every rule pay
 /// the indexing once per rule, as they would have at parse time.
 ///
 /// The parser also records where the rule's target is ([`XtCell::target`]): the one
@@ -664,6 +668,7 @@ pub struct XtOptionViewOf<'r, 't> {
     text: &'t str,
 }
 
+/// An [`XtOptionViewOf`] whose index and text live equally long.
 pub type XtOptionView<'a> = XtOptionViewOf<'a, 'a>;
 
 /// One match module (`-m tcp --dport 80`), possibly implicit (`-p tcp --dport 80`).
@@ -674,6 +679,7 @@ pub struct XtMatchViewOf<'r, 't> {
     text: &'t str,
 }
 
+/// An [`XtMatchViewOf`] whose index and text live equally long.
 pub type XtMatchView<'a> = XtMatchViewOf<'a, 'a>;
 
 /// The rule's target (`-j DNAT --to-destination ...`) or goto (`-g CHAIN`).
@@ -684,6 +690,7 @@ pub struct XtTargetViewOf<'r, 't> {
     text: &'t str,
 }
 
+/// An [`XtTargetViewOf`] whose index and text live equally long.
 pub type XtTargetView<'a> = XtTargetViewOf<'a, 'a>;
 
 impl<'r, 't> XtViewOf<'r, 't> {
@@ -709,6 +716,7 @@ impl<'r, 't> XtViewOf<'r, 't> {
             .find(|o| generic_option(o.name()).is_some_and(|(s, _)| s == short))
     }
 
+    /// The match modules in the order written, implicit protocol matches included.
     pub fn matches(&self) -> impl Iterator<Item = XtMatchViewOf<'r, 't>> {
         let (rule, text) = (self.rule, self.text);
         rule.matches
@@ -716,10 +724,13 @@ impl<'r, 't> XtViewOf<'r, 't> {
             .map(move |&idx| XtMatchViewOf { idx, rule, text })
     }
 
+    /// The first match whose module is `module` as written (`"tcp"`, `"comment"`, `"set"`); `None`
+    /// when the rule has none.
     pub fn match_named(&self, module: &str) -> Option<XtMatchViewOf<'r, 't>> {
         self.matches().find(|m| m.module() == module)
     }
 
+    /// The target (`-j`) or goto (`-g`); `None` for a rule without one (it only counts packets).
     pub fn target(&self) -> Option<XtTargetViewOf<'r, 't>> {
         self.rule.target.map(|idx| XtTargetViewOf {
             idx,
@@ -764,10 +775,12 @@ impl<'r, 't> XtOptionViewOf<'r, 't> {
         self.rule.words[self.idx.name as usize].raw(self.text)
     }
 
+    /// Whether `!` was written before the option: it matches when the test fails.
     pub fn negated(&self) -> bool {
         self.idx.negated
     }
 
+    /// How many argument words follow the option (0 for flags such as `--syn`).
     pub fn arg_count(&self) -> usize {
         (self.idx.args_end - self.idx.args_start) as usize
     }
@@ -784,6 +797,7 @@ impl<'r, 't> XtOptionViewOf<'r, 't> {
         (w < self.idx.args_end as usize).then(|| self.rule.words[w].raw(self.text))
     }
 
+    /// The arguments in order, unquoted.
     pub fn args(&self) -> impl Iterator<Item = Cow<'t, str>> + use<'r, 't> {
         let (rule, text) = (self.rule, self.text);
         rule.words[self.idx.args_start as usize..self.idx.args_end as usize]
@@ -791,6 +805,7 @@ impl<'r, 't> XtOptionViewOf<'r, 't> {
             .map(move |w| w.value(text))
     }
 
+    /// The arguments in order, exactly as written (quotes kept).
     pub fn raw_args(&self) -> impl Iterator<Item = &'t str> + use<'r, 't> {
         let (rule, text) = (self.rule, self.text);
         rule.words[self.idx.args_start as usize..self.idx.args_end as usize]
@@ -800,6 +815,8 @@ impl<'r, 't> XtOptionViewOf<'r, 't> {
 }
 
 impl<'r, 't> XtMatchViewOf<'r, 't> {
+    /// The module name (`tcp`, `comment`, `conntrack`): the word after `-m`, or the `-p` protocol
+    /// for an implicit match.
     pub fn module(&self) -> &'t str {
         self.rule.words[self.idx.module as usize].raw(self.text)
     }
@@ -809,6 +826,7 @@ impl<'r, 't> XtMatchViewOf<'r, 't> {
         self.idx.implicit
     }
 
+    /// The match's options in the order written.
     pub fn options(&self) -> impl Iterator<Item = XtOptionViewOf<'r, 't>> + use<'r, 't> {
         XtViewOf {
             rule: self.rule,
@@ -817,20 +835,26 @@ impl<'r, 't> XtMatchViewOf<'r, 't> {
         .options_in(self.idx.opts_start, self.idx.opts_end)
     }
 
+    /// The first option spelled exactly `name` (`"--dport"` does not find `--destination-port`);
+    /// `None` when absent.
     pub fn option(&self, name: &str) -> Option<XtOptionViewOf<'r, 't>> {
         self.options().find(|o| o.name() == name)
     }
 }
 
 impl<'r, 't> XtTargetViewOf<'r, 't> {
+    /// The target or chain name as written (`DNAT`, `KUBE-SERVICES`).
     pub fn name(&self) -> &'t str {
         self.rule.words[self.idx.name as usize].raw(self.text)
     }
 
+    /// Whether it was written `-g` (goto: the chain's end returns to the caller's caller) rather
+    /// than `-j`.
     pub fn is_goto(&self) -> bool {
         self.idx.goto
     }
 
+    /// The target's options in the order written (`--to-destination 10.0.0.1:80`).
     pub fn options(&self) -> impl Iterator<Item = XtOptionViewOf<'r, 't>> + use<'r, 't> {
         XtViewOf {
             rule: self.rule,
@@ -839,6 +863,7 @@ impl<'r, 't> XtTargetViewOf<'r, 't> {
         .options_in(self.idx.opts_start, self.idx.opts_end)
     }
 
+    /// The first target option spelled exactly `name`; `None` when absent.
     pub fn option(&self, name: &str) -> Option<XtOptionViewOf<'r, 't>> {
         self.options().find(|o| o.name() == name)
     }

@@ -9,7 +9,9 @@ use std::borrow::Cow;
 /// One word of a rule line: a span of the line's text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Word {
+    /// Byte offset of the word's first byte in the line.
     pub start: u32,
+    /// Length in bytes, quotes included.
     pub len: u16,
     /// The raw text contains quotes; `value()` removes them and resolves the escapes
     /// inside them.
@@ -17,6 +19,8 @@ pub struct Word {
 }
 
 impl Word {
+    /// The word exactly as written, quotes and escapes kept. `line` must be the line the word was
+    /// split from.
     pub fn raw<'a>(&self, line: &'a str) -> &'a str {
         &line[self.start as usize..self.start as usize + self.len as usize]
     }
@@ -58,6 +62,7 @@ impl Word {
         b.len() >= 2 && b[0] == b'-' && !b[1].is_ascii_digit()
     }
 
+    /// Whether the word is an unquoted `!` (the negation of the option after it).
     pub fn is_bang(&self, line: &str) -> bool {
         !self.quoted && self.raw(line) == "!"
     }
@@ -67,9 +72,15 @@ impl Word {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SplitError {
     /// A `"` was opened at this byte offset and never closed.
-    UnterminatedQuote { offset: usize },
+    UnterminatedQuote {
+        /// Byte offset of the opening quote in the line.
+        offset: usize,
+    },
     /// A word longer than 65535 bytes (no real rule has one).
-    WordTooLong { offset: usize },
+    WordTooLong {
+        /// Byte offset of the word's start in the line.
+        offset: usize,
+    },
 }
 
 /// Short options that take a value and may have it attached (`-mstate`, `-iwlan0`),
