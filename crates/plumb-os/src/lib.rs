@@ -5,13 +5,15 @@
 //!   tests and the lab;
 //! - [`runner`]: external commands, optionally inside a namespace, each bounded by a
 //!   deadline, behind a [`runner::Runner`] trait tests can substitute;
-//! - [`netlink`]: netlink message and attribute framing, decoded defensively.
+//! - [`netlink`]: netlink message and attribute framing, decoded defensively;
+//! - [`bpf`]: pinned BPF maps opened read-only and dumped (Cilium's LB maps).
 //!
 //! Nothing here writes to the firewall: callers decide what they run, and plumb only
 //! runs dump commands.
 
 #![deny(missing_docs)]
 
+pub mod bpf;
 pub mod netlink;
 pub mod netns;
 pub mod runner;
