@@ -22,7 +22,7 @@
 //! common, have an exact union ([`Constraints::disjoint_union`]): the simulator uses
 //! it to merge the two sides of a fork that lead to the same place.
 
-use crate::matches::{AddrMatch, IfacePattern, Ports};
+use crate::ir::{AddrMatch, IfacePattern, Ports};
 use crate::packet::{AddrType, Node, Packet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -516,7 +516,7 @@ impl IfaceSet {
 /// The NAT status of an existing connection: bit `i` of a mask stands for SNAT = `i & 1`,
 /// DNAT = `i & 2`.
 pub mod ct_nat {
-    use crate::matches::ct_bits;
+    use crate::ir::ct_bits;
 
     /// Every combination.
     pub const ANY: u8 = 0b1111;
@@ -1073,7 +1073,7 @@ impl Sets {
             return None;
         }
         let mut p = packet.clone();
-        p.src = crate::simulate::source_of(packet, node);
+        p.src = crate::packet::source_of(packet, node);
         if p.src.is_none() {
             let full = AddrSet::full(packet.is_ipv6());
             p.src = Some(self.src.as_ref().unwrap_or(&full).pick()?);
@@ -1366,7 +1366,7 @@ mod tests {
 
     #[test]
     fn ct_nat_status() {
-        use crate::matches::ct_bits;
+        use crate::ir::ct_bits;
         let dnat = ct_nat::matching(ct_bits::ESTABLISHED, ct_bits::DNAT);
         assert_eq!(dnat, 0b1100);
         let est = ct_nat::matching(ct_bits::ESTABLISHED, ct_bits::ESTABLISHED);

@@ -2,57 +2,8 @@
 //! kube-proxy services and endpoints from the rules' comments.
 
 use crate::index::Index;
-use crate::outcome::{Outcome, StepKind, Trace, Verdict};
+use crate::outcome::{StepKind, Trace, Verdict, service_and_endpoint};
 use std::fmt::Write;
-
-/// Service (`ns/name:port`) and endpoint (`ip:port`) of an outcome, from kube-proxy
-/// comments (`"ns/svc:p cluster IP"`, `"ns/svc:p -> 10.42.1.5:8443"`) and nft chain names.
-pub fn service_and_endpoint(index: &Index<'_>, o: &Outcome) -> (Option<String>, Option<String>) {
-    let (mut service, mut endpoint) = (None, None);
-    for s in &o.steps {
-        if s.kind != StepKind::Matched {
-            continue;
-        }
-        let c = index.chain(s.chain);
-        if let Some(rule) = c.chain.rules.get(s.rule as usize) {
-            for comment in rule.comments() {
-                if let Some((svc, ep)) = comment.split_once(" -> ") {
-                    service.get_or_insert_with(|| svc.to_string());
-                    endpoint = Some(ep.to_string());
-                } else if let Some(svc) = [
-                    "cluster IP",
-                    "loadbalancer IP",
-                    "external IP",
-                    "has no endpoints",
-                ]
-                .iter()
-                .find_map(|suffix| comment.strip_suffix(suffix))
-                {
-                    service.get_or_insert_with(|| svc.trim().to_string());
-                }
-            }
-        }
-        // nftables mode: service-HASH-ns/name/proto/port, endpoint-HASH-ns/name/proto/port__ip/port.
-        let name = &*c.chain.name;
-        if let Some(rest) = name
-            .strip_prefix("service-")
-            .and_then(|r| r.split_once('-'))
-            .map(|(_, r)| r)
-        {
-            service.get_or_insert_with(|| rest.to_string());
-        }
-        if let Some((_, ep)) = name
-            .strip_prefix("endpoint-")
-            .and_then(|r| r.split_once("__"))
-        {
-            endpoint = Some(ep.replacen('/', ":", 1));
-        }
-    }
-    if service.is_none() {
-        endpoint = None;
-    }
-    (service, endpoint)
-}
 
 /// A multi-line explanation of the trace.
 pub fn explain(index: &Index<'_>, trace: &Trace, verbose: bool) -> String {
@@ -72,7 +23,7 @@ pub fn explain(index: &Index<'_>, trace: &Trace, verbose: bool) -> String {
             "  [{}] {:<13} p={}",
             i + 1,
             o.verdict.as_str(),
-            crate::simulate::fmt_p(o.probability)
+            crate::outcome::probability_text(o.probability)
         );
         if let Some(d) = &o.dnat {
             let _ = write!(out, "  DNAT -> {d}");

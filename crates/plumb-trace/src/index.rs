@@ -10,22 +10,15 @@
 //! every other rule stays on a fallback list, and the lists are merged in rule order
 //! so first-match semantics are exact.
 
-use crate::matches::{AddrMatch, Cond};
-use crate::nft::{CompiledSet, Compiler};
-use crate::targets::Action;
+use crate::ir::Action;
+use crate::ir::CompiledSet;
+use crate::ir::{AddrMatch, Cond};
+use crate::ir::{HookId, Item};
+use crate::nft::Compiler;
 use plumb_ruleset::fasthash::FastMap;
 use plumb_ruleset::{Backend, Chain, Family, Hook, Policy, RuleBody, Ruleset, Table};
 use std::net::IpAddr;
 use std::sync::OnceLock;
-
-/// A compiled condition or action of a rule, in order.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Item {
-    /// A match: the rule goes on only if it holds.
-    Cond(Cond),
-    /// A target or statement: what the rule does once its conditions before it held.
-    Act(Action),
-}
 
 /// A compiled rule: its items are `Index::items(rule)` (one array for the whole index).
 #[derive(Clone, Copy, Debug)]
@@ -34,22 +27,6 @@ pub struct CompiledRule {
     end: u32,
     /// Index of the rule in its chain's `rules` (position - 1).
     pub rule: u32,
-}
-
-/// The hooks plumb traces, in an array-friendly order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum HookId {
-    /// Before routing (conntrack, DNAT).
-    Prerouting = 0,
-    /// After routing, to a local process.
-    Input = 1,
-    /// After routing, through the node.
-    Forward = 2,
-    /// Sent by a local process.
-    Output = 3,
-    /// Leaving the node (SNAT, MASQUERADE).
-    Postrouting = 4,
 }
 
 impl HookId {
@@ -536,8 +513,7 @@ impl<'r> Index<'r> {
 /// Where nft rules put the sets they use.
 struct NftSets<'s> {
     sets: &'s mut Vec<CompiledSet>,
-    cache:
-        &'s mut std::collections::HashMap<(String, Vec<crate::matches::Field>), crate::nft::SetRef>,
+    cache: &'s mut std::collections::HashMap<(String, Vec<crate::ir::Field>), crate::ir::SetRef>,
 }
 
 /// Compiles one chain's rules and, if it is large, its dispatch table.

@@ -28,6 +28,7 @@ pub mod constraint;
 pub mod explain;
 pub mod index;
 pub mod ipset;
+pub mod ir;
 pub mod matches;
 pub mod nft;
 pub mod outcome;

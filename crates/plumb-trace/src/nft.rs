@@ -7,79 +7,12 @@
 //! branch with probability 1/N per entry.
 
 use crate::addr::{Cidr, PortRange, protocol_number};
-use crate::matches::{AddrMatch, Cond, Field, IfacePattern, ct_bits};
+use crate::ir::{Action, Jump, MapVerdict, MarkOp, NatSpec};
+use crate::ir::{AddrMatch, Cond, Field, IfacePattern, ct_bits};
+use crate::ir::{Atom, CompiledSet, Pattern, SetRef};
 use crate::packet::AddrType;
-use crate::targets::{Action, Jump, MapVerdict, MarkOp, NatSpec};
 use plumb_ruleset::nft::{NatKind, NftRule, NftSet, Op, StatementKind, Value, Verdict};
 use std::collections::HashMap;
-use std::net::IpAddr;
-
-/// Index of a compiled set in [`crate::Index`].
-pub type SetRef = u32;
-
-/// One value of a lookup key.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Atom {
-    /// An address (`ip daddr`, `ip saddr`).
-    Addr(IpAddr),
-    /// A number: a port, a protocol, a mark.
-    Num(u64),
-    /// An interface name (`iifname`, `oifname`).
-    Name(String),
-}
-
-#[derive(Clone, Debug, PartialEq)]
-enum Pattern {
-    Exact(Atom),
-    Net(Cidr),
-    AddrRange(IpAddr, IpAddr),
-    NumRange(u64, u64),
-    NamePrefix(String),
-}
-
-impl Pattern {
-    fn matches(&self, a: &Atom) -> bool {
-        match (self, a) {
-            (Pattern::Exact(x), a) => x == a,
-            (Pattern::Net(c), Atom::Addr(ip)) => c.contains(*ip),
-            (Pattern::AddrRange(f, t), Atom::Addr(ip)) => {
-                crate::addr::AddrRange { from: *f, to: *t }.contains(*ip)
-            }
-            (Pattern::NumRange(f, t), Atom::Num(n)) => f <= n && n <= t,
-            (Pattern::NamePrefix(p), Atom::Name(n)) => n.starts_with(p.as_str()),
-            _ => false,
-        }
-    }
-}
-
-/// A set or map (named or anonymous) ready for lookups.
-#[derive(Clone, Debug, Default)]
-pub struct CompiledSet {
-    /// The set's name without `@`, or `{...}` for an anonymous set.
-    pub name: String,
-    exact: HashMap<Vec<Atom>, usize>,
-    patterns: Vec<(Vec<Pattern>, usize)>,
-    /// Verdicts of a verdict map, per element.
-    pub verdicts: Vec<Option<MapVerdict>>,
-    /// Element comments (kube-proxy writes service names there).
-    pub comments: Vec<Option<String>>,
-    /// Some element could not be read: a miss is not conclusive.
-    partial: bool,
-}
-
-/// `Some(Some(element))` hit, `Some(None)` miss, `None` cannot tell.
-pub fn lookup(sets: &[CompiledSet], set: &SetRef, key: &[Atom]) -> Option<Option<usize>> {
-    let s = sets.get(*set as usize)?;
-    if let Some(&i) = s.exact.get(key) {
-        return Some(Some(i));
-    }
-    for (p, i) in &s.patterns {
-        if p.len() == key.len() && p.iter().zip(key).all(|(p, a)| p.matches(a)) {
-            return Some(Some(*i));
-        }
-    }
-    if s.partial { None } else { Some(None) }
-}
 
 /// The field a selector reads, and the protocol it implies (`tcp dport` -> 6).
 pub fn selector(s: &str) -> Option<(Field, Option<u8>)> {
@@ -272,7 +205,7 @@ pub struct Compiler<'a> {
 }
 
 /// A compiled nft rule: conditions and actions in statement order.
-pub type Items = Vec<crate::index::Item>;
+pub type Items = Vec<crate::ir::Item>;
 
 impl Compiler<'_> {
     fn named_set(&mut self, name: &str, fields: &[Field]) -> Option<SetRef> {
@@ -297,7 +230,7 @@ impl Compiler<'_> {
 
     /// Appends the rule's items to `items`.
     pub fn compile_into(&mut self, rule: &NftRule, items: &mut Items) {
-        use crate::index::Item;
+        use crate::ir::Item;
         for s in &rule.statements {
             match &s.kind {
                 StatementKind::Match { left, op, right } => {
@@ -443,9 +376,9 @@ impl Compiler<'_> {
                 };
                 let mut out: Vec<Cond> = proto.map(Cond::ModuleProto).into_iter().collect();
                 out.push(if f == Field::Dport {
-                    Cond::Dport(crate::matches::Ports::One(r), false)
+                    Cond::Dport(crate::ir::Ports::One(r), false)
                 } else {
-                    Cond::Sport(crate::matches::Ports::One(r), false)
+                    Cond::Sport(crate::ir::Ports::One(r), false)
                 });
                 return out;
             }

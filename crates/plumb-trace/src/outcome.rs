@@ -1,7 +1,8 @@
 //! What a trace returns: outcomes (verdict, NAT, probability, conditions) and the
 //! steps that led to each, plus their JSON form.
 
-use crate::index::{HookId, Index};
+use crate::index::Index;
+use crate::ir::HookId;
 use serde::Serialize;
 use std::net::IpAddr;
 
@@ -81,12 +82,12 @@ impl std::fmt::Display for NotePart {
             NotePart::Chosen(p) => write!(
                 f,
                 "random: chosen with probability {}",
-                crate::simulate::fmt_p(*p)
+                probability_text(*p)
             ),
             NotePart::NotChosen(p) => write!(
                 f,
                 "random: not chosen (probability {})",
-                crate::simulate::fmt_p(*p)
+                probability_text(*p)
             ),
         }
     }
@@ -309,7 +310,7 @@ impl Step {
                         .iter()
                         .find(|r| r.rule == self.rule)?;
                     match index.items(self.chain, rule).get(cond as usize)? {
-                        crate::index::Item::Cond(c) => {
+                        crate::ir::Item::Cond(c) => {
                             Some(format!("`{}` does not match", c.describe()))
                         }
                         _ => None,
@@ -354,7 +355,7 @@ impl Outcome {
     /// The outcome as JSON: steps as [`Step::report`], plus service and endpoint names
     /// from kube-proxy comments and chain names along the path.
     pub fn report(&self, index: &Index<'_>) -> OutcomeReport {
-        let (service, endpoint) = crate::explain::service_and_endpoint(index, self);
+        let (service, endpoint) = service_and_endpoint(index, self);
         OutcomeReport {
             verdict: self.verdict,
             probability: self.probability,
@@ -386,4 +387,64 @@ impl Trace {
             incomplete: self.incomplete.clone(),
         }
     }
+}
+
+/// A probability as reports print it: at most four decimals, no trailing zeros,
+/// `<0.0001` for a path that is possible but rarer than that.
+pub(crate) fn probability_text(p: f64) -> String {
+    if p > 0.0 && p < 0.00005 {
+        return "<0.0001".to_string();
+    }
+    let s = format!("{p:.4}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    s.to_string()
+}
+
+/// Service (`ns/name:port`) and endpoint (`ip:port`) of an outcome, from kube-proxy
+/// comments (`"ns/svc:p cluster IP"`, `"ns/svc:p -> 10.42.1.5:8443"`) and nft chain names.
+pub fn service_and_endpoint(index: &Index<'_>, o: &Outcome) -> (Option<String>, Option<String>) {
+    let (mut service, mut endpoint) = (None, None);
+    for s in &o.steps {
+        if s.kind != StepKind::Matched {
+            continue;
+        }
+        let c = index.chain(s.chain);
+        if let Some(rule) = c.chain.rules.get(s.rule as usize) {
+            for comment in rule.comments() {
+                if let Some((svc, ep)) = comment.split_once(" -> ") {
+                    service.get_or_insert_with(|| svc.to_string());
+                    endpoint = Some(ep.to_string());
+                } else if let Some(svc) = [
+                    "cluster IP",
+                    "loadbalancer IP",
+                    "external IP",
+                    "has no endpoints",
+                ]
+                .iter()
+                .find_map(|suffix| comment.strip_suffix(suffix))
+                {
+                    service.get_or_insert_with(|| svc.trim().to_string());
+                }
+            }
+        }
+        // nftables mode: service-HASH-ns/name/proto/port, endpoint-HASH-ns/name/proto/port__ip/port.
+        let name = &*c.chain.name;
+        if let Some(rest) = name
+            .strip_prefix("service-")
+            .and_then(|r| r.split_once('-'))
+            .map(|(_, r)| r)
+        {
+            service.get_or_insert_with(|| rest.to_string());
+        }
+        if let Some((_, ep)) = name
+            .strip_prefix("endpoint-")
+            .and_then(|r| r.split_once("__"))
+        {
+            endpoint = Some(ep.replacen('/', ":", 1));
+        }
+    }
+    if service.is_none() {
+        endpoint = None;
+    }
+    (service, endpoint)
 }

@@ -307,3 +307,16 @@ impl AddrType {
         })
     }
 }
+
+/// The source address a trace starts with: the packet's, or for a packet the host
+/// sends, the node's first address of the family (the kernel picks a local one).
+pub fn source_of(p: &Packet, node: &Node) -> Option<IpAddr> {
+    p.src.or_else(|| {
+        (p.origin == Origin::Host).then(|| {
+            node.local_addrs
+                .iter()
+                .find(|c| c.addr.is_ipv4() == p.dst.is_ipv4() && !c.addr.is_loopback())
+                .map(|c| c.addr)
+        })?
+    })
+}

@@ -53,11 +53,13 @@
 //! until one sets up a NAT binding (nf_nat_inet_fn).
 
 use crate::constraint::{Constraints, Fact};
-use crate::index::{HookId, Index, Item};
-use crate::matches::{Cond, Eval, FactContext, View, ct_bits};
+use crate::index::Index;
+use crate::ir::{Action, Jump, MapVerdict};
+use crate::ir::{Cond, ct_bits};
+use crate::ir::{HookId, Item};
+use crate::matches::{Eval, FactContext, View};
 use crate::outcome::{Delivery, Note, NotePart, Outcome, Step, StepKind, Trace, Verdict};
 use crate::packet::{CtState, Node, Origin, Packet};
-use crate::targets::{Action, Jump, MapVerdict};
 use plumb_ruleset::fasthash::{FastMap, FxHasher};
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -604,19 +606,6 @@ enum Flow {
     Final(Verdict, String),
 }
 
-/// The source address a trace starts with: the packet's, or for a packet the host
-/// sends, the node's first address of the family (the kernel picks a local one).
-pub fn source_of(p: &Packet, node: &Node) -> Option<IpAddr> {
-    p.src.or_else(|| {
-        (p.origin == Origin::Host).then(|| {
-            node.local_addrs
-                .iter()
-                .find(|c| c.addr.is_ipv4() == p.dst.is_ipv4() && !c.addr.is_loopback())
-                .map(|c| c.addr)
-        })?
-    })
-}
-
 /// Traces `packet` through `index` on `node`.
 pub fn trace(index: &Index<'_>, packet: &Packet, node: &Node) -> Trace {
     trace_with(index, packet, node, &TraceOptions::default())
@@ -669,7 +658,7 @@ impl<'a, 'i> Sim<'a, 'i> {
     fn run(&self) -> Trace {
         let p = self.packet;
         let host = p.origin == Origin::Host;
-        let src = source_of(p, self.node);
+        let src = crate::packet::source_of(p, self.node);
         let dport = if p.proto.has_ports() { p.dport } else { None };
         let start = Path {
             src,
@@ -1299,7 +1288,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                                 .filter_map(|it| match it {
                                     Item::Cond(Cond::Recent {
                                         name,
-                                        mode: crate::matches::RecentMode::Set,
+                                        mode: crate::ir::RecentMode::Set,
                                         ..
                                     }) => Some(name.clone()),
                                     _ => None,
@@ -1340,7 +1329,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                         Decided::Yes => {
                             if let Cond::Recent {
                                 name,
-                                mode: crate::matches::RecentMode::Set,
+                                mode: crate::ir::RecentMode::Set,
                                 ..
                             } = c
                             {
@@ -1644,7 +1633,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                         } else {
                             String::new()
                         },
-                        fmt_p(p)
+                        crate::outcome::probability_text(p)
                     );
                     if first.is_none() {
                         first = Some((p, v.clone(), note));
@@ -1662,7 +1651,10 @@ impl<'a, 'i> Sim<'a, 'i> {
                     alt.prob *= miss;
                     self.annotate_last(
                         &mut alt,
-                        format!("numgen: no entry (probability {})", fmt_p(miss)),
+                        format!(
+                            "numgen: no entry (probability {})",
+                            crate::outcome::probability_text(miss)
+                        ),
                     );
                     alt.pending = Some(MapVerdict::Continue);
                     queue.push(alt);
@@ -1692,7 +1684,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                         }
                     }
                 }
-                match crate::nft::lookup(&self.index.sets, set, &key) {
+                match crate::ir::lookup(&self.index.sets, set, &key) {
                     Some(Some(i)) => {
                         let s = &self.index.sets[*set as usize];
                         if let Some(c) = s.comments.get(i).cloned().flatten() {
@@ -1823,13 +1815,4 @@ fn decide(view: &View<'_>, path: &Path<'_>, c: &Cond, site: (u32, u32, u16)) -> 
             }
         }
     }
-}
-
-pub(crate) fn fmt_p(p: f64) -> String {
-    if p > 0.0 && p < 0.00005 {
-        return "<0.0001".to_string();
-    }
-    let s = format!("{p:.4}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    s.to_string()
 }

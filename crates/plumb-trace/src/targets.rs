@@ -6,21 +6,8 @@
 //! target plumb does not model ends the trace with an explicit unknown outcome.
 
 use crate::addr::{PortRange, parse_mark};
+use crate::ir::{Action, Jump, MarkOp, NatSpec};
 use plumb_ruleset::iptables::XtTargetView;
-use std::net::IpAddr;
-
-/// A NAT rewrite: address (or range) and port (or range), as written.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NatSpec {
-    /// The new address, or the first of a range; `None` when only the port changes (`:8080`).
-    pub addr: Option<IpAddr>,
-    /// Last address of a range (`10.0.0.1-10.0.0.3`).
-    pub addr_to: Option<IpAddr>,
-    /// The new port or port range; `None` keeps the port.
-    pub ports: Option<PortRange>,
-    /// The spec as written (`10.42.1.5:8443`), for the outcome's `dnat`/`snat` text.
-    pub text: String,
-}
 
 impl NatSpec {
     /// `10.42.1.5:8443`, `10.0.0.1-10.0.0.3:80-90`, `:8080`, `[fd00::1]:80`.
@@ -57,122 +44,11 @@ impl NatSpec {
     }
 }
 
-/// How MARK/CONNMARK change a mark: `new = (old & !clear) ^ xor`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MarkOp {
-    /// Bits of the old mark that are cleared.
-    pub clear: u32,
-    /// Bits then flipped (set, for bits that were cleared).
-    pub xor: u32,
-}
-
 impl MarkOp {
     /// The mark after the operation.
     pub fn apply(self, old: u32) -> u32 {
         (old & !self.clear) ^ self.xor
     }
-}
-
-/// Where a verdict map entry or a jump leads.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Jump {
-    /// A chain of the ruleset, as an [`Index`](crate::Index) chain id.
-    Chain(u32),
-    /// A chain name that the ruleset does not define.
-    Missing(String),
-}
-
-/// One thing a rule does.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Action {
-    /// `ACCEPT`/`accept`: ends the base chain; the packet goes on to the next hook.
-    Accept,
-    /// `DROP`/`drop`: the packet is discarded.
-    Drop,
-    /// `REJECT`/`reject`, with its `--reject-with` (`icmp-port-unreachable`) when written.
-    Reject(Option<String>),
-    /// `RETURN`/`return`: back to the calling chain (the policy at a base chain).
-    Return,
-    /// nft `continue`: no effect.
-    Continue,
-    /// `QUEUE`/`NFQUEUE`/`queue`, with its options: handed to userspace, not followed.
-    Queue(String),
-    /// `-j CHAIN`/`jump`: evaluate the chain, then continue after this rule.
-    Jump(Jump),
-    /// `-g CHAIN`/`goto`: evaluate the chain; its end returns to this chain's caller.
-    Goto(Jump),
-    /// `DNAT --to-destination`, nft `dnat to`: rewrites the destination and ends the nat chain.
-    Dnat(NatSpec),
-    /// `SNAT --to-source`, nft `snat to`: rewrites the source and ends the nat chain.
-    Snat(NatSpec),
-    /// `MASQUERADE` (with `--to-ports`): SNAT to the output interface's address.
-    Masquerade(Option<PortRange>),
-    /// `REDIRECT` (with `--to-ports`): DNAT to the host itself.
-    Redirect(Option<PortRange>),
-    /// `MARK`, nft `meta mark set`: changes the packet's mark, then continues.
-    Mark(MarkOp),
-    /// `CONNMARK --set-xmark`, nft `ct mark set`: changes the connection's mark, then continues.
-    ConnMark(MarkOp),
-    /// CONNMARK --save-mark: ctmark = (ctmark & !ctmask) | (mark & nfmask & ctmask).
-    SaveMark {
-        /// Mask applied to the packet mark.
-        nfmask: u32,
-        /// Mask applied to the connection mark.
-        ctmask: u32,
-    },
-    /// CONNMARK --restore-mark: mark = (mark & !nfmask) | (ctmark & ctmask & nfmask).
-    RestoreMark {
-        /// Mask applied to the packet mark.
-        nfmask: u32,
-        /// Mask applied to the connection mark.
-        ctmask: u32,
-    },
-    /// LOG, NFLOG, ULOG, TRACE: the packet continues.
-    Log(String),
-    /// CT --notrack / NOTRACK (raw table): the packet is untracked.
-    NoTrack,
-    /// A target that does not change the path (TCPMSS, CHECKSUM, DSCP, CT --zone, ...).
-    NoEffect(String),
-    /// nft `numgen random mod N [offset O] vmap { ... }`.
-    Numgen {
-        /// The `mod N`: numbers drawn are `0..N`, each with probability 1/N.
-        modulus: u32,
-        /// The `offset O` added to each number drawn (0 when none is written).
-        offset: u32,
-        /// The map's entries as inclusive ranges of drawn numbers `(first, last)` and the verdict
-        /// for them.
-        entries: Vec<(u32, u32, MapVerdict)>,
-    },
-    /// nft `KEY vmap @name` / `vmap { ... }`.
-    VerdictMap {
-        /// The key's fields, in order (`ip daddr . meta l4proto . th dport`).
-        fields: Vec<crate::matches::Field>,
-        /// The map looked up: a named map of the table or an inline one.
-        set: crate::nft::SetRef,
-    },
-    /// A target or statement plumb does not model, with its text.
-    Unknown(String),
-}
-
-/// A verdict stored in an nft verdict map.
-#[derive(Clone, Debug, PartialEq)]
-pub enum MapVerdict {
-    /// Accept the packet (ends the base chain).
-    Accept,
-    /// Drop the packet.
-    Drop,
-    /// Reject the packet.
-    Reject,
-    /// Return to the calling chain.
-    Return,
-    /// Go on with the next statement.
-    Continue,
-    /// Evaluate the chain, then come back.
-    Jump(Jump),
-    /// Evaluate the chain without coming back.
-    Goto(Jump),
-    /// Hand the packet to userspace.
-    Queue,
 }
 
 /// Targets that let the packet continue without changing anything plumb traces.

@@ -11,8 +11,8 @@
 
 use super::{AddrMatch, Cond, IfacePattern, Ports, ct_bits};
 use crate::addr::{Cidr, PortRange, parse_mark, protocol_number};
+use crate::ir::{Action, Jump, MarkOp, NatSpec};
 use crate::packet::AddrType;
-use crate::targets::{Action, Jump, MarkOp, NatSpec};
 use plumb_ruleset::model::listed::{
     Fragment, ListedMatch, ListedRule, ListedTarget, Negatable, PortDirection,
 };

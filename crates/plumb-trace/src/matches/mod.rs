@@ -9,10 +9,11 @@
 pub mod listed;
 pub mod xt;
 
-use crate::addr::{AddrRange, Cidr, PortRange};
+use crate::addr::PortRange;
 use crate::constraint::{AddrSet, Fact, RangeSet, ct_nat, port_set};
 use crate::ipset::{Dim, Key};
-use crate::packet::{AddrType, Node};
+use crate::ir::{AddrMatch, Cond, Field, IfacePattern, Ports, RecentMode, ct_bits};
+use crate::packet::Node;
 use std::net::IpAddr;
 
 /// Result of evaluating one condition.
@@ -46,17 +47,6 @@ impl Eval {
     }
 }
 
-/// An address match: prefix or range.
-#[derive(Clone, Debug, PartialEq)]
-pub enum AddrMatch {
-    /// A prefix (`10.0.0.0/8`, `-s 10.0.0.1` as a /32).
-    Net(Cidr),
-    /// An inclusive range (`-m iprange`, nft `10.0.0.1-10.0.0.9`).
-    Range(AddrRange),
-    /// Any of several (nft anonymous sets).
-    Any(Vec<AddrMatch>),
-}
-
 impl AddrMatch {
     /// Whether `ip` is in the prefix, the range, or any of the alternatives.
     pub fn contains(&self, ip: IpAddr) -> bool {
@@ -66,15 +56,6 @@ impl AddrMatch {
             AddrMatch::Any(v) => v.iter().any(|m| m.contains(ip)),
         }
     }
-}
-
-/// The port ranges of a port match: one (no allocation) or several (multiport, nft sets).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Ports {
-    /// A single port or range (`--dport 80`, `--dport 1000:2000`).
-    One(PortRange),
-    /// Several ports and ranges (`multiport`, an nft anonymous set).
-    Many(Box<[PortRange]>),
 }
 
 impl std::ops::Deref for Ports {
@@ -94,15 +75,6 @@ impl From<Vec<PortRange>> for Ports {
             _ => Ports::Many(v.into_boxed_slice()),
         }
     }
-}
-
-/// An interface name pattern: `eth0`, `veth+` (iptables), `veth*` (nft).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct IfacePattern {
-    /// The name, or for a prefix pattern the part before `+`/`*`.
-    pub name: String,
-    /// A prefix pattern (`veth+`): any interface whose name starts with `name`.
-    pub prefix: bool,
 }
 
 impl IfacePattern {
@@ -129,223 +101,6 @@ impl IfacePattern {
             iface == self.name
         }
     }
-}
-
-/// Conntrack state bits as `xt_conntrack` numbers them.
-pub mod ct_bits {
-    /// A packet conntrack could not classify.
-    pub const INVALID: u16 = 1;
-    /// A packet of a connection that has seen traffic both ways.
-    pub const ESTABLISHED: u16 = 2;
-    /// A new connection related to an existing one (an ICMP error, an FTP data channel).
-    pub const RELATED: u16 = 4;
-    /// The first packet of a connection, or of one not yet seen both ways.
-    pub const NEW: u16 = 8;
-    /// A packet conntrack does not track (`-j NOTRACK`/`CT --notrack` in `raw`).
-    pub const UNTRACKED: u16 = 64;
-    /// Virtual state: the connection's source was translated (`--ctstate SNAT`).
-    pub const SNAT: u16 = 256;
-    /// Virtual state: the connection's destination was translated (`--ctstate DNAT`).
-    pub const DNAT: u16 = 512;
-
-    /// Reads a `--ctstate`/`--state` list (`NEW,ESTABLISHED`, any case) into its bits; `None` if a
-    /// name is unknown.
-    pub fn parse(list: &str) -> Option<u16> {
-        let mut bits = 0;
-        for s in list.split(',') {
-            bits |= match s.trim().to_ascii_uppercase().as_str() {
-                "INVALID" => INVALID,
-                "ESTABLISHED" => ESTABLISHED,
-                "RELATED" => RELATED,
-                "NEW" => NEW,
-                "UNTRACKED" => UNTRACKED,
-                "SNAT" => SNAT,
-                "DNAT" => DNAT,
-                _ => return None,
-            };
-        }
-        Some(bits)
-    }
-}
-
-/// How `-m recent` uses its list.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RecentMode {
-    /// `--set`: add the address to the list (always matches).
-    Set,
-    /// `--rcheck`: match when the address is in the list.
-    Check,
-    /// `--update`: as `--rcheck`, and refresh the entry's time stamp.
-    Update,
-    /// `--remove`: match when the address is in the list, and remove it.
-    Remove,
-}
-
-/// Which packet field a set dimension or an nft key reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Field {
-    /// Source address.
-    Src,
-    /// Destination address.
-    Dst,
-    /// Source port (TCP, UDP, SCTP, DCCP, UDP-Lite).
-    Sport,
-    /// Destination port.
-    Dport,
-    /// Layer-4 protocol number.
-    Proto,
-    /// Input interface name.
-    InIface,
-    /// Output interface name.
-    OutIface,
-    /// Packet mark (`meta mark`, `-m mark`).
-    Mark,
-}
-
-/// One compiled condition.
-///
-/// The `bool` of a tuple variant, like `neg` of a struct variant, is a `!` before the
-/// test: the condition holds when the test fails.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Cond {
-    /// `-s`: the source address is in the prefix or range.
-    Src(AddrMatch, bool),
-    /// `-d`: the destination address is in the prefix or range.
-    Dst(AddrMatch, bool),
-    /// Protocol number (never 0: `-p all` compiles to nothing).
-    Proto(u8, bool),
-    /// `-i`: the input interface matches (unknown when the trace was not told it).
-    InIface(IfacePattern, bool),
-    /// `-o`: the output interface matches.
-    OutIface(IfacePattern, bool),
-    /// nft `iifname`/`oifname`: no match at all when the hook has no such device.
-    NftIface {
-        /// `oifname` rather than `iifname`.
-        out: bool,
-        /// The names or patterns; the condition holds when any matches.
-        pat: Vec<IfacePattern>,
-        /// `!=`: the condition holds when none matches (but still not without a device).
-        neg: bool,
-    },
-    /// Protocol the match module requires (`-m tcp` only matches TCP).
-    ModuleProto(u8),
-    /// `--sport`: the source port is in the ranges (never for protocols without ports).
-    Sport(Ports, bool),
-    /// `--dport`: the destination port is in the ranges.
-    Dport(Ports, bool),
-    /// multiport `--ports`: source or destination.
-    EitherPort(Ports, bool),
-    /// TCP SYN test (`--syn`, `--tcp-flags ... SYN` on the first packet).
-    TcpSyn(bool),
-    /// ICMP type and code (`--icmp-type 8/0`, nft `icmp type echo-request`); never for non-ICMP
-    /// packets.
-    IcmpType {
-        /// The type; `None` for any type.
-        ty: Option<u8>,
-        /// The code; `None` for any code (plumb traces code 0).
-        code: Option<u8>,
-        /// `!` before the test.
-        neg: bool,
-    },
-    /// `-m mark --mark value/mask`, nft `meta mark`: holds when `mark & mask == value`.
-    Mark {
-        /// The value the masked mark must equal.
-        value: u32,
-        /// The mask applied to the packet's mark (`0xffffffff` when none is written).
-        mask: u32,
-        /// `!` before the test.
-        neg: bool,
-    },
-    /// `-m connmark --mark value/mask`, nft `ct mark`: the connection's mark, as for
-    /// [`Cond::Mark`].
-    ConnMark {
-        /// The value the masked connection mark must equal.
-        value: u32,
-        /// The mask applied to the connection mark.
-        mask: u32,
-        /// `!` before the test.
-        neg: bool,
-    },
-    /// `--ctstate`/`--state`: the connection is in any of these [`ct_bits`].
-    CtState(u16, bool),
-    /// `--ctorigsrc`: the connection's original source address.
-    CtOrigSrc(AddrMatch, bool),
-    /// `--ctorigdst`: the connection's original destination address (before DNAT).
-    CtOrigDst(AddrMatch, bool),
-    /// `--ctorigdstport`: the connection's original destination port.
-    CtOrigDport(PortRange, bool),
-    /// `-m addrtype`: the address is of one of these types on this node.
-    AddrType {
-        /// `--dst-type` rather than `--src-type`.
-        dst: bool,
-        /// The types (`LOCAL`, `UNICAST`, ...); the condition holds for any of them.
-        types: Vec<AddrType>,
-        /// `!` before the types.
-        neg: bool,
-    },
-    /// `-m statistic --mode random --probability p`: holds with probability `p` (as the
-    /// kernel rounds it, to 1/2^31), independently of everything else.
-    Statistic {
-        /// The probability, 0 to 1.
-        p: f64,
-        /// `!` before the test: holds with probability `1 - p`.
-        neg: bool,
-    },
-    /// `--mode nth --every N`: one packet in N, modelled as probability 1/N.
-    Nth {
-        /// The cycle length `N`.
-        every: u32,
-        /// `!` before the test.
-        neg: bool,
-    },
-    /// `-m recent`: whether the address is in a recent list (kube-proxy's `ClientIP`
-    /// session affinity: `--rcheck --seconds`).
-    Recent {
-        /// The list's `--name` (`KUBE-SEP-…` for kube-proxy).
-        name: String,
-        /// What the match does with the list.
-        mode: RecentMode,
-        /// `--rsource` (the default): the list holds source addresses; `false` for `--rdest`.
-        source: bool,
-        /// `!` before the match.
-        neg: bool,
-    },
-    /// `-m set --match-set NAME FLAGS`: the packet is in the ipset (as the trace's [`Node::ipsets`]
-    /// says).
-    IpSet {
-        /// The set's name.
-        name: String,
-        /// One entry per `FLAGS` item (`src,dst`): `true` compares the set's dimension with the
-        /// source, `false` with the destination.
-        dims: Vec<bool>,
-        /// `!` before the match.
-        neg: bool,
-    },
-    /// `--physdev-in NAME`: the bridge port the frame came in on matches; `None` is
-    /// `--physdev-is-in`: it came in through any bridge port.
-    PhysdevIn(Option<IfacePattern>, bool),
-    /// `--physdev-out NAME`: the bridge port the frame leaves by matches; `None` is
-    /// `--physdev-is-out`: it leaves through any bridge port.
-    PhysdevOut(Option<IfacePattern>, bool),
-    /// `--physdev-is-bridged`: the packet is being bridged.
-    PhysdevBridged(bool),
-    /// A rate limit: plumb branches on "under the limit" / "over it".
-    Limit(String),
-    /// `-f`: second and later fragments (plumb traces first fragments).
-    Fragment(bool),
-    /// nft set of values for a field (`tcp dport { 80, 443 }`, `ip daddr @name`).
-    NftSet {
-        /// The fields the key is made of, in order (`ip daddr . th dport` is `[Dst, Dport]`).
-        fields: Vec<Field>,
-        /// The set: a named set of the table or an anonymous one.
-        set: crate::nft::SetRef,
-        /// `!=`: holds when the key is not in the set.
-        neg: bool,
-    },
-    /// A condition with a fixed result (e.g. `--pol ipsec` for plain packets), and why.
-    Const(bool, &'static str),
-    /// A match plumb does not evaluate, with its text.
-    Unknown(String),
 }
 
 /// What conditions can see of the packet at the current hook.
@@ -389,7 +144,7 @@ pub struct View<'a> {
     /// Lists `-m recent --set` added this source to during this trace.
     pub recent_added: &'a [String],
     /// The nft sets and maps of the table being evaluated, compiled.
-    pub sets: &'a [crate::nft::CompiledSet],
+    pub sets: &'a [crate::ir::CompiledSet],
 }
 
 /// What [`Cond::fact`] needs to know about the path beyond the packet's fields.
@@ -402,7 +157,7 @@ pub struct FactContext {
     pub src_is_orig: bool,
     /// The hook, and how many times the path rewrote the packet or its marks: they
     /// tell apart facts that may differ after a rewrite or at another hook.
-    pub hook: crate::index::HookId,
+    pub hook: crate::ir::HookId,
     /// How many times the path rewrote the packet or its marks so far (see `hook`).
     pub generation: u32,
     /// The condition's place: chain, rule and item (for facts of one rule).
@@ -415,8 +170,8 @@ impl View<'_> {
     }
 
     /// The value of a field as a set/map key atom.
-    pub fn atom(&self, f: Field) -> Option<crate::nft::Atom> {
-        use crate::nft::Atom;
+    pub fn atom(&self, f: Field) -> Option<crate::ir::Atom> {
+        use crate::ir::Atom;
         Some(match f {
             Field::Src => Atom::Addr(self.src?),
             Field::Dst => Atom::Addr(self.dst),
@@ -614,7 +369,7 @@ impl Cond {
                         None => return unknown("a field of the lookup key", self),
                     }
                 }
-                match crate::nft::lookup(v.sets, set, &key) {
+                match crate::ir::lookup(v.sets, set, &key) {
                     Some(hit) => Eval::from(hit.is_some()).negate_if(*neg),
                     None => unknown("the set content", self),
                 }

@@ -15,7 +15,7 @@ use plumb_ruleset::iptables::XtBuf;
 use plumb_ruleset::{Chain, Family, Table};
 use plumb_trace::addr::Cidr;
 use plumb_trace::constraint::Fact;
-use plumb_trace::matches::IfacePattern;
+use plumb_trace::ir::IfacePattern;
 use plumb_trace::{Index, Node, Origin, Packet, Proto, StepKind, Verdict, trace};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -148,7 +148,7 @@ fn judge(facts: &Facts, filter: &Table) -> Option<Finding> {
                 return false;
             }
             let fwd_steps = o.steps.iter().filter(|s| {
-                s.kind == StepKind::Matched && s.hook == plumb_trace::index::HookId::Forward
+                s.kind == StepKind::Matched && s.hook == plumb_trace::ir::HookId::Forward
             });
             let mut last_chain = None;
             let mut through_ufw = false;

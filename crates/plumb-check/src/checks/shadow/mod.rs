@@ -47,9 +47,7 @@ use node::NodeModel;
 use plumb_findings::{Evidence, Finding, Severity, Status};
 use plumb_ruleset::{Backend, Family, Hook, Table};
 use plumb_trace::constraint::{AddrSet, Fact};
-use plumb_trace::index::{HookId, Item};
-use plumb_trace::matches::{AddrMatch, Cond, IfacePattern};
-use plumb_trace::targets::Action;
+use plumb_trace::ir::{Action, AddrMatch, Cond, HookId, IfacePattern, Item};
 use plumb_trace::{Index, Node, Origin, Outcome, Packet, Proto, StepKind, Verdict, trace};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
