@@ -10,6 +10,8 @@
 //! (a kube-proxy restore payload) is never judged as a full dump: checks that need the
 //! whole kernel state skip it or answer `unknown`.
 
+#![deny(missing_docs)]
+
 pub mod checks;
 pub mod facts;
 

@@ -2,6 +2,8 @@
 //! chosen command (cmd/), and maps the outcome to the exit-code contract:
 //! 0 clean, 1 the input or node has problems, 2 usage or IO error.
 
+#![deny(missing_docs)]
+
 mod alloc;
 mod catalogue;
 mod cmd;
@@ -14,7 +16,9 @@ use std::process::ExitCode;
 /// Outcome of a command that ran: did it find problems?
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
+    /// Nothing wrong found: exit code 0.
     Clean,
+    /// The input or node has problems (doctor: a root cause): exit code 1.
     Problems,
 }
 

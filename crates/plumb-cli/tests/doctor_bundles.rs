@@ -338,8 +338,8 @@ fn fifo_header(name: &str) -> tar::Header {
     h
 }
 
-/// A FIFO member where a command's output should be: system tar recreated it and doctor
-/// waited forever for a writer. Now it is not created, and the user is told.
+/// A FIFO member where a command's output should be: it is not created (opening one would
+/// wait forever for a writer), doctor finishes, and the member is listed as left out.
 #[test]
 fn a_fifo_member_does_not_hang_doctor_and_is_listed() {
     let t = Tree::new("fifo-member");

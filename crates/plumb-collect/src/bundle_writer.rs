@@ -60,6 +60,7 @@ pub struct Entry {
     pub path: String,
     /// Command or node file it came from.
     pub source: String,
+    /// Size of the entry as written, after redaction, in bytes.
     pub bytes: usize,
     /// Secrets replaced by REDACTED in this entry.
     pub redactions: usize,

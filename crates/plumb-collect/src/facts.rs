@@ -16,9 +16,11 @@ use plumb_ruleset::Ruleset;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// How long network probes may take (each).
+/// Bounds of one gathering: each network probe's deadline, the namespaces whose pod logs
+/// are read, and how many signal lines are kept per log file.
 #[derive(Clone, Debug)]
 pub struct GatherOptions {
+    /// Deadline of each network probe (HTTP GET or TCP connect); one second by default.
     pub probe_timeout: Duration,
     /// Pod-log namespaces read (kube-proxy and the CNI live in these).
     pub log_namespaces: Vec<String>,
@@ -38,8 +40,12 @@ impl Default for GatherOptions {
 
 /// The kube-proxy static pod manifest (RKE2).
 pub const KUBE_PROXY_MANIFEST: &str = "/var/lib/rancher/rke2/agent/pod-manifests/kube-proxy.yaml";
+/// RKE2's node configuration (CNI, CIDRs, whether kube-proxy is disabled).
 pub const RKE2_CONFIG: &str = "/etc/rancher/rke2/config.yaml";
+/// Where kubelet looks for CNI network configurations (`10-canal.conflist`); empty until
+/// the CNI's installer writes one.
 pub const CNI_DIR: &str = "/etc/cni/net.d";
+/// kubelet's CRI pod logs: `<namespace>_<pod>_<uid>/<container>/N.log`.
 pub const POD_LOG_DIR: &str = "/var/log/pods";
 /// Most log files read per container: kubelet names one per start (`0.log`, `1.log`, ...);
 /// the newest are kept.
@@ -572,10 +578,16 @@ fn recorded<T: serde::de::DeserializeOwned>(node: &dyn Node, name: &str) -> Fact
 
 /// Network probe results, by the names plumb bundles record them under.
 pub struct Probes {
+    /// GET `/healthz` on kube-proxy's health server (127.0.0.1:10256).
     pub healthz: Fact<plumb_facts::HttpReply>,
+    /// GET `/livez` on kube-proxy's health server.
     pub livez: Fact<plumb_facts::HttpReply>,
+    /// GET `/readyz?verbose` on the API server endpoint (HTTPS, certificate not verified).
     pub readyz: Fact<plumb_facts::HttpReply>,
+    /// TCP connect to the `kubernetes` Service ClusterIP on port 443; unknown (not sent)
+    /// when the machine shows no sign of being a Kubernetes node.
     pub clusterip: Fact<plumb_facts::Connect>,
+    /// TCP connect to the API server endpoint directly (no Service translation).
     pub api_local: Fact<plumb_facts::Connect>,
 }
 

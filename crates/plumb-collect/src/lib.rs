@@ -1,8 +1,14 @@
-//! plumb-collect: the edge that reads the live firewall.
+//! plumb-collect: the edge that reads a node — this machine, a network namespace with a
+//! file tree standing for a node, or a support bundle ([`node`]) — into rulesets
+//! ([`rulesets`]) and [`plumb_facts::Facts`] ([`facts`]), and writes plumb's own
+//! redacted bundle ([`bundle_writer`]).
 //!
-//! Everything here is read-only: plumb only runs dump commands (`*-save`, `nft
-//! list`) and reads /proc. Every external command goes through one [`Runner`]
-//! so tests can substitute it, and every command is bounded by a timeout.
+//! Everything here is read-only towards the node: plumb only runs dump and status
+//! commands (`*-save`, `nft list`, `systemctl`, `ss`) and reads files and /proc. Every
+//! external command goes through one [`Runner`] so tests can substitute it, and every
+//! command is bounded by a timeout.
+
+#![deny(missing_docs)]
 
 pub mod archive;
 pub mod bundle_writer;

@@ -15,17 +15,23 @@ use serde::Serialize;
 /// How one dump command went.
 #[derive(Clone, Debug, Serialize)]
 pub struct ToolOutcome {
+    /// The dump's name (`iptables-nft-save`, `ip6tables-legacy-save`, `nft_list_ruleset`).
     pub tool: String,
     /// `ok`, `missing`, `skipped` or `failed`.
     pub status: String,
+    /// For `ok`, where the text came from; otherwise the reason (the tool's error, the
+    /// empty /proc table list that made a legacy dump unnecessary).
     pub detail: String,
+    /// Tables the dump held (0 unless `ok`).
     pub tables: usize,
 }
 
 /// Everything read, merged, and how each tool went.
 #[derive(Debug)]
 pub struct Collected {
+    /// Every table read, from all backends and both families, in one ruleset.
     pub ruleset: Ruleset,
+    /// One outcome per dump tried, including skipped and failed ones.
     pub tools: Vec<ToolOutcome>,
 }
 

@@ -9,10 +9,14 @@ use plumb_facts::timeline::{Entry, Timeline};
 use plumb_facts::{Facts, LogFile};
 use plumb_findings::{Evidence, Finding};
 
+/// What every node check reads: the facts, the ruleset findings, the node's own values
+/// and its history.
 pub struct Ctx<'a> {
+    /// Everything read about the node.
     pub facts: &'a Facts,
     /// Findings of the ruleset integrity checks (plumb-check), already run.
     pub ruleset_findings: Vec<Finding>,
+    /// The node's CIDRs, ClusterIP and CNI, quoted by remediation texts.
     pub values: NodeValues,
     /// The node's history from every log read.
     pub timeline: Timeline,
@@ -22,12 +26,15 @@ pub struct Ctx<'a> {
 /// when nothing on the node gave them, and then `defaults` says which.
 #[derive(Clone, Debug)]
 pub struct NodeValues {
+    /// The pod CIDR (`10.42.0.0/16`).
     pub cluster_cidr: String,
+    /// The Service CIDR (`10.43.0.0/16`).
     pub service_cidr: String,
     /// The `kubernetes` Service ClusterIP.
     pub kubernetes_clusterip: String,
     /// flannel's VXLAN port (Canal and Flannel; RKE2 default).
     pub vxlan_port: u16,
+    /// The CNI plugins RKE2's config names (`canal` when it names none).
     pub cni: Vec<String>,
     /// Where the values came from, one line each.
     pub source: String,
@@ -38,6 +45,8 @@ pub struct NodeValues {
 }
 
 impl NodeValues {
+    /// Decides the node's values from its facts ([`plumb_facts::cluster::network`]) and
+    /// records which ones are defaults.
     pub fn from_facts(facts: &Facts) -> NodeValues {
         let cfg = facts
             .rke2_config

@@ -6,6 +6,8 @@
 //! - [`reasoning`]: ranks candidate causes by the symptoms they explain.
 //! - [`report`]: the versioned JSON report and its human rendering.
 
+#![deny(missing_docs)]
+
 pub mod checks;
 pub mod context;
 pub mod reasoning;

@@ -3,7 +3,7 @@
 //! present. The best problem candidate (severity medium or worse) is the root cause; the
 //! problems it explains are its supporting evidence; `ok` findings are what was ruled out.
 //!
-//! The table encodes two incidents plumb was built around: a security agent deleting
+//! The table encodes two incidents: a security agent deleting
 //! kube-proxy's chains explains the ClusterIP timeout, the restore failures, the missing
 //! chains and install-cni's crash loop; UFW explains kube-proxy's failing /healthz and
 //! the FORWARD drops, where probe semantics and RBAC denials are red herrings.
@@ -24,7 +24,9 @@ const SELF_EVIDENT: &[&str] = &[
 /// A cap on how sure a cause can be, because its decisive signal is missing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limit {
+    /// The finding id of the capped cause.
     pub cause: &'static str,
+    /// The highest confidence it may be reported with.
     pub at_most: Confidence,
     /// The missing signal and how to get it.
     pub to_confirm: String,
@@ -33,7 +35,9 @@ pub struct Limit {
 /// A conclusion and what would make it sure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outcome {
+    /// The root cause, its confidence and the findings it explains.
     pub conclusion: Conclusion,
+    /// What would make the conclusion sure, when a cap lowered its confidence.
     pub to_confirm: Option<String>,
 }
 

@@ -9,16 +9,28 @@
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
 
+/// One host security agent of the catalogue: the systemd units, process names, install
+/// paths and log directories that show it is installed or running, and the log phrases
+/// that mean it acted on the firewall.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct Agent {
+    /// Stable catalogue name (`illumio-ven`): what [`crate::AgentSighting::agent`] and
+    /// findings quote.
     pub name: String,
+    /// Product name for people (`Illumio VEN`).
     pub display: String,
     /// Whether it enforces its own view of the host firewall (and may revert others').
     pub manages_firewall: bool,
+    /// systemd unit names (`illumio-ven.service`); one listed by systemctl shows the agent.
     pub units: Vec<String>,
+    /// Process names as the kernel keeps them (`comm`, at most 15 bytes: `venAgent`).
     pub processes: Vec<String>,
+    /// Install directories (`/opt/illumio_ven`); any file at or under one shows the agent.
     pub paths: Vec<String>,
+    /// Directories holding the agent's own logs, read for tamper and revert lines.
     pub log_dirs: Vec<String>,
+    /// Phrases (matched case-insensitively, anywhere in a line) that mean the agent detected
+    /// or reverted changes to the firewall made by someone else.
     pub tamper_phrases: Vec<String>,
 }
 
@@ -38,6 +50,7 @@ pub fn catalogue() -> &'static [Agent] {
 }
 
 impl Agent {
+    /// Whether `unit` (a full name such as `illumio-ven.service`) is one of the agent's units.
     pub fn matches_unit(&self, unit: &str) -> bool {
         self.units.iter().any(|u| u == unit)
     }
@@ -48,6 +61,7 @@ impl Agent {
         self.processes.iter().any(|p| truncate15(p) == comm)
     }
 
+    /// Whether `path` is one of the agent's install or log directories, or lies under one.
     pub fn matches_path(&self, path: &str) -> bool {
         self.paths
             .iter()
@@ -61,6 +75,7 @@ impl Agent {
         self.processes.iter().any(|p| line.contains(p.as_str()))
     }
 
+    /// Whether a log line carries one of the agent's tamper phrases (case-insensitive).
     pub fn is_tamper_line(&self, line: &str) -> bool {
         let lower = line.to_ascii_lowercase();
         self.tamper_phrases

@@ -22,13 +22,17 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SettingKey {
+    /// The range ClusterIPs are allocated from (`--service-cluster-ip-range`, `service-cidr`,
+    /// `serviceSubnet`).
     ServiceCidr,
+    /// The pod network's range (`--cluster-cidr`, `clusterCIDR`, `podSubnet`).
     ClusterCidr,
 }
 
 /// A network setting found in a file or command line.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Setting {
+    /// Which setting this is.
     pub key: SettingKey,
     /// The IPv4 value (dual-stack lists keep their IPv4 member).
     pub value: String,
@@ -93,7 +97,10 @@ fn ipv4_cidr(v: &str) -> Option<String> {
 /// One decided value and where it came from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Decided {
+    /// The value: an IPv4 CIDR (`10.43.0.0/16`) or address (`10.43.0.1`, `192.168.1.10:6443`).
     pub value: String,
+    /// Where it was read (a rule, a file and key, a process argument) or, for a default,
+    /// which distribution's default it is.
     pub source: String,
     /// True when nothing on the node gave it: a distribution's default.
     pub default: bool,
@@ -112,7 +119,9 @@ impl Decided {
 /// The node's network settings, each with its source.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ClusterNetwork {
+    /// The Service CIDR ClusterIPs come from.
     pub service_cidr: Decided,
+    /// The pod (cluster) CIDR: addresses of pods on every node.
     pub cluster_cidr: Decided,
     /// The `kubernetes` Service ClusterIP (no port).
     pub kubernetes_clusterip: Decided,
@@ -124,6 +133,7 @@ pub struct ClusterNetwork {
 /// What kube-proxy's rules say about the `kubernetes` Service.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KubernetesService {
+    /// The ClusterIP of `default/kubernetes:https` (no port); `None` when no rule names it.
     pub clusterip: Option<String>,
     /// The `! -s` of the masquerade rule: kube-proxy's idea of the pod CIDR.
     pub cluster_cidr: Option<String>,

@@ -11,11 +11,14 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "lowercase")]
 pub enum Fact<T> {
+    /// The probe ran and its output was understood.
     Known {
+        /// What was read.
         value: T,
         /// Command or file the value was read from.
         source: String,
     },
+    /// The probe could not run, or its output was not understood: nothing is assumed.
     Unknown {
         /// Why: "not installed", "not in this bundle", "permission denied", "timed out after 2s".
         reason: String,
@@ -23,6 +26,7 @@ pub enum Fact<T> {
 }
 
 impl<T> Fact<T> {
+    /// A value read from `source` (a command line or a file path).
     pub fn known(value: T, source: impl Into<String>) -> Fact<T> {
         Fact::Known {
             value,
@@ -30,12 +34,14 @@ impl<T> Fact<T> {
         }
     }
 
+    /// A fact that could not be read, with the reason a report shows for it.
     pub fn unknown(reason: impl Into<String>) -> Fact<T> {
         Fact::Unknown {
             reason: reason.into(),
         }
     }
 
+    /// The value, or `None` when the fact is unknown.
     pub fn value(&self) -> Option<&T> {
         match self {
             Fact::Known { value, .. } => Some(value),
@@ -43,6 +49,7 @@ impl<T> Fact<T> {
         }
     }
 
+    /// The command or file the value came from, or `None` when the fact is unknown.
     pub fn source(&self) -> Option<&str> {
         match self {
             Fact::Known { source, .. } => Some(source),
@@ -50,6 +57,7 @@ impl<T> Fact<T> {
         }
     }
 
+    /// Transforms a known value and keeps its source; an unknown fact keeps its reason.
     pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Fact<U> {
         match self {
             Fact::Known { value, source } => Fact::Known {

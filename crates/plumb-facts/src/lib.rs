@@ -10,6 +10,8 @@
 //!   ClusterIP, the API endpoint) from its own state, defaults only as a last resort.
 //! - [`timeline`]: the node's history from every log read, in time order.
 
+#![deny(missing_docs)]
+
 pub mod agents;
 pub mod cluster;
 pub mod fact;

@@ -31,8 +31,10 @@ pub enum SourceKind {
     PlumbBundle,
 }
 
+/// What the facts were read from: the kind of source and a description for reports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SourceInfo {
+    /// Live node, namespace, or which kind of support bundle.
     pub kind: SourceKind,
     /// "live node", "sosreport at /tmp/x", "netns plumb-node, root /run/plumb-lab".
     pub description: String,
@@ -54,8 +56,11 @@ pub struct RulesetRead {
 /// One running process.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Process {
+    /// Process id (in the reading's PID namespace).
     pub pid: u32,
+    /// The kernel's process name (`comm`: at most 15 bytes, `kube-proxy`, `venAgent`).
     pub comm: String,
+    /// Resolved `/proc/PID/exe` on a live node; `None` from `ps` output or a bundle.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exe: Option<String>,
     /// Command line as printed (`ps` args or /proc/PID/cmdline with spaces).
@@ -65,7 +70,9 @@ pub struct Process {
 /// An HTTP GET made by a probe (kube-proxy health, API server readyz).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HttpReply {
+    /// The URL requested (`http://127.0.0.1:10256/healthz`).
     pub url: String,
+    /// HTTP status code of the reply (kube-proxy health: 200 healthy, 503 not).
     pub status: u16,
     /// Body, cut to a few KiB.
     pub body: String,
@@ -83,13 +90,17 @@ impl HttpReply {
 pub struct Connect {
     /// `10.43.0.1:443`.
     pub target: String,
+    /// How the connect ended.
     pub outcome: ConnectOutcome,
+    /// Time until that outcome, in milliseconds (about the probe timeout when it timed out).
     pub millis: u64,
 }
 
+/// How a TCP connect attempt ended; each end points at a different kind of cause.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ConnectOutcome {
+    /// The handshake completed: the address is translated and something answers.
     Connected,
     /// No answer within the timeout: packets silently dropped or not translated.
     TimedOut,
@@ -119,15 +130,21 @@ pub struct LogFile {
     /// For pod logs: the first message, which dates the container's start.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first: Option<LogLine>,
+    /// Lines the file held when read (all of them, not only the signal lines).
     pub lines_read: usize,
     /// Lines that mean something to doctor, in file order (bounded per file).
     pub signals: Vec<(Signal, LogLine)>,
 }
 
+/// The pod a CRI log file belongs to, from its path
+/// (`/var/log/pods/<namespace>_<pod>_<uid>/<container>/N.log`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct PodRef {
+    /// Kubernetes namespace (`kube-system`).
     pub namespace: String,
+    /// Pod name (`rke2-canal-abcde`).
     pub pod: String,
+    /// Container name within the pod (`install-cni`, `kube-proxy`).
     pub container: String,
 }
 
@@ -138,48 +155,74 @@ pub struct AgentSighting {
     pub agent: String,
     /// `unit illumio-ven.service active`, `process venAgent[4211]`, `path /opt/illumio_ven`.
     pub how: String,
+    /// The command or file that showed it (`systemctl list-units`, `ps`, a bundle path).
     pub source: String,
 }
 
 /// Everything read about a node.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Facts {
+    /// What was read: the live node, a namespace, or a bundle; `None` only in facts built
+    /// by hand (tests).
     pub source: Option<SourceInfo>,
     /// All rulesets read (both backends, both families, native nft), merged.
     #[serde(skip)]
     pub ruleset: Fact<Ruleset>,
+    /// How reading each ruleset dump went, including the ones that failed or were absent.
     pub ruleset_reads: Vec<RulesetRead>,
     /// `/proc/net/ip_tables_names` and `ip6_tables_names`: legacy tables that exist.
     pub ip_tables_names: Fact<Vec<String>>,
+    /// `/proc/net/ip6_tables_names`: the IPv6 legacy tables that exist.
     pub ip6_tables_names: Fact<Vec<String>>,
     /// `iptables --version`: `iptables v1.8.9 (nf_tables)`.
     pub iptables_version: Fact<String>,
+    /// `uname -a`: kernel release and build, as printed.
     pub kernel: Fact<String>,
+    /// systemd units from `systemctl list-units --all` (firewalld, ufw, iptables.service,
+    /// security agents).
     pub units: Fact<Vec<Unit>>,
+    /// Running processes (`ps` or /proc): who runs kube-proxy, the CNI agents, the
+    /// security agents, and with which arguments.
     pub processes: Fact<Vec<Process>>,
+    /// `ufw status verbose`: whether UFW is active and its default policies.
     pub ufw: Fact<UfwStatus>,
     /// `firewall-cmd --state`: `running` / `not running`.
     pub firewalld: Fact<String>,
+    /// Security agents of the catalogue seen on the node (units, processes, paths); empty
+    /// when none was seen.
     pub agents: Vec<AgentSighting>,
+    /// `sysctl -a`, by dotted name (`net.ipv4.ip_forward` -> `1`).
     pub sysctls: Fact<BTreeMap<String, String>>,
     /// Loaded modules (name -> line in lsmod).
     pub modules: Fact<BTreeMap<String, u32>>,
+    /// Listening sockets (`ss -tulnp`): kube-proxy's health port, the API server.
     pub listeners: Fact<Vec<Listener>>,
+    /// `/etc/rancher/rke2/config.yaml`; unknown on nodes that are not RKE2.
     pub rke2_config: Fact<Rke2Config>,
+    /// The probe paths of RKE2's kube-proxy static pod manifest (what kubelet asks on 10256).
     pub kube_proxy_probes: Fact<ProbePaths>,
     /// Files in /etc/cni/net.d.
     pub cni_conf_files: Fact<Vec<String>>,
+    /// GET `/healthz` on kube-proxy's health server (127.0.0.1:10256); 503 when an update
+    /// has been pending longer than twice the sync period or the node is being deleted.
     pub kube_proxy_healthz: Fact<HttpReply>,
+    /// GET `/livez` on kube-proxy's health server: like `/healthz` without the node's
+    /// eligibility.
     pub kube_proxy_livez: Fact<HttpReply>,
+    /// GET `/readyz?verbose` on the local API server endpoint (HTTPS, certificate not
+    /// verified).
     pub api_readyz: Fact<HttpReply>,
     /// TCP connect to the `kubernetes` Service ClusterIP (first IP of the service CIDR).
     pub clusterip_connect: Fact<Connect>,
     /// TCP connect to the local API server endpoint (127.0.0.1:6443 or the node IP).
     pub api_local_connect: Fact<Connect>,
+    /// CRI logs of the pods in the namespaces read (kube-proxy, the CNI's pods, coredns):
+    /// one entry per file, several per container when it restarted.
     pub pod_logs: Vec<LogFile>,
     /// kubelet's and the distribution's service logs (RKE2's agent log, journal
     /// excerpts) and the audit log's NETFILTER_CFG records.
     pub node_logs: Vec<LogFile>,
+    /// Logs of the security agents, from their catalogue log directories.
     pub agent_logs: Vec<LogFile>,
     /// Network settings found in the node's own files and command lines (static pod
     /// manifests, kube-proxy and distribution configs, process arguments).

@@ -35,6 +35,7 @@ pub struct Entry {
     /// The container the line is about (kubelet's probe of `kube-proxy`), or the writer's own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
+    /// What the line means.
     pub signal: Signal,
     /// `liveness`, `readiness` or `startup` for probe failures.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -45,7 +46,9 @@ pub struct Entry {
     /// For container starts: the restart number (the N of N.log).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restart: Option<u32>,
+    /// The file the line was read from (node or bundle path).
     pub source: String,
+    /// Line number (1-based) in that file.
     pub line: u32,
     /// The message, cut to 300 characters.
     pub text: String,
@@ -56,17 +59,22 @@ pub struct Entry {
 /// What the timeline says about one container.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ContainerHistory {
+    /// Container name (`kube-proxy`, `install-cni`).
     pub container: String,
     /// Restarts seen: the highest restart number of its log files, or kubelet's liveness
     /// kills when that is more.
     pub restarts: u32,
     /// Log files read (one per start kubelet kept).
     pub logs: u32,
+    /// kubelet's `failed liveness probe, will be restarted` lines about it.
     pub liveness_restarts: u32,
+    /// Failed probes of any kind (liveness, readiness, startup) kubelet logged about it.
     pub probe_failures: u32,
     /// Status codes of failed HTTP probes, with counts.
     pub probe_codes: BTreeMap<u16, u32>,
+    /// `CrashLoopBackOff` / `Back-off restarting failed container` lines about it.
     pub back_offs: u32,
+    /// iptables-restore failures in its log (failed restores and missing chains).
     pub restore_failures: u32,
 }
 

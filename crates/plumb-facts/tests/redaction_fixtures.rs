@@ -79,7 +79,8 @@ fn no_planted_secret_survives_and_the_count_is_exact() {
     assert!(failures.is_empty(), "{}", failures.join("\n---\n"));
 }
 
-/// The inline PEM key inside a JSON string used to swallow every later line.
+/// An inline PEM key inside a JSON string (one line, `\n` escapes) is redacted without
+/// swallowing the lines after it.
 #[test]
 fn pem_inside_a_json_string_keeps_the_lines_after_it() {
     let text = plumb_testkit_read(

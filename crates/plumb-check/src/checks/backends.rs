@@ -16,7 +16,9 @@ use plumb_findings::{Finding, Severity};
 use plumb_kubeproxy::chain_name::parse_chain_name;
 use plumb_ruleset::{Backend, Table};
 
+/// Finding id: KUBE-* chains in both iptables-legacy and iptables-nft.
 pub const ID: &str = "iptables-backend-mix";
+/// Finding id: a native nftables `kube-proxy` table beside iptables-mode `KUBE-SVC-*` chains.
 pub const ID_MODE: &str = "kube-proxy-mode-mix";
 
 fn kube_chains<'a>(
@@ -38,6 +40,8 @@ fn has_hint(facts: &Facts, backend: Backend) -> bool {
         .any(|t| &*t.name == "mangle" && t.chain("KUBE-IPTABLES-HINT").is_some())
 }
 
+/// Reports Kubernetes chains in more than one backend and kube-proxy rules of two modes;
+/// `unknown` for both ids when the input is not complete.
 pub fn check(facts: &Facts) -> Vec<Finding> {
     if !facts.is_full() {
         return Vec::new();

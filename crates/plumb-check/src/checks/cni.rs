@@ -27,9 +27,15 @@ use plumb_findings::{Finding, Severity};
 use plumb_kubeproxy::chain_name::parse_chain_name;
 use plumb_ruleset::{Backend, Family, Table, owner};
 
+/// Finding id: a CNI with part of its expected chains or hooks missing, or no CNI
+/// evidence at all beside kube-proxy's services.
 pub const ID: &str = "cni-chains-missing";
+/// Finding id: two CNIs that each claim the pod network are active, in a combination
+/// not documented to work.
 pub const ID_MULTIPLE: &str = "multiple-cnis";
 
+/// Judges the CNIs the [`crate::inventory`] found: missing chains or hooks of a present
+/// CNI, no CNI at all, or two competing pod networks; `unknown` on partial input.
 pub fn check(facts: &Facts) -> Vec<Finding> {
     if !facts.is_full() {
         return Vec::new();

@@ -17,6 +17,7 @@ use crate::facts::Facts;
 use plumb_findings::{Evidence, Finding, Severity};
 use plumb_ruleset::{Backend, Table};
 
+/// Finding id: a jump, goto or verdict-map entry naming a chain that does not exist.
 pub const ID: &str = "dangling-reference";
 
 /// Verdict-map elements of an nft table that reference a chain, as evidence.
@@ -46,6 +47,8 @@ fn set_references<'a>(facts: &Facts, table: &'a Table) -> Vec<(&'a str, Evidence
     out
 }
 
+/// Reports every reference to an undeclared chain (on partial input, only chains the
+/// payload itself deletes); `unknown` when the input was cut short.
 pub fn check(facts: &Facts) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut skipped_partial = 0usize;

@@ -23,6 +23,7 @@ use crate::facts::{FastMap, FastSet};
 use plumb_findings::{Finding, Severity};
 use plumb_ruleset::{Rule, RuleBody, Table};
 
+/// Finding id: a rule repeated in the same chain whose later copy can never match.
 pub const ID: &str = "duplicate-rule";
 
 /// Chains up to this many rules are checked by comparing rules pairwise.
@@ -126,6 +127,7 @@ fn counted(rule: &Rule) -> bool {
     rule.counters.is_some_and(|c| c.packets > 0)
 }
 
+/// Reports each chain holding provably dead copies of an earlier rule, with both lines.
 pub fn check(facts: &Facts) -> Vec<Finding> {
     let error_lines: FastSet<u32> = facts.ruleset.errors().map(|d| d.line).collect();
     let mut out = Vec::new();

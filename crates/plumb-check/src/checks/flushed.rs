@@ -17,6 +17,7 @@ use crate::facts::shapes::is_flushed;
 use plumb_findings::{Finding, Severity};
 use plumb_ruleset::owner;
 
+/// Finding id: a table whose chains are all declared and all empty (`iptables -F`).
 pub const ID: &str = "table-flushed";
 
 /// Display name of an owner: a CNI's catalogue name, else the owner name.
@@ -28,6 +29,8 @@ fn owner_display(name: &str) -> String {
     }
 }
 
+/// Reports each flushed table with the owners whose chains it emptied; only on
+/// complete dumps.
 pub fn check(facts: &Facts) -> Vec<Finding> {
     if !facts.is_full() {
         return Vec::new();

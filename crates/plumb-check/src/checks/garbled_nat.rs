@@ -14,6 +14,8 @@ use plumb_ruleset::iptables::XtBuf;
 use plumb_ruleset::nft::{NatKind, StatementKind};
 use std::net::IpAddr;
 
+/// Finding id: a DNAT/SNAT target (or nft `dnat`/`snat` statement) without a usable
+/// address.
 pub const ID: &str = "garbled-nat-target";
 
 /// `10.0.0.1`, `10.0.0.1:80`, `10.0.0.1-10.0.0.9:80-90`, `[fd00::1]:80`, `fd00::1`.
@@ -39,6 +41,8 @@ fn usable_nat_address(s: &str) -> bool {
     }
 }
 
+/// Reports NAT rules whose address is missing, `0.0.0.0:0` or not an address, the mark
+/// of iptables version skew between the writer and the reader.
 pub fn check(facts: &Facts) -> Vec<Finding> {
     let mut evidence = Vec::new();
     let mut buf = XtBuf::default();

@@ -1,8 +1,8 @@
 //! Findings: kube-proxy is present but its dataplane is broken.
 //!
 //! - `kube-proxy-rules-missing`: nat `KUBE-SERVICES` missing or without service rules while
-//!   `KUBE-SVC-*` chains exist (nothing captures ClusterIPs: the security-agent incident's "the API server
-//!   answers locally but 10.43.0.1:443 times out"), or a hook from PREROUTING/OUTPUT/
+//!   `KUBE-SVC-*` chains exist (nothing captures ClusterIPs: the API server answers
+//!   locally but 10.43.0.1:443 times out), or a hook from PREROUTING/OUTPUT/
 //!   POSTROUTING (nat) or FORWARD (filter) is gone. nftables mode: the `services` chain or
 //!   the `nat-prerouting`/`nat-output` base chains are missing.
 //! - `kube-proxy-service-unreachable`: a `KUBE-SVC-*`/`KUBE-SVL-*` chain nothing jumps to —
@@ -26,9 +26,16 @@ use plumb_kubeproxy::chain_name::parse_chain_name;
 use plumb_ruleset::iptables::XtBuf;
 use plumb_ruleset::{Backend, Family, Table};
 
+/// Finding id: kube-proxy's service dispatch (`KUBE-SERVICES` or its hooks; nftables
+/// mode: `services` and the nat base chains) is missing while its service chains exist.
 pub const ID_MISSING: &str = "kube-proxy-rules-missing";
+/// Finding id: a `KUBE-SVC-*`/`KUBE-SVL-*` chain that nothing jumps to (iptables mode).
 pub const ID_UNREACHABLE: &str = "kube-proxy-service-unreachable";
+/// Finding id: a canary chain or `KUBE-IPTABLES-HINT` that this kube-proxy and kubelet
+/// generation writes is missing.
 pub const ID_CANARY: &str = "kube-proxy-canary-missing";
+/// Finding id: a kube-proxy chain whose name hash does not match the service its
+/// comments name.
 pub const ID_HASH: &str = "kube-proxy-chain-hash-mismatch";
 
 const DO_NOT_FLUSH: &str = "flush iptables or restart kube-proxy in a loop: if something keeps deleting its rules (a security agent's tamper protection, for one), they disappear again; fix the cause.";
@@ -49,6 +56,9 @@ fn hooked(table: &Table, builtin: &str, target: &str) -> Option<bool> {
     )
 }
 
+/// Judges kube-proxy's rules when kube-proxy is present (iptables, IPVS or nftables
+/// mode); nothing is reported missing that the inferred generation never wrote, and
+/// partial inputs get `unknown`.
 pub fn check(facts: &Facts) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut judged = false;

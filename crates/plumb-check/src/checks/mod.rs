@@ -23,6 +23,8 @@ pub struct Check {
     pub ids: &'static [(&'static str, &'static str)],
     /// What the check looks for, as a whole.
     pub summary: &'static str,
+    /// Runs the check over one ruleset's facts: one finding per id it answers for (`ok`,
+    /// `unknown` or a problem), or several problems of one id when several places are wrong.
     pub check: fn(&Facts) -> Vec<Finding>,
 }
 

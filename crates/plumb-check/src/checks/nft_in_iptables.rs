@@ -19,8 +19,11 @@ use crate::facts::Facts;
 use plumb_findings::{Finding, Severity};
 use plumb_ruleset::nft::iptables_nft::foreign_rules;
 
+/// Finding id: a native nft rule inside a table iptables-nft manages.
 pub const ID: &str = "nft-rule-in-iptables-table";
 
+/// Reports rules of an nft view that iptables-nft did not write, in the tables it
+/// manages (they are lost on the owner's next restore).
 pub fn check(facts: &Facts) -> Vec<Finding> {
     let rules: Vec<_> = foreign_rules(facts.ruleset).collect();
     if rules.is_empty() {

@@ -13,8 +13,12 @@ use crate::facts::Facts;
 use plumb_findings::{Evidence, Finding, Severity};
 use plumb_kubeproxy::recover::NoEndpoints;
 
+/// Finding id: Services kube-proxy rejects for having no endpoints.
 pub const ID: &str = "service-no-endpoints";
 
+/// Lists the Services kube-proxy answers with a reject: severity medium when one is
+/// `kube-system/*` or `default/kubernetes`, low otherwise; `Local`-policy drops are not
+/// reported.
 pub fn check(facts: &Facts) -> Vec<Finding> {
     let mut names: Vec<String> = Vec::new();
     let mut evidence = Vec::new();

@@ -28,6 +28,8 @@ use plumb_kubeproxy::chain_name::parse_chain_name;
 use plumb_ruleset::{Backend, Table};
 use std::collections::BTreeMap;
 
+/// Finding id: a declared chain nothing references (or a referenced chain the catalogue
+/// says must not be empty).
 pub const ID: &str = "stale-chain";
 
 /// True when the catalogue says nothing jumps to `chain` on a healthy node.
@@ -37,6 +39,8 @@ fn by_design(chain: &plumb_ruleset::Chain, ipvs: bool) -> bool {
     })
 }
 
+/// Reports unreferenced chains except those unreferenced by design and those of a
+/// flushed table; only on complete dumps.
 pub fn check(facts: &Facts) -> Vec<Finding> {
     if !facts.is_full() {
         return Vec::new();

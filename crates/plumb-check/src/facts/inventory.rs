@@ -33,6 +33,7 @@ const MAX_MATCHES: usize = 4;
 pub struct CniMatch {
     /// The catalogue entry that matched (`chain name prefix WEAVE-`, `interface eni+`).
     pub why: String,
+    /// The line that matched, with its source and line number.
     pub evidence: Evidence,
 }
 
@@ -43,7 +44,7 @@ pub struct CniFound {
     pub owner: &'static str,
     /// Display name (`Weave Net`).
     pub name: &'static str,
-    /// The catalogue role (see [`CniFound::effective_role`] for the role on this node).
+    /// The catalogue role (see [`Inventory::effective_role`] for the role on this node).
     pub role: CniRole,
     /// The first few matches.
     pub matches: Vec<CniMatch>,
@@ -68,8 +69,13 @@ impl CniFound {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProxyMode {
+    /// iptables mode: services as `KUBE-SVC-*`/`KUBE-SEP-*` chains with DNAT rules (also
+    /// assumed when the rules show kube-proxy and no other mode).
     Iptables,
+    /// IPVS mode: nat `KUBE-SERVICES` selects services through kube-proxy's ipsets
+    /// (`--match-set KUBE-CLUSTER-IP`); the services are IPVS virtual servers, not rules.
     Ipvs,
+    /// nftables mode: a native nft table named `kube-proxy` holds the services.
     Nftables,
 }
 
@@ -91,6 +97,7 @@ pub struct VersionFeature {
     pub feature: String,
     /// Kubernetes 1.x minor versions it proves: at least / at most.
     pub at_least: Option<u32>,
+    /// Highest 1.x minor version it allows, when it bounds from above.
     pub at_most: Option<u32>,
     /// Proven by something present (strong) or by something absent (weak: a deleted
     /// rule looks the same).
@@ -100,13 +107,18 @@ pub struct VersionFeature {
 /// The kube-proxy generation inferred from the ruleset's own features.
 #[derive(Clone, Debug, Serialize)]
 pub struct ProxyGeneration {
+    /// Which proxier wrote the rules.
     pub mode: ProxyMode,
     /// Lowest 1.x minor the features prove (by features present, or absent when no
     /// present feature says otherwise).
     pub at_least: Option<u32>,
     /// Highest 1.x minor the features allow.
     pub at_most: Option<u32>,
+    /// High: two features present and no bound resting on an absence; medium: one feature,
+    /// or a bound from something missing; low: features contradict each other or none is
+    /// present.
     pub confidence: Confidence,
+    /// The features the bounds come from, as printed in evidence.
     pub features: Vec<VersionFeature>,
 }
 

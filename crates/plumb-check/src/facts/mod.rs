@@ -82,12 +82,17 @@ pub enum Origin {
     File(String),
     /// Read live with the native tools (optionally in a network namespace): evidence names
     /// the dump command of each table's backend and family.
-    Live { netns: Option<String> },
+    Live {
+        /// The network namespace read (`None`: plumb's own).
+        netns: Option<String>,
+    },
 }
 
 /// Everything a check needs.
 pub struct Facts<'a> {
+    /// The ruleset the checks judge (every table read, all backends and families).
     pub ruleset: &'a Ruleset,
+    /// Where it was read from: decides how evidence names its sources.
     pub origin: Origin,
     /// The user said the input is a restore payload (`--partial`).
     pub partial_flag: bool,
@@ -100,6 +105,9 @@ pub struct Facts<'a> {
 }
 
 impl<'a> Facts<'a> {
+    /// Prepares the facts once per run: recovers kube-proxy's service map, indexes chain
+    /// references per table, and infers the [`Inventory`].
+    /// `partial_flag` is the user's `--partial`.
     pub fn new(ruleset: &'a Ruleset, origin: Origin, partial_flag: bool) -> Facts<'a> {
         // Independent passes over the whole ruleset: one per core on big dumps.
         let (services, refs) = join(

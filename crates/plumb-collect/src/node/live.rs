@@ -19,6 +19,8 @@ use std::time::Duration;
 const TIMEOUT: Duration = Duration::from_secs(10);
 const DUMP_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// This machine as a [`Node`]: commands run through `R` with deadlines (network-scoped
+/// ones in the optional network namespace), node files are read under a root directory.
 pub struct LiveNode<R: Runner> {
     runner: R,
     netns: Option<String>,

@@ -23,9 +23,19 @@ use plumb_ruleset::{Backend, Family};
 pub enum NodeCommand {
     /// `iptables-save` of one family and backend (`IptablesUnknown` = whatever
     /// `iptables-save` is on the node, as bundles record it).
-    IptablesSave { family: Family, backend: Backend },
+    IptablesSave {
+        /// IPv4 (`iptables-save`) or IPv6 (`ip6tables-save`).
+        family: Family,
+        /// `IptablesNft` or `IptablesLegacy` for the `-nft-`/`-legacy-` variants.
+        backend: Backend,
+    },
     /// `iptables -t TABLE -nvL` (bundles that only keep listings).
-    IptablesListing { family: Family, table: String },
+    IptablesListing {
+        /// IPv4 (`iptables`) or IPv6 (`ip6tables`).
+        family: Family,
+        /// The table listed (`filter`, `nat`, `mangle`, `raw`).
+        table: String,
+    },
     /// `nft list ruleset`.
     NftListRuleset,
     /// `iptables --version`.
@@ -95,10 +105,12 @@ impl NodeCommand {
 pub struct Captured {
     /// `iptables-nft-save (netns plumb-node)`, `sos_commands/kernel/lsmod`, `/etc/...`.
     pub source: String,
+    /// The output or file content, unchanged (possibly not UTF-8).
     pub bytes: Vec<u8>,
 }
 
 impl Captured {
+    /// The bytes as text; invalid UTF-8 sequences become U+FFFD.
     pub fn text(&self) -> std::borrow::Cow<'_, str> {
         String::from_utf8_lossy(&self.bytes)
     }
@@ -109,6 +121,7 @@ pub type Unavailable = String;
 
 /// A node, live or in a bundle.
 pub trait Node: Sync {
+    /// What this node is (live, namespace, which bundle) and how reports describe it.
     fn info(&self) -> SourceInfo;
     /// The output of a command (exit status 0 only; failures become the reason).
     fn command(&self, command: &NodeCommand) -> Result<Captured, Unavailable>;

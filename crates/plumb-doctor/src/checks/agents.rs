@@ -1,5 +1,5 @@
 //! `security-agent-tamper` and `security-agent-present`: a host security agent
-//! (Illumio VEN in the write-up) treats kube-proxy's rule writes as tampering and reverts
+//! (Illumio VEN, for one) treats kube-proxy's rule writes as tampering and reverts
 //! them every few seconds, deleting kube-proxy's chains faster than it restores them.
 
 use crate::context::{Ctx, entry_evidence, fact_evidence, log_evidence};
@@ -8,9 +8,15 @@ use plumb_facts::agents::catalogue;
 use plumb_facts::parse::logs::{LogLine, Signal};
 use plumb_findings::{Finding, Severity};
 
+/// Finding id: a security agent reverts kube-proxy's or the CNI's rules (its own log
+/// says so, or kube-proxy's chains vanish under it while such an agent runs).
 pub const ID_TAMPER: &str = "security-agent-tamper";
+/// Finding id: a security agent that can rewrite netfilter is installed or running; a
+/// cause only together with a symptom it explains.
 pub const ID_PRESENT: &str = "security-agent-present";
 
+/// Answers for both ids from the agent sightings, the agents' logs and kube-proxy's
+/// restore failures.
 pub fn check(ctx: &Ctx) -> Vec<Finding> {
     vec![tamper(ctx), present(ctx)]
 }

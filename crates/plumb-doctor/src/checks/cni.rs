@@ -13,9 +13,15 @@ use crate::context::{Ctx, entry_evidence, fact_evidence, log_evidence};
 use plumb_facts::parse::logs::Signal;
 use plumb_findings::{Finding, Severity};
 
+/// Finding id: the CNI never finished initialising (no config in /etc/cni/net.d,
+/// install-cni failing).
 pub const ID: &str = "cni-not-initialized";
+/// Finding id: the CNI deletes kube-proxy's chains while kube-proxy still runs (Calico's
+/// eBPF-mode cleanup).
 pub const ID_CONFLICT: &str = "cni-kube-proxy-conflict";
 
+/// Answers for both ids from the CNI config directory and the CNI's and kube-proxy's
+/// pod logs.
 pub fn check(ctx: &Ctx) -> Vec<Finding> {
     vec![not_initialized(ctx), conflict(ctx)]
 }

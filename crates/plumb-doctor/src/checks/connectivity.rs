@@ -7,9 +7,14 @@ use plumb_facts::parse::logs::{Signal, dial_target};
 use plumb_facts::{ConnectOutcome, Fact};
 use plumb_findings::{Finding, Severity};
 
+/// Finding id: a TCP connect to the `kubernetes` Service ClusterIP does not complete from
+/// this node.
 pub const ID_CLUSTERIP: &str = "clusterip-unreachable";
+/// Finding id: the API server behind the ClusterIP does not answer or is not ready.
 pub const ID_API: &str = "api-server-unhealthy";
 
+/// Answers for both ids from the network probes and the logs' ClusterIP timeouts; a
+/// ClusterIP that fails while the API server answers directly points at the NAT path.
 pub fn check(ctx: &Ctx) -> Vec<Finding> {
     vec![clusterip(ctx), api(ctx)]
 }

@@ -9,10 +9,17 @@ use crate::context::{Ctx, fact_evidence};
 use plumb_findings::{Evidence, Finding, Severity};
 use plumb_ruleset::{Family, Policy};
 
+/// Finding id: UFW is active and its FORWARD policy or rules stop pod traffic.
 pub const ID_UFW: &str = "host-firewall-ufw";
+/// Finding id: firewalld is active, and its reloads flush and rebuild the tables under
+/// kube-proxy and the CNI.
 pub const ID_FIREWALLD: &str = "host-firewall-firewalld";
+/// Finding id: a catch-all `REJECT --reject-with icmp-host-prohibited` (RHEL/CentOS
+/// iptables-services) refuses pod traffic before the CNI's accepts.
 pub const ID_REJECT: &str = "host-firewall-reject";
 
+/// Answers for the three host-firewall ids from UFW's and firewalld's status, the units
+/// and the ruleset.
 pub fn check(ctx: &Ctx) -> Vec<Finding> {
     vec![ufw(ctx), firewalld(ctx), reject(ctx)]
 }

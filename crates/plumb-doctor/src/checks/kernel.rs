@@ -1,15 +1,22 @@
 //! Kernel prerequisites: `sysctl-requirement` (ip_forward, bridge-nf-call-iptables),
 //! `kernel-module-missing` (br_netfilter, overlay, nf_conntrack, vxlan) and
-//! `conntrack-pressure` (table nearly full). The UFW incident's runbook checks them and, when they are fine,
-//! says so: "reduced suspicion".
+//! `conntrack-pressure` (table nearly full). When they are fine the `ok` findings say so,
+//! which rules the kernel out.
 
 use crate::context::{Ctx, fact_evidence};
 use plumb_findings::{Finding, Severity};
 
+/// Finding id: a sysctl Kubernetes networking needs is off (`net.ipv4.ip_forward`,
+/// `net.bridge.bridge-nf-call-iptables`).
 pub const ID_SYSCTL: &str = "sysctl-requirement";
+/// Finding id: a kernel module Kubernetes networking needs is not loaded (br_netfilter,
+/// overlay, nf_conntrack, vxlan); a cause only together with a symptom.
 pub const ID_MODULES: &str = "kernel-module-missing";
+/// Finding id: the conntrack table is at least 90 % full (`nf_conntrack_count` against
+/// `nf_conntrack_max`).
 pub const ID_CONNTRACK: &str = "conntrack-pressure";
 
+/// Answers for the three kernel ids from the sysctls and the loaded modules.
 pub fn check(ctx: &Ctx) -> Vec<Finding> {
     vec![sysctls(ctx), modules(ctx), conntrack(ctx)]
 }

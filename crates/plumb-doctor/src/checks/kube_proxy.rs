@@ -1,21 +1,36 @@
 //! kube-proxy's own signals: `kube-proxy-restore-failures` (its iptables-restore fails —
 //! "Chain 'KUBE-SVC-…' does not exist" means something deleted its chains under it),
 //! `kube-proxy-unhealthy` (/healthz not 200) and `kube-proxy-probe-semantics` (/healthz 503
-//! while /livez 200: the 1.31 split between dataplane health and liveness; the UFW incident's runbook warns
-//! it is worth checking but not where to stop).
+//! while /livez 200: the split between dataplane health and liveness, KEP-3836; worth
+//! checking, but not a cause on its own). Its logs also show when the node's userspace
+//! does not fit: `iptables-userspace-incompatible` (its iptables cannot talk to the
+//! kernel's nf_tables, or rejects options it writes), `kube-proxy-nft-unavailable`
+//! (nftables mode without a usable `nft`) and `kube-proxy-conntrack-permission` (it may not
+//! set the conntrack sysctls).
 
 use crate::context::{Ctx, entry_evidence, fact_evidence, log_evidence};
 use plumb_facts::parse::logs::Signal;
 use plumb_facts::timeline::Entry;
 use plumb_findings::{Finding, Severity};
 
+/// Finding id: kube-proxy's iptables-restore fails, typically with `Chain 'KUBE-SVC-…'
+/// does not exist` (its chains were deleted under it).
 pub const ID_RESTORE: &str = "kube-proxy-restore-failures";
+/// Finding id: kube-proxy's `/healthz` is not 200, or its container crash-loops.
 pub const ID_UNHEALTHY: &str = "kube-proxy-unhealthy";
+/// Finding id: kube-proxy's liveness probe asks `/healthz`, which fails while it waits
+/// for the node, instead of `/livez`.
 pub const ID_PROBES: &str = "kube-proxy-probe-semantics";
+/// Finding id: kube-proxy's iptables cannot write to this kernel's nf_tables (generation
+/// errors, rejected options).
 pub const ID_IPTABLES: &str = "iptables-userspace-incompatible";
+/// Finding id: kube-proxy in nftables mode cannot run the `nft` binary.
 pub const ID_NFT: &str = "kube-proxy-nft-unavailable";
+/// Finding id: kube-proxy may not set `nf_conntrack_max` (unprivileged or containerised).
 pub const ID_CONNTRACK_PERM: &str = "kube-proxy-conntrack-permission";
 
+/// Answers for every kube-proxy id from its health endpoints, its static pod's probe
+/// paths and its logs.
 pub fn check(ctx: &Ctx) -> Vec<Finding> {
     vec![
         restore(ctx),

@@ -5,8 +5,11 @@ use crate::context::{Ctx, log_evidence};
 use plumb_facts::parse::logs::Signal;
 use plumb_findings::{Finding, Severity};
 
+/// Finding id: RBAC denials in the logs, usually transient at start-up (severity info:
+/// never a root cause on its own).
 pub const ID: &str = "rbac-transient-denial";
 
+/// Reports the `is forbidden` lines of the logs read, or `ok` when there are none.
 pub fn check(ctx: &Ctx) -> Vec<Finding> {
     let lines = ctx.pod_signals(None, Signal::RbacForbidden);
     if lines.is_empty() {

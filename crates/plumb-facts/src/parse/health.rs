@@ -5,10 +5,15 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The body kube-proxy's `/healthz` and `/livez` return.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProxyHealth {
+    /// When kube-proxy last completed a sync, as Go prints a time
+    /// (`2024-06-16 13:10:38.185 +0000 UTC m=+18599.92`).
     pub last_updated: String,
+    /// kube-proxy's clock when it answered, in the same form: the gap to `last_updated`
+    /// is how long it has not synced.
     pub current_time: String,
     /// Absent before 1.28 (KEP-3836); false while the node is being deleted or drained
     /// by the cluster autoscaler: /healthz then fails while kube-proxy itself is fine.

@@ -77,12 +77,16 @@ fn split_cri(line: &str) -> Option<(&str, &str, &str)> {
 /// A klog header: severity letter and the text after `file.go:NNN] `.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Klog<'a> {
+    /// `I`nfo, `W`arning, `E`rror or `F`atal.
     pub severity: char,
     /// `MMDD hh:mm:ss.uuuuuu`.
     pub time: &'a str,
+    /// The text after the header (`file.go:340] `): quoted message and key=value pairs.
     pub message: &'a str,
 }
 
+/// Reads a klog header (`E0827 17:30:29.414588 2101747 file.go:340] "msg" key="value"`);
+/// `None` when the line does not start with one.
 pub fn klog(line: &str) -> Option<Klog<'_>> {
     let b = line.as_bytes();
     if b.len() < 22

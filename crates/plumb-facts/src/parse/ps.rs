@@ -4,6 +4,8 @@
 
 use crate::model::Process;
 
+/// Reads a `ps` listing into processes; empty when no header line is found. Thread
+/// lines (PID `-`) and lines without a command are skipped.
 pub fn parse(text: &str) -> Vec<Process> {
     let mut lines = text.lines().enumerate();
     let Some((pid_col, cmd_col, comm_col)) = lines.by_ref().find_map(|(_, l)| header(l)) else {

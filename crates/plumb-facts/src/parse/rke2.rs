@@ -11,11 +11,14 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum OneOrMany {
+    /// A single string, which may itself be comma-separated (`multus,canal`).
     One(String),
+    /// A YAML list.
     Many(Vec<String>),
 }
 
 impl OneOrMany {
+    /// The values, in order, with a single string split at commas.
     pub fn items(&self) -> Vec<&str> {
         match self {
             OneOrMany::One(s) => s.split(',').map(str::trim).collect(),
@@ -24,35 +27,52 @@ impl OneOrMany {
     }
 }
 
+/// The keys of RKE2's config.yaml doctor reads; `None` when the file does not set one
+/// (the accessors apply RKE2's defaults).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Rke2Config {
+    /// `cni:` the CNI plugin(s) RKE2 deploys (`canal`, `calico`, `cilium`, `none`, or a
+    /// list with `multus` first).
     pub cni: Option<OneOrMany>,
+    /// `disable-kube-proxy:` true when RKE2 runs no kube-proxy (a CNI replaces it).
     pub disable_kube_proxy: Option<bool>,
+    /// `cluster-cidr:` the pod network's IPv4 (and IPv6) CIDRs, as written.
     pub cluster_cidr: Option<String>,
+    /// `service-cidr:` the Service ClusterIP range(s), as written.
     pub service_cidr: Option<String>,
+    /// `cluster-dns:` the ClusterIP of the cluster's DNS Service.
     pub cluster_dns: Option<String>,
+    /// `node-ip:` the address(es) the node advertises.
     pub node_ip: Option<OneOrMany>,
+    /// `server:` the supervisor URL an agent joins (`https://10.0.0.1:9345`); unset on the
+    /// first server.
     pub server: Option<String>,
 }
 
 impl Rke2Config {
+    /// RKE2's pod CIDR when `cluster-cidr` is not set.
     pub const DEFAULT_CLUSTER_CIDR: &str = "10.42.0.0/16";
+    /// RKE2's Service CIDR when `service-cidr` is not set.
     pub const DEFAULT_SERVICE_CIDR: &str = "10.43.0.0/16";
+    /// RKE2's CNI when `cni` is not set.
     pub const DEFAULT_CNI: &str = "canal";
 
+    /// The pod CIDR as configured, else RKE2's default.
     pub fn cluster_cidr(&self) -> &str {
         self.cluster_cidr
             .as_deref()
             .unwrap_or(Self::DEFAULT_CLUSTER_CIDR)
     }
 
+    /// The Service CIDR as configured, else RKE2's default.
     pub fn service_cidr(&self) -> &str {
         self.service_cidr
             .as_deref()
             .unwrap_or(Self::DEFAULT_SERVICE_CIDR)
     }
 
+    /// The CNI plugins as configured (a comma-separated string split), else `canal`.
     pub fn cni(&self) -> Vec<&str> {
         self.cni
             .as_ref()
@@ -72,8 +92,12 @@ pub fn parse_config(text: &str) -> Result<Rke2Config, String> {
 /// The probe paths of a kube-proxy static pod (what kubelet calls on 10256).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ProbePaths {
+    /// Path of the liveness probe's HTTP GET (`/livez` or `/healthz`); `None` when the
+    /// container has no HTTP liveness probe.
     pub liveness: Option<String>,
+    /// Path of the readiness probe's HTTP GET, when there is one.
     pub readiness: Option<String>,
+    /// Path of the startup probe's HTTP GET, when there is one.
     pub startup: Option<String>,
 }
 

@@ -6,19 +6,25 @@
 
 use serde::Serialize;
 
+/// One listening socket.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Listener {
     /// `tcp` or `udp` when the output says (Netid column), else `tcp` for LISTEN.
     pub proto: String,
     /// Address as printed, without brackets (`0.0.0.0`, `::`, `*`, `127.0.0.1`).
     pub addr: String,
+    /// Local port.
     pub port: u16,
     /// Process names from `users:(("kube-proxy",pid=1538,fd=18))`.
     pub processes: Vec<String>,
+    /// Process ids from the same `users:(...)` field, in the same order; empty when `ss`
+    /// was run without `-p` or without the right to see them.
     pub pids: Vec<u32>,
+    /// Line number in the output (1-based), for evidence.
     pub line: u32,
 }
 
+/// Reads the listening sockets of an `ss` listing; other lines are skipped.
 pub fn parse(text: &str) -> Vec<Listener> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {

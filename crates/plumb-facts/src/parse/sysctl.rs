@@ -9,18 +9,23 @@ use std::collections::BTreeMap;
 /// Settings read, and lines that were not `key = value`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Sysctls {
+    /// Settings by normalised dotted key.
     pub values: BTreeMap<String, Setting>,
+    /// (line number, raw text) of lines that are not `key = value`.
     pub bad_lines: Vec<(u32, String)>,
 }
 
 /// One setting with the line it was read from (the last one wins, as in sysctl).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Setting {
+    /// The value as written, trimmed (`1`, `262144`, `4096 87380 6291456`).
     pub value: String,
+    /// Line number (1-based) of the winning assignment.
     pub line: u32,
 }
 
 impl Sysctls {
+    /// A value by key, in dotted or slashed form.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.values
             .get(&normalise_key(key))
@@ -33,6 +38,7 @@ pub fn normalise_key(key: &str) -> String {
     key.trim().trim_start_matches('-').replace('/', ".")
 }
 
+/// Reads `sysctl -a` output or a sysctl.d file; never fails (bad lines are collected).
 pub fn parse(text: &str) -> Sysctls {
     let mut out = Sysctls::default();
     for (i, raw) in text.lines().enumerate() {

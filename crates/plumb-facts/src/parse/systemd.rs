@@ -5,21 +5,30 @@
 
 use serde::Serialize;
 
+/// One unit line of `systemctl list-units`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Unit {
+    /// Full unit name (`firewalld.service`).
     pub name: String,
+    /// LOAD column: `loaded`, `not-found`, `masked`, `error`, `bad-setting`.
     pub load: String,
+    /// ACTIVE column: `active`, `inactive`, `failed`, `activating`, ...
     pub active: String,
+    /// SUB column: the unit type's own state (`running`, `exited`, `dead`).
     pub sub: String,
+    /// Line number (1-based) in the listing, for evidence.
     pub line: u32,
 }
 
 impl Unit {
+    /// Whether systemd reports the unit `active` (running, or exited after starting).
     pub fn is_active(&self) -> bool {
         self.active == "active"
     }
 }
 
+/// Reads the unit lines of a `systemctl list-units` listing (with or without the `●`
+/// bullet); legend, header and footer lines are skipped.
 pub fn list_units(text: &str) -> Vec<Unit> {
     text.lines()
         .enumerate()

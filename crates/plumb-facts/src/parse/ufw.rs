@@ -9,17 +9,23 @@
 
 use serde::Serialize;
 
+/// What `ufw status verbose` says.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct UfwStatus {
+    /// `Status: active`: UFW's chains are installed and evaluated.
     pub active: bool,
     /// `deny`, `allow`, `reject`, `disabled` per direction, when printed (verbose).
     pub incoming: Option<String>,
+    /// Default policy for outgoing traffic, when printed.
     pub outgoing: Option<String>,
+    /// Default policy for routed (forwarded) traffic, when printed: pod and NodePort traffic
+    /// crosses FORWARD, and `deny`/`disabled` leave its policy at DROP.
     pub routed: Option<String>,
     /// Line of `Status:`.
     pub line: u32,
 }
 
+/// Reads `ufw status [verbose]`; `None` when there is no `Status:` line.
 pub fn parse(text: &str) -> Option<UfwStatus> {
     let mut st: Option<UfwStatus> = None;
     for (i, l) in text.lines().enumerate() {

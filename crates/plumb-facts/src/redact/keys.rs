@@ -10,7 +10,7 @@
 //! `key` alone is not a secret (Kubernetes tolerations and selectors say `key:`), nor is
 //! `topologyKey` or `public-key`; a key is secret when a word before it says what kind:
 //! private, client, access, secret, api, signing, encryption, ssh, tls, session... —
-//! see [`KEY_QUALIFIERS`].
+//! see `KEY_QUALIFIERS`.
 //!
 //! Public certificate data (`certificate-authority-data`, `client-certificate-data`,
 //! `-----BEGIN CERTIFICATE-----`) is not secret and is kept: it grants nothing without

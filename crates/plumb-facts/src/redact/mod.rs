@@ -4,10 +4,10 @@
 //! and each replaced by `REDACTED` — keys, flags, schemes, user names, hosts and PEM
 //! BEGIN/END lines stay, so the reader sees that something was there:
 //! 1. a structural pass chosen by the text's [`Format`]: YAML and JSON by their parse
-//!    ([`structured`]), process lists by argv words ([`argv`]), CRI/klog log lines by
-//!    their message ([`logs`]); a text that does not parse keeps what was found before
+//!    (`structured.rs`), process lists by argv words (`argv.rs`), CRI/klog log lines by
+//!    their message (`logs.rs`); a text that does not parse keeps what was found before
 //!    the error;
-//! 2. the pattern pass ([`patterns`]) over the whole text, whatever its format: URL and
+//! 2. the pattern pass (`patterns.rs`) over the whole text, whatever its format: URL and
 //!    DSN passwords, PEM private keys, JWTs, bearer tokens, `key=value`, `key: value`,
 //!    `"key": "value"` and headers of secret-like keys ([`keys`]), `--secret-flag value`,
 //!    and YAML block scalars and lists read line by line.

@@ -19,7 +19,7 @@
 //! in iptables or nftables mode; the trace runs every base chain of a hook in priority
 //! order, so an accept in one table does not hide a drop in another.
 //!
-//! How: [`node::infer`] reads what the ruleset shows about the node (pod networks,
+//! How: `node::infer` reads what the ruleset shows about the node (pod networks,
 //! Services, the CNI and its encapsulation). Each flow the node needs becomes a packet
 //! whose unknown parts (source address, interfaces) stay unknown: the trace branches
 //! on them. Then the outcomes are judged against what is known about the flow (a
@@ -51,8 +51,12 @@ use plumb_trace::ir::{Action, AddrMatch, Cond, HookId, IfacePattern, Item};
 use plumb_trace::{Index, Node, Origin, Outcome, Packet, Proto, StepKind, Verdict, trace};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+/// Finding id: the host firewall drops or rejects traffic the node forwards for pods.
 pub const ID_FORWARD: &str = "forward-drop-blocks-pods";
+/// Finding id: the host firewall drops or rejects traffic other nodes send to this one
+/// (kubelet, the CNI's encapsulation, NodePorts).
 pub const ID_INPUT: &str = "input-drop-blocks-node";
+/// Finding id: Docker's FORWARD chains accept published ports before UFW sees them.
 pub const ID_DOCKER_UFW: &str = docker_ufw::ID;
 
 const DO_NOT_FLUSH: &str =
@@ -161,6 +165,9 @@ struct Block {
     nft: Option<(String, String)>,
 }
 
+/// Traces each flow the node needs through the ruleset and judges its outcomes
+/// (blocked, maybe, open), plus the Docker/UFW ordering; partial, truncated or damaged
+/// inputs are not judged.
 pub fn check(facts: &Facts) -> Vec<Finding> {
     let mut out = docker_ufw::check(facts);
     if !facts.is_full() {
