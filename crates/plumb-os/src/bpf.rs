@@ -24,6 +24,15 @@ const BPF_F_RDONLY: u32 = 1 << 3;
 /// map that keeps growing while it is read cannot keep plumb busy forever.
 pub const MAX_ENTRIES: usize = 1 << 20;
 
+/// Every entry of a map as (key bytes, value bytes), in the kernel's iteration order.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Dump {
+    /// The entries read.
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The dump stopped at [`MAX_ENTRIES`]: there may be more.
+    pub truncated: bool,
+}
+
 /// A pinned map opened read-only.
 #[derive(Debug)]
 pub struct PinnedMap {
@@ -142,15 +151,17 @@ impl PinnedMap {
         })
     }
 
-    /// Every entry as (key bytes, value bytes), in the kernel's iteration order; at most
-    /// [`MAX_ENTRIES`] (the second value is true when the dump stopped there).
-    pub fn entries(&self) -> io::Result<(Vec<(Vec<u8>, Vec<u8>)>, bool)> {
+    /// Every entry, at most [`MAX_ENTRIES`].
+    pub fn dump(&self) -> io::Result<Dump> {
         let mut out = Vec::new();
         let mut key: Option<Vec<u8>> = None;
         let mut next = vec![0u8; self.key_size as usize];
         loop {
             if out.len() >= MAX_ENTRIES {
-                return Ok((out, true));
+                return Ok(Dump {
+                    entries: out,
+                    truncated: true,
+                });
             }
             let mut attr = ElemAttr {
                 map_fd: self.fd.as_raw_fd() as u32,
@@ -162,7 +173,12 @@ impl PinnedMap {
             // key_size bytes into `next`.
             match unsafe { bpf(BPF_MAP_GET_NEXT_KEY, &mut attr) } {
                 Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok((out, false)),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    return Ok(Dump {
+                        entries: out,
+                        truncated: false,
+                    });
+                }
                 Err(e) => return Err(e),
             }
             let mut value = vec![0u8; self.value_size as usize];

@@ -151,8 +151,9 @@ fn a_pinned_map_is_read_whole_and_only_read() {
     assert_eq!((pinned.key_size, pinned.value_size), (12, 12));
     assert_eq!(pinned.max_entries, 64);
     assert_eq!(pinned.name, "plumb_test_map");
-    let (mut read, truncated) = pinned.entries().expect("dump");
-    assert!(!truncated);
+    let dump = pinned.dump().expect("dump");
+    assert!(!dump.truncated);
+    let mut read = dump.entries;
     read.sort();
     written.sort();
     assert_eq!(read, written, "every entry, byte for byte");
