@@ -1,8 +1,8 @@
 //! `plumb check`'s pure part on a parsed 10k-service x 3-endpoint kube-proxy dump:
-//! service-map recovery (inside `Facts::new`) plus every check.
+//! service-map recovery (inside `CheckInput::new`) plus every check.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use plumb_check::{Facts, Origin, run};
+use plumb_check::{CheckInput, Origin, run};
 use plumb_kubeproxy::generated_save_text;
 use plumb_ruleset::iptables::save::{IptablesInput, parse};
 
@@ -13,7 +13,7 @@ fn bench(c: &mut Criterion) {
     g.sample_size(10);
     g.bench_function("facts_and_all_checks_10k", |b| {
         b.iter(|| {
-            let facts = Facts::new(&ruleset, Origin::File("dump".into()), false);
+            let facts = CheckInput::new(&ruleset, Origin::File("dump".into()), false);
             run(&facts)
         })
     });

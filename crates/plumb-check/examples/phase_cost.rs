@@ -3,7 +3,7 @@
 //! of N runs per phase (milliseconds).
 //! `cargo run --release -p plumb-check --example phase_cost -- DUMP [RUNS]`
 
-use plumb_check::{Facts, Origin, checks, run};
+use plumb_check::{CheckInput, Origin, checks, run};
 use plumb_kubeproxy::recover::recover;
 use plumb_ruleset::format::{ParseOptions, parse_owned};
 use std::time::Instant;
@@ -39,7 +39,7 @@ fn main() {
         }
         drop(maps);
         let t = Instant::now();
-        let facts = Facts::new(&parsed.ruleset, Origin::File(path.clone()), false);
+        let facts = CheckInput::new(&parsed.ruleset, Origin::File(path.clone()), false);
         record("facts (recover + refs)", ms(t));
         for c in checks::ALL {
             let t = Instant::now();

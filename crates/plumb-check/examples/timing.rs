@@ -7,7 +7,7 @@
 //! loaded machine the wall time includes waiting for a core, the CPU time does not.
 //! With RUNS > 1 the whole sequence repeats and the best CPU time per phase is printed.
 
-use plumb_check::{Facts, Origin, checks};
+use plumb_check::{CheckInput, Origin, checks};
 use std::time::Instant;
 
 /// Nanoseconds this thread has run on a CPU (0 where /proc does not say).
@@ -49,7 +49,7 @@ fn run_once(path: &str, bytes: &[u8]) -> Vec<Phase> {
     });
     phases.last_mut().expect("just pushed").note = format!("({maps} maps, dropped)");
     let facts = timed(&mut phases, "facts: recover + refs", || {
-        Facts::new(&parsed.ruleset, Origin::File(path.to_string()), false)
+        CheckInput::new(&parsed.ruleset, Origin::File(path.to_string()), false)
     });
     let n = timed(&mut phases, "inventory (again)", || {
         plumb_check::inventory::infer(&facts).cnis.len()

@@ -1,12 +1,12 @@
 //! plumb-check: integrity checks over a node's netfilter rulesets, as [`Finding`]s.
 //!
 //! Each check is one module under [`checks`] with a doc comment that explains it, one
-//! `check(&Facts) -> Vec<Finding>` function and its tests (rust-analyzer's diagnostics
+//! `check(&CheckInput) -> Vec<Finding>` function and its tests (rust-analyzer's diagnostics
 //! style). A check returns an `ok` finding when it ruled its problem out, so reports can
 //! say what was checked. Findings are plumb-findings' type; `plumb doctor` runs these
 //! checks too.
 //!
-//! Pure crate: no IO, no clock, no processes. Facts in, findings out. A partial input
+//! Pure crate: no IO, no clock, no processes. CheckInput in, findings out. A partial input
 //! (a kube-proxy restore payload) is never judged as a full dump: checks that need the
 //! whole kernel state skip it or answer `unknown`.
 
@@ -17,13 +17,13 @@ pub mod facts;
 
 pub use facts::inventory;
 
-pub use facts::{Facts, Origin};
+pub use facts::{CheckInput, Origin};
 use plumb_findings::Finding;
 
 /// Runs every check and returns the findings sorted for display (problems first, worst first).
 /// The checks are independent and split over the cores (a 10k-service dump takes tens of
 /// milliseconds per check).
-pub fn run(facts: &Facts) -> Vec<Finding> {
+pub fn run(facts: &CheckInput) -> Vec<Finding> {
     let mut all: Vec<&checks::Check> = checks::ALL.iter().collect();
     let parts = plumb_ruleset::parallel::map_chunks(&mut all, 1, |chunk| {
         let mut out = Vec::new();
@@ -42,7 +42,7 @@ pub fn run(facts: &Facts) -> Vec<Finding> {
 /// an `iptables-save` dump shows, so a conclusion from it is approximate. Done here, once,
 /// so no check can forget it. `ok` findings are left alone: "checked, no problem" lists
 /// only ids.
-fn mark_approximate(facts: &Facts, findings: &mut [Finding]) {
+fn mark_approximate(facts: &CheckInput, findings: &mut [Finding]) {
     let Some(reason) = approximate_reason(facts.ruleset) else {
         return;
     };
@@ -87,7 +87,7 @@ mod tests {
             .unwrap()
             .ruleset;
         assert!(rs.approximate, "read as a listing");
-        run(&Facts::new(&rs, Origin::File("listing".into()), false))
+        run(&CheckInput::new(&rs, Origin::File("listing".into()), false))
     }
 
     const HEADER: &str = "target     prot opt source               destination\n";
@@ -142,7 +142,7 @@ mod tests {
         let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
             .unwrap()
             .ruleset;
-        let f = run(&Facts::new(&rs, Origin::File("dump".into()), false));
+        let f = run(&CheckInput::new(&rs, Origin::File("dump".into()), false));
         assert!(f.iter().any(|f| f.status != Status::Ok), "{f:#?}");
         assert!(f.iter().all(|f| f.approximate.is_none()), "{f:#?}");
     }

@@ -8,7 +8,7 @@
 
 mod common;
 
-use plumb_check::{Facts, Origin, run};
+use plumb_check::{CheckInput, Origin, run};
 use plumb_findings::{Finding, Severity, Status};
 use plumb_ruleset::format::{ParseOptions, parse_bytes};
 
@@ -35,7 +35,7 @@ fn check(rel: &str) -> Option<Checked> {
     let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
         .unwrap_or_else(|e| panic!("{rel}: {e}"))
         .ruleset;
-    let facts = Facts::new(&rs, Origin::File(rel.into()), false);
+    let facts = CheckInput::new(&rs, Origin::File(rel.into()), false);
     Some(Checked {
         findings: run(&facts),
         cnis: facts.inventory.cnis.iter().map(|c| c.owner).collect(),

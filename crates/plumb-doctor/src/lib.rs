@@ -90,7 +90,7 @@ pub fn diagnose(facts: &Facts) -> Report {
                     facts.ruleset.source().unwrap_or("ruleset").to_string(),
                 ),
             };
-            plumb_check::run(&plumb_check::Facts::new(rs, origin, false))
+            plumb_check::run(&plumb_check::CheckInput::new(rs, origin, false))
         }
         None => vec![Finding::unknown(
             ID_RULESET_UNREADABLE,

@@ -11,7 +11,7 @@
 //! Only judged on complete inputs (a live read or a whole bundle).
 
 use super::short_list;
-use crate::facts::Facts;
+use crate::facts::CheckInput;
 use plumb_findings::{Finding, Severity};
 use plumb_kubeproxy::chain_name::parse_chain_name;
 use plumb_ruleset::{Backend, Table};
@@ -22,7 +22,7 @@ pub const ID: &str = "iptables-backend-mix";
 pub const ID_MODE: &str = "kube-proxy-mode-mix";
 
 fn kube_chains<'a>(
-    facts: &Facts<'a>,
+    facts: &CheckInput<'a>,
     backend: Backend,
 ) -> Vec<(&'a Table, &'a plumb_ruleset::Chain)> {
     facts
@@ -33,7 +33,7 @@ fn kube_chains<'a>(
         .collect()
 }
 
-fn has_hint(facts: &Facts, backend: Backend) -> bool {
+fn has_hint(facts: &CheckInput, backend: Backend) -> bool {
     facts
         .ruleset
         .tables_of(backend)
@@ -42,7 +42,7 @@ fn has_hint(facts: &Facts, backend: Backend) -> bool {
 
 /// Reports Kubernetes chains in more than one backend and kube-proxy rules of two modes;
 /// `unknown` for both ids when the input is not complete.
-pub fn check(facts: &Facts) -> Vec<Finding> {
+pub fn check(facts: &CheckInput) -> Vec<Finding> {
     if !facts.is_full() {
         return Vec::new();
     }
@@ -147,7 +147,7 @@ mod tests {
     fn both_backends_names_the_live_one() {
         let mut r = rs(KUBE, Backend::IptablesNft);
         r.merge(rs(STALE, Backend::IptablesLegacy));
-        let f = check(&Facts::new(&r, Origin::Live { netns: None }, false));
+        let f = check(&CheckInput::new(&r, Origin::Live { netns: None }, false));
         assert!(f[0].is_problem());
         assert!(
             f[0].title.contains("iptables-nft is live"),
@@ -164,7 +164,7 @@ mod tests {
     #[test]
     fn one_backend_is_ok() {
         let r = rs(KUBE, Backend::IptablesNft);
-        let f = check(&Facts::new(&r, Origin::Live { netns: None }, false));
+        let f = check(&CheckInput::new(&r, Origin::Live { netns: None }, false));
         assert_eq!(f[0].status, Status::Ok);
     }
 }

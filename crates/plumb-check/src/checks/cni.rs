@@ -22,7 +22,7 @@
 
 use super::short_list;
 use crate::facts::inventory::CniFound;
-use crate::facts::{Facts, group_name};
+use crate::facts::{CheckInput, group_name};
 use plumb_findings::{Finding, Severity};
 use plumb_kubeproxy::chain_name::parse_chain_name;
 use plumb_ruleset::{Backend, Family, Table, owner};
@@ -36,7 +36,7 @@ pub const ID_MULTIPLE: &str = "multiple-cnis";
 
 /// Judges the CNIs the [`crate::inventory`] found: missing chains or hooks of a present
 /// CNI, no CNI at all, or two competing pod networks; `unknown` on partial input.
-pub fn check(facts: &Facts) -> Vec<Finding> {
+pub fn check(facts: &CheckInput) -> Vec<Finding> {
     if !facts.is_full() {
         return Vec::new();
     }
@@ -93,7 +93,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
     out
 }
 
-fn multiple(facts: &Facts, out: &mut Vec<Finding>) {
+fn multiple(facts: &CheckInput, out: &mut Vec<Finding>) {
     let inv = &facts.inventory;
     if inv.cnis.is_empty() {
         return;
@@ -139,7 +139,7 @@ fn multiple(facts: &Facts, out: &mut Vec<Finding>) {
 /// Reports the expected chains of `cni` missing or unhooked in `group`. Returns whether
 /// it judged (some expected chain is present).
 fn missing_for(
-    facts: &Facts,
+    facts: &CheckInput,
     group: (Backend, Family),
     cni: &CniFound,
     out: &mut Vec<Finding>,

@@ -13,7 +13,7 @@
 //! deletes (`-X`) are problems. With a truncated input the answer is `unknown`.
 
 use super::short_list;
-use crate::facts::Facts;
+use crate::facts::CheckInput;
 use plumb_findings::{Evidence, Finding, Severity};
 use plumb_ruleset::{Backend, Table};
 
@@ -21,7 +21,7 @@ use plumb_ruleset::{Backend, Table};
 pub const ID: &str = "dangling-reference";
 
 /// Verdict-map elements of an nft table that reference a chain, as evidence.
-fn set_references<'a>(facts: &Facts, table: &'a Table) -> Vec<(&'a str, Evidence)> {
+fn set_references<'a>(facts: &CheckInput, table: &'a Table) -> Vec<(&'a str, Evidence)> {
     let mut out = Vec::new();
     if table.backend == Backend::Nftables {
         for s in &table.sets {
@@ -49,7 +49,7 @@ fn set_references<'a>(facts: &Facts, table: &'a Table) -> Vec<(&'a str, Evidence
 
 /// Reports every reference to an undeclared chain (on partial input, only chains the
 /// payload itself deletes); `unknown` when the input was cut short.
-pub fn check(facts: &Facts) -> Vec<Finding> {
+pub fn check(facts: &CheckInput) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut skipped_partial = 0usize;
     for (table, refs) in facts.ruleset.tables.iter().zip(&facts.refs) {
@@ -170,7 +170,7 @@ mod tests {
             .unwrap()
             .ruleset;
         assert_eq!(rs.completeness, plumb_ruleset::Completeness::Partial);
-        let f = check(&Facts::new(&rs, Origin::File("f".into()), false));
+        let f = check(&CheckInput::new(&rs, Origin::File("f".into()), false));
         assert!(f.iter().all(|f| !f.is_problem()), "{f:#?}");
     }
 
@@ -179,7 +179,7 @@ mod tests {
         let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
             .unwrap()
             .ruleset;
-        check(&Facts::new(&rs, Origin::File("dump".into()), partial))
+        check(&CheckInput::new(&rs, Origin::File("dump".into()), partial))
     }
 
     const DUMP: &str = "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -d 10.43.0.1/32 -p tcp -m tcp --dport 443 -j KUBE-SVC-NPX46M4PTMTKRN6Y\n-A KUBE-SERVICES -j DNAT --to-destination 1.2.3.4\nCOMMIT\n";

@@ -18,7 +18,7 @@
 //! - its counters, when shown, are 0 (a copy that counted packets is not dead).
 
 use super::rule_body_text;
-use crate::facts::Facts;
+use crate::facts::CheckInput;
 use crate::facts::{FastMap, FastSet};
 use plumb_findings::{Finding, Severity};
 use plumb_ruleset::{Rule, RuleBody, Table};
@@ -128,7 +128,7 @@ fn counted(rule: &Rule) -> bool {
 }
 
 /// Reports each chain holding provably dead copies of an earlier rule, with both lines.
-pub fn check(facts: &Facts) -> Vec<Finding> {
+pub fn check(facts: &CheckInput) -> Vec<Finding> {
     let error_lines: FastSet<u32> = facts.ruleset.errors().map(|d| d.line).collect();
     let mut out = Vec::new();
     for table in &facts.ruleset.tables {
@@ -262,7 +262,7 @@ mod tests {
             let rs = parse_bytes(t.as_bytes(), &ParseOptions::default())
                 .unwrap()
                 .ruleset;
-            check(&Facts::new(
+            check(&CheckInput::new(
                 &rs,
                 crate::facts::Origin::File("l".into()),
                 false,

@@ -12,7 +12,7 @@
 //! Only judged on complete dumps.
 
 use super::short_list;
-use crate::facts::Facts;
+use crate::facts::CheckInput;
 use crate::facts::shapes::is_flushed;
 use plumb_findings::{Finding, Severity};
 use plumb_ruleset::owner;
@@ -31,7 +31,7 @@ fn owner_display(name: &str) -> String {
 
 /// Reports each flushed table with the owners whose chains it emptied; only on
 /// complete dumps.
-pub fn check(facts: &Facts) -> Vec<Finding> {
+pub fn check(facts: &CheckInput) -> Vec<Finding> {
     if !facts.is_full() {
         return Vec::new();
     }

@@ -7,7 +7,7 @@
 //! skew"). kube-proxy's next restore then rewrites them wrongly or fails, and service
 //! traffic goes nowhere. nft `dnat`/`snat` statements without an address are reported too.
 
-use crate::facts::Facts;
+use crate::facts::CheckInput;
 use plumb_findings::{Finding, Severity};
 use plumb_ruleset::RuleBody;
 use plumb_ruleset::iptables::XtBuf;
@@ -43,7 +43,7 @@ fn usable_nat_address(s: &str) -> bool {
 
 /// Reports NAT rules whose address is missing, `0.0.0.0:0` or not an address, the mark
 /// of iptables version skew between the writer and the reader.
-pub fn check(facts: &Facts) -> Vec<Finding> {
+pub fn check(facts: &CheckInput) -> Vec<Finding> {
     let mut evidence = Vec::new();
     let mut buf = XtBuf::default();
     for table in &facts.ruleset.tables {

@@ -19,7 +19,7 @@
 
 use super::{is_kube_proxy_chain, short_list};
 use crate::facts::shapes::{ipvs_mode, is_flushed};
-use crate::facts::{Facts, group_name};
+use crate::facts::{CheckInput, group_name};
 use plumb_findings::{Evidence, Finding, Severity};
 use plumb_kubeproxy::ChainPrefix;
 use plumb_kubeproxy::chain_name::parse_chain_name;
@@ -59,7 +59,7 @@ fn hooked(table: &Table, builtin: &str, target: &str) -> Option<bool> {
 /// Judges kube-proxy's rules when kube-proxy is present (iptables, IPVS or nftables
 /// mode); nothing is reported missing that the inferred generation never wrote, and
 /// partial inputs get `unknown`.
-pub fn check(facts: &Facts) -> Vec<Finding> {
+pub fn check(facts: &CheckInput) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut judged = false;
     for group in facts.xt_groups() {
@@ -118,7 +118,7 @@ fn ok_title(id: &str) -> &'static str {
     }
 }
 
-fn xt_group(facts: &Facts, group: (Backend, Family), out: &mut Vec<Finding>) {
+fn xt_group(facts: &CheckInput, group: (Backend, Family), out: &mut Vec<Finding>) {
     let gname = group_name(group);
     let nat = facts.xt_table(group, "nat");
     let filter = facts.xt_table(group, "filter");
@@ -287,7 +287,7 @@ fn xt_group(facts: &Facts, group: (Backend, Family), out: &mut Vec<Finding>) {
 /// Canaries exist from Kubernetes 1.17 (KUBE-IPTABLES-HINT from 1.23): their absence is a
 /// problem only when the ruleset's own features show a generation that writes them.
 fn canary_missing(
-    facts: &Facts,
+    facts: &CheckInput,
     group: (Backend, Family),
     mangle: Option<&Table>,
     missing: &[&str],
@@ -351,7 +351,7 @@ fn canary_missing(
 }
 
 fn hook_missing(
-    facts: &Facts,
+    facts: &CheckInput,
     table: &Table,
     gname: &str,
     builtin: &str,
@@ -384,7 +384,7 @@ fn hook_missing(
     .do_not(DO_NOT_FLUSH)
 }
 
-fn nft_table(facts: &Facts, table: &Table, out: &mut Vec<Finding>) {
+fn nft_table(facts: &CheckInput, table: &Table, out: &mut Vec<Finding>) {
     let service_chains = table
         .chains
         .iter()
@@ -423,7 +423,7 @@ fn nft_table(facts: &Facts, table: &Table, out: &mut Vec<Finding>) {
     }
 }
 
-fn hash_mismatches(facts: &Facts, out: &mut Vec<Finding>) {
+fn hash_mismatches(facts: &CheckInput, out: &mut Vec<Finding>) {
     for map in &facts.services {
         if map.name_mismatches.is_empty() {
             continue;
@@ -598,7 +598,7 @@ mod tests {
         let rs = parse_bytes(payload.as_bytes(), &ParseOptions::default())
             .unwrap()
             .ruleset;
-        let f = check(&Facts::new(&rs, Origin::File("payload".into()), false));
+        let f = check(&CheckInput::new(&rs, Origin::File("payload".into()), false));
         assert!(f.iter().all(|x| !x.is_problem()), "{f:#?}");
         assert!(f.iter().any(|x| x.status == Status::Unknown));
     }

@@ -12,7 +12,7 @@ pub mod no_endpoints;
 pub mod shadow;
 pub mod stale;
 
-use crate::facts::Facts;
+use crate::facts::CheckInput;
 use plumb_findings::Finding;
 use plumb_ruleset::Rule;
 use plumb_ruleset::owner::chain_name_owner;
@@ -25,7 +25,7 @@ pub struct Check {
     pub summary: &'static str,
     /// Runs the check over one ruleset's facts: one finding per id it answers for (`ok`,
     /// `unknown` or a problem), or several problems of one id when several places are wrong.
-    pub check: fn(&Facts) -> Vec<Finding>,
+    pub check: fn(&CheckInput) -> Vec<Finding>,
 }
 
 /// Every check `plumb check` runs, in a fixed order.
@@ -194,13 +194,13 @@ pub(crate) fn short_list<S: AsRef<str>>(names: &[S], max: usize) -> String {
 
 /// Test helper: runs one check over `text` read as a complete dump (see [`full_dump`]).
 #[cfg(test)]
-pub(crate) fn run_on_dump(check: fn(&Facts) -> Vec<Finding>, text: &str) -> Vec<Finding> {
+pub(crate) fn run_on_dump(check: fn(&CheckInput) -> Vec<Finding>, text: &str) -> Vec<Finding> {
     use plumb_ruleset::format::{ParseOptions, parse_bytes};
     let text = full_dump(text);
     let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
         .unwrap()
         .ruleset;
-    check(&Facts::new(
+    check(&CheckInput::new(
         &rs,
         crate::facts::Origin::File("dump".into()),
         false,

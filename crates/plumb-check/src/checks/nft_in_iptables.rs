@@ -15,7 +15,7 @@
 //! packet fate today and vanishes without a trace on the next restore — a "do not touch"
 //! warning, not an outage.
 
-use crate::facts::Facts;
+use crate::facts::CheckInput;
 use plumb_findings::{Finding, Severity};
 use plumb_ruleset::nft::iptables_nft::foreign_rules;
 
@@ -24,7 +24,7 @@ pub const ID: &str = "nft-rule-in-iptables-table";
 
 /// Reports rules of an nft view that iptables-nft did not write, in the tables it
 /// manages (they are lost on the owner's next restore).
-pub fn check(facts: &Facts) -> Vec<Finding> {
+pub fn check(facts: &CheckInput) -> Vec<Finding> {
     let rules: Vec<_> = foreign_rules(facts.ruleset).collect();
     if rules.is_empty() {
         return if facts.ruleset.tables.iter().any(|t| t.nft_view) {
@@ -70,7 +70,7 @@ mod tests {
         let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
             .unwrap()
             .ruleset;
-        check(&Facts::new(&rs, Origin::File("x.nft".into()), false))
+        check(&CheckInput::new(&rs, Origin::File("x.nft".into()), false))
     }
 
     #[test]

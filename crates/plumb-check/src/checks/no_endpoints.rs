@@ -9,7 +9,7 @@
 //! `Local` policy and no local endpoints are dropped by design and not reported.
 
 use super::short_list;
-use crate::facts::Facts;
+use crate::facts::CheckInput;
 use plumb_findings::{Evidence, Finding, Severity};
 use plumb_kubeproxy::recover::NoEndpoints;
 
@@ -19,7 +19,7 @@ pub const ID: &str = "service-no-endpoints";
 /// Lists the Services kube-proxy answers with a reject: severity medium when one is
 /// `kube-system/*` or `default/kubernetes`, low otherwise; `Local`-policy drops are not
 /// reported.
-pub fn check(facts: &Facts) -> Vec<Finding> {
+pub fn check(facts: &CheckInput) -> Vec<Finding> {
     let mut names: Vec<String> = Vec::new();
     let mut evidence = Vec::new();
     for map in &facts.services {
@@ -114,7 +114,7 @@ mod tests {
         let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
             .unwrap()
             .ruleset;
-        check(&Facts::new(&rs, Origin::File("dump".into()), false))
+        check(&CheckInput::new(&rs, Origin::File("dump".into()), false))
     }
 
     #[test]
@@ -137,7 +137,7 @@ mod tests {
         let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
             .unwrap()
             .ruleset;
-        let f = check(&Facts::new(&rs, Origin::File("l".into()), false));
+        let f = check(&CheckInput::new(&rs, Origin::File("l".into()), false));
         assert!(f[0].is_problem(), "{f:#?}");
         assert_eq!(
             f[0].title,

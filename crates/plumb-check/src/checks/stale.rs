@@ -20,7 +20,7 @@
 //! Only judged on complete dumps: in a restore payload the references may be in the kernel.
 
 use super::{owner_name, short_list};
-use crate::facts::Facts;
+use crate::facts::CheckInput;
 use crate::facts::shapes::{ipvs_mode, is_flushed};
 use plumb_findings::{Finding, Severity};
 use plumb_kubeproxy::ChainPrefix;
@@ -41,7 +41,7 @@ fn by_design(chain: &plumb_ruleset::Chain, ipvs: bool) -> bool {
 
 /// Reports unreferenced chains except those unreferenced by design and those of a
 /// flushed table; only on complete dumps.
-pub fn check(facts: &Facts) -> Vec<Finding> {
+pub fn check(facts: &CheckInput) -> Vec<Finding> {
     if !facts.is_full() {
         return Vec::new();
     }
@@ -99,7 +99,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
 
 /// Chains the catalogue calls litter when empty (portmap's CNI-DN-*), still jumped to.
 fn empty_but_referenced(
-    facts: &Facts,
+    facts: &CheckInput,
     table: &Table,
     jumps: &[(&str, &plumb_ruleset::Rule)],
     out: &mut Vec<Finding>,
@@ -153,7 +153,7 @@ fn capitalise(s: &str) -> String {
 }
 
 fn finding(
-    facts: &Facts,
+    facts: &CheckInput,
     table: &Table,
     owner: &str,
     chains: &[&plumb_ruleset::Chain],
@@ -208,7 +208,7 @@ mod tests {
         let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
             .unwrap()
             .ruleset;
-        check(&Facts::new(&rs, Origin::File("dump".into()), partial))
+        check(&CheckInput::new(&rs, Origin::File("dump".into()), partial))
     }
 
     #[test]

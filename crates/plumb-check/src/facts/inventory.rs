@@ -17,7 +17,7 @@
 //! (1.29). Features that exist prove a lower or upper bound; what a check may call
 //! missing depends on those bounds, and the evidence is printed with them.
 
-use crate::facts::Facts;
+use crate::facts::CheckInput;
 use plumb_findings::{Confidence, Evidence};
 use plumb_ruleset::model::listed::{ListedMatch, ListedRule};
 use plumb_ruleset::owner::{self, CniRole};
@@ -528,14 +528,14 @@ fn table_owner_name(table: &Table) -> Option<&'static str> {
 }
 
 /// Reads the inventory of a ruleset.
-pub fn infer(facts: &Facts) -> Inventory {
+pub fn infer(facts: &CheckInput) -> Inventory {
     Inventory {
         cnis: cnis(facts),
         kube_proxy: generation(facts),
     }
 }
 
-fn cnis(facts: &Facts) -> Vec<CniFound> {
+fn cnis(facts: &CheckInput) -> Vec<CniFound> {
     let mut col = Collector { cnis: Vec::new() };
     for table in &facts.ruleset.tables {
         let towner = table_owner_name(table);
@@ -585,7 +585,7 @@ fn cnis(facts: &Facts) -> Vec<CniFound> {
 }
 
 fn scan_rule(
-    facts: &Facts,
+    facts: &CheckInput,
     col: &mut Collector,
     table: &Table,
     chain: &Chain,
@@ -648,7 +648,7 @@ fn present(what: impl Into<String>, at_least: Option<u32>, at_most: Option<u32>)
     }
 }
 
-fn generation(facts: &Facts) -> Option<ProxyGeneration> {
+fn generation(facts: &CheckInput) -> Option<ProxyGeneration> {
     let mut features = Vec::new();
     let mut mode = None;
     let mut kube = false;
@@ -820,7 +820,7 @@ mod tests {
         let rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
             .unwrap()
             .ruleset;
-        Facts::new(&rs, Origin::File("dump".into()), false).inventory
+        CheckInput::new(&rs, Origin::File("dump".into()), false).inventory
     }
 
     fn owners(i: &Inventory) -> Vec<&str> {
@@ -892,7 +892,7 @@ mod tests {
             let rs = parse_bytes(t.as_bytes(), &ParseOptions::default())
                 .unwrap()
                 .ruleset;
-            Facts::new(&rs, Origin::File("n".into()), false).inventory
+            CheckInput::new(&rs, Origin::File("n".into()), false).inventory
         };
         let i = inv(
             "table ip calico {\n\tchain filter-FORWARD {\n\t\ttype filter hook forward priority filter; policy accept;\n\t\tcounter accept\n\t}\n}\n",

@@ -1,6 +1,6 @@
 //! What the checks look at: a parsed ruleset, where it came from, and how complete it is.
 //!
-//! `Facts` is built once per run (the kube-proxy service map is recovered here, once) and
+//! `CheckInput` is built once per run (the kube-proxy service map is recovered here, once) and
 //! handed to every check. It also turns model locations into quoted [`Evidence`] with the
 //! right source name: a file, or the dump command a live table was read with.
 
@@ -89,7 +89,7 @@ pub enum Origin {
 }
 
 /// Everything a check needs.
-pub struct Facts<'a> {
+pub struct CheckInput<'a> {
     /// The ruleset the checks judge (every table read, all backends and families).
     pub ruleset: &'a Ruleset,
     /// Where it was read from: decides how evidence names its sources.
@@ -104,17 +104,17 @@ pub struct Facts<'a> {
     pub inventory: Inventory,
 }
 
-impl<'a> Facts<'a> {
+impl<'a> CheckInput<'a> {
     /// Prepares the facts once per run: recovers kube-proxy's service map, indexes chain
     /// references per table, and infers the [`Inventory`].
     /// `partial_flag` is the user's `--partial`.
-    pub fn new(ruleset: &'a Ruleset, origin: Origin, partial_flag: bool) -> Facts<'a> {
+    pub fn new(ruleset: &'a Ruleset, origin: Origin, partial_flag: bool) -> CheckInput<'a> {
         // Independent passes over the whole ruleset: one per core on big dumps.
         let (services, refs) = join(
             || recover(ruleset),
             || ruleset.tables.iter().map(TableRefs::new).collect(),
         );
-        let mut facts = Facts {
+        let mut facts = CheckInput {
             ruleset,
             origin,
             partial_flag,

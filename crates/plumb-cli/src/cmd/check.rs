@@ -4,7 +4,7 @@ use super::input::{load_source, write_read_problems};
 use crate::Verdict;
 use crate::flags::{InputFlags, SourceFlags};
 use crate::output;
-use plumb_check::{Facts, Origin};
+use plumb_check::{CheckInput, Origin};
 use plumb_findings::Finding;
 use serde::Serialize;
 use std::io::Write;
@@ -23,7 +23,7 @@ pub fn run(
         },
         None => Origin::File(src.name.clone()),
     };
-    let facts = Facts::new(&src.ruleset, origin, partial);
+    let facts = CheckInput::new(&src.ruleset, origin, partial);
     let findings = plumb_check::run(&facts);
     let problems = findings.iter().filter(|f| f.is_problem()).count();
     // Parse errors are problems of the input: a damaged ruleset is never "clean".

@@ -9,7 +9,7 @@
 //! finding by itself. ip6tables dumps are judged the same way (UFW's chains are
 //! `ufw6-*` there); an IPv6 problem's title starts with `IPv6:`.
 
-use crate::facts::Facts;
+use crate::facts::CheckInput;
 use plumb_findings::{Evidence, Finding, Severity};
 use plumb_ruleset::iptables::XtBuf;
 use plumb_ruleset::{Chain, Family, Table};
@@ -76,7 +76,7 @@ fn first_jump<'a>(fwd: &'a Chain, prefixes: &[&str]) -> Option<&'a plumb_ruleset
     })
 }
 
-pub fn check(facts: &Facts) -> Vec<Finding> {
+pub fn check(facts: &CheckInput) -> Vec<Finding> {
     let mut out = Vec::new();
     if !facts.is_full() {
         return out;
@@ -104,7 +104,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
     out
 }
 
-fn judge(facts: &Facts, filter: &Table) -> Option<Finding> {
+fn judge(facts: &CheckInput, filter: &Table) -> Option<Finding> {
     let fwd = filter.chain("FORWARD")?;
     // UFW's ip6tables chains are ufw6-*.
     let ufw_jump = first_jump(fwd, &["ufw-before-forward", "ufw6-before-forward"])?;

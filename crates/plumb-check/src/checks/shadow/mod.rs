@@ -42,7 +42,7 @@
 mod docker_ufw;
 mod node;
 
-use crate::facts::Facts;
+use crate::facts::CheckInput;
 use node::NodeModel;
 use plumb_findings::{Evidence, Finding, Severity, Status};
 use plumb_ruleset::{Backend, Family, Hook, Table};
@@ -168,7 +168,7 @@ struct Block {
 /// Traces each flow the node needs through the ruleset and judges its outcomes
 /// (blocked, maybe, open), plus the Docker/UFW ordering; partial, truncated or damaged
 /// inputs are not judged.
-pub fn check(facts: &Facts) -> Vec<Finding> {
+pub fn check(facts: &CheckInput) -> Vec<Finding> {
     let mut out = docker_ufw::check(facts);
     if !facts.is_full() {
         return out;
@@ -208,7 +208,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
 
 /// The tables of `family` a packet of that family meets: its iptables tables and
 /// nft tables of the family or `inet`.
-fn tables_of<'a>(facts: &Facts<'a>, family: Family) -> impl Iterator<Item = &'a Table> {
+fn tables_of<'a>(facts: &CheckInput<'a>, family: Family) -> impl Iterator<Item = &'a Table> {
     facts.ruleset.tables.iter().filter(move |t| {
         t.family == family || (t.backend == Backend::Nftables && t.family == Family::Inet)
     })
@@ -217,7 +217,7 @@ fn tables_of<'a>(facts: &Facts<'a>, family: Family) -> impl Iterator<Item = &'a 
 /// The input has something that filters INPUT or FORWARD for `family`: the iptables
 /// filter table, or an nft base chain of type filter on those hooks (nftables.conf's
 /// `table inet filter`, firewalld's nft backend, kube-proxy's nftables mode).
-fn filters(facts: &Facts, family: Family) -> bool {
+fn filters(facts: &CheckInput, family: Family) -> bool {
     tables_of(facts, family).any(|t| {
         if t.backend != Backend::Nftables {
             return &*t.name == "filter";
@@ -232,7 +232,7 @@ fn filters(facts: &Facts, family: Family) -> bool {
 }
 
 /// Kubernetes components or a CNI wrote rules of this family.
-fn kubernetes_present(facts: &Facts, family: Family) -> bool {
+fn kubernetes_present(facts: &CheckInput, family: Family) -> bool {
     tables_of(facts, family).any(|t| {
         owned_table(t)
             || t.chains.iter().any(|c| {
@@ -580,7 +580,7 @@ fn deciding_step(o: &Outcome) -> Option<&plumb_trace::Step> {
         .find(|s| matches!(s.kind, StepKind::Matched | StepKind::Policy))
 }
 
-fn judge(facts: &Facts, index: &Index, flow: &Flow) -> Fate {
+fn judge(facts: &CheckInput, index: &Index, flow: &Flow) -> Fate {
     let t = trace(index, &flow.packet, &flow.node);
     if let Some(why) = &t.incomplete {
         return Fate::Undecided(why.clone());
@@ -706,7 +706,7 @@ fn fails_on_known_fields(items: &[Item], p: &Packet) -> bool {
 }
 
 /// The evidence of a blocking outcome: the jumps that led to the stopping rule, and it.
-fn block_of(facts: &Facts, index: &Index, o: &Outcome) -> Option<Block> {
+fn block_of(facts: &CheckInput, index: &Index, o: &Outcome) -> Option<Block> {
     let last = deciding_step(o)?;
     let chain = index.chain(last.chain);
     let table: &Table = index.table_of(last.chain);
@@ -798,7 +798,7 @@ fn shown_rule(r: &plumb_ruleset::Rule) -> String {
 /// The finding of `id` from the flows judged (INPUT blocks go to `input-drop-blocks-node`,
 /// the rest to `forward-drop-blocks-pods`).
 fn finding(
-    facts: &Facts,
+    facts: &CheckInput,
     id: &str,
     blocked: &[(Flow, Block)],
     maybe: &[(Flow, Block, String)],

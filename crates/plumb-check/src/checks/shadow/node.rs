@@ -2,7 +2,7 @@
 //! service and its endpoints, kube-dns, NodePorts, the CNI and its encapsulation. Each
 //! fact keeps the rule it was read from; nothing is guessed beyond what the rules show.
 
-use crate::facts::Facts;
+use crate::facts::CheckInput;
 use plumb_ruleset::iptables::XtBuf;
 use plumb_ruleset::{Backend, Family, Hook, Rule, RuleBody, Table};
 use plumb_trace::Proto;
@@ -117,7 +117,7 @@ fn network(s: &str, v6: bool) -> Option<Cidr> {
 }
 
 /// Reads the node model of one family from the iptables tables of the ruleset.
-pub fn infer(facts: &Facts<'_>, family: Family) -> NodeModel {
+pub fn infer(facts: &CheckInput<'_>, family: Family) -> NodeModel {
     let v6 = family == Family::Ip6;
     let mut m = NodeModel {
         v6,
@@ -246,7 +246,7 @@ pub fn infer(facts: &Facts<'_>, family: Family) -> NodeModel {
             }
         }
     }
-    // The recovered service map (Facts holds it): every ClusterIP, and the few
+    // The recovered service map (CheckInput holds it): every ClusterIP, and the few
     // services whose flows are traced (the API, kube-dns, two NodePorts). Only those
     // few have their endpoints read; the rest cost a push each.
     for map in facts.services.iter().filter(|s| s.family == family) {

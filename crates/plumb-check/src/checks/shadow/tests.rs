@@ -172,7 +172,7 @@ fn listing_without_interfaces_is_never_a_problem() {
     let rs = plumb_ruleset::parse_bytes(text.as_bytes(), &Default::default())
         .unwrap()
         .ruleset;
-    let f = check(&Facts::new(
+    let f = check(&CheckInput::new(
         &rs,
         crate::facts::Origin::File("l".into()),
         false,
@@ -184,7 +184,7 @@ fn listing_without_interfaces_is_never_a_problem() {
     let rs = plumb_ruleset::parse_bytes(v.as_bytes(), &Default::default())
         .unwrap()
         .ruleset;
-    let f = check(&Facts::new(
+    let f = check(&CheckInput::new(
         &rs,
         crate::facts::Origin::File("l".into()),
         false,
@@ -207,7 +207,7 @@ fn listing_without_interfaces_is_never_a_problem() {
     let rs = plumb_ruleset::parse_bytes(weave.as_bytes(), &Default::default())
         .unwrap()
         .ruleset;
-    let f = check(&Facts::new(
+    let f = check(&CheckInput::new(
         &rs,
         crate::facts::Origin::File("l".into()),
         false,
@@ -320,7 +320,7 @@ fn docker_published_ports_before_ufw_bypass_it_on_ipv6() {
         },
     );
     assert!(rs.tables.iter().all(|t| t.family == Family::Ip6));
-    let f = check(&Facts::new(
+    let f = check(&CheckInput::new(
         &rs,
         crate::facts::Origin::File("d".into()),
         false,
