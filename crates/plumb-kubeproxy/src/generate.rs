@@ -8,7 +8,8 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use crate::model::{
-    ClientIpAffinity, Cluster, Endpoint, Ipv4Cidr, Node, Protocol, ServicePort, ServicePortName,
+    ClientIpAffinity, Cluster, Endpoint, Ipv4Cidr, LocalNode, Protocol, ServicePort,
+    ServicePortName,
 };
 
 /// What to generate. Fractions are probabilities applied per generated service port, drawn
@@ -204,7 +205,7 @@ pub fn generate(config: &GeneratorConfig) -> Result<Cluster, GenerateError> {
             wanted: config.services,
         });
     }
-    let node = Node {
+    let node = LocalNode {
         name: config.node_name.clone(),
         ip: config.node_ip,
         cluster_cidr: config.cluster_cidr,

@@ -38,7 +38,7 @@ pub use chain_name::{
     endpoint_chain_name, parse_chain_name, service_port_chain_name,
 };
 pub use generate::{GenerateError, GeneratorConfig, generate};
-pub use model::{Cluster, Endpoint, Ipv4Cidr, Node, Protocol, ServicePort, ServicePortName};
+pub use model::{Cluster, Endpoint, Ipv4Cidr, LocalNode, Protocol, ServicePort, ServicePortName};
 pub use sync::{
     IptablesSaveOptions, KubeProxyRules, ProxierOptions, TablePayload, is_top_level_chain,
 };

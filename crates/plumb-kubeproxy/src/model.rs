@@ -200,7 +200,7 @@ impl ServicePort {
 
 /// The node being modelled and the cluster-wide settings kube-proxy reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Node {
+pub struct LocalNode {
     /// Node name.
     pub name: String,
     /// Primary node IP (`--bind-address` / node status).
@@ -217,7 +217,7 @@ pub struct Node {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cluster {
     /// The node.
-    pub node: Node,
+    pub node: LocalNode,
     /// Service ports. Real kube-proxy walks a Go map (random order); this order is the
     /// generator's and is what the renderers use.
     pub services: Vec<ServicePort>,
