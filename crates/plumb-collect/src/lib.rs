@@ -12,6 +12,7 @@
 
 pub mod archive;
 pub mod bundle_writer;
+pub mod cilium;
 pub mod facts;
 pub mod new_file;
 pub mod node;

@@ -6,11 +6,14 @@
 //!   printed reason when not;
 //! - [`kube_proxy_nft_transaction`]: kube-proxy's nftables transaction from the corpus;
 //! - [`conditional_jump_chains`]: a small ruleset whose conditional jumps multiply the
-//!   paths a naive packet trace follows.
+//!   paths a naive packet trace follows;
+//! - [`bpf`]: real BPF maps created, filled and pinned on a private bpffs.
 
 #![deny(missing_docs)]
 
 use std::path::{Path, PathBuf};
+
+pub mod bpf;
 
 /// The variable that turns every skip into a failure. CI sets it (`scripts/test-all`):
 /// a CI that silently lost root, a tool or the corpus must go red, not green.
