@@ -16,10 +16,12 @@
 //!   frontends.
 //! - [`service_list`]: `cilium-dbg service list`, the agent's own view, to compare
 //!   with the maps.
+//! - [`verify`]: after a migration, is the node kube-proxy-free and the old CNI gone,
+//!   and do the maps hold consistent Services (findings and a verdict).
 //!
 //! Layout facts (sizes, byte orders, flag bits per version) come from Cilium's
 //! `bpf/lib/common.h` / `lb.h` and `pkg/loadbalancer`; each type cites its fields.
-//! Pure: no IO; reading the pinned maps is plumb-os's job.
+//! Pure: no IO; reading the pinned maps is plumb-collect's job (through plumb-os).
 
 #![deny(missing_docs)]
 
@@ -27,5 +29,6 @@ pub mod layout;
 pub mod lb_list;
 pub mod lbmap;
 pub mod service_list;
+pub mod verify;
 
 pub use lbmap::{BackendRef, Frontend, FrontendKind, LbMaps, Problem};
