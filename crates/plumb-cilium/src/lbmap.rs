@@ -108,6 +108,21 @@ pub enum Problem {
     },
 }
 
+impl Problem {
+    /// The problem in words, for text output and evidence.
+    pub fn describe(&self) -> String {
+        match self {
+            Problem::NoBackends => "no backend".into(),
+            Problem::BackendNotFound { slot, id } => {
+                format!("slot {slot} names backend {id}, which is not in the backends map")
+            }
+            Problem::SlotMissing { slot } => format!("slot {slot} is counted but missing"),
+            Problem::NoFrontendEntry => "backend slots without a frontend entry".into(),
+            Problem::RevNatMissing { id } => format!("reverse-NAT entry {id} is missing"),
+        }
+    }
+}
+
 /// One frontend: an address, port and protocol that Cilium load-balances, and where
 /// connections to it go.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

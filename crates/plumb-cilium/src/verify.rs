@@ -213,7 +213,7 @@ fn kube_proxy_rules(ruleset: Option<&Ruleset>) -> Finding {
     .with_evidence(evidence)
     .explain("With kube-proxy replacement Cilium translates Services in eBPF and writes no KUBE-* rules. kube-proxy's rules left behind still match ClusterIP and NodePort traffic that reaches netfilter — with the endpoints of the day kube-proxy stopped — so some connections go to pods that no longer exist, depending on the path a packet takes.")
     .fix("Make sure kube-proxy no longer runs (RKE2: `disable-kube-proxy: true` in /etc/rancher/rke2/config.yaml and the static pod manifest removed; kubeadm: delete the kube-proxy DaemonSet).")
-    .fix("Remove its rules on each node: `kube-proxy --cleanup` (same version as before), or `iptables-save | grep -v KUBE | iptables-restore` on each iptables backend that shows them; `nft delete table ip kube-proxy` for nftables mode.")
+    .fix("Remove its rules on each node with `kube-proxy --cleanup`, run with the kube-proxy version that wrote them: it deletes exactly kube-proxy's chains (iptables, IPVS and nftables mode) and nothing of kubelet's or Cilium's.")
     .do_not("flush all iptables rules: Cilium's own CILIUM_* chains and kubelet's KUBE-FIREWALL are in the same tables")
 }
 
@@ -345,7 +345,7 @@ fn lb_findings(lb: Option<&(&[Frontend], String)>) -> Vec<Finding> {
         .with_evidence(broken.iter().map(|(f, p)| Evidence {
             source: source.clone(),
             line: None,
-            text: format!("{}: {}", f.display_address(), problem_text(p)),
+            text: format!("{}: {}", f.display_address(), p.describe()),
         }))
         .explain("A healthy agent never leaves these: a slot that names a missing backend drops the connections that pick it; a missing reverse-NAT entry leaves replies with the backend's address.")
         .fix("Restart the Cilium agent on this node (it rewrites the maps from its state): `kubectl -n kube-system delete pod -l k8s-app=cilium --field-selector spec.nodeName=$(hostname)`.")
@@ -362,18 +362,6 @@ fn frontend_evidence(f: &Frontend, source: &str) -> Evidence {
             f.display_address(),
             f.kind.map_or("(no frontend entry)", |k| k.name())
         ),
-    }
-}
-
-fn problem_text(p: &Problem) -> String {
-    match p {
-        Problem::NoBackends => "no backend".into(),
-        Problem::BackendNotFound { slot, id } => {
-            format!("slot {slot} names backend {id}, which is not in the backends map")
-        }
-        Problem::SlotMissing { slot } => format!("slot {slot} is counted but missing"),
-        Problem::NoFrontendEntry => "backend slots without a frontend entry".into(),
-        Problem::RevNatMissing { id } => format!("reverse-NAT entry {id} is missing"),
     }
 }
 

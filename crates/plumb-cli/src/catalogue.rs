@@ -1,5 +1,5 @@
 //! Every finding id plumb can report, from the checks' own catalogues (plumb-check's
-//! `ALL`, plumb-doctor's `CATALOGUE`), so that `plumb explain`, the completions and
+//! `ALL`, plumb-doctor's and plumb-cilium's `CATALOGUE`), so that `plumb explain`, the completions and
 //! the checks cannot drift apart.
 
 use serde::Serialize;
@@ -9,8 +9,8 @@ use serde::Serialize;
 pub struct Entry {
     /// The stable id findings carry.
     pub id: &'static str,
-    /// The command that reports it: `check` (rules) or `doctor` (the node; doctor also
-    /// runs every `check` id).
+    /// The command that reports it: `check` (rules), `doctor` (the node; doctor also
+    /// runs every `check` id) or `cilium verify`.
     pub command: &'static str,
     /// What a problem with this id says.
     pub summary: &'static str,
@@ -32,5 +32,12 @@ pub fn catalogue() -> impl Iterator<Item = Entry> {
             command: "doctor",
             summary,
         });
-    rules.chain(node)
+    let cilium = plumb_cilium::verify::CATALOGUE
+        .iter()
+        .map(|(id, summary)| Entry {
+            id,
+            command: "cilium verify",
+            summary,
+        });
+    rules.chain(node).chain(cilium)
 }

@@ -88,6 +88,10 @@ pub enum Command {
         #[command(flatten)]
         node: NodeFlags,
     },
+    /// Cilium's kube-proxy replacement: the Services its BPF load balancer holds, and
+    /// whether a node moved off kube-proxy and its old CNI completely.
+    #[command(subcommand)]
+    Cilium(CiliumCommand),
     /// Reproduce the founding incidents for real in network namespaces (root; never touches the host's firewall).
     #[command(subcommand)]
     Lab(LabCommand),
@@ -174,6 +178,18 @@ pub struct InputFlags {
     pub max_input_size: usize,
 }
 
+impl Default for InputFlags {
+    /// What the flags say when none is given: the format detected, the default size limit.
+    fn default() -> InputFlags {
+        InputFlags {
+            format: None,
+            family: None,
+            table: None,
+            max_input_size: plumb_ruleset::format::DEFAULT_MAX_SIZE,
+        }
+    }
+}
+
 /// Which node to read: this machine, or a network namespace and a file tree standing for one.
 #[derive(Debug, Args, Clone)]
 pub struct NodeFlags {
@@ -204,6 +220,47 @@ impl SourceFlags {
     pub fn ruleset_file(&self) -> Option<&PathBuf> {
         self.ruleset.as_ref().or(self.file.as_ref())
     }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CiliumCommand {
+    /// The Services Cilium's load balancer holds, read from its pinned BPF maps (or from
+    /// a saved `cilium-dbg bpf lb list` / `service list`), with the frontends that have
+    /// no backend or name a missing one. Exit 1 when the maps contradict themselves.
+    Services {
+        #[command(flatten)]
+        node: CiliumNodeFlags,
+        #[command(flatten)]
+        output: OutputFlags,
+    },
+    /// After moving to Cilium's kube-proxy replacement: are kube-proxy's rules and
+    /// static pod gone, is the old CNI's configuration gone, do Cilium's maps hold
+    /// consistent Services? Verdict `migrated` (exit 0) or `incomplete` (exit 1).
+    Verify {
+        #[command(flatten)]
+        node: CiliumNodeFlags,
+        /// Judge the rules in this file instead of the live ones (any supported format).
+        #[arg(long, value_name = "FILE", conflicts_with = "netns")]
+        ruleset: Option<PathBuf>,
+        /// Read the live rules of this network namespace.
+        #[arg(long, value_name = "NAME")]
+        netns: Option<String>,
+        #[command(flatten)]
+        output: OutputFlags,
+    },
+}
+
+/// Where `plumb cilium` reads the node.
+#[derive(Debug, Args, Clone)]
+pub struct CiliumNodeFlags {
+    /// The node's file tree: CNI configuration (ROOT/etc/cni/net.d), static pod
+    /// manifests and Cilium's pinned maps (ROOT/sys/fs/bpf/tc/globals).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
+    /// Read the Services from a saved `cilium-dbg bpf lb list` or `cilium-dbg service
+    /// list` output instead of the maps.
+    #[arg(long, value_name = "FILE")]
+    pub lb_list: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

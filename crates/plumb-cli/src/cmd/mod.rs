@@ -2,6 +2,7 @@
 //! returns a `Verdict` for the exit code.
 
 mod check;
+mod cilium;
 mod collect;
 mod doctor;
 pub(crate) mod explain;
@@ -46,6 +47,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
             style,
         ),
         Command::Lab(c) => lab::run(c),
+        Command::Cilium(c) => cilium::run(c, style),
         Command::Trace(args) => trace::run(&args),
         Command::Watch(f) => watch::run(f),
         Command::Completions { shell } => {

@@ -1,0 +1,232 @@
+//! `plumb cilium services|verify`: Cilium's load balancer read from its pinned maps (or
+//! a saved listing) and the post-migration check, over plumb-cilium.
+
+use super::input::{load_source, require_net_admin};
+use crate::Verdict;
+use crate::flags::{CiliumCommand, CiliumNodeFlags, InputFlags, SourceFlags};
+use crate::output;
+use anyhow::Context;
+use plumb_cilium::layout::BackendLayout;
+use plumb_cilium::verify::{MigratedNode, Verdict as Migration, verify};
+use plumb_cilium::{Frontend, Problem, lb_list, service_list};
+use serde::Serialize;
+use std::io::Write;
+use std::path::Path;
+
+/// kube-proxy static pod manifests, below the node root: RKE2's and kubeadm's.
+const KUBE_PROXY_MANIFESTS: &[&str] = &[
+    "var/lib/rancher/rke2/agent/pod-manifests/kube-proxy.yaml",
+    "etc/kubernetes/manifests/kube-proxy.yaml",
+];
+
+pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Verdict> {
+    match c {
+        CiliumCommand::Services { node, output } => services(&node, output.json()),
+        CiliumCommand::Verify {
+            node,
+            ruleset,
+            netns,
+            output,
+        } => verify_node(&node, ruleset, netns, output.json(), style),
+    }
+}
+
+/// Cilium's frontends and where they came from.
+#[derive(Serialize)]
+struct LbRead {
+    /// `cilium-bpf` (the maps) or the listing's kind.
+    mode: &'static str,
+    /// The maps' directory or the listing file.
+    source: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backend_layout: Option<BackendLayout>,
+    frontends: Vec<Frontend>,
+    /// Maps, entries or rows that could not be read.
+    problems: Vec<String>,
+}
+
+/// Reads the frontends from `--lb-list` or from the maps below `--root`; None when the
+/// root has no Cilium maps.
+fn read_lb(node: &CiliumNodeFlags) -> anyhow::Result<Option<LbRead>> {
+    if let Some(path) = &node.lb_list {
+        let bytes = super::input::read_limited(path, plumb_ruleset::format::DEFAULT_MAX_SIZE)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let text = String::from_utf8_lossy(&bytes);
+        // The two listings differ in their header and in how a backend is written.
+        let (mode, (frontends, errors)) =
+            if text.contains("SERVICE ADDRESS") || text.contains(") (0)") {
+                ("cilium-bpf-lb-list", lb_list::parse(&text))
+            } else {
+                ("cilium-service-list", service_list::parse(&text))
+            };
+        let name = path.display().to_string();
+        return Ok(Some(LbRead {
+            mode,
+            problems: errors.iter().map(|e| format!("{name}: {e}")).collect(),
+            source: name,
+            backend_layout: None,
+            frontends,
+        }));
+    }
+    Ok(
+        plumb_collect::cilium::read_lb_maps(&node.root).map(|r| LbRead {
+            mode: "cilium-bpf",
+            source: r.globals.display().to_string(),
+            backend_layout: r.backend_layout,
+            frontends: r.frontends,
+            problems: r.problems,
+        }),
+    )
+}
+
+fn services(node: &CiliumNodeFlags, json: bool) -> anyhow::Result<Verdict> {
+    let Some(lb) = read_lb(node)? else {
+        anyhow::bail!(
+            "no Cilium load-balancer maps under {} (looked for cilium_lb4_services_v2 in {}); pass --lb-list FILE for a saved `cilium-dbg bpf lb list`",
+            node.root.display(),
+            plumb_collect::cilium::GLOBALS_DIRS.join(", ")
+        );
+    };
+    let inconsistent = lb
+        .frontends
+        .iter()
+        .any(|f| f.problems.iter().any(|p| *p != Problem::NoBackends));
+    if json {
+        output::json(&lb)?;
+    } else {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        let layout = lb
+            .backend_layout
+            .map(|l| format!(", backends {}", l.map_name(false)))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "Cilium load balancer: {} ({}{layout})\n",
+            lb.source, lb.mode
+        )?;
+        let width = lb
+            .frontends
+            .iter()
+            .map(|f| f.display_address().len())
+            .max()
+            .unwrap_or(0);
+        for f in &lb.frontends {
+            let kind = f.kind.map_or("?", |k| k.name());
+            let backends: Vec<String> = f
+                .backends
+                .iter()
+                .map(|b| format!("{}:{}", b.address, b.port))
+                .collect();
+            let to = if backends.is_empty() {
+                "no backend".to_string()
+            } else {
+                backends.join(", ")
+            };
+            writeln!(out, "{:<width$}  {kind:<12} -> {to}", f.display_address())?;
+            for p in f.problems.iter().filter(|p| **p != Problem::NoBackends) {
+                writeln!(out, "{:<width$}  problem: {}", "", p.describe())?;
+            }
+        }
+        for p in &lb.problems {
+            writeln!(out, "warning: {p}")?;
+        }
+        writeln!(out, "\n{} frontends", lb.frontends.len())?;
+        out.flush()?;
+    }
+    Ok(if inconsistent {
+        Verdict::Problems
+    } else {
+        Verdict::Clean
+    })
+}
+
+fn verify_node(
+    node: &CiliumNodeFlags,
+    ruleset: Option<std::path::PathBuf>,
+    netns: Option<String>,
+    json: bool,
+    style: plumb_findings::Style,
+) -> anyhow::Result<Verdict> {
+    let lb = read_lb(node)?;
+    if ruleset.is_none() {
+        require_net_admin("or pass --ruleset FILE")?;
+    }
+    let source = load_source(
+        &SourceFlags {
+            ruleset,
+            netns,
+            file: None,
+        },
+        &InputFlags::default(),
+    )?;
+    let cni_dir = node.root.join("etc/cni/net.d");
+    let cni_files = list_dir(&cni_dir);
+    let manifests: Vec<String> = KUBE_PROXY_MANIFESTS
+        .iter()
+        .map(|m| node.root.join(m))
+        .filter(|p| p.is_file())
+        .map(|p| p.display().to_string())
+        .collect();
+    let result = verify(&MigratedNode {
+        ruleset: Some(&source.ruleset),
+        cni_files,
+        kube_proxy_manifests: manifests,
+        lb: lb
+            .as_ref()
+            .map(|l| (l.frontends.as_slice(), l.source.clone())),
+    });
+    if json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            verdict: Migration,
+            rules: &'a str,
+            lb: Option<&'a LbRead>,
+            findings: &'a [plumb_findings::Finding],
+        }
+        output::json(&Out {
+            verdict: result.verdict,
+            rules: &source.name,
+            lb: lb.as_ref(),
+            findings: &result.findings,
+        })?;
+    } else {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        writeln!(
+            out,
+            "plumb cilium verify: rules of {}, files under {}\n",
+            source.name,
+            node.root.display()
+        )?;
+        out.write_all(plumb_findings::render::finding_list(&result.findings, style).as_bytes())?;
+        writeln!(
+            out,
+            "verdict: {}",
+            match result.verdict {
+                Migration::Migrated => "migrated",
+                Migration::Incomplete => "incomplete",
+            }
+        )?;
+        out.flush()?;
+    }
+    Ok(match result.verdict {
+        Migration::Migrated => Verdict::Clean,
+        Migration::Incomplete => Verdict::Problems,
+    })
+}
+
+/// File names in `dir`, sorted; None when it cannot be read (absent counts as empty:
+/// a node without a CNI directory has no old CNI configuration in it).
+fn list_dir(dir: &Path) -> Option<Vec<String>> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => {
+            let mut names: Vec<String> = entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            Some(names)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(Vec::new()),
+        Err(_) => None,
+    }
+}
