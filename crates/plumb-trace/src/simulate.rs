@@ -52,11 +52,10 @@
 //! POSTROUTING. NAT chains run only for NEW, tracked connections, in priority order
 //! until one sets up a NAT binding (nf_nat_inet_fn).
 
+use crate::addr::PortRange;
 use crate::constraint::{Constraints, Fact};
 use crate::index::Index;
-use crate::ir::{Action, Jump, MapVerdict};
-use crate::ir::{Cond, ct_bits};
-use crate::ir::{HookId, Item};
+use crate::ir::{Action, Cond, Field, HookId, Item, Jump, MapVerdict, NatSpec, SetRef, ct_bits};
 use crate::matches::{Eval, FactContext, View};
 use crate::outcome::{Delivery, Note, NotePart, Outcome, Step, StepKind, Trace, Verdict};
 use crate::packet::{CtState, Node, Origin, Packet};
@@ -1452,6 +1451,7 @@ impl<'a, 'i> Sim<'a, 'i> {
         path.ct_state == CtState::New && path.hook.is_dst_nat() == dst && !path.looped
     }
 
+    /// What one action does to the path: a verdict, a jump, a rewrite or a fork.
     fn act(
         &self,
         path: &mut Path<'a>,
@@ -1481,96 +1481,10 @@ impl<'a, 'i> Sim<'a, 'i> {
             Action::Continue | Action::NoEffect(_) | Action::Log(_) => Flow::NextItem,
             Action::Jump(j) => self.push_chain(path, j, false),
             Action::Goto(j) => self.push_chain(path, j, true),
-            Action::Dnat(spec) => {
-                if !self.nat_allowed(path, true) {
-                    return Flow::Final(
-                        Verdict::Indeterminate,
-                        "DNAT outside a NEW connection's PREROUTING/OUTPUT".into(),
-                    );
-                }
-                if let Some(a) = spec.addr {
-                    path.dst = a;
-                }
-                if let Some(p) = spec.ports
-                    && self.packet.proto.has_ports()
-                {
-                    path.dport = Some(p.from);
-                }
-                path.generation += 1;
-                // A range: the kernel picks one member; `dnat` reports the range.
-                path.dnat_range =
-                    spec.addr_to.is_some() || spec.ports.is_some_and(|p| p.from != p.to);
-                path.dnat = Some(Cow::Borrowed(&spec.text));
-                path.dnat_done = true;
-                path.nat_set_here = true;
-                Flow::EndBase
-            }
-            Action::Redirect(ports) => {
-                if !self.nat_allowed(path, true) {
-                    return Flow::Final(
-                        Verdict::Indeterminate,
-                        "REDIRECT outside a NEW connection's PREROUTING/OUTPUT".into(),
-                    );
-                }
-                path.dst = if self.packet.origin == Origin::Host {
-                    if self.v6() {
-                        IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
-                    } else {
-                        IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
-                    }
-                } else {
-                    match self.node.local_addrs.iter().find(|c| c.addr.is_ipv6() == self.v6()) {
-                        Some(c) => c.addr,
-                        None => return Flow::Final(Verdict::Indeterminate, "REDIRECT to the input interface's address, which is not known (pass --local-addr)".into()),
-                    }
-                };
-                if let Some(p) = ports
-                    && self.packet.proto.has_ports()
-                {
-                    path.dport = Some(p.from);
-                }
-                path.generation += 1;
-                path.dnat = Some(Cow::Borrowed("redirect"));
-                path.dnat_done = true;
-                path.nat_set_here = true;
-                Flow::EndBase
-            }
-            Action::Snat(spec) => {
-                if !self.nat_allowed(path, false) {
-                    return Flow::Final(
-                        Verdict::Indeterminate,
-                        "SNAT outside a NEW connection's POSTROUTING/INPUT".into(),
-                    );
-                }
-                if let Some(a) = spec.addr {
-                    path.src = Some(a);
-                }
-                path.generation += 1;
-                path.snat = Some(Cow::Borrowed(&spec.text));
-                path.snat_done = true;
-                path.nat_set_here = true;
-                Flow::EndBase
-            }
-            Action::Masquerade(_) => {
-                if !self.nat_allowed(path, false) || path.hook != HookId::Postrouting {
-                    return Flow::Final(
-                        Verdict::Indeterminate,
-                        "MASQUERADE outside a NEW connection's POSTROUTING".into(),
-                    );
-                }
-                let (_, out) = self.ifaces(path);
-                // The new source is the address of the output interface: an unknown
-                // source is no longer the original one.
-                path.src_is_orig = false;
-                path.generation += 1;
-                path.snat = Some(match out {
-                    Some(i) if !i.is_empty() => Cow::Owned(format!("masquerade ({i})")),
-                    _ => Cow::Borrowed("masquerade"),
-                });
-                path.snat_done = true;
-                path.nat_set_here = true;
-                Flow::EndBase
-            }
+            Action::Dnat(spec) => self.dnat(path, spec),
+            Action::Redirect(ports) => self.redirect(path, ports),
+            Action::Snat(spec) => self.snat(path, spec),
+            Action::Masquerade(_) => self.masquerade(path),
             Action::Mark(op) => {
                 path.mark = op.apply(path.mark);
                 path.generation += 1;
@@ -1602,118 +1516,228 @@ impl<'a, 'i> Sim<'a, 'i> {
                 modulus,
                 offset,
                 entries,
-            } => {
-                // One fork per entry, all at once: more than the path bound cannot be
-                // followed (and would hold as many copies of the path).
-                if entries.len() > self.options.max_paths {
-                    return Flow::Final(
-                        Verdict::Indeterminate,
-                        format!(
-                            "numgen map with {} entries: more than {} paths",
-                            entries.len(),
-                            self.options.max_paths
-                        ),
-                    );
-                }
-                let m = *modulus as f64;
-                let mut covered = 0.0;
-                let mut first: Option<(f64, MapVerdict, String)> = None;
-                for (a, b, v) in entries {
-                    let lo = (*a).max(*offset);
-                    let hi = (*b).min(offset.saturating_add(modulus - 1));
-                    if lo > hi {
-                        continue;
-                    }
-                    let p = (hi - lo + 1) as f64 / m;
-                    covered += p;
-                    let note = format!(
-                        "numgen: value {a}{} of {modulus}, probability {}",
-                        if a != b {
-                            format!("-{b}")
-                        } else {
-                            String::new()
-                        },
-                        crate::outcome::probability_text(p)
-                    );
-                    if first.is_none() {
-                        first = Some((p, v.clone(), note));
-                    } else {
-                        let mut alt = self.fork(path);
-                        alt.prob *= p;
-                        alt.pending = Some(v.clone());
-                        self.annotate_last(&mut alt, note);
-                        queue.push(alt);
-                    }
-                }
-                let miss = (1.0 - covered).max(0.0);
-                if miss > 1e-12 {
-                    let mut alt = self.fork(path);
-                    alt.prob *= miss;
-                    self.annotate_last(
-                        &mut alt,
-                        format!(
-                            "numgen: no entry (probability {})",
-                            crate::outcome::probability_text(miss)
-                        ),
-                    );
-                    alt.pending = Some(MapVerdict::Continue);
-                    queue.push(alt);
-                }
-                path.check_at = 0;
-                match first {
-                    Some((p, v, note)) => {
-                        path.prob *= p;
-                        self.annotate_last(path, note);
-                        self.apply_map_verdict(path, &v)
-                    }
-                    None => Flow::NextRule,
-                }
-            }
-            Action::VerdictMap { fields, set } => {
-                let mut view = self.view(path);
-                self.pin(&mut view, path);
-                let mut key = Vec::with_capacity(fields.len());
-                for f in fields {
-                    match view.atom(*f) {
-                        Some(a) => key.push(a),
-                        None => {
-                            return Flow::Final(
-                                Verdict::Indeterminate,
-                                "a verdict map key field is not known".into(),
-                            );
-                        }
-                    }
-                }
-                match crate::ir::lookup(&self.index.sets, set, &key) {
-                    Some(Some(i)) => {
-                        let s = &self.index.sets[*set as usize];
-                        if let Some(c) = s.comments.get(i).cloned().flatten() {
-                            self.annotate_last(path, format!("map @{}: {c}", s.name));
-                        } else {
-                            self.annotate_last(path, format!("map @{} has an entry", s.name));
-                        }
-                        match s.verdicts.get(i).cloned().flatten() {
-                            Some(v) => self.apply_map_verdict(path, &v),
-                            None => Flow::Final(
-                                Verdict::Indeterminate,
-                                "map entry without a verdict".into(),
-                            ),
-                        }
-                    }
-                    Some(None) => {
-                        let name = self.index.sets[*set as usize].name.clone();
-                        self.annotate_last(path, format!("no entry in map @{name}"));
-                        Flow::NextRule
-                    }
-                    None => Flow::Final(
-                        Verdict::Indeterminate,
-                        "a map element could not be read".into(),
-                    ),
-                }
-            }
+            } => self.numgen(path, *modulus, *offset, entries, queue),
+            Action::VerdictMap { fields, set } => self.verdict_map(path, fields, set),
             Action::Unknown(text) => Flow::Final(
                 Verdict::Indeterminate,
                 format!("plumb does not model `{text}`"),
+            ),
+        }
+    }
+
+    /// DNAT: the destination (and port) rewritten; the base chain ends.
+    fn dnat(&self, path: &mut Path<'a>, spec: &'a NatSpec) -> Flow {
+        if !self.nat_allowed(path, true) {
+            return Flow::Final(
+                Verdict::Indeterminate,
+                "DNAT outside a NEW connection's PREROUTING/OUTPUT".into(),
+            );
+        }
+        if let Some(a) = spec.addr {
+            path.dst = a;
+        }
+        if let Some(p) = spec.ports
+            && self.packet.proto.has_ports()
+        {
+            path.dport = Some(p.from);
+        }
+        path.generation += 1;
+        // A range: the kernel picks one member; `dnat` reports the range.
+        path.dnat_range = spec.addr_to.is_some() || spec.ports.is_some_and(|p| p.from != p.to);
+        path.dnat = Some(Cow::Borrowed(&spec.text));
+        path.dnat_done = true;
+        path.nat_set_here = true;
+        Flow::EndBase
+    }
+
+    /// REDIRECT: DNAT to the node itself (loopback for the host's own packets).
+    fn redirect(&self, path: &mut Path<'a>, ports: &Option<PortRange>) -> Flow {
+        if !self.nat_allowed(path, true) {
+            return Flow::Final(
+                Verdict::Indeterminate,
+                "REDIRECT outside a NEW connection's PREROUTING/OUTPUT".into(),
+            );
+        }
+        path.dst = if self.packet.origin == Origin::Host {
+            if self.v6() {
+                IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
+            } else {
+                IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
+            }
+        } else {
+            match self.node.local_addrs.iter().find(|c| c.addr.is_ipv6() == self.v6()) {
+                Some(c) => c.addr,
+                None => return Flow::Final(Verdict::Indeterminate, "REDIRECT to the input interface's address, which is not known (pass --local-addr)".into()),
+            }
+        };
+        if let Some(p) = ports
+            && self.packet.proto.has_ports()
+        {
+            path.dport = Some(p.from);
+        }
+        path.generation += 1;
+        path.dnat = Some(Cow::Borrowed("redirect"));
+        path.dnat_done = true;
+        path.nat_set_here = true;
+        Flow::EndBase
+    }
+
+    /// SNAT: the source rewritten; the base chain ends.
+    fn snat(&self, path: &mut Path<'a>, spec: &'a NatSpec) -> Flow {
+        if !self.nat_allowed(path, false) {
+            return Flow::Final(
+                Verdict::Indeterminate,
+                "SNAT outside a NEW connection's POSTROUTING/INPUT".into(),
+            );
+        }
+        if let Some(a) = spec.addr {
+            path.src = Some(a);
+        }
+        path.generation += 1;
+        path.snat = Some(Cow::Borrowed(&spec.text));
+        path.snat_done = true;
+        path.nat_set_here = true;
+        Flow::EndBase
+    }
+
+    /// MASQUERADE: the source becomes the output interface's address.
+    fn masquerade(&self, path: &mut Path<'a>) -> Flow {
+        if !self.nat_allowed(path, false) || path.hook != HookId::Postrouting {
+            return Flow::Final(
+                Verdict::Indeterminate,
+                "MASQUERADE outside a NEW connection's POSTROUTING".into(),
+            );
+        }
+        let (_, out) = self.ifaces(path);
+        // The new source is the address of the output interface: an unknown
+        // source is no longer the original one.
+        path.src_is_orig = false;
+        path.generation += 1;
+        path.snat = Some(match out {
+            Some(i) if !i.is_empty() => Cow::Owned(format!("masquerade ({i})")),
+            _ => Cow::Borrowed("masquerade"),
+        });
+        path.snat_done = true;
+        path.nat_set_here = true;
+        Flow::EndBase
+    }
+
+    /// `numgen random mod N vmap { ... }`: one path per entry, each with its probability,
+    /// and one for the values no entry covers.
+    fn numgen(
+        &self,
+        path: &mut Path<'a>,
+        modulus: u32,
+        offset: u32,
+        entries: &'a [(u32, u32, MapVerdict)],
+        queue: &mut Queue<'a>,
+    ) -> Flow {
+        // One fork per entry, all at once: more than the path bound cannot be
+        // followed (and would hold as many copies of the path).
+        if entries.len() > self.options.max_paths {
+            return Flow::Final(
+                Verdict::Indeterminate,
+                format!(
+                    "numgen map with {} entries: more than {} paths",
+                    entries.len(),
+                    self.options.max_paths
+                ),
+            );
+        }
+        let m = modulus as f64;
+        let mut covered = 0.0;
+        let mut first: Option<(f64, MapVerdict, String)> = None;
+        for (a, b, v) in entries {
+            let lo = (*a).max(offset);
+            let hi = (*b).min(offset.saturating_add(modulus - 1));
+            if lo > hi {
+                continue;
+            }
+            let p = (hi - lo + 1) as f64 / m;
+            covered += p;
+            let note = format!(
+                "numgen: value {a}{} of {modulus}, probability {}",
+                if a != b {
+                    format!("-{b}")
+                } else {
+                    String::new()
+                },
+                crate::outcome::probability_text(p)
+            );
+            if first.is_none() {
+                first = Some((p, v.clone(), note));
+            } else {
+                let mut alt = self.fork(path);
+                alt.prob *= p;
+                alt.pending = Some(v.clone());
+                self.annotate_last(&mut alt, note);
+                queue.push(alt);
+            }
+        }
+        let miss = (1.0 - covered).max(0.0);
+        if miss > 1e-12 {
+            let mut alt = self.fork(path);
+            alt.prob *= miss;
+            self.annotate_last(
+                &mut alt,
+                format!(
+                    "numgen: no entry (probability {})",
+                    crate::outcome::probability_text(miss)
+                ),
+            );
+            alt.pending = Some(MapVerdict::Continue);
+            queue.push(alt);
+        }
+        path.check_at = 0;
+        match first {
+            Some((p, v, note)) => {
+                path.prob *= p;
+                self.annotate_last(path, note);
+                self.apply_map_verdict(path, &v)
+            }
+            None => Flow::NextRule,
+        }
+    }
+
+    /// A verdict map lookup (`ip daddr . th dport vmap @service-ips`).
+    fn verdict_map(&self, path: &mut Path<'a>, fields: &[Field], set: &SetRef) -> Flow {
+        let mut view = self.view(path);
+        self.pin(&mut view, path);
+        let mut key = Vec::with_capacity(fields.len());
+        for f in fields {
+            match view.atom(*f) {
+                Some(a) => key.push(a),
+                None => {
+                    return Flow::Final(
+                        Verdict::Indeterminate,
+                        "a verdict map key field is not known".into(),
+                    );
+                }
+            }
+        }
+        match crate::ir::lookup(&self.index.sets, set, &key) {
+            Some(Some(i)) => {
+                let s = &self.index.sets[*set as usize];
+                if let Some(c) = s.comments.get(i).cloned().flatten() {
+                    self.annotate_last(path, format!("map @{}: {c}", s.name));
+                } else {
+                    self.annotate_last(path, format!("map @{} has an entry", s.name));
+                }
+                match s.verdicts.get(i).cloned().flatten() {
+                    Some(v) => self.apply_map_verdict(path, &v),
+                    None => {
+                        Flow::Final(Verdict::Indeterminate, "map entry without a verdict".into())
+                    }
+                }
+            }
+            Some(None) => {
+                let name = self.index.sets[*set as usize].name.clone();
+                self.annotate_last(path, format!("no entry in map @{name}"));
+                Flow::NextRule
+            }
+            None => Flow::Final(
+                Verdict::Indeterminate,
+                "a map element could not be read".into(),
             ),
         }
     }
