@@ -16,6 +16,8 @@
 //!   frontends.
 //! - [`service_list`]: `cilium-dbg service list`, the agent's own view, to compare
 //!   with the maps.
+//! - [`preflight`]: before installing, can this kernel run Cilium with kube-proxy
+//!   replacement (release, configuration, BTF, BPF types, mounts)?
 //! - [`verify`]: after a migration, is the node kube-proxy-free and the old CNI gone,
 //!   and do the maps hold consistent Services (findings and a verdict).
 //!
@@ -28,6 +30,7 @@
 pub mod layout;
 pub mod lb_list;
 pub mod lbmap;
+pub mod preflight;
 pub mod service_list;
 pub mod verify;
 

@@ -39,5 +39,12 @@ pub fn catalogue() -> impl Iterator<Item = Entry> {
             command: "cilium verify",
             summary,
         });
-    rules.chain(node).chain(cilium)
+    let preflight = plumb_cilium::preflight::CATALOGUE
+        .iter()
+        .map(|(id, summary)| Entry {
+            id,
+            command: "cilium preflight",
+            summary,
+        });
+    rules.chain(node).chain(cilium).chain(preflight)
 }

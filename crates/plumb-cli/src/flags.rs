@@ -224,6 +224,21 @@ impl SourceFlags {
 
 #[derive(Debug, Subcommand)]
 pub enum CiliumCommand {
+    /// Before installing Cilium with kube-proxy replacement: can this node's kernel run
+    /// it? Kernel release and configuration, BTF, the BPF program and map types the
+    /// running kernel accepts (probed, nothing attached), bpffs and cgroup v2 mounts.
+    /// Verdict `go` (exit 0) or `no-go` (exit 1).
+    Preflight {
+        /// The node's file tree (for /boot/config-RELEASE when /proc/config.gz is absent).
+        #[arg(long, value_name = "DIR", default_value = "/")]
+        root: PathBuf,
+        /// The Cilium release to check against (`1.16`, `v1.18.2`); default: the newest
+        /// plumb knows.
+        #[arg(long, value_name = "VERSION")]
+        cilium_version: Option<String>,
+        #[command(flatten)]
+        output: OutputFlags,
+    },
     /// The Services Cilium's load balancer holds, read from its pinned BPF maps (or from
     /// a saved `cilium-dbg bpf lb list` / `service list`), with the frontends that have
     /// no backend or name a missing one. Exit 1 when the maps contradict themselves.

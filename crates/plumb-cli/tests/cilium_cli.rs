@@ -125,3 +125,36 @@ fn verify_names_what_is_left_and_exits_1_until_it_is_gone() {
     assert_eq!(v["verdict"], "migrated", "{v:#}");
     assert_eq!(out.status.code(), Some(0));
 }
+
+#[test]
+fn preflight_judges_this_machine_s_kernel() {
+    if !plumb_testkit::privileged(&[]) {
+        return;
+    }
+    let out = plumb(&["cilium", "preflight", "--cilium-version", "v1.16.3", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["release"], "1.16");
+    let status = |id: &str| {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id)
+            .map(|f| f["status"].as_str().unwrap().to_string())
+            .unwrap_or_else(|| panic!("{id} missing: {v:#}"))
+    };
+    // This machine runs a 6.x kernel with BTF; as root every probe can answer.
+    assert_eq!(status("cilium-kernel-version"), "ok");
+    assert_eq!(status("cilium-kernel-btf"), "ok");
+    assert_eq!(status("cilium-bpf-features"), "ok");
+    for id in ["cilium-kernel-config", "cilium-bpffs", "cilium-cgroup2"] {
+        status(id);
+    }
+    // The exit code follows the verdict.
+    let go = v["verdict"] == "go";
+    assert_eq!(out.status.code(), Some(if go { 0 } else { 1 }), "{v:#}");
+
+    let bad = plumb(&["cilium", "preflight", "--cilium-version", "next"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--cilium-version next"));
+}

@@ -89,3 +89,66 @@ pub fn read_lb_maps_in(globals: &Path) -> CiliumLb {
     }
     out
 }
+
+/// What `plumb cilium preflight` needs to know about the running kernel. The kernel is
+/// the host's whatever `root` is (a lab's root shares it); `root` only serves the
+/// `/boot/config-RELEASE` fallback.
+pub fn read_kernel(root: &Path) -> plumb_cilium::preflight::KernelView {
+    use std::io::Read;
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .ok()
+        .map(|s| s.trim().to_string());
+    let config = {
+        let gz = Path::new("/proc/config.gz");
+        let from_proc = std::fs::File::open(gz).ok().and_then(|f| {
+            let mut text = String::new();
+            // A kernel configuration is ~200 KiB; the bound keeps a hostile file small.
+            flate2::read::GzDecoder::new(f)
+                .take(8 << 20)
+                .read_to_string(&mut text)
+                .ok()
+                .map(|_| (gz.display().to_string(), text))
+        });
+        let from_boot = || {
+            let r = release.as_deref()?;
+            let path = root.join(format!("boot/config-{r}"));
+            std::fs::read_to_string(&path)
+                .ok()
+                .map(|t| (path.display().to_string(), t))
+        };
+        match from_proc.or_else(from_boot) {
+            Some((source, text)) => Ok(plumb_cilium::preflight::KernelConfig {
+                source,
+                options: config_options(&text),
+            }),
+            None => Err("neither /proc/config.gz nor /boot/config-$(uname -r) is readable".into()),
+        }
+    };
+    let mounts = std::fs::read_to_string("/proc/mounts").ok().map(|t| {
+        t.lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let (_, point, fstype) = (w.next()?, w.next()?, w.next()?);
+                Some((fstype.to_string(), point.to_string()))
+            })
+            .collect()
+    });
+    plumb_cilium::preflight::KernelView {
+        release,
+        config,
+        btf: Some(Path::new("/sys/kernel/btf/vmlinux").exists()),
+        mounts,
+        bpf_probes: plumb_os::bpf::probe::all(),
+    }
+}
+
+/// `CONFIG_X=value` lines of a kernel configuration (comments and blanks skipped).
+fn config_options(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            k.starts_with("CONFIG_")
+                .then(|| (k.to_string(), v.trim_matches('"').to_string()))
+        })
+        .collect()
+}

@@ -4,9 +4,11 @@
 //! `BPF_MAP_LOOKUP_ELEM`). This is how plumb reads Cilium's load-balancer maps on a
 //! kube-proxy-free node without a Cilium CLI.
 //!
-//! Only those four commands are issued: nothing here creates, updates, deletes or pins.
+//! Reading issues only those four commands: it never creates, updates, deletes or pins.
 //! A map that changes during the dump is read as the kernel answers each call (an
-//! entry deleted meanwhile is skipped), as `bpftool map dump` does.
+//! entry deleted meanwhile is skipped), as `bpftool map dump` does. [`probe`] asks
+//! which program and map types the kernel accepts by loading a trivial program (or
+//! creating a one-entry map) and closing it at once, as `bpftool feature probe` does.
 
 use std::ffi::CString;
 use std::io;
@@ -198,5 +200,127 @@ impl PinnedMap {
             }
             key = Some(next.clone());
         }
+    }
+}
+
+/// What the running kernel accepts, asked the way `bpftool feature probe` asks: load a
+/// two-instruction program of each type (or create a one-entry map), and close it at
+/// once. Nothing is attached or pinned; the kernel keeps nothing.
+pub mod probe {
+    use super::bpf;
+    use std::io;
+    use std::os::fd::{FromRawFd, OwnedFd};
+
+    const BPF_MAP_CREATE: libc::c_int = 0;
+    const BPF_PROG_LOAD: libc::c_int = 5;
+
+    /// A program type worth probing: its name, `BPF_PROG_TYPE_*` and the attach type
+    /// the verifier needs to know at load time (0 when none).
+    pub const PROGRAM_TYPES: &[(&str, u32, u32)] = &[
+        ("sched_cls", 3, 0),
+        ("xdp", 6, 0),
+        ("cgroup_sock", 9, 0),
+        // BPF_CGROUP_INET4_CONNECT (10): the socket load balancer's hook.
+        ("cgroup_sock_addr (connect4)", 18, 10),
+    ];
+
+    /// A map type worth probing: its name, `BPF_MAP_TYPE_*`, key and value sizes, and
+    /// map flags (an LPM trie needs BPF_F_NO_PREALLOC).
+    pub const MAP_TYPES: &[(&str, u32, u32, u32, u32)] = &[
+        ("hash", 1, 4, 4, 0),
+        ("array", 2, 4, 4, 0),
+        ("perf_event_array", 4, 4, 4, 0),
+        ("percpu_hash", 5, 4, 4, 0),
+        ("lru_hash", 9, 4, 4, 0),
+        ("lpm_trie", 11, 8, 4, 1),
+    ];
+
+    #[repr(C)]
+    #[derive(Default)]
+    struct ProgLoadAttr {
+        prog_type: u32,
+        insn_cnt: u32,
+        insns: u64,
+        license: u64,
+        log_level: u32,
+        log_size: u32,
+        log_buf: u64,
+        kern_version: u32,
+        prog_flags: u32,
+        prog_name: [u8; 16],
+        prog_ifindex: u32,
+        expected_attach_type: u32,
+    }
+
+    #[repr(C)]
+    #[derive(Default)]
+    struct MapCreateAttr {
+        map_type: u32,
+        key_size: u32,
+        value_size: u32,
+        max_entries: u32,
+        map_flags: u32,
+    }
+
+    /// Reads a probe's result: accepted (a descriptor, closed now), refused (EINVAL:
+    /// the kernel does not know the type) or not decidable (EPERM and the rest).
+    fn verdict(r: io::Result<libc::c_long>) -> io::Result<bool> {
+        match r {
+            // SAFETY: a new descriptor this process owns; dropping it closes it.
+            Ok(fd) => {
+                drop(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+                Ok(true)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the kernel loads a program of `prog_type` (`r0 = 0; exit`).
+    pub fn program_type(prog_type: u32, expected_attach_type: u32) -> io::Result<bool> {
+        // mov64 r0, 0 ; exit
+        let insns: [u64; 2] = [0x0000_0000_0000_00b7, 0x0000_0000_0000_0095];
+        let license = c"GPL";
+        let mut attr = ProgLoadAttr {
+            prog_type,
+            insn_cnt: 2,
+            insns: insns.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            expected_attach_type,
+            ..ProgLoadAttr::default()
+        };
+        // SAFETY: the instructions and the license outlive the call; no log buffer.
+        verdict(unsafe { bpf(BPF_PROG_LOAD, &mut attr) })
+    }
+
+    /// Whether the kernel creates a one-entry map of `map_type`.
+    pub fn map_type(map_type: u32, key_size: u32, value_size: u32, flags: u32) -> io::Result<bool> {
+        let mut attr = MapCreateAttr {
+            map_type,
+            key_size,
+            value_size,
+            max_entries: 1,
+            map_flags: flags,
+        };
+        // SAFETY: the attribute holds no pointers.
+        verdict(unsafe { bpf(BPF_MAP_CREATE, &mut attr) })
+    }
+
+    /// Every type in [`PROGRAM_TYPES`] and [`MAP_TYPES`], probed: ("program type X" or
+    /// "map type X", accepted or why the probe could not tell).
+    pub fn all() -> Vec<(String, Result<bool, String>)> {
+        let programs = PROGRAM_TYPES.iter().map(|(name, t, attach)| {
+            (
+                format!("program type {name}"),
+                program_type(*t, *attach).map_err(|e| e.to_string()),
+            )
+        });
+        let maps = MAP_TYPES.iter().map(|(name, t, k, v, f)| {
+            (
+                format!("map type {name}"),
+                map_type(*t, *k, *v, *f).map_err(|e| e.to_string()),
+            )
+        });
+        programs.chain(maps).collect()
     }
 }

@@ -50,3 +50,21 @@ fn a_pinned_map_is_read_whole_and_only_read() {
     let missing = PinnedMap::open(&fs.0.join("nothing")).expect_err("no such pin");
     assert!(missing.to_string().contains("nothing"), "{missing}");
 }
+
+#[test]
+fn the_running_kernel_accepts_what_cilium_loads_and_refuses_an_unknown_type() {
+    if !plumb_testkit::privileged(&[]) {
+        return;
+    }
+    for (what, accepted) in plumb_os::bpf::probe::all() {
+        assert_eq!(accepted, Ok(true), "{what}");
+    }
+    assert_eq!(
+        plumb_os::bpf::probe::program_type(9999, 0).ok(),
+        Some(false)
+    );
+    assert_eq!(
+        plumb_os::bpf::probe::map_type(9999, 4, 4, 0).ok(),
+        Some(false)
+    );
+}

@@ -21,6 +21,11 @@ const KUBE_PROXY_MANIFESTS: &[&str] = &[
 
 pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Verdict> {
     match c {
+        CiliumCommand::Preflight {
+            root,
+            cilium_version,
+            output,
+        } => preflight(&root, cilium_version.as_deref(), output.json(), style),
         CiliumCommand::Services { node, output } => services(&node, output.json()),
         CiliumCommand::Verify {
             node,
@@ -29,6 +34,46 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
             output,
         } => verify_node(&node, ruleset, netns, output.json(), style),
     }
+}
+
+fn preflight(
+    root: &Path,
+    version: Option<&str>,
+    json: bool,
+    style: plumb_findings::Style,
+) -> anyhow::Result<Verdict> {
+    use plumb_cilium::preflight::{Release, Verdict as Go};
+    let release = match version {
+        Some(v) => Release::parse(v)
+            .with_context(|| format!("--cilium-version {v}: expected MAJOR.MINOR such as 1.16"))?,
+        None => Release::LATEST,
+    };
+    let kernel = plumb_collect::cilium::read_kernel(root);
+    let result = plumb_cilium::preflight::preflight(&kernel, release);
+    if json {
+        output::json(&result)?;
+    } else {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        writeln!(
+            out,
+            "plumb cilium preflight: kernel {} for Cilium {release} with kube-proxy replacement\n",
+            kernel.release.as_deref().unwrap_or("(unknown)")
+        )?;
+        out.write_all(plumb_findings::render::finding_list(&result.findings, style).as_bytes())?;
+        writeln!(
+            out,
+            "verdict: {}",
+            match result.verdict {
+                Go::Go => "go",
+                Go::NoGo => "no-go",
+            }
+        )?;
+        out.flush()?;
+    }
+    Ok(match result.verdict {
+        Go::Go => Verdict::Clean,
+        Go::NoGo => Verdict::Problems,
+    })
 }
 
 /// Cilium's frontends and where they came from.

@@ -17,7 +17,7 @@ pub fn run(id: Option<&str>, json: bool) -> anyhow::Result<Verdict> {
     }
     let width = entries.iter().map(|e| e.id.len()).max().unwrap_or(0);
     for e in &entries {
-        writeln!(out, "{:<width$}  {:<13}  {}", e.id, e.command, e.summary)?;
+        writeln!(out, "{:<width$}  {:<16}  {}", e.id, e.command, e.summary)?;
     }
     Ok(Verdict::Clean)
 }
