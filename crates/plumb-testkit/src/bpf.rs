@@ -72,13 +72,18 @@ struct PathAttr {
 
 /// Creates a hash map of 64 entries named `name` (at most 15 bytes).
 pub fn create(name: &str, key_size: u32, value_size: u32) -> OwnedFd {
+    create_sized(name, key_size, value_size, 64)
+}
+
+/// Creates a hash map of `max_entries` entries named `name` (at most 15 bytes).
+pub fn create_sized(name: &str, key_size: u32, value_size: u32, max_entries: u32) -> OwnedFd {
     let mut map_name = [0u8; 16];
     map_name[..name.len()].copy_from_slice(name.as_bytes());
     let mut attr = CreateAttr {
         map_type: BPF_MAP_TYPE_HASH,
         key_size,
         value_size,
-        max_entries: 64,
+        max_entries,
         map_name,
         ..CreateAttr::default()
     };
@@ -155,7 +160,8 @@ pub fn pinned_map(
 ) -> PathBuf {
     std::fs::create_dir_all(dir).expect("create the pin directory");
     let short: String = name.chars().take(15).collect();
-    let map = create(&short, key_size, value_size);
+    let capacity = u32::try_from(entries.len()).unwrap_or(u32::MAX).max(64);
+    let map = create_sized(&short, key_size, value_size, capacity);
     for (k, v) in entries {
         update(&map, k, v).expect("update");
     }
