@@ -557,6 +557,35 @@ fn wrong_symbol(left: &str, right: &Value) -> Option<(String, &'static str)> {
         .map(|v| (v.to_string(), check.1))
 }
 
+/// The value of an `iif`/`oif` match no interface can be named (the kernel's
+/// `dev_valid_name()`: not empty, at most 15 bytes, not `.` or `..`, no `/`, `:` or
+/// blank). nft turns the name into an index when the rule is added, so the interface
+/// must exist, and no interface has such a name on any host. `iifname`/`oifname`
+/// compare names and take any string.
+fn impossible_device(left: &str, right: &Value) -> Option<String> {
+    if !matches!(left, "iif" | "oif" | "meta iif" | "meta oif") {
+        return None;
+    }
+    let Value::Single(v) = right else {
+        return None;
+    };
+    let name = v
+        .strip_prefix('"')
+        .and_then(|n| n.strip_suffix('"'))
+        .unwrap_or(v);
+    if v.starts_with('$') || (!name.is_empty() && name.bytes().all(|b| b.is_ascii_digit())) {
+        return None; // a variable, or an interface index
+    }
+    let valid = !name.is_empty()
+        && name.len() < 16
+        && name != "."
+        && name != ".."
+        && !name
+            .bytes()
+            .any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace());
+    (!valid).then(|| v.clone())
+}
+
 /// Whether `field` can follow protocol `proto` in a selector (`ip saddr`, `tcp dport`),
 /// for the protocols whose fields are listed here (others take any word).
 fn proto_field(proto: &str, field: &str) -> bool {
@@ -756,6 +785,22 @@ impl<'a> StmtParser<'_, 'a> {
                 self.r.error(
                     &t,
                     format!("'{bad}' is no {what} (nft: Could not parse {what})"),
+                    &bad,
+                );
+            } else if let StatementKind::Match {
+                ref left,
+                ref right,
+                ..
+            } = kind
+                && self.r.ruleset.diagnostics.len() == diagnostics_before
+                && let Some(bad) = impossible_device(left, right)
+            {
+                let t = self.toks[start];
+                self.r.error(
+                    &t,
+                    format!(
+                        "{left} \"{bad}\": no interface can have this name (a blank, '/' or ':', empty or longer than 15 bytes), and {left} needs one that exists (nft: Interface does not exist)"
+                    ),
                     &bad,
                 );
             }
