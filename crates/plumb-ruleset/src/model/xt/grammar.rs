@@ -1395,6 +1395,10 @@ const REQUIRED: &[(&str, &[&str])] = &[
     ("TCPMSS", &["--set-mss", "--clamp-mss-to-pmtu"]),
     ("TPROXY", &["--on-port"]),
     ("HMARK", &["--hmark-mod"]),
+    // RATEEST needs all three, since the extension was added (2528258d, 2008).
+    ("RATEEST", &["--rateest-name"]),
+    ("RATEEST", &["--rateest-interval"]),
+    ("RATEEST", &["--rateest-ewmalog"]),
     ("SET", &["--add-set", "--del-set", "--map-set"]),
     ("DNAT", &["--to-destination"]),
     ("addrtype", &["--src-type", "--dst-type"]),
