@@ -522,3 +522,38 @@ fn nat_to_an_address_in_an_inet_table_needs_its_family_or_an_ip_match_before_it(
         );
     }
 }
+
+#[test]
+fn a_ct_helper_the_table_does_not_define_is_refused() {
+    let table = |rule: &str| {
+        format!(
+            "table inet t {{\n\tct helper tftp-69 {{\n\t\ttype \"tftp\" protocol udp\n\t\tl3proto inet\n\t}}\n\tchain c {{\n\t\ttype filter hook input priority 0; policy accept;\n\t\t{rule}\n\t}}\n}}\n"
+        )
+    };
+    // (rule, nft 1.0.6 accepts it): the kernel refuses an undefined object on commit.
+    const CT: &[(&str, bool)] = &[
+        ("ct helper set \"tftp-69\"", true),
+        ("ct helper set udp dport map { 69 : \"tftp-69\" }", true),
+        ("ct helper set \"ftp\"", false),
+        (
+            "ct helper set udp dport map { 69 : \" tftp-69\", 70 : \"tftp-69\" }",
+            false,
+        ),
+    ];
+    for &(rule, accepted) in CT {
+        let rs = plumb_ruleset::nft::parse_text(&table(rule));
+        let errs: Vec<_> = rs.errors().collect();
+        assert_eq!(errs.is_empty(), accepted, "{rule}: {errs:#?}");
+        if !accepted {
+            assert_eq!((errs[0].line, errs[0].column), (8, 3), "{rule}");
+            assert!(
+                errs[0].message.starts_with("rule sets ct helper '")
+                    && errs[0]
+                        .message
+                        .contains("that table inet t does not define"),
+                "{}",
+                errs[0].message
+            );
+        }
+    }
+}
