@@ -814,6 +814,8 @@ fn plumb_accepts_and_rejects_mutated_rules_as_the_kernel_tools_do() {
         "ip6tables-legacy-restore",
         "ip6tables-nft-restore",
         "nft",
+        "unshare",
+        "mount",
     ] {
         if which(t).is_none() {
             plumb_testkit::skip(&format!("{t} not installed"));
