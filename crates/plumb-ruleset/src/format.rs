@@ -517,6 +517,7 @@ fn parse_source(source: SourceText, options: &ParseOptions) -> Result<Parsed, In
         table,
         restore_payload: restore,
         sections: Vec::new(),
+        ..IptablesInput::default()
     };
     // Save syntax without any '*table' line is a filtered capture (`iptables-save |
     // grep`): read like -S output, its tables inferred.

@@ -17,6 +17,7 @@
 //! where the kind is unambiguous (numbers, ports, marks, conntrack states, addresses).
 
 use super::SpecProblem;
+use super::dialect::{Dialect, IptablesVersion};
 use super::words::Word;
 
 /// The kind of value an option takes.
@@ -57,6 +58,8 @@ enum V {
     Tos,
     /// One of these words (case-insensitive).
     Choice(&'static [&'static str]),
+    /// A comma-separated list of these words, each whole (case-insensitive).
+    ChoiceList(&'static [&'static str]),
     /// A comma-separated list of these words or prefixes of them (case-insensitive,
     /// as `strncasecmp` over the length given compares them).
     Choices(&'static [&'static str]),
@@ -295,7 +298,14 @@ const MATCHES: &[(&str, Option<&[Opt]>)] = &[
             ("--source-port", V::PortRange),
             ("--dport", V::PortRange),
             ("--destination-port", V::PortRange),
-            ("--dccp-types", V::Any),
+            // libxt_dccp.c's dccp_pkt_types, compared with strcasecmp().
+            (
+                "--dccp-types",
+                V::ChoiceList(&[
+                    "REQUEST", "RESPONSE", "DATA", "ACK", "DATAACK", "CLOSEREQ", "CLOSE", "RESET",
+                    "SYNC", "SYNCACK", "INVALID",
+                ]),
+            ),
             ("--dccp-option", V::U32),
         ]),
     ),
@@ -440,9 +450,10 @@ const MATCHES: &[(&str, Option<&[Opt]>)] = &[
             ("--srh-last-entry-gt", V::U32),
             ("--srh-last-entry-lt", V::U32),
             ("--srh-tag", V::U32),
-            ("--srh-psid", V::Any),
-            ("--srh-nsid", V::Any),
-            ("--srh-lsid", V::Any),
+            // XTTYPE_HOSTMASK: addr[/mask] (a host name is looked up on the host).
+            ("--srh-psid", V::Address),
+            ("--srh-nsid", V::Address),
+            ("--srh-lsid", V::Address),
         ]),
     ),
     (
@@ -688,7 +699,25 @@ const TARGETS: &[(&str, Option<&[Opt]>)] = &[
             ("--hl-inc", V::U32),
         ]),
     ),
-    ("HMARK", None),
+    // libxt_HMARK.c's HMARK_opts (iptables 1.8.9); --hmark-mod is XTOPT_MAND.
+    (
+        "HMARK",
+        Some(&[
+            ("--hmark-tuple", V::Any),
+            ("--hmark-src-prefix", V::Any),
+            ("--hmark-dst-prefix", V::Any),
+            ("--hmark-sport-mask", V::U32),
+            ("--hmark-dport-mask", V::U32),
+            ("--hmark-spi-mask", V::U32),
+            ("--hmark-sport", V::U32),
+            ("--hmark-dport", V::U32),
+            ("--hmark-spi", V::U32),
+            ("--hmark-proto-mask", V::U32),
+            ("--hmark-rnd", V::U32),
+            ("--hmark-mod", V::U32),
+            ("--hmark-offset", V::U32),
+        ]),
+    ),
     (
         "IDLETIMER",
         Some(&[
@@ -716,7 +745,15 @@ const TARGETS: &[(&str, Option<&[Opt]>)] = &[
             ("--nflog-threshold", V::U32),
         ]),
     ),
-    ("RATEEST", None),
+    // libxt_RATEEST.c's RATEEST_opts (iptables 1.8.9).
+    (
+        "RATEEST",
+        Some(&[
+            ("--rateest-name", V::Any),
+            ("--rateest-interval", V::Any),
+            ("--rateest-ewmalog", V::Any),
+        ]),
+    ),
     ("SECMARK", Some(&[("--selctx", V::Any)])),
     (
         "SNPT",
@@ -781,16 +818,66 @@ struct Loaded {
     seen: Vec<&'static str>,
 }
 
-/// Checks `words` of `text` (a rule of `chain`, when known) as iptables-restore reads
-/// them; appends what it refuses.
+/// Is `value` the rest of the word `option` started (`-s10.0.0.1`, split by the
+/// splitter), not a word of its own?
+fn glued(option: &Word, value: &Word) -> bool {
+    option.len == 2 && !value.quoted && value.start == option.start + 2
+}
+
+/// Says what `iptables` `version` does with a value glued to the short option `opt`
+/// (`word` is the whole word as written): `Err` with the reason when it refuses the
+/// rule. See [`super::dialect`] for the versions.
+fn glued_refused(opt: &str, word: &str, version: IptablesVersion) -> Result<(), String> {
+    if !version.takes_glued_word_whole() {
+        return Ok(());
+    }
+    let why = match opt {
+        // xtables_parse_interface() takes any name shorter than IFNAMSIZ.
+        "-i" | "-o" if word.len() < 16 => return Ok(()),
+        "-i" | "-o" => "an interface name longer than 15 bytes",
+        "-s" | "-d" => "no such host or network",
+        "-p" => "an unknown protocol",
+        _ => "no such target or chain",
+    };
+    Err(format!(
+        "value glued to {opt}: iptables {version} takes the whole word {word:?} as the value ({why}); \
+         write `{opt} {}` (iptables 1.8.8 and 1.8.9 read glued values so; earlier and later versions read the word's rest)",
+        &word[2..]
+    ))
+}
+
+/// The note for a glued value when the version is unknown.
+fn glued_note(opt: &str, word: &str) -> String {
+    format!(
+        "value glued to {opt} ({word:?}): read as `{opt} {}`, as iptables up to 1.8.7 and from 1.8.10 do; \
+         iptables 1.8.8 and 1.8.9 take the whole word as the value{}",
+        &word[2..],
+        match opt {
+            "-i" | "-o" if word.len() < 16 => " (an interface of that name)",
+            _ => " and refuse the rule",
+        }
+    )
+}
+
+/// Checks `words` of `text` (a rule of `chain`, when known) as iptables-restore of
+/// `dialect` reads them; appends what it refuses to `problems`, and to `notes` where
+/// iptables versions differ and the version is unknown.
 pub(super) fn check(
     text: &str,
     words: &[Word],
     chain: Option<&str>,
+    dialect: Dialect,
     problems: &mut Vec<SpecProblem>,
+    notes: &mut Vec<SpecProblem>,
 ) {
     let mut say = |w: &Word, message: String| {
         problems.push(SpecProblem {
+            offset: w.start as usize,
+            message,
+        })
+    };
+    let mut note = |w: &Word, message: String| {
+        notes.push(SpecProblem {
             offset: w.start as usize,
             message,
         })
@@ -875,6 +962,25 @@ pub(super) fn check(
                     say(w, format!("{raw} needs a target or chain name"));
                     return;
                 };
+                if raw == "-j" && glued(w, n) {
+                    let word = &text[w.start as usize..n.start as usize + n.len as usize];
+                    match dialect.binding() {
+                        Some(v) => {
+                            if let Err(why) = glued_refused(raw, word, v) {
+                                say(w, why);
+                                return;
+                            }
+                        }
+                        None => {
+                            if dialect
+                                .version
+                                .is_none_or(IptablesVersion::takes_glued_word_whole)
+                            {
+                                note(w, glued_note(raw, word));
+                            }
+                        }
+                    }
+                }
                 let name = n.value(text);
                 if target.is_some() {
                     say(w, "more than one target (-j/-g) in one rule".into());
@@ -954,24 +1060,90 @@ pub(super) fn check(
         if arity == 0 {
             continue;
         }
-        // `--opt ! value`: the negation's old place, which iptables-save up to 1.4
-        // wrote (`-d ! 10.0.0.0/8`). iptables 1.8 takes the "!" as the value and
-        // refuses the rule, but genuine old dumps hold it: read as that negation.
-        if words.get(i).is_some_and(|w| w.is_bang(text)) {
+        // `--opt ! value`: the negation's old place, which iptables-save up to 1.4.2
+        // wrote (`-d ! 10.0.0.0/8`) and iptables before 1.4.12 read; later versions
+        // take the "!" as the value (and then refuse the word after it).
+        if let Some(b) = words.get(i).filter(|w| w.is_bang(text))
+            && words
+                .get(i + 1)
+                .is_some_and(|v| !v.is_option(text) && !v.is_bang(text))
+        {
+            match dialect.binding() {
+                Some(v) if v.reads_old_negation() => i += 1,
+                Some(v) => {
+                    say(
+                        b,
+                        format!(
+                            "\"!\" after {raw}: the negation's old place (`{raw} ! VALUE`), which iptables {v} takes as the value \"!\" (only iptables before {} read it; write `! {raw} VALUE`)",
+                            IptablesVersion::NO_OLD_NEGATION
+                        ),
+                    );
+                    return;
+                }
+                None if dialect
+                    .version
+                    .is_some_and(IptablesVersion::reads_old_negation) =>
+                {
+                    i += 1;
+                }
+                None => {
+                    note(
+                        b,
+                        format!(
+                            "\"!\" after {raw}: the negation's old place (`{raw} ! VALUE`), read as `! {raw} VALUE` as iptables before {} did; later versions refuse the rule",
+                            IptablesVersion::NO_OLD_NEGATION
+                        ),
+                    );
+                    i += 1;
+                }
+            }
+        } else if dialect
+            .binding()
+            .is_none_or(IptablesVersion::reads_old_negation)
+            && words.get(i).is_some_and(|w| w.is_bang(text))
+        {
             i += 1;
         }
         let Some(arg) = words.get(i) else {
             say(w, format!("option {raw} requires an argument"));
             return;
         };
+        if matches!(name, "-s" | "-d" | "-p" | "-i" | "-o") && glued(w, arg) {
+            let word = &text[w.start as usize..arg.start as usize + arg.len as usize];
+            match dialect.binding() {
+                Some(v) => {
+                    if let Err(why) = glued_refused(raw, word, v) {
+                        say(w, why);
+                        return;
+                    }
+                }
+                None => {
+                    if dialect
+                        .version
+                        .is_none_or(IptablesVersion::takes_glued_word_whole)
+                    {
+                        note(w, glued_note(raw, word));
+                    }
+                }
+            }
+        }
         let value = arg.value(text);
         if arity == 2 {
             let second = words.get(i + 1).filter(|s| {
                 let r = s.raw(text);
                 !r.starts_with('-') && !r.starts_with('!')
             });
-            if second.is_none() {
+            let Some(second) = second else {
                 say(w, format!("{raw} requires two arguments"));
+                return;
+            };
+            if name == "--chunk-types"
+                && let Some(bad) = unknown_sctp_chunk(&second.value(text))
+            {
+                say(
+                    second,
+                    format!("unknown SCTP chunk {bad:?} for {raw} (iptables: Unknown sctp chunk)"),
+                );
                 return;
             }
             i += 2;
@@ -1005,6 +1177,21 @@ pub(super) fn check(
         }
         if let Err(why) = valid(kind, &value) {
             say(arg, format!("bad value {value:?} for {raw}: {why}"));
+            return;
+        }
+        if kind == V::Address
+            && dialect.ip6
+            && let Some(v4) = value.split(',').find(|a| {
+                let a = a.split_once('/').map_or(*a, |(a, _)| a);
+                a.parse::<std::net::Ipv4Addr>().is_ok() || inet_aton(a)
+            })
+        {
+            say(
+                arg,
+                format!(
+                    "bad value {value:?} for {raw}: {v4:?} is an IPv4 address in an ip6tables rule (ip6tables: Address family for hostname not supported)"
+                ),
+            );
             return;
         }
         if name == "-p" {
@@ -1062,6 +1249,20 @@ pub(super) fn check(
         });
         return;
     }
+    if let Some(m) = matches.iter().find(|m| m.name == "string")
+        && !m.seen.contains(&"--algo")
+        && super::dialect::string_needs_algo(dialect.binding())
+    {
+        let at = words.last().map_or(0, |w| w.start as usize);
+        problems.push(SpecProblem {
+            offset: at,
+            message: format!(
+                "string needs --algo (iptables {}: option \"--algo\" must be specified; mandatory since 1.3.4)",
+                dialect.binding().expect("known")
+            ),
+        });
+        return;
+    }
     for l in matches.iter().chain(target.as_ref()) {
         for (_, one_of) in REQUIRED.iter().filter(|(n, _)| *n == l.name) {
             if l.seen.iter().any(|s| one_of.contains(s)) {
@@ -1074,6 +1275,61 @@ pub(super) fn check(
             });
             return;
         }
+    }
+}
+
+/// The chunk of an sctp `--chunk-types` list that is none of libxt_sctp.c's
+/// `sctp_chunk_names` (compared with strcasecmp(), each optionally `:FLAGS`); `ALL`
+/// and `NONE` stand alone.
+fn unknown_sctp_chunk(list: &str) -> Option<String> {
+    const CHUNKS: &[&str] = &[
+        "DATA",
+        "INIT",
+        "INIT_ACK",
+        "SACK",
+        "HEARTBEAT",
+        "HEARTBEAT_ACK",
+        "ABORT",
+        "SHUTDOWN",
+        "SHUTDOWN_ACK",
+        "ERROR",
+        "COOKIE_ECHO",
+        "COOKIE_ACK",
+        "ECN_ECNE",
+        "ECN_CWR",
+        "SHUTDOWN_COMPLETE",
+        "I_DATA",
+        "RE_CONFIG",
+        "PAD",
+        "ASCONF",
+        "ASCONF_ACK",
+        "FORWARD_TSN",
+        "I_FORWARD_TSN",
+    ];
+    if list.eq_ignore_ascii_case("ALL") || list.eq_ignore_ascii_case("NONE") {
+        return None;
+    }
+    list.split(',')
+        .map(|c| c.split_once(':').map_or(c, |(n, _)| n))
+        .find(|c| !CHUNKS.iter().any(|k| k.eq_ignore_ascii_case(c)))
+        .map(str::to_string)
+}
+
+/// The extension `iptables` loads for protocol `p` given to `-p`: iptables'
+/// `xtables_chain_protos` names and numbers (libxtables), aliases included. Other
+/// numbers are looked up in the host's /etc/protocols and stay as written.
+fn protocol_extension(p: &str) -> &str {
+    match p {
+        "6" => "tcp",
+        "17" => "udp",
+        "132" => "sctp",
+        "136" => "udplite",
+        "1" => "icmp",
+        "58" | "ipv6-icmp" => "icmpv6",
+        "50" => "esp",
+        "51" => "ah",
+        "135" | "mobility-header" | "ipv6-mh" => "mh",
+        other => other,
     }
 }
 
@@ -1138,6 +1394,11 @@ const REQUIRED: &[(&str, &[&str])] = &[
     ),
     ("TCPMSS", &["--set-mss", "--clamp-mss-to-pmtu"]),
     ("TPROXY", &["--on-port"]),
+    ("HMARK", &["--hmark-mod"]),
+    // RATEEST needs all three, since the extension was added (2528258d, 2008).
+    ("RATEEST", &["--rateest-name"]),
+    ("RATEEST", &["--rateest-interval"]),
+    ("RATEEST", &["--rateest-ewmalog"]),
     ("SET", &["--add-set", "--del-set", "--map-set"]),
     ("DNAT", &["--to-destination"]),
     ("addrtype", &["--src-type", "--dst-type"]),
@@ -1157,7 +1418,8 @@ const REQUIRED: &[(&str, &[&str])] = &[
     ("ipv6header", &["--header"]),
     ("realm", &["--realm"]),
     ("string", &["--string", "--hex-string"]),
-    // `--algo` too since iptables 1.3.6; older dumps have string matches without it.
+    // `--algo` too from iptables 1.3.4 (`dialect::string_needs_algo`, checked by
+    // version); older dumps have string matches without it.
     ("tos", &["--tos"]),
     ("ttl", &["--ttl-eq", "--ttl-lt", "--ttl-gt"]),
     ("u32", &["--u32"]),
@@ -1233,6 +1495,7 @@ fn lookup(
     if owners.iter().any(|(_, o)| o.is_none()) {
         return Lookup::Unchecked;
     }
+    let protocol = protocol.map(protocol_extension);
     if target.is_none()
         && let Some(p) = protocol
         && let Some((m, opts)) = MATCHES.iter().find(|(m, _)| *m == p)
@@ -1415,6 +1678,9 @@ fn valid(kind: V, v: &str) -> Result<(), &'static str> {
         V::Text(max) => v.len() <= max,
         V::Choice(names) => names.iter().any(|n| n.eq_ignore_ascii_case(v)),
         V::Choices(names) => v.split(',').all(|w| state_prefix(w, names)),
+        V::ChoiceList(names) => v
+            .split(',')
+            .all(|w| names.iter().any(|n| n.eq_ignore_ascii_case(w))),
         V::NatRange => nat_range(v),
         V::Prefix(max) => v.len() <= max && !v.contains('\n'),
         V::Tos => {

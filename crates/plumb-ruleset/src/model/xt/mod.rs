@@ -15,6 +15,7 @@
 //! `-m tcp -p tcp -d X --dport 80`); options before any `-m` that are not generic
 //! load the protocol's match implicitly (`-p tcp --dport 80` = `-p tcp -m tcp --dport 80`).
 
+pub mod dialect;
 mod grammar;
 
 /// The one option of an extension whose options a view does not show (nft's listing of
@@ -164,19 +165,24 @@ impl XtRule {
 
     /// Checks a rule's words and reports problems without keeping an index: what the
     /// parsers do for every rule (the index is built again on first use, see [`XtCell`]).
+    ///
+    /// `dialect` is the iptables version whose reading decides (see [`dialect`]);
+    /// where versions differ and it is unknown, `notes` says so.
     pub fn validate(
         text: &str,
         words: &[Word],
         chain: Option<&str>,
+        dialect: dialect::Dialect,
         scratch: &mut IndexScratch,
         problems: &mut Vec<SpecProblem>,
+        notes: &mut Vec<SpecProblem>,
     ) {
         let before = problems.len();
         Self::analyse(text, words, scratch, problems);
         // What the grouping accepts, iptables-restore may still refuse: arity, option
         // names, values (`grammar`). One problem per rule is enough to say where.
         if problems.len() == before && !text.contains(OPTIONS_NOT_SHOWN) {
-            grammar::check(text, words, chain, problems);
+            grammar::check(text, words, chain, dialect, problems, notes);
         }
     }
 

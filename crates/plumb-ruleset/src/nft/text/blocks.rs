@@ -497,11 +497,14 @@ impl<'a> Reader<'a> {
         }
         let last = buf[buf.len() - 1];
         let text = collapse(&self.text[first.start..last.end]);
+        let inet = self.ruleset.tables[ti].family == Family::Inet;
         let mut sp = StmtParser {
             r: self,
             toks: &buf,
             i: 0,
             depth: 0,
+            inet,
+            network_known: false,
         };
         let statements = sp.statements();
         let rule = NftRule { statements, handle };

@@ -25,7 +25,7 @@ mod script;
 mod statement;
 
 use crate::diagnostic::Diagnostic;
-use crate::model::nft::{StatementKind, Value, Verdict};
+use crate::model::nft::{StatementKind, Value, Verdict, unquote};
 use crate::model::{Completeness, Location, RuleBody, Ruleset};
 use lexer::{Tok, Token, column, tokenize};
 use script::builds_ruleset;
@@ -298,13 +298,18 @@ fn undefined_set_references(rs: &mut Ruleset) {
     for t in &rs.tables {
         // `nft list chain` prints its table holding that one chain and no sets: the
         // chains and sets it names are not shown, not absent.
-        if t.chains.len() == 1 && t.sets.is_empty() {
+        let chain_listing = t.chains.len() == 1 && t.sets.is_empty();
+        // A table that defines ct objects is no `nft list chain` output.
+        let ct_objects = t.attributes.iter().any(|a| a.starts_with("ct "));
+        if chain_listing && !ct_objects {
             continue;
         }
         for c in &t.chains {
             for r in &c.rules {
                 // A jump or goto to a chain the table does not define is refused the same way.
-                if let RuleBody::Nft(rule) = &r.body {
+                if let RuleBody::Nft(rule) = &r.body
+                    && !chain_listing
+                {
                     for s in &rule.statements {
                         if let StatementKind::Verdict(Verdict::Jump(to) | Verdict::Goto(to)) =
                             &s.kind
@@ -340,8 +345,31 @@ fn undefined_set_references(rs: &mut Ruleset) {
                         }
                     }
                 }
+                // `ct helper set "ftp"` and the values of `ct helper set ... map { ... }`
+                // name ct objects of the table (helper, expectation, timeout).
+                for (kind, name) in ct_object_references(r.text.as_str()) {
+                    let defined = t.attributes.iter().any(|a| {
+                        a.strip_prefix("ct ")
+                            .and_then(|a| a.strip_prefix(kind))
+                            .and_then(|a| a.strip_prefix(' '))
+                            .and_then(|a| a.split([' ', '{']).next())
+                            .is_some_and(|n| unquote(n) == name)
+                    });
+                    if !defined {
+                        found.push(Diagnostic::error(
+                            r.location.line,
+                            r.location.column,
+                            format!(
+                                "rule sets ct {kind} '{name}' that table {} {} does not define (nft: No such file or directory)",
+                                t.family.as_str(),
+                                t.name
+                            ),
+                            name,
+                        ));
+                    }
+                }
                 for name in set_references(r.text.as_str()) {
-                    if t.set(name).is_none() {
+                    if t.set(name).is_none() && !chain_listing {
                         found.push(Diagnostic::error(
                             r.location.line,
                             r.location.column,
@@ -358,6 +386,52 @@ fn undefined_set_references(rs: &mut Ruleset) {
         }
     }
     rs.diagnostics.extend(found);
+}
+
+/// The ct objects a rule sets by name: `(kind, name)` for `ct helper set "ftp"` and for
+/// each quoted value of `ct helper set EXPR map { KEY : "name", ... }` (kinds helper,
+/// expectation, timeout). Unquoted names and named maps (`map @m`) are not followed.
+fn ct_object_references(text: &str) -> Vec<(&'static str, &str)> {
+    let mut out = Vec::new();
+    for kind in ["helper", "expectation", "timeout"] {
+        let needle = format!("ct {kind} set ");
+        let mut rest = text;
+        while let Some(at) = rest.find(&needle) {
+            let after = rest[at + needle.len()..].trim_start();
+            rest = after;
+            if let Some(q) = after.strip_prefix('"') {
+                if let Some(end) = q.find('"') {
+                    out.push((kind, &q[..end]));
+                }
+                continue;
+            }
+            // A named map (`map @m`) or another expression: not followed.
+            let Some(open) = after.find("map {") else {
+                continue;
+            };
+            // Only this statement's own map: no named map, quote or other statement's
+            // map before it.
+            if after[..open].contains(['@', '"', ';']) {
+                continue;
+            }
+            let body = &after[open + "map {".len()..];
+            let Some(close) = body.find('}') else {
+                continue;
+            };
+            for item in body[..close].split(',') {
+                // The value is the item's last quoted string.
+                let mut quotes = item.match_indices('"').map(|(i, _)| i);
+                let mut last = None;
+                while let (Some(a), Some(b)) = (quotes.next(), quotes.next()) {
+                    last = Some(&item[a + 1..b]);
+                }
+                if let Some(name) = last {
+                    out.push((kind, name));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The `@name` words of a rule's text, outside quotes and before a `#` comment.

@@ -557,6 +557,44 @@ fn wrong_symbol(left: &str, right: &Value) -> Option<(String, &'static str)> {
         .map(|v| (v.to_string(), check.1))
 }
 
+/// The value of an `iif`/`oif` match no interface can be named (the kernel's
+/// `dev_valid_name()`: not empty, at most 15 bytes, not `.` or `..`, no `/`, `:` or
+/// blank). nft turns the name into an index when the rule is added, so the interface
+/// must exist, and no interface has such a name on any host. `iifname`/`oifname`
+/// compare names and take any string.
+fn impossible_device(left: &str, right: &Value) -> Option<String> {
+    if !matches!(left, "iif" | "oif" | "meta iif" | "meta oif") {
+        return None;
+    }
+    let Value::Single(v) = right else {
+        return None;
+    };
+    let name = v
+        .strip_prefix('"')
+        .and_then(|n| n.strip_suffix('"'))
+        .unwrap_or(v);
+    if v.starts_with('$') || (!name.is_empty() && name.bytes().all(|b| b.is_ascii_digit())) {
+        return None; // a variable, or an interface index
+    }
+    let valid = !name.is_empty()
+        && name.len() < 16
+        && name != "."
+        && name != ".."
+        && !name
+            .bytes()
+            .any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace());
+    (!valid).then(|| v.clone())
+}
+
+/// Whether a match on `left` fixes the network protocol in nft's protocol context: a
+/// field of the IPv4 or IPv6 header (or of ICMP/ICMPv6, whose dependency does), or
+/// `meta nfproto`.
+fn fixes_network(left: &str) -> bool {
+    ["ip ", "ip6 ", "icmp ", "icmpv6 ", "meta nfproto", "nfproto"]
+        .iter()
+        .any(|p| left.starts_with(p))
+}
+
 /// Whether `field` can follow protocol `proto` in a selector (`ip saddr`, `tcp dport`),
 /// for the protocols whose fields are listed here (others take any word).
 fn proto_field(proto: &str, field: &str) -> bool {
@@ -659,6 +697,12 @@ pub(super) struct StmtParser<'r, 'a> {
     /// How deep parentheses and anonymous chains nest here (bounded: hostile input
     /// must not exhaust the stack).
     pub(super) depth: u32,
+    /// The rule is in an `inet` table: a NAT address needs its family (`dnat ip to`)
+    /// unless an earlier match fixed the rule's network protocol.
+    pub(super) inet: bool,
+    /// An earlier statement of the rule matched an IPv4 or IPv6 header field (or
+    /// `meta nfproto`): nft's protocol context knows the rule's network protocol.
+    pub(super) network_known: bool,
 }
 
 /// The deepest nesting of `( )` and `jump { }` read; deeper is an error.
@@ -758,6 +802,39 @@ impl<'a> StmtParser<'_, 'a> {
                     format!("'{bad}' is no {what} (nft: Could not parse {what})"),
                     &bad,
                 );
+            } else if let StatementKind::Match { ref left, .. } = kind
+                && self.r.ruleset.diagnostics.len() == diagnostics_before
+                && matches!(left.as_str(), "meta nftrace" | "nftrace")
+            {
+                // The kernel's nft_meta_get_init() has no NFT_META_NFTRACE: the key can
+                // be set (`meta nftrace set 1`), not read.
+                let t = self.toks[start];
+                self.r.error(
+                    &t,
+                    format!("a match on {left}: the kernel can set the trace flag, not read it (nft: Could not process rule: Operation not supported)"),
+                    left,
+                );
+            } else if let StatementKind::Match {
+                ref left,
+                ref right,
+                ..
+            } = kind
+                && self.r.ruleset.diagnostics.len() == diagnostics_before
+                && let Some(bad) = impossible_device(left, right)
+            {
+                let t = self.toks[start];
+                self.r.error(
+                    &t,
+                    format!(
+                        "{left} \"{bad}\": no interface can have this name (a blank, '/' or ':', empty or longer than 15 bytes), and {left} needs one that exists (nft: Interface does not exist)"
+                    ),
+                    &bad,
+                );
+            }
+            if let StatementKind::Match { ref left, .. } = kind
+                && fixes_network(left)
+            {
+                self.network_known = true;
             }
             terminal |= matches!(
                 kind,
@@ -1121,6 +1198,8 @@ impl<'a> StmtParser<'_, 'a> {
                         toks: &rule,
                         i: 0,
                         depth: self.depth + 1,
+                        inet: self.inet,
+                        network_known: false,
                     };
                     sp.statements();
                 }
@@ -1358,10 +1437,12 @@ impl<'a> StmtParser<'_, 'a> {
         let kind = NatKind::parse(w).expect("nat word");
         self.i += 1;
         let from = self.i;
+        let mut family_given = false;
         if matches!(self.cur(), Some("ip" | "ip6"))
             && matches!(self.w(self.i + 1), Some("to" | "prefix" | "addr"))
         {
             self.i += 1;
+            family_given = true;
         }
         if self.cur() == Some("prefix") {
             self.i += 1;
@@ -1392,6 +1473,24 @@ impl<'a> StmtParser<'_, 'a> {
             } else {
                 self.value_expr()
             };
+            // nft's nat_evaluate_family(): in an inet table an address needs the
+            // family, from the statement or from the rule's protocol context.
+            if self.inet
+                && !family_given
+                && !self.network_known
+                && matches!(kind, NatKind::Dnat | NatKind::Snat)
+                && !e.starts_with(':')
+            {
+                let t = self.toks[from - 1];
+                self.r.error(
+                    &t,
+                    format!(
+                        "{} with an address in an inet table needs its family ('{} ip to' or '{} ip6 to') or an earlier ip/ip6 match (nft: ip or ip6 must be specified with address for inet tables)",
+                        w, w, w
+                    ),
+                    &e,
+                );
+            }
             if e.contains(" . ") && !e.contains(" map ") {
                 let t = self.toks[from];
                 self.r.error(
