@@ -16,6 +16,7 @@
 //!   frontends.
 //! - [`service_list`]: `cilium-dbg service list`, the agent's own view, to compare
 //!   with the maps.
+//! - [`migration`]: kube-proxy's Services before the move against Cilium's maps now.
 //! - [`preflight`]: before installing, can this kernel run Cilium with kube-proxy
 //!   replacement (release, configuration, BTF, BPF types, mounts)?
 //! - [`verify`]: after a migration, is the node kube-proxy-free and the old CNI gone,
@@ -30,6 +31,7 @@
 pub mod layout;
 pub mod lb_list;
 pub mod lbmap;
+pub mod migration;
 pub mod preflight;
 pub mod service_list;
 pub mod verify;

@@ -56,6 +56,14 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         ids::LB_MAPS_INCONSISTENT,
         "Cilium's load-balancer maps contradict themselves (a slot names a backend that does not exist)",
     ),
+    (
+        crate::migration::ids::MISSING,
+        "a Service address kube-proxy served before the migration is not in Cilium's load balancer",
+    ),
+    (
+        crate::migration::ids::ENDPOINTS,
+        "a Service's endpoints differ between kube-proxy's rules before and Cilium's maps now (informational)",
+    ),
 ];
 
 /// The node as `verify` sees it. `None` fields were not read, and what depends on
@@ -70,6 +78,9 @@ pub struct MigratedNode<'a> {
     pub kube_proxy_manifests: Vec<String>,
     /// Cilium's frontends as read from its maps, with where they were read from.
     pub lb: Option<(&'a [Frontend], String)>,
+    /// kube-proxy's Services before the migration (a saved dump), with its name: when
+    /// given, every Service address must be in Cilium's maps.
+    pub before: Option<(&'a [crate::migration::KubeProxyService], String)>,
 }
 
 /// The answer: `migrated` or `incomplete`.
@@ -140,6 +151,12 @@ pub fn verify(node: &MigratedNode<'_>) -> Verification {
     ]
     .into_iter()
     .chain(lb_findings(node.lb.as_ref()))
+    .chain(match (&node.before, &node.lb) {
+        (Some((before, source)), Some((now, now_source))) => {
+            crate::migration::diff(before, source, now, now_source)
+        }
+        _ => Vec::new(),
+    })
     .collect::<Vec<_>>();
     // A Service without endpoints is not a migration problem; anything else left, or
     // anything that could not be checked, is.

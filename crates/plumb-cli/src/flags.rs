@@ -260,6 +260,10 @@ pub enum CiliumCommand {
         /// Read the live rules of this network namespace.
         #[arg(long, value_name = "NAME")]
         netns: Option<String>,
+        /// A dump of the node's rules from before the migration: every Service address
+        /// kube-proxy served must be in Cilium's maps (endpoints are compared too).
+        #[arg(long, value_name = "FILE")]
+        before: Option<PathBuf>,
         #[command(flatten)]
         output: OutputFlags,
     },

@@ -131,7 +131,14 @@ fn preflight_judges_this_machine_s_kernel() {
     if !plumb_testkit::privileged(&[]) {
         return;
     }
-    let out = plumb(&["cilium", "preflight", "--cilium-version", "v1.16.3", "-o", "json"]);
+    let out = plumb(&[
+        "cilium",
+        "preflight",
+        "--cilium-version",
+        "v1.16.3",
+        "-o",
+        "json",
+    ]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["release"], "1.16");
     let status = |id: &str| {
@@ -157,4 +164,100 @@ fn preflight_judges_this_machine_s_kernel() {
     let bad = plumb(&["cilium", "preflight", "--cilium-version", "next"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--cilium-version next"));
+}
+
+#[test]
+fn verify_before_matches_every_kube_proxy_service_against_cilium_s_frontends() {
+    use plumb_kubeproxy::{
+        GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+    };
+    let cluster = generate(&GeneratorConfig {
+        services: 3,
+        ..Default::default()
+    })
+    .unwrap();
+    let dump = KubeProxyRules::new(&cluster, &ProxierOptions::default())
+        .to_iptables_save(&IptablesSaveOptions::default());
+    let rs = plumb_ruleset::format::parse_bytes(dump.as_bytes(), &Default::default())
+        .unwrap()
+        .ruleset;
+    // Cilium's listing of the same Services: each ClusterIP with kube-proxy's endpoints.
+    let mut listing = String::new();
+    let mut first_ip = None;
+    for (i, s) in plumb_kubeproxy::recover::recover(&rs)
+        .iter()
+        .flat_map(|m| &m.services)
+        .filter(|s| s.cluster_ip.is_some())
+        .enumerate()
+    {
+        let front = format!(
+            "{}:{}/{}",
+            s.cluster_ip.unwrap(),
+            s.port.unwrap(),
+            s.protocol.as_deref().unwrap_or("tcp").to_uppercase()
+        );
+        first_ip.get_or_insert(front.clone());
+        listing += &format!("{front} (0)   0.0.0.0:0 ({}) (0) [ClusterIP]\n", i + 1);
+        for (slot, e) in s.endpoints.iter().enumerate() {
+            listing += &format!(
+                "{front} ({})   {}/TCP ({}) ({})\n",
+                slot + 1,
+                e.address.as_deref().unwrap(),
+                i + 1,
+                slot + 1
+            );
+        }
+    }
+    let dir = Scratch::new("cilium-before");
+    dir.write("before.save", &dump);
+    dir.write("lb.txt", &listing);
+    dir.write("rules", "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n");
+    dir.write("root/etc/cni/net.d/05-cilium.conflist", "{}");
+    let p = |rel: &str| dir.path().join(rel).display().to_string();
+    let run = || {
+        plumb(&[
+            "cilium",
+            "verify",
+            "--root",
+            &p("root"),
+            "--ruleset",
+            &p("rules"),
+            "--lb-list",
+            &p("lb.txt"),
+            "--before",
+            &p("before.save"),
+            "-o",
+            "json",
+        ])
+    };
+    let out = run();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"], "migrated", "{v:#}");
+
+    // One ClusterIP fewer in Cilium: that Service is named as missing.
+    let gone = first_ip.unwrap();
+    let fewer: String = listing
+        .lines()
+        .filter(|l| !l.starts_with(&gone))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    dir.write("lb.txt", &fewer);
+    let out = run();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let missing = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "cilium-migration-missing-services")
+        .unwrap();
+    assert_eq!(missing["status"], "problem");
+    let ip = gone.split(':').next().unwrap();
+    assert!(
+        missing["evidence"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains(ip),
+        "{missing:#}"
+    );
 }

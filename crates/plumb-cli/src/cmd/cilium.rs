@@ -7,6 +7,7 @@ use crate::flags::{CiliumCommand, CiliumNodeFlags, InputFlags, SourceFlags};
 use crate::output;
 use anyhow::Context;
 use plumb_cilium::layout::BackendLayout;
+use plumb_cilium::migration::KubeProxyService;
 use plumb_cilium::verify::{MigratedNode, Verdict as Migration, verify};
 use plumb_cilium::{Frontend, Problem, lb_list, service_list};
 use serde::Serialize;
@@ -31,8 +32,16 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
             node,
             ruleset,
             netns,
+            before,
             output,
-        } => verify_node(&node, ruleset, netns, output.json(), style),
+        } => verify_node(
+            &node,
+            ruleset,
+            netns,
+            before.as_deref(),
+            output.json(),
+            style,
+        ),
     }
 }
 
@@ -189,10 +198,25 @@ fn verify_node(
     node: &CiliumNodeFlags,
     ruleset: Option<std::path::PathBuf>,
     netns: Option<String>,
+    before: Option<&Path>,
     json: bool,
     style: plumb_findings::Style,
 ) -> anyhow::Result<Verdict> {
     let lb = read_lb(node)?;
+    let before = match before {
+        Some(path) => {
+            let loaded = super::input::load(path, &InputFlags::default())?;
+            let services = kube_proxy_services(&loaded.parsed.ruleset);
+            if services.is_empty() {
+                anyhow::bail!(
+                    "{}: no kube-proxy service rules in it; --before takes a dump from before the migration",
+                    loaded.name
+                );
+            }
+            Some((services, loaded.name))
+        }
+        None => None,
+    };
     if ruleset.is_none() {
         require_net_admin("or pass --ruleset FILE")?;
     }
@@ -219,6 +243,9 @@ fn verify_node(
         lb: lb
             .as_ref()
             .map(|l| (l.frontends.as_slice(), l.source.clone())),
+        before: before
+            .as_ref()
+            .map(|(s, name)| (s.as_slice(), name.clone())),
     });
     if json {
         #[derive(Serialize)]
@@ -257,6 +284,26 @@ fn verify_node(
         Migration::Migrated => Verdict::Clean,
         Migration::Incomplete => Verdict::Problems,
     })
+}
+
+/// kube-proxy's service ports in `ruleset`, as the migration diff compares them.
+fn kube_proxy_services(ruleset: &plumb_ruleset::Ruleset) -> Vec<KubeProxyService> {
+    plumb_kubeproxy::recover::recover(ruleset)
+        .iter()
+        .flat_map(|m| &m.services)
+        .map(|s| KubeProxyService {
+            name: s.name.clone(),
+            cluster_ip: s.cluster_ip,
+            port: s.port,
+            protocol: s.protocol.clone(),
+            node_ports: s.node_ports.clone(),
+            endpoints: s
+                .endpoints
+                .iter()
+                .filter_map(|e| e.address.clone())
+                .collect(),
+        })
+        .collect()
 }
 
 /// File names in `dir`, sorted; None when it cannot be read (absent counts as empty:
