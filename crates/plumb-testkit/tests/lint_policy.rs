@@ -7,7 +7,9 @@ use std::path::Path;
 
 #[test]
 fn every_crate_root_denies_missing_docs() {
-    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("crates/");
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("crates/");
     let mut roots = Vec::new();
     for entry in std::fs::read_dir(crates).expect("read crates/") {
         let dir = entry.expect("entry").path();
@@ -19,7 +21,10 @@ fn every_crate_root_denies_missing_docs() {
             roots.push(root);
         }
     }
-    assert!(roots.len() >= 10, "expected the workspace's crates, got {roots:?}");
+    assert!(
+        roots.len() >= 10,
+        "expected the workspace's crates, got {roots:?}"
+    );
     let missing: Vec<String> = roots
         .iter()
         .filter(|r| {
@@ -30,5 +35,8 @@ fn every_crate_root_denies_missing_docs() {
         })
         .map(|r| r.display().to_string())
         .collect();
-    assert!(missing.is_empty(), "crate roots without #![deny(missing_docs)]: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "crate roots without #![deny(missing_docs)]: {missing:?}"
+    );
 }

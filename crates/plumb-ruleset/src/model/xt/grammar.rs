@@ -846,6 +846,19 @@ fn glued_refused(opt: &str, word: &str, version: IptablesVersion) -> Result<(), 
     ))
 }
 
+/// A value glued to `opt` as `dialect` reads it: `Err` when the version that reads the
+/// rule refuses it, a note when no reading version is named and the writing version
+/// (if known) is one that takes the whole word, else nothing.
+fn glued_verdict(opt: &str, word: &str, dialect: Dialect) -> Result<Option<String>, String> {
+    match dialect.binding() {
+        Some(v) => glued_refused(opt, word, v).map(|()| None),
+        None => Ok(dialect
+            .version
+            .is_none_or(IptablesVersion::takes_glued_word_whole)
+            .then(|| glued_note(opt, word))),
+    }
+}
+
 /// The note for a glued value when the version is unknown.
 fn glued_note(opt: &str, word: &str) -> String {
     format!(
@@ -964,21 +977,13 @@ pub(super) fn check(
                 };
                 if raw == "-j" && glued(w, n) {
                     let word = &text[w.start as usize..n.start as usize + n.len as usize];
-                    match dialect.binding() {
-                        Some(v) => {
-                            if let Err(why) = glued_refused(raw, word, v) {
-                                say(w, why);
-                                return;
-                            }
+                    match glued_verdict(raw, word, dialect) {
+                        Err(why) => {
+                            say(w, why);
+                            return;
                         }
-                        None => {
-                            if dialect
-                                .version
-                                .is_none_or(IptablesVersion::takes_glued_word_whole)
-                            {
-                                note(w, glued_note(raw, word));
-                            }
-                        }
+                        Ok(Some(n)) => note(w, n),
+                        Ok(None) => {}
                     }
                 }
                 let name = n.value(text);
@@ -1110,21 +1115,13 @@ pub(super) fn check(
         };
         if matches!(name, "-s" | "-d" | "-p" | "-i" | "-o") && glued(w, arg) {
             let word = &text[w.start as usize..arg.start as usize + arg.len as usize];
-            match dialect.binding() {
-                Some(v) => {
-                    if let Err(why) = glued_refused(raw, word, v) {
-                        say(w, why);
-                        return;
-                    }
+            match glued_verdict(raw, word, dialect) {
+                Err(why) => {
+                    say(w, why);
+                    return;
                 }
-                None => {
-                    if dialect
-                        .version
-                        .is_none_or(IptablesVersion::takes_glued_word_whole)
-                    {
-                        note(w, glued_note(raw, word));
-                    }
-                }
+                Ok(Some(n)) => note(w, n),
+                Ok(None) => {}
             }
         }
         let value = arg.value(text);
