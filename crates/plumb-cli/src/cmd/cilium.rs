@@ -62,22 +62,18 @@ fn preflight(
     if json {
         output::json(&result)?;
     } else {
-        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        writeln!(
-            out,
-            "plumb cilium preflight: kernel {} for Cilium {release} with kube-proxy replacement\n",
-            kernel.release.as_deref().unwrap_or("(unknown)")
-        )?;
-        out.write_all(plumb_findings::render::finding_list(&result.findings, style).as_bytes())?;
-        writeln!(
-            out,
-            "verdict: {}",
+        report(
+            &format!(
+                "plumb cilium preflight: kernel {} for Cilium {release} with kube-proxy replacement",
+                kernel.release.as_deref().unwrap_or("(unknown)")
+            ),
+            &result.findings,
+            style,
             match result.verdict {
                 Go::Go => "go",
                 Go::NoGo => "no-go",
-            }
+            },
         )?;
-        out.flush()?;
     }
     Ok(match result.verdict {
         Go::Go => Verdict::Clean,
@@ -262,28 +258,39 @@ fn verify_node(
             findings: &result.findings,
         })?;
     } else {
-        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        writeln!(
-            out,
-            "plumb cilium verify: rules of {}, files under {}\n",
-            source.name,
-            node.root.display()
-        )?;
-        out.write_all(plumb_findings::render::finding_list(&result.findings, style).as_bytes())?;
-        writeln!(
-            out,
-            "verdict: {}",
+        report(
+            &format!(
+                "plumb cilium verify: rules of {}, files under {}",
+                source.name,
+                node.root.display()
+            ),
+            &result.findings,
+            style,
             match result.verdict {
                 Migration::Migrated => "migrated",
                 Migration::Incomplete => "incomplete",
-            }
+            },
         )?;
-        out.flush()?;
     }
     Ok(match result.verdict {
         Migration::Migrated => Verdict::Clean,
         Migration::Incomplete => Verdict::Problems,
     })
+}
+
+/// The text report of preflight and verify: a header, the findings, the verdict.
+fn report(
+    header: &str,
+    findings: &[plumb_findings::Finding],
+    style: plumb_findings::Style,
+    verdict: &str,
+) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    writeln!(out, "{header}\n")?;
+    out.write_all(plumb_findings::render::finding_list(findings, style).as_bytes())?;
+    writeln!(out, "verdict: {verdict}")?;
+    out.flush()?;
+    Ok(())
 }
 
 /// kube-proxy's service ports in `ruleset`, as the migration diff compares them.
