@@ -43,6 +43,7 @@ pub mod preflight;
 pub mod probe;
 pub mod process;
 pub mod scenario;
+pub mod socket_lb;
 pub mod state;
 pub mod tls;
 pub mod topology;
