@@ -88,6 +88,11 @@ pub enum Command {
         #[command(flatten)]
         node: NodeFlags,
     },
+    /// Kubernetes NetworkPolicy, evaluated exactly: can one pod reach another on a
+    /// port, and which policies decide (egress of the source, ingress of the
+    /// destination).
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Cilium's kube-proxy replacement: the Services its BPF load balancer holds, and
     /// whether a node moved off kube-proxy and its old CNI completely.
     #[command(subcommand)]
@@ -220,6 +225,31 @@ impl SourceFlags {
     pub fn ruleset_file(&self) -> Option<&PathBuf> {
         self.ruleset.as_ref().or(self.file.as_ref())
     }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Whether `--from` can reach `--to` on `--port`: allowed or denied for the
+    /// source's egress and the destination's ingress, with the policies and rules that
+    /// decide. Exit 0 allowed, 1 denied, 2 error.
+    Check {
+        /// A YAML/JSON file or a directory of them holding NetworkPolicies, Pods and
+        /// Namespaces (multi-document files and Lists); repeat for more.
+        #[arg(short = 'f', long = "file", value_name = "PATH", required = true)]
+        files: Vec<PathBuf>,
+        /// The client pod, `NAMESPACE/POD`.
+        #[arg(long, value_name = "NS/POD")]
+        from: String,
+        /// The server pod, `NAMESPACE/POD`.
+        #[arg(long, value_name = "NS/POD")]
+        to: String,
+        /// The destination port on the server pod (after any Service DNAT), `PORT/PROTO`
+        /// (`443/tcp`; the protocol defaults to TCP).
+        #[arg(long, value_name = "PORT[/PROTO]")]
+        port: String,
+        #[command(flatten)]
+        output: OutputFlags,
+    },
 }
 
 #[derive(Debug, Subcommand)]

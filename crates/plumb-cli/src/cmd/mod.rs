@@ -8,6 +8,7 @@ mod doctor;
 pub(crate) mod explain;
 mod input;
 mod lab;
+mod policy;
 mod ruleset;
 mod services;
 mod trace;
@@ -48,6 +49,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
         ),
         Command::Lab(c) => lab::run(c),
         Command::Cilium(c) => cilium::run(c, style),
+        Command::Policy(c) => policy::run(c),
         Command::Trace(args) => trace::run(&args),
         Command::Watch(f) => watch::run(f),
         Command::Completions { shell } => {

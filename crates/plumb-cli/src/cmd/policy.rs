@@ -1,0 +1,181 @@
+//! `plumb policy check`: one connection judged against NetworkPolicies read from files
+//! (plumb-policy).
+
+use crate::Verdict;
+use crate::flags::PolicyCommand;
+use crate::output;
+use anyhow::{Context, bail};
+use plumb_policy::eval::{Connection, Direction, check};
+use plumb_policy::model::Cluster;
+use serde::Serialize;
+use std::io::Write;
+use std::path::PathBuf;
+
+pub fn run(c: PolicyCommand) -> anyhow::Result<Verdict> {
+    match c {
+        PolicyCommand::Check {
+            files,
+            from,
+            to,
+            port,
+            output,
+        } => check_one(&files, &from, &to, &port, output.json()),
+    }
+}
+
+/// Files named on the command line, directories expanded to their YAML/JSON files
+/// (sorted, not recursive into hidden entries).
+fn inputs(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("reading {}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| {
+                    f.is_file()
+                        && f.extension()
+                            .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+                })
+                .collect();
+            found.sort();
+            out.extend(found);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn load(paths: &[PathBuf]) -> anyhow::Result<(Cluster, Vec<String>)> {
+    let mut cluster = Cluster::default();
+    let mut problems = Vec::new();
+    for f in inputs(paths)? {
+        let bytes = super::input::read_limited(&f, plumb_ruleset::format::DEFAULT_MAX_SIZE)
+            .with_context(|| format!("reading {}", f.display()))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| anyhow::anyhow!("{}: not UTF-8 text", f.display()))?;
+        problems.extend(
+            plumb_policy::load::load_str(&mut cluster, &text, &f.display().to_string())
+                .iter()
+                .map(|p| p.to_string()),
+        );
+    }
+    Ok((cluster, problems))
+}
+
+fn parse_port(s: &str) -> anyhow::Result<(u16, String)> {
+    let (port, proto) = s.split_once('/').unwrap_or((s, "tcp"));
+    let port: u16 = port
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--port {s}: expected PORT[/PROTO], such as 443/tcp"))?;
+    let proto = proto.to_ascii_uppercase();
+    if !matches!(proto.as_str(), "TCP" | "UDP" | "SCTP") {
+        bail!("--port {s}: the protocol is tcp, udp or sctp");
+    }
+    Ok((port, proto))
+}
+
+fn check_one(
+    files: &[PathBuf],
+    from: &str,
+    to: &str,
+    port: &str,
+    json: bool,
+) -> anyhow::Result<Verdict> {
+    let (port, proto) = parse_port(port)?;
+    let (cluster, problems) = load(files)?;
+    let pod = |id: &str, flag: &str| {
+        cluster.pod(id).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--{flag} {id}: no such pod in the files ({} pods read{})",
+                cluster.pods.len(),
+                if id.contains('/') {
+                    ""
+                } else {
+                    "; write NAMESPACE/POD"
+                }
+            )
+        })
+    };
+    let (src, dst) = (pod(from, "from")?, pod(to, "to")?);
+    let v = check(
+        &cluster,
+        &Connection {
+            from: src,
+            to: dst,
+            port,
+            protocol: &proto,
+        },
+    );
+    if json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            allowed: bool,
+            egress: &'a Direction,
+            ingress: &'a Direction,
+            /// L7 rules that apply (CiliumNetworkPolicy; none for NetworkPolicy).
+            l7: Vec<String>,
+            /// What in the files was not read.
+            problems: &'a [String],
+        }
+        output::json(&Out {
+            allowed: v.allowed,
+            egress: &v.egress,
+            ingress: &v.ingress,
+            l7: Vec::new(),
+            problems: &problems,
+        })?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        for p in &problems {
+            writeln!(out, "warning: {p}")?;
+        }
+        writeln!(
+            out,
+            "{from} -> {to} {port}/{proto}: {}",
+            if v.allowed { "ALLOWED" } else { "DENIED" }
+        )?;
+        for (name, d, pod) in [("egress", &v.egress, from), ("ingress", &v.ingress, to)] {
+            write_direction(&mut out, name, d, pod)?;
+        }
+    }
+    Ok(if v.allowed {
+        Verdict::Clean
+    } else {
+        Verdict::Problems
+    })
+}
+
+fn write_direction(
+    out: &mut impl Write,
+    name: &str,
+    d: &Direction,
+    pod: &str,
+) -> std::io::Result<()> {
+    if !d.isolated {
+        return writeln!(
+            out,
+            "  {name}: allowed ({pod} is not selected by any {name} policy)"
+        );
+    }
+    writeln!(
+        out,
+        "  {name}: {}",
+        if d.allowed { "allowed" } else { "denied" }
+    )?;
+    for p in &d.policies {
+        if p.allowing_rules.is_empty() {
+            writeln!(out, "    {}: selects {pod}, no rule allows this", p.policy)?;
+        } else {
+            let rules: Vec<String> = p.allowing_rules.iter().map(|r| format!("#{r}")).collect();
+            writeln!(
+                out,
+                "    {}: allowed by {name} rule {}",
+                p.policy,
+                rules.join(", ")
+            )?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! `plumb policy check`: the interface scripts rely on (exit 0 allowed, 1 denied, 2
+//! error; the JSON shape), on manifests in a directory.
+
+use plumb_testkit::Scratch;
+use std::process::Command;
+
+fn plumb(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("running plumb")
+}
+
+const PODS: &str = "apiVersion: v1\nkind: List\nitems:\n- kind: Pod\n  metadata: {name: web, namespace: shop, labels: {app: web}}\n  spec: {containers: [{name: c, ports: [{containerPort: 8443, name: https}]}]}\n- kind: Pod\n  metadata: {name: client, namespace: shop, labels: {app: client}}\n- kind: Pod\n  metadata: {name: other, namespace: shop, labels: {app: other}}\n";
+const POLICIES: &str = "kind: NetworkPolicy\napiVersion: networking.k8s.io/v1\nmetadata: {name: default-deny, namespace: shop}\nspec: {podSelector: {}}\n---\nkind: NetworkPolicy\napiVersion: networking.k8s.io/v1\nmetadata: {name: web-from-client, namespace: shop}\nspec:\n  podSelector: {matchLabels: {app: web}}\n  ingress:\n  - from: [{podSelector: {matchLabels: {app: client}}}]\n    ports: [{port: https}]\n---\nkind: Service\nmetadata: {name: web, namespace: shop}\n";
+
+#[test]
+fn allowed_denied_and_why_in_json() {
+    let dir = Scratch::new("policy-cli");
+    dir.write("m/pods.yaml", PODS);
+    dir.write("m/policies.yaml", POLICIES);
+    let m = dir.path().join("m");
+    let run = |from: &str, port: &str| {
+        plumb(&[
+            "policy",
+            "check",
+            "-f",
+            m.to_str().unwrap(),
+            "--from",
+            from,
+            "--to",
+            "shop/web",
+            "--port",
+            port,
+            "-o",
+            "json",
+        ])
+    };
+    let out = run("shop/client", "8443/tcp");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["allowed"], true);
+    assert_eq!(v["egress"]["isolated"], false);
+    let ingress = &v["ingress"]["policies"];
+    assert_eq!(ingress[0]["policy"], "shop/default-deny");
+    assert_eq!(ingress[0]["allowing_rules"].as_array().unwrap().len(), 0);
+    assert_eq!(ingress[1]["policy"], "shop/web-from-client");
+    assert_eq!(ingress[1]["allowing_rules"][0], 0);
+    assert!(
+        v["problems"][0]
+            .as_str()
+            .unwrap()
+            .contains("kind Service is not read")
+    );
+
+    let out = run("shop/other", "8443/tcp");
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ingress"]["allowed"], false);
+
+    // The named port is the pod's 8443, not another port.
+    assert_eq!(run("shop/client", "443/tcp").status.code(), Some(1));
+
+    let out = run("shop/nobody", "8443");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--from shop/nobody: no such pod"));
+}
+
+#[test]
+fn text_names_the_deciding_policies() {
+    let dir = Scratch::new("policy-cli-text");
+    dir.write("pods.yaml", PODS);
+    dir.write("policies.yaml", POLICIES);
+    let out = plumb(&[
+        "policy",
+        "check",
+        "-f",
+        dir.path().join("pods.yaml").to_str().unwrap(),
+        "-f",
+        dir.path().join("policies.yaml").to_str().unwrap(),
+        "--from",
+        "shop/other",
+        "--to",
+        "shop/web",
+        "--port",
+        "8443",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("shop/other -> shop/web 8443/TCP: DENIED"),
+        "{text}"
+    );
+    assert!(
+        text.contains("shop/web-from-client: selects shop/web, no rule allows this"),
+        "{text}"
+    );
+}
