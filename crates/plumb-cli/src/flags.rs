@@ -250,6 +250,25 @@ pub enum PolicyCommand {
         #[command(flatten)]
         output: OutputFlags,
     },
+    /// Every pod against every pod on each port: `.` allowed, `X` denied (rows are
+    /// clients, columns servers), one table per port. Exit 0 whatever the answers.
+    Matrix {
+        /// As for `check`.
+        #[arg(short = 'f', long = "file", value_name = "PATH", required = true)]
+        files: Vec<PathBuf>,
+        /// Only pods of this namespace (default: every pod).
+        #[arg(short = 'n', long, value_name = "NS")]
+        namespace: Option<String>,
+        /// The ports, `PORT[/PROTO]`; repeat for more (default: every container port
+        /// the pods declare).
+        #[arg(long, value_name = "PORT[/PROTO]")]
+        port: Vec<String>,
+        /// Print CSV (`from,to,port,protocol,allowed,egress,ingress`) instead of tables.
+        #[arg(long, conflicts_with = "json")]
+        csv: bool,
+        #[command(flatten)]
+        output: OutputFlags,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -101,3 +101,38 @@ fn text_names_the_deciding_policies() {
         "{text}"
     );
 }
+
+#[test]
+fn a_matrix_per_port_in_text_csv_and_json() {
+    let dir = Scratch::new("policy-matrix");
+    dir.write("pods.yaml", PODS);
+    dir.write("policies.yaml", POLICIES);
+    let f = dir.path().to_str().unwrap().to_string();
+    let out = plumb(&["policy", "matrix", "-f", &f, "-n", "shop"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Pods in file order: web, client, other; only the client reaches web, on 8443.
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("shop/")).collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    assert!(rows[1].starts_with("shop/client"));
+    assert!(rows[1].contains(" .  X  X"), "{text}");
+    assert!(rows[2].contains(" X  X  X"), "{text}");
+
+    let csv = plumb(&["policy", "matrix", "-f", &f, "--port", "8443", "--csv"]);
+    let csv = String::from_utf8_lossy(&csv.stdout);
+    assert_eq!(csv.lines().count(), 1 + 9);
+    assert!(
+        csv.contains("shop/client,shop/web,8443,TCP,true,true,true"),
+        "{csv}"
+    );
+
+    let json = plumb(&["policy", "matrix", "-f", &f, "--port", "8443", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let allowed = v["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["allowed"] == true)
+        .count();
+    assert_eq!(allowed, 1);
+}

@@ -20,7 +20,145 @@ pub fn run(c: PolicyCommand) -> anyhow::Result<Verdict> {
             port,
             output,
         } => check_one(&files, &from, &to, &port, output.json()),
+        PolicyCommand::Matrix {
+            files,
+            namespace,
+            port,
+            csv,
+            output,
+        } => matrix(&files, namespace.as_deref(), &port, csv, output.json()),
     }
+}
+
+/// One cell of the matrix.
+#[derive(Serialize)]
+struct Cell {
+    from: String,
+    to: String,
+    port: u16,
+    protocol: String,
+    allowed: bool,
+    egress: bool,
+    ingress: bool,
+}
+
+fn matrix(
+    files: &[PathBuf],
+    namespace: Option<&str>,
+    ports: &[String],
+    csv: bool,
+    json: bool,
+) -> anyhow::Result<Verdict> {
+    let (cluster, problems) = load(files)?;
+    let pods: Vec<&plumb_policy::model::Pod> = cluster
+        .pods
+        .iter()
+        .filter(|p| namespace.is_none_or(|n| p.namespace == n))
+        .collect();
+    if pods.is_empty() {
+        bail!(
+            "no pods{} in the files",
+            namespace
+                .map(|n| format!(" in namespace {n}"))
+                .unwrap_or_default()
+        );
+    }
+    let mut wanted: Vec<(u16, String)> = Vec::new();
+    for p in ports {
+        wanted.push(parse_port(p)?);
+    }
+    if wanted.is_empty() {
+        for p in &pods {
+            for cp in &p.ports {
+                wanted.push((cp.port, cp.protocol.clone()));
+            }
+        }
+        wanted.sort();
+        wanted.dedup();
+    }
+    if wanted.is_empty() {
+        bail!("the pods declare no container ports; pass --port PORT[/PROTO]");
+    }
+    let mut cells = Vec::new();
+    for (port, proto) in &wanted {
+        for from in &pods {
+            for to in &pods {
+                let v = check(
+                    &cluster,
+                    &Connection {
+                        from,
+                        to,
+                        port: *port,
+                        protocol: proto,
+                    },
+                );
+                cells.push(Cell {
+                    from: from.id(),
+                    to: to.id(),
+                    port: *port,
+                    protocol: proto.clone(),
+                    allowed: v.allowed,
+                    egress: v.egress.allowed,
+                    ingress: v.ingress.allowed,
+                });
+            }
+        }
+    }
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if json {
+        drop(out);
+        #[derive(Serialize)]
+        struct Out<'a> {
+            cells: &'a [Cell],
+            problems: &'a [String],
+        }
+        output::json(&Out {
+            cells: &cells,
+            problems: &problems,
+        })?;
+        return Ok(Verdict::Clean);
+    }
+    if csv {
+        writeln!(out, "from,to,port,protocol,allowed,egress,ingress")?;
+        for c in &cells {
+            writeln!(
+                out,
+                "{},{},{},{},{},{},{}",
+                c.from, c.to, c.port, c.protocol, c.allowed, c.egress, c.ingress
+            )?;
+        }
+        out.flush()?;
+        return Ok(Verdict::Clean);
+    }
+    for p in &problems {
+        writeln!(out, "warning: {p}")?;
+    }
+    let ids: Vec<String> = pods.iter().map(|p| p.id()).collect();
+    let width = ids.iter().map(String::len).max().unwrap_or(0);
+    // Cells are in (port, from, to) order: one n x n block per port.
+    let n = ids.len();
+    for (k, (port, proto)) in wanted.iter().enumerate() {
+        writeln!(
+            out,
+            "{port}/{proto}  (rows: from, columns: to; . allowed, X denied)"
+        )?;
+        write!(out, "{:width$}", "")?;
+        for i in 1..=n {
+            write!(out, " {i:>2}")?;
+        }
+        writeln!(out)?;
+        for (r, from) in ids.iter().enumerate() {
+            write!(out, "{from:width$}")?;
+            let row = k * n * n + r * n;
+            for c in &cells[row..row + n] {
+                write!(out, " {:>2}", if c.allowed { "." } else { "X" })?;
+            }
+            writeln!(out, "  {}", r + 1)?;
+        }
+        writeln!(out)?;
+    }
+    out.flush()?;
+    Ok(Verdict::Clean)
 }
 
 /// Files named on the command line, directories expanded to their YAML/JSON files
