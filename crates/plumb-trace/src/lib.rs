@@ -22,6 +22,7 @@
 //! ```
 
 pub mod addr;
+pub mod batch;
 pub mod constraint;
 pub mod explain;
 pub mod index;
