@@ -453,5 +453,18 @@ mod tests {
         assert!(!parse(&["plumb", "check", "-o", "text"]));
         assert!(!parse(&["plumb", "check"]));
         assert!(Cli::try_parse_from(["plumb", "check", "-o", "json", "--json"]).is_err());
+        assert!(parse(&["plumb", "check", "-o", "json-compact"]));
+    }
+
+    #[test]
+    fn trace_needs_a_dst_unless_it_reads_flows_or_services() {
+        assert!(Cli::try_parse_from(["plumb", "trace"]).is_err());
+        assert!(Cli::try_parse_from(["plumb", "trace", "--flows", "-"]).is_ok());
+        assert!(Cli::try_parse_from(["plumb", "trace", "--all-services"]).is_ok());
+        assert!(
+            Cli::try_parse_from(["plumb", "trace", "--dst", "10.0.0.1:80", "--flows", "f"])
+                .is_err()
+        );
+        assert!(Cli::try_parse_from(["plumb", "trace", "--flows", "f", "--all-services"]).is_err());
     }
 }
