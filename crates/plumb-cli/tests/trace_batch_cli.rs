@@ -438,3 +438,31 @@ fn all_services_on_a_real_node_with_dns_without_endpoints() {
     assert_ne!(api["status"], "broken", "{api}");
     assert_eq!(v["summary"]["broken"], 4);
 }
+
+/// Thousands of flows (several chunks, traced on every core) come out one per flow,
+/// in file order, each with its own answer.
+#[test]
+fn many_flows_come_out_in_file_order() {
+    let dir = Scratch::new("batch-order");
+    let rules = generated(&dir);
+    let mut flows = String::from("dst,port,proto,from\n");
+    for i in 0..5000 {
+        if i % 2 == 0 {
+            flows.push_str("10.43.0.1,443,tcp,pod\n");
+        } else {
+            flows.push_str("10.43.0.102,8080,tcp,host\n");
+        }
+    }
+    let (code, out, err) = plumb(
+        &["trace", "--ruleset", &rules, "--flows", "-", "--json"],
+        Some(&flows),
+    );
+    assert_eq!(code, 0, "{err}");
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 5000);
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["line"], i as u64 + 2);
+        let want = if i % 2 == 0 { "ACCEPT" } else { "REJECT" };
+        assert_eq!(l["verdict"], want, "line {}", i + 2);
+    }
+}

@@ -108,9 +108,23 @@ pub fn run_flows(args: &TraceArgs, flows: &Path) -> anyhow::Result<Verdict> {
     let (mut bad, mut traced, mut incomplete) = (0usize, 0usize, 0usize);
     let mut line_no = 0u64;
     let mut buf = Vec::new();
+    let mut chunk: Vec<(u64, Packet)> = Vec::with_capacity(CHUNK);
+    let batch = Batch {
+        index: &index,
+        node: &node,
+        options: &options,
+        json,
+        steps: args.verbose && json,
+    };
     loop {
         let (n, too_long) =
             read_line(&mut *reader, &mut buf).with_context(|| format!("reading {name}"))?;
+        if n == 0 || chunk.len() == CHUNK {
+            let (done, cut) = batch.run(&chunk, &mut out)?;
+            traced += done;
+            incomplete += cut;
+            chunk.clear();
+        }
         if n == 0 {
             break;
         }
@@ -156,18 +170,7 @@ pub fn run_flows(args: &TraceArgs, flows: &Path) -> anyhow::Result<Verdict> {
             report(&missing_tables_message(&source, lacking), line)?;
             continue;
         }
-        let t = trace_with(&index, &packet, &node, &options);
-        traced += 1;
-        if t.incomplete.is_some() {
-            incomplete += 1;
-        }
-        let r = flow_report(&index, line_no, &packet, &t, args.verbose && json);
-        if json {
-            serde_json::to_writer(&mut out, &r)?;
-            out.write_all(b"\n")?;
-        } else {
-            write_flow_text(&mut out, &r)?;
-        }
+        chunk.push((line_no, packet));
     }
     out.flush()?;
     drop(out);
@@ -185,6 +188,70 @@ pub fn run_flows(args: &TraceArgs, flows: &Path) -> anyhow::Result<Verdict> {
     } else {
         Verdict::Clean
     })
+}
+
+/// Flows traced together: the threads split a chunk, and its lines go out in file
+/// order before the next chunk is read.
+const CHUNK: usize = 2048;
+
+/// What every flow of a batch shares.
+struct Batch<'a, 'r> {
+    index: &'a Index<'r>,
+    node: &'a plumb_trace::Node,
+    options: &'a TraceOptions,
+    json: bool,
+    steps: bool,
+}
+
+impl Batch<'_, '_> {
+    /// Traces `flows` and renders their lines into `out` in order, on as many
+    /// threads as there are cores (the index is shared: chains compiled on first use
+    /// are compiled once). Returns the flows traced and the incomplete traces.
+    fn run(&self, flows: &[(u64, Packet)], out: &mut impl Write) -> anyhow::Result<(usize, usize)> {
+        if flows.is_empty() {
+            return Ok((0, 0));
+        }
+        let threads = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, 8);
+        let per = flows.len().div_ceil(threads).max(64);
+        let parts: Vec<anyhow::Result<(Vec<u8>, usize)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = flows
+                .chunks(per)
+                .map(|part| scope.spawn(move || self.render(part)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        let mut cut = 0;
+        for part in parts {
+            let (bytes, incomplete) = part?;
+            out.write_all(&bytes)?;
+            cut += incomplete;
+        }
+        Ok((flows.len(), cut))
+    }
+
+    fn render(&self, flows: &[(u64, Packet)]) -> anyhow::Result<(Vec<u8>, usize)> {
+        let mut bytes = Vec::with_capacity(flows.len() * 512);
+        let mut incomplete = 0;
+        for (line, packet) in flows {
+            let t = trace_with(self.index, packet, self.node, self.options);
+            if t.incomplete.is_some() {
+                incomplete += 1;
+            }
+            let r = flow_report(self.index, *line, packet, &t, self.steps);
+            if self.json {
+                serde_json::to_writer(&mut bytes, &r)?;
+                bytes.push(b'\n');
+            } else {
+                write_flow_text(&mut bytes, &r)?;
+            }
+        }
+        Ok((bytes, incomplete))
+    }
 }
 
 fn flow_label(r: &FlowReport) -> String {
