@@ -342,8 +342,62 @@ fn deciding_step(index: &Index<'_>, o: &Outcome) -> Option<usize> {
         .or(Some(last))
 }
 
+/// What a flow report needs to know about each rule on a path, computed once per
+/// rule for a whole batch: the owner of a deciding rule, the kube-proxy service and
+/// endpoint a rule's comments name (reading comments means splitting the rule's
+/// words: done per outcome per matched rule, it cost as much as the trace itself).
+#[derive(Debug, Default)]
+pub struct ReportCache {
+    owners: std::collections::HashMap<(u32, u32), String>,
+    names: std::collections::HashMap<(u32, u32), (Option<String>, Option<String>)>,
+}
+
+impl ReportCache {
+    fn owner(&mut self, index: &Index<'_>, chain: u32, rule: u32) -> Option<String> {
+        if let Some(o) = self.owners.get(&(chain, rule)) {
+            return Some(o.clone());
+        }
+        let c = index.chain(chain);
+        let r = c.chain.rules.get(rule as usize)?;
+        let owner = plumb_ruleset::owner::rule_owner(index.table_of(chain), c.chain, r)
+            .owner
+            .0;
+        self.owners.insert((chain, rule), owner.clone());
+        Some(owner)
+    }
+
+    fn service_and_endpoint(
+        &mut self,
+        index: &Index<'_>,
+        o: &Outcome,
+    ) -> (Option<String>, Option<String>) {
+        crate::explain::service_and_endpoint_with(index, o, |chain, rule| {
+            self.names
+                .entry((chain, rule))
+                .or_insert_with(|| {
+                    index
+                        .chain(chain)
+                        .chain
+                        .rules
+                        .get(rule as usize)
+                        .map(crate::explain::rule_service_and_endpoint)
+                        .unwrap_or_default()
+                })
+                .clone()
+        })
+    }
+}
+
 /// The deciding rule of an outcome, with its owner.
 pub fn deciding_rule(index: &Index<'_>, o: &Outcome) -> Option<DecidingRule> {
+    deciding_rule_cached(index, o, &mut ReportCache::default())
+}
+
+fn deciding_rule_cached(
+    index: &Index<'_>,
+    o: &Outcome,
+    cache: &mut ReportCache,
+) -> Option<DecidingRule> {
     let step = &o.steps[deciding_step(index, o)?];
     let c = index.chain(step.chain);
     let table = index.table_of(step.chain);
@@ -353,7 +407,7 @@ pub fn deciding_rule(index: &Index<'_>, o: &Outcome) -> Option<DecidingRule> {
             (
                 Some(r.position),
                 r.text.to_string(),
-                plumb_ruleset::owner::rule_owner(table, c.chain, r).owner.0,
+                cache.owner(index, step.chain, step.rule)?,
             )
         }
         _ => {
@@ -420,6 +474,19 @@ pub fn flow_report(
     t: &Trace,
     steps: bool,
 ) -> FlowReport {
+    flow_report_cached(index, line, packet, t, steps, &mut ReportCache::default())
+}
+
+/// [`flow_report`] with per-rule facts kept in `cache` across the flows of a batch
+/// (one cache per index).
+pub fn flow_report_cached(
+    index: &Index<'_>,
+    line: u64,
+    packet: &Packet,
+    t: &Trace,
+    steps: bool,
+    cache: &mut ReportCache,
+) -> FlowReport {
     let mut dnat: Vec<String> = Vec::new();
     let outcomes: Vec<FlowOutcome> = t
         .outcomes
@@ -430,7 +497,7 @@ pub fn flow_report(
             {
                 dnat.push(d.clone());
             }
-            let (service, endpoint) = crate::explain::service_and_endpoint(index, o);
+            let (service, endpoint) = cache.service_and_endpoint(index, o);
             FlowOutcome {
                 verdict: o.verdict,
                 probability: o.probability,
@@ -453,7 +520,7 @@ pub fn flow_report(
         verdict: common_verdict(t),
         dnat,
         service: outcomes.first().and_then(|o| o.service.clone()),
-        decided_by: first.and_then(|o| deciding_rule(index, o)),
+        decided_by: first.and_then(|o| deciding_rule_cached(index, o, cache)),
         path: first.map(|o| path_summary(index, o)).unwrap_or_default(),
         outcomes,
         truncated: t.truncated,

@@ -22,7 +22,8 @@ use anyhow::{Context, bail};
 use plumb_kubeproxy::recover::{NoEndpoints, ProxyMode, RecoveredService, recover};
 use plumb_ruleset::diagnostic::excerpt;
 use plumb_trace::batch::{
-    DecidingRule, FlowColumns, FlowReport, deciding_rule, flow_report, is_skipped,
+    DecidingRule, FlowColumns, FlowReport, ReportCache, deciding_rule, flow_report_cached,
+    is_skipped,
 };
 use plumb_trace::{Index, Origin, Packet, Proto, Trace, TraceOptions, trace_with};
 use serde::Serialize;
@@ -109,6 +110,7 @@ pub fn run_flows(args: &TraceArgs, flows: &Path) -> anyhow::Result<Verdict> {
     let mut line_no = 0u64;
     let mut buf = Vec::new();
     let mut chunk: Vec<(u64, Packet)> = Vec::with_capacity(CHUNK);
+    let mut caches = Vec::new();
     let batch = Batch {
         index: &index,
         node: &node,
@@ -120,7 +122,7 @@ pub fn run_flows(args: &TraceArgs, flows: &Path) -> anyhow::Result<Verdict> {
         let (n, too_long) =
             read_line(&mut *reader, &mut buf).with_context(|| format!("reading {name}"))?;
         if n == 0 || chunk.len() == CHUNK {
-            let (done, cut) = batch.run(&chunk, &mut out)?;
+            let (done, cut) = batch.run(&chunk, &mut caches, &mut out)?;
             traced += done;
             incomplete += cut;
             chunk.clear();
@@ -207,7 +209,12 @@ impl Batch<'_, '_> {
     /// Traces `flows` and renders their lines into `out` in order, on as many
     /// threads as there are cores (the index is shared: chains compiled on first use
     /// are compiled once). Returns the flows traced and the incomplete traces.
-    fn run(&self, flows: &[(u64, Packet)], out: &mut impl Write) -> anyhow::Result<(usize, usize)> {
+    fn run(
+        &self,
+        flows: &[(u64, Packet)],
+        caches: &mut Vec<ReportCache>,
+        out: &mut impl Write,
+    ) -> anyhow::Result<(usize, usize)> {
         if flows.is_empty() {
             return Ok((0, 0));
         }
@@ -215,10 +222,12 @@ impl Batch<'_, '_> {
             .map_or(1, usize::from)
             .clamp(1, 8);
         let per = flows.len().div_ceil(threads).max(64);
+        caches.resize_with(threads, ReportCache::default);
         let parts: Vec<anyhow::Result<(Vec<u8>, usize)>> = std::thread::scope(|scope| {
             let handles: Vec<_> = flows
                 .chunks(per)
-                .map(|part| scope.spawn(move || self.render(part)))
+                .zip(caches.iter_mut())
+                .map(|(part, cache)| scope.spawn(move || self.render(part, cache)))
                 .collect();
             handles
                 .into_iter()
@@ -234,7 +243,12 @@ impl Batch<'_, '_> {
         Ok((flows.len(), cut))
     }
 
-    fn render(&self, flows: &[(u64, Packet)]) -> anyhow::Result<(Vec<u8>, usize)> {
+    /// One thread's part of a chunk; `cache` is that thread's for the whole run.
+    fn render(
+        &self,
+        flows: &[(u64, Packet)],
+        cache: &mut ReportCache,
+    ) -> anyhow::Result<(Vec<u8>, usize)> {
         let mut bytes = Vec::with_capacity(flows.len() * 512);
         let mut incomplete = 0;
         for (line, packet) in flows {
@@ -242,7 +256,7 @@ impl Batch<'_, '_> {
             if t.incomplete.is_some() {
                 incomplete += 1;
             }
-            let r = flow_report(self.index, *line, packet, &t, self.steps);
+            let r = flow_report_cached(self.index, *line, packet, &t, self.steps, cache);
             if self.json {
                 serde_json::to_writer(&mut bytes, &r)?;
                 bytes.push(b'\n');
