@@ -91,8 +91,9 @@ pub enum Command {
     /// Reproduce the founding incidents for real in network namespaces (root; never touches the host's firewall).
     #[command(subcommand)]
     Lab(LabCommand),
-    /// Simulate where a packet goes through the node's netfilter ruleset.
-    Trace(TraceArgs),
+    /// Simulate where a packet (or each flow of a file, or every Service) goes through the
+    /// node's netfilter ruleset.
+    Trace(Box<TraceArgs>),
     /// Report who changes netfilter rules as it happens: foreign changes to kube-proxy/CNI
     /// objects, revert fights, policy changes (nftables events, audit; read-only).
     Watch(WatchFlags),

@@ -258,7 +258,7 @@ mod tests {
         let mut v = vec!["plumb", "trace"];
         v.extend_from_slice(extra);
         match crate::flags::Cli::parse_from(v).command {
-            crate::flags::Command::Trace(a) => a,
+            crate::flags::Command::Trace(a) => *a,
             _ => unreachable!("trace"),
         }
     }
