@@ -466,3 +466,29 @@ fn many_flows_come_out_in_file_order() {
         assert_eq!(l["verdict"], want, "line {}", i + 2);
     }
 }
+
+/// `-o json-compact` is the `--json` document on one line, for every command that
+/// prints one (here `plumb services`, whose pretty JSON is 2.7x a big node's dump).
+#[test]
+fn json_compact_is_the_same_document_on_one_line() {
+    let dir = Scratch::new("batch-compact");
+    let rules = generated(&dir);
+    let (code, pretty, err) = plumb(&["services", "--ruleset", &rules, "--json"], None);
+    assert_eq!(code, 0, "{err}");
+    let (code, compact, err) = plumb(
+        &["services", "--ruleset", &rules, "-o", "json-compact"],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(compact.lines().count(), 1);
+    assert!(
+        compact.len() * 3 < pretty.len() * 2,
+        "{} vs {}",
+        compact.len(),
+        pretty.len()
+    );
+    let a: Value = serde_json::from_str(&pretty).unwrap();
+    let b: Value = serde_json::from_str(&compact).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(b["maps"][0]["services"].as_array().unwrap().len(), 20);
+}
