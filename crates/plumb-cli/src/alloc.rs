@@ -20,8 +20,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 static MIMALLOC: AtomicBool = AtomicBool::new(false);
 
+/// mimalloc v3's `mi_option_arena_eager_commit` (`mimalloc.h`, `mi_option_e`: the fifth
+/// option); libmimalloc-sys names no constant for it.
+const MI_OPTION_ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+
 /// From now on, new allocations come from mimalloc (for the rest of the process).
+///
+/// Arenas are committed as they are used, not when they are reserved: on Linux
+/// (overcommit) mimalloc's default commits a whole arena at once, and the part the
+/// kernel then backs with transparent huge pages stays resident. Off, peak RSS on a
+/// 10k-service x 5-endpoint dump (18.3 MB) drops from 78 to 66 MB for
+/// `ruleset parse`, 106 to 95 MB for `services` and 136 to 106-112 MB for `check`,
+/// with the same CPU time (docs/benchmarks.md).
 pub fn use_mimalloc() {
+    // SAFETY: sets an option before mimalloc's first allocation in this process (no
+    // allocation has gone to mimalloc before the switch below).
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_ARENA_EAGER_COMMIT, 0) };
     MIMALLOC.store(true, Ordering::Relaxed);
 }
 

@@ -100,8 +100,9 @@ pub enum Command {
     /// Reproduce the founding incidents for real in network namespaces (root; never touches the host's firewall).
     #[command(subcommand)]
     Lab(LabCommand),
-    /// Simulate where a packet goes through the node's netfilter ruleset.
-    Trace(TraceArgs),
+    /// Simulate where a packet (or each flow of a file, or every Service) goes through the
+    /// node's netfilter ruleset.
+    Trace(Box<TraceArgs>),
     /// Report who changes netfilter rules as it happens: foreign changes to kube-proxy/CNI
     /// objects, revert fights, policy changes (nftables events, audit; read-only).
     Watch(WatchFlags),
@@ -386,8 +387,22 @@ pub enum LabCommand {
 #[derive(Debug, Args, Clone)]
 pub struct TraceArgs {
     /// Destination IP:PORT (or just IP for icmp).
-    #[arg(long, value_name = "IP:PORT")]
-    pub dst: String,
+    #[arg(long, value_name = "IP:PORT", required_unless_present_any = ["flows", "all_services"],
+          conflicts_with_all = ["flows", "all_services"])]
+    pub dst: Option<String>,
+    /// Trace every flow of this file (- for standard input) through one reading of the
+    /// ruleset: a CSV whose header names its columns (src, dst, port, proto, in_iface,
+    /// out_iface, from; only dst is required), `#` comments and blank lines skipped.
+    /// Empty or absent fields take the other flags' values. Prints one line per flow
+    /// (a JSON object per line with --json). A line plumb cannot read is reported on
+    /// stderr as FILE:LINE and skipped; the exit status is then 2.
+    #[arg(long, value_name = "FILE", conflicts_with = "all_services")]
+    pub flows: Option<PathBuf>,
+    /// Trace every ClusterIP and NodePort of kube-proxy's service map, from a pod and
+    /// from the host, and report which services are broken and why. Exit status 1
+    /// when some are.
+    #[arg(long)]
+    pub all_services: bool,
     /// Source IP[:PORT]. Unknown fields give explicit branches when a rule needs them.
     #[arg(long, value_name = "IP[:PORT]")]
     pub src: Option<String>,
@@ -424,7 +439,8 @@ pub struct TraceArgs {
     /// Read the ruleset of this network namespace.
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
-    /// Show every step, including rules that did not match, for every outcome.
+    /// Show every step, including rules that did not match, for every outcome (with
+    /// --flows and --json: every outcome's steps, as a single trace's JSON has them).
     #[arg(long, short)]
     pub verbose: bool,
     #[command(flatten)]
@@ -484,7 +500,8 @@ pub struct OutputFlags {
     /// Print JSON (the shapes documented in the README) instead of text.
     #[arg(long)]
     json: bool,
-    /// Output format: text or json (`-o json` is `--json`).
+    /// Output format: text, json (`-o json` is `--json`) or json-compact (the same JSON
+    /// on one line).
     #[arg(
         short = 'o',
         long = "output",
@@ -497,9 +514,18 @@ pub struct OutputFlags {
 }
 
 impl OutputFlags {
-    /// True when JSON was asked for.
+    /// True when JSON was asked for (pretty or compact).
     pub fn json(&self) -> bool {
-        self.json || self.output_format == Some(OutputFormat::Json)
+        self.json
+            || matches!(
+                self.output_format,
+                Some(OutputFormat::Json | OutputFormat::JsonCompact)
+            )
+    }
+
+    /// True for `-o json-compact`: JSON on one line, without indentation.
+    pub fn compact(&self) -> bool {
+        self.output_format == Some(OutputFormat::JsonCompact)
     }
 }
 
@@ -508,8 +534,11 @@ impl OutputFlags {
 pub enum OutputFormat {
     /// Human-readable text.
     Text,
-    /// JSON.
+    /// JSON, indented.
     Json,
+    /// JSON without indentation or line breaks (the same document, about half the
+    /// size for large outputs such as `plumb services` on a big node).
+    JsonCompact,
 }
 
 #[cfg(test)]
@@ -551,5 +580,18 @@ mod tests {
         assert!(!parse(&["plumb", "check", "-o", "text"]));
         assert!(!parse(&["plumb", "check"]));
         assert!(Cli::try_parse_from(["plumb", "check", "-o", "json", "--json"]).is_err());
+        assert!(parse(&["plumb", "check", "-o", "json-compact"]));
+    }
+
+    #[test]
+    fn trace_needs_a_dst_unless_it_reads_flows_or_services() {
+        assert!(Cli::try_parse_from(["plumb", "trace"]).is_err());
+        assert!(Cli::try_parse_from(["plumb", "trace", "--flows", "-"]).is_ok());
+        assert!(Cli::try_parse_from(["plumb", "trace", "--all-services"]).is_ok());
+        assert!(
+            Cli::try_parse_from(["plumb", "trace", "--dst", "10.0.0.1:80", "--flows", "f"])
+                .is_err()
+        );
+        assert!(Cli::try_parse_from(["plumb", "trace", "--flows", "f", "--all-services"]).is_err());
     }
 }

@@ -290,20 +290,18 @@ impl AddrSet {
         let mut out = Vec::new();
         for &(mut a, b) in self.set.ranges() {
             loop {
-                // The largest aligned block starting at `a` that stays within `b`.
-                let mut len = bits;
-                while len > 0 {
-                    let size_bits = bits - (len - 1);
-                    let mask = if size_bits >= 128 {
-                        u128::MAX
-                    } else {
-                        (1u128 << size_bits) - 1
-                    };
-                    if a & mask != 0 || a | mask > b {
-                        break;
-                    }
-                    len -= 1;
-                }
+                // The largest aligned block starting at `a` that stays within `b`: as
+                // many low bits as `a` has zeros, and no more than the span holds
+                // (computed, not searched bit by bit: conditions on a source address
+                // are described for every outcome of every trace).
+                let aligned = a.trailing_zeros().min(bits);
+                let span = b - a; // the block holds span + 1 addresses
+                let fits = if span == u128::MAX {
+                    128
+                } else {
+                    127 - (span + 1).leading_zeros()
+                };
+                let len = bits - aligned.min(fits);
                 out.push(crate::addr::Cidr {
                     addr: addr_of(a, self.v6),
                     len: len as u8,
@@ -1119,8 +1117,7 @@ fn iface_union(a: &IfaceSet, b: &IfaceSet) -> Option<Option<IfaceSet>> {
 }
 
 fn describe_addrs(what: &str, s: &AddrSet) -> String {
-    let list = |a: &AddrSet| {
-        let p = a.prefixes();
+    let list = |p: &[crate::addr::Cidr]| {
         let shown: Vec<String> = p.iter().take(16).map(|c| c.to_string()).collect();
         let more = p.len().saturating_sub(shown.len());
         let mut t = shown.join(", ");
@@ -1129,15 +1126,16 @@ fn describe_addrs(what: &str, s: &AddrSet) -> String {
         }
         t
     };
-    let inside = s.prefixes().len();
+    let inside = s.prefixes();
     let outside = AddrSet {
         v6: s.v6,
         set: s.set.complement(s.max()),
-    };
-    if outside.prefixes().len() < inside {
+    }
+    .prefixes();
+    if outside.len() < inside.len() {
         format!("{what} not in {}", list(&outside))
     } else {
-        format!("{what} in {}", list(s))
+        format!("{what} in {}", list(&inside))
     }
 }
 
@@ -1362,6 +1360,72 @@ mod tests {
         };
         let text: Vec<String> = s.prefixes().iter().map(|c| c.to_string()).collect();
         assert_eq!(text, ["0.0.0.3", "0.0.0.4/30", "0.0.0.8/31"]);
+    }
+
+    /// The computed blocks are those a bit-by-bit search finds: every range of a
+    /// small space, and ranges near the top of the IPv4 and IPv6 spaces.
+    #[test]
+    fn prefixes_match_a_bit_by_bit_search() {
+        fn search(v6: bool, mut a: u128, b: u128) -> Vec<(u128, u32)> {
+            let bits: u32 = if v6 { 128 } else { 32 };
+            let mut out = Vec::new();
+            loop {
+                let mut size_bits = 0;
+                while size_bits < bits {
+                    let mask = if size_bits + 1 >= 128 {
+                        u128::MAX
+                    } else {
+                        (1u128 << (size_bits + 1)) - 1
+                    };
+                    if a & mask != 0 || a | mask > b {
+                        break;
+                    }
+                    size_bits += 1;
+                }
+                out.push((a, bits - size_bits));
+                let last = if size_bits >= 128 {
+                    u128::MAX
+                } else {
+                    a | ((1u128 << size_bits) - 1)
+                };
+                if last >= b {
+                    return out;
+                }
+                a = last + 1;
+            }
+        }
+        let computed = |v6: bool, a: u128, b: u128| -> Vec<(u128, u32)> {
+            AddrSet {
+                v6,
+                set: RangeSet::range(a, b),
+            }
+            .prefixes()
+            .iter()
+            .map(|c| {
+                let n = match c.addr {
+                    IpAddr::V4(v) => u128::from(u32::from(v)),
+                    IpAddr::V6(v) => u128::from(v),
+                };
+                (n, u32::from(c.len))
+            })
+            .collect()
+        };
+        for a in 0..70u128 {
+            for b in a..70 {
+                assert_eq!(computed(false, a, b), search(false, a, b), "{a}..={b}");
+            }
+        }
+        let top4 = u128::from(u32::MAX);
+        for (v6, a, b) in [
+            (false, 0, top4),
+            (false, 1, top4),
+            (false, top4 - 5, top4),
+            (true, 0, u128::MAX),
+            (true, 3, u128::MAX),
+            (true, u128::MAX - 9, u128::MAX),
+        ] {
+            assert_eq!(computed(v6, a, b), search(v6, a, b), "{a}..={b}");
+        }
     }
 
     #[test]

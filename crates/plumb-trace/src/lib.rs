@@ -24,6 +24,7 @@
 #![deny(missing_docs)]
 
 pub mod addr;
+pub mod batch;
 pub mod constraint;
 pub mod explain;
 pub mod index;

@@ -403,29 +403,58 @@ pub(crate) fn probability_text(p: f64) -> String {
 /// Service (`ns/name:port`) and endpoint (`ip:port`) of an outcome, from kube-proxy
 /// comments (`"ns/svc:p cluster IP"`, `"ns/svc:p -> 10.42.1.5:8443"`) and nft chain names.
 pub fn service_and_endpoint(index: &Index<'_>, o: &Outcome) -> (Option<String>, Option<String>) {
+    service_and_endpoint_with(index, o, |chain, rule| {
+        let c = index.chain(chain);
+        c.chain
+            .rules
+            .get(rule as usize)
+            .map(rule_service_and_endpoint)
+            .unwrap_or_default()
+    })
+}
+
+/// The service (the first named) and endpoint (the last named) a rule's kube-proxy
+/// comments give.
+pub fn rule_service_and_endpoint(rule: &plumb_ruleset::Rule) -> (Option<String>, Option<String>) {
+    let (mut service, mut endpoint) = (None, None);
+    for comment in rule.comments() {
+        if let Some((svc, ep)) = comment.split_once(" -> ") {
+            service.get_or_insert_with(|| svc.to_string());
+            endpoint = Some(ep.to_string());
+        } else if let Some(svc) = [
+            "cluster IP",
+            "loadbalancer IP",
+            "external IP",
+            "has no endpoints",
+        ]
+        .iter()
+        .find_map(|suffix| comment.strip_suffix(suffix))
+        {
+            service.get_or_insert_with(|| svc.trim().to_string());
+        }
+    }
+    (service, endpoint)
+}
+
+/// [`service_and_endpoint`] with each matched rule's contribution from `rule_names`
+/// (chain, rule index): a batch of traces computes it once per rule.
+pub fn service_and_endpoint_with(
+    index: &Index<'_>,
+    o: &Outcome,
+    mut rule_names: impl FnMut(u32, u32) -> (Option<String>, Option<String>),
+) -> (Option<String>, Option<String>) {
     let (mut service, mut endpoint) = (None, None);
     for s in &o.steps {
         if s.kind != StepKind::Matched {
             continue;
         }
         let c = index.chain(s.chain);
-        if let Some(rule) = c.chain.rules.get(s.rule as usize) {
-            for comment in rule.comments() {
-                if let Some((svc, ep)) = comment.split_once(" -> ") {
-                    service.get_or_insert_with(|| svc.to_string());
-                    endpoint = Some(ep.to_string());
-                } else if let Some(svc) = [
-                    "cluster IP",
-                    "loadbalancer IP",
-                    "external IP",
-                    "has no endpoints",
-                ]
-                .iter()
-                .find_map(|suffix| comment.strip_suffix(suffix))
-                {
-                    service.get_or_insert_with(|| svc.trim().to_string());
-                }
-            }
+        let (svc, ep) = rule_names(s.chain, s.rule);
+        if service.is_none() {
+            service = svc;
+        }
+        if ep.is_some() {
+            endpoint = ep;
         }
         // nftables mode: service-HASH-ns/name/proto/port, endpoint-HASH-ns/name/proto/port__ip/port.
         let name = &*c.chain.name;

@@ -9,12 +9,11 @@ pub fn run(id: Option<&str>, json: bool) -> anyhow::Result<Verdict> {
     let entries: Vec<Entry> = catalogue()
         .filter(|e| id.is_none_or(|id| e.id == id))
         .collect();
-    let mut out = std::io::stdout().lock();
     if json {
-        serde_json::to_writer_pretty(&mut out, &entries)?;
-        writeln!(out)?;
+        crate::output::json(&entries)?;
         return Ok(Verdict::Clean);
     }
+    let mut out = std::io::stdout().lock();
     let width = entries.iter().map(|e| e.id.len()).max().unwrap_or(0);
     for e in &entries {
         writeln!(out, "{:<width$}  {:<16}  {}", e.id, e.command, e.summary)?;

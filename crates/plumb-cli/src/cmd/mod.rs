@@ -12,13 +12,34 @@ mod policy;
 mod ruleset;
 mod services;
 mod trace;
+mod trace_batch;
 mod watch;
 
 use crate::Verdict;
-use crate::flags::{Cli, Command};
+use crate::flags::{Cli, Command, LabCommand, OutputFlags, RulesetCommand};
+
+/// The command's `--json` / `-o` flags, if it has them.
+fn output_flags(command: &Command) -> Option<&OutputFlags> {
+    match command {
+        Command::Ruleset(
+            RulesetCommand::Show { output, .. }
+            | RulesetCommand::Parse { output, .. }
+            | RulesetCommand::Diff { output, .. },
+        )
+        | Command::Services { output, .. }
+        | Command::Check { output, .. }
+        | Command::Doctor { output, .. }
+        | Command::Lab(LabCommand::Status { output } | LabCommand::Down { output })
+        | Command::Explain { output, .. } => Some(output),
+        Command::Trace(args) => Some(&args.output),
+        Command::Watch(f) => Some(&f.output),
+        _ => None,
+    }
+}
 
 pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
     let style = crate::output::style(cli.color);
+    crate::output::set_compact(output_flags(&cli.command).is_some_and(|o| o.compact()));
     match cli.command {
         Command::Ruleset(c) => ruleset::run(c),
         Command::Services {

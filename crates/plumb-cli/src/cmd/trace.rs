@@ -68,33 +68,45 @@ fn read_ipsets(path: &Path, limit: usize) -> anyhow::Result<IpSets> {
     })
 }
 
+/// The packet the flags describe, with destination `dst` (`IP:PORT` or `IP`).
 pub fn packet_and_node(args: &TraceArgs) -> anyhow::Result<(Packet, Node)> {
+    let dst_flag = args.dst.as_deref().unwrap_or_default();
+    let mut packet = template(args)?;
+    let (dst, dport) = addr_port("--dst", dst_flag)?;
+    if packet.proto != Proto::Icmp && dport.is_none() {
+        bail!(
+            "--dst {dst_flag:?}: a {} trace needs a port (IP:PORT)",
+            args.proto
+        );
+    }
+    packet.dst = dst;
+    packet.dport = dport;
+    if let Some(src) = packet.src
+        && src.is_ipv4() != dst.is_ipv4()
+    {
+        bail!(
+            "--src {:?} and --dst {dst_flag:?} are of different address families",
+            args.src.as_deref().unwrap_or_default()
+        );
+    }
+    Ok((packet, node(args)?))
+}
+
+/// The packet the flags describe, destination aside (0.0.0.0, no port): what every
+/// flow of `--flows` starts from.
+pub fn template(args: &TraceArgs) -> anyhow::Result<Packet> {
     let proto = match args.proto.to_ascii_lowercase().as_str() {
         "tcp" => Proto::Tcp,
         "udp" => Proto::Udp,
         "icmp" => Proto::Icmp,
         other => bail!("--proto {other:?}: expected tcp, udp or icmp"),
     };
-    let (dst, dport) = addr_port("--dst", &args.dst)?;
-    if proto != Proto::Icmp && dport.is_none() {
-        bail!(
-            "--dst {:?}: a {} trace needs a port (IP:PORT)",
-            args.dst,
-            args.proto
-        );
-    }
     let origin = Origin::parse(&args.from)
         .ok_or_else(|| anyhow::anyhow!("--from {:?}: expected host, pod or external", args.from))?;
-    let mut packet = Packet::new(dst, dport.unwrap_or(0), proto, origin);
-    packet.dport = dport;
+    let mut packet = Packet::new(IpAddr::from([0, 0, 0, 0]), 0, proto, origin);
+    packet.dport = None;
     if let Some(src) = &args.src {
         let (ip, port) = addr_port("--src", src)?;
-        if ip.is_ipv4() != dst.is_ipv4() {
-            bail!(
-                "--src {src:?} and --dst {:?} are of different address families",
-                args.dst
-            );
-        }
         packet.src = Some(ip);
         packet.sport = port;
     }
@@ -111,6 +123,11 @@ pub fn packet_and_node(args: &TraceArgs) -> anyhow::Result<(Packet, Node)> {
             .map(|(v, _)| v)
             .ok_or_else(|| anyhow::anyhow!("--mark {m:?}: expected a number such as 0x4000"))?;
     }
+    Ok(packet)
+}
+
+/// What the flags say about the node: local addresses, ipsets, affinity.
+pub fn node(args: &TraceArgs) -> anyhow::Result<Node> {
     let local_addrs = args
         .local_addr
         .iter()
@@ -128,19 +145,17 @@ pub fn packet_and_node(args: &TraceArgs) -> anyhow::Result<(Packet, Node)> {
         "fresh" => RecentAssumption::Fresh,
         other => bail!("--affinity {other:?}: expected branch or fresh"),
     };
-    Ok((
-        packet,
-        Node {
-            local_addrs,
-            ipsets,
-            recent,
-        },
-    ))
+    Ok(Node {
+        local_addrs,
+        ipsets,
+        recent,
+    })
 }
 
-pub fn run(args: &TraceArgs) -> anyhow::Result<Verdict> {
-    let (packet, node) = packet_and_node(args)?;
-    let (source, ruleset) = match (&args.ruleset, &args.netns) {
+/// Reads the ruleset the flags name (a file, a namespace or this machine) and a name
+/// for it in messages. Read problems go to stderr.
+pub fn ruleset(args: &TraceArgs) -> anyhow::Result<(String, plumb_ruleset::Ruleset)> {
+    Ok(match (&args.ruleset, &args.netns) {
         (Some(path), _) => {
             let flags = InputFlags {
                 format: None,
@@ -165,15 +180,31 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Verdict> {
                 .unwrap_or_else(|| "this machine".into());
             (name, collected.ruleset)
         }
-    };
+    })
+}
+
+/// The message for a ruleset without the tables a trace of this family needs.
+pub fn missing_tables_message(source: &str, missing: &[String]) -> String {
+    format!(
+        "{source} lacks the table{} a trace needs: {} (plumb will not assume they accept everything; pass a full dump such as `iptables-save` output)",
+        if missing.len() == 1 { "" } else { "s" },
+        missing.join(", ")
+    )
+}
+
+pub fn run(args: &TraceArgs) -> anyhow::Result<Verdict> {
+    if let Some(flows) = &args.flows {
+        return super::trace_batch::run_flows(args, flows);
+    }
+    if args.all_services {
+        return super::trace_batch::run_all_services(args);
+    }
+    let (packet, node) = packet_and_node(args)?;
+    let (source, ruleset) = ruleset(args)?;
     let index = Index::build(&ruleset);
     let missing = index.missing_tables(packet.is_ipv6());
     if !missing.is_empty() {
-        bail!(
-            "{source} lacks the table{} a trace needs: {} (plumb will not assume they accept everything; pass a full dump such as `iptables-save` output)",
-            if missing.len() == 1 { "" } else { "s" },
-            missing.join(", ")
-        );
+        bail!("{}", missing_tables_message(&source, &missing));
     }
     let options = TraceOptions {
         max_paths: usize::try_from(args.max_paths).unwrap_or(usize::MAX),
@@ -227,7 +258,7 @@ mod tests {
         let mut v = vec!["plumb", "trace"];
         v.extend_from_slice(extra);
         match crate::flags::Cli::parse_from(v).command {
-            crate::flags::Command::Trace(a) => a,
+            crate::flags::Command::Trace(a) => *a,
             _ => unreachable!("trace"),
         }
     }

@@ -222,10 +222,13 @@ pub fn translate(ruleset: &mut Ruleset) {
 
 /// A chain a rule of `table` jumps or goes to that the table does not declare.
 fn undeclared_target(table: &Table) -> Option<String> {
+    // A set of the names: `Table::chain` is a linear search, and a kube-proxy table
+    // has 60k chains and 170k jumps.
+    let declared: std::collections::HashSet<&str> = table.chains.iter().map(|c| &*c.name).collect();
     table.chains.iter().flat_map(|c| &c.rules).find_map(|r| {
         r.chain_references()
             .into_iter()
-            .find(|c| table.chain(c.chain).is_none())
+            .find(|c| !declared.contains(c.chain))
             .map(|c| c.chain.to_string())
     })
 }
@@ -280,24 +283,31 @@ fn translate_table(table: &mut Table) -> Option<Vec<(u32, u32, String, bool)>> {
     }
     // Nothing read cleanly: the table stays as nft listed it.
     let mut xt_table = parsed.and_then(|rs| rs.tables.into_iter().next())?;
+    // Chains by name on both sides (`Table::chain` is a linear search: quadratic in
+    // the 60k chains of a 10k-service kube-proxy table).
+    let xt_rules: std::collections::HashMap<&str, usize> = xt_table
+        .chains
+        .iter()
+        .map(|c| (&*c.name, c.rules.len()))
+        .collect();
     let counts_agree = table.chains.iter().zip(&plan).all(|(c, row)| {
         let want = row.iter().filter(|t| **t).count();
-        xt_table
-            .chain(&c.name)
-            .is_some_and(|x| x.rules.len() == want)
+        xt_rules.get(&*c.name) == Some(&want)
     });
+    drop(xt_rules);
     if !counts_agree {
         return None;
     }
     let mut foreign = Vec::new();
     let old_chains = std::mem::take(&mut table.chains);
+    let old_index: std::collections::HashMap<&str, usize> = old_chains
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (&*c.name, i))
+        .collect();
     let mut new_chains: Vec<Chain> = Vec::with_capacity(xt_table.chains.len());
     for mut xc in std::mem::take(&mut xt_table.chains) {
-        let Some((ci, oc)) = old_chains
-            .iter()
-            .enumerate()
-            .find(|(_, c)| c.name == xc.name)
-        else {
+        let Some((ci, oc)) = old_index.get(&*xc.name).map(|&i| (i, &old_chains[i])) else {
             // A built-in chain the nft view does not have: located at the table.
             xc.location = table.location;
             new_chains.push(xc);
@@ -339,12 +349,7 @@ fn translate_table(table: &mut Table) -> Option<Vec<(u32, u32, String, bool)>> {
         new_chains.push(xc);
     }
     // Chains in the nft view's order, missing built-ins first (as iptables-nft-save).
-    new_chains.sort_by_key(|c| {
-        old_chains
-            .iter()
-            .position(|o| o.name == c.name)
-            .map_or(0, |p| p + 1)
-    });
+    new_chains.sort_by_key(|c| old_index.get(&*c.name).map_or(0, |p| p + 1));
     table.chains = new_chains;
     table.backend = Backend::IptablesNft;
     table.nft_view = true;
