@@ -5,7 +5,9 @@
 //!   tests and the lab;
 //! - [`runner`]: external commands, optionally inside a namespace, each bounded by a
 //!   deadline, behind a [`runner::Runner`] trait tests can substitute;
-//! - [`netlink`]: netlink message and attribute framing, decoded defensively.
+//! - [`netlink`]: netlink message and attribute framing, decoded defensively;
+//! - [`nftables`]: nf_tables GET dumps (tables, chains, rules chain by chain, sets,
+//!   generation) in a namespace, handed on as the kernel's messages.
 //!
 //! Nothing here writes to the firewall: callers decide what they run, and plumb only
 //! runs dump commands.
@@ -14,4 +16,5 @@
 
 pub mod netlink;
 pub mod netns;
+pub mod nftables;
 pub mod runner;
