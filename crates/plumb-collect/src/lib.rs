@@ -8,6 +8,7 @@ pub mod archive;
 pub mod bundle_writer;
 pub mod facts;
 pub mod new_file;
+pub mod nft_netlink;
 pub mod node;
 pub mod privilege;
 pub mod probe;
@@ -17,5 +18,5 @@ mod tempdir;
 /// The OS edge collect reads through (plumb-os), re-exported for its callers.
 pub use plumb_os::{netns, runner};
 
-pub use rulesets::{Collected, ToolOutcome, collect_rulesets};
+pub use rulesets::{Collected, ToolOutcome, collect_live_rulesets, collect_rulesets};
 pub use runner::{CommandOutput, Runner, SystemRunner};

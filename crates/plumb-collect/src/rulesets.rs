@@ -157,9 +157,175 @@ fn read_bundle_dumps(node: &dyn Node, family: Family) -> Vec<(Option<Ruleset>, T
     }
 }
 
-/// Reads every ruleset of a node: live (nft and legacy iptables dumps, native nft) or
-/// from a bundle (its iptables-save or listings, and its nft ruleset).
+/// `*table` ... `COMMIT` sections of an iptables-save text by table name.
+fn save_sections(save: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut current: Option<(String, String)> = None;
+    for line in save.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('*') {
+            current = Some((name.to_string(), String::new()));
+        }
+        if let Some((_, text)) = current.as_mut() {
+            text.push_str(line);
+            text.push('\n');
+            if line == "COMMIT" {
+                out.extend(current.take());
+            }
+        }
+    }
+    out
+}
+
+/// The iptables-nft tables of one family from the netlink read: those it translated,
+/// and those it could not (`Fallback`) from the family's save tool, in the save tool's
+/// table order, parsed as one dump. Each table read with the tool is reported with why.
+fn netlink_family(
+    node: &dyn Node,
+    read: &crate::nft_netlink::Read,
+    family: Family,
+) -> Vec<(Option<Ruleset>, ToolOutcome)> {
+    use crate::nft_netlink::TableRead;
+    let tables: Vec<_> = read
+        .tables
+        .iter()
+        .filter(|t| t.family == Some(family) && t.read != TableRead::Native)
+        .collect();
+    let command = NodeCommand::IptablesSave {
+        family,
+        backend: Backend::IptablesNft,
+    };
+    let tool = command.bundle_name();
+    let mut outcomes = Vec::new();
+    let fallbacks: Vec<(&str, &str)> = tables
+        .iter()
+        .filter_map(|t| match &t.read {
+            TableRead::Fallback(why) => Some((t.name.as_str(), why.as_str())),
+            _ => None,
+        })
+        .collect();
+    let saved: Vec<(String, String)> = if fallbacks.is_empty() {
+        Vec::new()
+    } else {
+        match node.command(&command) {
+            Ok(c) => {
+                for (name, why) in &fallbacks {
+                    outcomes.push(outcome(
+                        &tool,
+                        "ok",
+                        format!(
+                            "{}: table {} {name} read with {tool}: {why}",
+                            c.source,
+                            family.as_str()
+                        ),
+                        1,
+                    ));
+                }
+                save_sections(&c.text())
+            }
+            Err(e) => {
+                for (name, why) in &fallbacks {
+                    outcomes.push(unavailable(
+                        &tool,
+                        format!("table {} {name} not read: {why}, and {e}", family.as_str()),
+                    ));
+                }
+                Vec::new()
+            }
+        }
+    };
+    // Each table between two comment lines, as the save tool prints it: the rules'
+    // line numbers are the save tool's.
+    let mut text = String::new();
+    for t in &tables {
+        let section = match &t.read {
+            TableRead::Save(section) => Some(section.as_str()),
+            _ => saved
+                .iter()
+                .find(|(n, _)| *n == t.name)
+                .map(|(_, s)| s.as_str()),
+        };
+        if let Some(section) = section {
+            text.push_str("# Read by plumb over nf_tables netlink\n");
+            text.push_str(section);
+            text.push_str("# Completed\n");
+        }
+    }
+    let input = IptablesInput {
+        family,
+        backend: Some(Backend::IptablesNft),
+        ..Default::default()
+    };
+    let rs = parse_iptables(&text, &input);
+    let n = rs.tables.len();
+    let mut out = vec![(
+        Some(rs),
+        outcome(
+            &format!("{} netlink", family.as_str()),
+            "ok",
+            format!("{} (generation {})", read.source, read.generation),
+            n,
+        ),
+    )];
+    out.extend(outcomes.into_iter().map(|o| (None, o)));
+    out
+}
+
+/// Reads a live node through its netlink read: iptables-nft tables translated (the
+/// save tool for what could not be), native tables with `nft list table` each, legacy
+/// tables with their save tools as always.
+fn read_with_netlink(node: &dyn Node, read: &crate::nft_netlink::Read) -> Collected {
+    let mut results: Vec<(Option<Ruleset>, ToolOutcome)> = std::thread::scope(|s| {
+        let legacy: Vec<_> = DUMPS
+            .iter()
+            .filter(|d| d.backend == Backend::IptablesLegacy)
+            .map(|d| s.spawn(move || run_dump(node, d)))
+            .collect();
+        let mut out = netlink_family(node, read, Family::Ip);
+        out.extend(netlink_family(node, read, Family::Ip6));
+        out.extend(legacy.into_iter().map(|h| h.join().expect("dump thread")));
+        out
+    });
+    for t in read
+        .tables
+        .iter()
+        .filter(|t| t.read == crate::nft_netlink::TableRead::Native)
+    {
+        let family = t.family.map_or("unknown", |f| f.as_str());
+        let tool = format!("nft list table {family} {}", t.name);
+        results.push(match node.nft_list_table(family, &t.name) {
+            Err(e) => (None, unavailable(&tool, e)),
+            Ok(c) => {
+                let rs = plumb_ruleset::nft::parse_text(&c.text());
+                let n = rs.tables.len();
+                (Some(rs), outcome(&tool, "ok", c.source, n))
+            }
+        });
+    }
+    let mut ruleset = Ruleset::default();
+    let mut tools = Vec::new();
+    for (rs, o) in results {
+        if let Some(rs) = rs {
+            ruleset.merge(rs);
+        }
+        tools.push(o);
+    }
+    ruleset.settle_completeness();
+    Collected { ruleset, tools }
+}
+
+/// Reads every ruleset of a node: live (nf_tables over netlink when the node reads it
+/// so, else the nft and legacy iptables dumps and native nft) or from a bundle (its
+/// iptables-save or listings, and its nft ruleset). A netlink read that fails is
+/// reported, and the tools are used instead.
 pub fn read_rulesets(node: &dyn Node) -> Collected {
+    let netlink_failure = match node.nft_netlink() {
+        Some(Ok(read)) => return read_with_netlink(node, &read),
+        Some(Err(why)) => Some(outcome("nf_tables netlink", "failed", why, 0)),
+        None => None,
+    };
     let mut results: Vec<(Option<Ruleset>, ToolOutcome)> = if node.dumps_by_backend() {
         std::thread::scope(|s| {
             let handles: Vec<_> = DUMPS
@@ -185,7 +351,7 @@ pub fn read_rulesets(node: &dyn Node) -> Collected {
         }
     };
     let mut ruleset = Ruleset::default();
-    let mut tools = Vec::new();
+    let mut tools: Vec<ToolOutcome> = netlink_failure.into_iter().collect();
     for (rs, o) in results.drain(..) {
         if let Some(rs) = rs {
             ruleset.merge(rs);
@@ -210,9 +376,17 @@ pub fn read_rulesets(node: &dyn Node) -> Collected {
     Collected { ruleset, tools }
 }
 
-/// Reads all rulesets of this machine, or of network namespace `netns`.
+/// Reads all rulesets of this machine, or of network namespace `netns`, with the dump
+/// tools only.
 pub fn collect_rulesets(runner: &dyn Runner, netns: Option<&str>) -> Collected {
     read_rulesets(&LiveNode::new(runner, netns.map(str::to_string), "/"))
+}
+
+/// Reads all rulesets of this machine, or of network namespace `netns`: nf_tables over
+/// netlink ([`crate::nft_netlink`]), the tools for what it cannot translate exactly
+/// and for legacy tables.
+pub fn collect_live_rulesets(runner: &dyn Runner, netns: Option<&str>) -> Collected {
+    read_rulesets(&LiveNode::new(runner, netns.map(str::to_string), "/").with_netlink())
 }
 
 #[cfg(test)]

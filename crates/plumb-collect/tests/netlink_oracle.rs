@@ -1,0 +1,271 @@
+//! The live netlink reader against its oracle: corpus rulesets loaded into a private
+//! network namespace with `iptables-nft-restore`; every iptables table the decoder
+//! translates must be, line for line, the section `iptables-nft-save` prints for it
+//! (so the model plumb builds from it is the model from the save tool). Tables it
+//! cannot translate exactly must say why (and are then read with the save tool).
+//! Privileged: root, iptables-nft; namespaces are private and deleted on drop.
+
+use plumb_collect::nft_netlink::{self, TableRead};
+use plumb_os::netns::Netns;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// `*table` ... `COMMIT` sections of an iptables-save text by table name, without
+/// comment lines.
+fn sections(save: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in save.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('*') {
+            current = Some((name.to_string(), format!("{line}\n")));
+        } else if let Some((_, text)) = current.as_mut() {
+            text.push_str(line);
+            text.push('\n');
+            if line == "COMMIT" {
+                let (name, text) = current.take().unwrap();
+                out.insert(name, text);
+            }
+        }
+    }
+    out
+}
+
+/// (translated and equal, fallback reasons) for one ruleset loaded in `ns`.
+fn compare(ns: &Netns, label: &str, diffs: &mut Vec<String>) -> (usize, Vec<String>) {
+    let (_, tables) = nft_netlink::read(Some(ns.name()), None).expect("netlink read");
+    let mut equal = 0;
+    let mut fallbacks = Vec::new();
+    for (family, tool) in [(2u8, "iptables-nft-save"), (10, "ip6tables-nft-save")] {
+        let (ok, out, err) = ns.exec(tool, &[], None).expect(tool);
+        assert!(ok, "{label}: {tool} failed: {err}");
+        let expected = sections(&out);
+        let fam = nft_netlink::family_of(family);
+        for t in tables.iter().filter(|t| t.family == fam) {
+            match &t.read {
+                TableRead::Save(text) => {
+                    let want = expected
+                        .get(&t.name)
+                        .unwrap_or_else(|| panic!("{label}: {tool} has no table {}", t.name));
+                    if text != want.as_str() {
+                        let diff: Vec<String> = want
+                            .lines()
+                            .zip(text.lines())
+                            .filter(|(a, b)| a != b)
+                            .take(5)
+                            .map(|(a, b)| format!("  save:    {a}\n  netlink: {b}"))
+                            .collect();
+                        diffs.push(format!(
+                            "{label}: table {} ({tool}) differs ({} vs {} lines):\n{}",
+                            t.name,
+                            want.lines().count(),
+                            text.lines().count(),
+                            diff.join("\n")
+                        ));
+                        continue;
+                    }
+                    equal += 1;
+                }
+                TableRead::Fallback(reason) => {
+                    fallbacks.push(format!("{label}: {} {}: {reason}", tool, t.name))
+                }
+                TableRead::Native => {}
+            }
+        }
+    }
+    (equal, fallbacks)
+}
+
+fn corpus_files(corpus: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for dir in [
+        "kube-proxy-iptables/real-nodes",
+        "kube-proxy-iptables/k8s-proxier-test",
+        "real-world/iptables-save",
+    ] {
+        if let Ok(rd) = std::fs::read_dir(corpus.join(dir)) {
+            files.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_file()));
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn netlink_tables_equal_iptables_nft_save_on_the_corpus() {
+    if !plumb_testkit::privileged(&["iptables-nft-restore", "ip6tables-nft-restore"]) {
+        return;
+    }
+    let Some(corpus) = plumb_testkit::corpus_dir() else {
+        return;
+    };
+    let (mut loaded, mut refused, mut tables) = (0, Vec::new(), 0);
+    let mut fallbacks = Vec::new();
+    let mut diffs = Vec::new();
+    for file in corpus_files(&corpus) {
+        let label = file.strip_prefix(&corpus).unwrap().display().to_string();
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let restore = if label.contains("ip6tables") {
+            "ip6tables-nft-restore"
+        } else {
+            "iptables-nft-restore"
+        };
+        let ns = Netns::create("plumb-netlink-oracle").expect("netns");
+        let (ok, _, err) = ns.exec(restore, &[], Some(&text)).expect(restore);
+        if !ok {
+            refused.push(format!("{label}: {}", err.lines().next().unwrap_or("")));
+            continue;
+        }
+        loaded += 1;
+        let (equal, fb) = compare(&ns, &label, &mut diffs);
+        tables += equal;
+        fallbacks.extend(fb);
+    }
+    eprintln!(
+        "corpus: {loaded} files loaded, {tables} tables equal, {} fell back, {} refused by the restore tool",
+        fallbacks.len(),
+        refused.len()
+    );
+    for f in &fallbacks {
+        eprintln!("fallback: {f}");
+    }
+    for r in &refused {
+        eprintln!("refused: {r}");
+    }
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    assert!(loaded > 0 && tables > 0);
+}
+
+/// kube-proxy rulesets from the generator (every feature: NodePorts, affinity with
+/// `recent`, Local policy, ...) translate too.
+#[test]
+fn generated_kube_proxy_rulesets_equal_iptables_nft_save() {
+    if !plumb_testkit::privileged(&["iptables-nft-restore"]) {
+        return;
+    }
+    let mut diffs = Vec::new();
+    for (label, config) in [
+        (
+            "generated 50x3",
+            plumb_kubeproxy::GeneratorConfig {
+                services: 50,
+                endpoints_per_service: 3,
+                ..Default::default()
+            },
+        ),
+        (
+            "generated 20x2 all features",
+            plumb_kubeproxy::GeneratorConfig::all_features(20, 2),
+        ),
+    ] {
+        let cluster = plumb_kubeproxy::generate(&config).expect("generator");
+        let rules = plumb_kubeproxy::KubeProxyRules::new(&cluster, &Default::default());
+        let text = rules.to_iptables_save(&Default::default());
+        let ns = Netns::create("plumb-netlink-oracle").expect("netns");
+        let (ok, _, err) = ns
+            .exec("iptables-nft-restore", &[], Some(&text))
+            .expect("restore");
+        assert!(ok, "{label}: {err}");
+        let (equal, fallbacks) = compare(&ns, label, &mut diffs);
+        eprintln!("{label}: {equal} tables equal; fallbacks: {fallbacks:?}");
+        assert!(equal > 0);
+    }
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
+fn drop_locations(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            m.remove("location");
+            m.values_mut().for_each(drop_locations);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(drop_locations),
+        _ => {}
+    }
+}
+
+/// The one live reader: the ruleset `collect_live_rulesets` builds (netlink, the save
+/// tool for tables it cannot translate) is the ruleset the save tools give, as JSON
+/// (tables, chains, rules, their text and lines, diagnostics).
+#[test]
+fn the_live_reader_gives_the_model_of_the_save_tools() {
+    if !plumb_testkit::privileged(&["iptables-nft-restore", "nft"]) {
+        return;
+    }
+    let Some(corpus) = plumb_testkit::corpus_dir() else {
+        return;
+    };
+    let files = [
+        "kube-proxy-iptables/real-nodes/k3s-node_iptables-save-c_with-counters_dns-no-endpoints.iptables-save",
+        "real-world/iptables-save/k3s-1.30-pi_kube-router-netpol_flannel_iptables-nft-1.8.10.iptables-save",
+        "kube-proxy-iptables/k8s-proxier-test/TestGetChainLinesMultipleTables.userspace-era.iptables-save",
+    ];
+    for file in files {
+        let text = std::fs::read_to_string(corpus.join(file)).expect("corpus file");
+        let ns = Netns::create("plumb-netlink-oracle").expect("netns");
+        let (ok, _, err) = ns
+            .exec("iptables-nft-restore", &[], Some(&text))
+            .expect("restore");
+        assert!(ok, "{file}: {err}");
+        // A native table beside them, read with `nft list table`.
+        let (ok, _, err) = ns
+            .exec("nft", &["-f", "-"], Some("table inet plumbtest {\n chain c {\n  type filter hook input priority 10; policy accept;\n  tcp dport 22 accept\n }\n}\n"))
+            .expect("nft");
+        assert!(ok, "{err}");
+        let runner = plumb_collect::SystemRunner;
+        let live = plumb_collect::collect_live_rulesets(&runner, Some(ns.name()));
+        let tools = plumb_collect::collect_rulesets(&runner, Some(ns.name()));
+        assert!(
+            live.tools
+                .iter()
+                .any(|t| t.tool == "ip netlink" && t.status == "ok"),
+            "{file}: {:?}",
+            live.tools
+        );
+        // Native tables come from `nft list table` instead of `nft list ruleset`: the
+        // same model, but their lines count from their own listing.
+        let json = |rs: &plumb_ruleset::Ruleset| {
+            let mut v = serde_json::to_value(rs).expect("json");
+            // The tools' path also parses `nft list ruleset`, whose view of the
+            // iptables-nft tables (dropped) leaves notes on their xt expressions; the
+            // netlink path never reads that view.
+            if let Some(d) = v["diagnostics"].as_array_mut() {
+                d.retain(|d| {
+                    !d["message"]
+                        .as_str()
+                        .unwrap_or("")
+                        .starts_with("iptables-nft compat expression")
+                });
+            }
+            for t in v["tables"].as_array_mut().into_iter().flatten() {
+                if t["backend"] == "nftables" {
+                    drop_locations(t);
+                }
+            }
+            v
+        };
+        let (a, b) = (json(&live.ruleset), json(&tools.ruleset));
+        if a != b {
+            let (a, b) = (a.to_string(), b.to_string());
+            let at = a
+                .bytes()
+                .zip(b.bytes())
+                .position(|(x, y)| x != y)
+                .unwrap_or(0);
+            panic!(
+                "{file}: models differ at byte {at}:\n netlink: {}\n tools:   {}",
+                &a[at.saturating_sub(200)..(at + 200).min(a.len())],
+                &b[at.saturating_sub(200)..(at + 200).min(b.len())]
+            );
+        }
+        eprintln!(
+            "{file}: equal models; {:?}",
+            live.tools
+                .iter()
+                .map(|t| format!("{} {} {}", t.tool, t.status, t.detail))
+                .collect::<Vec<_>>()
+        );
+    }
+}
