@@ -437,16 +437,19 @@ struct RuleWords {
     proto: Option<(bool, u8)>,
     /// `-m name ...` pieces in expression order (each starting with a space).
     matches: Vec<String>,
-    /// A native port match being built: (proto of the match, index in `matches`,
-    /// source range, destination range, inverted flags).
+    /// The native tcp/udp match being built.
     ports: Option<PortMatch>,
     target: Option<String>,
 }
 
 struct PortMatch {
     index: usize,
+    /// 6 (tcp) or 17 (udp).
+    proto: u8,
     sport: Option<(u16, u16, bool)>,
     dport: Option<(u16, u16, bool)>,
+    /// `--tcp-flags MASK COMPARE`, inverted.
+    flags: Option<(u8, u8, bool)>,
 }
 
 fn rule_line(
@@ -590,6 +593,43 @@ fn rule_line(
                     (code, _) => return Err(format!("verdict {code}")),
                 });
             }
+            "limit" => {
+                // RATE 1 (be64), UNIT 2 (be64 seconds), BURST 3, TYPE 4 (0: packets),
+                // FLAGS 5 (1: inverted).
+                let a = by_kind::<6>(e.data);
+                let (Some(rate), Some(unit)) =
+                    (a[1].and_then(|x| x.be_u64()), a[2].and_then(|x| x.be_u64()))
+                else {
+                    return Err("limit without rate".into());
+                };
+                if be32(a[4]).unwrap_or(0) != 0 || be32(a[5]).unwrap_or(0) != 0 {
+                    return Err("limit of bytes or inverted".into());
+                }
+                let text = xt::limit(rate, unit, be32(a[3]).unwrap_or(0))
+                    .ok_or("limit rate not decoded")?;
+                w.matches.push(text);
+            }
+            "log" => {
+                // GROUP 1 (be16), PREFIX 2, SNAPLEN 3 (be32), QTHRESHOLD 4 (be16),
+                // LEVEL 5, FLAGS 6. iptables-nft writes NFLOG so (LOG stays xt).
+                let a = by_kind::<7>(e.data);
+                let be16 = |x: Option<Attr<'_>>| {
+                    x.and_then(|x| Some(u16::from_be_bytes(x.value.get(..2)?.try_into().ok()?)))
+                };
+                let Some(group) = be16(a[1]) else {
+                    return Err("log without a group (not NFLOG)".into());
+                };
+                if a[5].is_some() || a[6].is_some() {
+                    return Err("log with a level or flags".into());
+                }
+                let prefix = a[2].map(|x| x.string());
+                w.target = Some(xt::nflog(
+                    prefix.as_deref(),
+                    group,
+                    be32(a[3]).unwrap_or(0),
+                    be16(a[4]).unwrap_or(0),
+                ));
+            }
             "match" | "target" => {
                 // NAME 1, REV 2, INFO 3.
                 let a = by_kind::<4>(e.data);
@@ -597,6 +637,11 @@ fn rule_line(
                 let rev = be32(a[2]).ok_or("xt without revision")?;
                 let info = a[3].map(|x| x.value).unwrap_or(&[]);
                 let ctx = xt::Ctx { family };
+                if e.name == "match" && name == "set" {
+                    // xt_set names its ipset by the kernel's index: the name needs an
+                    // ipset query, not this decoder.
+                    return Err("match set (ipset index) not decoded".into());
+                }
                 if e.name == "match" {
                     let text = xt::save_match(&name, rev, info, &ctx)
                         .ok_or_else(|| format!("match {name} revision {rev} not decoded"))?;
@@ -613,6 +658,18 @@ fn rule_line(
     }
     w.line()
 }
+
+/// The source and destination ports' loads.
+const PORT_AT_0: Reg = Reg::Payload {
+    base: 2,
+    offset: 0,
+    len: 2,
+};
+const PORT_AT_2: Reg = Reg::Payload {
+    base: 2,
+    offset: 2,
+    len: 2,
+};
 
 /// Network header offsets of the source and destination addresses.
 fn addr_offsets(family: u8) -> (u32, u32, u32) {
@@ -710,6 +767,35 @@ impl RuleWords {
             }
             Reg::Payload {
                 base: 2,
+                offset: 13,
+                len: 1,
+            } if self.proto == Some((false, 6)) => {
+                // --tcp-flags MASK COMPARE: the flags byte masked, compared.
+                let ([m], [v]) = (mask.ok_or("tcp flags without a mask")?, value) else {
+                    return Err("tcp flags of another length".into());
+                };
+                let (m, v) = (*m, *v);
+                let pm = self.port_match()?;
+                if pm.flags.is_some() || m & !0x3f != 0 || v & !m != 0 {
+                    return Err("tcp flags not decoded".into());
+                }
+                pm.flags = Some((m, v, invert));
+                self.render_ports();
+            }
+            Reg::Payload {
+                base: 2,
+                offset: 0,
+                len: 4,
+            } if mask.is_none() && !invert => {
+                // --sport S --dport D in one load.
+                let [a, b, c, d] = value else {
+                    return Err("ports of another length".into());
+                };
+                self.port_range(&PORT_AT_0, &[*a, *b], &[*a, *b], false)?;
+                self.port_range(&PORT_AT_2, &[*c, *d], &[*c, *d], false)?;
+            }
+            Reg::Payload {
+                base: 2,
                 offset,
                 len: 2,
             } if mask.is_none() && (*offset == 0 || *offset == 2) => {
@@ -732,7 +818,26 @@ impl RuleWords {
         Ok(())
     }
 
-    /// A native tcp/udp port match (`-m tcp --dport 80`, ranges `A:B`).
+    /// The native tcp/udp match being built (`-m tcp --dport 80`), in the place of its
+    /// first expression among the matches.
+    fn port_match(&mut self) -> Result<&mut PortMatch, String> {
+        let Some((false, proto @ (6 | 17))) = self.proto else {
+            return Err("port match without -p tcp or -p udp".into());
+        };
+        if self.ports.is_none() {
+            self.matches.push(String::new());
+            self.ports = Some(PortMatch {
+                index: self.matches.len() - 1,
+                proto,
+                sport: None,
+                dport: None,
+                flags: None,
+            });
+        }
+        self.ports.as_mut().ok_or_else(|| "no port match".into())
+    }
+
+    /// A native port match or range (`--dport A:B`).
     fn port_range(&mut self, reg: &Reg, lo: &[u8], hi: &[u8], invert: bool) -> Result<(), String> {
         let Reg::Payload {
             base: 2,
@@ -744,20 +849,7 @@ impl RuleWords {
         };
         let lo = u16::from_be_bytes(lo.try_into().map_err(|_| "port of another length")?);
         let hi = u16::from_be_bytes(hi.try_into().map_err(|_| "port of another length")?);
-        let Some((false, proto @ (6 | 17))) = self.proto else {
-            return Err("port match without -p tcp or -p udp".into());
-        };
-        let pm = match &mut self.ports {
-            Some(pm) => pm,
-            None => {
-                self.matches.push(String::new());
-                self.ports.insert(PortMatch {
-                    index: self.matches.len() - 1,
-                    sport: None,
-                    dport: None,
-                })
-            }
-        };
+        let pm = self.port_match()?;
         let slot = if *off == 0 {
             &mut pm.sport
         } else {
@@ -767,7 +859,15 @@ impl RuleWords {
             return Err("two port matches".into());
         }
         *slot = Some((lo, hi, invert));
-        let mut s = format!(" -m {}", if proto == 6 { "tcp" } else { "udp" });
+        self.render_ports();
+        Ok(())
+    }
+
+    /// Writes the tcp/udp match's text: `--sport`, `--dport`, `--tcp-flags`, as
+    /// libxt_tcp and libxt_udp print them.
+    fn render_ports(&mut self) {
+        let Some(pm) = &self.ports else { return };
+        let mut s = format!(" -m {}", if pm.proto == 6 { "tcp" } else { "udp" });
         for (name, p) in [("sport", pm.sport), ("dport", pm.dport)] {
             if let Some((lo, hi, inv)) = p {
                 if inv {
@@ -780,9 +880,19 @@ impl RuleWords {
                 }
             }
         }
+        if let Some((mask, cmp, inv)) = pm.flags {
+            if inv {
+                s.push_str(" !");
+            }
+            let _ = write!(
+                s,
+                " --tcp-flags {} {}",
+                xt::tcp_flags(mask),
+                xt::tcp_flags(cmp)
+            );
+        }
         let index = pm.index;
         self.matches[index] = s;
-        Ok(())
     }
 
     fn line(self) -> Result<String, String> {

@@ -266,6 +266,35 @@ pub(super) fn save_match(name: &str, rev: u32, info: &[u8], ctx: &Ctx) -> Option
                 }
             }
         }
+        ("physdev", 0) => {
+            // xt_physdev_info: char physindev[16], in_mask[16], physoutdev[16],
+            // out_mask[16]; u8 invert, u8 bitmask.
+            let (invert, bitmask) = (b.u8(64)?, b.u8(65)?);
+            if bitmask & !0x1f != 0 || invert & !bitmask != 0 {
+                return None;
+            }
+            let physin = b.cstr(0, 16)?;
+            let physout = b.cstr(32, 16)?;
+            // Printed in this order: is-in, in, is-out, out, is-bridged.
+            for (bit, opt, name) in [
+                (8, " --physdev-is-in", None),
+                (1, " --physdev-in", Some(physin)),
+                (16, " --physdev-is-out", None),
+                (2, " --physdev-out", Some(physout)),
+                (4, " --physdev-is-bridged", None),
+            ] {
+                if bitmask & bit != 0 {
+                    if invert & bit != 0 {
+                        s.push_str(" !");
+                    }
+                    s.push_str(opt);
+                    // Device names are printed as they are (no quoting).
+                    if let Some(n) = name {
+                        let _ = write!(s, " {n}");
+                    }
+                }
+            }
+        }
         ("tcp", 0) => {
             // xt_tcp: u16 spts[2], u16 dpts[2], u8 option, flg_mask, flg_cmp, invflags.
             let inv = b.u8(11)?;
@@ -303,6 +332,7 @@ pub(super) fn save_match(name: &str, rev: u32, info: &[u8], ctx: &Ctx) -> Option
 
 /// ` 0xMARK` or ` 0xMARK/0xMASK` (the mask only when not all ones).
 fn mark_mask(s: &mut String, mark: u32, mask: u32) {
+    // libxt_mark's print_mark.
     if mask == u32::MAX {
         let _ = write!(s, " 0x{mark:x}");
     } else {
@@ -328,7 +358,7 @@ fn ports(b: &Blob<'_>, inv: u8, s: &mut String) -> Option<()> {
     Some(())
 }
 
-fn tcp_flags(mut flags: u8) -> String {
+pub(super) fn tcp_flags(mut flags: u8) -> String {
     const NAMES: [(&str, u8); 6] = [
         ("FIN", 0x01),
         ("SYN", 0x02),
@@ -546,6 +576,61 @@ pub(super) fn save_target(name: &str, rev: u32, info: &[u8], ctx: &Ctx) -> Optio
                 _ => return None,
             }
         }
+        ("CONNMARK", 2) => {
+            // xt_connmark_tginfo2: ctmark, ctmask, nfmask, u8 shift_dir, shift_bits,
+            // mode.
+            let (ctmark, ctmask, nfmask) = (b.u32(0)?, b.u32(4)?, b.u32(8)?);
+            let (dir, bits, mode) = (b.u8(12)?, b.u8(13)?, b.u8(14)?);
+            match mode {
+                0 if bits == 0 => {
+                    let _ = write!(s, " --set-xmark 0x{ctmark:x}/0x{ctmask:x}");
+                }
+                1 | 2 => {
+                    let what = if mode == 1 { "save" } else { "restore" };
+                    let _ = write!(
+                        s,
+                        " --{what}-mark --nfmask 0x{nfmask:x} --ctmask 0x{ctmask:x}"
+                    );
+                    match (bits, dir) {
+                        (0, _) => {}
+                        (n, 0) => {
+                            let _ = write!(s, " --left-shift-mark {n}");
+                        }
+                        (n, 1) => {
+                            let _ = write!(s, " --right-shift-mark {n}");
+                        }
+                        _ => return None,
+                    }
+                }
+                _ => return None,
+            }
+        }
+        ("LOG", 0) => {
+            // xt_log_info: u8 level, u8 logflags, char prefix[30].
+            let (level, flags) = (b.u8(0)?, b.u8(1)?);
+            let prefix = b.cstr(2, 30)?;
+            if flags & !0x2f != 0 || level > 7 {
+                return None;
+            }
+            if !prefix.is_empty() {
+                s.push_str(" --log-prefix");
+                s.push_str(&save_string(prefix));
+            }
+            if level != 4 {
+                let _ = write!(s, " --log-level {level}");
+            }
+            for (bit, opt) in [
+                (1, " --log-tcp-sequence"),
+                (2, " --log-tcp-options"),
+                (4, " --log-ip-options"),
+                (8, " --log-uid"),
+                (0x20, " --log-macdecode"),
+            ] {
+                if flags & bit != 0 {
+                    s.push_str(opt);
+                }
+            }
+        }
         ("DNAT" | "SNAT", 0..=2) => {
             let r = nat_range(&b, rev, ctx.family)?;
             if r.flags
@@ -645,4 +730,59 @@ pub(super) fn save_target(name: &str, rev: u32, info: &[u8], ctx: &Ctx) -> Optio
         _ => return None,
     }
     Some(s)
+}
+
+/// `-m limit` from nft's native `limit` expression (rate per unit of seconds, burst),
+/// as iptables-nft reads it back into an `xt_rateinfo` (avg = 10000 * unit / rate)
+/// and libxt_limit prints it.
+pub(super) fn limit(rate: u64, unit: u64, burst: u32) -> Option<String> {
+    const SCALE: u64 = 10_000;
+    const RATES: [(&str, u64); 4] = [
+        ("day", SCALE * 24 * 60 * 60),
+        ("hour", SCALE * 60 * 60),
+        ("min", SCALE * 60),
+        ("sec", SCALE),
+    ];
+    if rate == 0 {
+        return None;
+    }
+    // avg is a u32 in xt_rateinfo.
+    let period = u32::try_from(SCALE.checked_mul(unit)? / rate).ok()? as u64;
+    if period == 0 {
+        return None;
+    }
+    let mut i = 1;
+    while i < RATES.len() {
+        let mult = RATES[i].1;
+        if period > mult || mult / period < mult % period {
+            break;
+        }
+        i += 1;
+    }
+    let (name, mult) = RATES[i - 1];
+    let mut s = format!(" -m limit --limit {}/{name}", mult / period);
+    if burst != 5 {
+        let _ = write!(s, " --limit-burst {burst}");
+    }
+    Some(s)
+}
+
+/// `-j NFLOG` from nft's native `log` expression with a group, as libxt_NFLOG prints
+/// the `xt_nflog_info` iptables-nft reads back.
+pub(super) fn nflog(prefix: Option<&str>, group: u16, snaplen: u32, threshold: u16) -> String {
+    let mut s = String::from(" -j NFLOG");
+    if let Some(p) = prefix.filter(|p| !p.is_empty()) {
+        s.push_str(" --nflog-prefix");
+        s.push_str(&save_string(p));
+    }
+    if group != 0 {
+        let _ = write!(s, " --nflog-group {group}");
+    }
+    if snaplen != 0 {
+        let _ = write!(s, " --nflog-size {snaplen}");
+    }
+    if threshold != 0 {
+        let _ = write!(s, " --nflog-threshold {threshold}");
+    }
+    s
 }
