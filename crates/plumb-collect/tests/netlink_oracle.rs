@@ -186,6 +186,17 @@ fn drop_locations(v: &mut serde_json::Value) {
     }
 }
 
+fn drop_counters(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            m.remove("counters");
+            m.values_mut().for_each(drop_counters);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(drop_counters),
+        _ => {}
+    }
+}
+
 /// The one live reader: the ruleset `collect_live_rulesets` builds (netlink, the save
 /// tool for tables it cannot translate) is the ruleset the save tools give, as JSON
 /// (tables, chains, rules, their text and lines, diagnostics).
@@ -437,4 +448,84 @@ fn every_decoded_extension_equals_iptables_nft_save() {
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
     assert!(fallbacks.is_empty(), "{fallbacks:?}");
     assert_eq!(equal, 6);
+}
+
+/// `plumb collect` on a node read over netlink: the bundle's `nft list ruleset` entry
+/// holds the native tables (listed one by one), and the ruleset read back from the
+/// bundle is the ruleset read live.
+#[test]
+fn a_bundle_collected_over_netlink_reads_back_as_the_live_ruleset() {
+    use plumb_collect::bundle_writer::write_bundle;
+    use plumb_collect::facts::GatherOptions;
+    use plumb_collect::node::{LiveNode, open_bundle};
+    if !plumb_testkit::privileged(&["iptables-nft-restore", "nft"]) {
+        return;
+    }
+    let Some(corpus) = plumb_testkit::corpus_dir() else {
+        return;
+    };
+    let text = std::fs::read_to_string(corpus.join(
+        "kube-proxy-iptables/real-nodes/k3s-node_iptables-save-c_with-counters_dns-no-endpoints.iptables-save",
+    ))
+    .expect("corpus file");
+    let ns = Netns::create("plumb-netlink-oracle").expect("netns");
+    let (ok, _, err) = ns
+        .exec("iptables-nft-restore", &[], Some(&text))
+        .expect("restore");
+    assert!(ok, "{err}");
+    let (ok, _, err) = ns
+        .exec(
+            "nft",
+            &["-f", "-"],
+            Some("table ip plumbtest {\n chain c {\n  type filter hook input priority 10; policy accept;\n  tcp dport 22 accept\n }\n}\n"),
+        )
+        .expect("nft");
+    assert!(ok, "{err}");
+    let scratch = plumb_testkit::Scratch::new("plumb-netlink-collect");
+    let root = scratch.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let live = LiveNode::new(
+        plumb_collect::SystemRunner,
+        Some(ns.name().to_string()),
+        &root,
+    )
+    .with_netlink();
+    let options = GatherOptions {
+        probe_timeout: std::time::Duration::from_millis(300),
+        ..Default::default()
+    };
+    let out = scratch.path().join("bundle.tar.gz");
+    let manifest = write_bundle(&live, &out, &options).expect("bundle");
+    let nft = manifest
+        .entries
+        .iter()
+        .find(|e| e.path == "commands/nft_list_ruleset")
+        .expect("nft entry");
+    assert!(
+        nft.source.contains("nft list table ip plumbtest"),
+        "{}",
+        nft.source
+    );
+    let bundle = open_bundle(&out).expect("bundle reads back");
+    let from_bundle = plumb_collect::rulesets::read_rulesets(&bundle);
+    let from_live = plumb_collect::rulesets::read_rulesets(&live);
+    // Chain counters move between the two reads (the collection's probes send
+    // packets), so they are left out.
+    let tables = |rs: &plumb_ruleset::Ruleset| {
+        let mut v = serde_json::to_value(&rs.tables).expect("json");
+        drop_locations(&mut v);
+        drop_counters(&mut v);
+        v.to_string()
+    };
+    assert!(
+        tables(&from_bundle.ruleset) == tables(&from_live.ruleset),
+        "the bundle's ruleset is not the live one"
+    );
+    assert!(
+        from_live
+            .ruleset
+            .tables
+            .iter()
+            .any(|t| &*t.name == "plumbtest")
+    );
 }
