@@ -135,7 +135,8 @@ fn builtin_chains(table: &str) -> &'static [(&'static str, u32, i32)] {
             ("POSTROUTING", 4, -150),
         ],
         "raw" => &[("PREROUTING", 0, -300), ("OUTPUT", 3, -300)],
-        "security" => &[("INPUT", 1, 50), ("FORWARD", 2, 50), ("OUTPUT", 3, 50)],
+        // iptables-nft registers security at 150 (the kernel's iptables uses 50).
+        "security" => &[("INPUT", 1, 150), ("FORWARD", 2, 150), ("OUTPUT", 3, 150)],
         _ => &[],
     }
 }
@@ -435,6 +436,8 @@ struct RuleWords {
     iif: Option<(bool, String)>,
     oif: Option<(bool, String)>,
     proto: Option<(bool, u8)>,
+    /// `-f` (false: `! -f`).
+    frag: Option<bool>,
     /// `-m name ...` pieces in expression order (each starting with a space).
     matches: Vec<String>,
     /// The native tcp/udp match being built.
@@ -682,6 +685,21 @@ fn addr_offsets(family: u8) -> (u32, u32, u32) {
 
 impl RuleWords {
     fn cmp(&mut self, reg: &Reg, op: u32, value: &[u8]) -> Result<(), String> {
+        // A port range from 0 (`<=`) or to 65535 (`>=`): one compare.
+        if let (
+            Reg::Payload {
+                base: 2, len: 2, ..
+            },
+            3 | 5,
+        ) = (reg, op)
+        {
+            let (lo, hi) = if op == 3 {
+                (&[0u8, 0][..], value)
+            } else {
+                (value, &[0xffu8, 0xff][..])
+            };
+            return self.port_range(reg, lo, hi, false);
+        }
         let invert = match op {
             0 => false,
             1 => true,
@@ -722,6 +740,18 @@ impl RuleWords {
                 offset: 9,
                 len: 1,
             } if self.family == AF_INET && mask.is_none() => self.set_proto(invert, value)?,
+            Reg::Payload {
+                base: 1,
+                offset: 6,
+                len: 2,
+            } if self.family == AF_INET
+                && mask == Some(&[0x1f, 0xff][..])
+                && value == [0, 0]
+                && self.frag.is_none() =>
+            {
+                // -f: the fragment offset is not 0 (a compare "!= 0"); `! -f`: "== 0".
+                self.frag = Some(invert);
+            }
             Reg::Meta(16) if mask.is_none() => self.set_proto(invert, value)?,
             Reg::Meta(k @ (6 | 7)) if mask.is_none() => {
                 // iifname / oifname: the name with its NUL for an exact name, without
@@ -922,6 +952,11 @@ impl RuleWords {
                 " -p {}",
                 xt::proto_name(p).ok_or(format!("protocol {p}"))?
             );
+        }
+        match self.frag {
+            Some(true) => s.push_str(" -f"),
+            Some(false) => s.push_str(" ! -f"),
+            None => {}
         }
         for m in &self.matches {
             s.push_str(m);
