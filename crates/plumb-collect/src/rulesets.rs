@@ -182,16 +182,22 @@ fn save_sections(save: &str) -> Vec<(String, String)> {
 /// The iptables-nft tables of one family from the netlink read: those it translated,
 /// and those it could not (`Fallback`) from the family's save tool, in the save tool's
 /// table order, parsed as one dump. Each table read with the tool is reported with why.
+///
+/// Also gives the tables the save tool did not print (it calls them incompatible, "use
+/// 'nft' tool"): those are read with `nft list table`, as native ones.
 fn netlink_family(
     node: &dyn Node,
     read: &crate::nft_netlink::Read,
     family: Family,
-) -> Vec<(Option<Ruleset>, ToolOutcome)> {
+) -> (Vec<(Option<Ruleset>, ToolOutcome)>, Vec<(Family, String)>) {
     use crate::nft_netlink::TableRead;
     let tables: Vec<_> = read
         .tables
         .iter()
-        .filter(|t| t.family == Some(family) && t.read != TableRead::Native)
+        .filter(|t| {
+            t.family == Some(family)
+                && matches!(t.read, TableRead::Save(_) | TableRead::Fallback(_))
+        })
         .collect();
     let command = NodeCommand::IptablesSave {
         family,
@@ -239,13 +245,20 @@ fn netlink_family(
     // Each table between two comment lines, as the save tool prints it: the rules'
     // line numbers are the save tool's.
     let mut text = String::new();
+    let mut not_saved = Vec::new();
     for t in &tables {
         let section = match &t.read {
             TableRead::Save(section) => Some(section.as_str()),
-            _ => saved
-                .iter()
-                .find(|(n, _)| *n == t.name)
-                .map(|(_, s)| s.as_str()),
+            _ => {
+                let s = saved
+                    .iter()
+                    .find(|(n, _)| *n == t.name)
+                    .map(|(_, s)| s.as_str());
+                if s.is_none() && !outcomes.iter().any(|o| o.status != "ok") {
+                    not_saved.push((family, t.name.clone()));
+                }
+                s
+            }
         };
         if let Some(section) = section {
             text.push_str("# Read by plumb over nf_tables netlink\n");
@@ -270,29 +283,42 @@ fn netlink_family(
         ),
     )];
     out.extend(outcomes.into_iter().map(|o| (None, o)));
-    out
+    (out, not_saved)
 }
 
 /// Reads a live node through its netlink read: iptables-nft tables translated (the
 /// save tool for what could not be), native tables with `nft list table` each, legacy
 /// tables with their save tools as always.
 fn read_with_netlink(node: &dyn Node, read: &crate::nft_netlink::Read) -> Collected {
-    let mut results: Vec<(Option<Ruleset>, ToolOutcome)> = std::thread::scope(|s| {
-        let legacy: Vec<_> = DUMPS
+    let (mut results, not_saved): (Vec<(Option<Ruleset>, ToolOutcome)>, Vec<(Family, String)>) =
+        std::thread::scope(|s| {
+            let legacy: Vec<_> = DUMPS
+                .iter()
+                .filter(|d| d.backend == Backend::IptablesLegacy)
+                .map(|d| s.spawn(move || run_dump(node, d)))
+                .collect();
+            let (mut out, mut not_saved) = netlink_family(node, read, Family::Ip);
+            let (out6, not_saved6) = netlink_family(node, read, Family::Ip6);
+            out.extend(out6);
+            out.extend(legacy.into_iter().map(|h| h.join().expect("dump thread")));
+            not_saved.extend(not_saved6);
+            (out, not_saved)
+        });
+    use crate::nft_netlink::TableRead;
+    // Native tables, and iptables-named ones the save tool would misprint (Foreign) or
+    // did not print (it calls them incompatible).
+    let with_nft = read.tables.iter().filter_map(|t| {
+        let not_printed = not_saved
             .iter()
-            .filter(|d| d.backend == Backend::IptablesLegacy)
-            .map(|d| s.spawn(move || run_dump(node, d)))
-            .collect();
-        let mut out = netlink_family(node, read, Family::Ip);
-        out.extend(netlink_family(node, read, Family::Ip6));
-        out.extend(legacy.into_iter().map(|h| h.join().expect("dump thread")));
-        out
+            .any(|(f, n)| t.family == Some(*f) && *n == t.name);
+        match &t.read {
+            TableRead::Native => Some((t, None)),
+            TableRead::Foreign(why) => Some((t, Some(why.clone()))),
+            _ if not_printed => Some((t, Some("iptables-nft-save did not print it".into()))),
+            _ => None,
+        }
     });
-    for t in read
-        .tables
-        .iter()
-        .filter(|t| t.read == crate::nft_netlink::TableRead::Native)
-    {
+    for (t, why) in with_nft {
         let family = t.family.map_or("unknown", |f| f.as_str());
         let tool = format!("nft list table {family} {}", t.name);
         results.push(match node.nft_list_table(family, &t.name) {
@@ -300,7 +326,14 @@ fn read_with_netlink(node: &dyn Node, read: &crate::nft_netlink::Read) -> Collec
             Ok(c) => {
                 let rs = plumb_ruleset::nft::parse_text(&c.text());
                 let n = rs.tables.len();
-                (Some(rs), outcome(&tool, "ok", c.source, n))
+                let detail = match why {
+                    Some(why) => format!(
+                        "{}: table {family} {} read with nft: {why}",
+                        c.source, t.name
+                    ),
+                    None => c.source,
+                };
+                (Some(rs), outcome(&tool, "ok", detail, n))
             }
         });
     }

@@ -71,6 +71,11 @@ fn compare(ns: &Netns, label: &str, diffs: &mut Vec<String>) -> (usize, Vec<Stri
                 TableRead::Fallback(reason) => {
                     fallbacks.push(format!("{label}: {} {}: {reason}", tool, t.name))
                 }
+                // iptables-nft restored these tables: it never writes what makes a
+                // table foreign.
+                TableRead::Foreign(reason) => {
+                    diffs.push(format!("{label}: {} called foreign: {reason}", t.name))
+                }
                 TableRead::Native => {}
             }
         }
@@ -565,5 +570,37 @@ fn a_bundle_collected_over_netlink_reads_back_as_the_live_ruleset() {
             .tables
             .iter()
             .any(|t| &*t.name == "plumbtest")
+    );
+}
+
+/// A table with an iptables name holding what iptables-nft never writes (written by
+/// nft, with a set) is read with `nft list table`: iptables-nft-save 1.8.9 prints its
+/// `tcp dport { 22, 80 } accept` as `-A INPUT -p tcp -j ACCEPT`, a rule that accepts
+/// every port. The read says why.
+#[test]
+fn an_iptables_named_table_iptables_nft_does_not_write_is_read_with_nft() {
+    if !plumb_testkit::privileged(&["iptables-nft-save", "nft"]) {
+        return;
+    }
+    let ns = Netns::create("plumb-netlink-oracle").expect("netns");
+    let script = "table ip filter {\n chain INPUT {\n  type filter hook input priority 0; policy accept;\n  tcp dport { 22, 80 } accept\n }\n}\n";
+    let (ok, _, err) = ns.exec("nft", &["-f", "-"], Some(script)).expect("nft");
+    assert!(ok, "{err}");
+    let runner = plumb_collect::SystemRunner;
+    let live = plumb_collect::collect_live_rulesets(&runner, Some(ns.name()));
+    assert_eq!(live.ruleset.tables.len(), 1, "{:?}", live.tools);
+    let t = &live.ruleset.tables[0];
+    assert_eq!(t.backend, plumb_ruleset::Backend::Nftables);
+    let rule = t.chains[0].rules[0].text.as_str();
+    assert!(rule.contains("tcp dport { 22, 80 } accept"), "{rule}");
+    let read = live
+        .tools
+        .iter()
+        .find(|t| t.tool == "nft list table ip filter")
+        .unwrap_or_else(|| panic!("{:?}", live.tools));
+    assert!(
+        read.detail.contains("which iptables-nft does not write"),
+        "{}",
+        read.detail
     );
 }

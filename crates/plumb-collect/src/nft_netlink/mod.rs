@@ -36,6 +36,11 @@ pub enum TableRead {
     Fallback(String),
     /// A native nf_tables table: read it with `nft list table`.
     Native,
+    /// A table with an iptables name holding what iptables-nft never writes (sets, a
+    /// native expression such as `lookup`): read it with `nft list table`, because
+    /// `iptables-nft-save` prints such rules without the parts it does not know
+    /// (iptables 1.8.9 prints `tcp dport { 22, 80 } accept` as `-p tcp -j ACCEPT`).
+    Foreign(String),
 }
 
 /// One table of the dump.
@@ -76,6 +81,8 @@ struct TableAcc {
     chain_index: HashMap<String, usize>,
     /// Why the table cannot be translated (the first reason found).
     fallback: Option<String>,
+    /// What in it iptables-nft never writes (the first found).
+    foreign: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -186,6 +193,7 @@ impl Decoder {
                     chains: Vec::new(),
                     chain_index: HashMap::new(),
                     fallback: None,
+                    foreign: None,
                 });
                 self.index.insert(key, self.tables.len() - 1);
                 self.tables.len() - 1
@@ -220,7 +228,7 @@ impl Decoder {
                 let a = by_kind::<2>(body);
                 if let Some(table) = a[1].map(|x| x.string()) {
                     let t = self.table_mut(family, &table);
-                    t.fallback
+                    t.foreign
                         .get_or_insert_with(|| "it holds sets, objects or flowtables".into());
                 }
             }
@@ -303,7 +311,16 @@ impl Decoder {
             return;
         };
         let t = self.table_mut(family, &table);
-        if !is_xt_table(family, &t.name) || t.fallback.is_some() {
+        if !is_xt_table(family, &t.name) || t.foreign.is_some() {
+            return;
+        }
+        if let Some(name) = a[4].and_then(foreign_expression) {
+            t.foreign = Some(format!(
+                "chain {chain}: expression {name}, which iptables-nft does not write"
+            ));
+            return;
+        }
+        if t.fallback.is_some() {
             return;
         }
         let Some(&ci) = t.chain_index.get(&chain) else {
@@ -336,6 +353,8 @@ impl Decoder {
                 let family = family_of(t.family);
                 let read = if !is_xt_table(t.family, &t.name) {
                     TableRead::Native
+                } else if let Some(reason) = t.foreign {
+                    TableRead::Foreign(reason)
                 } else if let Some(reason) = t.fallback {
                     TableRead::Fallback(reason)
                 } else {
@@ -389,6 +408,30 @@ fn save_text(t: &TableAcc) -> String {
     }
     out.push_str("COMMIT\n");
     out
+}
+
+/// The expressions iptables-nft writes (1.8.x: xt `match`/`target`, and the native
+/// forms of addresses, interfaces, protocol, ports, mark, limit, NFLOG, verdicts).
+const IPTABLES_NFT_EXPRESSIONS: &[&str] = &[
+    "payload",
+    "meta",
+    "cmp",
+    "bitwise",
+    "range",
+    "immediate",
+    "counter",
+    "match",
+    "target",
+    "limit",
+    "log",
+];
+
+/// The first expression of a rule iptables-nft never writes.
+fn foreign_expression(list: Attr<'_>) -> Option<&str> {
+    exprs(list)
+        .into_iter()
+        .map(|e| e.name)
+        .find(|n| !IPTABLES_NFT_EXPRESSIONS.contains(n))
 }
 
 /// What a register holds while a rule's expressions are read.

@@ -134,9 +134,12 @@ fn native_expressions_become_iptables_save_words() {
 fn what_is_not_decoded_makes_the_table_fall_back_with_the_reason() {
     let rule = vec![expr("lookup", &[]), jump("KUBE-X")];
     let tables = read(&dump(&[rule]));
+    // A set lookup: iptables-nft never writes one, so the table is nft's to list.
     assert_eq!(
         tables[0].read,
-        TableRead::Fallback("chain INPUT: expression lookup not decoded".into())
+        TableRead::Foreign(
+            "chain INPUT: expression lookup, which iptables-nft does not write".into()
+        )
     );
     // An xt match of an unknown revision.
     let rule = vec![expr(
