@@ -187,13 +187,14 @@ fn save_sections(save: &str) -> Vec<(String, String)> {
 /// 'nft' tool"): those are read with `nft list table`, as native ones.
 fn netlink_family(
     node: &dyn Node,
-    read: &crate::nft_netlink::Read,
+    read: &mut crate::nft_netlink::Read,
     family: Family,
 ) -> (Vec<(Option<Ruleset>, ToolOutcome)>, Vec<(Family, String)>) {
     use crate::nft_netlink::TableRead;
+    let source = format!("{} (generation {})", read.source, read.generation);
     let tables: Vec<_> = read
         .tables
-        .iter()
+        .iter_mut()
         .filter(|t| {
             t.family == Some(family)
                 && matches!(t.read, TableRead::Save(_) | TableRead::Fallback(_))
@@ -244,11 +245,24 @@ fn netlink_family(
     };
     // Each table between two comment lines, as the save tool prints it: the rules'
     // line numbers are the save tool's.
-    let mut text = String::new();
+    let size: usize = tables
+        .iter()
+        .map(|t| match &t.read {
+            TableRead::Save(s) => s.len() + 64,
+            _ => 0,
+        })
+        .sum::<usize>()
+        + saved.iter().map(|(_, s)| s.len() + 64).sum::<usize>();
+    let mut text = String::with_capacity(size);
     let mut not_saved = Vec::new();
-    for t in &tables {
+    for t in tables {
+        // The translated text is moved out: it is not needed twice.
+        let translated = match &mut t.read {
+            TableRead::Save(section) => std::mem::take(section),
+            _ => String::new(),
+        };
         let section = match &t.read {
-            TableRead::Save(section) => Some(section.as_str()),
+            TableRead::Save(_) => Some(translated.as_str()),
             _ => {
                 let s = saved
                     .iter()
@@ -275,12 +289,7 @@ fn netlink_family(
     let n = rs.tables.len();
     let mut out = vec![(
         Some(rs),
-        outcome(
-            &format!("{} netlink", family.as_str()),
-            "ok",
-            format!("{} (generation {})", read.source, read.generation),
-            n,
-        ),
+        outcome(&format!("{} netlink", family.as_str()), "ok", source, n),
     )];
     out.extend(outcomes.into_iter().map(|o| (None, o)));
     (out, not_saved)
@@ -289,7 +298,7 @@ fn netlink_family(
 /// Reads a live node through its netlink read: iptables-nft tables translated (the
 /// save tool for what could not be), native tables with `nft list table` each, legacy
 /// tables with their save tools as always.
-fn read_with_netlink(node: &dyn Node, read: &crate::nft_netlink::Read) -> Collected {
+fn read_with_netlink(node: &dyn Node, read: &mut crate::nft_netlink::Read) -> Collected {
     let (mut results, not_saved): (Vec<(Option<Ruleset>, ToolOutcome)>, Vec<(Family, String)>) =
         std::thread::scope(|s| {
             let legacy: Vec<_> = DUMPS
@@ -355,7 +364,7 @@ fn read_with_netlink(node: &dyn Node, read: &crate::nft_netlink::Read) -> Collec
 /// reported, and the tools are used instead.
 pub fn read_rulesets(node: &dyn Node) -> Collected {
     let netlink_failure = match node.nft_netlink() {
-        Some(Ok(read)) => return read_with_netlink(node, &read),
+        Some(Ok(mut read)) => return read_with_netlink(node, &mut read),
         Some(Err(why)) => Some(outcome("nf_tables netlink", "failed", why, 0)),
         None => None,
     };

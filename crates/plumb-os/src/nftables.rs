@@ -248,6 +248,16 @@ impl Requester {
         opts: &DumpOptions,
         on: &mut dyn FnMut(Message<'_>),
     ) -> io::Result<()> {
+        let chains = self.tables_and_chains(on)?;
+        self.rules_of(&chains, on)?;
+        self.sets(opts, on)
+    }
+
+    /// Tables, then chains; gives every chain as (family, table, name).
+    pub fn tables_and_chains(
+        &mut self,
+        on: &mut dyn FnMut(Message<'_>),
+    ) -> io::Result<Vec<(u8, String, String)>> {
         let all = libc::AF_UNSPEC as u8;
         self.request(msg::GETTABLE, true, all, &[], on)?;
         let mut chains: Vec<(u8, String, String)> = Vec::new();
@@ -262,7 +272,16 @@ impl Requester {
             }
             on(m);
         })?;
-        for (family, table, chain) in &chains {
+        Ok(chains)
+    }
+
+    /// The rules of each chain, one dump per chain, in order.
+    pub fn rules_of(
+        &mut self,
+        chains: &[(u8, String, String)],
+        on: &mut dyn FnMut(Message<'_>),
+    ) -> io::Result<()> {
+        for (family, table, chain) in chains {
             let filter = [
                 netlink::build::str_attr(NFTA_RULE_TABLE, table),
                 netlink::build::str_attr(NFTA_RULE_CHAIN, chain),
@@ -284,6 +303,12 @@ impl Requester {
                 r => r?,
             }
         }
+        Ok(())
+    }
+
+    /// With `opts.sets` (or `elements`): sets, their elements, objects, flowtables.
+    pub fn sets(&mut self, opts: &DumpOptions, on: &mut dyn FnMut(Message<'_>)) -> io::Result<()> {
+        let all = libc::AF_UNSPEC as u8;
         if opts.sets || opts.elements {
             let mut sets: Vec<(u8, String, String)> = Vec::new();
             self.request(msg::GETSET, true, all, &[], &mut |m| {
@@ -320,6 +345,65 @@ impl Requester {
         }
         Ok(())
     }
+}
+
+/// Like [`dump_ruleset`] with the rule dumps shared by `workers` threads, each with
+/// its own socket and a contiguous share of the chains (so each chain's rules come in
+/// order from one worker). `on(worker, message)` is called from that worker's thread;
+/// tables and chains (and restarts, as `None`) go to every worker; sets, elements,
+/// objects and flowtables to worker 0. Read-only.
+pub fn dump_ruleset_split(
+    netns: Option<&str>,
+    opts: &DumpOptions,
+    workers: usize,
+    on: &(dyn Fn(usize, Option<Message<'_>>) + Sync),
+) -> io::Result<u32> {
+    let workers = workers.max(1);
+    let mut last_error = None;
+    for attempt in 0..3 {
+        if attempt > 0 {
+            (0..workers).for_each(|w| on(w, None));
+        }
+        let mut main = Requester::open(netns, opts.deadline)?;
+        let before = main.generation()?;
+        let attempt_result = (|| -> io::Result<()> {
+            let chains =
+                main.tables_and_chains(&mut |m| (0..workers).for_each(|w| on(w, Some(m))))?;
+            let share = chains.len().div_ceil(workers).max(1);
+            let mut others: Vec<Requester> = (1..workers.min(chains.len().max(1)))
+                .map(|_| Requester::open(netns, opts.deadline))
+                .collect::<io::Result<_>>()?;
+            std::thread::scope(|s| {
+                let mut parts = chains.chunks(share);
+                let first = parts.next().unwrap_or(&[]);
+                let handles: Vec<_> = others
+                    .iter_mut()
+                    .zip(parts)
+                    .enumerate()
+                    .map(|(i, (r, part))| {
+                        s.spawn(move || r.rules_of(part, &mut |m| on(i + 1, Some(m))))
+                    })
+                    .collect();
+                let mine = main.rules_of(first, &mut |m| on(0, Some(m)));
+                let theirs: io::Result<()> = handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err(io::Error::other("dump thread panicked")))
+                    })
+                    .collect();
+                mine.and(theirs)
+            })?;
+            main.sets(opts, &mut |m| on(0, Some(m)))
+        })();
+        match attempt_result {
+            Ok(()) if main.generation()? == before => return Ok(before),
+            Ok(()) => last_error = Some(io::Error::other("the ruleset changed during the dump")),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => last_error = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| io::Error::other("dump failed")))
 }
 
 /// Every nf_tables table, chain and rule (all families: iptables-nft's tables and

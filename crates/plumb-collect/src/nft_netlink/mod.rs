@@ -90,8 +90,9 @@ struct ChainAcc {
     name: String,
     /// (hook number, priority, policy, packets, bytes) of a base chain.
     base: Option<BaseInfo>,
-    /// Rule lines without the leading `-A CHAIN`.
-    rules: Vec<String>,
+    /// The chain's rule lines, `-A CHAIN ...\n` each (one buffer: a 10k-service
+    /// ruleset has 170k rules).
+    rules: String,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -179,6 +180,31 @@ impl Decoder {
     pub fn push_bytes(&mut self, buf: &[u8]) {
         for m in netlink::messages(buf) {
             self.push(&m);
+        }
+    }
+
+    /// Takes in what another decoder read of the same dump: the rules of the chains it
+    /// dumped (each chain is dumped by one decoder only, so its rules stay in order)
+    /// and why a table cannot be translated.
+    pub fn merge(&mut self, other: Decoder) {
+        for o in other.tables {
+            let t = self.table_mut(o.family, &o.name);
+            if t.foreign.is_none() {
+                t.foreign = o.foreign;
+            }
+            if t.fallback.is_none() {
+                t.fallback = o.fallback;
+            }
+            for c in o.chains.into_iter().filter(|c| !c.rules.is_empty()) {
+                match t.chain_index.get(&c.name) {
+                    Some(&i) => t.chains[i].rules.push_str(&c.rules),
+                    None => {
+                        t.fallback.get_or_insert_with(|| {
+                            format!("rules of chain {} not in the chain dump", c.name)
+                        });
+                    }
+                }
+            }
         }
     }
 
@@ -296,7 +322,7 @@ impl Decoder {
                 t.chains.push(ChainAcc {
                     name,
                     base,
-                    rules: Vec::new(),
+                    rules: String::new(),
                 });
             }
         }
@@ -329,7 +355,13 @@ impl Decoder {
         };
         let line = rule_line(family, a[4], a[5], a[7]);
         match line {
-            Ok(l) => t.chains[ci].rules.push(l),
+            Ok(l) => {
+                let c = &mut t.chains[ci];
+                c.rules.push_str("-A ");
+                c.rules.push_str(&c.name);
+                c.rules.push_str(&l);
+                c.rules.push('\n');
+            }
             Err(reason) => t.fallback = Some(format!("chain {chain}: {reason}")),
         }
     }
@@ -380,7 +412,14 @@ fn save_text(t: &TableAcc) -> String {
         (None, Some(_)) => std::cmp::Ordering::Greater,
         (None, None) => a.name.cmp(&b.name),
     });
-    let mut out = String::new();
+    // Sized once: the text of a big table is tens of megabytes.
+    let size: usize = t
+        .chains
+        .iter()
+        .map(|c| c.rules.len() + c.name.len() + 32)
+        .sum::<usize>()
+        + 256;
+    let mut out = String::with_capacity(size);
     let _ = writeln!(out, "*{}", t.name);
     // iptables-nft creates a built-in chain when a rule first needs it; the save tool
     // lists the absent ones too, with policy ACCEPT and no counters.
@@ -402,9 +441,7 @@ fn save_text(t: &TableAcc) -> String {
         let _ = writeln!(out, ":{} - [0:0]", c.name);
     }
     for c in &order {
-        for r in &c.rules {
-            let _ = writeln!(out, "-A {}{r}", c.name);
-        }
+        out.push_str(&c.rules);
     }
     out.push_str("COMMIT\n");
     out
@@ -1022,16 +1059,33 @@ pub fn read(
     netns: Option<&str>,
     deadline: Option<std::time::Instant>,
 ) -> std::io::Result<(u32, Vec<DecodedTable>)> {
-    let mut decoder = Decoder::new();
+    // The rule dumps (and their decoding) shared by up to 4 threads: most of the
+    // time is the kernel filling 170k rule messages, which runs on the dumping thread.
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let decoders: Vec<std::sync::Mutex<Decoder>> = (0..workers)
+        .map(|_| std::sync::Mutex::new(Decoder::new()))
+        .collect();
     let opts = plumb_os::nftables::DumpOptions {
         sets: true,
         elements: false,
         deadline,
     };
-    let generation = plumb_os::nftables::dump_ruleset(netns, &opts, &mut |m| match m {
-        Some(m) => decoder.push(&m),
-        None => decoder.reset(),
+    // Each worker locks only its own decoder: never contended.
+    let generation = plumb_os::nftables::dump_ruleset_split(netns, &opts, workers, &|w, m| {
+        let Some(d) = decoders.get(w) else { return };
+        let mut d = d.lock().unwrap_or_else(|p| p.into_inner());
+        match m {
+            Some(m) => d.push(&m),
+            None => d.reset(),
+        }
     })?;
+    let mut all = decoders
+        .into_iter()
+        .map(|d| d.into_inner().unwrap_or_else(|p| p.into_inner()));
+    let mut decoder = all.next().unwrap_or_default();
+    for other in all {
+        decoder.merge(other);
+    }
     Ok((generation, decoder.finish()))
 }
 
