@@ -157,6 +157,9 @@ fn read_bundle_dumps(node: &dyn Node, family: Family) -> Vec<(Option<Ruleset>, T
     }
 }
 
+/// One read: its ruleset (if it gave one) and how it went.
+type Read = (Option<Ruleset>, ToolOutcome);
+
 /// `*table` ... `COMMIT` sections of an iptables-save text by table name.
 fn save_sections(save: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -189,7 +192,7 @@ fn netlink_family(
     node: &dyn Node,
     read: &mut crate::nft_netlink::Read,
     family: Family,
-) -> (Vec<(Option<Ruleset>, ToolOutcome)>, Vec<(Family, String)>) {
+) -> (Vec<Read>, Vec<(Family, String)>) {
     use crate::nft_netlink::TableRead;
     let source = format!("{} (generation {})", read.source, read.generation);
     let tables: Vec<_> = read
@@ -299,20 +302,19 @@ fn netlink_family(
 /// save tool for what could not be), native tables with `nft list table` each, legacy
 /// tables with their save tools as always.
 fn read_with_netlink(node: &dyn Node, read: &mut crate::nft_netlink::Read) -> Collected {
-    let (mut results, not_saved): (Vec<(Option<Ruleset>, ToolOutcome)>, Vec<(Family, String)>) =
-        std::thread::scope(|s| {
-            let legacy: Vec<_> = DUMPS
-                .iter()
-                .filter(|d| d.backend == Backend::IptablesLegacy)
-                .map(|d| s.spawn(move || run_dump(node, d)))
-                .collect();
-            let (mut out, mut not_saved) = netlink_family(node, read, Family::Ip);
-            let (out6, not_saved6) = netlink_family(node, read, Family::Ip6);
-            out.extend(out6);
-            out.extend(legacy.into_iter().map(|h| h.join().expect("dump thread")));
-            not_saved.extend(not_saved6);
-            (out, not_saved)
-        });
+    let (mut results, not_saved): (Vec<Read>, Vec<(Family, String)>) = std::thread::scope(|s| {
+        let legacy: Vec<_> = DUMPS
+            .iter()
+            .filter(|d| d.backend == Backend::IptablesLegacy)
+            .map(|d| s.spawn(move || run_dump(node, d)))
+            .collect();
+        let (mut out, mut not_saved) = netlink_family(node, read, Family::Ip);
+        let (out6, not_saved6) = netlink_family(node, read, Family::Ip6);
+        out.extend(out6);
+        out.extend(legacy.into_iter().map(|h| h.join().expect("dump thread")));
+        not_saved.extend(not_saved6);
+        (out, not_saved)
+    });
     use crate::nft_netlink::TableRead;
     // Native tables, and iptables-named ones the save tool would misprint (Foreign) or
     // did not print (it calls them incompatible).

@@ -207,11 +207,10 @@ impl Requester {
                         return Err(io::Error::from_raw_os_error(-m.errno()));
                     }
                     netlink::NLMSG_DONE => return Ok(()),
-                    netlink::NLMSG_ERROR => {
-                        if m.errno() != 0 {
-                            return Err(io::Error::from_raw_os_error(-m.errno()));
-                        }
+                    netlink::NLMSG_ERROR if m.errno() != 0 => {
+                        return Err(io::Error::from_raw_os_error(-m.errno()));
                     }
+                    netlink::NLMSG_ERROR => {}
                     k if k >> 8 == SUBSYS_NFTABLES => {
                         on(m);
                         if !dump {
@@ -385,13 +384,10 @@ pub fn dump_ruleset_split(
                     })
                     .collect();
                 let mine = main.rules_of(first, &mut |m| on(0, Some(m)));
-                let theirs: io::Result<()> = handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| Err(io::Error::other("dump thread panicked")))
-                    })
-                    .collect();
+                let theirs = handles.into_iter().try_for_each(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(io::Error::other("dump thread panicked")))
+                });
                 mine.and(theirs)
             })?;
             main.sets(opts, &mut |m| on(0, Some(m)))
