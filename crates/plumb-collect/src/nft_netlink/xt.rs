@@ -309,6 +309,9 @@ pub(super) fn save_match(name: &str, rev: u32, info: &[u8], ctx: &Ctx) -> Option
                 }
                 let _ = write!(s, " --tcp-option {option}");
             }
+            if (mask | cmp) & !0x3f != 0 {
+                return None; // ECE/CWR have no name in iptables
+            }
             if mask != 0 || inv & 4 != 0 {
                 if inv & 4 != 0 {
                     s.push_str(" !");
@@ -358,7 +361,7 @@ fn ports(b: &Blob<'_>, inv: u8, s: &mut String) -> Option<()> {
     Some(())
 }
 
-pub(super) fn tcp_flags(mut flags: u8) -> String {
+pub(super) fn tcp_flags(flags: u8) -> String {
     const NAMES: [(&str, u8); 6] = [
         ("FIN", 0x01),
         ("SYN", 0x02),
@@ -371,13 +374,9 @@ pub(super) fn tcp_flags(mut flags: u8) -> String {
     for (name, bit) in NAMES {
         if flags & bit != 0 {
             out.push(name);
-            flags &= !bit;
         }
     }
-    if flags != 0 {
-        // Bits 0x40 and 0x80 have no name: iptables would loop; never seen.
-        return "NONE".into();
-    }
+    // Callers refuse bits 0x40 and 0x80 (no name) before printing.
     if out.is_empty() {
         "NONE".into()
     } else {
