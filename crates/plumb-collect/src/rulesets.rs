@@ -1,6 +1,11 @@
 //! Reading every ruleset a node has: iptables-nft and iptables-legacy, IPv4 and
 //! IPv6, and native nftables tables — each with the tool admins trust.
 //!
+//! A live node that reads nf_tables over netlink ([`crate::nft_netlink`]) gets its
+//! iptables-nft tables translated from the kernel's messages, the save tool only for a
+//! table the translation cannot give exactly, and each native table from `nft list
+//! table`; every such choice is in the tool outcomes, with why.
+//!
 //! Read-only by construction: only dump commands run. Legacy dumps are only taken
 //! when /proc/net/ip{,6}_tables_names lists tables, because querying a legacy
 //! table that does not exist creates it (facts-kernel.md) and a missing x_tables
@@ -158,7 +163,7 @@ fn read_bundle_dumps(node: &dyn Node, family: Family) -> Vec<(Option<Ruleset>, T
 }
 
 /// One read: its ruleset (if it gave one) and how it went.
-type Read = (Option<Ruleset>, ToolOutcome);
+type ToolRead = (Option<Ruleset>, ToolOutcome);
 
 /// `*table` ... `COMMIT` sections of an iptables-save text by table name.
 fn save_sections(save: &str) -> Vec<(String, String)> {
@@ -192,7 +197,7 @@ fn netlink_family(
     node: &dyn Node,
     read: &mut crate::nft_netlink::Read,
     family: Family,
-) -> (Vec<Read>, Vec<(Family, String)>) {
+) -> (Vec<ToolRead>, Vec<(Family, String)>) {
     use crate::nft_netlink::TableRead;
     let source = format!("{} (generation {})", read.source, read.generation);
     let tables: Vec<_> = read
@@ -302,19 +307,20 @@ fn netlink_family(
 /// save tool for what could not be), native tables with `nft list table` each, legacy
 /// tables with their save tools as always.
 fn read_with_netlink(node: &dyn Node, read: &mut crate::nft_netlink::Read) -> Collected {
-    let (mut results, not_saved): (Vec<Read>, Vec<(Family, String)>) = std::thread::scope(|s| {
-        let legacy: Vec<_> = DUMPS
-            .iter()
-            .filter(|d| d.backend == Backend::IptablesLegacy)
-            .map(|d| s.spawn(move || run_dump(node, d)))
-            .collect();
-        let (mut out, mut not_saved) = netlink_family(node, read, Family::Ip);
-        let (out6, not_saved6) = netlink_family(node, read, Family::Ip6);
-        out.extend(out6);
-        out.extend(legacy.into_iter().map(|h| h.join().expect("dump thread")));
-        not_saved.extend(not_saved6);
-        (out, not_saved)
-    });
+    let (mut results, not_saved): (Vec<ToolRead>, Vec<(Family, String)>) =
+        std::thread::scope(|s| {
+            let legacy: Vec<_> = DUMPS
+                .iter()
+                .filter(|d| d.backend == Backend::IptablesLegacy)
+                .map(|d| s.spawn(move || run_dump(node, d)))
+                .collect();
+            let (mut out, mut not_saved) = netlink_family(node, read, Family::Ip);
+            let (out6, not_saved6) = netlink_family(node, read, Family::Ip6);
+            out.extend(out6);
+            out.extend(legacy.into_iter().map(|h| h.join().expect("dump thread")));
+            not_saved.extend(not_saved6);
+            (out, not_saved)
+        });
     use crate::nft_netlink::TableRead;
     // Native tables, and iptables-named ones the save tool would misprint (Foreign) or
     // did not print (it calls them incompatible).
