@@ -15,6 +15,7 @@ pub mod bundle_writer;
 pub mod cilium;
 pub mod facts;
 pub mod new_file;
+pub mod nft_netlink;
 pub mod node;
 pub mod privilege;
 pub mod probe;
@@ -24,5 +25,5 @@ mod tempdir;
 /// The OS edge collect reads through (plumb-os), re-exported for its callers.
 pub use plumb_os::{netns, runner};
 
-pub use rulesets::{Collected, ToolOutcome, collect_rulesets};
+pub use rulesets::{Collected, ToolOutcome, collect_live_rulesets, collect_rulesets};
 pub use runner::{CommandOutput, Runner, SystemRunner};

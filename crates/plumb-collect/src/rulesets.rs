@@ -1,6 +1,11 @@
 //! Reading every ruleset a node has: iptables-nft and iptables-legacy, IPv4 and
 //! IPv6, and native nftables tables — each with the tool admins trust.
 //!
+//! A live node that reads nf_tables over netlink ([`crate::nft_netlink`]) gets its
+//! iptables-nft tables translated from the kernel's messages, the save tool only for a
+//! table the translation cannot give exactly, and each native table from `nft list
+//! table`; every such choice is in the tool outcomes, with why.
+//!
 //! Read-only by construction: only dump commands run. Legacy dumps are only taken
 //! when /proc/net/ip{,6}_tables_names lists tables, because querying a legacy
 //! table that does not exist creates it (facts-kernel.md) and a missing x_tables
@@ -163,9 +168,220 @@ fn read_bundle_dumps(node: &dyn Node, family: Family) -> Vec<(Option<Ruleset>, T
     }
 }
 
-/// Reads every ruleset of a node: live (nft and legacy iptables dumps, native nft) or
-/// from a bundle (its iptables-save or listings, and its nft ruleset).
+/// One read: its ruleset (if it gave one) and how it went.
+type ToolRead = (Option<Ruleset>, ToolOutcome);
+
+/// `*table` ... `COMMIT` sections of an iptables-save text by table name.
+fn save_sections(save: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut current: Option<(String, String)> = None;
+    for line in save.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('*') {
+            current = Some((name.to_string(), String::new()));
+        }
+        if let Some((_, text)) = current.as_mut() {
+            text.push_str(line);
+            text.push('\n');
+            if line == "COMMIT" {
+                out.extend(current.take());
+            }
+        }
+    }
+    out
+}
+
+/// The iptables-nft tables of one family from the netlink read: those it translated,
+/// and those it could not (`Fallback`) from the family's save tool, in the save tool's
+/// table order, parsed as one dump. Each table read with the tool is reported with why.
+///
+/// Also gives the tables the save tool did not print (it calls them incompatible, "use
+/// 'nft' tool"): those are read with `nft list table`, as native ones.
+fn netlink_family(
+    node: &dyn Node,
+    read: &mut crate::nft_netlink::Read,
+    family: Family,
+) -> (Vec<ToolRead>, Vec<(Family, String)>) {
+    use crate::nft_netlink::TableRead;
+    let source = format!("{} (generation {})", read.source, read.generation);
+    let tables: Vec<_> = read
+        .tables
+        .iter_mut()
+        .filter(|t| {
+            t.family == Some(family)
+                && matches!(t.read, TableRead::Save(_) | TableRead::Fallback(_))
+        })
+        .collect();
+    let command = NodeCommand::IptablesSave {
+        family,
+        backend: Backend::IptablesNft,
+    };
+    let tool = command.bundle_name();
+    let mut outcomes = Vec::new();
+    let fallbacks: Vec<(&str, &str)> = tables
+        .iter()
+        .filter_map(|t| match &t.read {
+            TableRead::Fallback(why) => Some((t.name.as_str(), why.as_str())),
+            _ => None,
+        })
+        .collect();
+    let saved: Vec<(String, String)> = if fallbacks.is_empty() {
+        Vec::new()
+    } else {
+        match node.command(&command) {
+            Ok(c) => {
+                for (name, why) in &fallbacks {
+                    outcomes.push(outcome(
+                        &tool,
+                        "ok",
+                        format!(
+                            "{}: table {} {name} read with {tool}: {why}",
+                            c.source,
+                            family.as_str()
+                        ),
+                        1,
+                    ));
+                }
+                save_sections(&c.text())
+            }
+            Err(e) => {
+                for (name, why) in &fallbacks {
+                    outcomes.push(unavailable(
+                        &tool,
+                        format!("table {} {name} not read: {why}, and {e}", family.as_str()),
+                    ));
+                }
+                Vec::new()
+            }
+        }
+    };
+    // Each table between two comment lines, as the save tool prints it: the rules'
+    // line numbers are the save tool's.
+    let size: usize = tables
+        .iter()
+        .map(|t| match &t.read {
+            TableRead::Save(s) => s.len() + 64,
+            _ => 0,
+        })
+        .sum::<usize>()
+        + saved.iter().map(|(_, s)| s.len() + 64).sum::<usize>();
+    let mut text = String::with_capacity(size);
+    let mut not_saved = Vec::new();
+    for t in tables {
+        // The translated text is moved out: it is not needed twice.
+        let translated = match &mut t.read {
+            TableRead::Save(section) => std::mem::take(section),
+            _ => String::new(),
+        };
+        let section = match &t.read {
+            TableRead::Save(_) => Some(translated.as_str()),
+            _ => {
+                let s = saved
+                    .iter()
+                    .find(|(n, _)| *n == t.name)
+                    .map(|(_, s)| s.as_str());
+                if s.is_none() && !outcomes.iter().any(|o| o.status != "ok") {
+                    not_saved.push((family, t.name.clone()));
+                }
+                s
+            }
+        };
+        if let Some(section) = section {
+            text.push_str("# Read by plumb over nf_tables netlink\n");
+            text.push_str(section);
+            text.push_str("# Completed\n");
+        }
+    }
+    let input = IptablesInput {
+        family,
+        backend: Some(Backend::IptablesNft),
+        ..Default::default()
+    };
+    let rs = parse_iptables(&text, &input);
+    let n = rs.tables.len();
+    let mut out = vec![(
+        Some(rs),
+        outcome(&format!("{} netlink", family.as_str()), "ok", source, n),
+    )];
+    out.extend(outcomes.into_iter().map(|o| (None, o)));
+    (out, not_saved)
+}
+
+/// Reads a live node through its netlink read: iptables-nft tables translated (the
+/// save tool for what could not be), native tables with `nft list table` each, legacy
+/// tables with their save tools as always.
+fn read_with_netlink(node: &dyn Node, read: &mut crate::nft_netlink::Read) -> Collected {
+    let (mut results, not_saved): (Vec<ToolRead>, Vec<(Family, String)>) =
+        std::thread::scope(|s| {
+            let legacy: Vec<_> = DUMPS
+                .iter()
+                .filter(|d| d.backend == Backend::IptablesLegacy)
+                .map(|d| s.spawn(move || run_dump(node, d)))
+                .collect();
+            let (mut out, mut not_saved) = netlink_family(node, read, Family::Ip);
+            let (out6, not_saved6) = netlink_family(node, read, Family::Ip6);
+            out.extend(out6);
+            out.extend(legacy.into_iter().map(|h| h.join().expect("dump thread")));
+            not_saved.extend(not_saved6);
+            (out, not_saved)
+        });
+    use crate::nft_netlink::TableRead;
+    // Native tables, and iptables-named ones the save tool would misprint (Foreign) or
+    // did not print (it calls them incompatible).
+    let with_nft = read.tables.iter().filter_map(|t| {
+        let not_printed = not_saved
+            .iter()
+            .any(|(f, n)| t.family == Some(*f) && *n == t.name);
+        match &t.read {
+            TableRead::Native => Some((t, None)),
+            TableRead::Foreign(why) => Some((t, Some(why.clone()))),
+            _ if not_printed => Some((t, Some("iptables-nft-save did not print it".into()))),
+            _ => None,
+        }
+    });
+    for (t, why) in with_nft {
+        let family = t.family.map_or("unknown", |f| f.as_str());
+        let tool = format!("nft list table {family} {}", t.name);
+        results.push(match node.nft_list_table(family, &t.name) {
+            Err(e) => (None, unavailable(&tool, e)),
+            Ok(c) => {
+                let rs = plumb_ruleset::nft::parse_text(&c.text());
+                let n = rs.tables.len();
+                let detail = match why {
+                    Some(why) => format!(
+                        "{}: table {family} {} read with nft: {why}",
+                        c.source, t.name
+                    ),
+                    None => c.source,
+                };
+                (Some(rs), outcome(&tool, "ok", detail, n))
+            }
+        });
+    }
+    let mut ruleset = Ruleset::default();
+    let mut tools = Vec::new();
+    for (rs, o) in results {
+        if let Some(rs) = rs {
+            ruleset.merge(rs);
+        }
+        tools.push(o);
+    }
+    ruleset.settle_completeness();
+    Collected { ruleset, tools }
+}
+
+/// Reads every ruleset of a node: live (nf_tables over netlink when the node reads it
+/// so, else the nft and legacy iptables dumps and native nft) or from a bundle (its
+/// iptables-save or listings, and its nft ruleset). A netlink read that fails is
+/// reported, and the tools are used instead.
 pub fn read_rulesets(node: &dyn Node) -> Collected {
+    let netlink_failure = match node.nft_netlink() {
+        Some(Ok(mut read)) => return read_with_netlink(node, &mut read),
+        Some(Err(why)) => Some(outcome("nf_tables netlink", "failed", why, 0)),
+        None => None,
+    };
     let mut results: Vec<(Option<Ruleset>, ToolOutcome)> = if node.dumps_by_backend() {
         std::thread::scope(|s| {
             let handles: Vec<_> = DUMPS
@@ -191,7 +407,7 @@ pub fn read_rulesets(node: &dyn Node) -> Collected {
         }
     };
     let mut ruleset = Ruleset::default();
-    let mut tools = Vec::new();
+    let mut tools: Vec<ToolOutcome> = netlink_failure.into_iter().collect();
     for (rs, o) in results.drain(..) {
         if let Some(rs) = rs {
             ruleset.merge(rs);
@@ -216,9 +432,17 @@ pub fn read_rulesets(node: &dyn Node) -> Collected {
     Collected { ruleset, tools }
 }
 
-/// Reads all rulesets of this machine, or of network namespace `netns`.
+/// Reads all rulesets of this machine, or of network namespace `netns`, with the dump
+/// tools only.
 pub fn collect_rulesets(runner: &dyn Runner, netns: Option<&str>) -> Collected {
     read_rulesets(&LiveNode::new(runner, netns.map(str::to_string), "/"))
+}
+
+/// Reads all rulesets of this machine, or of network namespace `netns`: nf_tables over
+/// netlink ([`crate::nft_netlink`]), the tools for what it cannot translate exactly
+/// and for legacy tables.
+pub fn collect_live_rulesets(runner: &dyn Runner, netns: Option<&str>) -> Collected {
+    read_rulesets(&LiveNode::new(runner, netns.map(str::to_string), "/").with_netlink())
 }
 
 #[cfg(test)]
@@ -275,5 +499,123 @@ mod tests {
         // ip_tables_names is empty: the legacy dump must not run at all.
         assert_eq!(status("iptables-legacy-save"), "skipped");
         assert_eq!(status("nft"), "missing");
+    }
+
+    /// A live node (canned commands) whose netlink read is given.
+    struct Netlinked {
+        live: LiveNode<Canned>,
+        read: Result<crate::nft_netlink::Read, String>,
+    }
+
+    impl Node for Netlinked {
+        fn info(&self) -> plumb_facts::SourceInfo {
+            self.live.info()
+        }
+        fn command(&self, c: &NodeCommand) -> Result<crate::node::Captured, String> {
+            self.live.command(c)
+        }
+        fn file(&self, p: &str) -> Result<crate::node::Captured, String> {
+            self.live.file(p)
+        }
+        fn dir(&self, p: &str) -> Result<Vec<String>, String> {
+            self.live.dir(p)
+        }
+        fn exists(&self, p: &str) -> bool {
+            self.live.exists(p)
+        }
+        fn is_live(&self) -> bool {
+            true
+        }
+        fn nft_netlink(&self) -> Option<Result<crate::nft_netlink::Read, String>> {
+            Some(self.read.clone())
+        }
+        fn nft_list_table(&self, f: &str, n: &str) -> Result<crate::node::Captured, String> {
+            Err(format!("nft list table {f} {n}: not installed"))
+        }
+    }
+
+    fn canned_save() -> Canned {
+        Canned(HashMap::from([
+            (
+                "iptables-nft-save",
+                "# Generated by iptables-nft-save\n*mangle\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m length --length 9 -j DROP\nCOMMIT\n",
+            ),
+            ("/proc/net/ip_tables_names", ""),
+            ("nft", "table ip t {\n}\n"),
+        ]))
+    }
+
+    #[test]
+    fn a_failed_netlink_read_is_reported_and_the_tools_read_instead() {
+        let node = Netlinked {
+            live: LiveNode::new(canned_save(), None, "/"),
+            read: Err("nf_tables netlink: could not read the nf_tables ruleset within 20 s".into()),
+        };
+        let c = read_rulesets(&node);
+        let failed = c
+            .tools
+            .iter()
+            .find(|t| t.tool == "nf_tables netlink")
+            .unwrap();
+        assert_eq!(failed.status, "failed");
+        assert!(failed.detail.contains("within 20 s"), "{}", failed.detail);
+        assert_eq!(c.ruleset.tables.len(), 3, "{:?}", c.tools);
+    }
+
+    #[test]
+    fn a_table_netlink_cannot_translate_is_read_with_the_save_tool_and_said_so() {
+        use crate::nft_netlink::{DecodedTable, Read, TableRead};
+        let node = Netlinked {
+            live: LiveNode::new(canned_save(), None, "/"),
+            read: Ok(Read {
+                source: "nf_tables netlink".into(),
+                generation: 9,
+                tables: vec![
+                    DecodedTable {
+                        family: Some(Family::Ip),
+                        name: "mangle".into(),
+                        read: TableRead::Save("*mangle\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n".into()),
+                    },
+                    DecodedTable {
+                        family: Some(Family::Ip),
+                        name: "filter".into(),
+                        read: TableRead::Fallback(
+                            "chain INPUT: match length revision 0 not decoded".into(),
+                        ),
+                    },
+                    DecodedTable {
+                        family: Some(Family::Inet),
+                        name: "fw".into(),
+                        read: TableRead::Native,
+                    },
+                ],
+            }),
+        };
+        let c = read_rulesets(&node);
+        let names: Vec<&str> = c.ruleset.tables.iter().map(|t| &*t.name).collect();
+        assert_eq!(names, ["mangle", "filter"]);
+        assert_eq!(c.ruleset.tables[1].chains[0].rules.len(), 1);
+        let fallback = c
+            .tools
+            .iter()
+            .find(|t| t.tool == "iptables-nft-save")
+            .unwrap();
+        assert_eq!(fallback.status, "ok");
+        assert!(
+            fallback
+                .detail
+                .contains("table ip filter read with iptables-nft-save: chain INPUT: match length"),
+            "{}",
+            fallback.detail
+        );
+        // The native table's listing failed: reported, not silent.
+        let native = c
+            .tools
+            .iter()
+            .find(|t| t.tool == "nft list table inet fw")
+            .unwrap();
+        assert_eq!(native.status, "missing");
+        // `nft list ruleset` is not run when netlink answered.
+        assert!(!c.tools.iter().any(|t| t.tool == "nft"));
     }
 }

@@ -6,6 +6,8 @@
 //! - [`runner`]: external commands, optionally inside a namespace, each bounded by a
 //!   deadline, behind a [`runner::Runner`] trait tests can substitute;
 //! - [`netlink`]: netlink message and attribute framing, decoded defensively;
+//! - [`nftables`]: nf_tables GET dumps (tables, chains, rules chain by chain, sets,
+//!   generation) in a namespace, handed on as the kernel's messages;
 //! - [`bpf`]: pinned BPF maps opened read-only and dumped (Cilium's LB maps).
 //!
 //! Nothing here writes to the firewall: callers decide what they run, and plumb only
@@ -16,4 +18,5 @@
 pub mod bpf;
 pub mod netlink;
 pub mod netns;
+pub mod nftables;
 pub mod runner;

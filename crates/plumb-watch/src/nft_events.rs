@@ -23,16 +23,12 @@ pub const NFNLGRP_NFTABLES: u32 = 7;
 
 // NFT_MSG_* (low byte of the message type).
 const NEWTABLE: u16 = 0;
-const GETTABLE: u16 = 1;
 const DELTABLE: u16 = 2;
 const NEWCHAIN: u16 = 3;
-const GETCHAIN: u16 = 4;
 const DELCHAIN: u16 = 5;
 const NEWRULE: u16 = 6;
-const GETRULE: u16 = 7;
 const DELRULE: u16 = 8;
 const NEWGEN: u16 = 15;
-const GETGEN: u16 = 16;
 const DESTROYTABLE: u16 = 26;
 const DESTROYCHAIN: u16 = 27;
 const DESTROYRULE: u16 = 28;
@@ -867,266 +863,84 @@ impl NftListener {
     }
 }
 
-/// A `NETLINK_NETFILTER` socket bound to a port, created in `netns` (a name under
-/// /run/netns or a path) or in this namespace; it stays in the namespace it was made in.
-fn netfilter_socket(netns: Option<&str>) -> io::Result<netlink_sys::Socket> {
-    plumb_os::netns::on_thread(netns, || {
-        let mut s = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_NETFILTER)?;
-        s.bind(&netlink_sys::SocketAddr::new(0, 0))?;
-        Ok(s)
-    })
-}
+use plumb_os::nftables::netfilter_socket;
+pub(crate) use plumb_os::nftables::set_receive_buffer;
+pub(crate) use plumb_os::nftables::set_receive_timeout;
 
-/// Sends an nftables GET request (`NFT_MSG_GET*`) for `family` (`AF_UNSPEC`: all),
-/// narrowed by `attrs` (e.g. table and chain names), to the kernel: a read.
-fn send_request(
-    socket: &netlink_sys::Socket,
-    msg: u16,
-    extra_flags: u16,
-    family: u8,
-    attrs: &[Vec<u8>],
-) -> io::Result<()> {
-    let mut payload = vec![family, 0, 0, 0]; // nfgenmsg
-    for a in attrs {
-        payload.extend_from_slice(a);
-    }
-    let m = netlink::build::message(
-        (SUBSYS_NFTABLES << 8) | msg,
-        libc::NLM_F_REQUEST as u16 | extra_flags,
-        &payload,
-    );
-    let kernel = netlink_sys::SocketAddr::new(0, 0);
-    socket.send_to(&m, &kernel, 0).map(|_| ())
-}
-
-/// `NLM_F_DUMP_INTR`: the ruleset changed while the kernel was dumping it.
-const NLM_F_DUMP_INTR: u16 = 0x10;
-/// `NFTA_RULE_TABLE`, `NFTA_RULE_CHAIN`.
-const NFTA_RULE_TABLE: u16 = 1;
-const NFTA_RULE_CHAIN: u16 = 2;
-
-/// A netfilter socket for GET requests (reads only), with its receive buffer.
-struct Requester {
-    socket: netlink_sys::Socket,
-    buf: Vec<u8>,
-}
-
-impl Requester {
-    fn open(netns: Option<&str>) -> io::Result<Requester> {
-        let socket = netfilter_socket(netns)?;
-        set_receive_timeout(&socket, Duration::from_secs(5))?;
-        Ok(Requester {
-            socket,
-            buf: vec![0u8; LISTENER_SLOT],
-        })
-    }
-
-    /// Sends GET request `msg` (a dump when `dump`) and hands each nftables message of
-    /// the answer to `on`, until `NLMSG_DONE` (a dump) or the first answer. An error
-    /// message becomes its errno; a dump the kernel marks interrupted, `Interrupted`.
-    fn request(
-        &mut self,
-        msg: u16,
-        dump: bool,
-        family: u8,
-        attrs: &[Vec<u8>],
-        on: &mut dyn FnMut(NftEvent<'_>),
-    ) -> io::Result<()> {
-        let flags = if dump { libc::NLM_F_DUMP as u16 } else { 0 };
-        send_request(&self.socket, msg, flags, family, attrs)?;
-        loop {
-            let n = self.socket.recv(&mut &mut self.buf[..], 0)?;
-            for m in netlink::messages(&self.buf[..n.min(self.buf.len())]) {
-                if m.flags & NLM_F_DUMP_INTR != 0 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::Interrupted,
-                        "the ruleset changed during the dump",
-                    ));
-                }
-                // NLMSG_ERROR carries an errno; so does NLMSG_DONE, for a dump the
-                // kernel ended with an error (0: complete).
-                match m.kind {
-                    netlink::NLMSG_DONE if m.errno() < 0 => {
-                        return Err(io::Error::from_raw_os_error(-m.errno()));
-                    }
-                    netlink::NLMSG_DONE => return Ok(()),
-                    netlink::NLMSG_ERROR => {
-                        if m.errno() != 0 {
-                            return Err(io::Error::from_raw_os_error(-m.errno()));
-                        }
-                    }
-                    _ => {
-                        if let Some(e) = decode_one(m) {
-                            on(e);
-                            if !dump {
-                                return Ok(());
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// The current nf_tables generation (`NFT_MSG_GETGEN`).
-    fn generation(&mut self) -> io::Result<u32> {
-        let mut id = None;
-        self.request(GETGEN, false, libc::AF_UNSPEC as u8, &[], &mut |e| {
-            if let NftEvent::Gen { id: g, .. } = e {
-                id = Some(g);
-            }
-        })?;
-        id.ok_or_else(|| io::Error::other("no generation in the GETGEN answer"))
-    }
-
-    /// Tables, chains, then the rules of each chain (one dump per chain: a dump of all
-    /// rules costs the kernel time quadratic in their number, as it walks past the
-    /// rules already sent at each chunk: 5 s for 110k rules).
-    fn dump_all(&mut self, on: &mut dyn FnMut(NftEvent<'_>)) -> io::Result<()> {
-        let all = libc::AF_UNSPEC as u8;
-        self.request(GETTABLE, true, all, &[], on)?;
-        let mut chains: Vec<(u8, String, String)> = Vec::new();
-        self.request(GETCHAIN, true, all, &[], &mut |e| {
-            if let NftEvent::Chain {
+/// Every nf_tables table, chain and rule (all families: iptables-nft's tables and
+/// native ones) of this namespace or of `netns`, handed to `on` as "new" events in
+/// that order, from GET dumps ([`plumb_os::nftables::dump_ruleset`]); returns the
+/// generation they were read at. When the dump starts over (the generation moved,
+/// or the kernel marked a dump interrupted) `on` gets `None`: forget what came
+/// before. Read-only.
+///
+/// A dump lists a chain's rules in order: each is marked appended when its handle is
+/// above the one before (as when it was appended), so the state knows whether the
+/// chain's order is its handles' order (`state`: a rewrite with the same rules is
+/// recognised only then).
+pub fn dump_ruleset(
+    netns: Option<&str>,
+    on: &mut dyn FnMut(Option<NftEvent<'_>>),
+) -> io::Result<u32> {
+    // (family, table, chain) of the rule before and its handle.
+    let mut previous: Option<(u8, String, String, Option<u64>)> = None;
+    let opts = plumb_os::nftables::DumpOptions::default();
+    plumb_os::nftables::dump_ruleset(netns, &opts, &mut |m| {
+        let Some(m) = m else {
+            previous = None;
+            on(None);
+            return;
+        };
+        match decode_one(m) {
+            Some(NftEvent::Rule {
+                op,
                 family,
                 table,
-                name,
+                chain,
+                handle,
+                jump,
+                verdict,
+                fingerprint,
                 ..
-            } = e
-            {
-                chains.push((family, table.to_string(), name.to_string()));
-            }
-            on(e);
-        })?;
-        for (family, table, chain) in chains {
-            let filter = [
-                netlink::build::str_attr(NFTA_RULE_TABLE, &table),
-                netlink::build::str_attr(NFTA_RULE_CHAIN, &chain),
-            ]
-            .concat();
-            // Only the rules asked for, should a kernel not apply the filter. A dump
-            // lists a chain's rules in order: each is marked appended when its handle
-            // is above the one before (as when it was appended), so the state knows
-            // whether the chain's order is its handles' order (`state`: a rewrite
-            // with the same rules is recognised only then).
-            let mut previous: Option<u64> = None;
-            let mut of_chain = |e: NftEvent<'_>| match e {
-                NftEvent::Rule {
-                    family: f,
-                    table: t,
-                    chain: c,
-                    ..
-                } if (f, t, c) != (family, table.as_str(), chain.as_str()) => {}
-                NftEvent::Rule {
+            }) => {
+                let same_chain = previous.as_ref().is_some_and(|(f, t, c, _)| {
+                    (*f, t.as_str(), c.as_str()) == (family, table, chain)
+                });
+                let appended = match previous.as_ref().filter(|_| same_chain) {
+                    None => true,
+                    Some((_, _, _, p)) => match (p, handle) {
+                        (None, _) => true,
+                        (Some(p), Some(h)) => h > *p,
+                        (Some(_), None) => false,
+                    },
+                };
+                let before = if same_chain {
+                    previous.as_ref().and_then(|p| p.3)
+                } else {
+                    None
+                };
+                previous = Some((
+                    family,
+                    table.to_string(),
+                    chain.to_string(),
+                    handle.or(before),
+                ));
+                on(Some(NftEvent::Rule {
                     op,
                     family,
                     table,
                     chain,
                     handle,
+                    appended,
                     jump,
                     verdict,
                     fingerprint,
-                    ..
-                } => {
-                    let appended = match (previous, handle) {
-                        (None, _) => true,
-                        (Some(p), Some(h)) => h > p,
-                        (Some(_), None) => false,
-                    };
-                    previous = handle.or(previous);
-                    on(NftEvent::Rule {
-                        op,
-                        family,
-                        table,
-                        chain,
-                        handle,
-                        appended,
-                        jump,
-                        verdict,
-                        fingerprint,
-                    })
-                }
-                e => on(e),
-            };
-            match self.request(GETRULE, true, family, &[filter], &mut of_chain) {
-                // Deleted since the chain dump: the generation moved, the caller retries.
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-                r => r?,
+                }))
             }
+            Some(e) => on(Some(e)),
+            None => {}
         }
-        Ok(())
-    }
-}
-
-/// Every nf_tables table, chain and rule (all families: iptables-nft's tables and
-/// native ones) of this namespace or of `netns`, handed to `on` as "new" events in
-/// that order, from GET dumps; returns the generation they were read at. Dumps are
-/// not atomic together: when the generation changed meanwhile, or the kernel marks a
-/// dump interrupted, the read starts over (`on` gets `None`: forget what came
-/// before), at most three times. Read-only.
-pub fn dump_ruleset(
-    netns: Option<&str>,
-    on: &mut dyn FnMut(Option<NftEvent<'_>>),
-) -> io::Result<u32> {
-    let mut last_error = None;
-    for attempt in 0..3 {
-        if attempt > 0 {
-            on(None);
-        }
-        // A fresh socket each time: an interrupted dump leaves the rest of its answer
-        // queued on the old one.
-        let mut r = Requester::open(netns)?;
-        let before = r.generation()?;
-        match r.dump_all(&mut |e| on(Some(e))) {
-            Ok(()) if r.generation()? == before => return Ok(before),
-            Ok(()) => last_error = Some(io::Error::other("the ruleset changed during the dump")),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => last_error = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last_error.unwrap_or_else(|| io::Error::other("dump failed")))
-}
-
-/// `setsockopt(fd, SOL_SOCKET, name, value)` for a plain-old-data `value` (an int, a
-/// timeval).
-fn set_socket_option<T: Copy>(
-    fd: std::os::fd::RawFd,
-    name: libc::c_int,
-    value: &T,
-) -> io::Result<()> {
-    // SAFETY: `value` is a live, initialised T for the call and the size passed is its
-    // exact size; the kernel only reads it.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            name,
-            (value as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-pub(crate) fn set_receive_buffer(socket: &netlink_sys::Socket, bytes: usize) {
-    let size: libc::c_int = bytes.min(i32::MAX as usize) as libc::c_int;
-    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-        if set_socket_option(socket.as_raw_fd(), opt, &size).is_ok() {
-            return;
-        }
-    }
-}
-
-pub(crate) fn set_receive_timeout(socket: &netlink_sys::Socket, t: Duration) -> io::Result<()> {
-    let tv = libc::timeval {
-        tv_sec: t.as_secs() as libc::time_t,
-        tv_usec: t.subsec_micros() as libc::suseconds_t,
-    };
-    set_socket_option(socket.as_raw_fd(), libc::SO_RCVTIMEO, &tv)
+    })
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ pub fn run(output: &Path, node: &NodeFlags) -> anyhow::Result<Verdict> {
     // Without it the bundle would hold no ruleset, and its reader would take that
     // for a node without one.
     super::input::require_net_admin("on the node to collect")?;
-    let live = LiveNode::new(SystemRunner, node.netns.clone(), &node.root);
+    let live = LiveNode::new(SystemRunner, node.netns.clone(), &node.root).with_netlink();
     let manifest =
         write_bundle(&live, output, &GatherOptions::default()).map_err(anyhow::Error::msg)?;
     let redactions = manifest.redactions();

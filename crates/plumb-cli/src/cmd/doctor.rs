@@ -111,7 +111,7 @@ pub fn run(
         gather(&live as &dyn Node, &options)
     } else {
         super::input::require_net_admin("or diagnose a bundle with --bundle")?;
-        let live = LiveNode::new(SystemRunner, node.netns.clone(), &node.root);
+        let live = LiveNode::new(SystemRunner, node.netns.clone(), &node.root).with_netlink();
         gather(&live as &dyn Node, &options)
     };
     let report = plumb_doctor::diagnose(&facts);

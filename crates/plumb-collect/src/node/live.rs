@@ -18,6 +18,9 @@ use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 const DUMP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest the nf_tables netlink read may take (a 10k-service x 5-endpoint
+/// namespace, 170k rules: about 1 s); past it, the tools are used and the read says so.
+pub const NETLINK_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// This machine as a [`Node`]: commands run through `R` with deadlines (network-scoped
 /// ones in the optional network namespace), node files are read under a root directory.
@@ -25,6 +28,7 @@ pub struct LiveNode<R: Runner> {
     runner: R,
     netns: Option<String>,
     root: PathBuf,
+    netlink: bool,
 }
 
 impl<R: Runner> LiveNode<R> {
@@ -34,7 +38,16 @@ impl<R: Runner> LiveNode<R> {
             runner,
             netns,
             root: root.into(),
+            netlink: false,
         }
+    }
+
+    /// Reads nf_tables over netlink ([`Node::nft_netlink`]), the save tools and `nft`
+    /// only for what it cannot translate exactly. Off by default: a node whose
+    /// commands a test substitutes would otherwise read this machine's kernel.
+    pub fn with_netlink(mut self) -> LiveNode<R> {
+        self.netlink = true;
+        self
     }
 
     fn run(
@@ -207,6 +220,40 @@ impl<R: Runner> Node for LiveNode<R> {
 
     fn netns(&self) -> Option<&str> {
         self.netns.as_deref()
+    }
+
+    fn nft_netlink(&self) -> Option<Result<crate::nft_netlink::Read, Unavailable>> {
+        if !self.netlink {
+            return None;
+        }
+        let start = std::time::Instant::now();
+        let read = crate::nft_netlink::read(self.netns.as_deref(), Some(start + NETLINK_TIMEOUT));
+        let place = match &self.netns {
+            Some(ns) => format!("nf_tables netlink (netns {ns})"),
+            None => "nf_tables netlink".to_string(),
+        };
+        Some(match read {
+            Ok((generation, tables)) => Ok(crate::nft_netlink::Read {
+                source: place,
+                generation,
+                tables,
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(format!(
+                "{place}: could not read the nf_tables ruleset within {} s",
+                NETLINK_TIMEOUT.as_secs()
+            )),
+            Err(e) => Err(format!("{place}: {e}")),
+        })
+    }
+
+    fn nft_list_table(&self, family: &str, name: &str) -> Result<Captured, Unavailable> {
+        self.run(
+            "nft",
+            &["list", "table", family, name],
+            true,
+            DUMP_TIMEOUT,
+            false,
+        )
     }
 }
 

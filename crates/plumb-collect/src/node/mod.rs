@@ -143,6 +143,17 @@ pub trait Node: Sync {
     fn dumps_by_backend(&self) -> bool {
         self.is_live()
     }
+    /// The nf_tables ruleset read over netlink ([`crate::nft_netlink::read`]), for a
+    /// live node that reads it so (`None`: this node does not; read with the tools).
+    fn nft_netlink(&self) -> Option<Result<crate::nft_netlink::Read, Unavailable>> {
+        None
+    }
+    /// `nft list table FAMILY NAME` (one native table; a live node only).
+    fn nft_list_table(&self, family: &str, name: &str) -> Result<Captured, Unavailable> {
+        Err(format!(
+            "nft list table {family} {name}: not read from this source"
+        ))
+    }
     /// A network probe's result recorded in a plumb bundle (`kube-proxy-healthz`, ...).
     fn recorded_probe(&self, _name: &str) -> Option<Captured> {
         None
