@@ -270,6 +270,28 @@ pub enum PolicyCommand {
         #[command(flatten)]
         output: OutputFlags,
     },
+    /// The pairs whose verdict changes between two sets of policies (the migration
+    /// check: the policies a cluster enforces now against the ones that replace them).
+    /// Exit 0 when nothing changes, 1 when something does.
+    Diff {
+        /// Pods and namespaces (and policies both sets share).
+        #[arg(short = 'f', long = "file", value_name = "PATH")]
+        files: Vec<PathBuf>,
+        /// The policies before (files or directories; repeat for more).
+        #[arg(long, value_name = "PATH", required = true)]
+        before: Vec<PathBuf>,
+        /// The policies after.
+        #[arg(long, value_name = "PATH", required = true)]
+        after: Vec<PathBuf>,
+        /// Only pods of this namespace (default: every pod).
+        #[arg(short = 'n', long, value_name = "NS")]
+        namespace: Option<String>,
+        /// The ports, `PORT[/PROTO]`; repeat (default: every declared container port).
+        #[arg(long, value_name = "PORT[/PROTO]")]
+        port: Vec<String>,
+        #[command(flatten)]
+        output: OutputFlags,
+    },
 }
 
 #[derive(Debug, Subcommand)]

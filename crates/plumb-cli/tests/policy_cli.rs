@@ -136,3 +136,59 @@ fn a_matrix_per_port_in_text_csv_and_json() {
         .count();
     assert_eq!(allowed, 1);
 }
+
+#[test]
+fn diff_lists_the_pairs_that_change_verdict() {
+    let dir = Scratch::new("policy-diff");
+    dir.write("pods.yaml", PODS);
+    dir.write("before/p.yaml", POLICIES);
+    // After: the web policy also admits `other`.
+    dir.write(
+        "after/p.yaml",
+        &POLICIES.replace(
+            "- from: [{podSelector: {matchLabels: {app: client}}}]",
+            "- from: [{podSelector: {matchExpressions: [{key: app, operator: In, values: [client, other]}]}}]",
+        ),
+    );
+    let p = |r: &str| dir.path().join(r).display().to_string();
+    let out = plumb(&[
+        "policy",
+        "diff",
+        "-f",
+        &p("pods.yaml"),
+        "--before",
+        &p("before"),
+        "--after",
+        &p("after"),
+        "--port",
+        "8443",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let changes = v["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 1, "{v:#}");
+    assert_eq!(changes[0]["from"], "shop/other");
+    assert_eq!(changes[0]["before"], false);
+    assert_eq!(changes[0]["after"], true);
+
+    let same = plumb(&[
+        "policy",
+        "diff",
+        "-f",
+        &p("pods.yaml"),
+        "--before",
+        &p("before"),
+        "--after",
+        &p("before"),
+        "--port",
+        "8443",
+    ]);
+    assert_eq!(same.status.code(), Some(0));
+}

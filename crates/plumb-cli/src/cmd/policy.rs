@@ -27,7 +27,107 @@ pub fn run(c: PolicyCommand) -> anyhow::Result<Verdict> {
             csv,
             output,
         } => matrix(&files, namespace.as_deref(), &port, csv, output.json()),
+        PolicyCommand::Diff {
+            files,
+            before,
+            after,
+            namespace,
+            port,
+            output,
+        } => diff(
+            &files,
+            &before,
+            &after,
+            namespace.as_deref(),
+            &port,
+            output.json(),
+        ),
     }
+}
+
+/// A pair whose verdict differs between two sets of policies.
+#[derive(Serialize)]
+struct Change {
+    from: String,
+    to: String,
+    port: u16,
+    protocol: String,
+    before: bool,
+    after: bool,
+}
+
+fn diff(
+    files: &[PathBuf],
+    before: &[PathBuf],
+    after: &[PathBuf],
+    namespace: Option<&str>,
+    ports: &[String],
+    json: bool,
+) -> anyhow::Result<Verdict> {
+    let with = |set: &[PathBuf]| {
+        let mut all = files.to_vec();
+        all.extend_from_slice(set);
+        load(&all)
+    };
+    let ((b, mut problems), (a, more)) = (with(before)?, with(after)?);
+    problems.extend(more);
+    problems.sort();
+    problems.dedup();
+    let was = cells(&b, namespace, ports)?.cells;
+    let now = cells(&a, namespace, ports)?.cells;
+    let key = |c: &Cell| (c.from.clone(), c.to.clone(), c.port, c.protocol.clone());
+    let now: std::collections::BTreeMap<_, bool> =
+        now.iter().map(|c| (key(c), c.allowed)).collect();
+    let changes: Vec<Change> = was
+        .iter()
+        .filter_map(|c| {
+            let after = *now.get(&key(c))?;
+            (after != c.allowed).then(|| Change {
+                from: c.from.clone(),
+                to: c.to.clone(),
+                port: c.port,
+                protocol: c.protocol.clone(),
+                before: c.allowed,
+                after,
+            })
+        })
+        .collect();
+    if json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            changes: &'a [Change],
+            problems: &'a [String],
+        }
+        output::json(&Out {
+            changes: &changes,
+            problems: &problems,
+        })?;
+    } else {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        for p in &problems {
+            writeln!(out, "warning: {p}")?;
+        }
+        let word = |b: bool| if b { "allowed" } else { "denied" };
+        for c in &changes {
+            writeln!(
+                out,
+                "{} -> {} {}/{}: {} before, {} after",
+                c.from,
+                c.to,
+                c.port,
+                c.protocol,
+                word(c.before),
+                word(c.after)
+            )?;
+        }
+        writeln!(out, "{} pair(s) change verdict", changes.len())?;
+        out.flush()?;
+    }
+    Ok(if changes.is_empty() {
+        Verdict::Clean
+    } else {
+        Verdict::Problems
+    })
 }
 
 /// One cell of the matrix.
@@ -42,14 +142,16 @@ struct Cell {
     ingress: bool,
 }
 
-fn matrix(
-    files: &[PathBuf],
-    namespace: Option<&str>,
-    ports: &[String],
-    csv: bool,
-    json: bool,
-) -> anyhow::Result<Verdict> {
-    let (cluster, problems) = load(files)?;
+/// A matrix: the ports and pods it covers, and its cells in (port, from, to) order.
+struct Matrix {
+    ports: Vec<(u16, String)>,
+    pods: Vec<String>,
+    cells: Vec<Cell>,
+}
+
+/// Every (from, to, port) cell over the pods of `namespace` (all pods when None) and
+/// `ports` (every declared container port when empty).
+fn cells(cluster: &Cluster, namespace: Option<&str>, ports: &[String]) -> anyhow::Result<Matrix> {
     let pods: Vec<&plumb_policy::model::Pod> = cluster
         .pods
         .iter()
@@ -84,7 +186,7 @@ fn matrix(
         for from in &pods {
             for to in &pods {
                 let v = check(
-                    &cluster,
+                    cluster,
                     &Connection {
                         from,
                         to,
@@ -104,6 +206,26 @@ fn matrix(
             }
         }
     }
+    Ok(Matrix {
+        ports: wanted,
+        pods: pods.iter().map(|p| p.id()).collect(),
+        cells,
+    })
+}
+
+fn matrix(
+    files: &[PathBuf],
+    namespace: Option<&str>,
+    ports: &[String],
+    csv: bool,
+    json: bool,
+) -> anyhow::Result<Verdict> {
+    let (cluster, problems) = load(files)?;
+    let Matrix {
+        ports: wanted,
+        pods: ids,
+        cells,
+    } = cells(&cluster, namespace, ports)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if json {
         drop(out);
@@ -133,7 +255,6 @@ fn matrix(
     for p in &problems {
         writeln!(out, "warning: {p}")?;
     }
-    let ids: Vec<String> = pods.iter().map(|p| p.id()).collect();
     let width = ids.iter().map(String::len).max().unwrap_or(0);
     // Cells are in (port, from, to) order: one n x n block per port.
     let n = ids.len();
