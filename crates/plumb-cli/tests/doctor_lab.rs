@@ -335,3 +335,53 @@ fn iptables_incompatible_is_the_userspace_on_every_run() {
         "kube-proxy's generation-id error",
     );
 }
+
+/// `plumb doctor --lab --verify BEFORE.json` (JSON): (exit code, verification).
+fn verify_lab(before: &std::path::Path) -> (i32, serde_json::Value) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["doctor", "--lab", "--json", "--verify"])
+        .arg(before)
+        .output()
+        .expect("running plumb doctor --verify");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("verify JSON: {e}\n{}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap_or(-1), v)
+}
+
+/// Live: sysctl-missing's report is the "before"; verifying without a fix says the same
+/// root cause (exit 1); after the scenario's documented fix inside the lab's node
+/// namespace (`sysctl -w net.ipv4.ip_forward=1`), the root cause is gone (exit 0).
+#[test]
+fn verify_after_the_sysctl_fix_says_gone() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = up_on(Scenario::SysctlMissing, Backend::Nft);
+    let (code, before) = doctor();
+    assert_eq!(before["root_cause"], "sysctl-requirement", "{before}");
+    assert_eq!(code, 1);
+    let dir = plumb_testkit::Scratch::new("doctor-verify");
+    dir.write("before.json", &before.to_string());
+    let before_path = dir.path().join("before.json");
+
+    let (code, v) = verify_lab(&before_path);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["root_cause"]["change"], "same", "{v}");
+
+    let fix = std::process::Command::new("ip")
+        .args(["netns", "exec", plumb_lab::state::NODE_NETNS])
+        .args(["sysctl", "-w", "net.ipv4.ip_forward=1"])
+        .output()
+        .unwrap();
+    assert!(fix.status.success(), "{}", String::from_utf8_lossy(&fix.stderr));
+    let (code, v) = verify_lab(&before_path);
+    assert_eq!(v["root_cause"]["change"], "gone", "{v:#}");
+    assert_eq!(v["fixed"], true, "{v:#}");
+    assert_eq!(code, 0);
+    assert!(
+        v["resolved"].as_array().unwrap().iter().any(|c| c["id"] == "sysctl-requirement"),
+        "{v:#}"
+    );
+    let down = lab.down();
+    assert!(down.errors.is_empty(), "{:?}", down.errors);
+}

@@ -5,11 +5,13 @@
 //!   come from plumb-check and run over the same facts.
 //! - [`reasoning`]: ranks candidate causes by the symptoms they explain.
 //! - [`report`]: the versioned JSON report and its human rendering.
+//! - [`verify`]: what changed since an earlier report (`plumb doctor --verify`).
 
 pub mod checks;
 pub mod context;
 pub mod reasoning;
 pub mod report;
+pub mod verify;
 
 pub use report::{REPORT_VERSION, Report};
 
