@@ -538,7 +538,11 @@ fn probe_semantics_from_a_bundles_history_with_the_timeline() {
 /// `plumb doctor --bundle B --verify BEFORE.json` with extra arguments: (exit, stdout, stderr).
 fn verify(bundle: &Path, before: &Path, json: bool) -> (i32, String, String) {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"));
-    cmd.arg("doctor").arg("--bundle").arg(bundle).arg("--verify").arg(before);
+    cmd.arg("doctor")
+        .arg("--bundle")
+        .arg(bundle)
+        .arg("--verify")
+        .arg(before);
     if json {
         cmd.arg("--json");
     }
@@ -587,7 +591,11 @@ fn verify_says_what_a_fix_changed_on_a_bundle() {
     assert_eq!(v["fixed"], false);
     assert_eq!(v["root_cause"]["change"], "same");
     assert!(
-        v["still_present"].as_array().unwrap().iter().any(|c| c["id"] == "sysctl-requirement"),
+        v["still_present"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["id"] == "sysctl-requirement"),
         "{out}"
     );
     assert!(v["new"].as_array().unwrap().is_empty(), "{out}");
@@ -602,14 +610,22 @@ fn verify_says_what_a_fix_changed_on_a_bundle() {
     assert_eq!(v["root_cause"]["before"], "sysctl-requirement");
     let resolved = v["resolved"].as_array().unwrap();
     assert!(
-        resolved.iter().any(|c| c["id"] == "sysctl-requirement" && c["status_now"] == "ok" && c["was_root_cause"] == true),
+        resolved.iter().any(|c| c["id"] == "sysctl-requirement"
+            && c["status_now"] == "ok"
+            && c["was_root_cause"] == true),
         "{out}"
     );
     assert_eq!(v["report"]["root_cause"], serde_json::Value::Null);
     let (code, text, _) = verify(&dir, &before_path, false);
     assert_eq!(code, 0);
-    assert!(text.contains("root cause: gone (was sysctl-requirement)"), "{text}");
-    assert!(text.contains("resolved (1):\n  sysctl-requirement [root cause]: "), "{text}");
+    assert!(
+        text.contains("root cause: gone (was sysctl-requirement)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("resolved (1):\n  sysctl-requirement [root cause]: "),
+        "{text}"
+    );
 
     // Not a doctor report, and no file at all: exit 2 with what was expected.
     files.write("junk.json", "{\"services\": []}");

@@ -131,6 +131,88 @@ fn security_agent_revert_is_the_agent() {
     );
 }
 
+/// While venAgent reverts, kube-proxy's rules are often gone altogether (the agent's
+/// snapshot holds none of its chains): at every moment doctor says whether the
+/// kubernetes Service 10.43.0.1:443 is translated (never silent, never unknown), and when
+/// it is not, the tamper diagnosis states "no DNAT for 10.43.0.1:443 right now" and counts
+/// it as explained. Before, kube-proxy's findings vanished from those reports.
+#[test]
+fn security_agent_revert_states_the_missing_dnat_at_every_moment() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = up_on(Scenario::SecurityAgentRevert, Backend::Nft);
+    lab.wait_until(
+        "a revert and install-cni's FATAL",
+        Duration::from_secs(60),
+        agent_incident_seen,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut absent = 0;
+    let mut seen = Vec::new();
+    let start = std::time::Instant::now();
+    for n in 0..8u32 {
+        // Spread over ~2 of the agent's cycles (~5 s each) and kube-proxy's resyncs.
+        let at = start + Duration::from_millis(1300) * n;
+        lab.wait_until("the next moment", Duration::from_secs(5), |_| {
+            std::time::Instant::now() >= at
+        })
+        .unwrap();
+        let (_, report) = doctor();
+        assert_eq!(report["root_cause"], "security-agent-tamper", "{report:#}");
+        let findings = report["findings"].as_array().unwrap();
+        let dnat = findings
+            .iter()
+            .find(|f| f["id"] == "kubernetes-service-not-translated")
+            .expect("the kubernetes Service's translation is always judged");
+        seen.push(format!("{}: {}", dnat["status"], dnat["title"]));
+        match dnat["status"].as_str().unwrap() {
+            "problem" => {
+                absent += 1;
+                assert_eq!(
+                    dnat["title"],
+                    "no DNAT for the kubernetes Service 10.43.0.1:443 right now"
+                );
+                assert!(!dnat["remediation"].as_array().unwrap().is_empty());
+                let tamper = findings
+                    .iter()
+                    .find(|f| f["id"] == "security-agent-tamper")
+                    .unwrap();
+                assert!(
+                    tamper["evidence"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|e| e["text"].as_str().unwrap().starts_with(
+                            "no DNAT for the kubernetes Service 10.43.0.1:443 right now"
+                        )),
+                    "{tamper:#}"
+                );
+                assert!(
+                    report["supporting"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|s| s == "kubernetes-service-not-translated"),
+                    "{report:#}"
+                );
+            }
+            "ok" => assert!(
+                dnat["title"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("the kubernetes Service 10.43.0.1:443 is translated to "),
+                "{dnat:#}"
+            ),
+            other => panic!("{other}: {dnat:#}"),
+        }
+    }
+    eprintln!("{seen:#?}");
+    assert!(absent >= 1, "the DNAT was never missing: {seen:#?}");
+    let down = lab.down();
+    assert!(down.errors.is_empty(), "{:?}", down.errors);
+}
+
 /// The same incident on an iptables-legacy node (the restore failure reads
 /// "Couldn't load target" there).
 #[test]
@@ -399,13 +481,21 @@ fn verify_after_the_sysctl_fix_says_gone() {
         .args(["sysctl", "-w", "net.ipv4.ip_forward=1"])
         .output()
         .unwrap();
-    assert!(fix.status.success(), "{}", String::from_utf8_lossy(&fix.stderr));
+    assert!(
+        fix.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fix.stderr)
+    );
     let (code, v) = verify_lab(&before_path);
     assert_eq!(v["root_cause"]["change"], "gone", "{v:#}");
     assert_eq!(v["fixed"], true, "{v:#}");
     assert_eq!(code, 0);
     assert!(
-        v["resolved"].as_array().unwrap().iter().any(|c| c["id"] == "sysctl-requirement"),
+        v["resolved"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["id"] == "sysctl-requirement"),
         "{v:#}"
     );
     let down = lab.down();

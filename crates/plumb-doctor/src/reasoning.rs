@@ -62,6 +62,7 @@ const CAUSES: &[(&str, &[&str])] = &[
             "clusterip-unreachable",
             "kube-proxy-restore-failures",
             "kube-proxy-rules-missing",
+            "kubernetes-service-not-translated",
             "kube-proxy-service-unreachable",
             "kube-proxy-canary-missing",
             "dangling-reference",
@@ -76,6 +77,7 @@ const CAUSES: &[(&str, &[&str])] = &[
             "clusterip-unreachable",
             "kube-proxy-restore-failures",
             "kube-proxy-rules-missing",
+            "kubernetes-service-not-translated",
             "kube-proxy-service-unreachable",
             "kube-proxy-canary-missing",
             "dangling-reference",
@@ -100,6 +102,7 @@ const CAUSES: &[(&str, &[&str])] = &[
         "host-firewall-firewalld",
         &[
             "kube-proxy-rules-missing",
+            "kubernetes-service-not-translated",
             "kube-proxy-restore-failures",
             "kube-proxy-service-unreachable",
             "kube-proxy-canary-missing",
@@ -124,6 +127,7 @@ const CAUSES: &[(&str, &[&str])] = &[
         "iptables-backend-mix",
         &[
             "kube-proxy-rules-missing",
+            "kubernetes-service-not-translated",
             "clusterip-unreachable",
             "stale-chain",
         ],
@@ -142,6 +146,7 @@ const CAUSES: &[(&str, &[&str])] = &[
         &[
             "kube-proxy-restore-failures",
             "kube-proxy-rules-missing",
+            "kubernetes-service-not-translated",
             "clusterip-unreachable",
             "cni-not-initialized",
             "kube-proxy-unhealthy",
@@ -151,6 +156,7 @@ const CAUSES: &[(&str, &[&str])] = &[
         "kube-proxy-nft-unavailable",
         &[
             "kube-proxy-rules-missing",
+            "kubernetes-service-not-translated",
             "clusterip-unreachable",
             "cni-not-initialized",
             "kube-proxy-unhealthy",
@@ -179,6 +185,7 @@ const CAUSES: &[(&str, &[&str])] = &[
         "security-agent-present",
         &[
             "kube-proxy-rules-missing",
+            "kubernetes-service-not-translated",
             "kube-proxy-restore-failures",
             "clusterip-unreachable",
             "cni-not-initialized",
@@ -195,6 +202,7 @@ const CAUSES: &[(&str, &[&str])] = &[
     (
         "kube-proxy-rules-missing",
         &[
+            "kubernetes-service-not-translated",
             "clusterip-unreachable",
             "kube-proxy-service-unreachable",
             "cni-not-initialized",

@@ -218,9 +218,9 @@ pub fn compare(before: &EarlierReport, now: Report) -> Result<Verification, Veri
     let mut matched: Vec<Option<usize>> = vec![None; earlier.len()];
     for (i, b) in earlier.iter().enumerate() {
         let key = subject(&b.title);
-        if let Some(j) = (0..now_problems.len())
-            .find(|&j| !taken[j] && now_problems[j].id == b.id && subject(&now_problems[j].title) == key)
-        {
+        if let Some(j) = (0..now_problems.len()).find(|&j| {
+            !taken[j] && now_problems[j].id == b.id && subject(&now_problems[j].title) == key
+        }) {
             taken[j] = true;
             matched[i] = Some(j);
         }
@@ -229,7 +229,8 @@ pub fn compare(before: &EarlierReport, now: Report) -> Result<Verification, Veri
         if matched[i].is_some() {
             continue;
         }
-        if let Some(j) = (0..now_problems.len()).find(|&j| !taken[j] && now_problems[j].id == b.id) {
+        if let Some(j) = (0..now_problems.len()).find(|&j| !taken[j] && now_problems[j].id == b.id)
+        {
             taken[j] = true;
             matched[i] = Some(j);
         }
@@ -247,7 +248,10 @@ pub fn compare(before: &EarlierReport, now: Report) -> Result<Verification, Veri
             Some(j) => still_present.push(change(Some(now_problems[j].title.clone()), "problem")),
             None => {
                 // Not a problem now: what the check says instead, if it still reports.
-                let other = now.findings.iter().find(|f| f.id == b.id && !f.is_problem());
+                let other = now
+                    .findings
+                    .iter()
+                    .find(|f| f.id == b.id && !f.is_problem());
                 resolved.push(match other {
                     Some(f) => change(Some(f.title.clone()), status_str(f.status)),
                     None => change(None, "absent"),
@@ -305,7 +309,11 @@ pub fn compare(before: &EarlierReport, now: Report) -> Result<Verification, Veri
             false,
             format!(
                 "not fixed: the root cause is gone but {} it explained {} still a problem",
-                lingering.iter().map(|c| c.id.as_str()).collect::<Vec<_>>().join(", "),
+                lingering
+                    .iter()
+                    .map(|c| c.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 if lingering.len() == 1 { "is" } else { "are" }
             ),
         ),
@@ -313,7 +321,11 @@ pub fn compare(before: &EarlierReport, now: Report) -> Result<Verification, Veri
             false,
             format!(
                 "not proven: {} could not be checked this time (unknown), so the fix is not confirmed",
-                unproven.iter().map(|c| c.id.as_str()).collect::<Vec<_>>().join(", ")
+                unproven
+                    .iter()
+                    .map(|c| c.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         ),
         RootCauseChange::Gone => (
@@ -323,10 +335,7 @@ pub fn compare(before: &EarlierReport, now: Report) -> Result<Verification, Veri
                 before.root_cause.as_deref().unwrap_or_default()
             ),
         ),
-        RootCauseChange::None => (
-            true,
-            "no root cause before and none now".to_string(),
-        ),
+        RootCauseChange::None => (true, "no root cause before and none now".to_string()),
     };
     Ok(Verification {
         version: VERIFY_VERSION,
@@ -387,7 +396,10 @@ mod tests {
             &["clusterip-unreachable"],
             vec![
                 p("sysctl-requirement", "net.ipv4.ip_forward=0"),
-                p("clusterip-unreachable", "10.43.0.1:443 times out after 3000 ms"),
+                p(
+                    "clusterip-unreachable",
+                    "10.43.0.1:443 times out after 3000 ms",
+                ),
             ],
         );
         let now = report(
@@ -411,12 +423,18 @@ mod tests {
         let before = report(
             Some("security-agent-tamper"),
             &[],
-            vec![p("security-agent-tamper", "venAgent reverted firewall changes 38 times")],
+            vec![p(
+                "security-agent-tamper",
+                "venAgent reverted firewall changes 38 times",
+            )],
         );
         let now = report(
             Some("security-agent-tamper"),
             &[],
-            vec![p("security-agent-tamper", "venAgent reverted firewall changes 40 times")],
+            vec![p(
+                "security-agent-tamper",
+                "venAgent reverted firewall changes 40 times",
+            )],
         );
         let v = compare(&earlier(&before), now).unwrap();
         assert!(!v.fixed);
@@ -430,9 +448,17 @@ mod tests {
         let before = report(
             Some("a"),
             &[],
-            vec![p("a", "root"), p("dup", "chain KUBE-SVC-AAAA"), p("dup", "chain KUBE-SVC-BBBB")],
+            vec![
+                p("a", "root"),
+                p("dup", "chain KUBE-SVC-AAAA"),
+                p("dup", "chain KUBE-SVC-BBBB"),
+            ],
         );
-        let now = report(Some("a"), &[], vec![p("a", "root"), p("dup", "chain KUBE-SVC-BBBB")]);
+        let now = report(
+            Some("a"),
+            &[],
+            vec![p("a", "root"), p("dup", "chain KUBE-SVC-BBBB")],
+        );
         let v = compare(&earlier(&before), now).unwrap();
         assert_eq!(v.resolved.len(), 1);
         assert_eq!(v.resolved[0].before.as_deref(), Some("chain KUBE-SVC-AAAA"));
@@ -441,8 +467,16 @@ mod tests {
 
     #[test]
     fn a_new_root_cause_is_changed_and_not_fixed() {
-        let before = report(Some("host-firewall-ufw"), &[], vec![p("host-firewall-ufw", "UFW")]);
-        let now = report(Some("sysctl-requirement"), &[], vec![p("sysctl-requirement", "ip_forward=0")]);
+        let before = report(
+            Some("host-firewall-ufw"),
+            &[],
+            vec![p("host-firewall-ufw", "UFW")],
+        );
+        let now = report(
+            Some("sysctl-requirement"),
+            &[],
+            vec![p("sysctl-requirement", "ip_forward=0")],
+        );
         let v = compare(&earlier(&before), now).unwrap();
         assert!(!v.fixed);
         assert_eq!(v.root_cause.change, RootCauseChange::Changed);
@@ -452,28 +486,38 @@ mod tests {
 
     #[test]
     fn a_supporting_problem_left_or_an_unknown_now_is_not_fixed() {
-        let before = report(
-            Some("r"),
-            &["s"],
-            vec![p("r", "root"), p("s", "symptom")],
-        );
+        let before = report(Some("r"), &["s"], vec![p("r", "root"), p("s", "symptom")]);
         let lingering = report(None, &[], vec![Finding::ok("r", "fine"), p("s", "symptom")]);
         let v = compare(&earlier(&before), lingering).unwrap();
-        assert!(!v.fixed && v.verdict.contains("s it explained is still"), "{}", v.verdict);
+        assert!(
+            !v.fixed && v.verdict.contains("s it explained is still"),
+            "{}",
+            v.verdict
+        );
         let unknown = report(
             None,
             &[],
-            vec![Finding::unknown("r", Severity::High, "cannot tell"), Finding::ok("s", "fine")],
+            vec![
+                Finding::unknown("r", Severity::High, "cannot tell"),
+                Finding::ok("s", "fine"),
+            ],
         );
         let v = compare(&earlier(&before), unknown).unwrap();
-        assert!(!v.fixed && v.verdict.starts_with("not proven"), "{}", v.verdict);
+        assert!(
+            !v.fixed && v.verdict.starts_with("not proven"),
+            "{}",
+            v.verdict
+        );
     }
 
     #[test]
     fn other_versions_and_statuses_are_refused() {
         let mut e = earlier(&report(None, &[], vec![]));
         e.version = 7;
-        assert_eq!(compare(&e, report(None, &[], vec![])).unwrap_err(), VerifyError::Version(7));
+        assert_eq!(
+            compare(&e, report(None, &[], vec![])).unwrap_err(),
+            VerifyError::Version(7)
+        );
         let mut e = earlier(&report(None, &[], vec![p("x", "t")]));
         e.findings[0].status = "broken".into();
         assert!(matches!(

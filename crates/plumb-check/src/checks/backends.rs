@@ -287,7 +287,8 @@ mod tests {
         );
         let f = check(&facts);
         assert!(
-            f[0].title.contains("iptables-nft is live (only its built-in chains jump")
+            f[0].title
+                .contains("iptables-nft is live (only its built-in chains jump")
                 && !f[0].title.contains("cannot be told"),
             "{}",
             f[0].title
@@ -299,7 +300,11 @@ mod tests {
             "{:?}",
             f[0].evidence
         );
-        assert!(f[0].remediation.iter().any(|s| s.contains("iptables-legacy-save | grep -v KUBE")));
+        assert!(
+            f[0].remediation
+                .iter()
+                .any(|s| s.contains("iptables-legacy-save | grep -v KUBE"))
+        );
     }
 
     #[test]

@@ -495,9 +495,15 @@ mod tests {
             .lines()
             .filter(|l| {
                 !unhooked
-                    || !["-A PREROUTING ", "-A OUTPUT ", "-A POSTROUTING ", "-A INPUT ", "-A FORWARD "]
-                        .iter()
-                        .any(|p| l.starts_with(p))
+                    || ![
+                        "-A PREROUTING ",
+                        "-A OUTPUT ",
+                        "-A POSTROUTING ",
+                        "-A INPUT ",
+                        "-A FORWARD ",
+                    ]
+                    .iter()
+                    .any(|p| l.starts_with(p))
             })
             .map(|l| format!("{l}\n"))
             .collect();
@@ -521,14 +527,19 @@ mod tests {
         let f = check(&Facts::new(&r, Origin::Live { netns: None }, false));
         for id in [ID_MISSING, ID_UNREACHABLE, ID_CANARY] {
             assert!(problems(&f, id).is_empty(), "{id}: {f:#?}");
-            assert!(f.iter().any(|x| x.id == id && x.status == Status::Ok), "{id}");
+            assert!(
+                f.iter().any(|x| x.id == id && x.status == Status::Ok),
+                "{id}"
+            );
         }
         let alone = in_backend(Backend::IptablesLegacy, true);
         let f = check(&Facts::new(&alone, Origin::Live { netns: None }, false));
         assert!(
             problems(&f, ID_MISSING)
                 .iter()
-                .any(|x| x.severity == Severity::Critical && x.title.contains("PREROUTING does not jump to KUBE-SERVICES")),
+                .any(|x| x.severity == Severity::Critical
+                    && x.title
+                        .contains("PREROUTING does not jump to KUBE-SERVICES")),
             "{f:#?}"
         );
     }

@@ -276,7 +276,11 @@ pub fn render_verification(v: &plumb_doctor::verify::Verification) -> String {
     let section = |s: &mut String, name: &str, list: &[plumb_doctor::verify::FindingChange]| {
         let _ = writeln!(s, "{name} ({}):", list.len());
         for c in list {
-            let mark = if c.was_root_cause { " [root cause]" } else { "" };
+            let mark = if c.was_root_cause {
+                " [root cause]"
+            } else {
+                ""
+            };
             let _ = match (&c.before, &c.now) {
                 (Some(b), Some(n)) if c.status_now != "problem" => {
                     writeln!(s, "  {}{mark}: {b} -> now {}: {n}", c.id, c.status_now)

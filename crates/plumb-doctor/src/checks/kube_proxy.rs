@@ -2,7 +2,11 @@
 //! "Chain 'KUBE-SVC-…' does not exist" means something deleted its chains under it),
 //! `kube-proxy-unhealthy` (/healthz not 200) and `kube-proxy-probe-semantics` (/healthz 503
 //! while /livez 200: the 1.31 split between dataplane health and liveness; the UFW incident's runbook warns
-//! it is worth checking but not where to stop).
+//! it is worth checking but not where to stop), `kubernetes-service-not-translated` (no
+//! DNAT for the `kubernetes` ClusterIP:443 in the ruleset right now, on a node where
+//! kube-proxy runs: what the node and its pods need to reach the API through the Service;
+//! stated however the rules vanished, so a revert that leaves no kube-proxy chain at all
+//! still shows in kube-proxy's findings).
 
 use crate::context::{Ctx, entry_evidence, fact_evidence, log_evidence};
 use plumb_facts::parse::logs::Signal;
@@ -15,6 +19,7 @@ pub const ID_PROBES: &str = "kube-proxy-probe-semantics";
 pub const ID_IPTABLES: &str = "iptables-userspace-incompatible";
 pub const ID_NFT: &str = "kube-proxy-nft-unavailable";
 pub const ID_CONNTRACK_PERM: &str = "kube-proxy-conntrack-permission";
+pub const ID_NO_DNAT: &str = "kubernetes-service-not-translated";
 
 pub fn check(ctx: &Ctx) -> Vec<Finding> {
     vec![
@@ -24,7 +29,118 @@ pub fn check(ctx: &Ctx) -> Vec<Finding> {
         iptables_incompatible(ctx),
         nft_unavailable(ctx),
         conntrack_permission(ctx),
+        kubernetes_dnat(ctx),
     ]
+}
+
+/// Signs that kube-proxy runs on this node (its process, logs, static pod manifest, a
+/// health reply, or its chains in the ruleset): a node without it (Cilium's kube-proxy
+/// replacement, OVN-Kubernetes) translates Services elsewhere.
+fn kube_proxy_expected(ctx: &Ctx) -> Option<String> {
+    let f = ctx.facts;
+    if let Some(p) = f
+        .processes
+        .value()
+        .and_then(|ps| ps.iter().find(|p| p.comm == "kube-proxy"))
+    {
+        return Some(format!("process kube-proxy[{}]", p.pid));
+    }
+    if let Some(l) = f
+        .pod_logs
+        .iter()
+        .find(|l| l.pod.as_ref().is_some_and(|p| p.container == "kube-proxy"))
+    {
+        return Some(format!("kube-proxy's log {}", l.path));
+    }
+    if let Some(src) = f.kube_proxy_probes.source() {
+        return Some(format!("kube-proxy's manifest {src}"));
+    }
+    if f.kube_proxy_healthz.value().is_some() {
+        return Some("kube-proxy's /healthz answers".into());
+    }
+    None
+}
+
+/// "no DNAT for 10.43.0.1:443 right now" as evidence, for the diagnoses of whatever
+/// deletes kube-proxy's rules (a revert can leave no kube-proxy chain at all, and then no
+/// ruleset check has anything of kube-proxy's to report).
+pub fn no_dnat_evidence(ctx: &Ctx) -> Option<plumb_findings::Evidence> {
+    use crate::context::{KUBERNETES_SERVICE_PORT, KubernetesDnat};
+    let KubernetesDnat::Absent { services, source } = &ctx.kubernetes_dnat else {
+        return None;
+    };
+    kube_proxy_expected(ctx)?;
+    Some(fact_evidence(
+        source,
+        format!(
+            "no DNAT for the kubernetes Service {}:{KUBERNETES_SERVICE_PORT} right now ({services} kube-proxy service port(s) in the ruleset)",
+            ctx.values.kubernetes_clusterip
+        ),
+    ))
+}
+
+fn kubernetes_dnat(ctx: &Ctx) -> Finding {
+    use crate::context::{KUBERNETES_SERVICE_PORT, KubernetesDnat};
+    let target = format!(
+        "{}:{KUBERNETES_SERVICE_PORT}",
+        ctx.values.kubernetes_clusterip
+    );
+    match &ctx.kubernetes_dnat {
+        KubernetesDnat::NotJudged(why) => Finding::unknown(
+            ID_NO_DNAT,
+            Severity::Critical,
+            format!("whether the kubernetes Service {target} is translated was not checked: {why}"),
+        ),
+        KubernetesDnat::Present { endpoints, source } => Finding::ok(
+            ID_NO_DNAT,
+            format!(
+                "the kubernetes Service {target} is translated to {} ({source})",
+                endpoints.join(", ")
+            ),
+        ),
+        KubernetesDnat::Absent { services, source } => {
+            let Some(sign) = kube_proxy_expected(ctx) else {
+                return Finding::ok(
+                    ID_NO_DNAT,
+                    format!(
+                        "no kube-proxy on this node: the kubernetes Service {target} is not translated in netfilter, as expected"
+                    ),
+                );
+            };
+            let defaulted = ctx.values.network.kubernetes_clusterip.default;
+            Finding::problem(
+                ID_NO_DNAT,
+                Severity::Critical,
+                format!("no DNAT for the kubernetes Service {target} right now"),
+            )
+            .with_evidence([
+                fact_evidence(
+                    source,
+                    format!(
+                        "{services} kube-proxy service port(s) in the ruleset, none for {target} with an endpoint"
+                    ),
+                ),
+                fact_evidence("kube-proxy", format!("kube-proxy runs here: {sign}")),
+                fact_evidence(
+                    "kubernetes ClusterIP",
+                    format!(
+                        "{} from {}",
+                        ctx.values.network.kubernetes_clusterip.value,
+                        ctx.values.network.kubernetes_clusterip.source
+                    ),
+                ),
+            ])
+            .explain(format!(
+                "Every pod (the CNI installer, CoreDNS, controllers) and the node itself reach the API server through the `kubernetes` Service. kube-proxy writes its DNAT on every full sync; at this moment the ruleset holds none{}, so connections to {target} go nowhere until kube-proxy writes it again. If it comes and goes, something deletes kube-proxy's rules between its syncs.",
+                if defaulted { " (the ClusterIP is a default: nothing on the node said which it is)" } else { "" }
+            ))
+            .fix(format!(
+                "Read kube-proxy's log for failed syncs (`iptables-restore` errors, \"Chain ... does not exist\") and re-run `plumb doctor` after its next full sync: if {target} is still not translated, kube-proxy cannot write or something removes its rules."
+            ))
+            .fix("Find the writer that removes them: `plumb watch` names each process that changes kube-proxy's chains (a security agent's revert, a firewall reload, a CNI cleanup).")
+            .do_not("flush iptables or restart kube-proxy in a loop: if something keeps deleting its rules, they disappear again; fix the cause.")
+        }
+    }
 }
 
 /// What kubelet's history says about kube-proxy: liveness kills, probe failures (with
