@@ -55,6 +55,9 @@ pub fn kubernetes_signs(facts: &Facts) -> Vec<String> {
     if facts.kube_proxy_probes.value().is_some() {
         signs.push("kube-proxy static pod manifest".into());
     }
+    if let Some(d) = &facts.distribution {
+        signs.push(format!("{d}'s files"));
+    }
     signs
 }
 
@@ -67,6 +70,7 @@ pub fn diagnose(facts: &Facts) -> Report {
         return Report {
             version: REPORT_VERSION,
             source: facts.source.clone(),
+            distribution: facts.distribution.clone(),
             root_cause: None,
             confidence: None,
             supporting: Vec::new(),
@@ -124,6 +128,7 @@ pub fn diagnose(facts: &Facts) -> Report {
     Report {
         version: REPORT_VERSION,
         source: facts.source.clone(),
+        distribution: facts.distribution.clone(),
         root_cause: conclusion.as_ref().map(|c| c.root_cause.clone()),
         confidence: conclusion.as_ref().map(|c| c.confidence),
         supporting: conclusion.map(|c| c.supporting).unwrap_or_default(),

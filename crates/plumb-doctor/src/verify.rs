@@ -363,6 +363,7 @@ mod tests {
         Report {
             version: crate::REPORT_VERSION,
             source: None,
+            distribution: None,
             root_cause: root.map(str::to_string),
             confidence: root.map(|_| Confidence::High),
             supporting: supporting.iter().map(|s| s.to_string()).collect(),

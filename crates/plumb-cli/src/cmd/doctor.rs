@@ -131,6 +131,9 @@ pub fn run(
             for note in &s.notes {
                 writeln!(out, "note: {note}")?;
             }
+            if let Some(d) = &report.distribution {
+                writeln!(out, "distribution: {d}")?;
+            }
             writeln!(out)?;
         }
         if timeline {

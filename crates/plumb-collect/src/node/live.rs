@@ -164,7 +164,7 @@ impl<R: Runner> Node for LiveNode<R> {
             NodeCommand::KubeletJournal => self.run(
                 "journalctl",
                 &[
-                    "-u", "kubelet", "-u", "rke2-agent", "-u", "rke2-server", "-u", "k3s", "-u", "k3s-agent",
+                    "-u", "kubelet", "-u", "rke2-agent", "-u", "rke2-server", "-u", "k3s", "-u", "k3s-agent", "-u", "microshift",
                     "--no-pager", "-o", "short-iso", "-n", "20000",
                 ],
                 false,

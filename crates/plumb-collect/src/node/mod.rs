@@ -47,7 +47,7 @@ pub enum NodeCommand {
     /// Process list with command lines.
     Ps,
     /// The journal of kubelet and the distribution's services (kubelet, rke2-agent,
-    /// rke2-server, k3s, k3s-agent), the newest lines.
+    /// rke2-server, k3s, k3s-agent, microshift), the newest lines.
     KubeletJournal,
 }
 
