@@ -157,6 +157,45 @@ fn seed_000_rancher_bundle_names_the_agent() {
 
 #[test]
 fn seed_002_sosreport_names_ufw() {
+    sosreport_names_ufw(false);
+}
+
+/// A sosreport that also holds `systemctl list-unit-files` and kubelet's journal: UFW's
+/// finding says it starts again at every boot, and kubelet's journal lines are timeline
+/// entries (kube-proxy's liveness failure and kill). Before, sosreport journals were not
+/// read and unit files not collected.
+#[test]
+fn sosreport_unit_files_and_kubelet_journal_are_read() {
+    let r = sosreport_names_ufw(true);
+    let ufw = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "host-firewall-ufw")
+        .unwrap();
+    assert!(
+        ufw["evidence"].as_array().unwrap().iter().any(|e| e["text"]
+            == "ufw.service enabled: it starts again at every boot"
+            && e["source"]
+                .as_str()
+                .unwrap()
+                .ends_with("sos_commands/systemd/systemctl_list-unit-files")),
+        "{ufw:#}"
+    );
+    let entries = r["timeline"]["entries"].as_array().unwrap();
+    for signal in ["probe-failed", "liveness-restart"] {
+        assert!(
+            entries.iter().any(|e| e["signal"] == signal
+                && e["source"]
+                    .as_str()
+                    .unwrap()
+                    .contains("journalctl_--no-pager_--unit_kubelet")),
+            "{signal}: {entries:#?}"
+        );
+    }
+}
+
+fn sosreport_names_ufw(with_history: bool) -> serde_json::Value {
     let t = Tree::new("ufw-active");
     let top = "sosreport-node2-2026-11-30-qwertyu";
     let w = |rel: &str, text: &str| t.write(&format!("{top}/{rel}"), text);
@@ -179,6 +218,18 @@ Chain ufw-before-forward (1 references)\n pkts bytes target     prot opt in     
         "table ip filter { # handle 1\n}\n",
     );
     w("sos_commands/kernel/sysctl_-a", "net.ipv4.ip_forward = 1\n");
+    if with_history {
+        // sos's systemd plugin and its kubernetes plugin's `add_journal(units="kubelet")`.
+        w(
+            "sos_commands/systemd/systemctl_list-unit-files",
+            "UNIT FILE                    STATE    PRESET\nfirewalld.service            disabled enabled\nufw.service                  enabled  enabled\n\n2 unit files listed.\n",
+        );
+        w(
+            "sos_commands/kubernetes/journalctl_--no-pager_--unit_kubelet",
+            "Nov 30 08:01:00 node2 kubelet[2001]: I1130 08:01:00.000000    2001 prober.go:107] \"Probe failed\" probeType=\"Liveness\" pod=\"kube-system/kube-proxy-node2\" podUID=\"3a4b\" containerName=\"kube-proxy\" probeResult=\"failure\" output=\"HTTP probe failed with statuscode: 503\"\n\
+Nov 30 08:01:30 node2 kubelet[2001]: I1130 08:01:30.000000    2001 kuberuntime_manager.go:1050] \"Message for Container of pod\" containerName=\"kube-proxy\" containerStatusID={\"Type\":\"containerd\"} pod=\"kube-system/kube-proxy-node2\" containerMessage=\"Container kube-proxy failed liveness probe, will be restarted\"\n",
+        );
+    }
     let (code, r, err) = doctor(t.path());
     assert_eq!(
         r["root_cause"],
@@ -192,6 +243,7 @@ Chain ufw-before-forward (1 references)\n pkts bytes target     prot opt in     
             .to_string()
             .contains("ufw_status_numbered")
     );
+    r
 }
 
 #[test]

@@ -98,6 +98,7 @@ fn commands() -> Vec<NodeCommand> {
         NodeCommand::UfwStatus,
         NodeCommand::FirewalldState,
         NodeCommand::ListUnits,
+        NodeCommand::UnitFiles,
         NodeCommand::Ps,
         NodeCommand::KubeletJournal,
     ]);

@@ -156,6 +156,9 @@ pub struct Facts {
     pub iptables_version: Fact<String>,
     pub kernel: Fact<String>,
     pub units: Fact<Vec<Unit>>,
+    /// Boot-time state (`systemctl list-unit-files`) of the firewall managers' and known
+    /// agents' units: whether a firewall comes back at the next boot.
+    pub unit_files: Fact<Vec<crate::parse::systemd::UnitFile>>,
     pub processes: Fact<Vec<Process>>,
     pub ufw: Fact<UfwStatus>,
     /// `firewall-cmd --state`: `running` / `not running`.
