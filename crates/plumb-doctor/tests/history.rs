@@ -130,6 +130,21 @@ fn probe_semantics_is_named_from_history_whether_kube_proxy_is_down_or_up() {
             "{:?}",
             p.remediation
         );
+        // The RKE2 releases whose manifest probes /livez, as rancher/rke2's history shows
+        // them (each line's first release).
+        assert!(
+            p.remediation.iter().any(|x| [
+                "v1.31.12+rke2r1",
+                "v1.32.8+rke2r1",
+                "v1.33.4+rke2r1",
+                "v1.34.1+rke2r1"
+            ]
+            .iter()
+            .all(|v| x.contains(v))
+                && x.contains("1.30 and older lines keep /healthz")),
+            "{:?}",
+            p.remediation
+        );
         assert!(p.evidence.iter().any(|e| e.text.contains("[timeline #")));
         let u = finding(&r, "kube-proxy-unhealthy");
         assert_eq!(u.status, Status::Problem, "{when}");

@@ -419,6 +419,20 @@ fn not_answering(ctx: &Ctx) -> Finding {
 }
 
 /// The manifest change that stops kubelet from killing a live kube-proxy on /healthz.
+/// The first RKE2 release of each line whose kube-proxy static pod probes /livez.
+///
+/// Verified in rancher/rke2: commit 51a90815dbc592ac9b82287d87dea0fe9c4f7cd1 (master,
+/// 2025-07-23, "Consolidate pod template handling in pkg/podtemplate") makes
+/// `createProbe` (pkg/podtemplate/podtemplate.go) default an empty path to "/livez" where
+/// pkg/staticpod/staticpod.go defaulted it to "/healthz", and `Config.KubeProxy`
+/// (pkg/podtemplate/spec.go) sets no HealthPath, so kube-proxy's liveness probe becomes
+/// /livez on port 10256. Backports: 01893d975f2b (first release v1.31.12+rke2r1),
+/// 9ebee8a41402 (v1.32.8+rke2r1), 9450eda982e9 (v1.33.4+rke2r1); master's first release
+/// is v1.34.1+rke2r1. The tags just before (v1.31.11, v1.32.7, v1.33.3, and v1.30.14,
+/// the last 1.30) still default to /healthz.
+pub const RKE2_LIVEZ_RELEASES: &str =
+    "v1.31.12+rke2r1, v1.32.8+rke2r1, v1.33.4+rke2r1, v1.34.1+rke2r1";
+
 fn probe_remedies(f: Finding, manifest: Option<&str>) -> Finding {
     let file = manifest.unwrap_or("the kube-proxy static pod manifest (RKE2: /var/lib/rancher/rke2/agent/pod-manifests/kube-proxy.yaml)");
     f.fix(format!(
@@ -427,7 +441,9 @@ fn probe_remedies(f: Finding, manifest: Option<&str>) -> Finding {
          it fails only when kube-proxy itself is stuck, not when the node is being deleted or the dataplane lags."
     ))
     .fix("Where kube-proxy is a DaemonSet (kubeadm, EKS): `kubectl -n kube-system patch ds kube-proxy --type=json -p '[{\"op\":\"replace\",\"path\":\"/spec/template/spec/containers/0/livenessProbe/httpGet/path\",\"value\":\"/livez\"}]'`.")
-    .fix("RKE2 rewrites its static pod manifests when rke2 starts: the edit lasts until then. Make it durable with an RKE2 release whose kube-proxy manifest probes /livez (its release notes say; check with `grep -A4 livenessProbe` on the manifest after the upgrade).")
+    .fix(format!(
+        "RKE2 rewrites its static pod manifests when rke2 starts: the edit lasts until then. Make it durable by upgrading to an RKE2 release whose kube-proxy manifest probes /livez: {RKE2_LIVEZ_RELEASES} and later in each line (Kubernetes 1.31.12, 1.32.8, 1.33.4, 1.34.1); 1.30 and older lines keep /healthz. Check with `grep -A6 livenessProbe` on the manifest after the upgrade."
+    ))
     .do_not("stop after pointing the probe at /livez: find why the dataplane is unhealthy (often a host firewall)")
 }
 
