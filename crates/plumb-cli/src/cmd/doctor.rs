@@ -279,10 +279,12 @@ pub fn render_verification(v: &plumb_doctor::verify::Verification) -> String {
     let section = |s: &mut String, name: &str, list: &[plumb_doctor::verify::FindingChange]| {
         let _ = writeln!(s, "{name} ({}):", list.len());
         for c in list {
-            let mark = if c.was_root_cause {
+            let mark = if !c.was_root_cause {
+                ""
+            } else if rc.before.as_deref() == Some(c.id.as_str()) {
                 " [root cause]"
             } else {
-                ""
+                " [explained by the root cause]"
             };
             let _ = match (&c.before, &c.now) {
                 (Some(b), Some(n)) if c.status_now != "problem" => {
