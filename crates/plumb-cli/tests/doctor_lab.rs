@@ -486,7 +486,15 @@ fn verify_after_the_sysctl_fix_says_gone() {
         "{}",
         String::from_utf8_lossy(&fix.stderr)
     );
-    let (code, v) = verify_lab(&before_path);
+    // The fix takes effect when the CNI's installer next retries (it could not reach the
+    // API through the Service while forwarding was off): until then the CNI is still not
+    // initialised and verify rightly says not fixed. Bounded wait for that moment.
+    let mut last = (0, serde_json::Value::Null);
+    let _ = lab.wait_until("verify to say fixed", Duration::from_secs(60), |_| {
+        last = verify_lab(&before_path);
+        last.1["fixed"] == true
+    });
+    let (code, v) = last;
     assert_eq!(v["root_cause"]["change"], "gone", "{v:#}");
     assert_eq!(v["fixed"], true, "{v:#}");
     assert_eq!(code, 0);
