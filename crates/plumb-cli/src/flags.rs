@@ -76,6 +76,12 @@ pub enum Command {
         /// The JSON report always carries it (`timeline`).
         #[arg(long)]
         timeline: bool,
+        /// Compare with an earlier `plumb doctor --json` report of the same node or bundle
+        /// (after a fix): is the earlier root cause gone, which problems are resolved,
+        /// still present or new. Exit 0 when the earlier root cause and the problems it
+        /// explained are gone and no other root cause took its place, else 1.
+        #[arg(long, value_name = "BEFORE.json")]
+        verify: Option<PathBuf>,
         #[command(flatten)]
         output: OutputFlags,
     },

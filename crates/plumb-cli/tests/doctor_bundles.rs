@@ -157,6 +157,45 @@ fn seed_000_rancher_bundle_names_the_agent() {
 
 #[test]
 fn seed_002_sosreport_names_ufw() {
+    sosreport_names_ufw(false);
+}
+
+/// A sosreport that also holds `systemctl list-unit-files` and kubelet's journal: UFW's
+/// finding says it starts again at every boot, and kubelet's journal lines are timeline
+/// entries (kube-proxy's liveness failure and kill). Before, sosreport journals were not
+/// read and unit files not collected.
+#[test]
+fn sosreport_unit_files_and_kubelet_journal_are_read() {
+    let r = sosreport_names_ufw(true);
+    let ufw = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "host-firewall-ufw")
+        .unwrap();
+    assert!(
+        ufw["evidence"].as_array().unwrap().iter().any(|e| e["text"]
+            == "ufw.service enabled: it starts again at every boot"
+            && e["source"]
+                .as_str()
+                .unwrap()
+                .ends_with("sos_commands/systemd/systemctl_list-unit-files")),
+        "{ufw:#}"
+    );
+    let entries = r["timeline"]["entries"].as_array().unwrap();
+    for signal in ["probe-failed", "liveness-restart"] {
+        assert!(
+            entries.iter().any(|e| e["signal"] == signal
+                && e["source"]
+                    .as_str()
+                    .unwrap()
+                    .contains("journalctl_--no-pager_--unit_kubelet")),
+            "{signal}: {entries:#?}"
+        );
+    }
+}
+
+fn sosreport_names_ufw(with_history: bool) -> serde_json::Value {
     let t = Tree::new("ufw-active");
     let top = "sosreport-node2-2026-11-30-qwertyu";
     let w = |rel: &str, text: &str| t.write(&format!("{top}/{rel}"), text);
@@ -179,6 +218,18 @@ Chain ufw-before-forward (1 references)\n pkts bytes target     prot opt in     
         "table ip filter { # handle 1\n}\n",
     );
     w("sos_commands/kernel/sysctl_-a", "net.ipv4.ip_forward = 1\n");
+    if with_history {
+        // sos's systemd plugin and its kubernetes plugin's `add_journal(units="kubelet")`.
+        w(
+            "sos_commands/systemd/systemctl_list-unit-files",
+            "UNIT FILE                    STATE    PRESET\nfirewalld.service            disabled enabled\nufw.service                  enabled  enabled\n\n2 unit files listed.\n",
+        );
+        w(
+            "sos_commands/kubernetes/journalctl_--no-pager_--unit_kubelet",
+            "Nov 30 08:01:00 node2 kubelet[2001]: I1130 08:01:00.000000    2001 prober.go:107] \"Probe failed\" probeType=\"Liveness\" pod=\"kube-system/kube-proxy-node2\" podUID=\"3a4b\" containerName=\"kube-proxy\" probeResult=\"failure\" output=\"HTTP probe failed with statuscode: 503\"\n\
+Nov 30 08:01:30 node2 kubelet[2001]: I1130 08:01:30.000000    2001 kuberuntime_manager.go:1050] \"Message for Container of pod\" containerName=\"kube-proxy\" containerStatusID={\"Type\":\"containerd\"} pod=\"kube-system/kube-proxy-node2\" containerMessage=\"Container kube-proxy failed liveness probe, will be restarted\"\n",
+        );
+    }
     let (code, r, err) = doctor(t.path());
     assert_eq!(
         r["root_cause"],
@@ -192,6 +243,7 @@ Chain ufw-before-forward (1 references)\n pkts bytes target     prot opt in     
             .to_string()
             .contains("ufw_status_numbered")
     );
+    r
 }
 
 #[test]
@@ -533,4 +585,107 @@ fn probe_semantics_from_a_bundles_history_with_the_timeline() {
         ),
         "{text}"
     );
+}
+
+/// `plumb doctor --bundle B --verify BEFORE.json` with extra arguments: (exit, stdout, stderr).
+fn verify(bundle: &Path, before: &Path, json: bool) -> (i32, String, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"));
+    cmd.arg("doctor")
+        .arg("--bundle")
+        .arg(bundle)
+        .arg("--verify")
+        .arg(before);
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A bundle of a node with `ip_forward=0`: before the fix the verification says the
+/// root cause is the same (exit 1); after the sysctl is fixed it says gone (exit 0), in
+/// JSON and text; an unreadable or foreign BEFORE file is an error (exit 2).
+#[test]
+fn verify_says_what_a_fix_changed_on_a_bundle() {
+    let t = Tree::new("verify");
+    let dir = rancher(&t, &kube_proxy_save(), |w| {
+        w(
+            "systeminfo/ps",
+            "USER PID %CPU %MEM VSZ RSS TTY STAT START TIME COMMAND\nroot 2101 0.1 0.2 1 1 ? Ssl 07:00 0:01 kube-proxy --v=2\n",
+        );
+        w(
+            "networking/cni/10-canal.conflist",
+            "{\"name\": \"k8s-pod-network\"}\n",
+        );
+    });
+    let sysctl = |fwd: u8| {
+        t.write(
+            "node1-2026-11-30_08_05_00/systeminfo/sysctla",
+            &format!("net.ipv4.ip_forward = {fwd}\nnet.netfilter.nf_conntrack_count = 312\nnet.netfilter.nf_conntrack_max = 262144\n"),
+        )
+    };
+    sysctl(0);
+    let (code, before, err) = doctor(&dir);
+    assert_eq!(before["root_cause"], "sysctl-requirement", "{err}");
+    assert_eq!(code, 1);
+    let files = Tree::new("verify-files");
+    files.write("before.json", &serde_json::to_string(&before).unwrap());
+    let before_path = files.path().join("before.json");
+
+    // Nothing fixed yet: the same root cause, still present, exit 1.
+    let (code, out, err) = verify(&dir, &before_path, true);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(v["fixed"], false);
+    assert_eq!(v["root_cause"]["change"], "same");
+    assert!(
+        v["still_present"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["id"] == "sysctl-requirement"),
+        "{out}"
+    );
+    assert!(v["new"].as_array().unwrap().is_empty(), "{out}");
+
+    // The fix (as the bundle shows it after `sysctl -w net.ipv4.ip_forward=1`).
+    sysctl(1);
+    let (code, out, err) = verify(&dir, &before_path, true);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(v["fixed"], true);
+    assert_eq!(v["root_cause"]["change"], "gone");
+    assert_eq!(v["root_cause"]["before"], "sysctl-requirement");
+    let resolved = v["resolved"].as_array().unwrap();
+    assert!(
+        resolved.iter().any(|c| c["id"] == "sysctl-requirement"
+            && c["status_now"] == "ok"
+            && c["was_root_cause"] == true),
+        "{out}"
+    );
+    assert_eq!(v["report"]["root_cause"], serde_json::Value::Null);
+    let (code, text, _) = verify(&dir, &before_path, false);
+    assert_eq!(code, 0);
+    assert!(
+        text.contains("root cause: gone (was sysctl-requirement)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("resolved (1):\n  sysctl-requirement [root cause]: "),
+        "{text}"
+    );
+
+    // Not a doctor report, and no file at all: exit 2 with what was expected.
+    files.write("junk.json", "{\"services\": []}");
+    let junk = files.path().join("junk.json");
+    let (code, _, err) = verify(&dir, &junk, false);
+    assert_eq!(code, 2);
+    assert!(err.contains("not a `plumb doctor --json` report"), "{err}");
+    let (code, _, err) = verify(&dir, &files.path().join("absent.json"), false);
+    assert_eq!(code, 2);
+    assert!(err.contains("reading the earlier report"), "{err}");
 }

@@ -15,8 +15,8 @@
 //! replacing anything ([`crate::new_file`]); a failed run leaves nothing behind.
 
 use crate::facts::{
-    AUDIT_LOG, CNI_DIR, CONFIG_FILES, GatherOptions, KUBE_PROXY_MANIFEST, RKE2_CONFIG,
-    agent_log_paths, kubelet_log_paths, manifest_paths, network_probes, pod_log_paths,
+    AUDIT_LOG, CNI_DIR, CONFIG_FILES, DISTRIBUTION_LOGS, GatherOptions, KUBE_PROXY_MANIFEST,
+    RKE2_CONFIG, agent_log_paths, kubelet_log_paths, manifest_paths, network_probes, pod_log_paths,
 };
 use crate::new_file::NewFile;
 use crate::node::{Node, NodeCommand};
@@ -99,6 +99,7 @@ fn commands() -> Vec<NodeCommand> {
         NodeCommand::UfwStatus,
         NodeCommand::FirewalldState,
         NodeCommand::ListUnits,
+        NodeCommand::UnitFiles,
         NodeCommand::Ps,
         NodeCommand::KubeletJournal,
     ]);
@@ -363,6 +364,7 @@ fn collect(node: &dyn Node, options: &GatherOptions, stage: &mut Stage) -> Resul
     for p in pod_log_paths(node, options)
         .into_iter()
         .chain(kubelet_log_paths(node))
+        .chain(DISTRIBUTION_LOGS.iter().map(|(p, _)| p.to_string()))
     {
         stage.file_within(node, &p, MAX_LOG_BYTES)?;
     }

@@ -60,10 +60,50 @@ pub const MANIFEST_DIRS: &[&str] = &[
 /// Configuration files that name the node's network settings (besides RKE2's config).
 pub const CONFIG_FILES: &[&str] = &[
     "/etc/rancher/k3s/config.yaml",
+    // kubeadm's kube-proxy DaemonSet mounts its ConfigMap here (`--config=/var/lib/kube-proxy/config.conf`).
     "/var/lib/kube-proxy/config.conf",
     "/var/lib/kube-proxy/kubeconfig.conf",
     "/etc/kubernetes/kubeadm-config.yaml",
+    // EKS's kube-proxy DaemonSet (add-on): `kube-proxy --v=2 --config=/var/lib/kube-proxy-config/config`,
+    // the `kube-proxy-config` ConfigMap (clusterCIDR, mode); its kubeconfig in
+    // /var/lib/kube-proxy/kubeconfig. Both are ConfigMap mounts inside the pod: on the
+    // host they exist only where a bundle or a root tree copied them.
+    "/var/lib/kube-proxy-config/config",
+    // MicroShift: `network.serviceNetwork` / `network.clusterNetwork` (openshift/microshift
+    // docs/user/howto_config.md: "The MicroShift configuration file must be located at
+    // /etc/microshift/config.yaml"; without it the built-in defaults apply).
+    "/etc/microshift/config.yaml",
 ];
+/// Node log files of distributions' own networking components: (path, writer).
+/// EKS's VPC CNI (aws-node) logs to /var/log/aws-routed-eni (its logger's default
+/// `/host/var/log/aws-routed-eni/ipamd.log` inside the pod, aws/amazon-vpc-cni-k8s
+/// pkg/utils/logger; `AWS_VPC_K8S_PLUGIN_LOG_FILE` /var/log/aws-routed-eni/plugin.log).
+pub const DISTRIBUTION_LOGS: &[(&str, &str)] = &[
+    ("/var/log/aws-routed-eni/ipamd.log", "aws-node"),
+    ("/var/log/aws-routed-eni/plugin.log", "aws-node"),
+];
+/// Units of host firewall managers whose boot-time state collect and doctor read
+/// (`systemctl list-unit-files`): a firewall that is enabled comes back at boot even
+/// after it was stopped.
+pub const FIREWALL_UNITS: &[&str] = &[
+    "firewalld.service",
+    "ufw.service",
+    "nftables.service",
+    "iptables.service",
+    "ip6tables.service",
+    "netfilter-persistent.service",
+];
+
+/// The firewall managers' units and every unit of the agents catalogue.
+pub fn unit_file_names() -> Vec<String> {
+    let mut v: Vec<String> = FIREWALL_UNITS.iter().map(|u| u.to_string()).collect();
+    for a in plumb_facts::agents::catalogue() {
+        v.extend(a.units.iter().cloned());
+    }
+    v.dedup();
+    v
+}
+
 /// Where RKE2 writes kubelet's log (and its containerd's).
 pub const RKE2_AGENT_LOG_DIR: &str = "/var/lib/rancher/rke2/agent/logs";
 /// The audit log (NETFILTER_CFG records: who changed which netfilter table, when).
@@ -103,6 +143,9 @@ pub fn gather(node: &dyn Node, options: &GatherOptions) -> Facts {
         });
         f.units = text_fact(node, &NodeCommand::ListUnits, |t| {
             Some(systemd::list_units(t))
+        });
+        f.unit_files = text_fact(node, &NodeCommand::UnitFiles, |t| {
+            Some(systemd::list_unit_files(t))
         });
         f.processes = text_fact(node, &NodeCommand::Ps, |t| {
             Some(ps::parse(t)).filter(|p| !p.is_empty())
@@ -461,6 +504,19 @@ fn node_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
             out.push(f);
         }
     }
+    for (p, writer) in DISTRIBUTION_LOGS {
+        if let Ok(c) = node.file(p) {
+            let mut f = log_text(
+                &c.text(),
+                c.source.clone(),
+                p,
+                None,
+                options.max_signals_per_file,
+            );
+            f.component = Some((*writer).into());
+            out.push(f);
+        }
+    }
     if let Ok(c) = node.command(&NodeCommand::KubeletJournal) {
         let mut f = log_text(
             &c.text(),
@@ -503,13 +559,32 @@ pub fn audit_log(text: &str, source: String, max: usize) -> LogFile {
     }
 }
 
-/// The distribution the node's files show.
+/// The distribution the node's files show, by marker paths (first match wins, most
+/// specific first: an EKS or RKE2 node may also hold kubeadm-like paths).
+///
+/// - RKE2: /etc/rancher/rke2/config.yaml, /var/lib/rancher/rke2 (docs.rke2.io); kube-proxy
+///   is a static pod (agent/pod-manifests/kube-proxy.yaml), kubelet logs to
+///   agent/logs/kubelet.log.
+/// - k3s: /etc/rancher/k3s/config.yaml, /var/lib/rancher/k3s (docs.k3s.io); kube-proxy
+///   runs inside the k3s process (no pod, no manifest), logs in the `k3s` unit's journal.
+/// - MicroShift: /etc/microshift/config.yaml (optional), /var/lib/microshift (its data
+///   directory); OVN-Kubernetes translates Services, there is no kube-proxy; logs in the
+///   `microshift` unit's journal.
+/// - EKS: /etc/eks (the EKS AMIs install bootstrap.sh, eni-max-pods.txt, nodeadm's files
+///   there; awslabs/amazon-eks-ami); kube-proxy is a DaemonSet (pod logs only), the VPC CNI
+///   logs to /var/log/aws-routed-eni.
+/// - kubeadm: /etc/kubernetes/manifests/kube-apiserver.yaml (control plane),
+///   /etc/kubernetes/kubelet.conf; kube-proxy is a DaemonSet configured from
+///   /var/lib/kube-proxy/config.conf.
 fn distribution(node: &dyn Node) -> Option<String> {
     [
         (RKE2_CONFIG, "rke2"),
         ("/var/lib/rancher/rke2", "rke2"),
         ("/etc/rancher/k3s/config.yaml", "k3s"),
         ("/var/lib/rancher/k3s", "k3s"),
+        ("/etc/microshift/config.yaml", "microshift"),
+        ("/var/lib/microshift", "microshift"),
+        ("/etc/eks", "eks"),
         ("/etc/kubernetes/manifests/kube-apiserver.yaml", "kubeadm"),
         ("/etc/kubernetes/kubelet.conf", "kubeadm"),
     ]

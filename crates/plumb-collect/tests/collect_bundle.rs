@@ -169,4 +169,19 @@ fn collect_then_read_back_as_a_bundle() {
     assert!(
         !matches!(&from_bundle.kube_proxy_healthz, plumb_facts::Fact::Unknown { reason } if reason.contains("holds no live"))
     );
+    // The boot-time state of the firewall managers' and agents' units travels too (this
+    // machine's systemd answers for the named units only: a few lines).
+    if let Some(live_units) = from_live.unit_files.value() {
+        let back = from_bundle
+            .unit_files
+            .value()
+            .expect("unit files in the bundle");
+        assert_eq!(live_units, back);
+        assert!(back.len() <= plumb_collect::facts::unit_file_names().len());
+        assert!(
+            back.iter()
+                .all(|u| plumb_collect::facts::unit_file_names().contains(&u.name)),
+            "{back:?}"
+        );
+    }
 }

@@ -20,6 +20,35 @@ pub struct Ctx<'a> {
     pub values: NodeValues,
     /// The node's history from every log read.
     pub timeline: Timeline,
+    /// Whether the ruleset translates the `kubernetes` Service right now.
+    pub kubernetes_dnat: KubernetesDnat,
+}
+
+/// The port of the `kubernetes` Service (`default/kubernetes:https`): the API server's
+/// Service always listens on 443 (kube-apiserver's `--kubernetes-service-node-port` aside,
+/// which adds a NodePort, not another port).
+pub const KUBERNETES_SERVICE_PORT: u16 = 443;
+
+/// Does the ruleset, read once, DNAT the `kubernetes` ClusterIP:443 (kube-proxy's
+/// recovered service map, any mode)?
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KubernetesDnat {
+    /// A kube-proxy service for the ClusterIP:port with endpoints: where it sends it.
+    Present {
+        /// The endpoints (`10.0.0.5:6443`).
+        endpoints: Vec<String>,
+        /// Where it was read (`iptables-nft-save`).
+        source: String,
+    },
+    /// No kube-proxy service with endpoints for the ClusterIP:port in a full ruleset.
+    Absent {
+        /// Services recovered from the ruleset at all.
+        services: usize,
+        /// Where the ruleset was read.
+        source: String,
+    },
+    /// Not judged: no ruleset, or a partial or truncated one.
+    NotJudged(String),
 }
 
 /// The node's own values, from its state (see [`plumb_facts::cluster`]); defaults only

@@ -5,6 +5,7 @@
 //!   come from plumb-check and run over the same facts.
 //! - [`reasoning`]: ranks candidate causes by the symptoms they explain.
 //! - [`report`]: the versioned JSON report and its human rendering.
+//! - [`verify`]: what changed since an earlier report (`plumb doctor --verify`).
 
 #![deny(missing_docs)]
 
@@ -12,10 +13,11 @@ pub mod checks;
 pub mod context;
 pub mod reasoning;
 pub mod report;
+pub mod verify;
 
 pub use report::{REPORT_VERSION, Report};
 
-use context::{Ctx, NodeValues};
+use context::{Ctx, KUBERNETES_SERVICE_PORT, KubernetesDnat, NodeValues};
 use plumb_facts::{Facts, SourceKind};
 use plumb_findings::Finding;
 
@@ -55,6 +57,9 @@ pub fn kubernetes_signs(facts: &Facts) -> Vec<String> {
     if facts.kube_proxy_probes.value().is_some() {
         signs.push("kube-proxy static pod manifest".into());
     }
+    if let Some(d) = &facts.distribution {
+        signs.push(format!("{d}'s files"));
+    }
     signs
 }
 
@@ -67,6 +72,7 @@ pub fn diagnose(facts: &Facts) -> Report {
         return Report {
             version: REPORT_VERSION,
             source: facts.source.clone(),
+            distribution: facts.distribution.clone(),
             root_cause: None,
             confidence: None,
             supporting: Vec::new(),
@@ -80,7 +86,8 @@ pub fn diagnose(facts: &Facts) -> Report {
             )],
         };
     }
-    let ruleset_findings = match facts.ruleset.value() {
+    let values = NodeValues::from_facts(facts);
+    let (ruleset_findings, kubernetes_dnat) = match facts.ruleset.value() {
         Some(rs) => {
             let origin = match &facts.source {
                 Some(s) if matches!(s.kind, SourceKind::Live | SourceKind::Namespace) => {
@@ -90,19 +97,29 @@ pub fn diagnose(facts: &Facts) -> Report {
                     facts.ruleset.source().unwrap_or("ruleset").to_string(),
                 ),
             };
-            plumb_check::run(&plumb_check::CheckInput::new(rs, origin, false))
+            let check_facts = plumb_check::CheckInput::new(rs, origin, false);
+            let dnat = kubernetes_dnat(
+                &check_facts,
+                &values.kubernetes_clusterip,
+                facts.ruleset.source().unwrap_or("the ruleset"),
+            );
+            (plumb_check::run(&check_facts), dnat)
         }
-        None => vec![Finding::unknown(
-            ID_RULESET_UNREADABLE,
-            plumb_findings::Severity::High,
-            "no ruleset could be read, so kube-proxy's and the CNI's rules were not checked",
-        )],
+        None => (
+            vec![Finding::unknown(
+                ID_RULESET_UNREADABLE,
+                plumb_findings::Severity::High,
+                "no ruleset could be read, so kube-proxy's and the CNI's rules were not checked",
+            )],
+            KubernetesDnat::NotJudged("no ruleset could be read".into()),
+        ),
     };
     let ctx = Ctx {
         facts,
         ruleset_findings,
-        values: NodeValues::from_facts(facts),
+        values,
         timeline: plumb_facts::timeline::build(facts),
+        kubernetes_dnat,
     };
     let mut findings: Vec<Finding> = checks::ALL.iter().flat_map(|c| c(&ctx)).collect();
     findings.extend(ctx.ruleset_findings.iter().cloned());
@@ -113,6 +130,7 @@ pub fn diagnose(facts: &Facts) -> Report {
     Report {
         version: REPORT_VERSION,
         source: facts.source.clone(),
+        distribution: facts.distribution.clone(),
         root_cause: conclusion.as_ref().map(|c| c.root_cause.clone()),
         confidence: conclusion.as_ref().map(|c| c.confidence),
         supporting: conclusion.map(|c| c.supporting).unwrap_or_default(),
@@ -120,5 +138,49 @@ pub fn diagnose(facts: &Facts) -> Report {
         network: Some(ctx.values.network.clone()),
         timeline: ctx.timeline,
         findings,
+    }
+}
+
+/// Whether kube-proxy's rules (its service map recovered from the ruleset) translate the
+/// `kubernetes` ClusterIP:443 now.
+fn kubernetes_dnat(
+    facts: &plumb_check::CheckInput,
+    clusterip: &str,
+    source: &str,
+) -> KubernetesDnat {
+    if !facts.is_full() {
+        return KubernetesDnat::NotJudged(format!(
+            "{source} is partial or truncated: a missing rule proves nothing"
+        ));
+    }
+    let Ok(ip) = clusterip.parse::<std::net::IpAddr>() else {
+        return KubernetesDnat::NotJudged(format!(
+            "the kubernetes ClusterIP {clusterip:?} is no address"
+        ));
+    };
+    let services = facts.services.iter().map(|m| m.services.len()).sum();
+    let endpoints: Vec<String> = facts
+        .services
+        .iter()
+        .flat_map(|m| &m.services)
+        .filter(|s| s.cluster_ip == Some(ip) && s.port.is_none_or(|p| p == KUBERNETES_SERVICE_PORT))
+        .flat_map(|s| &s.endpoints)
+        .map(|e| {
+            e.address
+                .clone()
+                .or_else(|| e.chain.map(str::to_string))
+                .unwrap_or_else(|| "an endpoint".into())
+        })
+        .collect();
+    if endpoints.is_empty() {
+        KubernetesDnat::Absent {
+            services,
+            source: source.to_string(),
+        }
+    } else {
+        KubernetesDnat::Present {
+            endpoints,
+            source: source.to_string(),
+        }
     }
 }

@@ -66,6 +66,7 @@ const CAUSES: &[(&str, &[&str])] = &[
             "clusterip-unreachable",
             "kube-proxy-restore-failures",
             "kube-proxy-rules-missing",
+            "kubernetes-service-not-translated",
             "kube-proxy-service-unreachable",
             "kube-proxy-canary-missing",
             "dangling-reference",
@@ -80,6 +81,7 @@ const CAUSES: &[(&str, &[&str])] = &[
             "clusterip-unreachable",
             "kube-proxy-restore-failures",
             "kube-proxy-rules-missing",
+            "kubernetes-service-not-translated",
             "kube-proxy-service-unreachable",
             "kube-proxy-canary-missing",
             "dangling-reference",
@@ -104,6 +106,7 @@ const CAUSES: &[(&str, &[&str])] = &[
         "host-firewall-firewalld",
         &[
             "kube-proxy-rules-missing",
+            "kubernetes-service-not-translated",
             "kube-proxy-restore-failures",
             "kube-proxy-service-unreachable",
             "kube-proxy-canary-missing",
@@ -128,6 +131,7 @@ const CAUSES: &[(&str, &[&str])] = &[
         "iptables-backend-mix",
         &[
             "kube-proxy-rules-missing",
+            "kubernetes-service-not-translated",
             "clusterip-unreachable",
             "stale-chain",
         ],
@@ -146,6 +150,7 @@ const CAUSES: &[(&str, &[&str])] = &[
         &[
             "kube-proxy-restore-failures",
             "kube-proxy-rules-missing",
+            "kubernetes-service-not-translated",
             "clusterip-unreachable",
             "cni-not-initialized",
             "kube-proxy-unhealthy",
@@ -155,6 +160,7 @@ const CAUSES: &[(&str, &[&str])] = &[
         "kube-proxy-nft-unavailable",
         &[
             "kube-proxy-rules-missing",
+            "kubernetes-service-not-translated",
             "clusterip-unreachable",
             "cni-not-initialized",
             "kube-proxy-unhealthy",
@@ -183,6 +189,7 @@ const CAUSES: &[(&str, &[&str])] = &[
         "security-agent-present",
         &[
             "kube-proxy-rules-missing",
+            "kubernetes-service-not-translated",
             "kube-proxy-restore-failures",
             "clusterip-unreachable",
             "cni-not-initialized",
@@ -199,6 +206,7 @@ const CAUSES: &[(&str, &[&str])] = &[
     (
         "kube-proxy-rules-missing",
         &[
+            "kubernetes-service-not-translated",
             "clusterip-unreachable",
             "kube-proxy-service-unreachable",
             "cni-not-initialized",

@@ -18,6 +18,11 @@ pub struct Report {
     pub version: u32,
     /// What was diagnosed (this machine, a namespace, a bundle).
     pub source: Option<SourceInfo>,
+    /// The distribution the node's files show (`rke2`, `k3s`, `kubeadm`, `eks`,
+    /// `microshift`), when known: it decides where configs and logs were looked for and
+    /// which defaults apply.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<String>,
     /// Finding id of the root cause, or null when no problem explains anything.
     pub root_cause: Option<String>,
     /// How sure the root cause is.

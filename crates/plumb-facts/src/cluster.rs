@@ -8,8 +8,13 @@
 //! 2. command lines and static pod manifests (`--service-cluster-ip-range`,
 //!    `--cluster-cidr`), kube-proxy's config (`clusterCIDR`), kubeadm's
 //!    (`serviceSubnet`, `podSubnet`), RKE2's and k3s's config (`service-cidr`, `cluster-cidr`);
+//!    MicroShift's `/etc/microshift/config.yaml` (`network.serviceNetwork` and
+//!    `network.clusterNetwork`, YAML lists; openshift/microshift docs/user/howto_config.md);
 //! 3. the distribution's defaults (RKE2 and k3s 10.43.0.0/16 and 10.42.0.0/16, kubeadm
-//!    10.96.0.0/12), marked as defaults so that reports say so.
+//!    10.96.0.0/12, MicroShift 10.43.0.0/16 and 10.42.0.0/16 (`microshift show-config`),
+//!    EKS 10.100.0.0/16 — or 172.20.0.0/16 when the VPC is in 10.0.0.0/8, which the node's
+//!    files do not show; the pod addresses are the VPC's own with the VPC CNI), marked as
+//!    defaults so that reports say so.
 //!
 //! Pure: [`settings_in`] reads one text, [`network`] decides from [`Facts`].
 
@@ -49,13 +54,38 @@ const SPELLINGS: &[(&str, SettingKey)] = &[
     ("cluster-cidr", SettingKey::ClusterCidr),
     ("clusterCIDR", SettingKey::ClusterCidr),
     ("podSubnet", SettingKey::ClusterCidr),
+    // MicroShift's config.yaml (and OpenShift's network config): lists under the key.
+    ("serviceNetwork", SettingKey::ServiceCidr),
+    ("clusterNetwork", SettingKey::ClusterCidr),
 ];
 
 /// The settings a text names (a manifest, a config file, a command line).
 pub fn settings_in(text: &str, source: &str) -> Vec<Setting> {
     let mut out = Vec::new();
-    for line in text.lines() {
-        let line = line.trim_start_matches([' ', '\t', '-', '"', '\'']);
+    // A YAML key whose value is a list on the following lines (`serviceNetwork:` then
+    // `- 10.43.0.0/16`, or OpenShift's `- cidr: 10.128.0.0/14`): its first IPv4 item.
+    let mut list_of: Option<(&str, SettingKey)> = None;
+    for raw in text.lines() {
+        if let Some((name, key)) = list_of {
+            let item = raw.trim_start();
+            if let Some(v) = item.strip_prefix('-') {
+                let v = v.trim();
+                let v = v.strip_prefix("cidr:").map_or(v, str::trim);
+                if let Some(v) = ipv4_cidr(v) {
+                    out.push(Setting {
+                        key,
+                        value: v,
+                        source: format!("{source}: {name}"),
+                    });
+                    list_of = None;
+                }
+                continue;
+            }
+            if !item.is_empty() && !item.starts_with('#') {
+                list_of = None;
+            }
+        }
+        let line = raw.trim_start_matches([' ', '\t', '-', '"', '\'']);
         let words: Vec<&str> = line.split_whitespace().collect();
         for (i, w) in words.iter().enumerate() {
             let next = words.get(i + 1).copied();
@@ -69,6 +99,9 @@ pub fn settings_in(text: &str, source: &str) -> Vec<Setting> {
                     _ if rest == ":" || rest.is_empty() => next,
                     _ => None,
                 };
+                if rest == ":" && next.is_none() {
+                    list_of = Some((name, *key));
+                }
                 if let Some(v) = value.and_then(ipv4_cidr) {
                     out.push(Setting {
                         key: *key,
@@ -208,13 +241,44 @@ pub fn first_address(cidr: &str) -> Option<String> {
     Some(std::net::Ipv4Addr::from(u32::from(base).wrapping_add(1)).to_string())
 }
 
-/// Defaults of the distribution (RKE2's when it is not known: plumb's first platform).
-fn defaults(distribution: Option<&str>) -> (&'static str, &'static str, &'static str) {
+/// Defaults of the distribution (RKE2's when it is not known: plumb's first platform):
+/// (service CIDR, where that default comes from, pod CIDR, where that one comes from).
+fn defaults(
+    distribution: Option<&str>,
+) -> (&'static str, &'static str, &'static str, &'static str) {
     match distribution {
-        Some("kubeadm") => ("10.96.0.0/12", "10.244.0.0/16", "kubeadm's default"),
-        Some("k3s") => ("10.43.0.0/16", "10.42.0.0/16", "k3s's default"),
-        Some("rke2") => ("10.43.0.0/16", "10.42.0.0/16", "RKE2's default"),
-        _ => ("10.43.0.0/16", "10.42.0.0/16", "RKE2's default"),
+        Some("kubeadm") => (
+            "10.96.0.0/12",
+            "kubeadm's default",
+            "10.244.0.0/16",
+            "kubeadm's default",
+        ),
+        Some("k3s") => (
+            "10.43.0.0/16",
+            "k3s's default",
+            "10.42.0.0/16",
+            "k3s's default",
+        ),
+        Some("microshift") => (
+            "10.43.0.0/16",
+            "MicroShift's default",
+            "10.42.0.0/16",
+            "MicroShift's default",
+        ),
+        // EKS: "10.100.0.0/16 or 172.20.0.0/16" (the latter when the VPC is in
+        // 10.0.0.0/8); pods take VPC addresses (VPC CNI), so there is no pod CIDR to quote.
+        Some("eks") => (
+            "10.100.0.0/16",
+            "EKS's default (172.20.0.0/16 instead when the VPC is in 10.0.0.0/8)",
+            "the VPC's CIDR",
+            "EKS with the VPC CNI: pods take addresses of the VPC's subnets",
+        ),
+        _ => (
+            "10.43.0.0/16",
+            "RKE2's default",
+            "10.42.0.0/16",
+            "RKE2's default",
+        ),
     }
 }
 
@@ -249,13 +313,13 @@ pub fn network(facts: &Facts) -> ClusterNetwork {
             .find(|s| s.key == key)
             .map(|s| Decided::found(s.value.clone(), s.source.clone()))
     };
-    let (def_svc, def_pod, def_name) = defaults(facts.distribution.as_deref());
-    let default = |v: &str| Decided {
+    let (def_svc, svc_name, def_pod, pod_name) = defaults(facts.distribution.as_deref());
+    let default = |v: &str, name: &str| Decided {
         value: v.to_string(),
-        source: format!("{def_name}, not found on the node"),
+        source: format!("{name}, not found on the node"),
         default: true,
     };
-    let service_cidr = first(SettingKey::ServiceCidr).unwrap_or_else(|| default(def_svc));
+    let service_cidr = first(SettingKey::ServiceCidr).unwrap_or_else(|| default(def_svc, svc_name));
     let cluster_cidr = rules
         .cluster_cidr
         .as_ref()
@@ -266,7 +330,7 @@ pub fn network(facts: &Facts) -> ClusterNetwork {
             )
         })
         .or_else(|| first(SettingKey::ClusterCidr))
-        .unwrap_or_else(|| default(def_pod));
+        .unwrap_or_else(|| default(def_pod, pod_name));
     let kubernetes_clusterip = match &rules.clusterip {
         Some(ip) => Decided::found(
             ip.clone(),
@@ -322,5 +386,35 @@ mod tests {
         );
         assert_eq!(s[0].source, "f: service-cluster-ip-range");
         assert!(settings_in("cluster-cidr: not-a-cidr\n--service-cidr=\n", "f").is_empty());
+    }
+
+    /// MicroShift's config.yaml keeps both as YAML lists (openshift/microshift
+    /// docs/user/howto_config.md); OpenShift's network config lists `- cidr: X`.
+    #[test]
+    fn yaml_lists_under_the_key() {
+        let s = settings_in(
+            "network:\n  clusterNetwork:\n    - 10.72.0.0/16\n  serviceNetwork:\n  # the Services\n    - fd00::/112\n    - 10.73.0.0/16\n  serviceNodePortRange: 30000-32767\n",
+            "/etc/microshift/config.yaml",
+        );
+        let got: Vec<(SettingKey, &str)> = s.iter().map(|s| (s.key, s.value.as_str())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (SettingKey::ClusterCidr, "10.72.0.0/16"),
+                (SettingKey::ServiceCidr, "10.73.0.0/16")
+            ]
+        );
+        let s = settings_in(
+            "clusterNetwork:\n- cidr: 10.128.0.0/14\n  hostPrefix: 23\nserviceNetwork:\n- 172.30.0.0/16\n",
+            "f",
+        );
+        let got: Vec<(SettingKey, &str)> = s.iter().map(|s| (s.key, s.value.as_str())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (SettingKey::ClusterCidr, "10.128.0.0/14"),
+                (SettingKey::ServiceCidr, "172.30.0.0/16")
+            ]
+        );
     }
 }

@@ -181,6 +181,9 @@ pub struct Facts {
     /// systemd units from `systemctl list-units --all` (firewalld, ufw, iptables.service,
     /// security agents).
     pub units: Fact<Vec<Unit>>,
+    /// Boot-time state (`systemctl list-unit-files`) of the firewall managers' and known
+    /// agents' units: whether a firewall comes back at the next boot.
+    pub unit_files: Fact<Vec<crate::parse::systemd::UnitFile>>,
     /// Running processes (`ps` or /proc): who runs kube-proxy, the CNI agents, the
     /// security agents, and with which arguments.
     pub processes: Fact<Vec<Process>>,

@@ -2,9 +2,13 @@
 //!
 //! - `iptables-backend-mix`: iptables-legacy and iptables-nft both hold KUBE-* chains
 //!   (`iptables` warns "iptables-legacy tables present"). The kernel evaluates both, so
-//!   stale rules in the unused backend still act on packets. The live one is the backend
-//!   where kubelet keeps `KUBE-IPTABLES-HINT` (facts-kernel.md); kube-proxy's
-//!   iptables-wrapper picks the same one.
+//!   stale rules in the unused backend still act on packets. The live one is the only
+//!   backend whose built-in chains jump to KUBE-* chains (its hook rules: packets enter
+//!   kube-proxy's and kubelet's chains only through them); when both or neither have
+//!   hook rules, the backend where kubelet keeps `KUBE-IPTABLES-HINT` (facts-kernel.md;
+//!   kube-proxy's iptables-wrapper picks the same one). The stale backend's kube-proxy
+//!   chains are not judged as kube-proxy's dataplane ([`live_backend`]): no packet
+//!   reaches them, so their missing hooks are this finding, not `kube-proxy-rules-missing`.
 //! - `kube-proxy-mode-mix`: a native nftables `kube-proxy` table and iptables-mode
 //!   KUBE-SVC chains at once: kube-proxy changed mode and one set is a leftover.
 //!
@@ -40,6 +44,74 @@ fn has_hint(facts: &CheckInput, backend: Backend) -> bool {
         .any(|t| &*t.name == "mangle" && t.chain("KUBE-IPTABLES-HINT").is_some())
 }
 
+/// The hook rules of `backend`: rules of its built-in chains that jump to a KUBE-* chain.
+fn hook_rules<'a>(
+    facts: &CheckInput<'a>,
+    backend: Backend,
+) -> Vec<(&'a Table, &'a plumb_ruleset::Chain, &'a plumb_ruleset::Rule)> {
+    facts
+        .ruleset
+        .tables_of(backend)
+        .flat_map(|t| {
+            t.chains
+                .iter()
+                .filter(|c| c.is_builtin())
+                .flat_map(move |c| c.rules.iter().map(move |r| (t, c, r)))
+        })
+        .filter(|(_, _, r)| {
+            r.chain_references()
+                .iter()
+                .any(|x| x.chain.starts_with("KUBE-"))
+        })
+        .collect()
+}
+
+/// Which iptables backend is live when both hold KUBE chains, and how that was told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveBackend {
+    /// The backend packets go through (or kubelet writes to).
+    pub live: Backend,
+    /// The backend holding the stale copy.
+    pub stale: Backend,
+    /// True when told by the hook rules (only the live backend's built-in chains jump to
+    /// KUBE chains); false when told by kubelet's KUBE-IPTABLES-HINT.
+    pub by_hooks: bool,
+}
+
+/// When both iptables backends hold KUBE chains in a full dump: the live one, told by
+/// the hook rules when only one backend has them, else by KUBE-IPTABLES-HINT when only
+/// one backend has it; `None` when it cannot be told (or there is no mix).
+pub fn live_backend(facts: &CheckInput) -> Option<LiveBackend> {
+    if !facts.is_full() {
+        return None;
+    }
+    let (l, n) = (Backend::IptablesLegacy, Backend::IptablesNft);
+    if kube_chains(facts, l).is_empty() || kube_chains(facts, n).is_empty() {
+        return None;
+    }
+    let pick = |a: bool, b: bool| match (a, b) {
+        (true, false) => Some((l, n)),
+        (false, true) => Some((n, l)),
+        _ => None,
+    };
+    let hooks = pick(
+        !hook_rules(facts, l).is_empty(),
+        !hook_rules(facts, n).is_empty(),
+    );
+    if let Some((live, stale)) = hooks {
+        return Some(LiveBackend {
+            live,
+            stale,
+            by_hooks: true,
+        });
+    }
+    pick(has_hint(facts, l), has_hint(facts, n)).map(|(live, stale)| LiveBackend {
+        live,
+        stale,
+        by_hooks: false,
+    })
+}
+
 /// Reports Kubernetes chains in more than one backend and kube-proxy rules of two modes;
 /// `unknown` for both ids when the input is not complete.
 pub fn check(facts: &CheckInput) -> Vec<Finding> {
@@ -54,37 +126,76 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
             has_hint(facts, Backend::IptablesLegacy),
             has_hint(facts, Backend::IptablesNft),
         );
-        let live = match (lh, nh) {
-            (true, false) => Some((Backend::IptablesLegacy, Backend::IptablesNft)),
-            (false, true) => Some((Backend::IptablesNft, Backend::IptablesLegacy)),
-            _ => None,
+        let live = live_backend(facts);
+        let stale_count = |b: Backend| {
+            if b == Backend::IptablesLegacy {
+                legacy.len()
+            } else {
+                nft.len()
+            }
         };
         let title = match live {
-            Some((l, s)) => format!(
-                "KUBE rules in both iptables backends: {l} is live (kubelet's KUBE-IPTABLES-HINT), {s} holds {} stale KUBE chain(s)",
-                if s == Backend::IptablesLegacy {
-                    legacy.len()
-                } else {
-                    nft.len()
-                }
+            Some(LiveBackend {
+                live,
+                stale,
+                by_hooks: true,
+            }) => format!(
+                "KUBE rules in both iptables backends: {live} is live (only its built-in chains jump to KUBE chains), {stale} holds {} stale KUBE chain(s) no packet reaches",
+                stale_count(stale)
+            ),
+            Some(LiveBackend { live, stale, .. }) => format!(
+                "KUBE rules in both iptables backends: {live} is live (kubelet's KUBE-IPTABLES-HINT), {stale} holds {} stale KUBE chain(s)",
+                stale_count(stale)
             ),
             None => format!(
-                "KUBE rules in both iptables backends ({} legacy, {} nft chains); which one is live cannot be told (KUBE-IPTABLES-HINT in {})",
+                "KUBE rules in both iptables backends ({} legacy, {} nft chains); which one is live cannot be told (hook rules from the built-in chains in both or neither, KUBE-IPTABLES-HINT in {})",
                 legacy.len(),
                 nft.len(),
-                if lh { "both" } else { "neither" }
+                if lh && nh { "both" } else { "neither" }
             ),
         };
-        let ev = legacy
+        // The live backend's hook rules first (what makes it live), then chains of each.
+        let hooks: Vec<_> = live
+            .filter(|l| l.by_hooks)
+            .map(|l| hook_rules(facts, l.live))
+            .unwrap_or_default();
+        let ev: Vec<_> = hooks
             .iter()
-            .take(3)
-            .chain(nft.iter().take(3))
-            .map(|(t, c)| facts.chain(t, c));
+            .take(2)
+            .map(|(t, _, r)| facts.rule(t, r))
+            .chain(
+                legacy
+                    .iter()
+                    .take(3)
+                    .chain(nft.iter().take(3))
+                    .map(|(t, c)| facts.chain(t, c)),
+            )
+            .collect();
+        let confirm = match live {
+            Some(l) => format!(
+                "Confirm {} is the backend kube-proxy and kubelet use: `iptables --version` on the host and in the kube-proxy image say `({})`.",
+                l.live,
+                if l.live == Backend::IptablesNft { "nf_tables" } else { "legacy" }
+            ),
+            None => "Confirm the live backend: `iptables --version` on the host and in the kube-proxy image, and which mangle table has KUBE-IPTABLES-HINT.".to_string(),
+        };
+        let remove = match live.map(|l| l.stale) {
+            Some(Backend::IptablesLegacy) => "Remove the stale iptables-legacy KUBE rules in a maintenance window: `iptables-legacy-save | grep -v KUBE | iptables-legacy-restore` (and the same with ip6tables-legacy), then restart kubelet and kube-proxy so they re-check their own rules.".to_string(),
+            Some(_) => "Remove the stale iptables-nft KUBE rules in a maintenance window: `iptables-nft-save | grep -v KUBE | iptables-nft-restore` (and the same with ip6tables-nft), then restart kubelet and kube-proxy so they re-check their own rules.".to_string(),
+            None => "Remove the stale backend's KUBE rules in a maintenance window (e.g. `iptables-legacy-save | grep -v KUBE | iptables-legacy-restore` when legacy is stale), then reboot or restart kubelet and kube-proxy.".to_string(),
+        };
+        let stale_note = match live {
+            Some(l) => format!(
+                " Here {} is live; {}'s kube-proxy chains are judged as leftovers, not as kube-proxy's dataplane (their missing hooks are why no packet reaches them, not a broken kube-proxy).",
+                l.live, l.stale
+            ),
+            None => String::new(),
+        };
         let f = Finding::problem(ID, Severity::High, title)
             .with_evidence(ev)
-            .explain("iptables-legacy (x_tables) and iptables-nft (nf_tables) are separate kernel tables and the kernel runs both on every packet. When kube-proxy or kubelet switched backend (an image or host iptables upgrade, an `update-alternatives` change), the old backend keeps its KUBE rules: they go stale, keep DNATing to old endpoints or dropping, and `iptables` warns \"iptables-legacy tables present\". Tools reading only one backend see half the picture.")
-            .fix("Confirm the live backend: `iptables --version` on the host and in the kube-proxy image, and which mangle table has KUBE-IPTABLES-HINT.")
-            .fix("Remove the stale backend's KUBE rules in a maintenance window (e.g. `iptables-legacy-save | grep -v KUBE | iptables-legacy-restore` when legacy is stale), then reboot or restart kubelet and kube-proxy.")
+            .explain(format!("iptables-legacy (x_tables) and iptables-nft (nf_tables) are separate kernel tables and the kernel runs both on every packet. When kube-proxy or kubelet switched backend (an image or host iptables upgrade, an `update-alternatives` change), the old backend keeps its KUBE rules: they go stale, keep DNATing to old endpoints or dropping when their hooks remain, and `iptables` warns \"iptables-legacy tables present\". Tools reading only one backend see half the picture.{stale_note}"))
+            .fix(confirm)
+            .fix(remove)
             .do_not("pin iptables-legacy as a workaround: it makes the split permanent.");
         out.push(f);
     }
@@ -159,6 +270,54 @@ mod tests {
                 .iter()
                 .any(|e| e.source == "iptables-legacy-save")
         );
+    }
+
+    /// The lab's and a switched node's state: the same kube-proxy chains in both backends,
+    /// KUBE-IPTABLES-HINT in both, hook rules only in nft.
+    const STALE_UNHOOKED: &str = "*mangle\n:PREROUTING ACCEPT [0:0]\n:KUBE-IPTABLES-HINT - [0:0]\nCOMMIT\n*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]\n-A KUBE-SERVICES -j KUBE-SVC-NPX46M4PTMTKRN6Y\nCOMMIT\n";
+
+    #[test]
+    fn hook_rules_in_one_backend_name_it_live() {
+        let mut r = rs(KUBE, Backend::IptablesNft);
+        r.merge(rs(STALE_UNHOOKED, Backend::IptablesLegacy));
+        let facts = CheckInput::new(&r, Origin::Live { netns: None }, false);
+        assert_eq!(
+            live_backend(&facts),
+            Some(LiveBackend {
+                live: Backend::IptablesNft,
+                stale: Backend::IptablesLegacy,
+                by_hooks: true
+            })
+        );
+        let f = check(&facts);
+        assert!(
+            f[0].title
+                .contains("iptables-nft is live (only its built-in chains jump")
+                && !f[0].title.contains("cannot be told"),
+            "{}",
+            f[0].title
+        );
+        assert!(
+            f[0].evidence
+                .iter()
+                .any(|e| e.text == "-A PREROUTING -j KUBE-SERVICES"),
+            "{:?}",
+            f[0].evidence
+        );
+        assert!(
+            f[0].remediation
+                .iter()
+                .any(|s| s.contains("iptables-legacy-save | grep -v KUBE"))
+        );
+    }
+
+    #[test]
+    fn hooks_in_both_and_hint_in_both_cannot_be_told() {
+        let mut r = rs(KUBE, Backend::IptablesNft);
+        r.merge(rs(KUBE, Backend::IptablesLegacy));
+        let facts = CheckInput::new(&r, Origin::Live { netns: None }, false);
+        assert_eq!(live_backend(&facts), None);
+        assert!(check(&facts)[0].title.contains("cannot be told"));
     }
 
     #[test]

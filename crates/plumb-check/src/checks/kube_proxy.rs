@@ -15,7 +15,10 @@
 //! - `kube-proxy-chain-hash-mismatch`: a KUBE-SVC/SEP/… chain whose hash is not what
 //!   kube-proxy computes for the service named in its comments.
 //!
-//! Only judged on complete dumps; partial inputs get an `unknown` answer.
+//! Only judged on complete dumps; partial inputs get an `unknown` answer. When both
+//! iptables backends hold KUBE chains and one is told live (`backends::live_backend`),
+//! the stale backend's chains are leftovers reported by `iptables-backend-mix`, not
+//! kube-proxy's dataplane: none of these findings is raised about them.
 
 use super::{is_kube_proxy_chain, short_list};
 use crate::facts::shapes::{ipvs_mode, is_flushed};
@@ -62,7 +65,11 @@ fn hooked(table: &Table, builtin: &str, target: &str) -> Option<bool> {
 pub fn check(facts: &CheckInput) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut judged = false;
+    let stale = super::backends::live_backend(facts).map(|l| l.stale);
     for group in facts.xt_groups() {
+        if stale == Some(group.0) {
+            continue;
+        }
         let tables: Vec<&Table> = ["nat", "filter", "mangle"]
             .iter()
             .filter_map(|n| facts.xt_table(group, n))
@@ -473,6 +480,66 @@ mod tests {
 
     fn problems<'a>(f: &'a [Finding], id: &str) -> Vec<&'a Finding> {
         f.iter().filter(|x| x.id == id && x.is_problem()).collect()
+    }
+
+    /// kube-proxy's dump in `backend`, without its built-in chains' rules when `unhooked`.
+    fn in_backend(backend: Backend, unhooked: bool) -> plumb_ruleset::Ruleset {
+        use plumb_ruleset::iptables::save::{IptablesInput, parse};
+        let text: String = dump()
+            .lines()
+            .filter(|l| {
+                !unhooked
+                    || ![
+                        "-A PREROUTING ",
+                        "-A OUTPUT ",
+                        "-A POSTROUTING ",
+                        "-A INPUT ",
+                        "-A FORWARD ",
+                    ]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        parse(
+            &crate::checks::full_dump(&text),
+            &IptablesInput {
+                backend: Some(backend),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// A stale copy of kube-proxy's chains in iptables-legacy without hook rules, beside
+    /// the live rules in iptables-nft (the backend-mix state): nothing about the stale
+    /// copy is `kube-proxy-rules-missing` (it was CRITICAL "nat PREROUTING does not jump
+    /// to KUBE-SERVICES" about iptables-legacy); the same unhooked rules alone still are.
+    #[test]
+    fn the_stale_backends_unhooked_chains_are_not_rules_missing() {
+        let mut r = in_backend(Backend::IptablesNft, false);
+        r.merge(in_backend(Backend::IptablesLegacy, true));
+        let f = check(&CheckInput::new(&r, Origin::Live { netns: None }, false));
+        for id in [ID_MISSING, ID_UNREACHABLE, ID_CANARY] {
+            assert!(problems(&f, id).is_empty(), "{id}: {f:#?}");
+            assert!(
+                f.iter().any(|x| x.id == id && x.status == Status::Ok),
+                "{id}"
+            );
+        }
+        let alone = in_backend(Backend::IptablesLegacy, true);
+        let f = check(&CheckInput::new(
+            &alone,
+            Origin::Live { netns: None },
+            false,
+        ));
+        assert!(
+            problems(&f, ID_MISSING)
+                .iter()
+                .any(|x| x.severity == Severity::Critical
+                    && x.title
+                        .contains("PREROUTING does not jump to KUBE-SERVICES")),
+            "{f:#?}"
+        );
     }
 
     #[test]

@@ -91,9 +91,12 @@ pub fn run(
     lab: bool,
     bundle: Option<&Path>,
     timeline: bool,
+    verify: Option<&Path>,
     json: bool,
     style: plumb_findings::Style,
 ) -> anyhow::Result<Verdict> {
+    // The earlier report is read first: a wrong file is an error before any gathering.
+    let before = verify.map(read_earlier).transpose()?;
     let options = GatherOptions::default();
     let facts = if let Some(path) = bundle {
         let b = open_bundle(path).map_err(anyhow::Error::msg)?;
@@ -115,6 +118,9 @@ pub fn run(
         gather(&live as &dyn Node, &options)
     };
     let report = plumb_doctor::diagnose(&facts);
+    if let Some(before) = before {
+        return verify_against(&before, report, json, style);
+    }
     if json {
         output::json(&report)?;
     } else {
@@ -125,12 +131,32 @@ pub fn run(
             for note in &s.notes {
                 writeln!(out, "note: {note}")?;
             }
+            if let Some(d) = &report.distribution {
+                writeln!(out, "distribution: {d}")?;
+            }
             writeln!(out)?;
         }
         if timeline {
             out.write_all(render_timeline(&report.timeline).as_bytes())?;
             writeln!(out)?;
         }
+        write_diagnosis(&mut out, &report, style)?;
+    }
+    Ok(if report.root_cause.is_some() {
+        Verdict::Problems
+    } else {
+        Verdict::Clean
+    })
+}
+
+/// The diagnosis in text: conclusion and findings, what would make it sure, and the
+/// network values that were assumed rather than read.
+fn write_diagnosis(
+    out: &mut impl Write,
+    report: &plumb_doctor::Report,
+    style: plumb_findings::Style,
+) -> anyhow::Result<()> {
+    {
         let conclusion = report.conclusion();
         let text = plumb_findings::render::diagnosis(conclusion.as_ref(), &report.findings, style);
         out.write_all(text.as_bytes())?;
@@ -156,9 +182,122 @@ pub fn run(
             }
         }
     }
-    Ok(if report.root_cause.is_some() {
-        Verdict::Problems
-    } else {
-        Verdict::Clean
+    Ok(())
+}
+
+/// An earlier report is at most this big (a 10k-service node's report is a few MB).
+const MAX_EARLIER: u64 = 64 << 20;
+
+/// Reads and parses an earlier `plumb doctor --json` report (a regular file, bounded).
+fn read_earlier(path: &Path) -> anyhow::Result<plumb_doctor::verify::EarlierReport> {
+    use std::io::Read as _;
+    let what = || format!("reading the earlier report {}", path.display());
+    let file = std::fs::File::open(path).with_context(what)?;
+    let meta = file.metadata().with_context(what)?;
+    anyhow::ensure!(
+        meta.is_file(),
+        "{}: not a regular file (give the file `plumb doctor --json` wrote)",
+        path.display()
+    );
+    let mut text = String::new();
+    file.take(MAX_EARLIER + 1)
+        .read_to_string(&mut text)
+        .with_context(what)?;
+    anyhow::ensure!(
+        text.len() as u64 <= MAX_EARLIER,
+        "{}: larger than {} MiB, not a doctor report",
+        path.display(),
+        MAX_EARLIER >> 20
+    );
+    serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: not a `plumb doctor --json` report (it needs version, root_cause, supporting and findings with id, status and title)",
+            path.display()
+        )
     })
+}
+
+/// `--verify`: compares, prints the comparison (text: then the diagnosis of this run),
+/// and says whether the earlier root cause is fixed.
+fn verify_against(
+    before: &plumb_doctor::verify::EarlierReport,
+    report: plumb_doctor::Report,
+    json: bool,
+    style: plumb_findings::Style,
+) -> anyhow::Result<Verdict> {
+    let v = plumb_doctor::verify::compare(before, report)
+        .map_err(|e| anyhow::anyhow!("the earlier report: {e}"))?;
+    let verdict = if v.fixed {
+        Verdict::Clean
+    } else {
+        Verdict::Problems
+    };
+    if json {
+        output::json(&v)?;
+        return Ok(verdict);
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(render_verification(&v).as_bytes())?;
+    writeln!(out, "\nnow:")?;
+    write_diagnosis(&mut out, &v.report, style)?;
+    Ok(verdict)
+}
+
+/// The comparison in text: the verdict, the root cause before and now, then the
+/// resolved, still present and new problems (one line each).
+pub fn render_verification(v: &plumb_doctor::verify::Verification) -> String {
+    use plumb_doctor::verify::RootCauseChange;
+    let mut s = String::new();
+    if let Some(src) = &v.report.source {
+        let _ = writeln!(s, "plumb doctor --verify: {}", src.description);
+    }
+    if let Some(b) = &v.before_source {
+        let _ = writeln!(s, "compared with the earlier report of: {b}");
+    }
+    let _ = writeln!(s, "{}", v.verdict);
+    let none = "none";
+    let rc = &v.root_cause;
+    let _ = match rc.change {
+        RootCauseChange::Gone => writeln!(
+            s,
+            "root cause: gone (was {})",
+            rc.before.as_deref().unwrap_or(none)
+        ),
+        RootCauseChange::Same => writeln!(
+            s,
+            "root cause: same ({})",
+            rc.now.as_deref().unwrap_or(none)
+        ),
+        RootCauseChange::Changed => writeln!(
+            s,
+            "root cause: changed ({} -> {})",
+            rc.before.as_deref().unwrap_or(none),
+            rc.now.as_deref().unwrap_or(none)
+        ),
+        RootCauseChange::None => writeln!(s, "root cause: none before, none now"),
+    };
+    let section = |s: &mut String, name: &str, list: &[plumb_doctor::verify::FindingChange]| {
+        let _ = writeln!(s, "{name} ({}):", list.len());
+        for c in list {
+            let mark = if !c.was_root_cause {
+                ""
+            } else if rc.before.as_deref() == Some(c.id.as_str()) {
+                " [root cause]"
+            } else {
+                " [explained by the root cause]"
+            };
+            let _ = match (&c.before, &c.now) {
+                (Some(b), Some(n)) if c.status_now != "problem" => {
+                    writeln!(s, "  {}{mark}: {b} -> now {}: {n}", c.id, c.status_now)
+                }
+                (Some(b), None) => writeln!(s, "  {}{mark}: {b} -> not reported now", c.id),
+                (_, Some(n)) => writeln!(s, "  {}{mark}: {n}", c.id),
+                (None, None) => writeln!(s, "  {}{mark}", c.id),
+            };
+        }
+    };
+    section(&mut s, "resolved", &v.resolved);
+    section(&mut s, "still present", &v.still_present);
+    section(&mut s, "new", &v.new);
+    s
 }

@@ -254,12 +254,28 @@ impl BundleNode {
                     "sos_commands/systemd/systemctl_list-units_--all".into(),
                     "sos_commands/systemd/systemctl_list-units".into(),
                 ],
-                NodeCommand::KubeletJournal => {
-                    return Err(
-                        "sosreport keeps kubelet's journal only inside the whole journal; not read"
-                            .into(),
-                    );
+                // sos's `add_journal(units=...)` writes `journalctl --no-pager --unit U`
+                // as `journalctl_--no-pager_--unit_U` under the plugin's directory: the
+                // kubernetes and openshift plugins for kubelet, rke2's for its services,
+                // microshift's for its unit (sosreport/sos sos/report/plugins/*.py). Each
+                // one found is read (they are separate units).
+                // sos's systemd plugin: `systemctl list-unit-files`.
+                NodeCommand::UnitFiles => {
+                    vec!["sos_commands/systemd/systemctl_list-unit-files".into()]
                 }
+                NodeCommand::KubeletJournal => [
+                    ("kubernetes", "kubelet"),
+                    ("openshift", "kubelet"),
+                    ("rke2", "rke2-server"),
+                    ("rke2", "rke2-agent"),
+                    ("k3s", "k3s"),
+                    ("microshift", "microshift"),
+                ]
+                .iter()
+                .map(|(plugin, unit)| {
+                    format!("sos_commands/{plugin}/journalctl_--no-pager_--unit_{unit}")
+                })
+                .collect(),
                 NodeCommand::Ps => vec![
                     "sos_commands/process/ps_auxwwwm".into(),
                     "ps".into(),
@@ -305,6 +321,8 @@ impl BundleNode {
                 NodeCommand::UfwStatus => vec!["systeminfo/ubuntu-ufw".into()],
                 NodeCommand::FirewalldState => vec!["systeminfo/rhel-statusfirewalld".into()],
                 NodeCommand::ListUnits => vec!["systeminfo/systemd-units".into()],
+                // `systemctl list-unit-files` (docs/bundles.md, Rancher collector l.260).
+                NodeCommand::UnitFiles => vec!["systeminfo/systemd-unit-files".into()],
                 NodeCommand::Ps => vec!["systeminfo/ps".into(), "systeminfo/psaux".into()],
                 NodeCommand::KubeletJournal => {
                     ["kubelet", "rke2-agent", "rke2-server", "k3s", "k3s-agent"]

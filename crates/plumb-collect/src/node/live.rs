@@ -170,6 +170,14 @@ impl<R: Runner> Node for LiveNode<R> {
                 TIMEOUT,
                 false,
             ),
+            NodeCommand::UnitFiles => {
+                // Named units only: the output stays a few lines (bounded) and says
+                // nothing about the rest of the host.
+                let names = crate::facts::unit_file_names();
+                let mut args = vec!["list-unit-files", "--no-pager"];
+                args.extend(names.iter().map(String::as_str));
+                self.run("systemctl", &args, false, TIMEOUT, true)
+            }
             NodeCommand::Ps => self.run("ps", &["-eo", "pid,comm,args"], false, TIMEOUT, false),
             // The journal is the host's: a file tree standing for a node has none of its own.
             NodeCommand::KubeletJournal if self.root != Path::new("/") => Err(format!(
@@ -179,7 +187,7 @@ impl<R: Runner> Node for LiveNode<R> {
             NodeCommand::KubeletJournal => self.run(
                 "journalctl",
                 &[
-                    "-u", "kubelet", "-u", "rke2-agent", "-u", "rke2-server", "-u", "k3s", "-u", "k3s-agent",
+                    "-u", "kubelet", "-u", "rke2-agent", "-u", "rke2-server", "-u", "k3s", "-u", "k3s-agent", "-u", "microshift",
                     "--no-pager", "-o", "short-iso", "-n", "20000",
                 ],
                 false,

@@ -54,10 +54,13 @@ pub enum NodeCommand {
     FirewalldState,
     /// `systemctl list-units --all`.
     ListUnits,
+    /// `systemctl list-unit-files` of the firewall managers' and known agents' units
+    /// ([`crate::facts::unit_file_names`]): which start at boot.
+    UnitFiles,
     /// Process list with command lines.
     Ps,
     /// The journal of kubelet and the distribution's services (kubelet, rke2-agent,
-    /// rke2-server, k3s, k3s-agent), the newest lines.
+    /// rke2-server, k3s, k3s-agent, microshift), the newest lines.
     KubeletJournal,
 }
 
@@ -94,6 +97,7 @@ impl NodeCommand {
             NodeCommand::UfwStatus => "ufw_status_verbose".into(),
             NodeCommand::FirewalldState => "firewall-cmd_--state".into(),
             NodeCommand::ListUnits => "systemctl_list-units_--all".into(),
+            NodeCommand::UnitFiles => "systemctl_list-unit-files".into(),
             NodeCommand::Ps => "ps_-eo_pid_comm_args".into(),
             NodeCommand::KubeletJournal => "journalctl_kubelet_rke2_k3s".into(),
         }

@@ -157,6 +157,7 @@ fn inferred(ctx: &Ctx) -> Option<Finding> {
 
 fn with_remedies(f: Finding, ctx: &Ctx, agent: &str) -> Finding {
     let v = &ctx.values;
+    let f = f.with_evidence(crate::checks::kube_proxy::no_dnat_evidence(ctx));
     f.explain(format!(
         "{agent} snapshots the host firewall and reverts anything it did not write. kube-proxy's chains \
          (KUBE-SERVICES, KUBE-SVC-*, KUBE-SEP-*) are exactly such writes, so the agent deletes them; kube-proxy's next \

@@ -81,6 +81,7 @@ fn conflict(ctx: &Ctx) -> Finding {
         ));
     }
     evidence.extend(broken.iter().rev().take(3).rev().map(|e| entry_evidence(e)));
+    evidence.extend(crate::checks::kube_proxy::no_dnat_evidence(ctx));
     let cleaned_chains = cleanup
         .iter()
         .filter(|e| e.text.contains("chainName="))

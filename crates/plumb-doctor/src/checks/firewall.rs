@@ -168,6 +168,7 @@ fn reject(ctx: &Ctx) -> Finding {
     };
     Finding::problem(ID_REJECT, if forward { Severity::High } else { Severity::Medium }, title)
         .with_evidence(evidence)
+        .with_evidence(starts_at_boot(ctx, &["iptables.service", "ip6tables.service"]))
         .explain(
             "RHEL/CentOS's iptables-services loads /etc/sysconfig/iptables at boot, whose shipped default ends INPUT and FORWARD with \
              `-j REJECT --reject-with icmp-host-prohibited`. kube-proxy inserts its jumps above it, but they accept only marked or \
@@ -182,6 +183,24 @@ fn reject(ctx: &Ctx) -> Finding {
         ))
         .do_not("flush iptables to open the node: it also removes kube-proxy's and the CNI's rules")
         .do_not("save the running ruleset into /etc/sysconfig/iptables (`service iptables save`): it freezes kube-proxy's rules of today into the boot file")
+}
+
+/// The named units that start at boot (`systemctl list-unit-files`): stopping the
+/// firewall now does not keep it off after a reboot unless it is disabled too.
+fn starts_at_boot(ctx: &Ctx, units: &[&str]) -> Vec<Evidence> {
+    let (Some(files), Some(src)) = (ctx.facts.unit_files.value(), ctx.facts.unit_files.source())
+    else {
+        return Vec::new();
+    };
+    files
+        .iter()
+        .filter(|u| units.contains(&u.name.as_str()) && u.is_enabled())
+        .map(|u| Evidence {
+            source: src.to_string(),
+            line: Some(u.line),
+            text: format!("{} {}: it starts again at every boot", u.name, u.state),
+        })
+        .collect()
 }
 
 /// UFW's chains in the ruleset and the FORWARD policy, with evidence.
@@ -257,6 +276,7 @@ fn ufw(ctx: &Ctx) -> Finding {
     let v = &ctx.values;
     Finding::problem(ID_UFW, Severity::High, "UFW is active on this Kubernetes node")
         .with_evidence(evidence)
+        .with_evidence(starts_at_boot(ctx, &["ufw.service"]))
         .explain(
             "UFW sets the FORWARD policy to DROP (\"disabled (routed)\" still drops) and hooks its chains in front of \
              kube-proxy's and the CNI's accept rules, so pod-to-Service and NodePort traffic is dropped in FORWARD. \
@@ -359,6 +379,7 @@ fn firewalld(ctx: &Ctx) -> Finding {
     };
     Finding::problem(ID_FIREWALLD, severity, title)
         .with_evidence(ev)
+        .with_evidence(starts_at_boot(ctx, &["firewalld.service"]))
         .explain(
             "A firewalld reload (FlushAllOnReload=yes) wipes kube-proxy's and the CNI portmap rules until their next sync; \
              firewalld older than 1.2.5 also flushed iptables-nft tables it did not own. RKE2's docs say to disable firewalld with Canal.",

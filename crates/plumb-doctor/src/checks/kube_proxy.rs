@@ -6,7 +6,11 @@
 //! does not fit: `iptables-userspace-incompatible` (its iptables cannot talk to the
 //! kernel's nf_tables, or rejects options it writes), `kube-proxy-nft-unavailable`
 //! (nftables mode without a usable `nft`) and `kube-proxy-conntrack-permission` (it may not
-//! set the conntrack sysctls).
+//! set the conntrack sysctls). `kubernetes-service-not-translated`: no DNAT for the
+//! `kubernetes` ClusterIP:443 in the ruleset right now, on a node where kube-proxy runs —
+//! what the node and its pods need to reach the API through the Service; stated however
+//! the rules vanished, so a revert that leaves no kube-proxy chain at all still shows in
+//! kube-proxy's findings.
 
 use crate::context::{Ctx, entry_evidence, fact_evidence, log_evidence};
 use plumb_facts::parse::logs::Signal;
@@ -28,10 +32,27 @@ pub const ID_IPTABLES: &str = "iptables-userspace-incompatible";
 pub const ID_NFT: &str = "kube-proxy-nft-unavailable";
 /// Finding id: kube-proxy may not set `nf_conntrack_max` (unprivileged or containerised).
 pub const ID_CONNTRACK_PERM: &str = "kube-proxy-conntrack-permission";
+/// Finding id: no DNAT for the `kubernetes` ClusterIP:443 in the ruleset right now, on a
+/// node where kube-proxy runs.
+pub const ID_NO_DNAT: &str = "kubernetes-service-not-translated";
 
 /// Answers for every kube-proxy id from its health endpoints, its static pod's probe
 /// paths and its logs.
 pub fn check(ctx: &Ctx) -> Vec<Finding> {
+    if let Some(why) = no_kube_proxy_by_design(ctx) {
+        return [
+            ID_RESTORE,
+            ID_UNHEALTHY,
+            ID_PROBES,
+            ID_IPTABLES,
+            ID_NFT,
+            ID_CONNTRACK_PERM,
+            ID_NO_DNAT,
+        ]
+        .iter()
+        .map(|id| Finding::ok(id, why))
+        .collect();
+    }
     vec![
         restore(ctx),
         unhealthy(ctx),
@@ -39,7 +60,134 @@ pub fn check(ctx: &Ctx) -> Vec<Finding> {
         iptables_incompatible(ctx),
         nft_unavailable(ctx),
         conntrack_permission(ctx),
+        kubernetes_dnat(ctx),
     ]
+}
+
+/// A distribution that runs no kube-proxy (MicroShift: OVN-Kubernetes translates Services;
+/// openshift/microshift docs) where nothing shows one anyway: kube-proxy's checks have
+/// nothing to judge, and say why instead of "no kube-proxy log was readable".
+fn no_kube_proxy_by_design(ctx: &Ctx) -> Option<&'static str> {
+    (ctx.facts.distribution.as_deref() == Some("microshift") && kube_proxy_expected(ctx).is_none())
+        .then_some("MicroShift runs no kube-proxy (OVN-Kubernetes translates Services): nothing of kube-proxy's to check")
+}
+
+/// Signs that kube-proxy runs on this node (its process, logs, static pod manifest, a
+/// health reply, or its chains in the ruleset): a node without it (Cilium's kube-proxy
+/// replacement, OVN-Kubernetes) translates Services elsewhere.
+fn kube_proxy_expected(ctx: &Ctx) -> Option<String> {
+    let f = ctx.facts;
+    if let Some(p) = f
+        .processes
+        .value()
+        .and_then(|ps| ps.iter().find(|p| p.comm == "kube-proxy"))
+    {
+        return Some(format!("process kube-proxy[{}]", p.pid));
+    }
+    // k3s runs kube-proxy inside its own process unless told not to (docs.k3s.io: k3s
+    // server --disable-kube-proxy).
+    if let Some(p) = f.processes.value().and_then(|ps| {
+        ps.iter()
+            .find(|p| p.comm == "k3s" && !p.args.contains("--disable-kube-proxy"))
+    }) {
+        return Some(format!("kube-proxy inside process k3s[{}]", p.pid));
+    }
+    if let Some(l) = f
+        .pod_logs
+        .iter()
+        .find(|l| l.pod.as_ref().is_some_and(|p| p.container == "kube-proxy"))
+    {
+        return Some(format!("kube-proxy's log {}", l.path));
+    }
+    if let Some(src) = f.kube_proxy_probes.source() {
+        return Some(format!("kube-proxy's manifest {src}"));
+    }
+    if f.kube_proxy_healthz.value().is_some() {
+        return Some("kube-proxy's /healthz answers".into());
+    }
+    None
+}
+
+/// "no DNAT for 10.43.0.1:443 right now" as evidence, for the diagnoses of whatever
+/// deletes kube-proxy's rules (a revert can leave no kube-proxy chain at all, and then no
+/// ruleset check has anything of kube-proxy's to report).
+pub fn no_dnat_evidence(ctx: &Ctx) -> Option<plumb_findings::Evidence> {
+    use crate::context::{KUBERNETES_SERVICE_PORT, KubernetesDnat};
+    let KubernetesDnat::Absent { services, source } = &ctx.kubernetes_dnat else {
+        return None;
+    };
+    kube_proxy_expected(ctx)?;
+    Some(fact_evidence(
+        source,
+        format!(
+            "no DNAT for the kubernetes Service {}:{KUBERNETES_SERVICE_PORT} right now ({services} kube-proxy service port(s) in the ruleset)",
+            ctx.values.kubernetes_clusterip
+        ),
+    ))
+}
+
+fn kubernetes_dnat(ctx: &Ctx) -> Finding {
+    use crate::context::{KUBERNETES_SERVICE_PORT, KubernetesDnat};
+    let target = format!(
+        "{}:{KUBERNETES_SERVICE_PORT}",
+        ctx.values.kubernetes_clusterip
+    );
+    match &ctx.kubernetes_dnat {
+        KubernetesDnat::NotJudged(why) => Finding::unknown(
+            ID_NO_DNAT,
+            Severity::Critical,
+            format!("whether the kubernetes Service {target} is translated was not checked: {why}"),
+        ),
+        KubernetesDnat::Present { endpoints, source } => Finding::ok(
+            ID_NO_DNAT,
+            format!(
+                "the kubernetes Service {target} is translated to {} ({source})",
+                endpoints.join(", ")
+            ),
+        ),
+        KubernetesDnat::Absent { services, source } => {
+            let Some(sign) = kube_proxy_expected(ctx) else {
+                return Finding::ok(
+                    ID_NO_DNAT,
+                    format!(
+                        "no kube-proxy on this node: the kubernetes Service {target} is not translated in netfilter, as expected"
+                    ),
+                );
+            };
+            let defaulted = ctx.values.network.kubernetes_clusterip.default;
+            Finding::problem(
+                ID_NO_DNAT,
+                Severity::Critical,
+                format!("no DNAT for the kubernetes Service {target} right now"),
+            )
+            .with_evidence([
+                fact_evidence(
+                    source,
+                    format!(
+                        "{services} kube-proxy service port(s) in the ruleset, none for {target} with an endpoint"
+                    ),
+                ),
+                fact_evidence("kube-proxy", format!("kube-proxy runs here: {sign}")),
+                fact_evidence(
+                    "kubernetes ClusterIP",
+                    format!(
+                        "{} from {}",
+                        ctx.values.network.kubernetes_clusterip.value,
+                        ctx.values.network.kubernetes_clusterip.source
+                    ),
+                ),
+            ])
+            .explain(format!(
+                "Every pod (the CNI installer, CoreDNS, controllers) and the node itself reach the API server through the `kubernetes` Service. kube-proxy writes its DNAT on every full sync; at this moment the ruleset holds none{}, so connections to {target} go nowhere until kube-proxy writes it again. If it comes and goes, something deletes kube-proxy's rules between its syncs.",
+                if defaulted { " (the ClusterIP is a default: nothing on the node said which it is)" } else { "" }
+            ))
+            .fix(format!(
+                "Read kube-proxy's log for failed syncs (`iptables-restore` errors, \"Chain ... does not exist\") and re-run `plumb doctor` after its next full sync: if {target} is still not translated, kube-proxy cannot write or something removes its rules."
+            ))
+            .fix("Find the writer that removes them: `plumb watch` names each process that changes kube-proxy's chains (a security agent's revert, a firewall reload, a CNI cleanup).")
+            .do_not("flush iptables or restart kube-proxy in a loop: if something keeps deleting its rules, they disappear again; fix the cause.")
+        }
+    }
 }
 
 /// What kubelet's history says about kube-proxy: liveness kills, probe failures (with
@@ -288,6 +436,20 @@ fn not_answering(ctx: &Ctx) -> Finding {
 }
 
 /// The manifest change that stops kubelet from killing a live kube-proxy on /healthz.
+/// The first RKE2 release of each line whose kube-proxy static pod probes /livez.
+///
+/// Verified in rancher/rke2: commit 51a90815dbc592ac9b82287d87dea0fe9c4f7cd1 (master,
+/// 2025-07-23, "Consolidate pod template handling in pkg/podtemplate") makes
+/// `createProbe` (pkg/podtemplate/podtemplate.go) default an empty path to "/livez" where
+/// pkg/staticpod/staticpod.go defaulted it to "/healthz", and `Config.KubeProxy`
+/// (pkg/podtemplate/spec.go) sets no HealthPath, so kube-proxy's liveness probe becomes
+/// /livez on port 10256. Backports: 01893d975f2b (first release v1.31.12+rke2r1),
+/// 9ebee8a41402 (v1.32.8+rke2r1), 9450eda982e9 (v1.33.4+rke2r1); master's first release
+/// is v1.34.1+rke2r1. The tags just before (v1.31.11, v1.32.7, v1.33.3, and v1.30.14,
+/// the last 1.30) still default to /healthz.
+pub const RKE2_LIVEZ_RELEASES: &str =
+    "v1.31.12+rke2r1, v1.32.8+rke2r1, v1.33.4+rke2r1, v1.34.1+rke2r1";
+
 fn probe_remedies(f: Finding, manifest: Option<&str>) -> Finding {
     let file = manifest.unwrap_or("the kube-proxy static pod manifest (RKE2: /var/lib/rancher/rke2/agent/pod-manifests/kube-proxy.yaml)");
     f.fix(format!(
@@ -296,7 +458,9 @@ fn probe_remedies(f: Finding, manifest: Option<&str>) -> Finding {
          it fails only when kube-proxy itself is stuck, not when the node is being deleted or the dataplane lags."
     ))
     .fix("Where kube-proxy is a DaemonSet (kubeadm, EKS): `kubectl -n kube-system patch ds kube-proxy --type=json -p '[{\"op\":\"replace\",\"path\":\"/spec/template/spec/containers/0/livenessProbe/httpGet/path\",\"value\":\"/livez\"}]'`.")
-    .fix("RKE2 rewrites its static pod manifests when rke2 starts: the edit lasts until then. Make it durable with an RKE2 release whose kube-proxy manifest probes /livez (its release notes say; check with `grep -A4 livenessProbe` on the manifest after the upgrade).")
+    .fix(format!(
+        "RKE2 rewrites its static pod manifests when rke2 starts: the edit lasts until then. Make it durable by upgrading to an RKE2 release whose kube-proxy manifest probes /livez: {RKE2_LIVEZ_RELEASES} and later in each line (Kubernetes 1.31.12, 1.32.8, 1.33.4, 1.34.1); 1.30 and older lines keep /healthz. Check with `grep -A6 livenessProbe` on the manifest after the upgrade."
+    ))
     .do_not("stop after pointing the probe at /livez: find why the dataplane is unhealthy (often a host firewall)")
 }
 

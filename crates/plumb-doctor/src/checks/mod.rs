@@ -77,6 +77,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "kube-proxy may not set nf_conntrack_max (an unprivileged or containerised kube-proxy)",
     ),
     (
+        kube_proxy::ID_NO_DNAT,
+        "no DNAT for the `kubernetes` Service ClusterIP:443 in the ruleset right now, on a node where kube-proxy runs",
+    ),
+    (
         cni::ID,
         "the CNI never finished initialising (no config, install-cni failing)",
     ),

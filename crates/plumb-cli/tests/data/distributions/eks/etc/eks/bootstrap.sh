@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+# EKS AMI bootstrap (placeholder for the fixture)
