@@ -82,28 +82,6 @@ pub const DISTRIBUTION_LOGS: &[(&str, &str)] = &[
     ("/var/log/aws-routed-eni/ipamd.log", "aws-node"),
     ("/var/log/aws-routed-eni/plugin.log", "aws-node"),
 ];
-/// Units of host firewall managers whose boot-time state collect and doctor read
-/// (`systemctl list-unit-files`): a firewall that is enabled comes back at boot even
-/// after it was stopped.
-pub const FIREWALL_UNITS: &[&str] = &[
-    "firewalld.service",
-    "ufw.service",
-    "nftables.service",
-    "iptables.service",
-    "ip6tables.service",
-    "netfilter-persistent.service",
-];
-
-/// The firewall managers' units and every unit of the agents catalogue.
-pub fn unit_file_names() -> Vec<String> {
-    let mut v: Vec<String> = FIREWALL_UNITS.iter().map(|u| u.to_string()).collect();
-    for a in plumb_facts::agents::catalogue() {
-        v.extend(a.units.iter().cloned());
-    }
-    v.dedup();
-    v
-}
-
 /// Where RKE2 writes kubelet's log (and its containerd's).
 pub const RKE2_AGENT_LOG_DIR: &str = "/var/lib/rancher/rke2/agent/logs";
 /// The audit log (NETFILTER_CFG records: who changed which netfilter table, when).

@@ -177,10 +177,10 @@ fn collect_then_read_back_as_a_bundle() {
             .value()
             .expect("unit files in the bundle");
         assert_eq!(live_units, back);
-        assert!(back.len() <= plumb_collect::facts::unit_file_names().len());
+        assert!(back.len() <= plumb_collect::node::unit_file_names().len());
         assert!(
             back.iter()
-                .all(|u| plumb_collect::facts::unit_file_names().contains(&u.name)),
+                .all(|u| plumb_collect::node::unit_file_names().contains(&u.name)),
             "{back:?}"
         );
     }

@@ -6,6 +6,7 @@
 use crate::fact::Fact;
 use crate::parse::health::ProxyHealth;
 use crate::parse::logs::{LogLine, Signal};
+pub use crate::parse::ps::Process;
 use crate::parse::rke2::{ProbePaths, Rke2Config};
 use crate::parse::ss::Listener;
 use crate::parse::systemd::Unit;
@@ -51,20 +52,6 @@ pub struct RulesetRead {
     pub source: String,
     /// `ok`, `missing`, `failed: ...`, `not in bundle`.
     pub outcome: String,
-}
-
-/// One running process.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Process {
-    /// Process id (in the reading's PID namespace).
-    pub pid: u32,
-    /// The kernel's process name (`comm`: at most 15 bytes, `kube-proxy`, `venAgent`).
-    pub comm: String,
-    /// Resolved `/proc/PID/exe` on a live node; `None` from `ps` output or a bundle.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub exe: Option<String>,
-    /// Command line as printed (`ps` args or /proc/PID/cmdline with spaces).
-    pub args: String,
 }
 
 /// An HTTP GET made by a probe (kube-proxy health, API server readyz).
@@ -229,7 +216,7 @@ pub struct Facts {
     pub agent_logs: Vec<LogFile>,
     /// Network settings found in the node's own files and command lines (static pod
     /// manifests, kube-proxy and distribution configs, process arguments).
-    pub cluster_settings: Vec<crate::cluster::Setting>,
+    pub cluster_settings: Vec<crate::parse::settings::Setting>,
     /// The distribution the node's files show (`rke2`, `k3s`, `kubeadm`), when known.
     pub distribution: Option<String>,
 }

@@ -66,7 +66,7 @@ proptest! {
 
     #[test]
     fn parsers_never_panic(text in fragments()) {
-        plumb_facts::parse::run_every_parser(&text);
+        plumb_facts::run_every_parser(&text);
     }
 
     #[test]

@@ -173,7 +173,7 @@ impl<R: Runner> Node for LiveNode<R> {
             NodeCommand::UnitFiles => {
                 // Named units only: the output stays a few lines (bounded) and says
                 // nothing about the rest of the host.
-                let names = crate::facts::unit_file_names();
+                let names = super::unit_file_names();
                 let mut args = vec!["list-unit-files", "--no-pager"];
                 args.extend(names.iter().map(String::as_str));
                 self.run("systemctl", &args, false, TIMEOUT, true)

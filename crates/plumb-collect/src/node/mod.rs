@@ -55,7 +55,7 @@ pub enum NodeCommand {
     /// `systemctl list-units --all`.
     ListUnits,
     /// `systemctl list-unit-files` of the firewall managers' and known agents' units
-    /// ([`crate::facts::unit_file_names`]): which start at boot.
+    /// ([`unit_file_names`]): which start at boot.
     UnitFiles,
     /// Process list with command lines.
     Ps,
@@ -166,3 +166,25 @@ pub trait Node: Sync {
 
 /// Largest file or command output read (pod logs are tails of this size).
 pub const MAX_READ: usize = 64 * 1024 * 1024;
+
+/// Units of host firewall managers whose boot-time state collect and doctor read
+/// (`systemctl list-unit-files`): a firewall that is enabled comes back at boot even
+/// after it was stopped.
+pub const FIREWALL_UNITS: &[&str] = &[
+    "firewalld.service",
+    "ufw.service",
+    "nftables.service",
+    "iptables.service",
+    "ip6tables.service",
+    "netfilter-persistent.service",
+];
+
+/// The firewall managers' units and every unit of the agents catalogue.
+pub fn unit_file_names() -> Vec<String> {
+    let mut v: Vec<String> = FIREWALL_UNITS.iter().map(|u| u.to_string()).collect();
+    for a in plumb_facts::agents::catalogue() {
+        v.extend(a.units.iter().cloned());
+    }
+    v.dedup();
+    v
+}

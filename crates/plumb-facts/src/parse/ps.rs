@@ -2,7 +2,21 @@
 //! `ps auxwwwm` (thread lines). Columns are found from the header, so any of these
 //! layouts reads the same; the command is everything from the COMMAND/CMD/ARGS column on.
 
-use crate::model::Process;
+use serde::Serialize;
+
+/// One running process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Process {
+    /// Process id (in the reading's PID namespace).
+    pub pid: u32,
+    /// The kernel's process name (`comm`: at most 15 bytes, `kube-proxy`, `venAgent`).
+    pub comm: String,
+    /// Resolved `/proc/PID/exe` on a live node; `None` from `ps` output or a bundle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exe: Option<String>,
+    /// Command line as printed (`ps` args or /proc/PID/cmdline with spaces).
+    pub args: String,
+}
 
 /// Reads a `ps` listing into processes; empty when no header line is found. Thread
 /// lines (PID `-`) and lines without a command are skipped.
