@@ -19,7 +19,7 @@ use crate::facts::{
     RKE2_CONFIG, agent_log_paths, kubelet_log_paths, manifest_paths, network_probes, pod_log_paths,
 };
 use crate::new_file::NewFile;
-use crate::node::{Node, NodeCommand};
+use crate::node::{NodeCommand, NodeSource};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use plumb_facts::redact::{Format, redact_as};
@@ -181,12 +181,12 @@ impl Stage {
         });
     }
 
-    fn file(&mut self, node: &dyn Node, path: &str) -> Result<(), String> {
+    fn file(&mut self, node: &dyn NodeSource, path: &str) -> Result<(), String> {
         self.file_within(node, path, usize::MAX)
     }
 
     /// A node file, its last `max` bytes only (logs).
-    fn file_within(&mut self, node: &dyn Node, path: &str, max: usize) -> Result<(), String> {
+    fn file_within(&mut self, node: &dyn NodeSource, path: &str, max: usize) -> Result<(), String> {
         match node.file(path) {
             Ok(c) => self.put(
                 &format!("files/{}", path.trim_start_matches('/')),
@@ -205,7 +205,7 @@ impl Stage {
 /// The native nf_tables tables of a netlink read, each listed with `nft list table`,
 /// as the bundle's `nft list ruleset` entry (the listings one after the other).
 fn native_tables(
-    node: &dyn Node,
+    node: &dyn NodeSource,
     read: &crate::nft_netlink::Read,
     name: &str,
     stage: &mut Stage,
@@ -239,7 +239,7 @@ fn native_tables(
 
 /// Collects a bundle of `node` into `out` (a new `.tar.gz`, never an existing file).
 pub fn write_bundle(
-    node: &dyn Node,
+    node: &dyn NodeSource,
     out: &Path,
     options: &GatherOptions,
 ) -> Result<Manifest, String> {
@@ -286,7 +286,11 @@ pub fn write_bundle(
 }
 
 /// Everything doctor reads, in the order it reads it.
-fn collect(node: &dyn Node, options: &GatherOptions, stage: &mut Stage) -> Result<(), String> {
+fn collect(
+    node: &dyn NodeSource,
+    options: &GatherOptions,
+    stage: &mut Stage,
+) -> Result<(), String> {
     for path in ["/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"] {
         stage.file(node, path)?;
     }

@@ -1,10 +1,10 @@
-//! Gathers [`Facts`] from a [`Node`]: every probe concurrently, each bounded, each ending
+//! Gathers [`Facts`] from a [`NodeSource`]: every probe concurrently, each bounded, each ending
 //! in a fact or a reason (never a panic or an abort).
 //!
 //! What is read and why is listed in docs/bundles.md; how to interpret it is
 //! doctor's business (plumb-doctor), not this module's.
 
-use crate::node::{Node, NodeCommand};
+use crate::node::{NodeCommand, NodeSource};
 use crate::probe;
 use crate::rulesets::read_rulesets;
 use plumb_facts::agents::catalogue;
@@ -88,7 +88,7 @@ pub const RKE2_AGENT_LOG_DIR: &str = "/var/lib/rancher/rke2/agent/logs";
 pub const AUDIT_LOG: &str = "/var/log/audit/audit.log";
 
 fn text_fact<T>(
-    node: &dyn Node,
+    node: &dyn NodeSource,
     cmd: &NodeCommand,
     parse: impl FnOnce(&str) -> Option<T>,
 ) -> Fact<T> {
@@ -102,7 +102,7 @@ fn text_fact<T>(
 }
 
 /// Everything about the node, gathered concurrently.
-pub fn gather(node: &dyn Node, options: &GatherOptions) -> Facts {
+pub fn gather(node: &dyn NodeSource, options: &GatherOptions) -> Facts {
     let mut facts = Facts {
         source: Some(node.info()),
         ..Facts::default()
@@ -219,7 +219,7 @@ pub fn gather(node: &dyn Node, options: &GatherOptions) -> Facts {
     facts
 }
 
-fn names_file(node: &dyn Node, path: &str) -> Fact<Vec<String>> {
+fn names_file(node: &dyn NodeSource, path: &str) -> Fact<Vec<String>> {
     match node.file(path) {
         Ok(c) => Fact::known(
             c.text().split_whitespace().map(str::to_string).collect(),
@@ -246,7 +246,7 @@ fn firewalld_state(text: &str) -> Option<String> {
     )
 }
 
-fn agent_sightings(node: &dyn Node, f: &Facts) -> Vec<AgentSighting> {
+fn agent_sightings(node: &dyn NodeSource, f: &Facts) -> Vec<AgentSighting> {
     let mut out = Vec::new();
     for agent in catalogue() {
         if let Fact::Known { value, source } = &f.units {
@@ -288,7 +288,7 @@ fn agent_sightings(node: &dyn Node, f: &Facts) -> Vec<AgentSighting> {
 
 /// Reads one log file and keeps its signal lines.
 fn log_file(
-    node: &dyn Node,
+    node: &dyn NodeSource,
     path: &str,
     agent: Option<&plumb_facts::agents::Agent>,
     max: usize,
@@ -343,7 +343,7 @@ fn log_text(
 /// kept, at most [`MAX_RESTART_LOGS`]), under
 /// /var/log/pods (`<ns>_<pod>_<uid>/<container>/<n>.log`) or, in Rancher bundles, flat
 /// `<ns>-<pod>` files.
-pub fn pod_log_paths(node: &dyn Node, options: &GatherOptions) -> Vec<String> {
+pub fn pod_log_paths(node: &dyn NodeSource, options: &GatherOptions) -> Vec<String> {
     let Ok(entries) = node.dir(POD_LOG_DIR) else {
         return Vec::new();
     };
@@ -390,7 +390,7 @@ pub fn pod_log_paths(node: &dyn Node, options: &GatherOptions) -> Vec<String> {
     out
 }
 
-fn pod_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
+fn pod_logs(node: &dyn NodeSource, options: &GatherOptions) -> Vec<LogFile> {
     pod_log_paths(node, options)
         .iter()
         .filter_map(|p| log_file(node, p, None, options.max_signals_per_file))
@@ -398,7 +398,9 @@ fn pod_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
 }
 
 /// Every file in the catalogue's agent log directories, with its agent.
-pub fn agent_log_paths(node: &dyn Node) -> Vec<(&'static plumb_facts::agents::Agent, String)> {
+pub fn agent_log_paths(
+    node: &dyn NodeSource,
+) -> Vec<(&'static plumb_facts::agents::Agent, String)> {
     let mut out = Vec::new();
     for agent in catalogue() {
         for dir in &agent.log_dirs {
@@ -413,7 +415,7 @@ pub fn agent_log_paths(node: &dyn Node) -> Vec<(&'static plumb_facts::agents::Ag
 /// Rancher's collector keep).
 pub const SYSLOG_FILES: &[&str] = &["/var/log/messages", "/var/log/syslog"];
 
-fn agent_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
+fn agent_logs(node: &dyn NodeSource, options: &GatherOptions) -> Vec<LogFile> {
     let mut out: Vec<LogFile> = agent_log_paths(node)
         .into_iter()
         .filter_map(|(agent, p)| log_file(node, &p, Some(agent), options.max_signals_per_file))
@@ -453,7 +455,7 @@ fn agent_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
 }
 
 /// kubelet's log files: RKE2's agent log directory (`kubelet.log`).
-pub fn kubelet_log_paths(node: &dyn Node) -> Vec<String> {
+pub fn kubelet_log_paths(node: &dyn NodeSource) -> Vec<String> {
     node.dir(RKE2_AGENT_LOG_DIR)
         .map(|names| {
             names
@@ -467,7 +469,7 @@ pub fn kubelet_log_paths(node: &dyn Node) -> Vec<String> {
 
 /// kubelet's and the distribution's logs (files, the journal) and the audit log's
 /// NETFILTER_CFG records.
-fn node_logs(node: &dyn Node, options: &GatherOptions) -> Vec<LogFile> {
+fn node_logs(node: &dyn NodeSource, options: &GatherOptions) -> Vec<LogFile> {
     let mut out = Vec::new();
     for p in kubelet_log_paths(node) {
         if let Ok(c) = node.file(&p) {
@@ -554,7 +556,7 @@ pub fn audit_log(text: &str, source: String, max: usize) -> LogFile {
 /// - kubeadm: /etc/kubernetes/manifests/kube-apiserver.yaml (control plane),
 ///   /etc/kubernetes/kubelet.conf; kube-proxy is a DaemonSet configured from
 ///   /var/lib/kube-proxy/config.conf.
-fn distribution(node: &dyn Node) -> Option<String> {
+fn distribution(node: &dyn NodeSource) -> Option<String> {
     [
         (RKE2_CONFIG, "rke2"),
         ("/var/lib/rancher/rke2", "rke2"),
@@ -572,7 +574,7 @@ fn distribution(node: &dyn Node) -> Option<String> {
 }
 
 /// Static pod manifest files of the node.
-pub fn manifest_paths(node: &dyn Node) -> Vec<String> {
+pub fn manifest_paths(node: &dyn NodeSource) -> Vec<String> {
     MANIFEST_DIRS
         .iter()
         .flat_map(|d| {
@@ -587,7 +589,7 @@ pub fn manifest_paths(node: &dyn Node) -> Vec<String> {
 
 /// Network settings in the running processes' arguments, the static pod manifests and
 /// the configuration files (processes first: they are what runs).
-fn cluster_settings(node: &dyn Node, f: &Facts) -> Vec<plumb_facts::cluster::Setting> {
+fn cluster_settings(node: &dyn NodeSource, f: &Facts) -> Vec<plumb_facts::cluster::Setting> {
     use plumb_facts::cluster::settings_in;
     let mut out = Vec::new();
     if let Fact::Known { value, source } = &f.processes {
@@ -621,7 +623,7 @@ fn cluster_settings(node: &dyn Node, f: &Facts) -> Vec<plumb_facts::cluster::Set
 }
 
 /// A probe result a plumb bundle recorded when it was collected.
-fn recorded<T: serde::de::DeserializeOwned>(node: &dyn Node, name: &str) -> Fact<T> {
+fn recorded<T: serde::de::DeserializeOwned>(node: &dyn NodeSource, name: &str) -> Fact<T> {
     match node.recorded_probe(name) {
         None => Fact::unknown("a bundle holds no live network probes"),
         Some(c) => serde_json::from_slice(&c.bytes)
@@ -664,7 +666,7 @@ impl Probes {
 /// `kubernetes` Service ClusterIP — only on a running node. `rules`: the node's rulesets
 /// when already read (else its iptables-nft dump is read here).
 pub fn network_probes(
-    node: &dyn Node,
+    node: &dyn NodeSource,
     options: &GatherOptions,
     rules: Option<&Ruleset>,
     distribution: Option<&str>,
@@ -754,7 +756,7 @@ pub fn network_probes(
 /// else the first address of the node's Service CIDR, else the distribution's default
 /// (the same decision doctor makes: [`plumb_facts::cluster::network`]).
 fn kubernetes_clusterip(
-    node: &dyn Node,
+    node: &dyn NodeSource,
     rules: Option<&Ruleset>,
     distribution: Option<&str>,
 ) -> SocketAddr {
@@ -780,7 +782,7 @@ fn kubernetes_clusterip(
 
 /// The API server endpoint: where kube-proxy sends `default/kubernetes:https` (its DNAT
 /// rule), else the server of RKE2's kubeconfig, else 127.0.0.1:6443.
-fn api_endpoint(node: &dyn Node, rules: Option<&Ruleset>) -> SocketAddr {
+fn api_endpoint(node: &dyn NodeSource, rules: Option<&Ruleset>) -> SocketAddr {
     rules
         .and_then(kubernetes_endpoint)
         .or_else(|| {

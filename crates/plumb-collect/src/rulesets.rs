@@ -11,7 +11,7 @@
 //! table that does not exist creates it (facts-kernel.md) and a missing x_tables
 //! module would be loaded by the tool. A missing tool is reported, never fatal.
 
-use crate::node::{LiveNode, Node, NodeCommand};
+use crate::node::{LiveNode, NodeCommand, NodeSource};
 use crate::runner::Runner;
 use plumb_ruleset::iptables::save::{IptablesInput, parse as parse_iptables};
 use plumb_ruleset::{Backend, Family, Ruleset};
@@ -93,7 +93,7 @@ fn unavailable(tool: &str, reason: String) -> ToolOutcome {
     outcome(tool, status, reason, 0)
 }
 
-fn run_dump(node: &dyn Node, d: &Dump) -> (Option<Ruleset>, ToolOutcome) {
+fn run_dump(node: &dyn NodeSource, d: &Dump) -> (Option<Ruleset>, ToolOutcome) {
     let command = NodeCommand::IptablesSave {
         family: d.family,
         backend: d.backend,
@@ -128,7 +128,7 @@ fn run_dump(node: &dyn Node, d: &Dump) -> (Option<Ruleset>, ToolOutcome) {
 
 /// A bundle's own `iptables-save` (whatever backend the node used; its header says
 /// which), or failing that its per-table `-nvL` listings (approximate).
-fn read_bundle_dumps(node: &dyn Node, family: Family) -> Vec<(Option<Ruleset>, ToolOutcome)> {
+fn read_bundle_dumps(node: &dyn NodeSource, family: Family) -> Vec<(Option<Ruleset>, ToolOutcome)> {
     let save = NodeCommand::IptablesSave {
         family,
         backend: Backend::IptablesUnknown,
@@ -200,7 +200,7 @@ fn save_sections(save: &str) -> Vec<(String, String)> {
 /// Also gives the tables the save tool did not print (it calls them incompatible, "use
 /// 'nft' tool"): those are read with `nft list table`, as native ones.
 fn netlink_family(
-    node: &dyn Node,
+    node: &dyn NodeSource,
     read: &mut crate::nft_netlink::Read,
     family: Family,
 ) -> (Vec<ToolRead>, Vec<(Family, String)>) {
@@ -312,7 +312,7 @@ fn netlink_family(
 /// Reads a live node through its netlink read: iptables-nft tables translated (the
 /// save tool for what could not be), native tables with `nft list table` each, legacy
 /// tables with their save tools as always.
-fn read_with_netlink(node: &dyn Node, read: &mut crate::nft_netlink::Read) -> Collected {
+fn read_with_netlink(node: &dyn NodeSource, read: &mut crate::nft_netlink::Read) -> Collected {
     let (mut results, not_saved): (Vec<ToolRead>, Vec<(Family, String)>) =
         std::thread::scope(|s| {
             let legacy: Vec<_> = DUMPS
@@ -376,7 +376,7 @@ fn read_with_netlink(node: &dyn Node, read: &mut crate::nft_netlink::Read) -> Co
 /// so, else the nft and legacy iptables dumps and native nft) or from a bundle (its
 /// iptables-save or listings, and its nft ruleset). A netlink read that fails is
 /// reported, and the tools are used instead.
-pub fn read_rulesets(node: &dyn Node) -> Collected {
+pub fn read_rulesets(node: &dyn NodeSource) -> Collected {
     let netlink_failure = match node.nft_netlink() {
         Some(Ok(mut read)) => return read_with_netlink(node, &mut read),
         Some(Err(why)) => Some(outcome("nf_tables netlink", "failed", why, 0)),
@@ -507,7 +507,7 @@ mod tests {
         read: Result<crate::nft_netlink::Read, String>,
     }
 
-    impl Node for Netlinked {
+    impl NodeSource for Netlinked {
         fn info(&self) -> plumb_facts::SourceInfo {
             self.live.info()
         }

@@ -3,12 +3,12 @@
 //! an existing `X.partial` (file or symlink) is never written through, an existing
 //! output is never replaced (also when it appears while the bundle is written), and a
 //! failed run leaves nothing behind. The source is a plumb bundle directory (a real
-//! [`Node`]; no privileges needed).
+//! [`NodeSource`]; no privileges needed).
 
 use plumb_collect::bundle_writer::write_bundle;
 use plumb_collect::facts::GatherOptions;
 use plumb_collect::new_file::{NewFile, partial_path};
-use plumb_collect::node::{BundleKind, Node, open_bundle};
+use plumb_collect::node::{BundleKind, NodeSource, open_bundle};
 use plumb_testkit::Scratch;
 use std::io::Read;
 use std::os::unix::fs::{PermissionsExt, symlink};

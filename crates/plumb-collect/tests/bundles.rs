@@ -3,7 +3,7 @@
 //! outputs, as directories and as tarballs.
 
 use plumb_collect::facts::{GatherOptions, gather};
-use plumb_collect::node::{BundleKind, Node, NodeCommand, open_bundle};
+use plumb_collect::node::{BundleKind, NodeCommand, NodeSource, open_bundle};
 use plumb_facts::parse::logs::Signal;
 use plumb_facts::{Fact, SourceKind};
 use plumb_kubeproxy::{

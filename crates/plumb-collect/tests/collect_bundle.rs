@@ -6,7 +6,7 @@ use plumb_collect::SystemRunner;
 use plumb_collect::bundle_writer::write_bundle;
 use plumb_collect::facts::{GatherOptions, gather};
 use plumb_collect::netns::Netns;
-use plumb_collect::node::{BundleKind, LiveNode, Node, open_bundle};
+use plumb_collect::node::{BundleKind, LiveNode, NodeSource, open_bundle};
 use plumb_ruleset::Family;
 use std::time::Duration;
 

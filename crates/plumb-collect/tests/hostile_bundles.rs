@@ -4,7 +4,7 @@
 //! tar (a sparse 5 GiB member with an owner name holding a space).
 
 use plumb_collect::archive::{self, ArchiveError, Limits, SkipKind};
-use plumb_collect::node::{Node, NodeCommand, open_bundle, open_bundle_within};
+use plumb_collect::node::{NodeCommand, NodeSource, open_bundle, open_bundle_within};
 use plumb_testkit::Scratch;
 use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};

@@ -4,7 +4,7 @@
 //! would block the read forever).
 
 use plumb_collect::SystemRunner;
-use plumb_collect::node::{LiveNode, Node};
+use plumb_collect::node::{LiveNode, NodeSource};
 use plumb_testkit::Scratch;
 use std::os::unix::fs::symlink;
 use std::path::Path;

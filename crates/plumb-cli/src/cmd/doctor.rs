@@ -6,7 +6,7 @@ use crate::output;
 use anyhow::Context;
 use plumb_collect::SystemRunner;
 use plumb_collect::facts::{GatherOptions, gather};
-use plumb_collect::node::{LiveNode, Node, open_bundle};
+use plumb_collect::node::{LiveNode, NodeSource, open_bundle};
 use plumb_facts::timeline::Timeline;
 use std::fmt::Write as _;
 use std::io::Write;
@@ -111,11 +111,11 @@ pub fn run(
             Some(plumb_lab::state::NODE_NETNS.to_string()),
             &state.root,
         );
-        gather(&live as &dyn Node, &options)
+        gather(&live as &dyn NodeSource, &options)
     } else {
         super::input::require_net_admin("or diagnose a bundle with --bundle")?;
         let live = LiveNode::new(SystemRunner, node.netns.clone(), &node.root).with_netlink();
-        gather(&live as &dyn Node, &options)
+        gather(&live as &dyn NodeSource, &options)
     };
     let report = plumb_doctor::diagnose(&facts);
     if let Some(before) = before {

@@ -10,7 +10,7 @@
 //! (`tests/netlink_oracle.rs`) compares the two texts on the corpus loaded into the
 //! kernel. The translation covers the native expressions iptables-nft writes
 //! (addresses, interfaces, protocol, ports, mark, counters, verdicts) and the xt
-//! extensions in [`xt`]; anything else — an expression, an extension, a revision, a
+//! extensions in `xt`; anything else — an expression, an extension, a revision, a
 //! flag not decoded exactly — makes that *table* [`TableRead::Fallback`] with the
 //! reason, and the caller reads it with the save tool: a rule is never guessed.
 //!

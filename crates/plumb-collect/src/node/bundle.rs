@@ -10,7 +10,7 @@
 //! would be the host's device).
 
 use super::live::reason;
-use super::{Captured, MAX_READ, Node, NodeCommand, Unavailable};
+use super::{Captured, MAX_READ, NodeCommand, NodeSource, Unavailable};
 use crate::archive::{self, Limits};
 use crate::tempdir::TempDir;
 use plumb_facts::{SourceInfo, SourceKind};
@@ -413,7 +413,7 @@ impl BundleNode {
     }
 }
 
-impl Node for BundleNode {
+impl NodeSource for BundleNode {
     fn info(&self) -> SourceInfo {
         SourceInfo {
             kind: match self.kind {

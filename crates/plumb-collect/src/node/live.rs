@@ -9,7 +9,7 @@
 //! Read-only: only dump and status commands run. `iptables -nvL` is refused live because
 //! listing a legacy table that does not exist creates it (facts-kernel.md).
 
-use super::{Captured, MAX_READ, Node, NodeCommand, Unavailable, rooted};
+use super::{Captured, MAX_READ, NodeCommand, NodeSource, Unavailable, rooted};
 use crate::runner::{RunError, Runner};
 use plumb_facts::{SourceInfo, SourceKind};
 use plumb_ruleset::{Backend, Family};
@@ -22,7 +22,7 @@ const DUMP_TIMEOUT: Duration = Duration::from_secs(30);
 /// namespace, 170k rules: about 1 s); past it, the tools are used and the read says so.
 pub const NETLINK_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// This machine as a [`Node`]: commands run through `R` with deadlines (network-scoped
+/// This machine as a [`NodeSource`]: commands run through `R` with deadlines (network-scoped
 /// ones in the optional network namespace), node files are read under a root directory.
 pub struct LiveNode<R: Runner> {
     runner: R,
@@ -110,7 +110,7 @@ fn command_line(program: &str, args: &[&str]) -> String {
         .join(" ")
 }
 
-impl<R: Runner> Node for LiveNode<R> {
+impl<R: Runner> NodeSource for LiveNode<R> {
     fn info(&self) -> SourceInfo {
         let description = match (&self.netns, self.root == Path::new("/")) {
             (None, true) => "this machine".to_string(),

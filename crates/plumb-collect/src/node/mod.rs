@@ -2,7 +2,7 @@
 //! for a node, as in the lab), or a support bundle of one (sosreport, Rancher's log
 //! collector, plumb's own bundle).
 //!
-//! Facts gathering asks a [`Node`] for *what* it wants — "the iptables-nft dump", "the
+//! Facts gathering asks a [`NodeSource`] for *what* it wants — "the iptables-nft dump", "the
 //! sysctls", "the file /etc/rancher/rke2/config.yaml" — and each source answers from where
 //! it keeps that: a command run with a deadline, a bundle file at its tool's path, or a
 //! clear reason it cannot ("sosreport does not collect iptables-save"). That keeps the
@@ -124,7 +124,7 @@ impl Captured {
 pub type Unavailable = String;
 
 /// A node, live or in a bundle.
-pub trait Node: Sync {
+pub trait NodeSource: Sync {
     /// What this node is (live, namespace, which bundle) and how reports describe it.
     fn info(&self) -> SourceInfo;
     /// The output of a command (exit status 0 only; failures become the reason).
