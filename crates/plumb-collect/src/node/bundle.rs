@@ -204,7 +204,7 @@ impl BundleNode {
         &self.root
     }
 
-    /// What extraction did not extract, one line per kind (also in [`Node::info`]).
+    /// What extraction did not extract, one line per kind (also in [`NodeSource::info`]).
     pub fn notes(&self) -> &[String] {
         &self.notes
     }

@@ -42,7 +42,7 @@ impl<R: Runner> LiveNode<R> {
         }
     }
 
-    /// Reads nf_tables over netlink ([`Node::nft_netlink`]), the save tools and `nft`
+    /// Reads nf_tables over netlink ([`NodeSource::nft_netlink`]), the save tools and `nft`
     /// only for what it cannot translate exactly. Off by default: a node whose
     /// commands a test substitutes would otherwise read this machine's kernel.
     pub fn with_netlink(mut self) -> LiveNode<R> {
