@@ -7,8 +7,8 @@
 //! and checks that the finding appears. The namespace is deleted on drop, also on panic.
 //! Skips with a printed reason when not root or when `ip`/`iptables-restore` are missing.
 
-use plumb_collect::netns::{Netns, can_create};
 use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, generate};
+use plumb_os::netns::{Netns, can_create};
 use std::process::Command;
 
 fn skip_reason() -> Option<&'static str> {

@@ -14,8 +14,8 @@
 mod common;
 
 use common::{T, Watch, http_get};
-use plumb_collect::netns::Netns;
 use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, generate};
+use plumb_os::netns::Netns;
 use plumb_watch::audit::{AUDIT_NETFILTER_CFG, AUDIT_SYSCALL, AuditListener, Record};
 use plumb_watch::audit_control::AuditEnabled;
 use plumb_watch::impersonate::{Flavor, Impersonator};
@@ -26,12 +26,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn skip_reason() -> Option<String> {
-    if !plumb_collect::netns::can_create() {
+    if !plumb_os::netns::can_create() {
         return Some("needs root and `ip` to create network namespaces".into());
     }
     ["xtables-nft-multi", "iptables-nft-save"]
         .into_iter()
-        .find(|t| plumb_collect::runner::which(t).is_none())
+        .find(|t| plumb_os::runner::which(t).is_none())
         .map(|t| format!("{t} not found"))
 }
 
@@ -137,7 +137,7 @@ fn watch_binary_reports_writers_serves_valid_metrics_and_never_writes() {
         ),
         "{metrics}"
     );
-    match plumb_collect::runner::which("promtool") {
+    match plumb_os::runner::which("promtool") {
         None => plumb_testkit::skip("promtool not installed (Debian package prometheus)"),
         Some(promtool) => {
             let mut p = Command::new(promtool)

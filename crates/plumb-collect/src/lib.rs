@@ -22,8 +22,4 @@ pub mod probe;
 pub mod rulesets;
 mod tempdir;
 
-/// The OS edge collect reads through (plumb-os), re-exported for its callers.
-pub use plumb_os::{netns, runner};
-
 pub use rulesets::{Collected, ToolOutcome, collect_live_rulesets, collect_rulesets};
-pub use runner::{CommandOutput, Runner, SystemRunner};

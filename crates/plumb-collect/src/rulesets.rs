@@ -12,7 +12,7 @@
 //! module would be loaded by the tool. A missing tool is reported, never fatal.
 
 use crate::node::{LiveNode, NodeCommand, NodeSource};
-use crate::runner::Runner;
+use plumb_os::runner::Runner;
 use plumb_ruleset::iptables::save::{IptablesInput, parse as parse_iptables};
 use plumb_ruleset::{Backend, Family, Ruleset};
 use serde::Serialize;
@@ -448,7 +448,7 @@ pub fn collect_live_rulesets(runner: &dyn Runner, netns: Option<&str>) -> Collec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::{CommandOutput, RunError};
+    use plumb_os::runner::{CommandOutput, RunError};
     use std::collections::HashMap;
     use std::time::Duration;
 

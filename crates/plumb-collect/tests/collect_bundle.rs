@@ -2,11 +2,11 @@
 //! tree beside it, read back as a bundle: the same facts, secrets redacted, nothing
 //! overwritten. Skips with a reason when not root.
 
-use plumb_collect::SystemRunner;
 use plumb_collect::bundle_writer::write_bundle;
 use plumb_collect::facts::{GatherOptions, gather};
-use plumb_collect::netns::Netns;
 use plumb_collect::node::{BundleKind, LiveNode, NodeSource, open_bundle};
+use plumb_os::netns::Netns;
+use plumb_os::runner::SystemRunner;
 use plumb_ruleset::Family;
 use std::time::Duration;
 

@@ -35,8 +35,8 @@
 //! unexplained. Skips with a printed reason without root, the tools or the corpus.
 //! Run serially (`--test-threads=1`).
 
-use plumb_collect::netns::{Netns, can_create};
-use plumb_collect::runner::which;
+use plumb_os::netns::{Netns, can_create};
+use plumb_os::runner::which;
 use plumb_ruleset::Family;
 use plumb_ruleset::iptables::save::{IptablesInput, RestoreMode, parse as parse_iptables};
 use plumb_ruleset::model::xt::dialect::IptablesVersion;

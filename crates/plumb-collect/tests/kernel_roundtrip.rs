@@ -7,8 +7,8 @@
 //! Skips with a printed reason when not root or the tools are missing. Run serially
 //! (kernel state): the CI command passes `--test-threads=1`.
 
-use plumb_collect::netns::{Netns, can_create};
-use plumb_collect::runner::which;
+use plumb_os::netns::{Netns, can_create};
+use plumb_os::runner::which;
 use plumb_ruleset::iptables::canonical::{PrintOptions, save_text};
 use plumb_ruleset::{Family, ParseOptions, Ruleset, parse_bytes};
 use std::path::PathBuf;
@@ -234,7 +234,7 @@ fn ruleset_show_reads_a_namespace() {
     let payload = "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\nCOMMIT\n";
     let (ok, _, err) = ns.exec("iptables-nft-restore", &[], Some(payload)).unwrap();
     assert!(ok, "{err}");
-    let c = plumb_collect::collect_rulesets(&plumb_collect::SystemRunner, Some(ns.name()));
+    let c = plumb_collect::collect_rulesets(&plumb_os::runner::SystemRunner, Some(ns.name()));
     let nat = c
         .ruleset
         .table(Family::Ip, "nat")
@@ -271,7 +271,7 @@ fn facts_of_a_namespace_include_rules_sysctls_and_probes_from_inside() {
     let (ok, _, err) = ns.exec("iptables-nft-restore", &[], Some(&save)).unwrap();
     assert!(ok, "{err}");
     let node = LiveNode::new(
-        plumb_collect::SystemRunner,
+        plumb_os::runner::SystemRunner,
         Some(ns.name().to_string()),
         "/",
     );

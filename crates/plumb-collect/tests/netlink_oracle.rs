@@ -286,7 +286,7 @@ fn the_live_reader_gives_the_model_of_the_save_tools() {
             .exec("nft", &["-f", "-"], Some("table inet plumbtest {\n chain c {\n  type filter hook input priority 10; policy accept;\n  tcp dport 22 accept\n }\n}\n"))
             .expect("nft");
         assert!(ok, "{err}");
-        let runner = plumb_collect::SystemRunner;
+        let runner = plumb_os::runner::SystemRunner;
         let live = plumb_collect::collect_live_rulesets(&runner, Some(ns.name()));
         let tools = plumb_collect::collect_rulesets(&runner, Some(ns.name()));
         assert!(
@@ -541,7 +541,7 @@ fn a_bundle_collected_over_netlink_reads_back_as_the_live_ruleset() {
     let root = scratch.path().join("root");
     std::fs::create_dir_all(&root).unwrap();
     let live = LiveNode::new(
-        plumb_collect::SystemRunner,
+        plumb_os::runner::SystemRunner,
         Some(ns.name().to_string()),
         &root,
     )
@@ -599,7 +599,7 @@ fn an_iptables_named_table_iptables_nft_does_not_write_is_read_with_nft() {
     let script = "table ip filter {\n chain INPUT {\n  type filter hook input priority 0; policy accept;\n  tcp dport { 22, 80 } accept\n }\n}\n";
     let (ok, _, err) = ns.exec("nft", &["-f", "-"], Some(script)).expect("nft");
     assert!(ok, "{err}");
-    let runner = plumb_collect::SystemRunner;
+    let runner = plumb_os::runner::SystemRunner;
     let live = plumb_collect::collect_live_rulesets(&runner, Some(ns.name()));
     assert_eq!(live.ruleset.tables.len(), 1, "{:?}", live.tools);
     let t = &live.ruleset.tables[0];

@@ -3,8 +3,8 @@
 //! directory on the way; FIFOs and devices are refused without being opened (a FIFO
 //! would block the read forever).
 
-use plumb_collect::SystemRunner;
 use plumb_collect::node::{LiveNode, NodeSource};
+use plumb_os::runner::SystemRunner;
 use plumb_testkit::Scratch;
 use std::os::unix::fs::symlink;
 use std::path::Path;

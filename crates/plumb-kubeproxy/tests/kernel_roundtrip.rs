@@ -6,10 +6,10 @@
 //! namespace is deleted by a Drop guard, also on panic. Run with `--test-threads=1` if other
 //! privileged tests share the machine.
 
-use plumb_collect::netns::Netns;
 use plumb_kubeproxy::{
     GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
 };
+use plumb_os::netns::Netns;
 
 /// A fresh private namespace (deleted on drop, also on panic).
 fn netns() -> Netns {
@@ -26,12 +26,12 @@ fn run(ns: &Netns, args: &[&str], stdin: Option<&str>) -> String {
 }
 
 fn skip_reason() -> Option<String> {
-    if !plumb_collect::netns::can_create() {
+    if !plumb_os::netns::can_create() {
         return Some("needs root and `ip` to create network namespaces".into());
     }
     ["iptables-nft-restore", "iptables-nft-save"]
         .into_iter()
-        .find(|t| plumb_collect::runner::which(t).is_none())
+        .find(|t| plumb_os::runner::which(t).is_none())
         .map(|t| format!("{t} not found"))
 }
 

@@ -197,7 +197,7 @@ fn nft_listing_of_both_shapes_recovers_the_transactions_services() {
         return;
     };
     for script in [ordered.clone(), newer_shape(&ordered)] {
-        let ns = plumb_collect::netns::Netns::create("plumb-t-nftcompat-kp")
+        let ns = plumb_os::netns::Netns::create("plumb-t-nftcompat-kp")
             .expect("creating a test network namespace");
         let (ok, _, err) = ns.exec("nft", &["-f", "-"], Some(&script)).expect("nft -f");
         assert!(ok, "nft -f refused the transaction: {err}");

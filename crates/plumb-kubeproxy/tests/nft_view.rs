@@ -9,8 +9,8 @@
 //! Privileged: skips (with the reason) without root, `ip`, iptables-nft or nft. Run with
 //! `--test-threads=1` when other privileged tests share the machine.
 
-use plumb_collect::netns::Netns;
 use plumb_kubeproxy::recover::recover;
+use plumb_os::netns::Netns;
 use plumb_ruleset::diff::diff;
 use plumb_ruleset::format::{Format, ParseOptions, parse_bytes};
 use plumb_ruleset::{Family, Ruleset};

@@ -16,10 +16,10 @@
 //! whose counters moved, and its verdict agrees with whether a conntrack entry was
 //! confirmed. Skipped (with a reason) when not root or tools are missing. Run serially.
 
-use plumb_collect::netns::Netns;
 use plumb_kubeproxy::{
     GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
 };
+use plumb_os::netns::Netns;
 use plumb_trace::{Index, Node, Origin, Packet, Proto, RecentAssumption, StepKind, Verdict, trace};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -171,7 +171,7 @@ fn ok_in(ns: &str, args: &[&str], stdin: Option<&str>) -> String {
 }
 
 fn skip_reason() -> Option<String> {
-    if !plumb_collect::netns::can_create() {
+    if !plumb_os::netns::can_create() {
         return Some("not root, or `ip` missing".into());
     }
     for tool in [

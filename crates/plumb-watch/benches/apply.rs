@@ -12,7 +12,7 @@
 //! measures nothing.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use plumb_collect::netns::Netns;
+use plumb_os::netns::Netns;
 use plumb_watch::actor::{Actor, ProcInfo};
 use plumb_watch::changes::ChangeSet;
 use plumb_watch::detect::{FightTracker, Source, detect};
@@ -58,7 +58,7 @@ fn generations(datagrams: &[Vec<u8>]) -> usize {
 
 /// Records the notifications of the four transactions, or says why it cannot.
 fn record() -> Result<Vec<Vec<u8>>, String> {
-    if !plumb_collect::netns::can_create() {
+    if !plumb_os::netns::can_create() {
         return Err("needs root and ip(8) to record notifications".into());
     }
     let saved = plumb_kubeproxy::generated_save_text(SERVICES, 3).map_err(|e| e.to_string())?;

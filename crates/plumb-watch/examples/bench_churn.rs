@@ -10,7 +10,7 @@
 //!
 //! usage: bench_churn PLUMB_BINARY OUT_DIR [DURATION_S=120] [SERVICES=10000] [IDLE_S=30]
 
-use plumb_collect::netns::Netns;
+use plumb_os::netns::Netns;
 use plumb_watch::impersonate::{Flavor, Impersonator};
 use plumb_watch::nft_events::{NftListener, Received};
 use std::collections::HashMap;

@@ -13,7 +13,7 @@
 //! ```
 //! Defaults: 10_000_000 getppid, 1_000_000 sendmsg, 3 rounds.
 
-use plumb_collect::netns::Netns;
+use plumb_os::netns::Netns;
 use plumb_watch::writer_probe::{WriterProbe, netns_inode_by_name};
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;

@@ -68,7 +68,7 @@ impl Impersonator {
             Flavor::Nft => "xtables-nft-multi",
             Flavor::Legacy => "xtables-legacy-multi",
         };
-        let src = plumb_collect::runner::which(multi)
+        let src = plumb_os::runner::which(multi)
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{multi} not found")))?;
         let dst = self.dir.join(name);
         if !dst.exists() {

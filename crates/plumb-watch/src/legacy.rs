@@ -8,7 +8,7 @@
 //! fingerprint of the output (the table-name lists and the dumps' lines) changed, and
 //! reports that attribution and latency are degraded.
 
-use plumb_collect::runner::{RunError, Runner};
+use plumb_os::runner::{RunError, Runner};
 use plumb_ruleset::iptables::save::{IptablesInput, parse};
 use plumb_ruleset::{Backend, Family, Ruleset};
 use std::time::Duration;
@@ -107,7 +107,7 @@ pub fn has_tables(runner: &dyn Runner, netns: Option<&str>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use plumb_collect::runner::CommandOutput;
+    use plumb_os::runner::CommandOutput;
     use std::sync::Mutex;
 
     /// Answers `cat` of the /proc table lists with "filter" and `iptables-legacy-save`

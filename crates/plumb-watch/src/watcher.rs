@@ -22,7 +22,7 @@ use crate::messages::{Committed, Msg};
 use crate::metrics::{ErrorKind, Metrics};
 use crate::nft_events::NftListener;
 use crate::writer_probe::WriterProbe;
-use plumb_collect::SystemRunner;
+use plumb_os::runner::SystemRunner;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;

@@ -212,7 +212,7 @@ fn legacy_changes_are_attributed_through_audit() {
         plumb_testkit::skip(&r);
         return;
     }
-    if plumb_collect::runner::which("xtables-legacy-multi").is_none() {
+    if plumb_os::runner::which("xtables-legacy-multi").is_none() {
         plumb_testkit::skip("xtables-legacy-multi not found");
         return;
     }
@@ -332,7 +332,7 @@ fn the_netlink_baseline_agrees_with_the_save_tools() {
         plumb_testkit::skip(&r);
         return;
     }
-    if plumb_collect::runner::which("nft").is_none() {
+    if plumb_os::runner::which("nft").is_none() {
         plumb_testkit::skip("nft not installed");
         return;
     }

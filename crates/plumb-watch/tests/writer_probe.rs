@@ -9,7 +9,7 @@
 //! whose report proves any report of that command would already have been read (the
 //! ring buffer keeps the order of reservations, and the command had exited).
 
-use plumb_collect::netns::Netns;
+use plumb_os::netns::Netns;
 use plumb_watch::writer_probe::{
     BatchSend, NFNL_MSG_BATCH_BEGIN, WriterProbe, netns_inode_by_name,
 };

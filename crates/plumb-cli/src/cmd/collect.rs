@@ -2,10 +2,10 @@
 
 use crate::Verdict;
 use crate::flags::NodeFlags;
-use plumb_collect::SystemRunner;
 use plumb_collect::bundle_writer::write_bundle;
 use plumb_collect::facts::GatherOptions;
 use plumb_collect::node::LiveNode;
+use plumb_os::runner::SystemRunner;
 use std::path::Path;
 
 pub fn run(output: &Path, node: &NodeFlags) -> anyhow::Result<Verdict> {

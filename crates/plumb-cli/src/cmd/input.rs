@@ -266,7 +266,7 @@ pub fn require_net_admin(alternative: &str) -> anyhow::Result<()> {
 /// worked at all, rather than report an empty firewall.
 pub fn live_rulesets(netns: Option<&str>) -> anyhow::Result<plumb_collect::Collected> {
     require_net_admin("or pass --ruleset FILE")?;
-    let collected = plumb_collect::collect_live_rulesets(&plumb_collect::SystemRunner, netns);
+    let collected = plumb_collect::collect_live_rulesets(&plumb_os::runner::SystemRunner, netns);
     if collected.tools.iter().all(|t| t.status != "ok") {
         if let Some(os_error) = plumb_collect::privilege::permission_error(&collected.tools) {
             bail!("{NEEDS_ROOT}: {os_error}");

@@ -10,8 +10,8 @@
 //! listing a legacy table that does not exist creates it (facts-kernel.md).
 
 use super::{Captured, MAX_READ, NodeCommand, NodeSource, Unavailable, rooted};
-use crate::runner::{RunError, Runner};
 use plumb_facts::{SourceInfo, SourceKind};
+use plumb_os::runner::{RunError, Runner};
 use plumb_ruleset::{Backend, Family};
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -8,8 +8,8 @@
 
 #![allow(dead_code)]
 
-use plumb_collect::netns::Netns;
 use plumb_kubeproxy::{GeneratorConfig, KubeProxyRules, ProxierOptions, generate};
+use plumb_os::netns::Netns;
 use plumb_watch::impersonate::{Flavor, Impersonator, Ran};
 use plumb_watch::metrics::Metrics;
 use plumb_watch::{Event, WatchOptions};
@@ -21,11 +21,11 @@ pub const DEADLINE: Duration = Duration::from_secs(20);
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub fn skip_reason() -> Option<String> {
-    if !plumb_collect::netns::can_create() {
+    if !plumb_os::netns::can_create() {
         return Some("needs root and `ip` to create network namespaces".into());
     }
     for t in ["xtables-nft-multi", "iptables-nft-save"] {
-        if plumb_collect::runner::which(t).is_none() {
+        if plumb_os::runner::which(t).is_none() {
             return Some(format!("{t} not found"));
         }
     }
