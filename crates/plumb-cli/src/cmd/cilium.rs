@@ -83,7 +83,7 @@ fn preflight(
 
 /// Cilium's frontends and where they came from.
 #[derive(Serialize)]
-struct LbRead {
+pub(super) struct LbRead {
     /// `cilium-bpf` (the maps) or the listing's kind.
     mode: &'static str,
     /// The maps' directory or the listing file.
@@ -137,12 +137,29 @@ fn services(node: &CiliumNodeFlags, json: bool) -> anyhow::Result<Verdict> {
             plumb_collect::cilium::GLOBALS_DIRS.join(", ")
         );
     };
+    show(&lb, json)
+}
+
+/// The Cilium frontends of this machine's pinned maps, when it has any: what `plumb
+/// services` shows on a kube-proxy-free node.
+pub(super) fn live_maps() -> Option<LbRead> {
+    read_lb(&CiliumNodeFlags {
+        root: std::path::PathBuf::from("/"),
+        lb_list: None,
+    })
+    .ok()
+    .flatten()
+}
+
+/// Prints `lb` as `plumb cilium services` does; exit 1 when the maps contradict
+/// themselves.
+pub(super) fn show(lb: &LbRead, json: bool) -> anyhow::Result<Verdict> {
     let inconsistent = lb
         .frontends
         .iter()
         .any(|f| f.problems.iter().any(|p| *p != Problem::NoBackends));
     if json {
-        output::json(&lb)?;
+        output::json(lb)?;
     } else {
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         let layout = lb

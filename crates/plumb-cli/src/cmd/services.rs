@@ -1,4 +1,6 @@
-//! `plumb services`: kube-proxy's service map recovered from the rules, as a table or JSON.
+//! `plumb services`: kube-proxy's service map recovered from the rules, as a table or JSON;
+//! on a live node without kube-proxy's rules, Cilium's service map from its BPF maps
+//! (`"mode": "cilium-bpf"`, as `plumb cilium services` prints it).
 
 use super::input::{Source, load_source};
 use crate::Verdict;
@@ -12,6 +14,14 @@ use std::io::Write;
 pub fn run(source: &SourceFlags, input: &InputFlags, json: bool) -> anyhow::Result<Verdict> {
     let src = load_source(source, input)?;
     let maps = recover(&src.ruleset);
+    // A live node without kube-proxy's rules may be kube-proxy-free: Cilium keeps its
+    // Services in pinned BPF maps (global, not per namespace).
+    if maps.is_empty()
+        && src.live.is_some()
+        && let Some(lb) = super::cilium::live_maps()
+    {
+        return super::cilium::show(&lb, json);
+    }
     let mismatches: usize = maps.iter().map(|m| m.name_mismatches.len()).sum();
     let parse_errors = src.ruleset.error_count();
     let verdict = if mismatches > 0 || parse_errors > 0 {
