@@ -24,6 +24,8 @@ pub mod ids {
     pub const OLD_CNI_CONFIG: &str = "old-cni-config";
     /// Cilium's load-balancer maps could not be found or read.
     pub const LB_MAPS: &str = "cilium-lb-maps";
+    /// Network interfaces the previous CNI created are still on the node.
+    pub const OLD_CNI_INTERFACES: &str = "old-cni-interfaces";
     /// A Cilium frontend has no backend.
     pub const FRONTEND_WITHOUT_BACKENDS: &str = "cilium-frontend-without-backends";
     /// Cilium's LB maps contradict themselves (a slot names a missing backend, ...).
@@ -43,6 +45,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     (
         ids::OLD_CNI_CONFIG,
         "the previous CNI's configuration (Canal, Calico, Flannel) is still in /etc/cni/net.d",
+    ),
+    (
+        ids::OLD_CNI_INTERFACES,
+        "network interfaces the previous CNI created (flannel.1, cni0, tunl0, vxlan.calico, cali*) are still on the node",
     ),
     (
         ids::LB_MAPS,
@@ -76,6 +82,9 @@ pub struct MigratedNode<'a> {
     pub cni_files: Option<Vec<String>>,
     /// kube-proxy static pod manifests found (full paths).
     pub kube_proxy_manifests: Vec<String>,
+    /// Names of the node's network interfaces (`ip -o link`), or why they could not be
+    /// read; None when the node is not live (saved rules judged offline): no finding.
+    pub interfaces: Option<Result<Vec<String>, String>>,
     /// Cilium's frontends as read from its maps, with where they were read from.
     pub lb: Option<(&'a [Frontend], String)>,
     /// kube-proxy's Services before the migration (a saved dump), with its name: when
@@ -150,6 +159,11 @@ pub fn verify(node: &MigratedNode<'_>) -> Verification {
         old_cni(node.cni_files.as_deref()),
     ]
     .into_iter()
+    .chain(
+        node.interfaces
+            .as_ref()
+            .map(|l| old_interfaces(l.as_deref())),
+    )
     .chain(lb_findings(node.lb.as_ref()))
     .chain(match (&node.before, &node.lb) {
         (Some((before, source)), Some((now, now_source))) => {
@@ -314,6 +328,54 @@ fn old_cni(files: Option<&[String]>) -> Finding {
     ))
 }
 
+/// Interfaces Canal, Calico and Flannel create: exact names, then prefixes.
+const OLD_CNI_LINKS: &[&str] = &[
+    "flannel.1",
+    "flannel-wg",
+    "cni0",
+    "tunl0",
+    "vxlan.calico",
+    "wireguard.cali",
+];
+const OLD_CNI_LINK_PREFIXES: &[&str] = &["cali"];
+
+fn old_interfaces(links: Result<&[String], &String>) -> Finding {
+    let id = ids::OLD_CNI_INTERFACES;
+    let links = match links {
+        Ok(l) => l,
+        Err(why) => {
+            return Finding::unknown(
+                id,
+                Severity::Low,
+                format!("the node's network interfaces could not be read: {why}"),
+            );
+        }
+    };
+    let left: Vec<&String> = links
+        .iter()
+        .filter(|l| {
+            OLD_CNI_LINKS.contains(&l.as_str())
+                || OLD_CNI_LINK_PREFIXES.iter().any(|p| l.starts_with(p))
+        })
+        .collect();
+    if left.is_empty() {
+        return Finding::ok(id, "no interface of a previous CNI on the node");
+    }
+    let names: Vec<&str> = left.iter().map(|s| s.as_str()).collect();
+    Finding::problem(
+        id,
+        Severity::Low,
+        format!("{} interface(s) of the previous CNI are still on the node: {}", left.len(), names.join(", ")),
+    )
+    .with_evidence(left.iter().map(|l| Evidence {
+        source: "ip -o link".into(),
+        line: None,
+        text: l.to_string(),
+    }))
+    .explain("Canal's and Flannel's tunnel device, bridge and pod veths outlive the CNI until the node reboots (Cilium's migration guide says so). A leftover VXLAN device can still hold the tunnel port, and routes through it send pod traffic the old way.")
+    .fix("Reboot the node (the guide's way), or delete them: `ip link delete flannel.1`, `ip link delete cni0`, `ip link delete tunl0`, and the `cali*` veths of pods that no longer exist.")
+}
+
 fn lb_findings(lb: Option<&(&[Frontend], String)>) -> Vec<Finding> {
     let Some((frontends, source)) = lb else {
         return vec![
@@ -465,6 +527,31 @@ mod tests {
             find(&v, ids::KUBE_PROXY_RULES_REMAIN).status,
             Status::Unknown
         );
+    }
+
+    #[test]
+    fn old_cni_interfaces_are_named_and_cilium_s_are_not() {
+        let v = verify(&MigratedNode {
+            interfaces: Some(Ok(vec![
+                "lo".into(),
+                "eth0".into(),
+                "cilium_host".into(),
+                "lxc12ab".into(),
+            ])),
+            ..MigratedNode::default()
+        });
+        assert_eq!(find(&v, ids::OLD_CNI_INTERFACES).status, Status::Ok);
+        let v = verify(&MigratedNode {
+            interfaces: Some(Ok(vec![
+                "eth0".into(),
+                "flannel.1".into(),
+                "cali3f2a1b".into(),
+            ])),
+            ..MigratedNode::default()
+        });
+        let f = find(&v, ids::OLD_CNI_INTERFACES);
+        assert!(f.is_problem());
+        assert!(f.title.ends_with("flannel.1, cali3f2a1b"), "{}", f.title);
     }
 
     #[test]

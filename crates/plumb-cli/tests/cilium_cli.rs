@@ -261,3 +261,55 @@ fn verify_before_matches_every_kube_proxy_service_against_cilium_s_frontends() {
         "{missing:#}"
     );
 }
+
+#[test]
+fn verify_on_a_live_namespace_names_the_old_cni_s_interfaces() {
+    if !plumb_testkit::privileged(&["ip"]) {
+        return;
+    }
+    let ns = plumb_os::netns::Netns::create("plumb-cilium-links").expect("a private namespace");
+    let (ok, _, err) = ns
+        .exec(
+            "ip",
+            &[
+                "link",
+                "add",
+                "flannel.1",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "cali9f3e",
+            ],
+            None,
+        )
+        .unwrap();
+    assert!(ok, "{err}");
+    let dir = Scratch::new("cilium-links");
+    dir.write("root/etc/cni/net.d/05-cilium.conflist", "{}");
+    let root = dir.path().join("root");
+    let out = plumb(&[
+        "cilium",
+        "verify",
+        "--root",
+        root.to_str().unwrap(),
+        "--netns",
+        ns.name(),
+        "-o",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let f = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "old-cni-interfaces")
+        .unwrap_or_else(|| panic!("{v:#}"));
+    assert_eq!(f["status"], "problem");
+    let title = f["title"].as_str().unwrap();
+    assert!(
+        title.contains("flannel.1") && title.contains("cali9f3e"),
+        "{title}"
+    );
+    assert_eq!(v["verdict"], "incomplete");
+}

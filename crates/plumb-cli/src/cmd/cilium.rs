@@ -233,6 +233,8 @@ fn verify_node(
     if ruleset.is_none() {
         require_net_admin("or pass --ruleset FILE")?;
     }
+    // The interfaces are the live node's: judged only when its rules are read live.
+    let interfaces = ruleset.is_none().then(|| links(netns.as_deref()));
     let source = load_source(
         &SourceFlags {
             ruleset,
@@ -253,6 +255,7 @@ fn verify_node(
         ruleset: Some(&source.ruleset),
         cni_files,
         kube_proxy_manifests: manifests,
+        interfaces,
         lb: lb
             .as_ref()
             .map(|l| (l.frontends.as_slice(), l.source.clone())),
@@ -308,6 +311,29 @@ fn report(
     writeln!(out, "verdict: {verdict}")?;
     out.flush()?;
     Ok(())
+}
+
+/// The names of the network interfaces of `netns` (this machine's when None), from
+/// `ip -o link`.
+fn links(netns: Option<&str>) -> Result<Vec<String>, String> {
+    use plumb_os::runner::Runner;
+    let out = plumb_os::runner::SystemRunner
+        .run(
+            "ip",
+            &["-o", "link", "show"],
+            netns,
+            std::time::Duration::from_secs(5),
+        )
+        .map_err(|e| e.to_string())?;
+    if !out.success() {
+        return Err(format!("ip -o link: {}", out.stderr.trim()));
+    }
+    // `3: flannel.1: <BROADCAST,...`, `7: cali12ab@if3: <...`: the name, without `@peer`.
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n).to_string())
+        .collect())
 }
 
 /// kube-proxy's service ports in `ruleset`, as the migration diff compares them.
