@@ -874,7 +874,8 @@ fn glued_note(opt: &str, word: &str) -> String {
 
 /// Checks `words` of `text` (a rule of `chain`, when known) as iptables-restore of
 /// `dialect` reads them; appends what it refuses to `problems`, and to `notes` where
-/// iptables versions differ and the version is unknown.
+/// iptables versions differ and the version is unknown. The first refusal ends the
+/// check, as iptables stops at its first error.
 pub(super) fn check(
     text: &str,
     words: &[Word],
@@ -883,30 +884,24 @@ pub(super) fn check(
     problems: &mut Vec<SpecProblem>,
     notes: &mut Vec<SpecProblem>,
 ) {
-    let mut say = |w: &Word, message: String| {
-        problems.push(SpecProblem {
-            offset: w.start as usize,
-            message,
-        })
+    let mut c = RuleCheck {
+        text,
+        dialect,
+        problems,
+        notes,
+        matches: Vec::new(),
+        target: None,
+        generic_seen: Vec::new(),
+        protocol: None,
+        protocol_negated: false,
     };
-    let mut note = |w: &Word, message: String| {
-        notes.push(SpecProblem {
-            offset: w.start as usize,
-            message,
-        })
-    };
-    let mut matches: Vec<Loaded> = Vec::new();
-    let mut target: Option<Loaded> = None;
-    let mut generic_seen: Vec<&'static str> = Vec::new();
-    let mut protocol: Option<String> = None;
-    let mut protocol_negated = false;
     let mut bang = false;
     let mut i = 0;
     while i < words.len() {
         let w = &words[i];
         let raw = w.raw(text);
         if w.len >= 1024 {
-            say(
+            c.say(
                 w,
                 "word longer than 1023 bytes (iptables: Parameter too long!)".into(),
             );
@@ -914,7 +909,7 @@ pub(super) fn check(
         }
         if w.is_bang(text) {
             if bang {
-                say(w, "multiple \"!\" flags are not allowed".into());
+                c.say(w, "multiple \"!\" flags are not allowed".into());
                 return;
             }
             bang = true;
@@ -922,19 +917,15 @@ pub(super) fn check(
             continue;
         }
         if !raw.starts_with('-') || raw == "-" || w.quoted {
-            say(w, format!("Bad argument {raw:?}: no option takes it"));
+            c.say(w, format!("Bad argument {raw:?}: no option takes it"));
             return;
         }
         let negated = std::mem::take(&mut bang);
         let next = words.get(i + 1);
-        // A value glued to its short option (`-s10.0.0.1`, `-jACCEPT`) is getopt's
-        // argument, as current iptables reads it (iptables 1.8.9 took the whole word
-        // for -s, -d, -p, -i, -o and -j and refused it; upstream's own tests load
-        // `-ptcp -s1.2.3.4 -jACCEPT`): the splitter gives it as its own word.
         if raw == "--" {
             // getopt's end of options: any word after it is refused.
             if let Some(n) = next {
-                say(
+                c.say(
                     n,
                     "word after \"--\" (iptables: unknown arguments found on commandline)".into(),
                 );
@@ -946,77 +937,139 @@ pub(super) fn check(
             // iptables' own --help: it prints the help and reads nothing further.
             return;
         }
-        match raw {
-            "-m" | "--match" => {
-                let Some(n) = next else {
-                    say(w, format!("{raw} needs a match name"));
-                    return;
-                };
-                let name = n.value(text);
-                match MATCHES.iter().find(|(m, _)| *m == name) {
-                    Some((m, options)) => matches.push(Loaded {
-                        name: m,
-                        options: *options,
-                        seen: Vec::new(),
-                    }),
-                    None => {
-                        say(
-                            n,
-                            format!("unknown match {name:?} (iptables: Couldn't load match)"),
-                        );
-                        return;
-                    }
-                }
-                i += 2;
-                continue;
-            }
-            "-j" | "--jump" | "-g" | "--goto" => {
-                let Some(n) = next else {
-                    say(w, format!("{raw} needs a target or chain name"));
-                    return;
-                };
-                if raw == "-j" && glued(w, n) {
-                    let word = &text[w.start as usize..n.start as usize + n.len as usize];
-                    match glued_verdict(raw, word, dialect) {
-                        Err(why) => {
-                            say(w, why);
-                            return;
-                        }
-                        Ok(Some(n)) => note(w, n),
-                        Ok(None) => {}
-                    }
-                }
-                let name = n.value(text);
-                if target.is_some() {
-                    say(w, "more than one target (-j/-g) in one rule".into());
-                    return;
-                }
-                if name.is_empty() || name.len() > MAX_NAME || name.starts_with('-') {
-                    say(n, format!("invalid target or chain name {name:?}"));
-                    return;
-                }
-                let known = TARGETS.iter().find(|(t, _)| *t == name);
-                target = Some(Loaded {
-                    name: known.map_or("", |(t, _)| t),
-                    // A chain takes no options.
-                    options: known.map_or(Some(&[][..]), |(_, o)| *o),
-                    seen: Vec::new(),
-                });
-                i += 2;
-                continue;
-            }
-            _ => {}
+        // A value glued to its short option (`-s10.0.0.1`, `-jACCEPT`): the splitter
+        // gives it as a word of its own, and the dialect decides (`glued_verdict`).
+        let step = match raw {
+            "-m" | "--match" => c.load_match(raw, w, next).map(|()| i + 2),
+            "-j" | "--jump" | "-g" | "--goto" => c.load_target(raw, w, next).map(|()| i + 2),
+            _ => c.option(words, i, raw, negated),
+        };
+        match step {
+            Some(next_i) => i = next_i,
+            None => return,
         }
+    }
+    if bang {
+        c.problems.push(SpecProblem {
+            offset: text.len(),
+            message: "\"!\" at the end of the rule negates nothing".into(),
+        });
+        return;
+    }
+    c.whole_rule(words, chain);
+}
+
+/// The state of one rule's check: the extensions loaded so far (`-m`, `-j`), the
+/// generic options seen, the protocol, and where refusals and notes go.
+struct RuleCheck<'a> {
+    text: &'a str,
+    dialect: Dialect,
+    problems: &'a mut Vec<SpecProblem>,
+    notes: &'a mut Vec<SpecProblem>,
+    matches: Vec<Loaded>,
+    target: Option<Loaded>,
+    generic_seen: Vec<&'static str>,
+    protocol: Option<String>,
+    protocol_negated: bool,
+}
+
+impl RuleCheck<'_> {
+    /// Refuses the rule at `w`.
+    fn say(&mut self, w: &Word, message: String) {
+        self.problems.push(SpecProblem {
+            offset: w.start as usize,
+            message,
+        })
+    }
+
+    /// Notes, at `w`, something iptables versions read differently.
+    fn note(&mut self, w: &Word, message: String) {
+        self.notes.push(SpecProblem {
+            offset: w.start as usize,
+            message,
+        })
+    }
+
+    /// `-m NAME`: loads a match (its options become valid). None: refused.
+    fn load_match(&mut self, raw: &str, w: &Word, next: Option<&Word>) -> Option<()> {
+        let Some(n) = next else {
+            self.say(w, format!("{raw} needs a match name"));
+            return None;
+        };
+        let name = n.value(self.text);
+        match MATCHES.iter().find(|(m, _)| *m == name) {
+            Some((m, options)) => self.matches.push(Loaded {
+                name: m,
+                options: *options,
+                seen: Vec::new(),
+            }),
+            None => {
+                self.say(
+                    n,
+                    format!("unknown match {name:?} (iptables: Couldn't load match)"),
+                );
+                return None;
+            }
+        }
+        Some(())
+    }
+
+    /// `-j`/`-g NAME`: the target (or chain) of the rule. None: refused.
+    fn load_target(&mut self, raw: &str, w: &Word, next: Option<&Word>) -> Option<()> {
+        let Some(n) = next else {
+            self.say(w, format!("{raw} needs a target or chain name"));
+            return None;
+        };
+        if raw == "-j" && glued(w, n) {
+            let word = &self.text[w.start as usize..n.start as usize + n.len as usize];
+            match glued_verdict(raw, word, self.dialect) {
+                Err(why) => {
+                    self.say(w, why);
+                    return None;
+                }
+                Ok(Some(n)) => self.note(w, n),
+                Ok(None) => {}
+            }
+        }
+        let name = n.value(self.text);
+        if self.target.is_some() {
+            self.say(w, "more than one target (-j/-g) in one rule".into());
+            return None;
+        }
+        if name.is_empty() || name.len() > MAX_NAME || name.starts_with('-') {
+            self.say(n, format!("invalid target or chain name {name:?}"));
+            return None;
+        }
+        let known = TARGETS.iter().find(|(t, _)| *t == name);
+        self.target = Some(Loaded {
+            name: known.map_or("", |(t, _)| t),
+            // A chain takes no options.
+            options: known.map_or(Some(&[][..]), |(_, o)| *o),
+            seen: Vec::new(),
+        });
+        Some(())
+    }
+
+    /// The option at `words[i]` (generic, or of a loaded extension) and its values;
+    /// the index of the next word, None when the rule is refused.
+    fn option(&mut self, words: &[Word], i: usize, raw: &str, negated: bool) -> Option<usize> {
+        let mut i = i;
+        let w = &words[i];
         // An ordinary option: generic, or of a loaded extension.
         let (name, kind, owner) = if let Some((short, kind)) = generic(raw) {
-            if generic_seen.contains(&short) {
-                say(w, format!("multiple {raw} flags are not allowed"));
-                return;
+            if self.generic_seen.contains(&short) {
+                self.say(w, format!("multiple {raw} flags are not allowed"));
+                return None;
             }
-            generic_seen.push(short);
+            self.generic_seen.push(short);
             (short, kind, None)
         } else {
-            match lookup(raw, &mut matches, &mut target, protocol.as_deref()) {
+            match lookup(
+                raw,
+                &mut self.matches,
+                &mut self.target,
+                self.protocol.as_deref(),
+            ) {
                 Lookup::Found(name, kind, owner) => (name, kind, Some(owner)),
                 Lookup::Unchecked => {
                     // An extension whose options are not listed: take the words
@@ -1025,34 +1078,34 @@ pub(super) fn check(
                     // the next word unless that is an option (a flag then).
                     let _ = negated;
                     i += 1;
-                    if words.get(i).is_some_and(|w| w.is_bang(text))
-                        && words.get(i + 1).is_some_and(|w| !w.is_option(text))
+                    if words.get(i).is_some_and(|w| w.is_bang(self.text))
+                        && words.get(i + 1).is_some_and(|w| !w.is_option(self.text))
                     {
                         i += 1;
                     }
                     if words
                         .get(i)
-                        .is_some_and(|w| !w.is_option(text) && !w.is_bang(text))
+                        .is_some_and(|w| !w.is_option(self.text) && !w.is_bang(self.text))
                     {
                         i += 1;
                     }
-                    continue;
+                    return Some(i);
                 }
                 Lookup::Unknown => {
-                    say(w, format!("unknown option {raw:?}"));
-                    return;
+                    self.say(w, format!("unknown option {raw:?}"));
+                    return None;
                 }
             }
         };
         if let Some(owner) = owner {
             let loaded = match owner {
-                Owner::Match(m) => &mut matches[m],
-                Owner::Target => target.as_mut().expect("found in it"),
+                Owner::Match(m) => &mut self.matches[m],
+                Owner::Target => self.target.as_mut().expect("found in it"),
             };
             // policy repeats its element options after each `--next`.
             if loaded.seen.contains(&name) && loaded.name != "policy" {
-                say(w, format!("multiple {name} flags are not allowed"));
-                return;
+                self.say(w, format!("multiple {name} flags are not allowed"));
+                return None;
             }
             loaded.seen.push(name);
         }
@@ -1063,36 +1116,37 @@ pub(super) fn check(
             _ => 1,
         };
         if arity == 0 {
-            continue;
+            return Some(i);
         }
         // `--opt ! value`: the negation's old place, which iptables-save up to 1.4.2
         // wrote (`-d ! 10.0.0.0/8`) and iptables before 1.4.12 read; later versions
         // take the "!" as the value (and then refuse the word after it).
-        if let Some(b) = words.get(i).filter(|w| w.is_bang(text))
+        if let Some(b) = words.get(i).filter(|w| w.is_bang(self.text))
             && words
                 .get(i + 1)
-                .is_some_and(|v| !v.is_option(text) && !v.is_bang(text))
+                .is_some_and(|v| !v.is_option(self.text) && !v.is_bang(self.text))
         {
-            match dialect.binding() {
+            match self.dialect.binding() {
                 Some(v) if v.reads_old_negation() => i += 1,
                 Some(v) => {
-                    say(
+                    self.say(
                         b,
                         format!(
                             "\"!\" after {raw}: the negation's old place (`{raw} ! VALUE`), which iptables {v} takes as the value \"!\" (only iptables before {} read it; write `! {raw} VALUE`)",
                             IptablesVersion::NO_OLD_NEGATION
                         ),
                     );
-                    return;
+                    return None;
                 }
-                None if dialect
+                None if self
+                    .dialect
                     .version
                     .is_some_and(IptablesVersion::reads_old_negation) =>
                 {
                     i += 1;
                 }
                 None => {
-                    note(
+                    self.note(
                         b,
                         format!(
                             "\"!\" after {raw}: the negation's old place (`{raw} ! VALUE`), read as `! {raw} VALUE` as iptables before {} did; later versions refuse the rule",
@@ -1102,175 +1156,183 @@ pub(super) fn check(
                     i += 1;
                 }
             }
-        } else if dialect
+        } else if self
+            .dialect
             .binding()
             .is_none_or(IptablesVersion::reads_old_negation)
-            && words.get(i).is_some_and(|w| w.is_bang(text))
+            && words.get(i).is_some_and(|w| w.is_bang(self.text))
         {
             i += 1;
         }
         let Some(arg) = words.get(i) else {
-            say(w, format!("option {raw} requires an argument"));
-            return;
+            self.say(w, format!("option {raw} requires an argument"));
+            return None;
         };
         if matches!(name, "-s" | "-d" | "-p" | "-i" | "-o") && glued(w, arg) {
-            let word = &text[w.start as usize..arg.start as usize + arg.len as usize];
-            match glued_verdict(raw, word, dialect) {
+            let word = &self.text[w.start as usize..arg.start as usize + arg.len as usize];
+            match glued_verdict(raw, word, self.dialect) {
                 Err(why) => {
-                    say(w, why);
-                    return;
+                    self.say(w, why);
+                    return None;
                 }
-                Ok(Some(n)) => note(w, n),
+                Ok(Some(n)) => self.note(w, n),
                 Ok(None) => {}
             }
         }
-        let value = arg.value(text);
+        let value = arg.value(self.text);
         if arity == 2 {
             let second = words.get(i + 1).filter(|s| {
-                let r = s.raw(text);
+                let r = s.raw(self.text);
                 !r.starts_with('-') && !r.starts_with('!')
             });
             let Some(second) = second else {
-                say(w, format!("{raw} requires two arguments"));
-                return;
+                self.say(w, format!("{raw} requires two arguments"));
+                return None;
             };
             if name == "--chunk-types"
-                && let Some(bad) = unknown_sctp_chunk(&second.value(text))
+                && let Some(bad) = unknown_sctp_chunk(&second.value(self.text))
             {
-                say(
+                self.say(
                     second,
                     format!("unknown SCTP chunk {bad:?} for {raw} (iptables: Unknown sctp chunk)"),
                 );
-                return;
+                return None;
             }
             i += 2;
-            continue;
+            return Some(i);
         }
         if kind == V::Counters
             && !value.contains(',')
             && words.get(i + 1).is_some_and(|w| {
-                let r = w.raw(text);
+                let r = w.raw(self.text);
                 !r.starts_with('-') && !r.starts_with('!')
             })
         {
             i += 1; // `-c PACKETS BYTES`
-            let bytes = words[i].value(text);
+            let bytes = words[i].value(self.text);
             if bytes.parse::<u64>().is_err() {
-                say(
+                self.say(
                     &words[i],
                     format!("bad value {bytes:?} for -c: byte counter not numeric"),
                 );
-                return;
+                return None;
             }
         }
-        if matches!(kind, V::Prefix(_)) && unterminated(arg.raw(text)) {
-            say(
+        if matches!(kind, V::Prefix(_)) && unterminated(arg.raw(self.text)) {
+            self.say(
                 arg,
                 format!(
                     "{raw}: an unterminated quote takes the line's end (iptables: Newlines not allowed)"
                 ),
             );
-            return;
+            return None;
         }
         if let Err(why) = valid(kind, &value) {
-            say(arg, format!("bad value {value:?} for {raw}: {why}"));
-            return;
+            self.say(arg, format!("bad value {value:?} for {raw}: {why}"));
+            return None;
         }
         if kind == V::Address
-            && dialect.ip6
+            && self.dialect.ip6
             && let Some(v4) = value.split(',').find(|a| {
                 let a = a.split_once('/').map_or(*a, |(a, _)| a);
                 a.parse::<std::net::Ipv4Addr>().is_ok() || inet_aton(a)
             })
         {
-            say(
+            self.say(
                 arg,
                 format!(
                     "bad value {value:?} for {raw}: {v4:?} is an IPv4 address in an ip6tables rule (ip6tables: Address family for hostname not supported)"
                 ),
             );
-            return;
+            return None;
         }
         if name == "-p" {
-            protocol_negated = negated;
-            protocol = Some(value.to_ascii_lowercase());
+            self.protocol_negated = negated;
+            self.protocol = Some(value.to_ascii_lowercase());
             if !valid_protocol(&value) {
-                say(arg, format!("unknown protocol {value:?}"));
-                return;
+                self.say(arg, format!("unknown protocol {value:?}"));
+                return None;
             }
         }
-        i += 1;
+        Some(i + 1)
     }
-    if bang {
-        problems.push(SpecProblem {
-            offset: text.len(),
-            message: "\"!\" at the end of the rule negates nothing".into(),
-        });
-        return;
-    }
-    // Built-in chains that see packets only one way refuse the other interface.
-    let wrong_way = match chain {
-        Some("PREROUTING" | "INPUT") => Some("-o"),
-        Some("POSTROUTING" | "OUTPUT") => Some("-i"),
-        _ => None,
-    };
-    if let Some(opt) = wrong_way
-        && generic_seen.contains(&opt)
-        && let Some(w) = words
-            .iter()
-            .find(|w| generic(w.raw(text)).is_some_and(|(s, _)| s == opt))
-    {
-        problems.push(SpecProblem {
-            offset: w.start as usize,
-            message: format!(
-                "{opt} in chain {}: iptables refuses it (Can't use {opt} with {})",
-                chain.unwrap_or_default(),
-                chain.unwrap_or_default()
-            ),
-        });
-        return;
-    }
-    if matches.iter().any(|m| m.name == "multiport")
-        && (protocol_negated
-            || !protocol.as_deref().is_some_and(|p| {
-                matches!(
-                    p,
-                    "tcp" | "udp" | "udplite" | "sctp" | "dccp" | "6" | "17" | "136" | "132" | "33"
-                )
-            }))
-    {
-        let at = words.first().map_or(0, |w| w.start as usize);
-        problems.push(SpecProblem {
-            offset: at,
-            message: "multiport needs -p tcp, udp, udplite, sctp or dccp".into(),
-        });
-        return;
-    }
-    if let Some(m) = matches.iter().find(|m| m.name == "string")
-        && !m.seen.contains(&"--algo")
-        && super::dialect::string_needs_algo(dialect.binding())
-    {
-        let at = words.last().map_or(0, |w| w.start as usize);
-        problems.push(SpecProblem {
-            offset: at,
-            message: format!(
-                "string needs --algo (iptables {}: option \"--algo\" must be specified; mandatory since 1.3.4)",
-                dialect.binding().expect("known")
-            ),
-        });
-        return;
-    }
-    for l in matches.iter().chain(target.as_ref()) {
-        for (_, one_of) in REQUIRED.iter().filter(|(n, _)| *n == l.name) {
-            if l.seen.iter().any(|s| one_of.contains(s)) {
-                continue;
-            }
-            let at = words.last().map_or(0, |w| w.start as usize);
-            problems.push(SpecProblem {
-                offset: at,
-                message: format!("{} needs one of {}", l.name, one_of.join(", ")),
+
+    /// What holds for the rule as a whole: interfaces the chain never sees, multiport's
+    /// protocol, string's --algo, the options an extension requires.
+    fn whole_rule(&mut self, words: &[Word], chain: Option<&str>) {
+        // Built-in chains that see packets only one way refuse the other interface.
+        let wrong_way = match chain {
+            Some("PREROUTING" | "INPUT") => Some("-o"),
+            Some("POSTROUTING" | "OUTPUT") => Some("-i"),
+            _ => None,
+        };
+        if let Some(opt) = wrong_way
+            && self.generic_seen.contains(&opt)
+            && let Some(w) = words
+                .iter()
+                .find(|w| generic(w.raw(self.text)).is_some_and(|(s, _)| s == opt))
+        {
+            self.problems.push(SpecProblem {
+                offset: w.start as usize,
+                message: format!(
+                    "{opt} in chain {}: iptables refuses it (Can't use {opt} with {})",
+                    chain.unwrap_or_default(),
+                    chain.unwrap_or_default()
+                ),
             });
             return;
+        }
+        if self.matches.iter().any(|m| m.name == "multiport")
+            && (self.protocol_negated
+                || !self.protocol.as_deref().is_some_and(|p| {
+                    matches!(
+                        p,
+                        "tcp"
+                            | "udp"
+                            | "udplite"
+                            | "sctp"
+                            | "dccp"
+                            | "6"
+                            | "17"
+                            | "136"
+                            | "132"
+                            | "33"
+                    )
+                }))
+        {
+            let at = words.first().map_or(0, |w| w.start as usize);
+            self.problems.push(SpecProblem {
+                offset: at,
+                message: "multiport needs -p tcp, udp, udplite, sctp or dccp".into(),
+            });
+            return;
+        }
+        if let Some(m) = self.matches.iter().find(|m| m.name == "string")
+            && !m.seen.contains(&"--algo")
+            && super::dialect::string_needs_algo(self.dialect.binding())
+        {
+            let at = words.last().map_or(0, |w| w.start as usize);
+            self.problems.push(SpecProblem {
+                offset: at,
+                message: format!(
+                    "string needs --algo (iptables {}: option \"--algo\" must be specified; mandatory since 1.3.4)",
+                    self.dialect.binding().expect("known")
+                ),
+            });
+            return;
+        }
+        for l in self.matches.iter().chain(self.target.as_ref()) {
+            for (_, one_of) in REQUIRED.iter().filter(|(n, _)| *n == l.name) {
+                if l.seen.iter().any(|s| one_of.contains(s)) {
+                    continue;
+                }
+                let at = words.last().map_or(0, |w| w.start as usize);
+                self.problems.push(SpecProblem {
+                    offset: at,
+                    message: format!("{} needs one of {}", l.name, one_of.join(", ")),
+                });
+                return;
+            }
         }
     }
 }
