@@ -305,7 +305,8 @@ pub enum CiliumCommand {
     /// Before installing Cilium with kube-proxy replacement: can this node's kernel run
     /// it? Kernel release and configuration, BTF, the BPF program and map types the
     /// running kernel accepts (probed, nothing attached), bpffs and cgroup v2 mounts.
-    /// Verdict `go` (exit 0) or `no-go` (exit 1).
+    /// Verdict `go` (exit 0) or `no-go` (exit 1). Also prints the RKE2 configuration and
+    /// Cilium Helm values this node needs, from its own API endpoint and pod CIDR.
     Preflight {
         /// The node's file tree (for /boot/config-RELEASE when /proc/config.gz is absent).
         #[arg(long, value_name = "DIR", default_value = "/")]
@@ -314,6 +315,10 @@ pub enum CiliumCommand {
         /// plumb knows.
         #[arg(long, value_name = "VERSION")]
         cilium_version: Option<String>,
+        /// Read the node's rules in this network namespace (for the API endpoint and
+        /// pod CIDR of the generated configuration).
+        #[arg(long, value_name = "NAME")]
+        netns: Option<String>,
         #[command(flatten)]
         output: OutputFlags,
     },

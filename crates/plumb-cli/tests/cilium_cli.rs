@@ -313,3 +313,57 @@ fn verify_on_a_live_namespace_names_the_old_cni_s_interfaces() {
     );
     assert_eq!(v["verdict"], "incomplete");
 }
+
+#[test]
+fn preflight_derives_the_configuration_from_the_node_s_files() {
+    if !plumb_testkit::privileged(&[]) {
+        return;
+    }
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/distributions");
+    let config = |dist: &str| {
+        let out = plumb(&[
+            "cilium",
+            "preflight",
+            "--cilium-version",
+            "1.16",
+            "--root",
+            fixtures.join(dist).to_str().unwrap(),
+            "-o",
+            "json",
+        ]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["config"].clone()
+    };
+    let rke2 = config("rke2");
+    assert_eq!(
+        rke2["rke2_config"],
+        "cni: cilium\ndisable-kube-proxy: true\n"
+    );
+    let values = rke2["helm_values"].as_str().unwrap();
+    assert!(
+        values.contains("k8sServiceHost: 127.0.0.1\nk8sServicePort: 6443"),
+        "{values}"
+    );
+    // The pod CIDR the fixture's kube-proxy manifest gives, not RKE2's default.
+    assert!(
+        values.contains("ipv4NativeRoutingCIDR: 10.52.0.0/16"),
+        "{values}"
+    );
+
+    let kubeadm = config("kubeadm");
+    assert!(kubeadm["rke2_config"].is_null());
+    let values = kubeadm["helm_values"].as_str().unwrap();
+    // No kube-proxy rule on this machine names the API server: a placeholder, said so.
+    assert!(
+        values.contains("k8sServiceHost: <API-SERVER-ADDRESS>"),
+        "{values}"
+    );
+    assert!(
+        kubeadm["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("fill in"))
+    );
+}

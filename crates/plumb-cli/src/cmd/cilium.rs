@@ -25,8 +25,15 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
         CiliumCommand::Preflight {
             root,
             cilium_version,
+            netns,
             output,
-        } => preflight(&root, cilium_version.as_deref(), output.json(), style),
+        } => preflight(
+            &root,
+            netns,
+            cilium_version.as_deref(),
+            output.json(),
+            style,
+        ),
         CiliumCommand::Services { node, output } => services(&node, output.json()),
         CiliumCommand::Verify {
             node,
@@ -45,8 +52,30 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
     }
 }
 
+/// What the generated configuration reads about the node: its distribution, the API
+/// endpoint behind the `kubernetes` Service and the pod CIDR, from the node's files and
+/// rules (as doctor gathers them).
+fn node_network(root: &Path, netns: Option<String>) -> plumb_cilium::config::NodeNetwork {
+    use plumb_cilium::config::{NodeNetwork, Sourced};
+    use plumb_collect::node::{LiveNode, NodeSource};
+    let live = LiveNode::new(plumb_os::runner::SystemRunner, netns, root).with_netlink();
+    let facts = plumb_collect::facts::gather(&live as &dyn NodeSource, &Default::default());
+    let net = plumb_facts::cluster::network(&facts);
+    let sourced = |d: &plumb_facts::cluster::Decided| Sourced {
+        value: d.value.clone(),
+        source: d.source.clone(),
+    };
+    NodeNetwork {
+        distribution: facts.distribution.clone(),
+        api_endpoint: net.api_endpoint.as_ref().map(sourced),
+        // A distribution's default is not the node's: the generator then says so.
+        pod_cidr: Some(&net.cluster_cidr).filter(|d| !d.default).map(sourced),
+    }
+}
+
 fn preflight(
     root: &Path,
+    netns: Option<String>,
     version: Option<&str>,
     json: bool,
     style: plumb_findings::Style,
@@ -59,8 +88,19 @@ fn preflight(
     };
     let kernel = plumb_collect::cilium::read_kernel(root);
     let result = plumb_cilium::preflight::preflight(&kernel, release);
+    let config = plumb_cilium::config::generate(release, &node_network(root, netns));
     if json {
-        output::json(&result)?;
+        #[derive(Serialize)]
+        struct Out<'a> {
+            #[serde(flatten)]
+            result: &'a plumb_cilium::preflight::Preflight,
+            /// The RKE2 configuration and Helm values for this node.
+            config: &'a plumb_cilium::config::Generated,
+        }
+        output::json(&Out {
+            result: &result,
+            config: &config,
+        })?;
     } else {
         report(
             &format!(
@@ -74,6 +114,14 @@ fn preflight(
                 Go::NoGo => "no-go",
             },
         )?;
+        let mut out = std::io::stdout().lock();
+        if let Some(rke2) = &config.rke2_config {
+            writeln!(out, "\n# /etc/rancher/rke2/config.yaml (servers)\n{rke2}")?;
+        }
+        writeln!(out, "# Cilium Helm values\n{}", config.helm_values)?;
+        for n in &config.notes {
+            writeln!(out, "# {n}")?;
+        }
     }
     Ok(match result.verdict {
         Go::Go => Verdict::Clean,
