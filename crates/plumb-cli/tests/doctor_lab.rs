@@ -509,3 +509,52 @@ fn verify_after_the_sysctl_fix_says_gone() {
     let down = lab.down();
     assert!(down.errors.is_empty(), "{:?}", down.errors);
 }
+
+/// `plumb cilium preflight` on the lab node lists what a move to Cilium runs into:
+/// UFW active on the node is doctor's finding, carried over as a conflict.
+#[test]
+fn cilium_preflight_lists_an_active_ufw_as_a_conflict() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = up_on(Scenario::UfwActive, Backend::Nft);
+    lab.wait_until("UFW's chains", Duration::from_secs(60), |l| {
+        l.node_output(&["iptables-save", "-t", "filter"])
+            .is_ok_and(|s| s.contains(":ufw-"))
+    })
+    .unwrap_or_else(|e| panic!("ufw-active: {e}"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args([
+            "cilium",
+            "preflight",
+            "--netns",
+            plumb_lab::state::NODE_NETNS,
+            "--root",
+        ])
+        .arg(lab.root())
+        .args(["-o", "json"])
+        .output()
+        .expect("running plumb cilium preflight");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "preflight JSON: {e}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let ids: Vec<&str> = v["conflicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"host-firewall-ufw"), "{ids:?}");
+    // The lab is RKE2: the generated configuration uses its local API load balancer.
+    assert!(
+        v["config"]["helm_values"]
+            .as_str()
+            .unwrap()
+            .contains("k8sServiceHost: 127.0.0.1")
+    );
+    let down = lab.down();
+    assert!(down.errors.is_empty(), "{:?}", down.errors);
+}

@@ -55,7 +55,10 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
 /// What the generated configuration reads about the node: its distribution, the API
 /// endpoint behind the `kubernetes` Service and the pod CIDR, from the node's files and
 /// rules (as doctor gathers them).
-fn node_network(root: &Path, netns: Option<String>) -> plumb_cilium::config::NodeNetwork {
+fn node_network(
+    root: &Path,
+    netns: Option<String>,
+) -> (plumb_cilium::config::NodeNetwork, plumb_facts::Facts) {
     use plumb_cilium::config::{NodeNetwork, Sourced};
     use plumb_collect::node::{LiveNode, NodeSource};
     let live = LiveNode::new(plumb_os::runner::SystemRunner, netns, root).with_netlink();
@@ -65,12 +68,37 @@ fn node_network(root: &Path, netns: Option<String>) -> plumb_cilium::config::Nod
         value: d.value.clone(),
         source: d.source.clone(),
     };
-    NodeNetwork {
+    let network = NodeNetwork {
         distribution: facts.distribution.clone(),
         api_endpoint: net.api_endpoint.as_ref().map(sourced),
         // A distribution's default is not the node's: the generator then says so.
         pod_cidr: Some(&net.cluster_cidr).filter(|d| !d.default).map(sourced),
-    }
+    };
+    (network, facts)
+}
+
+/// Doctor's findings that a move to Cilium runs into: host firewalls (they can drop the
+/// tunnel, health and pod traffic), security agents that rewrite netfilter, a second
+/// iptables backend. Reported beside the kernel checklist; they do not decide go/no-go,
+/// which is the kernel's (plumb cannot tell from here which datapath mode will be used).
+const CONFLICT_IDS: &[&str] = &[
+    "host-firewall-ufw",
+    "host-firewall-firewalld",
+    "host-firewall-reject",
+    "input-drop-blocks-node",
+    "forward-drop-blocks-pods",
+    "docker-bypasses-ufw",
+    "security-agent-present",
+    "security-agent-tamper",
+    "iptables-backend-mix",
+];
+
+fn conflicts(facts: &plumb_facts::Facts) -> Vec<plumb_findings::Finding> {
+    plumb_doctor::diagnose(facts)
+        .findings
+        .into_iter()
+        .filter(|f| f.is_problem() && CONFLICT_IDS.contains(&f.id.as_str()))
+        .collect()
 }
 
 fn preflight(
@@ -88,17 +116,22 @@ fn preflight(
     };
     let kernel = plumb_collect::cilium::read_kernel(root);
     let result = plumb_cilium::preflight::preflight(&kernel, release);
-    let config = plumb_cilium::config::generate(release, &node_network(root, netns));
+    let (network, facts) = node_network(root, netns);
+    let config = plumb_cilium::config::generate(release, &network);
+    let conflicts = conflicts(&facts);
     if json {
         #[derive(Serialize)]
         struct Out<'a> {
             #[serde(flatten)]
             result: &'a plumb_cilium::preflight::Preflight,
+            /// What on the node a move to Cilium runs into (doctor's findings).
+            conflicts: &'a [plumb_findings::Finding],
             /// The RKE2 configuration and Helm values for this node.
             config: &'a plumb_cilium::config::Generated,
         }
         output::json(&Out {
             result: &result,
+            conflicts: &conflicts,
             config: &config,
         })?;
     } else {
@@ -115,6 +148,10 @@ fn preflight(
             },
         )?;
         let mut out = std::io::stdout().lock();
+        if !conflicts.is_empty() {
+            writeln!(out, "\nconflicts to resolve before the migration:\n")?;
+            out.write_all(plumb_findings::render::finding_list(&conflicts, style).as_bytes())?;
+        }
         if let Some(rke2) = &config.rke2_config {
             writeln!(out, "\n# /etc/rancher/rke2/config.yaml (servers)\n{rke2}")?;
         }
