@@ -24,7 +24,7 @@
 
 use crate::index::Index;
 use crate::ir::HookId;
-use crate::outcome::{Delivery, Outcome, StepKind, StepReport, Trace, Verdict};
+use crate::outcome::{Outcome, OutcomeReport, StepKind, Trace, Verdict};
 use crate::packet::{Origin, Packet, Proto};
 use serde::Serialize;
 use std::net::IpAddr;
@@ -271,35 +271,6 @@ pub struct DecidingRule {
     pub owner: String,
 }
 
-/// An outcome in a flow report: the fields of `plumb trace --json`'s outcomes, with
-/// `steps` only when asked for (they are most of a report's size).
-#[derive(Clone, Debug, Serialize)]
-pub struct FlowOutcome {
-    /// What happens to the packet on this path.
-    pub verdict: Verdict,
-    /// How likely this path is (random endpoint choice).
-    pub probability: f64,
-    /// The DNAT applied, as the rule wrote it.
-    pub dnat: Option<String>,
-    /// The SNAT applied.
-    pub snat: Option<String>,
-    /// What the path assumes about fields the flow did not give.
-    pub conditions: Vec<String>,
-    /// As in `plumb trace --json`: the share of routing decisions this path covers.
-    pub routes: f64,
-    /// Where an accepted packet is delivered.
-    pub delivery: Option<Delivery>,
-    /// Why the verdict, in words.
-    pub why: String,
-    /// The kube-proxy service on the path.
-    pub service: Option<String>,
-    /// The endpoint the path reaches.
-    pub endpoint: Option<String>,
-    /// The steps, with `--verbose` only.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub steps: Option<Vec<StepReport>>,
-}
-
 /// One flow's trace, summarised: one JSON line of `plumb trace --flows`.
 #[derive(Clone, Debug, Serialize)]
 pub struct FlowReport {
@@ -319,7 +290,7 @@ pub struct FlowReport {
     /// that applied, as `HOOK TABLE CHAIN #N` / `HOOK TABLE CHAIN policy P`.
     pub path: Vec<String>,
     /// Every outcome, most probable first.
-    pub outcomes: Vec<FlowOutcome>,
+    pub outcomes: Vec<OutcomeReport>,
     /// As in `plumb trace --json`: more outcomes existed than were kept.
     pub truncated: bool,
     /// As in `plumb trace --json`: why the trace stopped before exploring every path.
@@ -520,7 +491,7 @@ pub fn flow_report_cached(
     cache: &mut ReportCache,
 ) -> FlowReport {
     let mut dnat: Vec<String> = Vec::new();
-    let outcomes: Vec<FlowOutcome> = t
+    let outcomes: Vec<OutcomeReport> = t
         .outcomes
         .iter()
         .map(|o| {
@@ -530,7 +501,7 @@ pub fn flow_report_cached(
                 dnat.push(d.clone());
             }
             let (service, endpoint) = cache.service_and_endpoint(index, o);
-            FlowOutcome {
+            OutcomeReport {
                 verdict: o.verdict,
                 probability: o.probability,
                 dnat: o.dnat.clone(),
@@ -541,7 +512,12 @@ pub fn flow_report_cached(
                 why: o.why.clone(),
                 service,
                 endpoint,
-                steps: steps.then(|| o.steps.iter().map(|s| s.report(index)).collect()),
+                // Steps are most of a report's size: only when asked for.
+                steps: if steps {
+                    o.steps.iter().map(|s| s.report(index)).collect()
+                } else {
+                    Vec::new()
+                },
             }
         })
         .collect();

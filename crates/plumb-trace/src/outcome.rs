@@ -262,7 +262,9 @@ pub struct OutcomeReport {
     /// Endpoint (`ip:port`) the path went to, from kube-proxy's rule comments or nftables
     /// chain names; `null` when the path went through no endpoint.
     pub endpoint: Option<String>,
-    /// The path's steps.
+    /// The path's steps (left out of a `plumb trace --flows` line unless `--verbose`;
+    /// a single trace always has them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepReport>,
 }
 
