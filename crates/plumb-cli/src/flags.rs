@@ -112,6 +112,19 @@ pub enum Command {
     /// Report who changes netfilter rules as it happens: foreign changes to kube-proxy/CNI
     /// objects, revert fights, policy changes (nftables events, audit; read-only).
     Watch(WatchFlags),
+    /// The connections netfilter lets through, as they start and end (conntrack events,
+    /// read-only), with the endpoint each ClusterIP connection was translated to.
+    /// Drops and the rules behind them are not reported yet.
+    Observe {
+        /// Observe this network namespace (default: this machine's).
+        #[arg(long, value_name = "NAME")]
+        netns: Option<String>,
+        /// Stop after this many seconds (default: until interrupted).
+        #[arg(long, value_name = "SECS")]
+        duration: Option<u64>,
+        #[command(flatten)]
+        output: OutputFlags,
+    },
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]

@@ -8,6 +8,7 @@ mod doctor;
 pub(crate) mod explain;
 mod input;
 mod lab;
+mod observe;
 mod policy;
 mod ruleset;
 mod services;
@@ -75,6 +76,11 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
         Command::Policy(c) => policy::run(c),
         Command::Trace(args) => trace::run(&args),
         Command::Watch(f) => watch::run(f),
+        Command::Observe {
+            netns,
+            duration,
+            output,
+        } => observe::run(netns.as_deref(), duration, output.json()),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();

@@ -1,0 +1,70 @@
+//! Privileged: conntrack's events in a private network namespace. A DNAT rule sends
+//! 10.43.0.1:443 (a "ClusterIP") to 127.0.0.1:8443 where a listener answers; the
+//! connection's NEW event shows the original destination and the endpoint DNAT chose,
+//! and closing it gives a DESTROY.
+
+use plumb_observe::conntrack::Event;
+use plumb_observe::listener::ConntrackListener;
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_connection_to_a_cluster_ip_is_seen_with_its_dnat() {
+    if !plumb_testkit::privileged(&["ip", "iptables-nft-restore"]) {
+        return;
+    }
+    let ns = plumb_os::netns::Netns::create("plumb-observe").expect("a private namespace");
+    let (ok, _, err) = ns.exec("ip", &["link", "set", "lo", "up"], None).unwrap();
+    assert!(ok, "{err}");
+    let rules = "*nat\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -d 10.43.0.1/32 -p tcp -m tcp --dport 443 -j DNAT --to-destination 127.0.0.1:8443\nCOMMIT\n";
+    let (ok, _, err) = ns.exec("iptables-nft-restore", &[], Some(rules)).unwrap();
+    assert!(ok, "{err}");
+    // The route to 10.43.0.1 goes out of lo: add it, as a node's route to its Service CIDR.
+    let (ok, _, err) = ns
+        .exec("ip", &["route", "add", "10.43.0.0/16", "dev", "lo"], None)
+        .unwrap();
+    assert!(ok, "{err}");
+    let name = ns.name().to_string();
+    let mut listener = ConntrackListener::open(Some(&name)).expect("subscribe");
+    let server = plumb_os::netns::on_thread(Some(&name), || {
+        std::net::TcpListener::bind("127.0.0.1:8443")
+    })
+    .expect("listen");
+    let client = plumb_os::netns::on_thread(Some(&name), || {
+        std::net::TcpStream::connect_timeout(
+            &"10.43.0.1:443".parse().unwrap(),
+            Duration::from_secs(2),
+        )
+    })
+    .expect("connect through the DNAT");
+    let (accepted, _) = server.accept().expect("the backend got it");
+    drop(client);
+    drop(accepted);
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut new, mut destroyed) = (None, false);
+    while Instant::now() < deadline && (new.is_none() || !destroyed) {
+        for f in listener.receive().expect("receive").flows {
+            if f.original.destination.to_string() != "10.43.0.1" {
+                continue;
+            }
+            match f.event {
+                Event::New => new = Some(f),
+                Event::Destroy => destroyed = true,
+                Event::Update => {}
+            }
+        }
+        if new.is_some() && !destroyed {
+            // Closed TCP connections linger in TIME_WAIT; flushing ends them now.
+            let _ = ns.exec("conntrack", &["-F"], None);
+        }
+    }
+    let new = new.expect("a NEW event for the connection");
+    assert_eq!(new.protocol, 6);
+    assert_eq!(new.original.destination_port, Some(443));
+    assert_eq!(
+        new.dnat(),
+        Some(("127.0.0.1".parse().unwrap(), Some(8443))),
+        "the reply comes from the endpoint DNAT chose"
+    );
+    assert!(destroyed, "a DESTROY event once the connection is gone");
+}
