@@ -141,8 +141,9 @@ fn frontend_key(col: &str) -> Option<Key> {
     })
 }
 
-/// `IP:PORT[/PROTO][/i]` with IPv6 in brackets.
-fn endpoint(s: &str) -> Option<(IpAddr, u16, Option<L4Proto>, bool)> {
+/// `IP:PORT[/PROTO][/i]` with IPv6 in brackets: (address, port, protocol when printed,
+/// internal scope). `cilium-dbg service list` prints the same form without `/i`.
+pub(crate) fn endpoint(s: &str) -> Option<(IpAddr, u16, Option<L4Proto>, bool)> {
     let mut parts = s.split('/');
     let hostport = parts.next()?;
     let mut proto = None;

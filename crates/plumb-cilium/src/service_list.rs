@@ -115,17 +115,12 @@ fn backend(words: &[&str]) -> Option<BackendRef> {
     })
 }
 
+/// `IP:PORT[/PROTO]`, as `bpf lb list` writes it but never with its `/i` scope mark.
 fn endpoint(s: &str) -> Option<(IpAddr, u16, Option<L4Proto>)> {
-    let (hostport, proto) = match s.split_once('/') {
-        Some((h, p)) => (h, Some(L4Proto::from_name(p)?)),
-        None => (s, None),
-    };
-    let (host, port) = hostport.rsplit_once(':')?;
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    Some((host.parse().ok()?, port.parse().ok()?, proto))
+    match crate::lb_list::endpoint(s)? {
+        (_, _, _, true) => None,
+        (address, port, proto, false) => Some((address, port, proto)),
+    }
 }
 
 #[cfg(test)]
