@@ -384,21 +384,9 @@ pub(super) fn tcp_flags(flags: u8) -> String {
     }
 }
 
+/// The names of the bits set in an addrtype mask, comma-separated as iptables prints them.
 fn addr_types(mask: u16) -> Option<String> {
-    const NAMES: [&str; 12] = [
-        "UNSPEC",
-        "UNICAST",
-        "LOCAL",
-        "BROADCAST",
-        "ANYCAST",
-        "MULTICAST",
-        "BLACKHOLE",
-        "UNREACHABLE",
-        "PROHIBIT",
-        "THROW",
-        "NAT",
-        "XRESOLVE",
-    ];
+    use plumb_ruleset::iptables::ADDR_TYPES as NAMES;
     if mask >> 12 != 0 {
         return None;
     }

@@ -16,9 +16,9 @@
 //! (`None`) is known to exist, and its options are not checked. Values are checked only
 //! where the kind is unambiguous (numbers, ports, marks, conntrack states, addresses).
 
-use super::SpecProblem;
 use super::dialect::{Dialect, IptablesVersion};
 use super::words::Word;
+use super::{ADDR_TYPES, SpecProblem};
 
 /// The kind of value an option takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -495,22 +495,6 @@ const MATCHES: &[(&str, Option<&[Opt]>)] = &[
     ),
     ("u32", Some(&[("--u32", V::Any)])),
     ("unclean", Some(&[])),
-];
-
-/// Address types of the addrtype match.
-const ADDR_TYPES: &[&str] = &[
-    "UNSPEC",
-    "UNICAST",
-    "LOCAL",
-    "BROADCAST",
-    "ANYCAST",
-    "MULTICAST",
-    "BLACKHOLE",
-    "UNREACHABLE",
-    "PROHIBIT",
-    "THROW",
-    "NAT",
-    "XRESOLVE",
 ];
 
 const TCP: &[Opt] = &[

@@ -606,6 +606,24 @@ fn collect_args(text: &str, words: &[Word], from: usize) -> (usize, usize, bool)
     (start, end, negated)
 }
 
+/// The address types of the addrtype match (`--src-type`, `--dst-type`), in the order of
+/// their bits in `xt_addrtype_info` (`XT_ADDRTYPE_UNSPEC` = bit 0, ... `XRESOLVE` = bit
+/// 11, linux/netfilter/xt_addrtype.h).
+pub const ADDR_TYPES: &[&str] = &[
+    "UNSPEC",
+    "UNICAST",
+    "LOCAL",
+    "BROADCAST",
+    "ANYCAST",
+    "MULTICAST",
+    "BLACKHOLE",
+    "UNREACHABLE",
+    "PROHIBIT",
+    "THROW",
+    "NAT",
+    "XRESOLVE",
+];
+
 /// Names `-j` can take that are verdicts or target extensions, not chains.
 pub const TARGET_EXTENSIONS: &[&str] = &[
     "ACCEPT",
