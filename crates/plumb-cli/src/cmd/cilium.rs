@@ -14,12 +14,6 @@ use serde::Serialize;
 use std::io::Write;
 use std::path::Path;
 
-/// kube-proxy static pod manifests, below the node root: RKE2's and kubeadm's.
-const KUBE_PROXY_MANIFESTS: &[&str] = &[
-    "var/lib/rancher/rke2/agent/pod-manifests/kube-proxy.yaml",
-    "etc/kubernetes/manifests/kube-proxy.yaml",
-];
-
 pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Verdict> {
     match c {
         CiliumCommand::Preflight {
@@ -328,11 +322,13 @@ fn verify_node(
         },
         &InputFlags::default(),
     )?;
-    let cni_dir = node.root.join("etc/cni/net.d");
-    let cni_files = list_dir(&cni_dir);
-    let manifests: Vec<String> = KUBE_PROXY_MANIFESTS
+    // The same places collect and doctor read: the CNI directory, and kube-proxy's static
+    // pod manifest in each distribution's manifest directory.
+    let below_root = |p: &str| node.root.join(p.trim_start_matches('/'));
+    let cni_files = list_dir(&below_root(plumb_collect::facts::CNI_DIR));
+    let manifests: Vec<String> = plumb_collect::facts::MANIFEST_DIRS
         .iter()
-        .map(|m| node.root.join(m))
+        .map(|d| below_root(d).join("kube-proxy.yaml"))
         .filter(|p| p.is_file())
         .map(|p| p.display().to_string())
         .collect();
