@@ -78,7 +78,7 @@ pub fn diff(
             {
                 None => missing.push(format!("{}: ClusterIP not in Cilium's maps", s.label())),
                 Some(f) => {
-                    let was: BTreeSet<&str> = s.endpoints.iter().map(String::as_str).collect();
+                    let was: BTreeSet<&String> = s.endpoints.iter().collect();
                     let is: BTreeSet<String> = f
                         .active_backends()
                         .map(|b| match b.address {
@@ -86,8 +86,7 @@ pub fn diff(
                             a => format!("{a}:{}", b.port),
                         })
                         .collect();
-                    let is: BTreeSet<&str> = is.iter().map(String::as_str).collect();
-                    if was != is && !was.is_empty() {
+                    if !was.is_empty() && was.iter().copied().ne(is.iter()) {
                         differ.push(format!(
                             "{}: kube-proxy {:?}, Cilium {:?}",
                             s.label(),

@@ -276,24 +276,18 @@ fn old_cni(files: Option<&[String]>) -> Finding {
             "the CNI configuration directory was not read",
         );
     };
-    let cilium_first = files
+    // The container runtime uses the configuration that sorts first.
+    let first = files
         .iter()
         .filter(|f| f.ends_with(".conflist") || f.ends_with(".conf"))
-        .min()
-        .is_some_and(|f| f.contains("cilium"));
+        .min();
+    let cilium_first = first.is_some_and(|f| f.contains("cilium"));
     let mut left: Vec<&String> = files
         .iter()
         .filter(|f| OLD_CNI_FILES.contains(&f.as_str()))
         .collect();
-    // Another plugin's configuration that sorts before Cilium's is the one the
-    // container runtime uses.
-    if !cilium_first
-        && let Some(first) = files
-            .iter()
-            .filter(|f| f.ends_with(".conflist") || f.ends_with(".conf"))
-            .min()
-        && !left.contains(&first)
-    {
+    // Another plugin's configuration that sorts before Cilium's is in use.
+    if let Some(first) = first.filter(|f| !cilium_first && !left.contains(f)) {
         left.push(first);
     }
     if left.is_empty() {

@@ -226,9 +226,7 @@ fn matrix(
         pods: ids,
         cells,
     } = cells(&cluster, namespace, ports)?;
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if json {
-        drop(out);
         #[derive(Serialize)]
         struct Out<'a> {
             cells: &'a [Cell],
@@ -240,6 +238,7 @@ fn matrix(
         })?;
         return Ok(Verdict::Clean);
     }
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if csv {
         writeln!(out, "from,to,port,protocol,allowed,egress,ingress")?;
         for c in &cells {
