@@ -257,16 +257,22 @@ pub enum PolicyCommand {
         /// Namespaces (multi-document files and Lists); repeat for more.
         #[arg(short = 'f', long = "file", value_name = "PATH", required = true)]
         files: Vec<PathBuf>,
-        /// The client pod, `NAMESPACE/POD`.
+        /// The client: a pod `NAMESPACE/POD`, an outside address `world:IP[@NAME]` (the
+        /// name it was looked up as, for toFQDNs rules), or a Cilium entity (`host[:NODE]`,
+        /// `remote-node[:NODE]`, `kube-apiserver`, `health`, `init`, `unmanaged`, `ingress`).
         #[arg(long, value_name = "NS/POD")]
         from: String,
-        /// The server pod, `NAMESPACE/POD`.
+        /// The server, written as for `--from`.
         #[arg(long, value_name = "NS/POD")]
         to: String,
         /// The destination port on the server pod (after any Service DNAT), `PORT/PROTO`
-        /// (`443/tcp`; the protocol defaults to TCP).
+        /// (`443/tcp`; the protocol defaults to TCP; `8/icmp` for an ICMP type).
         #[arg(long, value_name = "PORT[/PROTO]")]
         port: String,
+        /// An HTTP request (`"GET /path"`) or DNS query (`dns:NAME`) to judge against
+        /// the L7 rules that apply.
+        #[arg(long, value_name = "REQUEST")]
+        request: Option<String>,
         #[command(flatten)]
         output: OutputFlags,
     },

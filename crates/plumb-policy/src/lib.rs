@@ -17,6 +17,7 @@
 
 #![deny(missing_docs)]
 
+pub mod cilium;
 pub mod eval;
 pub mod load;
 pub mod model;

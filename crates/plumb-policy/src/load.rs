@@ -6,7 +6,7 @@
 //! (and reported): evaluating it without that field would give a wrong answer.
 
 use crate::model::{
-    Cluster, ContainerPort, IpBlock, Labels, Namespace, NetworkPolicy, Peer, Pod, PolicyPort,
+    Cluster, ContainerPort, IpBlock, Labels, Namespace, NetworkPolicy, Node, Peer, Pod, PolicyPort,
     PortRef, Requirement, Rule, Selector,
 };
 use serde_json::Value;
@@ -83,7 +83,13 @@ fn object(cluster: &mut Cluster, v: &Value, at: &str, problems: &mut Vec<Problem
         })
     };
     match kind {
-        "List" | "NetworkPolicyList" | "PodList" | "NamespaceList" => {
+        "List"
+        | "NetworkPolicyList"
+        | "PodList"
+        | "NamespaceList"
+        | "NodeList"
+        | "CiliumNetworkPolicyList"
+        | "CiliumClusterwideNetworkPolicyList" => {
             for item in v
                 .get("items")
                 .and_then(Value::as_array)
@@ -109,6 +115,25 @@ fn object(cluster: &mut Cluster, v: &Value, at: &str, problems: &mut Vec<Problem
             cluster.namespaces.push(Namespace { name, labels });
         }
         "Pod" => cluster.pods.push(pod(v, name, namespace)),
+        "Node" => cluster.nodes.push(Node {
+            name,
+            labels: labels(v.pointer("/metadata/labels")),
+        }),
+        "CiliumNetworkPolicy" | "CiliumClusterwideNetworkPolicy" => {
+            let (kind, ns): (&'static str, Option<&str>) = if kind == "CiliumNetworkPolicy" {
+                ("CiliumNetworkPolicy", Some(&namespace))
+            } else {
+                ("CiliumClusterwideNetworkPolicy", None)
+            };
+            let id = match ns {
+                Some(ns) => format!("{kind} {ns}/{name}"),
+                None => format!("{kind} {name}"),
+            };
+            match crate::cilium::read(v, kind, &name, ns) {
+                Ok(ps) => cluster.cilium.extend(ps),
+                Err(why) => say(Some(id), format!("not evaluated: {why}")),
+            }
+        }
         "NetworkPolicy" => {
             let id = format!("NetworkPolicy {namespace}/{name}");
             match policy(v, name, namespace) {
@@ -119,9 +144,17 @@ fn object(cluster: &mut Cluster, v: &Value, at: &str, problems: &mut Vec<Problem
         "" => say(None, "no kind".into()),
         other => say(
             Some(format!("{other} {namespace}/{name}")),
-            format!("kind {other} is not read (plumb reads NetworkPolicy, Pod, Namespace, List)"),
+            format!(
+                "kind {other} is not read (plumb reads NetworkPolicy, CiliumNetworkPolicy, \
+                 CiliumClusterwideNetworkPolicy, Pod, Namespace, Node, List)"
+            ),
         ),
     }
+}
+
+/// The string values of a mapping (a label map), numbers and booleans as written.
+pub(crate) fn labels_of(v: Option<&Value>) -> Labels {
+    labels(v)
 }
 
 fn labels(v: Option<&Value>) -> Labels {
@@ -180,6 +213,11 @@ fn pod(v: &Value, name: String, namespace: String) -> Pod {
             .and_then(Value::as_str)
             .and_then(|s| s.parse().ok()),
         ports,
+        service_account: v
+            .pointer("/spec/serviceAccountName")
+            .and_then(Value::as_str)
+            .unwrap_or("default")
+            .to_string(),
     }
 }
 
@@ -413,7 +451,7 @@ mod tests {
         assert_eq!(problems.len(), 1);
         assert_eq!(
             problems[0].to_string(),
-            "f.yaml (document 2): Service x/s: kind Service is not read (plumb reads NetworkPolicy, Pod, Namespace, List)"
+            "f.yaml (document 2): Service x/s: kind Service is not read (plumb reads NetworkPolicy, CiliumNetworkPolicy, CiliumClusterwideNetworkPolicy, Pod, Namespace, Node, List)"
         );
     }
 

@@ -42,6 +42,9 @@ pub struct Pod {
     pub ip: Option<IpAddr>,
     /// The ports its containers declare.
     pub ports: Vec<ContainerPort>,
+    /// `spec.serviceAccountName` (`default` when the manifest names none), which
+    /// Cilium exposes as the label `io.cilium.k8s.policy.serviceaccount`.
+    pub service_account: String,
 }
 
 impl Pod {
@@ -201,15 +204,46 @@ impl NetworkPolicy {
     }
 }
 
+/// A node and its labels (what a CiliumClusterwideNetworkPolicy's `nodeSelector`
+/// reads).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// The node's name.
+    pub name: String,
+    /// Its labels.
+    pub labels: Labels,
+}
+
 /// Everything evaluation reads.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Cluster {
     /// Namespaces (a namespace that only pods mention gets its default labels).
     pub namespaces: Vec<Namespace>,
     /// Pods.
     pub pods: Vec<Pod>,
+    /// Nodes.
+    pub nodes: Vec<Node>,
     /// NetworkPolicies.
     pub policies: Vec<NetworkPolicy>,
+    /// CiliumNetworkPolicies and CiliumClusterwideNetworkPolicies (one entry per
+    /// `spec`/`specs[]` element).
+    pub cilium: Vec<crate::cilium::CiliumPolicy>,
+    /// The Cilium cluster name: the value of every pod's
+    /// `io.cilium.k8s.policy.cluster` label (Cilium's default is `default`).
+    pub cluster_name: String,
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Cluster {
+            namespaces: Vec::new(),
+            pods: Vec::new(),
+            nodes: Vec::new(),
+            policies: Vec::new(),
+            cilium: Vec::new(),
+            cluster_name: "default".into(),
+        }
+    }
 }
 
 impl Cluster {

@@ -1,7 +1,7 @@
 //! The evaluator against the shared corpus's truth tables (written from each source's
 //! own expected results; see shared/corpus/policy/README.md).
 
-use plumb_policy::eval::{Connection, check};
+use plumb_policy::eval::{Connection, Endpoint, check};
 use plumb_policy::load::load_str;
 use plumb_policy::model::{Cluster, ContainerPort, Namespace, Pod};
 use serde_json::Value;
@@ -46,6 +46,7 @@ fn cyclonus_cluster(probe: &Path) -> Cluster {
                     protocol: c["Protocol"].as_str().unwrap().to_ascii_uppercase(),
                 })
                 .collect(),
+            service_account: "default".into(),
         });
     }
     c
@@ -85,10 +86,11 @@ fn cyclonus_simple_example_every_probe() {
             continue;
         }
         let c = Connection {
-            from: cluster.pod(f[0]).unwrap(),
-            to: cluster.pod(f[1]).unwrap(),
+            from: Endpoint::Pod(cluster.pod(f[0]).unwrap()),
+            to: Endpoint::Pod(cluster.pod(f[1]).unwrap()),
             port: port.parse().unwrap(),
             protocol: proto,
+            request: None,
         };
         let v = check(&cluster, &c);
         let word = |b: bool| if b { "allow" } else { "deny" };
@@ -152,6 +154,7 @@ fn kubernetes_e2e_cases_every_pair() {
                         protocol: "TCP".into(),
                     })
                     .collect(),
+                service_account: "default".into(),
             });
         }
         // A case is one step, or steps that replace (`policies`) or add to
@@ -184,10 +187,11 @@ fn kubernetes_e2e_cases_every_pair() {
                         let got = check(
                             &cluster,
                             &Connection {
-                                from,
-                                to,
+                                from: Endpoint::Pod(from),
+                                to: Endpoint::Pod(to),
                                 port,
                                 protocol: proto,
+                                request: None,
                             },
                         )
                         .allowed;

@@ -5,7 +5,8 @@ use crate::Verdict;
 use crate::flags::PolicyCommand;
 use crate::output;
 use anyhow::{Context, bail};
-use plumb_policy::eval::{Connection, Direction, check};
+use plumb_policy::cilium::Request;
+use plumb_policy::eval::{Connection, Direction, Endpoint, Index};
 use plumb_policy::model::Cluster;
 use serde::Serialize;
 use std::io::Write;
@@ -18,8 +19,9 @@ pub fn run(c: PolicyCommand) -> anyhow::Result<Verdict> {
             from,
             to,
             port,
+            request,
             output,
-        } => check_one(&files, &from, &to, &port, output.json()),
+        } => check_one(&files, &from, &to, &port, request.as_deref(), output.json()),
         PolicyCommand::Matrix {
             files,
             namespace,
@@ -181,19 +183,16 @@ fn cells(cluster: &Cluster, namespace: Option<&str>, ports: &[String]) -> anyhow
     if wanted.is_empty() {
         bail!("the pods declare no container ports; pass --port PORT[/PROTO]");
     }
+    let index = Index::new(cluster);
+    let at: Vec<usize> = pods
+        .iter()
+        .map(|p| index.pod(&p.id()).expect("every pod is indexed"))
+        .collect();
     let mut cells = Vec::new();
     for (port, proto) in &wanted {
-        for from in &pods {
-            for to in &pods {
-                let v = check(
-                    cluster,
-                    &Connection {
-                        from,
-                        to,
-                        port: *port,
-                        protocol: proto,
-                    },
-                );
+        for (from, &f) in pods.iter().zip(&at) {
+            for (to, &t) in pods.iter().zip(&at) {
+                let v = index.check_pods(f, t, *port, proto);
                 cells.push(Cell {
                     from: from.id(),
                     to: to.id(),
@@ -328,10 +327,50 @@ fn parse_port(s: &str) -> anyhow::Result<(u16, String)> {
         .parse()
         .map_err(|_| anyhow::anyhow!("--port {s}: expected PORT[/PROTO], such as 443/tcp"))?;
     let proto = proto.to_ascii_uppercase();
-    if !matches!(proto.as_str(), "TCP" | "UDP" | "SCTP") {
-        bail!("--port {s}: the protocol is tcp, udp or sctp");
+    if !matches!(proto.as_str(), "TCP" | "UDP" | "SCTP" | "ICMP" | "ICMPV6") {
+        bail!("--port {s}: the protocol is tcp, udp, sctp, icmp or icmpv6");
     }
     Ok((port, proto))
+}
+
+/// An endpoint as `--from`/`--to` write it.
+fn endpoint<'c>(cluster: &'c Cluster, id: &'c str, flag: &str) -> anyhow::Result<Endpoint<'c>> {
+    if let Some(rest) = id.strip_prefix("world:") {
+        let (ip, name) = match rest.split_once('@') {
+            Some((ip, name)) => (ip, Some(name)),
+            None => (rest, None),
+        };
+        let ip = ip
+            .parse()
+            .map_err(|_| anyhow::anyhow!("--{flag} {id}: expected world:IP[@NAME]"))?;
+        return Ok(Endpoint::World { ip, name });
+    }
+    let (entity, node) = id.split_once(':').unwrap_or((id, ""));
+    if let Some(e) = plumb_policy::eval::RESERVED.iter().find(|e| **e == entity) {
+        let node = if node.is_empty() {
+            None
+        } else {
+            Some(
+                cluster
+                    .nodes
+                    .iter()
+                    .find(|n| n.name == node)
+                    .ok_or_else(|| anyhow::anyhow!("--{flag} {id}: no Node {node} in the files"))?,
+            )
+        };
+        return Ok(Endpoint::Reserved { entity: e, node });
+    }
+    cluster.pod(id).map(Endpoint::Pod).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--{flag} {id}: no such pod in the files ({} pods read{})",
+            cluster.pods.len(),
+            if id.contains('/') {
+                ""
+            } else {
+                "; write NAMESPACE/POD, world:IP or an entity such as host"
+            }
+        )
+    })
 }
 
 fn check_one(
@@ -339,49 +378,56 @@ fn check_one(
     from: &str,
     to: &str,
     port: &str,
+    request: Option<&str>,
     json: bool,
 ) -> anyhow::Result<Verdict> {
     let (port, proto) = parse_port(port)?;
-    let (cluster, problems) = load(files)?;
-    let pod = |id: &str, flag: &str| {
-        cluster.pod(id).ok_or_else(|| {
-            anyhow::anyhow!(
-                "--{flag} {id}: no such pod in the files ({} pods read{})",
-                cluster.pods.len(),
-                if id.contains('/') {
-                    ""
-                } else {
-                    "; write NAMESPACE/POD"
-                }
-            )
+    let request = request
+        .map(|r| match r.strip_prefix("dns:") {
+            Some(name) => Ok(Request::Dns { name: name.into() }),
+            None => match r.split_once(' ') {
+                Some((m, p)) if p.starts_with('/') => Ok(Request::Http {
+                    method: m.into(),
+                    path: p.into(),
+                }),
+                _ => Err(anyhow::anyhow!(
+                    "--request {r}: expected \"METHOD /PATH\" or dns:NAME"
+                )),
+            },
         })
-    };
-    let (src, dst) = (pod(from, "from")?, pod(to, "to")?);
-    let v = check(
-        &cluster,
-        &Connection {
-            from: src,
-            to: dst,
-            port,
-            protocol: &proto,
-        },
+        .transpose()?;
+    let (cluster, problems) = load(files)?;
+    let (src, dst) = (
+        endpoint(&cluster, from, "from")?,
+        endpoint(&cluster, to, "to")?,
     );
+    let v = Index::new(&cluster).check(&Connection {
+        from: src,
+        to: dst,
+        port,
+        protocol: &proto,
+        request: request.as_ref(),
+    });
+    let undecided = v.depends_on_dns();
     if json {
         #[derive(Serialize)]
         struct Out<'a> {
             allowed: bool,
+            /// False when the answer depends on DNS (toFQDNs) and is not known offline.
+            decided: bool,
             egress: &'a Direction,
             ingress: &'a Direction,
-            /// L7 rules that apply (CiliumNetworkPolicy; none for NetworkPolicy).
-            l7: Vec<String>,
+            /// L7 rules the connection is subject to (both directions).
+            l7: Vec<&'a plumb_policy::eval::L7Match>,
             /// What in the files was not read.
             problems: &'a [String],
         }
         output::json(&Out {
             allowed: v.allowed,
+            decided: !undecided,
             egress: &v.egress,
             ingress: &v.ingress,
-            l7: Vec::new(),
+            l7: v.egress.l7.iter().chain(&v.ingress.l7).collect(),
             problems: &problems,
         })?;
     } else {
@@ -389,11 +435,14 @@ fn check_one(
         for p in &problems {
             writeln!(out, "warning: {p}")?;
         }
-        writeln!(
-            out,
-            "{from} -> {to} {port}/{proto}: {}",
-            if v.allowed { "ALLOWED" } else { "DENIED" }
-        )?;
+        let word = if v.allowed {
+            "ALLOWED"
+        } else if undecided {
+            "UNDECIDED (depends on DNS)"
+        } else {
+            "DENIED"
+        };
+        writeln!(out, "{from} -> {to} {port}/{proto}: {word}")?;
         for (name, d, pod) in [("egress", &v.egress, from), ("ingress", &v.ingress, to)] {
             write_direction(&mut out, name, d, pod)?;
         }
@@ -411,11 +460,22 @@ fn write_direction(
     d: &Direction,
     pod: &str,
 ) -> std::io::Result<()> {
-    if !d.isolated {
-        return writeln!(
+    for p in &d.denied_by {
+        let rules: Vec<String> = p.allowing_rules.iter().map(|r| format!("#{r}")).collect();
+        writeln!(
             out,
-            "  {name}: allowed ({pod} is not selected by any {name} policy)"
-        );
+            "  {name}: denied by {} {} {name}Deny rule {} (deny wins over any allow)",
+            p.kind,
+            p.policy,
+            rules.join(", ")
+        )?;
+    }
+    if !d.isolated && d.denied_by.is_empty() {
+        writeln!(
+            out,
+            "  {name}: allowed ({pod} is not in default deny for {name})"
+        )?;
+        return write_l7(out, d);
     }
     writeln!(
         out,
@@ -434,6 +494,37 @@ fn write_direction(
                 rules.join(", ")
             )?;
         }
+    }
+    write_l7(out, d)
+}
+
+fn write_l7(out: &mut impl Write, d: &Direction) -> std::io::Result<()> {
+    for m in &d.l7 {
+        writeln!(
+            out,
+            "    L7: redirected to the proxy by {} {} rule #{}: only {}",
+            m.policy,
+            m.direction,
+            m.rule,
+            m.rules.join(" | ")
+        )?;
+    }
+    if let Some(ok) = d.request_allowed {
+        writeln!(
+            out,
+            "    request: {}",
+            if ok {
+                "allowed by the L7 rules"
+            } else {
+                "refused by the proxy (HTTP 403 / DNS REFUSED)"
+            }
+        )?;
+    }
+    for f in &d.depends_on_dns {
+        writeln!(
+            out,
+            "    depends on DNS: {f} allows it if the address was looked up by such a name"
+        )?;
     }
     Ok(())
 }
