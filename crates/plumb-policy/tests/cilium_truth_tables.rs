@@ -1,6 +1,7 @@
 //! CiliumNetworkPolicy evaluation against the shared corpus's Cilium truth tables
-//! (the Star Wars demo and `cilium connectivity test` expectations), and the
-//! NetworkPolicy recipes table; see shared/corpus/policy/README.md.
+//! (the Star Wars demo and `cilium connectivity test` expectations); see
+//! shared/corpus/policy/README.md (the NetworkPolicy recipes are in
+//! `recipes_truth_table.rs`).
 
 use plumb_policy::cilium::Request;
 use plumb_policy::eval::{Connection, Endpoint, Verdict, check};
