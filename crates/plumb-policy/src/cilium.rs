@@ -66,6 +66,10 @@ pub struct CiliumPolicy {
     pub default_deny_ingress: bool,
     /// Whether the subject is put in default deny for egress.
     pub default_deny_egress: bool,
+    /// Where it was read (file, document, List item), as for a NetworkPolicy.
+    pub source: String,
+    /// Its place in the object: `spec` or `specs[N]`.
+    pub spec_at: String,
 }
 
 impl CiliumPolicy {
@@ -413,6 +417,7 @@ pub fn read(
             };
             let mut p = spec(s, kind, name, namespace, &at)?;
             p.part = several.then_some(i.unwrap_or(n));
+            p.spec_at = at;
             Ok(p)
         })
         .collect()
@@ -444,9 +449,13 @@ fn spec(
         (Some(e), None) => {
             let mut sel = selector(e, &format!("{at}.endpointSelector"))?;
             if let Some(ns) = namespace {
-                // ParseToCiliumRule: the CNP's namespace replaces any namespace match.
+                // ParseToCiliumRule: `AddMatch("k8s.io.kubernetes.pod.namespace", ns)`
+                // overwrites a `k8s:` namespace match (Cilium logs "illegal namespace
+                // match ... removing"); a match spelled without a source or with `any:`
+                // is another key, kept and ANDed with the policy's namespace (so a
+                // different namespace there selects nothing), as are expressions.
                 sel.match_labels
-                    .retain(|k, _| strip_source(k).1 != NAMESPACE_LABEL);
+                    .retain(|k, _| strip_source(k) != ("k8s", NAMESPACE_LABEL));
                 sel.match_labels
                     .insert(format!("k8s:{NAMESPACE_LABEL}"), ns.to_string());
             }
@@ -509,6 +518,8 @@ fn spec(
         ingress_deny,
         egress,
         egress_deny,
+        source: String::new(),
+        spec_at: at.to_string(),
     })
 }
 
@@ -1005,6 +1016,43 @@ mod tests {
         assert_eq!(ccnp.match_expressions[0].operator, "Exists");
         let reserved = scope_peer(s("reserved:host"), Some("ns1"));
         assert_eq!(reserved.match_labels.len(), 1);
+    }
+
+    /// A CNP applies only in its own namespace: an endpointSelector naming another
+    /// one is rewritten as Cilium's `ParseToCiliumRule` does.
+    #[test]
+    fn a_cnp_endpoint_selector_naming_another_namespace_is_read_as_cilium_does() {
+        let subject = |key: &str| {
+            let v: Value = serde_json::json!({
+                "spec": {"endpointSelector": {"matchLabels": {key: "b", "app": "x"}},
+                         "ingress": [{"fromEntities": ["all"]}]}
+            });
+            let p = read(&v, "CiliumNetworkPolicy", "p", Some("a")).unwrap();
+            let Subject::Endpoints(s) = &p[0].subject else {
+                panic!("endpoints")
+            };
+            s.clone()
+        };
+        let pod = |ns: &str| -> Labels {
+            [
+                ("k8s:app".to_string(), "x".to_string()),
+                (format!("k8s:{NAMESPACE_LABEL}"), ns.to_string()),
+            ]
+            .into()
+        };
+        // `k8s:` is overwritten by the policy's namespace.
+        let k8s = subject("k8s:io.kubernetes.pod.namespace");
+        assert!(selects(&k8s, &pod("a")));
+        assert!(!selects(&k8s, &pod("b")));
+        // Without a source (or `any:`) it stays: a and b at once, nothing.
+        for key in [
+            "io.kubernetes.pod.namespace",
+            "any:io.kubernetes.pod.namespace",
+        ] {
+            let s = subject(key);
+            assert!(!selects(&s, &pod("a")), "{key}");
+            assert!(!selects(&s, &pod("b")), "{key}");
+        }
     }
 
     #[test]

@@ -54,16 +54,19 @@ pub fn load_str(cluster: &mut Cluster, text: &str, source: &str) -> Vec<Problem>
         }
     };
     for (i, doc) in docs.into_iter().enumerate() {
-        let at = format!("{source} (document {})", i + 1);
+        let at = format!("{source} (document {}", i + 1);
         object(cluster, &doc, &at, &mut problems);
     }
     problems
 }
 
-fn object(cluster: &mut Cluster, v: &Value, at: &str, problems: &mut Vec<Problem>) {
+/// `open_at` is the place without its closing parenthesis (`f.yaml (document 1`), so
+/// that List items can add theirs.
+fn object(cluster: &mut Cluster, v: &Value, open_at: &str, problems: &mut Vec<Problem>) {
     if v.is_null() {
         return;
     }
+    let at = &format!("{open_at})");
     let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
     let name = v
         .pointer("/metadata/name")
@@ -90,11 +93,12 @@ fn object(cluster: &mut Cluster, v: &Value, at: &str, problems: &mut Vec<Problem
         | "NodeList"
         | "CiliumNetworkPolicyList"
         | "CiliumClusterwideNetworkPolicyList" => {
-            for item in v
+            for (k, item) in v
                 .get("items")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
+                .enumerate()
             {
                 // Items of a typed list carry no kind of their own.
                 let mut item = item.clone();
@@ -104,7 +108,12 @@ fn object(cluster: &mut Cluster, v: &Value, at: &str, problems: &mut Vec<Problem
                 {
                     o.insert("kind".into(), Value::String(k.into()));
                 }
-                object(cluster, &item, at, problems);
+                object(
+                    cluster,
+                    &item,
+                    &format!("{open_at}, item {}", k + 1),
+                    problems,
+                );
             }
         }
         "Namespace" => {
@@ -130,14 +139,20 @@ fn object(cluster: &mut Cluster, v: &Value, at: &str, problems: &mut Vec<Problem
                 None => format!("{kind} {name}"),
             };
             match crate::cilium::read(v, kind, &name, ns) {
-                Ok(ps) => cluster.cilium.extend(ps),
+                Ok(ps) => cluster.cilium.extend(ps.into_iter().map(|mut p| {
+                    p.source = at.clone();
+                    p
+                })),
                 Err(why) => say(Some(id), format!("not evaluated: {why}")),
             }
         }
         "NetworkPolicy" => {
             let id = format!("NetworkPolicy {namespace}/{name}");
             match policy(v, name, namespace) {
-                Ok(p) => cluster.policies.push(p),
+                Ok(mut p) => {
+                    p.source = at.clone();
+                    cluster.policies.push(p)
+                }
                 Err(why) => say(Some(id), format!("not evaluated: {why}")),
             }
         }
@@ -257,6 +272,7 @@ fn policy(v: &Value, name: String, namespace: String) -> Result<NetworkPolicy, S
         egress_isolation,
         ingress: rules(spec.get("ingress"), "from", "spec.ingress")?,
         egress: rules(spec.get("egress"), "to", "spec.egress")?,
+        source: String::new(),
     })
 }
 

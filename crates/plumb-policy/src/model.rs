@@ -195,6 +195,9 @@ pub struct NetworkPolicy {
     pub ingress: Vec<Rule>,
     /// Egress rules: any one that matches allows.
     pub egress: Vec<Rule>,
+    /// Where it was read: the file (or source name) and document, and the item of a
+    /// List (`f.yaml (document 2)`, `f.yaml (document 1, item 3)`).
+    pub source: String,
 }
 
 impl NetworkPolicy {
