@@ -311,6 +311,11 @@ pub const NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
 /// The prefix of the namespace's labels Cilium copies onto every pod.
 pub const NAMESPACE_LABELS_PREFIX: &str = "io.cilium.k8s.namespace.labels.";
 
+/// A selector key without its source prefix (`k8s:app` -> `app`).
+pub fn label_key(key: &str) -> &str {
+    strip_source(key).1
+}
+
 fn strip_source(key: &str) -> (&str, &str) {
     match key.split_once(':') {
         Some((src, k)) if SOURCES.contains(&src) => (src, k),

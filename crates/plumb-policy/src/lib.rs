@@ -5,7 +5,8 @@
 //! - [`model`]: pods, namespaces, policies and label selectors;
 //! - [`load`]: YAML manifests (multi-document files, `kubectl get -o yaml` Lists) into
 //!   the model, with every object plumb does not read reported, never dropped silently;
-//! - [`eval`]: the answer for one connection, with the policies and rules behind it.
+//! - [`eval`]: the answer for one connection, with the policies and rules behind it;
+//! - [`lint`]: what in the policies cannot do what it seems written to do.
 //!
 //! The semantics the evaluator follows (each one exercised by the tests on the shared
 //! corpus's truth tables): a pod is isolated in a direction only when some policy that
@@ -19,5 +20,6 @@
 
 pub mod cilium;
 pub mod eval;
+pub mod lint;
 pub mod load;
 pub mod model;

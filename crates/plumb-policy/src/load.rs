@@ -124,6 +124,31 @@ fn object(cluster: &mut Cluster, v: &Value, open_at: &str, problems: &mut Vec<Pr
             cluster.namespaces.push(Namespace { name, labels });
         }
         "Pod" => cluster.pods.push(pod(v, name, namespace)),
+        "Deployment"
+        | "StatefulSet"
+        | "DaemonSet"
+        | "ReplicaSet"
+        | "Job"
+        | "CronJob"
+        | "ReplicationController" => {
+            let template = if kind == "CronJob" {
+                "/spec/jobTemplate/spec/template/metadata/labels"
+            } else {
+                "/spec/template/metadata/labels"
+            };
+            say(
+                Some(format!("{kind} {namespace}/{name}")),
+                "its pods are not evaluated (check and matrix read Pod objects; lint counts \
+                 its pod template's labels)"
+                    .into(),
+            );
+            cluster.workloads.push(crate::model::Workload {
+                kind: kind.to_string(),
+                namespace,
+                name,
+                labels: labels(v.pointer(template)),
+            });
+        }
         "Node" => cluster.nodes.push(Node {
             name,
             labels: labels(v.pointer("/metadata/labels")),

@@ -217,6 +217,22 @@ pub struct Node {
     pub labels: Labels,
 }
 
+/// A workload (Deployment, StatefulSet, ...) whose pods are not in the inputs: the
+/// labels its pod template gives them. Evaluation reads Pod objects only; lint counts
+/// these when it asks whether a policy selects anything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// `Deployment`, `StatefulSet`, `DaemonSet`, `ReplicaSet`, `Job`, `CronJob` or
+    /// `ReplicationController`.
+    pub kind: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The labels of its pod template.
+    pub labels: Labels,
+}
+
 /// Everything evaluation reads.
 #[derive(Clone, Debug)]
 pub struct Cluster {
@@ -226,6 +242,8 @@ pub struct Cluster {
     pub pods: Vec<Pod>,
     /// Nodes.
     pub nodes: Vec<Node>,
+    /// Workloads' pod templates (for lint).
+    pub workloads: Vec<Workload>,
     /// NetworkPolicies.
     pub policies: Vec<NetworkPolicy>,
     /// CiliumNetworkPolicies and CiliumClusterwideNetworkPolicies (one entry per
@@ -242,6 +260,7 @@ impl Default for Cluster {
             namespaces: Vec::new(),
             pods: Vec::new(),
             nodes: Vec::new(),
+            workloads: Vec::new(),
             policies: Vec::new(),
             cilium: Vec::new(),
             cluster_name: "default".into(),
