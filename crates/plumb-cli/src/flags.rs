@@ -317,6 +317,18 @@ pub enum PolicyCommand {
         #[command(flatten)]
         output: OutputFlags,
     },
+    /// What in the policies cannot do what it seems written to do: policies selecting
+    /// no pod of the inputs, rules that can never match, rules shadowed by another
+    /// allow, L7 rules on ports whose protocol cannot carry them. Each finding names
+    /// the file, document and part. Exit 0 clean, 1 findings, 2 error.
+    Lint {
+        /// As for `check` (pods and namespaces, when given, let lint say what a
+        /// selector selects).
+        #[arg(short = 'f', long = "file", value_name = "PATH", required = true)]
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        output: OutputFlags,
+    },
 }
 
 #[derive(Debug, Subcommand)]

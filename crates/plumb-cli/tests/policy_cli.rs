@@ -192,3 +192,75 @@ fn diff_lists_the_pairs_that_change_verdict() {
     ]);
     assert_eq!(same.status.code(), Some(0));
 }
+
+#[test]
+fn lint_exit_codes_text_and_json() {
+    let dir = Scratch::new("policy-cli-lint");
+    dir.write("pods.yaml", PODS);
+    dir.write("policies.yaml", POLICIES);
+    let lint = |args: &[&str]| {
+        let mut all = vec!["policy", "lint"];
+        all.extend_from_slice(args);
+        plumb(&all)
+    };
+    let pods = dir.path().join("pods.yaml");
+    let policies = dir.path().join("policies.yaml");
+    // Clean: exit 0.
+    let out = lint(&[
+        "-f",
+        pods.to_str().unwrap(),
+        "-f",
+        policies.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 finding(s) in 2 policies"));
+
+    // A policy selecting no pod and a shadowed rule: exit 1, file and document named.
+    dir.write(
+        "bad.yaml",
+        "kind: NetworkPolicy\nmetadata: {name: api, namespace: shop}\nspec:\n  podSelector: {matchLabels: {app: api}}\n  ingress:\n  - from: [{podSelector: {}}]\n  - from: [{podSelector: {matchLabels: {app: client}}}]\n    ports: [{port: 80, protocol: UDP}]\n",
+    );
+    let bad = dir.path().join("bad.yaml");
+    let out = lint(&["-f", pods.to_str().unwrap(), "-f", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "{} (document 1): NetworkPolicy shop/api spec.podSelector: selects-nothing: none of the 3 pods of namespace shop in the inputs has labels {{app=api}}",
+            bad.display()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("NetworkPolicy shop/api spec.ingress[1]: shadowed: everything it allows is allowed by spec.ingress[0] of the same policy"),
+        "{text}"
+    );
+    let out = lint(&[
+        "-f",
+        pods.to_str().unwrap(),
+        "-f",
+        bad.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["findings"].as_array().unwrap().len(), 2);
+    assert_eq!(v["findings"][0]["kind"], "selects-nothing");
+    assert_eq!(v["findings"][0]["part"], "spec.podSelector");
+    assert_eq!(v["findings"][1]["kind"], "shadowed");
+    assert_eq!(v["policies"], 1);
+
+    // No policy at all, or a missing file: exit 2.
+    assert_eq!(lint(&["-f", pods.to_str().unwrap()]).status.code(), Some(2));
+    let missing = dir.path().join("missing.yaml");
+    assert_eq!(
+        lint(&["-f", missing.to_str().unwrap()]).status.code(),
+        Some(2)
+    );
+}

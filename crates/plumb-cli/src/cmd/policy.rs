@@ -1,5 +1,6 @@
-//! `plumb policy check`: one connection judged against NetworkPolicies read from files
-//! (plumb-policy).
+//! `plumb policy`: one connection judged (`check`), matrices, the pairs that change
+//! between two sets (`diff`) and `lint`, over NetworkPolicies and Cilium policies read
+//! from files (plumb-policy).
 
 use crate::Verdict;
 use crate::flags::PolicyCommand;
@@ -44,7 +45,58 @@ pub fn run(c: PolicyCommand) -> anyhow::Result<Verdict> {
             &port,
             output.json(),
         ),
+        PolicyCommand::Lint { files, output } => lint(&files, output.json()),
     }
+}
+
+fn lint(files: &[PathBuf], json: bool) -> anyhow::Result<Verdict> {
+    let (cluster, problems) = load(files)?;
+    if cluster.policies.is_empty() && cluster.cilium.is_empty() && problems.is_empty() {
+        bail!(
+            "no NetworkPolicy, CiliumNetworkPolicy or CiliumClusterwideNetworkPolicy in the files"
+        );
+    }
+    let findings = plumb_policy::lint::lint(&cluster);
+    if json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            findings: &'a [plumb_policy::lint::Finding],
+            /// Policies linted.
+            policies: usize,
+            /// What in the files was not read (a policy plumb cannot read is not linted).
+            problems: &'a [String],
+        }
+        output::json(&Out {
+            findings: &findings,
+            policies: cluster.policies.len() + cluster.cilium.len(),
+            problems: &problems,
+        })?;
+    } else {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        for p in &problems {
+            writeln!(out, "warning: {p}")?;
+        }
+        for f in &findings {
+            writeln!(out, "{f}")?;
+        }
+        writeln!(
+            out,
+            "{} finding(s) in {} polic{}",
+            findings.len(),
+            cluster.policies.len() + cluster.cilium.len(),
+            if cluster.policies.len() + cluster.cilium.len() == 1 {
+                "y"
+            } else {
+                "ies"
+            }
+        )?;
+        out.flush()?;
+    }
+    Ok(if findings.is_empty() {
+        Verdict::Clean
+    } else {
+        Verdict::Problems
+    })
 }
 
 /// A pair whose verdict differs between two sets of policies.
