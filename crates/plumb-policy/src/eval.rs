@@ -187,8 +187,11 @@ pub fn cilium_labels(cluster: &Cluster, ep: &Endpoint<'_>) -> Labels {
             for (k, v) in &p.labels {
                 l.insert(format!("k8s:{k}"), v.clone());
             }
-            for (k, v) in cluster.namespace_labels(&p.namespace) {
-                l.insert(format!("k8s:{}{k}", cilium::NAMESPACE_LABELS_PREFIX), v);
+            for (k, v) in cluster.namespace_labels(&p.namespace).iter() {
+                l.insert(
+                    format!("k8s:{}{k}", cilium::NAMESPACE_LABELS_PREFIX),
+                    v.clone(),
+                );
             }
             l.insert(
                 format!("k8s:{}", cilium::NAMESPACE_LABEL),
@@ -313,6 +316,57 @@ fn judge(
         egress,
         ingress,
     }
+}
+
+/// Whether one direction lets the connection through at L3/L4: what
+/// [`direction`] computes as `allowed`, without collecting the policies and rules
+/// (the matrix path). A matching L7 rule allows here, as there.
+fn direction_allows(
+    cluster: &Cluster,
+    c: &Connection<'_>,
+    ingress: bool,
+    subject: &Side<'_>,
+    peer: &Side<'_>,
+    sel: &Selecting,
+) -> bool {
+    let knp = if ingress {
+        &sel.knp_ingress
+    } else {
+        &sel.knp_egress
+    };
+    let mut isolated = !knp.is_empty();
+    let mut allow = knp.iter().any(|&i| {
+        let p = &cluster.policies[i];
+        let rules = if ingress { &p.ingress } else { &p.egress };
+        rules
+            .iter()
+            .any(|r| knp_rule_allows(cluster, p, r, &peer.ep, c))
+    });
+    let mut no_dns = Vec::new();
+    for &i in &sel.cilium {
+        let p = &cluster.cilium[i];
+        let (rules, deny, dd) = if ingress {
+            (&p.ingress, &p.ingress_deny, p.default_deny_ingress)
+        } else {
+            (&p.egress, &p.egress_deny, p.default_deny_egress)
+        };
+        if rules.is_empty() && deny.is_empty() && !dd {
+            continue;
+        }
+        isolated |= dd;
+        if deny.iter().any(|r| {
+            cilium_rule_matches(cluster, c, ingress, r, subject, peer, sel, &mut no_dns).is_some()
+        }) {
+            return false;
+        }
+        allow = allow
+            || rules.iter().any(|r| {
+                cilium_rule_matches(cluster, c, ingress, r, subject, peer, sel, &mut no_dns)
+                    .is_some()
+            });
+        no_dns.clear();
+    }
+    !isolated || allow
 }
 
 /// `subject` is the end the policies select (source for egress, destination for
@@ -751,6 +805,34 @@ impl<'c> Index<'c> {
             &t,
             &self.selecting[from],
             &self.selecting[to],
+        )
+    }
+
+    /// Whether pod `from` may reach pod `to` (positions) on `port`/`protocol`, as
+    /// (egress allowed, ingress allowed): the same answers as [`Index::check_pods`]'s
+    /// `egress.allowed` and `ingress.allowed` (the connection is allowed when both
+    /// are), without collecting the policies and rules behind them — what matrices
+    /// need.
+    pub fn allows_pods(&self, from: usize, to: usize, port: u16, protocol: &str) -> (bool, bool) {
+        let pods = &self.cluster.pods;
+        let c = Connection {
+            from: Endpoint::Pod(&pods[from]),
+            to: Endpoint::Pod(&pods[to]),
+            port,
+            protocol,
+            request: None,
+        };
+        let f = Side {
+            ep: c.from,
+            labels: Cow::Borrowed(&self.labels[from]),
+        };
+        let t = Side {
+            ep: c.to,
+            labels: Cow::Borrowed(&self.labels[to]),
+        };
+        (
+            direction_allows(self.cluster, &c, false, &f, &t, &self.selecting[from]),
+            direction_allows(self.cluster, &c, true, &t, &f, &self.selecting[to]),
         )
     }
 

@@ -34,9 +34,20 @@ impl std::fmt::Display for Problem {
 
 /// The YAML documents of `text` as JSON values. Booleans are YAML 1.2's only (`true`,
 /// `false`): a label value `y` or `on` stays the string it is in a Kubernetes manifest.
+///
+/// The parser's budget keeps its guards against alias expansion and deep nesting, and
+/// allows as many documents, nodes and bytes as a cluster's manifests hold (a 10,000-pod
+/// `kubectl get -o yaml` List, thousands of policies in one multi-document file): the
+/// size of what is read is bounded by whoever reads the file.
 pub fn documents(text: &str) -> Result<Vec<Value>, String> {
     let mut options = serde_saphyr::Options::default();
     options.strict_booleans = true;
+    let mut budget = serde_saphyr::budget::Budget::default();
+    budget.max_documents = 1_000_000;
+    budget.max_nodes = 50_000_000;
+    budget.max_events = 100_000_000;
+    budget.max_total_scalar_bytes = 1 << 30;
+    options.budget = Some(budget);
     serde_saphyr::from_multiple_with_options(text, options).map_err(|e| e.to_string())
 }
 
@@ -506,6 +517,47 @@ mod tests {
             problems[0].what,
             "not evaluated: spec.ingress[0].from[0].serviceAccount is not a field plumb evaluates"
         );
+    }
+
+    /// serde-saphyr's default budget stops at 1,024 documents and 250,000 nodes:
+    /// a cluster's manifests hold more.
+    #[test]
+    fn thousands_of_documents_and_a_big_list_are_read() {
+        let mut text = String::new();
+        for i in 0..1100 {
+            text.push_str(&format!(
+                "kind: Pod\nmetadata: {{name: p{i}, namespace: x, labels: {{app: a}}}}\n---\n"
+            ));
+        }
+        text.push_str("kind: List\nitems:\n");
+        for i in 0..13_000 {
+            text.push_str(&format!(
+                "- kind: Pod\n  metadata: {{name: q{i}, namespace: y, labels: {{app: a, tier: b}}}}\n  status: {{podIP: 10.0.0.1}}\n"
+            ));
+        }
+        let mut c = Cluster::default();
+        let problems = load_str(&mut c, &text, "big.yaml");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(c.pods.len(), 14_100);
+    }
+
+    #[test]
+    fn an_alias_bomb_is_still_refused() {
+        let mut text = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..12 {
+            let prev = if i == 1 {
+                "a".to_string()
+            } else {
+                format!("a{}", i - 1)
+            };
+            text.push_str(&format!(
+                "a{i}: &a{i} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"
+            ));
+        }
+        let mut c = Cluster::default();
+        let p = load_str(&mut c, &text, "bomb.yaml");
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].what.starts_with("not YAML"), "{}", p[0]);
     }
 
     #[test]

@@ -271,14 +271,13 @@ impl Default for Cluster {
 impl Cluster {
     /// The labels of namespace `name`: its own, or the default
     /// `kubernetes.io/metadata.name` label of a namespace nothing else describes.
-    pub fn namespace_labels(&self, name: &str) -> Labels {
-        self.namespaces
-            .iter()
-            .find(|n| n.name == name)
-            .map(|n| n.labels.clone())
-            .unwrap_or_else(|| {
-                [("kubernetes.io/metadata.name".to_string(), name.to_string())].into()
-            })
+    pub fn namespace_labels(&self, name: &str) -> std::borrow::Cow<'_, Labels> {
+        match self.namespaces.iter().find(|n| n.name == name) {
+            Some(n) => std::borrow::Cow::Borrowed(&n.labels),
+            None => std::borrow::Cow::Owned(
+                [("kubernetes.io/metadata.name".to_string(), name.to_string())].into(),
+            ),
+        }
     }
 
     /// The pod `namespace/name`.

@@ -519,6 +519,7 @@ proptest! {
                     prop_assert_eq!(&index.check(&conn), &v);
                     if let Some(j) = j {
                         prop_assert_eq!(&index.check_pods(i, j, port, proto), &v);
+                        prop_assert_eq!(index.allows_pods(i, j, port, proto), (eg, ing));
                     }
                 }
             }
@@ -551,18 +552,50 @@ proptest! {
         }
     }
 
-    /// A CiliumNetworkPolicy with only deny rules never adds a connection; the Index
-    /// agrees with check() with it.
+    /// A CiliumNetworkPolicy with only deny rules never adds a connection (to
+    /// NetworkPolicies and a CNP allowing, maybe through L7 rules); the Index and its
+    /// matrix path agree with check() on them.
     #[test]
     fn a_deny_policy_never_adds_a_connection(
         w in world(),
+        allow in prop::option::of((
+            prop::sample::select(NAMESPACES.to_vec()),
+            selector(&["app", "role"]),
+            selector(&["app", "role"]),
+            prop::bool::ANY,
+            prop::option::of(79u16..83),
+            prop::bool::ANY,
+        )),
         ns in prop::sample::select(NAMESPACES.to_vec()),
         subject in selector(&["app", "role"]),
         peer in selector(&["app", "role"]),
         ingress in prop::bool::ANY,
         port in prop::option::of(79u16..83),
     ) {
-        let c0 = cluster(&w);
+        let mut c0 = cluster(&w);
+        if let Some((ns, subject, peer, ingress, port, l7)) = allow {
+            let (key, peers) = if ingress { ("ingress", "fromEndpoints") } else { ("egress", "toEndpoints") };
+            let mut r = serde_json::Map::new();
+            r.insert(peers.into(), json!([peer]));
+            if let Some(p) = port {
+                let mut pr = json!({"ports": [{"port": p.to_string(), "protocol": "TCP"}]});
+                if l7 {
+                    pr["rules"] = json!({"http": [{"method": "GET"}]});
+                }
+                r.insert("toPorts".into(), json!([pr]));
+            }
+            let mut spec = serde_json::Map::new();
+            spec.insert("endpointSelector".into(), subject);
+            spec.insert(key.into(), json!([Value::Object(r)]));
+            let cnp = json!({
+                "apiVersion": "cilium.io/v2",
+                "kind": "CiliumNetworkPolicy",
+                "metadata": {"name": "allow", "namespace": ns},
+                "spec": Value::Object(spec),
+            });
+            let problems = load_str(&mut c0, &cnp.to_string(), "generated");
+            prop_assert!(problems.is_empty(), "{:?}", problems);
+        }
         let before = every_verdict(&c0);
         let (key, peers) = if ingress { ("ingressDeny", "fromEndpoints") } else { ("egressDeny", "toEndpoints") };
         let mut r = serde_json::Map::new();
@@ -592,7 +625,9 @@ proptest! {
             for (j, _) in c.pods.iter().enumerate() {
                 for &(port, proto) in PROBES {
                     let conn = Connection { from: Endpoint::Pod(&c.pods[i]), to: Endpoint::Pod(&c.pods[j]), port, protocol: proto, request: None };
-                    prop_assert_eq!(index.check_pods(i, j, port, proto), check(&c, &conn));
+                    let v = check(&c, &conn);
+                    prop_assert_eq!(index.allows_pods(i, j, port, proto), (v.egress.allowed, v.ingress.allowed));
+                    prop_assert_eq!(index.check_pods(i, j, port, proto), v);
                 }
             }
         }

@@ -244,15 +244,15 @@ fn cells(cluster: &Cluster, namespace: Option<&str>, ports: &[String]) -> anyhow
     for (port, proto) in &wanted {
         for (from, &f) in pods.iter().zip(&at) {
             for (to, &t) in pods.iter().zip(&at) {
-                let v = index.check_pods(f, t, *port, proto);
+                let (egress, ingress) = index.allows_pods(f, t, *port, proto);
                 cells.push(Cell {
                     from: from.id(),
                     to: to.id(),
                     port: *port,
                     protocol: proto.clone(),
-                    allowed: v.allowed,
-                    egress: v.egress.allowed,
-                    ingress: v.ingress.allowed,
+                    allowed: egress && ingress,
+                    egress,
+                    ingress,
                 });
             }
         }
