@@ -70,6 +70,9 @@ pub struct CiliumPolicy {
     pub source: String,
     /// Its place in the object: `spec` or `specs[N]`.
     pub spec_at: String,
+    /// A `k8s:io.kubernetes.pod.namespace` match of the endpointSelector naming
+    /// another namespace, which Cilium replaced by the policy's own (what lint says).
+    pub replaced_namespace_match: Option<String>,
 }
 
 impl CiliumPolicy {
@@ -450,10 +453,16 @@ fn spec(
         ],
         at,
     )?;
+    let mut replaced_namespace_match = None;
     let subject = match (s.get("endpointSelector"), s.get("nodeSelector")) {
         (Some(e), None) => {
             let mut sel = selector(e, &format!("{at}.endpointSelector"))?;
             if let Some(ns) = namespace {
+                replaced_namespace_match = sel
+                    .match_labels
+                    .iter()
+                    .find(|(k, v)| strip_source(k) == ("k8s", NAMESPACE_LABEL) && *v != ns)
+                    .map(|(_, v)| v.clone());
                 // ParseToCiliumRule: `AddMatch("k8s.io.kubernetes.pod.namespace", ns)`
                 // overwrites a `k8s:` namespace match (Cilium logs "illegal namespace
                 // match ... removing"); a match spelled without a source or with `any:`
@@ -525,6 +534,7 @@ fn spec(
         egress_deny,
         source: String::new(),
         spec_at: at.to_string(),
+        replaced_namespace_match,
     })
 }
 

@@ -5,7 +5,9 @@
 //! - `selects-nothing`: no pod of the inputs is selected by the policy (checked only
 //!   for namespaces the inputs hold pods of, so a policy file alone gives no finding);
 //!   a selector whose requirements contradict each other selects nothing whatever the
-//!   inputs; a CNP `endpointSelector` naming another namespace.
+//!   inputs; a CNP `endpointSelector` naming another namespace without the `k8s:`
+//!   source (with it, Cilium replaces the match by the policy's namespace: reported as
+//!   `never-matches`).
 //! - `never-matches`: a rule or peer that matches no connection: an ipBlock/CIDR whose
 //!   exceptions cover it, a port range ending below its start, a namespaceSelector
 //!   matching none of the namespaces of the inputs (checked only when the inputs hold
@@ -526,6 +528,14 @@ fn cnp(cluster: &Cluster, index: usize, p: &CiliumPolicy, out: &mut Vec<Finding>
                     Kind::SelectsNothing,
                     format!(
                         "{k}={v}: a CiliumNetworkPolicy selects pods of its own namespace ({ns}) only; this match leaves it selecting none"
+                    ),
+                );
+            } else if let (Some(other), Some(ns)) = (&p.replaced_namespace_match, &p.namespace) {
+                say(
+                    format!("{at}.endpointSelector"),
+                    Kind::NeverMatches,
+                    format!(
+                        "k8s:io.kubernetes.pod.namespace={other} never applies: Cilium replaces a CiliumNetworkPolicy's namespace match with its own namespace, so it selects pods of {ns}"
                     ),
                 );
             } else if let Some(why) = contradiction(s) {

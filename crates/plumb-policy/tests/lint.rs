@@ -320,6 +320,28 @@ spec:
     );
 }
 
+/// Cilium overwrites a `k8s:` namespace match of a CNP's endpointSelector with the
+/// policy's namespace (and logs it): the match never applies.
+#[test]
+fn a_replaced_namespace_match_is_reported() {
+    let f = lint_text(
+        "apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: c, namespace: x}
+spec:
+  endpointSelector: {matchLabels: {k8s:io.kubernetes.pod.namespace: y}}
+  ingress:
+  - fromEntities: [world]
+",
+    );
+    assert_eq!(
+        f,
+        [
+            "t.yaml (document 1): CiliumNetworkPolicy x/c spec.endpointSelector: never-matches: k8s:io.kubernetes.pod.namespace=y never applies: Cilium replaces a CiliumNetworkPolicy's namespace match with its own namespace, so it selects pods of x"
+        ]
+    );
+}
+
 #[test]
 fn kinds_print_as_documented() {
     assert_eq!(Kind::SelectsNothing.name(), "selects-nothing");
