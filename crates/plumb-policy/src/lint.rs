@@ -295,13 +295,13 @@ fn knp_shadowing(
         {
             continue;
         }
-        // Two policies selecting the same pods shadow each other: only the later one
-        // is reported.
-        if selector_within(&q.pod_selector, &p.pod_selector) && j > index {
-            continue;
-        }
+        // Two policies selecting the same pods with the same rule shadow each other
+        // there: only the later one is reported.
+        let same_pods = selector_within(&q.pod_selector, &p.pod_selector);
         for (k, other) in rules_of(q, dir).iter().enumerate() {
-            if knp_rule_within(rule, other) {
+            if knp_rule_within(rule, other)
+                && !(same_pods && j > index && knp_rule_within(other, rule))
+            {
                 return Some(format!(
                     "everything it allows is allowed by spec.{dir}[{k}] of NetworkPolicy {} ({}), which selects at least the same pods",
                     q.id(),
@@ -711,11 +711,11 @@ fn cnp_shadowing(
         {
             continue;
         }
-        if selector_within(theirs, mine) && j > index {
-            continue;
-        }
+        let same_pods = selector_within(theirs, mine);
         for (k, other) in rules_of(q, key).iter().enumerate() {
-            if cnp_rule_within(rule, other) {
+            if cnp_rule_within(rule, other)
+                && !(same_pods && j > index && cnp_rule_within(other, rule))
+            {
                 return Some(format!(
                     "{what} by {}.{key}[{k}] of {} {} ({}), which selects at least the same pods",
                     q.spec_at,

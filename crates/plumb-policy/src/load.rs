@@ -32,6 +32,11 @@ impl std::fmt::Display for Problem {
     }
 }
 
+/// What is said of an object read a second time under the same kind and name: the
+/// cluster holds one object per name, and applying both files keeps the later.
+const REPLACES: &str =
+    "read again: this one replaces the earlier (one object per name, as applying both would leave)";
+
 /// The YAML documents of `text` as JSON values. Booleans are YAML 1.2's only (`true`,
 /// `false`): a label value `y` or `on` stays the string it is in a Kubernetes manifest.
 ///
@@ -132,9 +137,23 @@ fn object(cluster: &mut Cluster, v: &Value, open_at: &str, problems: &mut Vec<Pr
             labels
                 .entry("kubernetes.io/metadata.name".into())
                 .or_insert_with(|| name.clone());
+            if let Some(i) = cluster.namespaces.iter().position(|n| n.name == name) {
+                cluster.namespaces.remove(i);
+                say(Some(format!("Namespace {name}")), REPLACES.into());
+            }
             cluster.namespaces.push(Namespace { name, labels });
         }
-        "Pod" => cluster.pods.push(pod(v, name, namespace)),
+        "Pod" => {
+            if let Some(i) = cluster
+                .pods
+                .iter()
+                .position(|p| p.namespace == namespace && p.name == name)
+            {
+                cluster.pods.remove(i);
+                say(Some(format!("Pod {namespace}/{name}")), REPLACES.into());
+            }
+            cluster.pods.push(pod(v, name, namespace))
+        }
         "Deployment"
         | "StatefulSet"
         | "DaemonSet"
@@ -175,10 +194,19 @@ fn object(cluster: &mut Cluster, v: &Value, open_at: &str, problems: &mut Vec<Pr
                 None => format!("{kind} {name}"),
             };
             match crate::cilium::read(v, kind, &name, ns) {
-                Ok(ps) => cluster.cilium.extend(ps.into_iter().map(|mut p| {
-                    p.source = at.clone();
-                    p
-                })),
+                Ok(ps) => {
+                    let before = cluster.cilium.len();
+                    cluster.cilium.retain(|p| {
+                        !(p.kind == kind && p.name == name && p.namespace.as_deref() == ns)
+                    });
+                    if cluster.cilium.len() != before {
+                        say(Some(id), REPLACES.into());
+                    }
+                    cluster.cilium.extend(ps.into_iter().map(|mut p| {
+                        p.source = at.clone();
+                        p
+                    }))
+                }
                 Err(why) => say(Some(id), format!("not evaluated: {why}")),
             }
         }
@@ -187,6 +215,14 @@ fn object(cluster: &mut Cluster, v: &Value, open_at: &str, problems: &mut Vec<Pr
             match policy(v, name, namespace) {
                 Ok(mut p) => {
                     p.source = at.clone();
+                    if let Some(i) = cluster
+                        .policies
+                        .iter()
+                        .position(|q| q.namespace == p.namespace && q.name == p.name)
+                    {
+                        cluster.policies.remove(i);
+                        say(Some(id), REPLACES.into());
+                    }
                     cluster.policies.push(p)
                 }
                 Err(why) => say(Some(id), format!("not evaluated: {why}")),
@@ -558,6 +594,53 @@ mod tests {
         let p = load_str(&mut c, &text, "bomb.yaml");
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(p[0].what.starts_with("not YAML"), "{}", p[0]);
+    }
+
+    /// Two files defining the same policy (the Star Wars demo's L3/L4 and L7 versions
+    /// of `rule1`): the later replaces the earlier, as applying both would.
+    #[test]
+    fn an_object_read_twice_is_replaced_not_doubled() {
+        let cnp = |port: &str| {
+            format!(
+                "apiVersion: cilium.io/v2\nkind: CiliumNetworkPolicy\nmetadata: {{name: rule1}}\nspec:\n  endpointSelector: {{}}\n  ingress: [{{toPorts: [{{ports: [{{port: \"{port}\"}}]}}]}}]\n"
+            )
+        };
+        let knp = "kind: NetworkPolicy\nmetadata: {name: p}\nspec: {podSelector: {}}\n";
+        let pod = "kind: Pod\nmetadata: {name: a, labels: {v: \"1\"}}\n";
+        let mut c = Cluster::default();
+        for (text, src) in [
+            (cnp("80"), "a.yaml"),
+            (knp.into(), "a.yaml"),
+            (pod.into(), "a.yaml"),
+        ] {
+            assert!(load_str(&mut c, &text, src).is_empty());
+        }
+        let mut problems = Vec::new();
+        for (text, src) in [
+            (cnp("8080"), "b.yaml"),
+            (knp.into(), "b.yaml"),
+            (pod.replace('1', "2"), "b.yaml"),
+        ] {
+            problems.extend(load_str(&mut c, &text, src));
+        }
+        assert_eq!(c.cilium.len(), 1);
+        assert_eq!(c.cilium[0].source, "b.yaml (document 1)");
+        assert_eq!(
+            c.cilium[0].ingress[0].ports[0].ports[0].port,
+            Some(PortRef::Number(8080))
+        );
+        assert_eq!(c.policies.len(), 1);
+        assert_eq!(c.pods.len(), 1);
+        assert_eq!(c.pods[0].labels["v"], "2");
+        let said: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            said,
+            [
+                format!("b.yaml (document 1): CiliumNetworkPolicy default/rule1: {REPLACES}"),
+                format!("b.yaml (document 1): NetworkPolicy default/p: {REPLACES}"),
+                format!("b.yaml (document 1): Pod default/a: {REPLACES}"),
+            ]
+        );
     }
 
     #[test]

@@ -342,6 +342,43 @@ spec:
     );
 }
 
+/// The Star Wars demo's two versions of its policy under two names: the L3/L4 one
+/// makes the L7 one's HTTP rules moot (whichever comes first), and nothing else is
+/// reported.
+#[test]
+fn an_l7_policy_made_moot_by_a_plain_one_selecting_the_same_pods() {
+    let Some(corpus) = plumb_testkit::corpus_dir() else {
+        return;
+    };
+    let dir = corpus.join("policy/cilium-starwars");
+    let l3 = plumb_testkit::read(&dir.join("sw_l3_l4_policy.yaml"))
+        .replace("name: \"rule1\"", "name: \"l3\"");
+    assert!(l3.contains("name: \"l3\""));
+    let l7 = plumb_testkit::read(&dir.join("sw_l3_l4_l7_policy.yaml"));
+    for order in [
+        [("l3.yaml", &l3), ("l7.yaml", &l7)],
+        [("l7.yaml", &l7), ("l3.yaml", &l3)],
+    ] {
+        let mut c = Cluster::default();
+        load_str(
+            &mut c,
+            &plumb_testkit::read(&dir.join("http-sw-app.yaml")),
+            "app.yaml",
+        );
+        for (name, text) in order {
+            let problems = load_str(&mut c, text, name);
+            assert!(problems.is_empty(), "{problems:?}");
+        }
+        let f: Vec<String> = lint(&c).iter().map(|f| f.to_string()).collect();
+        assert_eq!(
+            f,
+            [
+                "l7.yaml (document 1): CiliumNetworkPolicy default/rule1 spec.ingress[0]: shadowed: its L7 rules have no effect: everything it matches is allowed without L7 rules by spec.ingress[0] of CiliumNetworkPolicy default/l3 (l3.yaml (document 1)), which selects at least the same pods"
+            ]
+        );
+    }
+}
+
 #[test]
 fn kinds_print_as_documented() {
     assert_eq!(Kind::SelectsNothing.name(), "selects-nothing");
