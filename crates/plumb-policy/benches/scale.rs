@@ -133,6 +133,9 @@ fn bench(c: &mut Criterion) {
     g.bench_function("index_build_5k_policies_10k_pods", |b| {
         b.iter(|| Index::new(&cluster))
     });
+    g.bench_function("lint_5k_policies_10k_pods", |b| {
+        b.iter(|| plumb_policy::lint::lint(&cluster).len())
+    });
     let index = Index::new(&cluster);
     let (a, z) = (
         index.pod("ns-00/pod-000").unwrap(),

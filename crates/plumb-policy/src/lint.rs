@@ -87,14 +87,90 @@ impl std::fmt::Display for Finding {
 
 /// Lints every policy of `cluster`.
 pub fn lint(cluster: &Cluster) -> Vec<Finding> {
+    let pods = Pods::of(cluster);
     let mut out = Vec::new();
     for (i, p) in cluster.policies.iter().enumerate() {
-        knp(cluster, i, p, &mut out);
+        knp(cluster, &pods, i, p, &mut out);
     }
     for (i, p) in cluster.cilium.iter().enumerate() {
-        cnp(cluster, i, p, &mut out);
+        cnp(cluster, &pods, i, p, &mut out);
     }
     out
+}
+
+/// The pods of the inputs — Pod objects and the pods workloads' templates describe —
+/// with their labels and Cilium's labels for them, by namespace; found once.
+struct Pods {
+    /// (labels, Cilium labels) of each pod.
+    all: Vec<(crate::model::Labels, crate::model::Labels)>,
+    by_namespace: std::collections::HashMap<String, Vec<usize>>,
+    /// NetworkPolicies by namespace, and Cilium policies by namespace (None: the
+    /// cluster-wide ones): where a rule's shadows are looked for.
+    knp_by_namespace: std::collections::HashMap<String, Vec<usize>>,
+    cilium_by_namespace: std::collections::HashMap<Option<String>, Vec<usize>>,
+    /// The labels of every namespace the inputs name (Namespace objects and pods').
+    namespaces: Vec<crate::model::Labels>,
+}
+
+impl Pods {
+    fn of(cluster: &Cluster) -> Pods {
+        let from_workloads = cluster.workloads.iter().map(|w| crate::model::Pod {
+            namespace: w.namespace.clone(),
+            name: w.name.clone(),
+            labels: w.labels.clone(),
+            ip: None,
+            ports: Vec::new(),
+            service_account: "default".into(),
+        });
+        let mut pods = Pods {
+            all: Vec::new(),
+            by_namespace: Default::default(),
+            knp_by_namespace: Default::default(),
+            cilium_by_namespace: Default::default(),
+            namespaces: Vec::new(),
+        };
+        let mut names: Vec<&str> = cluster
+            .namespaces
+            .iter()
+            .map(|n| n.name.as_str())
+            .chain(cluster.pods.iter().map(|p| p.namespace.as_str()))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        pods.namespaces = names
+            .into_iter()
+            .map(|n| cluster.namespace_labels(n).into_owned())
+            .collect();
+        for (i, p) in cluster.policies.iter().enumerate() {
+            pods.knp_by_namespace
+                .entry(p.namespace.clone())
+                .or_default()
+                .push(i);
+        }
+        for (i, p) in cluster.cilium.iter().enumerate() {
+            pods.cilium_by_namespace
+                .entry(p.namespace.clone())
+                .or_default()
+                .push(i);
+        }
+        for q in cluster.pods.iter().cloned().chain(from_workloads) {
+            let cl = cilium_labels(cluster, &Endpoint::Pod(&q));
+            pods.by_namespace
+                .entry(q.namespace.clone())
+                .or_default()
+                .push(pods.all.len());
+            pods.all.push((q.labels, cl));
+        }
+        pods
+    }
+
+    /// The pods of namespace `ns` (every pod: None), as positions in `all`.
+    fn in_namespace(&self, ns: Option<&str>) -> Vec<usize> {
+        match ns {
+            Some(ns) => self.by_namespace.get(ns).cloned().unwrap_or_default(),
+            None => (0..self.all.len()).collect(),
+        }
+    }
 }
 
 fn finding(source: &str, policy: String, part: String, kind: Kind, why: String) -> Finding {
@@ -110,7 +186,7 @@ fn finding(source: &str, policy: String, part: String, kind: Kind, why: String) 
 // ---------------------------------------------------------------------------
 // NetworkPolicy.
 
-fn knp(cluster: &Cluster, index: usize, p: &NetworkPolicy, out: &mut Vec<Finding>) {
+fn knp(cluster: &Cluster, inputs: &Pods, index: usize, p: &NetworkPolicy, out: &mut Vec<Finding>) {
     let id = format!("NetworkPolicy {}", p.id());
     let mut say = |part: String, kind: Kind, why: String| {
         out.push(finding(&p.source, id.clone(), part, kind, why))
@@ -118,8 +194,12 @@ fn knp(cluster: &Cluster, index: usize, p: &NetworkPolicy, out: &mut Vec<Finding
     if let Some(why) = contradiction(&p.pod_selector) {
         say("spec.podSelector".into(), Kind::SelectsNothing, why);
     } else {
-        let pods = pods_of(cluster, Some(&p.namespace));
-        if !pods.is_empty() && !pods.iter().any(|q| p.pod_selector.matches(&q.labels)) {
+        let pods = inputs.in_namespace(Some(&p.namespace));
+        if !pods.is_empty()
+            && !pods
+                .iter()
+                .any(|&q| p.pod_selector.matches(&inputs.all[q].0))
+        {
             say(
                 "spec.podSelector".into(),
                 Kind::SelectsNothing,
@@ -151,7 +231,7 @@ fn knp(cluster: &Cluster, index: usize, p: &NetworkPolicy, out: &mut Vec<Finding
             let at = format!("spec.{dir}[{r}]");
             let mut dead_peers = 0;
             for (k, peer) in rule.peers.iter().enumerate() {
-                if let Some(why) = dead_peer(cluster, peer) {
+                if let Some(why) = dead_peer(cluster, inputs, peer) {
                     dead_peers += 1;
                     say(format!("{at}.{key}[{k}]"), Kind::NeverMatches, why);
                 }
@@ -176,31 +256,11 @@ fn knp(cluster: &Cluster, index: usize, p: &NetworkPolicy, out: &mut Vec<Finding
             {
                 continue;
             }
-            if let Some(by) = knp_shadowing(cluster, index, p, dir, r, rule) {
+            if let Some(by) = knp_shadowing(cluster, inputs, index, p, dir, r, rule) {
                 say(at, Kind::Shadowed, by);
             }
         }
     }
-}
-
-/// The pods of namespace `ns` (every namespace: None) in the inputs: Pod objects and
-/// the pods workloads' templates describe.
-fn pods_of(cluster: &Cluster, ns: Option<&str>) -> Vec<crate::model::Pod> {
-    let from_workloads = cluster.workloads.iter().map(|w| crate::model::Pod {
-        namespace: w.namespace.clone(),
-        name: w.name.clone(),
-        labels: w.labels.clone(),
-        ip: None,
-        ports: Vec::new(),
-        service_account: "default".into(),
-    });
-    cluster
-        .pods
-        .iter()
-        .cloned()
-        .chain(from_workloads)
-        .filter(|q| ns.is_none_or(|ns| q.namespace == ns))
-        .collect()
 }
 
 fn capitalized(s: &str) -> String {
@@ -210,7 +270,7 @@ fn capitalized(s: &str) -> String {
         .unwrap_or_default()
 }
 
-fn dead_peer(cluster: &Cluster, peer: &Peer) -> Option<String> {
+fn dead_peer(cluster: &Cluster, inputs: &Pods, peer: &Peer) -> Option<String> {
     if let Some(b) = &peer.ip_block {
         return empty_block(b);
     }
@@ -223,32 +283,18 @@ fn dead_peer(cluster: &Cluster, peer: &Peer) -> Option<String> {
         }
     }
     let s = peer.namespace_selector.as_ref()?;
+    // Judged only when the inputs describe namespaces.
     if cluster.namespaces.is_empty() {
         return None;
     }
-    let known = known_namespaces(cluster);
-    (!known
-        .iter()
-        .any(|n| s.matches(&cluster.namespace_labels(n))))
-    .then(|| {
+    let known = &inputs.namespaces;
+    (!known.iter().any(|l| s.matches(l))).then(|| {
         format!(
             "namespaceSelector {} matches none of the {} namespaces in the inputs",
             describe(s),
             known.len()
         )
     })
-}
-
-fn known_namespaces(cluster: &Cluster) -> Vec<&str> {
-    let mut ns: Vec<&str> = cluster
-        .namespaces
-        .iter()
-        .map(|n| n.name.as_str())
-        .chain(cluster.pods.iter().map(|p| p.namespace.as_str()))
-        .collect();
-    ns.sort_unstable();
-    ns.dedup();
-    ns
 }
 
 /// Why `b` holds no address, if it holds none.
@@ -268,6 +314,7 @@ fn empty_block(b: &IpBlock) -> Option<String> {
 /// Another allow rule that holds everything rule `r` of `p` (direction `dir`) allows.
 fn knp_shadowing(
     cluster: &Cluster,
+    inputs: &Pods,
     index: usize,
     p: &NetworkPolicy,
     dir: &str,
@@ -288,7 +335,9 @@ fn knp_shadowing(
             ));
         }
     }
-    for (j, q) in cluster.policies.iter().enumerate() {
+    let same_namespace = inputs.knp_by_namespace.get(&p.namespace);
+    for &j in same_namespace.into_iter().flatten() {
+        let q = &cluster.policies[j];
         if j == index
             || q.namespace != p.namespace
             || !selector_within(&p.pod_selector, &q.pod_selector)
@@ -510,7 +559,7 @@ fn selector_within(a: &Selector, b: &Selector) -> bool {
 // ---------------------------------------------------------------------------
 // CiliumNetworkPolicy / CiliumClusterwideNetworkPolicy.
 
-fn cnp(cluster: &Cluster, index: usize, p: &CiliumPolicy, out: &mut Vec<Finding>) {
+fn cnp(cluster: &Cluster, inputs: &Pods, index: usize, p: &CiliumPolicy, out: &mut Vec<Finding>) {
     let id = format!("{} {}", p.kind, p.id());
     let mut say = |part: String, kind: Kind, why: String| {
         out.push(finding(&p.source, id.clone(), part, kind, why))
@@ -541,11 +590,11 @@ fn cnp(cluster: &Cluster, index: usize, p: &CiliumPolicy, out: &mut Vec<Finding>
             } else if let Some(why) = contradiction(s) {
                 say(format!("{at}.endpointSelector"), Kind::SelectsNothing, why);
             } else {
-                let scope = pods_of(cluster, p.namespace.as_deref());
+                let scope = inputs.in_namespace(p.namespace.as_deref());
                 if !scope.is_empty()
-                    && !scope.iter().any(|q| {
-                        crate::cilium::selects(s, &cilium_labels(cluster, &Endpoint::Pod(q)))
-                    })
+                    && !scope
+                        .iter()
+                        .any(|&q| crate::cilium::selects(s, &inputs.all[q].1))
                 {
                     say(
                         format!("{at}.endpointSelector"),
@@ -632,7 +681,7 @@ fn cnp(cluster: &Cluster, index: usize, p: &CiliumPolicy, out: &mut Vec<Finding>
             if !deny
                 && !all_dead
                 && (rule.has_l3() || rule.has_l4())
-                && let Some(by) = cnp_shadowing(cluster, index, p, key, r, rule)
+                && let Some(by) = cnp_shadowing(cluster, inputs, index, p, key, r, rule)
             {
                 say(rat, Kind::Shadowed, by);
             }
@@ -670,6 +719,7 @@ fn l7_problem(pr: &PortRule, ingress: bool) -> Option<String> {
 /// without L7 rules that would narrow it.
 fn cnp_shadowing(
     cluster: &Cluster,
+    inputs: &Pods,
     index: usize,
     p: &CiliumPolicy,
     key: &str,
@@ -700,7 +750,9 @@ fn cnp_shadowing(
     let Subject::Endpoints(mine) = &p.subject else {
         return None;
     };
-    for (j, q) in cluster.cilium.iter().enumerate() {
+    let same_namespace = inputs.cilium_by_namespace.get(&p.namespace);
+    for &j in same_namespace.into_iter().flatten() {
+        let q = &cluster.cilium[j];
         let Subject::Endpoints(theirs) = &q.subject else {
             continue;
         };
