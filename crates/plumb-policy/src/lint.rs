@@ -756,7 +756,15 @@ fn cnp_shadowing(
         let Subject::Endpoints(theirs) = &q.subject else {
             continue;
         };
-        if j == index
+        // Without this rule, `p` may hold no rule for the direction and stop putting its
+        // endpoints in default deny: `q` must do that itself.
+        let q_isolates = if key == "ingress" {
+            q.default_deny_ingress
+        } else {
+            q.default_deny_egress
+        };
+        if !q_isolates
+            || j == index
             || q.namespace != p.namespace
             || q.kind != p.kind
             || !selector_within(mine, theirs)
