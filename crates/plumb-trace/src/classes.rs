@@ -12,13 +12,19 @@
 use crate::packet::{Node, Origin, Packet, Proto};
 use crate::simulate::SourceTests;
 use plumb_ruleset::fasthash::FastMap;
+use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
 /// The fields of a flow other than its source address, when every flow starts
 /// from one template packet and sets only the fields of a flow file
 /// ([`crate::batch::FlowColumns::parse_flow`]).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+///
+/// Its hash is computed once, in [`FlowKey::of`]: a batch looks each key up
+/// several times.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FlowKey {
+    /// The hash of the fields below (first, so unequal keys differ fast).
+    hash: u64,
     src_known: bool,
     sport: Option<u16>,
     dst: IpAddr,
@@ -32,7 +38,20 @@ pub struct FlowKey {
 impl FlowKey {
     /// The key of `p`.
     pub fn of(p: &Packet) -> FlowKey {
+        let mut h = plumb_ruleset::fasthash::FxHasher::default();
+        (
+            p.src.is_some(),
+            p.sport,
+            p.dst,
+            p.dport,
+            p.proto,
+            p.origin,
+            &p.in_iface,
+            &p.out_iface,
+        )
+            .hash(&mut h);
         FlowKey {
+            hash: h.finish(),
             src_known: p.src.is_some(),
             sport: p.sport,
             dst: p.dst,
@@ -42,6 +61,12 @@ impl FlowKey {
             in_iface: p.in_iface.clone(),
             out_iface: p.out_iface.clone(),
         }
+    }
+}
+
+impl Hash for FlowKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
     }
 }
 
