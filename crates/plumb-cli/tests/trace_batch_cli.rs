@@ -492,3 +492,139 @@ fn json_compact_is_the_same_document_on_one_line() {
     assert_eq!(a, b);
     assert_eq!(b["maps"][0]["services"].as_array().unwrap().len(), 20);
 }
+
+/// The ClusterIP service ports (`IP`, `PROTO`, `PORT`) and the endpoint addresses
+/// of kube-proxy's rules in an iptables-save text.
+fn services_and_endpoints(save: &str) -> (Vec<(String, String, String)>, Vec<String>) {
+    let (mut services, mut endpoints) = (Vec::new(), Vec::new());
+    for line in save.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let after = |flag: &str| {
+            words
+                .iter()
+                .position(|w| *w == flag)
+                .and_then(|i| words.get(i + 1))
+                .map(|w| w.trim_end_matches("/32").to_string())
+        };
+        if line.contains("-A KUBE-SERVICES ") && line.contains(" cluster IP\"") {
+            if let (Some(ip), Some(proto), Some(port)) =
+                (after("-d"), after("-p"), after("--dport"))
+            {
+                services.push((ip, proto, port));
+            }
+        } else if line.contains("-A KUBE-SEP-") && line.contains("-j KUBE-MARK-MASQ") {
+            endpoints.extend(after("-s"));
+        }
+    }
+    (services, endpoints)
+}
+
+/// More flows than one chunk (so source classes and the memo are used), to every
+/// ClusterIP in rounds: from pods of many addresses, from the endpoints themselves
+/// (hairpin: kube-proxy masquerades them), from outside with a source port and
+/// interface, and from the host with the source unknown.
+fn mixed_flows(save: &str) -> String {
+    let (services, endpoints) = services_and_endpoints(save);
+    assert!(!services.is_empty() && !endpoints.is_empty());
+    let mut flows = String::from("src,dst,port,proto,in_iface,out_iface,from\n");
+    let mut n = 0usize;
+    while n < 3000 {
+        for (i, (ip, proto, port)) in services.iter().enumerate() {
+            let k = n + i;
+            let ep = &endpoints[k % endpoints.len()];
+            flows.push_str(&format!(
+                "10.42.{}.{},{ip},{port},{proto},,,pod\n\
+                 {ep},{ip},{port},{proto},,,pod\n\
+                 203.0.113.{}:{},{ip},{port},{proto},eth0,,external\n\
+                 ,{ip},{port},{proto},,,host\n",
+                k % 7,
+                k % 250 + 1,
+                k % 200,
+                40000 + k % 3,
+            ));
+            n += 4;
+        }
+    }
+    flows
+}
+
+/// Line `line` of a batch as the batch printed it, and as `plumb trace --flows`
+/// prints a file holding that flow alone at the same line (comments before it).
+fn one_at_a_time(dir: &Scratch, rules: &str, flows: &str, line: usize, args: &[&str]) -> String {
+    let lines: Vec<&str> = flows.lines().collect();
+    let mut alone = format!("{}\n", lines[0]);
+    for _ in 1..line - 1 {
+        alone.push_str("#\n");
+    }
+    alone.push_str(lines[line - 1]);
+    alone.push('\n');
+    dir.write("alone.csv", &alone);
+    let path = dir.path().join("alone.csv");
+    let mut all = vec![
+        "trace",
+        "--ruleset",
+        rules,
+        "--flows",
+        path.to_str().unwrap(),
+    ];
+    all.extend_from_slice(args);
+    let (code, out, err) = plumb(&all, None);
+    assert!(code == 0 || code == 1, "{err}");
+    out
+}
+
+/// The batch (traces shared by flows the rules cannot tell apart) prints exactly
+/// what tracing each flow alone prints, line for line, on a ruleset.
+fn batch_equals_one_flow_at_a_time(dir: &Scratch, rules: &str, save: &str) {
+    let flows = mixed_flows(save);
+    dir.write("flows.csv", &flows);
+    let path = dir.path().join("flows.csv");
+    for args in [&["--json"][..], &[][..]] {
+        let mut all = vec![
+            "trace",
+            "--ruleset",
+            rules,
+            "--flows",
+            path.to_str().unwrap(),
+        ];
+        all.extend_from_slice(args);
+        let (code, out, err) = plumb(&all, None);
+        assert!(code == 0 || code == 1, "{err}");
+        let batch: Vec<&str> = out.lines().collect();
+        let total = flows.lines().count() - 1;
+        assert_eq!(batch.len(), total);
+        // Every 4 flows of a round are the four kinds of source: sample lines of
+        // each kind, early (traced) and late (from the memo).
+        let mut sample: Vec<usize> = (0..total).step_by(total / 40).collect();
+        sample.extend((total - 8..total).chain(1..8));
+        for i in sample {
+            let alone = one_at_a_time(dir, rules, &flows, i + 2, args);
+            assert_eq!(alone.trim_end(), batch[i], "line {} {args:?}", i + 2);
+        }
+    }
+}
+
+#[test]
+fn batch_output_equals_one_flow_at_a_time_on_a_generated_ruleset() {
+    let dir = Scratch::new("batch-equal-gen");
+    let save = generated_save_text(60, 5).unwrap();
+    dir.write("rules", &save);
+    let rules = dir.path().join("rules");
+    batch_equals_one_flow_at_a_time(&dir, rules.to_str().unwrap(), &save);
+}
+
+#[test]
+fn batch_output_equals_one_flow_at_a_time_on_real_nodes() {
+    let Some(corpus) = plumb_testkit::corpus_dir() else {
+        return;
+    };
+    for name in [
+        "k3s-node_iptables-save-c_with-counters_dns-no-endpoints.iptables-save",
+        "opkhs2026_kubeadm-1.32_flannel_control-plane_iptables-nft-1.8.10.iptables-save",
+    ] {
+        let file = corpus.join("kube-proxy-iptables/real-nodes").join(name);
+        let save = std::fs::read_to_string(&file).unwrap();
+        let dir = Scratch::new("batch-equal-real");
+        batch_equals_one_flow_at_a_time(&dir, file.to_str().unwrap(), &save);
+    }
+}

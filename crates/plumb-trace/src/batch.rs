@@ -26,7 +26,9 @@ use crate::index::Index;
 use crate::ir::HookId;
 use crate::outcome::{Outcome, OutcomeReport, StepKind, Trace, Verdict};
 use crate::packet::{Origin, Packet, Proto};
+use plumb_ruleset::fasthash::FastMap;
 use serde::Serialize;
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 /// A column of a flow file.
@@ -351,8 +353,8 @@ fn deciding_step(index: &Index<'_>, o: &Outcome) -> Option<usize> {
 /// words: done per outcome per matched rule, it cost as much as the trace itself).
 #[derive(Debug, Default)]
 pub struct ReportCache {
-    owners: std::collections::HashMap<(u32, u32), String>,
-    names: std::collections::HashMap<(u32, u32), (Option<String>, Option<String>)>,
+    owners: FastMap<(u32, u32), String>,
+    names: FastMap<(u32, u32), (Option<String>, Option<String>)>,
 }
 
 impl ReportCache {
@@ -374,19 +376,27 @@ impl ReportCache {
         index: &Index<'_>,
         o: &Outcome,
     ) -> (Option<String>, Option<String>) {
-        crate::outcome::service_and_endpoint_with(index, o, |chain, rule| {
-            self.names
-                .entry((chain, rule))
-                .or_insert_with(|| {
+        for s in &o.steps {
+            if s.kind == StepKind::Matched {
+                self.names.entry((s.chain, s.rule)).or_insert_with(|| {
                     index
-                        .chain(chain)
+                        .chain(s.chain)
                         .chain
                         .rules
-                        .get(rule as usize)
+                        .get(s.rule as usize)
                         .map(crate::outcome::rule_service_and_endpoint)
                         .unwrap_or_default()
-                })
-                .clone()
+                });
+            }
+        }
+        let names = &self.names;
+        crate::outcome::service_and_endpoint_with(index, o, |chain, rule| {
+            names.get(&(chain, rule)).map_or((None, None), |(s, e)| {
+                (
+                    s.as_deref().map(Cow::Borrowed),
+                    e.as_deref().map(Cow::Borrowed),
+                )
+            })
         })
     }
 }

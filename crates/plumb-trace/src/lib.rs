@@ -25,6 +25,7 @@
 
 pub mod addr;
 pub mod batch;
+pub mod classes;
 pub mod constraint;
 pub mod explain;
 pub mod index;
@@ -41,4 +42,4 @@ pub use constraint::Constraints;
 pub use index::{Index, IndexOptions};
 pub use outcome::{Delivery, Outcome, Step, StepKind, Trace, TraceReport, Verdict};
 pub use packet::{CtState, Node, Origin, Packet, Proto, RecentAssumption};
-pub use simulate::{TraceOptions, trace, trace_with};
+pub use simulate::{SourceTests, TraceOptions, trace, trace_noting_sources, trace_with};

@@ -4,6 +4,7 @@
 use crate::index::Index;
 use crate::ir::HookId;
 use serde::Serialize;
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 /// The packet's fate.
@@ -407,11 +408,13 @@ pub(crate) fn probability_text(p: f64) -> String {
 pub fn service_and_endpoint(index: &Index<'_>, o: &Outcome) -> (Option<String>, Option<String>) {
     service_and_endpoint_with(index, o, |chain, rule| {
         let c = index.chain(chain);
-        c.chain
+        let (s, e) = c
+            .chain
             .rules
             .get(rule as usize)
             .map(rule_service_and_endpoint)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        (s.map(Cow::Owned), e.map(Cow::Owned))
     })
 }
 
@@ -439,13 +442,13 @@ pub fn rule_service_and_endpoint(rule: &plumb_ruleset::Rule) -> (Option<String>,
 }
 
 /// [`service_and_endpoint`] with each matched rule's contribution from `rule_names`
-/// (chain, rule index): a batch of traces computes it once per rule.
-pub fn service_and_endpoint_with(
-    index: &Index<'_>,
+/// (chain, rule index): a batch of traces computes it once per rule, and lends it.
+pub fn service_and_endpoint_with<'n>(
+    index: &'n Index<'_>,
     o: &Outcome,
-    mut rule_names: impl FnMut(u32, u32) -> (Option<String>, Option<String>),
+    mut rule_names: impl FnMut(u32, u32) -> (Option<Cow<'n, str>>, Option<Cow<'n, str>>),
 ) -> (Option<String>, Option<String>) {
-    let (mut service, mut endpoint) = (None, None);
+    let (mut service, mut endpoint): (Option<Cow<'n, str>>, Option<Cow<'n, str>>) = (None, None);
     for s in &o.steps {
         if s.kind != StepKind::Matched {
             continue;
@@ -459,21 +462,23 @@ pub fn service_and_endpoint_with(
             endpoint = ep;
         }
         // nftables mode: service-HASH-ns/name/proto/port, endpoint-HASH-ns/name/proto/port__ip/port.
-        let name = &*c.chain.name;
+        let name: &'n str = &c.chain.name;
         if let Some(rest) = name
             .strip_prefix("service-")
             .and_then(|r| r.split_once('-'))
             .map(|(_, r)| r)
         {
-            service.get_or_insert_with(|| rest.to_string());
+            service.get_or_insert(Cow::Borrowed(rest));
         }
         if let Some((_, ep)) = name
             .strip_prefix("endpoint-")
             .and_then(|r| r.split_once("__"))
         {
-            endpoint = Some(ep.replacen('/', ":", 1));
+            endpoint = Some(Cow::Owned(ep.replacen('/', ":", 1)));
         }
     }
+    let service = service.map(Cow::into_owned);
+    let mut endpoint = endpoint.map(Cow::into_owned);
     if service.is_none() {
         endpoint = None;
     }

@@ -62,7 +62,7 @@ impl Proto {
 }
 
 /// Where the packet comes from, which decides the hooks it traverses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Origin {
     /// Sent by a process on the node: OUTPUT, then POSTROUTING.

@@ -617,6 +617,113 @@ pub fn trace_with(
     node: &Node,
     options: &TraceOptions,
 ) -> Trace {
+    run(index, packet, node, options, None)
+}
+
+/// [`trace_with`], also returning every test of the source address the trace made
+/// ([`SourceTests`]): a packet that differs only in its source and gets the same
+/// answer from each of them has the same trace.
+pub fn trace_noting_sources(
+    index: &Index<'_>,
+    packet: &Packet,
+    node: &Node,
+    options: &TraceOptions,
+) -> (Trace, SourceTests) {
+    let tests = std::cell::RefCell::new(SourceTests::default());
+    let t = run(index, packet, node, options, Some(&tests));
+    (t, tests.into_inner())
+}
+
+/// The conditions on the source address a trace evaluated, or that it read the
+/// source another way ([`SourceTests::opaque`]).
+///
+/// A trace reads the source only through the conditions it evaluates (the walk's
+/// other decisions use the destination, the protocol, the ports, the interfaces
+/// and the marks). So if a second source gives the same answer as the first to
+/// every test noted here, the walk takes the same branches and the trace is the
+/// same: each test decides one branch, and the branches decide which tests come
+/// next. Tests evaluated on a rewritten source (after SNAT) are noted too; they
+/// only make the comparison stricter.
+#[derive(Clone, Debug, Default)]
+pub struct SourceTests {
+    tests: Vec<Cond>,
+    /// The noted conditions' addresses in the index, to note each once.
+    seen: Vec<usize>,
+    opaque: bool,
+}
+
+/// Beyond this many distinct tests a trace's sources are compared exactly.
+const MAX_SOURCE_TESTS: usize = 64;
+
+impl SourceTests {
+    fn note(&mut self, c: &Cond) {
+        let reads = match c {
+            Cond::Src(..) | Cond::CtOrigSrc(..) | Cond::AddrType { dst: false, .. } => true,
+            // Set lookups keyed on the source: its value, not a prefix test.
+            Cond::IpSet { .. } => {
+                self.opaque = true;
+                false
+            }
+            Cond::NftSet { fields, .. } if fields.contains(&Field::Src) => {
+                self.opaque = true;
+                false
+            }
+            _ => false,
+        };
+        let at = std::ptr::from_ref(c) as usize;
+        if reads && !self.seen.contains(&at) {
+            if self.tests.len() == MAX_SOURCE_TESTS {
+                self.opaque = true;
+            } else {
+                self.seen.push(at);
+                self.tests.push(c.clone());
+            }
+        }
+    }
+
+    /// The trace read the source other than by prefix, range or address type (an
+    /// ipset, an nft set or verdict map keyed on it): only the same address is
+    /// known to give the same trace.
+    pub fn opaque(&self) -> bool {
+        self.opaque
+    }
+
+    /// The tests noted, in the order first evaluated.
+    pub fn len(&self) -> usize {
+        self.tests.len()
+    }
+
+    /// Whether no test of the source was made.
+    pub fn is_empty(&self) -> bool {
+        self.tests.is_empty()
+    }
+
+    /// Whether sources `a` and `b` get the same answer from every test noted (and,
+    /// for an opaque trace, are the same address).
+    pub fn agree(&self, a: IpAddr, b: IpAddr, node: &Node) -> bool {
+        if a == b {
+            return true;
+        }
+        if self.opaque || a.is_ipv4() != b.is_ipv4() {
+            return false;
+        }
+        self.tests.iter().all(|c| match c {
+            Cond::Src(m, _) | Cond::CtOrigSrc(m, _) => m.contains(a) == m.contains(b),
+            Cond::AddrType { types, .. } => {
+                types.contains(&node.addr_type(a)) == types.contains(&node.addr_type(b))
+            }
+            _ => false,
+        })
+    }
+}
+
+fn run(
+    index: &Index<'_>,
+    packet: &Packet,
+    node: &Node,
+    options: &TraceOptions,
+    sources: Option<&std::cell::RefCell<SourceTests>>,
+) -> Trace {
     // Every route on its own while that stays small.
     let detail = TraceOptions {
         max_paths: options.max_paths.min(options.merge_above),
@@ -630,6 +737,7 @@ pub fn trace_with(
         options,
         merge,
         work: Cell::new(0),
+        sources,
     };
     let t = sim(&detail, false).run();
     if t.incomplete.is_none() {
@@ -647,6 +755,8 @@ struct Sim<'a, 'i> {
     merge: bool,
     /// Steps recorded and copied so far, by all paths.
     work: Cell<usize>,
+    /// Where to note the source tests made, when asked ([`trace_noting_sources`]).
+    sources: Option<&'a std::cell::RefCell<SourceTests>>,
 }
 
 /// Steps between two checks of the bounds while one path runs (without merging):
@@ -654,6 +764,14 @@ struct Sim<'a, 'i> {
 const CHECK_EVERY: usize = 64;
 
 impl<'a, 'i> Sim<'a, 'i> {
+    /// Notes a condition about to be evaluated, when the caller asked for them.
+    #[inline]
+    fn note(&self, c: &Cond) {
+        if let Some(s) = self.sources {
+            s.borrow_mut().note(c);
+        }
+    }
+
     fn run(&self) -> Trace {
         let p = self.packet;
         let host = p.origin == Origin::Host;
@@ -1266,6 +1384,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             for (i, item) in items.iter().enumerate() {
                 match item {
                     Item::Cond(c) if c.is_pure() => {
+                        self.note(c);
                         let no = match c.eval(&view) {
                             Eval::No => true,
                             Eval::Yes => {
@@ -1319,6 +1438,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             match item {
                 Item::Cond(_) if i < 64 && matched_before & (1 << i) != 0 => {}
                 Item::Cond(c) => {
+                    self.note(c);
                     let d = {
                         let mut view = self.view(path);
                         self.pin(&mut view, path);
@@ -1701,6 +1821,11 @@ impl<'a, 'i> Sim<'a, 'i> {
 
     /// A verdict map lookup (`ip daddr . th dport vmap @service-ips`).
     fn verdict_map(&self, path: &mut Path<'a>, fields: &[Field], set: &SetRef) -> Flow {
+        if fields.contains(&Field::Src)
+            && let Some(s) = self.sources
+        {
+            s.borrow_mut().opaque = true;
+        }
         let mut view = self.view(path);
         self.pin(&mut view, path);
         let mut key = Vec::with_capacity(fields.len());

@@ -22,10 +22,14 @@ use anyhow::{Context, bail};
 use plumb_kubeproxy::recover::{NoEndpoints, ProxyMode, RecoveredService, recover};
 use plumb_ruleset::diagnostic::excerpt;
 use plumb_trace::batch::{
-    DecidingRule, FlowColumns, FlowReport, ReportCache, deciding_rule, flow_report_cached,
-    is_skipped,
+    DecidingRule, FlowColumns, FlowFields, FlowReport, ReportCache, deciding_rule,
+    flow_report_cached, is_skipped,
 };
-use plumb_trace::{Index, Origin, Packet, Proto, Trace, TraceOptions, trace_with};
+use plumb_trace::classes::{FlowKey, TraceMemo};
+use plumb_trace::{
+    Index, Origin, Packet, Proto, SourceTests, Trace, TraceOptions, trace_noting_sources,
+    trace_with,
+};
 use serde::Serialize;
 use std::io::{BufRead, Write};
 use std::net::IpAddr;
@@ -110,7 +114,7 @@ pub fn run_flows(args: &TraceArgs, flows: &Path) -> anyhow::Result<Verdict> {
     let mut line_no = 0u64;
     let mut buf = Vec::new();
     let mut chunk: Vec<(u64, Packet)> = Vec::with_capacity(CHUNK);
-    let mut caches = Vec::new();
+    let mut memo = Memo::default();
     let batch = Batch {
         index: &index,
         node: &node,
@@ -122,7 +126,7 @@ pub fn run_flows(args: &TraceArgs, flows: &Path) -> anyhow::Result<Verdict> {
         let (n, too_long) =
             read_line(&mut *reader, &mut buf).with_context(|| format!("reading {name}"))?;
         if n == 0 || chunk.len() == CHUNK {
-            let (done, cut) = batch.run(&chunk, &mut caches, &mut out)?;
+            let (done, cut) = batch.run(&chunk, &mut memo, &mut out)?;
             traced += done;
             incomplete += cut;
             chunk.clear();
@@ -192,9 +196,13 @@ pub fn run_flows(args: &TraceArgs, flows: &Path) -> anyhow::Result<Verdict> {
     })
 }
 
-/// Flows traced together: the threads split a chunk, and its lines go out in file
-/// order before the next chunk is read.
+/// Flows traced together: the threads split a chunk's distinct traces, and its
+/// lines go out in file order before the next chunk is read.
 const CHUNK: usize = 2048;
+
+/// Rendered traces kept for reuse, in bytes; beyond it the memo starts afresh
+/// (a flow file of many distinct flows then costs what it did without one).
+const MEMO_MAX_BYTES: usize = 96 << 20;
 
 /// What every flow of a batch shares.
 struct Batch<'a, 'r> {
@@ -205,29 +213,118 @@ struct Batch<'a, 'r> {
     steps: bool,
 }
 
+/// The part of a flow's line that depends only on its trace: everything after
+/// the flow's line number and fields.
+struct Tail {
+    bytes: Box<[u8]>,
+    incomplete: bool,
+}
+
+/// Traces already rendered, found again for flows with the same trace
+/// (`plumb_trace::classes`: the same fields but the source, and a source the
+/// trace's tests of it cannot tell apart), so each is traced once. The output is
+/// the same as tracing every flow (tests: `trace_batch_cli.rs`,
+/// `batch_output_equals_one_flow_at_a_time_*`).
+#[derive(Default)]
+struct Memo {
+    tails: TraceMemo<Tail>,
+    bytes: usize,
+    /// One per thread, for the whole run.
+    caches: Vec<ReportCache>,
+    /// Where each thread puts its part of a chunk's lines.
+    buffers: Vec<Vec<u8>>,
+}
+
+/// The fields of [`FlowReport`] after `flow`, in its order: the JSON of a tail.
+#[derive(Serialize)]
+struct ReportTail<'a> {
+    verdict: &'a str,
+    dnat: &'a [String],
+    service: &'a Option<String>,
+    decided_by: &'a Option<DecidingRule>,
+    path: &'a [String],
+    outcomes: &'a [plumb_trace::outcome::OutcomeReport],
+    truncated: bool,
+    incomplete: &'a Option<String>,
+}
+
 impl Batch<'_, '_> {
-    /// Traces `flows` and renders their lines into `out` in order, on as many
-    /// threads as there are cores (the index is shared: chains compiled on first use
-    /// are compiled once). Returns the flows traced and the incomplete traces.
+    fn threads() -> usize {
+        std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, 8)
+    }
+
+    /// Traces `flows` and renders their lines into `out` in order: each distinct
+    /// trace once (on as many threads as there are cores; the index is shared, so
+    /// chains compiled on first use are compiled once), every line from the memo.
+    /// Returns the flows traced and the incomplete traces.
     fn run(
         &self,
         flows: &[(u64, Packet)],
-        caches: &mut Vec<ReportCache>,
+        memo: &mut Memo,
         out: &mut impl Write,
     ) -> anyhow::Result<(usize, usize)> {
         if flows.is_empty() {
             return Ok((0, 0));
         }
-        let threads = std::thread::available_parallelism()
-            .map_or(1, usize::from)
-            .clamp(1, 8);
-        let per = flows.len().div_ceil(threads).max(64);
-        caches.resize_with(threads, ReportCache::default);
-        let parts: Vec<anyhow::Result<(Vec<u8>, usize)>> = std::thread::scope(|scope| {
+        let threads = Self::threads();
+        let keys: Vec<FlowKey> = flows.iter().map(|(_, p)| FlowKey::of(p)).collect();
+        let lacking =
+            |memo: &Memo, i: usize| memo.tails.get(&keys[i], &flows[i].1, self.node).is_none();
+        let mut pending: Vec<usize> = (0..flows.len()).filter(|&i| lacking(memo, i)).collect();
+        // Rounds: the first pending flow of each key is traced (in parallel); the
+        // flows its trace stands for are then found in the memo.
+        while !pending.is_empty() {
+            let mut seen: std::collections::HashSet<&FlowKey> = Default::default();
+            let round: Vec<usize> = pending
+                .iter()
+                .copied()
+                .filter(|&i| seen.insert(&keys[i]))
+                .collect();
+            let per = round.len().div_ceil(threads).max(16);
+            memo.caches.resize_with(threads, ReportCache::default);
+            let parts: Vec<anyhow::Result<Vec<(Tail, SourceTests)>>> =
+                std::thread::scope(|scope| {
+                    let handles: Vec<_> = round
+                        .chunks(per)
+                        .zip(memo.caches.iter_mut())
+                        .map(|(part, cache)| {
+                            scope.spawn(move || {
+                                part.iter()
+                                    .map(|&i| self.tail(&flows[i].1, cache))
+                                    .collect()
+                            })
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                        .collect()
+                });
+            let mut at = round.iter();
+            for part in parts {
+                for (tail, tests) in part? {
+                    let i = *at.next().expect("one tail per flow of the round");
+                    memo.bytes += tail.bytes.len();
+                    memo.tails.insert(keys[i].clone(), &flows[i].1, tests, tail);
+                }
+            }
+            pending.retain(|&i| lacking(memo, i));
+        }
+        // The lines, put together on every core (each part in file order), then
+        // written in order.
+        // Each part's buffer is kept from chunk to chunk: allocating ~10 MB a chunk
+        // anew costs more in page faults than putting the lines together.
+        let per = flows.len().div_ceil(threads).max(256);
+        memo.buffers.resize_with(threads, Vec::new);
+        let tails = &memo.tails;
+        let parts: Vec<anyhow::Result<usize>> = std::thread::scope(|scope| {
             let handles: Vec<_> = flows
                 .chunks(per)
-                .zip(caches.iter_mut())
-                .map(|(part, cache)| scope.spawn(move || self.render(part, cache)))
+                .zip(keys.chunks(per))
+                .zip(memo.buffers.iter_mut())
+                .map(|((part, keys), buf)| scope.spawn(move || self.lines(part, keys, tails, buf)))
                 .collect();
             handles
                 .into_iter()
@@ -235,41 +332,89 @@ impl Batch<'_, '_> {
                 .collect()
         });
         let mut cut = 0;
-        for part in parts {
-            let (bytes, incomplete) = part?;
-            out.write_all(&bytes)?;
-            cut += incomplete;
+        for (part, buf) in parts.into_iter().zip(&memo.buffers) {
+            cut += part?;
+            out.write_all(buf)?;
+        }
+        if memo.bytes > MEMO_MAX_BYTES {
+            memo.tails.clear();
+            memo.bytes = 0;
         }
         Ok((flows.len(), cut))
     }
 
-    /// One thread's part of a chunk; `cache` is that thread's for the whole run.
-    fn render(
+    /// The lines of `flows` (whose keys are `keys`), from the memo; and how many of
+    /// their traces are incomplete.
+    fn lines(
         &self,
         flows: &[(u64, Packet)],
-        cache: &mut ReportCache,
-    ) -> anyhow::Result<(Vec<u8>, usize)> {
-        let mut bytes = Vec::with_capacity(flows.len() * 512);
-        let mut incomplete = 0;
-        for (line, packet) in flows {
-            let t = trace_with(self.index, packet, self.node, self.options);
-            if t.incomplete.is_some() {
-                incomplete += 1;
-            }
-            let r = flow_report_cached(self.index, *line, packet, &t, self.steps, cache);
-            if self.json {
-                serde_json::to_writer(&mut bytes, &r)?;
-                bytes.push(b'\n');
-            } else {
-                write_flow_text(&mut bytes, &r)?;
-            }
+        keys: &[FlowKey],
+        tails: &TraceMemo<Tail>,
+        bytes: &mut Vec<u8>,
+    ) -> anyhow::Result<usize> {
+        bytes.clear();
+        let mut cut = 0;
+        for ((line, packet), key) in flows.iter().zip(keys) {
+            let tail = tails
+                .get(key, packet, self.node)
+                .expect("every flow's trace is in the memo");
+            self.head(bytes, *line, packet)?;
+            bytes.extend_from_slice(&tail.bytes);
+            cut += usize::from(tail.incomplete);
         }
-        Ok((bytes, incomplete))
+        Ok(cut)
+    }
+
+    /// Traces one flow and renders the part of its line after its fields.
+    fn tail(
+        &self,
+        packet: &Packet,
+        cache: &mut ReportCache,
+    ) -> anyhow::Result<(Tail, SourceTests)> {
+        let (t, tests) = trace_noting_sources(self.index, packet, self.node, self.options);
+        let r = flow_report_cached(self.index, 0, packet, &t, self.steps, cache);
+        let mut bytes = Vec::with_capacity(1024);
+        if self.json {
+            let tail = ReportTail {
+                verdict: r.verdict,
+                dnat: &r.dnat,
+                service: &r.service,
+                decided_by: &r.decided_by,
+                path: &r.path,
+                outcomes: &r.outcomes,
+                truncated: r.truncated,
+                incomplete: &r.incomplete,
+            };
+            serde_json::to_writer(&mut bytes, &tail)?;
+            // `{"verdict":..}` continues the line's object: `,"verdict":..}`.
+            bytes[0] = b',';
+            bytes.push(b'\n');
+        } else {
+            write_flow_text_tail(&mut bytes, &r)?;
+        }
+        Ok((
+            Tail {
+                bytes: bytes.into_boxed_slice(),
+                incomplete: t.incomplete.is_some(),
+            },
+            tests,
+        ))
+    }
+
+    /// The start of a flow's line: `{"line":N,"flow":{..}` or `N: LABEL`.
+    fn head(&self, out: &mut Vec<u8>, line: u64, packet: &Packet) -> anyhow::Result<()> {
+        let flow = FlowFields::of(packet);
+        if self.json {
+            write!(out, "{{\"line\":{line},\"flow\":")?;
+            serde_json::to_writer(&mut *out, &flow)?;
+        } else {
+            write!(out, "{line}: {}", flow_label(&flow))?;
+        }
+        Ok(())
     }
 }
 
-fn flow_label(r: &FlowReport) -> String {
-    let f = &r.flow;
+fn flow_label(f: &FlowFields) -> String {
     let src = match (f.src, f.sport) {
         (Some(ip), Some(p)) => socket(ip, p),
         (Some(ip), None) => ip.to_string(),
@@ -311,9 +456,10 @@ fn rule_label(d: &DecidingRule) -> String {
     }
 }
 
-/// `LINE: tcp SRC -> DST from ORIGIN: VERDICT [DNAT ...] [service S] [by RULE (owner)]`.
-fn write_flow_text(out: &mut impl Write, r: &FlowReport) -> std::io::Result<()> {
-    write!(out, "{}: {}: {}", r.line, flow_label(r), r.verdict)?;
+/// A flow's text line is `LINE: tcp SRC -> DST from ORIGIN` and then this tail:
+/// `: VERDICT [DNAT ...] [service S] [by RULE (owner)]`.
+fn write_flow_text_tail(out: &mut impl Write, r: &FlowReport) -> std::io::Result<()> {
+    write!(out, ": {}", r.verdict)?;
     if !r.dnat.is_empty() {
         write!(out, "  DNAT {}", r.dnat.join(", "))?;
     }
@@ -738,4 +884,55 @@ fn write_services_text(
         "); traced from a pod and from the host, NodePorts at {}",
         r.node_address
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line put together from its head and its memoised tail is, byte for byte,
+    /// the `FlowReport` serialised whole (JSON) and the text line of the whole
+    /// report.
+    #[test]
+    fn head_and_tail_make_the_whole_report() {
+        let save = plumb_kubeproxy::generated_save_text(5, 3).unwrap();
+        let rs = plumb_ruleset::parse_bytes(save.as_bytes(), &Default::default())
+            .unwrap()
+            .ruleset;
+        let index = Index::build(&rs);
+        let node = plumb_trace::Node::default();
+        let options = TraceOptions::default();
+        let mut packet = Packet::new("10.43.0.1".parse().unwrap(), 443, Proto::Tcp, Origin::Pod);
+        packet.src = Some("10.42.0.9".parse().unwrap());
+        packet.sport = Some(40000);
+        for json in [true, false] {
+            for steps in [false, true] {
+                let batch = Batch {
+                    index: &index,
+                    node: &node,
+                    options: &options,
+                    json,
+                    steps: steps && json,
+                };
+                let mut line = Vec::new();
+                batch.head(&mut line, 7, &packet).unwrap();
+                let (tail, _) = batch.tail(&packet, &mut ReportCache::default()).unwrap();
+                line.extend_from_slice(&tail.bytes);
+                let t = trace_with(&index, &packet, &node, &options);
+                let r = plumb_trace::batch::flow_report(&index, 7, &packet, &t, steps && json);
+                let mut whole = Vec::new();
+                if json {
+                    serde_json::to_writer(&mut whole, &r).unwrap();
+                    whole.push(b'\n');
+                } else {
+                    write!(whole, "{}: {}", r.line, flow_label(&r.flow)).unwrap();
+                    write_flow_text_tail(&mut whole, &r).unwrap();
+                }
+                assert_eq!(
+                    String::from_utf8(line).unwrap(),
+                    String::from_utf8(whole).unwrap()
+                );
+            }
+        }
+    }
 }

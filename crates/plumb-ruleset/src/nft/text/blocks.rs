@@ -370,8 +370,8 @@ impl<'a> Reader<'a> {
                             stmt,
                         );
                     }
-                    let from = toks[i + 1].start;
-                    let to = toks[toks.len() - 1].end;
+                    let from = toks[i + 1].start();
+                    let to = toks[toks.len() - 1].end();
                     priority = Some(collapse(&self.text[from..to]));
                     i = words.len();
                 }
@@ -496,7 +496,7 @@ impl<'a> Reader<'a> {
             );
         }
         let last = buf[buf.len() - 1];
-        let text = collapse(&self.text[first.start..last.end]);
+        let text = collapse(&self.text[first.start()..last.end()]);
         let inet = self.ruleset.tables[ti].family == Family::Inet;
         let mut sp = StmtParser {
             r: self,
@@ -514,7 +514,7 @@ impl<'a> Reader<'a> {
             position: chain.rules.len() as u32 + 1,
             location: Location {
                 line: first.line,
-                column: column(self.text, first.line_start, first.start),
+                column: column(self.text, first.line_start(self.text), first.start()),
             },
             counters,
             text: text.into(),
@@ -724,14 +724,14 @@ impl<'a> Reader<'a> {
             comment = Some(unquote(text).into());
         }
         let key_text = if opt > 0 {
-            collapse(&self.text[toks[0].start..toks[opt - 1].end])
+            collapse(&self.text[toks[0].start()..toks[opt - 1].end()])
         } else {
             String::new()
         };
         let key = value_of_words(&words[..opt]);
         let (value, verdict) = match colon {
             Some(c) if c + 1 < words.len() => {
-                let vt = collapse(&self.text[toks[c + 1].start..toks[toks.len() - 1].end]);
+                let vt = collapse(&self.text[toks[c + 1].start()..toks[toks.len() - 1].end()]);
                 let verdict = Verdict::parse(&words[c + 1..]);
                 if set.is_verdict_map() && verdict.is_none() {
                     self.error(

@@ -15,16 +15,50 @@ pub(super) enum Tok {
     Comment,
 }
 
+/// A token: 16 bytes, since a 16 MB listing has 2.7 million of them (byte offsets
+/// fit in `u32`: [`tokenize`] refuses longer texts).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Token {
     pub(super) kind: Tok,
     /// Byte span in the text.
-    pub(super) start: usize,
-    pub(super) end: usize,
-    /// 1-based line, and the byte offset where that line starts (for columns).
+    start: u32,
+    end: u32,
+    /// 1-based line.
     pub(super) line: u32,
-    pub(super) line_start: usize,
 }
+
+impl Token {
+    fn new(kind: Tok, start: usize, end: usize, line: u32) -> Token {
+        // `tokenize` takes texts up to u32::MAX bytes.
+        Token {
+            kind,
+            start: start as u32,
+            end: end as u32,
+            line,
+        }
+    }
+
+    /// Byte offset of the token's first byte.
+    pub(super) fn start(&self) -> usize {
+        self.start as usize
+    }
+
+    /// Byte offset after the token's last byte.
+    pub(super) fn end(&self) -> usize {
+        self.end as usize
+    }
+
+    /// Byte offset where the token's line starts (for columns).
+    pub(super) fn line_start(&self, text: &str) -> usize {
+        text.as_bytes()[..self.start()]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1)
+    }
+}
+
+/// The longest text [`tokenize`] reads (token offsets are `u32`).
+pub(super) const MAX_TEXT: usize = u32::MAX as usize;
 
 /// Words that end an xtables print inside a rule: how the rest of an iptables-nft rule
 /// begins.
@@ -78,20 +112,27 @@ fn xt_print_end(comment: &str) -> Option<usize> {
 /// is its own token only where it separates list items (followed by a space,
 /// newline, `}` or the end), so `established,related` stays one word.
 pub(super) fn tokenize(text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
-    let b = text.as_bytes();
+    // Offsets are u32: a longer text is read up to there, and said to be cut.
+    if text.len() > MAX_TEXT {
+        diags.push(Diagnostic::error(
+            1,
+            1,
+            format!("the text is longer than {MAX_TEXT} bytes: read up to there"),
+            "",
+        ));
+    }
+    let mut n = text.len().min(MAX_TEXT);
+    while !text.is_char_boundary(n) {
+        n -= 1;
+    }
+    let b = &text.as_bytes()[..n];
     let mut toks = Vec::with_capacity(b.len() / 6);
     let mut i = 0;
     let mut line = 1u32;
     let mut line_start = 0usize;
     while i < b.len() {
         let c = b[i];
-        let single = |kind, i| Token {
-            kind,
-            start: i,
-            end: i + 1,
-            line,
-            line_start,
-        };
+        let single = |kind, i: usize| Token::new(kind, i, i + 1, line);
         match c {
             b' ' | b'\t' | b'\r' => i += 1,
             b'\n' => {
@@ -122,23 +163,11 @@ pub(super) fn tokenize(text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
                     // An iptables-nft match nft printed with the extension's own print
                     // function (`# match-set KUBE-X dst,dst counter ... accept`): the
                     // rule goes on after it. One word for the print, then lex on.
-                    toks.push(Token {
-                        kind: Tok::Word,
-                        start: i,
-                        end: i + print_end,
-                        line,
-                        line_start,
-                    });
+                    toks.push(Token::new(Tok::Word, i, i + print_end, line));
                     i += print_end;
                     continue;
                 }
-                toks.push(Token {
-                    kind: Tok::Comment,
-                    start: i,
-                    end,
-                    line,
-                    line_start,
-                });
+                toks.push(Token::new(Tok::Comment, i, end, line));
                 i = end;
             }
             _ => {
@@ -176,13 +205,7 @@ pub(super) fn tokenize(text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
                 let mut from = start;
                 while from < i {
                     let to = glued_end(b, from, i);
-                    toks.push(Token {
-                        kind: Tok::Word,
-                        start: from,
-                        end: to,
-                        line,
-                        line_start,
-                    });
+                    toks.push(Token::new(Tok::Word, from, to, line));
                     from = to;
                 }
             }
@@ -357,7 +380,7 @@ mod tests {
         let toks = tokenize(text, &mut diags);
         assert!(diags.is_empty(), "{diags:?}");
         toks.iter()
-            .map(|t| (t.kind, &text[t.start..t.end]))
+            .map(|t| (t.kind, &text[t.start()..t.end()]))
             .collect()
     }
 
@@ -388,11 +411,11 @@ mod tests {
             kinds,
             [Tok::Word, Tok::Word, Tok::Comment, Tok::Newline, Tok::Word]
         );
-        assert_eq!(&text[toks[1].start..toks[1].end], "\"a b;c\"");
+        assert_eq!(&text[toks[1].start()..toks[1].end()], "\"a b;c\"");
         assert_eq!(
             (
                 toks[4].line,
-                column(text, toks[4].line_start, toks[4].start)
+                column(text, toks[4].line_start(text), toks[4].start())
             ),
             (2, 2)
         );

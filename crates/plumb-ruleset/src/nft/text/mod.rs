@@ -105,7 +105,7 @@ fn is_elision(w: &str) -> bool {
 impl<'a> Reader<'a> {
     /// The text of a token.
     fn s(&self, t: &Token) -> &'a str {
-        &self.text[t.start..t.end]
+        &self.text[t.start()..t.end()]
     }
 
     fn peek(&self) -> Option<Token> {
@@ -122,7 +122,7 @@ impl<'a> Reader<'a> {
     fn loc(&self, t: &Token) -> Location {
         Location {
             line: t.line,
-            column: column(self.text, t.line_start, t.start),
+            column: column(self.text, t.line_start(self.text), t.start()),
         }
     }
 
@@ -143,7 +143,11 @@ impl<'a> Reader<'a> {
     fn truncated(&mut self, t: Option<Token>, msg: &str) {
         self.ruleset.completeness = Completeness::Truncated;
         let (line, col, text) = match t {
-            Some(t) => (t.line, column(self.text, t.line_start, t.start), self.s(&t)),
+            Some(t) => (
+                t.line,
+                column(self.text, t.line_start(self.text), t.start()),
+                self.s(&t),
+            ),
             None => (
                 self.text.split('\n').count() as u32,
                 1,
@@ -169,7 +173,7 @@ impl<'a> Reader<'a> {
     /// stopping before a `}` that closes the enclosing block. Returns the text.
     fn skip_statement(&mut self) -> &'a str {
         let first = self.peek();
-        let mut last_end = first.map_or(0, |t| t.end);
+        let mut last_end = first.map_or(0, |t| t.end());
         let mut depth = 0usize;
         while let Some(t) = self.peek() {
             match t.kind {
@@ -184,12 +188,15 @@ impl<'a> Reader<'a> {
                 _ => {}
             }
             if t.kind != Tok::Comment && t.kind != Tok::Newline {
-                last_end = t.end;
+                last_end = t.end();
             }
             self.pos += 1;
         }
         match first {
-            Some(f) => self.text.get(f.start..last_end.max(f.start)).unwrap_or(""),
+            Some(f) => self
+                .text
+                .get(f.start()..last_end.max(f.start()))
+                .unwrap_or(""),
             None => "",
         }
     }

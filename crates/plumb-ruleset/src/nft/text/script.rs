@@ -127,7 +127,7 @@ impl<'a> Reader<'a> {
         }
         if !self.script_noted && !self.from_scratch {
             self.script_noted = true;
-            let line = self.text[verb_tok.line_start..]
+            let line = self.text[verb_tok.line_start(self.text)..]
                 .lines()
                 .next()
                 .unwrap_or("");

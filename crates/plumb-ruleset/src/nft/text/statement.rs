@@ -747,7 +747,7 @@ impl<'a> StmtParser<'_, 'a> {
             return String::new();
         }
         let to = to.min(self.toks.len());
-        collapse(&self.r.text[self.toks[from].start..self.toks[to - 1].end])
+        collapse(&self.r.text[self.toks[from].start()..self.toks[to - 1].end()])
     }
 
     /// Every statement of the rule, each with its text; always makes progress.
