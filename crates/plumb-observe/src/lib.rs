@@ -5,12 +5,14 @@
 //! - [`listener`]: a read-only subscription to conntrack's multicast groups in one
 //!   network namespace (it never sends a request to the kernel);
 //! - [`reasons`]: the names of the kernel's drop reasons, from its BTF (pure);
-//! - [`drops`]: the eBPF program on kfree_skb that reports drops with their reason.
+//! - [`drops`]: the eBPF program on kfree_skb that reports drops with their reason;
+//! - [`attribution`]: the netfilter rule that dropped, from counter deltas (pure).
 //!
 //! Not here yet: names from the service map.
 
 #![deny(missing_docs)]
 
+pub mod attribution;
 pub mod conntrack;
 pub mod drops;
 pub mod listener;
