@@ -10,7 +10,7 @@
 //! guess. None: [`RuleMatch::NotFound`] with why (nft rules without `counter`, nft
 //! policies, which have no counters, or a drop outside the tables read).
 //!
-//! Pure: rulesets in, an answer out.
+//! Pure: rulesets in, an answer out; only [`read_counted`] runs the dump tools.
 
 use plumb_ruleset::owner::{Attribution, rule_owner};
 use plumb_ruleset::{Chain, Policy, Rule, RuleBody, Ruleset, Table};
@@ -251,6 +251,61 @@ pub fn attribute(before: &CounterSnapshot, after: &CounterSnapshot) -> RuleMatch
             RuleMatch::NotFound { why }
         }
         _ => RuleMatch::Ambiguous { candidates: moved },
+    }
+}
+
+/// Reads the ruleset of `netns` (this machine's when None) with every rule's counters,
+/// read-only: `iptables-nft-save -c` and `ip6tables-nft-save -c` (the netlink reader
+/// leaves rule counters out), and the native nf_tables tables from `nft list ruleset`
+/// (its `counter` statements). A tool that is missing or fails is skipped and named in
+/// the second value; an error only when nothing could be read.
+pub fn read_counted(
+    runner: &dyn plumb_os::runner::Runner,
+    netns: Option<&str>,
+) -> Result<(Ruleset, Vec<String>), String> {
+    use plumb_ruleset::iptables::save::{IptablesInput, parse};
+    let timeout = std::time::Duration::from_secs(20);
+    let mut rs = Ruleset::default();
+    let mut problems = Vec::new();
+    let mut read_any = false;
+    for (tool, family) in [
+        ("iptables-nft-save", plumb_ruleset::Family::Ip),
+        ("ip6tables-nft-save", plumb_ruleset::Family::Ip6),
+    ] {
+        match runner.run(tool, &["-c"], netns, timeout) {
+            Ok(out) if out.success() => {
+                let input = IptablesInput {
+                    family,
+                    backend: Some(plumb_ruleset::Backend::IptablesNft),
+                    ..IptablesInput::default()
+                };
+                rs.merge(parse(&String::from_utf8_lossy(&out.stdout), &input));
+                read_any = true;
+            }
+            Ok(out) => problems.push(format!("{tool} -c failed: {}", out.stderr.trim())),
+            Err(e) => problems.push(format!("{tool} -c: {e}")),
+        }
+    }
+    match runner.run("nft", &["list", "ruleset"], netns, timeout) {
+        Ok(out) if out.success() => {
+            let mut native = plumb_ruleset::nft::parse_text(&String::from_utf8_lossy(&out.stdout));
+            // iptables-nft's tables show up in `nft list ruleset` too; they were read
+            // above with their counters.
+            native.tables.retain(|t| {
+                !rs.tables
+                    .iter()
+                    .any(|x| x.family == t.family && x.name == t.name)
+            });
+            rs.merge(native);
+            read_any = true;
+        }
+        Ok(out) => problems.push(format!("nft list ruleset failed: {}", out.stderr.trim())),
+        Err(e) => problems.push(format!("nft list ruleset: {e}")),
+    }
+    if read_any {
+        Ok((rs, problems))
+    } else {
+        Err(problems.join("; "))
     }
 }
 

@@ -6,9 +6,8 @@
 //!   network namespace (it never sends a request to the kernel);
 //! - [`reasons`]: the names of the kernel's drop reasons, from its BTF (pure);
 //! - [`drops`]: the eBPF program on kfree_skb that reports drops with their reason;
-//! - [`attribution`]: the netfilter rule that dropped, from counter deltas (pure).
-//!
-//! Not here yet: names from the service map.
+//! - [`attribution`]: the netfilter rule that dropped, from counter deltas (pure);
+//! - [`names`]: Service names for addresses, from kube-proxy's rules (pure).
 
 #![deny(missing_docs)]
 
@@ -16,6 +15,7 @@ pub mod attribution;
 pub mod conntrack;
 pub mod drops;
 pub mod listener;
+pub mod names;
 pub mod reasons;
 
 pub use conntrack::{Event, Flow, Tuple};
