@@ -7,10 +7,13 @@
 //! - [`reasons`]: the names of the kernel's drop reasons, from its BTF (pure);
 //! - [`drops`]: the eBPF program on kfree_skb that reports drops with their reason;
 //! - [`attribution`]: the netfilter rule that dropped, from counter deltas (pure);
-//! - [`names`]: Service names for addresses, from kube-proxy's rules (pure).
+//! - [`names`]: Service names for addresses, from kube-proxy's rules (pure);
+//! - [`accounting`]: whether conntrack counts bytes and keeps timestamps (read; set
+//!   only when asked, and restored).
 
 #![deny(missing_docs)]
 
+pub mod accounting;
 pub mod attribution;
 pub mod conntrack;
 pub mod drops;

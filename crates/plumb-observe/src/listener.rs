@@ -13,6 +13,8 @@ use std::time::Duration;
 /// Bitmask groups of the legacy `nl_groups` field: NFNLGRP_CONNTRACK_NEW (1) and
 /// NFNLGRP_CONNTRACK_DESTROY (3).
 const GROUPS: u32 = (1 << 0) | (1 << 2);
+/// NFNLGRP_CONNTRACK_UPDATE (2).
+const UPDATE_GROUP: u32 = 1 << 1;
 
 /// A conntrack event subscription.
 #[derive(Debug)]
@@ -32,8 +34,15 @@ pub struct Received {
 }
 
 impl ConntrackListener {
-    /// Subscribes in `netns` (this machine's namespace when None). Needs CAP_NET_ADMIN.
+    /// Subscribes to NEW and DESTROY events in `netns` (this machine's namespace when
+    /// None). Needs CAP_NET_ADMIN.
     pub fn open(netns: Option<&str>) -> io::Result<ConntrackListener> {
+        ConntrackListener::open_with(netns, false)
+    }
+
+    /// Like [`ConntrackListener::open`]; with `updates`, UPDATE events too (state
+    /// changes of known connections: many more events).
+    pub fn open_with(netns: Option<&str>, updates: bool) -> io::Result<ConntrackListener> {
         let fd = plumb_os::netns::on_thread(netns, || {
             // SAFETY: socket() has no memory preconditions; a non-negative result is a
             // new descriptor that OwnedFd then owns.
@@ -53,7 +62,11 @@ impl ConntrackListener {
         // SAFETY: sockaddr_nl is plain data; zeroed is a valid value to fill in.
         let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        addr.nl_groups = GROUPS;
+        addr.nl_groups = if updates {
+            GROUPS | UPDATE_GROUP
+        } else {
+            GROUPS
+        };
         // SAFETY: a valid sockaddr_nl of the size given, for an open socket.
         let rc = unsafe {
             libc::bind(
@@ -69,6 +82,24 @@ impl ConntrackListener {
             fd,
             buf: vec![0; 64 * 1024],
         };
+        // A bigger queue in the kernel (4 MiB, as allowed by rmem_max or, with
+        // CAP_NET_ADMIN, beyond it): bursts of events wait there instead of being lost.
+        let size: libc::c_int = 4 << 20;
+        for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+            // SAFETY: a valid int for a socket option on an open socket.
+            let rc = unsafe {
+                libc::setsockopt(
+                    l.fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&raw const size).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc == 0 {
+                break;
+            }
+        }
         l.set_timeout(Duration::from_millis(200))?;
         Ok(l)
     }
