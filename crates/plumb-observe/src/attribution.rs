@@ -92,6 +92,22 @@ fn drops(rule: &Rule) -> bool {
     }
 }
 
+/// A rule's text without the `[packets:bytes] ` that `iptables-save -c` puts first:
+/// the counters change between two reads, the rule does not.
+fn without_counters(text: &str) -> &str {
+    if let Some(rest) = text.strip_prefix('[')
+        && let Some((counts, after)) = rest.split_once("] ")
+        && counts.split_once(':').is_some_and(|(p, b)| {
+            !p.is_empty()
+                && !b.is_empty()
+                && (p.bytes().chain(b.bytes())).all(|c| c.is_ascii_digit())
+        })
+    {
+        return after;
+    }
+    text
+}
+
 fn counters(rule: &Rule) -> Option<u64> {
     rule.counters
         .map(|c| c.packets)
@@ -176,7 +192,7 @@ impl CounterSnapshot {
                     if !drops(r) {
                         continue;
                     }
-                    let text = r.text.as_str();
+                    let text = without_counters(r.text.as_str());
                     let n = seen.entry(text).or_default();
                     *n += 1;
                     let Some(packets) = counters(r) else {
@@ -345,6 +361,25 @@ mod tests {
                 rule.packets
             ),
             ("FORWARD", "policy DROP", "ufw", 2)
+        );
+    }
+
+    /// `iptables-save -c` prints each rule's counters first: the same rule read twice
+    /// is one rule whose count went up, not a new rule counted whole.
+    #[test]
+    fn a_rule_is_the_same_rule_when_its_counters_change() {
+        let m = attribute(
+            &CounterSnapshot::of(&ufw(3, 40)),
+            &CounterSnapshot::of(&ufw(3, 41)),
+        );
+        let RuleMatch::Found { rule } = m else {
+            panic!("{m:?}")
+        };
+        assert_eq!(rule.packets, 1);
+        assert!(
+            rule.text.starts_with("-A ufw-reject-forward"),
+            "{}",
+            rule.text
         );
     }
 

@@ -86,6 +86,37 @@ pub fn decode(raw: &[u8]) -> Option<DroppedPacket> {
     })
 }
 
+/// Turns the program's CLOCK_MONOTONIC times into wall-clock times.
+#[derive(Clone, Copy, Debug)]
+pub struct WallClock {
+    /// Realtime minus monotonic, in nanoseconds.
+    offset_ns: i128,
+}
+
+impl WallClock {
+    /// The offset between the two clocks, now.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> WallClock {
+        let ts = |id| {
+            let mut t = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: a valid timespec for clock_gettime to fill.
+            unsafe { libc::clock_gettime(id, &mut t) };
+            i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec)
+        };
+        WallClock {
+            offset_ns: ts(libc::CLOCK_REALTIME) - ts(libc::CLOCK_MONOTONIC),
+        }
+    }
+    /// The wall-clock time of a CLOCK_MONOTONIC time.
+    pub fn wall(&self, monotonic_ns: u64) -> std::time::SystemTime {
+        let ns = (i128::from(monotonic_ns) + self.offset_ns).max(0) as u128;
+        std::time::SystemTime::UNIX_EPOCH + Duration::from_nanos(ns.min(u64::MAX as u128) as u64)
+    }
+}
+
 /// Why the drop probe could not be attached.
 #[derive(Debug, thiserror::Error)]
 pub enum DropError {

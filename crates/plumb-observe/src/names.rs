@@ -43,6 +43,8 @@ pub struct ServiceNames {
     frontends: HashMap<(IpAddr, u16, u8), ServiceName>,
     /// endpoint ip:port -> Services it serves.
     endpoints: HashMap<SocketAddr, Vec<ServiceName>>,
+    /// endpoint ip -> the namespace of the Services it serves, None when they differ.
+    namespaces: HashMap<IpAddr, Option<String>>,
 }
 
 fn protocol_number(p: Option<&str>) -> u8 {
@@ -74,7 +76,19 @@ impl ServiceNames {
                     }
                 }
                 for e in &s.endpoints {
-                    if let Some(a) = e.address.as_deref().and_then(|a| a.parse().ok()) {
+                    if let Some(a) = e
+                        .address
+                        .as_deref()
+                        .and_then(|a| a.parse::<SocketAddr>().ok())
+                    {
+                        n.namespaces
+                            .entry(a.ip())
+                            .and_modify(|ns| {
+                                if ns.as_deref() != Some(name.namespace.as_str()) {
+                                    *ns = None;
+                                }
+                            })
+                            .or_insert_with(|| Some(name.namespace.clone()));
                         let v = n.endpoints.entry(a).or_default();
                         if !v.contains(&name) {
                             v.push(name.clone());
@@ -104,6 +118,12 @@ impl ServiceNames {
     pub fn destination(&self, ip: IpAddr, port: u16, protocol: u8) -> Option<&ServiceName> {
         self.frontend(ip, port, protocol)
             .or_else(|| self.endpoint(ip, port))
+    }
+
+    /// The namespace of the pod at `ip`: the namespace of the Services whose endpoint it
+    /// is, when they agree (a pod lives in its Services' namespace).
+    pub fn pod_namespace(&self, ip: IpAddr) -> Option<&str> {
+        self.namespaces.get(&ip)?.as_deref()
     }
 
     /// Frontends known.
