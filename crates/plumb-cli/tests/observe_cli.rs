@@ -183,3 +183,69 @@ fn observe_refuses_an_unknown_reason_and_a_bad_service() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("NAMESPACE/NAME"));
 }
+
+/// Without CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN the drop program cannot load:
+/// observe says so once (stderr and one JSON notice line) and reports flows anyway.
+#[test]
+fn observe_without_bpf_permission_reports_flows_only() {
+    if !plumb_testkit::privileged(&["ip", "iptables-nft-restore", "setpriv"]) {
+        return;
+    }
+    let ns = netns_with(
+        "plumb-observe-nobpf",
+        "*nat\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -d 10.43.0.1/32 -p tcp -m tcp --dport 443 -j DNAT --to-destination 127.0.0.1:8443\nCOMMIT\n",
+    );
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns.name(), "setpriv"])
+        .args(["--bounding-set", "-bpf,-perfmon,-sys_admin"])
+        .args(["--inh-caps", "-bpf,-perfmon,-sys_admin", "--"])
+        .arg(env!("CARGO_BIN_EXE_plumb"))
+        .args(["observe", "--duration", "3", "-o", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("setpriv plumb observe");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let collected = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("listening in") {
+                let _ = tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("listening within 20 s");
+    let name = ns.name().to_string();
+    let server = plumb_os::netns::on_thread(Some(&name), || {
+        std::net::TcpListener::bind("127.0.0.1:8443")
+    })
+    .unwrap();
+    let _ = plumb_os::netns::on_thread(Some(&name), || {
+        std::net::TcpStream::connect_timeout(
+            &"10.43.0.1:443".parse().unwrap(),
+            Duration::from_secs(1),
+        )
+    });
+    let _ = server.accept();
+    let lines = json_lines(child);
+    let stderr = collected.join().unwrap();
+    let notices: Vec<_> = lines.iter().filter(|v| v["notice"].is_string()).collect();
+    assert_eq!(notices.len(), 1, "{lines:?}");
+    let n = notices[0]["notice"].as_str().unwrap();
+    assert!(
+        n.contains("flows only") && n.contains("not permitted"),
+        "{n}"
+    );
+    assert_eq!(stderr.matches("flows only").count(), 1, "{stderr}");
+    assert!(
+        lines
+            .iter()
+            .any(|v| v["verdict"] == "FORWARDED" && v["IP"]["destination"] == "10.43.0.1"),
+        "flows still reported: {lines:?}"
+    );
+}
