@@ -135,17 +135,20 @@ int plumb_kfree_skb(__u64 *ctx)
 	__u32 reason = (__u32)ctx[2];
 	if (reason == skip_reason_1 || reason == skip_reason_2 || reason == skip_reason_3)
 		return 0;
+	// tp_btf's arguments are typed kernel pointers: plain loads (relocated by CO-RE,
+	// checked by the verifier) instead of bpf_probe_read_kernel calls, because this
+	// runs for every packet freed on the machine.
 	struct sk_buff *skb = (struct sk_buff *)ctx[0];
-	struct net_device *dev = BPF_CORE_READ(skb, dev);
+	struct net_device *dev = skb->dev;
 	__u32 inum = 0;
 	int ifindex = 0;
 	if (dev) {
-		inum = BPF_CORE_READ(dev, nd_net.net, ns.inum);
-		ifindex = BPF_CORE_READ(dev, ifindex);
+		inum = dev->nd_net.net->ns.inum;
+		ifindex = dev->ifindex;
 	} else {
-		struct sock *sk = BPF_CORE_READ(skb, sk);
+		struct sock *sk = skb->sk;
 		if (sk)
-			inum = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+			inum = sk->__sk_common.skc_net.net->ns.inum;
 	}
 	if (watched_netns_inum && inum != watched_netns_inum)
 		return 0;
@@ -163,25 +166,27 @@ int plumb_kfree_skb(__u64 *ctx)
 	e->reason = reason;
 	e->ifindex = ifindex;
 
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	__u16 nh = BPF_CORE_READ(skb, network_header);
-	__u16 l3 = __builtin_bswap16(BPF_CORE_READ(skb, protocol));
+	unsigned char *head = skb->head;
+	__u16 nh = skb->network_header;
+	__u16 l3 = __builtin_bswap16(skb->protocol);
 	e->l3_proto = l3;
 	unsigned char *ip = head + nh;
 	unsigned char *l4 = 0;
 	if (nh == 0xffff) {
 		// no network header set
 	} else if (l3 == ETH_P_IP) {
-		__u8 vihl = 0;
-		__u16 frag = 0;
-		bpf_probe_read_kernel(&vihl, 1, ip);
-		bpf_probe_read_kernel(&e->ip_proto, 1, ip + 9);
-		bpf_probe_read_kernel(&frag, 2, ip + 6);
-		bpf_probe_read_kernel(e->saddr, 4, ip + 12);
-		bpf_probe_read_kernel(e->daddr, 4, ip + 16);
-		// Ports only in the first fragment (offset 0).
-		if ((vihl >> 4) == 4 && (__builtin_bswap16(frag) & 0x1fff) == 0)
-			l4 = ip + (vihl & 0xf) * 4;
+		// One read of the fixed header: version/ihl at 0, frag at 6, protocol at 9,
+		// addresses at 12 and 16.
+		__u8 h[20];
+		if (!bpf_probe_read_kernel(h, sizeof(h), ip)) {
+			e->ip_proto = h[9];
+			__builtin_memcpy(e->saddr, h + 12, 4);
+			__builtin_memcpy(e->daddr, h + 16, 4);
+			// Ports only in the first fragment (offset 0).
+			__u16 frag = ((__u16)(h[6] & 0x1f) << 8) | h[7];
+			if ((h[0] >> 4) == 4 && frag == 0)
+				l4 = ip + (h[0] & 0xf) * 4;
+		}
 	} else if (l3 == ETH_P_IPV6) {
 		bpf_probe_read_kernel(&e->ip_proto, 1, ip + 6);
 		bpf_probe_read_kernel(e->saddr, 16, ip + 8);
