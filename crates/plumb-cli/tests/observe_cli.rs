@@ -9,6 +9,11 @@ use std::time::{Duration, Instant};
 
 /// Starts `plumb observe ARGS` and waits (bounded) until it says it is listening.
 fn observe(args: &[&str]) -> Child {
+    observe_with_metrics(args).0
+}
+
+/// Like [`observe`]; also gives the metrics address it printed, if any.
+fn observe_with_metrics(args: &[&str]) -> (Child, Option<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_plumb"))
         .arg("observe")
         .args(args)
@@ -19,16 +24,32 @@ fn observe(args: &[&str]) -> Child {
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        let mut metrics = None;
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             eprintln!("observe: {line}");
+            if let Some(url) = line.strip_prefix("plumb observe: metrics on http://") {
+                metrics = url.strip_suffix("/metrics").map(str::to_string);
+            }
             if line.contains("listening in") {
-                let _ = tx.send(());
+                let _ = tx.send(metrics.take());
             }
         }
     });
-    rx.recv_timeout(Duration::from_secs(20))
+    let metrics = rx
+        .recv_timeout(Duration::from_secs(20))
         .expect("plumb observe says it is listening within 20 s");
-    child
+    (child, metrics)
+}
+
+/// `GET /metrics` over plain HTTP/1.0.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
 }
 
 fn json_lines(child: Child) -> Vec<serde_json::Value> {
@@ -104,16 +125,19 @@ fn observe_names_the_rule_that_dropped_a_packet() {
         "plumb-observe-drop-cli",
         "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:BLOCKED - [0:0]\n-A OUTPUT -d 10.43.0.8/32 -p udp -m udp --dport 53 -j ACCEPT\n-A OUTPUT -d 10.43.0.7/32 -j BLOCKED\n-A BLOCKED -p udp -m udp --dport 53 -m comment --comment \"blocked dns\" -j DROP\nCOMMIT\n",
     );
-    let observer = observe(&[
+    let (observer, metrics) = observe_with_metrics(&[
         "--netns",
         ns.name(),
         "--duration",
-        "3",
+        "4",
         "--verdict",
         "dropped",
+        "--metrics-addr",
+        "127.0.0.1:0",
         "-o",
         "json",
     ]);
+    let metrics = metrics.expect("the metrics address on stderr");
     let name = ns.name().to_string();
     let deadline = Instant::now() + Duration::from_secs(2);
     let mut sent = 0;
@@ -126,6 +150,19 @@ fn observe_names_the_rule_that_dropped_a_packet() {
         sent += 1;
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The drops are counted by reason and by the owner of the rule (bounded labels),
+    // once their window was attributed.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut text = scrape(&metrics);
+    while !text.contains("reason=\"NETFILTER_DROP\"") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        text = scrape(&metrics);
+    }
+    let counted = text
+        .lines()
+        .find(|l| l.starts_with("plumb_observe_drops_total{") && l.contains("NETFILTER_DROP"))
+        .unwrap_or_else(|| panic!("no NETFILTER_DROP counter:\n{text}"));
+    assert!(counted.contains("owner=\""), "{counted}");
     let lines = json_lines(observer);
     assert!(
         lines.iter().all(|v| v["verdict"] != "FORWARDED"),

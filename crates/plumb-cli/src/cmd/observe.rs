@@ -708,11 +708,16 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
     };
     let metrics = f.metrics_addr.map(|_| Metrics::new());
     let _server = match (f.metrics_addr, &metrics) {
-        (Some(addr), Some(m)) => Some(
-            plumb_watch::http::MetricsServer::bind(addr)
+        (Some(addr), Some(m)) => {
+            let server = plumb_watch::http::MetricsServer::bind(addr)
                 .and_then(|s| s.serve(m.clone()))
-                .map_err(|e| anyhow::anyhow!("--metrics-addr {addr}: {e}"))?,
-        ),
+                .map_err(|e| anyhow::anyhow!("--metrics-addr {addr}: {e}"))?;
+            eprintln!(
+                "plumb observe: metrics on http://{}/metrics",
+                server.local_addr()
+            );
+            Some(server)
+        }
         _ => None,
     };
 
