@@ -286,3 +286,38 @@ fn observe_without_bpf_permission_reports_flows_only() {
         "flows still reported: {lines:?}"
     );
 }
+
+/// `--last N` prints only the last N events of the watch, after it ends.
+#[test]
+fn observe_last_prints_only_the_last_events() {
+    if !plumb_testkit::privileged(&["ip", "iptables-nft-restore", "iptables-nft-save"]) {
+        return;
+    }
+    let ns = netns_with(
+        "plumb-observe-last",
+        "*filter\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -d 10.43.0.7/32 -p udp -j DROP\nCOMMIT\n",
+    );
+    let observer = observe(&[
+        "--netns",
+        ns.name(),
+        "--duration",
+        "3",
+        "--last",
+        "1",
+        "--verdict",
+        "dropped",
+        "-o",
+        "json",
+    ]);
+    let name = ns.name().to_string();
+    for port in [51, 52, 53] {
+        let _ = plumb_os::netns::on_thread(Some(&name), || {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0")?;
+            s.send_to(b"x", ("10.43.0.7", port))
+        });
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    let lines = json_lines(observer);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["l4"]["UDP"]["destination_port"], 53, "{lines:?}");
+}

@@ -110,6 +110,17 @@ impl WallClock {
             offset_ns: ts(libc::CLOCK_REALTIME) - ts(libc::CLOCK_MONOTONIC),
         }
     }
+    /// CLOCK_MONOTONIC now, in nanoseconds: the clock of [`DroppedPacket::monotonic_ns`].
+    pub fn monotonic_now_ns() -> u64 {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec for clock_gettime to fill.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+        (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
+    }
+
     /// The wall-clock time of a CLOCK_MONOTONIC time.
     pub fn wall(&self, monotonic_ns: u64) -> std::time::SystemTime {
         let ns = (i128::from(monotonic_ns) + self.offset_ns).max(0) as u128;

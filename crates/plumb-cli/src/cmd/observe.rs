@@ -28,7 +28,7 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Events waiting for the main thread at most; beyond, they are counted as lost.
@@ -642,16 +642,44 @@ impl State<'_> {
     }
 }
 
-/// Attributes a window of NETFILTER_DROPs and prints them.
+/// Attributes a window of NETFILTER_DROPs and prints them; returns the NETFILTER_DROPs
+/// that came in meanwhile and belong to the next window.
+///
+/// A drop the kernel made before the counters were read was counted in them, even if
+/// it reaches this thread only afterwards (the drop thread polls every 50 ms): such
+/// drops, found in the queue right after the read, join this window. Later ones are
+/// handed back for the next.
 fn flush(
     st: &mut State<'_>,
     out: &mut impl Write,
     pending: &mut Vec<DroppedPacket>,
-) -> anyhow::Result<()> {
+    queue: Option<&Receiver<Observed>>,
+    netfilter_drop: Option<u32>,
+) -> anyhow::Result<Vec<DroppedPacket>> {
+    let mut next = Vec::new();
     if pending.is_empty() {
-        return Ok(());
+        return Ok(next);
     }
+    let read_start = WallClock::monotonic_now_ns();
     let after = st.read_ruleset();
+    if let Some(rx) = queue {
+        for _ in 0..QUEUE {
+            let Ok(ev) = rx.try_recv() else { break };
+            match ev {
+                Observed::Flow(f) => st.flow(out, &f)?,
+                Observed::Drop(d) if Some(d.reason) == netfilter_drop => {
+                    if d.monotonic_ns <= read_start && pending.len() < PENDING {
+                        pending.push(d);
+                    } else if next.len() < PENDING {
+                        next.push(d);
+                    } else {
+                        st.drop(out, &d, Some(not_attributed()))?;
+                    }
+                }
+                Observed::Drop(d) => st.drop(out, &d, None)?,
+            }
+        }
+    }
     let answer = match (&st.baseline, &after) {
         (Some(before), Some(after)) => Some(attribute(before, after)),
         _ => st
@@ -667,7 +695,13 @@ fn flush(
     for d in pending.drain(..) {
         st.drop(out, &d, answer.clone())?;
     }
-    Ok(())
+    Ok(next)
+}
+
+fn not_attributed() -> RuleMatch {
+    RuleMatch::NotFound {
+        why: format!("more than {PENDING} netfilter drops at once: not attributed"),
+    }
 }
 
 pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
@@ -860,15 +894,7 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
                     window_start.get_or_insert_with(Instant::now);
                     pending.push(d);
                 } else {
-                    st.drop(
-                        &mut out,
-                        &d,
-                        Some(RuleMatch::NotFound {
-                            why: format!(
-                                "more than {PENDING} netfilter drops at once: not attributed"
-                            ),
-                        }),
-                    )?;
+                    st.drop(&mut out, &d, Some(not_attributed()))?;
                 }
             }
             Ok(Observed::Drop(d)) => st.drop(&mut out, &d, None)?,
@@ -876,8 +902,8 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
             Err(RecvTimeoutError::Disconnected) => break,
         }
         if window_start.is_some_and(|t| t.elapsed() >= WINDOW) {
-            flush(&mut st, &mut out, &mut pending)?;
-            window_start = None;
+            pending = flush(&mut st, &mut out, &mut pending, Some(&rx), netfilter_drop)?;
+            window_start = (!pending.is_empty()).then(Instant::now);
         } else if pending.is_empty() && st.names_read.elapsed() >= NAMES_REFRESH {
             st.baseline = st.read_ruleset().or(st.baseline.take());
         }
@@ -920,7 +946,8 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
             Observed::Drop(d) => st.drop(&mut out, &d, None)?,
         }
     }
-    flush(&mut st, &mut out, &mut pending)?;
+    let mut rest = flush(&mut st, &mut out, &mut pending, None, netfilter_drop)?;
+    flush(&mut st, &mut out, &mut rest, None, netfilter_drop)?;
     if let Some(q) = st.last.take() {
         for l in q {
             writeln!(out, "{l}")?;
