@@ -14,6 +14,12 @@
 //! decoding the ring buffer. The generator's rate with and without the probe
 //! attached gives the program's cost per drop on the sending CPU.
 //!
+//! cli-conntrack / cli-drops PLUMB: the same load, read by `PLUMB observe --netns NS
+//! -o json` (the whole command: queue, names, attribution, JSON) instead of the
+//! library: its lines per second and its CPU (user + system, its children included).
+//!
+//!   target/release/examples/observe_load cli-drops 5 target/release/plumb
+//!
 //! The namespace is deleted at the end, also on failure.
 
 use plumb_observe::drops::{DropFilter, DropProbe};
@@ -59,7 +65,7 @@ fn generator(
     })
 }
 
-fn conntrack(ns: &plumb_os::netns::Netns, secs: u64) {
+fn conntrack_setup(ns: &plumb_os::netns::Netns) {
     let rules = "*raw\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -p udp -m conntrack --ctstate NEW -j ACCEPT\nCOMMIT\n";
     let (ok, _, err) = ns.exec("iptables-nft-restore", &[], Some(rules)).unwrap();
     assert!(ok, "{err}");
@@ -71,22 +77,38 @@ fn conntrack(ns: &plumb_os::netns::Netns, secs: u64) {
         )
         .unwrap();
     assert!(ok, "{err}");
+}
+
+fn conntrack_load(
+    ns: &str,
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    generator(
+        ns.to_string(),
+        64,
+        |i| std::net::SocketAddr::from(([127, 0, 0, 1], 1024 + ((i / 64) % 60000) as u16)),
+        stop,
+        sent,
+    )
+}
+
+fn conntrack(ns: &plumb_os::netns::Netns, secs: u64) {
+    conntrack_setup(ns);
     let mut l = ConntrackListener::open(Some(ns.name())).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
-    let g = generator(
-        ns.name().to_string(),
-        64,
-        |i| std::net::SocketAddr::from(([127, 0, 0, 1], 1024 + ((i / 64) % 60000) as u16)),
-        stop.clone(),
-        sent.clone(),
-    );
+    let g = conntrack_load(ns.name(), stop.clone(), sent.clone());
     let (mut new, mut destroy, mut lost) = (0u64, 0u64, 0u64);
     let cpu0 = thread_cpu();
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(secs) {
-        let r = l.receive().unwrap();
+        let r = l.receive_batch(1024).unwrap();
         lost += u64::from(r.lost);
+        if r.flows.len() >= 64 {
+            // As plumb observe's reader does: under load, one wakeup per batch.
+            std::thread::sleep(Duration::from_millis(2));
+        }
         for f in &r.flows {
             match f.event {
                 plumb_observe::Event::New => new += 1,
@@ -125,7 +147,7 @@ fn send_rate(ns: &plumb_os::netns::Netns, secs: f64) -> f64 {
     sent.load(Ordering::Relaxed) as f64 / secs
 }
 
-fn drops(ns: &plumb_os::netns::Netns, secs: u64) {
+fn drops_setup(ns: &plumb_os::netns::Netns) {
     let (ok, _, err) = ns
         .exec("ip", &["route", "add", "10.43.0.0/16", "dev", "lo"], None)
         .unwrap();
@@ -133,6 +155,111 @@ fn drops(ns: &plumb_os::netns::Netns, secs: u64) {
     let rules = "*filter\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -d 10.43.0.7/32 -j DROP\nCOMMIT\n";
     let (ok, _, err) = ns.exec("iptables-nft-restore", &[], Some(rules)).unwrap();
     assert!(ok, "{err}");
+}
+
+fn drops_load(
+    ns: &str,
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    generator(
+        ns.to_string(),
+        1,
+        |_| std::net::SocketAddr::from(([10, 43, 0, 7], 53)),
+        stop,
+        sent,
+    )
+}
+
+fn children_cpu() -> f64 {
+    // SAFETY: a zeroed rusage is a valid value for getrusage to fill.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid rusage pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// The load read by `plumb observe` itself.
+fn cli(ns: &plumb_os::netns::Netns, what: &str, secs: u64, plumb: &str) {
+    use std::io::{BufRead, BufReader};
+    let drops = what == "cli-drops";
+    if drops {
+        drops_setup(ns);
+    } else {
+        conntrack_setup(ns);
+    }
+    let cpu0 = children_cpu();
+    let mut child = std::process::Command::new(plumb)
+        .args(["observe", "--netns", ns.name(), "-o", "json", "--duration"])
+        .arg((secs + 1).to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("plumb observe");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err_lines = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if l.contains("listening in") {
+                let _ = tx.send(());
+            }
+            all.push(l);
+        }
+        all
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("observe listening");
+    let stdout = child.stdout.take().unwrap();
+    let counted = std::thread::spawn(move || {
+        let (mut events, mut lost) = (0u64, 0u64);
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if l.contains("\"lost_events\"") {
+                let v: serde_json::Value = serde_json::from_str(&l).unwrap_or_default();
+                lost += v["lost_events"]["num_events_lost"].as_u64().unwrap_or(0);
+            } else if l.contains("\"verdict\"") {
+                events += 1;
+            }
+        }
+        (events, lost)
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let g = if drops {
+        drops_load(ns.name(), stop.clone(), sent.clone())
+    } else {
+        conntrack_load(ns.name(), stop.clone(), sent.clone())
+    };
+    std::thread::sleep(Duration::from_secs(secs));
+    stop.store(true, Ordering::Relaxed);
+    let _ = g.join();
+    let _ = child.wait();
+    let wall = start.elapsed().as_secs_f64();
+    let cpu = children_cpu() - cpu0;
+    let (events, lost) = counted.join().unwrap();
+    let lost_lines: Vec<String> = err_lines
+        .join()
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.contains("lost"))
+        .collect();
+    println!(
+        "{what}: {:.0} events/s printed by plumb observe -o json over {wall:.1} s ({:.0} generated/s); plumb observe CPU {:.2} core (children included); lost {lost}{}",
+        events as f64 / wall,
+        sent.load(Ordering::Relaxed) as f64 / secs as f64,
+        cpu / wall,
+        if lost_lines.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", lost_lines.join("; "))
+        },
+    );
+}
+
+fn drops(ns: &plumb_os::netns::Netns, secs: u64) {
+    drops_setup(ns);
     let inode = plumb_os::netns::inode_of(ns.name()).unwrap();
     // Rounds alternate without and with the probe (the machine's load moves between
     // runs); the best rate of each is compared.
@@ -204,6 +331,16 @@ fn main() {
     match what {
         "conntrack" => conntrack(&ns, secs),
         "drops" => drops(&ns, secs),
-        other => eprintln!("usage: observe_load conntrack|drops [SECS] (not {other})"),
+        "cli-conntrack" | "cli-drops" => cli(
+            &ns,
+            what,
+            secs,
+            args.get(3)
+                .map(String::as_str)
+                .unwrap_or("target/release/plumb"),
+        ),
+        other => eprintln!(
+            "usage: observe_load conntrack|drops|cli-conntrack|cli-drops [SECS] [PLUMB] (not {other})"
+        ),
     }
 }
