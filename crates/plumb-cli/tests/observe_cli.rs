@@ -285,6 +285,18 @@ fn observe_without_bpf_permission_reports_flows_only() {
             .any(|v| v["verdict"] == "FORWARDED" && v["IP"]["destination"] == "10.43.0.1"),
         "flows still reported: {lines:?}"
     );
+    // Asked for drops only, it refuses instead of watching nothing.
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns.name(), "setpriv"])
+        .args(["--bounding-set", "-bpf,-perfmon,-sys_admin"])
+        .args(["--inh-caps", "-bpf,-perfmon,-sys_admin", "--"])
+        .arg(env!("CARGO_BIN_EXE_plumb"))
+        .args(["observe", "--duration", "1", "--verdict", "dropped"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot be observed here"), "{err}");
 }
 
 /// `--last N` prints only the last N events of the watch, after it ends.

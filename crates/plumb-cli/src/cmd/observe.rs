@@ -855,6 +855,9 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
                     lost,
                 ));
             }
+            Err(e) if e.unavailable() && !want_flows => {
+                anyhow::bail!("only drops were asked for, and they cannot be observed here: {e}")
+            }
             Err(e) if e.unavailable() => {
                 st.notice(
                     &mut out,
