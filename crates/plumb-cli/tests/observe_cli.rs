@@ -333,3 +333,56 @@ fn observe_last_prints_only_the_last_events() {
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(lines[0]["l4"]["UDP"]["destination_port"], 53, "{lines:?}");
 }
+
+/// On kube-proxy's nftables mode (its own transaction from the Kubernetes tests,
+/// loaded into a private namespace): a connection to a ClusterIP is named as its
+/// Service with the endpoint its DNAT chose, and a drop by a rule without a `counter`
+/// statement is reported with why no rule can be named — never a guess.
+#[test]
+fn observe_on_kube_proxy_nftables_mode() {
+    if !plumb_testkit::privileged(&["ip", "nft", "iptables-nft-save"]) {
+        return;
+    }
+    let Some((_, ordered)) = plumb_testkit::kube_proxy_nft_transaction() else {
+        return;
+    };
+    let ns = plumb_os::netns::Netns::create("plumb-observe-nftmode").expect("a private namespace");
+    for args in [
+        &["link", "set", "lo", "up"][..],
+        &["route", "add", "172.30.0.0/16", "dev", "lo"],
+        &["route", "add", "10.180.0.0/16", "dev", "lo"],
+    ] {
+        let (ok, _, err) = ns.exec("ip", args, None).unwrap();
+        assert!(ok, "{err}");
+    }
+    let (ok, _, err) = ns.exec("nft", &["-f", "-"], Some(&ordered)).unwrap();
+    assert!(ok, "{err}");
+    let observer = observe(&["--netns", ns.name(), "--duration", "3", "-o", "json"]);
+    let name = ns.name().to_string();
+    for to in ["172.30.0.41:80", "172.30.0.99:80"] {
+        let _ = plumb_os::netns::on_thread(Some(&name), || {
+            std::net::TcpStream::connect_timeout(&to.parse().unwrap(), Duration::from_millis(300))
+        });
+    }
+    let lines = json_lines(observer);
+    let flow = lines
+        .iter()
+        .find(|v| v["conntrack"] == "NEW" && v["IP"]["destination"] == "172.30.0.41")
+        .unwrap_or_else(|| panic!("no flow to 172.30.0.41: {lines:?}"));
+    assert_eq!(
+        flow["destination_service"],
+        serde_json::json!({"namespace": "ns1", "name": "svc1"})
+    );
+    assert_eq!(flow["translated_destination"], "10.180.0.1:80");
+    let dropped = lines
+        .iter()
+        .find(|v| v["drop_reason"] == "NETFILTER_DROP" && v["IP"]["destination"] == "172.30.0.99")
+        .unwrap_or_else(|| panic!("no netfilter drop to 172.30.0.99: {lines:?}"));
+    let rule = &dropped["rule"];
+    assert_eq!(rule["status"], "not_found", "{rule}");
+    let why = rule["why"].as_str().unwrap();
+    assert!(
+        why.contains("Drop traffic to unallocated ClusterIPs") && why.contains("no counter"),
+        "{why}"
+    );
+}
