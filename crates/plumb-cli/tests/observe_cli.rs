@@ -386,3 +386,73 @@ fn observe_on_kube_proxy_nftables_mode() {
         "{why}"
     );
 }
+
+/// `--enable-accounting` turns conntrack's counters and timestamps on in the watched
+/// namespace only, DESTROY lines then carry bytes, packets and a duration, and an
+/// interrupted observe (SIGINT) puts the settings back.
+#[test]
+fn observe_enable_accounting_counts_and_restores_on_interrupt() {
+    if !plumb_testkit::privileged(&["ip", "iptables-nft-restore", "kill"]) {
+        return;
+    }
+    let ns = netns_with(
+        "plumb-observe-acct-cli",
+        "*nat\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -d 10.43.0.1/32 -p tcp -m tcp --dport 443 -j DNAT --to-destination 127.0.0.1:8443\nCOMMIT\n",
+    );
+    let sysctl = |key: &str| {
+        let (ok, out, err) = ns.exec("sysctl", &["-n", key], None).unwrap();
+        assert!(ok, "{err}");
+        out.trim().to_string()
+    };
+    let before = (
+        sysctl("net.netfilter.nf_conntrack_acct"),
+        sysctl("net.netfilter.nf_conntrack_timestamp"),
+    );
+    assert_eq!(
+        before,
+        ("0".into(), "0".into()),
+        "a fresh namespace starts with both off"
+    );
+    let observer = observe(&["--netns", ns.name(), "--enable-accounting", "-o", "json"]);
+    assert_eq!(sysctl("net.netfilter.nf_conntrack_acct"), "1");
+    let name = ns.name().to_string();
+    let server = plumb_os::netns::on_thread(Some(&name), || {
+        std::net::TcpListener::bind("127.0.0.1:8443")
+    })
+    .unwrap();
+    {
+        let c = plumb_os::netns::on_thread(Some(&name), || {
+            std::net::TcpStream::connect_timeout(
+                &"10.43.0.1:443".parse().unwrap(),
+                Duration::from_secs(1),
+            )
+        })
+        .unwrap();
+        let (s, _) = server.accept().unwrap();
+        drop(c);
+        drop(s);
+    }
+    // The closed connection's DESTROY comes when conntrack's TIME_WAIT ends; a NEW and
+    // an UPDATE carry the counters already. Give the events a moment, then interrupt.
+    std::thread::sleep(Duration::from_millis(500));
+    let killed = Command::new("kill")
+        .args(["-INT", &observer.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let lines = json_lines(observer);
+    assert!(
+        lines.iter().any(|v| v["traffic"]["packets_original"]
+            .as_u64()
+            .is_some_and(|p| p > 0)),
+        "counters on some line: {lines:?}"
+    );
+    assert_eq!(
+        (
+            sysctl("net.netfilter.nf_conntrack_acct"),
+            sysctl("net.netfilter.nf_conntrack_timestamp"),
+        ),
+        before,
+        "restored after SIGINT"
+    );
+}
