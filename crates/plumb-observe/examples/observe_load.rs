@@ -15,8 +15,9 @@
 //! attached gives the program's cost per drop on the sending CPU.
 //!
 //! cli-conntrack / cli-drops PLUMB: the same load, read by `PLUMB observe --netns NS
-//! -o json` (the whole command: queue, names, attribution, JSON) instead of the
-//! library: its lines per second and its CPU (user + system, its children included).
+//! -o json > /dev/null` (the whole command: queue, names, attribution, JSON) instead
+//! of the library: events handled per second (from its metrics) and its CPU (user +
+//! system, the dump tools it runs included).
 //!
 //!   target/release/examples/observe_load cli-drops 5 target/release/plumb
 //!
@@ -180,7 +181,31 @@ fn children_cpu() -> f64 {
     tv(u.ru_utime) + tv(u.ru_stime)
 }
 
-/// The load read by `plumb observe` itself.
+/// `GET /metrics` and the sum of each family's samples.
+fn scrape(addr: &str) -> std::collections::BTreeMap<String, f64> {
+    use std::io::{Read, Write};
+    let mut sums = std::collections::BTreeMap::new();
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return sums;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    for l in body.lines().filter(|l| l.starts_with("plumb_observe_")) {
+        let name = l.split(['{', ' ']).next().unwrap_or_default().to_string();
+        let v: f64 = l
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *sums.entry(name).or_default() += v;
+    }
+    sums
+}
+
+/// The load read by `plumb observe` itself, its output thrown away (`> /dev/null`);
+/// what it handled is read from its metrics.
 fn cli(ns: &plumb_os::netns::Netns, what: &str, secs: u64, plumb: &str) {
     use std::io::{BufRead, BufReader};
     let drops = what == "cli-drops";
@@ -191,39 +216,30 @@ fn cli(ns: &plumb_os::netns::Netns, what: &str, secs: u64, plumb: &str) {
     }
     let cpu0 = children_cpu();
     let mut child = std::process::Command::new(plumb)
-        .args(["observe", "--netns", ns.name(), "-o", "json", "--duration"])
-        .arg((secs + 1).to_string())
-        .stdout(std::process::Stdio::piped())
+        .args(["observe", "--netns", ns.name(), "-o", "json"])
+        .args(["--metrics-addr", "127.0.0.1:0", "--duration"])
+        .arg((secs + 3).to_string())
+        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("plumb observe");
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    let err_lines = std::thread::spawn(move || {
-        let mut all = Vec::new();
+    std::thread::spawn(move || {
+        let mut addr = None;
         for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(a) = l.strip_prefix("plumb observe: metrics on http://") {
+                addr = a.strip_suffix("/metrics").map(str::to_string);
+            }
             if l.contains("listening in") {
-                let _ = tx.send(());
-            }
-            all.push(l);
-        }
-        all
-    });
-    rx.recv_timeout(Duration::from_secs(20))
-        .expect("observe listening");
-    let stdout = child.stdout.take().unwrap();
-    let counted = std::thread::spawn(move || {
-        let (mut events, mut lost) = (0u64, 0u64);
-        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if l.contains("\"lost_events\"") {
-                let v: serde_json::Value = serde_json::from_str(&l).unwrap_or_default();
-                lost += v["lost_events"]["num_events_lost"].as_u64().unwrap_or(0);
-            } else if l.contains("\"verdict\"") {
-                events += 1;
+                let _ = tx.send(addr.take());
             }
         }
-        (events, lost)
     });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("observe listening")
+        .expect("observe's metrics address");
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -235,26 +251,23 @@ fn cli(ns: &plumb_os::netns::Netns, what: &str, secs: u64, plumb: &str) {
     std::thread::sleep(Duration::from_secs(secs));
     stop.store(true, Ordering::Relaxed);
     let _ = g.join();
-    let _ = child.wait();
     let wall = start.elapsed().as_secs_f64();
+    // The last window is attributed, the last events counted.
+    std::thread::sleep(Duration::from_millis(1500));
+    let m = scrape(&addr);
+    let _ = child.wait();
     let cpu = children_cpu() - cpu0;
-    let (events, lost) = counted.join().unwrap();
-    let lost_lines: Vec<String> = err_lines
-        .join()
-        .unwrap()
-        .into_iter()
-        .filter(|l| l.contains("lost"))
-        .collect();
+    let handled = m.get("plumb_observe_drops_total").copied().unwrap_or(0.0)
+        + m.get("plumb_observe_flows_total").copied().unwrap_or(0.0);
     println!(
-        "{what}: {:.0} events/s printed by plumb observe -o json over {wall:.1} s ({:.0} generated/s); plumb observe CPU {:.2} core (children included); lost {lost}{}",
-        events as f64 / wall,
-        sent.load(Ordering::Relaxed) as f64 / secs as f64,
-        cpu / wall,
-        if lost_lines.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", lost_lines.join("; "))
-        },
+        "{what}: plumb observe -o json > /dev/null handled {:.0} events/s over {wall:.1} s ({:.0} datagrams/s generated); its CPU {:.2} core over its {:.0} s run (children included); lost {}",
+        handled / wall,
+        sent.load(Ordering::Relaxed) as f64 / wall,
+        cpu / (secs + 3) as f64,
+        (secs + 3),
+        m.get("plumb_observe_lost_events_total")
+            .copied()
+            .unwrap_or(0.0),
     );
 }
 

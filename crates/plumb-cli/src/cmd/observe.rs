@@ -77,7 +77,7 @@ struct Line<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     traffic: Option<Traffic>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    rule: Option<RuleMatch>,
+    rule: Option<&'a RuleMatch>,
     #[serde(skip_serializing_if = "Option::is_none")]
     interface: Option<Interface>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -318,13 +318,13 @@ struct Facts {
 }
 
 impl State<'_> {
-    /// Re-reads the ruleset (counters and names); returns the new counter snapshot.
-    fn read_ruleset(&mut self) -> Option<CounterSnapshot> {
-        match read_counted(&plumb_os::runner::SystemRunner, self.netns) {
-            Ok((rs, _problems)) => {
-                self.names = ServiceNames::from_ruleset(&rs);
-                self.names_read = Instant::now();
-                Some(CounterSnapshot::of(&rs))
+    /// Takes in a read of the ruleset: the names, and the counter snapshot returned.
+    fn apply_read(&mut self, read: RulesetRead) -> Option<CounterSnapshot> {
+        self.names_read = Instant::now();
+        match read {
+            Ok((names, snapshot)) => {
+                self.names = names;
+                Some(snapshot)
             }
             Err(why) => {
                 if self.attribution_problem.is_none() {
@@ -336,6 +336,31 @@ impl State<'_> {
                 None
             }
         }
+    }
+
+    /// Attributes `pending` against the counters `after` and prints them.
+    fn attribute_and_print(
+        &mut self,
+        out: &mut impl Write,
+        pending: &mut Vec<DroppedPacket>,
+        after: Option<CounterSnapshot>,
+    ) -> anyhow::Result<()> {
+        let answer = match (&self.baseline, &after) {
+            (Some(before), Some(after)) => Some(attribute(before, after)),
+            _ => self
+                .attribution_problem
+                .clone()
+                .map(|why| RuleMatch::NotFound {
+                    why: format!("the ruleset could not be read: {why}"),
+                }),
+        };
+        if after.is_some() {
+            self.baseline = after;
+        }
+        for d in pending.drain(..) {
+            self.drop(out, &d, answer.as_ref())?;
+        }
+        Ok(())
     }
 
     fn keep(&self, f: &Facts, service: Option<&ServiceName>, src_ns: Option<&str>) -> bool {
@@ -504,7 +529,7 @@ impl State<'_> {
         &mut self,
         out: &mut impl Write,
         d: &DroppedPacket,
-        rule: Option<RuleMatch>,
+        rule: Option<&RuleMatch>,
     ) -> anyhow::Result<()> {
         let reason = self.reasons.name(d.reason).map(str::to_string);
         let reason_text = reason.clone().unwrap_or_else(|| d.reason.to_string());
@@ -642,60 +667,102 @@ impl State<'_> {
     }
 }
 
-/// Attributes a window of NETFILTER_DROPs and prints them; returns the NETFILTER_DROPs
-/// that came in meanwhile and belong to the next window.
-///
-/// A drop the kernel made before the counters were read was counted in them, even if
-/// it reaches this thread only afterwards (the drop thread polls every 50 ms): such
-/// drops, found in the queue right after the read, join this window. Later ones are
-/// handed back for the next.
-fn flush(
-    st: &mut State<'_>,
-    out: &mut impl Write,
-    pending: &mut Vec<DroppedPacket>,
-    queue: Option<&Receiver<Observed>>,
-    netfilter_drop: Option<u32>,
-) -> anyhow::Result<Vec<DroppedPacket>> {
-    let mut next = Vec::new();
-    if pending.is_empty() {
-        return Ok(next);
+/// Names and counters from one read of the ruleset, or why it failed.
+type RulesetRead = Result<(ServiceNames, CounterSnapshot), String>;
+
+/// Reads the ruleset with its counters (the dump tools, read-only).
+fn read_now(netns: Option<&str>) -> RulesetRead {
+    let (rs, _problems) = read_counted(&plumb_os::runner::SystemRunner, netns)?;
+    Ok((ServiceNames::from_ruleset(&rs), CounterSnapshot::of(&rs)))
+}
+
+/// Reads the ruleset on a thread of its own, so events keep flowing meanwhile.
+fn read_in_background(netns: Option<&str>) -> Receiver<RulesetRead> {
+    let (tx, rx) = sync_channel(1);
+    let netns = netns.map(str::to_string);
+    std::thread::spawn(move || {
+        let _ = tx.send(read_now(netns.as_deref()));
+    });
+    rx
+}
+
+/// NETFILTER_DROPs waiting for the counters to be read. A drop the kernel made before
+/// a read began was counted in it, whenever it reaches this thread: it waits in
+/// `pending` for that read. Drops made after the read began wait in `next` for the
+/// following one. Both are bounded; beyond, drops are printed unattributed.
+#[derive(Default)]
+struct Windows {
+    pending: Vec<DroppedPacket>,
+    next: Vec<DroppedPacket>,
+    /// When the first of `pending` arrived (a read starts [`WINDOW`] later).
+    since: Option<Instant>,
+    /// The read in flight: when it began (CLOCK_MONOTONIC ns) and its answer.
+    in_flight: Option<(u64, Receiver<RulesetRead>)>,
+}
+
+impl Windows {
+    /// Holds `d` for its window; gives it back when both windows are full.
+    fn hold(&mut self, d: DroppedPacket) -> Option<DroppedPacket> {
+        let after_read = self
+            .in_flight
+            .as_ref()
+            .is_some_and(|(start, _)| d.monotonic_ns > *start);
+        let w = if after_read {
+            &mut self.next
+        } else {
+            &mut self.pending
+        };
+        if w.len() >= PENDING {
+            return Some(d);
+        }
+        w.push(d);
+        if !after_read {
+            self.since.get_or_insert_with(Instant::now);
+        }
+        None
     }
-    let read_start = WallClock::monotonic_now_ns();
-    let after = st.read_ruleset();
-    if let Some(rx) = queue {
-        for _ in 0..QUEUE {
-            let Ok(ev) = rx.try_recv() else { break };
-            match ev {
-                Observed::Flow(f) => st.flow(out, &f)?,
-                Observed::Drop(d) if Some(d.reason) == netfilter_drop => {
-                    if d.monotonic_ns <= read_start && pending.len() < PENDING {
-                        pending.push(d);
-                    } else if next.len() < PENDING {
-                        next.push(d);
-                    } else {
-                        st.drop(out, &d, Some(not_attributed()))?;
-                    }
-                }
-                Observed::Drop(d) => st.drop(out, &d, None)?,
-            }
+
+    /// Starts a read when the pending window is due (or, with nothing pending, when
+    /// the names are due for a refresh).
+    fn maybe_start(&mut self, st: &State<'_>) {
+        if self.in_flight.is_some() {
+            return;
+        }
+        let due = self.since.is_some_and(|t| t.elapsed() >= WINDOW)
+            || (self.pending.is_empty() && st.names_read.elapsed() >= NAMES_REFRESH);
+        if due {
+            self.in_flight = Some((WallClock::monotonic_now_ns(), read_in_background(st.netns)));
         }
     }
-    let answer = match (&st.baseline, &after) {
-        (Some(before), Some(after)) => Some(attribute(before, after)),
-        _ => st
-            .attribution_problem
-            .clone()
-            .map(|why| RuleMatch::NotFound {
-                why: format!("the ruleset could not be read: {why}"),
-            }),
-    };
-    if after.is_some() {
-        st.baseline = after;
+
+    /// When the read in flight has answered (or, with `wait`, once it does): prints
+    /// the pending window attributed, and makes the next one pending.
+    fn finish(
+        &mut self,
+        st: &mut State<'_>,
+        out: &mut impl Write,
+        wait: bool,
+    ) -> anyhow::Result<()> {
+        let Some((_, rx)) = &self.in_flight else {
+            return Ok(());
+        };
+        let read = if wait {
+            rx.recv().map_err(|_| ())
+        } else {
+            rx.try_recv().map_err(|_| ())
+        };
+        let read = match read {
+            Ok(r) => r,
+            Err(()) if wait => Err("the ruleset reader ended without an answer".into()),
+            Err(()) => return Ok(()),
+        };
+        self.in_flight = None;
+        let after = st.apply_read(read);
+        st.attribute_and_print(out, &mut self.pending, after)?;
+        std::mem::swap(&mut self.pending, &mut self.next);
+        self.since = (!self.pending.is_empty()).then(Instant::now);
+        Ok(())
     }
-    for d in pending.drain(..) {
-        st.drop(out, &d, answer.clone())?;
-    }
-    Ok(next)
 }
 
 fn not_attributed() -> RuleMatch {
@@ -792,7 +859,7 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
         metrics,
         printed: 0,
     };
-    st.baseline = st.read_ruleset();
+    st.baseline = st.apply_read(read_now(netns));
 
     let (tx, rx) = sync_channel::<Observed>(QUEUE);
     let stop = plumb_watch::signals::stop_on_signals();
@@ -880,10 +947,16 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
     out.flush()?;
 
     let end = duration.map(|d| Instant::now() + d);
-    let mut pending: Vec<DroppedPacket> = Vec::new();
-    let mut window_start: Option<Instant> = None;
+    let mut windows = Windows::default();
     let netfilter_drop = st.reasons.value("NETFILTER_DROP");
-    let (mut seen_queue_lost, mut seen_ct_lost, mut seen_probe_lost) = (0u64, 0u64, 0u64);
+    let too_many = not_attributed();
+    let sources = [
+        (Some(queue_lost.clone()), "OBSERVER_EVENTS_QUEUE"),
+        (Some(conntrack_lost.clone()), "CONNTRACK_SOCKET_QUEUE"),
+        (probe_lost.clone(), "PERF_EVENT_RING_BUFFER"),
+    ];
+    let mut seen_lost = [0u64; 3];
+    let mut last_lost_report = Instant::now();
     loop {
         let timeout_end = end.is_some_and(|e| Instant::now() >= e);
         if timeout_end || stop.load(Ordering::SeqCst) {
@@ -893,46 +966,20 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
         match rx.recv_timeout(Duration::from_millis(50)) {
             Ok(Observed::Flow(fl)) => st.flow(&mut out, &fl)?,
             Ok(Observed::Drop(d)) if Some(d.reason) == netfilter_drop => {
-                if pending.len() < PENDING {
-                    window_start.get_or_insert_with(Instant::now);
-                    pending.push(d);
-                } else {
-                    st.drop(&mut out, &d, Some(not_attributed()))?;
+                if let Some(d) = windows.hold(d) {
+                    st.drop(&mut out, &d, Some(&too_many))?;
                 }
             }
             Ok(Observed::Drop(d)) => st.drop(&mut out, &d, None)?,
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
-        if window_start.is_some_and(|t| t.elapsed() >= WINDOW) {
-            pending = flush(&mut st, &mut out, &mut pending, Some(&rx), netfilter_drop)?;
-            window_start = (!pending.is_empty()).then(Instant::now);
-        } else if pending.is_empty() && st.names_read.elapsed() >= NAMES_REFRESH {
-            st.baseline = st.read_ruleset().or(st.baseline.take());
-        }
-        for (seen, counter, source) in [
-            (
-                &mut seen_queue_lost,
-                Some(&queue_lost),
-                "OBSERVER_EVENTS_QUEUE",
-            ),
-            (
-                &mut seen_ct_lost,
-                Some(&conntrack_lost),
-                "CONNTRACK_SOCKET_QUEUE",
-            ),
-            (
-                &mut seen_probe_lost,
-                probe_lost.as_ref(),
-                "PERF_EVENT_RING_BUFFER",
-            ),
-        ] {
-            let Some(c) = counter else { continue };
-            let now = c.load(Ordering::Relaxed);
-            if now > *seen {
-                st.lost(&mut out, source, now - *seen)?;
-                *seen = now;
-            }
+        windows.finish(&mut st, &mut out, false)?;
+        windows.maybe_start(&st);
+        // Losses are reported at most once a second (and at the end), summed.
+        if last_lost_report.elapsed() >= Duration::from_secs(1) {
+            last_lost_report = Instant::now();
+            report_losses(&mut st, &mut out, &mut seen_lost, &sources)?;
         }
         out.flush()?;
     }
@@ -943,14 +990,21 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
     while let Ok(ev) = rx.try_recv() {
         match ev {
             Observed::Flow(fl) => st.flow(&mut out, &fl)?,
-            Observed::Drop(d) if Some(d.reason) == netfilter_drop && pending.len() < PENDING => {
-                pending.push(d)
+            Observed::Drop(d) if Some(d.reason) == netfilter_drop => {
+                if let Some(d) = windows.hold(d) {
+                    st.drop(&mut out, &d, Some(&too_many))?;
+                }
             }
             Observed::Drop(d) => st.drop(&mut out, &d, None)?,
         }
     }
-    let mut rest = flush(&mut st, &mut out, &mut pending, None, netfilter_drop)?;
-    flush(&mut st, &mut out, &mut rest, None, netfilter_drop)?;
+    // The read in flight, then one more for the drops that came after it began.
+    windows.finish(&mut st, &mut out, true)?;
+    if !windows.pending.is_empty() {
+        let after = st.apply_read(read_now(netns));
+        st.attribute_and_print(&mut out, &mut windows.pending, after)?;
+    }
+    report_losses(&mut st, &mut out, &mut seen_lost, &sources)?;
     if let Some(q) = st.last.take() {
         for l in q {
             writeln!(out, "{l}")?;
@@ -959,6 +1013,24 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
     out.flush()?;
     drop(restore);
     Ok(Verdict::Clean)
+}
+
+/// Reports the events lost since the last report, per source.
+fn report_losses(
+    st: &mut State<'_>,
+    out: &mut impl Write,
+    seen: &mut [u64; 3],
+    sources: &[(Option<Arc<AtomicU64>>, &'static str); 3],
+) -> std::io::Result<()> {
+    for (seen, (counter, source)) in seen.iter_mut().zip(sources) {
+        let Some(c) = counter else { continue };
+        let now = c.load(Ordering::Relaxed);
+        if now > *seen {
+            st.lost(out, source, now - *seen)?;
+            *seen = now;
+        }
+    }
+    Ok(())
 }
 
 fn spawn_conntrack(
