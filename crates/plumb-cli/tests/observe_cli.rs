@@ -456,3 +456,64 @@ fn observe_enable_accounting_counts_and_restores_on_interrupt() {
         "restored after SIGINT"
     );
 }
+
+/// A packet a tc BPF filter drops (as Cilium's datapath does at tc) is a drop with reason
+/// TC_EGRESS whose line says that no netfilter rule is involved and where to look.
+#[test]
+fn observe_says_a_tc_drop_is_not_netfilters() {
+    if !plumb_testkit::privileged(&["ip", "tc", "iptables-nft-restore"]) {
+        return;
+    }
+    let ns = netns_with(
+        "plumb-observe-tc",
+        "*filter\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n",
+    );
+    for args in [
+        &["qdisc", "add", "dev", "lo", "clsact"][..],
+        // A classic-BPF filter in direct-action mode answering TC_ACT_SHOT (2) for
+        // every packet: a datapath dropping at tc, as Cilium's does.
+        &[
+            "filter",
+            "add",
+            "dev",
+            "lo",
+            "egress",
+            "bpf",
+            "da",
+            "bytecode",
+            "1,6 0 0 2,",
+        ],
+    ] {
+        let (ok, _, err) = ns.exec("tc", args, None).unwrap();
+        assert!(ok, "tc {args:?}: {err}");
+    }
+    let observer = observe(&[
+        "--netns",
+        ns.name(),
+        "--duration",
+        "2",
+        "--verdict",
+        "dropped",
+        "-o",
+        "json",
+    ]);
+    let name = ns.name().to_string();
+    let _ = plumb_os::netns::on_thread(Some(&name), || {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0")?;
+        s.send_to(b"x", "10.43.0.9:53")
+    });
+    let lines = json_lines(observer);
+    let dropped = lines
+        .iter()
+        .find(|v| v["IP"]["destination"] == "10.43.0.9")
+        .unwrap_or_else(|| panic!("no drop to 10.43.0.9: {lines:?}"));
+    assert_eq!(dropped["drop_reason"], "TC_EGRESS", "{dropped}");
+    assert_eq!(dropped["rule"]["status"], "not_found");
+    assert!(
+        dropped["rule"]["why"]
+            .as_str()
+            .unwrap()
+            .contains("not by netfilter"),
+        "{dropped}"
+    );
+}

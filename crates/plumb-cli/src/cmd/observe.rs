@@ -304,6 +304,8 @@ struct State<'a> {
     last_n: usize,
     metrics: Option<Metrics>,
     printed: u64,
+    /// What a drop by a BPF program says instead of a rule.
+    bpf_verdict: RuleMatch,
 }
 
 /// The facts of one event the filters and printers look at.
@@ -533,6 +535,14 @@ impl State<'_> {
     ) -> anyhow::Result<()> {
         let reason = self.reasons.name(d.reason).map(str::to_string);
         let reason_text = reason.clone().unwrap_or_else(|| d.reason.to_string());
+        // A tc filter's or BPF program's verdict (Cilium's datapath), not netfilter's:
+        // no rule can be named, and the line says where to look instead.
+        let bpf = rule.is_none()
+            && matches!(
+                reason.as_deref(),
+                Some("TC_INGRESS" | "TC_EGRESS" | "BPF_CGROUP_EGRESS")
+            );
+        let rule = if bpf { Some(&self.bpf_verdict) } else { rule };
         if let Some(m) = &self.metrics {
             let owner = match &rule {
                 Some(RuleMatch::Found { rule }) => rule.owner.clone(),
@@ -858,6 +868,12 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
         last_n: f.last.unwrap_or(0),
         metrics,
         printed: 0,
+        bpf_verdict: RuleMatch::NotFound {
+            why: "dropped by a tc filter or a BPF program (tc, cgroup), not by netfilter: on \
+                  Cilium its datapath's policy and service maps decide (cilium-dbg monitor \
+                  --type drop names the reason)"
+                .into(),
+        },
     };
     st.baseline = st.apply_read(read_now(netns));
 
