@@ -48,6 +48,8 @@ fn compile_bpf(source: &str, output: &str) -> Result<(), String> {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR not set")?).join(output);
     let result = Command::new(&clang)
         .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
+        // The object does not depend on where the checkout is (DWARF's comp_dir).
+        .arg("-fdebug-compilation-dir=.")
         .arg(format!("-D__TARGET_ARCH_{arch}"))
         .arg("-I")
         .arg(headers)

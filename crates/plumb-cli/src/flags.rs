@@ -115,16 +115,7 @@ pub enum Command {
     /// The connections netfilter lets through, as they start and end (conntrack events,
     /// read-only), with the endpoint each ClusterIP connection was translated to.
     /// Drops and the rules behind them are not reported yet.
-    Observe {
-        /// Observe this network namespace (default: this machine's).
-        #[arg(long, value_name = "NAME")]
-        netns: Option<String>,
-        /// Stop after this many seconds (default: until interrupted).
-        #[arg(long, value_name = "SECS")]
-        duration: Option<u64>,
-        #[command(flatten)]
-        output: OutputFlags,
-    },
+    Observe(ObserveFlags),
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -546,6 +537,75 @@ pub struct WatchFlags {
     /// machine while watch runs; needs CAP_BPF and CAP_PERFMON).
     #[arg(long)]
     pub no_bpf: bool,
+}
+
+/// `plumb observe`'s flags: Hubble's names where the concepts match.
+#[derive(Debug, Args, Clone)]
+pub struct ObserveFlags {
+    /// Observe this network namespace (as in `ip netns exec NAME`) instead of the host's.
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
+    /// Observe the running `plumb lab`'s node namespace.
+    #[arg(long, conflicts_with = "netns")]
+    pub lab: bool,
+    /// Stream events until interrupted (the default unless --last or --duration).
+    #[arg(long, conflicts_with = "last")]
+    pub follow: bool,
+    /// Watch for --duration (default 10 s), then print only the last N events.
+    #[arg(long, value_name = "N")]
+    pub last: Option<usize>,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Only connections let through (forwarded) or only drops (dropped).
+    #[arg(long, value_enum)]
+    pub verdict: Option<ObserveVerdict>,
+    /// Only events with this source or destination address (repeatable).
+    #[arg(long, value_name = "IP")]
+    pub ip: Vec<std::net::IpAddr>,
+    /// Only events with this source or destination port (repeatable).
+    #[arg(long, value_name = "PORT")]
+    pub port: Vec<u16>,
+    /// Only this protocol: tcp, udp, sctp, icmp (ICMP and ICMPv6) or a number.
+    #[arg(long, value_name = "PROTO")]
+    pub protocol: Option<String>,
+    /// Only events to or from this Service (NAMESPACE/NAME), named from kube-proxy's rules.
+    #[arg(long, value_name = "NS/NAME")]
+    pub service: Option<String>,
+    /// Only drops with this kernel reason (NETFILTER_DROP, ...; repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub reason: Vec<String>,
+    /// Also report the kernel's frees that are not drops (NOT_SPECIFIED, CONSUMED).
+    #[arg(long)]
+    pub all_reasons: bool,
+    /// Turn on nf_conntrack_acct and nf_conntrack_timestamp in the namespace for byte,
+    /// packet and duration counts (restored on exit); without it they are only read.
+    #[arg(long)]
+    pub enable_accounting: bool,
+    /// Serve Prometheus metrics on this address (GET /metrics, /healthz, /readyz).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Output: compact (one line per event) or json (one object per line).
+    #[arg(short = 'o', long = "output", value_enum, default_value = "compact")]
+    pub output: ObserveFormat,
+}
+
+/// `plumb observe --verdict`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ObserveVerdict {
+    /// Connections netfilter let through.
+    Forwarded,
+    /// Packets the kernel dropped.
+    Dropped,
+}
+
+/// `plumb observe -o`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ObserveFormat {
+    /// One line per event.
+    Compact,
+    /// One JSON object per line.
+    Json,
 }
 
 /// Every finding id, as clap's possible values (help and completions list them).

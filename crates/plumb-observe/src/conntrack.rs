@@ -17,6 +17,15 @@ const NLM_F_CREATE: u16 = 0x400;
 const CTA_TUPLE_ORIG: u16 = 1;
 const CTA_TUPLE_REPLY: u16 = 2;
 const CTA_STATUS: u16 = 3;
+const CTA_COUNTERS_ORIG: u16 = 9;
+const CTA_COUNTERS_REPLY: u16 = 10;
+const CTA_TIMESTAMP: u16 = 20;
+const CTA_COUNTERS_PACKETS: u16 = 1;
+const CTA_COUNTERS_BYTES: u16 = 2;
+const CTA_COUNTERS32_PACKETS: u16 = 3;
+const CTA_COUNTERS32_BYTES: u16 = 4;
+const CTA_TIMESTAMP_START: u16 = 1;
+const CTA_TIMESTAMP_STOP: u16 = 2;
 const CTA_TUPLE_IP: u16 = 1;
 const CTA_TUPLE_PROTO: u16 = 2;
 const CTA_IP_V4_SRC: u16 = 1;
@@ -69,6 +78,37 @@ pub struct Flow {
     /// `CTA_STATUS` bits (`IPS_*`), when given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<u32>,
+    /// Packets and bytes in the original direction (`CTA_COUNTERS_ORIG`): only when
+    /// `net.netfilter.nf_conntrack_acct` is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counters_original: Option<Counters>,
+    /// Packets and bytes in the reply direction (`CTA_COUNTERS_REPLY`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counters_reply: Option<Counters>,
+    /// When the connection started and (DESTROY) stopped, CLOCK_REALTIME nanoseconds
+    /// (`CTA_TIMESTAMP`): only when `net.netfilter.nf_conntrack_timestamp` is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_ns: Option<u64>,
+    /// See `start_ns`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_ns: Option<u64>,
+}
+
+/// Packet and byte counts of one direction of a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    /// Packets.
+    pub packets: u64,
+    /// Bytes (whole IP packets).
+    pub bytes: u64,
+}
+
+impl Flow {
+    /// How long the connection lasted (DESTROY) or has lasted so far, when conntrack
+    /// keeps timestamps.
+    pub fn duration_ns(&self) -> Option<u64> {
+        Some(self.stop_ns?.saturating_sub(self.start_ns?))
+    }
 }
 
 impl Flow {
@@ -94,11 +134,24 @@ pub fn decode(m: &Message<'_>) -> Option<Flow> {
     };
     let body = m.payload.get(4..)?; // nfgenmsg
     let (mut orig, mut reply, mut status) = (None, None, None);
+    let (mut counters_original, mut counters_reply, mut start_ns, mut stop_ns) =
+        (None, None, None, None);
     for a in attrs(body) {
         match a.kind {
             CTA_TUPLE_ORIG => orig = tuple(a.value),
             CTA_TUPLE_REPLY => reply = tuple(a.value),
             CTA_STATUS => status = a.be_u32(),
+            CTA_COUNTERS_ORIG => counters_original = counters(a.value),
+            CTA_COUNTERS_REPLY => counters_reply = counters(a.value),
+            CTA_TIMESTAMP => {
+                for t in a.nested() {
+                    match t.kind {
+                        CTA_TIMESTAMP_START => start_ns = be64(t.value),
+                        CTA_TIMESTAMP_STOP => stop_ns = be64(t.value),
+                        _ => {}
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -110,7 +163,32 @@ pub fn decode(m: &Message<'_>) -> Option<Flow> {
         original,
         reply,
         status,
+        counters_original,
+        counters_reply,
+        start_ns,
+        stop_ns,
     })
+}
+
+fn counters(b: &[u8]) -> Option<Counters> {
+    let (mut packets, mut bytes) = (None, None);
+    for a in attrs(b) {
+        match a.kind {
+            CTA_COUNTERS_PACKETS => packets = be64(a.value),
+            CTA_COUNTERS_BYTES => bytes = be64(a.value),
+            CTA_COUNTERS32_PACKETS => packets = a.be_u32().map(u64::from),
+            CTA_COUNTERS32_BYTES => bytes = a.be_u32().map(u64::from),
+            _ => {}
+        }
+    }
+    Some(Counters {
+        packets: packets?,
+        bytes: bytes?,
+    })
+}
+
+fn be64(v: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(v.get(..8)?.try_into().ok()?))
 }
 
 fn tuple(b: &[u8]) -> Option<(u8, Tuple)> {
@@ -222,6 +300,56 @@ mod tests {
             f.dnat(),
             Some(("192.168.1.10".parse().unwrap(), Some(6443)))
         );
+    }
+
+    #[test]
+    fn a_destroy_carries_counters_and_timestamps_when_conntrack_keeps_them() {
+        let mut payload = vec![2, 0, 0, 0];
+        payload.extend(tuple_attr(
+            CTA_TUPLE_ORIG,
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            1,
+            2,
+        ));
+        payload.extend(tuple_attr(
+            CTA_TUPLE_REPLY,
+            [10, 0, 0, 2],
+            [10, 0, 0, 1],
+            2,
+            1,
+        ));
+        payload.extend(nested(
+            CTA_COUNTERS_ORIG,
+            &[
+                attr(CTA_COUNTERS_PACKETS, &3u64.to_be_bytes()),
+                attr(CTA_COUNTERS_BYTES, &180u64.to_be_bytes()),
+            ],
+        ));
+        payload.extend(nested(
+            CTA_TIMESTAMP,
+            &[
+                attr(CTA_TIMESTAMP_START, &1_000u64.to_be_bytes()),
+                attr(CTA_TIMESTAMP_STOP, &251_000u64.to_be_bytes()),
+            ],
+        ));
+        let bytes = message(
+            (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE,
+            0,
+            &payload,
+        );
+        let m = plumb_os::netlink::messages(&bytes).next().unwrap();
+        let f = decode(&m).unwrap();
+        assert_eq!(f.event, Event::Destroy);
+        assert_eq!(
+            f.counters_original,
+            Some(Counters {
+                packets: 3,
+                bytes: 180
+            })
+        );
+        assert_eq!(f.counters_reply, None);
+        assert_eq!(f.duration_ns(), Some(250_000));
     }
 
     #[test]

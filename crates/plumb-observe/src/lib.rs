@@ -1,18 +1,24 @@
-//! `plumb observe`, first part: the connections a node's netfilter lets through, as
-//! conntrack reports them — each new connection and each one that ends, with its
-//! original and reply tuples, so a ClusterIP connection shows the endpoint kube-proxy's
-//! DNAT chose.
+//! `plumb observe`'s library: what a node's netfilter lets through and what the
+//! kernel drops, in one network namespace.
 //!
 //! - [`conntrack`]: the pure decoder of ctnetlink event messages into [`Flow`]s;
-//! - [`listener`]: a read-only subscription to conntrack's NEW and DESTROY multicast
-//!   groups in one network namespace (it never sends a request to the kernel).
-//!
-//! Not here yet: drops (the eBPF kfree_skb program), the rule that dropped a packet,
-//! UPDATE events and byte counters, names from the service map.
+//! - [`listener`]: a read-only subscription to conntrack's multicast groups in one
+//!   network namespace (it never sends a request to the kernel);
+//! - [`reasons`]: the names of the kernel's drop reasons, from its BTF (pure);
+//! - [`drops`]: the eBPF program on kfree_skb that reports drops with their reason;
+//! - [`attribution`]: the netfilter rule that dropped, from counter deltas (pure);
+//! - [`names`]: Service names for addresses, from kube-proxy's rules (pure);
+//! - [`accounting`]: whether conntrack counts bytes and keeps timestamps (read; set
+//!   only when asked, and restored).
 
 #![deny(missing_docs)]
 
+pub mod accounting;
+pub mod attribution;
 pub mod conntrack;
+pub mod drops;
 pub mod listener;
+pub mod names;
+pub mod reasons;
 
 pub use conntrack::{Event, Flow, Tuple};

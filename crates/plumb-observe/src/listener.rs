@@ -13,6 +13,8 @@ use std::time::Duration;
 /// Bitmask groups of the legacy `nl_groups` field: NFNLGRP_CONNTRACK_NEW (1) and
 /// NFNLGRP_CONNTRACK_DESTROY (3).
 const GROUPS: u32 = (1 << 0) | (1 << 2);
+/// NFNLGRP_CONNTRACK_UPDATE (2).
+const UPDATE_GROUP: u32 = 1 << 1;
 
 /// A conntrack event subscription.
 #[derive(Debug)]
@@ -32,8 +34,15 @@ pub struct Received {
 }
 
 impl ConntrackListener {
-    /// Subscribes in `netns` (this machine's namespace when None). Needs CAP_NET_ADMIN.
+    /// Subscribes to NEW and DESTROY events in `netns` (this machine's namespace when
+    /// None). Needs CAP_NET_ADMIN.
     pub fn open(netns: Option<&str>) -> io::Result<ConntrackListener> {
+        ConntrackListener::open_with(netns, false)
+    }
+
+    /// Like [`ConntrackListener::open`]; with `updates`, UPDATE events too (state
+    /// changes of known connections: many more events).
+    pub fn open_with(netns: Option<&str>, updates: bool) -> io::Result<ConntrackListener> {
         let fd = plumb_os::netns::on_thread(netns, || {
             // SAFETY: socket() has no memory preconditions; a non-negative result is a
             // new descriptor that OwnedFd then owns.
@@ -53,7 +62,11 @@ impl ConntrackListener {
         // SAFETY: sockaddr_nl is plain data; zeroed is a valid value to fill in.
         let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        addr.nl_groups = GROUPS;
+        addr.nl_groups = if updates {
+            GROUPS | UPDATE_GROUP
+        } else {
+            GROUPS
+        };
         // SAFETY: a valid sockaddr_nl of the size given, for an open socket.
         let rc = unsafe {
             libc::bind(
@@ -69,6 +82,24 @@ impl ConntrackListener {
             fd,
             buf: vec![0; 64 * 1024],
         };
+        // A bigger queue in the kernel (4 MiB, as allowed by rmem_max or, with
+        // CAP_NET_ADMIN, beyond it): bursts of events wait there instead of being lost.
+        let size: libc::c_int = 4 << 20;
+        for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+            // SAFETY: a valid int for a socket option on an open socket.
+            let rc = unsafe {
+                libc::setsockopt(
+                    l.fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&raw const size).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc == 0 {
+                break;
+            }
+        }
         l.set_timeout(Duration::from_millis(200))?;
         Ok(l)
     }
@@ -96,32 +127,44 @@ impl ConntrackListener {
 
     /// Waits up to 200 ms for one datagram and decodes its events.
     pub fn receive(&mut self) -> io::Result<Received> {
-        // SAFETY: the buffer is valid for its length.
-        let n = unsafe {
-            libc::recv(
-                self.fd.as_raw_fd(),
-                self.buf.as_mut_ptr().cast(),
-                self.buf.len(),
-                0,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(Received::default()),
-                Some(libc::ENOBUFS) => Ok(Received {
-                    flows: Vec::new(),
-                    lost: true,
-                }),
-                _ => Err(e),
+        self.receive_batch(1)
+    }
+
+    /// Waits up to 200 ms for a datagram, then takes up to `max` datagrams in all
+    /// without waiting more, and decodes their events. Under load, a caller that
+    /// pauses a few milliseconds between batches pays one wakeup per batch instead of
+    /// one per event (the kernel queue holds thousands of events meanwhile).
+    pub fn receive_batch(&mut self, max: usize) -> io::Result<Received> {
+        let mut r = Received::default();
+        for i in 0..max.max(1) {
+            let flags = if i == 0 { 0 } else { libc::MSG_DONTWAIT };
+            // SAFETY: the buffer is valid for its length.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    self.buf.as_mut_ptr().cast(),
+                    self.buf.len(),
+                    flags,
+                )
             };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) | Some(libc::EINTR) => break,
+                    // The queue overflowed: events are missing; what is queued now is
+                    // still readable.
+                    Some(libc::ENOBUFS) => {
+                        r.lost = true;
+                        continue;
+                    }
+                    _ if i > 0 => break,
+                    _ => return Err(e),
+                }
+            }
+            let data = &self.buf[..n as usize];
+            r.flows
+                .extend(plumb_os::netlink::messages(data).filter_map(|m| decode(&m)));
         }
-        let data = &self.buf[..n as usize];
-        Ok(Received {
-            flows: plumb_os::netlink::messages(data)
-                .filter_map(|m| decode(&m))
-                .collect(),
-            lost: false,
-        })
+        Ok(r)
     }
 }

@@ -68,3 +68,32 @@ fn a_connection_to_a_cluster_ip_is_seen_with_its_dnat() {
     );
     assert!(destroyed, "a DESTROY event once the connection is gone");
 }
+
+/// `--enable-accounting` turns acct and timestamps on in the namespace only, and the
+/// guard puts the previous values back.
+#[test]
+fn accounting_is_enabled_in_the_namespace_and_restored() {
+    if !plumb_testkit::privileged(&["ip", "iptables-nft-restore"]) {
+        return;
+    }
+    use plumb_observe::accounting::Accounting;
+    let ns = plumb_os::netns::Netns::create("plumb-observe-acct").expect("a private namespace");
+    // conntrack's sysctls appear once the module is loaded; a NAT rule loads it.
+    let rules = "*nat\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -d 10.43.0.1/32 -j ACCEPT\nCOMMIT\n";
+    let (ok, _, err) = ns.exec("iptables-nft-restore", &[], Some(rules)).unwrap();
+    assert!(ok, "{err}");
+    let host = Accounting::read(None).unwrap();
+    let before = Accounting::read(Some(ns.name())).unwrap();
+    {
+        let guard = Accounting::enable(Some(ns.name())).unwrap();
+        assert_eq!(guard.before(), before);
+        let on = Accounting::read(Some(ns.name())).unwrap();
+        assert!(on.bytes_and_packets && on.timestamps);
+        assert_eq!(
+            Accounting::read(None).unwrap(),
+            host,
+            "the host's are untouched"
+        );
+    }
+    assert_eq!(Accounting::read(Some(ns.name())).unwrap(), before);
+}

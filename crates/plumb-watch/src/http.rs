@@ -79,6 +79,29 @@ impl Default for ServerLimits {
     }
 }
 
+/// What the endpoint serves: metrics that render themselves in both text formats and
+/// say when they are ready. watch's [`Metrics`] is one; `plumb observe` has its own.
+pub trait Exposition: Clone + Send + Sync + 'static {
+    /// The OpenMetrics text exposition.
+    fn render_openmetrics(&self) -> String;
+    /// The Prometheus text exposition (format 0.0.4).
+    fn render(&self) -> String;
+    /// Whether `/readyz` answers 200.
+    fn is_ready(&self) -> bool;
+}
+
+impl Exposition for Metrics {
+    fn render_openmetrics(&self) -> String {
+        Metrics::render_openmetrics(self)
+    }
+    fn render(&self) -> String {
+        Metrics::render(self)
+    }
+    fn is_ready(&self) -> bool {
+        Metrics::is_ready(self)
+    }
+}
+
 /// The metrics endpoint, bound to its address but not yet listening.
 pub struct MetricsServer {
     socket: TcpSocket,
@@ -129,7 +152,7 @@ impl MetricsServer {
 
     /// Listens and serves `metrics` from a thread of its own; returns once the socket
     /// listens. Serving stops when the handle is dropped.
-    pub fn serve(self, metrics: Metrics) -> io::Result<ServerHandle> {
+    pub fn serve<M: Exposition>(self, metrics: M) -> io::Result<ServerHandle> {
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
         let (listening_tx, listening_rx) = std::sync::mpsc::channel::<io::Result<()>>();
         let MetricsServer {
@@ -217,9 +240,9 @@ struct Open {
     answered: Arc<AtomicBool>,
 }
 
-async fn accept_loop(
+async fn accept_loop<M: Exposition>(
     listener: TcpListener,
-    metrics: Metrics,
+    metrics: M,
     limits: ServerLimits,
     mut shutdown: oneshot::Receiver<()>,
 ) {
@@ -262,9 +285,9 @@ async fn accept_loop(
     }
 }
 
-async fn serve_connection(
+async fn serve_connection<M: Exposition>(
     stream: TcpStream,
-    metrics: Metrics,
+    metrics: M,
     limits: ServerLimits,
     answered: Arc<AtomicBool>,
     closed: oneshot::Receiver<()>,
@@ -304,7 +327,7 @@ async fn first<A: Future, B: Future>(a: A, b: B) -> First<A::Output, B::Output> 
 }
 
 /// The answer to one request.
-fn respond<B>(metrics: &Metrics, req: &Request<B>) -> Response<Full<Bytes>> {
+fn respond<B, M: Exposition>(metrics: &M, req: &Request<B>) -> Response<Full<Bytes>> {
     let path = req.uri().path();
     if !matches!(path, "/metrics" | "/healthz" | "/readyz") {
         return plain(StatusCode::NOT_FOUND, "not found\n");

@@ -76,11 +76,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
         Command::Policy(c) => policy::run(c),
         Command::Trace(args) => trace::run(&args),
         Command::Watch(f) => watch::run(f),
-        Command::Observe {
-            netns,
-            duration,
-            output,
-        } => observe::run(netns.as_deref(), duration, output.json()),
+        Command::Observe(f) => observe::run(&f),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();

@@ -1,116 +1,1109 @@
-//! `plumb observe`: connections as conntrack reports them (plumb-observe), one line
-//! each, until interrupted or `--duration` ends.
+//! `plumb observe`: what one network namespace's netfilter lets through (conntrack
+//! events) and what the kernel drops there (the eBPF kfree_skb program), one line per
+//! event, named in Kubernetes terms from kube-proxy's rules, with the netfilter rule
+//! (and its owner) behind each NETFILTER_DROP. The JSON lines follow Hubble's flow
+//! schema where the concepts match (docs/observe.md).
+//!
+//! Threads: one reads conntrack, one drains the drop ring buffer; both hand events to
+//! the main thread through one bounded queue (a full queue counts lost events, never
+//! grows). The main thread filters, names, attributes and prints. Attribution reads
+//! the ruleset's counters (read-only dumps) at most once per window of drops.
 
 use crate::Verdict;
+use crate::flags::{ObserveFlags, ObserveFormat, ObserveVerdict};
+use plumb_observe::accounting::{Accounting, Restore};
+use plumb_observe::attribution::{CounterSnapshot, RuleMatch, attribute, read_counted};
 use plumb_observe::conntrack::{Event, Flow};
+use plumb_observe::drops::{DropFilter, DropProbe, DroppedPacket, WallClock};
 use plumb_observe::listener::ConntrackListener;
+use plumb_observe::names::{ServiceName, ServiceNames};
+use plumb_observe::reasons::DropReasons;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 use serde::Serialize;
+use std::collections::VecDeque;
 use std::io::Write;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::time::{Duration, Instant, SystemTime};
 
-/// One JSON line, with Hubble's field names where the concepts match.
+/// Events waiting for the main thread at most; beyond, they are counted as lost.
+const QUEUE: usize = 65_536;
+/// NETFILTER_DROPs held for one attribution at most; beyond, they are printed without
+/// a rule (said in the line).
+const PENDING: usize = 4_096;
+/// How long the first NETFILTER_DROP of a window waits for the counters to be read.
+const WINDOW: Duration = Duration::from_millis(300);
+/// How often Service names are re-read when no drop made it happen.
+const NAMES_REFRESH: Duration = Duration::from_secs(30);
+
+enum Observed {
+    Flow(Flow),
+    Drop(DroppedPacket),
+}
+
+/// One output line, with Hubble's field names where the concepts match.
 #[derive(Serialize)]
 struct Line<'a> {
-    /// Seconds since the epoch, with milliseconds.
-    time: f64,
-    /// `NEW` or `DESTROY`.
-    event: Event,
-    /// A connection conntrack saw was let through.
+    time: String,
     verdict: &'static str,
-    #[serde(rename = "IP")]
-    ip: Ip,
-    l4: L4,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drop_reason: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drop_reason_desc: Option<&'a str>,
+    /// The reason's number in this kernel's `enum skb_drop_reason`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drop_reason_code: Option<u32>,
+    /// NEW, UPDATE or DESTROY for connections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    conntrack: Option<Event>,
+    #[serde(rename = "IP", skip_serializing_if = "Option::is_none")]
+    ip: Option<Ip>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    l4: Option<L4>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<Endpoint>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    destination: Option<Endpoint>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    destination_service: Option<ServiceName>,
     /// Where DNAT sent the connection (`ip:port`), when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     translated_destination: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traffic: Option<Traffic>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<&'a RuleMatch>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interface: Option<Interface>,
     #[serde(skip_serializing_if = "Option::is_none")]
     netns: Option<&'a str>,
 }
 
 #[derive(Serialize)]
 struct Ip {
-    source: String,
-    destination: String,
+    source: IpAddr,
+    destination: IpAddr,
+    #[serde(rename = "ipVersion")]
+    ip_version: &'static str,
+}
+
+/// Hubble's `l4`: one key naming the protocol.
+#[derive(Serialize)]
+enum L4 {
+    #[serde(rename = "TCP")]
+    Tcp(Ports),
+    #[serde(rename = "UDP")]
+    Udp(Ports),
+    #[serde(rename = "SCTP")]
+    Sctp(Ports),
+    #[serde(rename = "ICMPv4")]
+    Icmp4(Icmp),
+    #[serde(rename = "ICMPv6")]
+    Icmp6(Icmp),
+    #[serde(rename = "other")]
+    Other { protocol: u8 },
 }
 
 #[derive(Serialize)]
-struct L4 {
-    protocol: u8,
+struct Ports {
     #[serde(skip_serializing_if = "Option::is_none")]
     source_port: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     destination_port: Option<u16>,
 }
 
-fn line<'a>(f: &Flow, netns: Option<&'a str>) -> Line<'a> {
-    let time = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| (d.as_millis() as f64) / 1000.0);
-    Line {
-        time,
-        event: f.event,
-        verdict: "FORWARDED",
-        ip: Ip {
-            source: f.original.source.to_string(),
-            destination: f.original.destination.to_string(),
-        },
-        l4: L4 {
-            protocol: f.protocol,
-            source_port: f.original.source_port,
-            destination_port: f.original.destination_port,
-        },
-        translated_destination: f.dnat().map(|(ip, port)| match port {
-            Some(p) if ip.is_ipv6() => format!("[{ip}]:{p}"),
-            Some(p) => format!("{ip}:{p}"),
-            None => ip.to_string(),
-        }),
-        netns,
+#[derive(Serialize)]
+struct Icmp {
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    kind: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    code: Option<u8>,
+}
+
+#[derive(Serialize)]
+struct Endpoint {
+    namespace: String,
+}
+
+#[derive(Serialize)]
+struct Interface {
+    index: u32,
+}
+
+#[derive(Serialize)]
+struct Traffic {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    packets_original: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes_original: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    packets_reply: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes_reply: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duration_ns: Option<u64>,
+}
+
+/// A line that is not a flow: what is not observed, and events lost (Hubble's
+/// `lost_events` shape).
+#[derive(Serialize)]
+struct Notice<'a> {
+    time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    notice: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lost_events: Option<Lost>,
+}
+
+#[derive(Serialize)]
+struct Lost {
+    source: &'static str,
+    num_events_lost: u64,
+}
+
+/// What a user asked to see.
+struct Filter {
+    verdict: Option<ObserveVerdict>,
+    ips: Vec<IpAddr>,
+    ports: Vec<u16>,
+    protocol: Option<Vec<u8>>,
+    service: Option<ServiceName>,
+    reasons: Vec<u32>,
+}
+
+fn protocols(p: &str) -> anyhow::Result<Vec<u8>> {
+    Ok(match p.to_ascii_lowercase().as_str() {
+        "tcp" => vec![6],
+        "udp" => vec![17],
+        "sctp" => vec![132],
+        "icmp" => vec![1, 58],
+        "icmpv6" => vec![58],
+        n => vec![n.parse().map_err(|_| {
+            anyhow::anyhow!("--protocol {p}: expected tcp, udp, sctp, icmp or a number")
+        })?],
+    })
+}
+
+fn protocol_name(p: u8) -> String {
+    match p {
+        6 => "tcp".into(),
+        17 => "udp".into(),
+        132 => "sctp".into(),
+        1 => "icmp".into(),
+        58 => "icmpv6".into(),
+        n => n.to_string(),
     }
 }
 
-pub fn run(netns: Option<&str>, duration: Option<u64>, json: bool) -> anyhow::Result<Verdict> {
-    super::input::require_net_admin("(conntrack events need CAP_NET_ADMIN)")?;
-    let mut listener = ConntrackListener::open(netns)
-        .map_err(|e| anyhow::anyhow!("subscribing to conntrack events: {e}"))?;
-    eprintln!(
-        "plumb observe: listening to conntrack events in {} (new and ended connections; drops are not reported yet)",
-        netns.map_or("this machine's network namespace".to_string(), |n| format!(
-            "network namespace {n}"
-        ))
-    );
-    let end = duration.map(|s| Instant::now() + Duration::from_secs(s));
-    let mut out = std::io::stdout().lock();
-    while end.is_none_or(|e| Instant::now() < e) {
-        let r = listener.receive()?;
-        if r.lost {
-            eprintln!(
-                "plumb observe: the kernel dropped conntrack events (queue full): some connections are missing"
-            );
+/// The metrics of `--metrics-addr`; labels are bounded: verdict (2), protocol (6),
+/// the kernel's reasons (one enum), owners (the catalogue plus builtin, unknown,
+/// ambiguous, none), lost-event sources (3).
+#[derive(Clone)]
+struct Metrics {
+    registry: Arc<Registry>,
+    flows: Family<Vec<(String, String)>, Counter>,
+    drops: Family<Vec<(String, String)>, Counter>,
+    lost: Family<Vec<(String, String)>, Counter>,
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let mut r = Registry::default();
+        let flows = Family::default();
+        let drops = Family::default();
+        let lost = Family::default();
+        r.register(
+            "plumb_observe_flows",
+            "Connection events conntrack reported, by verdict and protocol",
+            flows.clone(),
+        );
+        r.register(
+            "plumb_observe_drops",
+            "Packets the kernel dropped, by reason and by the owner of the netfilter rule",
+            drops.clone(),
+        );
+        r.register(
+            "plumb_observe_lost_events",
+            "Events lost before plumb could read them, by where",
+            lost.clone(),
+        );
+        Metrics {
+            registry: Arc::new(r),
+            flows,
+            drops,
+            lost,
         }
-        for f in &r.flows {
-            let l = line(f, netns);
-            if json {
-                serde_json::to_writer(&mut out, &l)?;
-                writeln!(out)?;
-            } else {
-                let ports = |p: Option<u16>| p.map(|p| format!(":{p}")).unwrap_or_default();
-                writeln!(
-                    out,
-                    "{:<8} {} {}{} -> {}{}{}",
-                    format!("{:?}", f.event).to_uppercase(),
+    }
+}
+
+impl plumb_watch::http::Exposition for Metrics {
+    fn render_openmetrics(&self) -> String {
+        let mut s = String::new();
+        let _ = encode(&mut s, &self.registry);
+        s
+    }
+    fn render(&self) -> String {
+        plumb_watch::metrics::to_prometheus_text(&self.render_openmetrics())
+    }
+    fn is_ready(&self) -> bool {
+        true
+    }
+}
+
+fn label(k: &str, v: &str) -> (String, String) {
+    (k.to_string(), v.to_string())
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    plumb_watch::event::rfc3339(t)
+}
+
+fn hostport(ip: IpAddr, port: Option<u16>) -> String {
+    match port {
+        Some(p) if ip.is_ipv6() => format!("[{ip}]:{p}"),
+        Some(p) => format!("{ip}:{p}"),
+        None => ip.to_string(),
+    }
+}
+
+fn l4_of(protocol: u8, ports: Option<(u16, u16)>, icmp: Option<(u8, u8)>) -> L4 {
+    let p = Ports {
+        source_port: ports.map(|p| p.0),
+        destination_port: ports.map(|p| p.1),
+    };
+    let i = Icmp {
+        kind: icmp.map(|i| i.0),
+        code: icmp.map(|i| i.1),
+    };
+    match protocol {
+        6 => L4::Tcp(p),
+        17 => L4::Udp(p),
+        132 => L4::Sctp(p),
+        1 => L4::Icmp4(i),
+        58 => L4::Icmp6(i),
+        n => L4::Other { protocol: n },
+    }
+}
+
+struct State<'a> {
+    netns: Option<&'a str>,
+    reasons: DropReasons,
+    names: ServiceNames,
+    names_read: Instant,
+    baseline: Option<CounterSnapshot>,
+    attribution_problem: Option<String>,
+    clock: WallClock,
+    filter: Filter,
+    json: bool,
+    last: Option<VecDeque<String>>,
+    last_n: usize,
+    metrics: Option<Metrics>,
+    printed: u64,
+    /// What a drop by a BPF program says instead of a rule.
+    bpf_verdict: RuleMatch,
+}
+
+/// The facts of one event the filters and printers look at.
+struct Facts {
+    verdict: ObserveVerdict,
+    protocol: u8,
+    src: Option<IpAddr>,
+    dst: Option<IpAddr>,
+    sport: Option<u16>,
+    dport: Option<u16>,
+    reason: Option<u32>,
+}
+
+impl State<'_> {
+    /// Takes in a read of the ruleset: the names, and the counter snapshot returned.
+    fn apply_read(&mut self, read: RulesetRead) -> Option<CounterSnapshot> {
+        self.names_read = Instant::now();
+        match read {
+            Ok((names, snapshot)) => {
+                self.names = names;
+                Some(snapshot)
+            }
+            Err(why) => {
+                if self.attribution_problem.is_none() {
+                    eprintln!(
+                        "plumb observe: cannot read the ruleset, so drops are not attributed to rules: {why}"
+                    );
+                }
+                self.attribution_problem = Some(why);
+                None
+            }
+        }
+    }
+
+    /// Attributes `pending` against the counters `after` and prints them.
+    fn attribute_and_print(
+        &mut self,
+        out: &mut impl Write,
+        pending: &mut Vec<DroppedPacket>,
+        after: Option<CounterSnapshot>,
+    ) -> anyhow::Result<()> {
+        let answer = match (&self.baseline, &after) {
+            (Some(before), Some(after)) => Some(attribute(before, after)),
+            _ => self
+                .attribution_problem
+                .clone()
+                .map(|why| RuleMatch::NotFound {
+                    why: format!("the ruleset could not be read: {why}"),
+                }),
+        };
+        if after.is_some() {
+            self.baseline = after;
+        }
+        for d in pending.drain(..) {
+            self.drop(out, &d, answer.as_ref())?;
+        }
+        Ok(())
+    }
+
+    fn keep(&self, f: &Facts, service: Option<&ServiceName>, src_ns: Option<&str>) -> bool {
+        let flt = &self.filter;
+        if flt.verdict.is_some_and(|v| v != f.verdict) {
+            return false;
+        }
+        if !flt.ips.is_empty()
+            && !flt
+                .ips
+                .iter()
+                .any(|ip| Some(*ip) == f.src || Some(*ip) == f.dst)
+        {
+            return false;
+        }
+        if !flt.ports.is_empty()
+            && !flt
+                .ports
+                .iter()
+                .any(|p| Some(*p) == f.sport || Some(*p) == f.dport)
+        {
+            return false;
+        }
+        if flt
+            .protocol
+            .as_ref()
+            .is_some_and(|ps| !ps.contains(&f.protocol))
+        {
+            return false;
+        }
+        if let Some(want) = &flt.service
+            && service != Some(want)
+            && !(src_ns.is_some()
+                && f.src
+                    .and_then(|ip| self.names.endpoint(ip, f.sport?))
+                    .is_some_and(|s| s == want))
+        {
+            return false;
+        }
+        if !flt.reasons.is_empty() && !f.reason.is_some_and(|r| flt.reasons.contains(&r)) {
+            return false;
+        }
+        true
+    }
+
+    fn emit(&mut self, out: &mut impl Write, text: String) -> std::io::Result<()> {
+        self.printed += 1;
+        match &mut self.last {
+            Some(q) => {
+                if q.len() == self.last_n {
+                    q.pop_front();
+                }
+                if self.last_n > 0 {
+                    q.push_back(text);
+                }
+                Ok(())
+            }
+            None => writeln!(out, "{text}"),
+        }
+    }
+
+    fn flow(&mut self, out: &mut impl Write, f: &Flow) -> anyhow::Result<()> {
+        let o = &f.original;
+        if let Some(m) = &self.metrics {
+            m.flows
+                .get_or_create(&vec![
+                    label("verdict", "FORWARDED"),
+                    label("protocol", &protocol_name(f.protocol)),
+                ])
+                .inc();
+        }
+        let dnat = f.dnat();
+        let service = o
+            .destination_port
+            .and_then(|p| self.names.destination(o.destination, p, f.protocol))
+            .or_else(|| dnat.and_then(|(ip, p)| self.names.destination(ip, p?, f.protocol)))
+            .cloned();
+        let src_ns = self.names.pod_namespace(o.source).map(str::to_string);
+        let facts = Facts {
+            verdict: ObserveVerdict::Forwarded,
+            protocol: f.protocol,
+            src: Some(o.source),
+            dst: Some(o.destination),
+            sport: o.source_port,
+            dport: o.destination_port,
+            reason: None,
+        };
+        if !self.keep(&facts, service.as_ref(), src_ns.as_deref()) {
+            return Ok(());
+        }
+        let translated = dnat.map(|(ip, p)| hostport(ip, p));
+        let traffic = (f.counters_original.is_some() || f.start_ns.is_some()).then(|| Traffic {
+            packets_original: f.counters_original.map(|c| c.packets),
+            bytes_original: f.counters_original.map(|c| c.bytes),
+            packets_reply: f.counters_reply.map(|c| c.packets),
+            bytes_reply: f.counters_reply.map(|c| c.bytes),
+            duration_ns: f.duration_ns(),
+        });
+        let now = rfc3339(SystemTime::now());
+        let text = if self.json {
+            let line = Line {
+                time: now,
+                verdict: "FORWARDED",
+                drop_reason: None,
+                drop_reason_desc: None,
+                drop_reason_code: None,
+                conntrack: Some(f.event),
+                ip: Some(Ip {
+                    source: o.source,
+                    destination: o.destination,
+                    ip_version: if o.source.is_ipv6() { "IPv6" } else { "IPv4" },
+                }),
+                l4: Some(l4_of(
                     f.protocol,
-                    l.ip.source,
-                    ports(l.l4.source_port),
-                    l.ip.destination,
-                    ports(l.l4.destination_port),
-                    l.translated_destination
-                        .as_deref()
-                        .map(|t| format!(" (DNAT to {t})"))
-                        .unwrap_or_default()
+                    o.source_port.zip(o.destination_port),
+                    None,
+                )),
+                source: src_ns.map(|namespace| Endpoint { namespace }),
+                destination: service.as_ref().map(|s| Endpoint {
+                    namespace: s.namespace.clone(),
+                }),
+                destination_service: service,
+                translated_destination: translated,
+                traffic,
+                rule: None,
+                interface: None,
+                netns: self.netns,
+            };
+            serde_json::to_string(&line)?
+        } else {
+            let event = match f.event {
+                Event::New => "NEW",
+                Event::Update => "UPDATE",
+                Event::Destroy => "DESTROY",
+            };
+            let mut s = format!(
+                "{now} {} -> {} {} FORWARDED {event}",
+                hostport(o.source, o.source_port),
+                hostport(o.destination, o.destination_port),
+                protocol_name(f.protocol),
+            );
+            if let Some(svc) = &service {
+                s.push_str(&format!(" service {svc}"));
+            }
+            if let Some(t) = &translated {
+                s.push_str(&format!(" (DNAT to {t})"));
+            }
+            if let Some(t) = &traffic {
+                if let (Some(p), Some(b)) = (t.packets_original, t.bytes_original) {
+                    s.push_str(&format!(" {p} pkts/{b} B out"));
+                }
+                if let (Some(p), Some(b)) = (t.packets_reply, t.bytes_reply) {
+                    s.push_str(&format!(" {p} pkts/{b} B back"));
+                }
+                if let Some(d) = t.duration_ns {
+                    s.push_str(&format!(" {:.3}s", d as f64 / 1e9));
+                }
+            }
+            s
+        };
+        self.emit(out, text)?;
+        Ok(())
+    }
+
+    fn drop(
+        &mut self,
+        out: &mut impl Write,
+        d: &DroppedPacket,
+        rule: Option<&RuleMatch>,
+    ) -> anyhow::Result<()> {
+        let reason = self.reasons.name(d.reason).map(str::to_string);
+        let reason_text = reason.clone().unwrap_or_else(|| d.reason.to_string());
+        // A tc filter's or BPF program's verdict (Cilium's datapath), not netfilter's:
+        // no rule can be named, and the line says where to look instead.
+        let bpf = rule.is_none()
+            && matches!(
+                reason.as_deref(),
+                Some("TC_INGRESS" | "TC_EGRESS" | "BPF_CGROUP_EGRESS")
+            );
+        let rule = if bpf { Some(&self.bpf_verdict) } else { rule };
+        if let Some(m) = &self.metrics {
+            let owner = match &rule {
+                Some(RuleMatch::Found { rule }) => rule.owner.clone(),
+                Some(RuleMatch::Ambiguous { .. }) => "ambiguous".into(),
+                _ => "none".into(),
+            };
+            m.drops
+                .get_or_create(&vec![label("reason", &reason_text), label("owner", &owner)])
+                .inc();
+        }
+        let (src, dst) = d.addresses.unzip();
+        let service = dst
+            .zip(d.ports.map(|p| p.1))
+            .and_then(|(ip, port)| self.names.destination(ip, port, d.protocol))
+            .cloned();
+        let src_ns = src
+            .and_then(|ip| self.names.pod_namespace(ip))
+            .map(str::to_string);
+        let facts = Facts {
+            verdict: ObserveVerdict::Dropped,
+            protocol: d.protocol,
+            src,
+            dst,
+            sport: d.ports.map(|p| p.0),
+            dport: d.ports.map(|p| p.1),
+            reason: Some(d.reason),
+        };
+        if !self.keep(&facts, service.as_ref(), src_ns.as_deref()) {
+            return Ok(());
+        }
+        let time = rfc3339(self.clock.wall(d.monotonic_ns));
+        let text = if self.json {
+            let line = Line {
+                time,
+                verdict: "DROPPED",
+                drop_reason: Some(&reason_text),
+                drop_reason_desc: Some(&reason_text),
+                drop_reason_code: Some(d.reason),
+                conntrack: None,
+                ip: d.addresses.map(|(s, dd)| Ip {
+                    source: s,
+                    destination: dd,
+                    ip_version: if s.is_ipv6() { "IPv6" } else { "IPv4" },
+                }),
+                l4: d.addresses.map(|_| l4_of(d.protocol, d.ports, d.icmp)),
+                source: src_ns.map(|namespace| Endpoint { namespace }),
+                destination: service.as_ref().map(|s| Endpoint {
+                    namespace: s.namespace.clone(),
+                }),
+                destination_service: service,
+                translated_destination: None,
+                traffic: None,
+                rule,
+                interface: (d.ifindex != 0).then_some(Interface { index: d.ifindex }),
+                netns: self.netns,
+            };
+            serde_json::to_string(&line)?
+        } else {
+            let mut s = match d.addresses {
+                Some((sa, da)) => format!(
+                    "{time} {} -> {} {}",
+                    hostport(sa, d.ports.map(|p| p.0)),
+                    hostport(da, d.ports.map(|p| p.1)),
+                    protocol_name(d.protocol)
+                ),
+                None => format!("{time} (not IP)"),
+            };
+            s.push_str(&format!(" DROPPED ({reason_text})"));
+            if let Some(svc) = &service {
+                s.push_str(&format!(" service {svc}"));
+            }
+            match &rule {
+                Some(RuleMatch::Found { rule: r }) => s.push_str(&format!(
+                    " by {} {} {}: {} [owner {}]",
+                    r.family, r.table, r.chain, r.text, r.owner
+                )),
+                Some(RuleMatch::Ambiguous { candidates }) => s.push_str(&format!(
+                    " by one of {} rules: {}",
+                    candidates.len(),
+                    candidates
+                        .iter()
+                        .map(|r| format!("{} {}: {} [owner {}]", r.table, r.chain, r.text, r.owner))
+                        .collect::<Vec<_>>()
+                        .join(" | ")
+                )),
+                Some(RuleMatch::NotFound { why }) => {
+                    s.push_str(&format!(" (rule not found: {why})"))
+                }
+                None => {}
+            }
+            s
+        };
+        self.emit(out, text)?;
+        Ok(())
+    }
+
+    fn notice(&mut self, out: &mut impl Write, text: &str) -> std::io::Result<()> {
+        eprintln!("plumb observe: {text}");
+        if self.json {
+            let n = Notice {
+                time: rfc3339(SystemTime::now()),
+                notice: Some(text),
+                lost_events: None,
+            };
+            writeln!(out, "{}", serde_json::to_string(&n).unwrap_or_default())?;
+        }
+        Ok(())
+    }
+
+    fn lost(&mut self, out: &mut impl Write, source: &'static str, n: u64) -> std::io::Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        if let Some(m) = &self.metrics {
+            m.lost
+                .get_or_create(&vec![label("source", source)])
+                .inc_by(n);
+        }
+        eprintln!("plumb observe: {n} events lost ({source})");
+        if self.json {
+            let l = Notice {
+                time: rfc3339(SystemTime::now()),
+                notice: None,
+                lost_events: Some(Lost {
+                    source,
+                    num_events_lost: n,
+                }),
+            };
+            writeln!(out, "{}", serde_json::to_string(&l).unwrap_or_default())?;
+        }
+        Ok(())
+    }
+}
+
+/// Names and counters from one read of the ruleset, or why it failed.
+type RulesetRead = Result<(ServiceNames, CounterSnapshot), String>;
+
+/// Reads the ruleset with its counters (the dump tools, read-only).
+fn read_now(netns: Option<&str>) -> RulesetRead {
+    let (rs, _problems) = read_counted(&plumb_os::runner::SystemRunner, netns)?;
+    Ok((ServiceNames::from_ruleset(&rs), CounterSnapshot::of(&rs)))
+}
+
+/// Reads the ruleset on a thread of its own, so events keep flowing meanwhile.
+fn read_in_background(netns: Option<&str>) -> Receiver<RulesetRead> {
+    let (tx, rx) = sync_channel(1);
+    let netns = netns.map(str::to_string);
+    std::thread::spawn(move || {
+        let _ = tx.send(read_now(netns.as_deref()));
+    });
+    rx
+}
+
+/// NETFILTER_DROPs waiting for the counters to be read. A drop the kernel made before
+/// a read began was counted in it, whenever it reaches this thread: it waits in
+/// `pending` for that read. Drops made after the read began wait in `next` for the
+/// following one. Both are bounded; beyond, drops are printed unattributed.
+#[derive(Default)]
+struct Windows {
+    pending: Vec<DroppedPacket>,
+    next: Vec<DroppedPacket>,
+    /// When the first of `pending` arrived (a read starts [`WINDOW`] later).
+    since: Option<Instant>,
+    /// The read in flight: when it began (CLOCK_MONOTONIC ns) and its answer.
+    in_flight: Option<(u64, Receiver<RulesetRead>)>,
+}
+
+impl Windows {
+    /// Holds `d` for its window; gives it back when both windows are full.
+    fn hold(&mut self, d: DroppedPacket) -> Option<DroppedPacket> {
+        let after_read = self
+            .in_flight
+            .as_ref()
+            .is_some_and(|(start, _)| d.monotonic_ns > *start);
+        let w = if after_read {
+            &mut self.next
+        } else {
+            &mut self.pending
+        };
+        if w.len() >= PENDING {
+            return Some(d);
+        }
+        w.push(d);
+        if !after_read {
+            self.since.get_or_insert_with(Instant::now);
+        }
+        None
+    }
+
+    /// Starts a read when the pending window is due (or, with nothing pending, when
+    /// the names are due for a refresh).
+    fn maybe_start(&mut self, st: &State<'_>) {
+        if self.in_flight.is_some() {
+            return;
+        }
+        let due = self.since.is_some_and(|t| t.elapsed() >= WINDOW)
+            || (self.pending.is_empty() && st.names_read.elapsed() >= NAMES_REFRESH);
+        if due {
+            self.in_flight = Some((WallClock::monotonic_now_ns(), read_in_background(st.netns)));
+        }
+    }
+
+    /// When the read in flight has answered (or, with `wait`, once it does): prints
+    /// the pending window attributed, and makes the next one pending.
+    fn finish(
+        &mut self,
+        st: &mut State<'_>,
+        out: &mut impl Write,
+        wait: bool,
+    ) -> anyhow::Result<()> {
+        let Some((_, rx)) = &self.in_flight else {
+            return Ok(());
+        };
+        let read = if wait {
+            rx.recv().map_err(|_| ())
+        } else {
+            rx.try_recv().map_err(|_| ())
+        };
+        let read = match read {
+            Ok(r) => r,
+            Err(()) if wait => Err("the ruleset reader ended without an answer".into()),
+            Err(()) => return Ok(()),
+        };
+        self.in_flight = None;
+        let after = st.apply_read(read);
+        st.attribute_and_print(out, &mut self.pending, after)?;
+        std::mem::swap(&mut self.pending, &mut self.next);
+        self.since = (!self.pending.is_empty()).then(Instant::now);
+        Ok(())
+    }
+}
+
+fn not_attributed() -> RuleMatch {
+    RuleMatch::NotFound {
+        why: format!("more than {PENDING} netfilter drops at once: not attributed"),
+    }
+}
+
+pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
+    let netns_owned = if f.lab {
+        Some(plumb_lab::state::NODE_NETNS.to_string())
+    } else {
+        f.netns.clone()
+    };
+    let netns = netns_owned.as_deref();
+    super::input::require_net_admin("(conntrack events need CAP_NET_ADMIN)")?;
+    let protocol = f.protocol.as_deref().map(protocols).transpose()?;
+    let service = match &f.service {
+        Some(s) => Some(ServiceName::parse(s).ok_or_else(|| {
+            anyhow::anyhow!("--service {s}: expected NAMESPACE/NAME, e.g. kube-system/kube-dns")
+        })?),
+        None => None,
+    };
+    let reasons = plumb_observe::drops::kernel_reasons();
+    let mut reason_values = Vec::new();
+    for r in &f.reason {
+        let known = reasons.as_ref().ok().and_then(|k| k.value(r));
+        match (known, &reasons) {
+            (Some(v), _) => reason_values.push(v),
+            (None, Ok(k)) => anyhow::bail!(
+                "--reason {r}: this kernel has no such drop reason; it has: {}",
+                k.iter().map(|(_, n)| n).collect::<Vec<_>>().join(", ")
+            ),
+            (None, Err(e)) => anyhow::bail!("--reason {r}: {e}"),
+        }
+    }
+    let duration = match (f.duration, f.last) {
+        (Some(d), _) if !(d.is_finite() && d > 0.0) => {
+            anyhow::bail!("--duration {d}: expected a positive number of seconds")
+        }
+        (Some(d), _) => Some(Duration::from_secs_f64(d)),
+        (None, Some(_)) => Some(Duration::from_secs(10)),
+        (None, None) => None,
+    };
+    let metrics = f.metrics_addr.map(|_| Metrics::new());
+    let _server = match (f.metrics_addr, &metrics) {
+        (Some(addr), Some(m)) => {
+            let server = plumb_watch::http::MetricsServer::bind(addr)
+                .and_then(|s| s.serve(m.clone()))
+                .map_err(|e| anyhow::anyhow!("--metrics-addr {addr}: {e}"))?;
+            eprintln!(
+                "plumb observe: metrics on http://{}/metrics",
+                server.local_addr()
+            );
+            Some(server)
+        }
+        _ => None,
+    };
+
+    let where_ = netns.map_or("this machine's network namespace".to_string(), |n| {
+        format!("network namespace {n}")
+    });
+    let mut restore: Option<Restore> = None;
+    let accounting = if f.enable_accounting {
+        let r = Accounting::enable(netns)
+            .map_err(|e| anyhow::anyhow!("--enable-accounting in {where_}: {e}"))?;
+        restore = Some(r);
+        Accounting::read(netns).ok()
+    } else {
+        Accounting::read(netns).ok()
+    };
+
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut st = State {
+        netns,
+        reasons: reasons.as_ref().cloned().unwrap_or_default(),
+        names: ServiceNames::default(),
+        names_read: Instant::now(),
+        baseline: None,
+        attribution_problem: None,
+        clock: WallClock::new(),
+        filter: Filter {
+            verdict: f.verdict,
+            ips: f.ip.clone(),
+            ports: f.port.clone(),
+            protocol,
+            service,
+            reasons: reason_values,
+        },
+        json: f.output == ObserveFormat::Json,
+        last: f.last.map(VecDeque::with_capacity),
+        last_n: f.last.unwrap_or(0),
+        metrics,
+        printed: 0,
+        bpf_verdict: RuleMatch::NotFound {
+            why: "dropped by a tc filter or a BPF program (tc, cgroup), not by netfilter: on \
+                  Cilium its datapath's policy and service maps decide (cilium-dbg monitor \
+                  --type drop names the reason)"
+                .into(),
+        },
+    };
+    st.baseline = st.apply_read(read_now(netns));
+
+    let (tx, rx) = sync_channel::<Observed>(QUEUE);
+    let stop = plumb_watch::signals::stop_on_signals();
+    let queue_lost = Arc::new(AtomicU64::new(0));
+    let conntrack_lost = Arc::new(AtomicU64::new(0));
+
+    let want_flows = f.verdict != Some(ObserveVerdict::Dropped) && f.reason.is_empty();
+    let want_drops = f.verdict != Some(ObserveVerdict::Forwarded);
+    let mut threads = Vec::new();
+    if want_flows {
+        let updates = accounting.is_some_and(|a| a.bytes_and_packets || a.timestamps);
+        let listener = ConntrackListener::open_with(netns, updates)
+            .map_err(|e| anyhow::anyhow!("subscribing to conntrack events in {where_}: {e}"))?;
+        threads.push(spawn_conntrack(
+            listener,
+            tx.clone(),
+            stop.clone(),
+            queue_lost.clone(),
+            conntrack_lost.clone(),
+        ));
+        match accounting {
+            Some(a) if a.bytes_and_packets && a.timestamps => {}
+            Some(a) => eprintln!(
+                "plumb observe: {} are off in {where_} (net.netfilter.{}); --enable-accounting turns them on for this run",
+                match (a.bytes_and_packets, a.timestamps) {
+                    (false, false) => "byte/packet counts and durations",
+                    (false, true) => "byte/packet counts",
+                    _ => "durations",
+                },
+                match (a.bytes_and_packets, a.timestamps) {
+                    (false, false) => "nf_conntrack_acct, nf_conntrack_timestamp",
+                    (false, true) => "nf_conntrack_acct",
+                    _ => "nf_conntrack_timestamp",
+                }
+            ),
+            None => eprintln!(
+                "plumb observe: conntrack is not loaded in {where_} yet: connections appear once a NAT or state rule loads it"
+            ),
+        }
+    }
+    let mut probe_lost = None;
+    if want_drops {
+        let inode = match netns {
+            Some(n) => plumb_os::netns::inode_of(n),
+            None => plumb_os::netns::current_inode(),
+        }
+        .map_err(|e| anyhow::anyhow!("reading the inode of {where_}: {e}"))?;
+        match DropProbe::attach(&DropFilter {
+            netns_inode: inode,
+            all_reasons: f.all_reasons,
+        }) {
+            Ok(p) => {
+                let lost = Arc::new(AtomicU64::new(0));
+                probe_lost = Some(lost.clone());
+                threads.push(spawn_drops(
+                    p,
+                    tx.clone(),
+                    stop.clone(),
+                    queue_lost.clone(),
+                    lost,
+                ));
+            }
+            Err(e) if e.unavailable() && !want_flows => {
+                anyhow::bail!("only drops were asked for, and they cannot be observed here: {e}")
+            }
+            Err(e) if e.unavailable() => {
+                st.notice(
+                    &mut out,
+                    &format!("drops are not observed, flows only: {e}"),
                 )?;
             }
+            Err(e) => return Err(anyhow::anyhow!("attaching the drop program: {e}")),
+        }
+    }
+    drop(tx);
+    eprintln!(
+        "plumb observe: listening in {where_} ({}{})",
+        if want_flows { "connections" } else { "" },
+        match (want_flows, probe_lost.is_some()) {
+            (true, true) => ", drops",
+            (false, true) => "drops",
+            _ => "",
+        }
+    );
+    out.flush()?;
+
+    let end = duration.map(|d| Instant::now() + d);
+    let mut windows = Windows::default();
+    let netfilter_drop = st.reasons.value("NETFILTER_DROP");
+    let too_many = not_attributed();
+    let sources = [
+        (Some(queue_lost.clone()), "OBSERVER_EVENTS_QUEUE"),
+        (Some(conntrack_lost.clone()), "CONNTRACK_SOCKET_QUEUE"),
+        (probe_lost.clone(), "PERF_EVENT_RING_BUFFER"),
+    ];
+    let mut seen_lost = [0u64; 3];
+    let mut last_lost_report = Instant::now();
+    loop {
+        let timeout_end = end.is_some_and(|e| Instant::now() >= e);
+        if timeout_end || stop.load(Ordering::SeqCst) {
+            stop.store(true, Ordering::SeqCst);
+            break;
+        }
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(Observed::Flow(fl)) => st.flow(&mut out, &fl)?,
+            Ok(Observed::Drop(d)) if Some(d.reason) == netfilter_drop => {
+                if let Some(d) = windows.hold(d) {
+                    st.drop(&mut out, &d, Some(&too_many))?;
+                }
+            }
+            Ok(Observed::Drop(d)) => st.drop(&mut out, &d, None)?,
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        windows.finish(&mut st, &mut out, false)?;
+        windows.maybe_start(&st);
+        // Losses are reported at most once a second (and at the end), summed.
+        if last_lost_report.elapsed() >= Duration::from_secs(1) {
+            last_lost_report = Instant::now();
+            report_losses(&mut st, &mut out, &mut seen_lost, &sources)?;
         }
         out.flush()?;
     }
+    for t in threads {
+        let _ = t.join();
+    }
+    // What the threads handed over before they stopped.
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            Observed::Flow(fl) => st.flow(&mut out, &fl)?,
+            Observed::Drop(d) if Some(d.reason) == netfilter_drop => {
+                if let Some(d) = windows.hold(d) {
+                    st.drop(&mut out, &d, Some(&too_many))?;
+                }
+            }
+            Observed::Drop(d) => st.drop(&mut out, &d, None)?,
+        }
+    }
+    // The read in flight, then one more for the drops that came after it began.
+    windows.finish(&mut st, &mut out, true)?;
+    if !windows.pending.is_empty() {
+        let after = st.apply_read(read_now(netns));
+        st.attribute_and_print(&mut out, &mut windows.pending, after)?;
+    }
+    report_losses(&mut st, &mut out, &mut seen_lost, &sources)?;
+    if let Some(q) = st.last.take() {
+        for l in q {
+            writeln!(out, "{l}")?;
+        }
+    }
+    out.flush()?;
+    drop(restore);
     Ok(Verdict::Clean)
+}
+
+/// Reports the events lost since the last report, per source.
+fn report_losses(
+    st: &mut State<'_>,
+    out: &mut impl Write,
+    seen: &mut [u64; 3],
+    sources: &[(Option<Arc<AtomicU64>>, &'static str); 3],
+) -> std::io::Result<()> {
+    for (seen, (counter, source)) in seen.iter_mut().zip(sources) {
+        let Some(c) = counter else { continue };
+        let now = c.load(Ordering::Relaxed);
+        if now > *seen {
+            st.lost(out, source, now - *seen)?;
+            *seen = now;
+        }
+    }
+    Ok(())
+}
+
+fn spawn_conntrack(
+    mut listener: ConntrackListener,
+    tx: SyncSender<Observed>,
+    stop: Arc<AtomicBool>,
+    queue_lost: Arc<AtomicU64>,
+    socket_lost: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            let r = match listener.receive_batch(1024) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("plumb observe: reading conntrack events: {e}");
+                    return;
+                }
+            };
+            if r.lost {
+                // ENOBUFS does not say how many: count the overflow once.
+                socket_lost.fetch_add(1, Ordering::Relaxed);
+            }
+            let busy = r.flows.len() >= 64;
+            for f in r.flows {
+                if let Err(TrySendError::Full(_)) = tx.try_send(Observed::Flow(f)) {
+                    queue_lost.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if busy {
+                // Under load, one wakeup per batch: the kernel queue (4 MiB) holds
+                // thousands of events for these 2 ms.
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    })
+}
+
+fn spawn_drops(
+    mut probe: DropProbe,
+    tx: SyncSender<Observed>,
+    stop: Arc<AtomicBool>,
+    queue_lost: Arc<AtomicU64>,
+    ring_lost: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            probe.wait(Duration::from_millis(50));
+            probe.drain(&mut |d| {
+                if let Err(TrySendError::Full(_)) = tx.try_send(Observed::Drop(d)) {
+                    queue_lost.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            ring_lost.store(probe.counters().lost, Ordering::Relaxed);
+        }
+        // The last drops: those of the final moments before the stop.
+        probe.drain(&mut |d| {
+            let _ = tx.try_send(Observed::Drop(d));
+        });
+    })
 }

@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0-only
+//
+// Licence: this one file is MIT or GPL-2.0 (the rest of plumb is Apache-2.0): the
+// kernel lets only programs with a GPL-compatible licence call the helpers used here
+// (bpf_probe_read_kernel), and MIT is compatible with both.
+//
+// drops.bpf.c: reports the packets the kernel drops in one network namespace, with
+// the kernel's drop reason (plumb-observe, src/drops.rs loads it).
+//
+// Attached to tp_btf/kfree_skb: kfree_skb(struct sk_buff *skb, void *location,
+// enum skb_drop_reason reason, ...) -- the BTF form of tracepoint skb:kfree_skb (no
+// tracefs needed). Frees that are not drops (the reasons user space names in
+// skip_reason_*: SKB_NOT_DROPPED_YET, SKB_CONSUMED, SKB_DROP_REASON_NOT_SPECIFIED,
+// looked up by name in the running kernel's BTF) and packets of other namespaces are
+// rejected in the kernel, first, so the ring buffer only carries what is asked for.
+// The namespace of a packet is its device's (skb->dev), or its socket's when it has
+// no device yet (locally generated packets in the OUTPUT hook).
+//
+// Kernel structs are declared here with only the fields used and relocated with
+// CO-RE against the running kernel's BTF (no vmlinux.h). Build:
+//   clang -O2 -g -target bpf -D__TARGET_ARCH_x86 -c drops.bpf.c -o drops.bpf.o
+// (build.rs does this through build-support/bpf_clang.rs.)
+
+typedef unsigned char __u8;
+typedef unsigned short __u16;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+typedef signed char __s8;
+typedef short __s16;
+typedef int __s32;
+typedef long long __s64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+#define BPF_MAP_TYPE_PERCPU_ARRAY 6
+#define BPF_MAP_TYPE_RINGBUF 27
+#define BPF_RB_NO_WAKEUP 1
+#define BPF_RB_FORCE_WAKEUP 2
+#define BPF_RB_AVAIL_DATA 0
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define IPPROTO_ICMP 1
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+#define IPPROTO_ICMPV6 58
+#define IPPROTO_SCTP 132
+
+// Set by user space before load (.rodata). 0 watches every namespace.
+const volatile __u64 watched_netns_inum = 0;
+// Reasons that are not drops; 0xffffffff when unused (--all-reasons).
+const volatile __u32 skip_reason_1 = 0xffffffff;
+const volatile __u32 skip_reason_2 = 0xffffffff;
+const volatile __u32 skip_reason_3 = 0xffffffff;
+// Ring buffer bytes waiting before a consumer is woken: batching the wakeups is what
+// lets a million drops a second through (user space also polls with a timeout).
+const volatile __u64 wakeup_bytes = 64 * 1024;
+
+struct ns_common {
+	unsigned int inum;
+} __attribute__((preserve_access_index));
+
+struct net {
+	struct ns_common ns;
+} __attribute__((preserve_access_index));
+
+typedef struct {
+	struct net *net;
+} possible_net_t;
+
+struct net_device {
+	possible_net_t nd_net;
+	int ifindex;
+} __attribute__((preserve_access_index));
+
+struct sock_common {
+	possible_net_t skc_net;
+} __attribute__((preserve_access_index));
+
+struct sock {
+	struct sock_common __sk_common;
+} __attribute__((preserve_access_index));
+
+struct sk_buff {
+	struct net_device *dev;
+	struct sock *sk;
+	unsigned char *head;
+	__u16 network_header;
+	__be16 protocol;
+} __attribute__((preserve_access_index));
+
+// One drop; mirrored by `decode` in src/drops.rs. Addresses and ports in network
+// byte order as on the wire.
+struct drop_event {
+	__u64 ktime_ns;
+	__u64 location;
+	__u32 netns_inum;
+	__u32 reason;
+	__u32 ifindex;
+	__u16 l3_proto;
+	__u8 ip_proto;
+	__u8 has_ports;
+	__u16 sport;
+	__u16 dport;
+	__u8 saddr[16];
+	__u8 daddr[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 * 1024 * 1024);
+} events SEC(".maps");
+
+// Per CPU: [0] drops reported, [1] drops the ring buffer had no room for.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *c = bpf_map_lookup_elem(&counters, &idx);
+	if (c)
+		*c += 1;
+}
+
+SEC("tp_btf/kfree_skb")
+int plumb_kfree_skb(__u64 *ctx)
+{
+	__u32 reason = (__u32)ctx[2];
+	if (reason == skip_reason_1 || reason == skip_reason_2 || reason == skip_reason_3)
+		return 0;
+	// tp_btf's arguments are typed kernel pointers: plain loads (relocated by CO-RE,
+	// checked by the verifier) instead of bpf_probe_read_kernel calls, because this
+	// runs for every packet freed on the machine.
+	struct sk_buff *skb = (struct sk_buff *)ctx[0];
+	struct net_device *dev = skb->dev;
+	__u32 inum = 0;
+	int ifindex = 0;
+	if (dev) {
+		inum = dev->nd_net.net->ns.inum;
+		ifindex = dev->ifindex;
+	} else {
+		struct sock *sk = skb->sk;
+		if (sk)
+			inum = sk->__sk_common.skc_net.net->ns.inum;
+	}
+	if (watched_netns_inum && inum != watched_netns_inum)
+		return 0;
+
+	struct drop_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(1);
+		return 0;
+	}
+	count(0);
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ktime_ns = bpf_ktime_get_ns();
+	e->location = ctx[1];
+	e->netns_inum = inum;
+	e->reason = reason;
+	e->ifindex = ifindex;
+
+	unsigned char *head = skb->head;
+	__u16 nh = skb->network_header;
+	__u16 l3 = __builtin_bswap16(skb->protocol);
+	e->l3_proto = l3;
+	unsigned char *ip = head + nh;
+	unsigned char *l4 = 0;
+	if (nh == 0xffff) {
+		// no network header set
+	} else if (l3 == ETH_P_IP) {
+		// One read of the fixed header: version/ihl at 0, frag at 6, protocol at 9,
+		// addresses at 12 and 16.
+		__u8 h[20];
+		if (!bpf_probe_read_kernel(h, sizeof(h), ip)) {
+			e->ip_proto = h[9];
+			__builtin_memcpy(e->saddr, h + 12, 4);
+			__builtin_memcpy(e->daddr, h + 16, 4);
+			// Ports only in the first fragment (offset 0).
+			__u16 frag = ((__u16)(h[6] & 0x1f) << 8) | h[7];
+			if ((h[0] >> 4) == 4 && frag == 0)
+				l4 = ip + (h[0] & 0xf) * 4;
+		}
+	} else if (l3 == ETH_P_IPV6) {
+		bpf_probe_read_kernel(&e->ip_proto, 1, ip + 6);
+		bpf_probe_read_kernel(e->saddr, 16, ip + 8);
+		bpf_probe_read_kernel(e->daddr, 16, ip + 24);
+		// Extension headers are not walked: ports only right after the fixed header.
+		l4 = ip + 40;
+	}
+	if (l4) {
+		__u8 p = e->ip_proto;
+		if (p == IPPROTO_TCP || p == IPPROTO_UDP || p == IPPROTO_SCTP) {
+			if (!bpf_probe_read_kernel(&e->sport, 4, l4))
+				e->has_ports = 1;
+		} else if (p == IPPROTO_ICMP || p == IPPROTO_ICMPV6) {
+			// type and code in sport's two bytes
+			if (!bpf_probe_read_kernel(&e->sport, 2, l4))
+				e->has_ports = 2;
+		}
+	}
+	__u64 flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes
+			      ? BPF_RB_FORCE_WAKEUP
+			      : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
+	return 0;
+}
+
+// The licence the kernel checks: this file's (see the top).
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,181 @@
+//! Kubernetes names for addresses, from kube-proxy's rules (`plumb_kubeproxy`'s
+//! recovered service map): a ClusterIP, external or load-balancer IP and port names
+//! its Service; an endpoint's `ip:port` names the Service it serves (the destination
+//! of a connection after DNAT). Pure: a ruleset in, lookups out.
+
+use plumb_kubeproxy::recover::recover;
+use plumb_ruleset::Ruleset;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+
+/// A Service, as Hubble names one (`destination_service`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct ServiceName {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl std::fmt::Display for ServiceName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+impl ServiceName {
+    /// `namespace/name` (a `:port` suffix is ignored); None without a `/`.
+    pub fn parse(s: &str) -> Option<ServiceName> {
+        let (ns, rest) = s.split_once('/')?;
+        let name = rest.split_once(':').map_or(rest, |(n, _)| n);
+        (!ns.is_empty() && !name.is_empty()).then(|| ServiceName {
+            namespace: ns.to_string(),
+            name: name.to_string(),
+        })
+    }
+}
+
+/// What kube-proxy's rules say about addresses.
+#[derive(Clone, Debug, Default)]
+pub struct ServiceNames {
+    /// (frontend ip, port, protocol number) -> Service.
+    frontends: HashMap<(IpAddr, u16, u8), ServiceName>,
+    /// endpoint ip:port -> Services it serves.
+    endpoints: HashMap<SocketAddr, Vec<ServiceName>>,
+    /// endpoint ip -> the namespace of the Services it serves, None when they differ.
+    namespaces: HashMap<IpAddr, Option<String>>,
+}
+
+fn protocol_number(p: Option<&str>) -> u8 {
+    match p.map(str::to_ascii_lowercase).as_deref() {
+        Some("udp") => 17,
+        Some("sctp") => 132,
+        _ => 6,
+    }
+}
+
+impl ServiceNames {
+    /// The names in `rs` (empty when it holds no kube-proxy rules).
+    pub fn from_ruleset(rs: &Ruleset) -> ServiceNames {
+        let mut n = ServiceNames::default();
+        for map in recover(rs) {
+            for s in &map.services {
+                let Some(name) = s.name.as_deref().and_then(ServiceName::parse) else {
+                    continue;
+                };
+                let proto = protocol_number(s.protocol.as_deref());
+                if let Some(port) = s.port {
+                    for ip in s
+                        .cluster_ip
+                        .iter()
+                        .chain(&s.external_ips)
+                        .chain(&s.load_balancer_ips)
+                    {
+                        n.frontends.insert((*ip, port, proto), name.clone());
+                    }
+                }
+                for e in &s.endpoints {
+                    if let Some(a) = e
+                        .address
+                        .as_deref()
+                        .and_then(|a| a.parse::<SocketAddr>().ok())
+                    {
+                        n.namespaces
+                            .entry(a.ip())
+                            .and_modify(|ns| {
+                                if ns.as_deref() != Some(name.namespace.as_str()) {
+                                    *ns = None;
+                                }
+                            })
+                            .or_insert_with(|| Some(name.namespace.clone()));
+                        let v = n.endpoints.entry(a).or_default();
+                        if !v.contains(&name) {
+                            v.push(name.clone());
+                        }
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    /// The Service whose frontend (ClusterIP, external or load-balancer IP) is
+    /// `ip:port` over `protocol`.
+    pub fn frontend(&self, ip: IpAddr, port: u16, protocol: u8) -> Option<&ServiceName> {
+        self.frontends.get(&(ip, port, protocol))
+    }
+
+    /// The Service an endpoint `ip:port` serves, when exactly one Service lists it.
+    pub fn endpoint(&self, ip: IpAddr, port: u16) -> Option<&ServiceName> {
+        match self.endpoints.get(&SocketAddr::new(ip, port))?.as_slice() {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+
+    /// The Service a packet to `ip:port` goes to: a frontend, or an endpoint (after DNAT).
+    pub fn destination(&self, ip: IpAddr, port: u16, protocol: u8) -> Option<&ServiceName> {
+        self.frontend(ip, port, protocol)
+            .or_else(|| self.endpoint(ip, port))
+    }
+
+    /// The namespace of the pod at `ip`: the namespace of the Services whose endpoint it
+    /// is, when they agree (a pod lives in its Services' namespace).
+    pub fn pod_namespace(&self, ip: IpAddr) -> Option<&str> {
+        self.namespaces.get(&ip)?.as_deref()
+    }
+
+    /// Frontends known.
+    pub fn len(&self) -> usize {
+        self.frontends.len()
+    }
+
+    /// No Service is known.
+    pub fn is_empty(&self) -> bool {
+        self.frontends.is_empty() && self.endpoints.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KUBE: &str = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]\n:KUBE-SEP-XN2HDGFZPFJ4BYAP - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n-A KUBE-SERVICES -d 10.43.0.1/32 -p tcp -m comment --comment \"default/kubernetes:https cluster IP\" -m tcp --dport 443 -j KUBE-SVC-NPX46M4PTMTKRN6Y\n-A KUBE-SVC-NPX46M4PTMTKRN6Y -m comment --comment \"default/kubernetes:https -> 192.168.1.10:6443\" -j KUBE-SEP-XN2HDGFZPFJ4BYAP\n-A KUBE-SEP-XN2HDGFZPFJ4BYAP -s 192.168.1.10/32 -m comment --comment \"default/kubernetes:https\" -j KUBE-MARK-MASQ\n-A KUBE-SEP-XN2HDGFZPFJ4BYAP -p tcp -m comment --comment \"default/kubernetes:https\" -m tcp -j DNAT --to-destination 192.168.1.10:6443\nCOMMIT\n";
+
+    #[test]
+    fn a_cluster_ip_and_its_endpoint_name_the_kubernetes_service() {
+        let rs = plumb_ruleset::iptables::save::parse(
+            KUBE,
+            &plumb_ruleset::iptables::save::IptablesInput::default(),
+        );
+        let n = ServiceNames::from_ruleset(&rs);
+        let want = ServiceName {
+            namespace: "default".into(),
+            name: "kubernetes".into(),
+        };
+        assert_eq!(
+            n.frontend("10.43.0.1".parse().unwrap(), 443, 6),
+            Some(&want)
+        );
+        assert_eq!(n.frontend("10.43.0.1".parse().unwrap(), 443, 17), None);
+        assert_eq!(
+            n.destination("192.168.1.10".parse().unwrap(), 6443, 6),
+            Some(&want)
+        );
+        assert_eq!(
+            n.destination("192.168.1.11".parse().unwrap(), 6443, 6),
+            None
+        );
+    }
+
+    #[test]
+    fn service_names_parse_with_or_without_a_port() {
+        assert_eq!(
+            ServiceName::parse("kube-system/kube-dns:dns").map(|s| s.to_string()),
+            Some("kube-system/kube-dns".into())
+        );
+        assert_eq!(ServiceName::parse("nope"), None);
+        assert_eq!(ServiceName::parse("/x"), None);
+    }
+}
