@@ -152,3 +152,78 @@ fn config_options(text: &str) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// Deadline of each `cilium-dbg` command: the agent answers from memory in
+/// milliseconds; a hung agent must not hold doctor up.
+pub const AGENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Cilium's state on a live node: the LB maps pinned below `root`, and — when `root`
+/// is this machine's (`/`) and the `cilium-dbg` CLI is on PATH — the agent's own
+/// status and service list (`-o json`, each within [`AGENT_TIMEOUT`]). The maps are
+/// what the datapath uses, so they give the frontends when readable; the agent's list
+/// serves when they are not. Unknown when neither shows Cilium.
+pub fn live_facts(
+    root: &Path,
+    runner: &dyn plumb_os::runner::Runner,
+) -> plumb_facts::Fact<plumb_facts::CiliumFacts> {
+    let mut facts = plumb_facts::CiliumFacts::default();
+    let mut found = false;
+    if let Some(lb) = read_lb_maps(root) {
+        found = true;
+        facts.lb_source = Some(lb.globals.display().to_string());
+        facts.lb_mode = Some("cilium-bpf".into());
+        facts.frontends = Some(lb.frontends);
+        facts.problems.extend(lb.problems);
+    }
+    if root == Path::new("/") {
+        let mut agent = |args: &[&str]| -> Option<String> {
+            let out = runner.run("cilium-dbg", args, None, AGENT_TIMEOUT);
+            let what = format!("cilium-dbg {}", args.join(" "));
+            match out {
+                Ok(o) if o.success() => Some(String::from_utf8_lossy(&o.stdout).into_owned()),
+                Ok(o) => {
+                    facts.problems.push(format!("{what}: {}", o.stderr.trim()));
+                    None
+                }
+                // Not installed: not a problem, nothing to say.
+                Err(plumb_os::runner::RunError::NotFound { .. }) => None,
+                Err(e) => {
+                    facts.problems.push(format!("{what}: {e}"));
+                    None
+                }
+            }
+        };
+        if let Some(text) = agent(&["status", "-o", "json"]) {
+            found = true;
+            facts.kube_proxy_replacement = plumb_cilium::agent::kube_proxy_replacement(&text);
+            facts.status_source = Some("cilium-dbg status -o json".into());
+        }
+        if facts.frontends.is_none()
+            && let Some(text) = agent(&["service", "list", "-o", "json"])
+        {
+            found = true;
+            let (frontends, errors) = plumb_cilium::agent::service_list(&text);
+            facts.lb_source = Some("cilium-dbg service list -o json".into());
+            facts.lb_mode = Some("cilium-dbg-service-list".into());
+            facts.frontends = Some(frontends);
+            facts.problems.extend(
+                errors
+                    .into_iter()
+                    .map(|e| format!("cilium-dbg service list: {e}")),
+            );
+        }
+    }
+    if !found {
+        return plumb_facts::Fact::unknown(format!(
+            "no Cilium here: no cilium_lb4_services_v2 under {} ({}), no cilium-dbg on PATH",
+            root.display(),
+            GLOBALS_DIRS.join(", ")
+        ));
+    }
+    let source = facts
+        .lb_source
+        .clone()
+        .or_else(|| facts.status_source.clone())
+        .unwrap_or_default();
+    plumb_facts::Fact::known(facts, source)
+}

@@ -161,6 +161,12 @@ pub fn join_cgroup(cmd: &mut Command, cgroup: &Path) {
     }
 }
 
+/// Moves this process into `cgroup` (`plumb doctor --lab`: its probes are then served
+/// by the lab's socket load balancer, as the node's processes are).
+pub fn join_self(cgroup: &Path) -> std::io::Result<()> {
+    std::fs::write(cgroup.join("cgroup.procs"), std::process::id().to_string())
+}
+
 /// Sets up the node's Cilium state: the bpffs at `ROOT/sys/fs/bpf`, the maps filled
 /// for [`services`], the lab cgroup `cgroup` and the socket load balancer attached to it.
 /// The `pods` pod namespaces get a route to the API endpoint's network through the

@@ -663,6 +663,11 @@ impl Lab {
         state.namespaces = topology::create(&TopologySpec {
             pods: plan.pods,
             node_ip_forward: plan.ip_forward,
+            pod_devices: if plan.cilium.is_some() {
+                topology::PodDevices::CILIUM
+            } else {
+                topology::PodDevices::CANAL
+            },
         })?;
         state
             .save()

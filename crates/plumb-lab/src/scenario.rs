@@ -96,8 +96,10 @@ impl Scenario {
             Self::CalicoBpfCleanup => Some("cni-kube-proxy-conflict"),
             Self::HostReject => Some("host-firewall-reject"),
             Self::IptablesIncompatible => Some("iptables-userspace-incompatible"),
-            // Services work on both; the leftovers are problems without a symptom.
-            Self::CiliumKpr | Self::CiliumLeftovers => None,
+            // Services work on both.
+            Self::CiliumKpr => None,
+            // Canal's configuration sorts ahead of Cilium's: new pods get Canal.
+            Self::CiliumLeftovers => Some("old-cni-config"),
         }
     }
 

@@ -18,32 +18,61 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
     match c {
         CiliumCommand::Preflight {
             root,
+            lab,
             cilium_version,
             netns,
             output,
-        } => preflight(
-            &root,
-            netns,
-            cilium_version.as_deref(),
-            output.json(),
-            style,
-        ),
-        CiliumCommand::Services { node, output } => services(&node, output.json()),
+        } => {
+            let (root, netns) = if lab {
+                let (r, n) = lab_node()?;
+                (r, Some(n))
+            } else {
+                (root, netns)
+            };
+            preflight(
+                &root,
+                netns,
+                cilium_version.as_deref(),
+                output.json(),
+                style,
+            )
+        }
+        CiliumCommand::Services { mut node, output } => {
+            if node.lab {
+                node.root = lab_node()?.0;
+            }
+            services(&node, output.json())
+        }
         CiliumCommand::Verify {
-            node,
+            mut node,
             ruleset,
-            netns,
+            mut netns,
             before,
             output,
-        } => verify_node(
-            &node,
-            ruleset,
-            netns,
-            before.as_deref(),
-            output.json(),
-            style,
-        ),
+        } => {
+            if node.lab {
+                let (root, ns) = lab_node()?;
+                node.root = root;
+                netns = Some(ns);
+            }
+            verify_node(
+                &node,
+                ruleset,
+                netns,
+                before.as_deref(),
+                output.json(),
+                style,
+            )
+        }
     }
+}
+
+/// The running lab's root and node namespace (`--lab`).
+fn lab_node() -> anyhow::Result<(std::path::PathBuf, String)> {
+    let state = plumb_lab::state::LabState::load()
+        .context("reading the lab state")?
+        .context("no lab is running (start one with `plumb lab up SCENARIO`)")?;
+    Ok((state.root, plumb_lab::state::NODE_NETNS.to_string()))
 }
 
 /// What the generated configuration reads about the node: its distribution, the API
@@ -221,9 +250,16 @@ fn services(node: &CiliumNodeFlags, json: bool) -> anyhow::Result<Verdict> {
 
 /// The Cilium frontends of this machine's pinned maps, when it has any: what `plumb
 /// services` shows on a kube-proxy-free node.
-pub(super) fn live_maps() -> Option<LbRead> {
+/// BPF maps are global, not per namespace; the lab pins its own on a bpffs below its
+/// root, and its node namespace (`--netns plumb-node`) reads those.
+pub(super) fn live_maps(netns: Option<&str>) -> Option<LbRead> {
+    let root = netns
+        .filter(|n| *n == plumb_lab::state::NODE_NETNS)
+        .and_then(|_| plumb_lab::state::LabState::load().ok().flatten())
+        .map_or_else(|| std::path::PathBuf::from("/"), |s| s.root);
     read_lb(&CiliumNodeFlags {
-        root: std::path::PathBuf::from("/"),
+        root,
+        lab: false,
         lb_list: None,
     })
     .ok()
