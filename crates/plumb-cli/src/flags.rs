@@ -379,6 +379,11 @@ pub struct CiliumNodeFlags {
     /// its node namespace.
     #[arg(long, conflicts_with_all = ["root", "lb_list"])]
     pub lab: bool,
+    /// A support bundle instead of a live node: a Cilium sysdump (`cilium-sysdump-*.zip`
+    /// or its directory; its agent bugtool's outputs), or any bundle `doctor --bundle`
+    /// reads.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["root", "lab", "lb_list"])]
+    pub bundle: Option<PathBuf>,
     /// Read the Services from a saved `cilium-dbg bpf lb list` or `cilium-dbg service
     /// list` output instead of the maps.
     #[arg(long, value_name = "FILE")]

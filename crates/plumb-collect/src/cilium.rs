@@ -193,7 +193,8 @@ pub fn live_facts(
                 }
             }
         };
-        if let Some(text) = agent(&["status", "-o", "json"]) {
+        let status = agent(&["status", "-o", "json"]);
+        if let Some(text) = status {
             found = true;
             facts.kube_proxy_replacement = plumb_cilium::agent::kube_proxy_replacement(&text);
             facts.status_source = Some("cilium-dbg status -o json".into());
@@ -213,6 +214,9 @@ pub fn live_facts(
             );
         }
     }
+    // A cilium-dbg that is there but fails (a hung or stopped agent) says Cilium runs
+    // here too; its errors are the facts' problems.
+    found |= !facts.problems.is_empty();
     if !found {
         return plumb_facts::Fact::unknown(format!(
             "no Cilium here: no cilium_lb4_services_v2 under {} ({}), no cilium-dbg on PATH",
@@ -224,6 +228,81 @@ pub fn live_facts(
         .lb_source
         .clone()
         .or_else(|| facts.status_source.clone())
-        .unwrap_or_default();
+        .unwrap_or_else(|| "cilium-dbg".into());
     plumb_facts::Fact::known(facts, source)
+}
+
+/// Cilium's state from a sysdump's agent bugtool: `read(files)` gives the first of
+/// those command outputs the archive holds, with its name. The BPF listing (`cilium-dbg
+/// bpf lb list`, the maps as the datapath holds them) is preferred over the agent's
+/// service list (JSON, then text); older bugtools name the commands `cilium ...`.
+pub fn sysdump_facts(
+    read: impl Fn(&[&str]) -> Option<(String, String)>,
+) -> plumb_facts::Fact<plumb_facts::CiliumFacts> {
+    let mut facts = plumb_facts::CiliumFacts::default();
+    if let Some((source, text)) = read(&[
+        "cilium-dbg-status---verbose.md",
+        "cilium-status---verbose.md",
+        "cilium-dbg-status.md",
+        "cilium-status.md",
+    ]) {
+        facts.kube_proxy_replacement = plumb_cilium::agent::kube_proxy_replacement(&text);
+        facts.status_source = Some(source);
+    }
+    let listing =
+        |files: &[&str],
+         mode: &str,
+         parse: &dyn Fn(&str) -> (Vec<plumb_cilium::Frontend>, Vec<String>)| {
+            read(files).map(|(source, text)| {
+                let (frontends, errors) = parse(&text);
+                (source, mode.to_string(), frontends, errors)
+            })
+        };
+    let rows = |r: Vec<plumb_cilium::lb_list::RowError>| r.iter().map(|e| e.to_string()).collect();
+    let found = listing(
+        &["cilium-dbg-bpf-lb-list.md", "cilium-bpf-lb-list.md"],
+        "cilium-bpf-lb-list",
+        &|t| {
+            let (f, e) = plumb_cilium::lb_list::parse(t);
+            (f, rows(e))
+        },
+    )
+    .or_else(|| {
+        listing(
+            &[
+                "cilium-dbg-service-list--o-json.md",
+                "cilium-service-list--o-json.md",
+            ],
+            "cilium-dbg-service-list",
+            &plumb_cilium::agent::service_list,
+        )
+    })
+    .or_else(|| {
+        listing(
+            &["cilium-dbg-service-list.md", "cilium-service-list.md"],
+            "cilium-service-list",
+            &|t| {
+                let (f, e) = plumb_cilium::service_list::parse(t);
+                (f, rows(e))
+            },
+        )
+    });
+    if let Some((source, mode, frontends, errors)) = found {
+        facts
+            .problems
+            .extend(errors.into_iter().map(|e| format!("{source}: {e}")));
+        facts.lb_source = Some(source);
+        facts.lb_mode = Some(mode);
+        facts.frontends = Some(frontends);
+    }
+    match facts
+        .lb_source
+        .clone()
+        .or_else(|| facts.status_source.clone())
+    {
+        Some(source) => plumb_facts::Fact::known(facts, source),
+        None => plumb_facts::Fact::unknown(
+            "the sysdump's bugtool holds neither cilium-dbg status nor a service listing",
+        ),
+    }
 }

@@ -30,6 +30,9 @@ pub enum SourceKind {
     RancherCollector,
     /// `plumb collect` output.
     PlumbBundle,
+    /// A Cilium sysdump (`cilium sysdump`): the cluster's Cilium objects and, per agent,
+    /// a bugtool archive with the node's command outputs.
+    CiliumSysdump,
 }
 
 /// What the facts were read from: the kind of source and a description for reports.

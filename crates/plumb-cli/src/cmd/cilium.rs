@@ -37,6 +37,21 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
                 style,
             )
         }
+        CiliumCommand::Services { node, output } if node.bundle.is_some() => {
+            let facts = bundle_facts(node.bundle.as_deref().expect("checked"))?;
+            let lb = lb_of(&facts).with_context(|| {
+                format!(
+                    "no Cilium service listing in {}",
+                    node.bundle.as_deref().expect("checked").display()
+                )
+            })?;
+            show(&lb, output.json())
+        }
+        CiliumCommand::Verify { node, output, .. } if node.bundle.is_some() => verify_bundle(
+            node.bundle.as_deref().expect("checked"),
+            output.json(),
+            style,
+        ),
         CiliumCommand::Services { mut node, output } => {
             if node.lab {
                 node.root = lab_node()?.0;
@@ -65,6 +80,100 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
             )
         }
     }
+}
+
+/// The facts of a bundle (a Cilium sysdump, or any bundle doctor reads).
+fn bundle_facts(path: &Path) -> anyhow::Result<plumb_facts::Facts> {
+    let b = plumb_collect::node::open_bundle(path).map_err(anyhow::Error::msg)?;
+    Ok(plumb_collect::facts::gather(
+        &b as &dyn plumb_collect::node::NodeSource,
+        &Default::default(),
+    ))
+}
+
+/// Cilium's frontends as the facts hold them.
+fn lb_of(facts: &plumb_facts::Facts) -> Option<LbRead> {
+    let c = facts.cilium.value()?;
+    Some(LbRead {
+        mode: match c.lb_mode.as_deref() {
+            Some("cilium-bpf") => "cilium-bpf",
+            Some("cilium-bpf-lb-list") => "cilium-bpf-lb-list",
+            Some("cilium-dbg-service-list") => "cilium-dbg-service-list",
+            _ => "cilium-service-list",
+        },
+        source: c.lb_source.clone()?,
+        backend_layout: None,
+        frontends: c.frontends.clone()?,
+        problems: c.problems.clone(),
+    })
+}
+
+/// `plumb cilium verify --bundle`: the same checks over what the bundle holds (its
+/// rules, its CNI directory, its Cilium listing); no interfaces (a bundle is not live).
+fn verify_bundle(path: &Path, json: bool, style: plumb_findings::Style) -> anyhow::Result<Verdict> {
+    let facts = bundle_facts(path)?;
+    let lb = lb_of(&facts);
+    let manifests: Vec<String> = facts
+        .kube_proxy_probes
+        .source()
+        .map(str::to_string)
+        .into_iter()
+        .collect();
+    let result = verify(&MigratedNode {
+        ruleset: facts.ruleset.value(),
+        cni_files: facts.cni_conf_files.value().cloned(),
+        kube_proxy_manifests: manifests,
+        interfaces: None,
+        lb: lb
+            .as_ref()
+            .map(|l| (l.frontends.as_slice(), l.source.clone())),
+        before: None,
+    });
+    let rules = facts
+        .ruleset
+        .source()
+        .unwrap_or("(no rules read)")
+        .to_string();
+    let kpr = facts
+        .cilium
+        .value()
+        .and_then(|c| c.kube_proxy_replacement.clone());
+    if json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            verdict: Migration,
+            rules: &'a str,
+            /// The agent's KubeProxyReplacement setting, when its status was read.
+            kube_proxy_replacement: Option<&'a str>,
+            lb: Option<&'a LbRead>,
+            findings: &'a [plumb_findings::Finding],
+        }
+        output::json(&Out {
+            verdict: result.verdict,
+            rules: &rules,
+            kube_proxy_replacement: kpr.as_deref(),
+            lb: lb.as_ref(),
+            findings: &result.findings,
+        })?;
+    } else {
+        report(
+            &format!(
+                "plumb cilium verify: {} (rules: {rules}; KubeProxyReplacement: {})",
+                path.display(),
+                kpr.as_deref().unwrap_or("not in the bundle")
+            ),
+            &result.findings,
+            style,
+            match result.verdict {
+                Migration::Migrated => "migrated",
+                Migration::Incomplete => "incomplete",
+            },
+        )?;
+    }
+    Ok(match result.verdict {
+        Migration::Migrated => Verdict::Clean,
+        Migration::Incomplete => Verdict::Problems,
+    })
 }
 
 /// The running lab's root and node namespace (`--lab`).
@@ -260,6 +369,7 @@ pub(super) fn live_maps(netns: Option<&str>) -> Option<LbRead> {
     read_lb(&CiliumNodeFlags {
         root,
         lab: false,
+        bundle: None,
         lb_list: None,
     })
     .ok()

@@ -144,6 +144,9 @@ fn dataplane(
         )
         .explain(match &facts.cilium {
             plumb_facts::Fact::Unknown { reason } => reason.clone(),
+            plumb_facts::Fact::Known { value, .. } if !value.problems.is_empty() => {
+                format!("Reading it failed: {}", value.problems.join("; "))
+            }
             plumb_facts::Fact::Known { .. } => {
                 "no LB maps, agent service list or sysdump listing was readable".into()
             }
