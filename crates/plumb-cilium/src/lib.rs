@@ -10,6 +10,8 @@
 //! slot naming a missing backend, a frontend with no backends).
 //!
 //! - [`agent`]: what the agent says itself (`cilium-dbg status`, `service list -o json`).
+//! - [`conflicts`]: what on the node a move runs into (tunnel ports, CIDR overlaps,
+//!   hostPort users, NetworkPolicies in use).
 //! - [`config`]: the RKE2 and Helm configuration derived from the node's own facts.
 //! - [`layout`]: the maps' key and value layouts per Cilium version, decoded from and
 //!   encoded to bytes (the encoder serves tests and the lab, which fills real maps).
@@ -32,6 +34,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod conflicts;
 pub mod layout;
 pub mod lb_list;
 pub mod lbmap;

@@ -354,8 +354,8 @@ pub fn write_leftovers(root: &Path, iptables: &str) -> Result<(), LabError> {
         "netns",
         &pod,
     ])?;
-    // flannel.1 is a VXLAN device; a kernel without the vxlan module gets a dummy of
-    // the same name (what verify looks at is the name).
+    // flannel.1 is a VXLAN device; a kernel without the vxlan module gets a veth of
+    // the same name (what verify looks at is the name), its peer in pod namespace 0.
     if topology::ip(&[
         "-n",
         node,
@@ -372,7 +372,20 @@ pub fn write_leftovers(root: &Path, iptables: &str) -> Result<(), LabError> {
     ])
     .is_err()
     {
-        topology::ip(&["-n", node, "link", "add", "flannel.1", "type", "dummy"])?;
+        topology::ip(&[
+            "-n",
+            node,
+            "link",
+            "add",
+            "flannel.1",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth2",
+            "netns",
+            &pod,
+        ])?;
     }
     // Added to what kubelet wrote (`--noflush`): kubelet's chains stay as they are.
     let payload =

@@ -225,12 +225,131 @@ const CONFLICT_IDS: &[&str] = &[
     "iptables-backend-mix",
 ];
 
-fn conflicts(facts: &plumb_facts::Facts) -> Vec<plumb_findings::Finding> {
-    plumb_doctor::diagnose(facts)
+/// Doctor's conflicts (problems only), then the move's own: Cilium's tunnel ports
+/// traced through the host firewall's INPUT, CIDR overlaps with the node's addresses and
+/// routes, hostPort users, NetworkPolicies in use (problems and unknowns: what could not
+/// be judged is said).
+fn conflicts(facts: &plumb_facts::Facts, netns: Option<&str>) -> Vec<plumb_findings::Finding> {
+    use plumb_cilium::conflicts as c;
+    let mut out: Vec<plumb_findings::Finding> = plumb_doctor::diagnose(facts)
         .findings
         .into_iter()
         .filter(|f| f.is_problem() && CONFLICT_IDS.contains(&f.id.as_str()))
-        .collect()
+        .collect();
+    let ruleset = facts.ruleset.value();
+    let tunnel: Vec<(u16, c::PortState)> = match ruleset {
+        Some(rs) => {
+            let input = plumb_check::CheckInput::new(
+                rs,
+                plumb_check::Origin::Live {
+                    netns: netns.map(str::to_string),
+                },
+                false,
+            );
+            c::TUNNEL_PORTS
+                .iter()
+                .map(|(port, _)| {
+                    use plumb_check::checks::shadow::{Inbound, inbound};
+                    let state = match inbound(&input, plumb_trace::Proto::Udp, *port) {
+                        Inbound::Open => c::PortState::Open,
+                        Inbound::Blocked { rule, evidence } => {
+                            c::PortState::Blocked { rule, evidence }
+                        }
+                        Inbound::Maybe {
+                            rule,
+                            why,
+                            evidence,
+                        } => c::PortState::Maybe {
+                            rule,
+                            why,
+                            evidence,
+                        },
+                        Inbound::Unknown(why) => c::PortState::Unknown(why),
+                    };
+                    (*port, state)
+                })
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    let net = plumb_facts::cluster::network(facts);
+    let cidr = |d: &plumb_facts::cluster::Decided| (d.value.clone(), d.source.clone());
+    let (pod, service) = (cidr(&net.cluster_cidr), cidr(&net.service_cidr));
+    let addresses = node_addresses(netns);
+    let routes = node_routes(netns);
+    let found = [
+        c::tunnel_ports(&tunnel),
+        c::cidr_overlaps(
+            Some((&pod.0, &pod.1)),
+            Some((&service.0, &service.1)),
+            addresses.as_deref().map_err(String::as_str),
+            routes.as_deref().map_err(String::as_str),
+        ),
+        c::hostport_users(ruleset),
+        c::network_policies(ruleset, None),
+    ];
+    out.extend(
+        found
+            .into_iter()
+            .filter(|f| f.status != plumb_findings::Status::Ok),
+    );
+    out
+}
+
+/// `ip -o ARGS` in `netns`, its lines.
+fn ip_lines(netns: Option<&str>, args: &[&str]) -> Result<Vec<String>, String> {
+    use plumb_os::runner::Runner;
+    let out = plumb_os::runner::SystemRunner
+        .run("ip", args, netns, std::time::Duration::from_secs(5))
+        .map_err(|e| e.to_string())?;
+    if !out.success() {
+        return Err(format!("ip {}: {}", args.join(" "), out.stderr.trim()));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+/// IPv4 addresses (`ip -o -4 addr show`: `2: eth0    inet 192.168.1.10/24 brd ...`).
+fn node_addresses(
+    netns: Option<&str>,
+) -> Result<Vec<plumb_cilium::conflicts::NodeAddress>, String> {
+    Ok(ip_lines(netns, &["-o", "-4", "addr", "show"])?
+        .iter()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let i = w.iter().position(|x| *x == "inet")?;
+            Some(plumb_cilium::conflicts::NodeAddress {
+                cidr: w.get(i + 1)?.to_string(),
+                dev: w.get(1)?.trim_end_matches(':').to_string(),
+            })
+        })
+        .collect())
+}
+
+/// IPv4 routes of the main table but the default (`ip -o -4 route show`).
+fn node_routes(netns: Option<&str>) -> Result<Vec<plumb_cilium::conflicts::NodeRoute>, String> {
+    Ok(ip_lines(netns, &["-o", "-4", "route", "show"])?
+        .iter()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let dst = *w.first()?;
+            if dst == "default" || matches!(dst, "blackhole" | "unreachable" | "prohibit") {
+                return None;
+            }
+            let dev = w
+                .iter()
+                .position(|x| *x == "dev")
+                .and_then(|i| w.get(i + 1))
+                .map(|d| d.to_string());
+            Some(plumb_cilium::conflicts::NodeRoute {
+                dst: dst.to_string(),
+                dev,
+                text: l.trim().to_string(),
+            })
+        })
+        .collect())
 }
 
 fn preflight(
@@ -248,9 +367,9 @@ fn preflight(
     };
     let kernel = plumb_collect::cilium::read_kernel(root);
     let result = plumb_cilium::preflight::preflight(&kernel, release);
-    let (network, facts) = node_network(root, netns);
+    let (network, facts) = node_network(root, netns.clone());
     let config = plumb_cilium::config::generate(release, &network);
-    let conflicts = conflicts(&facts);
+    let conflicts = conflicts(&facts, netns.as_deref());
     if json {
         #[derive(Serialize)]
         struct Out<'a> {
