@@ -232,6 +232,9 @@ pub fn live_facts(
     plumb_facts::Fact::known(facts, source)
 }
 
+/// A listing's reader: the frontends and the rows it could not read.
+type ListingParser<'a> = dyn Fn(&str) -> (Vec<plumb_cilium::Frontend>, Vec<String>) + 'a;
+
 /// Cilium's state from a sysdump's agent bugtool: `read(files)` gives the first of
 /// those command outputs the archive holds, with its name. The BPF listing (`cilium-dbg
 /// bpf lb list`, the maps as the datapath holds them) is preferred over the agent's
@@ -249,15 +252,12 @@ pub fn sysdump_facts(
         facts.kube_proxy_replacement = plumb_cilium::agent::kube_proxy_replacement(&text);
         facts.status_source = Some(source);
     }
-    let listing =
-        |files: &[&str],
-         mode: &str,
-         parse: &dyn Fn(&str) -> (Vec<plumb_cilium::Frontend>, Vec<String>)| {
-            read(files).map(|(source, text)| {
-                let (frontends, errors) = parse(&text);
-                (source, mode.to_string(), frontends, errors)
-            })
-        };
+    let listing = |files: &[&str], mode: &str, parse: &ListingParser<'_>| {
+        read(files).map(|(source, text)| {
+            let (frontends, errors) = parse(&text);
+            (source, mode.to_string(), frontends, errors)
+        })
+    };
     let rows = |r: Vec<plumb_cilium::lb_list::RowError>| r.iter().map(|e| e.to_string()).collect();
     let found = listing(
         &["cilium-dbg-bpf-lb-list.md", "cilium-bpf-lb-list.md"],
