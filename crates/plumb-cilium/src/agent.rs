@@ -9,6 +9,10 @@
 //!   "protocol", "scope"}, "backend-addresses": [{"ip", "port", "protocol", "state"}],
 //!   "flags": {"type": "ClusterIP", "name", "namespace"}}, "status": ...}]` (`Service`).
 //!
+//! - endpoint list: the text table (`ENDPOINT ... STATUS`, one row per endpoint, labels
+//!   continuing on indented lines) or `-o json` (`[{"id", "status": {"state",
+//!   "external-identifiers": {"k8s-namespace", "k8s-pod-name"}}}]`).
+//!
 //! Unknown fields are ignored; an entry that lacks what a frontend needs is reported,
 //! never guessed, and the others are kept.
 
@@ -158,6 +162,94 @@ pub fn service_list(json: &str) -> (Vec<Frontend>, Vec<String>) {
     (out, errors)
 }
 
+/// One endpoint of the agent (a pod, the host, the health endpoint).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Endpoint {
+    /// The endpoint id.
+    pub id: u64,
+    /// Its state (`ready`, `not-ready`, `waiting-for-identity`, `regenerating`, ...).
+    pub state: String,
+    /// What it is: the pod (`namespace/name`), or its first label (`reserved:host`).
+    pub what: String,
+}
+
+impl Endpoint {
+    /// States an endpoint is stuck in rather than passing through: it does not get
+    /// traffic or policy as it should (`regenerating`, `waiting-to-regenerate`,
+    /// `restoring` and `disconnecting` are transient and not counted).
+    pub fn stuck(&self) -> bool {
+        matches!(
+            self.state.as_str(),
+            "not-ready" | "waiting-for-identity" | "invalid" | "disconnected"
+        )
+    }
+}
+
+/// `cilium-dbg endpoint list`, text or `-o json`, into endpoints (rows it cannot read
+/// are skipped: the table has no other row kinds than its header and label lines).
+pub fn endpoint_list(output: &str) -> Vec<Endpoint> {
+    let trimmed = output.trim_start();
+    if trimmed.starts_with('[') {
+        #[derive(Deserialize)]
+        struct Ep {
+            id: Option<u64>,
+            status: Option<EpStatus>,
+        }
+        #[derive(Deserialize)]
+        struct EpStatus {
+            state: Option<String>,
+            #[serde(rename = "external-identifiers")]
+            external: Option<External>,
+        }
+        #[derive(Deserialize)]
+        struct External {
+            #[serde(rename = "k8s-namespace")]
+            namespace: Option<String>,
+            #[serde(rename = "k8s-pod-name")]
+            pod: Option<String>,
+        }
+        let eps: Vec<Ep> = serde_json::from_str(trimmed).unwrap_or_default();
+        return eps
+            .into_iter()
+            .filter_map(|e| {
+                let status = e.status?;
+                let what = status
+                    .external
+                    .and_then(|x| Some(format!("{}/{}", x.namespace?, x.pod?)))
+                    .unwrap_or_default();
+                Some(Endpoint {
+                    id: e.id?,
+                    state: status.state?,
+                    what,
+                })
+            })
+            .collect();
+    }
+    let mut out: Vec<Endpoint> = Vec::new();
+    for line in output.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some(id) = words.first().and_then(|w| w.parse::<u64>().ok()) else {
+            // A label continuation line: the pod's namespace and name are labels.
+            if let (Some(last), [label]) = (out.last_mut(), words.as_slice())
+                && let Some(ns) = label.strip_prefix("k8s:io.kubernetes.pod.namespace=")
+            {
+                last.what = format!("{ns} ({})", last.what);
+            }
+            continue;
+        };
+        let (Some(state), Some(label)) = (words.last(), words.iter().find(|w| w.contains(':')))
+        else {
+            continue;
+        };
+        out.push(Endpoint {
+            id,
+            state: state.to_string(),
+            what: label.to_string(),
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,5 +290,22 @@ mod tests {
         assert_eq!(e.len(), 1);
         assert!(e[0].contains("id 5"), "{e:?}");
         assert_eq!(service_list("[").1.len(), 1);
+    }
+
+    #[test]
+    fn endpoint_rows_with_label_continuations() {
+        let eps = endpoint_list(
+            "ENDPOINT   POLICY (ingress)   POLICY (egress)   IDENTITY   LABELS (source:key[=value])   IPv6   IPv4         STATUS\n           ENFORCEMENT        ENFORCEMENT\n232        Disabled           Disabled          16530      k8s:class=deathstar                  10.0.0.147   not-ready\n                                                           k8s:io.kubernetes.pod.namespace=default\n726        Disabled           Disabled          1          reserved:host                                     ready\n",
+        );
+        assert_eq!(eps.len(), 2);
+        assert_eq!(eps[0].id, 232);
+        assert!(eps[0].stuck());
+        assert_eq!(eps[0].what, "default (k8s:class=deathstar)");
+        assert_eq!(eps[1].state, "ready");
+        let json = endpoint_list(
+            r#"[{"id":7,"status":{"state":"waiting-for-identity","external-identifiers":{"k8s-namespace":"default","k8s-pod-name":"web-1"}}}]"#,
+        );
+        assert_eq!(json[0].what, "default/web-1");
+        assert!(json[0].stuck());
     }
 }

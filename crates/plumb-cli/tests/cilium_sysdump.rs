@@ -31,6 +31,7 @@ fn markdown(command: &str, output: &str) -> String {
 }
 
 struct Corpus {
+    endpoints: String,
     status: String,
     service_list: String,
     iptables: String,
@@ -39,7 +40,9 @@ struct Corpus {
 fn corpus() -> Option<Corpus> {
     let c = plumb_testkit::corpus_dir()?;
     let guide = plumb_testkit::read(&c.join("cilium/docs/kubeproxy-free.rst"));
+    let demo = plumb_testkit::read(&c.join("policy/cilium-docs/gsg_sw_demo.rst"));
     Some(Corpus {
+        endpoints: output_after(&demo, "exec cilium-5ngzd -- cilium-dbg endpoint list"),
         status: output_after(&guide, "cilium-dbg status | grep KubeProxyReplacement"),
         service_list: output_after(&guide, "-- cilium-dbg service list"),
         iptables: plumb_testkit::read(&c.join(
@@ -75,6 +78,11 @@ fn sysdump(scratch: &plumb_testkit::Scratch, c: &Corpus) -> (PathBuf, PathBuf) {
             "cilium-dbg-service-list.md",
             "cilium-dbg service list",
             c.service_list.as_str(),
+        ),
+        (
+            "cilium-dbg-endpoint-list.md",
+            "cilium-dbg endpoint list",
+            c.endpoints.as_str(),
         ),
         (
             "iptables-save--c.md",
@@ -165,6 +173,16 @@ fn a_sysdump_built_from_real_outputs_is_read_as_a_directory_and_as_a_zip() {
         );
         // The agent's view of /etc/cni/net.d.
         assert_eq!(finding(&report, "old-cni-config")["status"], "ok");
+        // The guide's endpoints are all ready.
+        let endpoints = finding(&report, "cilium-endpoints-not-ready");
+        assert_eq!(endpoints["status"], "ok", "{endpoints:#}");
+        assert!(
+            endpoints["title"]
+                .as_str()
+                .unwrap()
+                .starts_with("8 endpoints"),
+            "{endpoints:#}"
+        );
 
         let (code, verify) = plumb_json(&["cilium", "verify", "--bundle", &input, "--json"], None);
         assert_eq!(verify["verdict"], "incomplete", "{verify:#}");
@@ -249,11 +267,16 @@ fn doctor_reads_the_agents_json_through_cilium_dbg_on_a_live_node() {
     let scratch = plumb_testkit::Scratch::new("cilium-dbg");
     scratch.write("status.json", r#"{"cilium":{"state":"Ok","msg":"1.19.1"},"kube-proxy-replacement":{"mode":"True","devices":[{"name":"eth0","ips":["192.168.178.29"]}]}}"#);
     scratch.write("services.json", &service_list_json(&c.service_list));
+    scratch.write(
+        "endpoints.json",
+        r#"[{"id":232,"status":{"state":"ready","external-identifiers":{"k8s-namespace":"default","k8s-pod-name":"deathstar-1"}}},
+           {"id":1673,"status":{"state":"waiting-for-identity","external-identifiers":{"k8s-namespace":"default","k8s-pod-name":"tiefighter"}}}]"#,
+    );
     let dir = scratch.path().display();
     let path = fake_cilium_dbg(
         &scratch,
         &format!(
-            "case \"$1 $2\" in\n  'status -o') cat {dir}/status.json ;;\n  'service list') cat {dir}/services.json ;;\n  *) echo \"unexpected: $*\" >&2; exit 2 ;;\nesac\n"
+            "case \"$1 $2\" in\n  'status -o') cat {dir}/status.json ;;\n  'service list') cat {dir}/services.json ;;\n  'endpoint list') cat {dir}/endpoints.json ;;\n  *) echo \"unexpected: $*\" >&2; exit 2 ;;\nesac\n"
         ),
     );
     let (_, report) = plumb_json(&["doctor", "--json"], Some(&path));
@@ -265,6 +288,15 @@ fn doctor_reads_the_agents_json_through_cilium_dbg_on_a_live_node() {
         "{title}"
     );
     assert_eq!(dataplane["status"], "ok");
+    let endpoints = finding(&report, "cilium-endpoints-not-ready");
+    assert_eq!(endpoints["status"], "problem", "{endpoints:#}");
+    assert!(
+        endpoints["title"]
+            .as_str()
+            .unwrap()
+            .contains("1673 default/tiefighter (waiting-for-identity)"),
+        "{endpoints:#}"
+    );
 }
 
 #[test]

@@ -199,6 +199,12 @@ pub fn live_facts(
             facts.kube_proxy_replacement = plumb_cilium::agent::kube_proxy_replacement(&text);
             facts.status_source = Some("cilium-dbg status -o json".into());
         }
+        if found && let Some(text) = agent(&["endpoint", "list", "-o", "json"]) {
+            facts.endpoints = Some((
+                plumb_cilium::agent::endpoint_list(&text),
+                "cilium-dbg endpoint list -o json".into(),
+            ));
+        }
         if facts.frontends.is_none()
             && let Some(text) = agent(&["service", "list", "-o", "json"])
         {
@@ -251,6 +257,10 @@ pub fn sysdump_facts(
     ]) {
         facts.kube_proxy_replacement = plumb_cilium::agent::kube_proxy_replacement(&text);
         facts.status_source = Some(source);
+    }
+    if let Some((source, text)) = read(&["cilium-dbg-endpoint-list.md", "cilium-endpoint-list.md"])
+    {
+        facts.endpoints = Some((plumb_cilium::agent::endpoint_list(&text), source));
     }
     let listing = |files: &[&str], mode: &str, parse: &ListingParser<'_>| {
         read(files).map(|(source, text)| {

@@ -245,6 +245,8 @@ pub struct CiliumFacts {
     pub kube_proxy_replacement: Option<String>,
     /// Where the agent's status was read.
     pub status_source: Option<String>,
+    /// The agent's endpoints and where they were read, when its endpoint list was.
+    pub endpoints: Option<(Vec<plumb_cilium::agent::Endpoint>, String)>,
     /// What could not be read or decoded, with why.
     pub problems: Vec<String>,
 }

@@ -20,6 +20,8 @@ use crate::context::Ctx;
 
 /// Finding id: what translates the node's Services when Cilium is there.
 pub const ID_DATAPLANE: &str = "cilium-service-dataplane";
+/// Finding id: endpoints Cilium's agent holds in a state they do not leave by themselves.
+pub const ID_ENDPOINTS: &str = "cilium-endpoints-not-ready";
 
 /// Why the node runs without kube-proxy by design, when it says so: Cilium's agent
 /// reports kube-proxy replacement, RKE2's `disable-kube-proxy: true`, or k3s runs with
@@ -113,6 +115,9 @@ pub fn check(ctx: &Ctx) -> Vec<Finding> {
         // directory is not judged (chaining setups keep another plugin's file).
         kpr.is_some() || lb_ids.contains(&f.id.as_str())
     }));
+    if let Some((endpoints, source)) = cilium.and_then(|c| c.endpoints.as_ref()) {
+        out.push(endpoints_finding(endpoints, source));
+    }
     // Read problems of the maps or the agent's output, as evidence of the maps finding.
     if let Some(c) = cilium
         && !c.problems.is_empty()
@@ -125,6 +130,39 @@ pub fn check(ctx: &Ctx) -> Vec<Finding> {
         }));
     }
     out
+}
+
+fn endpoints_finding(endpoints: &[plumb_cilium::agent::Endpoint], source: &str) -> Finding {
+    let stuck: Vec<&plumb_cilium::agent::Endpoint> =
+        endpoints.iter().filter(|e| e.stuck()).collect();
+    if stuck.is_empty() {
+        return Finding::ok(
+            ID_ENDPOINTS,
+            format!("{} endpoints, none stuck ({source})", endpoints.len()),
+        );
+    }
+    Finding::problem(
+        ID_ENDPOINTS,
+        Severity::Medium,
+        format!(
+            "{} of {} endpoints are stuck: {}",
+            stuck.len(),
+            endpoints.len(),
+            stuck
+                .iter()
+                .take(5)
+                .map(|e| format!("{} {} ({})", e.id, e.what, e.state))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    )
+    .with_evidence(stuck.iter().map(|e| Evidence {
+        source: source.to_string(),
+        line: None,
+        text: format!("{} {} {}", e.id, e.what, e.state),
+    }))
+    .explain("An endpoint that is not-ready, waiting for its identity, invalid or disconnected gets no (or stale) policy and datapath state: its pod's traffic is dropped or not load-balanced as the cluster expects. Regenerating endpoints are passing through and not counted.")
+    .fix("Look at the endpoint's log and status: `cilium-dbg endpoint get ID` and `cilium-dbg endpoint log ID` in the node's Cilium agent pod; an identity that never comes usually means the agent cannot reach the API server or the kvstore.")
 }
 
 fn dataplane(

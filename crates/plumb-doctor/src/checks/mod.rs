@@ -108,6 +108,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "RBAC denials that resolve themselves (a component starting before its role binding)",
     ),
     (
+        cilium::ID_ENDPOINTS,
+        "endpoints Cilium's agent holds not-ready, waiting for identity, invalid or disconnected",
+    ),
+    (
         cilium::ID_DATAPLANE,
         "what translates the node's Services where Cilium runs: its eBPF load balancer's frontends (kube-proxy replacement or beside kube-proxy)",
     ),
