@@ -309,3 +309,21 @@ mod tests {
         assert!(json[0].stuck());
     }
 }
+
+#[cfg(test)]
+mod never_panic {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any text, and JSON-looking text, is read or refused without a panic.
+        #[test]
+        fn agent_outputs_never_panic(s in "\\PC{0,400}", json in r#"[\[{\]}":,0-9a-z -]{0,200}"#) {
+            for t in [&s, &json] {
+                let _ = kube_proxy_replacement(t);
+                let _ = service_list(t);
+                let _ = endpoint_list(t);
+            }
+        }
+    }
+}
