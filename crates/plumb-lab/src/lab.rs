@@ -524,8 +524,8 @@ impl Lab {
         let left = leftovers();
         if !left.is_empty() {
             return Err(LabError::Other(format!(
-                "leftovers of an earlier lab exist (namespaces {:?}, processes {:?}); run `plumb lab down` first",
-                left.namespaces, left.processes
+                "leftovers of an earlier lab exist (namespaces {:?}, processes {:?}, mounts {:?}, cgroup {:?}); run `plumb lab down` first",
+                left.namespaces, left.processes, left.mounts, left.cgroup
             )));
         }
         INTERRUPTED.store(false, Ordering::SeqCst);
