@@ -15,6 +15,10 @@ use std::io::Write;
 use std::path::Path;
 
 pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Verdict> {
+    let c_bundle = match &c {
+        CiliumCommand::Verify { node, .. } => node.bundle.clone(),
+        _ => None,
+    };
     match c {
         CiliumCommand::Preflight {
             root,
@@ -46,6 +50,18 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
                 )
             })?;
             show(&lb, output.json())
+        }
+        CiliumCommand::Verify {
+            ruleset,
+            netns,
+            before,
+            ..
+        } if (ruleset.is_some() || netns.is_some() || before.is_some())
+            && matches!(&c_bundle, Some(_)) =>
+        {
+            anyhow::bail!(
+                "--bundle reads the rules, files and Cilium state from the bundle: it does not take --ruleset, --netns or --before"
+            )
         }
         CiliumCommand::Verify { node, output, .. } if node.bundle.is_some() => verify_bundle(
             node.bundle.as_deref().expect("checked"),
