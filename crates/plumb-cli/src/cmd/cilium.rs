@@ -56,9 +56,7 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
             netns,
             before,
             ..
-        } if (ruleset.is_some() || netns.is_some() || before.is_some())
-            && matches!(&c_bundle, Some(_)) =>
-        {
+        } if (ruleset.is_some() || netns.is_some() || before.is_some()) && c_bundle.is_some() => {
             anyhow::bail!(
                 "--bundle reads the rules, files and Cilium state from the bundle: it does not take --ruleset, --netns or --before"
             )
