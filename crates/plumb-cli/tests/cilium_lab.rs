@@ -191,6 +191,34 @@ fn cilium_kpr_serves_every_cluster_ip_through_the_socket_lb_and_reads_kube_proxy
         "{preflight:#}"
     );
     assert_eq!(code, if preflight["verdict"] == "go" { 0 } else { 1 });
+    assert!(
+        preflight["config"]["helm_values"]
+            .as_str()
+            .unwrap()
+            .contains("k8sServiceHost: 127.0.0.1"),
+        "{preflight:#}"
+    );
+    // The move's own conflicts were judged on the lab node: its route for the Service
+    // CIDR through eth0 (where the lab sends untranslated Service traffic) overlaps.
+    let conflicts = preflight["conflicts"].as_array().unwrap();
+    let overlap = conflicts
+        .iter()
+        .find(|f| f["id"] == "cilium-cidr-overlap")
+        .unwrap_or_else(|| panic!("{preflight:#}"));
+    assert!(
+        overlap["title"]
+            .as_str()
+            .unwrap()
+            .contains("route 10.43.0.0/16 via eth0"),
+        "{overlap:#}"
+    );
+    // Nothing filters the lab node's INPUT: the tunnel ports are not a conflict.
+    assert!(
+        !conflicts
+            .iter()
+            .any(|f| f["id"] == "cilium-tunnel-port-blocked"),
+        "{preflight:#}"
+    );
 
     // doctor: nothing broken, kube-proxy's absence is the design, Cilium named.
     let (code, report) = json(&["doctor", "--lab", "--json"]);
@@ -265,6 +293,13 @@ fn cilium_leftovers_are_named_by_verify_and_doctor() {
     }
     let (_, services) = json(&["cilium", "services", "--lab", "--json"]);
     assert_eq!(services["mode"], "cilium-bpf");
+    // preflight reads the same node: Flannel's device is there, no policy chains.
+    let (code, preflight) = json(&["cilium", "preflight", "--lab", "--json"]);
+    assert!(
+        matches!(preflight["verdict"].as_str(), Some("go" | "no-go")),
+        "{preflight:#}"
+    );
+    assert_eq!(code, if preflight["verdict"] == "go" { 0 } else { 1 });
 
     // doctor: the leftovers, and no claim that kube-proxy is broken or the API down.
     let (code, report) = json(&["doctor", "--lab", "--json"]);
