@@ -9,6 +9,9 @@
 //! shows for kube-proxy, with the inconsistencies a healthy agent never leaves (a
 //! slot naming a missing backend, a frontend with no backends).
 //!
+//! - [`agent`]: what the agent says itself (`cilium-dbg status`, `service list -o json`).
+//! - [`conflicts`]: what on the node a move runs into (tunnel ports, CIDR overlaps,
+//!   hostPort users, NetworkPolicies in use).
 //! - [`config`]: the RKE2 and Helm configuration derived from the node's own facts.
 //! - [`layout`]: the maps' key and value layouts per Cilium version, decoded from and
 //!   encoded to bytes (the encoder serves tests and the lab, which fills real maps).
@@ -29,7 +32,9 @@
 
 #![deny(missing_docs)]
 
+pub mod agent;
 pub mod config;
+pub mod conflicts;
 pub mod layout;
 pub mod lb_list;
 pub mod lbmap;

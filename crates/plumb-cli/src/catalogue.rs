@@ -41,6 +41,7 @@ pub fn catalogue() -> impl Iterator<Item = Entry> {
         });
     let preflight = plumb_cilium::preflight::CATALOGUE
         .iter()
+        .chain(plumb_cilium::conflicts::CATALOGUE)
         .map(|(id, summary)| Entry {
             id,
             command: "cilium preflight",

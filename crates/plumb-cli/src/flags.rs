@@ -333,6 +333,9 @@ pub enum CiliumCommand {
         /// The node's file tree (for /boot/config-RELEASE when /proc/config.gz is absent).
         #[arg(long, value_name = "DIR", default_value = "/")]
         root: PathBuf,
+        /// The running `plumb lab`: its node namespace and file tree.
+        #[arg(long, conflicts_with_all = ["root", "netns"])]
+        lab: bool,
         /// The Cilium release to check against (`1.16`, `v1.18.2`); default: the newest
         /// plumb knows.
         #[arg(long, value_name = "VERSION")]
@@ -381,6 +384,15 @@ pub struct CiliumNodeFlags {
     /// manifests and Cilium's pinned maps (ROOT/sys/fs/bpf/tc/globals).
     #[arg(long, value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
+    /// The running `plumb lab`: its file tree (and its bpffs with Cilium's maps) and
+    /// its node namespace.
+    #[arg(long, conflicts_with_all = ["root", "lb_list"])]
+    pub lab: bool,
+    /// A support bundle instead of a live node: a Cilium sysdump (`cilium-sysdump-*.zip`
+    /// or its directory; its agent bugtool's outputs), or any bundle `doctor --bundle`
+    /// reads.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["root", "lab", "lb_list"])]
+    pub bundle: Option<PathBuf>,
     /// Read the Services from a saved `cilium-dbg bpf lb list` or `cilium-dbg service
     /// list` output instead of the maps.
     #[arg(long, value_name = "FILE")]

@@ -367,3 +367,108 @@ fn preflight_derives_the_configuration_from_the_node_s_files() {
             .any(|n| n.as_str().unwrap().contains("fill in"))
     );
 }
+
+/// A Canal node's rules as loaded into a private namespace: a host firewall whose INPUT
+/// accepts SSH and Flannel's 8472 only (Cilium's migration port 8473 and Geneve are
+/// dropped by the policy), a hostPort DNAT of the portmap plugin and a Calico policy
+/// chain; a VPN-like route over the Service CIDR.
+const CANAL_NODE: &str = "*filter
+:INPUT DROP [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-FIREWALL - [0:0]
+:cali-FORWARD - [0:0]
+:cali-pi-_Xk2PpQrs - [0:0]
+-A INPUT -i lo -j ACCEPT
+-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT
+-A INPUT -p udp -m udp --dport 8472 -j ACCEPT
+-A FORWARD -j cali-FORWARD
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:CNI-HOSTPORT-DNAT - [0:0]
+:CNI-DN-3e1a2e5c0f4b4b9e7d1a2 - [0:0]
+-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
+-A CNI-HOSTPORT-DNAT -p tcp -m multiport --dports 8080 -j CNI-DN-3e1a2e5c0f4b4b9e7d1a2
+-A CNI-DN-3e1a2e5c0f4b4b9e7d1a2 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.42.0.10:80
+COMMIT
+";
+
+#[test]
+fn preflight_traces_the_tunnel_ports_and_names_overlaps_hostports_and_policies() {
+    if !plumb_testkit::privileged(&["ip", "iptables-nft-restore"]) {
+        return;
+    }
+    let ns = plumb_os::netns::Netns::create("plumb-cilium-preflight").expect("a namespace");
+    for cmd in [
+        "ip link set lo up",
+        "ip link add eth0 type veth peer name eth0p",
+        "ip link set eth0p up",
+        "ip addr add 192.168.100.10/24 dev eth0",
+        "ip link set eth0 up",
+        "ip route add 10.43.0.0/16 via 192.168.100.1 dev eth0",
+    ] {
+        let w: Vec<&str> = cmd.split(' ').collect();
+        let (ok, _, err) = ns.exec(w[0], &w[1..], None).unwrap();
+        assert!(ok, "{cmd}: {err}");
+    }
+    let (ok, _, err) = ns
+        .exec("iptables-nft-restore", &[], Some(CANAL_NODE))
+        .unwrap();
+    assert!(ok, "{err}");
+    let dir = Scratch::new("cilium-preflight");
+    dir.write(
+        "root/etc/rancher/rke2/config.yaml",
+        "cni: canal\ncluster-cidr: 10.42.0.0/16\nservice-cidr: 10.43.0.0/16\n",
+    );
+    let root = dir.path().join("root");
+    let out = plumb(&[
+        "cilium",
+        "preflight",
+        "--root",
+        root.to_str().unwrap(),
+        "--netns",
+        ns.name(),
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+    });
+    let conflict = |id: &str| {
+        v["conflicts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id)
+            .unwrap_or_else(|| panic!("{id} in {v:#}"))
+            .clone()
+    };
+    let tunnel = conflict("cilium-tunnel-port-blocked");
+    assert_eq!(tunnel["status"], "problem", "{tunnel:#}");
+    let title = tunnel["title"].as_str().unwrap();
+    // 8472 is accepted by its rule; the migration port and Geneve meet the DROP policy.
+    assert!(
+        title.contains("8473/udp") && title.contains("6081/udp") && !title.contains("8472/udp"),
+        "{title}"
+    );
+    let overlap = conflict("cilium-cidr-overlap");
+    assert!(
+        overlap["title"]
+            .as_str()
+            .unwrap()
+            .contains("route 10.43.0.0/16 via eth0"),
+        "{overlap:#}"
+    );
+    let hostport = conflict("cilium-hostport-users");
+    assert!(
+        hostport["evidence"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("10.42.0.10:80"),
+        "{hostport:#}"
+    );
+    assert_eq!(conflict("cilium-network-policies")["status"], "problem");
+}

@@ -283,7 +283,7 @@ fn bad_bundles_are_clear_errors_with_exit_2() {
     let (code, _, err) = doctor(t.path());
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("not a sosreport, Rancher log collector or plumb bundle"),
+        err.contains("not a sosreport, Rancher log collector, Cilium sysdump or plumb bundle"),
         "{err}"
     );
     t.write("corrupt.tar.xz", "\u{fd}7zXZ garbage");

@@ -513,7 +513,7 @@ fn verify_after_the_sysctl_fix_says_gone() {
 /// `plumb cilium preflight` on the lab node lists what a move to Cilium runs into:
 /// UFW active on the node is doctor's finding, carried over as a conflict.
 #[test]
-fn cilium_preflight_lists_an_active_ufw_as_a_conflict() {
+fn cilium_preflight_lists_an_active_ufw_and_the_tunnel_port_it_drops_as_conflicts() {
     if !root_or_skip() {
         return;
     }
@@ -548,6 +548,25 @@ fn cilium_preflight_lists_an_active_ufw_as_a_conflict() {
         .map(|f| f["id"].as_str().unwrap())
         .collect();
     assert!(ids.contains(&"host-firewall-ufw"), "{ids:?}");
+    // UFW's default deny on incoming drops Cilium's VXLAN port: traced through INPUT.
+    let tunnel = v["conflicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "cilium-tunnel-port-blocked")
+        .unwrap_or_else(|| panic!("{ids:?}"));
+    // UFW's rate-limited LOG rule on the way makes the trace say "may drop" (unknown).
+    assert!(
+        matches!(tunnel["status"].as_str(), Some("problem" | "unknown")),
+        "{tunnel:#}"
+    );
+    let title = tunnel["title"].as_str().unwrap();
+    assert!(
+        title.contains("8472/udp") && title.contains("policy DROP of filter INPUT"),
+        "{tunnel:#}"
+    );
+    // The lab's pods have no Calico policy chains to read: NetworkPolicies unknown.
+    assert!(ids.contains(&"cilium-network-policies"), "{ids:?}");
     // The lab is RKE2: the generated configuration uses its local API load balancer.
     assert!(
         v["config"]["helm_values"]

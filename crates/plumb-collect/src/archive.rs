@@ -4,9 +4,14 @@
 //! read here, in Rust, with rules that do not depend on a tar implementation's defaults:
 //!
 //! - The format is told by magic bytes, never by the file name: a tar stream, plain or
-//!   compressed with gzip (`.tar.gz`, `.tgz`) or xz (`.tar.xz`). zip, bzip2, zstd and 7-Zip
-//!   are recognised and refused with a clear message (neither sosreport, Rancher's collector
-//!   nor plumb writes them). The path is a local file: `host:file` is a file name.
+//!   compressed with gzip (`.tar.gz`, `.tgz`) or xz (`.tar.xz`), and zip (stored or
+//!   deflated members; Cilium's sysdumps are zip files) when read from a file
+//!   ([`extract_file`]: zip keeps its directory at the end). bzip2, zstd, 7-Zip and ZIP64
+//!   are recognised and refused with a clear message. The path is a local file:
+//!   `host:file` is a file name.
+//! - zip members are files and directories only (a zip's symbolic links and special
+//!   files are skipped); their paths pass the same checks as tar members, and their
+//!   sizes count against the same limits, measured while they are inflated.
 //! - Only regular files, directories and symbolic links that stay inside the archive are
 //!   created. Device nodes, FIFOs, hard links, links pointing outside, members with an
 //!   absolute path or a `..` component, and members under a symbolic link are skipped and
@@ -83,7 +88,7 @@ impl Limits {
 pub enum ArchiveError {
     /// A format plumb recognises but does not read.
     #[error(
-        "a {0} archive; plumb reads tar archives, plain or compressed with gzip or xz (.tar, .tar.gz, .tgz, .tar.xz): unpack it yourself and pass the directory"
+        "a {0} archive; plumb reads tar archives, plain or compressed with gzip or xz (.tar, .tar.gz, .tgz, .tar.xz), and zip files (not ZIP64): unpack it yourself and pass the directory"
     )]
     Unsupported(&'static str),
     /// More member data than [`Limits::max_bytes`].
@@ -282,6 +287,248 @@ impl<R: Read> Read for Metered<R> {
         let n = self.inner.read(&mut buf[..want])?;
         self.allow.set(allow - n as u64);
         Ok(n)
+    }
+}
+
+/// Most bytes of a zip's central directory plumb reads (46 bytes plus the name per
+/// member: 64 MiB is far beyond any sysdump).
+const MAX_ZIP_DIRECTORY: u64 = 64 * 1024 * 1024;
+
+/// [`extract`] for an archive in a file: tar streams as [`extract`] reads them, and zip
+/// archives, whose member list is at the end of the file.
+pub fn extract_file(
+    mut file: std::fs::File,
+    dest: &Path,
+    limits: &Limits,
+) -> Result<Extraction, ArchiveError> {
+    use std::io::Seek;
+    let mut head = [0u8; 4];
+    let got = read_full(&mut file, &mut head)
+        .map_err(|source| ArchiveError::Corrupt { last: None, source })?;
+    file.rewind()
+        .map_err(|source| ArchiveError::Corrupt { last: None, source })?;
+    if head[..got].starts_with(b"PK\x03\x04") || head[..got].starts_with(b"PK\x05\x06") {
+        zip::extract(file, dest, limits)
+    } else {
+        extract(file, dest, limits)
+    }
+}
+
+/// Reads until `buf` is full or the input ends; the bytes read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+mod zip {
+    //! The zip reader: the end-of-central-directory record, then each member's central
+    //! header (sizes, method, offset; writers that stream — Go's archive/zip, which
+    //! cilium-cli uses — leave the local header's sizes zero), then its data.
+
+    use super::*;
+    use std::io::{Seek, SeekFrom};
+
+    fn corrupt(why: impl Into<String>) -> ArchiveError {
+        ArchiveError::Corrupt {
+            last: None,
+            source: io::Error::other(why.into()),
+        }
+    }
+
+    fn u16_at(b: &[u8], at: usize) -> u16 {
+        u16::from_le_bytes([b[at], b[at + 1]])
+    }
+
+    fn u32_at(b: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    }
+
+    struct Member {
+        name: Vec<u8>,
+        method: u16,
+        compressed: u64,
+        size: u64,
+        offset: u64,
+        /// Unix mode from the external attributes (0 when not written by a Unix zip).
+        mode: u32,
+    }
+
+    pub(super) fn extract(
+        mut file: std::fs::File,
+        dest: &Path,
+        limits: &Limits,
+    ) -> Result<Extraction, ArchiveError> {
+        let io_err = |source| ArchiveError::Corrupt { last: None, source };
+        let len = file.seek(SeekFrom::End(0)).map_err(io_err)?;
+        // The end record is 22 bytes plus a comment of at most 65,535.
+        let tail_len = len.min(22 + 65_535);
+        file.seek(SeekFrom::Start(len - tail_len)).map_err(io_err)?;
+        let mut tail = vec![0u8; tail_len as usize];
+        file.read_exact(&mut tail).map_err(io_err)?;
+        let eocd = (0..tail.len().saturating_sub(21))
+            .rev()
+            .find(|&i| tail[i..].starts_with(b"PK\x05\x06"))
+            .ok_or_else(|| corrupt("a zip without its end-of-central-directory record"))?;
+        let e = &tail[eocd..];
+        let count = u64::from(u16_at(e, 10));
+        let dir_size = u64::from(u32_at(e, 12));
+        let dir_offset = u64::from(u32_at(e, 16));
+        if count == 0xffff || dir_size == 0xffff_ffff || dir_offset == 0xffff_ffff {
+            return Err(ArchiveError::Unsupported("ZIP64"));
+        }
+        if count > limits.max_members {
+            return Err(ArchiveError::TooManyMembers(limits.max_members));
+        }
+        if dir_size > MAX_ZIP_DIRECTORY || dir_offset.saturating_add(dir_size) > len {
+            return Err(corrupt("the zip's central directory lies outside the file"));
+        }
+        file.seek(SeekFrom::Start(dir_offset)).map_err(io_err)?;
+        let mut dir = vec![0u8; dir_size as usize];
+        file.read_exact(&mut dir).map_err(io_err)?;
+        let mut members = Vec::new();
+        let mut at = 0usize;
+        for i in 0..count {
+            let h = dir
+                .get(at..at + 46)
+                .filter(|h| h.starts_with(b"PK\x01\x02"))
+                .ok_or_else(|| corrupt(format!("zip member {}: bad central header", i + 1)))?;
+            let (n, x, c) = (
+                usize::from(u16_at(h, 28)),
+                usize::from(u16_at(h, 30)),
+                usize::from(u16_at(h, 32)),
+            );
+            let name = dir
+                .get(at + 46..at + 46 + n)
+                .ok_or_else(|| corrupt(format!("zip member {}: name past the directory", i + 1)))?
+                .to_vec();
+            members.push(Member {
+                method: u16_at(h, 10),
+                compressed: u64::from(u32_at(h, 20)),
+                size: u64::from(u32_at(h, 24)),
+                mode: u32_at(h, 38) >> 16,
+                offset: u64::from(u32_at(h, 42)),
+                name,
+            });
+            at += 46 + n + x + c;
+        }
+        if members.is_empty() {
+            return Err(ArchiveError::Empty);
+        }
+        let root = open_dir(dest).map_err(|source| ArchiveError::Write {
+            path: dest.display().to_string(),
+            source,
+        })?;
+        let mut out = Writer {
+            dirs: Dirs { root, cached: None },
+            done: Extraction::default(),
+            limits: *limits,
+        };
+        let mut data = 0u64;
+        for m in &members {
+            out.done.members += 1;
+            let shown = String::from_utf8_lossy(&m.name).into_owned();
+            let last = Some(shown.clone());
+            data = data.saturating_add(m.size);
+            if data > limits.max_bytes {
+                return Err(ArchiveError::TooLarge(limits.max_bytes));
+            }
+            let kind = m.mode & 0o170000;
+            let is_dir = m.name.ends_with(b"/") || kind == 0o040000;
+            if !is_dir && kind != 0 && kind != 0o100000 {
+                out.done.skip(SkipKind::OtherType, shown);
+                continue;
+            }
+            let Some(c) = components(&m.name) else {
+                out.done.skip(SkipKind::UnsafePath, shown);
+                continue;
+            };
+            if c.is_empty() {
+                continue;
+            }
+            let outcome = if is_dir {
+                out.dir(&c, &shown)?
+            } else {
+                let mut reader = member_data(&mut file, m).map_err(|e| e.with_last(&last))?;
+                out.file(&c, &mut reader, &shown)
+                    .map_err(|e| e.with_last(&last))?
+            };
+            if let Outcome::Skip(kind, what) = outcome {
+                out.done.skip(kind, what);
+            }
+        }
+        Ok(out.done)
+    }
+
+    /// The member's data, inflated, and never more than its stated size (a member
+    /// that inflates beyond it is corrupt, not extracted further).
+    fn member_data<'a>(
+        file: &'a mut std::fs::File,
+        m: &Member,
+    ) -> Result<Box<dyn Read + 'a>, ArchiveError> {
+        let io_err = |source| ArchiveError::Corrupt { last: None, source };
+        file.seek(SeekFrom::Start(m.offset)).map_err(io_err)?;
+        let mut local = [0u8; 30];
+        file.read_exact(&mut local).map_err(io_err)?;
+        if !local.starts_with(b"PK\x03\x04") {
+            return Err(corrupt("a zip member's local header is missing"));
+        }
+        let skip = i64::from(u16_at(&local, 26)) + i64::from(u16_at(&local, 28));
+        file.seek(SeekFrom::Current(skip)).map_err(io_err)?;
+        let raw = Read::take(file, m.compressed);
+        let inflated: Box<dyn Read + 'a> = match m.method {
+            0 => Box::new(raw),
+            8 => Box::new(flate2::read::DeflateDecoder::new(raw)),
+            other => {
+                return Err(corrupt(format!(
+                    "zip compression method {other}; plumb reads stored and deflated members"
+                )));
+            }
+        };
+        Ok(Box::new(Exact {
+            inner: inflated,
+            left: m.size,
+        }))
+    }
+
+    /// Passes `left` bytes through and fails on any more.
+    struct Exact<R> {
+        inner: R,
+        left: u64,
+    }
+
+    impl<R: Read> Read for Exact<R> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if buf.is_empty() {
+                return Ok(0);
+            }
+            if self.left == 0 {
+                // One byte more than stated is corruption (or a zip bomb's lie).
+                let mut one = [0u8; 1];
+                return match self.inner.read(&mut one)? {
+                    0 => Ok(0),
+                    _ => Err(io::Error::other(
+                        "a zip member inflates past its stated size",
+                    )),
+                };
+            }
+            let want = buf
+                .len()
+                .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+            let n = self.inner.read(&mut buf[..want])?;
+            if n == 0 {
+                return Err(io::Error::other("a zip member ends before its stated size"));
+            }
+            self.left -= n as u64;
+            Ok(n)
+        }
     }
 }
 
@@ -524,10 +771,10 @@ impl Writer {
         }
     }
 
-    fn file<R: Read>(
+    fn file(
         &mut self,
         c: &[&[u8]],
-        entry: &mut tar::Entry<'_, R>,
+        entry: &mut impl Read,
         shown: &str,
     ) -> Result<Outcome, ArchiveError> {
         let (name, parent) = c.split_last().expect("non-empty");

@@ -390,7 +390,7 @@ fn collect(
         stage.file(node, &p)?;
     }
     if node.is_live() {
-        for (name, json) in network_probes(node, options, None, None).to_json() {
+        for (name, json) in network_probes(node, options, None, None, None).to_json() {
             stage.put(
                 &format!("probes/{name}.json"),
                 name,

@@ -152,3 +152,167 @@ fn config_options(text: &str) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// Deadline of each `cilium-dbg` command: the agent answers from memory in
+/// milliseconds; a hung agent must not hold doctor up.
+pub const AGENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Cilium's state on a live node: the LB maps pinned below `root`, and — when `root`
+/// is this machine's (`/`) and the `cilium-dbg` CLI is on PATH — the agent's own
+/// status and service list (`-o json`, each within [`AGENT_TIMEOUT`]). The maps are
+/// what the datapath uses, so they give the frontends when readable; the agent's list
+/// serves when they are not. Unknown when neither shows Cilium.
+pub fn live_facts(
+    root: &Path,
+    runner: &dyn plumb_os::runner::Runner,
+) -> plumb_facts::Fact<plumb_facts::CiliumFacts> {
+    let mut facts = plumb_facts::CiliumFacts::default();
+    let mut found = false;
+    if let Some(lb) = read_lb_maps(root) {
+        found = true;
+        facts.lb_source = Some(lb.globals.display().to_string());
+        facts.lb_mode = Some("cilium-bpf".into());
+        facts.frontends = Some(lb.frontends);
+        facts.problems.extend(lb.problems);
+    }
+    if root == Path::new("/") {
+        let mut agent = |args: &[&str]| -> Option<String> {
+            let out = runner.run("cilium-dbg", args, None, AGENT_TIMEOUT);
+            let what = format!("cilium-dbg {}", args.join(" "));
+            match out {
+                Ok(o) if o.success() => Some(String::from_utf8_lossy(&o.stdout).into_owned()),
+                Ok(o) => {
+                    facts.problems.push(format!("{what}: {}", o.stderr.trim()));
+                    None
+                }
+                // Not installed: not a problem, nothing to say.
+                Err(plumb_os::runner::RunError::NotFound { .. }) => None,
+                Err(e) => {
+                    facts.problems.push(format!("{what}: {e}"));
+                    None
+                }
+            }
+        };
+        let status = agent(&["status", "-o", "json"]);
+        if let Some(text) = status {
+            found = true;
+            facts.kube_proxy_replacement = plumb_cilium::agent::kube_proxy_replacement(&text);
+            facts.status_source = Some("cilium-dbg status -o json".into());
+        }
+        if found && let Some(text) = agent(&["endpoint", "list", "-o", "json"]) {
+            facts.endpoints = Some((
+                plumb_cilium::agent::endpoint_list(&text),
+                "cilium-dbg endpoint list -o json".into(),
+            ));
+        }
+        if facts.frontends.is_none()
+            && let Some(text) = agent(&["service", "list", "-o", "json"])
+        {
+            found = true;
+            let (frontends, errors) = plumb_cilium::agent::service_list(&text);
+            facts.lb_source = Some("cilium-dbg service list -o json".into());
+            facts.lb_mode = Some("cilium-dbg-service-list".into());
+            facts.frontends = Some(frontends);
+            facts.problems.extend(
+                errors
+                    .into_iter()
+                    .map(|e| format!("cilium-dbg service list: {e}")),
+            );
+        }
+    }
+    // A cilium-dbg that is there but fails (a hung or stopped agent) says Cilium runs
+    // here too; its errors are the facts' problems.
+    found |= !facts.problems.is_empty();
+    if !found {
+        return plumb_facts::Fact::unknown(format!(
+            "no Cilium here: no cilium_lb4_services_v2 under {} ({}), no cilium-dbg on PATH",
+            root.display(),
+            GLOBALS_DIRS.join(", ")
+        ));
+    }
+    let source = facts
+        .lb_source
+        .clone()
+        .or_else(|| facts.status_source.clone())
+        .unwrap_or_else(|| "cilium-dbg".into());
+    plumb_facts::Fact::known(facts, source)
+}
+
+/// A listing's reader: the frontends and the rows it could not read.
+type ListingParser<'a> = dyn Fn(&str) -> (Vec<plumb_cilium::Frontend>, Vec<String>) + 'a;
+
+/// Cilium's state from a sysdump's agent bugtool: `read(files)` gives the first of
+/// those command outputs the archive holds, with its name. The BPF listing (`cilium-dbg
+/// bpf lb list`, the maps as the datapath holds them) is preferred over the agent's
+/// service list (JSON, then text); older bugtools name the commands `cilium ...`.
+pub fn sysdump_facts(
+    read: impl Fn(&[&str]) -> Option<(String, String)>,
+) -> plumb_facts::Fact<plumb_facts::CiliumFacts> {
+    let mut facts = plumb_facts::CiliumFacts::default();
+    if let Some((source, text)) = read(&[
+        "cilium-dbg-status---verbose.md",
+        "cilium-status---verbose.md",
+        "cilium-dbg-status.md",
+        "cilium-status.md",
+    ]) {
+        facts.kube_proxy_replacement = plumb_cilium::agent::kube_proxy_replacement(&text);
+        facts.status_source = Some(source);
+    }
+    if let Some((source, text)) = read(&["cilium-dbg-endpoint-list.md", "cilium-endpoint-list.md"])
+    {
+        facts.endpoints = Some((plumb_cilium::agent::endpoint_list(&text), source));
+    }
+    let listing = |files: &[&str], mode: &str, parse: &ListingParser<'_>| {
+        read(files).map(|(source, text)| {
+            let (frontends, errors) = parse(&text);
+            (source, mode.to_string(), frontends, errors)
+        })
+    };
+    let rows = |r: Vec<plumb_cilium::lb_list::RowError>| r.iter().map(|e| e.to_string()).collect();
+    let found = listing(
+        &["cilium-dbg-bpf-lb-list.md", "cilium-bpf-lb-list.md"],
+        "cilium-bpf-lb-list",
+        &|t| {
+            let (f, e) = plumb_cilium::lb_list::parse(t);
+            (f, rows(e))
+        },
+    )
+    .or_else(|| {
+        listing(
+            &[
+                "cilium-dbg-service-list--o-json.md",
+                "cilium-service-list--o-json.md",
+            ],
+            "cilium-dbg-service-list",
+            &plumb_cilium::agent::service_list,
+        )
+    })
+    .or_else(|| {
+        listing(
+            &["cilium-dbg-service-list.md", "cilium-service-list.md"],
+            "cilium-service-list",
+            &|t| {
+                let (f, e) = plumb_cilium::service_list::parse(t);
+                (f, rows(e))
+            },
+        )
+    });
+    if let Some((source, mode, frontends, errors)) = found {
+        facts
+            .problems
+            .extend(errors.into_iter().map(|e| format!("{source}: {e}")));
+        facts.lb_source = Some(source);
+        facts.lb_mode = Some(mode);
+        facts.frontends = Some(frontends);
+    }
+    match facts
+        .lb_source
+        .clone()
+        .or_else(|| facts.status_source.clone())
+    {
+        Some(source) => plumb_facts::Fact::known(facts, source),
+        None => plumb_facts::Fact::unknown(
+            "the sysdump's bugtool holds neither cilium-dbg status nor a service listing",
+        ),
+    }
+}

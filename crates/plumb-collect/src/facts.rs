@@ -169,6 +169,7 @@ pub fn gather(node: &dyn NodeSource, options: &GatherOptions) -> Facts {
         f.agents = agent_sightings(node, f);
         f.distribution = distribution(node);
         f.cluster_settings = cluster_settings(node, f);
+        f.cilium = node.cilium();
         let collected = rulesets.join().expect("ruleset thread");
         f.ruleset_reads = collected
             .tools
@@ -193,6 +194,7 @@ pub fn gather(node: &dyn NodeSource, options: &GatherOptions) -> Facts {
             options,
             Some(&collected.ruleset),
             f.distribution.as_deref(),
+            f.cilium.value(),
         );
         let any_ok = collected.tools.iter().any(|t| t.status == "ok");
         f.ruleset = if any_ok {
@@ -665,11 +667,16 @@ impl Probes {
 /// kube-proxy's health server (127.0.0.1:10256), the local API server (6443) and the
 /// `kubernetes` Service ClusterIP — only on a running node. `rules`: the node's rulesets
 /// when already read (else its iptables-nft dump is read here).
+///
+/// `cilium`: Cilium's state when read; where its load balancer holds the `kubernetes`
+/// Service, the API endpoint probed is its backend (the datapath's own answer; on a
+/// kube-proxy-free node kube-proxy's rules, if any are left, are stale).
 pub fn network_probes(
     node: &dyn NodeSource,
     options: &GatherOptions,
     rules: Option<&Ruleset>,
     distribution: Option<&str>,
+    cilium: Option<&plumb_facts::CiliumFacts>,
 ) -> Probes {
     if !node.is_live() {
         return Probes {
@@ -696,8 +703,8 @@ pub fn network_probes(
             dumped.as_ref()
         }
     };
-    let api = api_endpoint(node, rules);
     let clusterip = kubernetes_clusterip(node, rules, distribution);
+    let api = cilium_backend(cilium, clusterip).unwrap_or_else(|| api_endpoint(node, rules));
     // Only a Kubernetes node translates the ClusterIP locally; elsewhere the SYN would
     // leave the machine, so it is not sent.
     let kube_node = node.file(RKE2_CONFIG).is_ok()
@@ -778,6 +785,21 @@ fn kubernetes_clusterip(
     });
     let ip: std::net::Ipv4Addr = ip.parse().unwrap_or(std::net::Ipv4Addr::new(10, 43, 0, 1));
     SocketAddr::from((ip, 443))
+}
+
+/// The first active backend Cilium's load balancer gives `service`.
+fn cilium_backend(
+    cilium: Option<&plumb_facts::CiliumFacts>,
+    service: SocketAddr,
+) -> Option<SocketAddr> {
+    cilium?
+        .frontends
+        .as_ref()?
+        .iter()
+        .filter(|f| f.address == service.ip() && f.port == service.port())
+        .flat_map(|f| f.active_backends())
+        .map(|b| SocketAddr::new(b.address, b.port))
+        .next()
 }
 
 /// The API server endpoint: where kube-proxy sends `default/kubernetes:https` (its DNAT

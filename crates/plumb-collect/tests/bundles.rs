@@ -255,7 +255,7 @@ fn not_a_bundle_is_a_clear_error() {
     let s = Scratch::new("empty");
     let err = open_bundle(s.path()).err().unwrap();
     assert!(
-        err.contains("not a sosreport, Rancher log collector or plumb bundle"),
+        err.contains("not a sosreport, Rancher log collector, Cilium sysdump or plumb bundle"),
         "{err}"
     );
     let err = open_bundle(Path::new("/nonexistent/bundle")).err().unwrap();

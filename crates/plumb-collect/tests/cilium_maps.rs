@@ -154,3 +154,105 @@ fn a_root_without_cilium_maps_is_not_a_cilium_node() {
     let dir = plumb_testkit::Scratch::new("cilium-none");
     assert!(plumb_collect::cilium::read_lb_maps(dir.path()).is_none());
 }
+
+/// The IPv6 twins (`cilium_lb6_*`: 24-byte keys, 24-byte v3 backends, 18-byte packed
+/// reverse NAT) read live beside the IPv4 maps: each family's ids are its own, so
+/// backend 1 of IPv6 is not backend 1 of IPv4.
+#[test]
+fn ipv6_maps_are_read_live_beside_the_ipv4_ones() {
+    if !plumb_testkit::privileged(&["mount", "umount"]) {
+        return;
+    }
+    let Some(fs) = Bpffs::mount() else {
+        plumb_testkit::skip("cannot mount a bpffs (mount -t bpf)");
+        return;
+    };
+    let globals = fs.0.join("tc/globals");
+    let backend = |addr: &str, port| {
+        Backend {
+            address: addr.parse().unwrap(),
+            port,
+            proto: L4Proto::TCP,
+            state: BackendState::Active,
+            cluster_id: 0,
+            zone: 0,
+        }
+        .encode(BackendLayout::V3)
+    };
+    let routable = ServiceFlags::ROUTABLE;
+    pinned_map(
+        &globals,
+        "cilium_lb4_services_v2",
+        12,
+        12,
+        &[
+            (key("10.43.0.1", 443, 0), value(0, 1, 1, routable)),
+            (key("10.43.0.1", 443, 1), value(1, 0, 1, routable)),
+        ],
+    );
+    pinned_map(
+        &globals,
+        "cilium_lb4_backends_v3",
+        4,
+        12,
+        &[(1u32.to_le_bytes().to_vec(), backend("192.168.100.11", 6443))],
+    );
+    pinned_map(
+        &globals,
+        "cilium_lb6_services_v2",
+        24,
+        12,
+        &[
+            (key("fd00:43::1", 443, 0), value(0, 2, 1, routable)),
+            (key("fd00:43::1", 443, 1), value(1, 0, 1, routable)),
+            (key("fd00:43::1", 443, 2), value(2, 0, 1, routable)),
+        ],
+    );
+    pinned_map(
+        &globals,
+        "cilium_lb6_backends_v3",
+        4,
+        24,
+        &[
+            (1u32.to_le_bytes().to_vec(), backend("fd00:100::11", 6443)),
+            (2u32.to_le_bytes().to_vec(), backend("fd00:100::12", 6443)),
+        ],
+    );
+    pinned_map(
+        &globals,
+        "cilium_lb6_reverse_nat",
+        2,
+        18,
+        &[(
+            1u16.to_be_bytes().to_vec(),
+            RevNat {
+                address: "fd00:43::1".parse().unwrap(),
+                port: 443,
+            }
+            .encode(),
+        )],
+    );
+    let read = plumb_collect::cilium::read_lb_maps_in(&globals);
+    assert!(read.problems.is_empty(), "{:?}", read.problems);
+    let shown: Vec<String> = read
+        .frontends
+        .iter()
+        .map(|f| {
+            let b: Vec<String> = f
+                .backends
+                .iter()
+                .map(|b| std::net::SocketAddr::new(b.address, b.port).to_string())
+                .collect();
+            format!("{} -> {}", f.display_address(), b.join(","))
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "10.43.0.1:443/TCP -> 192.168.100.11:6443",
+            "[fd00:43::1]:443/TCP -> [fd00:100::11]:6443,[fd00:100::12]:6443",
+        ]
+    );
+    // The IPv4 family has no reverse-NAT map here; the IPv6 one has its entry.
+    assert!(read.frontends.iter().all(|f| f.problems.is_empty()));
+}

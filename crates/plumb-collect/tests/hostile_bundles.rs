@@ -529,8 +529,9 @@ fn a_link_to_a_directory_elsewhere_is_not_taken_for_the_bundle() {
     assert!(err.contains("not a sosreport"), "{err}");
 }
 
-/// zip and other formats are recognised by their bytes and refused clearly, whatever the
-/// file is called; a .tar.gz name on a plain tar is read as the tar it is.
+/// Formats are recognised by their bytes, whatever the file is called: a zip named
+/// .tar.gz is read as a zip (this one is damaged, and the error says how), bzip2 is
+/// refused clearly; a .tar.gz name on a plain tar is read as the tar it is.
 #[test]
 fn formats_are_told_by_their_bytes_not_their_names() {
     let _one = one_at_a_time();
@@ -539,7 +540,14 @@ fn formats_are_told_by_their_bytes_not_their_names() {
     std::fs::write(&zip, b"PK\x03\x04rest of a zip").unwrap();
     let err = open_bundle(&zip).err().unwrap();
     assert!(
-        err.contains("a zip archive") && err.contains("unpack it yourself"),
+        err.contains("a zip without its end-of-central-directory record"),
+        "{err}"
+    );
+    let bz = s.path().join("bundle.zip");
+    std::fs::write(&bz, b"BZh91AY&SY").unwrap();
+    let err = open_bundle(&bz).err().unwrap();
+    assert!(
+        err.contains("a bzip2-compressed archive") && err.contains("unpack it yourself"),
         "{err}"
     );
     let version = sos("version.txt");

@@ -60,6 +60,9 @@ pub fn kubernetes_signs(facts: &Facts) -> Vec<String> {
     if let Some(d) = &facts.distribution {
         signs.push(format!("{d}'s files"));
     }
+    if let Some(src) = facts.cilium.source() {
+        signs.push(format!("Cilium's load balancer state ({src})"));
+    }
     signs
 }
 
@@ -114,13 +117,19 @@ pub fn diagnose(facts: &Facts) -> Report {
             KubernetesDnat::NotJudged("no ruleset could be read".into()),
         ),
     };
-    let ctx = Ctx {
+    let mut ctx = Ctx {
         facts,
         ruleset_findings,
         values,
         timeline: plumb_facts::timeline::build(facts),
         kubernetes_dnat,
     };
+    if checks::kube_proxy::kube_proxy_expected(&ctx).is_none()
+        && let Some(why) = checks::cilium::kube_proxy_free(facts)
+    {
+        let why = format!("kube-proxy-free node ({why}): kube-proxy's rules are not expected here");
+        ctx.ruleset_findings = without_kube_proxy(std::mem::take(&mut ctx.ruleset_findings), &why);
+    }
     let mut findings: Vec<Finding> = checks::ALL.iter().flat_map(|c| c(&ctx)).collect();
     findings.extend(ctx.ruleset_findings.iter().cloned());
     let limits = reasoning::limits(&ctx);
@@ -139,6 +148,33 @@ pub fn diagnose(facts: &Facts) -> Report {
         timeline: ctx.timeline,
         findings,
     }
+}
+
+/// plumb-check's findings about kube-proxy's own rules (its hooks, canary, chain hashes,
+/// service chains, the CNI chains it expects beside it), on a node that runs no
+/// kube-proxy by design: nothing of kube-proxy's is expected, so each is `ok` with the
+/// reason; what is left of its rules is `kube-proxy-rules-remain` (Cilium's check).
+/// Stale chains stay reported as they are.
+const KUBE_PROXY_RULE_IDS: &[&str] = &[
+    "kube-proxy-rules-missing",
+    "kube-proxy-service-unreachable",
+    "kube-proxy-canary-missing",
+    "kube-proxy-chain-hash-mismatch",
+    "kube-proxy-mode-mix",
+    "service-no-endpoints",
+    "cni-chains-missing",
+];
+
+fn without_kube_proxy(findings: Vec<Finding>, why: &str) -> Vec<Finding> {
+    let mut out: Vec<Finding> = Vec::with_capacity(findings.len());
+    for f in findings {
+        if !KUBE_PROXY_RULE_IDS.contains(&f.id.as_str()) {
+            out.push(f);
+        } else if !out.iter().any(|o| o.id == f.id) {
+            out.push(Finding::ok(&f.id, why));
+        }
+    }
+    out
 }
 
 /// Whether kube-proxy's rules (its service map recovered from the ruleset) translate the

@@ -30,6 +30,9 @@ pub enum SourceKind {
     RancherCollector,
     /// `plumb collect` output.
     PlumbBundle,
+    /// A Cilium sysdump (`cilium sysdump`): the cluster's Cilium objects and, per agent,
+    /// a bugtool archive with the node's command outputs.
+    CiliumSysdump,
 }
 
 /// What the facts were read from: the kind of source and a description for reports.
@@ -219,6 +222,50 @@ pub struct Facts {
     pub cluster_settings: Vec<crate::parse::settings::Setting>,
     /// The distribution the node's files show (`rke2`, `k3s`, `kubeadm`), when known.
     pub distribution: Option<String>,
+    /// Cilium's service dataplane: its LB maps, or its agent's own view (`cilium-dbg`,
+    /// a sysdump); unknown on a node where none of it was found.
+    pub cilium: Fact<CiliumFacts>,
+}
+
+/// What plumb read of Cilium on a node: the frontends its load balancer holds and what
+/// its agent says about kube-proxy replacement.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CiliumFacts {
+    /// Where the frontends were read: the pinned maps' directory, a `cilium-dbg`
+    /// command, or a sysdump member.
+    pub lb_source: Option<String>,
+    /// How: `cilium-bpf` (the pinned maps), `cilium-dbg-service-list` (the agent's
+    /// JSON), `cilium-bpf-lb-list` / `cilium-service-list` (saved texts).
+    pub lb_mode: Option<String>,
+    /// Cilium's frontends with their backends and problems; None when no load-balancer
+    /// state was read.
+    pub frontends: Option<Vec<plumb_cilium::Frontend>>,
+    /// The agent's `KubeProxyReplacement` setting as it prints it (`True`, `Strict`,
+    /// `False`, `Disabled`), when its status was read.
+    pub kube_proxy_replacement: Option<String>,
+    /// Where the agent's status was read.
+    pub status_source: Option<String>,
+    /// The agent's endpoints and where they were read, when its endpoint list was.
+    pub endpoints: Option<(Vec<plumb_cilium::agent::Endpoint>, String)>,
+    /// What could not be read or decoded, with why.
+    pub problems: Vec<String>,
+}
+
+impl CiliumFacts {
+    /// Whether the agent says it replaces kube-proxy (`True`, `Strict`, `Partial`,
+    /// `Probe`); None when its status was not read.
+    pub fn replaces_kube_proxy(&self) -> Option<bool> {
+        let v = self.kube_proxy_replacement.as_deref()?;
+        let first = v
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        Some(matches!(
+            first.as_str(),
+            "true" | "strict" | "partial" | "probe"
+        ))
+    }
 }
 
 impl Facts {

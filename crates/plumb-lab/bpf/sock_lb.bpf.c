@@ -4,6 +4,8 @@
  * cgroup connect4/sendmsg4 programs that translate a Service address to one of its
  * backends at connect() time, reading Cilium's own LB maps in Cilium's 1.13+ layouts
  * (cilium_lb4_services_v2, cilium_lb4_backends_v3; see plumb-cilium's layout module).
+ * cilium_lb4_reverse_nat is declared so that the lab pins all three maps a reader
+ * expects; the programs do not need it (no recvmsg4 rewrite).
  * Written for plumb's lab from the layouts alone; it is not Cilium's code and does
  * only the part a node's Services need: slot-0 lookup (the socket's protocol first,
  * then "any"), a random active slot, the backend's address and port.
@@ -53,6 +55,18 @@ struct {
 	__type(value, struct lb4_backend);
 	__uint(max_entries, 65536);
 } cilium_lb4_backends_v3 SEC(".maps");
+
+struct lb4_reverse_nat {
+	__u32 address; /* network order */
+	__u16 port;    /* network order */
+} __attribute__((packed));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u16); /* network order */
+	__type(value, struct lb4_reverse_nat);
+	__uint(max_entries, 65536);
+} cilium_lb4_reverse_nat SEC(".maps");
 
 static __always_inline int xlate(struct bpf_sock_addr *ctx)
 {

@@ -24,7 +24,7 @@ use crate::probe::{self, Connect};
 use crate::scenario::Scenario;
 use crate::state::{API_NETNS, LabState, NODE_NETNS, RUN_DIR, default_root, state_path};
 use crate::topology::{self, API_IP, API_PORT, CLUSTER_IP, NODE_IP, TopologySpec};
-use crate::{process, tls, ufw};
+use crate::{cilium_node, process, tls, ufw};
 use plumb_os::netns;
 
 /// Options for [`Lab::up_with`].
@@ -138,7 +138,14 @@ fn resolve_actor_exe(explicit: Option<PathBuf>) -> Result<PathBuf, LabError> {
     Err(LabError::NoActorExe)
 }
 
-fn spawn_actor(root: &Path, kind: ActorKind, ns: &str, args: &[String]) -> Result<u32, LabError> {
+/// Starts actor `kind` in namespace `ns`, in the lab's cgroup when it has one.
+fn spawn_actor(
+    root: &Path,
+    cgroup: Option<&Path>,
+    kind: ActorKind,
+    ns: &str,
+    args: &[String],
+) -> Result<u32, LabError> {
     let log_path = root
         .join(paths::ACTOR_LOGS)
         .join(format!("{}.log", kind.name));
@@ -156,6 +163,9 @@ fn spawn_actor(root: &Path, kind: ActorKind, ns: &str, args: &[String]) -> Resul
         .env("PLUMB_LAB_ROOT", root);
     netns::command_in(&mut cmd, ns, true)
         .map_err(|e| LabError::io(format!("opening namespace {ns}"), e))?;
+    if let Some(c) = cgroup {
+        cilium_node::join_cgroup(&mut cmd, c);
+    }
     let child = cmd
         .spawn()
         .map_err(|e| LabError::io(format!("starting {}", kind.name), e))?;
@@ -306,6 +316,9 @@ pub struct Leftovers {
     pub mounts: Vec<String>,
     /// Whether the state file exists.
     pub state_file: bool,
+    /// The lab's cgroup, if it exists (kube-proxy-free scenarios).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<PathBuf>,
 }
 
 impl Leftovers {
@@ -315,6 +328,7 @@ impl Leftovers {
             && self.processes.is_empty()
             && self.mounts.is_empty()
             && !self.state_file
+            && self.cgroup.is_none()
     }
 }
 
@@ -338,6 +352,14 @@ fn lab_mounts(root: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The lab's cgroup: the recorded one, else the one of that name below the cgroup2
+/// mount (a crashed `up` may have made it before the state recorded it).
+fn lab_cgroup(state: Option<&LabState>) -> Option<PathBuf> {
+    state
+        .and_then(|s| s.cgroup.clone())
+        .or_else(cilium_node::lab_cgroup)
+}
+
 /// Scans for anything the lab leaves behind (namespaces, processes, mounts, state file).
 pub fn leftovers() -> Leftovers {
     let state = LabState::load().ok().flatten();
@@ -355,6 +377,7 @@ pub fn leftovers() -> Leftovers {
             .collect(),
         mounts: roots.iter().flat_map(|r| lab_mounts(r)).collect(),
         state_file: state_path().exists(),
+        cgroup: lab_cgroup(state.as_ref()).filter(|c| c.exists()),
     }
 }
 
@@ -383,6 +406,11 @@ pub fn down() -> DownReport {
                 .push(format!("process {pid} survived SIGKILL"));
         }
     }
+    // The socket load balancer: its links' and maps' pins, the bpffs, the cgroup.
+    report.errors.extend(cilium_node::teardown(
+        &root,
+        lab_cgroup(state.as_ref()).as_deref(),
+    ));
     for m in lab_mounts(&root) {
         if let Err(e) = topology::run_program("umount", &["-l", &m]) {
             report.errors.push(e.to_string());
@@ -451,13 +479,24 @@ pub fn status() -> Result<Status, LabError> {
     })
 }
 
+/// `argv` as a command in the lab's node namespace, as `lab exec` runs it: the lab's UFW
+/// files mounted privately, `PLUMB_LAB_ROOT` set, and in the lab's cgroup when it has
+/// one (where the kube-proxy-free scenarios' socket load balancer is attached).
+pub fn node_command(state: &LabState, argv: &[String]) -> Command {
+    let mut cmd = ufw::node_command(&state.root, argv);
+    if let Some(c) = &state.cgroup {
+        cilium_node::join_cgroup(&mut cmd, c);
+    }
+    cmd
+}
+
 /// Runs `argv` in the node namespace of the running lab (with the lab's UFW files mounted
-/// privately and `PLUMB_LAB_ROOT` set); returns its exit code.
+/// privately and `PLUMB_LAB_ROOT` set, in the lab's cgroup); returns its exit code.
 pub fn exec(argv: &[String]) -> Result<i32, LabError> {
     let state = LabState::load()
         .map_err(|e| LabError::io("reading the lab state", e))?
         .ok_or(LabError::NotRunning)?;
-    let status = ufw::node_command(&state.root, argv).status().map_err(|e| {
+    let status = node_command(&state, argv).status().map_err(|e| {
         LabError::io(
             format!("running {}", argv.first().map_or("", String::as_str)),
             e,
@@ -485,8 +524,8 @@ impl Lab {
         let left = leftovers();
         if !left.is_empty() {
             return Err(LabError::Other(format!(
-                "leftovers of an earlier lab exist (namespaces {:?}, processes {:?}); run `plumb lab down` first",
-                left.namespaces, left.processes
+                "leftovers of an earlier lab exist (namespaces {:?}, processes {:?}, mounts {:?}, cgroup {:?}); run `plumb lab down` first",
+                left.namespaces, left.processes, left.mounts, left.cgroup
             )));
         }
         INTERRUPTED.store(false, Ordering::SeqCst);
@@ -541,7 +580,15 @@ impl Lab {
                 .collect(),
             actors: BTreeMap::new(),
             backend: opts.backend.name().into(),
+            cgroup: None,
         };
+        if plan.cilium.is_some() {
+            // Recorded before it is made: `down` removes it after any failure.
+            state.cgroup = Some(cilium_node::lab_cgroup().ok_or_else(|| {
+                LabError::Other("no cgroup2 hierarchy in /proc/mounts: the kube-proxy-free scenarios attach their socket load balancer to a cgroup of their own".into())
+            })?);
+            state.services = cilium_node::services().len();
+        }
         let iptables_flag = format!("--iptables={}", opts.backend.program());
         state
             .save()
@@ -602,17 +649,33 @@ impl Lab {
             kp_args.push(format!("--drop-endpoints={svc}"));
             kp_args.push("--drop-endpoints-after=2s".into());
         }
-        layout::write_node_files(&root, &pki, plan.liveness.path, &kp_args)?;
+        layout::write_node_files(
+            &root,
+            &pki,
+            plan.liveness.path,
+            plan.cilium.is_none().then_some(kp_args.as_slice()),
+        )?;
+        if let Some(c) = &plan.cilium {
+            cilium_node::write_cni_conf(&root, c.leftovers)?;
+        }
         ufw::prepare(&root)?;
 
         state.namespaces = topology::create(&TopologySpec {
             pods: plan.pods,
             node_ip_forward: plan.ip_forward,
+            pod_devices: if plan.cilium.is_some() {
+                topology::PodDevices::CILIUM
+            } else {
+                topology::PodDevices::CANAL
+            },
         })?;
         state
             .save()
             .map_err(|e| LabError::io("writing the lab state", e))?;
         check_interrupted()?;
+        if let (Some(_), Some(cgroup)) = (&plan.cilium, &state.cgroup) {
+            cilium_node::setup(&root, cgroup, plan.pods)?;
+        }
 
         if plan.ufw {
             ufw::enable(&root)?;
@@ -638,6 +701,7 @@ impl Lab {
             let log = root.join(paths::FIREWALLD_LOG);
             let pid = spawn_actor(
                 &root,
+                state.cgroup.as_deref(),
                 actors::FIREWALLD,
                 NODE_NETNS,
                 &[
@@ -662,6 +726,7 @@ impl Lab {
         // The API endpoint.
         let pid = spawn_actor(
             &root,
+            state.cgroup.as_deref(),
             actors::API_SERVER,
             API_NETNS,
             &[
@@ -741,6 +806,11 @@ impl Lab {
             },
         ];
         let mut pods = pods;
+        if plan.cilium.is_some() {
+            // kube-proxy-free, and Canal is gone: Cilium's agent is not emulated (what
+            // it leaves, the maps and the socket load balancer, is in place).
+            pods.clear();
+        }
         if let Some(felix) = &plan.felix {
             pods.push(kubelet::PodSpec {
                 namespace: "kube-system".into(),
@@ -775,10 +845,14 @@ impl Lab {
                 containers: vec![kubelet::ContainerSpec {
                     name: "coredns".into(),
                     exe: layout::actor_path(&root, actors::COREDNS),
-                    args: vec![
+                    args: [
                         format!("--server={CLUSTER_IP}:443"),
                         "--dial-timeout=5s".into(),
-                    ],
+                    ]
+                    .into_iter()
+                    // kube-dns's backend on the kube-proxy-free node.
+                    .chain(plan.cilium.is_some().then(|| "--serve".to_string()))
+                    .collect(),
                     restart: kubelet::Restart::Always,
                     start_delay_ms: 1000,
                     backoff_initial_ms: 10_000,
@@ -797,6 +871,7 @@ impl Lab {
         let start_file = lab_dir.join("start-pods");
         let pid = spawn_actor(
             &root,
+            state.cgroup.as_deref(),
             actors::KUBELET,
             NODE_NETNS,
             &[
@@ -832,10 +907,17 @@ impl Lab {
             );
         }
 
+        if let Some(c) = &plan.cilium
+            && c.leftovers
+        {
+            cilium_node::write_leftovers(&root, opts.backend.program())?;
+        }
+
         if let Some(agent) = &plan.agent {
             let log = root.join(paths::VEN_LOG);
             let pid = spawn_actor(
                 &root,
+                state.cgroup.as_deref(),
                 actors::VEN_AGENT,
                 NODE_NETNS,
                 &[
@@ -870,9 +952,19 @@ impl Lab {
         } else {
             "SyncProxyRules complete"
         };
-        Self::wait("kube-proxy's first sync", deadline, || {
-            pod_logs(&root, "kube-proxy").contains(first_sync)
-        })?;
+        if plan.cilium.is_some() {
+            // coredns lists the API through the `kubernetes` Service: the socket load
+            // balancer works for the node's pods.
+            Self::wait(
+                "coredns's connection to the API",
+                Duration::from_secs(30),
+                || pod_logs(&root, "coredns").contains("Kubernetes API connection established"),
+            )?;
+        } else {
+            Self::wait("kube-proxy's first sync", deadline, || {
+                pod_logs(&root, "kube-proxy").contains(first_sync)
+            })?;
+        }
         if plan.host_port {
             // The portmap CNI plugin's hostPort DNAT for pod 0 (containerPort 80 on host
             // port 8080), written once when the sandbox was created.

@@ -69,18 +69,30 @@ fn base64(data: &[u8]) -> String {
     out
 }
 
-/// Writes configuration, certificates and directories.
+/// Writes configuration, certificates and directories. `kube_proxy_args` None: a
+/// kube-proxy-free node (RKE2 with `cni: cilium` and `disable-kube-proxy: true`, no
+/// kube-proxy static pod manifest).
 pub fn write_node_files(
     root: &Path,
     pki: &Pki,
     liveness_path: &str,
-    kube_proxy_args: &[String],
+    kube_proxy_args: Option<&[String]>,
 ) -> Result<(), LabError> {
+    let dataplane = if kube_proxy_args.is_some() {
+        "cni: canal\n"
+    } else {
+        "cni: cilium\ndisable-kube-proxy: true\n"
+    };
+    let kube_proxy = if kube_proxy_args.is_some() {
+        "kube-proxy-arg:\n  - healthz-bind-address=127.0.0.1:10256\n"
+    } else {
+        ""
+    };
     write(
         root,
         paths::RKE2_CONFIG,
         &format!(
-            "# /etc/rancher/rke2/config.yaml (plumb lab node)\nserver: https://{API_IP}:9345\ntoken: K10plumblab0000000000000000000000000000000000000000::server:plumblabsecret\nnode-name: plumb-node\nnode-ip: {NODE_IP}\ncni: canal\ncluster-cidr: 10.42.0.0/16\nservice-cidr: 10.43.0.0/16\ncluster-dns: 10.43.0.10\nkube-proxy-arg:\n  - healthz-bind-address=127.0.0.1:10256\n"
+            "# /etc/rancher/rke2/config.yaml (plumb lab node)\nserver: https://{API_IP}:9345\ntoken: K10plumblab0000000000000000000000000000000000000000::server:plumblabsecret\nnode-name: plumb-node\nnode-ip: {NODE_IP}\n{dataplane}cluster-cidr: 10.42.0.0/16\nservice-cidr: 10.43.0.0/16\ncluster-dns: 10.43.0.10\n{kube_proxy}"
         ),
     )?;
     write(
@@ -94,6 +106,17 @@ pub fn write_node_files(
     write(root, paths::SERVER_CA, &pki.ca_cert)?;
     write(root, paths::SERVING_CERT, &pki.server_cert)?;
     write(root, paths::SERVING_KEY, &pki.server_key)?;
+    for d in [
+        paths::CNI_NET_DIR,
+        paths::POD_LOGS,
+        paths::LAB_STATE_DIR,
+        paths::ACTOR_LOGS,
+    ] {
+        fs::create_dir_all(root.join(d)).map_err(|e| LabError::io(format!("creating {d}"), e))?;
+    }
+    let Some(kube_proxy_args) = kube_proxy_args else {
+        return Ok(());
+    };
     let mut command = String::from("    - kube-proxy\n");
     for a in kube_proxy_args {
         command.push_str(&format!("    - {a}\n"));
@@ -104,16 +127,7 @@ pub fn write_node_files(
         &format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  labels:\n    component: kube-proxy\n    tier: control-plane\n  name: kube-proxy\n  namespace: kube-system\nspec:\n  containers:\n  - command:\n{command}    image: index.docker.io/rancher/hardened-kubernetes:v1.31.4-rke2r1-build20241211\n    livenessProbe:\n      failureThreshold: 8\n      httpGet:\n        host: localhost\n        path: {liveness_path}\n        port: 10256\n        scheme: HTTP\n      initialDelaySeconds: 10\n      periodSeconds: 10\n      timeoutSeconds: 15\n    name: kube-proxy\n    startupProbe:\n      failureThreshold: 24\n      httpGet:\n        host: localhost\n        path: {liveness_path}\n        port: 10256\n        scheme: HTTP\n      initialDelaySeconds: 10\n      periodSeconds: 10\n      timeoutSeconds: 5\n    securityContext:\n      privileged: true\n  hostNetwork: true\n  priorityClassName: system-cluster-critical\n"
         ),
-    )?;
-    for d in [
-        paths::CNI_NET_DIR,
-        paths::POD_LOGS,
-        paths::LAB_STATE_DIR,
-        paths::ACTOR_LOGS,
-    ] {
-        fs::create_dir_all(root.join(d)).map_err(|e| LabError::io(format!("creating {d}"), e))?;
-    }
-    Ok(())
+    )
 }
 
 /// Places the actor executables: a hard link to `exe` when on the same filesystem, a

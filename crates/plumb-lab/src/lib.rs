@@ -25,12 +25,14 @@
 //! (namespaces, links, routes), [`layout`] (the node's files), [`actors`] (the emulators),
 //! [`ufw`] (real UFW in a private mount namespace), [`lab`] (up/down/status/exec),
 //! [`state`] (the state file), [`process`] and [`plumb_os::netns`] (finding and entering things),
-//! [`probe`] (real packets and deadline waits).
+//! [`probe`] (real packets and deadline waits), [`cilium_node`] and [`socket_lb`] (the
+//! kube-proxy-free node: Cilium's pinned maps and a socket load balancer in the lab's cgroup).
 
 #![deny(missing_docs)]
 
 pub mod actors;
 pub mod backend_mix;
+pub mod cilium_node;
 pub mod clock;
 pub mod error;
 pub mod http;

@@ -87,6 +87,15 @@ pub struct Plan {
     pub coredns: bool,
     /// A hostPort pod: the portmap plugin's DNAT rules (written once, at sandbox creation).
     pub host_port: bool,
+    /// Cilium with kube-proxy replacement instead of kube-proxy and Canal.
+    pub cilium: Option<CiliumPlan>,
+}
+
+/// The kube-proxy-free node (`crate::cilium_node`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CiliumPlan {
+    /// Canal's and kube-proxy's leftovers are on the node too.
+    pub leftovers: bool,
 }
 
 impl Plan {
@@ -116,6 +125,7 @@ impl Plan {
             kube_proxy_nf_tables_refused: false,
             coredns: false,
             host_port: false,
+            cilium: None,
         };
         match scenario {
             Scenario::Healthy => {}
@@ -168,6 +178,14 @@ impl Plan {
             Scenario::IptablesIncompatible => {
                 p.sync_period = Duration::from_secs(5);
                 p.kube_proxy_nf_tables_refused = true;
+            }
+            Scenario::CiliumKpr | Scenario::CiliumLeftovers => {
+                // coredns serves kube-dns's backends in pod 0 and lists the API through
+                // the `kubernetes` Service (the socket load balancer's).
+                p.coredns = true;
+                p.cilium = Some(CiliumPlan {
+                    leftovers: scenario == Scenario::CiliumLeftovers,
+                });
             }
         }
         p

@@ -36,11 +36,17 @@ pub enum Scenario {
     HostReject,
     /// kube-proxy's iptables cannot write (the kernel refuses its nf_tables requests).
     IptablesIncompatible,
+    /// Cilium with kube-proxy replacement: no kube-proxy and no KUBE-* service rule;
+    /// Services answer through Cilium's pinned LB maps and a socket load balancer.
+    CiliumKpr,
+    /// `cilium-kpr` after an unfinished move from Canal: kube-proxy's stale chains,
+    /// Canal's CNI configuration ahead of Cilium's, `cali*` and `flannel.1` links.
+    CiliumLeftovers,
 }
 
 impl Scenario {
     /// All scenarios, in documentation order.
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 13] = [
         Self::Healthy,
         Self::SecurityAgentRevert,
         Self::UfwActive,
@@ -52,6 +58,8 @@ impl Scenario {
         Self::CalicoBpfCleanup,
         Self::HostReject,
         Self::IptablesIncompatible,
+        Self::CiliumKpr,
+        Self::CiliumLeftovers,
     ];
 
     /// The name used on the command line and in the state file.
@@ -68,6 +76,8 @@ impl Scenario {
             Self::CalicoBpfCleanup => "calico-bpf-cleanup",
             Self::HostReject => "host-reject",
             Self::IptablesIncompatible => "iptables-incompatible",
+            Self::CiliumKpr => "cilium-kpr",
+            Self::CiliumLeftovers => "cilium-leftovers",
         }
     }
 
@@ -86,6 +96,10 @@ impl Scenario {
             Self::CalicoBpfCleanup => Some("cni-kube-proxy-conflict"),
             Self::HostReject => Some("host-firewall-reject"),
             Self::IptablesIncompatible => Some("iptables-userspace-incompatible"),
+            // Services work on both.
+            Self::CiliumKpr => None,
+            // Canal's configuration sorts ahead of Cilium's: new pods get Canal.
+            Self::CiliumLeftovers => Some("old-cni-config"),
         }
     }
 
@@ -121,6 +135,12 @@ impl Scenario {
             Self::IptablesIncompatible => {
                 "kube-proxy's iptables cannot write (generation id: Invalid argument)"
             }
+            Self::CiliumKpr => {
+                "kube-proxy-free: Services through Cilium's LB maps and a socket load balancer"
+            }
+            Self::CiliumLeftovers => {
+                "cilium-kpr plus Canal and kube-proxy leftovers (stale KUBE-* chains, 10-canal.conflist, cali*, flannel.1)"
+            }
         }
     }
 }
@@ -134,7 +154,7 @@ impl fmt::Display for Scenario {
 /// An unknown scenario name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown scenario {0:?}; known: healthy, security-agent-revert, ufw-active, probe-semantics, backend-mix, no-endpoints, sysctl-missing, firewalld-reload, calico-bpf-cleanup, host-reject, iptables-incompatible"
+    "unknown scenario {0:?}; known: healthy, security-agent-revert, ufw-active, probe-semantics, backend-mix, no-endpoints, sysctl-missing, firewalld-reload, calico-bpf-cleanup, host-reject, iptables-incompatible, cilium-kpr, cilium-leftovers"
 )]
 pub struct UnknownScenario(pub String);
 

@@ -13,13 +13,22 @@
 
 use crate::error::LabError;
 use plumb_cilium::layout::{
-    Backend, BackendLayout, BackendState, L4Proto, Scope, ServiceFlags, ServiceKey, ServiceValue,
+    Backend, BackendLayout, BackendState, L4Proto, RevNat, Scope, ServiceFlags, ServiceKey,
+    ServiceValue,
 };
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
-/// The names the programs' maps are pinned under (Cilium's).
-pub const MAPS: [&str; 2] = ["cilium_lb4_services_v2", "cilium_lb4_backends_v3"];
+/// The names the programs' maps are pinned under (Cilium's): services, backends,
+/// reverse NAT.
+pub const MAPS: [&str; 3] = [
+    "cilium_lb4_services_v2",
+    "cilium_lb4_backends_v3",
+    "cilium_lb4_reverse_nat",
+];
+
+/// The programs, by their section's function name.
+pub const PROGRAMS: [&str; 2] = ["sock4_connect", "sock4_sendmsg"];
 
 /// A Service port the lab programs: its ClusterIP, port and protocol, and its backends.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +48,9 @@ pub struct SocketLb {
     #[cfg(not(plumb_no_bpf))]
     ebpf: aya::Ebpf,
     next_backend_id: u32,
+    /// Reverse-NAT id of each frontend (address, port) programmed, as Cilium gives one
+    /// id per Service port (shared by its protocols).
+    rev_nat: Vec<(Ipv4Addr, u16)>,
 }
 
 impl std::fmt::Debug for SocketLb {
@@ -68,7 +80,7 @@ impl SocketLb {
             loader.map_pin_path(name, path.as_path());
         }
         let mut ebpf = loader.load(OBJECT).map_err(|e| bpf_error("load", e))?;
-        for prog in ["sock4_connect", "sock4_sendmsg"] {
+        for prog in PROGRAMS {
             let p: &mut aya::programs::CgroupSockAddr = ebpf
                 .program_mut(prog)
                 .ok_or_else(|| bpf_error(prog, "not in the object"))?
@@ -79,6 +91,7 @@ impl SocketLb {
         Ok(SocketLb {
             ebpf,
             next_backend_id: 1,
+            rev_nat: Vec::new(),
         })
     }
 
@@ -96,7 +109,7 @@ impl SocketLb {
     pub fn attach(&mut self, cgroup: &Path) -> Result<(), LabError> {
         let dir = std::fs::File::open(cgroup)
             .map_err(|e| bpf_error(&format!("opening {}", cgroup.display()), e))?;
-        for prog in ["sock4_connect", "sock4_sendmsg"] {
+        for prog in PROGRAMS {
             let p: &mut aya::programs::CgroupSockAddr = self
                 .ebpf
                 .program_mut(prog)
@@ -107,6 +120,40 @@ impl SocketLb {
                 .map_err(|e| bpf_error(&format!("attaching {prog}"), e))?;
         }
         Ok(())
+    }
+
+    /// Attaches both programs to `cgroup` through BPF links pinned as
+    /// `links/<program>`, so the attachment outlives this value and its process (what
+    /// `plumb lab up` needs to return); removing the pins (and the cgroup) detaches them.
+    #[cfg(not(plumb_no_bpf))]
+    pub fn attach_pinned(&mut self, cgroup: &Path, links: &Path) -> Result<(), LabError> {
+        std::fs::create_dir_all(links)
+            .map_err(|e| bpf_error(&format!("creating {}", links.display()), e))?;
+        let dir = std::fs::File::open(cgroup)
+            .map_err(|e| bpf_error(&format!("opening {}", cgroup.display()), e))?;
+        for prog in PROGRAMS {
+            let p: &mut aya::programs::CgroupSockAddr = self
+                .ebpf
+                .program_mut(prog)
+                .ok_or_else(|| bpf_error(prog, "not in the object"))?
+                .try_into()
+                .map_err(|e| bpf_error(prog, e))?;
+            let id = p
+                .attach(&dir, aya::programs::CgroupAttachMode::Single)
+                .map_err(|e| bpf_error(&format!("attaching {prog}"), e))?;
+            let link = p.take_link(id).map_err(|e| bpf_error(prog, e))?;
+            let link = aya::programs::links::FdLink::try_from(link)
+                .map_err(|e| bpf_error(&format!("{prog} (a kernel without BPF links)"), e))?;
+            link.pin(links.join(prog))
+                .map_err(|e| bpf_error(&format!("pinning {prog}'s link"), e))?;
+        }
+        Ok(())
+    }
+
+    /// Never reached: [`SocketLb::load`] fails first.
+    #[cfg(plumb_no_bpf)]
+    pub fn attach_pinned(&mut self, _cgroup: &Path, _links: &Path) -> Result<(), LabError> {
+        Err(LabError::Other("socket load balancer not built".into()))
     }
 
     /// Never reached: [`SocketLb::load`] fails first.
@@ -131,12 +178,22 @@ impl SocketLb {
                 .encode(),
             )
         };
+        let frontend = (service.address, service.port);
+        let rev_nat = match self.rev_nat.iter().position(|f| *f == frontend) {
+            Some(i) => i + 1,
+            None => {
+                self.rev_nat.push(frontend);
+                self.rev_nat.len()
+            }
+        };
+        let rev_nat = u16::try_from(rev_nat)
+            .map_err(|_| bpf_error("program", "more than 65,535 frontends"))?;
         let value = |backend_id: u32, count: u16| -> [u8; 12] {
             to_array(
                 &ServiceValue {
                     backend_id,
                     count,
-                    rev_nat: 1,
+                    rev_nat,
                     flags: ServiceFlags(ServiceFlags::ROUTABLE),
                     qcount: 0,
                 }
@@ -164,6 +221,17 @@ impl SocketLb {
                 .insert(key(slot), value(id, 0), 0)
                 .map_err(|e| bpf_error("services map", e))?;
         }
+        let mut rev = [0u8; 6];
+        rev.copy_from_slice(
+            &RevNat {
+                address: IpAddr::V4(service.address),
+                port: service.port,
+            }
+            .encode(),
+        );
+        self.reverse_nat()?
+            .insert(rev_nat.to_be(), rev, 0)
+            .map_err(|e| bpf_error("reverse NAT map", e))?;
         self.services()?
             .insert(key(0), value(0, count), 0)
             .map_err(|e| bpf_error("services map", e))
@@ -210,6 +278,22 @@ impl SocketLb {
                 .ok_or_else(|| bpf_error(MAPS[1], "not in the object"))?,
         )
         .map_err(|e| bpf_error(MAPS[1], e))
+    }
+}
+
+#[cfg(not(plumb_no_bpf))]
+impl SocketLb {
+    /// The reverse-NAT map: key the id in network order (stored as the u16 whose
+    /// memory holds those bytes), value address + port.
+    fn reverse_nat(
+        &mut self,
+    ) -> Result<aya::maps::HashMap<&mut aya::maps::MapData, u16, [u8; 6]>, LabError> {
+        aya::maps::HashMap::try_from(
+            self.ebpf
+                .map_mut(MAPS[2])
+                .ok_or_else(|| bpf_error(MAPS[2], "not in the object"))?,
+        )
+        .map_err(|e| bpf_error(MAPS[2], e))
     }
 }
 

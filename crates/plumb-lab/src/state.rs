@@ -57,6 +57,10 @@ pub struct LabState {
     pub actors: BTreeMap<String, u32>,
     /// Which iptables backend kube-proxy writes (`nft` or `legacy`).
     pub backend: String,
+    /// The cgroup (v2) the lab's processes run in, on kube-proxy-free scenarios: the
+    /// socket load balancer is attached there and nowhere else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<PathBuf>,
 }
 
 impl LabState {

@@ -49,6 +49,32 @@ pub struct TopologySpec {
     pub pods: usize,
     /// `net.ipv4.ip_forward` in the node namespace.
     pub node_ip_forward: bool,
+    /// The node's pod-side devices: a Canal/Flannel node's `cni0` bridge with `vethN`
+    /// pod links, or a Cilium node's names (`cilium_host` for the device holding the
+    /// router address, `lxcN` pod links). The lab bridges them either way.
+    pub pod_devices: PodDevices,
+}
+
+/// Names of the node's pod-side devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodDevices {
+    /// The bridge holding the pods' gateway address.
+    pub bridge: &'static str,
+    /// Prefix of the pods' host-side links.
+    pub veth_prefix: &'static str,
+}
+
+impl PodDevices {
+    /// Canal/Flannel: `cni0`, `vethN`.
+    pub const CANAL: PodDevices = PodDevices {
+        bridge: "cni0",
+        veth_prefix: "veth",
+    };
+    /// Cilium: `cilium_host`, `lxcN`.
+    pub const CILIUM: PodDevices = PodDevices {
+        bridge: "cilium_host",
+        veth_prefix: "lxc",
+    };
 }
 
 /// Runs `ip ARGS`, failing with its stderr.
@@ -158,7 +184,8 @@ pub fn create(spec: &TopologySpec) -> Result<Vec<String>, LabError> {
     ])?;
     ip(&["-n", node, "link", "set", "eth0", "up"])?;
     ip(&["-n", api, "link", "set", "eth0", "up"])?;
-    ip(&["-n", node, "link", "add", "cni0", "type", "bridge"])?;
+    let bridge = spec.pod_devices.bridge;
+    ip(&["-n", node, "link", "add", bridge, "type", "bridge"])?;
     ip(&[
         "-n",
         node,
@@ -166,9 +193,9 @@ pub fn create(spec: &TopologySpec) -> Result<Vec<String>, LabError> {
         "add",
         &format!("{BRIDGE_IP}/24"),
         "dev",
-        "cni0",
+        bridge,
     ])?;
-    ip(&["-n", node, "link", "set", "cni0", "up"])?;
+    ip(&["-n", node, "link", "set", bridge, "up"])?;
     ip(&[
         "-n",
         node,
@@ -189,9 +216,9 @@ pub fn create(spec: &TopologySpec) -> Result<Vec<String>, LabError> {
     ])?;
     for i in 0..spec.pods {
         let pod = pod_netns(i);
-        let host_end = format!("veth{i}");
+        let host_end = format!("{}{i}", spec.pod_devices.veth_prefix);
         veth(node, &host_end, &pod, "eth0")?;
-        ip(&["-n", node, "link", "set", &host_end, "master", "cni0"])?;
+        ip(&["-n", node, "link", "set", &host_end, "master", bridge])?;
         ip(&["-n", node, "link", "set", &host_end, "up"])?;
         ip(&[
             "-n",

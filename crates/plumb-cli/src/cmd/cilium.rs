@@ -15,35 +15,187 @@ use std::io::Write;
 use std::path::Path;
 
 pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Verdict> {
+    let c_bundle = match &c {
+        CiliumCommand::Verify { node, .. } => node.bundle.clone(),
+        _ => None,
+    };
     match c {
         CiliumCommand::Preflight {
             root,
+            lab,
             cilium_version,
             netns,
             output,
-        } => preflight(
-            &root,
-            netns,
-            cilium_version.as_deref(),
-            output.json(),
-            style,
-        ),
-        CiliumCommand::Services { node, output } => services(&node, output.json()),
+        } => {
+            let (root, netns) = if lab {
+                let (r, n) = lab_node()?;
+                (r, Some(n))
+            } else {
+                (root, netns)
+            };
+            preflight(
+                &root,
+                netns,
+                cilium_version.as_deref(),
+                output.json(),
+                style,
+            )
+        }
+        CiliumCommand::Services { node, output } if node.bundle.is_some() => {
+            let facts = bundle_facts(node.bundle.as_deref().expect("checked"))?;
+            let lb = lb_of(&facts).with_context(|| {
+                format!(
+                    "no Cilium service listing in {}",
+                    node.bundle.as_deref().expect("checked").display()
+                )
+            })?;
+            show(&lb, output.json())
+        }
         CiliumCommand::Verify {
-            node,
             ruleset,
             netns,
             before,
-            output,
-        } => verify_node(
-            &node,
-            ruleset,
-            netns,
-            before.as_deref(),
+            ..
+        } if (ruleset.is_some() || netns.is_some() || before.is_some()) && c_bundle.is_some() => {
+            anyhow::bail!(
+                "--bundle reads the rules, files and Cilium state from the bundle: it does not take --ruleset, --netns or --before"
+            )
+        }
+        CiliumCommand::Verify { node, output, .. } if node.bundle.is_some() => verify_bundle(
+            node.bundle.as_deref().expect("checked"),
             output.json(),
             style,
         ),
+        CiliumCommand::Services { mut node, output } => {
+            if node.lab {
+                node.root = lab_node()?.0;
+            }
+            services(&node, output.json())
+        }
+        CiliumCommand::Verify {
+            mut node,
+            ruleset,
+            mut netns,
+            before,
+            output,
+        } => {
+            if node.lab {
+                let (root, ns) = lab_node()?;
+                node.root = root;
+                netns = Some(ns);
+            }
+            verify_node(
+                &node,
+                ruleset,
+                netns,
+                before.as_deref(),
+                output.json(),
+                style,
+            )
+        }
     }
+}
+
+/// The facts of a bundle (a Cilium sysdump, or any bundle doctor reads).
+fn bundle_facts(path: &Path) -> anyhow::Result<plumb_facts::Facts> {
+    let b = plumb_collect::node::open_bundle(path).map_err(anyhow::Error::msg)?;
+    Ok(plumb_collect::facts::gather(
+        &b as &dyn plumb_collect::node::NodeSource,
+        &Default::default(),
+    ))
+}
+
+/// Cilium's frontends as the facts hold them.
+fn lb_of(facts: &plumb_facts::Facts) -> Option<LbRead> {
+    let c = facts.cilium.value()?;
+    Some(LbRead {
+        mode: match c.lb_mode.as_deref() {
+            Some("cilium-bpf") => "cilium-bpf",
+            Some("cilium-bpf-lb-list") => "cilium-bpf-lb-list",
+            Some("cilium-dbg-service-list") => "cilium-dbg-service-list",
+            _ => "cilium-service-list",
+        },
+        source: c.lb_source.clone()?,
+        backend_layout: None,
+        frontends: c.frontends.clone()?,
+        problems: c.problems.clone(),
+    })
+}
+
+/// `plumb cilium verify --bundle`: the same checks over what the bundle holds (its
+/// rules, its CNI directory, its Cilium listing); no interfaces (a bundle is not live).
+fn verify_bundle(path: &Path, json: bool, style: plumb_findings::Style) -> anyhow::Result<Verdict> {
+    let facts = bundle_facts(path)?;
+    let lb = lb_of(&facts);
+    let manifests: Vec<String> = facts
+        .kube_proxy_probes
+        .source()
+        .map(str::to_string)
+        .into_iter()
+        .collect();
+    let result = verify(&MigratedNode {
+        ruleset: facts.ruleset.value(),
+        cni_files: facts.cni_conf_files.value().cloned(),
+        kube_proxy_manifests: manifests,
+        interfaces: None,
+        lb: lb
+            .as_ref()
+            .map(|l| (l.frontends.as_slice(), l.source.clone())),
+        before: None,
+    });
+    let rules = facts
+        .ruleset
+        .source()
+        .unwrap_or("(no rules read)")
+        .to_string();
+    let kpr = facts
+        .cilium
+        .value()
+        .and_then(|c| c.kube_proxy_replacement.clone());
+    if json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            verdict: Migration,
+            rules: &'a str,
+            /// The agent's KubeProxyReplacement setting, when its status was read.
+            kube_proxy_replacement: Option<&'a str>,
+            lb: Option<&'a LbRead>,
+            findings: &'a [plumb_findings::Finding],
+        }
+        output::json(&Out {
+            verdict: result.verdict,
+            rules: &rules,
+            kube_proxy_replacement: kpr.as_deref(),
+            lb: lb.as_ref(),
+            findings: &result.findings,
+        })?;
+    } else {
+        report(
+            &format!(
+                "plumb cilium verify: {} (rules: {rules}; KubeProxyReplacement: {})",
+                path.display(),
+                kpr.as_deref().unwrap_or("not in the bundle")
+            ),
+            &result.findings,
+            style,
+            match result.verdict {
+                Migration::Migrated => "migrated",
+                Migration::Incomplete => "incomplete",
+            },
+        )?;
+    }
+    Ok(match result.verdict {
+        Migration::Migrated => Verdict::Clean,
+        Migration::Incomplete => Verdict::Problems,
+    })
+}
+
+/// The running lab's root and node namespace (`--lab`).
+fn lab_node() -> anyhow::Result<(std::path::PathBuf, String)> {
+    let state = plumb_lab::state::LabState::load()
+        .context("reading the lab state")?
+        .context("no lab is running (start one with `plumb lab up SCENARIO`)")?;
+    Ok((state.root, plumb_lab::state::NODE_NETNS.to_string()))
 }
 
 /// What the generated configuration reads about the node: its distribution, the API
@@ -87,12 +239,131 @@ const CONFLICT_IDS: &[&str] = &[
     "iptables-backend-mix",
 ];
 
-fn conflicts(facts: &plumb_facts::Facts) -> Vec<plumb_findings::Finding> {
-    plumb_doctor::diagnose(facts)
+/// Doctor's conflicts (problems only), then the move's own: Cilium's tunnel ports
+/// traced through the host firewall's INPUT, CIDR overlaps with the node's addresses and
+/// routes, hostPort users, NetworkPolicies in use (problems and unknowns: what could not
+/// be judged is said).
+fn conflicts(facts: &plumb_facts::Facts, netns: Option<&str>) -> Vec<plumb_findings::Finding> {
+    use plumb_cilium::conflicts as c;
+    let mut out: Vec<plumb_findings::Finding> = plumb_doctor::diagnose(facts)
         .findings
         .into_iter()
         .filter(|f| f.is_problem() && CONFLICT_IDS.contains(&f.id.as_str()))
-        .collect()
+        .collect();
+    let ruleset = facts.ruleset.value();
+    let tunnel: Vec<(u16, c::PortState)> = match ruleset {
+        Some(rs) => {
+            let input = plumb_check::CheckInput::new(
+                rs,
+                plumb_check::Origin::Live {
+                    netns: netns.map(str::to_string),
+                },
+                false,
+            );
+            c::TUNNEL_PORTS
+                .iter()
+                .map(|(port, _)| {
+                    use plumb_check::checks::shadow::{Inbound, inbound};
+                    let state = match inbound(&input, plumb_trace::Proto::Udp, *port) {
+                        Inbound::Open => c::PortState::Open,
+                        Inbound::Blocked { rule, evidence } => {
+                            c::PortState::Blocked { rule, evidence }
+                        }
+                        Inbound::Maybe {
+                            rule,
+                            why,
+                            evidence,
+                        } => c::PortState::Maybe {
+                            rule,
+                            why,
+                            evidence,
+                        },
+                        Inbound::Unknown(why) => c::PortState::Unknown(why),
+                    };
+                    (*port, state)
+                })
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    let net = plumb_facts::cluster::network(facts);
+    let cidr = |d: &plumb_facts::cluster::Decided| (d.value.clone(), d.source.clone());
+    let (pod, service) = (cidr(&net.cluster_cidr), cidr(&net.service_cidr));
+    let addresses = node_addresses(netns);
+    let routes = node_routes(netns);
+    let found = [
+        c::tunnel_ports(&tunnel),
+        c::cidr_overlaps(
+            Some((&pod.0, &pod.1)),
+            Some((&service.0, &service.1)),
+            addresses.as_deref().map_err(String::as_str),
+            routes.as_deref().map_err(String::as_str),
+        ),
+        c::hostport_users(ruleset),
+        c::network_policies(ruleset, None),
+    ];
+    out.extend(
+        found
+            .into_iter()
+            .filter(|f| f.status != plumb_findings::Status::Ok),
+    );
+    out
+}
+
+/// `ip -o ARGS` in `netns`, its lines.
+fn ip_lines(netns: Option<&str>, args: &[&str]) -> Result<Vec<String>, String> {
+    use plumb_os::runner::Runner;
+    let out = plumb_os::runner::SystemRunner
+        .run("ip", args, netns, std::time::Duration::from_secs(5))
+        .map_err(|e| e.to_string())?;
+    if !out.success() {
+        return Err(format!("ip {}: {}", args.join(" "), out.stderr.trim()));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+/// IPv4 addresses (`ip -o -4 addr show`: `2: eth0    inet 192.168.1.10/24 brd ...`).
+fn node_addresses(
+    netns: Option<&str>,
+) -> Result<Vec<plumb_cilium::conflicts::NodeAddress>, String> {
+    Ok(ip_lines(netns, &["-o", "-4", "addr", "show"])?
+        .iter()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let i = w.iter().position(|x| *x == "inet")?;
+            Some(plumb_cilium::conflicts::NodeAddress {
+                cidr: w.get(i + 1)?.to_string(),
+                dev: w.get(1)?.trim_end_matches(':').to_string(),
+            })
+        })
+        .collect())
+}
+
+/// IPv4 routes of the main table but the default (`ip -o -4 route show`).
+fn node_routes(netns: Option<&str>) -> Result<Vec<plumb_cilium::conflicts::NodeRoute>, String> {
+    Ok(ip_lines(netns, &["-o", "-4", "route", "show"])?
+        .iter()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let dst = *w.first()?;
+            if dst == "default" || matches!(dst, "blackhole" | "unreachable" | "prohibit") {
+                return None;
+            }
+            let dev = w
+                .iter()
+                .position(|x| *x == "dev")
+                .and_then(|i| w.get(i + 1))
+                .map(|d| d.to_string());
+            Some(plumb_cilium::conflicts::NodeRoute {
+                dst: dst.to_string(),
+                dev,
+                text: l.trim().to_string(),
+            })
+        })
+        .collect())
 }
 
 fn preflight(
@@ -110,9 +381,9 @@ fn preflight(
     };
     let kernel = plumb_collect::cilium::read_kernel(root);
     let result = plumb_cilium::preflight::preflight(&kernel, release);
-    let (network, facts) = node_network(root, netns);
+    let (network, facts) = node_network(root, netns.clone());
     let config = plumb_cilium::config::generate(release, &network);
-    let conflicts = conflicts(&facts);
+    let conflicts = conflicts(&facts, netns.as_deref());
     if json {
         #[derive(Serialize)]
         struct Out<'a> {
@@ -221,9 +492,17 @@ fn services(node: &CiliumNodeFlags, json: bool) -> anyhow::Result<Verdict> {
 
 /// The Cilium frontends of this machine's pinned maps, when it has any: what `plumb
 /// services` shows on a kube-proxy-free node.
-pub(super) fn live_maps() -> Option<LbRead> {
+/// BPF maps are global, not per namespace; the lab pins its own on a bpffs below its
+/// root, and its node namespace (`--netns plumb-node`) reads those.
+pub(super) fn live_maps(netns: Option<&str>) -> Option<LbRead> {
+    let root = netns
+        .filter(|n| *n == plumb_lab::state::NODE_NETNS)
+        .and_then(|_| plumb_lab::state::LabState::load().ok().flatten())
+        .map_or_else(|| std::path::PathBuf::from("/"), |s| s.root);
     read_lb(&CiliumNodeFlags {
-        root: std::path::PathBuf::from("/"),
+        root,
+        lab: false,
+        bundle: None,
         lb_list: None,
     })
     .ok()

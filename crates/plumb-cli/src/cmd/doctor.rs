@@ -106,6 +106,13 @@ pub fn run(
         let state = plumb_lab::state::LabState::load()
             .context("reading the lab state")?
             .context("no lab is running (start one with `plumb lab up SCENARIO`)")?;
+        // On a kube-proxy-free lab the socket load balancer serves the lab's cgroup
+        // only (never the host's processes): doctor's probes join it, as a process of
+        // that node would be served.
+        if let Some(c) = &state.cgroup {
+            plumb_lab::cilium_node::join_self(c)
+                .with_context(|| format!("joining the lab's cgroup {}", c.display()))?;
+        }
         let live = LiveNode::new(
             SystemRunner,
             Some(plumb_lab::state::NODE_NETNS.to_string()),

@@ -18,7 +18,7 @@ pub fn run(source: &SourceFlags, input: &InputFlags, json: bool) -> anyhow::Resu
     // Services in pinned BPF maps (global, not per namespace).
     if maps.is_empty()
         && src.live.is_some()
-        && let Some(lb) = super::cilium::live_maps()
+        && let Some(lb) = super::cilium::live_maps(source.netns.as_deref())
     {
         return super::cilium::show(&lb, json);
     }

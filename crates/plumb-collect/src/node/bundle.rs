@@ -31,6 +31,22 @@ pub enum BundleKind {
     Rancher,
     /// `plumb collect`.
     Plumb,
+    /// A Cilium sysdump (`cilium-sysdump-<time>.zip`, or the directory it unpacks to):
+    /// one agent's bugtool archive gives the node's command outputs.
+    CiliumSysdump,
+}
+
+/// The agent bugtool archive of a sysdump that a [`BundleNode`] reads, unpacked.
+struct Bugtool {
+    /// Its `cmd/` directory (command outputs, `<command>.md`).
+    cmd: PathBuf,
+    /// The directory it was unpacked into (paths inside are shown relative to it).
+    root: PathBuf,
+    /// The archive's name in the sysdump.
+    name: String,
+    /// The agent pod it came from (`cilium-xxxxx`).
+    pod: String,
+    _tmp: Option<TempDir>,
 }
 
 /// The file plumb's own bundle starts with.
@@ -45,6 +61,8 @@ pub struct BundleNode {
     label: String,
     /// What extraction skipped, for the user.
     notes: Vec<String>,
+    /// A sysdump's agent bugtool archive, unpacked.
+    bugtool: Option<Bugtool>,
     _extracted: Option<TempDir>,
 }
 
@@ -65,12 +83,18 @@ pub fn open_bundle_within(path: &Path, limits: &Limits) -> Result<BundleNode, St
         let file = open_regular(path, true).map_err(|e| format!("{label}: {}", reason(&e)))?;
         let tmp = TempDir::create("plumb-bundle")?;
         let done =
-            archive::extract(file, tmp.path(), limits).map_err(|e| format!("{label}: {e}"))?;
+            archive::extract_file(file, tmp.path(), limits).map_err(|e| format!("{label}: {e}"))?;
         (tmp.path().to_path_buf(), Some(tmp), done.notes())
     };
     let (root, kind) = find_root(&dir).ok_or_else(|| {
-        format!("{label}: not a sosreport, Rancher log collector or plumb bundle (no sos_commands/, systeminfo/+networking/ or {PLUMB_MANIFEST} found)")
+        format!("{label}: not a sosreport, Rancher log collector, Cilium sysdump or plumb bundle (no sos_commands/, systeminfo/+networking/, cilium-bugtool-* or {PLUMB_MANIFEST} found)")
     })?;
+    let mut notes = notes;
+    let bugtool = if kind == BundleKind::CiliumSysdump {
+        Some(open_bugtool(&root, limits, &mut notes).map_err(|e| format!("{label}: {e}"))?)
+    } else {
+        None
+    };
     let distro = ["rke2", "k3s", "rke", "kubeadm"]
         .into_iter()
         .find(|d| is_real_dir(&root.join(d)))
@@ -82,8 +106,93 @@ pub fn open_bundle_within(path: &Path, limits: &Limits) -> Result<BundleNode, St
         distro,
         label,
         notes,
+        bugtool,
         _extracted: extracted,
     })
+}
+
+/// `cilium-bugtool-<pod>-<YYYYMMDD-HHMMSS>[.tar.gz]` -> `<pod>`.
+fn bugtool_pod(name: &str) -> Option<String> {
+    let rest = name.strip_prefix("cilium-bugtool-")?;
+    let rest = rest.strip_suffix(".tar.gz").unwrap_or(rest);
+    // The time is 15 characters (20060102-150405) after a dash.
+    let cut = rest.len().checked_sub(16)?;
+    let (pod, ts) = rest.split_at(cut);
+    let ts = ts.strip_prefix('-')?;
+    (ts.len() == 15
+        && ts.as_bytes()[8] == b'-'
+        && ts.bytes().filter(u8::is_ascii_digit).count() == 14)
+        .then(|| pod.to_string())
+        .filter(|p| !p.is_empty())
+}
+
+/// The sysdump's first agent bugtool archive (by name), unpacked into a private
+/// temporary directory (an unpacked one inside the sysdump is read in place). A sysdump
+/// holds one per Cilium agent; doctor reads one node, and the note says which.
+fn open_bugtool(root: &Path, limits: &Limits, notes: &mut Vec<String>) -> Result<Bugtool, String> {
+    let mut names: Vec<String> = std::fs::read_dir(root)
+        .map_err(|e| reason(&e))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cilium-bugtool-"))
+        .collect();
+    names.sort();
+    let name = names
+        .first()
+        .ok_or("a Cilium sysdump without a cilium-bugtool archive")?
+        .clone();
+    if names.len() > 1 {
+        notes.push(format!(
+            "the sysdump holds {} agents' bugtool archives; this reads {name} (one node)",
+            names.len()
+        ));
+    }
+    let pod = bugtool_pod(&name).unwrap_or_default();
+    let path = root.join(&name);
+    let (dir, tmp) = if is_real_dir(&path) {
+        (path, None)
+    } else {
+        let file = open_regular(&path, false).map_err(|e| format!("{name}: {}", reason(&e)))?;
+        let tmp = TempDir::create("plumb-bugtool")?;
+        let done =
+            archive::extract_file(file, tmp.path(), limits).map_err(|e| format!("{name}: {e}"))?;
+        notes.extend(done.notes().into_iter().map(|n| format!("{name}: {n}")));
+        (tmp.path().to_path_buf(), Some(tmp))
+    };
+    // Inside: `cilium-bugtool-<time>-<random>/cmd/`.
+    let cmd = if is_real_dir(&dir.join("cmd")) {
+        dir.join("cmd")
+    } else {
+        std::fs::read_dir(&dir)
+            .map_err(|e| reason(&e))?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path().join("cmd"))
+            .find(|p| is_real_dir(p))
+            .ok_or_else(|| format!("{name}: no cmd/ directory of command outputs"))?
+    };
+    Ok(Bugtool {
+        cmd,
+        root: dir,
+        name,
+        pod,
+        _tmp: tmp,
+    })
+}
+
+/// A bugtool `.md` file's command output: with markdown on, bugtool writes
+/// `# <command>`, a blank line, and the output in a ``` fence; without, the output as is.
+fn bugtool_output(text: &str) -> &str {
+    let Some(rest) = text.strip_prefix("# ") else {
+        return text;
+    };
+    let Some(open) = rest.find("\n```\n") else {
+        return text;
+    };
+    let body = &rest[open + 5..];
+    match body.rfind("\n```") {
+        Some(close) => &body[..close + 1],
+        None => body,
+    }
 }
 
 /// Opens `path` for reading only if it is a regular file, and never opens anything else:
@@ -165,6 +274,16 @@ fn is_real_file(p: &Path) -> bool {
 fn kind_of(dir: &Path) -> Option<BundleKind> {
     if is_real_file(&dir.join(PLUMB_MANIFEST)) {
         Some(BundleKind::Plumb)
+    } else if std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .any(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("cilium-bugtool-"))
+        })
+    {
+        Some(BundleKind::CiliumSysdump)
     } else if is_real_dir(&dir.join("sos_commands")) {
         Some(BundleKind::Sosreport)
     } else if is_real_dir(&dir.join("systeminfo")) && is_real_dir(&dir.join("networking")) {
@@ -214,6 +333,38 @@ impl BundleNode {
         let ip6 = |f: &Family| *f == Family::Ip6;
         Ok(match self.kind {
             BundleKind::Plumb => vec![format!("commands/{}", command.bundle_name())],
+            BundleKind::CiliumSysdump => {
+                let files: &[&str] = match command {
+                    NodeCommand::IptablesSave { family, backend } => match (ip6(family), backend) {
+                        (false, Backend::IptablesLegacy) => &["iptables-legacy-save--c.md"],
+                        (false, _) => &["iptables-nft-save--c.md", "iptables-save--c.md"],
+                        (true, Backend::IptablesLegacy) => &["ip6tables-legacy-save--c.md"],
+                        (true, _) => &["ip6tables-nft-save--c.md", "ip6tables-save--c.md"],
+                    },
+                    NodeCommand::NftListRuleset => &["nft-list-ruleset.md"],
+                    NodeCommand::Uname => &["uname--a.md"],
+                    NodeCommand::Lsmod => &["lsmod.md"],
+                    NodeCommand::SysctlAll => &["sysctl--a.md"],
+                    NodeCommand::SsListening => {
+                        &["ss--H--l--n--t--u--p.md", "ss--t--u--l--n--p.md"]
+                    }
+                    _ => {
+                        return Err(format!(
+                            "a Cilium sysdump's bugtool does not run {}",
+                            command.bundle_name()
+                        ));
+                    }
+                };
+                let cmd = &self
+                    .bugtool
+                    .as_ref()
+                    .expect("a sysdump has its bugtool")
+                    .cmd;
+                files
+                    .iter()
+                    .map(|f| cmd.join(f).display().to_string())
+                    .collect()
+            }
             BundleKind::Sosreport => match command {
                 NodeCommand::IptablesSave { .. } => {
                     return Err("sosreport does not run iptables-save in the host namespace; using its -nvL listings".into());
@@ -340,6 +491,19 @@ impl BundleNode {
         match self.kind {
             BundleKind::Sosreport => Some(self.root.join(rel)),
             BundleKind::Plumb => Some(self.root.join("files").join(rel)),
+            // The agent's view of /etc/cni/net.d: `cniconf-<pod>-<file>-<time>.txt`.
+            BundleKind::CiliumSysdump => {
+                let file = rel.strip_prefix("etc/cni/net.d/")?;
+                let prefix = format!("cniconf-{}-{file}-", self.bugtool.as_ref()?.pod);
+                self.sysdump_names()
+                    .into_iter()
+                    .find(|n| {
+                        n.starts_with(&prefix)
+                            && n.ends_with(".txt")
+                            && n.len() == prefix.len() + 19
+                    })
+                    .map(|n| self.root.join(n))
+            }
             BundleKind::Rancher => {
                 let d = &self.distro;
                 let table: [(String, String); 7] = [
@@ -375,7 +539,11 @@ impl BundleNode {
             .canonicalize()
             .map_err(|e| format!("{}: {}", self.rel(p), reason(&e)))?;
         let root = self.root.canonicalize().map_err(|e| reason(&e))?;
-        if real.starts_with(&root) {
+        let bugtool = self
+            .bugtool
+            .as_ref()
+            .and_then(|b| b.root.canonicalize().ok());
+        if real.starts_with(&root) || bugtool.is_some_and(|b| real.starts_with(b)) {
             Ok(real)
         } else {
             Err(format!(
@@ -386,10 +554,42 @@ impl BundleNode {
     }
 
     fn rel(&self, p: &Path) -> String {
+        if let Some(b) = &self.bugtool
+            && let Ok(inner) = p.strip_prefix(&b.root)
+        {
+            return format!("{}:{}", b.name, inner.display());
+        }
         p.strip_prefix(&self.root)
             .unwrap_or(p)
             .display()
             .to_string()
+    }
+
+    /// Names of the sysdump's top-level files.
+    fn sysdump_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.root)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// A bugtool command output (`cilium-dbg-status---verbose.md`), unwrapped; the first
+    /// of `files` that the archive holds.
+    fn bugtool_command(&self, files: &[&str]) -> Option<Captured> {
+        let b = self.bugtool.as_ref()?;
+        files.iter().find_map(|f| {
+            let c = self.read(&b.cmd.join(f)).ok()?;
+            let text = String::from_utf8_lossy(&c.bytes);
+            Some(Captured {
+                bytes: bugtool_output(&text).as_bytes().to_vec(),
+                source: c.source,
+            })
+        })
     }
 
     fn read(&self, p: &Path) -> Result<Captured, Unavailable> {
@@ -409,6 +609,7 @@ impl BundleNode {
             BundleKind::Sosreport => "sosreport",
             BundleKind::Rancher => "Rancher log collector bundle",
             BundleKind::Plumb => "plumb bundle",
+            BundleKind::CiliumSysdump => "Cilium sysdump",
         }
     }
 }
@@ -420,6 +621,7 @@ impl NodeSource for BundleNode {
                 BundleKind::Sosreport => SourceKind::Sosreport,
                 BundleKind::Rancher => SourceKind::RancherCollector,
                 BundleKind::Plumb => SourceKind::PlumbBundle,
+                BundleKind::CiliumSysdump => SourceKind::CiliumSysdump,
             },
             description: format!("{} at {}", self.tool(), self.label),
             notes: self.notes.clone(),
@@ -427,6 +629,19 @@ impl NodeSource for BundleNode {
     }
 
     fn command(&self, command: &NodeCommand) -> Result<Captured, Unavailable> {
+        if self.kind == BundleKind::CiliumSysdump {
+            let paths = self.command_paths(command)?;
+            let names: Vec<&str> = paths
+                .iter()
+                .filter_map(|p| Path::new(p).file_name()?.to_str())
+                .collect();
+            return self.bugtool_command(&names).ok_or_else(|| {
+                format!(
+                    "not in this Cilium sysdump's bugtool (looked for {})",
+                    names.join(", ")
+                )
+            });
+        }
         let paths = self.command_paths(command)?;
         let mut found: Vec<Captured> = paths
             .iter()
@@ -469,6 +684,24 @@ impl NodeSource for BundleNode {
     }
 
     fn dir(&self, path: &str) -> Result<Vec<String>, Unavailable> {
+        if self.kind == BundleKind::CiliumSysdump {
+            let pod = self.bugtool.as_ref().map_or("", |b| b.pod.as_str());
+            if path.trim_matches('/') != "etc/cni/net.d" || pod.is_empty() {
+                return Err(format!("{path}: not collected by a {}", self.tool()));
+            }
+            let prefix = format!("cniconf-{pod}-");
+            // `cniconf-<pod>-<file>-<YYYYMMDD-HHMMSS>.txt`
+            return Ok(self
+                .sysdump_names()
+                .iter()
+                .filter_map(|n| {
+                    let inner = n.strip_prefix(&prefix)?.strip_suffix(".txt")?;
+                    let cut = inner.len().checked_sub(16)?;
+                    Some(inner[..cut].to_string())
+                })
+                .filter(|f| !f.is_empty())
+                .collect());
+        }
         let p = self
             .map_path(path)
             .ok_or_else(|| format!("{path}: not collected by a {}", self.tool()))?;
@@ -491,6 +724,16 @@ impl NodeSource for BundleNode {
 
     fn dumps_by_backend(&self) -> bool {
         self.kind == BundleKind::Plumb
+    }
+
+    fn cilium(&self) -> plumb_facts::Fact<plumb_facts::CiliumFacts> {
+        if self.kind != BundleKind::CiliumSysdump {
+            return plumb_facts::Fact::unknown(format!("a {} holds no Cilium state", self.tool()));
+        }
+        crate::cilium::sysdump_facts(|files| {
+            self.bugtool_command(files)
+                .map(|c| (c.source, String::from_utf8_lossy(&c.bytes).into_owned()))
+        })
     }
 
     fn recorded_probe(&self, name: &str) -> Option<Captured> {

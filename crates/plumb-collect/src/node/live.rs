@@ -111,6 +111,9 @@ fn command_line(program: &str, args: &[&str]) -> String {
 }
 
 impl<R: Runner> NodeSource for LiveNode<R> {
+    fn cilium(&self) -> plumb_facts::Fact<plumb_facts::CiliumFacts> {
+        crate::cilium::live_facts(&self.root, &self.runner)
+    }
     fn info(&self) -> SourceInfo {
         let description = match (&self.netns, self.root == Path::new("/")) {
             (None, true) => "this machine".to_string(),

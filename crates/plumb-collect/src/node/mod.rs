@@ -162,6 +162,11 @@ pub trait NodeSource: Sync {
     fn recorded_probe(&self, _name: &str) -> Option<Captured> {
         None
     }
+    /// Cilium's service dataplane as this source shows it: pinned LB maps and the
+    /// agent's CLI on a live node, the agent's outputs in a sysdump.
+    fn cilium(&self) -> plumb_facts::Fact<plumb_facts::CiliumFacts> {
+        plumb_facts::Fact::unknown("this source holds no Cilium state")
+    }
 }
 
 /// Largest file or command output read (pod logs are tails of this size).

@@ -50,7 +50,7 @@ pub fn check(ctx: &Ctx) -> Vec<Finding> {
             ID_NO_DNAT,
         ]
         .iter()
-        .map(|id| Finding::ok(id, why))
+        .map(|id| Finding::ok(id, &why))
         .collect();
     }
     vec![
@@ -67,15 +67,26 @@ pub fn check(ctx: &Ctx) -> Vec<Finding> {
 /// A distribution that runs no kube-proxy (MicroShift: OVN-Kubernetes translates Services;
 /// openshift/microshift docs) where nothing shows one anyway: kube-proxy's checks have
 /// nothing to judge, and say why instead of "no kube-proxy log was readable".
-fn no_kube_proxy_by_design(ctx: &Ctx) -> Option<&'static str> {
-    (ctx.facts.distribution.as_deref() == Some("microshift") && kube_proxy_expected(ctx).is_none())
-        .then_some("MicroShift runs no kube-proxy (OVN-Kubernetes translates Services): nothing of kube-proxy's to check")
+///
+/// Likewise a kube-proxy-free node (Cilium's kube-proxy replacement, RKE2's
+/// `disable-kube-proxy`, k3s's `--disable-kube-proxy`) that shows no kube-proxy: its
+/// absence is the design, not a fault (`cilium-service-dataplane` says what translates
+/// Services instead).
+fn no_kube_proxy_by_design(ctx: &Ctx) -> Option<String> {
+    if kube_proxy_expected(ctx).is_some() {
+        return None;
+    }
+    if ctx.facts.distribution.as_deref() == Some("microshift") {
+        return Some("MicroShift runs no kube-proxy (OVN-Kubernetes translates Services): nothing of kube-proxy's to check".into());
+    }
+    super::cilium::kube_proxy_free(ctx.facts)
+        .map(|why| format!("kube-proxy-free node ({why}): nothing of kube-proxy's to check"))
 }
 
 /// Signs that kube-proxy runs on this node (its process, logs, static pod manifest, a
 /// health reply, or its chains in the ruleset): a node without it (Cilium's kube-proxy
 /// replacement, OVN-Kubernetes) translates Services elsewhere.
-fn kube_proxy_expected(ctx: &Ctx) -> Option<String> {
+pub(crate) fn kube_proxy_expected(ctx: &Ctx) -> Option<String> {
     let f = ctx.facts;
     if let Some(p) = f
         .processes

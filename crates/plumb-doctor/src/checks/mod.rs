@@ -4,6 +4,7 @@
 //! checked and ruled out.
 
 pub mod agents;
+pub mod cilium;
 pub mod cni;
 pub mod connectivity;
 pub mod firewall;
@@ -23,6 +24,7 @@ pub const ALL: &[fn(&Ctx) -> Vec<Finding>] = &[
     cni::check,
     kernel::check,
     rbac::check,
+    cilium::check,
 ];
 
 /// Every finding id the node checks emit, with what it says (for `plumb explain` and
@@ -104,6 +106,14 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     (
         rbac::ID,
         "RBAC denials that resolve themselves (a component starting before its role binding)",
+    ),
+    (
+        cilium::ID_ENDPOINTS,
+        "endpoints Cilium's agent holds not-ready, waiting for identity, invalid or disconnected",
+    ),
+    (
+        cilium::ID_DATAPLANE,
+        "what translates the node's Services where Cilium runs: its eBPF load balancer's frontends (kube-proxy replacement or beside kube-proxy)",
     ),
     (
         crate::ID_NOT_A_NODE,

@@ -11,12 +11,53 @@
 //! plugin answers 503 and logs `[INFO] plugin/ready: Still waiting on: "kubernetes"`
 //! (each readiness probe; here every `--ready-log-interval`). Only the TCP connect is
 //! attempted: in the incidents modelled the connect is what fails.
+//!
+//! `--serve` makes it kube-dns's backend too (the kube-proxy-free scenarios): it
+//! listens on 53/UDP (each datagram is answered with itself), 53/TCP (accepts) and
+//! 9153/TCP (`/metrics`, HTTP 200), so a connect through the `kube-dns` Service reaches
+//! a real socket.
 
-use std::net::{SocketAddr, TcpStream};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use super::install_cni::go_errno;
 use super::{Flags, nap, terminating};
+
+/// Listens on :53 (UDP and TCP) and :9153 (metrics), each on its own thread for the
+/// process's life.
+fn serve() -> Result<(), String> {
+    let udp = UdpSocket::bind("0.0.0.0:53").map_err(|e| format!("listen udp :53: {e}"))?;
+    let dns = TcpListener::bind("0.0.0.0:53").map_err(|e| format!("listen tcp :53: {e}"))?;
+    let metrics =
+        TcpListener::bind("0.0.0.0:9153").map_err(|e| format!("listen tcp :9153: {e}"))?;
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while let Ok((n, from)) = udp.recv_from(&mut buf) {
+            let _ = udp.send_to(&buf[..n], from);
+        }
+    });
+    std::thread::spawn(move || {
+        for c in dns.incoming() {
+            drop(c);
+        }
+    });
+    std::thread::spawn(move || {
+        for mut c in metrics.incoming().flatten() {
+            let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
+            let mut req = [0u8; 1024];
+            let _ = c.read(&mut req);
+            let body =
+                "# TYPE coredns_build_info gauge\ncoredns_build_info{version=\"1.11.3\"} 1\n";
+            let _ = write!(
+                c,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    Ok(())
+}
 
 fn say(line: &str) {
     println!("{line}");
@@ -28,6 +69,9 @@ pub fn main(f: &Flags) -> Result<i32, String> {
     let dial = f.duration_or("dial-timeout", Duration::from_secs(5))?;
     let max_backoff = f.duration_or("max-backoff", Duration::from_secs(8))?;
     let ready_every = f.duration_or("ready-log-interval", Duration::from_secs(5))?;
+    if f.get("serve").is_some() {
+        serve()?;
+    }
     say(".:53");
     say("[INFO] plugin/reload: Running configuration SHA512 = 3f4a0b1e");
     say("CoreDNS-1.11.3");

@@ -912,5 +912,75 @@ fn finding(
     )
 }
 
+/// What the host firewall does with packets another node sends to this one on a port
+/// (INPUT), as [`inbound`] traced them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Inbound {
+    /// Every outcome is accepted (or nothing filters INPUT).
+    Open,
+    /// Every outcome is stopped by the host firewall: the stopping rule or policy and the
+    /// path to it.
+    Blocked {
+        /// `INPUT rule 8: -A INPUT -j REJECT ...` / `policy DROP of filter INPUT`.
+        rule: String,
+        /// The rules on the path.
+        evidence: Vec<Evidence>,
+    },
+    /// Some outcome is stopped, or the stop rests on something plumb cannot see.
+    Maybe {
+        /// The stopping rule or policy.
+        rule: String,
+        /// On what it depends.
+        why: String,
+        /// The rules on the path.
+        evidence: Vec<Evidence>,
+    },
+    /// Not judged: why (a partial input, the trace's bound).
+    Unknown(String),
+}
+
+/// Traces a packet of `proto` to `port` that another node sends to this one through the
+/// host firewall's INPUT (IPv4), judged as `input-drop-blocks-node` judges the ports
+/// the node's current CNI uses. For ports the node does not use yet (`plumb cilium
+/// preflight`: Cilium's tunnel ports on a Canal node).
+pub fn inbound(facts: &CheckInput, proto: Proto, port: u16) -> Inbound {
+    if !facts.is_full() {
+        return Inbound::Unknown(
+            "the ruleset is partial, truncated or damaged: a block seen there may have an ACCEPT before it that was left out".into(),
+        );
+    }
+    if !filters(facts, Family::Ip) {
+        return Inbound::Open;
+    }
+    let mut model = node::infer(facts, Family::Ip);
+    model.node_inbound = vec![node::NodePort {
+        proto,
+        port: Some(port),
+        what: format!("{port}/{}", proto.name()),
+        because: String::new(),
+        only_if: None,
+    }];
+    let index = Index::build(facts.ruleset);
+    let Some(flow) = flows(&model, &index)
+        .into_iter()
+        .find(|f| f.leaves == Side::Local && f.packet.dport == Some(port))
+    else {
+        return Inbound::Unknown("no flow to trace".into());
+    };
+    match judge(facts, &index, &flow) {
+        Fate::Open => Inbound::Open,
+        Fate::Blocked(b) => Inbound::Blocked {
+            rule: b.rule,
+            evidence: b.evidence,
+        },
+        Fate::Maybe(b, why) => Inbound::Maybe {
+            rule: b.rule,
+            why,
+            evidence: b.evidence,
+        },
+        Fate::Undecided(why) => Inbound::Unknown(format!("the trace has {why}")),
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,319 @@
+//! Cilium's own state as input. A sysdump layout is built from the corpus's real
+//! outputs (the kube-proxy-free guide's `cilium-dbg status` and `service list`, a real
+//! Cilium node's iptables-save) with the file names cilium-cli and bugtool use
+//! (`cilium-sysdump-<time>/cilium-bugtool-<pod>-<time>.tar.gz` holding
+//! `cilium-bugtool-*/cmd/<command>.md` in bugtool's markdown, `cniconf-<pod>-<file>-<time>.txt`),
+//! packed with the real `tar` and `zip`; `plumb doctor --bundle`, `plumb cilium verify
+//! --bundle` and `plumb cilium services --bundle` read it as a directory and as a zip.
+//! On a live node a fake `cilium-dbg` on PATH (no agent runs here) prints the agent
+//! API's JSON for the same Services; doctor reads it, and a hung one is cut off.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const TS: &str = "20260101-120000";
+const POD: &str = "cilium-x7k2p";
+
+/// The lines of the code block after the line holding `command` in an .rst file.
+fn output_after(text: &str, command: &str) -> String {
+    text.lines()
+        .skip_while(|l| !l.contains(command))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect()
+}
+
+/// bugtool's markdown form of a command's output.
+fn markdown(command: &str, output: &str) -> String {
+    format!("# {command}\n\n```\n{output}\n```\n")
+}
+
+struct Corpus {
+    endpoints: String,
+    status: String,
+    service_list: String,
+    iptables: String,
+}
+
+fn corpus() -> Option<Corpus> {
+    let c = plumb_testkit::corpus_dir()?;
+    let guide = plumb_testkit::read(&c.join("cilium/docs/kubeproxy-free.rst"));
+    let demo = plumb_testkit::read(&c.join("policy/cilium-docs/gsg_sw_demo.rst"));
+    Some(Corpus {
+        endpoints: output_after(&demo, "exec cilium-5ngzd -- cilium-dbg endpoint list"),
+        status: output_after(&guide, "cilium-dbg status | grep KubeProxyReplacement"),
+        service_list: output_after(&guide, "-- cilium-dbg service list"),
+        iptables: plumb_testkit::read(&c.join(
+            "real-world/iptables-save/cce-cilium-kernel-4.19_kube-proxy-ipvs_iptables-save_AUTHOR-ANNOTATED-zh-comments_no-COMMIT.iptables-save",
+        )),
+    })
+}
+
+fn run(dir: &Path, program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Writes the sysdump directory under `scratch` and returns (directory, zip).
+fn sysdump(scratch: &plumb_testkit::Scratch, c: &Corpus) -> (PathBuf, PathBuf) {
+    let name = format!("cilium-sysdump-{TS}");
+    let bugtool = "cilium-bugtool-20260101-120003-612938512";
+    for (file, command, output) in [
+        (
+            "cilium-dbg-status---verbose.md",
+            "cilium-dbg status --verbose",
+            c.status.as_str(),
+        ),
+        (
+            "cilium-dbg-service-list.md",
+            "cilium-dbg service list",
+            c.service_list.as_str(),
+        ),
+        (
+            "cilium-dbg-endpoint-list.md",
+            "cilium-dbg endpoint list",
+            c.endpoints.as_str(),
+        ),
+        (
+            "iptables-save--c.md",
+            "iptables-save -c",
+            c.iptables.as_str(),
+        ),
+    ] {
+        scratch.write(
+            &format!("work/{bugtool}/cmd/{file}"),
+            &markdown(command, output),
+        );
+    }
+    scratch.write(&format!("{name}/k8s-version-{TS}.txt"), "v1.31.4\n");
+    scratch.write(
+        &format!("{name}/cniconf-{POD}-05-cilium.conflist-{TS}.txt"),
+        "{\"cniVersion\": \"0.3.1\", \"name\": \"cilium\", \"plugins\": [{\"type\": \"cilium-cni\"}]}\n",
+    );
+    let tarball = scratch
+        .path()
+        .join(&name)
+        .join(format!("cilium-bugtool-{POD}-{TS}.tar.gz"));
+    run(
+        &scratch.path().join("work"),
+        "tar",
+        &["czf", &tarball.to_string_lossy(), bugtool],
+    );
+    let zip = scratch.path().join(format!("{name}.zip"));
+    run(
+        scratch.path(),
+        "zip",
+        &["-qr", &zip.to_string_lossy(), &name],
+    );
+    (scratch.path().join(name), zip)
+}
+
+fn plumb_json(args: &[&str], path: Option<&str>) -> (i32, Value) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_plumb"));
+    cmd.args(args);
+    if let Some(p) = path {
+        cmd.env("PATH", p);
+    }
+    let out = cmd.output().expect("plumb runs");
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "plumb {args:?}: {e}\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), v)
+}
+
+fn finding<'a>(report: &'a Value, id: &str) -> &'a Value {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == id)
+        .unwrap_or_else(|| panic!("no {id} in {report:#}"))
+}
+
+#[test]
+fn a_sysdump_built_from_real_outputs_is_read_as_a_directory_and_as_a_zip() {
+    let Some(c) = corpus() else {
+        return;
+    };
+    if which("zip").is_none() || which("tar").is_none() {
+        plumb_testkit::skip("the zip or tar tool is not installed");
+        return;
+    }
+    let scratch = plumb_testkit::Scratch::new("sysdump");
+    let (dir, zip) = sysdump(&scratch, &c);
+    for input in [&dir, &zip] {
+        let input = input.to_string_lossy();
+        let (_, report) = plumb_json(&["doctor", "--bundle", &input, "--json"], None);
+        assert_eq!(report["source"]["kind"], "cilium-sysdump", "{report:#}");
+        let dataplane = finding(&report, "cilium-service-dataplane");
+        assert_eq!(dataplane["status"], "ok", "{dataplane:#}");
+        let title = dataplane["title"].as_str().unwrap();
+        assert!(
+            title.contains("KubeProxyReplacement True") && title.contains("4 frontends"),
+            "{title}"
+        );
+        // KPR is on, but this real node's dump still holds kube-proxy's (IPVS) chains.
+        assert_eq!(
+            finding(&report, "kube-proxy-rules-remain")["status"],
+            "problem"
+        );
+        // The agent's view of /etc/cni/net.d.
+        assert_eq!(finding(&report, "old-cni-config")["status"], "ok");
+        // The guide's endpoints are all ready.
+        let endpoints = finding(&report, "cilium-endpoints-not-ready");
+        assert_eq!(endpoints["status"], "ok", "{endpoints:#}");
+        assert!(
+            endpoints["title"]
+                .as_str()
+                .unwrap()
+                .starts_with("8 endpoints"),
+            "{endpoints:#}"
+        );
+
+        let (code, verify) = plumb_json(&["cilium", "verify", "--bundle", &input, "--json"], None);
+        assert_eq!(verify["verdict"], "incomplete", "{verify:#}");
+        assert_eq!(code, 1);
+        assert_eq!(verify["kube_proxy_replacement"], "True");
+        assert_eq!(verify["lb"]["mode"], "cilium-service-list");
+
+        let (code, services) =
+            plumb_json(&["cilium", "services", "--bundle", &input, "--json"], None);
+        assert_eq!(code, 0, "{services:#}");
+        let f = services["frontends"].as_array().unwrap();
+        assert_eq!(f.len(), 4, "{services:#}");
+        assert!(
+            f.iter()
+                .all(|f| f["backends"].as_array().unwrap().len() == 2)
+        );
+        assert!(
+            services["source"]
+                .as_str()
+                .unwrap()
+                .contains("cmd/cilium-dbg-service-list.md"),
+            "{services:#}"
+        );
+    }
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())
+    })
+}
+
+/// The agent API's JSON for the guide's Services (`cilium-dbg service list -o json`).
+fn service_list_json(listing: &str) -> String {
+    let (frontends, errors) = plumb_cilium::service_list::parse(listing);
+    assert!(errors.is_empty(), "{errors:?}");
+    let services: Vec<Value> = frontends
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            serde_json::json!({
+                "spec": {
+                    "id": i + 4,
+                    "frontend-address": {"ip": f.address.to_string(), "port": f.port, "protocol": f.proto.to_string(), "scope": "external"},
+                    "backend-addresses": f.backends.iter().map(|b| serde_json::json!({
+                        "ip": b.address.to_string(), "port": b.port, "protocol": b.proto.to_string(), "state": "active", "weight": 100
+                    })).collect::<Vec<_>>(),
+                    "flags": {"type": f.kind.map_or("ClusterIP", |k| k.name()), "trafficPolicy": "Cluster", "name": "echo", "namespace": "default"}
+                },
+                "status": {"realized": {}}
+            })
+        })
+        .collect();
+    serde_json::to_string(&services).unwrap()
+}
+
+/// A directory with an executable `cilium-dbg` running `script`, and PATH with it first.
+fn fake_cilium_dbg(scratch: &plumb_testkit::Scratch, script: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = scratch.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let exe = bin.join("cilium-dbg");
+    std::fs::write(&exe, format!("#!/bin/sh\n{script}")).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+#[test]
+fn doctor_reads_the_agents_json_through_cilium_dbg_on_a_live_node() {
+    let Some(c) = corpus() else {
+        return;
+    };
+    if !plumb_testkit::privileged(&["iptables-save"]) {
+        return;
+    }
+    let scratch = plumb_testkit::Scratch::new("cilium-dbg");
+    scratch.write("status.json", r#"{"cilium":{"state":"Ok","msg":"1.19.1"},"kube-proxy-replacement":{"mode":"True","devices":[{"name":"eth0","ips":["192.168.178.29"]}]}}"#);
+    scratch.write("services.json", &service_list_json(&c.service_list));
+    scratch.write(
+        "endpoints.json",
+        r#"[{"id":232,"status":{"state":"ready","external-identifiers":{"k8s-namespace":"default","k8s-pod-name":"deathstar-1"}}},
+           {"id":1673,"status":{"state":"waiting-for-identity","external-identifiers":{"k8s-namespace":"default","k8s-pod-name":"tiefighter"}}}]"#,
+    );
+    let dir = scratch.path().display();
+    let path = fake_cilium_dbg(
+        &scratch,
+        &format!(
+            "case \"$1 $2\" in\n  'status -o') cat {dir}/status.json ;;\n  'service list') cat {dir}/services.json ;;\n  'endpoint list') cat {dir}/endpoints.json ;;\n  *) echo \"unexpected: $*\" >&2; exit 2 ;;\nesac\n"
+        ),
+    );
+    let (_, report) = plumb_json(&["doctor", "--json"], Some(&path));
+    let dataplane = finding(&report, "cilium-service-dataplane");
+    let title = dataplane["title"].as_str().unwrap();
+    assert!(
+        title.contains("cilium-dbg status -o json")
+            && title.contains("4 frontends in cilium-dbg service list -o json"),
+        "{title}"
+    );
+    assert_eq!(dataplane["status"], "ok");
+    let endpoints = finding(&report, "cilium-endpoints-not-ready");
+    assert_eq!(endpoints["status"], "problem", "{endpoints:#}");
+    assert!(
+        endpoints["title"]
+            .as_str()
+            .unwrap()
+            .contains("1673 default/tiefighter (waiting-for-identity)"),
+        "{endpoints:#}"
+    );
+}
+
+#[test]
+fn a_hung_cilium_dbg_is_cut_off_at_its_deadline() {
+    if !plumb_testkit::privileged(&["iptables-save", "sleep"]) {
+        return;
+    }
+    let scratch = plumb_testkit::Scratch::new("cilium-dbg-hung");
+    let path = fake_cilium_dbg(&scratch, "exec sleep 60\n");
+    let start = std::time::Instant::now();
+    let (_, report) = plumb_json(&["doctor", "--json"], Some(&path));
+    let took = start.elapsed();
+    // Two agent commands at most, each cut at 5 s.
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+    let text = serde_json::to_string(&report).unwrap();
+    assert!(
+        text.contains("did not finish"),
+        "the timeout is said: {report:#}"
+    );
+}
