@@ -245,7 +245,8 @@ pub enum PolicyCommand {
     /// decide. Exit 0 allowed, 1 denied, 2 error.
     Check {
         /// A YAML/JSON file or a directory of them holding NetworkPolicies, Pods and
-        /// Namespaces (multi-document files and Lists); repeat for more.
+        /// Namespaces (multi-document files and Lists), or a Cilium sysdump (zip or
+        /// directory: its policies, pods, namespaces and nodes); repeat for more.
         #[arg(short = 'f', long = "file", value_name = "PATH", required = true)]
         files: Vec<PathBuf>,
         /// The client: a pod `NAMESPACE/POD`, an outside address `world:IP[@NAME]` (the

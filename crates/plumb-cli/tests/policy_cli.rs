@@ -264,3 +264,90 @@ fn lint_exit_codes_text_and_json() {
         Some(2)
     );
 }
+
+/// A Cilium sysdump holds the cluster's Kubernetes objects as `<name>-<time>.yaml`
+/// beside the agents' bugtool archives: `-f` takes the sysdump (unpacked or as the zip
+/// the `cilium sysdump` command writes) and reads only its policies, pods, namespaces
+/// and nodes; the rest (events here) is not policy input and is not reported as unread.
+#[test]
+fn a_cilium_sysdump_is_read_for_its_policies_pods_and_namespaces() {
+    let dir = Scratch::new("policy-sysdump");
+    let top = "cilium-sysdump-20261201-101010";
+    let ts = "20261201-101010";
+    let nps = POLICIES.rsplit_once("---\nkind: Service").unwrap().0;
+    dir.write(&format!("{top}/k8s-pods-{ts}.yaml"), PODS);
+    dir.write(&format!("{top}/k8s-networkpolicies-{ts}.yaml"), nps);
+    dir.write(
+        &format!("{top}/k8s-namespaces-{ts}.yaml"),
+        "apiVersion: v1\nkind: List\nitems:\n- kind: Namespace\n  metadata: {name: shop}\n",
+    );
+    dir.write(
+        &format!("{top}/k8s-events-{ts}.yaml"),
+        "apiVersion: v1\nkind: List\nitems:\n- kind: Event\n  metadata: {name: e, namespace: shop}\n",
+    );
+    dir.write(
+        &format!("{top}/cilium-bugtool-cilium-abcde-{ts}/cmd/uname--a.md"),
+        "Linux node 6.1.0\n",
+    );
+    let unpacked = dir.path().join(top);
+    let zip = dir.path().join(format!("{top}.zip"));
+    let zipped = Command::new("zip")
+        .current_dir(dir.path())
+        .args(["-qr", zip.to_str().unwrap(), top])
+        .status();
+    if !zipped.is_ok_and(|s| s.success()) {
+        plumb_testkit::skip("the zip tool is not installed");
+        return;
+    }
+    for input in [&unpacked, &zip] {
+        let check = |from: &str| {
+            plumb(&[
+                "policy",
+                "check",
+                "-f",
+                input.to_str().unwrap(),
+                "--from",
+                from,
+                "--to",
+                "shop/web",
+                "--port",
+                "8443/tcp",
+                "-o",
+                "json",
+            ])
+        };
+        let allowed = check("shop/client");
+        let stderr = String::from_utf8_lossy(&allowed.stderr);
+        assert_eq!(
+            allowed.status.code(),
+            Some(0),
+            "{}: {stderr}",
+            input.display()
+        );
+        let v: serde_json::Value = serde_json::from_slice(&allowed.stdout).unwrap();
+        assert_eq!(v["problems"], serde_json::json!([]), "{}", input.display());
+        assert_eq!(v["ingress"]["allowed"], true);
+        let denied = check("shop/other");
+        assert_eq!(denied.status.code(), Some(1), "{}", input.display());
+    }
+    // A bundle that is not a sysdump is refused with the reason.
+    dir.write("not-a-bundle.tar", "x");
+    let out = plumb(&[
+        "policy",
+        "check",
+        "-f",
+        dir.path().join("not-a-bundle.tar").to_str().unwrap(),
+        "--from",
+        "shop/client",
+        "--to",
+        "shop/web",
+        "--port",
+        "443",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not-a-bundle.tar"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -332,40 +332,106 @@ fn matrix(
     Ok(Verdict::Clean)
 }
 
-/// Files named on the command line, directories expanded to their YAML/JSON files
-/// (sorted, not recursive into hidden entries).
-fn inputs(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+/// The files of a Cilium sysdump that policy evaluation reads, by name prefix (the
+/// sysdump writes `<name>-<time>.yaml`); the rest of a sysdump (events, Services, Helm
+/// values, agent outputs) is not policy input and is not reported as unread.
+const SYSDUMP_POLICY_FILES: &[&str] = &[
+    "k8s-namespaces-",
+    "k8s-pods-",
+    "k8s-nodes-",
+    "k8s-networkpolicies-",
+    "ciliumnetworkpolicies-",
+    "ciliumclusterwidenetworkpolicies-",
+];
+
+fn is_manifest(f: &std::path::Path) -> bool {
+    f.extension()
+        .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+}
+
+fn is_sysdump_policy_file(f: &std::path::Path) -> bool {
+    let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    f.extension().is_some_and(|e| e == "yaml")
+        && SYSDUMP_POLICY_FILES.iter().any(|p| name.starts_with(p))
+}
+
+/// The manifests of one directory, sorted (not recursive). A directory laid out as a
+/// Cilium sysdump gives only its policy, pod, namespace and node files.
+fn manifests_in(dir: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|f| f.is_file() && is_manifest(f))
+        .collect();
+    found.sort();
+    if found.iter().any(|f| is_sysdump_policy_file(f)) {
+        found.retain(|f| is_sysdump_policy_file(f));
+    }
+    Ok(found)
+}
+
+/// Files named on the command line: directories expanded to their manifests, and a
+/// Cilium sysdump (zip, or its unpacked directory) opened as a bundle and read for its
+/// Kubernetes objects. The opened bundles are returned so their unpacked files live as
+/// long as the paths. Each file comes with the name its problems are reported under (a
+/// bundle's files as `BUNDLE:MEMBER`).
+type Inputs = (Vec<(PathBuf, String)>, Vec<plumb_collect::node::BundleNode>);
+
+fn inputs(paths: &[PathBuf]) -> anyhow::Result<Inputs> {
+    use plumb_collect::node::{BundleKind, open_bundle};
     let mut out = Vec::new();
+    let mut bundles = Vec::new();
     for p in paths {
+        let named = |f: PathBuf| {
+            let label = f.display().to_string();
+            (f, label)
+        };
         if p.is_dir() {
-            let mut found: Vec<PathBuf> = std::fs::read_dir(p)
-                .with_context(|| format!("reading {}", p.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| {
-                    f.is_file()
-                        && f.extension()
-                            .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
-                })
-                .collect();
-            found.sort();
-            out.extend(found);
+            out.extend(manifests_in(p)?.into_iter().map(named));
+        } else if p.is_file() && !is_manifest(p) {
+            let bundle = open_bundle(p).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if bundle.kind() != BundleKind::CiliumSysdump {
+                bail!(
+                    "{}: a bundle without Kubernetes objects; plumb policy reads YAML/JSON manifests, directories of them, or a Cilium sysdump",
+                    p.display()
+                );
+            }
+            let found = manifests_in(bundle.root())?;
+            if found.is_empty() {
+                bail!(
+                    "{}: the sysdump holds none of {}",
+                    p.display(),
+                    SYSDUMP_POLICY_FILES
+                        .iter()
+                        .map(|f| format!("{f}*.yaml"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            out.extend(found.into_iter().map(|f| {
+                let member = f.strip_prefix(bundle.root()).unwrap_or(&f).display();
+                let label = format!("{}:{member}", p.display());
+                (f, label)
+            }));
+            bundles.push(bundle);
         } else {
-            out.push(p.clone());
+            out.push(named(p.clone()));
         }
     }
-    Ok(out)
+    Ok((out, bundles))
 }
 
 fn load(paths: &[PathBuf]) -> anyhow::Result<(Cluster, Vec<String>)> {
     let mut cluster = Cluster::default();
     let mut problems = Vec::new();
-    for f in inputs(paths)? {
+    let (files, _bundles) = inputs(paths)?;
+    for (f, label) in files {
         let bytes = super::input::read_limited(&f, plumb_ruleset::format::DEFAULT_MAX_SIZE)
-            .with_context(|| format!("reading {}", f.display()))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| anyhow::anyhow!("{}: not UTF-8 text", f.display()))?;
+            .with_context(|| format!("reading {label}"))?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("{label}: not UTF-8 text"))?;
         problems.extend(
-            plumb_policy::load::load_str(&mut cluster, &text, &f.display().to_string())
+            plumb_policy::load::load_str(&mut cluster, &text, &label)
                 .iter()
                 .map(|p| p.to_string()),
         );
