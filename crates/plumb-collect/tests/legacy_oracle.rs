@@ -380,3 +380,168 @@ fn every_decoded_extension_equals_iptables_legacy_save() {
     assert!(fallbacks.is_empty(), "{fallbacks:?}");
     assert_eq!(equal, 1);
 }
+
+/// Manual (ignored): writes the unit tests' fixtures (`src/xt_legacy/fixtures/`): the
+/// extension rulesets' tables as the kernel gives them, framed, beside the text
+/// `iptables-legacy-save -c` prints for each.
+/// `PLUMB_WRITE_LEGACY_FIXTURES=1 cargo test -p plumb-collect --test legacy_oracle -- --ignored`.
+#[test]
+#[ignore]
+fn write_fixtures() {
+    if std::env::var("PLUMB_WRITE_LEGACY_FIXTURES").is_err() {
+        plumb_testkit::skip("PLUMB_WRITE_LEGACY_FIXTURES is not set");
+        return;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/xt_legacy/fixtures");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ns = Netns::create("plumb-legacy-oracle").expect("netns");
+    for (tool, text) in [
+        ("iptables-legacy-restore", EXTENSIONS_V4),
+        ("ip6tables-legacy-restore", EXTENSIONS_V6),
+    ] {
+        let (ok, _, err) = ns.exec(tool, &[], Some(text)).expect(tool);
+        assert!(ok, "{tool}: {err}");
+    }
+    for (family, xf, tool, tag) in [
+        (
+            Family::Ip,
+            plumb_os::xtables::XtFamily::Ipv4,
+            "iptables-legacy-save",
+            "v4",
+        ),
+        (
+            Family::Ip6,
+            plumb_os::xtables::XtFamily::Ipv6,
+            "ip6tables-legacy-save",
+            "v6",
+        ),
+    ] {
+        let _ = family;
+        let (_, out, _) = ns.exec(tool, &["-c"], None).expect(tool);
+        let expected = sections(&out);
+        for t in plumb_os::xtables::read_tables(Some(ns.name()), xf, None).expect("read") {
+            if !["filter", "nat"].contains(&t.name.as_str()) {
+                continue;
+            }
+            let stem = format!("{tag}-{}", t.name);
+            std::fs::write(dir.join(format!("{stem}.bin")), xt_legacy::frame(xf, &t)).unwrap();
+            std::fs::write(dir.join(format!("{stem}.save")), &expected[&t.name]).unwrap();
+        }
+    }
+}
+
+/// The one live reader on a legacy node: the ruleset `collect_live_rulesets` builds
+/// (getsockopt, the save tool for a table it cannot translate) is the ruleset the save
+/// tools give, as JSON (tables, chains, rules, their text and lines, diagnostics), and
+/// the table read with the tool is reported with why.
+#[test]
+fn the_live_reader_gives_the_model_of_the_save_tools() {
+    if !plumb_testkit::privileged(&["iptables-legacy-restore", "ip6tables-legacy-restore"]) {
+        return;
+    }
+    let Some(corpus) = plumb_testkit::corpus_dir() else {
+        return;
+    };
+    for file in [
+        "kube-proxy-iptables/real-nodes/k3s-node_iptables-save-c_with-counters_dns-no-endpoints.iptables-save",
+        "kube-proxy-iptables/k8s-proxier-test/TestGetChainLinesMultipleTables.userspace-era.iptables-save",
+    ] {
+        let text = std::fs::read_to_string(corpus.join(file)).expect("corpus file");
+        let ns = Netns::create("plumb-legacy-oracle").expect("netns");
+        let (ok, _, err) = ns
+            .exec("iptables-legacy-restore", &[], Some(&text))
+            .expect("restore");
+        assert!(ok, "{file}: {err}");
+        let (ok, _, err) = ns
+            .exec("ip6tables-legacy-restore", &[], Some(EXTENSIONS_V6))
+            .expect("restore");
+        assert!(ok, "{file}: {err}");
+        // A rule the decoder does not know (`-m length`): its table is read with the
+        // save tool, and the read says so.
+        let (ok, _, err) = ns
+            .exec(
+                "iptables-legacy",
+                &[
+                    "-t", "mangle", "-A", "FORWARD", "-m", "length", "--length", "100", "-j",
+                    "ACCEPT",
+                ],
+                None,
+            )
+            .expect("iptables-legacy");
+        assert!(ok, "{err}");
+        let runner = plumb_os::runner::SystemRunner;
+        let live = plumb_collect::collect_live_rulesets(&runner, Some(ns.name()));
+        let tools = plumb_collect::collect_rulesets(&runner, Some(ns.name()));
+        for t in ["iptables-legacy getsockopt", "ip6tables-legacy getsockopt"] {
+            assert!(
+                live.tools.iter().any(|o| o.tool == t && o.status == "ok"),
+                "{file}: {t}: {:?}",
+                live.tools
+            );
+        }
+        let (a, b) = (
+            serde_json::to_value(&live.ruleset).expect("json"),
+            serde_json::to_value(&tools.ruleset).expect("json"),
+        );
+        assert!(
+            a["tables"].as_array().is_some_and(|t| t.len() >= 4),
+            "{file}: {a}"
+        );
+        if a != b {
+            let (a, b) = (a.to_string(), b.to_string());
+            let at = a
+                .bytes()
+                .zip(b.bytes())
+                .position(|(x, y)| x != y)
+                .unwrap_or(0);
+            panic!(
+                "{file}: models differ at byte {at}:\n getsockopt: {}\n tools:      {}",
+                &a[at.saturating_sub(200)..(at + 200).min(a.len())],
+                &b[at.saturating_sub(200)..(at + 200).min(b.len())]
+            );
+        }
+        let fallback = live
+            .tools
+            .iter()
+            .find(|t| {
+                t.detail
+                    .contains("table ip mangle read with iptables-legacy-save")
+            })
+            .unwrap_or_else(|| panic!("{file}: the fallback is not reported: {:?}", live.tools));
+        assert!(
+            fallback
+                .detail
+                .contains("match length revision 0 not decoded"),
+            "{}",
+            fallback.detail
+        );
+    }
+}
+
+/// A namespace with no legacy table: the live reader reads none, runs no save tool
+/// and creates none (the list stays empty).
+#[test]
+fn a_namespace_without_legacy_tables_stays_without() {
+    if !plumb_testkit::privileged(&["iptables-legacy-save"]) {
+        return;
+    }
+    let ns = Netns::create("plumb-legacy-oracle").expect("netns");
+    let runner = plumb_os::runner::SystemRunner;
+    let live = plumb_collect::collect_live_rulesets(&runner, Some(ns.name()));
+    let legacy: Vec<_> = live
+        .tools
+        .iter()
+        .filter(|t| t.tool.contains("legacy"))
+        .collect();
+    assert_eq!(legacy.len(), 2, "{legacy:?}");
+    assert!(
+        legacy
+            .iter()
+            .all(|t| t.status == "skipped" && t.detail.contains("lists no tables")),
+        "{legacy:?}"
+    );
+    let (_, names, _) = ns
+        .exec("cat", &["/proc/net/ip_tables_names"], None)
+        .expect("cat");
+    assert_eq!(names, "");
+}
