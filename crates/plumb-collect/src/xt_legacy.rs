@@ -236,6 +236,8 @@ pub fn decode_table(family: XtFamily, t: &RawTable, counters: bool) -> Result<St
     // (index in `chains`, built-in hook) of the chain being read.
     let mut current: Option<(usize, Option<usize>)> = None;
     let mut ended = false;
+    // User chain names seen (a set: a 10k-service table has 58k chains).
+    let mut names = std::collections::HashSet::new();
     for (i, e) in all.iter().enumerate() {
         if ended {
             return Err(format!("entry at {} after the end of the table", e.offset));
@@ -279,7 +281,7 @@ pub fn decode_table(family: XtFamily, t: &RawTable, counters: bool) -> Result<St
                 current = None;
                 continue;
             }
-            if name.is_empty() || chains.iter().any(|c| c.name == name) {
+            if name.is_empty() || !names.insert(name) {
                 return Err(format!("chain name {name:?}"));
             }
             chains.push(Chain {

@@ -545,3 +545,44 @@ fn a_namespace_without_legacy_tables_stays_without() {
         .expect("cat");
     assert_eq!(names, "");
 }
+
+/// Manual (ignored): the oracle on a namespace that already holds legacy tables, e.g.
+/// the 10k-service x 5-endpoint benchmark namespace:
+/// `PLUMB_LEGACY_NETNS=NAME cargo test -p plumb-collect --test legacy_oracle -- --ignored existing`.
+#[test]
+#[ignore]
+fn an_existing_namespace_equals_iptables_legacy_save() {
+    let Ok(name) = std::env::var("PLUMB_LEGACY_NETNS") else {
+        plumb_testkit::skip("PLUMB_LEGACY_NETNS is not set");
+        return;
+    };
+    let mut equal = 0;
+    for (family, tool) in [
+        (Family::Ip, "iptables-legacy-save"),
+        (Family::Ip6, "ip6tables-legacy-save"),
+    ] {
+        let start = std::time::Instant::now();
+        let tables = xt_legacy::read(Some(&name), family, None, true).expect("legacy read");
+        let took = start.elapsed();
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &name, tool, "-c"])
+            .output()
+            .expect(tool);
+        assert!(out.status.success(), "{tool} failed");
+        let expected = sections(&String::from_utf8_lossy(&out.stdout));
+        for t in &tables {
+            match &t.read {
+                LegacyTableRead::Save(text) => {
+                    assert!(*text == expected[&t.name], "{tool} {} differs", t.name);
+                    equal += 1;
+                }
+                LegacyTableRead::Fallback(why) => eprintln!("{tool} {}: fallback: {why}", t.name),
+            }
+        }
+        eprintln!(
+            "{tool}: {} tables read and decoded in {took:?}",
+            tables.len()
+        );
+    }
+    eprintln!("{equal} tables equal");
+}

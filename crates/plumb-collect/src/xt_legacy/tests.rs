@@ -175,3 +175,80 @@ proptest! {
         let _ = decode_frame(&bytes, true);
     }
 }
+
+/// An IPv4 `filter` table with `chains` user chains, each holding one rule that jumps
+/// to the next (the last accepts), as iptables lays them out.
+fn chained_table(chains: usize) -> RawTable {
+    fn entry(out: &mut Vec<u8>, target: &[u8]) {
+        let mut head = [0u8; 112];
+        head[88..90].copy_from_slice(&112u16.to_ne_bytes());
+        head[90..92].copy_from_slice(&((112 + target.len()) as u16).to_ne_bytes());
+        out.extend_from_slice(&head);
+        out.extend_from_slice(target);
+    }
+    fn standard(verdict: i32) -> Vec<u8> {
+        let mut t = vec![0u8; 40];
+        t[..2].copy_from_slice(&40u16.to_ne_bytes());
+        t[32..36].copy_from_slice(&verdict.to_ne_bytes());
+        t
+    }
+    fn error(name: &str) -> Vec<u8> {
+        let mut t = vec![0u8; 64];
+        t[..2].copy_from_slice(&64u16.to_ne_bytes());
+        t[2..7].copy_from_slice(b"ERROR");
+        t[32..32 + name.len()].copy_from_slice(name.as_bytes());
+        t
+    }
+    let mut blob = Vec::new();
+    for _ in 0..3 {
+        entry(&mut blob, &standard(-2)); // ACCEPT policies of INPUT, FORWARD, OUTPUT
+    }
+    let base = blob.len();
+    let chain_size = 176 + 152 + 152;
+    for i in 0..chains {
+        entry(&mut blob, &error(&format!("KUBE-C{i}")));
+        let next = if i + 1 < chains {
+            (base + (i + 1) * chain_size + 176) as i32
+        } else {
+            -2
+        };
+        entry(&mut blob, &standard(next));
+        entry(&mut blob, &standard(-5));
+    }
+    entry(&mut blob, &error("ERROR"));
+    RawTable {
+        name: "filter".into(),
+        valid_hooks: 0b01110,
+        hook_entry: [0, 0, 152, 304, 0],
+        underflow: [0, 0, 152, 304, 0],
+        num_entries: (3 + 3 * chains + 1) as u32,
+        entries: blob,
+    }
+}
+
+/// A 10k-service table has 58k chains: decoding is linear in them (checking each
+/// chain's name against all the others made it quadratic: 105 s for that table).
+#[test]
+fn decoding_is_linear_in_the_chains() {
+    let cost = |chains: usize| {
+        let t = chained_table(chains);
+        (0..3)
+            .map(|_| {
+                let started = std::time::Instant::now();
+                let text = decode_table(XtFamily::Ipv4, &t, false).unwrap();
+                let elapsed = started.elapsed();
+                assert!(text.contains("-A KUBE-C0 -j KUBE-C1\n"), "{}", &text[..300]);
+                assert_eq!(text.matches("\n-A ").count(), chains);
+                elapsed
+            })
+            .min()
+            .unwrap()
+    };
+    let small = cost(2_000);
+    let large = cost(16_000);
+    let ratio = large.as_secs_f64() / small.as_secs_f64();
+    assert!(
+        ratio < 24.0,
+        "8x the chains took {ratio:.1}x the time ({small:?} -> {large:?})"
+    );
+}
