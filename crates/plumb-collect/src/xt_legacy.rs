@@ -128,7 +128,7 @@ fn cstr(b: &[u8], at: usize, len: usize) -> Option<&str> {
 /// The extension (match or target) occupying exactly `b`.
 fn ext<'a>(b: &'a [u8], what: &str, at: usize) -> Result<Ext<'a>, String> {
     let size = u16_at(b, 0).ok_or_else(|| format!("{what} at {at} cut short"))? as usize;
-    if size < EXT_HEADER || size % ALIGN != 0 || size > b.len() {
+    if size < EXT_HEADER || !size.is_multiple_of(ALIGN) || size > b.len() {
         return Err(format!("{what} at {at} has size {size}"));
     }
     let name = cstr(b, 2, 29).ok_or_else(|| format!("{what} at {at} has no name"))?;
@@ -152,7 +152,7 @@ fn entries<'a>(blob: &'a [u8], l: &Layout) -> Result<Vec<Entry<'a>>, String> {
         let bad = |what: &str| format!("entry at {offset}: {what}");
         let target_offset = u16_at(head, l.target_offset).ok_or_else(|| bad("no size"))? as usize;
         let next_offset = u16_at(head, l.next_offset).ok_or_else(|| bad("no size"))? as usize;
-        if next_offset % ALIGN != 0
+        if !next_offset.is_multiple_of(ALIGN)
             || next_offset > rest.len()
             || target_offset < l.entry
             || target_offset + EXT_HEADER > next_offset
