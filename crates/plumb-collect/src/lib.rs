@@ -21,5 +21,6 @@ pub mod privilege;
 pub mod probe;
 pub mod rulesets;
 mod tempdir;
+pub mod xt_legacy;
 
 pub use rulesets::{Collected, ToolOutcome, collect_live_rulesets, collect_rulesets};

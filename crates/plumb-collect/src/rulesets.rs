@@ -6,6 +6,10 @@
 //! table the translation cannot give exactly, and each native table from `nft list
 //! table`; every such choice is in the tool outcomes, with why.
 //!
+//! A live node that reads its legacy tables through getsockopt ([`crate::xt_legacy`])
+//! gets them translated from the kernel's entries, the save tool only for a table the
+//! translation cannot give exactly (said, with why).
+//!
 //! Read-only by construction: only dump commands run. Legacy dumps are only taken
 //! when /proc/net/ip{,6}_tables_names lists tables, because querying a legacy
 //! table that does not exist creates it (facts-kernel.md) and a missing x_tables
@@ -124,6 +128,96 @@ fn run_dump(node: &dyn NodeSource, d: &Dump) -> (Option<Ruleset>, ToolOutcome) {
             (Some(rs), outcome(&tool, "ok", c.source, n))
         }
     }
+}
+
+/// A legacy dump: through getsockopt when the node reads its legacy tables so
+/// ([`NodeSource::xt_legacy`]), the save tool for the tables that read cannot
+/// translate, and for everything when it fails (each said, with why); otherwise the
+/// save tool alone ([`run_dump`]).
+fn legacy_dump(node: &dyn NodeSource, d: &Dump) -> Vec<ToolRead> {
+    use crate::xt_legacy::LegacyTableRead;
+    let command = NodeCommand::IptablesSave {
+        family: d.family,
+        backend: d.backend,
+    };
+    let tool = command.bundle_name();
+    // `iptables-legacy getsockopt`, `ip6tables-legacy getsockopt`.
+    let reader = format!("{} getsockopt", tool.trim_end_matches("-save"));
+    let read = match node.xt_legacy(d.family) {
+        None => return vec![run_dump(node, d)],
+        Some(Err(why)) => {
+            let failed = outcome(&reader, "failed", why, 0);
+            return vec![(None, failed), run_dump(node, d)];
+        }
+        Some(Ok(read)) => read,
+    };
+    if read.tables.is_empty() {
+        let gate = d.gate.unwrap_or("the namespace's table list");
+        let detail = format!("{gate} lists no tables ({})", read.source);
+        return vec![(None, outcome(&tool, "skipped", detail, 0))];
+    }
+    let mut outcomes = Vec::new();
+    let fallbacks: Vec<(&str, &str)> = read
+        .tables
+        .iter()
+        .filter_map(|t| match &t.read {
+            LegacyTableRead::Fallback(why) => Some((t.name.as_str(), why.as_str())),
+            LegacyTableRead::Save(_) => None,
+        })
+        .collect();
+    let saved = if fallbacks.is_empty() {
+        Vec::new()
+    } else {
+        match node.command(&command) {
+            Ok(c) => {
+                for (name, why) in &fallbacks {
+                    let detail = format!(
+                        "{}: table {} {name} read with {tool}: {why}",
+                        c.source,
+                        d.family.as_str()
+                    );
+                    outcomes.push(outcome(&tool, "ok", detail, 1));
+                }
+                save_sections(&c.text())
+            }
+            Err(e) => {
+                for (name, why) in &fallbacks {
+                    let detail = format!(
+                        "table {} {name} not read: {why}, and {e}",
+                        d.family.as_str()
+                    );
+                    outcomes.push(unavailable(&tool, detail));
+                }
+                Vec::new()
+            }
+        }
+    };
+    // The namespace's table order, as the save tool prints them.
+    let mut text = String::new();
+    for t in &read.tables {
+        let section = match &t.read {
+            LegacyTableRead::Save(s) => Some(s.as_str()),
+            LegacyTableRead::Fallback(_) => saved
+                .iter()
+                .find(|(n, _)| *n == t.name)
+                .map(|(_, s)| s.as_str()),
+        };
+        if let Some(section) = section {
+            text.push_str("# Read by plumb through the iptables-legacy getsockopt interface\n");
+            text.push_str(section);
+            text.push_str("# Completed\n");
+        }
+    }
+    let input = IptablesInput {
+        family: d.family,
+        backend: Some(d.backend),
+        ..Default::default()
+    };
+    let rs = parse_iptables(&text, &input);
+    let n = rs.tables.len();
+    let mut out = vec![(Some(rs), outcome(&reader, "ok", read.source, n))];
+    out.extend(outcomes.into_iter().map(|o| (None, o)));
+    out
 }
 
 /// A bundle's own `iptables-save` (whatever backend the node used; its header says
@@ -318,12 +412,16 @@ fn read_with_netlink(node: &dyn NodeSource, read: &mut crate::nft_netlink::Read)
             let legacy: Vec<_> = DUMPS
                 .iter()
                 .filter(|d| d.backend == Backend::IptablesLegacy)
-                .map(|d| s.spawn(move || run_dump(node, d)))
+                .map(|d| s.spawn(move || legacy_dump(node, d)))
                 .collect();
             let (mut out, mut not_saved) = netlink_family(node, read, Family::Ip);
             let (out6, not_saved6) = netlink_family(node, read, Family::Ip6);
             out.extend(out6);
-            out.extend(legacy.into_iter().map(|h| h.join().expect("dump thread")));
+            out.extend(
+                legacy
+                    .into_iter()
+                    .flat_map(|h| h.join().expect("dump thread")),
+            );
             not_saved.extend(not_saved6);
             (out, not_saved)
         });
@@ -386,11 +484,16 @@ pub fn read_rulesets(node: &dyn NodeSource) -> Collected {
         std::thread::scope(|s| {
             let handles: Vec<_> = DUMPS
                 .iter()
-                .map(|d| s.spawn(move || run_dump(node, d)))
+                .map(|d| {
+                    s.spawn(move || match d.backend {
+                        Backend::IptablesLegacy => legacy_dump(node, d),
+                        _ => vec![run_dump(node, d)],
+                    })
+                })
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().expect("dump thread"))
+                .flat_map(|h| h.join().expect("dump thread"))
                 .collect()
         })
     } else {
@@ -439,8 +542,8 @@ pub fn collect_rulesets(runner: &dyn Runner, netns: Option<&str>) -> Collected {
 }
 
 /// Reads all rulesets of this machine, or of network namespace `netns`: nf_tables over
-/// netlink ([`crate::nft_netlink`]), the tools for what it cannot translate exactly
-/// and for legacy tables.
+/// netlink ([`crate::nft_netlink`]), the legacy tables through getsockopt
+/// ([`crate::xt_legacy`]), the tools for what those cannot translate exactly.
 pub fn collect_live_rulesets(runner: &dyn Runner, netns: Option<&str>) -> Collected {
     read_rulesets(&LiveNode::new(runner, netns.map(str::to_string), "/").with_netlink())
 }
@@ -617,5 +720,116 @@ mod tests {
         assert_eq!(native.status, "missing");
         // `nft list ruleset` is not run when netlink answered.
         assert!(!c.tools.iter().any(|t| t.tool == "nft"));
+    }
+
+    /// A live node (canned commands) whose legacy getsockopt read is given.
+    struct Legacied {
+        live: LiveNode<Canned>,
+        read: Result<crate::xt_legacy::Read, String>,
+    }
+
+    impl NodeSource for Legacied {
+        fn info(&self) -> plumb_facts::SourceInfo {
+            self.live.info()
+        }
+        fn command(&self, c: &NodeCommand) -> Result<crate::node::Captured, String> {
+            self.live.command(c)
+        }
+        fn file(&self, p: &str) -> Result<crate::node::Captured, String> {
+            self.live.file(p)
+        }
+        fn dir(&self, p: &str) -> Result<Vec<String>, String> {
+            self.live.dir(p)
+        }
+        fn exists(&self, p: &str) -> bool {
+            self.live.exists(p)
+        }
+        fn is_live(&self) -> bool {
+            true
+        }
+        fn xt_legacy(&self, f: Family) -> Option<Result<crate::xt_legacy::Read, String>> {
+            (f == Family::Ip).then(|| self.read.clone())
+        }
+    }
+
+    fn canned_legacy() -> Canned {
+        Canned(HashMap::from([
+            ("/proc/net/ip_tables_names", "nat\nfilter\n"),
+            (
+                "iptables-legacy-save",
+                "# Generated by iptables-legacy-save\n*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m length --length 9 -j DROP\nCOMMIT\n",
+            ),
+        ]))
+    }
+
+    #[test]
+    fn a_failed_legacy_read_is_reported_and_the_save_tool_reads_instead() {
+        // In a namespace: the /proc table list comes from the (canned) `cat`.
+        let node = Legacied {
+            live: LiveNode::new(canned_legacy(), Some("plumb-test".into()), "/"),
+            read: Err(
+                "iptables-legacy getsockopt: could not read the legacy tables within 20 s".into(),
+            ),
+        };
+        let c = read_rulesets(&node);
+        let failed = c
+            .tools
+            .iter()
+            .find(|t| t.tool == "iptables-legacy getsockopt")
+            .unwrap();
+        assert_eq!(failed.status, "failed");
+        assert!(failed.detail.contains("within 20 s"), "{}", failed.detail);
+        let names: Vec<&str> = c.ruleset.tables.iter().map(|t| &*t.name).collect();
+        assert_eq!(names, ["nat", "filter"], "{:?}", c.tools);
+    }
+
+    #[test]
+    fn a_legacy_table_the_reader_cannot_translate_is_read_with_the_save_tool_and_said_so() {
+        use crate::xt_legacy::{LegacyTable, LegacyTableRead, Read};
+        // In a namespace: the /proc table list comes from the (canned) `cat`.
+        let node = Legacied {
+            live: LiveNode::new(canned_legacy(), Some("plumb-test".into()), "/"),
+            read: Ok(Read {
+                source: "iptables-legacy getsockopt".into(),
+                tables: vec![
+                    LegacyTable {
+                        name: "nat".into(),
+                        read: LegacyTableRead::Save(
+                            "*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j ACCEPT\nCOMMIT\n"
+                                .into(),
+                        ),
+                    },
+                    LegacyTable {
+                        name: "filter".into(),
+                        read: LegacyTableRead::Fallback(
+                            "chain INPUT: match length revision 0 not decoded".into(),
+                        ),
+                    },
+                ],
+            }),
+        };
+        let c = read_rulesets(&node);
+        let legacy: Vec<_> = c
+            .ruleset
+            .tables
+            .iter()
+            .filter(|t| t.backend == Backend::IptablesLegacy)
+            .collect();
+        assert_eq!(legacy.len(), 2, "{:?}", c.tools);
+        // nat from the reader (its rule is not in the tool's text), filter from the tool.
+        assert_eq!(legacy[0].chains[0].rules.len(), 1);
+        assert_eq!(legacy[1].chains[0].rules.len(), 1);
+        let fallback = c
+            .tools
+            .iter()
+            .find(|t| t.tool == "iptables-legacy-save")
+            .unwrap();
+        assert!(
+            fallback.detail.contains(
+                "table ip filter read with iptables-legacy-save: chain INPUT: match length"
+            ),
+            "{}",
+            fallback.detail
+        );
     }
 }

@@ -10,7 +10,8 @@
 //! guess. None: [`RuleMatch::NotFound`] with why (nft rules without `counter`, nft
 //! policies, which have no counters, or a drop outside the tables read).
 //!
-//! Pure: rulesets in, an answer out; only [`read_counted`] runs the dump tools.
+//! Pure: rulesets in, an answer out; only [`read_counted`] reads the kernel (the dump
+//! tools, and the legacy tables through getsockopt).
 
 use plumb_ruleset::owner::{Attribution, rule_owner};
 use plumb_ruleset::{Chain, Policy, Rule, RuleBody, Ruleset, Table};
@@ -272,9 +273,10 @@ pub fn attribute(before: &CounterSnapshot, after: &CounterSnapshot) -> RuleMatch
 
 /// Reads the ruleset of `netns` (this machine's when None) with every rule's counters,
 /// read-only: `iptables-nft-save -c` and `ip6tables-nft-save -c` (the netlink reader
-/// leaves rule counters out), and the native nf_tables tables from `nft list ruleset`
-/// (its `counter` statements). A tool that is missing or fails is skipped and named in
-/// the second value; an error only when nothing could be read.
+/// leaves rule counters out), the native nf_tables tables from `nft list ruleset`
+/// (its `counter` statements), and the legacy tables through the getsockopt reader
+/// ([`legacy_counted`]). A tool that is missing or fails is skipped and named in the
+/// second value; an error only when nothing could be read.
 pub fn read_counted(
     runner: &dyn plumb_os::runner::Runner,
     netns: Option<&str>,
@@ -318,11 +320,84 @@ pub fn read_counted(
         Ok(out) => problems.push(format!("nft list ruleset failed: {}", out.stderr.trim())),
         Err(e) => problems.push(format!("nft list ruleset: {e}")),
     }
+    for family in [plumb_ruleset::Family::Ip, plumb_ruleset::Family::Ip6] {
+        match legacy_counted(runner, netns, family, timeout) {
+            Ok(Some(legacy)) => {
+                rs.merge(legacy);
+                read_any = true;
+            }
+            Ok(None) => {}
+            Err(e) => problems.push(e),
+        }
+    }
     if read_any {
         Ok((rs, problems))
     } else {
         Err(problems.join("; "))
     }
+}
+
+/// The legacy tables of one family with their rules' counters, through the getsockopt
+/// reader (`plumb_collect::xt_legacy`: only the tables the namespace lists, so none is
+/// created); a table it cannot translate exactly from `iptables-legacy-save -c` (the
+/// same read-only getsockopt calls). `None`: the namespace has no legacy table.
+fn legacy_counted(
+    runner: &dyn plumb_os::runner::Runner,
+    netns: Option<&str>,
+    family: plumb_ruleset::Family,
+    timeout: std::time::Duration,
+) -> Result<Option<Ruleset>, String> {
+    use plumb_collect::xt_legacy::{LegacyTableRead, read};
+    use plumb_ruleset::iptables::save::{IptablesInput, parse};
+    let tool = if family == plumb_ruleset::Family::Ip6 {
+        "ip6tables-legacy-save"
+    } else {
+        "iptables-legacy-save"
+    };
+    let deadline = std::time::Instant::now() + timeout;
+    let tables = match read(netns, family, Some(deadline), true) {
+        Ok(t) if t.is_empty() => return Ok(None),
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            return Err(format!(
+                "{tool}: could not read the legacy tables through getsockopt within {} s",
+                timeout.as_secs()
+            ));
+        }
+        Err(e) => return Err(format!("{tool}: legacy getsockopt read: {e}")),
+    };
+    let mut text = String::new();
+    let mut saved: Option<String> = None;
+    for t in &tables {
+        match &t.read {
+            LegacyTableRead::Save(section) => text.push_str(section),
+            LegacyTableRead::Fallback(_) => {
+                if saved.is_none() {
+                    let out = runner
+                        .run(tool, &["-c"], netns, timeout)
+                        .map_err(|e| format!("{tool} -c: {e}"))?;
+                    if !out.success() {
+                        return Err(format!("{tool} -c failed: {}", out.stderr.trim()));
+                    }
+                    saved = Some(String::from_utf8_lossy(&out.stdout).into_owned());
+                }
+                let all = saved.as_deref().unwrap_or("");
+                // The section from its `*table` line (after the tool's header line).
+                let header = format!("\n*{}\n", t.name);
+                if let Some(start) = all.find(&header).map(|at| at + 1)
+                    && let Some(len) = all[start..].find("\nCOMMIT\n")
+                {
+                    text.push_str(&all[start..start + len + "\nCOMMIT\n".len()]);
+                }
+            }
+        }
+    }
+    let input = IptablesInput {
+        family,
+        backend: Some(plumb_ruleset::Backend::IptablesLegacy),
+        ..IptablesInput::default()
+    };
+    Ok(Some(parse(&text, &input)))
 }
 
 #[cfg(test)]

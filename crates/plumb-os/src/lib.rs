@@ -8,7 +8,9 @@
 //! - [`netlink`]: netlink message and attribute framing, decoded defensively;
 //! - [`nftables`]: nf_tables GET dumps (tables, chains, rules chain by chain, sets,
 //!   generation) in a namespace, handed on as the kernel's messages;
-//! - [`bpf`]: pinned BPF maps opened read-only and dumped (Cilium's LB maps).
+//! - [`bpf`]: pinned BPF maps opened read-only and dumped (Cilium's LB maps);
+//! - [`xtables`]: the legacy iptables tables of a namespace through getsockopt, only
+//!   those the namespace lists (asking for another would create it).
 //!
 //! Nothing here writes to the firewall: callers decide what they run, and plumb only
 //! runs dump commands.
@@ -20,3 +22,4 @@ pub mod netlink;
 pub mod netns;
 pub mod nftables;
 pub mod runner;
+pub mod xtables;

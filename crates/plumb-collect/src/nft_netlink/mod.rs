@@ -17,7 +17,7 @@
 //! Native nf_tables tables (kube-proxy's nftables mode, firewalld, ...) are
 //! [`TableRead::Native`]: the caller reads each with `nft list table`.
 
-mod xt;
+pub(crate) mod xt;
 
 use plumb_os::netlink::{self, Attr, Message};
 use plumb_os::nftables::{SUBSYS_NFTABLES, msg};

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// What an extension's printing depends on besides its blob.
-pub(super) struct Ctx {
+pub(crate) struct Ctx {
     /// `nfgen_family` of the table (2: ip, 10: ip6).
     pub family: u8,
 }
@@ -42,7 +42,7 @@ impl Blob<'_> {
 
 /// iptables' `xtables_save_string`: as is when only `[A-Za-z0-9_-]` (and not
 /// empty), else in double quotes with `"`, `\` and `'` escaped by a backslash.
-pub(super) fn save_string(s: &str) -> String {
+pub(crate) fn save_string(s: &str) -> String {
     let plain = !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
@@ -62,7 +62,7 @@ pub(super) fn save_string(s: &str) -> String {
 
 /// `/etc/protocols` names iptables-save prints for `-p` (those of the nodes plumb
 /// reads; another number is not decoded).
-pub(super) fn proto_name(p: u8) -> Option<&'static str> {
+pub(crate) fn proto_name(p: u8) -> Option<&'static str> {
     Some(match p {
         1 => "icmp",
         2 => "igmp",
@@ -81,7 +81,7 @@ pub(super) fn proto_name(p: u8) -> Option<&'static str> {
 }
 
 /// `ADDR/PREFIX` (a contiguous mask) or `ADDR/MASK`, as iptables-save prints `-s`.
-pub(super) fn addr_mask(family: u8, addr: &[u8], mask: &[u8]) -> Result<String, String> {
+pub(crate) fn addr_mask(family: u8, addr: &[u8], mask: &[u8]) -> Result<String, String> {
     let bits: u32 = mask.iter().map(|b| b.count_ones()).sum();
     let contiguous = mask
         .iter()
@@ -106,7 +106,7 @@ pub(super) fn addr_mask(family: u8, addr: &[u8], mask: &[u8]) -> Result<String, 
 }
 
 /// The save text (` -m NAME ...`) of match `name` revision `rev`.
-pub(super) fn save_match(name: &str, rev: u32, info: &[u8], ctx: &Ctx) -> Option<String> {
+pub(crate) fn save_match(name: &str, rev: u32, info: &[u8], ctx: &Ctx) -> Option<String> {
     let b = Blob(info);
     let mut s = format!(" -m {name}");
     match (name, rev) {
@@ -361,7 +361,7 @@ fn ports(b: &Blob<'_>, inv: u8, s: &mut String) -> Option<()> {
     Some(())
 }
 
-pub(super) fn tcp_flags(flags: u8) -> String {
+pub(crate) fn tcp_flags(flags: u8) -> String {
     const NAMES: [(&str, u8); 6] = [
         ("FIN", 0x01),
         ("SYN", 0x02),
@@ -533,7 +533,7 @@ fn addr_text(a: &[u8]) -> Option<String> {
 }
 
 /// The save text (after `-j NAME`) of target `name` revision `rev`.
-pub(super) fn save_target(name: &str, rev: u32, info: &[u8], ctx: &Ctx) -> Option<String> {
+pub(crate) fn save_target(name: &str, rev: u32, info: &[u8], ctx: &Ctx) -> Option<String> {
     let b = Blob(info);
     let mut s = String::new();
     match (name, rev) {
@@ -722,7 +722,19 @@ pub(super) fn save_target(name: &str, rev: u32, info: &[u8], ctx: &Ctx) -> Optio
 /// `-m limit` from nft's native `limit` expression (rate per unit of seconds, burst),
 /// as iptables-nft reads it back into an `xt_rateinfo` (avg = 10000 * unit / rate)
 /// and libxt_limit prints it.
-pub(super) fn limit(rate: u64, unit: u64, burst: u32) -> Option<String> {
+pub(crate) fn limit(rate: u64, unit: u64, burst: u32) -> Option<String> {
+    const SCALE: u64 = 10_000;
+    if rate == 0 {
+        return None;
+    }
+    // avg is a u32 in xt_rateinfo.
+    let period = u32::try_from(SCALE.checked_mul(unit)? / rate).ok()?;
+    limit_avg(period, burst)
+}
+
+/// `-m limit` from an `xt_rateinfo`'s `avg` (the period in 1/10000 s) and burst, as
+/// libxt_limit prints it.
+pub(crate) fn limit_avg(avg: u32, burst: u32) -> Option<String> {
     const SCALE: u64 = 10_000;
     const RATES: [(&str, u64); 4] = [
         ("day", SCALE * 24 * 60 * 60),
@@ -730,11 +742,7 @@ pub(super) fn limit(rate: u64, unit: u64, burst: u32) -> Option<String> {
         ("min", SCALE * 60),
         ("sec", SCALE),
     ];
-    if rate == 0 {
-        return None;
-    }
-    // avg is a u32 in xt_rateinfo.
-    let period = u32::try_from(SCALE.checked_mul(unit)? / rate).ok()? as u64;
+    let period = u64::from(avg);
     if period == 0 {
         return None;
     }
@@ -756,7 +764,7 @@ pub(super) fn limit(rate: u64, unit: u64, burst: u32) -> Option<String> {
 
 /// `-j NFLOG` from nft's native `log` expression with a group, as libxt_NFLOG prints
 /// the `xt_nflog_info` iptables-nft reads back.
-pub(super) fn nflog(prefix: Option<&str>, group: u16, snaplen: u32, threshold: u16) -> String {
+pub(crate) fn nflog(prefix: Option<&str>, group: u16, snaplen: u32, threshold: u16) -> String {
     let mut s = String::from(" -j NFLOG");
     if let Some(p) = prefix.filter(|p| !p.is_empty()) {
         s.push_str(" --nflog-prefix");

@@ -22,6 +22,11 @@ const DUMP_TIMEOUT: Duration = Duration::from_secs(30);
 /// namespace, 170k rules: about 1 s); past it, the tools are used and the read says so.
 pub const NETLINK_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Longest the legacy getsockopt read of one family may take (a 10k-service x
+/// 5-endpoint namespace: well under 1 s); past it, the save tool is used and the read
+/// says so.
+pub const LEGACY_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// This machine as a [`NodeSource`]: commands run through `R` with deadlines (network-scoped
 /// ones in the optional network namespace), node files are read under a root directory.
 pub struct LiveNode<R: Runner> {
@@ -42,8 +47,9 @@ impl<R: Runner> LiveNode<R> {
         }
     }
 
-    /// Reads nf_tables over netlink ([`NodeSource::nft_netlink`]), the save tools and `nft`
-    /// only for what it cannot translate exactly. Off by default: a node whose
+    /// Reads nf_tables over netlink ([`NodeSource::nft_netlink`]) and the legacy
+    /// tables through getsockopt ([`NodeSource::xt_legacy`]), the save tools and `nft`
+    /// only for what they cannot translate exactly. Off by default: a node whose
     /// commands a test substitutes would otherwise read this machine's kernel.
     pub fn with_netlink(mut self) -> LiveNode<R> {
         self.netlink = true;
@@ -255,6 +261,35 @@ impl<R: Runner> NodeSource for LiveNode<R> {
             )),
             Err(e) => Err(format!("{place}: {e}")),
         })
+    }
+
+    fn xt_legacy(&self, family: Family) -> Option<Result<crate::xt_legacy::Read, Unavailable>> {
+        if !self.netlink {
+            return None;
+        }
+        let tool = if family == Family::Ip6 {
+            "ip6tables-legacy"
+        } else {
+            "iptables-legacy"
+        };
+        let place = match &self.netns {
+            Some(ns) => format!("{tool} getsockopt (netns {ns})"),
+            None => format!("{tool} getsockopt"),
+        };
+        let deadline = std::time::Instant::now() + LEGACY_TIMEOUT;
+        Some(
+            match crate::xt_legacy::read(self.netns.as_deref(), family, Some(deadline), false) {
+                Ok(tables) => Ok(crate::xt_legacy::Read {
+                    source: place,
+                    tables,
+                }),
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(format!(
+                    "{place}: could not read the legacy tables within {} s",
+                    LEGACY_TIMEOUT.as_secs()
+                )),
+                Err(e) => Err(format!("{place}: {e}")),
+            },
+        )
     }
 
     fn nft_list_table(&self, family: &str, name: &str) -> Result<Captured, Unavailable> {

@@ -152,6 +152,12 @@ pub trait NodeSource: Sync {
     fn nft_netlink(&self) -> Option<Result<crate::nft_netlink::Read, Unavailable>> {
         None
     }
+    /// The legacy iptables tables of `family` read through getsockopt
+    /// ([`crate::xt_legacy::read`]), for a live node that reads them so (`None`: this
+    /// node does not; read them with the save tool).
+    fn xt_legacy(&self, _family: Family) -> Option<Result<crate::xt_legacy::Read, Unavailable>> {
+        None
+    }
     /// `nft list table FAMILY NAME` (one native table; a live node only).
     fn nft_list_table(&self, family: &str, name: &str) -> Result<Captured, Unavailable> {
         Err(format!(
