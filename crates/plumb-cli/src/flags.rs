@@ -135,7 +135,7 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum RulesetCommand {
-    /// Read this machine's (or a network namespace's) rulesets with the native tools and summarise them.
+    /// Read this machine's (or a network namespace's) rulesets (nf_tables over netlink, legacy tables through getsockopt, the save tools for what those cannot decode exactly) and summarise them.
     Show {
         /// Look inside this network namespace (as in `ip netns exec NAME`).
         #[arg(long, value_name = "NAME")]
