@@ -43,16 +43,16 @@ impl<'a> Reader<'a> {
     /// `table [FAMILY] NAME {` ... `}`. From a script (`add table [FAMILY] NAME [{ .. }]`)
     /// the block is optional.
     pub(super) fn table_header(&mut self, script: bool) {
-        let kw = self.toks[self.pos];
+        let Some(kw) = self.peek() else { return };
         self.pos += 1;
         let mut family = Family::Ip;
         let first = self.peek_word();
-        let second = self.toks.get(self.pos + 1).filter(|t| t.kind == Tok::Word);
+        let second = self.tok(self.pos + 1).filter(|t| t.kind == Tok::Word);
         let name = match (first, second) {
             (Some(f), Some(n)) if FAMILIES.contains(&f) => {
                 family = Family::parse(f).unwrap_or(Family::Ip);
                 self.pos += 2;
-                unquote(self.s(n))
+                unquote(self.s(&n))
             }
             (Some(n), _) => {
                 self.pos += 1;
@@ -185,7 +185,7 @@ impl<'a> Reader<'a> {
 
     /// `chain|set|map NAME {` -> name, or `None` after a diagnostic.
     fn block_header(&mut self, what: &str) -> Option<(Token, &'a str)> {
-        let kw = self.toks[self.pos];
+        let kw = self.peek()?;
         self.pos += 1;
         let Some(name) = self.peek_word() else {
             let stmt = self.skip_statement();
@@ -262,7 +262,8 @@ impl<'a> Reader<'a> {
                     // one string after `comment` and only `offload` after `flags`.
                     let start = self.pos;
                     let text = self.skip_statement();
-                    let words: Vec<&str> = self.toks[start..self.pos]
+                    let words: Vec<&str> = self
+                        .read_tokens(start, self.pos)
                         .iter()
                         .filter(|t| t.kind == Tok::Word)
                         .map(|t| self.s(t))
@@ -304,7 +305,8 @@ impl<'a> Reader<'a> {
     fn base_chain(&mut self, ti: usize, ci: usize) {
         let start = self.pos;
         let stmt = self.skip_statement();
-        let toks: Vec<Token> = self.toks[start..self.pos]
+        let toks: Vec<Token> = self
+            .read_tokens(start, self.pos)
             .iter()
             .filter(|t| !matches!(t.kind, Tok::Comment | Tok::Newline))
             .copied()
@@ -405,10 +407,11 @@ impl<'a> Reader<'a> {
     }
 
     fn policy(&mut self, ti: usize, ci: usize) {
-        let kw = self.toks[self.pos];
+        let Some(kw) = self.peek() else { return };
         let start = self.pos;
         let stmt = self.skip_statement();
-        let p = self.toks[start + 1..self.pos]
+        let p = self
+            .read_tokens(start + 1, self.pos)
             .iter()
             .find(|t| t.kind == Tok::Word)
             .map(|t| self.s(t));
@@ -439,6 +442,7 @@ impl<'a> Reader<'a> {
     }
 
     pub(super) fn rule(&mut self, ti: usize, ci: usize) {
+        self.forget_read_tokens();
         let Some(first) = self.peek() else { return };
         let mut buf = std::mem::take(&mut self.rule_buf);
         buf.clear();
@@ -463,11 +467,10 @@ impl<'a> Reader<'a> {
                     // rule's last statement `xt target "DNAT"`.
                     if depth == 0
                         && c.starts_with("# Warning: XT ")
-                        && self.toks.get(self.pos + 1).map(|n| n.kind) == Some(Tok::Newline)
+                        && self.tok(self.pos + 1).map(|n| n.kind) == Some(Tok::Newline)
                         && self
-                            .toks
-                            .get(self.pos + 2)
-                            .is_some_and(|n| n.kind == Tok::Word && self.s(n) == "xt")
+                            .tok(self.pos + 2)
+                            .is_some_and(|n| n.kind == Tok::Word && self.s(&n) == "xt")
                     {
                         self.pos += 2;
                         continue;
@@ -479,7 +482,7 @@ impl<'a> Reader<'a> {
                 buf.push(t);
             }
             self.pos += 1;
-            if self.pos >= self.toks.len() && depth > 0 {
+            if depth > 0 && self.peek().is_none() {
                 ended = false;
             }
         }
@@ -529,7 +532,7 @@ impl<'a> Reader<'a> {
         } else {
             SetKind::Set
         };
-        let handle = self.toks.get(self.pos + 3).and_then(|t| self.handle_of(t));
+        let handle = self.tok(self.pos + 3).and_then(|t| self.handle_of(&t));
         let Some((kw, name)) = self.block_header(if kind == SetKind::Map { "map" } else { "set" })
         else {
             return;
@@ -640,7 +643,7 @@ impl<'a> Reader<'a> {
 
     /// `elements = { e1, e2 : v, ... }` spanning any number of lines.
     fn elements(&mut self, set: &mut NftSet) {
-        let kw = self.toks[self.pos];
+        let Some(kw) = self.peek() else { return };
         self.pos += 1;
         if self.peek_word() == Some("=") {
             self.pos += 1;

@@ -27,17 +27,20 @@ mod statement;
 use crate::diagnostic::Diagnostic;
 use crate::model::nft::{StatementKind, Value, Verdict, unquote};
 use crate::model::{Completeness, Location, RuleBody, Ruleset};
-use lexer::{Tok, Token, column, tokenize};
+use lexer::{Lexer, Tok, Token, column};
 use script::builds_ruleset;
 use std::collections::{HashMap, HashSet};
 
 /// Reads `nft list ruleset` (or `nft list table ...`) text.
 pub fn parse_text(text: &str) -> Ruleset {
-    let mut diags = Vec::new();
-    let toks = tokenize(text, &mut diags);
+    let mut lex_diags = Vec::new();
+    let lexer = Lexer::new(text, &mut lex_diags);
     let mut r = Reader {
         text,
-        toks,
+        lexer,
+        lex_diags,
+        toks: Vec::new(),
+        base: 0,
         pos: 0,
         ruleset: Ruleset::default(),
         rule_buf: Vec::new(),
@@ -48,10 +51,14 @@ pub fn parse_text(text: &str) -> Ruleset {
         dead_chains: HashSet::new(),
         deleted_names: HashSet::new(),
     };
-    r.ruleset.diagnostics = diags;
     r.top();
     r.remove_deleted();
     let mut rs = r.ruleset;
+    // The tokenizer's diagnostics come first, as when the whole text was tokenized
+    // before reading (the sort below is stable).
+    let mut diags = r.lex_diags;
+    diags.append(&mut rs.diagnostics);
+    rs.diagnostics = diags;
     undefined_set_references(&mut rs);
     rs.diagnostics.sort_by_key(|d| (d.line, d.column));
     rs
@@ -61,8 +68,16 @@ pub fn parse_text(text: &str) -> Ruleset {
 /// Its methods are spread over the submodules by what they read.
 struct Reader<'a> {
     text: &'a str,
+    /// Makes tokens as the reader needs them (see [`Reader::tok`]).
+    lexer: Lexer,
+    /// The tokenizer's diagnostics (unterminated strings).
+    lex_diags: Vec<Diagnostic>,
+    /// The tokens made and not yet dropped: `toks[0]` is token number `base`. Tokens
+    /// before the rule being read are dropped ([`Reader::forget_read_tokens`]): a 16 MB
+    /// listing has 2.7 million of them.
     toks: Vec<Token>,
-    /// The next token to read.
+    base: usize,
+    /// The next token to read (a token number, counted from the start of the text).
     pos: usize,
     ruleset: Ruleset,
     /// A rule's tokens, reused from rule to rule.
@@ -108,11 +123,41 @@ impl<'a> Reader<'a> {
         &self.text[t.start()..t.end()]
     }
 
-    fn peek(&self) -> Option<Token> {
-        self.toks.get(self.pos).copied()
+    /// Token number `i` (counted from the start of the text), made when needed;
+    /// `None` past the end of the text.
+    fn tok(&mut self, i: usize) -> Option<Token> {
+        debug_assert!(i >= self.base, "token {i} was dropped (base {})", self.base);
+        while self.base + self.toks.len() <= i {
+            if !self
+                .lexer
+                .step(self.text, &mut self.toks, &mut self.lex_diags)
+            {
+                return None;
+            }
+        }
+        self.toks.get(i - self.base).copied()
     }
 
-    fn peek_word(&self) -> Option<&'a str> {
+    /// Tokens `from..to`, all read already (`to <= pos`).
+    fn read_tokens(&self, from: usize, to: usize) -> &[Token] {
+        &self.toks[from - self.base..to - self.base]
+    }
+
+    /// Drops the tokens before the next one to read. Called where no token number
+    /// before `pos` is kept (the start of a rule of a listing).
+    fn forget_read_tokens(&mut self) {
+        let read = self.pos - self.base;
+        if read >= 1 << 14 {
+            self.toks.drain(..read);
+            self.base = self.pos;
+        }
+    }
+
+    fn peek(&mut self) -> Option<Token> {
+        self.tok(self.pos)
+    }
+
+    fn peek_word(&mut self) -> Option<&'a str> {
         match self.peek() {
             Some(t) if t.kind == Tok::Word => Some(self.s(&t)),
             _ => None,
