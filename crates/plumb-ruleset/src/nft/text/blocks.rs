@@ -6,10 +6,11 @@
 use super::lexer::{Tok, Token, column};
 use super::statement::StmtParser;
 use super::{FAMILIES, Reader, collapse, is_elision, value_of_words};
-use crate::model::nft::{NftRule, NftSet, SetElement, SetKind, Verdict, unquote};
+use crate::model::nft::{NftRule, NftSet, SetElement, SetKind, StatementKind, Verdict, unquote};
 use crate::model::{
     Backend, BaseChain, Chain, Family, Hook, Location, Policy, Rule, RuleBody, Table,
 };
+use crate::nft::iptables_nft::StreamedRule;
 
 const HOOKS: &[&str] = &[
     "prerouting",
@@ -90,7 +91,19 @@ impl<'a> Reader<'a> {
                 return;
             }
         }
+        if self.stream.is_some() && self.find_table(family, name).is_some() {
+            // A table block opened again: its rules would not be in reading order.
+            self.stream_abort();
+            return;
+        }
         let ti = self.table_index(family, name, loc);
+        if let Some(st) = &mut self.stream {
+            if st.tables.len() <= ti {
+                st.tables.resize_with(ti + 1, || None);
+            }
+            st.tables[ti] = crate::nft::iptables_nft::could_be_iptables_nft(family, name)
+                .then(Default::default);
+        }
         self.table_body(ti, kw);
     }
 
@@ -116,6 +129,9 @@ impl<'a> Reader<'a> {
 
     fn table_body(&mut self, ti: usize, kw: Token) {
         loop {
+            if self.aborted() {
+                return;
+            }
             self.skip_blank();
             let Some(t) = self.peek() else {
                 let name = self.ruleset.tables[ti].name.clone();
@@ -214,6 +230,11 @@ impl<'a> Reader<'a> {
         let Some((kw, name)) = self.block_header("chain") else {
             return;
         };
+        if self.stream.is_some() && self.chain_index.contains_key(&(ti, name)) {
+            // A chain block opened again: its rules would not be in reading order.
+            self.stream_abort();
+            return;
+        }
         let ci = self.chain_of(ti, name, self.loc(&kw));
         self.chain_body(ti, ci, kw, name);
     }
@@ -237,6 +258,9 @@ impl<'a> Reader<'a> {
     /// A chain block's declarations and rules, after its `{`, through its `}`.
     pub(super) fn chain_body(&mut self, ti: usize, ci: usize, kw: Token, name: &str) {
         loop {
+            if self.aborted() {
+                return;
+            }
             self.skip_blank();
             let Some(t) = self.peek() else {
                 self.truncated(
@@ -250,7 +274,7 @@ impl<'a> Reader<'a> {
                 return;
             }
             let w = if t.kind == Tok::Word { self.s(&t) } else { "" };
-            let no_rules = self.ruleset.tables[ti].chains[ci].rules.is_empty();
+            let no_rules = self.chain_has_no_rules(ti, ci);
             match w {
                 "type" => self.base_chain(ti, ci),
                 "policy" => self.policy(ti, ci),
@@ -512,13 +536,18 @@ impl<'a> Reader<'a> {
         let statements = sp.statements();
         let rule = NftRule { statements, handle };
         let counters = rule.counters();
+        let location = Location {
+            line: first.line,
+            column: column(self.text, first.line_start(self.text), first.start()),
+        };
+        if self.translate_as_read(ti, ci, &rule, &text, &buf, location, counters) {
+            self.rule_buf = buf;
+            return;
+        }
         let chain = &mut self.ruleset.tables[ti].chains[ci];
         chain.rules.push(Rule {
             position: chain.rules.len() as u32 + 1,
-            location: Location {
-                line: first.line,
-                column: column(self.text, first.line_start(self.text), first.start()),
-            },
+            location,
             counters,
             text: text.into(),
             body: RuleBody::Nft(Box::new(rule)),
@@ -526,7 +555,111 @@ impl<'a> Reader<'a> {
         self.rule_buf = buf;
     }
 
+    /// In a streaming read, a rule of a table that can be iptables-nft's becomes its
+    /// `-A CHAIN ...` line, and its nft statements are dropped (true: the rule is not
+    /// to be kept). A rule iptables-nft did not write is kept as an nft rule.
+    #[allow(clippy::too_many_arguments)]
+    fn translate_as_read(
+        &mut self,
+        ti: usize,
+        ci: usize,
+        rule: &NftRule,
+        text: &str,
+        toks: &[Token],
+        location: Location,
+        counters: Option<crate::model::Counters>,
+    ) -> bool {
+        let family = self.ruleset.tables[ti].family;
+        if self.stream_table(ti).is_none() {
+            return false;
+        }
+        let spec = crate::nft::iptables_nft::rule_spec(rule, family);
+        let slot = match spec {
+            None => StreamedRule::Nft,
+            Some(_)
+                if !super::set_references(text).is_empty()
+                    || !super::ct_object_references(text).is_empty() =>
+            {
+                // Checked against the whole table at the end: not kept here.
+                self.stream_abort();
+                return false;
+            }
+            Some(_) => {
+                let mut transfers = rule.statements.iter().filter_map(|s| match &s.kind {
+                    StatementKind::Verdict(Verdict::Jump(c)) => Some((c.as_str(), false)),
+                    StatementKind::Verdict(Verdict::Goto(c)) => Some((c.as_str(), true)),
+                    _ => None,
+                });
+                let transfer = transfers.next();
+                if transfers.next().is_some() {
+                    self.stream_abort();
+                    return false;
+                }
+                match transfer {
+                    None => StreamedRule::Xt {
+                        location,
+                        counters,
+                        transfer: None,
+                    },
+                    Some((target, goto)) => {
+                        // The target as a span of the text (a token, unquoted).
+                        let base = self.text.as_ptr() as usize;
+                        let span = toks.iter().rev().find_map(|t| {
+                            let w = unquote(self.s(t));
+                            (w == target).then(|| {
+                                let from = w.as_ptr() as usize - base;
+                                (from as u32, (from + w.len()) as u32, goto)
+                            })
+                        });
+                        let Some(span) = span else {
+                            self.stream_abort();
+                            return false;
+                        };
+                        StreamedRule::Xt {
+                            location,
+                            counters,
+                            transfer: Some(span),
+                        }
+                    }
+                }
+            }
+        };
+        let Some(st) = self
+            .stream
+            .as_mut()
+            .and_then(|s| s.tables.get_mut(ti)?.as_mut())
+        else {
+            return false;
+        };
+        if st.rules.len() <= ci {
+            st.rules.resize_with(ci + 1, Vec::new);
+        }
+        st.rules[ci].push(slot);
+        let (Some(spec), StreamedRule::Xt { .. }) = (spec, slot) else {
+            return false;
+        };
+        let chain = &self.ruleset.tables[ti].chains[ci].name;
+        st.rule_lines.reserve(chain.len() + spec.len() + 5);
+        st.rule_lines.push_str("-A ");
+        st.rule_lines.push_str(chain);
+        st.rule_lines.push(' ');
+        st.rule_lines.push_str(&spec);
+        st.rule_lines.push('\n');
+        st.translated += 1;
+        true
+    }
+
     fn set(&mut self, ti: usize) {
+        if let Some(st) = self.stream_table(ti) {
+            if st.translated > 0 {
+                // A set after translated rules: the table is not iptables-nft's.
+                self.stream_abort();
+                return;
+            }
+            if let Some(s) = &mut self.stream {
+                s.tables[ti] = None;
+            }
+        }
         let kind = if self.peek_word() == Some("map") {
             SetKind::Map
         } else {

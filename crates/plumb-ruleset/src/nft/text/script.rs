@@ -70,6 +70,11 @@ impl<'a> Reader<'a> {
         if !builds_ruleset(verb, object) {
             return false;
         }
+        if self.stream.is_some() {
+            // A script changes what it read before: read the whole way.
+            self.stream_abort();
+            return true;
+        }
         if object == "ruleset" {
             self.flush_ruleset(verb_tok);
             return true;
