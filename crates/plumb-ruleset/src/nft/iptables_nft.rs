@@ -421,6 +421,62 @@ pub(crate) enum StreamedRule {
     Nft,
 }
 
+/// The translation of a table that the nft text reader makes as it reads the table's
+/// rules (chains one after the other, each chain's rules in order).
+#[derive(Default)]
+pub(crate) struct StreamedTable {
+    /// The `-A CHAIN SPEC` lines of the translated rules, in chunks of about
+    /// [`LINE_CHUNK`] bytes (a chunk is allocated once, and freed as soon as it is
+    /// copied into the table's text).
+    lines: Vec<String>,
+    /// Every rule of the table, chain after chain.
+    rules: Vec<StreamedRule>,
+    /// By chain index: where the chain's rules start in `rules`.
+    starts: Vec<u32>,
+    /// How many rules were translated (their nft statements dropped).
+    pub(crate) translated: usize,
+}
+
+/// Bytes of `-A` lines held in one chunk of [`StreamedTable::lines`].
+const LINE_CHUNK: usize = 1 << 20;
+
+impl StreamedTable {
+    /// Adds a rule to chain `ci`, the chain being read (no rule of a later chain was
+    /// added yet); a translated rule comes with its chain's name and its iptables rule.
+    pub(crate) fn push(&mut self, ci: usize, rule: StreamedRule, line: Option<(&str, &str)>) {
+        while self.starts.len() <= ci {
+            self.starts.push(self.rules.len() as u32);
+        }
+        self.rules.push(rule);
+        let Some((chain, spec)) = line else { return };
+        let len = chain.len() + spec.len() + 5;
+        match self.lines.last_mut() {
+            Some(last) if last.capacity() - last.len() >= len => {}
+            _ => self.lines.push(String::with_capacity(LINE_CHUNK.max(len))),
+        }
+        if let Some(last) = self.lines.last_mut() {
+            last.push_str("-A ");
+            last.push_str(chain);
+            last.push(' ');
+            last.push_str(spec);
+            last.push('\n');
+        }
+        self.translated += 1;
+    }
+
+    /// The rules of chain `ci`, in order.
+    pub(crate) fn chain_rules(&self, ci: usize) -> &[StreamedRule] {
+        let Some(&from) = self.starts.get(ci) else {
+            return &[];
+        };
+        let to = self
+            .starts
+            .get(ci + 1)
+            .map_or(self.rules.len(), |&t| t as usize);
+        &self.rules[from as usize..to]
+    }
+}
+
 /// [`translate_table`] for a table whose rules the nft text reader turned into
 /// `-A CHAIN ...` lines (`rule_lines`, chains in the table's order) as it read them,
 /// keeping `rules[chain]` for each chain. `Err` when the result would differ from
@@ -428,15 +484,29 @@ pub(crate) enum StreamedRule {
 /// refuses, rule counts that do not agree): the caller reads the text again as nft.
 pub(crate) fn translate_streamed_table(
     table: &mut Table,
-    rule_lines: String,
-    rules: &[Vec<StreamedRule>],
+    streamed: StreamedTable,
 ) -> Result<KeptRules, ()> {
+    let StreamedTable {
+        lines,
+        rules: slots,
+        starts,
+        ..
+    } = streamed;
+    let chain_rules = |ci: usize| -> &[StreamedRule] {
+        let Some(&from) = starts.get(ci) else {
+            return &[];
+        };
+        let to = starts.get(ci + 1).map_or(slots.len(), |&t| t as usize);
+        &slots[from as usize..to]
+    };
     let (header, _) = iptables_header(table);
-    let mut text = String::with_capacity(header.len() + rule_lines.len() + "COMMIT\n".len());
+    let size = lines.iter().map(String::len).sum::<usize>();
+    let mut text = String::with_capacity(header.len() + size + "COMMIT\n".len());
     text.push_str(&header);
     drop(header);
-    text.push_str(&rule_lines);
-    drop(rule_lines);
+    for chunk in lines {
+        text.push_str(&chunk);
+    }
     text.push_str("COMMIT\n");
     let rs = parse_shared(
         Arc::new(text),
@@ -459,11 +529,10 @@ pub(crate) fn translate_streamed_table(
         .map(|c| (&*c.name, c.rules.len()))
         .collect();
     let counts_agree = table.chains.iter().enumerate().all(|(ci, c)| {
-        let want = rules.get(ci).map_or(0, |r| {
-            r.iter()
-                .filter(|r| matches!(r, StreamedRule::Xt { .. }))
-                .count()
-        });
+        let want = chain_rules(ci)
+            .iter()
+            .filter(|r| matches!(r, StreamedRule::Xt { .. }))
+            .count();
         xt_rules.get(&*c.name) == Some(&want)
     });
     drop(xt_rules);
@@ -472,10 +541,14 @@ pub(crate) fn translate_streamed_table(
     }
     let mut foreign = Vec::new();
     let mut old_chains = std::mem::take(&mut table.chains);
-    let old_index: std::collections::HashMap<String, usize> = old_chains
+    let mut kept_rules: Vec<std::vec::IntoIter<Rule>> = old_chains
+        .iter_mut()
+        .map(|c| std::mem::take(&mut c.rules).into_iter())
+        .collect();
+    let old_index: std::collections::HashMap<&str, usize> = old_chains
         .iter()
         .enumerate()
-        .map(|(i, c)| (c.name.to_string(), i))
+        .map(|(i, c)| (&*c.name, i))
         .collect();
     let mut new_chains: Vec<Chain> = Vec::with_capacity(xt_table.chains.len());
     for mut xc in std::mem::take(&mut xt_table.chains) {
@@ -484,10 +557,10 @@ pub(crate) fn translate_streamed_table(
             new_chains.push(xc);
             continue;
         };
-        let oc = &mut old_chains[ci];
+        let oc = &old_chains[ci];
         let mut translated = std::mem::take(&mut xc.rules).into_iter();
-        let mut kept = std::mem::take(&mut oc.rules).into_iter();
-        let slots = rules.get(ci).map_or(&[][..], Vec::as_slice);
+        let kept = &mut kept_rules[ci];
+        let slots = chain_rules(ci);
         let mut out = Vec::with_capacity(slots.len());
         for slot in slots {
             let rule = match *slot {

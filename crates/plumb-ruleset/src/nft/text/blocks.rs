@@ -631,22 +631,17 @@ impl<'a> Reader<'a> {
         else {
             return false;
         };
-        if st.rules.len() <= ci {
-            st.rules.resize_with(ci + 1, Vec::new);
-        }
-        st.rules[ci].push(slot);
-        let (Some(spec), StreamedRule::Xt { .. }) = (spec, slot) else {
-            return false;
-        };
         let chain = &self.ruleset.tables[ti].chains[ci].name;
-        st.rule_lines.reserve(chain.len() + spec.len() + 5);
-        st.rule_lines.push_str("-A ");
-        st.rule_lines.push_str(chain);
-        st.rule_lines.push(' ');
-        st.rule_lines.push_str(&spec);
-        st.rule_lines.push('\n');
-        st.translated += 1;
-        true
+        match (spec, slot) {
+            (Some(spec), StreamedRule::Xt { .. }) => {
+                st.push(ci, slot, Some((chain, &spec)));
+                true
+            }
+            _ => {
+                st.push(ci, slot, None);
+                false
+            }
+        }
     }
 
     fn set(&mut self, ti: usize) {

@@ -27,7 +27,7 @@ mod statement;
 use crate::diagnostic::Diagnostic;
 use crate::model::nft::{StatementKind, Value, Verdict, unquote};
 use crate::model::{Completeness, Location, RuleBody, Ruleset};
-use crate::nft::iptables_nft::StreamedRule;
+use crate::nft::iptables_nft::{StreamedRule, StreamedTable};
 use lexer::{Lexer, Tok, Token, column};
 use script::builds_ruleset;
 use std::collections::{HashMap, HashSet};
@@ -79,11 +79,7 @@ pub fn parse_text_streamed(text: &str) -> Option<Ruleset> {
     crate::nft::iptables_nft::translate_with(&mut rs, |ti, table| {
         match tables.get_mut(ti).and_then(Option::take) {
             Some(st) if st.translated > 0 => {
-                match crate::nft::iptables_nft::translate_streamed_table(
-                    table,
-                    st.rule_lines,
-                    &st.rules,
-                ) {
+                match crate::nft::iptables_nft::translate_streamed_table(table, st) {
                     Ok(kept) => Some(kept),
                     Err(()) => {
                         failed = true;
@@ -112,18 +108,7 @@ struct Stream {
     abort: bool,
     /// By table index: the translation of a table that can be iptables-nft's (`None`
     /// for the others).
-    tables: Vec<Option<StreamTable>>,
-}
-
-/// A table whose rules are translated as they are read.
-#[derive(Default)]
-struct StreamTable {
-    /// `-A CHAIN SPEC` lines of the translated rules, chains in the table's order.
-    rule_lines: String,
-    /// By chain index: the chain's rules, translated or kept.
-    rules: Vec<Vec<StreamedRule>>,
-    /// How many rules were translated (their nft statements dropped).
-    translated: usize,
+    tables: Vec<Option<StreamedTable>>,
 }
 
 /// The state of one read: the tokens, where the reader is, and the ruleset built so far.
@@ -230,7 +215,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The streaming translation of table `ti`, if it has one.
-    fn stream_table(&mut self, ti: usize) -> Option<&mut StreamTable> {
+    fn stream_table(&mut self, ti: usize) -> Option<&mut StreamedTable> {
         self.stream.as_mut()?.tables.get_mut(ti)?.as_mut()
     }
 
@@ -239,7 +224,7 @@ impl<'a> Reader<'a> {
         self.ruleset.tables[ti].chains[ci].rules.is_empty()
             && self
                 .stream_table(ti)
-                .is_none_or(|st| st.rules.get(ci).is_none_or(Vec::is_empty))
+                .is_none_or(|st| st.chain_rules(ci).is_empty())
     }
 
     /// The text of a token.
@@ -502,7 +487,7 @@ fn undefined_set_references(rs: &mut Ruleset, stream: Option<(&Stream, &str)>) {
             // A streamed table: translated rules hold their jump target only (they
             // name no set or ct object: such rules are not translated as read).
             let mut kept = c.rules.iter();
-            for slot in st.rules.get(ci).map_or(&[][..], Vec::as_slice) {
+            for slot in st.chain_rules(ci) {
                 match *slot {
                     StreamedRule::Nft => {
                         if let Some(r) = kept.next() {
