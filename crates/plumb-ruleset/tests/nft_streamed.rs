@@ -9,6 +9,7 @@ mod common;
 use plumb_ruleset::format::{Format, detect};
 use plumb_ruleset::nft::{iptables_nft, parse_text, parse_text_streamed, parse_text_translated};
 use plumb_ruleset::{Backend, Ruleset};
+use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 
 fn nft_texts(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -115,5 +116,97 @@ fn texts_the_streaming_read_does_not_follow_are_read_the_whole_way() {
     ] {
         assert!(parse_text_streamed(text).is_none(), "{text}");
         assert_eq!(model(&parse_text_translated(text)), model(&whole_way(text)));
+    }
+}
+
+/// An iptables-nft listing as nft prints it (kube-proxy's nat and filter tables, a
+/// rule nft prints with the extension's own text, a rule another tool wrote).
+const IPTABLES_NFT: &str = "table ip nat {
+\tchain PREROUTING {
+\t\ttype nat hook prerouting priority dstnat; policy accept;
+\t\t counter packets 12 bytes 720 jump KUBE-SERVICES
+\t}
+
+\tchain KUBE-MARK-MASQ {
+\t\tcounter packets 0 bytes 0 meta mark set mark or 0x4000
+\t}
+
+\tchain KUBE-SERVICES {
+\t\tmeta l4proto tcp ip daddr 10.43.0.10  tcp dport 53 counter packets 0 bytes 0 jump KUBE-SVC-ERIFXISQEP7F7OF4
+\t\t# match-set KUBE-CLUSTER-IP dst,dst counter packets 0 bytes 0 jump KUBE-MARK-MASQ
+\t\tip daddr 10.43.0.11 accept
+\t}
+
+\tchain KUBE-SVC-ERIFXISQEP7F7OF4 {
+\t\tmeta l4proto tcp ip saddr != 10.42.0.0/16 ip daddr 10.43.0.10  tcp dport 53 counter packets 0 bytes 0 jump KUBE-MARK-MASQ
+\t\tmeta random & 2147483647 < 1073741824 counter packets 0 bytes 0 jump KUBE-SEP-A
+\t\tcounter packets 0 bytes 0 jump KUBE-SEP-B
+\t}
+
+\tchain KUBE-SEP-A {
+\t\tip saddr 10.42.0.5 counter packets 0 bytes 0 jump KUBE-MARK-MASQ
+\t\tmeta l4proto tcp  counter packets 0 bytes 0 dnat to 10.42.0.5:53
+\t}
+
+\tchain KUBE-SEP-B {
+\t\tmeta l4proto tcp  counter packets 0 bytes 0 dnat to 10.42.0.6:53
+\t}
+}
+table ip filter {
+\tchain INPUT {
+\t\ttype filter hook input priority filter; policy accept;
+\t\tct state new  counter packets 0 bytes 0 jump KUBE-FIREWALL
+\t}
+
+\tchain KUBE-FIREWALL {
+\t\tip saddr != 127.0.0.0/8 ip daddr 127.0.0.0/8 ct status dnat counter packets 0 bytes 0 drop
+\t}
+}
+";
+
+fn mutate(base: &str, edits: &[(usize, u8, char)]) -> String {
+    let mut s: Vec<char> = base.chars().collect();
+    for &(pos, op, c) in edits {
+        if s.is_empty() {
+            s.push(c);
+            continue;
+        }
+        let p = pos % s.len();
+        match op % 4 {
+            0 => {
+                s.remove(p);
+            }
+            1 => s.insert(p, c),
+            2 => s[p] = c,
+            _ => s.truncate(p),
+        }
+    }
+    s.into_iter().collect()
+}
+
+#[test]
+fn the_iptables_nft_listing_is_read_streaming() {
+    let rs = parse_text_streamed(IPTABLES_NFT).expect("read streaming");
+    assert_eq!(model(&rs), model(&whole_way(IPTABLES_NFT)));
+    assert!(rs.tables.iter().all(|t| t.backend == Backend::IptablesNft));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Whatever an edit does to an iptables-nft listing (a cut, a brace, a quote, a
+    /// set, a script command), both reads give the same model.
+    #[test]
+    fn both_reads_agree_on_mutated_iptables_nft_listings(
+        edits in proptest::collection::vec(
+            (any::<usize>(), any::<u8>(), prop_oneof![
+                Just('{'), Just('}'), Just(';'), Just(','), Just('"'), Just('#'),
+                Just('\n'), Just(' '), Just('@'), Just('x'), any::<char>(),
+            ]),
+            1..8,
+        )
+    ) {
+        let m = mutate(IPTABLES_NFT, &edits);
+        prop_assert_eq!(model(&parse_text_translated(&m)), model(&whole_way(&m)));
     }
 }
