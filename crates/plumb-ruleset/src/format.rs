@@ -539,12 +539,13 @@ fn parse_source(source: SourceText, options: &ParseOptions) -> Result<Parsed, In
             rs.approximate = true;
             rs
         }
-        Format::NftText => crate::nft::parse_text(text),
+        // iptables-nft's tables become iptables tables as they are read.
+        Format::NftText => crate::nft::parse_text_translated(text),
         Format::NftJson => crate::nft::parse_json(text),
         Format::Ipvsadm => parse_ipvsadm(text),
         Format::Session => parse_session(text, options),
     };
-    if matches!(format, Format::NftText | Format::NftJson) {
+    if format == Format::NftJson {
         // iptables-nft's tables in an nft listing are iptables tables.
         crate::nft::iptables_nft::translate(&mut ruleset);
     }

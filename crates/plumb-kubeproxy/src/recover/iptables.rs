@@ -523,7 +523,11 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
             .collect();
         (services, mismatches)
     });
-    let mut services = Vec::with_capacity(rec.builders.len());
+    // The builders (emptied into the services) and the chain indexes are done with:
+    // freed before the services are put together (peak memory of `plumb services`).
+    let count = rec.builders.len();
+    drop(rec);
+    let mut services = Vec::with_capacity(count);
     let mut name_mismatches = Vec::new();
     for (s, m) in parts {
         services.extend(s);

@@ -59,6 +59,11 @@ pub use crate::model::xt::OPTIONS_NOT_SHOWN as NOT_SHOWN;
 /// iptables' table names.
 const TABLES: &[&str] = &["filter", "nat", "mangle", "raw", "security"];
 
+/// Whether a table of this family and name can be one iptables-nft manages.
+pub(crate) fn could_be_iptables_nft(family: Family, name: &str) -> bool {
+    matches!(family, Family::Ip | Family::Ip6) && TABLES.contains(&name)
+}
+
 /// Whether `table` is a table iptables-nft manages (see the module documentation).
 pub fn is_iptables_nft_table(table: &Table) -> bool {
     if !matches!(table.family, Family::Ip | Family::Ip6)
@@ -164,13 +169,26 @@ fn is_foreign(rule: &Rule) -> bool {
 /// the module documentation); other tables are left alone. Adds a note per translated
 /// table and per rule kept as an nft rule.
 pub fn translate(ruleset: &mut Ruleset) {
+    translate_with(ruleset, |_, table| translate_table(table));
+}
+
+/// Where the rules an iptables-nft table keeps as nft rules are: (line, column, chain,
+/// foreign: not written by iptables-nft).
+pub(crate) type KeptRules = Vec<(u32, u32, String, bool)>;
+
+/// [`translate`], with `translate_table(table index, table)` rewriting each
+/// iptables-nft table (`None`: the table stays as it was).
+pub(crate) fn translate_with(
+    ruleset: &mut Ruleset,
+    mut translate_table: impl FnMut(usize, &mut Table) -> Option<KeptRules>,
+) {
     let mut notes = Vec::new();
     let mut partial = false;
-    for table in &mut ruleset.tables {
+    for (ti, table) in ruleset.tables.iter_mut().enumerate() {
         if table.backend != Backend::Nftables || !is_iptables_nft_table(table) {
             continue;
         }
-        let Some(foreign) = translate_table(table) else {
+        let Some(foreign) = translate_table(ti, table) else {
             continue;
         };
         if let Some(missing) = undeclared_target(table) {
@@ -236,7 +254,7 @@ fn undeclared_target(table: &Table) -> Option<String> {
 /// Rewrites one table; returns where the rules it kept as nft rules are (line,
 /// column, chain, foreign: not written by iptables-nft), or `None` (the table left as
 /// it was) when the iptables reader does not read the translation back rule for rule.
-fn translate_table(table: &mut Table) -> Option<Vec<(u32, u32, String, bool)>> {
+pub(crate) fn translate_table(table: &mut Table) -> Option<KeptRules> {
     // The rules as iptables-save text, read back with the iptables reader: the
     // translated rules are exactly what the iptables side of plumb reads. A rule the
     // reader refuses (an interface name iptables cannot spell, say) stays an nft rule.
@@ -356,12 +374,9 @@ fn translate_table(table: &mut Table) -> Option<Vec<(u32, u32, String, bool)>> {
     Some(foreign)
 }
 
-/// The table as iptables-save text, with the rules `plan` marks, and for each rule line
-/// (1-based) the chain and rule it was written for.
-fn iptables_text(
-    table: &Table,
-    plan: &[Vec<bool>],
-) -> (String, std::collections::HashMap<u32, (usize, usize)>) {
+/// The start of the table as iptables-save text, through its chain declarations, and
+/// how many lines that is.
+fn iptables_header(table: &Table) -> (String, u32) {
     let mut text = format!("*{}\n", table.name);
     let mut line = 1u32;
     let builtins = crate::iptables::save::builtin_chains(&table.name);
@@ -383,6 +398,219 @@ fn iptables_text(
         let _ = writeln!(text, ":{} - [0:0]", c.name);
         line += 1;
     }
+    (text, line)
+}
+
+/// A rule of a table the nft text reader translated as it read (see
+/// `crate::nft::text`): in the order of the chain's rules.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum StreamedRule {
+    /// A rule iptables-nft wrote: its `-A CHAIN ...` line is in the table's rule lines
+    /// and its nft form was dropped. What of it the iptables rule does not hold is kept.
+    Xt {
+        /// Where the nft rule was read.
+        location: crate::model::Location,
+        /// Its `counter packets N bytes M`.
+        counters: Option<crate::model::Counters>,
+        /// The chain its `jump` or `goto` names, as a byte span of the input text, and
+        /// whether it is a goto.
+        transfer: Option<(u32, u32, bool)>,
+    },
+    /// A rule kept as an nft rule (iptables-nft did not write it): the chain's next
+    /// rule.
+    Nft,
+}
+
+/// The translation of a table that the nft text reader makes as it reads the table's
+/// rules (chains one after the other, each chain's rules in order).
+#[derive(Default)]
+pub(crate) struct StreamedTable {
+    /// The `-A CHAIN SPEC` lines of the translated rules, in chunks of about
+    /// [`LINE_CHUNK`] bytes (a chunk is allocated once, and freed as soon as it is
+    /// copied into the table's text).
+    lines: Vec<String>,
+    /// Every rule of the table, chain after chain.
+    rules: Vec<StreamedRule>,
+    /// By chain index: where the chain's rules start in `rules`.
+    starts: Vec<u32>,
+    /// How many rules were translated (their nft statements dropped).
+    pub(crate) translated: usize,
+}
+
+/// Bytes of `-A` lines held in one chunk of [`StreamedTable::lines`].
+const LINE_CHUNK: usize = 1 << 20;
+
+impl StreamedTable {
+    /// Adds a rule to chain `ci`, the chain being read (no rule of a later chain was
+    /// added yet); a translated rule comes with its chain's name and its iptables rule.
+    pub(crate) fn push(&mut self, ci: usize, rule: StreamedRule, line: Option<(&str, &str)>) {
+        while self.starts.len() <= ci {
+            self.starts.push(self.rules.len() as u32);
+        }
+        self.rules.push(rule);
+        let Some((chain, spec)) = line else { return };
+        let len = chain.len() + spec.len() + 5;
+        match self.lines.last_mut() {
+            Some(last) if last.capacity() - last.len() >= len => {}
+            _ => self.lines.push(String::with_capacity(LINE_CHUNK.max(len))),
+        }
+        if let Some(last) = self.lines.last_mut() {
+            last.push_str("-A ");
+            last.push_str(chain);
+            last.push(' ');
+            last.push_str(spec);
+            last.push('\n');
+        }
+        self.translated += 1;
+    }
+
+    /// The rules of chain `ci`, in order.
+    pub(crate) fn chain_rules(&self, ci: usize) -> &[StreamedRule] {
+        let Some(&from) = self.starts.get(ci) else {
+            return &[];
+        };
+        let to = self
+            .starts
+            .get(ci + 1)
+            .map_or(self.rules.len(), |&t| t as usize);
+        &self.rules[from as usize..to]
+    }
+}
+
+/// [`translate_table`] for a table whose rules the nft text reader turned into
+/// `-A CHAIN ...` lines (`rule_lines`, chains in the table's order) as it read them,
+/// keeping `rules[chain]` for each chain. `Err` when the result would differ from
+/// [`translate_table`] on the table as nft rules (an iptables rule the iptables reader
+/// refuses, rule counts that do not agree): the caller reads the text again as nft.
+pub(crate) fn translate_streamed_table(
+    table: &mut Table,
+    streamed: StreamedTable,
+) -> Result<KeptRules, ()> {
+    let StreamedTable {
+        lines,
+        rules: slots,
+        starts,
+        ..
+    } = streamed;
+    let chain_rules = |ci: usize| -> &[StreamedRule] {
+        let Some(&from) = starts.get(ci) else {
+            return &[];
+        };
+        let to = starts.get(ci + 1).map_or(slots.len(), |&t| t as usize);
+        &slots[from as usize..to]
+    };
+    let (header, _) = iptables_header(table);
+    let size = lines.iter().map(String::len).sum::<usize>();
+    let mut text = String::with_capacity(header.len() + size + "COMMIT\n".len());
+    text.push_str(&header);
+    drop(header);
+    for chunk in lines {
+        text.push_str(&chunk);
+    }
+    text.push_str("COMMIT\n");
+    let rs = parse_shared(
+        Arc::new(text),
+        &IptablesInput {
+            family: table.family,
+            backend: Some(Backend::IptablesNft),
+            restore_payload: true,
+            ..IptablesInput::default()
+        },
+    );
+    // `translate_table` would take the refused rules back as nft rules: their
+    // statements were not kept.
+    if rs.error_count() != 0 {
+        return Err(());
+    }
+    let mut xt_table = rs.tables.into_iter().next().ok_or(())?;
+    let xt_rules: std::collections::HashMap<&str, usize> = xt_table
+        .chains
+        .iter()
+        .map(|c| (&*c.name, c.rules.len()))
+        .collect();
+    let counts_agree = table.chains.iter().enumerate().all(|(ci, c)| {
+        let want = chain_rules(ci)
+            .iter()
+            .filter(|r| matches!(r, StreamedRule::Xt { .. }))
+            .count();
+        xt_rules.get(&*c.name) == Some(&want)
+    });
+    drop(xt_rules);
+    if !counts_agree {
+        return Err(());
+    }
+    let mut foreign = Vec::new();
+    let mut old_chains = std::mem::take(&mut table.chains);
+    let mut kept_rules: Vec<std::vec::IntoIter<Rule>> = old_chains
+        .iter_mut()
+        .map(|c| std::mem::take(&mut c.rules).into_iter())
+        .collect();
+    let old_index: std::collections::HashMap<&str, usize> = old_chains
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (&*c.name, i))
+        .collect();
+    let mut new_chains: Vec<Chain> = Vec::with_capacity(xt_table.chains.len());
+    for mut xc in std::mem::take(&mut xt_table.chains) {
+        let Some(&ci) = old_index.get(&*xc.name) else {
+            xc.location = table.location;
+            new_chains.push(xc);
+            continue;
+        };
+        let oc = &old_chains[ci];
+        let mut translated = std::mem::take(&mut xc.rules).into_iter();
+        let kept = &mut kept_rules[ci];
+        let slots = chain_rules(ci);
+        let mut out = Vec::with_capacity(slots.len());
+        for slot in slots {
+            let rule = match *slot {
+                StreamedRule::Xt {
+                    location, counters, ..
+                } => {
+                    let mut r = translated.next().ok_or(())?;
+                    r.location = location;
+                    r.counters = counters;
+                    r
+                }
+                StreamedRule::Nft => {
+                    let r = kept.next().ok_or(())?;
+                    foreign.push((
+                        r.location.line,
+                        r.location.column,
+                        oc.name.to_string(),
+                        is_foreign(&r),
+                    ));
+                    r
+                }
+            };
+            out.push(Rule {
+                position: out.len() as u32 + 1,
+                ..rule
+            });
+        }
+        xc.rules = out;
+        xc.location = oc.location;
+        if let (Some(nb), Some(ob)) = (xc.base.as_mut(), oc.base.as_ref()) {
+            nb.counters = ob.counters;
+            nb.chain_type = ob.chain_type.clone();
+            nb.priority = ob.priority.clone();
+        }
+        new_chains.push(xc);
+    }
+    new_chains.sort_by_key(|c| old_index.get(&*c.name).map_or(0, |p| p + 1));
+    table.chains = new_chains;
+    table.backend = Backend::IptablesNft;
+    table.nft_view = true;
+    Ok(foreign)
+}
+
+/// The table as iptables-save text, with the rules `plan` marks, and for each rule line
+/// (1-based) the chain and rule it was written for.
+fn iptables_text(
+    table: &Table,
+    plan: &[Vec<bool>],
+) -> (String, std::collections::HashMap<u32, (usize, usize)>) {
+    let (mut text, mut line) = iptables_header(table);
     let mut line_of = std::collections::HashMap::new();
     for (ci, c) in table.chains.iter().enumerate() {
         for (ri, r) in c.rules.iter().enumerate() {

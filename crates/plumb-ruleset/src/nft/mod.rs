@@ -11,7 +11,7 @@ mod json;
 pub(crate) mod text;
 
 pub use json::parse_json;
-pub use text::parse_text;
+pub use text::{parse_text, parse_text_streamed, parse_text_translated};
 
 pub use crate::model::nft::{
     NatKind, NftRule, NftSet, Op, SetElement, SetKind, Statement, StatementKind, Value, Verdict,

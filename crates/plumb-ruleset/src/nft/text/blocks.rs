@@ -6,10 +6,11 @@
 use super::lexer::{Tok, Token, column};
 use super::statement::StmtParser;
 use super::{FAMILIES, Reader, collapse, is_elision, value_of_words};
-use crate::model::nft::{NftRule, NftSet, SetElement, SetKind, Verdict, unquote};
+use crate::model::nft::{NftRule, NftSet, SetElement, SetKind, StatementKind, Verdict, unquote};
 use crate::model::{
     Backend, BaseChain, Chain, Family, Hook, Location, Policy, Rule, RuleBody, Table,
 };
+use crate::nft::iptables_nft::StreamedRule;
 
 const HOOKS: &[&str] = &[
     "prerouting",
@@ -43,16 +44,16 @@ impl<'a> Reader<'a> {
     /// `table [FAMILY] NAME {` ... `}`. From a script (`add table [FAMILY] NAME [{ .. }]`)
     /// the block is optional.
     pub(super) fn table_header(&mut self, script: bool) {
-        let kw = self.toks[self.pos];
+        let Some(kw) = self.peek() else { return };
         self.pos += 1;
         let mut family = Family::Ip;
         let first = self.peek_word();
-        let second = self.toks.get(self.pos + 1).filter(|t| t.kind == Tok::Word);
+        let second = self.tok(self.pos + 1).filter(|t| t.kind == Tok::Word);
         let name = match (first, second) {
             (Some(f), Some(n)) if FAMILIES.contains(&f) => {
                 family = Family::parse(f).unwrap_or(Family::Ip);
                 self.pos += 2;
-                unquote(self.s(n))
+                unquote(self.s(&n))
             }
             (Some(n), _) => {
                 self.pos += 1;
@@ -90,7 +91,19 @@ impl<'a> Reader<'a> {
                 return;
             }
         }
+        if self.stream.is_some() && self.find_table(family, name).is_some() {
+            // A table block opened again: its rules would not be in reading order.
+            self.stream_abort();
+            return;
+        }
         let ti = self.table_index(family, name, loc);
+        if let Some(st) = &mut self.stream {
+            if st.tables.len() <= ti {
+                st.tables.resize_with(ti + 1, || None);
+            }
+            st.tables[ti] = crate::nft::iptables_nft::could_be_iptables_nft(family, name)
+                .then(Default::default);
+        }
         self.table_body(ti, kw);
     }
 
@@ -116,6 +129,9 @@ impl<'a> Reader<'a> {
 
     fn table_body(&mut self, ti: usize, kw: Token) {
         loop {
+            if self.aborted() {
+                return;
+            }
             self.skip_blank();
             let Some(t) = self.peek() else {
                 let name = self.ruleset.tables[ti].name.clone();
@@ -185,7 +201,7 @@ impl<'a> Reader<'a> {
 
     /// `chain|set|map NAME {` -> name, or `None` after a diagnostic.
     fn block_header(&mut self, what: &str) -> Option<(Token, &'a str)> {
-        let kw = self.toks[self.pos];
+        let kw = self.peek()?;
         self.pos += 1;
         let Some(name) = self.peek_word() else {
             let stmt = self.skip_statement();
@@ -214,6 +230,11 @@ impl<'a> Reader<'a> {
         let Some((kw, name)) = self.block_header("chain") else {
             return;
         };
+        if self.stream.is_some() && self.chain_index.contains_key(&(ti, name)) {
+            // A chain block opened again: its rules would not be in reading order.
+            self.stream_abort();
+            return;
+        }
         let ci = self.chain_of(ti, name, self.loc(&kw));
         self.chain_body(ti, ci, kw, name);
     }
@@ -237,6 +258,9 @@ impl<'a> Reader<'a> {
     /// A chain block's declarations and rules, after its `{`, through its `}`.
     pub(super) fn chain_body(&mut self, ti: usize, ci: usize, kw: Token, name: &str) {
         loop {
+            if self.aborted() {
+                return;
+            }
             self.skip_blank();
             let Some(t) = self.peek() else {
                 self.truncated(
@@ -250,7 +274,7 @@ impl<'a> Reader<'a> {
                 return;
             }
             let w = if t.kind == Tok::Word { self.s(&t) } else { "" };
-            let no_rules = self.ruleset.tables[ti].chains[ci].rules.is_empty();
+            let no_rules = self.chain_has_no_rules(ti, ci);
             match w {
                 "type" => self.base_chain(ti, ci),
                 "policy" => self.policy(ti, ci),
@@ -262,7 +286,8 @@ impl<'a> Reader<'a> {
                     // one string after `comment` and only `offload` after `flags`.
                     let start = self.pos;
                     let text = self.skip_statement();
-                    let words: Vec<&str> = self.toks[start..self.pos]
+                    let words: Vec<&str> = self
+                        .read_tokens(start, self.pos)
                         .iter()
                         .filter(|t| t.kind == Tok::Word)
                         .map(|t| self.s(t))
@@ -304,7 +329,8 @@ impl<'a> Reader<'a> {
     fn base_chain(&mut self, ti: usize, ci: usize) {
         let start = self.pos;
         let stmt = self.skip_statement();
-        let toks: Vec<Token> = self.toks[start..self.pos]
+        let toks: Vec<Token> = self
+            .read_tokens(start, self.pos)
             .iter()
             .filter(|t| !matches!(t.kind, Tok::Comment | Tok::Newline))
             .copied()
@@ -405,10 +431,11 @@ impl<'a> Reader<'a> {
     }
 
     fn policy(&mut self, ti: usize, ci: usize) {
-        let kw = self.toks[self.pos];
+        let Some(kw) = self.peek() else { return };
         let start = self.pos;
         let stmt = self.skip_statement();
-        let p = self.toks[start + 1..self.pos]
+        let p = self
+            .read_tokens(start + 1, self.pos)
             .iter()
             .find(|t| t.kind == Tok::Word)
             .map(|t| self.s(t));
@@ -439,6 +466,7 @@ impl<'a> Reader<'a> {
     }
 
     pub(super) fn rule(&mut self, ti: usize, ci: usize) {
+        self.forget_read_tokens();
         let Some(first) = self.peek() else { return };
         let mut buf = std::mem::take(&mut self.rule_buf);
         buf.clear();
@@ -463,11 +491,10 @@ impl<'a> Reader<'a> {
                     // rule's last statement `xt target "DNAT"`.
                     if depth == 0
                         && c.starts_with("# Warning: XT ")
-                        && self.toks.get(self.pos + 1).map(|n| n.kind) == Some(Tok::Newline)
+                        && self.tok(self.pos + 1).map(|n| n.kind) == Some(Tok::Newline)
                         && self
-                            .toks
-                            .get(self.pos + 2)
-                            .is_some_and(|n| n.kind == Tok::Word && self.s(n) == "xt")
+                            .tok(self.pos + 2)
+                            .is_some_and(|n| n.kind == Tok::Word && self.s(&n) == "xt")
                     {
                         self.pos += 2;
                         continue;
@@ -479,7 +506,7 @@ impl<'a> Reader<'a> {
                 buf.push(t);
             }
             self.pos += 1;
-            if self.pos >= self.toks.len() && depth > 0 {
+            if depth > 0 && self.peek().is_none() {
                 ended = false;
             }
         }
@@ -509,13 +536,18 @@ impl<'a> Reader<'a> {
         let statements = sp.statements();
         let rule = NftRule { statements, handle };
         let counters = rule.counters();
+        let location = Location {
+            line: first.line,
+            column: column(self.text, first.line_start(self.text), first.start()),
+        };
+        if self.translate_as_read(ti, ci, &rule, &text, &buf, location, counters) {
+            self.rule_buf = buf;
+            return;
+        }
         let chain = &mut self.ruleset.tables[ti].chains[ci];
         chain.rules.push(Rule {
             position: chain.rules.len() as u32 + 1,
-            location: Location {
-                line: first.line,
-                column: column(self.text, first.line_start(self.text), first.start()),
-            },
+            location,
             counters,
             text: text.into(),
             body: RuleBody::Nft(Box::new(rule)),
@@ -523,13 +555,112 @@ impl<'a> Reader<'a> {
         self.rule_buf = buf;
     }
 
+    /// In a streaming read, a rule of a table that can be iptables-nft's becomes its
+    /// `-A CHAIN ...` line, and its nft statements are dropped (true: the rule is not
+    /// to be kept). A rule iptables-nft did not write is kept as an nft rule.
+    #[allow(clippy::too_many_arguments)]
+    fn translate_as_read(
+        &mut self,
+        ti: usize,
+        ci: usize,
+        rule: &NftRule,
+        text: &str,
+        toks: &[Token],
+        location: Location,
+        counters: Option<crate::model::Counters>,
+    ) -> bool {
+        let family = self.ruleset.tables[ti].family;
+        if self.stream_table(ti).is_none() {
+            return false;
+        }
+        let spec = crate::nft::iptables_nft::rule_spec(rule, family);
+        let slot = match spec {
+            None => StreamedRule::Nft,
+            Some(_)
+                if !super::set_references(text).is_empty()
+                    || !super::ct_object_references(text).is_empty() =>
+            {
+                // Checked against the whole table at the end: not kept here.
+                self.stream_abort();
+                return false;
+            }
+            Some(_) => {
+                let mut transfers = rule.statements.iter().filter_map(|s| match &s.kind {
+                    StatementKind::Verdict(Verdict::Jump(c)) => Some((c.as_str(), false)),
+                    StatementKind::Verdict(Verdict::Goto(c)) => Some((c.as_str(), true)),
+                    _ => None,
+                });
+                let transfer = transfers.next();
+                if transfers.next().is_some() {
+                    self.stream_abort();
+                    return false;
+                }
+                match transfer {
+                    None => StreamedRule::Xt {
+                        location,
+                        counters,
+                        transfer: None,
+                    },
+                    Some((target, goto)) => {
+                        // The target as a span of the text (a token, unquoted).
+                        let base = self.text.as_ptr() as usize;
+                        let span = toks.iter().rev().find_map(|t| {
+                            let w = unquote(self.s(t));
+                            (w == target).then(|| {
+                                let from = w.as_ptr() as usize - base;
+                                (from as u32, (from + w.len()) as u32, goto)
+                            })
+                        });
+                        let Some(span) = span else {
+                            self.stream_abort();
+                            return false;
+                        };
+                        StreamedRule::Xt {
+                            location,
+                            counters,
+                            transfer: Some(span),
+                        }
+                    }
+                }
+            }
+        };
+        let Some(st) = self
+            .stream
+            .as_mut()
+            .and_then(|s| s.tables.get_mut(ti)?.as_mut())
+        else {
+            return false;
+        };
+        let chain = &self.ruleset.tables[ti].chains[ci].name;
+        match (spec, slot) {
+            (Some(spec), StreamedRule::Xt { .. }) => {
+                st.push(ci, slot, Some((chain, &spec)));
+                true
+            }
+            _ => {
+                st.push(ci, slot, None);
+                false
+            }
+        }
+    }
+
     fn set(&mut self, ti: usize) {
+        if let Some(st) = self.stream_table(ti) {
+            if st.translated > 0 {
+                // A set after translated rules: the table is not iptables-nft's.
+                self.stream_abort();
+                return;
+            }
+            if let Some(s) = &mut self.stream {
+                s.tables[ti] = None;
+            }
+        }
         let kind = if self.peek_word() == Some("map") {
             SetKind::Map
         } else {
             SetKind::Set
         };
-        let handle = self.toks.get(self.pos + 3).and_then(|t| self.handle_of(t));
+        let handle = self.tok(self.pos + 3).and_then(|t| self.handle_of(&t));
         let Some((kw, name)) = self.block_header(if kind == SetKind::Map { "map" } else { "set" })
         else {
             return;
@@ -640,7 +771,7 @@ impl<'a> Reader<'a> {
 
     /// `elements = { e1, e2 : v, ... }` spanning any number of lines.
     fn elements(&mut self, set: &mut NftSet) {
-        let kw = self.toks[self.pos];
+        let Some(kw) = self.peek() else { return };
         self.pos += 1;
         if self.peek_word() == Some("=") {
             self.pos += 1;

@@ -108,29 +108,67 @@ fn xt_print_end(comment: &str) -> Option<usize> {
     Some(comment[..end].trim_end().len())
 }
 
+#[cfg(test)]
 /// Splits the text into tokens. Quoted strings stay inside their word; a comma
 /// is its own token only where it separates list items (followed by a space,
 /// newline, `}` or the end), so `established,related` stays one word.
 pub(super) fn tokenize(text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
-    // Offsets are u32: a longer text is read up to there, and said to be cut.
-    if text.len() > MAX_TEXT {
-        diags.push(Diagnostic::error(
-            1,
-            1,
-            format!("the text is longer than {MAX_TEXT} bytes: read up to there"),
-            "",
-        ));
+    let mut lexer = Lexer::new(text, diags);
+    let mut toks = Vec::with_capacity(text.len().min(MAX_TEXT) / 6);
+    while lexer.step(text, &mut toks, diags) {}
+    toks
+}
+
+/// The tokenizer as a cursor: [`Lexer::step`] reads the next item of the text (a
+/// blank, a brace, a comment, a word that may split into several tokens) and appends
+/// its tokens, so that a reader can hold only the tokens it has not read yet. Reading
+/// every step gives exactly [`tokenize`]'s tokens and diagnostics, in order.
+pub(super) struct Lexer {
+    /// Bytes read (the text is read up to `n`).
+    i: usize,
+    n: usize,
+    line: u32,
+    line_start: usize,
+}
+
+impl Lexer {
+    /// A lexer at the start of `text`; a text longer than [`MAX_TEXT`] gets its
+    /// diagnostic here (it is read up to there).
+    pub(super) fn new(text: &str, diags: &mut Vec<Diagnostic>) -> Lexer {
+        // Offsets are u32: a longer text is read up to there, and said to be cut.
+        if text.len() > MAX_TEXT {
+            diags.push(Diagnostic::error(
+                1,
+                1,
+                format!("the text is longer than {MAX_TEXT} bytes: read up to there"),
+                "",
+            ));
+        }
+        let mut n = text.len().min(MAX_TEXT);
+        while !text.is_char_boundary(n) {
+            n -= 1;
+        }
+        Lexer {
+            i: 0,
+            n,
+            line: 1,
+            line_start: 0,
+        }
     }
-    let mut n = text.len().min(MAX_TEXT);
-    while !text.is_char_boundary(n) {
-        n -= 1;
-    }
-    let b = &text.as_bytes()[..n];
-    let mut toks = Vec::with_capacity(b.len() / 6);
-    let mut i = 0;
-    let mut line = 1u32;
-    let mut line_start = 0usize;
-    while i < b.len() {
+
+    /// Reads the next item of `text` (the text given to [`Lexer::new`]) into `toks`;
+    /// false at the end of the text.
+    pub(super) fn step(
+        &mut self,
+        text: &str,
+        toks: &mut Vec<Token>,
+        diags: &mut Vec<Diagnostic>,
+    ) -> bool {
+        let b = &text.as_bytes()[..self.n];
+        let (mut i, line) = (self.i, self.line);
+        if i >= b.len() {
+            return false;
+        }
         let c = b[i];
         let single = |kind, i: usize| Token::new(kind, i, i + 1, line);
         match c {
@@ -138,8 +176,8 @@ pub(super) fn tokenize(text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
             b'\n' => {
                 toks.push(single(Tok::Newline, i));
                 i += 1;
-                line += 1;
-                line_start = i;
+                self.line += 1;
+                self.line_start = i;
             }
             b'{' => {
                 toks.push(single(Tok::LBrace, i));
@@ -165,10 +203,10 @@ pub(super) fn tokenize(text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
                     // rule goes on after it. One word for the print, then lex on.
                     toks.push(Token::new(Tok::Word, i, i + print_end, line));
                     i += print_end;
-                    continue;
+                } else {
+                    toks.push(Token::new(Tok::Comment, i, end, line));
+                    i = end;
                 }
-                toks.push(Token::new(Tok::Comment, i, end, line));
-                i = end;
             }
             _ => {
                 let start = i;
@@ -190,7 +228,7 @@ pub(super) fn tokenize(text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
                             if j >= b.len() || b[j] == b'\n' {
                                 diags.push(Diagnostic::error(
                                     line,
-                                    column(text, line_start, i),
+                                    column(text, self.line_start, i),
                                     "unterminated string: expected a closing '\"' on the same line",
                                     &text[i..j],
                                 ));
@@ -210,8 +248,9 @@ pub(super) fn tokenize(text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
                 }
             }
         }
+        self.i = i;
+        true
     }
-    toks
 }
 
 /// Words a number glued to them ends at (`0bytes`, `22counter`, `10.0.0.1jump`): nft's

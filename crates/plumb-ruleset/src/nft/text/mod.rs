@@ -27,42 +27,104 @@ mod statement;
 use crate::diagnostic::Diagnostic;
 use crate::model::nft::{StatementKind, Value, Verdict, unquote};
 use crate::model::{Completeness, Location, RuleBody, Ruleset};
-use lexer::{Tok, Token, column, tokenize};
+use crate::nft::iptables_nft::{StreamedRule, StreamedTable};
+use lexer::{Lexer, Tok, Token, column};
 use script::builds_ruleset;
 use std::collections::{HashMap, HashSet};
 
 /// Reads `nft list ruleset` (or `nft list table ...`) text.
 pub fn parse_text(text: &str) -> Ruleset {
-    let mut diags = Vec::new();
-    let toks = tokenize(text, &mut diags);
-    let mut r = Reader {
-        text,
-        toks,
-        pos: 0,
-        ruleset: Ruleset::default(),
-        rule_buf: Vec::new(),
-        chain_index: HashMap::new(),
-        script_noted: false,
-        from_scratch: false,
-        dead_tables: HashSet::new(),
-        dead_chains: HashSet::new(),
-        deleted_names: HashSet::new(),
-    };
-    r.ruleset.diagnostics = diags;
+    let mut r = Reader::new(text, None);
     r.top();
-    r.remove_deleted();
-    let mut rs = r.ruleset;
-    undefined_set_references(&mut rs);
+    let (mut rs, _) = r.finish();
+    undefined_set_references(&mut rs, None);
     rs.diagnostics.sort_by_key(|d| (d.line, d.column));
     rs
+}
+
+/// Reads nft text like [`parse_text`] and turns iptables-nft's tables into the
+/// iptables tables they are, like [`crate::nft::iptables_nft::translate`] after it,
+/// with the same result, in a fraction of the memory: the rules of a table that can
+/// be iptables-nft's are translated as they are read, and their nft statements
+/// dropped (an nft rule holds ~900 bytes of statements; a 10k-service listing has
+/// 170k rules). When the table turns out not to be iptables-nft's, or the text holds
+/// something this does not follow (script commands, a chain or table block opened
+/// twice), the text is read again the whole way.
+pub fn parse_text_translated(text: &str) -> Ruleset {
+    match parse_text_streamed(text) {
+        Some(rs) => rs,
+        None => {
+            let mut rs = parse_text(text);
+            crate::nft::iptables_nft::translate(&mut rs);
+            rs
+        }
+    }
+}
+
+/// The streaming read of [`parse_text_translated`]; `None` when the text needs the
+/// whole-way read. Public for the tests that prove both reads give the same model.
+#[doc(hidden)]
+pub fn parse_text_streamed(text: &str) -> Option<Ruleset> {
+    let mut r = Reader::new(text, Some(Stream::default()));
+    r.top();
+    let (mut rs, stream) = r.finish();
+    let stream = stream?;
+    if stream.abort {
+        return None;
+    }
+    undefined_set_references(&mut rs, Some((&stream, text)));
+    rs.diagnostics.sort_by_key(|d| (d.line, d.column));
+    let mut tables = stream.tables;
+    let mut failed = false;
+    crate::nft::iptables_nft::translate_with(&mut rs, |ti, table| {
+        match tables.get_mut(ti).and_then(Option::take) {
+            Some(st) if st.translated > 0 => {
+                match crate::nft::iptables_nft::translate_streamed_table(table, st) {
+                    Ok(kept) => Some(kept),
+                    Err(()) => {
+                        failed = true;
+                        None
+                    }
+                }
+            }
+            _ => crate::nft::iptables_nft::translate_table(table),
+        }
+    });
+    // A table read as iptables-nft's that is not: its nft statements are gone.
+    if failed
+        || tables
+            .iter()
+            .any(|t| t.as_ref().is_some_and(|t| t.translated > 0))
+    {
+        return None;
+    }
+    Some(rs)
+}
+
+/// What a streaming read ([`parse_text_streamed`]) keeps beside the ruleset.
+#[derive(Default)]
+struct Stream {
+    /// The text holds something the streaming read does not follow.
+    abort: bool,
+    /// By table index: the translation of a table that can be iptables-nft's (`None`
+    /// for the others).
+    tables: Vec<Option<StreamedTable>>,
 }
 
 /// The state of one read: the tokens, where the reader is, and the ruleset built so far.
 /// Its methods are spread over the submodules by what they read.
 struct Reader<'a> {
     text: &'a str,
+    /// Makes tokens as the reader needs them (see [`Reader::tok`]).
+    lexer: Lexer,
+    /// The tokenizer's diagnostics (unterminated strings).
+    lex_diags: Vec<Diagnostic>,
+    /// The tokens made and not yet dropped: `toks[0]` is token number `base`. Tokens
+    /// before the rule being read are dropped ([`Reader::forget_read_tokens`]): a 16 MB
+    /// listing has 2.7 million of them.
     toks: Vec<Token>,
-    /// The next token to read.
+    base: usize,
+    /// The next token to read (a token number, counted from the start of the text).
     pos: usize,
     ruleset: Ruleset,
     /// A rule's tokens, reused from rule to rule.
@@ -80,6 +142,8 @@ struct Reader<'a> {
     dead_chains: HashSet<(usize, usize)>,
     /// (table, name) of chains in `deleted_chains`, to notice one added again.
     deleted_names: HashSet<(usize, &'a str)>,
+    /// Set for a streaming read ([`parse_text_streamed`]).
+    stream: Option<Stream>,
 }
 
 /// Address families a table or command may name.
@@ -103,16 +167,106 @@ fn is_elision(w: &str) -> bool {
 }
 
 impl<'a> Reader<'a> {
+    fn new(text: &'a str, stream: Option<Stream>) -> Reader<'a> {
+        let mut lex_diags = Vec::new();
+        let lexer = Lexer::new(text, &mut lex_diags);
+        Reader {
+            text,
+            lexer,
+            lex_diags,
+            toks: Vec::new(),
+            base: 0,
+            pos: 0,
+            ruleset: Ruleset::default(),
+            rule_buf: Vec::new(),
+            chain_index: HashMap::new(),
+            script_noted: false,
+            from_scratch: false,
+            dead_tables: HashSet::new(),
+            dead_chains: HashSet::new(),
+            deleted_names: HashSet::new(),
+            stream,
+        }
+    }
+
+    /// The ruleset read (deleted tables and chains removed, the tokenizer's
+    /// diagnostics first, as when the whole text was tokenized before reading) and the
+    /// streaming state.
+    fn finish(mut self) -> (Ruleset, Option<Stream>) {
+        self.remove_deleted();
+        let mut rs = self.ruleset;
+        let mut diags = self.lex_diags;
+        diags.append(&mut rs.diagnostics);
+        rs.diagnostics = diags;
+        (rs, self.stream)
+    }
+
+    /// A streaming read met something it does not follow: reading stops, and the text
+    /// is read again the whole way.
+    fn stream_abort(&mut self) {
+        if let Some(st) = &mut self.stream {
+            st.abort = true;
+        }
+    }
+
+    /// Whether a streaming read gave up.
+    fn aborted(&self) -> bool {
+        self.stream.as_ref().is_some_and(|s| s.abort)
+    }
+
+    /// The streaming translation of table `ti`, if it has one.
+    fn stream_table(&mut self, ti: usize) -> Option<&mut StreamedTable> {
+        self.stream.as_mut()?.tables.get_mut(ti)?.as_mut()
+    }
+
+    /// Whether chain `ci` of table `ti` has no rules yet (translated ones included).
+    fn chain_has_no_rules(&mut self, ti: usize, ci: usize) -> bool {
+        self.ruleset.tables[ti].chains[ci].rules.is_empty()
+            && self
+                .stream_table(ti)
+                .is_none_or(|st| st.chain_rules(ci).is_empty())
+    }
+
     /// The text of a token.
     fn s(&self, t: &Token) -> &'a str {
         &self.text[t.start()..t.end()]
     }
 
-    fn peek(&self) -> Option<Token> {
-        self.toks.get(self.pos).copied()
+    /// Token number `i` (counted from the start of the text), made when needed;
+    /// `None` past the end of the text.
+    fn tok(&mut self, i: usize) -> Option<Token> {
+        debug_assert!(i >= self.base, "token {i} was dropped (base {})", self.base);
+        while self.base + self.toks.len() <= i {
+            if !self
+                .lexer
+                .step(self.text, &mut self.toks, &mut self.lex_diags)
+            {
+                return None;
+            }
+        }
+        self.toks.get(i - self.base).copied()
     }
 
-    fn peek_word(&self) -> Option<&'a str> {
+    /// Tokens `from..to`, all read already (`to <= pos`).
+    fn read_tokens(&self, from: usize, to: usize) -> &[Token] {
+        &self.toks[from - self.base..to - self.base]
+    }
+
+    /// Drops the tokens before the next one to read. Called where no token number
+    /// before `pos` is kept (the start of a rule of a listing).
+    fn forget_read_tokens(&mut self) {
+        let read = self.pos - self.base;
+        if read >= 1 << 14 {
+            self.toks.drain(..read);
+            self.base = self.pos;
+        }
+    }
+
+    fn peek(&mut self) -> Option<Token> {
+        self.tok(self.pos)
+    }
+
+    fn peek_word(&mut self) -> Option<&'a str> {
         match self.peek() {
             Some(t) if t.kind == Tok::Word => Some(self.s(&t)),
             _ => None,
@@ -204,6 +358,9 @@ impl<'a> Reader<'a> {
     /// The top level: `table` blocks, script commands, and diagnostics for anything else.
     fn top(&mut self) {
         loop {
+            if self.aborted() {
+                return;
+            }
             self.skip_blank();
             let Some(t) = self.peek() else { return };
             match t.kind {
@@ -297,12 +454,12 @@ fn collapse(s: &str) -> String {
 /// Only a whole ruleset can say so (and not a table of one chain without sets, the
 /// shape `nft list chain` prints): a script that adds to tables in the kernel (partial) or a cut
 /// dump may name sets it does not show.
-fn undefined_set_references(rs: &mut Ruleset) {
+fn undefined_set_references(rs: &mut Ruleset, stream: Option<(&Stream, &str)>) {
     if rs.completeness != Completeness::Full {
         return;
     }
     let mut found = Vec::new();
-    for t in &rs.tables {
+    for (ti, t) in rs.tables.iter().enumerate() {
         // `nft list chain` prints its table holding that one chain and no sets: the
         // chains and sets it names are not shown, not absent.
         let chain_listing = t.chains.len() == 1 && t.sets.is_empty();
@@ -319,88 +476,137 @@ fn undefined_set_references(rs: &mut Ruleset) {
             .iter()
             .map(|c| (&*c.name, c.base.is_some()))
             .collect();
-        for c in &t.chains {
-            for r in &c.rules {
-                // A jump or goto to a chain the table does not define is refused the same way.
-                if let RuleBody::Nft(rule) = &r.body
-                    && !chain_listing
-                {
-                    for s in &rule.statements {
-                        if let StatementKind::Verdict(Verdict::Jump(to) | Verdict::Goto(to)) =
-                            &s.kind
-                            && !chains.contains_key(&**to)
-                        {
-                            found.push(Diagnostic::error(
-                                r.location.line,
-                                r.location.column,
-                                format!(
-                                    "rule jumps to chain '{to}' that table {} {} does not define (nft: No such file or directory)",
-                                    t.family.as_str(),
-                                    t.name
-                                ),
-                                to,
-                            ));
+        let streamed = stream.and_then(|(s, text)| Some((s.tables.get(ti)?.as_ref()?, text)));
+        for (ci, c) in t.chains.iter().enumerate() {
+            let Some((st, text)) = streamed else {
+                for r in &c.rules {
+                    rule_references(t, &chains, chain_listing, r, &mut found);
+                }
+                continue;
+            };
+            // A streamed table: translated rules hold their jump target only (they
+            // name no set or ct object: such rules are not translated as read).
+            let mut kept = c.rules.iter();
+            for slot in st.chain_rules(ci) {
+                match *slot {
+                    StreamedRule::Nft => {
+                        if let Some(r) = kept.next() {
+                            rule_references(t, &chains, chain_listing, r, &mut found);
                         }
                     }
-                    // The kernel refuses a jump or goto to a base chain (one with a hook):
-                    // "Could not process rule: Operation not supported".
-                    for c in rule.chain_references() {
-                        if chains.get(c.chain) == Some(&true) {
-                            found.push(Diagnostic::error(
-                                r.location.line,
-                                r.location.column,
-                                format!(
-                                    "rule jumps to base chain '{}' of table {} {}: only regular chains can be jumped to (nft: Operation not supported)",
-                                    c.chain,
-                                    t.family.as_str(),
-                                    t.name
-                                ),
-                                c.chain,
-                            ));
+                    StreamedRule::Xt {
+                        location,
+                        transfer: Some((from, to, _)),
+                        ..
+                    } if !chain_listing => {
+                        let to = &text[from as usize..to as usize];
+                        if !chains.contains_key(to) {
+                            found.push(jump_to_undefined(location, t, to));
+                        }
+                        if chains.get(to) == Some(&true) {
+                            found.push(jump_to_base(location, t, to));
                         }
                     }
-                }
-                // `ct helper set "ftp"` and the values of `ct helper set ... map { ... }`
-                // name ct objects of the table (helper, expectation, timeout).
-                for (kind, name) in ct_object_references(r.text.as_str()) {
-                    let defined = t.attributes.iter().any(|a| {
-                        a.strip_prefix("ct ")
-                            .and_then(|a| a.strip_prefix(kind))
-                            .and_then(|a| a.strip_prefix(' '))
-                            .and_then(|a| a.split([' ', '{']).next())
-                            .is_some_and(|n| unquote(n) == name)
-                    });
-                    if !defined {
-                        found.push(Diagnostic::error(
-                            r.location.line,
-                            r.location.column,
-                            format!(
-                                "rule sets ct {kind} '{name}' that table {} {} does not define (nft: No such file or directory)",
-                                t.family.as_str(),
-                                t.name
-                            ),
-                            name,
-                        ));
-                    }
-                }
-                for name in set_references(r.text.as_str()) {
-                    if t.set(name).is_none() && !chain_listing {
-                        found.push(Diagnostic::error(
-                            r.location.line,
-                            r.location.column,
-                            format!(
-                                "rule refers to set or map '@{name}' that table {} {} does not define (nft: No such file or directory)",
-                                t.family.as_str(),
-                                t.name
-                            ),
-                            name,
-                        ));
-                    }
+                    StreamedRule::Xt { .. } => {}
                 }
             }
         }
     }
     rs.diagnostics.extend(found);
+}
+
+/// A rule jumps or goes to a chain its table does not define.
+fn jump_to_undefined(at: Location, t: &crate::model::Table, to: &str) -> Diagnostic {
+    Diagnostic::error(
+        at.line,
+        at.column,
+        format!(
+            "rule jumps to chain '{to}' that table {} {} does not define (nft: No such file or directory)",
+            t.family.as_str(),
+            t.name
+        ),
+        to,
+    )
+}
+
+/// A rule jumps or goes to a base chain.
+fn jump_to_base(at: Location, t: &crate::model::Table, to: &str) -> Diagnostic {
+    // The kernel refuses a jump or goto to a base chain (one with a hook):
+    // "Could not process rule: Operation not supported".
+    Diagnostic::error(
+        at.line,
+        at.column,
+        format!(
+            "rule jumps to base chain '{to}' of table {} {}: only regular chains can be jumped to (nft: Operation not supported)",
+            t.family.as_str(),
+            t.name
+        ),
+        to,
+    )
+}
+
+/// The diagnostics of [`undefined_set_references`] for one rule of table `t`.
+fn rule_references(
+    t: &crate::model::Table,
+    chains: &std::collections::HashMap<&str, bool>,
+    chain_listing: bool,
+    r: &crate::model::Rule,
+    found: &mut Vec<Diagnostic>,
+) {
+    // A jump or goto to a chain the table does not define is refused the same way.
+    if let RuleBody::Nft(rule) = &r.body
+        && !chain_listing
+    {
+        for s in &rule.statements {
+            if let StatementKind::Verdict(Verdict::Jump(to) | Verdict::Goto(to)) = &s.kind
+                && !chains.contains_key(&**to)
+            {
+                found.push(jump_to_undefined(r.location, t, to));
+            }
+        }
+        for c in rule.chain_references() {
+            if chains.get(c.chain) == Some(&true) {
+                found.push(jump_to_base(r.location, t, c.chain));
+            }
+        }
+    }
+    // `ct helper set "ftp"` and the values of `ct helper set ... map { ... }`
+    // name ct objects of the table (helper, expectation, timeout).
+    for (kind, name) in ct_object_references(r.text.as_str()) {
+        let defined = t.attributes.iter().any(|a| {
+            a.strip_prefix("ct ")
+                .and_then(|a| a.strip_prefix(kind))
+                .and_then(|a| a.strip_prefix(' '))
+                .and_then(|a| a.split([' ', '{']).next())
+                .is_some_and(|n| unquote(n) == name)
+        });
+        if !defined {
+            found.push(Diagnostic::error(
+                r.location.line,
+                r.location.column,
+                format!(
+                    "rule sets ct {kind} '{name}' that table {} {} does not define (nft: No such file or directory)",
+                    t.family.as_str(),
+                    t.name
+                ),
+                name,
+            ));
+        }
+    }
+    for name in set_references(r.text.as_str()) {
+        if t.set(name).is_none() && !chain_listing {
+            found.push(Diagnostic::error(
+                r.location.line,
+                r.location.column,
+                format!(
+                    "rule refers to set or map '@{name}' that table {} {} does not define (nft: No such file or directory)",
+                    t.family.as_str(),
+                    t.name
+                ),
+                name,
+            ));
+        }
+    }
 }
 
 /// The ct objects a rule sets by name: `(kind, name)` for `ct helper set "ftp"` and for

@@ -59,19 +59,21 @@ impl<'a> Reader<'a> {
     /// consuming nothing, when the statement is not a command that builds or changes a
     /// ruleset (`list`, `monitor`, `add counter` ... are noted and skipped by the caller).
     pub(super) fn script_command(&mut self) -> bool {
-        let verb_tok = self.toks[self.pos];
+        let Some(verb_tok) = self.peek() else {
+            return false;
+        };
         let verb = self.s(&verb_tok);
-        let Some(obj_tok) = self
-            .toks
-            .get(self.pos + 1)
-            .copied()
-            .filter(|t| t.kind == Tok::Word)
-        else {
+        let Some(obj_tok) = self.tok(self.pos + 1).filter(|t| t.kind == Tok::Word) else {
             return false;
         };
         let object = self.s(&obj_tok);
         if !builds_ruleset(verb, object) {
             return false;
+        }
+        if self.stream.is_some() {
+            // A script changes what it read before: read the whole way.
+            self.stream_abort();
+            return true;
         }
         if object == "ruleset" {
             self.flush_ruleset(verb_tok);
@@ -266,7 +268,9 @@ impl<'a> Reader<'a> {
         if let Some(w) = self.peek_word()
             && matches!(w, "position" | "index" | "handle")
         {
-            let at = self.toks[self.pos];
+            let Some(at) = self.peek() else {
+                return CommandEnd::Done;
+            };
             self.pos += 1;
             if self.peek().is_some_and(|t| t.kind == Tok::Word) {
                 self.pos += 1;
@@ -306,8 +310,8 @@ impl<'a> Reader<'a> {
     /// script gave it one (`# handle N` in a listing it also contains).
     fn delete_rule(&mut self, cmd: &Command<'a>) {
         let ti = cmd.table;
-        let handle = match (self.peek_word(), self.toks.get(self.pos + 1)) {
-            (Some("handle"), Some(h)) => self.s(h).parse::<u64>().ok(),
+        let handle = match (self.peek_word(), self.tok(self.pos + 1)) {
+            (Some("handle"), Some(h)) => self.s(&h).parse::<u64>().ok(),
             _ => None,
         };
         if handle.is_some() {
@@ -393,8 +397,8 @@ impl<'a> Reader<'a> {
     fn object_path(&mut self, words: usize) -> Option<(Family, [&'a str; 2])> {
         let mut found: Vec<&'a str> = Vec::with_capacity(3);
         while found.len() < words + 1 {
-            match self.toks.get(self.pos + found.len()) {
-                Some(t) if t.kind == Tok::Word => found.push(self.s(t)),
+            match self.tok(self.pos + found.len()) {
+                Some(t) if t.kind == Tok::Word => found.push(self.s(&t)),
                 _ => break,
             }
         }

@@ -1,0 +1,212 @@
+//! The nft text reader translates iptables-nft's tables as it reads them
+//! (`parse_text_translated`, what `format::parse_*` use) instead of holding every rule
+//! as nft statements until the end: that read must give exactly the model of the
+//! whole-way read (`parse_text`, then `iptables_nft::translate`) on every nft text of
+//! the corpus and of our fixtures, diagnostics included.
+
+mod common;
+
+use plumb_ruleset::format::{Format, detect};
+use plumb_ruleset::nft::{iptables_nft, parse_text, parse_text_streamed, parse_text_translated};
+use plumb_ruleset::{Backend, Ruleset};
+use proptest::prelude::*;
+use std::path::{Path, PathBuf};
+
+fn nft_texts(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            nft_texts(&p, out);
+        } else if p.metadata().is_ok_and(|m| m.len() < 64 << 20)
+            && let Ok(text) = std::fs::read_to_string(&p)
+            && detect(&text).is_ok_and(|f| f == Format::NftText)
+        {
+            out.push(p);
+        }
+    }
+}
+
+fn whole_way(text: &str) -> Ruleset {
+    let mut rs = parse_text(text);
+    iptables_nft::translate(&mut rs);
+    rs
+}
+
+/// Everything the model holds, rule bodies included.
+fn model(rs: &Ruleset) -> String {
+    format!("{rs:#?}")
+}
+
+#[test]
+fn translating_as_read_gives_the_whole_way_model_on_every_nft_text() {
+    let mut files = Vec::new();
+    nft_texts(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nft"),
+        &mut files,
+    );
+    let fixtures = files.len();
+    if let Some(c) = common::corpus_dir() {
+        nft_texts(&c, &mut files);
+    }
+    files.sort();
+    assert!(fixtures > 0, "no nft text fixtures");
+    let (mut streamed, mut translated_tables) = (0, 0);
+    let mut differ = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let want = model(&whole_way(&text));
+        if let Some(rs) = parse_text_streamed(&text) {
+            streamed += 1;
+            translated_tables += rs
+                .tables
+                .iter()
+                .filter(|t| t.backend == Backend::IptablesNft)
+                .count();
+            if model(&rs) != want {
+                differ.push(f.display().to_string());
+            }
+        }
+        assert_eq!(
+            model(&parse_text_translated(&text)),
+            want,
+            "{}",
+            f.display()
+        );
+    }
+    eprintln!(
+        "{} nft texts, {streamed} read streaming ({translated_tables} iptables-nft tables translated as read)",
+        files.len()
+    );
+    assert!(differ.is_empty(), "streaming read differs: {differ:#?}");
+    assert!(streamed > 0);
+}
+
+/// A listing of iptables-nft tables (with a rule another tool wrote, a jump to a
+/// missing chain and one to a base chain) is translated as read, with the whole-way
+/// read's model and diagnostics.
+#[test]
+fn iptables_nft_listing_is_translated_as_read() {
+    let text = "table ip nat {\n\tchain PREROUTING {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tcounter packets 5 bytes 300 jump KUBE-SERVICES\n\t}\n\tchain KUBE-SERVICES {\n\t\tip daddr 10.96.0.1 tcp dport 443 counter packets 0 bytes 0 jump KUBE-SVC-A\n\t\tip daddr 10.96.0.2 tcp dport 80 jump KUBE-SVC-A\n\t\tcounter packets 0 bytes 0 jump KUBE-MISSING\n\t\tcounter packets 0 bytes 0 jump PREROUTING\n\t}\n\tchain KUBE-SVC-A {\n\t\tcounter packets 0 bytes 0 dnat to 10.0.0.1:443\n\t}\n}\ntable inet other {\n\tchain c {\n\t\tjump d\n\t}\n\tchain e {\n\t}\n}\n";
+    let rs = parse_text_streamed(text).expect("read streaming");
+    assert_eq!(model(&rs), model(&whole_way(text)));
+    let nat = &rs.tables[0];
+    assert_eq!(nat.backend, Backend::IptablesNft);
+    assert_eq!(nat.chain("KUBE-SERVICES").unwrap().rules.len(), 4);
+    let errors: Vec<String> = rs.errors().map(|d| d.message.clone()).collect();
+    assert!(
+        errors.iter().any(|m| m.contains("'KUBE-MISSING'"))
+            && errors.iter().any(|m| m.contains("base chain 'PREROUTING'"))
+            && errors.iter().any(|m| m.contains("chain 'd'")),
+        "{errors:?}"
+    );
+}
+
+/// Texts the streaming read does not follow are read the whole way, with the same
+/// result: a script, a chain block opened twice, a set after translated rules.
+#[test]
+fn texts_the_streaming_read_does_not_follow_are_read_the_whole_way() {
+    for text in [
+        "table ip nat {\n chain X {\n  counter jump Y\n }\n chain Y {\n }\n}\nadd rule ip nat X counter accept\n",
+        "table ip nat {\n chain X {\n  counter jump Y\n }\n chain Y {\n }\n chain X {\n  counter accept\n }\n}\n",
+        "table ip nat {\n chain X {\n  counter accept\n }\n set s {\n  type ipv4_addr\n }\n}\n",
+        "table ip nat {\n chain X {\n  counter accept\n }\n}\ntable ip nat {\n chain Y {\n }\n}\n",
+    ] {
+        assert!(parse_text_streamed(text).is_none(), "{text}");
+        assert_eq!(model(&parse_text_translated(text)), model(&whole_way(text)));
+    }
+}
+
+/// An iptables-nft listing as nft prints it (kube-proxy's nat and filter tables, a
+/// rule nft prints with the extension's own text, a rule another tool wrote).
+const IPTABLES_NFT: &str = "table ip nat {
+\tchain PREROUTING {
+\t\ttype nat hook prerouting priority dstnat; policy accept;
+\t\t counter packets 12 bytes 720 jump KUBE-SERVICES
+\t}
+
+\tchain KUBE-MARK-MASQ {
+\t\tcounter packets 0 bytes 0 meta mark set mark or 0x4000
+\t}
+
+\tchain KUBE-SERVICES {
+\t\tmeta l4proto tcp ip daddr 10.43.0.10  tcp dport 53 counter packets 0 bytes 0 jump KUBE-SVC-ERIFXISQEP7F7OF4
+\t\t# match-set KUBE-CLUSTER-IP dst,dst counter packets 0 bytes 0 jump KUBE-MARK-MASQ
+\t\tip daddr 10.43.0.11 accept
+\t}
+
+\tchain KUBE-SVC-ERIFXISQEP7F7OF4 {
+\t\tmeta l4proto tcp ip saddr != 10.42.0.0/16 ip daddr 10.43.0.10  tcp dport 53 counter packets 0 bytes 0 jump KUBE-MARK-MASQ
+\t\tmeta random & 2147483647 < 1073741824 counter packets 0 bytes 0 jump KUBE-SEP-A
+\t\tcounter packets 0 bytes 0 jump KUBE-SEP-B
+\t}
+
+\tchain KUBE-SEP-A {
+\t\tip saddr 10.42.0.5 counter packets 0 bytes 0 jump KUBE-MARK-MASQ
+\t\tmeta l4proto tcp  counter packets 0 bytes 0 dnat to 10.42.0.5:53
+\t}
+
+\tchain KUBE-SEP-B {
+\t\tmeta l4proto tcp  counter packets 0 bytes 0 dnat to 10.42.0.6:53
+\t}
+}
+table ip filter {
+\tchain INPUT {
+\t\ttype filter hook input priority filter; policy accept;
+\t\tct state new  counter packets 0 bytes 0 jump KUBE-FIREWALL
+\t}
+
+\tchain KUBE-FIREWALL {
+\t\tip saddr != 127.0.0.0/8 ip daddr 127.0.0.0/8 ct status dnat counter packets 0 bytes 0 drop
+\t}
+}
+";
+
+fn mutate(base: &str, edits: &[(usize, u8, char)]) -> String {
+    let mut s: Vec<char> = base.chars().collect();
+    for &(pos, op, c) in edits {
+        if s.is_empty() {
+            s.push(c);
+            continue;
+        }
+        let p = pos % s.len();
+        match op % 4 {
+            0 => {
+                s.remove(p);
+            }
+            1 => s.insert(p, c),
+            2 => s[p] = c,
+            _ => s.truncate(p),
+        }
+    }
+    s.into_iter().collect()
+}
+
+#[test]
+fn the_iptables_nft_listing_is_read_streaming() {
+    let rs = parse_text_streamed(IPTABLES_NFT).expect("read streaming");
+    assert_eq!(model(&rs), model(&whole_way(IPTABLES_NFT)));
+    assert!(rs.tables.iter().all(|t| t.backend == Backend::IptablesNft));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Whatever an edit does to an iptables-nft listing (a cut, a brace, a quote, a
+    /// set, a script command), both reads give the same model.
+    #[test]
+    fn both_reads_agree_on_mutated_iptables_nft_listings(
+        edits in proptest::collection::vec(
+            (any::<usize>(), any::<u8>(), prop_oneof![
+                Just('{'), Just('}'), Just(';'), Just(','), Just('"'), Just('#'),
+                Just('\n'), Just(' '), Just('@'), Just('x'), any::<char>(),
+            ]),
+            1..8,
+        )
+    ) {
+        let m = mutate(IPTABLES_NFT, &edits);
+        prop_assert_eq!(model(&parse_text_translated(&m)), model(&whole_way(&m)));
+    }
+}
