@@ -118,6 +118,21 @@ fn a_matrix_per_port_in_text_csv_and_json() {
     assert!(rows[1].contains(" .  X  X"), "{text}");
     assert!(rows[2].contains(" X  X  X"), "{text}");
 
+    // In colour, allowed cells are green and denied ones red; plain text has no escapes.
+    assert!(!text.contains('\x1b'), "{text}");
+    let coloured = plumb(&[
+        "policy", "matrix", "-f", &f, "-n", "shop", "--color", "always",
+    ]);
+    let coloured = String::from_utf8_lossy(&coloured.stdout);
+    let client = coloured
+        .lines()
+        .find(|l| l.starts_with("shop/client"))
+        .unwrap();
+    assert!(
+        client.contains("\x1b[32m .\x1b[0m \x1b[31m X\x1b[0m"),
+        "{client:?}"
+    );
+
     let csv = plumb(&["policy", "matrix", "-f", &f, "--port", "8443", "--csv"]);
     let csv = String::from_utf8_lossy(&csv.stdout);
     assert_eq!(csv.lines().count(), 1 + 9);

@@ -73,7 +73,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
         ),
         Command::Lab(c) => lab::run(c),
         Command::Cilium(c) => cilium::run(c, style),
-        Command::Policy(c) => policy::run(c),
+        Command::Policy(c) => policy::run(c, style),
         Command::Trace(args) => trace::run(&args),
         Command::Watch(f) => watch::run(f),
         Command::Observe(f) => observe::run(&f),

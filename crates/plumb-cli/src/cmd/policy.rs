@@ -13,7 +13,7 @@ use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
 
-pub fn run(c: PolicyCommand) -> anyhow::Result<Verdict> {
+pub fn run(c: PolicyCommand, style: plumb_findings::Style) -> anyhow::Result<Verdict> {
     match c {
         PolicyCommand::Check {
             files,
@@ -29,7 +29,14 @@ pub fn run(c: PolicyCommand) -> anyhow::Result<Verdict> {
             port,
             csv,
             output,
-        } => matrix(&files, namespace.as_deref(), &port, csv, output.json()),
+        } => matrix(
+            &files,
+            namespace.as_deref(),
+            &port,
+            csv,
+            output.json(),
+            style.color,
+        ),
         PolicyCommand::Diff {
             files,
             before,
@@ -270,6 +277,7 @@ fn matrix(
     ports: &[String],
     csv: bool,
     json: bool,
+    color: bool,
 ) -> anyhow::Result<Verdict> {
     let (cluster, problems) = load(files)?;
     let Matrix {
@@ -322,7 +330,18 @@ fn matrix(
             write!(out, "{from:width$}")?;
             let row = k * n * n + r * n;
             for c in &cells[row..row + n] {
-                write!(out, " {:>2}", if c.allowed { "." } else { "X" })?;
+                // Colour (green allowed, red denied) only adds to the marks, so the
+                // plain text reads the same.
+                let (mark, paint) = if c.allowed {
+                    (".", "\x1b[32m")
+                } else {
+                    ("X", "\x1b[31m")
+                };
+                if color {
+                    write!(out, " {paint}{mark:>2}\x1b[0m")?;
+                } else {
+                    write!(out, " {mark:>2}")?;
+                }
             }
             writeln!(out, "  {}", r + 1)?;
         }
