@@ -35,10 +35,14 @@ pub enum Command {
     /// Read, summarise, print and diff netfilter rulesets.
     #[command(subcommand)]
     Ruleset(RulesetCommand),
-    /// The service map kube-proxy programmed, recovered from the rules (iptables or nftables mode).
+    /// The service map kube-proxy programmed, recovered from the rules (iptables or nftables mode);
+    /// on a live node whose Services Cilium serves, Cilium's map from its BPF maps.
     Services {
         #[command(flatten)]
         source: SourceFlags,
+        /// The running `plumb lab`'s node: its namespace's rules and its Cilium maps.
+        #[arg(long, conflicts_with_all = ["ruleset", "netns", "file"])]
+        lab: bool,
         #[command(flatten)]
         input: InputFlags,
         #[command(flatten)]

@@ -179,6 +179,13 @@ fn cilium_kpr_serves_every_cluster_ip_through_the_socket_lb_and_reads_kube_proxy
         );
     }
 
+    // `--lab` names the same node; nothing of kube-proxy is left to mention.
+    let (code, by_lab) = json(&["services", "--lab", "--json"]);
+    assert_eq!(code, 0, "{by_lab}");
+    assert_eq!(by_lab["mode"], "cilium-bpf");
+    assert_eq!(by_lab["frontends"], services["frontends"]);
+    assert!(by_lab.get("kube_proxy_leftovers").is_none(), "{by_lab:#}");
+
     // verify: migrated, exit 0.
     let (code, verify) = json(&["cilium", "verify", "--lab", "--json"]);
     assert_eq!(verify["verdict"], "migrated", "{verify:#}");
@@ -293,6 +300,29 @@ fn cilium_leftovers_are_named_by_verify_and_doctor() {
     }
     let (_, services) = json(&["cilium", "services", "--lab", "--json"]);
     assert_eq!(services["mode"], "cilium-bpf");
+    // `plumb services` prints what serves the node -- Cilium's maps, not kube-proxy's
+    // stale map -- and counts kube-proxy's rules as leftovers (they are not hooked).
+    for args in [
+        &["services", "--lab", "--json"][..],
+        &["services", "--netns", "plumb-node", "--json"][..],
+    ] {
+        let (code, node) = json(args);
+        assert_eq!(code, 0, "{args:?}: {node:#}");
+        assert_eq!(node["mode"], "cilium-bpf", "{args:?}: {node:#}");
+        assert_eq!(node["frontends"], services["frontends"], "{args:?}");
+        let left = &node["kube_proxy_leftovers"];
+        assert_eq!(left["stale"], true, "{node:#}");
+        assert!(left["chains"].as_u64().unwrap() > 0, "{node:#}");
+        assert!(left["service_ports"].as_u64().unwrap() > 0, "{node:#}");
+        assert_eq!(left["hooked"], false, "{node:#}");
+    }
+    let text = plumb(&["services", "--lab"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("Cilium load balancer") && text.contains("stale leftovers"),
+        "{text}"
+    );
+    assert!(!text.contains("kube-proxy iptables mode"), "{text}");
     // preflight reads the same node: Flannel's device is there, no policy chains.
     let (code, preflight) = json(&["cilium", "preflight", "--lab", "--json"]);
     assert!(

@@ -49,7 +49,7 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
                     node.bundle.as_deref().expect("checked").display()
                 )
             })?;
-            show(&lb, output.json())
+            show(&lb, None, output.json())
         }
         CiliumCommand::Verify {
             ruleset,
@@ -191,7 +191,7 @@ fn verify_bundle(path: &Path, json: bool, style: plumb_findings::Style) -> anyho
 }
 
 /// The running lab's root and node namespace (`--lab`).
-fn lab_node() -> anyhow::Result<(std::path::PathBuf, String)> {
+pub(super) fn lab_node() -> anyhow::Result<(std::path::PathBuf, String)> {
     let state = plumb_lab::state::LabState::load()
         .context("reading the lab state")?
         .context("no lab is running (start one with `plumb lab up SCENARIO`)")?;
@@ -445,6 +445,13 @@ pub(super) struct LbRead {
     problems: Vec<String>,
 }
 
+impl LbRead {
+    /// The frontends read.
+    pub(super) fn frontends(&self) -> &[Frontend] {
+        &self.frontends
+    }
+}
+
 /// Reads the frontends from `--lb-list` or from the maps below `--root`; None when the
 /// root has no Cilium maps.
 fn read_lb(node: &CiliumNodeFlags) -> anyhow::Result<Option<LbRead>> {
@@ -487,7 +494,7 @@ fn services(node: &CiliumNodeFlags, json: bool) -> anyhow::Result<Verdict> {
             plumb_collect::cilium::GLOBALS_DIRS.join(", ")
         );
     };
-    show(&lb, json)
+    show(&lb, None, json)
 }
 
 /// The Cilium frontends of this machine's pinned maps, when it has any: what `plumb
@@ -509,15 +516,30 @@ pub(super) fn live_maps(netns: Option<&str>) -> Option<LbRead> {
     .flatten()
 }
 
-/// Prints `lb` as `plumb cilium services` does; exit 1 when the maps contradict
-/// themselves.
-pub(super) fn show(lb: &LbRead, json: bool) -> anyhow::Result<Verdict> {
+/// Prints `lb` as `plumb cilium services` does, and kube-proxy's `leftovers` beside it
+/// when `plumb services` found some; exit 1 when the maps contradict themselves.
+pub(super) fn show(
+    lb: &LbRead,
+    leftovers: Option<&super::services::KubeProxyLeftovers>,
+    json: bool,
+) -> anyhow::Result<Verdict> {
     let inconsistent = lb
         .frontends
         .iter()
         .any(|f| f.problems.iter().any(|p| *p != Problem::NoBackends));
     if json {
-        output::json(lb)?;
+        #[derive(Serialize)]
+        struct Out<'a> {
+            #[serde(flatten)]
+            lb: &'a LbRead,
+            /// kube-proxy's rules left beside Cilium's maps (`plumb services` only).
+            #[serde(skip_serializing_if = "Option::is_none")]
+            kube_proxy_leftovers: Option<&'a super::services::KubeProxyLeftovers>,
+        }
+        output::json(&Out {
+            lb,
+            kube_proxy_leftovers: leftovers,
+        })?;
     } else {
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         let layout = lb
@@ -556,6 +578,9 @@ pub(super) fn show(lb: &LbRead, json: bool) -> anyhow::Result<Verdict> {
             writeln!(out, "warning: {p}")?;
         }
         writeln!(out, "\n{} frontends", lb.frontends.len())?;
+        if let Some(l) = leftovers {
+            writeln!(out, "\n{}", l.note())?;
+        }
         out.flush()?;
     }
     Ok(if inconsistent {

@@ -45,9 +45,10 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
         Command::Ruleset(c) => ruleset::run(c),
         Command::Services {
             source,
+            lab,
             input,
             output,
-        } => services::run(&source, &input, output.json()),
+        } => services::run(&source, lab, &input, output.json()),
         Command::Check {
             source,
             input,

@@ -1,6 +1,7 @@
 //! `plumb services`: kube-proxy's service map recovered from the rules, as a table or JSON;
-//! on a live node without kube-proxy's rules, Cilium's service map from its BPF maps
-//! (`"mode": "cilium-bpf"`, as `plumb cilium services` prints it).
+//! on a live node whose Services Cilium serves (its BPF maps hold frontends), Cilium's
+//! service map (`"mode": "cilium-bpf"`, as `plumb cilium services` prints it), with
+//! kube-proxy's rules, when some are left, counted as stale leftovers.
 
 use super::input::{Source, load_source};
 use crate::Verdict;
@@ -11,16 +12,38 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::Write;
 
-pub fn run(source: &SourceFlags, input: &InputFlags, json: bool) -> anyhow::Result<Verdict> {
+pub fn run(
+    source: &SourceFlags,
+    lab: bool,
+    input: &InputFlags,
+    json: bool,
+) -> anyhow::Result<Verdict> {
+    let lab_source;
+    let source = if lab {
+        // The lab's node: its namespace's rules, and Cilium's maps below the lab root.
+        super::cilium::lab_node()?;
+        lab_source = SourceFlags {
+            ruleset: None,
+            netns: Some(plumb_lab::state::NODE_NETNS.to_string()),
+            file: None,
+        };
+        &lab_source
+    } else {
+        source
+    };
     let src = load_source(source, input)?;
     let maps = recover(&src.ruleset);
-    // A live node without kube-proxy's rules may be kube-proxy-free: Cilium keeps its
-    // Services in pinned BPF maps (global, not per namespace).
-    if maps.is_empty()
-        && src.live.is_some()
+    // On a live node Cilium may serve the Services: it keeps them in pinned BPF maps
+    // (global, not per namespace). Its socket load balancer translates a ClusterIP at
+    // connect() and its tc programs before netfilter, so where its maps hold frontends
+    // they are what serves the node, and kube-proxy's rules beside them are leftovers.
+    if src.live.is_some()
         && let Some(lb) = super::cilium::live_maps(source.netns.as_deref())
+        && (maps.is_empty() || !lb.frontends().is_empty())
     {
-        return super::cilium::show(&lb, json);
+        let leftovers = (!maps.is_empty()).then(|| KubeProxyLeftovers::of(&src.ruleset, &maps));
+        super::leak_at_exit(maps);
+        return super::cilium::show(&lb, leftovers.as_ref(), json);
     }
     let mismatches: usize = maps.iter().map(|m| m.name_mismatches.len()).sum();
     let parse_errors = src.ruleset.error_count();
@@ -58,6 +81,66 @@ pub fn run(source: &SourceFlags, input: &InputFlags, json: bool) -> anyhow::Resu
     super::leak_at_exit(maps);
     super::leak_at_exit(src);
     Ok(verdict)
+}
+
+/// kube-proxy's rules on a node whose Services Cilium serves: what is left of them.
+#[derive(Debug, Serialize)]
+pub(super) struct KubeProxyLeftovers {
+    /// Always true here: Cilium's maps serve the node's Services, these rules do not.
+    stale: bool,
+    /// kube-proxy's chains (and nftables `kube-proxy` table chains) still present.
+    chains: usize,
+    /// Service ports kube-proxy's map recovered from them (the endpoints of the day
+    /// kube-proxy last wrote them).
+    service_ports: usize,
+    /// Whether a built-in chain still jumps to them (`KUBE-SERVICES` from nat
+    /// PREROUTING/OUTPUT, or a base chain in the `kube-proxy` table): traffic that reaches
+    /// netfilter untranslated still meets them.
+    hooked: bool,
+    /// What the rules are and what removes them.
+    note: String,
+}
+
+impl KubeProxyLeftovers {
+    fn of(ruleset: &plumb_ruleset::Ruleset, maps: &[ServiceMap]) -> Self {
+        let (chains, _) = plumb_cilium::verify::kube_proxy_chains(ruleset);
+        let service_ports = maps.iter().map(|m| m.services.len()).sum();
+        let hooked = ruleset.tables.iter().any(|t| {
+            if t.backend == plumb_ruleset::Backend::Nftables {
+                &*t.name == "kube-proxy" && t.chains.iter().any(|c| c.base.is_some())
+            } else {
+                ["PREROUTING", "OUTPUT"].iter().any(|b| {
+                    t.chain(b).is_some_and(|c| {
+                        c.rules.iter().any(|r| {
+                            r.chain_references()
+                                .iter()
+                                .any(|x| x.chain == "KUBE-SERVICES")
+                        })
+                    })
+                })
+            }
+        });
+        let note = format!(
+            "kube-proxy's rules are stale leftovers: {chains} chains ({service_ports} service ports) that Cilium's load balancer has replaced; {}. `plumb cilium verify` names them; `kube-proxy --cleanup` removes them.",
+            if hooked {
+                "they are still hooked, so traffic that reaches netfilter untranslated meets endpoints of the day kube-proxy stopped"
+            } else {
+                "nothing jumps to them"
+            }
+        );
+        KubeProxyLeftovers {
+            stale: true,
+            chains,
+            service_ports,
+            hooked,
+            note,
+        }
+    }
+
+    /// The sentence the text output prints.
+    pub(super) fn note(&self) -> &str {
+        &self.note
+    }
 }
 
 fn percent(p: f64) -> String {
