@@ -74,6 +74,10 @@ pub enum Command {
         /// output (directory, .tar, .tar.gz or .tar.xz).
         #[arg(long, value_name = "PATH", conflicts_with = "netns")]
         bundle: Option<PathBuf>,
+        /// Which node of a Cilium sysdump to read (its node or agent pod name); without
+        /// it the first agent's, and the output names the others.
+        #[arg(long = "node", value_name = "NAME", requires = "bundle")]
+        sysdump_node: Option<String>,
         /// Also print the node's timeline before the diagnosis: every dated signal of the
         /// logs read (container restarts, kubelet's probe failures and back-offs, agents'
         /// reverts, netfilter audit records), oldest first, with per-container counts.
@@ -397,6 +401,10 @@ pub struct CiliumNodeFlags {
     /// reads.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["root", "lab", "lb_list"])]
     pub bundle: Option<PathBuf>,
+    /// Which node of a Cilium sysdump to read (its node or agent pod name); without it
+    /// the first agent's, and the output names the others.
+    #[arg(long = "node", value_name = "NAME", requires = "bundle")]
+    pub sysdump_node: Option<String>,
     /// Read the Services from a saved `cilium-dbg bpf lb list` or `cilium-dbg service
     /// list` output instead of the maps.
     #[arg(long, value_name = "FILE")]

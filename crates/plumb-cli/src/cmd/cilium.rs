@@ -42,14 +42,28 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
             )
         }
         CiliumCommand::Services { node, output } if node.bundle.is_some() => {
-            let facts = bundle_facts(node.bundle.as_deref().expect("checked"))?;
+            let (facts, nodes) = bundle_facts(
+                node.bundle.as_deref().expect("checked"),
+                node.sysdump_node.as_deref(),
+            )?;
             let lb = lb_of(&facts).with_context(|| {
                 format!(
-                    "no Cilium service listing in {}",
-                    node.bundle.as_deref().expect("checked").display()
+                    "no Cilium service listing in {}{}",
+                    node.bundle.as_deref().expect("checked").display(),
+                    nodes
+                        .as_ref()
+                        .map(|n| format!(" for {}", n.read.describe()))
+                        .unwrap_or_default()
                 )
             })?;
-            show(&lb, None, output.json())
+            show(
+                &lb,
+                &Extras {
+                    sysdump: nodes.as_ref(),
+                    ..Extras::default()
+                },
+                output.json(),
+            )
         }
         CiliumCommand::Verify {
             ruleset,
@@ -63,6 +77,7 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
         }
         CiliumCommand::Verify { node, output, .. } if node.bundle.is_some() => verify_bundle(
             node.bundle.as_deref().expect("checked"),
+            node.sysdump_node.as_deref(),
             output.json(),
             style,
         ),
@@ -96,12 +111,47 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
     }
 }
 
-/// The facts of a bundle (a Cilium sysdump, or any bundle doctor reads).
-fn bundle_facts(path: &Path) -> anyhow::Result<plumb_facts::Facts> {
-    let b = plumb_collect::node::open_bundle(path).map_err(anyhow::Error::msg)?;
-    Ok(plumb_collect::facts::gather(
-        &b as &dyn plumb_collect::node::NodeSource,
-        &Default::default(),
+/// Which node of a Cilium sysdump was read, and its other nodes.
+#[derive(Serialize)]
+pub(super) struct SysdumpNodes {
+    /// The agent (node) read.
+    read: plumb_collect::node::SysdumpAgent,
+    /// The sysdump's other agents (nodes); `--node NAME` reads one of them.
+    others: Vec<plumb_collect::node::SysdumpAgent>,
+}
+
+impl SysdumpNodes {
+    /// `node a (agent pod cilium-1); the sysdump's other nodes: ... (--node NAME reads one)`.
+    fn describe(&self) -> String {
+        let mut s = format!("read {}", self.read.describe());
+        if !self.others.is_empty() {
+            let others: Vec<String> = self.others.iter().map(|a| a.describe()).collect();
+            s.push_str(&format!(
+                "; the sysdump's other nodes: {} (--node NAME reads one)",
+                others.join(", ")
+            ));
+        }
+        s
+    }
+}
+
+/// The facts of a bundle (a Cilium sysdump, or any bundle doctor reads), of the
+/// sysdump's node `node` when given; and for a sysdump, which node was read.
+fn bundle_facts(
+    path: &Path,
+    node: Option<&str>,
+) -> anyhow::Result<(plumb_facts::Facts, Option<SysdumpNodes>)> {
+    let b = plumb_collect::node::open_bundle_node(path, node).map_err(anyhow::Error::msg)?;
+    let nodes = b.sysdump_agent().map(|read| SysdumpNodes {
+        read,
+        others: b.other_agents().to_vec(),
+    });
+    Ok((
+        plumb_collect::facts::gather(
+            &b as &dyn plumb_collect::node::NodeSource,
+            &Default::default(),
+        ),
+        nodes,
     ))
 }
 
@@ -124,8 +174,14 @@ fn lb_of(facts: &plumb_facts::Facts) -> Option<LbRead> {
 
 /// `plumb cilium verify --bundle`: the same checks over what the bundle holds (its
 /// rules, its CNI directory, its Cilium listing); no interfaces (a bundle is not live).
-fn verify_bundle(path: &Path, json: bool, style: plumb_findings::Style) -> anyhow::Result<Verdict> {
-    let facts = bundle_facts(path)?;
+fn verify_bundle(
+    path: &Path,
+    node: Option<&str>,
+    json: bool,
+    style: plumb_findings::Style,
+) -> anyhow::Result<Verdict> {
+    let (facts, nodes) = bundle_facts(path, node)?;
+    let hubble = facts.cilium.value().and_then(|c| c.hubble.as_ref());
     let lb = lb_of(&facts);
     let manifests: Vec<String> = facts
         .kube_proxy_probes
@@ -159,17 +215,36 @@ fn verify_bundle(path: &Path, json: bool, style: plumb_findings::Style) -> anyho
             rules: &'a str,
             /// The agent's KubeProxyReplacement setting, when its status was read.
             kube_proxy_replacement: Option<&'a str>,
+            /// A sysdump's node read and its other nodes.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            sysdump: Option<&'a SysdumpNodes>,
             lb: Option<&'a LbRead>,
+            /// Hubble's flows of the node (information: no part of the verdict).
+            #[serde(skip_serializing_if = "Option::is_none")]
+            hubble: Option<HubbleOut<'a>>,
             findings: &'a [plumb_findings::Finding],
+        }
+        #[derive(Serialize)]
+        struct HubbleOut<'a> {
+            source: &'a str,
+            #[serde(flatten)]
+            summary: &'a plumb_cilium::hubble::FlowSummary,
         }
         output::json(&Out {
             verdict: result.verdict,
             rules: &rules,
             kube_proxy_replacement: kpr.as_deref(),
+            sysdump: nodes.as_ref(),
             lb: lb.as_ref(),
+            hubble: hubble.map(|(summary, source)| HubbleOut { source, summary }),
             findings: &result.findings,
         })?;
     } else {
+        let mut out = std::io::stdout().lock();
+        if let Some(n) = &nodes {
+            writeln!(out, "sysdump: {}", n.describe())?;
+        }
+        drop(out);
         report(
             &format!(
                 "plumb cilium verify: {} (rules: {rules}; KubeProxyReplacement: {})",
@@ -183,11 +258,36 @@ fn verify_bundle(path: &Path, json: bool, style: plumb_findings::Style) -> anyho
                 Migration::Incomplete => "incomplete",
             },
         )?;
+        if let Some((summary, source)) = hubble {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "\n{}", hubble_text(summary, source))?;
+        }
     }
     Ok(match result.verdict {
         Migration::Migrated => Verdict::Clean,
         Migration::Incomplete => Verdict::Problems,
     })
+}
+
+/// Hubble's flows as information: counts, then the drops by reason and destination.
+fn hubble_text(s: &plumb_cilium::hubble::FlowSummary, source: &str) -> String {
+    let mut t = format!(
+        "Hubble flows (information, not part of the verdict): {} flows in {source}, {} dropped",
+        s.flows, s.dropped
+    );
+    for line in s.group_lines() {
+        t.push_str(&format!("\n  {line}"));
+    }
+    if s.other_groups > 0 {
+        t.push_str(&format!(
+            "\n  ... and {} more reason/destination pairs (see --json)",
+            s.other_groups
+        ));
+    }
+    if let Some(u) = &s.first_unreadable {
+        t.push_str(&format!("\n  {} lines were no flow ({u})", s.unreadable));
+    }
+    t
 }
 
 /// The running lab's root and node namespace (`--lab`).
@@ -494,7 +594,7 @@ fn services(node: &CiliumNodeFlags, json: bool) -> anyhow::Result<Verdict> {
             plumb_collect::cilium::GLOBALS_DIRS.join(", ")
         );
     };
-    show(&lb, None, json)
+    show(&lb, &Extras::default(), json)
 }
 
 /// The Cilium frontends of this machine's pinned maps, when it has any: what `plumb
@@ -510,19 +610,26 @@ pub(super) fn live_maps(netns: Option<&str>) -> Option<LbRead> {
         root,
         lab: false,
         bundle: None,
+        sysdump_node: None,
         lb_list: None,
     })
     .ok()
     .flatten()
 }
 
-/// Prints `lb` as `plumb cilium services` does, and kube-proxy's `leftovers` beside it
-/// when `plumb services` found some; exit 1 when the maps contradict themselves.
-pub(super) fn show(
-    lb: &LbRead,
-    leftovers: Option<&super::services::KubeProxyLeftovers>,
-    json: bool,
-) -> anyhow::Result<Verdict> {
+/// What `show` prints beside the frontends.
+#[derive(Default)]
+pub(super) struct Extras<'a> {
+    /// kube-proxy's rules left beside Cilium's maps (`plumb services`).
+    pub(super) leftovers: Option<&'a super::services::KubeProxyLeftovers>,
+    /// The sysdump node read, and the others (`--bundle`).
+    pub(super) sysdump: Option<&'a SysdumpNodes>,
+}
+
+/// Prints `lb` as `plumb cilium services` does, with `extras`; exit 1 when the maps
+/// contradict themselves.
+pub(super) fn show(lb: &LbRead, extras: &Extras<'_>, json: bool) -> anyhow::Result<Verdict> {
+    let leftovers = extras.leftovers;
     let inconsistent = lb
         .frontends
         .iter()
@@ -535,10 +642,14 @@ pub(super) fn show(
             /// kube-proxy's rules left beside Cilium's maps (`plumb services` only).
             #[serde(skip_serializing_if = "Option::is_none")]
             kube_proxy_leftovers: Option<&'a super::services::KubeProxyLeftovers>,
+            /// A sysdump's node read and its other nodes (`--bundle`).
+            #[serde(skip_serializing_if = "Option::is_none")]
+            sysdump: Option<&'a SysdumpNodes>,
         }
         output::json(&Out {
             lb,
             kube_proxy_leftovers: leftovers,
+            sysdump: extras.sysdump,
         })?;
     } else {
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -546,6 +657,9 @@ pub(super) fn show(
             .backend_layout
             .map(|l| format!(", backends {}", l.map_name(false)))
             .unwrap_or_default();
+        if let Some(n) = extras.sysdump {
+            writeln!(out, "sysdump: {}", n.describe())?;
+        }
         writeln!(
             out,
             "Cilium load balancer: {} ({}{layout})\n",

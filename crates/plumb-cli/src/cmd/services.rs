@@ -43,7 +43,14 @@ pub fn run(
     {
         let leftovers = (!maps.is_empty()).then(|| KubeProxyLeftovers::of(&src.ruleset, &maps));
         super::leak_at_exit(maps);
-        return super::cilium::show(&lb, leftovers.as_ref(), json);
+        return super::cilium::show(
+            &lb,
+            &super::cilium::Extras {
+                leftovers: leftovers.as_ref(),
+                ..Default::default()
+            },
+            json,
+        );
     }
     let mismatches: usize = maps.iter().map(|m| m.name_mismatches.len()).sum();
     let parse_errors = src.ruleset.error_count();
