@@ -418,9 +418,11 @@ pub enum LabCommand {
         /// Scenario name (shell completions know them).
         #[arg(value_parser = scenario_names())]
         scenario: String,
-        /// Service ports kube-proxy programs.
-        #[arg(long, value_name = "N", default_value_t = 8)]
-        services: usize,
+        /// Service ports kube-proxy programs (default 8); in cilium-kpr and
+        /// cilium-leftovers, the frontends programmed into Cilium's maps (default 4, from 4
+        /// to 10000).
+        #[arg(long, value_name = "N")]
+        services: Option<usize>,
         /// Override kube-proxy's sync period (seconds).
         #[arg(long, value_name = "SECS")]
         sync_period: Option<f64>,

@@ -18,9 +18,14 @@ fn root_or_skip() -> bool {
 }
 
 fn up(scenario: Scenario) -> Lab {
+    up_with_services(scenario, None)
+}
+
+fn up_with_services(scenario: Scenario, services: Option<usize>) -> Lab {
     let _ = plumb_lab::down();
     let opts = LabOptions {
         actor_exe: Some(env!("CARGO_BIN_EXE_plumb").into()),
+        services,
         ..LabOptions::default()
     };
     Lab::up_with(scenario, opts).unwrap_or_else(|e| panic!("{scenario} up: {e}"))
@@ -349,6 +354,57 @@ fn cilium_leftovers_are_named_by_verify_and_doctor() {
             "{wrong}: {report:#}"
         );
     }
+    let down = lab.down();
+    assert!(down.errors.is_empty(), "{:?}", down.errors);
+}
+
+/// `lab up cilium-kpr --services 50`: 50 frontends in Cilium's maps, and every one of
+/// them answers through the socket load balancer (no KUBE-* rule anywhere).
+#[test]
+fn cilium_kpr_with_50_services_reaches_every_cluster_ip_through_the_socket_lb() {
+    if !root_or_skip() {
+        return;
+    }
+    // Out of range: refused before anything is made.
+    let _ = plumb_lab::down();
+    let out = plumb(&["lab", "up", "cilium-kpr", "--services", "3"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("program 4 to 10000 Service ports"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        plumb_lab::leftovers().is_empty(),
+        "{:?}",
+        plumb_lab::leftovers()
+    );
+
+    let lab = up_with_services(Scenario::CiliumKpr, Some(50));
+    assert_eq!(lab.state().services, 50);
+    let rules = lab.node_output(&["iptables-save"]).unwrap();
+    assert!(!rules.contains("KUBE-SVC-"), "{rules}");
+    let (code, services) = json(&["services", "--lab", "--json"]);
+    assert_eq!(code, 0, "{services:#}");
+    assert_eq!(services["mode"], "cilium-bpf");
+    let frontends = services["frontends"].as_array().unwrap();
+    assert_eq!(frontends.len(), 50, "{services:#}");
+    let mut unreached = Vec::new();
+    for f in frontends {
+        let (a, p, proto) = (
+            f["address"].as_str().unwrap(),
+            f["port"].as_u64().unwrap(),
+            f["proto"].as_str().unwrap(),
+        );
+        assert!(
+            f["problems"].as_array().is_none_or(|p| p.is_empty()),
+            "{f:#}"
+        );
+        if !lab_connect(a, p, proto) {
+            unreached.push(format!("{a}:{p}/{proto}"));
+        }
+    }
+    assert!(unreached.is_empty(), "not reached: {unreached:?}");
     let down = lab.down();
     assert!(down.errors.is_empty(), "{:?}", down.errors);
 }
