@@ -377,7 +377,8 @@ pub enum CiliumCommand {
         #[arg(long, value_name = "NAME")]
         netns: Option<String>,
         /// A dump of the node's rules from before the migration: every Service address
-        /// kube-proxy served must be in Cilium's maps (endpoints are compared too).
+        /// kube-proxy served must be in Cilium's maps, or with --bundle in the sysdump's
+        /// Cilium listing (endpoints are compared too).
         #[arg(long, value_name = "FILE")]
         before: Option<PathBuf>,
         #[command(flatten)]

@@ -429,6 +429,142 @@ fn every_node_of_a_sysdump_is_read_and_hubble_drops_are_information() {
     );
 }
 
+/// `cilium verify --bundle SYSDUMP --before DUMP`: kube-proxy's Services from before
+/// the migration against the sysdump's `cilium-dbg bpf lb list`, as a directory and a
+/// zip; a Service missing from Cilium's listing is named.
+#[test]
+fn verify_bundle_before_matches_kube_proxy_s_services_against_the_sysdump() {
+    use plumb_kubeproxy::{
+        GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+    };
+    let Some(c) = corpus() else {
+        return;
+    };
+    if which("zip").is_none() {
+        plumb_testkit::skip("the zip tool is not installed");
+        return;
+    }
+    let cluster = generate(&GeneratorConfig {
+        services: 3,
+        ..Default::default()
+    })
+    .unwrap();
+    let dump = KubeProxyRules::new(&cluster, &ProxierOptions::default())
+        .to_iptables_save(&IptablesSaveOptions::default());
+    let rs = plumb_ruleset::format::parse_bytes(dump.as_bytes(), &Default::default())
+        .unwrap()
+        .ruleset;
+    // Cilium's `bpf lb list` of the same Services: each ClusterIP with kube-proxy's
+    // endpoints (slot 0 the frontend, then one row per backend).
+    let mut rows: Vec<(String, String)> = Vec::new();
+    for (i, s) in plumb_kubeproxy::recover::recover(&rs)
+        .iter()
+        .flat_map(|m| &m.services)
+        .filter(|s| s.cluster_ip.is_some())
+        .enumerate()
+    {
+        let front = format!(
+            "{}:{}/{}",
+            s.cluster_ip.unwrap(),
+            s.port.unwrap(),
+            s.protocol.as_deref().unwrap_or("tcp").to_uppercase()
+        );
+        rows.push((
+            front.clone(),
+            format!("{front} (0)   0.0.0.0:0 ({}) (0) [ClusterIP]\n", i + 1),
+        ));
+        for (slot, e) in s.endpoints.iter().enumerate() {
+            rows.push((
+                front.clone(),
+                format!(
+                    "{front} ({})   {}/TCP ({}) ({})\n",
+                    slot + 1,
+                    e.address.as_deref().unwrap(),
+                    i + 1,
+                    slot + 1
+                ),
+            ));
+        }
+    }
+    let scratch = plumb_testkit::Scratch::new("sysdump-before");
+    scratch.write("before.save", &dump);
+    let before = scratch.path().join("before.save").display().to_string();
+    let build = |tag: &str, without: Option<&str>| -> [PathBuf; 2] {
+        let name = format!("{tag}/cilium-sysdump-{TS}");
+        let listing: String = rows
+            .iter()
+            .filter(|(f, _)| Some(f.as_str()) != without)
+            .map(|(_, r)| r.as_str())
+            .collect();
+        let bugtool = format!("{name}/cilium-bugtool-{POD}-{TS}/cilium-bugtool-20260101-120003-1");
+        for (file, command, output) in [
+            (
+                "cilium-dbg-status---verbose.md",
+                "cilium-dbg status --verbose",
+                c.status.as_str(),
+            ),
+            (
+                "cilium-dbg-bpf-lb-list.md",
+                "cilium-dbg bpf lb list",
+                &listing,
+            ),
+            (
+                "iptables-save--c.md",
+                "iptables-save -c",
+                "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n",
+            ),
+        ] {
+            scratch.write(&format!("{bugtool}/cmd/{file}"), &markdown(command, output));
+        }
+        let zip = scratch.path().join(format!("{tag}.zip"));
+        run(
+            &scratch.path().join(tag),
+            "zip",
+            &[
+                "-qr",
+                &zip.to_string_lossy(),
+                &format!("cilium-sysdump-{TS}"),
+            ],
+        );
+        [scratch.path().join(&name), zip]
+    };
+    for input in build("all", None) {
+        let input = input.to_string_lossy();
+        let (code, v) = plumb_json(
+            &[
+                "cilium", "verify", "--bundle", &input, "--before", &before, "--json",
+            ],
+            None,
+        );
+        assert_eq!(v["lb"]["mode"], "cilium-bpf-lb-list", "{v:#}");
+        let missing = finding(&v, "cilium-migration-missing-services");
+        assert_eq!(missing["status"], "ok", "{missing:#}");
+        assert_eq!(v["verdict"], "migrated", "{v:#}");
+        assert_eq!(code, 0);
+    }
+    let gone = rows[0].0.clone();
+    for input in build("fewer", Some(&gone)) {
+        let input = input.to_string_lossy();
+        let (code, v) = plumb_json(
+            &[
+                "cilium", "verify", "--bundle", &input, "--before", &before, "--json",
+            ],
+            None,
+        );
+        let missing = finding(&v, "cilium-migration-missing-services");
+        assert_eq!(missing["status"], "problem", "{missing:#}");
+        let ip = gone.split(':').next().unwrap();
+        assert!(
+            serde_json::to_string(&missing["evidence"])
+                .unwrap()
+                .contains(ip),
+            "{missing:#}"
+        );
+        assert_eq!(v["verdict"], "incomplete");
+        assert_eq!(code, 1);
+    }
+}
+
 fn which(program: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p)

@@ -65,19 +65,22 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
                 output.json(),
             )
         }
-        CiliumCommand::Verify {
-            ruleset,
-            netns,
-            before,
-            ..
-        } if (ruleset.is_some() || netns.is_some() || before.is_some()) && c_bundle.is_some() => {
+        CiliumCommand::Verify { ruleset, netns, .. }
+            if (ruleset.is_some() || netns.is_some()) && c_bundle.is_some() =>
+        {
             anyhow::bail!(
-                "--bundle reads the rules, files and Cilium state from the bundle: it does not take --ruleset, --netns or --before"
+                "--bundle reads the rules, files and Cilium state from the bundle: it does not take --ruleset or --netns"
             )
         }
-        CiliumCommand::Verify { node, output, .. } if node.bundle.is_some() => verify_bundle(
+        CiliumCommand::Verify {
+            node,
+            before,
+            output,
+            ..
+        } if node.bundle.is_some() => verify_bundle(
             node.bundle.as_deref().expect("checked"),
             node.sysdump_node.as_deref(),
+            before.as_deref(),
             output.json(),
             style,
         ),
@@ -177,9 +180,12 @@ fn lb_of(facts: &plumb_facts::Facts) -> Option<LbRead> {
 fn verify_bundle(
     path: &Path,
     node: Option<&str>,
+    before: Option<&Path>,
     json: bool,
     style: plumb_findings::Style,
 ) -> anyhow::Result<Verdict> {
+    // The dump from before is read first: a wrong file is an error before the bundle.
+    let before = before.map(load_before).transpose()?;
     let (facts, nodes) = bundle_facts(path, node)?;
     let hubble = facts.cilium.value().and_then(|c| c.hubble.as_ref());
     let lb = lb_of(&facts);
@@ -197,7 +203,9 @@ fn verify_bundle(
         lb: lb
             .as_ref()
             .map(|l| (l.frontends.as_slice(), l.source.clone())),
-        before: None,
+        before: before
+            .as_ref()
+            .map(|(s, name)| (s.as_slice(), name.clone())),
     });
     let rules = facts
         .ruleset
@@ -713,20 +721,7 @@ fn verify_node(
     style: plumb_findings::Style,
 ) -> anyhow::Result<Verdict> {
     let lb = read_lb(node)?;
-    let before = match before {
-        Some(path) => {
-            let loaded = super::input::load(path, &InputFlags::default())?;
-            let services = kube_proxy_services(&loaded.parsed.ruleset);
-            if services.is_empty() {
-                anyhow::bail!(
-                    "{}: no kube-proxy service rules in it; --before takes a dump from before the migration",
-                    loaded.name
-                );
-            }
-            Some((services, loaded.name))
-        }
-        None => None,
-    };
+    let before = before.map(load_before).transpose()?;
     if ruleset.is_none() {
         require_net_admin("or pass --ruleset FILE")?;
     }
@@ -833,6 +828,20 @@ fn links(netns: Option<&str>) -> Result<Vec<String>, String> {
         .filter_map(|l| l.split(": ").nth(1))
         .map(|n| n.split('@').next().unwrap_or(n).to_string())
         .collect())
+}
+
+/// `--before DUMP`: kube-proxy's Services in a dump from before the migration, and the
+/// dump's name; an error when it holds none.
+fn load_before(path: &Path) -> anyhow::Result<(Vec<KubeProxyService>, String)> {
+    let loaded = super::input::load(path, &InputFlags::default())?;
+    let services = kube_proxy_services(&loaded.parsed.ruleset);
+    if services.is_empty() {
+        anyhow::bail!(
+            "{}: no kube-proxy service rules in it; --before takes a dump from before the migration",
+            loaded.name
+        );
+    }
+    Ok((services, loaded.name))
 }
 
 /// kube-proxy's service ports in `ruleset`, as the migration diff compares them.
