@@ -115,12 +115,15 @@ fn reason(flow: &Value) -> String {
     }
 }
 
+/// A drop group's key: (reason, destination).
+type GroupKey = (String, String);
+/// A drop group's tally: (count, first flow, order of first sight).
+type Tally = (usize, String, usize);
+
 /// Reads a flows file (JSON lines). Never fails: what is not a flow is counted.
 pub fn summarize(text: &str) -> FlowSummary {
     let mut out = FlowSummary::default();
-    // (reason, destination) -> (count, first, order of first sight)
-    let mut groups: std::collections::HashMap<(String, String), (usize, String, usize)> =
-        std::collections::HashMap::new();
+    let mut groups: std::collections::HashMap<GroupKey, Tally> = std::collections::HashMap::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() {
@@ -172,7 +175,7 @@ pub fn summarize(text: &str) -> FlowSummary {
         });
         g.0 += 1;
     }
-    let mut all: Vec<((String, String), (usize, String, usize))> = groups.into_iter().collect();
+    let mut all: Vec<(GroupKey, Tally)> = groups.into_iter().collect();
     // Most frequent first; ties in the order first seen.
     all.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.1.2.cmp(&b.1.2)));
     out.other_groups = all.len().saturating_sub(MAX_GROUPS);

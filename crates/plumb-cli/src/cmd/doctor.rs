@@ -89,8 +89,8 @@ pub fn render_timeline(t: &Timeline) -> String {
 pub fn run(
     node: &NodeFlags,
     lab: bool,
-    bundle: Option<&Path>,
-    sysdump_node: Option<&str>,
+    // The bundle, and which node of a Cilium sysdump (`--node`).
+    bundle: Option<(&Path, Option<&str>)>,
     timeline: bool,
     verify: Option<&Path>,
     json: bool,
@@ -99,7 +99,7 @@ pub fn run(
     // The earlier report is read first: a wrong file is an error before any gathering.
     let before = verify.map(read_earlier).transpose()?;
     let options = GatherOptions::default();
-    let facts = if let Some(path) = bundle {
+    let facts = if let Some((path, sysdump_node)) = bundle {
         let b = open_bundle_node(path, sysdump_node).map_err(anyhow::Error::msg)?;
         gather(&b, &options)
     } else if lab {

@@ -67,8 +67,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
         } => doctor::run(
             &node,
             lab,
-            bundle.as_deref(),
-            sysdump_node.as_deref(),
+            bundle.as_deref().map(|b| (b, sysdump_node.as_deref())),
             timeline,
             verify.as_deref(),
             output.json(),
