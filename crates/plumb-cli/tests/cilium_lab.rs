@@ -328,6 +328,31 @@ fn cilium_leftovers_are_named_by_verify_and_doctor() {
         "{text}"
     );
     assert!(!text.contains("kube-proxy iptables mode"), "{text}");
+    // A kube-proxy that still runs in the node's namespace keeps its rules current:
+    // they are then no leftover, and kube-proxy's map is printed with Cilium's count.
+    let scratch = plumb_testkit::Scratch::new("cilium-lab-kube-proxy");
+    let fake = scratch.path().join("kube-proxy");
+    std::fs::copy("/bin/sleep", &fake).unwrap();
+    let mut kube_proxy = Command::new("ip")
+        .args(["netns", "exec", "plumb-node"])
+        .arg(&fake)
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let beside = loop {
+        let (code, v) = json(&["services", "--lab", "--json"]);
+        if v.get("maps").is_some() || std::time::Instant::now() > deadline {
+            break (code, v);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = kube_proxy.kill();
+    let _ = kube_proxy.wait();
+    let (_, beside) = beside;
+    assert_eq!(beside["cilium_frontends"], 4, "{beside:#}");
+    assert!(!beside["maps"].as_array().unwrap().is_empty(), "{beside:#}");
+    assert!(beside.get("kube_proxy_leftovers").is_none(), "{beside:#}");
     // preflight reads the same node: Flannel's device is there, no policy chains.
     let (code, preflight) = json(&["cilium", "preflight", "--lab", "--json"]);
     assert!(

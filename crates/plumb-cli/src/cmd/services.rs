@@ -1,7 +1,8 @@
 //! `plumb services`: kube-proxy's service map recovered from the rules, as a table or JSON;
 //! on a live node whose Services Cilium serves (its BPF maps hold frontends), Cilium's
 //! service map (`"mode": "cilium-bpf"`, as `plumb cilium services` prints it), with
-//! kube-proxy's rules, when some are left, counted as stale leftovers.
+//! kube-proxy's rules, when some are left, counted as stale leftovers; where a kube-proxy
+//! process still runs there, its map, with Cilium's frontends counted beside it.
 
 use super::input::{Source, load_source};
 use crate::Verdict;
@@ -37,8 +38,23 @@ pub fn run(
     // (global, not per namespace). Its socket load balancer translates a ClusterIP at
     // connect() and its tc programs before netfilter, so where its maps hold frontends
     // they are what serves the node, and kube-proxy's rules beside them are leftovers.
-    if src.live.is_some()
-        && let Some(lb) = super::cilium::live_maps(source.netns.as_deref())
+    // A kube-proxy that still runs keeps its rules current: they are no leftover, and
+    // which of the two translates a connection depends on Cilium's settings, so
+    // kube-proxy's map is printed, with Cilium's frontends counted beside it.
+    let lb = src
+        .live
+        .is_some()
+        .then(|| super::cilium::live_maps(source.netns.as_deref()))
+        .flatten();
+    let running = match &lb {
+        Some(lb) if !maps.is_empty() && !lb.frontends().is_empty() => {
+            kube_proxy_running(source.netns.as_deref())
+        }
+        _ => None,
+    };
+    let cilium_beside = running.and(lb.as_ref()).map(|lb| lb.frontends().len());
+    if running.is_none()
+        && let Some(lb) = lb
         && (maps.is_empty() || !lb.frontends().is_empty())
     {
         let leftovers = (!maps.is_empty()).then(|| KubeProxyLeftovers::of(&src.ruleset, &maps));
@@ -71,6 +87,9 @@ pub fn run(
             /// names, interfaces without -v), so every service is approximate.
             approximate: bool,
             maps: &'a [ServiceMap<'a>],
+            /// Frontends Cilium's load balancer holds beside a running kube-proxy.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cilium_frontends: Option<usize>,
         }
         output::json(&Out {
             source: &src.name,
@@ -79,15 +98,39 @@ pub fn run(
             parse_errors,
             approximate: src.ruleset.approximate,
             maps: &maps,
+            cilium_frontends: cilium_beside,
         })?;
     } else {
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         print_human(&mut out, &src, &maps)?;
+        if let (Some(n), Some(pid)) = (cilium_beside, running) {
+            writeln!(
+                out,
+                "kube-proxy runs (pid {pid}) beside Cilium's load balancer, which holds {n} frontends (`plumb cilium services`): which of them translates a connection depends on Cilium's kube-proxy replacement settings."
+            )?;
+        }
         out.flush()?;
     }
     super::leak_at_exit(maps);
     super::leak_at_exit(src);
     Ok(verdict)
+}
+
+/// A process named `kube-proxy` (its command name, as `ps` shows it) in the network
+/// namespace `netns` (this machine's when None), when one runs: its pid. k3s's
+/// in-process kube-proxy is not seen here (its command is `k3s`).
+fn kube_proxy_running(netns: Option<&str>) -> Option<u32> {
+    let want = match netns {
+        Some(n) => plumb_os::netns::inode_of(n).ok()?,
+        None => plumb_os::netns::inode(std::path::Path::new("/proc/self/ns/net")).ok()?,
+    };
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim_end() == "kube-proxy"
+            && plumb_os::netns::inode(&e.path().join("ns/net")).ok()? == want)
+            .then_some(pid)
+    })
 }
 
 /// kube-proxy's rules on a node whose Services Cilium serves: what is left of them.
