@@ -189,7 +189,8 @@ fn bugtool_pod(name: &str) -> Option<String> {
 /// Every agent bugtool archive of the sysdump (one per Cilium agent, so per node) is
 /// opened — unpacked into a private temporary directory, or read in place when the
 /// sysdump holds it unpacked — to learn its node's name; `node` selects which one is
-/// read (by node or pod name), else the first by archive name. Returns the one read and
+/// read (by node or pod name), else the first by archive name. Only the one read stays
+/// unpacked: each other one is removed once its node's name is known. Returns the one read and
 /// the others; the notes say which was read and name the others. An archive that cannot
 /// be opened is a note, unless it is the one asked for.
 fn open_bugtool(
@@ -208,15 +209,29 @@ fn open_bugtool(
     if names.is_empty() {
         return Err("a Cilium sysdump without a cilium-bugtool archive".into());
     }
-    let mut opened: Vec<Bugtool> = Vec::new();
-    let mut failed: Vec<SysdumpAgent> = Vec::new();
+    // One archive unpacked at a time besides the one kept: the others are removed as
+    // soon as their node's name is read.
+    let mut chosen: Option<Bugtool> = None;
+    let mut others: Vec<SysdumpAgent> = Vec::new();
+    let mut unreadable: Vec<SysdumpAgent> = Vec::new();
     let mut errors: Vec<String> = Vec::new();
     for name in &names {
         match open_one_bugtool(root, name, limits, notes) {
-            Ok(b) => opened.push(b),
+            Ok(b) => {
+                let a = SysdumpAgent {
+                    archive: b.name.clone(),
+                    pod: b.pod.clone(),
+                    node: b.node.clone(),
+                };
+                if chosen.is_none() && node.is_none_or(|n| a.is(n)) {
+                    chosen = Some(b);
+                } else {
+                    others.push(a);
+                }
+            }
             Err(e) => {
                 errors.push(format!("{name}: {e}"));
-                failed.push(SysdumpAgent {
+                unreadable.push(SysdumpAgent {
                     archive: name.clone(),
                     pod: bugtool_pod(name).unwrap_or_default(),
                     node: None,
@@ -224,42 +239,42 @@ fn open_bugtool(
             }
         }
     }
-    let agent = |b: &Bugtool| SysdumpAgent {
-        archive: b.name.clone(),
-        pod: b.pod.clone(),
-        node: b.node.clone(),
-    };
-    let index = match node {
-        Some(n) => match opened.iter().position(|b| agent(b).is(n)) {
-            Some(i) => i,
-            None => {
-                let known: Vec<String> = opened
+    let Some(chosen) = chosen else {
+        return Err(match node {
+            Some(n) if let Some(i) = unreadable.iter().position(|a| a.is(n)) => {
+                format!("{n}: {}", errors[i])
+            }
+            Some(n) => {
+                let known: Vec<String> = others
                     .iter()
-                    .map(|b| agent(b).describe())
+                    .map(SysdumpAgent::describe)
                     .chain(
-                        failed
+                        unreadable
                             .iter()
                             .map(|a| format!("{} (unreadable)", a.describe())),
                     )
                     .collect();
-                return Err(format!(
+                format!(
                     "no node or agent pod named {n} in this sysdump; it holds: {}",
                     known.join(", ")
-                ));
+                )
             }
-        },
-        None if opened.is_empty() => return Err(errors.join("; ")),
-        None => 0,
+            None => errors.join("; "),
+        });
     };
     notes.extend(errors.iter().map(|e| format!("not read: {e}")));
-    let chosen = opened.remove(index);
-    let others: Vec<SysdumpAgent> = opened.iter().map(agent).chain(failed).collect();
+    others.extend(unreadable);
     if !others.is_empty() {
+        let read = SysdumpAgent {
+            archive: chosen.name.clone(),
+            pod: chosen.pod.clone(),
+            node: chosen.node.clone(),
+        };
         let list: Vec<String> = others.iter().map(SysdumpAgent::describe).collect();
         notes.push(format!(
             "the sysdump holds {} agents' bugtool archives; this reads {} ({}); the others: {} (choose one with --node NAME)",
             others.len() + 1,
-            agent(&chosen).describe(),
+            read.describe(),
             chosen.name,
             list.join(", ")
         ));
