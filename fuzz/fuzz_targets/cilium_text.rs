@@ -1,6 +1,6 @@
 //! Fuzz target: Cilium's listings (`cilium-dbg bpf lb list`, `service list`), the agent's
-//! outputs (`status`, `service list -o json`, `endpoint list`) and raw LB map entries
-//! never panic; every listing row is either read or reported.
+//! outputs (`status`, `service list -o json`, `endpoint list`), Hubble's flows (JSON
+//! lines) and raw LB map entries never panic; every listing row is either read or reported.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -12,6 +12,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = plumb_cilium::agent::kube_proxy_replacement(&text);
     let _ = plumb_cilium::agent::service_list(&text);
     let _ = plumb_cilium::agent::endpoint_list(&text);
+    let _ = plumb_cilium::hubble::summarize(&text);
     // The same bytes as map entries of every size the layouts know.
     let chunks: Vec<(Vec<u8>, Vec<u8>)> = data
         .chunks(24)

@@ -12,6 +12,8 @@
 //! - [`agent`]: what the agent says itself (`cilium-dbg status`, `service list -o json`).
 //! - [`conflicts`]: what on the node a move runs into (tunnel ports, CIDR overlaps,
 //!   hostPort users, NetworkPolicies in use).
+//! - [`hubble`]: Hubble's flows (a sysdump's `hubble-flows-*.json`) summed up: the
+//!   drops by reason and destination.
 //! - [`config`]: the RKE2 and Helm configuration derived from the node's own facts.
 //! - [`layout`]: the maps' key and value layouts per Cilium version, decoded from and
 //!   encoded to bytes (the encoder serves tests and the lab, which fills real maps).
@@ -35,6 +37,7 @@
 pub mod agent;
 pub mod config;
 pub mod conflicts;
+pub mod hubble;
 pub mod layout;
 pub mod lb_list;
 pub mod lbmap;

@@ -189,12 +189,10 @@ pub fn verify(node: &MigratedNode<'_>) -> Verification {
     }
 }
 
-fn kube_proxy_rules(ruleset: Option<&Ruleset>) -> Finding {
-    let id = ids::KUBE_PROXY_RULES_REMAIN;
-    let Some(rs) = ruleset else {
-        return Finding::unknown(id, Severity::High, "the node's rules were not read")
-            .explain("Without the rules plumb cannot tell whether kube-proxy's chains are gone.");
-    };
+/// kube-proxy's chains left in `rs` (its iptables chains, and every chain of an
+/// nftables `kube-proxy` table; kubelet's own KUBE-* chains are not counted), with one
+/// line of evidence per table that holds some.
+pub fn kube_proxy_chains(rs: &Ruleset) -> (usize, Vec<Evidence>) {
     let mut evidence = Vec::new();
     let mut chains = 0usize;
     for t in &rs.tables {
@@ -230,6 +228,16 @@ fn kube_proxy_rules(ruleset: Option<&Ruleset>) -> Finding {
             ),
         });
     }
+    (chains, evidence)
+}
+
+fn kube_proxy_rules(ruleset: Option<&Ruleset>) -> Finding {
+    let id = ids::KUBE_PROXY_RULES_REMAIN;
+    let Some(rs) = ruleset else {
+        return Finding::unknown(id, Severity::High, "the node's rules were not read")
+            .explain("Without the rules plumb cannot tell whether kube-proxy's chains are gone.");
+    };
+    let (chains, evidence) = kube_proxy_chains(rs);
     if chains == 0 {
         return Finding::ok(
             id,

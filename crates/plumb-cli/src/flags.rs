@@ -35,10 +35,14 @@ pub enum Command {
     /// Read, summarise, print and diff netfilter rulesets.
     #[command(subcommand)]
     Ruleset(RulesetCommand),
-    /// The service map kube-proxy programmed, recovered from the rules (iptables or nftables mode).
+    /// The service map kube-proxy programmed, recovered from the rules (iptables or nftables mode);
+    /// on a live node whose Services Cilium serves, Cilium's map from its BPF maps.
     Services {
         #[command(flatten)]
         source: SourceFlags,
+        /// The running `plumb lab`'s node: its namespace's rules and its Cilium maps.
+        #[arg(long, conflicts_with_all = ["ruleset", "netns", "file"])]
+        lab: bool,
         #[command(flatten)]
         input: InputFlags,
         #[command(flatten)]
@@ -70,6 +74,10 @@ pub enum Command {
         /// output (directory, .tar, .tar.gz or .tar.xz).
         #[arg(long, value_name = "PATH", conflicts_with = "netns")]
         bundle: Option<PathBuf>,
+        /// Which node of a Cilium sysdump to read (its node or agent pod name); without
+        /// it the first agent's, and the output names the others.
+        #[arg(long = "node", value_name = "NAME", requires = "bundle")]
+        sysdump_node: Option<String>,
         /// Also print the node's timeline before the diagnosis: every dated signal of the
         /// logs read (container restarts, kubelet's probe failures and back-offs, agents'
         /// reverts, netfilter audit records), oldest first, with per-container counts.
@@ -370,7 +378,8 @@ pub enum CiliumCommand {
         #[arg(long, value_name = "NAME")]
         netns: Option<String>,
         /// A dump of the node's rules from before the migration: every Service address
-        /// kube-proxy served must be in Cilium's maps (endpoints are compared too).
+        /// kube-proxy served must be in Cilium's maps, or with --bundle in the sysdump's
+        /// Cilium listing (endpoints are compared too).
         #[arg(long, value_name = "FILE")]
         before: Option<PathBuf>,
         #[command(flatten)]
@@ -394,6 +403,10 @@ pub struct CiliumNodeFlags {
     /// reads.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["root", "lab", "lb_list"])]
     pub bundle: Option<PathBuf>,
+    /// Which node of a Cilium sysdump to read (its node or agent pod name); without it
+    /// the first agent's, and the output names the others.
+    #[arg(long = "node", value_name = "NAME", requires = "bundle")]
+    pub sysdump_node: Option<String>,
     /// Read the Services from a saved `cilium-dbg bpf lb list` or `cilium-dbg service
     /// list` output instead of the maps.
     #[arg(long, value_name = "FILE")]
@@ -407,9 +420,11 @@ pub enum LabCommand {
         /// Scenario name (shell completions know them).
         #[arg(value_parser = scenario_names())]
         scenario: String,
-        /// Service ports kube-proxy programs.
-        #[arg(long, value_name = "N", default_value_t = 8)]
-        services: usize,
+        /// Service ports kube-proxy programs (default 8); in cilium-kpr and
+        /// cilium-leftovers, the frontends programmed into Cilium's maps (default 4, from 4
+        /// to 10000).
+        #[arg(long, value_name = "N")]
+        services: Option<usize>,
         /// Override kube-proxy's sync period (seconds).
         #[arg(long, value_name = "SECS")]
         sync_period: Option<f64>,

@@ -18,9 +18,14 @@ fn root_or_skip() -> bool {
 }
 
 fn up(scenario: Scenario) -> Lab {
+    up_with_services(scenario, None)
+}
+
+fn up_with_services(scenario: Scenario, services: Option<usize>) -> Lab {
     let _ = plumb_lab::down();
     let opts = LabOptions {
         actor_exe: Some(env!("CARGO_BIN_EXE_plumb").into()),
+        services,
         ..LabOptions::default()
     };
     Lab::up_with(scenario, opts).unwrap_or_else(|e| panic!("{scenario} up: {e}"))
@@ -179,6 +184,13 @@ fn cilium_kpr_serves_every_cluster_ip_through_the_socket_lb_and_reads_kube_proxy
         );
     }
 
+    // `--lab` names the same node; nothing of kube-proxy is left to mention.
+    let (code, by_lab) = json(&["services", "--lab", "--json"]);
+    assert_eq!(code, 0, "{by_lab}");
+    assert_eq!(by_lab["mode"], "cilium-bpf");
+    assert_eq!(by_lab["frontends"], services["frontends"]);
+    assert!(by_lab.get("kube_proxy_leftovers").is_none(), "{by_lab:#}");
+
     // verify: migrated, exit 0.
     let (code, verify) = json(&["cilium", "verify", "--lab", "--json"]);
     assert_eq!(verify["verdict"], "migrated", "{verify:#}");
@@ -293,6 +305,54 @@ fn cilium_leftovers_are_named_by_verify_and_doctor() {
     }
     let (_, services) = json(&["cilium", "services", "--lab", "--json"]);
     assert_eq!(services["mode"], "cilium-bpf");
+    // `plumb services` prints what serves the node -- Cilium's maps, not kube-proxy's
+    // stale map -- and counts kube-proxy's rules as leftovers (they are not hooked).
+    for args in [
+        &["services", "--lab", "--json"][..],
+        &["services", "--netns", "plumb-node", "--json"][..],
+    ] {
+        let (code, node) = json(args);
+        assert_eq!(code, 0, "{args:?}: {node:#}");
+        assert_eq!(node["mode"], "cilium-bpf", "{args:?}: {node:#}");
+        assert_eq!(node["frontends"], services["frontends"], "{args:?}");
+        let left = &node["kube_proxy_leftovers"];
+        assert_eq!(left["stale"], true, "{node:#}");
+        assert!(left["chains"].as_u64().unwrap() > 0, "{node:#}");
+        assert!(left["service_ports"].as_u64().unwrap() > 0, "{node:#}");
+        assert_eq!(left["hooked"], false, "{node:#}");
+    }
+    let text = plumb(&["services", "--lab"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("Cilium load balancer") && text.contains("stale leftovers"),
+        "{text}"
+    );
+    assert!(!text.contains("kube-proxy iptables mode"), "{text}");
+    // A kube-proxy that still runs in the node's namespace keeps its rules current:
+    // they are then no leftover, and kube-proxy's map is printed with Cilium's count.
+    let scratch = plumb_testkit::Scratch::new("cilium-lab-kube-proxy");
+    let fake = scratch.path().join("kube-proxy");
+    std::fs::copy("/bin/sleep", &fake).unwrap();
+    let mut kube_proxy = Command::new("ip")
+        .args(["netns", "exec", "plumb-node"])
+        .arg(&fake)
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let beside = loop {
+        let (code, v) = json(&["services", "--lab", "--json"]);
+        if v.get("maps").is_some() || std::time::Instant::now() > deadline {
+            break (code, v);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = kube_proxy.kill();
+    let _ = kube_proxy.wait();
+    let (_, beside) = beside;
+    assert_eq!(beside["cilium_frontends"], 4, "{beside:#}");
+    assert!(!beside["maps"].as_array().unwrap().is_empty(), "{beside:#}");
+    assert!(beside.get("kube_proxy_leftovers").is_none(), "{beside:#}");
     // preflight reads the same node: Flannel's device is there, no policy chains.
     let (code, preflight) = json(&["cilium", "preflight", "--lab", "--json"]);
     assert!(
@@ -319,6 +379,57 @@ fn cilium_leftovers_are_named_by_verify_and_doctor() {
             "{wrong}: {report:#}"
         );
     }
+    let down = lab.down();
+    assert!(down.errors.is_empty(), "{:?}", down.errors);
+}
+
+/// `lab up cilium-kpr --services 50`: 50 frontends in Cilium's maps, and every one of
+/// them answers through the socket load balancer (no KUBE-* rule anywhere).
+#[test]
+fn cilium_kpr_with_50_services_reaches_every_cluster_ip_through_the_socket_lb() {
+    if !root_or_skip() {
+        return;
+    }
+    // Out of range: refused before anything is made.
+    let _ = plumb_lab::down();
+    let out = plumb(&["lab", "up", "cilium-kpr", "--services", "3"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("program 4 to 10000 Service ports"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        plumb_lab::leftovers().is_empty(),
+        "{:?}",
+        plumb_lab::leftovers()
+    );
+
+    let lab = up_with_services(Scenario::CiliumKpr, Some(50));
+    assert_eq!(lab.state().services, 50);
+    let rules = lab.node_output(&["iptables-save"]).unwrap();
+    assert!(!rules.contains("KUBE-SVC-"), "{rules}");
+    let (code, services) = json(&["services", "--lab", "--json"]);
+    assert_eq!(code, 0, "{services:#}");
+    assert_eq!(services["mode"], "cilium-bpf");
+    let frontends = services["frontends"].as_array().unwrap();
+    assert_eq!(frontends.len(), 50, "{services:#}");
+    let mut unreached = Vec::new();
+    for f in frontends {
+        let (a, p, proto) = (
+            f["address"].as_str().unwrap(),
+            f["port"].as_u64().unwrap(),
+            f["proto"].as_str().unwrap(),
+        );
+        assert!(
+            f["problems"].as_array().is_none_or(|p| p.is_empty()),
+            "{f:#}"
+        );
+        if !lab_connect(a, p, proto) {
+            unreached.push(format!("{a}:{p}/{proto}"));
+        }
+    }
+    assert!(unreached.is_empty(), "not reached: {unreached:?}");
     let down = lab.down();
     assert!(down.errors.is_empty(), "{:?}", down.errors);
 }

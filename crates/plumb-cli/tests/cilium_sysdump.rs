@@ -209,6 +209,362 @@ fn a_sysdump_built_from_real_outputs_is_read_as_a_directory_and_as_a_zip() {
     }
 }
 
+/// A two-node sysdump: agent `cilium-aaaa1` on kind-worker with the Cilium docs' two
+/// exported DROPPED flows, agent `cilium-bbbb2` on 10.10.21.166 with TKE's three
+/// FORWARDED flows (the corpus's real Hubble exports), each with its own bugtool
+/// archive (`uname -a` naming the node). Returns (directory, zip).
+fn two_node_sysdump(scratch: &plumb_testkit::Scratch, c: &Corpus) -> (PathBuf, PathBuf) {
+    let hubble = plumb_testkit::corpus_dir()
+        .unwrap()
+        .join("cilium/real-outputs/hubble");
+    let name = format!("cilium-sysdump-{TS}");
+    for (pod, host, flows, random) in [
+        (
+            "cilium-aaaa1",
+            "kind-worker",
+            "cilium-docs_export-example-flows.jsonl",
+            "111",
+        ),
+        (
+            "cilium-bbbb2",
+            "10.10.21.166",
+            "tke-1.19.1_exported-flows.jsonl",
+            "222",
+        ),
+    ] {
+        let bugtool = format!("cilium-bugtool-20260101-120003-{random}");
+        for (file, command, output) in [
+            (
+                "cilium-dbg-status---verbose.md",
+                "cilium-dbg status --verbose",
+                c.status.clone(),
+            ),
+            (
+                "cilium-dbg-service-list.md",
+                "cilium-dbg service list",
+                c.service_list.clone(),
+            ),
+            (
+                "uname--a.md",
+                "uname -a",
+                format!("Linux {host} 6.8.0-1015 #16-Ubuntu SMP x86_64 GNU/Linux"),
+            ),
+        ] {
+            scratch.write(
+                &format!("work-{pod}/{bugtool}/cmd/{file}"),
+                &markdown(command, &output),
+            );
+        }
+        scratch.write(
+            &format!("{name}/hubble-flows-{pod}-{TS}.json"),
+            &plumb_testkit::read(&hubble.join(flows)),
+        );
+        let tarball = scratch
+            .path()
+            .join(&name)
+            .join(format!("cilium-bugtool-{pod}-{TS}.tar.gz"));
+        run(
+            &scratch.path().join(format!("work-{pod}")),
+            "tar",
+            &["czf", &tarball.to_string_lossy(), &bugtool],
+        );
+    }
+    scratch.write(&format!("{name}/k8s-version-{TS}.txt"), "v1.31.4\n");
+    let zip = scratch.path().join(format!("{name}.zip"));
+    run(
+        scratch.path(),
+        "zip",
+        &["-qr", &zip.to_string_lossy(), &name],
+    );
+    (scratch.path().join(name), zip)
+}
+
+fn plumb_out(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(args)
+        .output()
+        .expect("plumb runs")
+}
+
+#[test]
+fn every_node_of_a_sysdump_is_read_and_hubble_drops_are_information() {
+    let Some(c) = corpus() else {
+        return;
+    };
+    if which("zip").is_none() || which("tar").is_none() {
+        plumb_testkit::skip("the zip or tar tool is not installed");
+        return;
+    }
+    let scratch = plumb_testkit::Scratch::new("sysdump-two-nodes");
+    let (dir, zip) = two_node_sysdump(&scratch, &c);
+    for input in [&dir, &zip] {
+        let input = input.to_string_lossy();
+        // Without --node: the first agent's node, and the other one named.
+        let (_, report) = plumb_json(&["doctor", "--bundle", &input, "--json"], None);
+        let source = &report["source"];
+        assert!(
+            source["description"]
+                .as_str()
+                .unwrap()
+                .ends_with("node kind-worker (agent pod cilium-aaaa1)"),
+            "{source:#}"
+        );
+        let notes = serde_json::to_string(&source["notes"]).unwrap();
+        assert!(
+            notes.contains("the others: node 10.10.21.166 (agent pod cilium-bbbb2)")
+                && notes.contains("--node NAME"),
+            "{notes}"
+        );
+        // Hubble's drops: information, grouped by reason and destination, never the
+        // root cause.
+        let drops = finding(&report, "cilium-hubble-drops");
+        assert_eq!(drops["status"], "problem", "{drops:#}");
+        assert_eq!(drops["severity"], "info", "{drops:#}");
+        let title = drops["title"].as_str().unwrap();
+        assert!(
+            title.contains("2 of 2 flows dropped on kind-kind/kind-worker"),
+            "{title}"
+        );
+        let evidence = serde_json::to_string(&drops["evidence"]).unwrap();
+        for group in [
+            "1 x POLICY_DENIED -> default/deathstar-7848d6c4d5-th9v2:80/TCP",
+            "1 x INVALID_SOURCE_IP -> ff02::2 ICMPv6 type 133",
+            "from default/xwing",
+        ] {
+            assert!(evidence.contains(group), "{group}: {evidence}");
+        }
+        assert_ne!(report["root_cause"], "cilium-hubble-drops", "{report:#}");
+
+        // --node by node name, and by agent pod name: the other node, its own flows.
+        for name in ["10.10.21.166", "cilium-bbbb2"] {
+            let (_, other) = plumb_json(
+                &["doctor", "--bundle", &input, "--node", name, "--json"],
+                None,
+            );
+            assert!(
+                other["source"]["description"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("node 10.10.21.166 (agent pod cilium-bbbb2)"),
+                "{other:#}"
+            );
+            let flows = finding(&other, "cilium-hubble-drops");
+            assert_eq!(flows["status"], "ok", "{flows:#}");
+            // TKE's exporter wrote flows of two nodes into the file; both are named.
+            let title = flows["title"].as_str().unwrap();
+            assert!(
+                title.contains("3 flows on 10.10.21.166, 10.10.21.241, none dropped"),
+                "{flows:#}"
+            );
+        }
+        // A name the sysdump does not hold: an error naming what it holds.
+        let out = plumb_out(&["doctor", "--bundle", &input, "--node", "nope", "--json"]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("no node or agent pod named nope")
+                && err.contains("node kind-worker (agent pod cilium-aaaa1)")
+                && err.contains("node 10.10.21.166 (agent pod cilium-bbbb2)"),
+            "{err}"
+        );
+
+        // verify: which node, the others, and Hubble as information beside the verdict.
+        let (code, verify) = plumb_json(&["cilium", "verify", "--bundle", &input, "--json"], None);
+        assert_eq!(
+            verify["sysdump"]["read"]["node"], "kind-worker",
+            "{verify:#}"
+        );
+        assert_eq!(verify["sysdump"]["others"][0]["pod"], "cilium-bbbb2");
+        assert_eq!(verify["hubble"]["flows"], 2, "{verify:#}");
+        assert_eq!(verify["hubble"]["dropped"], 2);
+        assert_eq!(verify["hubble"]["groups"][0]["reason"], "INVALID_SOURCE_IP");
+        assert!(
+            !serde_json::to_string(&verify["findings"])
+                .unwrap()
+                .contains("hubble"),
+            "flows are no finding of verify: {verify:#}"
+        );
+        // This sysdump holds no iptables dump: verify cannot say kube-proxy is gone.
+        assert_eq!(verify["verdict"], "incomplete", "{verify:#}");
+        assert_eq!(code, 1);
+        let text = plumb_out(&["cilium", "verify", "--bundle", &input]);
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(
+            text.contains("sysdump: read node kind-worker (agent pod cilium-aaaa1); the sysdump's other nodes: node 10.10.21.166")
+                && text.contains("Hubble flows (information, not part of the verdict): 2 flows")
+                && text.contains("1 x POLICY_DENIED -> default/deathstar-7848d6c4d5-th9v2:80/TCP"),
+            "{text}"
+        );
+        let (code, services) = plumb_json(
+            &[
+                "cilium",
+                "services",
+                "--bundle",
+                &input,
+                "--node",
+                "10.10.21.166",
+                "--json",
+            ],
+            None,
+        );
+        assert_eq!(code, 0, "{services:#}");
+        assert_eq!(services["sysdump"]["read"]["pod"], "cilium-bbbb2");
+        assert_eq!(services["frontends"].as_array().unwrap().len(), 4);
+    }
+    // --node means a sysdump's node: another bundle holds one node.
+    let plain = scratch.path().join("plain");
+    std::fs::create_dir_all(plain.join("sos_commands")).unwrap();
+    let out = plumb_out(&[
+        "doctor",
+        "--bundle",
+        &plain.to_string_lossy(),
+        "--node",
+        "a",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("this bundle holds one node"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `cilium verify --bundle SYSDUMP --before DUMP`: kube-proxy's Services from before
+/// the migration against the sysdump's `cilium-dbg bpf lb list`, as a directory and a
+/// zip; a Service missing from Cilium's listing is named.
+#[test]
+fn verify_bundle_before_matches_kube_proxy_s_services_against_the_sysdump() {
+    use plumb_kubeproxy::{
+        GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions, generate,
+    };
+    let Some(c) = corpus() else {
+        return;
+    };
+    if which("zip").is_none() {
+        plumb_testkit::skip("the zip tool is not installed");
+        return;
+    }
+    let cluster = generate(&GeneratorConfig {
+        services: 3,
+        ..Default::default()
+    })
+    .unwrap();
+    let dump = KubeProxyRules::new(&cluster, &ProxierOptions::default())
+        .to_iptables_save(&IptablesSaveOptions::default());
+    let rs = plumb_ruleset::format::parse_bytes(dump.as_bytes(), &Default::default())
+        .unwrap()
+        .ruleset;
+    // Cilium's `bpf lb list` of the same Services: each ClusterIP with kube-proxy's
+    // endpoints (slot 0 the frontend, then one row per backend).
+    let mut rows: Vec<(String, String)> = Vec::new();
+    for (i, s) in plumb_kubeproxy::recover::recover(&rs)
+        .iter()
+        .flat_map(|m| &m.services)
+        .filter(|s| s.cluster_ip.is_some())
+        .enumerate()
+    {
+        let front = format!(
+            "{}:{}/{}",
+            s.cluster_ip.unwrap(),
+            s.port.unwrap(),
+            s.protocol.as_deref().unwrap_or("tcp").to_uppercase()
+        );
+        rows.push((
+            front.clone(),
+            format!("{front} (0)   0.0.0.0:0 ({}) (0) [ClusterIP]\n", i + 1),
+        ));
+        for (slot, e) in s.endpoints.iter().enumerate() {
+            rows.push((
+                front.clone(),
+                format!(
+                    "{front} ({})   {}/TCP ({}) ({})\n",
+                    slot + 1,
+                    e.address.as_deref().unwrap(),
+                    i + 1,
+                    slot + 1
+                ),
+            ));
+        }
+    }
+    let scratch = plumb_testkit::Scratch::new("sysdump-before");
+    scratch.write("before.save", &dump);
+    let before = scratch.path().join("before.save").display().to_string();
+    let build = |tag: &str, without: Option<&str>| -> [PathBuf; 2] {
+        let name = format!("{tag}/cilium-sysdump-{TS}");
+        let listing: String = rows
+            .iter()
+            .filter(|(f, _)| Some(f.as_str()) != without)
+            .map(|(_, r)| r.as_str())
+            .collect();
+        let bugtool = format!("{name}/cilium-bugtool-{POD}-{TS}/cilium-bugtool-20260101-120003-1");
+        for (file, command, output) in [
+            (
+                "cilium-dbg-status---verbose.md",
+                "cilium-dbg status --verbose",
+                c.status.as_str(),
+            ),
+            (
+                "cilium-dbg-bpf-lb-list.md",
+                "cilium-dbg bpf lb list",
+                &listing,
+            ),
+            (
+                "iptables-save--c.md",
+                "iptables-save -c",
+                "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n",
+            ),
+        ] {
+            scratch.write(&format!("{bugtool}/cmd/{file}"), &markdown(command, output));
+        }
+        let zip = scratch.path().join(format!("{tag}.zip"));
+        run(
+            &scratch.path().join(tag),
+            "zip",
+            &[
+                "-qr",
+                &zip.to_string_lossy(),
+                &format!("cilium-sysdump-{TS}"),
+            ],
+        );
+        [scratch.path().join(&name), zip]
+    };
+    for input in build("all", None) {
+        let input = input.to_string_lossy();
+        let (code, v) = plumb_json(
+            &[
+                "cilium", "verify", "--bundle", &input, "--before", &before, "--json",
+            ],
+            None,
+        );
+        assert_eq!(v["lb"]["mode"], "cilium-bpf-lb-list", "{v:#}");
+        let missing = finding(&v, "cilium-migration-missing-services");
+        assert_eq!(missing["status"], "ok", "{missing:#}");
+        assert_eq!(v["verdict"], "migrated", "{v:#}");
+        assert_eq!(code, 0);
+    }
+    let gone = rows[0].0.clone();
+    for input in build("fewer", Some(&gone)) {
+        let input = input.to_string_lossy();
+        let (code, v) = plumb_json(
+            &[
+                "cilium", "verify", "--bundle", &input, "--before", &before, "--json",
+            ],
+            None,
+        );
+        let missing = finding(&v, "cilium-migration-missing-services");
+        assert_eq!(missing["status"], "problem", "{missing:#}");
+        let ip = gone.split(':').next().unwrap();
+        assert!(
+            serde_json::to_string(&missing["evidence"])
+                .unwrap()
+                .contains(ip),
+            "{missing:#}"
+        );
+        assert_eq!(v["verdict"], "incomplete");
+        assert_eq!(code, 1);
+    }
+}
+
 fn which(program: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p)

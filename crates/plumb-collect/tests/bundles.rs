@@ -290,3 +290,41 @@ fn an_oversized_archive_is_refused_before_extraction() {
     let err = open_bundle(&tar).err().unwrap();
     assert!(err.contains("unpacks to more than 4096 MiB"), "{err}");
 }
+
+/// A sysdump whose second agent's bugtool archive is damaged: the first agent's node is
+/// read, the damaged one is named among the others with why it was not read, and asking
+/// for it by `--node` says why rather than "no such node".
+#[test]
+fn a_damaged_bugtool_beside_a_good_one_is_named_not_fatal() {
+    use plumb_collect::node::open_bundle_node;
+    let s = Scratch::new("sysdump-damaged");
+    let root = "cilium-sysdump-20260101-120000";
+    s.write(
+        &format!("{root}/cilium-bugtool-cilium-aaaa1-20260101-120000/cilium-bugtool-20260101-120003-1/cmd/uname--a.md"),
+        "# uname -a\n\n```\nLinux worker-1 6.8.0 #1 SMP x86_64 GNU/Linux\n```\n",
+    );
+    s.write(
+        &format!("{root}/cilium-bugtool-cilium-bbbb2-20260101-120000.tar.gz"),
+        "not a tarball",
+    );
+    let dir = s.path().join(root);
+    let b = open_bundle_node(&dir, None).expect("the good agent is read");
+    let read = b.sysdump_agent().unwrap();
+    assert_eq!(read.node.as_deref(), Some("worker-1"));
+    assert_eq!(read.pod, "cilium-aaaa1");
+    assert_eq!(b.other_agents().len(), 1);
+    assert_eq!(b.other_agents()[0].pod, "cilium-bbbb2");
+    let notes = b.notes().join("\n");
+    assert!(
+        notes.contains("not read: cilium-bugtool-cilium-bbbb2-20260101-120000.tar.gz")
+            && notes.contains("the others: agent pod cilium-bbbb2"),
+        "{notes}"
+    );
+    let by_pod = open_bundle_node(&dir, Some("worker-1")).unwrap();
+    assert_eq!(by_pod.sysdump_agent().unwrap().pod, "cilium-aaaa1");
+    let err = open_bundle_node(&dir, Some("cilium-bbbb2")).err().unwrap();
+    assert!(
+        err.contains("cilium-bbbb2: cilium-bugtool-cilium-bbbb2-20260101-120000.tar.gz:"),
+        "{err}"
+    );
+}

@@ -247,6 +247,9 @@ pub struct CiliumFacts {
     pub status_source: Option<String>,
     /// The agent's endpoints and where they were read, when its endpoint list was.
     pub endpoints: Option<(Vec<plumb_cilium::agent::Endpoint>, String)>,
+    /// Hubble's flows of the node and where they were read (a sysdump's
+    /// `hubble-flows-<pod>-<time>.json`): information, never a diagnosis by itself.
+    pub hubble: Option<(plumb_cilium::hubble::FlowSummary, String)>,
     /// What could not be read or decoded, with why.
     pub problems: Vec<String>,
 }

@@ -48,7 +48,7 @@ pub const DNS_IP: Ipv4Addr = Ipv4Addr::new(10, 43, 0, 10);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabService {
     /// `namespace/name:port`.
-    pub name: &'static str,
+    pub name: String,
     /// Frontend and backends.
     pub lb: LbService,
 }
@@ -58,8 +58,8 @@ pub struct LabService {
 /// namespace 0.
 pub fn services() -> Vec<LabService> {
     let coredns = topology::pod_ip(0);
-    let svc = |name, address, port, proto, backend: (Ipv4Addr, u16)| LabService {
-        name,
+    let svc = |name: &str, address, port, proto, backend: (Ipv4Addr, u16)| LabService {
+        name: name.to_string(),
         lb: LbService {
             address,
             port,
@@ -97,6 +97,44 @@ pub fn services() -> Vec<LabService> {
             (coredns, 9153),
         ),
     ]
+}
+
+/// Most frontends `lab up cilium-kpr --services N` programs: each takes two entries of
+/// the services map (the frontend and its one backend slot), far below its 65,536.
+pub const MAX_SERVICES: usize = 10_000;
+
+/// The first ClusterIP of the services beyond [`services`]'s four (10.43.1.0 upwards).
+const EXTRA_BASE: Ipv4Addr = Ipv4Addr::new(10, 43, 1, 0);
+
+/// `n` Service ports for the lab: [`services`]'s four (the lab's own checks use them),
+/// then `default/lab-svc-K:http` (ClusterIP 10.43.1.0 + K, port 80/TCP) whose backend
+/// is, in turn, each of the lab's real TCP listeners (the API endpoint, coredns's 53 and
+/// 9153), so every one of them answers. Fewer than 4 or more than [`MAX_SERVICES`] is
+/// refused.
+pub fn services_for(n: usize) -> Result<Vec<LabService>, LabError> {
+    let mut out = services();
+    if n < out.len() || n > MAX_SERVICES {
+        return Err(LabError::Other(format!(
+            "--services {n}: the kube-proxy-free scenarios program {} to {MAX_SERVICES} Service ports (the first {} are the lab's kubernetes and kube-dns Services)",
+            out.len(),
+            out.len()
+        )));
+    }
+    let coredns = topology::pod_ip(0);
+    let listeners = [(API_IP, API_PORT), (coredns, 53), (coredns, 9153)];
+    let base = u32::from(EXTRA_BASE);
+    for k in 0..n - out.len() {
+        out.push(LabService {
+            name: format!("default/lab-svc-{k}:http"),
+            lb: LbService {
+                address: Ipv4Addr::from(base + k as u32),
+                port: 80,
+                proto: L4Proto::TCP,
+                backends: vec![listeners[k % listeners.len()]],
+            },
+        });
+    }
+    Ok(out)
 }
 
 /// The cgroup2 hierarchy's mount point (`/sys/fs/cgroup` on a unified host,
@@ -168,11 +206,17 @@ pub fn join_self(cgroup: &Path) -> std::io::Result<()> {
 }
 
 /// Sets up the node's Cilium state: the bpffs at `ROOT/sys/fs/bpf`, the maps filled
-/// for [`services`], the lab cgroup `cgroup` and the socket load balancer attached to it.
+/// for `services` ([`services_for`]), the lab cgroup `cgroup` and the socket load
+/// balancer attached to it.
 /// The `pods` pod namespaces get a route to the API endpoint's network through the
 /// node: a socket load balancer hands a pod the backend's own address (the API
 /// endpoint, for `kubernetes`), where a ClusterIP route alone sufficed with DNAT.
-pub fn setup(root: &Path, cgroup: &Path, pods: usize) -> Result<(), LabError> {
+pub fn setup(
+    root: &Path,
+    cgroup: &Path,
+    pods: usize,
+    services: &[LabService],
+) -> Result<(), LabError> {
     for i in 0..pods {
         let ns = topology::pod_netns(i);
         topology::ip(&[
@@ -202,7 +246,7 @@ pub fn setup(root: &Path, cgroup: &Path, pods: usize) -> Result<(), LabError> {
     }
     let mut lb = SocketLb::load(&root.join(GLOBALS))?;
     lb.attach_pinned(cgroup, &root.join(LINKS))?;
-    for s in services() {
+    for s in services {
         lb.program(&s.lb)?;
     }
     Ok(())
@@ -417,6 +461,39 @@ mod tests {
         assert_eq!(s.len(), 4);
         assert!(s.iter().all(|s| s.lb.backends.len() == 1));
         assert_eq!(s[0].lb.backends[0], (API_IP, API_PORT));
+    }
+
+    #[test]
+    fn extra_services_are_distinct_cluster_ips_on_real_listeners() {
+        let s = services_for(50).unwrap();
+        assert_eq!(s.len(), 50);
+        assert_eq!(s[..4], services()[..]);
+        let mut frontends: Vec<String> = s
+            .iter()
+            .map(|s| format!("{}:{}/{:?}", s.lb.address, s.lb.port, s.lb.proto))
+            .collect();
+        frontends.sort();
+        frontends.dedup();
+        assert_eq!(frontends.len(), 50);
+        assert_eq!(s[4].lb.address, Ipv4Addr::new(10, 43, 1, 0));
+        assert_eq!(s[49].lb.address, Ipv4Addr::new(10, 43, 1, 45));
+        let listeners = [
+            (API_IP, API_PORT),
+            (topology::pod_ip(0), 53),
+            (topology::pod_ip(0), 9153),
+        ];
+        assert!(s[4..].iter().all(|s| listeners.contains(&s.lb.backends[0])));
+        assert_eq!(
+            services_for(MAX_SERVICES)
+                .unwrap()
+                .last()
+                .unwrap()
+                .lb
+                .address,
+            Ipv4Addr::new(10, 43, 40, 11)
+        );
+        assert!(services_for(3).is_err());
+        assert!(services_for(MAX_SERVICES + 1).is_err());
     }
 
     #[test]

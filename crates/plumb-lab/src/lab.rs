@@ -30,7 +30,8 @@ use plumb_os::netns;
 /// Options for [`Lab::up_with`].
 #[derive(Debug, Clone, Default)]
 pub struct LabOptions {
-    /// Service ports kube-proxy programs (default 8).
+    /// Service ports kube-proxy programs (default 8); in the kube-proxy-free scenarios,
+    /// the frontends programmed into Cilium's maps (default 4, at least 4).
     pub services: Option<usize>,
     /// Overrides the scenario's kube-proxy sync period.
     pub sync_period: Option<Duration>,
@@ -558,6 +559,15 @@ impl Lab {
     fn build(scenario: Scenario, opts: LabOptions) -> Result<Lab, LabError> {
         let plan = Plan::of(scenario);
         let services = opts.services.unwrap_or(8).max(1);
+        // The kube-proxy-free scenarios program their Services into Cilium's maps:
+        // their own four unless asked for more.
+        let cilium_services = match &plan.cilium {
+            Some(_) => cilium_node::services_for(
+                opts.services
+                    .unwrap_or_else(|| cilium_node::services().len()),
+            )?,
+            None => Vec::new(),
+        };
         let sync_period = opts.sync_period.unwrap_or(plan.sync_period);
         let exe = resolve_actor_exe(opts.actor_exe)?;
         let root = opts.root.unwrap_or_else(default_root);
@@ -587,7 +597,7 @@ impl Lab {
             state.cgroup = Some(cilium_node::lab_cgroup().ok_or_else(|| {
                 LabError::Other("no cgroup2 hierarchy in /proc/mounts: the kube-proxy-free scenarios attach their socket load balancer to a cgroup of their own".into())
             })?);
-            state.services = cilium_node::services().len();
+            state.services = cilium_services.len();
         }
         let iptables_flag = format!("--iptables={}", opts.backend.program());
         state
@@ -674,7 +684,7 @@ impl Lab {
             .map_err(|e| LabError::io("writing the lab state", e))?;
         check_interrupted()?;
         if let (Some(_), Some(cgroup)) = (&plan.cilium, &state.cgroup) {
-            cilium_node::setup(&root, cgroup, plan.pods)?;
+            cilium_node::setup(&root, cgroup, plan.pods, &cilium_services)?;
         }
 
         if plan.ufw {

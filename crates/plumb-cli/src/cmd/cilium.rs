@@ -42,27 +42,45 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
             )
         }
         CiliumCommand::Services { node, output } if node.bundle.is_some() => {
-            let facts = bundle_facts(node.bundle.as_deref().expect("checked"))?;
+            let (facts, nodes) = bundle_facts(
+                node.bundle.as_deref().expect("checked"),
+                node.sysdump_node.as_deref(),
+            )?;
             let lb = lb_of(&facts).with_context(|| {
                 format!(
-                    "no Cilium service listing in {}",
-                    node.bundle.as_deref().expect("checked").display()
+                    "no Cilium service listing in {}{}",
+                    node.bundle.as_deref().expect("checked").display(),
+                    nodes
+                        .as_ref()
+                        .map(|n| format!(" for {}", n.read.describe()))
+                        .unwrap_or_default()
                 )
             })?;
-            show(&lb, output.json())
-        }
-        CiliumCommand::Verify {
-            ruleset,
-            netns,
-            before,
-            ..
-        } if (ruleset.is_some() || netns.is_some() || before.is_some()) && c_bundle.is_some() => {
-            anyhow::bail!(
-                "--bundle reads the rules, files and Cilium state from the bundle: it does not take --ruleset, --netns or --before"
+            show(
+                &lb,
+                &Extras {
+                    sysdump: nodes.as_ref(),
+                    ..Extras::default()
+                },
+                output.json(),
             )
         }
-        CiliumCommand::Verify { node, output, .. } if node.bundle.is_some() => verify_bundle(
+        CiliumCommand::Verify { ruleset, netns, .. }
+            if (ruleset.is_some() || netns.is_some()) && c_bundle.is_some() =>
+        {
+            anyhow::bail!(
+                "--bundle reads the rules, files and Cilium state from the bundle: it does not take --ruleset or --netns"
+            )
+        }
+        CiliumCommand::Verify {
+            node,
+            before,
+            output,
+            ..
+        } if node.bundle.is_some() => verify_bundle(
             node.bundle.as_deref().expect("checked"),
+            node.sysdump_node.as_deref(),
+            before.as_deref(),
             output.json(),
             style,
         ),
@@ -96,12 +114,47 @@ pub fn run(c: CiliumCommand, style: plumb_findings::Style) -> anyhow::Result<Ver
     }
 }
 
-/// The facts of a bundle (a Cilium sysdump, or any bundle doctor reads).
-fn bundle_facts(path: &Path) -> anyhow::Result<plumb_facts::Facts> {
-    let b = plumb_collect::node::open_bundle(path).map_err(anyhow::Error::msg)?;
-    Ok(plumb_collect::facts::gather(
-        &b as &dyn plumb_collect::node::NodeSource,
-        &Default::default(),
+/// Which node of a Cilium sysdump was read, and its other nodes.
+#[derive(Serialize)]
+pub(super) struct SysdumpNodes {
+    /// The agent (node) read.
+    read: plumb_collect::node::SysdumpAgent,
+    /// The sysdump's other agents (nodes); `--node NAME` reads one of them.
+    others: Vec<plumb_collect::node::SysdumpAgent>,
+}
+
+impl SysdumpNodes {
+    /// `node a (agent pod cilium-1); the sysdump's other nodes: ... (--node NAME reads one)`.
+    fn describe(&self) -> String {
+        let mut s = format!("read {}", self.read.describe());
+        if !self.others.is_empty() {
+            let others: Vec<String> = self.others.iter().map(|a| a.describe()).collect();
+            s.push_str(&format!(
+                "; the sysdump's other nodes: {} (--node NAME reads one)",
+                others.join(", ")
+            ));
+        }
+        s
+    }
+}
+
+/// The facts of a bundle (a Cilium sysdump, or any bundle doctor reads), of the
+/// sysdump's node `node` when given; and for a sysdump, which node was read.
+fn bundle_facts(
+    path: &Path,
+    node: Option<&str>,
+) -> anyhow::Result<(plumb_facts::Facts, Option<SysdumpNodes>)> {
+    let b = plumb_collect::node::open_bundle_node(path, node).map_err(anyhow::Error::msg)?;
+    let nodes = b.sysdump_agent().map(|read| SysdumpNodes {
+        read,
+        others: b.other_agents().to_vec(),
+    });
+    Ok((
+        plumb_collect::facts::gather(
+            &b as &dyn plumb_collect::node::NodeSource,
+            &Default::default(),
+        ),
+        nodes,
     ))
 }
 
@@ -124,8 +177,17 @@ fn lb_of(facts: &plumb_facts::Facts) -> Option<LbRead> {
 
 /// `plumb cilium verify --bundle`: the same checks over what the bundle holds (its
 /// rules, its CNI directory, its Cilium listing); no interfaces (a bundle is not live).
-fn verify_bundle(path: &Path, json: bool, style: plumb_findings::Style) -> anyhow::Result<Verdict> {
-    let facts = bundle_facts(path)?;
+fn verify_bundle(
+    path: &Path,
+    node: Option<&str>,
+    before: Option<&Path>,
+    json: bool,
+    style: plumb_findings::Style,
+) -> anyhow::Result<Verdict> {
+    // The dump from before is read first: a wrong file is an error before the bundle.
+    let before = before.map(load_before).transpose()?;
+    let (facts, nodes) = bundle_facts(path, node)?;
+    let hubble = facts.cilium.value().and_then(|c| c.hubble.as_ref());
     let lb = lb_of(&facts);
     let manifests: Vec<String> = facts
         .kube_proxy_probes
@@ -141,7 +203,9 @@ fn verify_bundle(path: &Path, json: bool, style: plumb_findings::Style) -> anyho
         lb: lb
             .as_ref()
             .map(|l| (l.frontends.as_slice(), l.source.clone())),
-        before: None,
+        before: before
+            .as_ref()
+            .map(|(s, name)| (s.as_slice(), name.clone())),
     });
     let rules = facts
         .ruleset
@@ -159,17 +223,36 @@ fn verify_bundle(path: &Path, json: bool, style: plumb_findings::Style) -> anyho
             rules: &'a str,
             /// The agent's KubeProxyReplacement setting, when its status was read.
             kube_proxy_replacement: Option<&'a str>,
+            /// A sysdump's node read and its other nodes.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            sysdump: Option<&'a SysdumpNodes>,
             lb: Option<&'a LbRead>,
+            /// Hubble's flows of the node (information: no part of the verdict).
+            #[serde(skip_serializing_if = "Option::is_none")]
+            hubble: Option<HubbleOut<'a>>,
             findings: &'a [plumb_findings::Finding],
+        }
+        #[derive(Serialize)]
+        struct HubbleOut<'a> {
+            source: &'a str,
+            #[serde(flatten)]
+            summary: &'a plumb_cilium::hubble::FlowSummary,
         }
         output::json(&Out {
             verdict: result.verdict,
             rules: &rules,
             kube_proxy_replacement: kpr.as_deref(),
+            sysdump: nodes.as_ref(),
             lb: lb.as_ref(),
+            hubble: hubble.map(|(summary, source)| HubbleOut { source, summary }),
             findings: &result.findings,
         })?;
     } else {
+        let mut out = std::io::stdout().lock();
+        if let Some(n) = &nodes {
+            writeln!(out, "sysdump: {}", n.describe())?;
+        }
+        drop(out);
         report(
             &format!(
                 "plumb cilium verify: {} (rules: {rules}; KubeProxyReplacement: {})",
@@ -183,6 +266,10 @@ fn verify_bundle(path: &Path, json: bool, style: plumb_findings::Style) -> anyho
                 Migration::Incomplete => "incomplete",
             },
         )?;
+        if let Some((summary, source)) = hubble {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "\n{}", hubble_text(summary, source))?;
+        }
     }
     Ok(match result.verdict {
         Migration::Migrated => Verdict::Clean,
@@ -190,8 +277,29 @@ fn verify_bundle(path: &Path, json: bool, style: plumb_findings::Style) -> anyho
     })
 }
 
+/// Hubble's flows as information: counts, then the drops by reason and destination.
+fn hubble_text(s: &plumb_cilium::hubble::FlowSummary, source: &str) -> String {
+    let mut t = format!(
+        "Hubble flows (information, not part of the verdict): {} flows in {source}, {} dropped",
+        s.flows, s.dropped
+    );
+    for line in s.group_lines() {
+        t.push_str(&format!("\n  {line}"));
+    }
+    if s.other_groups > 0 {
+        t.push_str(&format!(
+            "\n  ... and {} more reason/destination pairs (see --json)",
+            s.other_groups
+        ));
+    }
+    if let Some(u) = &s.first_unreadable {
+        t.push_str(&format!("\n  {} lines were no flow ({u})", s.unreadable));
+    }
+    t
+}
+
 /// The running lab's root and node namespace (`--lab`).
-fn lab_node() -> anyhow::Result<(std::path::PathBuf, String)> {
+pub(super) fn lab_node() -> anyhow::Result<(std::path::PathBuf, String)> {
     let state = plumb_lab::state::LabState::load()
         .context("reading the lab state")?
         .context("no lab is running (start one with `plumb lab up SCENARIO`)")?;
@@ -445,6 +553,13 @@ pub(super) struct LbRead {
     problems: Vec<String>,
 }
 
+impl LbRead {
+    /// The frontends read.
+    pub(super) fn frontends(&self) -> &[Frontend] {
+        &self.frontends
+    }
+}
+
 /// Reads the frontends from `--lb-list` or from the maps below `--root`; None when the
 /// root has no Cilium maps.
 fn read_lb(node: &CiliumNodeFlags) -> anyhow::Result<Option<LbRead>> {
@@ -487,7 +602,7 @@ fn services(node: &CiliumNodeFlags, json: bool) -> anyhow::Result<Verdict> {
             plumb_collect::cilium::GLOBALS_DIRS.join(", ")
         );
     };
-    show(&lb, json)
+    show(&lb, &Extras::default(), json)
 }
 
 /// The Cilium frontends of this machine's pinned maps, when it has any: what `plumb
@@ -503,27 +618,56 @@ pub(super) fn live_maps(netns: Option<&str>) -> Option<LbRead> {
         root,
         lab: false,
         bundle: None,
+        sysdump_node: None,
         lb_list: None,
     })
     .ok()
     .flatten()
 }
 
-/// Prints `lb` as `plumb cilium services` does; exit 1 when the maps contradict
-/// themselves.
-pub(super) fn show(lb: &LbRead, json: bool) -> anyhow::Result<Verdict> {
+/// What `show` prints beside the frontends.
+#[derive(Default)]
+pub(super) struct Extras<'a> {
+    /// kube-proxy's rules left beside Cilium's maps (`plumb services`).
+    pub(super) leftovers: Option<&'a super::services::KubeProxyLeftovers>,
+    /// The sysdump node read, and the others (`--bundle`).
+    pub(super) sysdump: Option<&'a SysdumpNodes>,
+}
+
+/// Prints `lb` as `plumb cilium services` does, with `extras`; exit 1 when the maps
+/// contradict themselves.
+pub(super) fn show(lb: &LbRead, extras: &Extras<'_>, json: bool) -> anyhow::Result<Verdict> {
+    let leftovers = extras.leftovers;
     let inconsistent = lb
         .frontends
         .iter()
         .any(|f| f.problems.iter().any(|p| *p != Problem::NoBackends));
     if json {
-        output::json(lb)?;
+        #[derive(Serialize)]
+        struct Out<'a> {
+            #[serde(flatten)]
+            lb: &'a LbRead,
+            /// kube-proxy's rules left beside Cilium's maps (`plumb services` only).
+            #[serde(skip_serializing_if = "Option::is_none")]
+            kube_proxy_leftovers: Option<&'a super::services::KubeProxyLeftovers>,
+            /// A sysdump's node read and its other nodes (`--bundle`).
+            #[serde(skip_serializing_if = "Option::is_none")]
+            sysdump: Option<&'a SysdumpNodes>,
+        }
+        output::json(&Out {
+            lb,
+            kube_proxy_leftovers: leftovers,
+            sysdump: extras.sysdump,
+        })?;
     } else {
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         let layout = lb
             .backend_layout
             .map(|l| format!(", backends {}", l.map_name(false)))
             .unwrap_or_default();
+        if let Some(n) = extras.sysdump {
+            writeln!(out, "sysdump: {}", n.describe())?;
+        }
         writeln!(
             out,
             "Cilium load balancer: {} ({}{layout})\n",
@@ -556,6 +700,9 @@ pub(super) fn show(lb: &LbRead, json: bool) -> anyhow::Result<Verdict> {
             writeln!(out, "warning: {p}")?;
         }
         writeln!(out, "\n{} frontends", lb.frontends.len())?;
+        if let Some(l) = leftovers {
+            writeln!(out, "\n{}", l.note())?;
+        }
         out.flush()?;
     }
     Ok(if inconsistent {
@@ -574,20 +721,7 @@ fn verify_node(
     style: plumb_findings::Style,
 ) -> anyhow::Result<Verdict> {
     let lb = read_lb(node)?;
-    let before = match before {
-        Some(path) => {
-            let loaded = super::input::load(path, &InputFlags::default())?;
-            let services = kube_proxy_services(&loaded.parsed.ruleset);
-            if services.is_empty() {
-                anyhow::bail!(
-                    "{}: no kube-proxy service rules in it; --before takes a dump from before the migration",
-                    loaded.name
-                );
-            }
-            Some((services, loaded.name))
-        }
-        None => None,
-    };
+    let before = before.map(load_before).transpose()?;
     if ruleset.is_none() {
         require_net_admin("or pass --ruleset FILE")?;
     }
@@ -694,6 +828,20 @@ fn links(netns: Option<&str>) -> Result<Vec<String>, String> {
         .filter_map(|l| l.split(": ").nth(1))
         .map(|n| n.split('@').next().unwrap_or(n).to_string())
         .collect())
+}
+
+/// `--before DUMP`: kube-proxy's Services in a dump from before the migration, and the
+/// dump's name; an error when it holds none.
+fn load_before(path: &Path) -> anyhow::Result<(Vec<KubeProxyService>, String)> {
+    let loaded = super::input::load(path, &InputFlags::default())?;
+    let services = kube_proxy_services(&loaded.parsed.ruleset);
+    if services.is_empty() {
+        anyhow::bail!(
+            "{}: no kube-proxy service rules in it; --before takes a dump from before the migration",
+            loaded.name
+        );
+    }
+    Ok((services, loaded.name))
 }
 
 /// kube-proxy's service ports in `ruleset`, as the migration diff compares them.

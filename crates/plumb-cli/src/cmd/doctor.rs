@@ -5,7 +5,7 @@ use crate::flags::NodeFlags;
 use crate::output;
 use anyhow::Context;
 use plumb_collect::facts::{GatherOptions, gather};
-use plumb_collect::node::{LiveNode, NodeSource, open_bundle};
+use plumb_collect::node::{LiveNode, NodeSource, open_bundle_node};
 use plumb_facts::timeline::Timeline;
 use plumb_os::runner::SystemRunner;
 use std::fmt::Write as _;
@@ -89,7 +89,8 @@ pub fn render_timeline(t: &Timeline) -> String {
 pub fn run(
     node: &NodeFlags,
     lab: bool,
-    bundle: Option<&Path>,
+    // The bundle, and which node of a Cilium sysdump (`--node`).
+    bundle: Option<(&Path, Option<&str>)>,
     timeline: bool,
     verify: Option<&Path>,
     json: bool,
@@ -98,8 +99,8 @@ pub fn run(
     // The earlier report is read first: a wrong file is an error before any gathering.
     let before = verify.map(read_earlier).transpose()?;
     let options = GatherOptions::default();
-    let facts = if let Some(path) = bundle {
-        let b = open_bundle(path).map_err(anyhow::Error::msg)?;
+    let facts = if let Some((path, sysdump_node)) = bundle {
+        let b = open_bundle_node(path, sysdump_node).map_err(anyhow::Error::msg)?;
         gather(&b, &options)
     } else if lab {
         super::input::require_net_admin("or diagnose a bundle with --bundle")?;

@@ -68,7 +68,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<Verdict> {
 
 fn up(
     scenario: &str,
-    services: usize,
+    services: Option<usize>,
     sync_period: Option<f64>,
     backend: &str,
     exact_restore_payload: bool,
@@ -79,7 +79,7 @@ fn up(
     let lab = Lab::up_with(
         scenario,
         LabOptions {
-            services: Some(services),
+            services,
             sync_period: sync_period.map(Duration::from_secs_f64),
             backend,
             exact_restore_payload,

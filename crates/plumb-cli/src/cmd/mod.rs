@@ -45,9 +45,10 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
         Command::Ruleset(c) => ruleset::run(c),
         Command::Services {
             source,
+            lab,
             input,
             output,
-        } => services::run(&source, &input, output.json()),
+        } => services::run(&source, lab, &input, output.json()),
         Command::Check {
             source,
             input,
@@ -59,13 +60,14 @@ pub fn run(cli: Cli) -> anyhow::Result<Verdict> {
             node,
             lab,
             bundle,
+            sysdump_node,
             timeline,
             verify,
             output,
         } => doctor::run(
             &node,
             lab,
-            bundle.as_deref(),
+            bundle.as_deref().map(|b| (b, sysdump_node.as_deref())),
             timeline,
             verify.as_deref(),
             output.json(),

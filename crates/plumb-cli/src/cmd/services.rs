@@ -1,6 +1,8 @@
 //! `plumb services`: kube-proxy's service map recovered from the rules, as a table or JSON;
-//! on a live node without kube-proxy's rules, Cilium's service map from its BPF maps
-//! (`"mode": "cilium-bpf"`, as `plumb cilium services` prints it).
+//! on a live node whose Services Cilium serves (its BPF maps hold frontends), Cilium's
+//! service map (`"mode": "cilium-bpf"`, as `plumb cilium services` prints it), with
+//! kube-proxy's rules, when some are left, counted as stale leftovers; where a kube-proxy
+//! process still runs there, its map, with Cilium's frontends counted beside it.
 
 use super::input::{Source, load_source};
 use crate::Verdict;
@@ -11,16 +13,60 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::Write;
 
-pub fn run(source: &SourceFlags, input: &InputFlags, json: bool) -> anyhow::Result<Verdict> {
+pub fn run(
+    source: &SourceFlags,
+    lab: bool,
+    input: &InputFlags,
+    json: bool,
+) -> anyhow::Result<Verdict> {
+    let lab_source;
+    let source = if lab {
+        // The lab's node: its namespace's rules, and Cilium's maps below the lab root.
+        super::cilium::lab_node()?;
+        lab_source = SourceFlags {
+            ruleset: None,
+            netns: Some(plumb_lab::state::NODE_NETNS.to_string()),
+            file: None,
+        };
+        &lab_source
+    } else {
+        source
+    };
     let src = load_source(source, input)?;
     let maps = recover(&src.ruleset);
-    // A live node without kube-proxy's rules may be kube-proxy-free: Cilium keeps its
-    // Services in pinned BPF maps (global, not per namespace).
-    if maps.is_empty()
-        && src.live.is_some()
-        && let Some(lb) = super::cilium::live_maps(source.netns.as_deref())
+    // On a live node Cilium may serve the Services: it keeps them in pinned BPF maps
+    // (global, not per namespace). Its socket load balancer translates a ClusterIP at
+    // connect() and its tc programs before netfilter, so where its maps hold frontends
+    // they are what serves the node, and kube-proxy's rules beside them are leftovers.
+    // A kube-proxy that still runs keeps its rules current: they are no leftover, and
+    // which of the two translates a connection depends on Cilium's settings, so
+    // kube-proxy's map is printed, with Cilium's frontends counted beside it.
+    let lb = src
+        .live
+        .is_some()
+        .then(|| super::cilium::live_maps(source.netns.as_deref()))
+        .flatten();
+    let running = match &lb {
+        Some(lb) if !maps.is_empty() && !lb.frontends().is_empty() => {
+            kube_proxy_running(source.netns.as_deref())
+        }
+        _ => None,
+    };
+    let cilium_beside = running.and(lb.as_ref()).map(|lb| lb.frontends().len());
+    if running.is_none()
+        && let Some(lb) = lb
+        && (maps.is_empty() || !lb.frontends().is_empty())
     {
-        return super::cilium::show(&lb, json);
+        let leftovers = (!maps.is_empty()).then(|| KubeProxyLeftovers::of(&src.ruleset, &maps));
+        super::leak_at_exit(maps);
+        return super::cilium::show(
+            &lb,
+            &super::cilium::Extras {
+                leftovers: leftovers.as_ref(),
+                ..Default::default()
+            },
+            json,
+        );
     }
     let mismatches: usize = maps.iter().map(|m| m.name_mismatches.len()).sum();
     let parse_errors = src.ruleset.error_count();
@@ -41,6 +87,9 @@ pub fn run(source: &SourceFlags, input: &InputFlags, json: bool) -> anyhow::Resu
             /// names, interfaces without -v), so every service is approximate.
             approximate: bool,
             maps: &'a [ServiceMap<'a>],
+            /// Frontends Cilium's load balancer holds beside a running kube-proxy.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cilium_frontends: Option<usize>,
         }
         output::json(&Out {
             source: &src.name,
@@ -49,15 +98,99 @@ pub fn run(source: &SourceFlags, input: &InputFlags, json: bool) -> anyhow::Resu
             parse_errors,
             approximate: src.ruleset.approximate,
             maps: &maps,
+            cilium_frontends: cilium_beside,
         })?;
     } else {
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         print_human(&mut out, &src, &maps)?;
+        if let (Some(n), Some(pid)) = (cilium_beside, running) {
+            writeln!(
+                out,
+                "kube-proxy runs (pid {pid}) beside Cilium's load balancer, which holds {n} frontends (`plumb cilium services`): which of them translates a connection depends on Cilium's kube-proxy replacement settings."
+            )?;
+        }
         out.flush()?;
     }
     super::leak_at_exit(maps);
     super::leak_at_exit(src);
     Ok(verdict)
+}
+
+/// A process named `kube-proxy` (its command name, as `ps` shows it) in the network
+/// namespace `netns` (this machine's when None), when one runs: its pid. k3s's
+/// in-process kube-proxy is not seen here (its command is `k3s`).
+fn kube_proxy_running(netns: Option<&str>) -> Option<u32> {
+    let want = match netns {
+        Some(n) => plumb_os::netns::inode_of(n).ok()?,
+        None => plumb_os::netns::inode(std::path::Path::new("/proc/self/ns/net")).ok()?,
+    };
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim_end() == "kube-proxy"
+            && plumb_os::netns::inode(&e.path().join("ns/net")).ok()? == want)
+            .then_some(pid)
+    })
+}
+
+/// kube-proxy's rules on a node whose Services Cilium serves: what is left of them.
+#[derive(Debug, Serialize)]
+pub(super) struct KubeProxyLeftovers {
+    /// Always true here: Cilium's maps serve the node's Services, these rules do not.
+    stale: bool,
+    /// kube-proxy's chains (and nftables `kube-proxy` table chains) still present.
+    chains: usize,
+    /// Service ports kube-proxy's map recovered from them (the endpoints of the day
+    /// kube-proxy last wrote them).
+    service_ports: usize,
+    /// Whether a built-in chain still jumps to them (`KUBE-SERVICES` from nat
+    /// PREROUTING/OUTPUT, or a base chain in the `kube-proxy` table): traffic that reaches
+    /// netfilter untranslated still meets them.
+    hooked: bool,
+    /// What the rules are and what removes them.
+    note: String,
+}
+
+impl KubeProxyLeftovers {
+    fn of(ruleset: &plumb_ruleset::Ruleset, maps: &[ServiceMap]) -> Self {
+        let (chains, _) = plumb_cilium::verify::kube_proxy_chains(ruleset);
+        let service_ports = maps.iter().map(|m| m.services.len()).sum();
+        let hooked = ruleset.tables.iter().any(|t| {
+            if t.backend == plumb_ruleset::Backend::Nftables {
+                &*t.name == "kube-proxy" && t.chains.iter().any(|c| c.base.is_some())
+            } else {
+                ["PREROUTING", "OUTPUT"].iter().any(|b| {
+                    t.chain(b).is_some_and(|c| {
+                        c.rules.iter().any(|r| {
+                            r.chain_references()
+                                .iter()
+                                .any(|x| x.chain == "KUBE-SERVICES")
+                        })
+                    })
+                })
+            }
+        });
+        let note = format!(
+            "kube-proxy's rules are stale leftovers: {chains} chains ({service_ports} service ports) that Cilium's load balancer has replaced; {}. `plumb cilium verify` names them; `kube-proxy --cleanup` removes them.",
+            if hooked {
+                "they are still hooked, so traffic that reaches netfilter untranslated meets endpoints of the day kube-proxy stopped"
+            } else {
+                "nothing jumps to them"
+            }
+        );
+        KubeProxyLeftovers {
+            stale: true,
+            chains,
+            service_ports,
+            hooked,
+            note,
+        }
+    }
+
+    /// The sentence the text output prints.
+    pub(super) fn note(&self) -> &str {
+        &self.note
+    }
 }
 
 fn percent(p: f64) -> String {

@@ -46,7 +46,40 @@ struct Bugtool {
     name: String,
     /// The agent pod it came from (`cilium-xxxxx`).
     pod: String,
+    /// The node's name, from the bugtool's `uname -a` (its host name) when it holds one.
+    node: Option<String>,
     _tmp: Option<TempDir>,
+}
+
+/// One Cilium agent (one node) of a sysdump: its bugtool archive, its pod and node.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SysdumpAgent {
+    /// The bugtool archive's name in the sysdump.
+    pub archive: String,
+    /// The agent pod (`cilium-xxxxx`); empty when the archive's name does not say.
+    pub pod: String,
+    /// The node's host name, from the bugtool's `uname -a`, when it holds one.
+    pub node: Option<String>,
+}
+
+impl SysdumpAgent {
+    /// `node kind-worker (agent pod cilium-x7k2p)`, or the pod or archive alone.
+    pub fn describe(&self) -> String {
+        let pod = if self.pod.is_empty() {
+            &self.archive
+        } else {
+            &self.pod
+        };
+        match &self.node {
+            Some(n) => format!("node {n} (agent pod {pod})"),
+            None => format!("agent pod {pod}"),
+        }
+    }
+
+    /// Whether `--node NAME` names this agent: its node or its pod.
+    fn is(&self, name: &str) -> bool {
+        self.node.as_deref() == Some(name) || (!self.pod.is_empty() && self.pod == name)
+    }
 }
 
 /// The file plumb's own bundle starts with.
@@ -61,8 +94,10 @@ pub struct BundleNode {
     label: String,
     /// What extraction skipped, for the user.
     notes: Vec<String>,
-    /// A sysdump's agent bugtool archive, unpacked.
+    /// A sysdump's agent bugtool archive, unpacked: the node read.
     bugtool: Option<Bugtool>,
+    /// A sysdump's other agents (nodes), not read.
+    other_agents: Vec<SysdumpAgent>,
     _extracted: Option<TempDir>,
 }
 
@@ -74,6 +109,23 @@ pub fn open_bundle(path: &Path) -> Result<BundleNode, String> {
 
 /// [`open_bundle`] with other extraction limits (tests use small ones).
 pub fn open_bundle_within(path: &Path, limits: &Limits) -> Result<BundleNode, String> {
+    open_bundle_node_within(path, limits, None)
+}
+
+/// [`open_bundle`] reading one node of a Cilium sysdump: `node` is a node name (the
+/// host name in its bugtool's `uname -a`) or an agent pod name; None reads the first
+/// agent's (by archive name), and [`BundleNode::other_agents`] lists the rest. Any other
+/// bundle holds one node: naming one is an error.
+pub fn open_bundle_node(path: &Path, node: Option<&str>) -> Result<BundleNode, String> {
+    open_bundle_node_within(path, &Limits::BUNDLE, node)
+}
+
+/// [`open_bundle_node`] with other extraction limits.
+pub fn open_bundle_node_within(
+    path: &Path,
+    limits: &Limits,
+    node: Option<&str>,
+) -> Result<BundleNode, String> {
     let label = path.display().to_string();
     let meta = std::fs::metadata(path).map_err(|e| format!("{label}: {}", reason(&e)))?;
     let (dir, extracted, notes) = if meta.is_dir() {
@@ -90,10 +142,17 @@ pub fn open_bundle_within(path: &Path, limits: &Limits) -> Result<BundleNode, St
         format!("{label}: not a sosreport, Rancher log collector, Cilium sysdump or plumb bundle (no sos_commands/, systeminfo/+networking/, cilium-bugtool-* or {PLUMB_MANIFEST} found)")
     })?;
     let mut notes = notes;
-    let bugtool = if kind == BundleKind::CiliumSysdump {
-        Some(open_bugtool(&root, limits, &mut notes).map_err(|e| format!("{label}: {e}"))?)
+    let (bugtool, other_agents) = if kind == BundleKind::CiliumSysdump {
+        let (b, others) =
+            open_bugtool(&root, limits, &mut notes, node).map_err(|e| format!("{label}: {e}"))?;
+        (Some(b), others)
     } else {
-        None
+        if let Some(n) = node {
+            return Err(format!(
+                "{label}: --node {n} selects a node of a Cilium sysdump; this bundle holds one node"
+            ));
+        }
+        (None, Vec::new())
     };
     let distro = ["rke2", "k3s", "rke", "kubeadm"]
         .into_iter()
@@ -107,6 +166,7 @@ pub fn open_bundle_within(path: &Path, limits: &Limits) -> Result<BundleNode, St
         label,
         notes,
         bugtool,
+        other_agents,
         _extracted: extracted,
     })
 }
@@ -126,10 +186,19 @@ fn bugtool_pod(name: &str) -> Option<String> {
         .filter(|p| !p.is_empty())
 }
 
-/// The sysdump's first agent bugtool archive (by name), unpacked into a private
-/// temporary directory (an unpacked one inside the sysdump is read in place). A sysdump
-/// holds one per Cilium agent; doctor reads one node, and the note says which.
-fn open_bugtool(root: &Path, limits: &Limits, notes: &mut Vec<String>) -> Result<Bugtool, String> {
+/// Every agent bugtool archive of the sysdump (one per Cilium agent, so per node) is
+/// opened — unpacked into a private temporary directory, or read in place when the
+/// sysdump holds it unpacked — to learn its node's name; `node` selects which one is
+/// read (by node or pod name), else the first by archive name. Only the one read stays
+/// unpacked: each other one is removed once its node's name is known. Returns the one read and
+/// the others; the notes say which was read and name the others. An archive that cannot
+/// be opened is a note, unless it is the one asked for.
+fn open_bugtool(
+    root: &Path,
+    limits: &Limits,
+    notes: &mut Vec<String>,
+    node: Option<&str>,
+) -> Result<(Bugtool, Vec<SysdumpAgent>), String> {
     let mut names: Vec<String> = std::fs::read_dir(root)
         .map_err(|e| reason(&e))?
         .filter_map(|e| e.ok())
@@ -137,25 +206,97 @@ fn open_bugtool(root: &Path, limits: &Limits, notes: &mut Vec<String>) -> Result
         .filter(|n| n.starts_with("cilium-bugtool-"))
         .collect();
     names.sort();
-    let name = names
-        .first()
-        .ok_or("a Cilium sysdump without a cilium-bugtool archive")?
-        .clone();
-    if names.len() > 1 {
+    if names.is_empty() {
+        return Err("a Cilium sysdump without a cilium-bugtool archive".into());
+    }
+    // One archive unpacked at a time besides the one kept: the others are removed as
+    // soon as their node's name is read.
+    let mut chosen: Option<Bugtool> = None;
+    let mut others: Vec<SysdumpAgent> = Vec::new();
+    let mut unreadable: Vec<SysdumpAgent> = Vec::new();
+    let mut errors: Vec<String> = Vec::new();
+    for name in &names {
+        match open_one_bugtool(root, name, limits, notes) {
+            Ok(b) => {
+                let a = SysdumpAgent {
+                    archive: b.name.clone(),
+                    pod: b.pod.clone(),
+                    node: b.node.clone(),
+                };
+                if chosen.is_none() && node.is_none_or(|n| a.is(n)) {
+                    chosen = Some(b);
+                } else {
+                    others.push(a);
+                }
+            }
+            Err(e) => {
+                errors.push(format!("{name}: {e}"));
+                unreadable.push(SysdumpAgent {
+                    archive: name.clone(),
+                    pod: bugtool_pod(name).unwrap_or_default(),
+                    node: None,
+                });
+            }
+        }
+    }
+    let Some(chosen) = chosen else {
+        return Err(match node {
+            Some(n) if let Some(i) = unreadable.iter().position(|a| a.is(n)) => {
+                format!("{n}: {}", errors[i])
+            }
+            Some(n) => {
+                let known: Vec<String> = others
+                    .iter()
+                    .map(SysdumpAgent::describe)
+                    .chain(
+                        unreadable
+                            .iter()
+                            .map(|a| format!("{} (unreadable)", a.describe())),
+                    )
+                    .collect();
+                format!(
+                    "no node or agent pod named {n} in this sysdump; it holds: {}",
+                    known.join(", ")
+                )
+            }
+            None => errors.join("; "),
+        });
+    };
+    notes.extend(errors.iter().map(|e| format!("not read: {e}")));
+    others.extend(unreadable);
+    if !others.is_empty() {
+        let read = SysdumpAgent {
+            archive: chosen.name.clone(),
+            pod: chosen.pod.clone(),
+            node: chosen.node.clone(),
+        };
+        let list: Vec<String> = others.iter().map(SysdumpAgent::describe).collect();
         notes.push(format!(
-            "the sysdump holds {} agents' bugtool archives; this reads {name} (one node)",
-            names.len()
+            "the sysdump holds {} agents' bugtool archives; this reads {} ({}); the others: {} (choose one with --node NAME)",
+            others.len() + 1,
+            read.describe(),
+            chosen.name,
+            list.join(", ")
         ));
     }
-    let pod = bugtool_pod(&name).unwrap_or_default();
-    let path = root.join(&name);
+    Ok((chosen, others))
+}
+
+/// Opens one bugtool archive of the sysdump.
+fn open_one_bugtool(
+    root: &Path,
+    name: &str,
+    limits: &Limits,
+    notes: &mut Vec<String>,
+) -> Result<Bugtool, String> {
+    let pod = bugtool_pod(name).unwrap_or_default();
+    let path = root.join(name);
     let (dir, tmp) = if is_real_dir(&path) {
         (path, None)
     } else {
-        let file = open_regular(&path, false).map_err(|e| format!("{name}: {}", reason(&e)))?;
+        let file = open_regular(&path, false).map_err(|e| reason(&e))?;
         let tmp = TempDir::create("plumb-bugtool")?;
-        let done =
-            archive::extract_file(file, tmp.path(), limits).map_err(|e| format!("{name}: {e}"))?;
+        let done = archive::extract_file(file, tmp.path(), limits).map_err(|e| e.to_string())?;
         notes.extend(done.notes().into_iter().map(|n| format!("{name}: {n}")));
         (tmp.path().to_path_buf(), Some(tmp))
     };
@@ -168,13 +309,22 @@ fn open_bugtool(root: &Path, limits: &Limits, notes: &mut Vec<String>) -> Result
             .filter_map(|e| e.ok())
             .map(|e| e.path().join("cmd"))
             .find(|p| is_real_dir(p))
-            .ok_or_else(|| format!("{name}: no cmd/ directory of command outputs"))?
+            .ok_or("no cmd/ directory of command outputs")?
     };
+    // `uname -a`: `Linux <host name> <release> ...`.
+    let node = ["uname--a.md", "uname.md"].iter().find_map(|f| {
+        let file = open_regular(&cmd.join(f), false).ok()?;
+        let mut text = String::new();
+        file.take(64 * 1024).read_to_string(&mut text).ok()?;
+        let host = bugtool_output(&text).split_whitespace().nth(1)?.to_string();
+        (host.len() <= 253).then_some(host)
+    });
     Ok(Bugtool {
         cmd,
         root: dir,
-        name,
+        name: name.to_string(),
         pod,
+        node,
         _tmp: tmp,
     })
 }
@@ -321,6 +471,20 @@ impl BundleNode {
     /// The bundle's top directory (inside the temporary directory for an archive).
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// A Cilium sysdump's agent (node) that is read; None for other bundles.
+    pub fn sysdump_agent(&self) -> Option<SysdumpAgent> {
+        self.bugtool.as_ref().map(|b| SysdumpAgent {
+            archive: b.name.clone(),
+            pod: b.pod.clone(),
+            node: b.node.clone(),
+        })
+    }
+
+    /// A Cilium sysdump's other agents (nodes), not read.
+    pub fn other_agents(&self) -> &[SysdumpAgent] {
+        &self.other_agents
     }
 
     /// What extraction did not extract, one line per kind (also in [`NodeSource::info`]).
@@ -565,6 +729,28 @@ impl BundleNode {
             .to_string()
     }
 
+    /// The Hubble flows the sysdump holds for the agent read
+    /// (`hubble-flows-<pod>-<time>.json`), summed up, with the file's name.
+    fn hubble_flows(&self) -> Option<(plumb_cilium::hubble::FlowSummary, String)> {
+        let pod = &self.bugtool.as_ref()?.pod;
+        if pod.is_empty() {
+            return None;
+        }
+        let prefix = format!("hubble-flows-{pod}-");
+        let name = self
+            .sysdump_names()
+            .into_iter()
+            .find(|n| n.starts_with(&prefix) && n.ends_with(".json"))?;
+        let c = self.read(&self.root.join(&name)).ok()?;
+        let mut summary = plumb_cilium::hubble::summarize(&String::from_utf8_lossy(&c.bytes));
+        if c.bytes.len() >= MAX_READ {
+            summary.first_unreadable.get_or_insert_with(|| {
+                format!("the file is longer than {MAX_READ} bytes; the rest was not read")
+            });
+        }
+        Some((summary, c.source))
+    }
+
     /// Names of the sysdump's top-level files.
     fn sysdump_names(&self) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(&self.root)
@@ -623,7 +809,10 @@ impl NodeSource for BundleNode {
                 BundleKind::Plumb => SourceKind::PlumbBundle,
                 BundleKind::CiliumSysdump => SourceKind::CiliumSysdump,
             },
-            description: format!("{} at {}", self.tool(), self.label),
+            description: match self.sysdump_agent() {
+                Some(a) => format!("{} at {}, {}", self.tool(), self.label, a.describe()),
+                None => format!("{} at {}", self.tool(), self.label),
+            },
             notes: self.notes.clone(),
         }
     }
@@ -730,10 +919,24 @@ impl NodeSource for BundleNode {
         if self.kind != BundleKind::CiliumSysdump {
             return plumb_facts::Fact::unknown(format!("a {} holds no Cilium state", self.tool()));
         }
-        crate::cilium::sysdump_facts(|files| {
+        let mut fact = crate::cilium::sysdump_facts(|files| {
             self.bugtool_command(files)
                 .map(|c| (c.source, String::from_utf8_lossy(&c.bytes).into_owned()))
-        })
+        });
+        if let Some(hubble) = self.hubble_flows() {
+            match &mut fact {
+                plumb_facts::Fact::Known { value, .. } => value.hubble = Some(hubble),
+                plumb_facts::Fact::Unknown { .. } => {
+                    let source = hubble.1.clone();
+                    let facts = plumb_facts::CiliumFacts {
+                        hubble: Some(hubble),
+                        ..Default::default()
+                    };
+                    fact = plumb_facts::Fact::known(facts, source);
+                }
+            }
+        }
+        fact
     }
 
     fn recorded_probe(&self, name: &str) -> Option<Captured> {

@@ -12,7 +12,10 @@ mod bundle;
 mod live;
 mod rooted;
 
-pub use bundle::{BundleKind, BundleNode, PLUMB_MANIFEST, open_bundle, open_bundle_within};
+pub use bundle::{
+    BundleKind, BundleNode, PLUMB_MANIFEST, SysdumpAgent, open_bundle, open_bundle_node,
+    open_bundle_node_within, open_bundle_within,
+};
 pub use live::LiveNode;
 
 use plumb_facts::SourceInfo;

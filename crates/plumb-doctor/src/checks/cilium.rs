@@ -11,6 +11,9 @@
 //! the maps' own problems. Where Cilium runs beside kube-proxy only the maps' problems
 //! are judged (kube-proxy's chains are then no leftover). A node without any sign of
 //! Cilium gets no finding from this module.
+//!
+//! `cilium-hubble-drops`: the flows Hubble saw dropped (a sysdump's flows file), by
+//! reason and destination, as information (severity info, which is never a root cause).
 
 use plumb_cilium::verify::{MigratedNode, ids};
 use plumb_facts::Facts;
@@ -22,6 +25,11 @@ use crate::context::Ctx;
 pub const ID_DATAPLANE: &str = "cilium-service-dataplane";
 /// Finding id: endpoints Cilium's agent holds in a state they do not leave by themselves.
 pub const ID_ENDPOINTS: &str = "cilium-endpoints-not-ready";
+/// Finding id: the flows Hubble saw dropped (a sysdump's `hubble-flows-*.json`),
+/// grouped by reason and destination. Information only (severity info): a drop by
+/// policy is often the policy working, so it is evidence for a reader, never a root
+/// cause by itself.
+pub const ID_HUBBLE_DROPS: &str = "cilium-hubble-drops";
 
 /// Why the node runs without kube-proxy by design, when it says so: Cilium's agent
 /// reports kube-proxy replacement, RKE2's `disable-kube-proxy: true`, or k3s runs with
@@ -118,6 +126,9 @@ pub fn check(ctx: &Ctx) -> Vec<Finding> {
     if let Some((endpoints, source)) = cilium.and_then(|c| c.endpoints.as_ref()) {
         out.push(endpoints_finding(endpoints, source));
     }
+    if let Some((flows, source)) = cilium.and_then(|c| c.hubble.as_ref()) {
+        out.push(hubble_finding(flows, source));
+    }
     // Read problems of the maps or the agent's output, as evidence of the maps finding.
     if let Some(c) = cilium
         && !c.problems.is_empty()
@@ -130,6 +141,59 @@ pub fn check(ctx: &Ctx) -> Vec<Finding> {
         }));
     }
     out
+}
+
+fn hubble_finding(flows: &plumb_cilium::hubble::FlowSummary, source: &str) -> Finding {
+    let nodes = if flows.nodes.is_empty() {
+        String::new()
+    } else {
+        format!(" on {}", flows.nodes.join(", "))
+    };
+    if flows.dropped == 0 {
+        return Finding::ok(
+            ID_HUBBLE_DROPS,
+            format!(
+                "Hubble saw {} flows{nodes}, none dropped ({source})",
+                flows.flows
+            ),
+        );
+    }
+    let mut evidence: Vec<Evidence> = flows
+        .groups
+        .iter()
+        .map(|g| Evidence {
+            source: source.to_string(),
+            line: None,
+            text: format!(
+                "{} x {} -> {} (first: {})",
+                g.count, g.reason, g.destination, g.first
+            ),
+        })
+        .collect();
+    if flows.other_groups > 0 {
+        evidence.push(Evidence {
+            source: source.to_string(),
+            line: None,
+            text: format!(
+                "... and {} more reason/destination pairs",
+                flows.other_groups
+            ),
+        });
+    }
+    let top: Vec<String> = flows.group_lines().into_iter().take(3).collect();
+    Finding::problem(
+        ID_HUBBLE_DROPS,
+        Severity::Info,
+        format!(
+            "Hubble saw {} of {} flows dropped{nodes}: {}",
+            flows.dropped,
+            flows.flows,
+            top.join("; ")
+        ),
+    )
+    .with_evidence(evidence)
+    .explain("These are the flows Hubble recorded while the sysdump was taken. A drop by policy (POLICY_DENIED, POLICY_DENY) is often the policy doing its job, and a few drops of odd packets (INVALID_SOURCE_IP for IPv6 router solicitations) are normal; they say what was dropped, not why the node misbehaves. Read them beside the other findings.")
+    .fix("For a drop that should not happen, follow the flow: `hubble observe --verdict DROPPED --to-pod NAMESPACE/POD` on the cluster, and for a policy drop `plumb policy check` with the policies that select the destination.")
 }
 
 fn endpoints_finding(endpoints: &[plumb_cilium::agent::Endpoint], source: &str) -> Finding {

@@ -112,6 +112,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "endpoints Cilium's agent holds not-ready, waiting for identity, invalid or disconnected",
     ),
     (
+        cilium::ID_HUBBLE_DROPS,
+        "flows Hubble saw dropped on the node, by reason and destination (information: evidence, never a root cause)",
+    ),
+    (
         cilium::ID_DATAPLANE,
         "what translates the node's Services where Cilium runs: its eBPF load balancer's frontends (kube-proxy replacement or beside kube-proxy)",
     ),

@@ -610,24 +610,29 @@ fn judge(facts: &CheckInput, index: &Index, flow: &Flow) -> Fate {
         return Fate::Open;
     };
     // Certain only when no blocking outcome rests on something plumb cannot see, and
-    // none depends on a placeholder address.
-    let mut doubt: Option<String> = None;
-    if !all_blocked {
-        doubt = Some("other outcomes of the same flow are accepted: it depends on facts the rules leave open".into());
-    }
-    for o in relevant
-        .iter()
-        .filter(|o| matches!(o.verdict, Verdict::Drop | Verdict::Reject))
-    {
-        if doubt.is_some() {
-            break;
-        }
-        if let Some(a) = o.constraints.atoms().first() {
-            doubt = Some(format!("it rests on: {}", a.text));
-        } else if let Some(why) = placeholder_dependency(index, o, flow) {
-            doubt = Some(why);
-        }
-    }
+    // none depends on a placeholder address. The trace forks on every condition it cannot
+    // decide (a rate limit, a conntrack state) and follows both branches: when every
+    // outcome it found is stopped, the fork's conditions decide nothing (UFW's
+    // rate-limited LOG rule before its DROP policy is such a fork). Only a fork whose
+    // outcomes differ leaves the verdict open. A placeholder address is different: the
+    // trace followed one address for it, not every one it stands for.
+    let doubt: Option<String> = if all_blocked {
+        relevant
+            .iter()
+            .find_map(|o| placeholder_dependency(index, o, flow))
+    } else {
+        // Name what the stop rests on, when the trace knows (a condition it could not
+        // decide, on the path of a stopped outcome).
+        let on = relevant
+            .iter()
+            .filter(|o| matches!(o.verdict, Verdict::Drop | Verdict::Reject))
+            .find_map(|o| o.constraints.atoms().first())
+            .map(|a| format!(" (the stop rests on: {})", a.text))
+            .unwrap_or_default();
+        Some(format!(
+            "other outcomes of the same flow are accepted: it depends on facts the rules leave open{on}"
+        ))
+    };
     match (doubt, &flow.only_if) {
         (None, None) => Fate::Blocked(block),
         (Some(d), _) => Fate::Maybe(block, d),
