@@ -16,7 +16,7 @@ use plumb_observe::attribution::{CounterSnapshot, RuleMatch, attribute, read_cou
 use plumb_observe::conntrack::{Event, Flow};
 use plumb_observe::drops::{DropFilter, DropProbe, DroppedPacket, WallClock};
 use plumb_observe::listener::ConntrackListener;
-use plumb_observe::names::{ServiceName, ServiceNames};
+use plumb_observe::names::{LbFrontend, ServiceName, ServiceNames};
 use plumb_observe::reasons::DropReasons;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -71,6 +71,10 @@ struct Line<'a> {
     destination: Option<Endpoint>,
     #[serde(skip_serializing_if = "Option::is_none")]
     destination_service: Option<ServiceName>,
+    /// The Cilium load-balancer frontend the connection went to (its maps hold
+    /// addresses, not Service names), on nodes where Cilium serves Services.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    destination_frontend: Option<LbFrontend>,
     /// Where DNAT sent the connection (`ip:port`), when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     translated_destination: Option<String>,
@@ -440,6 +444,11 @@ impl State<'_> {
             .and_then(|p| self.names.destination(o.destination, p, f.protocol))
             .or_else(|| dnat.and_then(|(ip, p)| self.names.destination(ip, p?, f.protocol)))
             .cloned();
+        let frontend = o
+            .destination_port
+            .and_then(|p| self.names.lb_destination(o.destination, p, f.protocol))
+            .or_else(|| dnat.and_then(|(ip, p)| self.names.lb_destination(ip, p?, f.protocol)))
+            .cloned();
         let src_ns = self.names.pod_namespace(o.source).map(str::to_string);
         let facts = Facts {
             verdict: ObserveVerdict::Forwarded,
@@ -485,6 +494,7 @@ impl State<'_> {
                     namespace: s.namespace.clone(),
                 }),
                 destination_service: service,
+                destination_frontend: frontend,
                 translated_destination: translated,
                 traffic,
                 rule: None,
@@ -506,6 +516,9 @@ impl State<'_> {
             );
             if let Some(svc) = &service {
                 s.push_str(&format!(" service {svc}"));
+            }
+            if let Some(fe) = &frontend {
+                s.push_str(&format!(" frontend {fe} (Cilium)"));
             }
             if let Some(t) = &translated {
                 s.push_str(&format!(" (DNAT to {t})"));
@@ -558,6 +571,10 @@ impl State<'_> {
             .zip(d.ports.map(|p| p.1))
             .and_then(|(ip, port)| self.names.destination(ip, port, d.protocol))
             .cloned();
+        let frontend = dst
+            .zip(d.ports.map(|p| p.1))
+            .and_then(|(ip, port)| self.names.lb_destination(ip, port, d.protocol))
+            .cloned();
         let src_ns = src
             .and_then(|ip| self.names.pod_namespace(ip))
             .map(str::to_string);
@@ -593,6 +610,7 @@ impl State<'_> {
                     namespace: s.namespace.clone(),
                 }),
                 destination_service: service,
+                destination_frontend: frontend.clone(),
                 translated_destination: None,
                 traffic: None,
                 rule,
@@ -613,6 +631,9 @@ impl State<'_> {
             s.push_str(&format!(" DROPPED ({reason_text})"));
             if let Some(svc) = &service {
                 s.push_str(&format!(" service {svc}"));
+            }
+            if let Some(fe) = &frontend {
+                s.push_str(&format!(" frontend {fe} (Cilium)"));
             }
             match &rule {
                 Some(RuleMatch::Found { rule: r }) => s.push_str(&format!(
@@ -680,10 +701,26 @@ impl State<'_> {
 /// Names and counters from one read of the ruleset, or why it failed.
 type RulesetRead = Result<(ServiceNames, CounterSnapshot), String>;
 
-/// Reads the ruleset with its counters (the dump tools, read-only).
+/// Reads the ruleset with its counters (the dump tools, read-only), and the frontends
+/// of Cilium's load balancer when its maps are pinned (a kube-proxy-free node has its
+/// Services there, not in rules).
 fn read_now(netns: Option<&str>) -> RulesetRead {
     let (rs, _problems) = read_counted(&plumb_os::runner::SystemRunner, netns)?;
-    Ok((ServiceNames::from_ruleset(&rs), CounterSnapshot::of(&rs)))
+    let mut names = ServiceNames::from_ruleset(&rs);
+    if let Some(lb) = plumb_collect::cilium::read_lb_maps(&cilium_root(netns)) {
+        names.add_cilium(&lb.frontends);
+    }
+    Ok((names, CounterSnapshot::of(&rs)))
+}
+
+/// Where Cilium's maps are pinned for `netns`: below the lab's root for the lab's node
+/// (the lab pins them there, never in the host's bpffs), else below `/`. BPF maps are
+/// not per network namespace: any other namespace sees the host's.
+fn cilium_root(netns: Option<&str>) -> std::path::PathBuf {
+    netns
+        .filter(|n| *n == plumb_lab::state::NODE_NETNS)
+        .and_then(|_| plumb_lab::state::LabState::load().ok().flatten())
+        .map_or_else(|| std::path::PathBuf::from("/"), |s| s.root)
 }
 
 /// Reads the ruleset on a thread of its own, so events keep flowing meanwhile.
@@ -876,6 +913,20 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
         },
     };
     st.baseline = st.apply_read(read_now(netns));
+    if let Some(lb) = plumb_collect::cilium::read_lb_maps(&cilium_root(netns))
+        && !lb.frontends.is_empty()
+    {
+        st.notice(
+            &mut out,
+            &format!(
+                "Cilium's load balancer serves Services here (its maps under {}): its socket \
+                 load balancer translates at connect time, so connections show the backend, \
+                 named by the frontend that chose it; packets Cilium's BPF programs drop are \
+                 not netfilter's, so no rule is named for them",
+                lb.globals.display()
+            ),
+        )?;
+    }
 
     let (tx, rx) = sync_channel::<Observed>(QUEUE);
     let stop = plumb_watch::signals::stop_on_signals();
