@@ -163,6 +163,12 @@ fn observe_names_the_rule_that_dropped_a_packet() {
         .find(|l| l.starts_with("plumb_observe_drops_total{") && l.contains("NETFILTER_DROP"))
         .unwrap_or_else(|| panic!("no NETFILTER_DROP counter:\n{text}"));
     assert!(counted.contains("owner=\""), "{counted}");
+    // After the first full read, the counters of the dropping chains come over netlink.
+    let netlink = text
+        .lines()
+        .find(|l| l.starts_with("plumb_observe_ruleset_reads_total{how=\"netlink\"}"))
+        .unwrap_or_else(|| panic!("no netlink counter read:\n{text}"));
+    assert!(!netlink.ends_with(" 0"), "{netlink}");
     let lines = json_lines(observer);
     assert!(
         lines.iter().all(|v| v["verdict"] != "FORWARDED"),

@@ -12,7 +12,9 @@
 use crate::Verdict;
 use crate::flags::{ObserveFlags, ObserveFormat, ObserveVerdict};
 use plumb_observe::accounting::{Accounting, Restore};
-use plumb_observe::attribution::{CounterSnapshot, RuleMatch, attribute, read_counted};
+use plumb_observe::attribution::{
+    CounterSnapshot, NetlinkPlan, RuleMatch, attribute, read_counted,
+};
 use plumb_observe::conntrack::{Event, Flow};
 use plumb_observe::drops::{DropFilter, DropProbe, DroppedPacket, WallClock};
 use plumb_observe::listener::ConntrackListener;
@@ -213,6 +215,7 @@ struct Metrics {
     flows: Family<Vec<(String, String)>, Counter>,
     drops: Family<Vec<(String, String)>, Counter>,
     lost: Family<Vec<(String, String)>, Counter>,
+    reads: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Metrics {
@@ -221,6 +224,7 @@ impl Metrics {
         let flows = Family::default();
         let drops = Family::default();
         let lost = Family::default();
+        let reads = Family::default();
         r.register(
             "plumb_observe_flows",
             "Connection events conntrack reported, by verdict and protocol",
@@ -236,11 +240,17 @@ impl Metrics {
             "Events lost before plumb could read them, by where",
             lost.clone(),
         );
+        r.register(
+            "plumb_observe_ruleset_reads",
+            "Reads of the rule counters for attribution, by how: netlink (the chains that can drop) or full (the dump tools)",
+            reads.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
             flows,
             drops,
             lost,
+            reads,
         }
     }
 }
@@ -701,16 +711,84 @@ impl State<'_> {
 /// Names and counters from one read of the ruleset, or why it failed.
 type RulesetRead = Result<(ServiceNames, CounterSnapshot), String>;
 
-/// Reads the ruleset with its counters (the dump tools, read-only), and the frontends
-/// of Cilium's load balancer when its maps are pinned (a kube-proxy-free node has its
-/// Services there, not in rules).
-fn read_now(netns: Option<&str>) -> RulesetRead {
-    let (rs, _problems) = read_counted(&plumb_os::runner::SystemRunner, netns)?;
-    let mut names = ServiceNames::from_ruleset(&rs);
-    if let Some(lb) = plumb_collect::cilium::read_lb_maps(&cilium_root(netns)) {
-        names.add_cilium(&lb.frontends);
+/// Reads the namespace's rule counters for attribution, and the Service names.
+///
+/// The first read is a full one (the save tools and `nft list ruleset`: the rules'
+/// text, owners and names), followed by a netlink read of the counters of the chains
+/// that can drop (chains with DROP/REJECT rules, base chains with a DROP policy); the
+/// two make a [`NetlinkPlan`]. Later reads fetch only those chains' counters over
+/// netlink (GET requests: milliseconds, where a save tool takes seconds on a node with
+/// 10k Services) while the ruleset's generation stays the same. A changed ruleset, a
+/// table netlink cannot read (iptables-legacy) or a netlink error falls back to the
+/// full read.
+struct RulesetReader {
+    netns: Option<String>,
+    plan: Option<NetlinkPlan>,
+    /// kube-proxy's names from the last full read (Cilium's are re-read each time).
+    names: ServiceNames,
+    metrics: Option<Metrics>,
+}
+
+/// How long one netlink counter read may take before the full read is used instead.
+const NETLINK_DEADLINE: Duration = Duration::from_secs(5);
+
+impl RulesetReader {
+    fn new(netns: Option<&str>, metrics: Option<Metrics>) -> RulesetReader {
+        RulesetReader {
+            netns: netns.map(str::to_string),
+            plan: None,
+            names: ServiceNames::default(),
+            metrics,
+        }
     }
-    Ok((names, CounterSnapshot::of(&rs)))
+
+    fn count(&self, how: &str) {
+        if let Some(m) = &self.metrics {
+            m.reads.get_or_create(&vec![label("how", how)]).inc();
+        }
+    }
+
+    fn read(&mut self) -> RulesetRead {
+        let netns = self.netns.as_deref();
+        let deadline = || Some(Instant::now() + NETLINK_DEADLINE);
+        if let Some(plan) = &self.plan {
+            let (chains, policies) = plan.chains();
+            let fast = plumb_os::nftables::read_counters(netns, chains, policies, deadline())
+                .map_err(|e| e.to_string())
+                .and_then(|c| plan.snapshot(&c));
+            match fast {
+                Ok(snapshot) => {
+                    self.count("netlink");
+                    return Ok((self.with_cilium(), snapshot));
+                }
+                Err(_) => self.plan = None,
+            }
+        }
+        let before = plumb_os::nftables::generation(netns, deadline()).ok();
+        let (rs, _problems) = read_counted(&plumb_os::runner::SystemRunner, netns)?;
+        self.count("full");
+        self.names = ServiceNames::from_ruleset(&rs);
+        self.plan = NetlinkPlan::chains_to_read(&rs).and_then(|(chains, policies)| {
+            let c =
+                plumb_os::nftables::read_counters(netns, &chains, &policies, deadline()).ok()?;
+            // The same generation before the dump tools ran and at the netlink read:
+            // both saw the same ruleset.
+            (Some(c.generation) == before)
+                .then(|| NetlinkPlan::new(&rs, &c).ok())
+                .flatten()
+        });
+        Ok((self.with_cilium(), CounterSnapshot::of(&rs)))
+    }
+
+    /// The names, with the frontends of Cilium's load balancer when its maps are pinned
+    /// (a kube-proxy-free node has its Services there, not in rules).
+    fn with_cilium(&self) -> ServiceNames {
+        let mut names = self.names.clone();
+        if let Some(lb) = plumb_collect::cilium::read_lb_maps(&cilium_root(self.netns.as_deref())) {
+            names.add_cilium(&lb.frontends);
+        }
+        names
+    }
 }
 
 /// Where Cilium's maps are pinned for `netns`: below the lab's root for the lab's node
@@ -723,12 +801,13 @@ fn cilium_root(netns: Option<&str>) -> std::path::PathBuf {
         .map_or_else(|| std::path::PathBuf::from("/"), |s| s.root)
 }
 
-/// Reads the ruleset on a thread of its own, so events keep flowing meanwhile.
-fn read_in_background(netns: Option<&str>) -> Receiver<RulesetRead> {
+/// Reads the ruleset on a thread of its own, so events keep flowing meanwhile; the
+/// reader comes back with the answer.
+fn read_in_background(mut reader: RulesetReader) -> Receiver<(RulesetReader, RulesetRead)> {
     let (tx, rx) = sync_channel(1);
-    let netns = netns.map(str::to_string);
     std::thread::spawn(move || {
-        let _ = tx.send(read_now(netns.as_deref()));
+        let read = reader.read();
+        let _ = tx.send((reader, read));
     });
     rx
 }
@@ -744,7 +823,9 @@ struct Windows {
     /// When the first of `pending` arrived (a read starts [`WINDOW`] later).
     since: Option<Instant>,
     /// The read in flight: when it began (CLOCK_MONOTONIC ns) and its answer.
-    in_flight: Option<(u64, Receiver<RulesetRead>)>,
+    in_flight: Option<(u64, Receiver<(RulesetReader, RulesetRead)>)>,
+    /// The reader, while no read is in flight.
+    reader: Option<RulesetReader>,
 }
 
 impl Windows {
@@ -777,8 +858,8 @@ impl Windows {
         }
         let due = self.since.is_some_and(|t| t.elapsed() >= WINDOW)
             || (self.pending.is_empty() && st.names_read.elapsed() >= NAMES_REFRESH);
-        if due {
-            self.in_flight = Some((WallClock::monotonic_now_ns(), read_in_background(st.netns)));
+        if due && let Some(reader) = self.reader.take() {
+            self.in_flight = Some((WallClock::monotonic_now_ns(), read_in_background(reader)));
         }
     }
 
@@ -793,13 +874,16 @@ impl Windows {
         let Some((_, rx)) = &self.in_flight else {
             return Ok(());
         };
-        let read = if wait {
+        let answer = if wait {
             rx.recv().map_err(|_| ())
         } else {
             rx.try_recv().map_err(|_| ())
         };
-        let read = match read {
-            Ok(r) => r,
+        let read = match answer {
+            Ok((reader, r)) => {
+                self.reader = Some(reader);
+                r
+            }
             Err(()) if wait => Err("the ruleset reader ended without an answer".into()),
             Err(()) => return Ok(()),
         };
@@ -912,7 +996,8 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
                 .into(),
         },
     };
-    st.baseline = st.apply_read(read_now(netns));
+    let mut reader = RulesetReader::new(netns, st.metrics.clone());
+    st.baseline = st.apply_read(reader.read());
     if let Some(lb) = plumb_collect::cilium::read_lb_maps(&cilium_root(netns))
         && !lb.frontends.is_empty()
     {
@@ -1014,7 +1099,10 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
     out.flush()?;
 
     let end = duration.map(|d| Instant::now() + d);
-    let mut windows = Windows::default();
+    let mut windows = Windows {
+        reader: Some(reader),
+        ..Windows::default()
+    };
     let netfilter_drop = st.reasons.value("NETFILTER_DROP");
     let too_many = not_attributed();
     let sources = [
@@ -1067,8 +1155,10 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
     }
     // The read in flight, then one more for the drops that came after it began.
     windows.finish(&mut st, &mut out, true)?;
-    if !windows.pending.is_empty() {
-        let after = st.apply_read(read_now(netns));
+    if !windows.pending.is_empty()
+        && let Some(reader) = windows.reader.as_mut()
+    {
+        let after = st.apply_read(reader.read());
         st.attribute_and_print(&mut out, &mut windows.pending, after)?;
     }
     report_losses(&mut st, &mut out, &mut seen_lost, &sources)?;
