@@ -523,3 +523,54 @@ fn observe_says_a_tc_drop_is_not_netfilters() {
         "{dropped}"
     );
 }
+
+/// A `--enable-accounting` run killed with SIGKILL runs no destructor: its marker under
+/// /run/plumb keeps the old values, and the next `plumb observe` (any namespace) puts
+/// them back, says so, and removes the marker.
+#[test]
+fn observe_restores_accounting_a_killed_run_left_on() {
+    if !plumb_testkit::privileged(&["ip", "iptables-nft-restore", "sysctl"]) {
+        return;
+    }
+    let ns = netns_with(
+        "plumb-observe2-acct-kill",
+        "*nat\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -d 10.43.0.1/32 -j ACCEPT\nCOMMIT\n",
+    );
+    let sysctl = |key: &str| {
+        let (ok, out, err) = ns.exec("sysctl", &["-n", key], None).unwrap();
+        assert!(ok, "{err}");
+        out.trim().to_string()
+    };
+    let both = || {
+        (
+            sysctl("net.netfilter.nf_conntrack_acct"),
+            sysctl("net.netfilter.nf_conntrack_timestamp"),
+        )
+    };
+    assert_eq!(both(), ("0".into(), "0".into()), "a fresh namespace");
+    let mut killed = observe(&["--netns", ns.name(), "--enable-accounting"]);
+    assert_eq!(both(), ("1".into(), "1".into()));
+    killed.kill().unwrap(); // SIGKILL
+    let _ = killed.wait();
+    assert_eq!(both(), ("1".into(), "1".into()), "nothing ran at the kill");
+    let inode = plumb_os::netns::inode_of(ns.name()).unwrap();
+    let marker = std::path::PathBuf::from(format!(
+        "/run/plumb/observe-accounting/netns-{}-{inode}",
+        ns.name()
+    ));
+    assert!(marker.is_file(), "{} kept", marker.display());
+
+    let next = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["observe", "--netns", ns.name(), "--duration", "0.5"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&next.stderr);
+    assert!(next.status.success(), "{stderr}");
+    assert_eq!(both(), ("0".into(), "0".into()), "put back: {stderr}");
+    assert!(
+        stderr.contains("put back nf_conntrack_acct=0, nf_conntrack_timestamp=0")
+            && stderr.contains(ns.name()),
+        "{stderr}"
+    );
+    assert!(!marker.exists(), "marker removed");
+}

@@ -31,7 +31,12 @@ fn main() {
     }
     let (rs, tools) = last.expect("at least one run");
     let (chains, policies) = NetlinkPlan::chains_to_read(&rs).expect("nf_tables tables only");
-    let rules: usize = rs.tables.iter().flat_map(|t| &t.chains).map(|c| c.rules.len()).sum();
+    let rules: usize = rs
+        .tables
+        .iter()
+        .flat_map(|t| &t.chains)
+        .map(|c| c.rules.len())
+        .sum();
     let c = plumb_os::nftables::read_counters(Some(&netns), &chains, &policies, None)
         .expect("netlink counters");
     let plan = NetlinkPlan::new(&rs, &c).expect("the reads line up");
@@ -55,7 +60,12 @@ fn main() {
         let mean = v.iter().sum::<f64>() / v.len() as f64;
         let min = v.iter().copied().fold(f64::INFINITY, f64::min);
         let max = v.iter().copied().fold(0.0, f64::max);
-        format!("mean {:.1} ms, min {:.1}, max {:.1}", mean * 1e3, min * 1e3, max * 1e3)
+        format!(
+            "mean {:.1} ms, min {:.1}, max {:.1}",
+            mean * 1e3,
+            min * 1e3,
+            max * 1e3
+        )
     };
     println!(
         "ruleset: {} tables, {} rules; dropping rules/policies counted: {}",
@@ -63,7 +73,10 @@ fn main() {
         rules,
         tools.len()
     );
-    println!("full read (dump tools + parse), {runs} runs: {}", stat(&full));
+    println!(
+        "full read (dump tools + parse), {runs} runs: {}",
+        stat(&full)
+    );
     println!(
         "netlink read of {} chains + {} policies, {runs} runs: {}",
         chains.len(),

@@ -956,9 +956,34 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
     let where_ = netns.map_or("this machine's network namespace".to_string(), |n| {
         format!("network namespace {n}")
     });
+    // Settings a killed `--enable-accounting` run left on go back first.
+    let markers = std::path::Path::new(plumb_observe::accounting::MARKER_DIR);
+    for l in plumb_observe::accounting::restore_leftovers(markers) {
+        let ns = l
+            .netns
+            .as_deref()
+            .map_or("this machine's network namespace".to_string(), |n| {
+                format!("network namespace {n}")
+            });
+        let values = format!(
+            "nf_conntrack_acct={}, nf_conntrack_timestamp={}",
+            u8::from(l.restored.bytes_and_packets),
+            u8::from(l.restored.timestamps)
+        );
+        match &l.problem {
+            None => eprintln!(
+                "plumb observe: put back {values} in {ns}, which plumb observe (pid {}) had changed and could not restore (it was killed)",
+                l.pid
+            ),
+            Some(why) => eprintln!(
+                "plumb observe: could not put back {values} in {ns} (changed by pid {}, killed): {why}",
+                l.pid
+            ),
+        }
+    }
     let mut restore: Option<Restore> = None;
     let accounting = if f.enable_accounting {
-        let r = Accounting::enable(netns)
+        let r = Accounting::enable(netns, markers)
             .map_err(|e| anyhow::anyhow!("--enable-accounting in {where_}: {e}"))?;
         restore = Some(r);
         Accounting::read(netns).ok()
