@@ -574,3 +574,61 @@ fn observe_restores_accounting_a_killed_run_left_on() {
     );
     assert!(!marker.exists(), "marker removed");
 }
+
+/// `--confirm-with-trace` writes a table: refused in the host's namespace, whether
+/// unnamed or named.
+#[test]
+fn observe_refuses_trace_confirmation_outside_a_lab_or_own_namespace() {
+    if !plumb_testkit::privileged(&["ip"]) {
+        return;
+    }
+    let host_tables = Command::new("nft").args(["list", "tables"]).output().ok();
+    let out = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["observe", "--confirm-with-trace", "--duration", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--confirm-with-trace") && stderr.contains("--lab"),
+        "{stderr}"
+    );
+    // The host's namespace under a name of its own (`ip netns attach NAME PID` of this process; deleting
+    // the name later removes only the name).
+    let name = format!("plumb-observe2-hostalias-{}", std::process::id());
+    let attached = Command::new("ip")
+        .args(["netns", "attach", &name, &std::process::id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    let out = attached.then(|| {
+        Command::new(env!("CARGO_BIN_EXE_plumb"))
+            .args([
+                "observe",
+                "--netns",
+                &name,
+                "--confirm-with-trace",
+                "--duration",
+                "1",
+            ])
+            .output()
+            .unwrap()
+    });
+    if attached {
+        let _ = Command::new("ip").args(["netns", "delete", &name]).status();
+    }
+    let out = out.expect("the host's namespace attached under a name");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is the host's namespace"), "{stderr}");
+    if let Some(before) = host_tables {
+        let after = Command::new("nft")
+            .args(["list", "tables"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            before.stdout, after.stdout,
+            "the host's ruleset is untouched"
+        );
+    }
+}

@@ -143,6 +143,42 @@ fn ufw_active_drops_pod_to_service_with_ufws_policy_named() {
     drop(lab);
 }
 
+/// `--confirm-with-trace` on the lab: nftrace sees the same FORWARD policy drop the
+/// counters named, and the trace table is gone afterwards.
+#[test]
+fn ufw_active_drop_is_confirmed_by_nftrace() {
+    if !root_or_skip() || !plumb_testkit::privileged(&["nft"]) {
+        return;
+    }
+    let lab = up(Scenario::UfwActive);
+    lab.wait_until("UFW's chains", Duration::from_secs(30), |l| {
+        l.node_output(&["iptables-save", "-t", "filter"])
+            .is_ok_and(|s| s.contains(":ufw-"))
+    })
+    .expect("ufw active");
+    let observer = observe(&[
+        "--duration",
+        "5",
+        "--reason",
+        "NETFILTER_DROP",
+        "--confirm-with-trace",
+    ]);
+    connect_from_pod(&lab, lab.cluster_ip());
+    let all = lines(observer);
+    let api = lab.api_endpoint();
+    let dropped = all
+        .iter()
+        .find(|v| v["IP"]["destination"] == api.ip().to_string() && v["rule"]["status"] == "found")
+        .unwrap_or_else(|| panic!("no attributed drop to {api}: {all:?}"));
+    let trace = &dropped["trace"];
+    assert_eq!(trace["agrees"], true, "{dropped}");
+    assert_eq!(trace["trace"]["chain"], "FORWARD", "{trace}");
+    assert_eq!(trace["trace"]["text"], "policy drop", "{trace}");
+    let tables = lab.node_output(&["nft", "list", "tables"]).unwrap();
+    assert!(!tables.contains("plumb-observe-trace"), "removed: {tables}");
+    drop(lab);
+}
+
 #[test]
 fn no_endpoints_reject_is_kube_proxys_rule() {
     if !root_or_skip() {

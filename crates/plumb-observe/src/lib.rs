@@ -20,5 +20,6 @@ pub mod drops;
 pub mod listener;
 pub mod names;
 pub mod reasons;
+pub mod trace;
 
 pub use conntrack::{Event, Flow, Tuple};

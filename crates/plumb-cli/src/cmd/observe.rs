@@ -20,6 +20,7 @@ use plumb_observe::drops::{DropFilter, DropProbe, DroppedPacket, WallClock};
 use plumb_observe::listener::ConntrackListener;
 use plumb_observe::names::{LbFrontend, ServiceName, ServiceNames};
 use plumb_observe::reasons::DropReasons;
+use plumb_observe::trace::{Confirmation, TraceDrop, Tracer};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -84,6 +85,9 @@ struct Line<'a> {
     traffic: Option<Traffic>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rule: Option<&'a RuleMatch>,
+    /// With `--confirm-with-trace`: what nftrace saw drop the packet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace: Option<Confirmation>,
     #[serde(skip_serializing_if = "Option::is_none")]
     interface: Option<Interface>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -320,6 +324,10 @@ struct State<'a> {
     printed: u64,
     /// What a drop by a BPF program says instead of a rule.
     bpf_verdict: RuleMatch,
+    /// `--confirm-with-trace`: the tracer, and the traced drops not yet matched (the
+    /// last 1,024).
+    tracer: Option<Tracer>,
+    traced: VecDeque<TraceDrop>,
 }
 
 /// The facts of one event the filters and printers look at.
@@ -508,6 +516,7 @@ impl State<'_> {
                 translated_destination: translated,
                 traffic,
                 rule: None,
+                trace: None,
                 interface: None,
                 netns: self.netns,
             };
@@ -565,6 +574,12 @@ impl State<'_> {
                 reason.as_deref(),
                 Some("TC_INGRESS" | "TC_EGRESS" | "BPF_CGROUP_EGRESS")
             );
+        let trace = match (rule, &self.tracer) {
+            (Some(answer), Some(_)) if !bpf => {
+                Some(self.confirm(answer, d.addresses.map(|(_, dst)| dst), d))
+            }
+            _ => None,
+        };
         let rule = if bpf { Some(&self.bpf_verdict) } else { rule };
         if let Some(m) = &self.metrics {
             let owner = match &rule {
@@ -624,6 +639,7 @@ impl State<'_> {
                 translated_destination: None,
                 traffic: None,
                 rule,
+                trace: trace.clone(),
                 interface: (d.ifindex != 0).then_some(Interface { index: d.ifindex }),
                 netns: self.netns,
             };
@@ -664,10 +680,58 @@ impl State<'_> {
                 }
                 None => {}
             }
+            match &trace {
+                Some(Confirmation {
+                    agrees,
+                    trace: Some(t),
+                }) => s.push_str(&format!(
+                    "; nftrace: {} {} {}: {} ({})",
+                    t.family,
+                    t.table,
+                    t.chain,
+                    t.text,
+                    if *agrees { "agrees" } else { "DIFFERS" }
+                )),
+                Some(_) => s.push_str("; nftrace: no traced drop of this packet"),
+                None => {}
+            }
             s
         };
         self.emit(out, text)?;
         Ok(())
+    }
+
+    /// The trace's word on `answer` for drop `d`: the latest traced drop of the same
+    /// packet (destination, protocol, port), taken out of the list.
+    fn confirm(
+        &mut self,
+        answer: &RuleMatch,
+        dst: Option<IpAddr>,
+        d: &DroppedPacket,
+    ) -> Confirmation {
+        if let Some(t) = &self.tracer {
+            while let Ok(td) = t.drops.try_recv() {
+                if self.traced.len() == 1024 {
+                    self.traced.pop_front();
+                }
+                self.traced.push_back(td);
+            }
+        }
+        let port = d.ports.map(|p| p.1);
+        match self
+            .traced
+            .iter()
+            .rposition(|t| t.is_of(dst, d.protocol, port))
+        {
+            Some(i) => {
+                let t = self.traced.remove(i).expect("found");
+                plumb_observe::trace::confirm(answer, &t)
+            }
+            None => Confirmation {
+                agrees: false,
+                trace: None,
+            },
+        }
     }
 
     fn notice(&mut self, out: &mut impl Write, text: &str) -> std::io::Result<()> {
@@ -1014,6 +1078,8 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
         last_n: f.last.unwrap_or(0),
         metrics,
         printed: 0,
+        tracer: None,
+        traced: VecDeque::new(),
         bpf_verdict: RuleMatch::NotFound {
             why: "dropped by a tc filter or a BPF program (tc, cgroup), not by netfilter: on \
                   Cilium its datapath's policy and service maps decide (cilium-dbg monitor \
@@ -1021,6 +1087,9 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
                 .into(),
         },
     };
+    if f.confirm_with_trace {
+        st.tracer = Some(start_tracer(f.lab, netns)?);
+    }
     let mut reader = RulesetReader::new(netns, st.metrics.clone());
     st.baseline = st.apply_read(reader.read());
     if let Some(lb) = plumb_collect::cilium::read_lb_maps(&cilium_root(netns))
@@ -1195,6 +1264,31 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
     out.flush()?;
     drop(restore);
     Ok(Verdict::Clean)
+}
+
+/// Starts the nftrace confirmation where writing a table is the user's choice: the lab's
+/// node, or a named namespace that is not the host's.
+fn start_tracer(lab: bool, netns: Option<&str>) -> anyhow::Result<Tracer> {
+    let refuse = |why: &str| {
+        anyhow::anyhow!(
+            "--confirm-with-trace adds a table to the namespace's ruleset, so it runs only with --lab or --netns NAME of a namespace that is not the host's: {why}"
+        )
+    };
+    let Some(name) = netns else {
+        return Err(refuse("no namespace was named"));
+    };
+    if !lab {
+        // The host's: the namespace plumb runs in, and init's when it can be read.
+        let own = plumb_os::netns::current_inode()
+            .map_err(|e| refuse(&format!("cannot read this process's namespace: {e}")))?;
+        let init = plumb_os::netns::inode(std::path::Path::new("/proc/1/ns/net")).ok();
+        let theirs = plumb_os::netns::inode_of(name)
+            .map_err(|e| refuse(&format!("cannot read namespace {name}: {e}")))?;
+        if theirs == own || Some(theirs) == init {
+            return Err(refuse(&format!("{name} is the host's namespace")));
+        }
+    }
+    Tracer::start(name).map_err(|e| anyhow::anyhow!("--confirm-with-trace in {name}: {e}"))
 }
 
 /// Reports the events lost since the last report, per source.
