@@ -364,9 +364,11 @@ impl NetlinkPlan {
         Some((chains, policies))
     }
 
-    /// The plan for `rs` (a full read) and `c`, the counters of its
-    /// [`NetlinkPlan::chains_to_read`] read over netlink. An error says where the two
-    /// differ (a chain with another number of rules, a counter on one side only): the
+    /// The plan for `rs` (a full read: the save tools' text, or plumb's netlink reader's,
+    /// which leaves rule counters out) and `c`, the counters of its
+    /// [`NetlinkPlan::chains_to_read`] read over netlink. The counts are the kernel's
+    /// (`c`); `rs` gives the rules' text and owners. An error says where the two
+    /// differ (a chain with another number of rules, a counter the kernel lacks): the
     /// ruleset changed between the reads, and the caller reads in full again.
     pub fn new(rs: &Ruleset, c: &Counters) -> Result<NetlinkPlan, String> {
         let (chains, policies) =
@@ -401,15 +403,17 @@ impl NetlinkPlan {
             match e.position {
                 Some(i) => {
                     let r = &c.rules[&e.chain][i];
-                    match (r.count, e.counted) {
-                        (Some(_), Some(_)) => {
+                    // The kernel's counter decides: a ruleset read over netlink
+                    // carries the rules' text without their counters.
+                    match r.count {
+                        Some(_) => {
                             plan.rules
                                 .insert((e.chain.clone(), r.handle), (e.key, e.rule));
                         }
-                        (None, None) => plan.uncounted.push(e.uncounted),
-                        _ => {
+                        None if e.counted.is_none() => plan.uncounted.push(e.uncounted),
+                        None => {
                             return Err(format!(
-                                "{}: rule {} differs in its counter",
+                                "{}: rule {} has a counter in the dump, none over netlink",
                                 where_(),
                                 i + 1
                             ));
@@ -417,11 +421,17 @@ impl NetlinkPlan {
                     }
                 }
                 None => match (c.policies.get(&e.chain), e.counted) {
-                    (Some(Some(_)), Some(_)) => {
+                    (Some(Some(_)), _) => {
                         plan.policy_rules.insert(e.chain, (e.key, e.rule));
                     }
                     (Some(None), None) => plan.uncounted.push(e.uncounted),
-                    _ => return Err(format!("{}: its policy's counters differ", where_())),
+                    (Some(None), Some(_)) => {
+                        return Err(format!(
+                            "{}: its policy has no counters over netlink",
+                            where_()
+                        ));
+                    }
+                    (None, _) => return Err(format!("{}: not found over netlink", where_())),
                 },
             }
         }

@@ -1,7 +1,8 @@
 //! Privileged: the rule counters read over netlink (only the chains that can drop)
 //! equal what `iptables-nft-save -c` and `nft list ruleset` print, on a private
 //! namespace with traffic counted by DROP and REJECT rules, a DROP policy, a native nft
-//! `counter`, in IPv4 and IPv6 tables; a changed ruleset is refused, not misread.
+//! `counter`, in IPv4 and IPv6 tables — with the rules' text from the save tools or
+//! from plumb's netlink reader; a changed ruleset is refused, not misread.
 
 use plumb_observe::attribution::{CounterSnapshot, NetlinkPlan, read_counted};
 use plumb_os::nftables::read_counters;
@@ -90,6 +91,18 @@ fn netlink_counters_equal_the_save_tools() {
     ] {
         assert!(counted.iter().any(|l| l == want), "{want} in {counted:#?}");
     }
+    // The rules' text from plumb's netlink reader (no rule counters in it), the counts
+    // from the kernel: the same snapshot again.
+    let live = plumb_collect::rulesets::collect_live_rulesets(
+        &plumb_os::runner::SystemRunner,
+        Some(&name),
+    )
+    .ruleset;
+    let (live_chains, live_policies) = NetlinkPlan::chains_to_read(&live).expect("nf_tables only");
+    assert_eq!((&live_chains, &live_policies), (&chains, &policies));
+    let live_plan = NetlinkPlan::new(&live, &c).expect("the netlink text lines up too");
+    assert_eq!(show(&live_plan.snapshot(&c).unwrap()), show(&tools));
+
     // Only the chains that can drop are read.
     assert!(chains.iter().all(|c| c.2 != "INPUT"), "{chains:?}");
 

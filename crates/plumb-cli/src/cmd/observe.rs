@@ -246,7 +246,7 @@ impl Metrics {
         );
         r.register(
             "plumb_observe_ruleset_reads",
-            "Reads of the rule counters for attribution, by how: netlink (the chains that can drop) or full (the dump tools)",
+            "Reads of the rule counters for attribution, by how: netlink (the chains that can drop), full (the whole ruleset over netlink) or tools (the dump tools)",
             reads.clone(),
         );
         Metrics {
@@ -777,14 +777,14 @@ type RulesetRead = Result<(ServiceNames, CounterSnapshot), String>;
 
 /// Reads the namespace's rule counters for attribution, and the Service names.
 ///
-/// The first read is a full one (the save tools and `nft list ruleset`: the rules'
-/// text, owners and names), followed by a netlink read of the counters of the chains
-/// that can drop (chains with DROP/REJECT rules, base chains with a DROP policy); the
-/// two make a [`NetlinkPlan`]. Later reads fetch only those chains' counters over
-/// netlink (GET requests: milliseconds, where a save tool takes seconds on a node with
-/// 10k Services) while the ruleset's generation stays the same. A changed ruleset, a
-/// table netlink cannot read (iptables-legacy) or a netlink error falls back to the
-/// full read.
+/// The first read is a full one over netlink (plumb's nf_tables reader, as `ruleset
+/// show --netns` uses: the rules' text, owners and names), with the counters of the
+/// chains that can drop (chains with DROP/REJECT rules, base chains with a DROP
+/// policy) read at the same generation; the two make a [`NetlinkPlan`]. Later reads
+/// fetch only those chains' counters (GET requests: milliseconds, where a save tool
+/// takes tens of seconds on a node with 10k Services) while the ruleset's generation
+/// stays the same. A changed ruleset means a new full read; a table netlink cannot
+/// read (iptables-legacy) or a netlink error, the dump tools with their counters.
 struct RulesetReader {
     netns: Option<String>,
     plan: Option<NetlinkPlan>,
@@ -828,20 +828,42 @@ impl RulesetReader {
                 Err(_) => self.plan = None,
             }
         }
-        let before = plumb_os::nftables::generation(netns, deadline()).ok();
+        // The full read: over netlink (plumb's nf_tables reader: the rules' text and
+        // owners, no rule counters) with the counters of the chains that can drop read
+        // at the same generation. On a node with 10k Services this takes about a
+        // second where iptables-nft-save takes tens.
+        if let Some((names, snapshot, plan)) = self.read_over_netlink() {
+            self.count("full");
+            self.names = names;
+            self.plan = Some(plan);
+            return Ok((self.with_cilium(), snapshot));
+        }
+        // The dump tools with their counters: iptables-legacy tables, or netlink failed.
         let (rs, _problems) = read_counted(&plumb_os::runner::SystemRunner, netns)?;
-        self.count("full");
+        self.count("tools");
         self.names = ServiceNames::from_ruleset(&rs);
-        self.plan = NetlinkPlan::chains_to_read(&rs).and_then(|(chains, policies)| {
-            let c =
-                plumb_os::nftables::read_counters(netns, &chains, &policies, deadline()).ok()?;
-            // The same generation before the dump tools ran and at the netlink read:
-            // both saw the same ruleset.
-            (Some(c.generation) == before)
-                .then(|| NetlinkPlan::new(&rs, &c).ok())
-                .flatten()
-        });
         Ok((self.with_cilium(), CounterSnapshot::of(&rs)))
+    }
+
+    /// The full read over netlink and its plan; None when it cannot serve (a legacy
+    /// table, a table not decoded exactly, the ruleset changing meanwhile, an error).
+    fn read_over_netlink(&self) -> Option<(ServiceNames, CounterSnapshot, NetlinkPlan)> {
+        let netns = self.netns.as_deref();
+        let deadline = Some(Instant::now() + NETLINK_DEADLINE);
+        let before = plumb_os::nftables::generation(netns, deadline).ok()?;
+        let collected =
+            plumb_collect::rulesets::collect_live_rulesets(&plumb_os::runner::SystemRunner, netns);
+        let rs = collected.ruleset;
+        let (chains, policies) = NetlinkPlan::chains_to_read(&rs)?;
+        let c = plumb_os::nftables::read_counters(netns, &chains, &policies, deadline).ok()?;
+        // The same generation before the full read and at the counters' read: both saw
+        // the same ruleset.
+        if c.generation != before {
+            return None;
+        }
+        let plan = NetlinkPlan::new(&rs, &c).ok()?;
+        let snapshot = plan.snapshot(&c).ok()?;
+        Some((ServiceNames::from_ruleset(&rs), snapshot, plan))
     }
 
     /// The names, with the frontends of Cilium's load balancer when its maps are pinned
