@@ -5,7 +5,7 @@
 //!   cargo run --release -p plumb-observe --example observe_load -- conntrack 5
 //!   cargo run --release -p plumb-observe --example observe_load -- drops 5
 //!
-//! conntrack: a generator thread sends UDP datagrams from 64 sockets to rotating
+//! conntrack: the generator sends UDP datagrams from 64 sockets (one per batch) to rotating
 //! ports of 127.0.0.1 (every datagram a new connection; the namespace's UDP timeout is
 //! 1 s so the table does not fill); the reader is [`ConntrackListener`] (NEW and
 //! DESTROY groups) decoding every event into a flow.
@@ -159,7 +159,7 @@ fn conntrack_load(
     generator(
         ns.to_string(),
         64,
-        |i| std::net::SocketAddr::from(([127, 0, 0, 1], 1024 + ((i / 64) % 60000) as u16)),
+        |i| std::net::SocketAddr::from(([127, 0, 0, 1], 1024 + (i % 60000) as u16)),
         stop,
         sent,
     )
