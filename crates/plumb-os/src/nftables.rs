@@ -678,7 +678,77 @@ pub fn set_receive_timeout(socket: &netlink_sys::Socket, t: Duration) -> io::Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::build;
     use crate::netns::Netns;
+
+    /// A NEWRULE message of `ip filter BLK`, handle 7, with a `payload` expression and a
+    /// `counter` of 3 packets and 87 bytes, as the kernel encodes them.
+    fn rule_message() -> Vec<u8> {
+        let expr = |name: &str, data: Vec<Vec<u8>>| {
+            build::nested(
+                NFTA_LIST_ELEM,
+                &[
+                    build::str_attr(NFTA_EXPR_NAME, name),
+                    build::nested(NFTA_EXPR_DATA, &data),
+                ],
+            )
+        };
+        let payload = [
+            vec![2u8, 0, 0, 0],
+            build::str_attr(NFTA_RULE_TABLE, "filter"),
+            build::str_attr(NFTA_RULE_CHAIN, "BLK"),
+            build::attr(NFTA_RULE_HANDLE, &7u64.to_be_bytes()),
+            build::nested(
+                NFTA_RULE_EXPRESSIONS,
+                &[
+                    expr("payload", vec![build::attr(1, &1u32.to_be_bytes())]),
+                    expr(
+                        "counter",
+                        vec![
+                            build::attr(NFTA_COUNTER_BYTES, &87u64.to_be_bytes()),
+                            build::attr(NFTA_COUNTER_PACKETS, &3u64.to_be_bytes()),
+                        ],
+                    ),
+                ],
+            ),
+        ]
+        .concat();
+        build::message((SUBSYS_NFTABLES << 8) | msg::NEWRULE, 0, &payload)
+    }
+
+    #[test]
+    fn a_rules_counter_is_decoded() {
+        let bytes = rule_message();
+        let m = crate::netlink::messages(&bytes).next().unwrap();
+        assert_eq!(
+            decode_rule_counter(&m),
+            Some(RuleCounter {
+                chain: (2, "filter".into(), "BLK".into()),
+                handle: 7,
+                count: Some(Count {
+                    packets: 3,
+                    bytes: 87
+                }),
+            })
+        );
+    }
+
+    proptest::proptest! {
+        /// Cut or changed anywhere, a rule message decodes to something or nothing,
+        /// never a panic.
+        #[test]
+        fn damaged_rule_messages_never_panic(cut in 0usize..200, at in 0usize..200, byte: u8) {
+            let mut bytes = rule_message();
+            if at < bytes.len() {
+                bytes[at] = byte;
+            }
+            bytes.truncate(cut.max(16));
+            for m in crate::netlink::messages(&bytes) {
+                let _ = decode_rule_counter(&m);
+                let _ = decode_chain_counter(&m);
+            }
+        }
+    }
 
     /// Privileged: the dumps read a private namespace's table, chain and rule, and a
     /// deadline that has passed ends the read with `TimedOut` (reported by callers as
