@@ -610,6 +610,11 @@ pub struct ObserveFlags {
     /// packet and duration counts (restored on exit); without it they are only read.
     #[arg(long)]
     pub enable_accounting: bool,
+    /// Confirm each attributed NETFILTER_DROP with nftrace: adds a table of plumb's own
+    /// that traces every packet (removed on exit). Only with --lab or --netns NAME of a
+    /// namespace that is not the host's, since it writes to that namespace's ruleset.
+    #[arg(long)]
+    pub confirm_with_trace: bool,
     /// Serve Prometheus metrics on this address (GET /metrics, /healthz, /readyz).
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,

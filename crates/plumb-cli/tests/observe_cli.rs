@@ -163,6 +163,12 @@ fn observe_names_the_rule_that_dropped_a_packet() {
         .find(|l| l.starts_with("plumb_observe_drops_total{") && l.contains("NETFILTER_DROP"))
         .unwrap_or_else(|| panic!("no NETFILTER_DROP counter:\n{text}"));
     assert!(counted.contains("owner=\""), "{counted}");
+    // After the first full read, the counters of the dropping chains come over netlink.
+    let netlink = text
+        .lines()
+        .find(|l| l.starts_with("plumb_observe_ruleset_reads_total{how=\"netlink\"}"))
+        .unwrap_or_else(|| panic!("no netlink counter read:\n{text}"));
+    assert!(!netlink.ends_with(" 0"), "{netlink}");
     let lines = json_lines(observer);
     assert!(
         lines.iter().all(|v| v["verdict"] != "FORWARDED"),
@@ -516,4 +522,113 @@ fn observe_says_a_tc_drop_is_not_netfilters() {
             .contains("not by netfilter"),
         "{dropped}"
     );
+}
+
+/// A `--enable-accounting` run killed with SIGKILL runs no destructor: its marker under
+/// /run/plumb keeps the old values, and the next `plumb observe` (any namespace) puts
+/// them back, says so, and removes the marker.
+#[test]
+fn observe_restores_accounting_a_killed_run_left_on() {
+    if !plumb_testkit::privileged(&["ip", "iptables-nft-restore", "sysctl"]) {
+        return;
+    }
+    let ns = netns_with(
+        "plumb-observe2-acct-kill",
+        "*nat\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -d 10.43.0.1/32 -j ACCEPT\nCOMMIT\n",
+    );
+    let sysctl = |key: &str| {
+        let (ok, out, err) = ns.exec("sysctl", &["-n", key], None).unwrap();
+        assert!(ok, "{err}");
+        out.trim().to_string()
+    };
+    let both = || {
+        (
+            sysctl("net.netfilter.nf_conntrack_acct"),
+            sysctl("net.netfilter.nf_conntrack_timestamp"),
+        )
+    };
+    assert_eq!(both(), ("0".into(), "0".into()), "a fresh namespace");
+    let mut killed = observe(&["--netns", ns.name(), "--enable-accounting"]);
+    assert_eq!(both(), ("1".into(), "1".into()));
+    killed.kill().unwrap(); // SIGKILL
+    let _ = killed.wait();
+    assert_eq!(both(), ("1".into(), "1".into()), "nothing ran at the kill");
+    let inode = plumb_os::netns::inode_of(ns.name()).unwrap();
+    let marker = std::path::PathBuf::from(format!(
+        "/run/plumb/observe-accounting/netns-{}-{inode}",
+        ns.name()
+    ));
+    assert!(marker.is_file(), "{} kept", marker.display());
+
+    let next = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["observe", "--netns", ns.name(), "--duration", "0.5"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&next.stderr);
+    assert!(next.status.success(), "{stderr}");
+    assert_eq!(both(), ("0".into(), "0".into()), "put back: {stderr}");
+    assert!(
+        stderr.contains("put back nf_conntrack_acct=0, nf_conntrack_timestamp=0")
+            && stderr.contains(ns.name()),
+        "{stderr}"
+    );
+    assert!(!marker.exists(), "marker removed");
+}
+
+/// `--confirm-with-trace` writes a table: refused in the host's namespace, whether
+/// unnamed or named.
+#[test]
+fn observe_refuses_trace_confirmation_outside_a_lab_or_own_namespace() {
+    if !plumb_testkit::privileged(&["ip"]) {
+        return;
+    }
+    let host_tables = Command::new("nft").args(["list", "tables"]).output().ok();
+    let out = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["observe", "--confirm-with-trace", "--duration", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--confirm-with-trace") && stderr.contains("--lab"),
+        "{stderr}"
+    );
+    // The host's namespace under a name of its own (`ip netns attach NAME PID` of this process; deleting
+    // the name later removes only the name).
+    let name = format!("plumb-observe2-hostalias-{}", std::process::id());
+    let attached = Command::new("ip")
+        .args(["netns", "attach", &name, &std::process::id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    let out = attached.then(|| {
+        Command::new(env!("CARGO_BIN_EXE_plumb"))
+            .args([
+                "observe",
+                "--netns",
+                &name,
+                "--confirm-with-trace",
+                "--duration",
+                "1",
+            ])
+            .output()
+            .unwrap()
+    });
+    if attached {
+        let _ = Command::new("ip").args(["netns", "delete", &name]).status();
+    }
+    let out = out.expect("the host's namespace attached under a name");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is the host's namespace"), "{stderr}");
+    if let Some(before) = host_tables {
+        let after = Command::new("nft")
+            .args(["list", "tables"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            before.stdout, after.stdout,
+            "the host's ruleset is untouched"
+        );
+    }
 }

@@ -2,7 +2,10 @@
 //! what the scenario does to a pod's traffic — on `healthy` the connection to
 //! 10.43.0.1:443 as the `default/kubernetes` Service translated to the API endpoint; on
 //! `ufw-active` the pod's SYN dropped with NETFILTER_DROP by UFW's FORWARD policy; on
-//! `no-endpoints` the SYN to kube-dns rejected by kube-proxy's "has no endpoints" rule.
+//! `no-endpoints` the SYN to kube-dns rejected by kube-proxy's "has no endpoints" rule;
+//! on the kube-proxy-free `cilium-kpr` the connections Cilium's socket load balancer
+//! translated named by their frontends from its maps, and said once that Cilium's BPF
+//! drops are not netfilter's.
 //! One lab per machine: run under the lab lock with `--test-threads=1`.
 
 use plumb_lab::{Backend, Lab, LabOptions, Scenario};
@@ -140,6 +143,42 @@ fn ufw_active_drops_pod_to_service_with_ufws_policy_named() {
     drop(lab);
 }
 
+/// `--confirm-with-trace` on the lab: nftrace sees the same FORWARD policy drop the
+/// counters named, and the trace table is gone afterwards.
+#[test]
+fn ufw_active_drop_is_confirmed_by_nftrace() {
+    if !root_or_skip() || !plumb_testkit::privileged(&["nft"]) {
+        return;
+    }
+    let lab = up(Scenario::UfwActive);
+    lab.wait_until("UFW's chains", Duration::from_secs(30), |l| {
+        l.node_output(&["iptables-save", "-t", "filter"])
+            .is_ok_and(|s| s.contains(":ufw-"))
+    })
+    .expect("ufw active");
+    let observer = observe(&[
+        "--duration",
+        "5",
+        "--reason",
+        "NETFILTER_DROP",
+        "--confirm-with-trace",
+    ]);
+    connect_from_pod(&lab, lab.cluster_ip());
+    let all = lines(observer);
+    let api = lab.api_endpoint();
+    let dropped = all
+        .iter()
+        .find(|v| v["IP"]["destination"] == api.ip().to_string() && v["rule"]["status"] == "found")
+        .unwrap_or_else(|| panic!("no attributed drop to {api}: {all:?}"));
+    let trace = &dropped["trace"];
+    assert_eq!(trace["agrees"], true, "{dropped}");
+    assert_eq!(trace["trace"]["chain"], "FORWARD", "{trace}");
+    assert_eq!(trace["trace"]["text"], "policy drop", "{trace}");
+    let tables = lab.node_output(&["nft", "list", "tables"]).unwrap();
+    assert!(!tables.contains("plumb-observe-trace"), "removed: {tables}");
+    drop(lab);
+}
+
 #[test]
 fn no_endpoints_reject_is_kube_proxys_rule() {
     if !root_or_skip() {
@@ -171,5 +210,73 @@ fn no_endpoints_reject_is_kube_proxys_rule() {
         "{rule}"
     );
     assert_eq!(rule["rule"]["owner"], "kube-proxy", "{rule}");
+    drop(lab);
+}
+
+/// `plumb lab exec -- ARGS` (in the node namespace and the lab's cgroup, where the
+/// socket load balancer is attached); its output, whatever the exit.
+fn lab_exec(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["lab", "exec", "--"])
+        .args(args)
+        .output()
+        .expect("plumb lab exec");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn cilium_kpr_flows_are_named_by_cilium_frontends() {
+    if !root_or_skip() || !plumb_testkit::privileged(&["curl", "bash"]) {
+        return;
+    }
+    let lab = up(Scenario::CiliumKpr);
+    let observer = observe(&["--duration", "4", "--verdict", "forwarded"]);
+    let version = lab_exec(&[
+        "curl",
+        "-sk",
+        "--max-time",
+        "2",
+        "https://10.43.0.1/version",
+    ]);
+    assert!(
+        version.contains("gitVersion"),
+        "curl via the ClusterIP: {version}"
+    );
+    lab_exec(&["bash", "-c", "exec 3<>/dev/tcp/10.43.0.10/53"]);
+    let all = lines(observer);
+    // The socket load balancer chose the backend at connect time: conntrack shows the
+    // API endpoint, and the maps lead back to the ClusterIP.
+    let api = lab.api_endpoint();
+    let flow = all
+        .iter()
+        .find(|v| {
+            v["IP"]["destination"] == api.ip().to_string()
+                && v["l4"]["TCP"]["destination_port"] == api.port()
+        })
+        .unwrap_or_else(|| panic!("no flow to {api}: {all:?}"));
+    assert_eq!(
+        flow["destination_frontend"],
+        serde_json::json!({"address": "10.43.0.1:443/TCP", "kind": "ClusterIP"}),
+        "{flow}"
+    );
+    assert!(
+        flow.get("destination_service").is_none(),
+        "no kube-proxy: {flow}"
+    );
+    let dns = all
+        .iter()
+        .find(|v| v["l4"]["TCP"]["destination_port"] == 53)
+        .unwrap_or_else(|| panic!("no flow to kube-dns's backend: {all:?}"));
+    assert_eq!(
+        dns["destination_frontend"]["address"], "10.43.0.10:53/TCP",
+        "{dns}"
+    );
+    let notices: Vec<&str> = all
+        .iter()
+        .filter_map(|v| v["notice"].as_str())
+        .filter(|n| n.contains("not netfilter's"))
+        .collect();
+    assert_eq!(notices.len(), 1, "said once: {all:?}");
+    assert!(notices[0].contains("Cilium"), "{}", notices[0]);
     drop(lab);
 }

@@ -129,6 +129,57 @@ static __always_inline void count(__u32 idx)
 		*c += 1;
 }
 
+#define IPV6_HOPOPTS 0
+#define IPV6_ROUTING 43
+#define IPV6_FRAGMENT 44
+#define IPV6_AH 51
+#define IPV6_DSTOPTS 60
+// Extension headers walked at most before the upper-layer header; a packet with more
+// is reported without ports.
+#define IPV6_EXT_MAX 6
+
+// Walks the IPv6 extension headers from `p` (the first one's type `next`): sets
+// *proto to the upper-layer protocol and returns where its header starts, or 0 when
+// the ports cannot be read (a fragment after the first, too many headers, an
+// unreadable header). Hop-by-hop, routing and destination options are 8-byte units
+// after the first 8; AH counts 4-byte units after the first 8; a fragment header is 8
+// bytes and only the fragment at offset 0 holds the ports.
+static __always_inline unsigned char *ipv6_upper_layer(unsigned char *p, __u8 next, __u8 *proto)
+{
+	int first_fragment = 1;
+#pragma unroll
+	for (int i = 0; i < IPV6_EXT_MAX; i++) {
+		if (next == IPV6_HOPOPTS || next == IPV6_ROUTING || next == IPV6_DSTOPTS ||
+		    next == IPV6_AH) {
+			__u8 x[2];
+			if (bpf_probe_read_kernel(x, sizeof(x), p)) {
+				*proto = next;
+				return 0;
+			}
+			__u32 len = next == IPV6_AH ? ((__u32)x[1] + 2) * 4 : ((__u32)x[1] + 1) * 8;
+			next = x[0];
+			p += len;
+		} else if (next == IPV6_FRAGMENT) {
+			__u8 x[4];
+			if (bpf_probe_read_kernel(x, sizeof(x), p)) {
+				*proto = next;
+				return 0;
+			}
+			if ((((__u16)x[2] << 8) | x[3]) & 0xfff8)
+				first_fragment = 0;
+			next = x[0];
+			p += 8;
+		} else {
+			break;
+		}
+	}
+	*proto = next;
+	if (!first_fragment || next == IPV6_HOPOPTS || next == IPV6_ROUTING ||
+	    next == IPV6_FRAGMENT || next == IPV6_AH || next == IPV6_DSTOPTS)
+		return 0;
+	return p;
+}
+
 SEC("tp_btf/kfree_skb")
 int plumb_kfree_skb(__u64 *ctx)
 {
@@ -188,11 +239,13 @@ int plumb_kfree_skb(__u64 *ctx)
 				l4 = ip + (h[0] & 0xf) * 4;
 		}
 	} else if (l3 == ETH_P_IPV6) {
-		bpf_probe_read_kernel(&e->ip_proto, 1, ip + 6);
-		bpf_probe_read_kernel(e->saddr, 16, ip + 8);
-		bpf_probe_read_kernel(e->daddr, 16, ip + 24);
-		// Extension headers are not walked: ports only right after the fixed header.
-		l4 = ip + 40;
+		// The fixed header in one read: next header at 6, addresses at 8 and 24.
+		__u8 h[40];
+		if (!bpf_probe_read_kernel(h, sizeof(h), ip)) {
+			__builtin_memcpy(e->saddr, h + 8, 16);
+			__builtin_memcpy(e->daddr, h + 24, 16);
+			l4 = ipv6_upper_layer(ip + 40, h[6], &e->ip_proto);
+		}
 	}
 	if (l4) {
 		__u8 p = e->ip_proto;

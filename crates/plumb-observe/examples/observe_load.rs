@@ -5,12 +5,12 @@
 //!   cargo run --release -p plumb-observe --example observe_load -- conntrack 5
 //!   cargo run --release -p plumb-observe --example observe_load -- drops 5
 //!
-//! conntrack: a generator thread sends UDP datagrams from 64 sockets to rotating
+//! conntrack: the generator sends UDP datagrams from 64 sockets (one per batch) to rotating
 //! ports of 127.0.0.1 (every datagram a new connection; the namespace's UDP timeout is
 //! 1 s so the table does not fill); the reader is [`ConntrackListener`] (NEW and
 //! DESTROY groups) decoding every event into a flow.
-//! drops: a generator sends UDP datagrams that an iptables DROP rule in OUTPUT drops
-//! (each one a NETFILTER_DROP kfree_skb); the reader is [`DropProbe`] draining and
+//! drops: a generator sends UDP datagrams over lo that an iptables DROP rule in raw
+//! PREROUTING drops (each one a NETFILTER_DROP kfree_skb); the reader is [`DropProbe`] draining and
 //! decoding the ring buffer. The generator's rate with and without the probe
 //! attached gives the program's cost per drop on the sending CPU.
 //!
@@ -20,6 +20,10 @@
 //! system, the dump tools it runs included).
 //!
 //!   target/release/examples/observe_load cli-drops 5 target/release/plumb
+//!
+//! `--threads N` sends from N threads (default 1); every thread sends in batches of 64
+//! datagrams per `sendmmsg`. The kernel's own generator (pktgen) would go further, but
+//! needs a kernel built with CONFIG_NET_PKTGEN.
 //!
 //! The namespace is deleted at the end, also on failure.
 
@@ -39,7 +43,15 @@ fn thread_cpu() -> Duration {
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
-/// Sends UDP datagrams from inside `ns` until `stop`; `to(i)` is the i-th destination.
+/// Sender threads (`--threads N`, default 1).
+static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
+/// Datagrams per `sendmmsg` call.
+const BATCH: usize = 64;
+
+/// Sends UDP datagrams from inside `ns` until `stop`, from `--threads` threads, in
+/// batches of [`BATCH`] per `sendmmsg` (one syscall per batch); `to(i)` is the i-th
+/// destination (IPv4).
 fn generator(
     ns: String,
     sockets: usize,
@@ -48,22 +60,81 @@ fn generator(
     sent: Arc<AtomicU64>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let _ = plumb_os::netns::on_thread(Some(&ns), || {
-            let socks: Vec<_> = (0..sockets)
-                .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
-                .collect();
-            let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                for _ in 0..1024 {
-                    let s = &socks[(i as usize) % socks.len()];
-                    let _ = s.send_to(b"x", to(i));
-                    i += 1;
-                }
-                sent.fetch_add(1024, Ordering::Relaxed);
+        let threads = THREADS.load(Ordering::Relaxed).max(1);
+        std::thread::scope(|sc| {
+            for t in 0..threads {
+                let (ns, stop, sent) = (&ns, &stop, &sent);
+                sc.spawn(move || {
+                    let _ = plumb_os::netns::on_thread(Some(ns), || {
+                        send_loop(sockets, to, t as u64, threads as u64, stop, sent);
+                        Ok::<(), std::io::Error>(())
+                    });
+                });
             }
-            Ok::<(), std::io::Error>(())
         });
     })
+}
+
+fn sockaddr(a: std::net::SocketAddr) -> libc::sockaddr_in {
+    let std::net::SocketAddr::V4(v4) = a else {
+        panic!("IPv4 destinations only")
+    };
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: v4.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*v4.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
+/// One sender thread: destinations `i` with `i % of == nth`, so threads share the
+/// destination sequence without overlap.
+fn send_loop(
+    sockets: usize,
+    to: fn(u64) -> std::net::SocketAddr,
+    nth: u64,
+    of: u64,
+    stop: &AtomicBool,
+    sent: &AtomicU64,
+) {
+    use std::os::fd::AsRawFd;
+    let socks: Vec<_> = (0..sockets)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let payload = [b'x'];
+    let mut addrs = vec![sockaddr(to(0)); BATCH];
+    let mut iov = libc::iovec {
+        iov_base: payload.as_ptr() as *mut libc::c_void,
+        iov_len: 1,
+    };
+    let mut i = nth;
+    while !stop.load(Ordering::Relaxed) {
+        for _ in 0..16 {
+            // One batch per socket turn: socket k takes destinations of its own.
+            let s = &socks[((i / of) as usize / BATCH) % socks.len()];
+            for a in addrs.iter_mut() {
+                *a = sockaddr(to(i));
+                i += of;
+            }
+            // SAFETY: zeroed mmsghdrs are valid; each points at live buffers below.
+            let mut msgs: Vec<libc::mmsghdr> =
+                (0..BATCH).map(|_| unsafe { std::mem::zeroed() }).collect();
+            for (m, a) in msgs.iter_mut().zip(addrs.iter_mut()) {
+                m.msg_hdr.msg_name = (a as *mut libc::sockaddr_in).cast();
+                m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+                m.msg_hdr.msg_iov = &mut iov;
+                m.msg_hdr.msg_iovlen = 1;
+            }
+            // SAFETY: msgs, addrs, iov and payload outlive the call.
+            let n = unsafe { libc::sendmmsg(s.as_raw_fd(), msgs.as_mut_ptr(), BATCH as u32, 0) };
+            // A dropped datagram fails the call (EPERM) after the ones before it: the
+            // kernel dropped the first one too, so count it and go on.
+            let done = if n < 0 { 1 } else { n.max(1) as u64 };
+            sent.fetch_add(done, Ordering::Relaxed);
+        }
+    }
 }
 
 fn conntrack_setup(ns: &plumb_os::netns::Netns) {
@@ -88,7 +159,7 @@ fn conntrack_load(
     generator(
         ns.to_string(),
         64,
-        |i| std::net::SocketAddr::from(([127, 0, 0, 1], 1024 + ((i / 64) % 60000) as u16)),
+        |i| std::net::SocketAddr::from(([127, 0, 0, 1], 1024 + (i % 60000) as u16)),
         stop,
         sent,
     )
@@ -153,7 +224,9 @@ fn drops_setup(ns: &plumb_os::netns::Netns) {
         .exec("ip", &["route", "add", "10.43.0.0/16", "dev", "lo"], None)
         .unwrap();
     assert!(ok, "{err}");
-    let rules = "*filter\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -d 10.43.0.7/32 -j DROP\nCOMMIT\n";
+    // Dropped on the way back in (raw PREROUTING, after lo), not in OUTPUT: the send
+    // succeeds, so a `sendmmsg` batch is not cut short by EPERM at its first datagram.
+    let rules = "*raw\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -d 10.43.0.7/32 -j DROP\nCOMMIT\n";
     let (ok, _, err) = ns.exec("iptables-nft-restore", &[], Some(rules)).unwrap();
     assert!(ok, "{err}");
 }
@@ -334,7 +407,15 @@ fn drops(ns: &plumb_os::netns::Netns, secs: u64) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<String> = std::env::args().collect();
+    if let Some(k) = args.iter().position(|a| a == "--threads") {
+        let n: usize = args
+            .get(k + 1)
+            .and_then(|n| n.parse().ok())
+            .expect("--threads N");
+        THREADS.store(n, Ordering::Relaxed);
+        args.drain(k..k + 2);
+    }
     let what = args.get(1).map(String::as_str).unwrap_or("conntrack");
     let secs: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(5);
     let ns =

@@ -13,6 +13,7 @@
 //! Pure: rulesets in, an answer out; only [`read_counted`] reads the kernel (the dump
 //! tools, and the legacy tables through getsockopt).
 
+use plumb_os::nftables::{ChainId, Count, Counters};
 use plumb_ruleset::owner::{Attribution, rule_owner};
 use plumb_ruleset::{Chain, Policy, Rule, RuleBody, Ruleset, Table};
 use serde::Serialize;
@@ -93,9 +94,11 @@ fn drops(rule: &Rule) -> bool {
     }
 }
 
-/// A rule's text without the `[packets:bytes] ` that `iptables-save -c` puts first:
-/// the counters change between two reads, the rule does not.
-fn without_counters(text: &str) -> &str {
+/// A rule's text without its counter values: the `[packets:bytes] ` that
+/// `iptables-save -c` puts first, and the `packets N bytes M` after an nft `counter`
+/// statement. The counters change between two reads, the rule does not.
+fn without_counters(text: &str) -> std::borrow::Cow<'_, str> {
+    let mut text = text;
     if let Some(rest) = text.strip_prefix('[')
         && let Some((counts, after)) = rest.split_once("] ")
         && counts.split_once(':').is_some_and(|(p, b)| {
@@ -104,9 +107,33 @@ fn without_counters(text: &str) -> &str {
                 && (p.bytes().chain(b.bytes())).all(|c| c.is_ascii_digit())
         })
     {
-        return after;
+        text = after;
     }
-    text
+    if !text.contains("counter packets ") {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    // `counter packets N bytes M` -> `counter`, word by word.
+    let words: Vec<&str> = text.split(' ').collect();
+    let mut out: Vec<&str> = Vec::with_capacity(words.len());
+    let mut i = 0;
+    while i < words.len() {
+        let w = words[i];
+        out.push(w);
+        let digits = |s: Option<&&str>| {
+            s.is_some_and(|s| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit()))
+        };
+        if w == "counter"
+            && words.get(i + 1) == Some(&"packets")
+            && digits(words.get(i + 2))
+            && words.get(i + 3) == Some(&"bytes")
+            && digits(words.get(i + 4))
+        {
+            i += 5;
+        } else {
+            i += 1;
+        }
+    }
+    std::borrow::Cow::Owned(out.join(" "))
 }
 
 fn counters(rule: &Rule) -> Option<u64> {
@@ -154,65 +181,113 @@ fn policy_owner(table: &Table, chain: &Chain) -> Attribution {
     }
 }
 
-impl CounterSnapshot {
-    /// The counters of `rs`'s dropping rules and DROP policies.
-    pub fn of(rs: &Ruleset) -> CounterSnapshot {
-        let mut s = CounterSnapshot::default();
-        for t in &rs.tables {
-            for c in &t.chains {
-                let mut seen: HashMap<&str, usize> = HashMap::new();
-                let rule_of = |text: String, packets: u64, who: Attribution| DropRule {
-                    family: t.family.to_string(),
-                    table: t.name.to_string(),
-                    chain: c.name.to_string(),
-                    text,
-                    owner: who.owner.0,
-                    owner_evidence: who.evidence,
-                    packets,
-                };
-                if c.policy() == Some(&Policy::Drop) {
-                    match c.base.as_ref().and_then(|b| b.counters) {
-                        Some(n) => {
-                            let key = (
-                                t.family.to_string(),
-                                t.name.to_string(),
-                                c.name.to_string(),
-                                None,
-                                0,
-                            );
-                            let r = rule_of("policy DROP".into(), n.packets, policy_owner(t, c));
-                            s.counters.insert(key, (n.packets, r));
-                        }
-                        None => s.uncounted.push(format!(
-                            "the drop policy of {} {} {} (no counters)",
-                            t.family, t.name, c.name
-                        )),
-                    }
+/// One rule or policy that can drop, as the model has it.
+struct DropEntry {
+    /// Family, table and chain as the kernel names them.
+    chain: ChainId,
+    /// The rule's position in its chain (None: the chain's policy).
+    position: Option<usize>,
+    key: Key,
+    /// The rule, its owner, and the packets the model counted (None: no counter).
+    rule: DropRule,
+    counted: Option<u64>,
+    /// What to say when it has no counter.
+    uncounted: String,
+}
+
+/// `NFPROTO_*` of a family, as netlink names tables.
+fn nfproto(f: plumb_ruleset::Family) -> u8 {
+    use plumb_ruleset::Family;
+    match f {
+        Family::Inet => 1,
+        Family::Ip => 2,
+        Family::Arp => 3,
+        Family::Netdev => 5,
+        Family::Bridge => 7,
+        Family::Ip6 => 10,
+        // A family netlink does not know: no chain matches, the plan is refused.
+        _ => 0,
+    }
+}
+
+/// Every rule and DROP policy of `rs` that can drop.
+fn drop_entries(rs: &Ruleset) -> Vec<DropEntry> {
+    let mut out = Vec::new();
+    for t in &rs.tables {
+        for c in &t.chains {
+            let id: ChainId = (nfproto(t.family), t.name.to_string(), c.name.to_string());
+            let mut seen: HashMap<std::borrow::Cow<'_, str>, usize> = HashMap::new();
+            let rule_of = |text: String, packets: u64, who: Attribution| DropRule {
+                family: t.family.to_string(),
+                table: t.name.to_string(),
+                chain: c.name.to_string(),
+                text,
+                owner: who.owner.0,
+                owner_evidence: who.evidence,
+                packets,
+            };
+            if c.policy() == Some(&Policy::Drop) {
+                let counted = c.base.as_ref().and_then(|b| b.counters).map(|n| n.packets);
+                out.push(DropEntry {
+                    chain: id.clone(),
+                    position: None,
+                    key: (
+                        t.family.to_string(),
+                        t.name.to_string(),
+                        c.name.to_string(),
+                        None,
+                        0,
+                    ),
+                    rule: rule_of(
+                        "policy DROP".into(),
+                        counted.unwrap_or(0),
+                        policy_owner(t, c),
+                    ),
+                    counted,
+                    uncounted: format!(
+                        "the drop policy of {} {} {} (no counters)",
+                        t.family, t.name, c.name
+                    ),
+                });
+            }
+            for (i, r) in c.rules.iter().enumerate() {
+                if !drops(r) {
+                    continue;
                 }
-                for r in &c.rules {
-                    if !drops(r) {
-                        continue;
-                    }
-                    let text = without_counters(r.text.as_str());
-                    let n = seen.entry(text).or_default();
-                    *n += 1;
-                    let Some(packets) = counters(r) else {
-                        s.uncounted.push(format!(
-                            "{} {} {}: `{text}` (no counter)",
-                            t.family, t.name, c.name
-                        ));
-                        continue;
-                    };
-                    let key = (
+                let text = without_counters(r.text.as_str());
+                let n = seen.entry(text.clone()).or_default();
+                *n += 1;
+                let counted = counters(r);
+                out.push(DropEntry {
+                    chain: id.clone(),
+                    position: Some(i),
+                    key: (
                         t.family.to_string(),
                         t.name.to_string(),
                         c.name.to_string(),
                         Some(text.to_string()),
                         *n,
-                    );
-                    let d = rule_of(text.to_string(), packets, rule_owner(t, c, r));
-                    s.counters.insert(key, (packets, d));
+                    ),
+                    rule: rule_of(text.to_string(), counted.unwrap_or(0), rule_owner(t, c, r)),
+                    counted,
+                    uncounted: format!("{} {} {}: `{text}` (no counter)", t.family, t.name, c.name),
+                });
+            }
+        }
+    }
+    out
+}
+
+impl CounterSnapshot {
+    /// The counters of `rs`'s dropping rules and DROP policies.
+    pub fn of(rs: &Ruleset) -> CounterSnapshot {
+        let mut s = CounterSnapshot::default();
+        for e in drop_entries(rs) {
+            match e.counted {
+                Some(n) => {
+                    s.counters.insert(e.key, (n, e.rule));
                 }
+                None => s.uncounted.push(e.uncounted),
             }
         }
         s
@@ -223,9 +298,193 @@ impl CounterSnapshot {
         self.counters.len()
     }
 
+    /// Every counted rule and policy with its count (`packets`), in a stable order.
+    pub fn rules(&self) -> Vec<&DropRule> {
+        let mut v: Vec<(&Key, &DropRule)> =
+            self.counters.iter().map(|(k, (_, r))| (k, r)).collect();
+        v.sort_by(|a, b| a.0.cmp(b.0));
+        v.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// The dropping rules and policies that have no counter.
+    pub fn uncounted(&self) -> &[String] {
+        &self.uncounted
+    }
+
     /// The snapshot holds no counted dropping rule.
     pub fn is_empty(&self) -> bool {
         self.counters.is_empty()
+    }
+}
+
+/// How to read the counters of the rules that can drop over netlink, chain by chain,
+/// instead of dumping the whole ruleset with the save tools at every window: made
+/// from one full read (the rules' text and owners) and the netlink counters of its
+/// dropping chains read at the same generation, which line up rule by rule (the
+/// kernel's order is the dump's order). Valid while the generation stays the same;
+/// any change to the ruleset needs a new full read.
+#[derive(Clone, Debug)]
+pub struct NetlinkPlan {
+    generation: u32,
+    chains: Vec<ChainId>,
+    policies: Vec<ChainId>,
+    /// (chain, rule handle) -> the entry's key and rule.
+    rules: HashMap<(ChainId, u64), (Key, DropRule)>,
+    /// chain -> its DROP policy's key and rule.
+    policy_rules: HashMap<ChainId, (Key, DropRule)>,
+    /// Dropping rules without counters (said when nothing is found).
+    uncounted: Vec<String>,
+}
+
+impl NetlinkPlan {
+    /// The chains whose rules can drop, and the base chains with a DROP policy, of
+    /// `rs`: what [`NetlinkPlan::new`] needs read. Only nf_tables tables (iptables-nft
+    /// and native); None when `rs` holds a table netlink cannot read (iptables-legacy,
+    /// or a dump that does not say its backend).
+    pub fn chains_to_read(rs: &Ruleset) -> Option<(Vec<ChainId>, Vec<ChainId>)> {
+        if rs.tables.iter().any(|t| {
+            matches!(
+                t.backend,
+                plumb_ruleset::Backend::IptablesLegacy | plumb_ruleset::Backend::IptablesUnknown
+            )
+        }) {
+            return None;
+        }
+        let mut chains = Vec::new();
+        let mut policies = Vec::new();
+        for e in drop_entries(rs) {
+            let list = if e.position.is_some() {
+                &mut chains
+            } else {
+                &mut policies
+            };
+            if !list.contains(&e.chain) {
+                list.push(e.chain);
+            }
+        }
+        Some((chains, policies))
+    }
+
+    /// The plan for `rs` (a full read: the save tools' text, or plumb's netlink reader's,
+    /// which leaves rule counters out) and `c`, the counters of its
+    /// [`NetlinkPlan::chains_to_read`] read over netlink. The counts are the kernel's
+    /// (`c`); `rs` gives the rules' text and owners. An error says where the two
+    /// differ (a chain with another number of rules, a counter the kernel lacks): the
+    /// ruleset changed between the reads, and the caller reads in full again.
+    pub fn new(rs: &Ruleset, c: &Counters) -> Result<NetlinkPlan, String> {
+        let (chains, policies) =
+            Self::chains_to_read(rs).ok_or("a table netlink does not read (iptables-legacy)")?;
+        let mut plan = NetlinkPlan {
+            generation: c.generation,
+            chains,
+            policies,
+            rules: HashMap::new(),
+            policy_rules: HashMap::new(),
+            uncounted: Vec::new(),
+        };
+        for t in &rs.tables {
+            for ch in &t.chains {
+                let id: ChainId = (nfproto(t.family), t.name.to_string(), ch.name.to_string());
+                if !plan.chains.contains(&id) {
+                    continue;
+                }
+                let got = c.rules.get(&id).map_or(0, Vec::len);
+                if got != ch.rules.len() {
+                    return Err(format!(
+                        "{} {}: {} rules in the dump, {got} over netlink",
+                        t.name,
+                        ch.name,
+                        ch.rules.len()
+                    ));
+                }
+            }
+        }
+        for e in drop_entries(rs) {
+            let where_ = || format!("{} {}", e.chain.1, e.chain.2);
+            match e.position {
+                Some(i) => {
+                    let r = &c.rules[&e.chain][i];
+                    // The kernel's counter decides: a ruleset read over netlink
+                    // carries the rules' text without their counters.
+                    match r.count {
+                        Some(_) => {
+                            plan.rules
+                                .insert((e.chain.clone(), r.handle), (e.key, e.rule));
+                        }
+                        None if e.counted.is_none() => plan.uncounted.push(e.uncounted),
+                        None => {
+                            return Err(format!(
+                                "{}: rule {} has a counter in the dump, none over netlink",
+                                where_(),
+                                i + 1
+                            ));
+                        }
+                    }
+                }
+                None => match (c.policies.get(&e.chain), e.counted) {
+                    (Some(Some(_)), _) => {
+                        plan.policy_rules.insert(e.chain, (e.key, e.rule));
+                    }
+                    (Some(None), None) => plan.uncounted.push(e.uncounted),
+                    (Some(None), Some(_)) => {
+                        return Err(format!(
+                            "{}: its policy has no counters over netlink",
+                            where_()
+                        ));
+                    }
+                    (None, _) => return Err(format!("{}: not found over netlink", where_())),
+                },
+            }
+        }
+        Ok(plan)
+    }
+
+    /// The generation the plan was made at.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// The chains whose rules to read, and the chains whose policy to read.
+    pub fn chains(&self) -> (&[ChainId], &[ChainId]) {
+        (&self.chains, &self.policies)
+    }
+
+    /// The snapshot that `c` (the plan's chains read over netlink) gives; an error
+    /// when `c` was read at another generation (the ruleset changed: read in full).
+    pub fn snapshot(&self, c: &Counters) -> Result<CounterSnapshot, String> {
+        if c.generation != self.generation {
+            return Err(format!(
+                "the ruleset changed (generation {} -> {})",
+                self.generation, c.generation
+            ));
+        }
+        let mut s = CounterSnapshot {
+            uncounted: self.uncounted.clone(),
+            ..CounterSnapshot::default()
+        };
+        let mut put = |key: &Key, rule: &DropRule, n: Count| {
+            let mut r = rule.clone();
+            r.packets = n.packets;
+            s.counters.insert(key.clone(), (n.packets, r));
+        };
+        for (chain, rules) in &c.rules {
+            for r in rules {
+                if let (Some((key, rule)), Some(n)) =
+                    (self.rules.get(&(chain.clone(), r.handle)), r.count)
+                {
+                    put(key, rule, n);
+                }
+            }
+        }
+        for (chain, n) in &c.policies {
+            if let (Some((key, rule)), Some(n)) = (self.policy_rules.get(chain), n) {
+                put(key, rule, *n);
+            }
+        }
+        if s.counters.len() != self.rules.len() + self.policy_rules.len() {
+            return Err("a rule of the plan is missing from the netlink read".into());
+        }
+        Ok(s)
     }
 }
 
@@ -501,6 +760,26 @@ mod tests {
         };
         assert!(why.contains("no counter"), "{why}");
         assert!(why.contains("drop policy of inet fw input"), "{why}");
+    }
+
+    /// nft prints a `counter`'s values inside the rule: two reads of the same rule are
+    /// one rule whose count moved, so a second rule that did not move is no candidate.
+    #[test]
+    fn an_nft_rule_is_the_same_rule_when_its_counter_moves() {
+        let nft = |a: u64, b: u64| {
+            plumb_ruleset::nft::parse_text(&format!(
+                "table inet fw {{\n chain input {{\n  type filter hook input priority 0; policy accept;\n  tcp dport 22 counter packets {a} bytes 60 drop\n  udp dport 9 counter packets {b} bytes 29 drop\n }}\n}}\n"
+            ))
+        };
+        let m = attribute(
+            &CounterSnapshot::of(&nft(7, 3)),
+            &CounterSnapshot::of(&nft(7, 5)),
+        );
+        let RuleMatch::Found { rule } = m else {
+            panic!("{m:?}")
+        };
+        assert_eq!(rule.packets, 2);
+        assert_eq!(rule.text, "udp dport 9 counter drop");
     }
 
     #[test]

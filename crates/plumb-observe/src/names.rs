@@ -1,8 +1,16 @@
 //! Kubernetes names for addresses, from kube-proxy's rules (`plumb_kubeproxy`'s
 //! recovered service map): a ClusterIP, external or load-balancer IP and port names
 //! its Service; an endpoint's `ip:port` names the Service it serves (the destination
-//! of a connection after DNAT). Pure: a ruleset in, lookups out.
+//! of a connection after DNAT).
+//!
+//! On a kube-proxy-free node the Services are in Cilium's load-balancer maps instead
+//! ([`ServiceNames::add_cilium`]). Those maps hold addresses, not names: a Service is
+//! known there by its frontend (`10.43.0.1:443/TCP`, a ClusterIP). Cilium's socket load
+//! balancer rewrites the destination at connect time, so conntrack sees the backend's
+//! address: a backend `ip:port` leads back to the frontend that chose it
+//! ([`ServiceNames::lb_destination`]). Pure: a ruleset and frontends in, lookups out.
 
+use plumb_cilium::{Frontend, FrontendKind};
 use plumb_kubeproxy::recover::recover;
 use plumb_ruleset::Ruleset;
 use serde::Serialize;
@@ -45,6 +53,30 @@ pub struct ServiceNames {
     endpoints: HashMap<SocketAddr, Vec<ServiceName>>,
     /// endpoint ip -> the namespace of the Services it serves, None when they differ.
     namespaces: HashMap<IpAddr, Option<String>>,
+    /// Cilium's frontends: (ip, port, protocol number; 0 = any) -> the frontend.
+    lb_frontends: HashMap<(IpAddr, u16, u8), LbFrontend>,
+    /// Cilium's backends: (ip, port, protocol number; 0 = any) -> the frontends that
+    /// send connections there.
+    lb_backends: HashMap<(IpAddr, u16, u8), Vec<LbFrontend>>,
+}
+
+/// A Service as Cilium's load-balancer maps know it: by its frontend.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LbFrontend {
+    /// The frontend as `cilium-dbg` prints it: `10.43.0.1:443/TCP`.
+    pub address: String,
+    /// `ClusterIP`, `NodePort`, ... (None: the maps do not say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+}
+
+impl std::fmt::Display for LbFrontend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            Some(k) => write!(f, "{} ({k})", self.address),
+            None => f.write_str(&self.address),
+        }
+    }
 }
 
 fn protocol_number(p: Option<&str>) -> u8 {
@@ -126,14 +158,68 @@ impl ServiceNames {
         self.namespaces.get(&ip)?.as_deref()
     }
 
-    /// Frontends known.
+    /// Adds the frontends of Cilium's load balancer (its maps, or the agent's list).
+    pub fn add_cilium(&mut self, frontends: &[Frontend]) {
+        for f in frontends {
+            // Both scopes' copies of a frontend are one Service: the name leaves the
+            // scope (`/i`) out.
+            let address = f.display_address();
+            let address = address.strip_suffix("/i").unwrap_or(&address).to_string();
+            let lb = LbFrontend {
+                address,
+                kind: f.kind.map(FrontendKind::name),
+            };
+            self.lb_frontends
+                .insert((f.address, f.port, f.proto.0), lb.clone());
+            for b in &f.backends {
+                let v = self
+                    .lb_backends
+                    .entry((b.address, b.port, b.proto.0))
+                    .or_default();
+                if !v.contains(&lb) {
+                    v.push(lb.clone());
+                }
+            }
+        }
+    }
+
+    /// The Cilium frontend a packet to `ip:port` over `protocol` goes to: the frontend
+    /// itself, or — for a backend's address, as conntrack shows a connection the socket
+    /// load balancer translated — the frontend that sends there. A backend of several
+    /// frontends names its one ClusterIP (a Service's NodePort and LoadBalancer
+    /// frontends share its backends); with several ClusterIPs, none is named.
+    pub fn lb_destination(&self, ip: IpAddr, port: u16, protocol: u8) -> Option<&LbFrontend> {
+        // Frontends and backends before Cilium 1.17 carry no protocol (ANY, 0).
+        let keys = [(ip, port, protocol), (ip, port, 0)];
+        if let Some(f) = keys.iter().find_map(|k| self.lb_frontends.get(k)) {
+            return Some(f);
+        }
+        let all = keys.iter().find_map(|k| self.lb_backends.get(k))?;
+        match all.as_slice() {
+            [one] => Some(one),
+            many => {
+                let mut cluster = many.iter().filter(|f| f.kind == Some("ClusterIP"));
+                match (cluster.next(), cluster.next()) {
+                    (Some(one), None) => Some(one),
+                    _ => None,
+                }
+            }
+        }
+    }
+
+    /// Frontends known (kube-proxy's and Cilium's).
     pub fn len(&self) -> usize {
-        self.frontends.len()
+        self.frontends.len() + self.lb_frontends.len()
+    }
+
+    /// Cilium's load balancer serves Services here (its frontends were added).
+    pub fn has_cilium(&self) -> bool {
+        !self.lb_frontends.is_empty()
     }
 
     /// No Service is known.
     pub fn is_empty(&self) -> bool {
-        self.frontends.is_empty() && self.endpoints.is_empty()
+        self.frontends.is_empty() && self.endpoints.is_empty() && self.lb_frontends.is_empty()
     }
 }
 
@@ -167,6 +253,62 @@ mod tests {
             n.destination("192.168.1.11".parse().unwrap(), 6443, 6),
             None
         );
+    }
+
+    fn frontend(addr: &str, port: u16, kind: FrontendKind, backends: &[(&str, u16)]) -> Frontend {
+        use plumb_cilium::layout::{BackendState, L4Proto, Scope};
+        Frontend {
+            address: addr.parse().unwrap(),
+            port,
+            proto: L4Proto::TCP,
+            scope: Scope::External,
+            kind: Some(kind),
+            options: Vec::new(),
+            rev_nat: Some(1),
+            backends: backends
+                .iter()
+                .enumerate()
+                .map(|(i, (a, p))| plumb_cilium::lbmap::BackendRef {
+                    slot: i as u16 + 1,
+                    id: Some(i as u32 + 1),
+                    address: a.parse().unwrap(),
+                    port: *p,
+                    proto: L4Proto::TCP,
+                    state: BackendState::Active,
+                })
+                .collect(),
+            problems: Vec::new(),
+        }
+    }
+
+    /// The socket load balancer translates at connect time: conntrack shows the
+    /// backend, which leads back to the ClusterIP even when a NodePort shares it.
+    #[test]
+    fn a_cilium_backend_names_its_cluster_ip_frontend() {
+        let api = [("192.168.100.11", 6443)];
+        let mut n = ServiceNames::default();
+        n.add_cilium(&[
+            frontend("10.43.0.1", 443, FrontendKind::ClusterIP, &api),
+            frontend("0.0.0.0", 30443, FrontendKind::NodePort, &api),
+        ]);
+        let want = "10.43.0.1:443/TCP (ClusterIP)";
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            n.lb_destination(ip("192.168.100.11"), 6443, 6)
+                .map(|f| f.to_string()),
+            Some(want.to_string())
+        );
+        assert_eq!(
+            n.lb_destination(ip("10.43.0.1"), 443, 6)
+                .map(|f| f.to_string()),
+            Some(want.to_string())
+        );
+        assert_eq!(n.lb_destination(ip("192.168.100.11"), 6443, 17), None);
+        assert_eq!(n.lb_destination(ip("192.168.100.12"), 6443, 6), None);
+        assert!(n.has_cilium());
+        // Two ClusterIPs sharing a backend: no guess.
+        n.add_cilium(&[frontend("10.43.0.2", 443, FrontendKind::ClusterIP, &api)]);
+        assert_eq!(n.lb_destination(ip("192.168.100.11"), 6443, 6), None);
     }
 
     #[test]

@@ -85,8 +85,14 @@ fn accounting_is_enabled_in_the_namespace_and_restored() {
     let host = Accounting::read(None).unwrap();
     let before = Accounting::read(Some(ns.name())).unwrap();
     {
-        let guard = Accounting::enable(Some(ns.name())).unwrap();
+        let markers = plumb_testkit::Scratch::new("plumb-observe-acct-markers");
+        let guard = Accounting::enable(Some(ns.name()), markers.path()).unwrap();
         assert_eq!(guard.before(), before);
+        assert_eq!(
+            std::fs::read_dir(markers.path()).unwrap().count(),
+            1,
+            "the old values are on disk before anything changes"
+        );
         let on = Accounting::read(Some(ns.name())).unwrap();
         assert!(on.bytes_and_packets && on.timestamps);
         assert_eq!(

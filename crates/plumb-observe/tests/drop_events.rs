@@ -65,3 +65,81 @@ fn an_iptables_drop_is_reported_with_reason_netfilter_drop() {
     assert!(c.reported >= got.len() as u64, "{c:?}");
     assert_eq!(c.lost, 0);
 }
+
+/// An IPv6 packet with an extension header (destination options) before its UDP header:
+/// the program walks the header and reports UDP and its ports, not the extension
+/// header's type.
+#[test]
+fn ipv6_ports_are_found_after_extension_headers() {
+    if !plumb_testkit::privileged(&["ip", "ip6tables-nft-restore"]) {
+        return;
+    }
+    use std::os::fd::AsRawFd;
+    let ns = plumb_os::netns::Netns::create("plumb-observe2-ext6").expect("a private namespace");
+    let (ok, _, err) = ns.exec("ip", &["link", "set", "lo", "up"], None).unwrap();
+    assert!(ok, "{err}");
+    let (ok, _, err) = ns
+        .exec(
+            "ip",
+            &["-6", "route", "add", "fd00::/64", "dev", "lo"],
+            None,
+        )
+        .unwrap();
+    assert!(ok, "{err}");
+    let rules = "*filter\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -d fd00::7/128 -j DROP\nCOMMIT\n";
+    let (ok, _, err) = ns.exec("ip6tables-nft-restore", &[], Some(rules)).unwrap();
+    assert!(ok, "{err}");
+    let inode = plumb_os::netns::inode_of(ns.name()).unwrap();
+    let mut probe = match DropProbe::attach(&DropFilter {
+        netns_inode: inode,
+        all_reasons: false,
+    }) {
+        Ok(p) => p,
+        Err(e) if e.unavailable() => {
+            plumb_testkit::skip(&format!("no drop probe here: {e}"));
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let name = ns.name().to_string();
+    let send = || {
+        plumb_os::netns::on_thread(Some(&name), || {
+            let s = std::net::UdpSocket::bind("[::1]:0")?;
+            // Destination options: next header (filled in by the kernel), length 0
+            // (8 bytes), one PadN option of 4 bytes.
+            let opts: [u8; 8] = [0, 0, 1, 4, 0, 0, 0, 0];
+            // SAFETY: a valid socket and an 8-byte buffer.
+            let r = unsafe {
+                libc::setsockopt(
+                    s.as_raw_fd(),
+                    libc::IPPROTO_IPV6,
+                    libc::IPV6_DSTOPTS,
+                    opts.as_ptr().cast(),
+                    opts.len() as libc::socklen_t,
+                )
+            };
+            if r != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let _ = s.send_to(b"x", "[fd00::7]:5353"); // EPERM: the drop in OUTPUT
+            Ok(())
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = Vec::new();
+    while got.is_empty() && Instant::now() < deadline {
+        send().expect("a datagram with destination options");
+        probe.wait(Duration::from_millis(200));
+        probe.drain(&mut |d| got.push(d));
+    }
+    let d = got.first().expect("a drop within 10 s");
+    assert_eq!(
+        d.addresses.map(|(_, dst)| dst.to_string()).as_deref(),
+        Some("fd00::7")
+    );
+    assert_eq!(
+        d.protocol, 17,
+        "the upper layer, not destination options: {d:?}"
+    );
+    assert_eq!(d.ports.map(|p| p.1), Some(5353), "{d:?}");
+}
