@@ -7,29 +7,10 @@
 use plumb_check::{CheckInput, Origin, checks, run};
 use plumb_kubeproxy::recover::recover;
 use plumb_ruleset::format::{ParseOptions, parse_owned};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-
-struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let live = LIVE.fetch_add(layout.size(), Relaxed) + layout.size();
-        PEAK.fetch_max(live, Relaxed);
-        // SAFETY: forwarding the caller's layout to the system allocator unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Relaxed);
-        // SAFETY: ptr was allocated by System.alloc with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use plumb_testkit::heap;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: heap::Counting = heap::Counting;
 
 fn main() {
     let path = std::env::args().nth(1).expect("usage: phase_memory DUMP");
@@ -37,7 +18,7 @@ fn main() {
     let input = bytes.len() as f64;
     let mib = |n: usize| n as f64 / (1024.0 * 1024.0);
     let phase = |name: &str, base: usize| {
-        let (live, peak) = (LIVE.load(Relaxed), PEAK.load(Relaxed));
+        let (live, peak) = (heap::live(), heap::peak());
         println!(
             "{name:<40} peak {:>7.1} MiB ({:.2}x)  holds {:>7.1} MiB ({:.2}x)  phase +{:.1} MiB",
             mib(peak),
@@ -46,10 +27,9 @@ fn main() {
             live as f64 / input,
             mib(peak.saturating_sub(base)),
         );
-        PEAK.store(live, Relaxed);
-        live
+        heap::reset_peak()
     };
-    PEAK.store(LIVE.load(Relaxed), Relaxed);
+    heap::reset_peak();
     let base = phase("input", 0);
     let parsed = parse_owned(bytes, &ParseOptions::default()).expect("parse");
     let base = phase("parse (input freed or shared)", base);

@@ -604,13 +604,15 @@ mod tests {
         assert_eq!(status("nft"), "missing");
     }
 
-    /// A live node (canned commands) whose netlink read is given.
-    struct Netlinked {
+    /// A live node (canned commands) whose kernel reads (nf_tables over netlink, legacy
+    /// tables through getsockopt) are given; `nft list table` is not installed on it.
+    struct KernelReads {
         live: LiveNode<Canned>,
-        read: Result<crate::nft_netlink::Read, String>,
+        netlink: Option<Result<crate::nft_netlink::Read, String>>,
+        legacy: Option<Result<crate::xt_legacy::Read, String>>,
     }
 
-    impl NodeSource for Netlinked {
+    impl NodeSource for KernelReads {
         fn info(&self) -> plumb_facts::SourceInfo {
             self.live.info()
         }
@@ -630,7 +632,10 @@ mod tests {
             true
         }
         fn nft_netlink(&self) -> Option<Result<crate::nft_netlink::Read, String>> {
-            Some(self.read.clone())
+            self.netlink.clone()
+        }
+        fn xt_legacy(&self, f: Family) -> Option<Result<crate::xt_legacy::Read, String>> {
+            self.legacy.clone().filter(|_| f == Family::Ip)
         }
         fn nft_list_table(&self, f: &str, n: &str) -> Result<crate::node::Captured, String> {
             Err(format!("nft list table {f} {n}: not installed"))
@@ -650,9 +655,12 @@ mod tests {
 
     #[test]
     fn a_failed_netlink_read_is_reported_and_the_tools_read_instead() {
-        let node = Netlinked {
+        let node = KernelReads {
             live: LiveNode::new(canned_save(), None, "/"),
-            read: Err("nf_tables netlink: could not read the nf_tables ruleset within 20 s".into()),
+            legacy: None,
+            netlink: Some(Err(
+                "nf_tables netlink: could not read the nf_tables ruleset within 20 s".into(),
+            )),
         };
         let c = read_rulesets(&node);
         let failed = c
@@ -668,9 +676,10 @@ mod tests {
     #[test]
     fn a_table_netlink_cannot_translate_is_read_with_the_save_tool_and_said_so() {
         use crate::nft_netlink::{DecodedTable, Read, TableRead};
-        let node = Netlinked {
+        let node = KernelReads {
             live: LiveNode::new(canned_save(), None, "/"),
-            read: Ok(Read {
+            legacy: None,
+            netlink: Some(Ok(Read {
                 source: "nf_tables netlink".into(),
                 generation: 9,
                 tables: vec![
@@ -692,7 +701,7 @@ mod tests {
                         read: TableRead::Native,
                     },
                 ],
-            }),
+            })),
         };
         let c = read_rulesets(&node);
         let names: Vec<&str> = c.ruleset.tables.iter().map(|t| &*t.name).collect();
@@ -722,36 +731,6 @@ mod tests {
         assert!(!c.tools.iter().any(|t| t.tool == "nft"));
     }
 
-    /// A live node (canned commands) whose legacy getsockopt read is given.
-    struct Legacied {
-        live: LiveNode<Canned>,
-        read: Result<crate::xt_legacy::Read, String>,
-    }
-
-    impl NodeSource for Legacied {
-        fn info(&self) -> plumb_facts::SourceInfo {
-            self.live.info()
-        }
-        fn command(&self, c: &NodeCommand) -> Result<crate::node::Captured, String> {
-            self.live.command(c)
-        }
-        fn file(&self, p: &str) -> Result<crate::node::Captured, String> {
-            self.live.file(p)
-        }
-        fn dir(&self, p: &str) -> Result<Vec<String>, String> {
-            self.live.dir(p)
-        }
-        fn exists(&self, p: &str) -> bool {
-            self.live.exists(p)
-        }
-        fn is_live(&self) -> bool {
-            true
-        }
-        fn xt_legacy(&self, f: Family) -> Option<Result<crate::xt_legacy::Read, String>> {
-            (f == Family::Ip).then(|| self.read.clone())
-        }
-    }
-
     fn canned_legacy() -> Canned {
         Canned(HashMap::from([
             ("/proc/net/ip_tables_names", "nat\nfilter\n"),
@@ -765,11 +744,12 @@ mod tests {
     #[test]
     fn a_failed_legacy_read_is_reported_and_the_save_tool_reads_instead() {
         // In a namespace: the /proc table list comes from the (canned) `cat`.
-        let node = Legacied {
+        let node = KernelReads {
             live: LiveNode::new(canned_legacy(), Some("plumb-test".into()), "/"),
-            read: Err(
+            netlink: None,
+            legacy: Some(Err(
                 "iptables-legacy getsockopt: could not read the legacy tables within 20 s".into(),
-            ),
+            )),
         };
         let c = read_rulesets(&node);
         let failed = c
@@ -787,9 +767,10 @@ mod tests {
     fn a_legacy_table_the_reader_cannot_translate_is_read_with_the_save_tool_and_said_so() {
         use crate::xt_legacy::{LegacyTable, LegacyTableRead, Read};
         // In a namespace: the /proc table list comes from the (canned) `cat`.
-        let node = Legacied {
+        let node = KernelReads {
             live: LiveNode::new(canned_legacy(), Some("plumb-test".into()), "/"),
-            read: Ok(Read {
+            netlink: None,
+            legacy: Some(Ok(Read {
                 source: "iptables-legacy getsockopt".into(),
                 tables: vec![
                     LegacyTable {
@@ -806,7 +787,7 @@ mod tests {
                         ),
                     },
                 ],
-            }),
+            })),
         };
         let c = read_rulesets(&node);
         let legacy: Vec<_> = c

@@ -239,25 +239,8 @@ fn object(cluster: &mut Cluster, v: &Value, open_at: &str, problems: &mut Vec<Pr
     }
 }
 
-/// The string values of a mapping (a label map), numbers and booleans as written.
-pub(crate) fn labels_of(v: Option<&Value>) -> Labels {
-    labels(v)
-}
-
 fn labels(v: Option<&Value>) -> Labels {
-    v.and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| {
-                    let v = match v {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    (k.clone(), v)
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    crate::model::labels_from_json(v)
 }
 
 fn pod(v: &Value, name: String, namespace: String) -> Pod {

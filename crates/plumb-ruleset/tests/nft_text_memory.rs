@@ -6,30 +6,11 @@
 
 use plumb_ruleset::Backend;
 use plumb_ruleset::format::{ParseOptions, parse_owned};
-use std::alloc::{GlobalAlloc, Layout, System};
+use plumb_testkit::heap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-
-struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let live = LIVE.fetch_add(layout.size(), Relaxed) + layout.size();
-        PEAK.fetch_max(live, Relaxed);
-        // SAFETY: forwarding the caller's layout to the system allocator unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Relaxed);
-        // SAFETY: ptr was allocated by System.alloc with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: heap::Counting = heap::Counting;
 
 /// A kube-proxy nat table of `services` services with 5 endpoints each, as
 /// `nft list ruleset` prints iptables-nft's rules.
@@ -89,10 +70,9 @@ fn kube_proxy_nft_listing(services: usize) -> String {
 fn reading_an_iptables_nft_listing_peaks_under_5x_the_input() {
     let text = kube_proxy_nft_listing(2000);
     let input = text.len();
-    let before = LIVE.load(Relaxed);
-    PEAK.store(before, Relaxed);
+    let before = heap::reset_peak();
     let parsed = parse_owned(text.into_bytes(), &ParseOptions::default()).unwrap();
-    let peak = PEAK.load(Relaxed) - before;
+    let peak = heap::peak() - before;
     let rs = &parsed.ruleset;
     assert_eq!(rs.error_count(), 0, "{:?}", rs.diagnostics);
     assert_eq!(rs.tables[0].backend, Backend::IptablesNft);

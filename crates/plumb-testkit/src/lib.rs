@@ -7,13 +7,15 @@
 //! - [`kube_proxy_nft_transaction`]: kube-proxy's nftables transaction from the corpus;
 //! - [`conditional_jump_chains`]: a small ruleset whose conditional jumps multiply the
 //!   paths a naive packet trace follows;
-//! - [`bpf`]: real BPF maps created, filled and pinned on a private bpffs.
+//! - [`bpf`]: real BPF maps created, filled and pinned on a private bpffs;
+//! - [`heap`]: a counting global allocator for memory tests and examples.
 
 #![deny(missing_docs)]
 
 use std::path::{Path, PathBuf};
 
 pub mod bpf;
+pub mod heap;
 
 /// The variable that turns every skip into a failure. CI sets it (`scripts/test-all`):
 /// a CI that silently lost root, a tool or the corpus must go red, not green.

@@ -5,6 +5,8 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+pub mod cilium;
+
 /// Labels of an object.
 pub type Labels = BTreeMap<String, String>;
 
@@ -248,7 +250,7 @@ pub struct Cluster {
     pub policies: Vec<NetworkPolicy>,
     /// CiliumNetworkPolicies and CiliumClusterwideNetworkPolicies (one entry per
     /// `spec`/`specs[]` element).
-    pub cilium: Vec<crate::cilium::CiliumPolicy>,
+    pub cilium: Vec<cilium::CiliumPolicy>,
     /// The Cilium cluster name: the value of every pod's
     /// `io.cilium.k8s.policy.cluster` label (Cilium's default is `default`).
     pub cluster_name: String,
@@ -284,6 +286,25 @@ impl Cluster {
     pub fn pod(&self, id: &str) -> Option<&Pod> {
         self.pods.iter().find(|p| p.id() == id)
     }
+}
+
+/// The string values of a JSON/YAML mapping (a label map), numbers and booleans as
+/// written; anything else is no labels.
+pub(crate) fn labels_from_json(v: Option<&serde_json::Value>) -> Labels {
+    use serde_json::Value;
+    v.and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    (k.clone(), v)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -1,0 +1,46 @@
+//! A counting global allocator for memory tests and measuring examples: bytes live now
+//! and the peak since the last [`reset_peak`]. Process-wide, so a test using it gets its
+//! own binary (one test file or example) and installs it with
+//! `#[global_allocator] static A: plumb_testkit::heap::Counting = plumb_testkit::heap::Counting;`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+/// The system allocator, counting live bytes and their peak.
+pub struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; only counters are
+// updated beside it.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let live = LIVE.fetch_add(layout.size(), Relaxed) + layout.size();
+        PEAK.fetch_max(live, Relaxed);
+        // SAFETY: forwarding the caller's layout to the system allocator unchanged.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Relaxed);
+        // SAFETY: ptr was allocated by System.alloc with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+/// Bytes allocated and not yet freed.
+pub fn live() -> usize {
+    LIVE.load(Relaxed)
+}
+
+/// The most bytes live at once since the last [`reset_peak`].
+pub fn peak() -> usize {
+    PEAK.load(Relaxed)
+}
+
+/// Starts a new peak from what is live now; returns that.
+pub fn reset_peak() -> usize {
+    let now = live();
+    PEAK.store(now, Relaxed);
+    now
+}
