@@ -216,131 +216,24 @@ fn generated_kube_proxy_rulesets_equal_iptables_legacy_save() {
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 }
 
-const EXTENSIONS_V4: &str = r#"*filter
-:INPUT ACCEPT [0:0]
-:FORWARD DROP [0:0]
-:OUTPUT ACCEPT [0:0]
-:X - [0:0]
--A INPUT -s 10.1.2.3/32 -d 10.0.0.0/255.0.255.0 -i eth0 -p tcp -m tcp --sport 1:2 --dport 3 -j X
--A INPUT ! -s 10.0.0.0/9 ! -d 192.168.0.0/16 ! -i cali+ ! -p udp -m comment --comment "a 'x' y:z/w" -j ACCEPT
--A INPUT -p udp -m udp ! --dport 53 -m comment --comment "" -j DROP
--A INPUT -p udp --sport 5 --dport 7 -j RETURN
--A INPUT -p tcp --dport 0:1023 -f -j RETURN
--A INPUT -p tcp --sport 1024:65535 ! -f -j RETURN
--A INPUT -p tcp --syn -j REJECT --reject-with tcp-reset
--A INPUT -p tcp ! --tcp-flags SYN,ACK ACK -j REJECT
--A INPUT -p tcp -m tcp --tcp-flags ALL NONE -m tcp --dport 8:9 -j REJECT --reject-with icmp-host-prohibited
--A INPUT -p tcp -m multiport --dports 1,2:5,9 -j X
--A INPUT -p udp -m multiport ! --sports 10:20 -j X
--A INPUT -p tcp -m multiport --ports 80,443 -g X
--A INPUT -p icmp -m icmp --icmp-type 8 -j ACCEPT
--A INPUT -p icmp -m icmp ! --icmp-type 3/4 -j ACCEPT
--A INPUT -p icmp -m icmp --icmp-type any -j ACCEPT
--A INPUT -m mark --mark 0x4000/0x4000 -j X
--A INPUT -m mark ! --mark 0x5 -j X
--A INPUT -m connmark ! --mark 0x1/0x3 -j X
--A INPUT -m conntrack --ctstate INVALID -j DROP
--A INPUT -m conntrack ! --ctstate NEW,RELATED,ESTABLISHED,UNTRACKED,SNAT,DNAT -j DROP
--A INPUT -m conntrack --ctstatus ASSURED,CONFIRMED -j ACCEPT
--A INPUT -m conntrack --ctstate RELATED --ctstatus EXPECTED -j ACCEPT
--A INPUT -m state --state NEW,ESTABLISHED -j ACCEPT
--A INPUT -m state ! --state INVALID -j ACCEPT
--A INPUT -m addrtype --src-type LOCAL --dst-type UNICAST,BROADCAST --limit-iface-in -j X
--A INPUT -m addrtype ! --dst-type LOCAL -j X
--A INPUT -m statistic --mode random --probability 0.33333333349 -j X
--A INPUT -m statistic --mode random ! --probability 0.5 -j X
--A INPUT -m statistic --mode nth --every 3 --packet 1 -j X
--A INPUT -m recent --set --name A --mask 255.255.255.255 --rsource -j X
--A INPUT -m recent --rcheck --seconds 10800 --reap --name KUBE-SEP-X --mask 255.255.0.0 --rdest -j X
--A INPUT -m recent ! --update --seconds 5 --hitcount 3 --rttl --name B --rsource -j X
--A INPUT -m recent --remove --name C --rsource -j X
--A INPUT -m limit --limit 3/hour -j X
--A INPUT -m limit --limit 7/sec --limit-burst 9 -j X
--A INPUT -m limit --limit 2/min -j X
--A INPUT -j NFLOG --nflog-prefix "a b" --nflog-group 5 --nflog-size 100 --nflog-threshold 3
--A INPUT -j NFLOG --nflog-threshold 1
--A INPUT -j NFLOG --nflog-prefix abc
--A INPUT -j LOG --log-prefix "x: " --log-level 6 --log-uid
--A INPUT -j LOG --log-tcp-sequence --log-tcp-options --log-ip-options --log-macdecode
--A INPUT -j LOG
--A FORWARD -m physdev --physdev-is-in --physdev-in eth0 ! --physdev-is-out --physdev-out veth+ --physdev-is-bridged -j ACCEPT
--A FORWARD -m physdev ! --physdev-in eth0 -j ACCEPT
--A X -o veth+ -j MARK --set-xmark 0x4000/0x4000
--A X -j MARK --set-mark 0x5
--A X -j CONNMARK --save-mark
--A X -j CONNMARK --restore-mark --nfmask 0xff --ctmask 0xf0
--A X -j CONNMARK --set-xmark 0x3/0x7
--A X -j CONNMARK --save-mark --left-shift-mark 2
--A X -j CONNMARK --restore-mark --right-shift-mark 3
--A X -j REJECT --reject-with icmp-net-unreachable
--A X -j REJECT --reject-with icmp-admin-prohibited
--A X -j DROP
-COMMIT
-*nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
-:Y - [0:0]
--A PREROUTING -d 10.43.0.1/32 -p tcp -m tcp --dport 443 -j DNAT --to-destination 10.0.0.1:6443
--A PREROUTING -p tcp -j DNAT --to-destination 10.0.0.1-10.0.0.9:80-90 --random --persistent
--A PREROUTING -j DNAT --to-destination 10.0.0.2
--A PREROUTING -p udp -j DNAT --to-destination :53
--A POSTROUTING -j MASQUERADE --random-fully
--A POSTROUTING -p tcp -j MASQUERADE --to-ports 1000-2000 --random
--A POSTROUTING -j MASQUERADE
--A POSTROUTING -s 10.42.0.0/16 -j SNAT --to-source 192.168.1.1
--A POSTROUTING -p udp -j SNAT --to-source 192.168.1.1-192.168.1.5:1000-2000 --random-fully
--A Y -j RETURN
-COMMIT
-*mangle
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:FORWARD ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
-:KUBE-IPTABLES-HINT - [0:0]
--A PREROUTING -j CONNMARK --restore-mark
--A OUTPUT -j MARK --set-xmark 0x1/0xffffffff
-COMMIT
-*raw
-:PREROUTING ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
--A PREROUTING -p udp -m udp --dport 4789 -j ACCEPT
-COMMIT
-*security
-:INPUT ACCEPT [0:0]
-:FORWARD ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
--A INPUT -j ACCEPT
-COMMIT
-"#;
+/// Every extension the readers decode, IPv4: the rules `netlink_oracle.rs` loads, less
+/// `-m limit --limit 1/day`, which the kernel refuses in a legacy table.
+fn extensions_v4() -> String {
+    const SHARED: &str = include_str!("data/extensions-v4.rules");
+    let legacy: Vec<&str> = SHARED
+        .lines()
+        .filter(|l| *l != "-A INPUT -m limit --limit 1/day -j X")
+        .collect();
+    assert_eq!(
+        legacy.len() + 1,
+        SHARED.lines().count(),
+        "the 1/day rule is in the file"
+    );
+    legacy.join("\n") + "\n"
+}
 
-const EXTENSIONS_V6: &str = r#"*filter
-:INPUT ACCEPT [0:0]
-:FORWARD ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:X - [0:0]
--A INPUT -s fd00::1/128 -d 2001:db8::/32 -i eth0 -p tcp -m tcp --dport 80 -j X
--A INPUT ! -s fd00:10::/64 -p ipv6-icmp -j ACCEPT
--A INPUT -m conntrack --ctstate INVALID -j DROP
--A INPUT -m addrtype --dst-type LOCAL -j X
--A INPUT -m recent --set --name A --mask ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff --rsource -j X
--A X -j REJECT --reject-with icmp6-port-unreachable
--A X -j REJECT --reject-with icmp6-adm-prohibited
--A X -p tcp -j REJECT --reject-with tcp-reset
-COMMIT
-*nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
--A PREROUTING -d fd00:43::1/128 -p tcp -m tcp --dport 443 -j DNAT --to-destination [fd00::1]:6443
--A PREROUTING -p tcp -j DNAT --to-destination fd00::2
--A POSTROUTING -j MASQUERADE --random-fully
--A POSTROUTING -s fd00:42::/64 -j SNAT --to-source fd00::9
-COMMIT
-"#;
+/// The IPv6 forms (shared with `netlink_oracle.rs`).
+const EXTENSIONS_V6: &str = include_str!("data/extensions-v6.rules");
 
 /// Legacy-only forms (`--nflog-range`, `-f`, counters on rules).
 const LEGACY_V4: &str = r#"*raw
@@ -358,8 +251,9 @@ fn every_decoded_extension_equals_iptables_legacy_save() {
         return;
     }
     let ns = Netns::create("plumb-legacy-oracle").expect("netns");
+    let v4 = extensions_v4();
     for (tool, text) in [
-        ("iptables-legacy-restore", EXTENSIONS_V4),
+        ("iptables-legacy-restore", v4.as_str()),
         ("ip6tables-legacy-restore", EXTENSIONS_V6),
     ] {
         let (ok, _, err) = ns.exec(tool, &[], Some(text)).expect(tool);
@@ -395,8 +289,9 @@ fn write_fixtures() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/xt_legacy/fixtures");
     std::fs::create_dir_all(&dir).unwrap();
     let ns = Netns::create("plumb-legacy-oracle").expect("netns");
+    let v4 = extensions_v4();
     for (tool, text) in [
-        ("iptables-legacy-restore", EXTENSIONS_V4),
+        ("iptables-legacy-restore", v4.as_str()),
         ("ip6tables-legacy-restore", EXTENSIONS_V6),
     ] {
         let (ok, _, err) = ns.exec(tool, &[], Some(text)).expect(tool);
