@@ -780,8 +780,15 @@ impl<'c> Index<'c> {
         judge(self.cluster, c, &from, &to, &sel_from, &sel_to)
     }
 
-    /// Judges pod `from` to pod `to` (positions) on `port`/`protocol`.
-    pub fn check_pods(&self, from: usize, to: usize, port: u16, protocol: &str) -> Verdict {
+    /// The connection from pod `from` to pod `to` (positions) and its two sides, their
+    /// labels borrowed from the index.
+    fn pod_pair<'s>(
+        &'s self,
+        from: usize,
+        to: usize,
+        port: u16,
+        protocol: &'s str,
+    ) -> (Connection<'s>, Side<'s>, Side<'s>) {
         let pods = &self.cluster.pods;
         let c = Connection {
             from: Endpoint::Pod(&pods[from]),
@@ -798,6 +805,12 @@ impl<'c> Index<'c> {
             ep: c.to,
             labels: Cow::Borrowed(&self.labels[to]),
         };
+        (c, f, t)
+    }
+
+    /// Judges pod `from` to pod `to` (positions) on `port`/`protocol`.
+    pub fn check_pods(&self, from: usize, to: usize, port: u16, protocol: &str) -> Verdict {
+        let (c, f, t) = self.pod_pair(from, to, port, protocol);
         judge(
             self.cluster,
             &c,
@@ -814,22 +827,7 @@ impl<'c> Index<'c> {
     /// are), without collecting the policies and rules behind them — what matrices
     /// need.
     pub fn allows_pods(&self, from: usize, to: usize, port: u16, protocol: &str) -> (bool, bool) {
-        let pods = &self.cluster.pods;
-        let c = Connection {
-            from: Endpoint::Pod(&pods[from]),
-            to: Endpoint::Pod(&pods[to]),
-            port,
-            protocol,
-            request: None,
-        };
-        let f = Side {
-            ep: c.from,
-            labels: Cow::Borrowed(&self.labels[from]),
-        };
-        let t = Side {
-            ep: c.to,
-            labels: Cow::Borrowed(&self.labels[to]),
-        };
+        let (c, f, t) = self.pod_pair(from, to, port, protocol);
         (
             direction_allows(self.cluster, &c, false, &f, &t, &self.selecting[from]),
             direction_allows(self.cluster, &c, true, &t, &f, &self.selecting[to]),
