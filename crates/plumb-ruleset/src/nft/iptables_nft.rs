@@ -318,11 +318,7 @@ pub(crate) fn translate_table(table: &mut Table) -> Option<KeptRules> {
     }
     let mut foreign = Vec::new();
     let old_chains = std::mem::take(&mut table.chains);
-    let old_index: std::collections::HashMap<&str, usize> = old_chains
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (&*c.name, i))
-        .collect();
+    let old_index = chain_positions(&old_chains);
     let mut new_chains: Vec<Chain> = Vec::with_capacity(xt_table.chains.len());
     for mut xc in std::mem::take(&mut xt_table.chains) {
         let Some((ci, oc)) = old_index.get(&*xc.name).map(|&i| (i, &old_chains[i])) else {
@@ -358,20 +354,45 @@ pub(crate) fn translate_table(table: &mut Table) -> Option<KeptRules> {
             });
         }
         xc.rules = rules;
-        xc.location = oc.location;
-        if let (Some(nb), Some(ob)) = (xc.base.as_mut(), oc.base.as_ref()) {
-            nb.counters = ob.counters;
-            nb.chain_type = ob.chain_type.clone();
-            nb.priority = ob.priority.clone();
-        }
+        keep_nft_view(&mut xc, oc);
         new_chains.push(xc);
     }
-    // Chains in the nft view's order, missing built-ins first (as iptables-nft-save).
-    new_chains.sort_by_key(|c| old_index.get(&*c.name).map_or(0, |p| p + 1));
-    table.chains = new_chains;
+    install_translated(table, new_chains, &old_index);
+    Some(foreign)
+}
+
+/// Each chain's position by name.
+fn chain_positions(chains: &[Chain]) -> std::collections::HashMap<&str, usize> {
+    chains
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (&*c.name, i))
+        .collect()
+}
+
+/// What the translated chain `xc` keeps of the nft view's chain `oc`: its location and
+/// its base chain's counters, type and priority.
+fn keep_nft_view(xc: &mut Chain, oc: &Chain) {
+    xc.location = oc.location;
+    if let (Some(nb), Some(ob)) = (xc.base.as_mut(), oc.base.as_ref()) {
+        nb.counters = ob.counters;
+        nb.chain_type = ob.chain_type.clone();
+        nb.priority = ob.priority.clone();
+    }
+}
+
+/// Puts the translated chains into `table` in the nft view's order (`old_index`),
+/// missing built-ins first as iptables-nft-save prints them, and marks the table as
+/// iptables-nft's, read from the nft view.
+fn install_translated(
+    table: &mut Table,
+    mut chains: Vec<Chain>,
+    old_index: &std::collections::HashMap<&str, usize>,
+) {
+    chains.sort_by_key(|c| old_index.get(&*c.name).map_or(0, |p| p + 1));
+    table.chains = chains;
     table.backend = Backend::IptablesNft;
     table.nft_view = true;
-    Some(foreign)
 }
 
 /// The start of the table as iptables-save text, through its chain declarations, and
@@ -545,11 +566,7 @@ pub(crate) fn translate_streamed_table(
         .iter_mut()
         .map(|c| std::mem::take(&mut c.rules).into_iter())
         .collect();
-    let old_index: std::collections::HashMap<&str, usize> = old_chains
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (&*c.name, i))
-        .collect();
+    let old_index = chain_positions(&old_chains);
     let mut new_chains: Vec<Chain> = Vec::with_capacity(xt_table.chains.len());
     for mut xc in std::mem::take(&mut xt_table.chains) {
         let Some(&ci) = old_index.get(&*xc.name) else {
@@ -589,18 +606,10 @@ pub(crate) fn translate_streamed_table(
             });
         }
         xc.rules = out;
-        xc.location = oc.location;
-        if let (Some(nb), Some(ob)) = (xc.base.as_mut(), oc.base.as_ref()) {
-            nb.counters = ob.counters;
-            nb.chain_type = ob.chain_type.clone();
-            nb.priority = ob.priority.clone();
-        }
+        keep_nft_view(&mut xc, oc);
         new_chains.push(xc);
     }
-    new_chains.sort_by_key(|c| old_index.get(&*c.name).map_or(0, |p| p + 1));
-    table.chains = new_chains;
-    table.backend = Backend::IptablesNft;
-    table.nft_view = true;
+    install_translated(table, new_chains, &old_index);
     Ok(foreign)
 }
 
