@@ -7,7 +7,7 @@
 //! Pure: the caller traces the ports (plumb-check's INPUT trace) and reads addresses
 //! and routes; this module judges.
 
-use plumb_findings::{Evidence, Finding, Severity};
+use plumb_findings::{Evidence, Finding, Inbound, Severity};
 use plumb_ruleset::Ruleset;
 
 /// Finding ids (stable, for scripts).
@@ -42,31 +42,6 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ),
 ];
 
-/// What the host firewall's INPUT does with one port from other nodes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PortState {
-    /// Accepted (traced).
-    Open,
-    /// Every outcome is dropped or rejected by a host-firewall rule or policy.
-    Blocked {
-        /// The stopping rule or policy.
-        rule: String,
-        /// The rules on the path.
-        evidence: Vec<Evidence>,
-    },
-    /// Some outcome is stopped, or the stop depends on something not visible.
-    Maybe {
-        /// The stopping rule or policy.
-        rule: String,
-        /// On what it depends.
-        why: String,
-        /// The rules on the path.
-        evidence: Vec<Evidence>,
-    },
-    /// Not judged, and why.
-    Unknown(String),
-}
-
 /// Cilium's tunnel ports: the default VXLAN, the migration guide's VXLAN port beside
 /// Flannel's 8472, and Geneve.
 pub const TUNNEL_PORTS: [(u16, &str); 3] = [
@@ -80,7 +55,7 @@ pub const TUNNEL_PORTS: [(u16, &str); 3] = [
 
 /// Judges the traced tunnel ports (`(port, state)`, one per [`TUNNEL_PORTS`] entry
 /// traced).
-pub fn tunnel_ports(traced: &[(u16, PortState)]) -> Finding {
+pub fn tunnel_ports(traced: &[(u16, Inbound)]) -> Finding {
     let id = ids::TUNNEL_PORT;
     if traced.is_empty() {
         return Finding::unknown(id, Severity::Medium, "the host firewall was not traced");
@@ -94,7 +69,7 @@ pub fn tunnel_ports(traced: &[(u16, PortState)]) -> Finding {
     let blocked: Vec<(u16, &str, &[Evidence])> = traced
         .iter()
         .filter_map(|(p, s)| match s {
-            PortState::Blocked { rule, evidence } => Some((*p, rule.as_str(), evidence.as_slice())),
+            Inbound::Blocked { rule, evidence } => Some((*p, rule.as_str(), evidence.as_slice())),
             _ => None,
         })
         .collect();
@@ -130,7 +105,7 @@ pub fn tunnel_ports(traced: &[(u16, PortState)]) -> Finding {
         .do_not("open the port to every source: only the cluster's nodes send tunnel traffic");
     }
     if let Some((p, rule, why, evidence)) = traced.iter().find_map(|(p, s)| match s {
-        PortState::Maybe {
+        Inbound::Maybe {
             rule,
             why,
             evidence,
@@ -148,7 +123,7 @@ pub fn tunnel_ports(traced: &[(u16, PortState)]) -> Finding {
         .with_evidence(evidence.iter().cloned());
     }
     if let Some((p, why)) = traced.iter().find_map(|(p, s)| match s {
-        PortState::Unknown(why) => Some((*p, why)),
+        Inbound::Unknown(why) => Some((*p, why)),
         _ => None,
     }) {
         return Finding::unknown(
@@ -443,13 +418,13 @@ mod tests {
         let f = tunnel_ports(&[
             (
                 8472,
-                PortState::Blocked {
+                Inbound::Blocked {
                     rule: "policy DROP of filter INPUT".into(),
                     evidence: Vec::new(),
                 },
             ),
-            (8473, PortState::Open),
-            (6081, PortState::Open),
+            (8473, Inbound::Open),
+            (6081, Inbound::Open),
         ]);
         assert_eq!(f.status, Status::Problem);
         assert_eq!(f.severity, Severity::High);
@@ -458,13 +433,13 @@ mod tests {
             "{}",
             f.title
         );
-        let ok = tunnel_ports(&[(8472, PortState::Open), (6081, PortState::Open)]);
+        let ok = tunnel_ports(&[(8472, Inbound::Open), (6081, Inbound::Open)]);
         assert_eq!(ok.status, Status::Ok);
         let geneve = tunnel_ports(&[
-            (8472, PortState::Open),
+            (8472, Inbound::Open),
             (
                 6081,
-                PortState::Blocked {
+                Inbound::Blocked {
                     rule: "r".into(),
                     evidence: Vec::new(),
                 },

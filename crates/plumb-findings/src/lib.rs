@@ -11,10 +11,12 @@
 
 pub mod conclusion;
 pub mod finding;
+pub mod inbound;
 pub mod order;
 pub mod render;
 
 pub use conclusion::{Conclusion, Confidence};
 pub use finding::{Evidence, Finding, MAX_EVIDENCE, Severity, Status};
+pub use inbound::Inbound;
 pub use order::{sort, sort_with};
 pub use render::Style;

@@ -359,7 +359,7 @@ fn conflicts(facts: &plumb_facts::Facts, netns: Option<&str>) -> Vec<plumb_findi
         .filter(|f| f.is_problem() && CONFLICT_IDS.contains(&f.id.as_str()))
         .collect();
     let ruleset = facts.ruleset.value();
-    let tunnel: Vec<(u16, c::PortState)> = match ruleset {
+    let tunnel: Vec<(u16, plumb_findings::Inbound)> = match ruleset {
         Some(rs) => {
             let input = plumb_check::CheckInput::new(
                 rs,
@@ -371,24 +371,8 @@ fn conflicts(facts: &plumb_facts::Facts, netns: Option<&str>) -> Vec<plumb_findi
             c::TUNNEL_PORTS
                 .iter()
                 .map(|(port, _)| {
-                    use plumb_check::checks::shadow::{Inbound, inbound};
-                    let state = match inbound(&input, plumb_trace::Proto::Udp, *port) {
-                        Inbound::Open => c::PortState::Open,
-                        Inbound::Blocked { rule, evidence } => {
-                            c::PortState::Blocked { rule, evidence }
-                        }
-                        Inbound::Maybe {
-                            rule,
-                            why,
-                            evidence,
-                        } => c::PortState::Maybe {
-                            rule,
-                            why,
-                            evidence,
-                        },
-                        Inbound::Unknown(why) => c::PortState::Unknown(why),
-                    };
-                    (*port, state)
+                    use plumb_check::checks::shadow::inbound;
+                    (*port, inbound(&input, plumb_trace::Proto::Udp, *port))
                 })
                 .collect()
         }

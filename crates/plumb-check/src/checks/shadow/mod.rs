@@ -917,32 +917,7 @@ fn finding(
     )
 }
 
-/// What the host firewall does with packets another node sends to this one on a port
-/// (INPUT), as [`inbound`] traced them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Inbound {
-    /// Every outcome is accepted (or nothing filters INPUT).
-    Open,
-    /// Every outcome is stopped by the host firewall: the stopping rule or policy and the
-    /// path to it.
-    Blocked {
-        /// `INPUT rule 8: -A INPUT -j REJECT ...` / `policy DROP of filter INPUT`.
-        rule: String,
-        /// The rules on the path.
-        evidence: Vec<Evidence>,
-    },
-    /// Some outcome is stopped, or the stop rests on something plumb cannot see.
-    Maybe {
-        /// The stopping rule or policy.
-        rule: String,
-        /// On what it depends.
-        why: String,
-        /// The rules on the path.
-        evidence: Vec<Evidence>,
-    },
-    /// Not judged: why (a partial input, the trace's bound).
-    Unknown(String),
-}
+pub use plumb_findings::Inbound;
 
 /// Traces a packet of `proto` to `port` that another node sends to this one through the
 /// host firewall's INPUT (IPv4), judged as `input-drop-blocks-node` judges the ports
