@@ -6,11 +6,13 @@
 //! with the save tool). Privileged: root, iptables-legacy; namespaces are private and
 //! deleted on drop.
 
+mod common;
+
 use plumb_collect::xt_legacy::{self, LegacyTableRead};
 use plumb_os::netns::Netns;
 use plumb_ruleset::Family;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// `*table` ... `COMMIT` sections of an iptables-save text by table name, without
 /// comment lines.
@@ -86,25 +88,6 @@ fn compare(ns: &Netns, label: &str, diffs: &mut Vec<String>) -> (usize, Vec<Stri
     (equal, fallbacks)
 }
 
-fn corpus_files(corpus: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for dir in [
-        "kube-proxy-iptables/real-nodes",
-        "kube-proxy-iptables/k8s-proxier-test",
-        "real-world/iptables-save",
-        "real-world/host-firewall",
-        "general-iptables-save/diekmann-Iptables_Semantics",
-        "other-cni/flannel",
-        "other-cni/calico",
-    ] {
-        if let Ok(rd) = std::fs::read_dir(corpus.join(dir)) {
-            files.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_file()));
-        }
-    }
-    files.sort();
-    files
-}
-
 #[test]
 fn legacy_tables_equal_iptables_legacy_save_on_the_corpus() {
     if !plumb_testkit::privileged(&["iptables-legacy-restore", "ip6tables-legacy-restore"]) {
@@ -113,69 +96,18 @@ fn legacy_tables_equal_iptables_legacy_save_on_the_corpus() {
     let Some(corpus) = plumb_testkit::corpus_dir() else {
         return;
     };
-    let (mut loaded, mut refused, mut tables) = (Vec::new(), Vec::new(), 0);
-    let mut fallbacks = Vec::new();
-    let mut diffs = Vec::new();
-    let files = corpus_files(&corpus);
-    // kube-proxy's partial syncs (`--noflush` payloads) apply on top of the full sync
-    // before them: step N is loaded after steps 1..N-1 in the same namespace.
-    let is_later_step =
-        |p: &Path| p.to_string_lossy().contains(".step") && !p.to_string_lossy().contains(".step1");
-    for file in files.iter().filter(|f| !is_later_step(f)) {
-        let ns = Netns::create("plumb-legacy-oracle").expect("netns");
-        let stem = file
-            .to_string_lossy()
-            .split(".step")
-            .next()
-            .unwrap_or("")
-            .to_string();
-        let mut sequence = vec![(file.clone(), false)];
-        if file.to_string_lossy().contains(".step1") {
-            sequence.extend(
-                files
-                    .iter()
-                    .filter(|f| is_later_step(f) && f.to_string_lossy().starts_with(&stem))
-                    .map(|f| (f.clone(), true)),
-            );
-        }
-        for (file, noflush) in sequence {
-            let label = file.strip_prefix(&corpus).unwrap().display().to_string();
-            let text = std::fs::read_to_string(&file).unwrap_or_default();
-            let restore = if label.contains("ip6tables") {
-                "ip6tables-legacy-restore"
-            } else {
-                "iptables-legacy-restore"
-            };
-            let args: &[&str] = if noflush { &["--noflush"] } else { &[] };
-            let (ok, _, err) = ns.exec(restore, args, Some(&text)).expect(restore);
-            if !ok {
-                let why = err.lines().find(|l| !l.trim().is_empty());
-                refused.push(format!("{label}: {}", why.unwrap_or("")));
-                break;
-            }
-            loaded.push(label.clone());
-            let (equal, fb) = compare(&ns, &label, &mut diffs);
-            tables += equal;
-            fallbacks.extend(fb);
-        }
-    }
-    eprintln!(
-        "corpus: {} files loaded, {tables} tables equal, {} fell back, {} refused by the restore tool",
-        loaded.len(),
-        fallbacks.len(),
-        refused.len()
-    );
-    for l in &loaded {
-        eprintln!("loaded: {l}");
-    }
-    for f in &fallbacks {
-        eprintln!("fallback: {f}");
-    }
-    for r in &refused {
-        eprintln!("refused: {r}");
-    }
-    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
-    assert!(!loaded.is_empty() && tables > 0);
+    let restore = common::Restore {
+        tools: ["iptables-legacy-restore", "ip6tables-legacy-restore"],
+        netns: "plumb-legacy-oracle",
+        noise: |_| false,
+    };
+    let (mut tables, mut fallbacks, mut diffs) = (0, Vec::new(), Vec::new());
+    let (loaded, refused) = common::load_each(&corpus, &restore, |ns, label| {
+        let (equal, fb) = compare(ns, label, &mut diffs);
+        tables += equal;
+        fallbacks.extend(fb);
+    });
+    common::report(&loaded, tables, &fallbacks, &refused, &diffs);
 }
 
 /// kube-proxy rulesets from the generator (every feature: NodePorts, affinity with

@@ -5,10 +5,11 @@
 //! cannot translate exactly must say why (and are then read with the save tool).
 //! Privileged: root, iptables-nft; namespaces are private and deleted on drop.
 
+mod common;
+
 use plumb_collect::nft_netlink::{self, TableRead};
 use plumb_os::netns::Netns;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 /// `*table` ... `COMMIT` sections of an iptables-save text by table name, without
 /// comment lines.
@@ -96,25 +97,6 @@ fn compare_in(
     (equal, fallbacks)
 }
 
-fn corpus_files(corpus: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for dir in [
-        "kube-proxy-iptables/real-nodes",
-        "kube-proxy-iptables/k8s-proxier-test",
-        "real-world/iptables-save",
-        "real-world/host-firewall",
-        "general-iptables-save/diekmann-Iptables_Semantics",
-        "other-cni/flannel",
-        "other-cni/calico",
-    ] {
-        if let Ok(rd) = std::fs::read_dir(corpus.join(dir)) {
-            files.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_file()));
-        }
-    }
-    files.sort();
-    files
-}
-
 #[test]
 fn netlink_tables_equal_iptables_nft_save_on_the_corpus() {
     if !plumb_testkit::privileged(&["iptables-nft-restore", "ip6tables-nft-restore"]) {
@@ -123,67 +105,18 @@ fn netlink_tables_equal_iptables_nft_save_on_the_corpus() {
     let Some(corpus) = plumb_testkit::corpus_dir() else {
         return;
     };
-    let (mut loaded, mut refused, mut tables) = (0, Vec::new(), 0);
-    let mut fallbacks = Vec::new();
-    let mut diffs = Vec::new();
-    let files = corpus_files(&corpus);
-    // kube-proxy's partial syncs (`--noflush` payloads) apply on top of the full sync
-    // before them: step N is loaded after steps 1..N-1 in the same namespace.
-    let is_later_step =
-        |p: &Path| p.to_string_lossy().contains(".step") && !p.to_string_lossy().contains(".step1");
-    for file in files.iter().filter(|f| !is_later_step(f)) {
-        let ns = Netns::create("plumb-netlink-oracle").expect("netns");
-        let stem = file
-            .to_string_lossy()
-            .split(".step")
-            .next()
-            .unwrap_or("")
-            .to_string();
-        let mut sequence = vec![(file.clone(), false)];
-        if file.to_string_lossy().contains(".step1") {
-            sequence.extend(
-                files
-                    .iter()
-                    .filter(|f| is_later_step(f) && f.to_string_lossy().starts_with(&stem))
-                    .map(|f| (f.clone(), true)),
-            );
-        }
-        for (file, noflush) in sequence {
-            let label = file.strip_prefix(&corpus).unwrap().display().to_string();
-            let text = std::fs::read_to_string(&file).unwrap_or_default();
-            let restore = if label.contains("ip6tables") {
-                "ip6tables-nft-restore"
-            } else {
-                "iptables-nft-restore"
-            };
-            let args: &[&str] = if noflush { &["--noflush"] } else { &[] };
-            let (ok, _, err) = ns.exec(restore, args, Some(&text)).expect(restore);
-            if !ok {
-                let why = err
-                    .lines()
-                    .find(|l| !l.trim().is_empty() && !l.ends_with("(nf_tables): "));
-                refused.push(format!("{label}: {}", why.unwrap_or("")));
-                break;
-            }
-            loaded += 1;
-            let (equal, fb) = compare(&ns, &label, &mut diffs);
-            tables += equal;
-            fallbacks.extend(fb);
-        }
-    }
-    eprintln!(
-        "corpus: {loaded} files loaded, {tables} tables equal, {} fell back, {} refused by the restore tool",
-        fallbacks.len(),
-        refused.len()
-    );
-    for f in &fallbacks {
-        eprintln!("fallback: {f}");
-    }
-    for r in &refused {
-        eprintln!("refused: {r}");
-    }
-    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
-    assert!(loaded > 0 && tables > 0);
+    let restore = common::Restore {
+        tools: ["iptables-nft-restore", "ip6tables-nft-restore"],
+        netns: "plumb-netlink-oracle",
+        noise: |l| l.ends_with("(nf_tables): "),
+    };
+    let (mut tables, mut fallbacks, mut diffs) = (0, Vec::new(), Vec::new());
+    let (loaded, refused) = common::load_each(&corpus, &restore, |ns, label| {
+        let (equal, fb) = compare(ns, label, &mut diffs);
+        tables += equal;
+        fallbacks.extend(fb);
+    });
+    common::report(&loaded, tables, &fallbacks, &refused, &diffs);
 }
 
 /// kube-proxy rulesets from the generator (every feature: NodePorts, affinity with
