@@ -358,6 +358,7 @@ fn drops(ns: &plumb_os::netns::Netns, secs: u64) {
             let _other = DropProbe::attach(&DropFilter {
                 netns_inode: 1,
                 all_reasons: false,
+                ..Default::default()
             })
             .unwrap();
             best_other = best_other.max(send_rate(ns, 1.0));
@@ -365,6 +366,7 @@ fn drops(ns: &plumb_os::netns::Netns, secs: u64) {
         let mut p = DropProbe::attach(&DropFilter {
             netns_inode: inode,
             all_reasons: false,
+            ..Default::default()
         })
         .unwrap();
         let stop = Arc::new(AtomicBool::new(false));
