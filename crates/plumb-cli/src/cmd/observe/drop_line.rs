@@ -382,7 +382,7 @@ mod tests {
                         } else {
                             "4294967295"
                         },
-                        src_ns: named.then_some("team-a\u{7f}\r"),
+                        src_ns: named.then_some("team-a\u{7f}\r\u{8}\u{c}\n\t\u{1}\u{1f}\\/"),
                         service: named.then_some(&service),
                         frontend: named.then_some(&frontend),
                         rule: json.as_deref(),
