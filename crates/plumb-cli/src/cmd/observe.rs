@@ -553,6 +553,8 @@ impl State<'_> {
             .and_then(|p| self.names.lb_destination(o.destination, p, f.protocol))
             .or_else(|| dnat.and_then(|(ip, p)| self.names.lb_destination(ip, p?, f.protocol)))
             .cloned();
+        // On Cilium nodes, the frontend's Service when the agent named it.
+        let service = service.or_else(|| frontend.as_ref().and_then(|f| f.service.clone()));
         let src_ns = self.names.pod_namespace(o.source).map(str::to_string);
         let facts = Facts {
             verdict: ObserveVerdict::Forwarded,
@@ -658,7 +660,7 @@ impl State<'_> {
         {
             let service = dst
                 .zip(dport)
-                .and_then(|(ip, port)| self.names.destination(ip, port, d.protocol));
+                .and_then(|(ip, port)| self.names.service_of(ip, port, d.protocol));
             let src_ns = src.and_then(|ip| self.names.pod_namespace(ip));
             let facts = Facts {
                 verdict: ObserveVerdict::Dropped,
@@ -716,7 +718,7 @@ impl State<'_> {
         }
         let service = dst
             .zip(dport)
-            .and_then(|(ip, port)| self.names.destination(ip, port, d.protocol));
+            .and_then(|(ip, port)| self.names.service_of(ip, port, d.protocol));
         let frontend = dst
             .zip(dport)
             .and_then(|(ip, port)| self.names.lb_destination(ip, port, d.protocol));
@@ -888,6 +890,9 @@ struct RulesetReader {
     /// kube-proxy's names from the last full read (Cilium's are re-read each time).
     names: ServiceNames,
     metrics: Option<Metrics>,
+    /// The agent's frontends with their Kubernetes names (`cilium-dbg service list -o
+    /// json`) and when they were asked for: at most once per [`NAMES_REFRESH`].
+    agent: Option<(Instant, Vec<plumb_cilium::lbmap::Frontend>)>,
 }
 
 /// How long one netlink counter read may take before the full read is used instead.
@@ -900,6 +905,7 @@ impl RulesetReader {
             plan: None,
             names: ServiceNames::default(),
             metrics,
+            agent: None,
         }
     }
 
@@ -964,13 +970,48 @@ impl RulesetReader {
     }
 
     /// The names, with the frontends of Cilium's load balancer when its maps are pinned
-    /// (a kube-proxy-free node has its Services there, not in rules).
-    fn with_cilium(&self) -> ServiceNames {
+    /// (a kube-proxy-free node has its Services there, not in rules). The maps hold no
+    /// Kubernetes names: on the host's maps, the agent's service list (when `cilium-dbg`
+    /// is on PATH and answers) names the frontends.
+    fn with_cilium(&mut self) -> ServiceNames {
         let mut names = self.names.clone();
-        if let Some(lb) = plumb_collect::cilium::read_lb_maps(&cilium_root(self.netns.as_deref())) {
+        let root = cilium_root(self.netns.as_deref());
+        if let Some(lb) = plumb_collect::cilium::read_lb_maps(&root)
+            && !lb.frontends.is_empty()
+        {
             names.add_cilium(&lb.frontends);
+            if root == std::path::Path::new("/") {
+                if self
+                    .agent
+                    .as_ref()
+                    .is_none_or(|(at, _)| at.elapsed() >= NAMES_REFRESH)
+                {
+                    self.agent = Some((Instant::now(), agent_service_list()));
+                }
+                if let Some((_, listed)) = &self.agent {
+                    names.name_cilium(listed);
+                }
+            }
         }
         names
+    }
+}
+
+/// The agent's frontends, named (`cilium-dbg service list -o json`); none when the CLI
+/// is missing or fails (the maps still give the frontends, by address).
+fn agent_service_list() -> Vec<plumb_cilium::lbmap::Frontend> {
+    use plumb_os::runner::Runner;
+    let out = plumb_os::runner::SystemRunner.run(
+        "cilium-dbg",
+        &["service", "list", "-o", "json"],
+        None,
+        plumb_collect::cilium::AGENT_TIMEOUT,
+    );
+    match out {
+        Ok(o) if o.success() => {
+            plumb_cilium::agent::service_list(&String::from_utf8_lossy(&o.stdout)).0
+        }
+        _ => Vec::new(),
     }
 }
 
@@ -1539,6 +1580,97 @@ fn spawn_drops(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A JSON state printing to a buffer, with `names` and a `--service` filter.
+    fn state(names: ServiceNames, service: &str) -> State<'static> {
+        State {
+            netns: None,
+            reasons: DropReasons::default(),
+            names,
+            names_read: Instant::now(),
+            baseline: None,
+            attribution_problem: None,
+            filter: Filter {
+                verdict: None,
+                ips: Vec::new(),
+                ports: Vec::new(),
+                protocol: None,
+                service: ServiceName::parse(service),
+                reasons: Vec::new(),
+            },
+            json: true,
+            last: None,
+            last_n: 0,
+            metrics: None,
+            printed: 0,
+            bpf_verdict: not_attributed(),
+            tracer: None,
+            traced: VecDeque::new(),
+            buf: Vec::new(),
+            times: drop_line::TimeText::new(WallClock::new()),
+            rule_json: drop_line::RuleJson::default(),
+            drop_counter: None,
+        }
+    }
+
+    /// On a Cilium node the maps give frontends by address and the agent's list names
+    /// them: `--service NS/NAME` keeps the drops to that Service's frontend and names
+    /// it as `destination_service`; drops to other frontends are left out.
+    #[test]
+    fn service_filter_matches_a_cilium_frontend_named_by_the_agent() {
+        use plumb_cilium::layout::{L4Proto, Scope};
+        use plumb_cilium::lbmap::{Frontend, FrontendKind, ServiceRef};
+        let fe = |ip: &str, port: u16, svc: Option<(&str, &str)>| Frontend {
+            address: ip.parse().unwrap(),
+            port,
+            proto: L4Proto::TCP,
+            scope: Scope::External,
+            kind: Some(FrontendKind::ClusterIP),
+            options: Vec::new(),
+            rev_nat: None,
+            backends: Vec::new(),
+            problems: Vec::new(),
+            service: svc.map(|(ns, n)| ServiceRef {
+                namespace: ns.into(),
+                name: n.into(),
+            }),
+        };
+        let mut names = ServiceNames::default();
+        names.add_cilium(&[fe("10.43.0.1", 443, None), fe("10.43.0.10", 53, None)]);
+        names.name_cilium(&[
+            fe("10.43.0.1", 443, Some(("default", "kubernetes"))),
+            fe("10.43.0.10", 53, Some(("kube-system", "kube-dns"))),
+        ]);
+        let mut st = state(names, "default/kubernetes");
+        let drop_to = |dst: &str, port: u16| DroppedPacket {
+            monotonic_ns: 1,
+            location: 0,
+            netns_inode: 1,
+            reason: 2,
+            ifindex: 0,
+            addresses: Some(("10.42.0.5".parse().unwrap(), dst.parse().unwrap())),
+            protocol: 6,
+            ports: Some((40000, port)),
+            icmp: None,
+        };
+        let mut out = Vec::new();
+        st.drop(&mut out, &drop_to("10.43.0.1", 443), None).unwrap();
+        st.drop(&mut out, &drop_to("10.43.0.10", 53), None).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        assert_eq!(
+            lines[0]["destination_service"],
+            serde_json::json!({"namespace": "default", "name": "kubernetes"})
+        );
+        assert_eq!(
+            lines[0]["destination_frontend"]["address"],
+            "10.43.0.1:443/TCP"
+        );
+    }
 
     fn drops(n: usize) -> Observed {
         let d = plumb_observe::drops::decode(&[0u8; plumb_observe::drops::RECORD_SIZE]).unwrap();

@@ -357,6 +357,7 @@ mod tests {
         let frontend = LbFrontend {
             address: "10.43.0.1:443/TCP".into(),
             kind: Some("ClusterIP"),
+            service: None,
         };
         let trace = Confirmation {
             agrees: true,
