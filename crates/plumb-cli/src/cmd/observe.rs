@@ -95,10 +95,8 @@ impl Queue {
     /// Hands `batch` over, or counts its events as lost.
     fn send(&self, batch: Observed) {
         let n = batch.len();
-        if self.waiting.fetch_add(n, Ordering::AcqRel) + n > QUEUE_EVENTS {
-            self.waiting.fetch_sub(n, Ordering::AcqRel);
-            self.lost.fetch_add(n as u64, Ordering::Relaxed);
-        } else if self.tx.try_send(batch).is_err() {
+        let fits = self.waiting.fetch_add(n, Ordering::AcqRel) + n <= QUEUE_EVENTS;
+        if !fits || self.tx.try_send(batch).is_err() {
             self.waiting.fetch_sub(n, Ordering::AcqRel);
             self.lost.fetch_add(n as u64, Ordering::Relaxed);
         }
