@@ -32,7 +32,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -55,9 +55,12 @@ const WINDOW: Duration = Duration::from_millis(300);
 /// How often Service names are re-read when no drop made it happen.
 const NAMES_REFRESH: Duration = Duration::from_secs(30);
 
+/// A drop and how many identical ones it stands for (1, or more when aggregated).
+type Counted = (DroppedPacket, u64);
+
 enum Observed {
     Flows(Vec<Flow>),
-    Drops(Vec<DroppedPacket>),
+    Drops(Vec<Counted>),
 }
 
 impl Observed {
@@ -66,6 +69,64 @@ impl Observed {
             Observed::Flows(f) => f.len(),
             Observed::Drops(d) => d.len(),
         }
+    }
+}
+
+/// How long identical drops are gathered into one line while the main thread is
+/// behind.
+const AGGREGATE_WINDOW: Duration = Duration::from_millis(100);
+
+/// Gathers identical drops (same addresses, ports or ICMP type, protocol, reason and
+/// interface) into one entry with a count, for [`AGGREGATE_WINDOW`] at a time: what
+/// the reader thread does instead of losing drops while the main thread (the output)
+/// is behind.
+#[derive(Default)]
+struct Aggregator {
+    index: HashMap<AggregateKey, usize>,
+    items: Vec<Counted>,
+    /// When the first entry of this window was added.
+    since: Option<Instant>,
+}
+
+type AggregateKey = (
+    u32,
+    Option<(IpAddr, IpAddr)>,
+    u8,
+    Option<(u16, u16)>,
+    Option<(u8, u8)>,
+    u32,
+);
+
+impl Aggregator {
+    fn add(&mut self, d: DroppedPacket) {
+        let key = (
+            d.reason,
+            d.addresses,
+            d.protocol,
+            d.ports,
+            d.icmp,
+            d.ifindex,
+        );
+        match self.index.get(&key) {
+            Some(&i) => self.items[i].1 += 1,
+            None => {
+                self.index.insert(key, self.items.len());
+                self.items.push((d, 1));
+                self.since.get_or_insert_with(Instant::now);
+            }
+        }
+    }
+
+    /// The window is over (or holds a whole batch of distinct drops).
+    fn due(&self) -> bool {
+        self.items.len() >= BATCH || self.since.is_some_and(|t| t.elapsed() >= AGGREGATE_WINDOW)
+    }
+
+    /// The entries of this window (the first drop of each, with its count).
+    fn take(&mut self) -> Vec<Counted> {
+        self.index.clear();
+        self.since = None;
+        std::mem::take(&mut self.items)
     }
 }
 
@@ -151,6 +212,10 @@ struct Line<'a> {
     interface: Option<Interface>,
     #[serde(skip_serializing_if = "Option::is_none")]
     netns: Option<&'a str>,
+    /// Identical drops this line stands for, when more than one (aggregated while the
+    /// output was behind): an extension of Hubble's schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    count: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -279,6 +344,7 @@ struct Metrics {
     drops: Family<Vec<(String, String)>, Counter>,
     lost: Family<Vec<(String, String)>, Counter>,
     reads: Family<Vec<(String, String)>, Counter>,
+    aggregated: Counter,
 }
 
 impl Metrics {
@@ -288,6 +354,7 @@ impl Metrics {
         let drops = Family::default();
         let lost = Family::default();
         let reads = Family::default();
+        let aggregated = Counter::default();
         r.register(
             "plumb_observe_flows",
             "Connection events conntrack reported, by verdict and protocol",
@@ -308,12 +375,18 @@ impl Metrics {
             "Reads of the rule counters for attribution, by how: netlink (the chains that can drop), full (the whole ruleset over netlink) or tools (the dump tools)",
             reads.clone(),
         );
+        r.register(
+            "plumb_observe_aggregated_drops",
+            "Drops printed as part of an identical drop's line (its count) because the output was behind",
+            aggregated.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
             flows,
             drops,
             lost,
             reads,
+            aggregated,
         }
     }
 }
@@ -392,6 +465,8 @@ struct State<'a> {
     rule_json: drop_line::RuleJson,
     /// The drops counter of the last (reason, owner) counted.
     drop_counter: Option<(u32, String, Counter)>,
+    /// Aggregated drops were said (once).
+    said_aggregated: bool,
 }
 
 /// The facts of one event the filters and printers look at.
@@ -430,7 +505,7 @@ impl State<'_> {
     fn attribute_and_print(
         &mut self,
         out: &mut impl Write,
-        pending: &mut Vec<DroppedPacket>,
+        pending: &mut Vec<Counted>,
         after: Option<CounterSnapshot>,
     ) -> anyhow::Result<()> {
         let answer = match (&self.baseline, &after) {
@@ -445,8 +520,8 @@ impl State<'_> {
         if after.is_some() {
             self.baseline = after;
         }
-        for d in pending.drain(..) {
-            self.drop(out, &d, answer.as_ref())?;
+        for (d, count) in pending.drain(..) {
+            self.drop(out, &d, count, answer.as_ref())?;
         }
         Ok(())
     }
@@ -605,6 +680,7 @@ impl State<'_> {
                 trace: None,
                 interface: None,
                 netns: self.netns,
+                count: None,
             };
             serde_json::to_string(&line)?
         } else {
@@ -649,6 +725,7 @@ impl State<'_> {
         &mut self,
         out: &mut impl Write,
         d: &DroppedPacket,
+        count: u64,
         rule: Option<&RuleMatch>,
     ) -> anyhow::Result<()> {
         let (src, dst) = d.addresses.unzip();
@@ -672,6 +749,9 @@ impl State<'_> {
             if !self.keep(&facts, service, src_ns) {
                 return Ok(());
             }
+        }
+        if count > 1 {
+            self.aggregated(out, count - 1)?;
         }
         // A tc filter's or BPF program's verdict (Cilium's datapath), not netfilter's:
         // no rule can be named, and the line says where to look instead.
@@ -702,14 +782,14 @@ impl State<'_> {
             // One atomic add per drop: the counter of the last (reason, owner) is kept.
             match &self.drop_counter {
                 Some((r, o, c)) if *r == d.reason && o == owner => {
-                    c.inc();
+                    c.inc_by(count);
                 }
                 _ => {
                     let c = m
                         .drops
                         .get_or_create(&vec![label("reason", reason_text), label("owner", owner)])
                         .clone();
-                    c.inc();
+                    c.inc_by(count);
                     self.drop_counter = Some((d.reason, owner.to_string(), c));
                 }
             }
@@ -737,6 +817,7 @@ impl State<'_> {
                     rule: rule_json,
                     trace: trace.as_ref(),
                     netns: self.netns,
+                    count,
                 },
             );
         } else {
@@ -791,6 +872,9 @@ impl State<'_> {
                 Some(_) => s.push_str("; nftrace: no traced drop of this packet"),
                 None => {}
             }
+            if count > 1 {
+                s.push_str(&format!(" (x{count}: identical drops within 100 ms)"));
+            }
             self.buf.clear();
             self.buf.extend_from_slice(s.as_bytes());
         }
@@ -829,6 +913,24 @@ impl State<'_> {
                 trace: None,
             },
         }
+    }
+
+    /// `n` drops were folded into another drop's line: counted in the metrics, and said
+    /// once (stderr, and a JSON notice).
+    fn aggregated(&mut self, out: &mut impl Write, n: u64) -> std::io::Result<()> {
+        if let Some(m) = &self.metrics {
+            m.aggregated.inc_by(n);
+        }
+        if !self.said_aggregated {
+            self.said_aggregated = true;
+            self.notice(
+                out,
+                "the output is behind the drops: identical drops (same addresses, ports, \
+                 protocol, reason and interface) within 100 ms are printed once, with \
+                 their number in `count`",
+            )?;
+        }
+        Ok(())
     }
 
     fn notice(&mut self, out: &mut impl Write, text: &str) -> std::io::Result<()> {
@@ -1040,8 +1142,8 @@ fn read_in_background(mut reader: RulesetReader) -> Receiver<(RulesetReader, Rul
 /// following one. Both are bounded; beyond, drops are printed unattributed.
 #[derive(Default)]
 struct Windows {
-    pending: Vec<DroppedPacket>,
-    next: Vec<DroppedPacket>,
+    pending: Vec<Counted>,
+    next: Vec<Counted>,
     /// When the first of `pending` arrived (a read starts [`WINDOW`] later).
     since: Option<Instant>,
     /// The read in flight: when it began (CLOCK_MONOTONIC ns) and its answer.
@@ -1052,11 +1154,11 @@ struct Windows {
 
 impl Windows {
     /// Holds `d` for its window; gives it back when both windows are full.
-    fn hold(&mut self, d: DroppedPacket) -> Option<DroppedPacket> {
+    fn hold(&mut self, d: Counted) -> Option<Counted> {
         let after_read = self
             .in_flight
             .as_ref()
-            .is_some_and(|(start, _)| d.monotonic_ns > *start);
+            .is_some_and(|(start, _)| d.0.monotonic_ns > *start);
         let w = if after_read {
             &mut self.next
         } else {
@@ -1243,6 +1345,7 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
         times: drop_line::TimeText::new(clock),
         rule_json: drop_line::RuleJson::default(),
         drop_counter: None,
+        said_aggregated: false,
         bpf_verdict: RuleMatch::NotFound {
             why: "dropped by a tc filter or a BPF program (tc, cgroup), not by netfilter: on \
                   Cilium its datapath's policy and service maps decide (cilium-dbg monitor \
@@ -1451,13 +1554,13 @@ fn handle(
             }
         }
         Observed::Drops(drops) => {
-            for d in drops {
+            for (d, count) in drops {
                 if Some(d.reason) == netfilter_drop {
-                    if let Some(d) = windows.hold(d) {
-                        st.drop(out, &d, Some(too_many))?;
+                    if let Some((d, count)) = windows.hold((d, count)) {
+                        st.drop(out, &d, count, Some(too_many))?;
                     }
                 } else {
-                    st.drop(out, &d, None)?;
+                    st.drop(out, &d, count, None)?;
                 }
             }
         }
@@ -1550,34 +1653,87 @@ fn spawn_drops(
     std::thread::spawn(move || {
         let everything = only.is_everything();
         let mut batch = Vec::with_capacity(BATCH);
-        let mut drain = |probe: &mut DropProbe| {
+        let mut agg = Aggregator::default();
+        // Aggregating while the main thread is behind (half the queue waiting), and
+        // for a second after.
+        let mut aggregate_until: Option<Instant> = None;
+        let behind = |queue: &Queue| queue.waiting.load(Ordering::Acquire) > QUEUE_EVENTS / 2;
+        let mut drain = |probe: &mut DropProbe, last: bool| {
+            if behind(&queue) {
+                aggregate_until = Some(Instant::now() + Duration::from_secs(1));
+            }
+            let mut aggregating = aggregate_until.is_some_and(|t| Instant::now() < t);
             probe.drain(&mut |d| {
-                if everything || only.matches(&d) {
-                    batch.push(d);
+                if !(everything || only.matches(&d)) {
+                    return;
                 }
+                if aggregating {
+                    agg.add(d);
+                    return;
+                }
+                batch.push((d, 1));
                 if batch.len() == BATCH {
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
                     queue.send(Observed::Drops(full));
+                    // One drain can hold most of the ring buffer: the queue is looked
+                    // at after every batch, not only between drains.
+                    if behind(&queue) {
+                        aggregating = true;
+                        aggregate_until = Some(Instant::now() + Duration::from_secs(1));
+                    }
                 }
             });
             if !batch.is_empty() {
                 let rest = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
                 queue.send(Observed::Drops(rest));
             }
+            if !agg.items.is_empty() && (agg.due() || last || !aggregating) {
+                queue.send(Observed::Drops(agg.take()));
+            }
         };
         while !stop.load(Ordering::SeqCst) {
             probe.wait(Duration::from_millis(50));
-            drain(&mut probe);
+            drain(&mut probe, false);
             ring_lost.store(probe.counters().lost, Ordering::Relaxed);
         }
         // The last drops: those of the final moments before the stop.
-        drain(&mut probe);
+        drain(&mut probe, true);
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Identical drops become one entry whose count is their number; different ones
+    /// stay apart; a taken window starts empty.
+    #[test]
+    fn the_aggregator_counts_identical_drops() {
+        let base = plumb_observe::drops::decode(&[0u8; plumb_observe::drops::RECORD_SIZE]).unwrap();
+        let mut agg = Aggregator::default();
+        for i in 0..1000u64 {
+            agg.add(DroppedPacket {
+                monotonic_ns: i,
+                ..base.clone()
+            });
+        }
+        for port in 0..10u16 {
+            agg.add(DroppedPacket {
+                ports: Some((1, port)),
+                ..base.clone()
+            });
+        }
+        agg.add(DroppedPacket {
+            reason: 9,
+            ..base.clone()
+        });
+        let items = agg.take();
+        assert_eq!(items.len(), 12);
+        assert_eq!(items[0].1, 1000);
+        assert_eq!(items[0].0.monotonic_ns, 0, "the first drop stands for them");
+        assert_eq!(items.iter().map(|(_, n)| n).sum::<u64>(), 1011);
+        assert!(agg.take().is_empty() && !agg.due());
+    }
 
     /// A JSON state printing to a buffer, with `names` and a `--service` filter.
     fn state(names: ServiceNames, service: &str) -> State<'static> {
@@ -1608,6 +1764,7 @@ mod tests {
             times: drop_line::TimeText::new(WallClock::new()),
             rule_json: drop_line::RuleJson::default(),
             drop_counter: None,
+            said_aggregated: false,
         }
     }
 
@@ -1652,8 +1809,10 @@ mod tests {
             icmp: None,
         };
         let mut out = Vec::new();
-        st.drop(&mut out, &drop_to("10.43.0.1", 443), None).unwrap();
-        st.drop(&mut out, &drop_to("10.43.0.10", 53), None).unwrap();
+        st.drop(&mut out, &drop_to("10.43.0.1", 443), 1, None)
+            .unwrap();
+        st.drop(&mut out, &drop_to("10.43.0.10", 53), 1, None)
+            .unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<serde_json::Value> = text
             .lines()
@@ -1672,7 +1831,7 @@ mod tests {
 
     fn drops(n: usize) -> Observed {
         let d = plumb_observe::drops::decode(&[0u8; plumb_observe::drops::RECORD_SIZE]).unwrap();
-        Observed::Drops(vec![d; n])
+        Observed::Drops(vec![(d, 1); n])
     }
 
     /// With the main thread stalled, the readers' hand-over neither blocks nor grows:

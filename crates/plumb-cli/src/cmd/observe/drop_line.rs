@@ -23,6 +23,8 @@ pub(super) struct DropView<'a> {
     pub rule: Option<&'a [u8]>,
     pub trace: Option<&'a Confirmation>,
     pub netns: Option<&'a str>,
+    /// Identical drops the line stands for (more than 1: aggregated).
+    pub count: u64,
 }
 
 /// Appends `s` as a JSON string, escaped as serde_json escapes.
@@ -176,6 +178,10 @@ pub(super) fn write(buf: &mut Vec<u8>, time: &[u8], d: &DroppedPacket, v: &DropV
         buf.extend_from_slice(b",\"netns\":");
         string(buf, ns);
     }
+    if v.count > 1 {
+        buf.extend_from_slice(b",\"count\":");
+        number(buf, v.count);
+    }
     buf.push(b'}');
 }
 
@@ -301,6 +307,7 @@ mod tests {
             trace: v.trace.cloned(),
             interface: (d.ifindex != 0).then_some(Interface { index: d.ifindex }),
             netns: v.netns,
+            count: (v.count > 1).then_some(v.count),
         };
         serde_json::to_string(&line).unwrap()
     }
@@ -389,6 +396,7 @@ mod tests {
                         rule: json.as_deref(),
                         trace: named.then_some(&trace),
                         netns: (!named).then_some("plumb-node \"é\""),
+                        count: if named { 1 } else { 1234567 },
                     };
                     let time = "2026-12-01T23:31:46.007Z";
                     let mut buf = Vec::new();
