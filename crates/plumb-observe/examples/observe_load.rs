@@ -444,6 +444,14 @@ fn cli(ns: &plumb_os::netns::Netns, what: &str, secs: u64, plumb: &str) {
     for (k, v) in m.iter().filter(|(k, _)| k.starts_with("lost ")) {
         println!("  {k}: {v}");
     }
+    if let Some(a) = m
+        .get("plumb_observe_aggregated_drops_total")
+        .filter(|a| **a > 0.0)
+    {
+        println!(
+            "  of the drops handled, {a} were printed as part of an identical drop's line (count)"
+        );
+    }
 }
 
 fn drops(ns: &plumb_os::netns::Netns, secs: u64) {
@@ -811,5 +819,13 @@ fn cli_inject(ns: &plumb_os::netns::Netns, secs: u64, plumb: &str, rate: u64) {
     );
     for (k, v) in m.iter().filter(|(k, _)| k.starts_with("lost ")) {
         println!("  {k}: {v}");
+    }
+    if let Some(a) = m
+        .get("plumb_observe_aggregated_drops_total")
+        .filter(|a| **a > 0.0)
+    {
+        println!(
+            "  of the drops handled, {a} were printed as part of an identical drop's line (count)"
+        );
     }
 }
