@@ -12,7 +12,8 @@
 // tracefs needed). Frees that are not drops (the reasons user space names in
 // skip_reason_*: SKB_NOT_DROPPED_YET, SKB_CONSUMED, SKB_DROP_REASON_NOT_SPECIFIED,
 // looked up by name in the running kernel's BTF) and packets of other namespaces are
-// rejected in the kernel, first, so the ring buffer only carries what is asked for.
+// rejected in the kernel, first, then drops that do not match the user's filters
+// (filter_* below), so the ring buffer only carries what is asked for.
 // The namespace of a packet is its device's (skb->dev), or its socket's when it has
 // no device yet (locally generated packets in the OUTPUT hook).
 //
