@@ -17,7 +17,7 @@
 //! never guessed, and the others are kept.
 
 use crate::layout::{BackendState, L4Proto, Scope};
-use crate::lbmap::{BackendRef, Frontend, FrontendKind, Problem};
+use crate::lbmap::{BackendRef, Frontend, FrontendKind, Problem, ServiceRef};
 use serde::Deserialize;
 use std::net::IpAddr;
 
@@ -74,6 +74,8 @@ struct Address {
 struct Flags {
     #[serde(rename = "type")]
     kind: Option<String>,
+    name: Option<String>,
+    namespace: Option<String>,
 }
 
 fn proto(p: Option<&str>) -> L4Proto {
@@ -116,10 +118,17 @@ pub fn service_list(json: &str) -> (Vec<Frontend>, Vec<String>) {
             ));
             continue;
         };
-        let kind = spec
+        let (kind, name, namespace) = spec
             .flags
-            .and_then(|f| f.kind)
-            .and_then(|k| FrontendKind::from_name(&k));
+            .map_or((None, None, None), |f| (f.kind, f.name, f.namespace));
+        let kind = kind.and_then(|k| FrontendKind::from_name(&k));
+        // The Kubernetes Service: both parts, or none.
+        let service = match (namespace, name) {
+            (Some(namespace), Some(name)) if !namespace.is_empty() && !name.is_empty() => {
+                Some(ServiceRef { namespace, name })
+            }
+            _ => None,
+        };
         let mut backends = Vec::new();
         for (slot, b) in spec.backends.iter().enumerate() {
             let addr: Option<IpAddr> = b.ip.as_deref().and_then(|a| a.parse().ok());
@@ -157,6 +166,7 @@ pub fn service_list(json: &str) -> (Vec<Frontend>, Vec<String>) {
             rev_nat: spec.id.and_then(|id| u16::try_from(id).ok()),
             backends,
             problems,
+            service,
         });
     }
     (out, errors)
@@ -287,6 +297,15 @@ mod tests {
         assert_eq!(f[0].kind, Some(FrontendKind::ClusterIP));
         assert_eq!(f[0].backends[0].port, 80);
         assert_eq!(f[1].problems, [Problem::NoBackends]);
+        // The Kubernetes names in the flags are kept; a NodePort without them has none.
+        assert_eq!(
+            f[0].service,
+            Some(ServiceRef {
+                namespace: "default".into(),
+                name: "x".into()
+            })
+        );
+        assert_eq!(f[1].service, None);
         assert_eq!(e.len(), 1);
         assert!(e[0].contains("id 5"), "{e:?}");
         assert_eq!(service_list("[").1.len(), 1);

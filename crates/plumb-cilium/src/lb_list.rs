@@ -245,6 +245,7 @@ fn frontend(k: Key, rows: Vec<Row>) -> Frontend {
         rev_nat: None,
         backends: Vec::new(),
         problems: Vec::new(),
+        service: None,
     };
     let mut has_master = false;
     for r in rows {

@@ -145,6 +145,19 @@ pub struct Frontend {
     pub backends: Vec<BackendRef>,
     /// What is wrong with it, if anything.
     pub problems: Vec<Problem>,
+    /// The Kubernetes Service it belongs to, when the source names it (the agent's
+    /// service list does; the BPF maps do not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceRef>,
+}
+
+/// A Kubernetes Service, as the agent names a frontend's.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct ServiceRef {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
 }
 
 impl Frontend {
@@ -310,6 +323,7 @@ impl LbMaps {
                     rev_nat: master.map(|m| m.rev_nat),
                     backends,
                     problems,
+                    service: None,
                 }
             })
             .collect()

@@ -83,6 +83,7 @@ fn frontend(words: &[&str]) -> Option<Frontend> {
         rev_nat: None,
         backends: Vec::new(),
         problems: Vec::new(),
+        service: None,
     })
 }
 

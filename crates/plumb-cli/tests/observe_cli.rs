@@ -632,3 +632,82 @@ fn observe_refuses_trace_confirmation_outside_a_lab_or_own_namespace() {
         );
     }
 }
+
+/// When the output is behind (nobody reads plumb's stdout for a while), identical drops
+/// are printed once with their number in `count`, said once in a notice, instead of
+/// being lost: the counts of the lines (plus any events reported lost) add up to the
+/// drops made.
+#[test]
+fn observe_aggregates_identical_drops_when_the_output_is_behind() {
+    if !plumb_testkit::privileged(&["ip", "iptables-nft-restore"]) {
+        return;
+    }
+    let ns = netns_with(
+        &format!("plumb-drops-agg-{}", std::process::id()),
+        "*raw\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -d 10.43.0.7/32 -j DROP\nCOMMIT\n",
+    );
+    let mut observer = observe(&[
+        "--netns",
+        ns.name(),
+        "--duration",
+        "8",
+        "--verdict",
+        "dropped",
+        "-o",
+        "json",
+    ]);
+    // Nobody reads stdout while the drops are made: plumb's writes block once the pipe
+    // and its buffer are full, and its queue fills behind them.
+    let made: u64 = 100_000;
+    plumb_os::netns::on_thread(Some(ns.name()), || {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0")?;
+        for _ in 0..made {
+            s.send_to(b"x", "10.43.0.7:53")?;
+        }
+        Ok::<(), std::io::Error>(())
+    })
+    .expect("sends");
+    let lines = json_lines_of(&mut observer);
+    let (mut counted, mut lost, mut aggregated) = (0u64, 0u64, 0u64);
+    for v in &lines {
+        if v["IP"]["destination"] == "10.43.0.7" {
+            let n = v["count"].as_u64().unwrap_or(1);
+            counted += n;
+            if n > 1 {
+                aggregated += 1;
+            }
+        }
+        lost += v["lost_events"]["num_events_lost"].as_u64().unwrap_or(0);
+    }
+    eprintln!("{counted} drops in the lines ({aggregated} lines with a count), {lost} lost");
+    assert!(aggregated > 0, "no line with a count");
+    assert!(
+        lines
+            .iter()
+            .any(|v| v["notice"].as_str().is_some_and(|n| n.contains("count"))),
+        "no notice about aggregation"
+    );
+    assert_eq!(counted + lost, made, "lines {counted}, lost {lost}");
+}
+
+/// Reads the JSON lines of a running observer until it ends (bounded: 60 s).
+fn json_lines_of(child: &mut Child) -> Vec<serde_json::Value> {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let lines: Vec<String> = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect();
+        let _ = tx.send(lines);
+    });
+    let lines = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("observe ends after --duration");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "exit {status:?}");
+    lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}

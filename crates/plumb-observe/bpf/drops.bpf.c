@@ -12,7 +12,8 @@
 // tracefs needed). Frees that are not drops (the reasons user space names in
 // skip_reason_*: SKB_NOT_DROPPED_YET, SKB_CONSUMED, SKB_DROP_REASON_NOT_SPECIFIED,
 // looked up by name in the running kernel's BTF) and packets of other namespaces are
-// rejected in the kernel, first, so the ring buffer only carries what is asked for.
+// rejected in the kernel, first, then drops that do not match the user's filters
+// (filter_* below), so the ring buffer only carries what is asked for.
 // The namespace of a packet is its device's (skb->dev), or its socket's when it has
 // no device yet (locally generated packets in the OUTPUT hook).
 //
@@ -55,6 +56,24 @@ const volatile __u64 watched_netns_inum = 0;
 const volatile __u32 skip_reason_1 = 0xffffffff;
 const volatile __u32 skip_reason_2 = 0xffffffff;
 const volatile __u32 skip_reason_3 = 0xffffffff;
+// The user's filters (--reason, --protocol, --port, --ip), applied here so drops that
+// do not match never reach user space (counted in counters[2]). A count of 0 leaves
+// that filter off; user space applies the same filters again, and alone when a list
+// is longer than these slots. Ports in host order; an address as 16 bytes (IPv4 in
+// the first 4) with its l3 protocol (ETH_P_IP or ETH_P_IPV6).
+#define FILTER_REASONS 8
+#define FILTER_PROTOCOLS 4
+#define FILTER_PORTS 8
+#define FILTER_IPS 4
+const volatile __u32 n_filter_reasons = 0;
+const volatile __u32 filter_reasons[FILTER_REASONS] = {};
+const volatile __u32 n_filter_protocols = 0;
+const volatile __u8 filter_protocols[FILTER_PROTOCOLS] = {};
+const volatile __u32 n_filter_ports = 0;
+const volatile __u16 filter_ports[FILTER_PORTS] = {};
+const volatile __u32 n_filter_ips = 0;
+const volatile __u16 filter_ip_l3[FILTER_IPS] = {};
+const volatile __u8 filter_ips[FILTER_IPS][16] = {};
 // Ring buffer bytes waiting before a consumer is woken: batching the wakeups is what
 // lets a million drops a second through (user space also polls with a timeout).
 const volatile __u64 wakeup_bytes = 64 * 1024;
@@ -114,10 +133,11 @@ struct {
 	__uint(max_entries, 4 * 1024 * 1024);
 } events SEC(".maps");
 
-// Per CPU: [0] drops reported, [1] drops the ring buffer had no room for.
+// Per CPU: [0] drops reported, [1] drops the ring buffer had no room for, [2] drops
+// of the watched namespace the filters left out.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 	__type(key, __u32);
 	__type(value, __u64);
 } counters SEC(".maps");
@@ -180,6 +200,57 @@ static __always_inline unsigned char *ipv6_upper_layer(unsigned char *p, __u8 ne
 	return p;
 }
 
+static __always_inline int same_ip(const __u8 *a, int i, __u16 l3)
+{
+	if (filter_ip_l3[i] != l3)
+		return 0;
+	int len = l3 == ETH_P_IP ? 4 : 16;
+#pragma unroll
+	for (int k = 0; k < 16; k++)
+		if (k < len && a[k] != filter_ips[i][k])
+			return 0;
+	return 1;
+}
+
+// 1 when `e` passes the filters set (the reason was checked before).
+static __always_inline int wanted(const struct drop_event *e)
+{
+	if (n_filter_protocols) {
+		int hit = 0;
+#pragma unroll
+		for (int i = 0; i < FILTER_PROTOCOLS; i++)
+			if (i < n_filter_protocols && e->ip_proto == filter_protocols[i])
+				hit = 1;
+		if (!hit)
+			return 0;
+	}
+	if (n_filter_ports) {
+		if (e->has_ports != 1)
+			return 0;
+		__u16 s = __builtin_bswap16(e->sport), d = __builtin_bswap16(e->dport);
+		int hit = 0;
+#pragma unroll
+		for (int i = 0; i < FILTER_PORTS; i++)
+			if (i < n_filter_ports && (s == filter_ports[i] || d == filter_ports[i]))
+				hit = 1;
+		if (!hit)
+			return 0;
+	}
+	if (n_filter_ips) {
+		if (e->l3_proto != ETH_P_IP && e->l3_proto != ETH_P_IPV6)
+			return 0;
+		int hit = 0;
+#pragma unroll
+		for (int i = 0; i < FILTER_IPS; i++)
+			if (i < n_filter_ips &&
+			    (same_ip(e->saddr, i, e->l3_proto) || same_ip(e->daddr, i, e->l3_proto)))
+				hit = 1;
+		if (!hit)
+			return 0;
+	}
+	return 1;
+}
+
 SEC("tp_btf/kfree_skb")
 int plumb_kfree_skb(__u64 *ctx)
 {
@@ -203,13 +274,22 @@ int plumb_kfree_skb(__u64 *ctx)
 	}
 	if (watched_netns_inum && inum != watched_netns_inum)
 		return 0;
-
-	struct drop_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count(1);
-		return 0;
+	if (n_filter_reasons) {
+		int hit = 0;
+#pragma unroll
+		for (int i = 0; i < FILTER_REASONS; i++)
+			if (i < n_filter_reasons && reason == filter_reasons[i])
+				hit = 1;
+		if (!hit) {
+			count(2);
+			return 0;
+		}
 	}
-	count(0);
+
+	// Built on the stack and copied into the ring buffer only when it passes the
+	// filters, so a full buffer counts only drops that were wanted.
+	struct drop_event ev;
+	struct drop_event *e = &ev;
 	__builtin_memset(e, 0, sizeof(*e));
 	e->ktime_ns = bpf_ktime_get_ns();
 	e->location = ctx[1];
@@ -258,10 +338,18 @@ int plumb_kfree_skb(__u64 *ctx)
 				e->has_ports = 2;
 		}
 	}
+	if (!wanted(e)) {
+		count(2);
+		return 0;
+	}
 	__u64 flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes
 			      ? BPF_RB_FORCE_WAKEUP
 			      : BPF_RB_NO_WAKEUP;
-	bpf_ringbuf_submit(e, flags);
+	if (bpf_ringbuf_output(&events, e, sizeof(*e), flags)) {
+		count(1);
+		return 0;
+	}
+	count(0);
 	return 0;
 }
 

@@ -227,15 +227,132 @@ pub struct DropCounters {
     pub reported: u64,
     /// Drops the ring buffer had no room for (lost).
     pub lost: u64,
+    /// Drops of the watched namespace that [`DropFilter::only`] left out in the kernel.
+    pub filtered: u64,
 }
 
 /// What the probe watches.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct DropFilter {
     /// Inode of the watched network namespace; 0 watches every namespace.
     pub netns_inode: u64,
     /// Report the frees that are not drops too (`CONSUMED`, `NOT_SPECIFIED`).
     pub all_reasons: bool,
+    /// Only the drops that match (`--reason`, `--protocol`, `--port`, `--ip`): applied
+    /// in the kernel, so the others never reach user space.
+    pub only: DropMatch,
+}
+
+/// Which drops are wanted: each list that is not empty must be matched by one of its
+/// items (an address or port on either side). Empty lists match everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DropMatch {
+    /// Drop reasons (numbers of this kernel's `enum skb_drop_reason`).
+    pub reasons: Vec<u32>,
+    /// IP protocol numbers.
+    pub protocols: Vec<u8>,
+    /// Ports, source or destination (TCP, UDP, SCTP).
+    pub ports: Vec<u16>,
+    /// Addresses, source or destination.
+    pub ips: Vec<IpAddr>,
+}
+
+/// Slots of each list in the kernel program (`FILTER_*` in drops.bpf.c). A longer list
+/// is applied in user space only ([`DropMatch::matches`]).
+const KERNEL_REASONS: usize = 8;
+const KERNEL_PROTOCOLS: usize = 4;
+const KERNEL_PORTS: usize = 8;
+const KERNEL_IPS: usize = 4;
+
+impl DropMatch {
+    /// Whether `d` passes: the same test the kernel program makes.
+    pub fn matches(&self, d: &DroppedPacket) -> bool {
+        if !self.reasons.is_empty() && !self.reasons.contains(&d.reason) {
+            return false;
+        }
+        if !self.protocols.is_empty() && !self.protocols.contains(&d.protocol) {
+            return false;
+        }
+        if !self.ports.is_empty()
+            && !d
+                .ports
+                .is_some_and(|(s, t)| self.ports.iter().any(|p| *p == s || *p == t))
+        {
+            return false;
+        }
+        if !self.ips.is_empty()
+            && !d
+                .addresses
+                .is_some_and(|(s, t)| self.ips.iter().any(|ip| *ip == s || *ip == t))
+        {
+            return false;
+        }
+        true
+    }
+
+    /// Whether every drop matches (no list set).
+    pub fn is_everything(&self) -> bool {
+        *self == DropMatch::default()
+    }
+}
+
+/// The kernel program's filter globals for `m`: a list longer than its slots is left
+/// off (count 0) and applied in user space only.
+#[cfg_attr(plumb_no_bpf, allow(dead_code))]
+struct KernelMatch {
+    n_reasons: u32,
+    reasons: [u32; KERNEL_REASONS],
+    n_protocols: u32,
+    protocols: [u8; KERNEL_PROTOCOLS],
+    n_ports: u32,
+    ports: [u16; KERNEL_PORTS],
+    n_ips: u32,
+    ip_l3: [u16; KERNEL_IPS],
+    ips: [[u8; 16]; KERNEL_IPS],
+}
+
+#[cfg_attr(plumb_no_bpf, allow(dead_code))]
+impl KernelMatch {
+    fn of(m: &DropMatch) -> KernelMatch {
+        fn fill<T: Copy, const N: usize>(items: &[T], zero: T) -> (u32, [T; N]) {
+            let mut a = [zero; N];
+            if items.len() > N {
+                return (0, a);
+            }
+            a[..items.len()].copy_from_slice(items);
+            (items.len() as u32, a)
+        }
+        let (n_reasons, reasons) = fill(&m.reasons, 0);
+        let (n_protocols, protocols) = fill(&m.protocols, 0);
+        let (n_ports, ports) = fill(&m.ports, 0);
+        let (mut n_ips, mut ip_l3, mut ips) = (0, [0u16; KERNEL_IPS], [[0u8; 16]; KERNEL_IPS]);
+        if m.ips.len() <= KERNEL_IPS {
+            for (i, ip) in m.ips.iter().enumerate() {
+                match ip {
+                    IpAddr::V4(v4) => {
+                        ip_l3[i] = ETH_P_IP;
+                        ips[i][..4].copy_from_slice(&v4.octets());
+                    }
+                    IpAddr::V6(v6) => {
+                        ip_l3[i] = ETH_P_IPV6;
+                        ips[i] = v6.octets();
+                    }
+                }
+            }
+            n_ips = m.ips.len() as u32;
+        }
+        KernelMatch {
+            n_reasons,
+            reasons,
+            n_protocols,
+            protocols,
+            n_ports,
+            ports,
+            n_ips,
+            ip_l3,
+            ips,
+        }
+    }
 }
 
 /// The attached drop program. Dropping it detaches the program.
@@ -291,12 +408,22 @@ impl DropProbe {
         let skip_at = |i: usize| skip.get(i).copied().unwrap_or(u32::MAX);
         let btf = aya::Btf::from_sys_fs().map_err(|e| DropError::NoReasons(e.to_string()))?;
         let (s1, s2, s3) = (skip_at(0), skip_at(1), skip_at(2));
+        let k = KernelMatch::of(&filter.only);
         let mut ebpf = aya::EbpfLoader::new()
             .btf(Some(&btf))
             .override_global("watched_netns_inum", &filter.netns_inode, true)
             .override_global("skip_reason_1", &s1, true)
             .override_global("skip_reason_2", &s2, true)
             .override_global("skip_reason_3", &s3, true)
+            .override_global("n_filter_reasons", &k.n_reasons, true)
+            .override_global("filter_reasons", &k.reasons, true)
+            .override_global("n_filter_protocols", &k.n_protocols, true)
+            .override_global("filter_protocols", &k.protocols, true)
+            .override_global("n_filter_ports", &k.n_ports, true)
+            .override_global("filter_ports", &k.ports, true)
+            .override_global("n_filter_ips", &k.n_ips, true)
+            .override_global("filter_ip_l3", &k.ip_l3, true)
+            .override_global("filter_ips", &k.ips, true)
             .load(OBJECT)
             .map_err(|e| kernel_error("load", &e))?;
         let program: &mut aya::programs::BtfTracePoint = ebpf
@@ -401,6 +528,7 @@ impl DropProbe {
             DropCounters {
                 reported: sum(0),
                 lost: sum(1),
+                filtered: sum(2),
             }
         }
         #[cfg(plumb_no_bpf)]

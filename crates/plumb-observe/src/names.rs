@@ -68,6 +68,10 @@ pub struct LbFrontend {
     /// `ClusterIP`, `NodePort`, ... (None: the maps do not say).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<&'static str>,
+    /// The Kubernetes Service, when the agent named it (the maps do not); printed as
+    /// `destination_service`, not in this object.
+    #[serde(skip)]
+    pub service: Option<ServiceName>,
 }
 
 impl std::fmt::Display for LbFrontend {
@@ -168,6 +172,10 @@ impl ServiceNames {
             let lb = LbFrontend {
                 address,
                 kind: f.kind.map(FrontendKind::name),
+                service: f.service.as_ref().map(|s| ServiceName {
+                    namespace: s.namespace.clone(),
+                    name: s.name.clone(),
+                }),
             };
             self.lb_frontends
                 .insert((f.address, f.port, f.proto.0), lb.clone());
@@ -181,6 +189,48 @@ impl ServiceNames {
                 }
             }
         }
+    }
+
+    /// Names the Cilium frontends already added (from the maps, which hold no names)
+    /// with the Kubernetes Services of the agent's list `named` (`cilium-dbg service
+    /// list -o json`), matched by frontend address, port and protocol.
+    pub fn name_cilium(&mut self, named: &[Frontend]) {
+        let by_address: HashMap<String, ServiceName> = named
+            .iter()
+            .filter_map(|f| {
+                let s = f.service.as_ref()?;
+                let address = f.display_address();
+                let address = address.strip_suffix("/i").unwrap_or(&address).to_string();
+                Some((
+                    address,
+                    ServiceName {
+                        namespace: s.namespace.clone(),
+                        name: s.name.clone(),
+                    },
+                ))
+            })
+            .collect();
+        if by_address.is_empty() {
+            return;
+        }
+        let all = self
+            .lb_frontends
+            .values_mut()
+            .chain(self.lb_backends.values_mut().flatten());
+        for lb in all {
+            if let Some(s) = by_address.get(&lb.address) {
+                lb.service = Some(s.clone());
+            }
+        }
+    }
+
+    /// The Service a packet to `ip:port` over `protocol` goes to: kube-proxy's name,
+    /// else the Kubernetes name of the Cilium frontend it goes to (when known).
+    pub fn service_of(&self, ip: IpAddr, port: u16, protocol: u8) -> Option<&ServiceName> {
+        self.destination(ip, port, protocol).or_else(|| {
+            self.lb_destination(ip, port, protocol)
+                .and_then(|f| f.service.as_ref())
+        })
     }
 
     /// The Cilium frontend a packet to `ip:port` over `protocol` goes to: the frontend
@@ -278,6 +328,7 @@ mod tests {
                 })
                 .collect(),
             problems: Vec::new(),
+            service: None,
         }
     }
 
@@ -309,6 +360,33 @@ mod tests {
         // Two ClusterIPs sharing a backend: no guess.
         n.add_cilium(&[frontend("10.43.0.2", 443, FrontendKind::ClusterIP, &api)]);
         assert_eq!(n.lb_destination(ip("192.168.100.11"), 6443, 6), None);
+    }
+
+    /// The maps hold no names; the agent's service list does: its names reach the
+    /// frontends read from the maps (and the backends' way back to them), so a
+    /// connection to a Cilium frontend or its backend is named as the Service.
+    #[test]
+    fn the_agents_names_reach_the_frontends_of_the_maps() {
+        let api = [("192.168.100.11", 6443)];
+        let mut n = ServiceNames::default();
+        n.add_cilium(&[frontend("10.43.0.1", 443, FrontendKind::ClusterIP, &api)]);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(n.service_of(ip("10.43.0.1"), 443, 6), None);
+        let mut listed = frontend("10.43.0.1", 443, FrontendKind::ClusterIP, &api);
+        listed.service = Some(plumb_cilium::lbmap::ServiceRef {
+            namespace: "default".into(),
+            name: "kubernetes".into(),
+        });
+        let other = frontend("10.43.0.9", 53, FrontendKind::ClusterIP, &[]);
+        n.name_cilium(&[listed.clone(), other]);
+        let want = ServiceName::parse("default/kubernetes");
+        assert_eq!(n.service_of(ip("10.43.0.1"), 443, 6).cloned(), want);
+        assert_eq!(n.service_of(ip("192.168.100.11"), 6443, 6).cloned(), want);
+        assert_eq!(n.service_of(ip("10.43.0.9"), 53, 6), None);
+        // The agent's list alone (maps unreadable) names its frontends too.
+        let mut alone = ServiceNames::default();
+        alone.add_cilium(&[listed]);
+        assert_eq!(alone.service_of(ip("10.43.0.1"), 443, 6).cloned(), want);
     }
 
     #[test]

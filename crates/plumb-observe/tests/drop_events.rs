@@ -25,6 +25,7 @@ fn an_iptables_drop_is_reported_with_reason_netfilter_drop() {
     let mut probe = match DropProbe::attach(&DropFilter {
         netns_inode: inode,
         all_reasons: false,
+        ..Default::default()
     }) {
         Ok(p) => p,
         Err(e) if e.unavailable() => {
@@ -93,6 +94,7 @@ fn ipv6_ports_are_found_after_extension_headers() {
     let mut probe = match DropProbe::attach(&DropFilter {
         netns_inode: inode,
         all_reasons: false,
+        ..Default::default()
     }) {
         Ok(p) => p,
         Err(e) if e.unavailable() => {
@@ -142,4 +144,89 @@ fn ipv6_ports_are_found_after_extension_headers() {
         "the upper layer, not destination options: {d:?}"
     );
     assert_eq!(d.ports.map(|p| p.1), Some(5353), "{d:?}");
+}
+
+/// The user's filters are applied in the kernel: drops that do not match them are
+/// counted there (`filtered`) and never put in the ring buffer, so user space reads
+/// only the matching ones. Two destinations are dropped in raw PREROUTING; a probe
+/// filtered on one address reports exactly the drops to it, and one filtered on the
+/// other's port exactly those.
+#[test]
+fn drops_the_filters_leave_out_never_reach_user_space() {
+    use plumb_observe::drops::DropMatch;
+    if !plumb_testkit::privileged(&["ip", "iptables-nft-restore"]) {
+        return;
+    }
+    let ns = plumb_os::netns::Netns::create(&format!("plumb-drops-filter-{}", std::process::id()))
+        .expect("a private namespace");
+    let (ok, _, err) = ns.exec("ip", &["link", "set", "lo", "up"], None).unwrap();
+    assert!(ok, "{err}");
+    let (ok, _, err) = ns
+        .exec("ip", &["route", "add", "10.43.0.0/16", "dev", "lo"], None)
+        .unwrap();
+    assert!(ok, "{err}");
+    // Dropped on the way back in over lo: every send succeeds and makes one drop.
+    let rules = "*raw\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -d 10.43.0.0/16 -j DROP\nCOMMIT\n";
+    let (ok, _, err) = ns.exec("iptables-nft-restore", &[], Some(rules)).unwrap();
+    assert!(ok, "{err}");
+    let inode = plumb_os::netns::inode_of(ns.name()).unwrap();
+    let (to_a, to_b) = (30u64, 50u64);
+    for only in [
+        DropMatch {
+            ips: vec!["10.43.0.7".parse().unwrap()],
+            ..DropMatch::default()
+        },
+        DropMatch {
+            ports: vec![8080],
+            protocols: vec![17],
+            ..DropMatch::default()
+        },
+    ] {
+        let mut probe = match DropProbe::attach(&DropFilter {
+            netns_inode: inode,
+            all_reasons: false,
+            only: only.clone(),
+        }) {
+            Ok(p) => p,
+            Err(e) if e.unavailable() => {
+                plumb_testkit::skip(&format!("no drop probe here: {e}"));
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        plumb_os::netns::on_thread(Some(ns.name()), || {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0")?;
+            for _ in 0..to_a {
+                s.send_to(b"x", "10.43.0.7:53")?;
+            }
+            for _ in 0..to_b {
+                s.send_to(b"x", "10.43.0.8:8080")?;
+            }
+            Ok::<(), std::io::Error>(())
+        })
+        .expect("sends");
+        let (want, other) = if only.ips.is_empty() {
+            (to_b, to_a)
+        } else {
+            (to_a, to_b)
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut got = Vec::new();
+        while (got.len() as u64) < want && Instant::now() < deadline {
+            probe.wait(Duration::from_millis(100));
+            probe.drain(&mut |d| got.push(d));
+        }
+        // Anything more would be in the ring buffer by now.
+        probe.wait(Duration::from_millis(200));
+        probe.drain(&mut |d| got.push(d));
+        let c = probe.counters();
+        assert_eq!(got.len() as u64, want, "{only:?}: {c:?}");
+        assert!(got.iter().all(|d| only.matches(d)), "{only:?}: {got:?}");
+        assert_eq!(c.reported, want, "{only:?}");
+        assert_eq!(
+            c.filtered, other,
+            "{only:?}: the others counted in the kernel"
+        );
+        assert_eq!(c.lost, 0);
+    }
 }

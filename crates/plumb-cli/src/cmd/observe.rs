@@ -5,9 +5,17 @@
 //! schema where the concepts match (docs/observe.md).
 //!
 //! Threads: one reads conntrack, one drains the drop ring buffer; both hand events to
-//! the main thread through one bounded queue (a full queue counts lost events, never
-//! grows). The main thread filters, names, attributes and prints. Attribution reads
-//! the ruleset's counters (read-only dumps) at most once per window of drops.
+//! the main thread in batches through one bounded queue (a full queue counts the
+//! batch's events as lost, never grows or blocks the reader; while it is half full,
+//! the drop reader gathers identical drops into one line with a count, said once). The
+//! filters that need no
+//! names (`--ip --port --protocol --reason`) run in the kernel program and again on the
+//! reader thread, so drops not asked for cost nothing further. The main thread applies
+//! `--service`, names, attributes and prints, drops through a hand-written JSON writer
+//! over a reused buffer (`drop_line`), one write per batch. Attribution reads the
+//! ruleset's counters (read-only dumps) at most once per window of drops.
+
+mod drop_line;
 
 use crate::Verdict;
 use crate::flags::{ObserveFlags, ObserveFormat, ObserveVerdict};
@@ -16,7 +24,7 @@ use plumb_observe::attribution::{
     CounterSnapshot, NetlinkPlan, RuleMatch, attribute, read_counted,
 };
 use plumb_observe::conntrack::{Event, Flow};
-use plumb_observe::drops::{DropFilter, DropProbe, DroppedPacket, WallClock};
+use plumb_observe::drops::{DropFilter, DropMatch, DropProbe, DroppedPacket, WallClock};
 use plumb_observe::listener::ConntrackListener;
 use plumb_observe::names::{LbFrontend, ServiceName, ServiceNames};
 use plumb_observe::reasons::DropReasons;
@@ -26,16 +34,21 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Events waiting for the main thread at most; beyond, they are counted as lost.
-const QUEUE: usize = 65_536;
+const QUEUE_EVENTS: usize = 65_536;
+/// Batches waiting for the main thread at most (a bound on the channel besides the
+/// events': a batch holds at most [`BATCH`] events, and at least one).
+const QUEUE: usize = 4096;
+/// Events handed to the main thread at once, at most.
+const BATCH: usize = 1024;
 /// NETFILTER_DROPs held for one attribution at most; beyond, they are printed without
 /// a rule (said in the line).
 const PENDING: usize = 4_096;
@@ -44,9 +57,118 @@ const WINDOW: Duration = Duration::from_millis(300);
 /// How often Service names are re-read when no drop made it happen.
 const NAMES_REFRESH: Duration = Duration::from_secs(30);
 
+/// A drop and how many identical ones it stands for (1, or more when aggregated).
+type Counted = (DroppedPacket, u64);
+
 enum Observed {
-    Flow(Flow),
-    Drop(DroppedPacket),
+    Flows(Vec<Flow>),
+    Drops(Vec<Counted>),
+}
+
+impl Observed {
+    fn len(&self) -> usize {
+        match self {
+            Observed::Flows(f) => f.len(),
+            Observed::Drops(d) => d.len(),
+        }
+    }
+}
+
+/// How long identical drops are gathered into one line while the main thread is
+/// behind.
+const AGGREGATE_WINDOW: Duration = Duration::from_millis(100);
+
+/// Gathers identical drops (same addresses, ports or ICMP type, protocol, reason and
+/// interface) into one entry with a count, for [`AGGREGATE_WINDOW`] at a time: what
+/// the reader thread does instead of losing drops while the main thread (the output)
+/// is behind.
+#[derive(Default)]
+struct Aggregator {
+    index: HashMap<AggregateKey, usize>,
+    items: Vec<Counted>,
+    /// When the first entry of this window was added.
+    since: Option<Instant>,
+}
+
+type AggregateKey = (
+    u32,
+    Option<(IpAddr, IpAddr)>,
+    u8,
+    Option<(u16, u16)>,
+    Option<(u8, u8)>,
+    u32,
+);
+
+impl Aggregator {
+    fn add(&mut self, d: DroppedPacket) {
+        let key = (
+            d.reason,
+            d.addresses,
+            d.protocol,
+            d.ports,
+            d.icmp,
+            d.ifindex,
+        );
+        match self.index.get(&key) {
+            Some(&i) => self.items[i].1 += 1,
+            None => {
+                self.index.insert(key, self.items.len());
+                self.items.push((d, 1));
+                self.since.get_or_insert_with(Instant::now);
+            }
+        }
+    }
+
+    /// The window is over (or holds a whole batch of distinct drops).
+    fn due(&self) -> bool {
+        self.items.len() >= BATCH || self.since.is_some_and(|t| t.elapsed() >= AGGREGATE_WINDOW)
+    }
+
+    /// The entries of this window (the first drop of each, with its count).
+    fn take(&mut self) -> Vec<Counted> {
+        self.index.clear();
+        self.since = None;
+        std::mem::take(&mut self.items)
+    }
+}
+
+/// The reader threads' side of the bounded hand-over to the main thread: at most
+/// [`QUEUE_EVENTS`] events wait, in at most [`QUEUE`] batches. A batch that does not
+/// fit is counted as lost, whole; sending never blocks a reader.
+#[derive(Clone)]
+struct Queue {
+    tx: SyncSender<Observed>,
+    /// Events sent and not yet taken by the main thread.
+    waiting: Arc<AtomicUsize>,
+    /// Events that did not fit.
+    lost: Arc<AtomicU64>,
+}
+
+impl Queue {
+    fn new() -> (Queue, Receiver<Observed>) {
+        let (tx, rx) = sync_channel(QUEUE);
+        let q = Queue {
+            tx,
+            waiting: Arc::new(AtomicUsize::new(0)),
+            lost: Arc::new(AtomicU64::new(0)),
+        };
+        (q, rx)
+    }
+
+    /// Hands `batch` over, or counts its events as lost.
+    fn send(&self, batch: Observed) {
+        let n = batch.len();
+        let fits = self.waiting.fetch_add(n, Ordering::AcqRel) + n <= QUEUE_EVENTS;
+        if !fits || self.tx.try_send(batch).is_err() {
+            self.waiting.fetch_sub(n, Ordering::AcqRel);
+            self.lost.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The main thread took `batch` out of the queue whose count is `waiting`.
+fn taken(waiting: &AtomicUsize, batch: &Observed) {
+    waiting.fetch_sub(batch.len(), Ordering::AcqRel);
 }
 
 /// One output line, with Hubble's field names where the concepts match.
@@ -92,6 +214,10 @@ struct Line<'a> {
     interface: Option<Interface>,
     #[serde(skip_serializing_if = "Option::is_none")]
     netns: Option<&'a str>,
+    /// Identical drops this line stands for, when more than one (aggregated while the
+    /// output was behind): an extension of Hubble's schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    count: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -220,6 +346,7 @@ struct Metrics {
     drops: Family<Vec<(String, String)>, Counter>,
     lost: Family<Vec<(String, String)>, Counter>,
     reads: Family<Vec<(String, String)>, Counter>,
+    aggregated: Counter,
 }
 
 impl Metrics {
@@ -229,6 +356,7 @@ impl Metrics {
         let drops = Family::default();
         let lost = Family::default();
         let reads = Family::default();
+        let aggregated = Counter::default();
         r.register(
             "plumb_observe_flows",
             "Connection events conntrack reported, by verdict and protocol",
@@ -249,12 +377,18 @@ impl Metrics {
             "Reads of the rule counters for attribution, by how: netlink (the chains that can drop), full (the whole ruleset over netlink) or tools (the dump tools)",
             reads.clone(),
         );
+        r.register(
+            "plumb_observe_aggregated_drops",
+            "Drops printed as part of an identical drop's line (its count) because the output was behind",
+            aggregated.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
             flows,
             drops,
             lost,
             reads,
+            aggregated,
         }
     }
 }
@@ -315,7 +449,6 @@ struct State<'a> {
     names_read: Instant,
     baseline: Option<CounterSnapshot>,
     attribution_problem: Option<String>,
-    clock: WallClock,
     filter: Filter,
     json: bool,
     last: Option<VecDeque<String>>,
@@ -328,6 +461,14 @@ struct State<'a> {
     /// last 1,024).
     tracer: Option<Tracer>,
     traced: VecDeque<TraceDrop>,
+    /// The line being made (reused).
+    buf: Vec<u8>,
+    times: drop_line::TimeText,
+    rule_json: drop_line::RuleJson,
+    /// The drops counter of the last (reason, owner) counted.
+    drop_counter: Option<(u32, String, Counter)>,
+    /// Aggregated drops were said (once).
+    said_aggregated: bool,
 }
 
 /// The facts of one event the filters and printers look at.
@@ -366,7 +507,7 @@ impl State<'_> {
     fn attribute_and_print(
         &mut self,
         out: &mut impl Write,
-        pending: &mut Vec<DroppedPacket>,
+        pending: &mut Vec<Counted>,
         after: Option<CounterSnapshot>,
     ) -> anyhow::Result<()> {
         let answer = match (&self.baseline, &after) {
@@ -381,8 +522,8 @@ impl State<'_> {
         if after.is_some() {
             self.baseline = after;
         }
-        for d in pending.drain(..) {
-            self.drop(out, &d, answer.as_ref())?;
+        for (d, count) in pending.drain(..) {
+            self.drop(out, &d, count, answer.as_ref())?;
         }
         Ok(())
     }
@@ -430,6 +571,26 @@ impl State<'_> {
         true
     }
 
+    /// Prints the line in `buf` (or keeps it for `--last`).
+    fn emit_buf(&mut self, out: &mut impl Write) -> std::io::Result<()> {
+        self.printed += 1;
+        match &mut self.last {
+            Some(q) => {
+                if q.len() == self.last_n {
+                    q.pop_front();
+                }
+                if self.last_n > 0 {
+                    q.push_back(String::from_utf8_lossy(&self.buf).into_owned());
+                }
+                Ok(())
+            }
+            None => {
+                self.buf.push(b'\n');
+                out.write_all(&self.buf)
+            }
+        }
+    }
+
     fn emit(&mut self, out: &mut impl Write, text: String) -> std::io::Result<()> {
         self.printed += 1;
         match &mut self.last {
@@ -467,6 +628,8 @@ impl State<'_> {
             .and_then(|p| self.names.lb_destination(o.destination, p, f.protocol))
             .or_else(|| dnat.and_then(|(ip, p)| self.names.lb_destination(ip, p?, f.protocol)))
             .cloned();
+        // On Cilium nodes, the frontend's Service when the agent named it.
+        let service = service.or_else(|| frontend.as_ref().and_then(|f| f.service.clone()));
         let src_ns = self.names.pod_namespace(o.source).map(str::to_string);
         let facts = Facts {
             verdict: ObserveVerdict::Forwarded,
@@ -519,6 +682,7 @@ impl State<'_> {
                 trace: None,
                 interface: None,
                 netns: self.netns,
+                count: None,
             };
             serde_json::to_string(&line)?
         } else {
@@ -563,93 +727,108 @@ impl State<'_> {
         &mut self,
         out: &mut impl Write,
         d: &DroppedPacket,
+        count: u64,
         rule: Option<&RuleMatch>,
     ) -> anyhow::Result<()> {
-        let reason = self.reasons.name(d.reason).map(str::to_string);
-        let reason_text = reason.clone().unwrap_or_else(|| d.reason.to_string());
+        let (src, dst) = d.addresses.unzip();
+        let dport = d.ports.map(|p| p.1);
+        // The filters first, so a drop not shown costs no naming or formatting (those
+        // that need no names ran in the kernel and on the reader thread already).
+        {
+            let service = dst
+                .zip(dport)
+                .and_then(|(ip, port)| self.names.service_of(ip, port, d.protocol));
+            let src_ns = src.and_then(|ip| self.names.pod_namespace(ip));
+            let facts = Facts {
+                verdict: ObserveVerdict::Dropped,
+                protocol: d.protocol,
+                src,
+                dst,
+                sport: d.ports.map(|p| p.0),
+                dport,
+                reason: Some(d.reason),
+            };
+            if !self.keep(&facts, service, src_ns) {
+                return Ok(());
+            }
+        }
+        if count > 1 {
+            self.aggregated(out, count - 1)?;
+        }
         // A tc filter's or BPF program's verdict (Cilium's datapath), not netfilter's:
         // no rule can be named, and the line says where to look instead.
         let bpf = rule.is_none()
             && matches!(
-                reason.as_deref(),
+                self.reasons.name(d.reason),
                 Some("TC_INGRESS" | "TC_EGRESS" | "BPF_CGROUP_EGRESS")
             );
         let trace = match (rule, &self.tracer) {
-            (Some(answer), Some(_)) if !bpf => {
-                Some(self.confirm(answer, d.addresses.map(|(_, dst)| dst), d))
-            }
+            (Some(answer), Some(_)) if !bpf => Some(self.confirm(answer, dst, d)),
             _ => None,
         };
         let rule = if bpf { Some(&self.bpf_verdict) } else { rule };
-        if let Some(m) = &self.metrics {
-            let owner = match &rule {
-                Some(RuleMatch::Found { rule }) => rule.owner.clone(),
-                Some(RuleMatch::Ambiguous { .. }) => "ambiguous".into(),
-                _ => "none".into(),
-            };
-            m.drops
-                .get_or_create(&vec![label("reason", &reason_text), label("owner", &owner)])
-                .inc();
-        }
-        let (src, dst) = d.addresses.unzip();
-        let service = dst
-            .zip(d.ports.map(|p| p.1))
-            .and_then(|(ip, port)| self.names.destination(ip, port, d.protocol))
-            .cloned();
-        let frontend = dst
-            .zip(d.ports.map(|p| p.1))
-            .and_then(|(ip, port)| self.names.lb_destination(ip, port, d.protocol))
-            .cloned();
-        let src_ns = src
-            .and_then(|ip| self.names.pod_namespace(ip))
-            .map(str::to_string);
-        let facts = Facts {
-            verdict: ObserveVerdict::Dropped,
-            protocol: d.protocol,
-            src,
-            dst,
-            sport: d.ports.map(|p| p.0),
-            dport: d.ports.map(|p| p.1),
-            reason: Some(d.reason),
+        let code_text;
+        let reason_text: &str = match self.reasons.name(d.reason) {
+            Some(n) => n,
+            None => {
+                code_text = d.reason.to_string();
+                &code_text
+            }
         };
-        if !self.keep(&facts, service.as_ref(), src_ns.as_deref()) {
-            return Ok(());
-        }
-        let time = rfc3339(self.clock.wall(d.monotonic_ns));
-        let text = if self.json {
-            let line = Line {
-                time,
-                verdict: "DROPPED",
-                drop_reason: Some(&reason_text),
-                drop_reason_desc: Some(&reason_text),
-                drop_reason_code: Some(d.reason),
-                conntrack: None,
-                ip: d.addresses.map(|(s, dd)| Ip {
-                    source: s,
-                    destination: dd,
-                    ip_version: if s.is_ipv6() { "IPv6" } else { "IPv4" },
-                }),
-                l4: d.addresses.map(|_| l4_of(d.protocol, d.ports, d.icmp)),
-                source: src_ns.map(|namespace| Endpoint { namespace }),
-                destination: service.as_ref().map(|s| Endpoint {
-                    namespace: s.namespace.clone(),
-                }),
-                destination_service: service,
-                destination_frontend: frontend.clone(),
-                translated_destination: None,
-                traffic: None,
-                rule,
-                trace: trace.clone(),
-                interface: (d.ifindex != 0).then_some(Interface { index: d.ifindex }),
-                netns: self.netns,
+        if let Some(m) = &self.metrics {
+            let owner = match rule {
+                Some(RuleMatch::Found { rule }) => rule.owner.as_str(),
+                Some(RuleMatch::Ambiguous { .. }) => "ambiguous",
+                _ => "none",
             };
-            serde_json::to_string(&line)?
+            // One atomic add per drop: the counter of the last (reason, owner) is kept.
+            match &self.drop_counter {
+                Some((r, o, c)) if *r == d.reason && o == owner => {
+                    c.inc_by(count);
+                }
+                _ => {
+                    let c = m
+                        .drops
+                        .get_or_create(&vec![label("reason", reason_text), label("owner", owner)])
+                        .clone();
+                    c.inc_by(count);
+                    self.drop_counter = Some((d.reason, owner.to_string(), c));
+                }
+            }
+        }
+        let service = dst
+            .zip(dport)
+            .and_then(|(ip, port)| self.names.service_of(ip, port, d.protocol));
+        let frontend = dst
+            .zip(dport)
+            .and_then(|(ip, port)| self.names.lb_destination(ip, port, d.protocol));
+        let src_ns = src.and_then(|ip| self.names.pod_namespace(ip));
+        let time = self.times.of(d.monotonic_ns);
+        if self.json {
+            let rule_json = rule.map(|r| self.rule_json.of(r));
+            self.buf.clear();
+            drop_line::write(
+                &mut self.buf,
+                time,
+                d,
+                &drop_line::DropView {
+                    reason: reason_text,
+                    src_ns,
+                    service,
+                    frontend,
+                    rule: rule_json,
+                    trace: trace.as_ref(),
+                    netns: self.netns,
+                    count,
+                },
+            );
         } else {
+            let time = String::from_utf8_lossy(time);
             let mut s = match d.addresses {
                 Some((sa, da)) => format!(
                     "{time} {} -> {} {}",
                     hostport(sa, d.ports.map(|p| p.0)),
-                    hostport(da, d.ports.map(|p| p.1)),
+                    hostport(da, dport),
                     protocol_name(d.protocol)
                 ),
                 None => format!("{time} (not IP)"),
@@ -695,9 +874,13 @@ impl State<'_> {
                 Some(_) => s.push_str("; nftrace: no traced drop of this packet"),
                 None => {}
             }
-            s
-        };
-        self.emit(out, text)?;
+            if count > 1 {
+                s.push_str(&format!(" (x{count}: identical drops within 100 ms)"));
+            }
+            self.buf.clear();
+            self.buf.extend_from_slice(s.as_bytes());
+        }
+        self.emit_buf(out)?;
         Ok(())
     }
 
@@ -732,6 +915,24 @@ impl State<'_> {
                 trace: None,
             },
         }
+    }
+
+    /// `n` drops were folded into another drop's line: counted in the metrics, and said
+    /// once (stderr, and a JSON notice).
+    fn aggregated(&mut self, out: &mut impl Write, n: u64) -> std::io::Result<()> {
+        if let Some(m) = &self.metrics {
+            m.aggregated.inc_by(n);
+        }
+        if !self.said_aggregated {
+            self.said_aggregated = true;
+            self.notice(
+                out,
+                "the output is behind the drops: identical drops (same addresses, ports, \
+                 protocol, reason and interface) within 100 ms are printed once, with \
+                 their number in `count`",
+            )?;
+        }
+        Ok(())
     }
 
     fn notice(&mut self, out: &mut impl Write, text: &str) -> std::io::Result<()> {
@@ -791,6 +992,9 @@ struct RulesetReader {
     /// kube-proxy's names from the last full read (Cilium's are re-read each time).
     names: ServiceNames,
     metrics: Option<Metrics>,
+    /// The agent's frontends with their Kubernetes names (`cilium-dbg service list -o
+    /// json`) and when they were asked for: at most once per [`NAMES_REFRESH`].
+    agent: Option<(Instant, Vec<plumb_cilium::lbmap::Frontend>)>,
 }
 
 /// How long one netlink counter read may take before the full read is used instead.
@@ -803,6 +1007,7 @@ impl RulesetReader {
             plan: None,
             names: ServiceNames::default(),
             metrics,
+            agent: None,
         }
     }
 
@@ -867,13 +1072,48 @@ impl RulesetReader {
     }
 
     /// The names, with the frontends of Cilium's load balancer when its maps are pinned
-    /// (a kube-proxy-free node has its Services there, not in rules).
-    fn with_cilium(&self) -> ServiceNames {
+    /// (a kube-proxy-free node has its Services there, not in rules). The maps hold no
+    /// Kubernetes names: on the host's maps, the agent's service list (when `cilium-dbg`
+    /// is on PATH and answers) names the frontends.
+    fn with_cilium(&mut self) -> ServiceNames {
         let mut names = self.names.clone();
-        if let Some(lb) = plumb_collect::cilium::read_lb_maps(&cilium_root(self.netns.as_deref())) {
+        let root = cilium_root(self.netns.as_deref());
+        if let Some(lb) = plumb_collect::cilium::read_lb_maps(&root)
+            && !lb.frontends.is_empty()
+        {
             names.add_cilium(&lb.frontends);
+            if root == std::path::Path::new("/") {
+                if self
+                    .agent
+                    .as_ref()
+                    .is_none_or(|(at, _)| at.elapsed() >= NAMES_REFRESH)
+                {
+                    self.agent = Some((Instant::now(), agent_service_list()));
+                }
+                if let Some((_, listed)) = &self.agent {
+                    names.name_cilium(listed);
+                }
+            }
         }
         names
+    }
+}
+
+/// The agent's frontends, named (`cilium-dbg service list -o json`); none when the CLI
+/// is missing or fails (the maps still give the frontends, by address).
+fn agent_service_list() -> Vec<plumb_cilium::lbmap::Frontend> {
+    use plumb_os::runner::Runner;
+    let out = plumb_os::runner::SystemRunner.run(
+        "cilium-dbg",
+        &["service", "list", "-o", "json"],
+        None,
+        plumb_collect::cilium::AGENT_TIMEOUT,
+    );
+    match out {
+        Ok(o) if o.success() => {
+            plumb_cilium::agent::service_list(&String::from_utf8_lossy(&o.stdout)).0
+        }
+        _ => Vec::new(),
     }
 }
 
@@ -904,8 +1144,8 @@ fn read_in_background(mut reader: RulesetReader) -> Receiver<(RulesetReader, Rul
 /// following one. Both are bounded; beyond, drops are printed unattributed.
 #[derive(Default)]
 struct Windows {
-    pending: Vec<DroppedPacket>,
-    next: Vec<DroppedPacket>,
+    pending: Vec<Counted>,
+    next: Vec<Counted>,
     /// When the first of `pending` arrived (a read starts [`WINDOW`] later).
     since: Option<Instant>,
     /// The read in flight: when it began (CLOCK_MONOTONIC ns) and its answer.
@@ -916,11 +1156,11 @@ struct Windows {
 
 impl Windows {
     /// Holds `d` for its window; gives it back when both windows are full.
-    fn hold(&mut self, d: DroppedPacket) -> Option<DroppedPacket> {
+    fn hold(&mut self, d: Counted) -> Option<Counted> {
         let after_read = self
             .in_flight
             .as_ref()
-            .is_some_and(|(start, _)| d.monotonic_ns > *start);
+            .is_some_and(|(start, _)| d.0.monotonic_ns > *start);
         let w = if after_read {
             &mut self.next
         } else {
@@ -1078,7 +1318,9 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
     };
 
     let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    // Large enough for a batch of lines per write.
+    let mut out = std::io::BufWriter::with_capacity(256 * 1024, stdout.lock());
+    let clock = WallClock::new();
     let mut st = State {
         netns,
         reasons: reasons.as_ref().cloned().unwrap_or_default(),
@@ -1086,7 +1328,6 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
         names_read: Instant::now(),
         baseline: None,
         attribution_problem: None,
-        clock: WallClock::new(),
         filter: Filter {
             verdict: f.verdict,
             ips: f.ip.clone(),
@@ -1102,6 +1343,11 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
         printed: 0,
         tracer: None,
         traced: VecDeque::new(),
+        buf: Vec::with_capacity(1024),
+        times: drop_line::TimeText::new(clock),
+        rule_json: drop_line::RuleJson::default(),
+        drop_counter: None,
+        said_aggregated: false,
         bpf_verdict: RuleMatch::NotFound {
             why: "dropped by a tc filter or a BPF program (tc, cgroup), not by netfilter: on \
                   Cilium its datapath's policy and service maps decide (cilium-dbg monitor \
@@ -1129,9 +1375,9 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
         )?;
     }
 
-    let (tx, rx) = sync_channel::<Observed>(QUEUE);
+    let (queue, rx) = Queue::new();
     let stop = plumb_watch::signals::stop_on_signals();
-    let queue_lost = Arc::new(AtomicU64::new(0));
+    let queue_lost = queue.lost.clone();
     let conntrack_lost = Arc::new(AtomicU64::new(0));
 
     let want_flows = f.verdict != Some(ObserveVerdict::Dropped) && f.reason.is_empty();
@@ -1143,9 +1389,8 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
             .map_err(|e| anyhow::anyhow!("subscribing to conntrack events in {where_}: {e}"))?;
         threads.push(spawn_conntrack(
             listener,
-            tx.clone(),
+            queue.clone(),
             stop.clone(),
-            queue_lost.clone(),
             conntrack_lost.clone(),
         ));
         match accounting {
@@ -1175,20 +1420,22 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
             None => plumb_os::netns::current_inode(),
         }
         .map_err(|e| anyhow::anyhow!("reading the inode of {where_}: {e}"))?;
+        // The filters that need no names, for the kernel program and the reader thread.
+        let only = DropMatch {
+            reasons: st.filter.reasons.clone(),
+            protocols: st.filter.protocol.clone().unwrap_or_default(),
+            ports: st.filter.ports.clone(),
+            ips: st.filter.ips.clone(),
+        };
         match DropProbe::attach(&DropFilter {
             netns_inode: inode,
             all_reasons: f.all_reasons,
+            only: only.clone(),
         }) {
             Ok(p) => {
                 let lost = Arc::new(AtomicU64::new(0));
                 probe_lost = Some(lost.clone());
-                threads.push(spawn_drops(
-                    p,
-                    tx.clone(),
-                    stop.clone(),
-                    queue_lost.clone(),
-                    lost,
-                ));
+                threads.push(spawn_drops(p, only, queue.clone(), stop.clone(), lost));
             }
             Err(e) if e.unavailable() && !want_flows => {
                 anyhow::bail!("only drops were asked for, and they cannot be observed here: {e}")
@@ -1202,7 +1449,8 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
             Err(e) => return Err(anyhow::anyhow!("attaching the drop program: {e}")),
         }
     }
-    drop(tx);
+    let waiting = queue.waiting.clone();
+    drop(queue);
     eprintln!(
         "plumb observe: listening in {where_} ({}{})",
         if want_flows { "connections" } else { "" },
@@ -1235,13 +1483,17 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
             break;
         }
         match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(Observed::Flow(fl)) => st.flow(&mut out, &fl)?,
-            Ok(Observed::Drop(d)) if Some(d.reason) == netfilter_drop => {
-                if let Some(d) = windows.hold(d) {
-                    st.drop(&mut out, &d, Some(&too_many))?;
-                }
+            Ok(batch) => {
+                taken(&waiting, &batch);
+                handle(
+                    &mut st,
+                    &mut out,
+                    &mut windows,
+                    batch,
+                    netfilter_drop,
+                    &too_many,
+                )?
             }
-            Ok(Observed::Drop(d)) => st.drop(&mut out, &d, None)?,
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
@@ -1258,16 +1510,16 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
         let _ = t.join();
     }
     // What the threads handed over before they stopped.
-    while let Ok(ev) = rx.try_recv() {
-        match ev {
-            Observed::Flow(fl) => st.flow(&mut out, &fl)?,
-            Observed::Drop(d) if Some(d.reason) == netfilter_drop => {
-                if let Some(d) = windows.hold(d) {
-                    st.drop(&mut out, &d, Some(&too_many))?;
-                }
-            }
-            Observed::Drop(d) => st.drop(&mut out, &d, None)?,
-        }
+    while let Ok(batch) = rx.try_recv() {
+        taken(&waiting, &batch);
+        handle(
+            &mut st,
+            &mut out,
+            &mut windows,
+            batch,
+            netfilter_drop,
+            &too_many,
+        )?;
     }
     // The read in flight, then one more for the drops that came after it began.
     windows.finish(&mut st, &mut out, true)?;
@@ -1286,6 +1538,36 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
     out.flush()?;
     drop(restore);
     Ok(Verdict::Clean)
+}
+
+/// Prints (or holds for attribution) one batch of events.
+fn handle(
+    st: &mut State<'_>,
+    out: &mut impl Write,
+    windows: &mut Windows,
+    batch: Observed,
+    netfilter_drop: Option<u32>,
+    too_many: &RuleMatch,
+) -> anyhow::Result<()> {
+    match batch {
+        Observed::Flows(flows) => {
+            for fl in &flows {
+                st.flow(out, fl)?;
+            }
+        }
+        Observed::Drops(drops) => {
+            for (d, count) in drops {
+                if Some(d.reason) == netfilter_drop {
+                    if let Some((d, count)) = windows.hold((d, count)) {
+                        st.drop(out, &d, count, Some(too_many))?;
+                    }
+                } else {
+                    st.drop(out, &d, count, None)?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Starts the nftrace confirmation where writing a table is the user's choice: the lab's
@@ -1333,9 +1615,8 @@ fn report_losses(
 
 fn spawn_conntrack(
     mut listener: ConntrackListener,
-    tx: SyncSender<Observed>,
+    queue: Queue,
     stop: Arc<AtomicBool>,
-    queue_lost: Arc<AtomicU64>,
     socket_lost: Arc<AtomicU64>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
@@ -1352,10 +1633,8 @@ fn spawn_conntrack(
                 socket_lost.fetch_add(1, Ordering::Relaxed);
             }
             let busy = r.flows.len() >= 64;
-            for f in r.flows {
-                if let Err(TrySendError::Full(_)) = tx.try_send(Observed::Flow(f)) {
-                    queue_lost.fetch_add(1, Ordering::Relaxed);
-                }
+            if !r.flows.is_empty() {
+                queue.send(Observed::Flows(r.flows));
             }
             if busy {
                 // Under load, one wakeup per batch: the kernel queue (4 MiB) holds
@@ -1368,24 +1647,229 @@ fn spawn_conntrack(
 
 fn spawn_drops(
     mut probe: DropProbe,
-    tx: SyncSender<Observed>,
+    only: DropMatch,
+    queue: Queue,
     stop: Arc<AtomicBool>,
-    queue_lost: Arc<AtomicU64>,
     ring_lost: Arc<AtomicU64>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        while !stop.load(Ordering::SeqCst) {
-            probe.wait(Duration::from_millis(50));
+        let everything = only.is_everything();
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut agg = Aggregator::default();
+        // Aggregating while the main thread is behind (half the queue waiting), and
+        // for a second after.
+        let mut aggregate_until: Option<Instant> = None;
+        let behind = |queue: &Queue| queue.waiting.load(Ordering::Acquire) > QUEUE_EVENTS / 2;
+        let mut drain = |probe: &mut DropProbe, last: bool| {
+            if behind(&queue) {
+                aggregate_until = Some(Instant::now() + Duration::from_secs(1));
+            }
+            let mut aggregating = aggregate_until.is_some_and(|t| Instant::now() < t);
             probe.drain(&mut |d| {
-                if let Err(TrySendError::Full(_)) = tx.try_send(Observed::Drop(d)) {
-                    queue_lost.fetch_add(1, Ordering::Relaxed);
+                if !(everything || only.matches(&d)) {
+                    return;
+                }
+                if aggregating {
+                    agg.add(d);
+                    return;
+                }
+                batch.push((d, 1));
+                if batch.len() == BATCH {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                    queue.send(Observed::Drops(full));
+                    // One drain can hold most of the ring buffer: the queue is looked
+                    // at after every batch, not only between drains.
+                    if behind(&queue) {
+                        aggregating = true;
+                        aggregate_until = Some(Instant::now() + Duration::from_secs(1));
+                    }
                 }
             });
+            if !batch.is_empty() {
+                let rest = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                queue.send(Observed::Drops(rest));
+            }
+            if !agg.items.is_empty() && (agg.due() || last || !aggregating) {
+                queue.send(Observed::Drops(agg.take()));
+            }
+        };
+        while !stop.load(Ordering::SeqCst) {
+            probe.wait(Duration::from_millis(50));
+            drain(&mut probe, false);
             ring_lost.store(probe.counters().lost, Ordering::Relaxed);
         }
         // The last drops: those of the final moments before the stop.
-        probe.drain(&mut |d| {
-            let _ = tx.try_send(Observed::Drop(d));
-        });
+        drain(&mut probe, true);
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Identical drops become one entry whose count is their number; different ones
+    /// stay apart; a taken window starts empty.
+    #[test]
+    fn the_aggregator_counts_identical_drops() {
+        let base = plumb_observe::drops::decode(&[0u8; plumb_observe::drops::RECORD_SIZE]).unwrap();
+        let mut agg = Aggregator::default();
+        for i in 0..1000u64 {
+            agg.add(DroppedPacket {
+                monotonic_ns: i,
+                ..base.clone()
+            });
+        }
+        for port in 0..10u16 {
+            agg.add(DroppedPacket {
+                ports: Some((1, port)),
+                ..base.clone()
+            });
+        }
+        agg.add(DroppedPacket {
+            reason: 9,
+            ..base.clone()
+        });
+        let items = agg.take();
+        assert_eq!(items.len(), 12);
+        assert_eq!(items[0].1, 1000);
+        assert_eq!(items[0].0.monotonic_ns, 0, "the first drop stands for them");
+        assert_eq!(items.iter().map(|(_, n)| n).sum::<u64>(), 1011);
+        assert!(agg.take().is_empty() && !agg.due());
+    }
+
+    /// A JSON state printing to a buffer, with `names` and a `--service` filter.
+    fn state(names: ServiceNames, service: &str) -> State<'static> {
+        State {
+            netns: None,
+            reasons: DropReasons::default(),
+            names,
+            names_read: Instant::now(),
+            baseline: None,
+            attribution_problem: None,
+            filter: Filter {
+                verdict: None,
+                ips: Vec::new(),
+                ports: Vec::new(),
+                protocol: None,
+                service: ServiceName::parse(service),
+                reasons: Vec::new(),
+            },
+            json: true,
+            last: None,
+            last_n: 0,
+            metrics: None,
+            printed: 0,
+            bpf_verdict: not_attributed(),
+            tracer: None,
+            traced: VecDeque::new(),
+            buf: Vec::new(),
+            times: drop_line::TimeText::new(WallClock::new()),
+            rule_json: drop_line::RuleJson::default(),
+            drop_counter: None,
+            said_aggregated: false,
+        }
+    }
+
+    /// On a Cilium node the maps give frontends by address and the agent's list names
+    /// them: `--service NS/NAME` keeps the drops to that Service's frontend and names
+    /// it as `destination_service`; drops to other frontends are left out.
+    #[test]
+    fn service_filter_matches_a_cilium_frontend_named_by_the_agent() {
+        use plumb_cilium::layout::{L4Proto, Scope};
+        use plumb_cilium::lbmap::{Frontend, FrontendKind, ServiceRef};
+        let fe = |ip: &str, port: u16, svc: Option<(&str, &str)>| Frontend {
+            address: ip.parse().unwrap(),
+            port,
+            proto: L4Proto::TCP,
+            scope: Scope::External,
+            kind: Some(FrontendKind::ClusterIP),
+            options: Vec::new(),
+            rev_nat: None,
+            backends: Vec::new(),
+            problems: Vec::new(),
+            service: svc.map(|(ns, n)| ServiceRef {
+                namespace: ns.into(),
+                name: n.into(),
+            }),
+        };
+        let mut names = ServiceNames::default();
+        names.add_cilium(&[fe("10.43.0.1", 443, None), fe("10.43.0.10", 53, None)]);
+        names.name_cilium(&[
+            fe("10.43.0.1", 443, Some(("default", "kubernetes"))),
+            fe("10.43.0.10", 53, Some(("kube-system", "kube-dns"))),
+        ]);
+        let mut st = state(names, "default/kubernetes");
+        let drop_to = |dst: &str, port: u16| DroppedPacket {
+            monotonic_ns: 1,
+            location: 0,
+            netns_inode: 1,
+            reason: 2,
+            ifindex: 0,
+            addresses: Some(("10.42.0.5".parse().unwrap(), dst.parse().unwrap())),
+            protocol: 6,
+            ports: Some((40000, port)),
+            icmp: None,
+        };
+        let mut out = Vec::new();
+        st.drop(&mut out, &drop_to("10.43.0.1", 443), 1, None)
+            .unwrap();
+        st.drop(&mut out, &drop_to("10.43.0.10", 53), 1, None)
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        assert_eq!(
+            lines[0]["destination_service"],
+            serde_json::json!({"namespace": "default", "name": "kubernetes"})
+        );
+        assert_eq!(
+            lines[0]["destination_frontend"]["address"],
+            "10.43.0.1:443/TCP"
+        );
+    }
+
+    fn drops(n: usize) -> Observed {
+        let d = plumb_observe::drops::decode(&[0u8; plumb_observe::drops::RECORD_SIZE]).unwrap();
+        Observed::Drops(vec![(d, 1); n])
+    }
+
+    /// With the main thread stalled, the readers' hand-over neither blocks nor grows:
+    /// it holds at most QUEUE_EVENTS events and counts every event beyond as lost; once
+    /// the main thread takes batches out, room comes back.
+    #[test]
+    fn a_stalled_consumer_makes_lost_events_never_a_blocked_reader() {
+        let (q, rx) = Queue::new();
+        let sender = q.clone();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        // 100 full batches and 5,000 single events, from a reader thread.
+        std::thread::spawn(move || {
+            for _ in 0..100 {
+                sender.send(drops(BATCH));
+            }
+            for _ in 0..5_000 {
+                sender.send(drops(1));
+            }
+            let _ = done_tx.send(());
+        });
+        done_rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the reader went on while nobody read the queue");
+        let sent = (100 * BATCH + 5_000) as u64;
+        assert_eq!(q.waiting.load(Ordering::SeqCst), QUEUE_EVENTS);
+        assert_eq!(q.lost.load(Ordering::SeqCst), sent - QUEUE_EVENTS as u64);
+        let mut queued = 0;
+        while let Ok(b) = rx.try_recv() {
+            queued += b.len();
+            taken(&q.waiting, &b);
+        }
+        assert_eq!(queued, QUEUE_EVENTS);
+        assert_eq!(q.waiting.load(Ordering::SeqCst), 0);
+        // Room again: a batch now goes through.
+        q.send(drops(10));
+        assert_eq!(rx.try_recv().map(|b| b.len()).ok(), Some(10));
+        assert_eq!(q.lost.load(Ordering::SeqCst), sent - QUEUE_EVENTS as u64);
+    }
 }
