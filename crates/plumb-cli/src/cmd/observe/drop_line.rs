@@ -254,7 +254,7 @@ impl TimeText {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Endpoint, Interface, Ip, Line, l4_of};
+    use super::super::line::{Endpoint, Interface, Ip, Line, l4_of};
     use super::*;
     use plumb_observe::attribution::DropRule;
     use plumb_observe::trace::TraceDrop;
