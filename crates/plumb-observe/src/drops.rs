@@ -16,7 +16,6 @@
 //! Read-only: the program observes; it is detached when the [`DropProbe`] is dropped.
 
 use crate::reasons::DropReasons;
-use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
@@ -140,23 +139,8 @@ pub enum DropError {
     #[error("no drop reasons from the kernel's BTF ({path}): {0}", path = crate::reasons::KERNEL_BTF)]
     NoReasons(String),
     /// The kernel refused to load or attach the program, or to create its maps.
-    #[error("eBPF {stage} failed{}: {meaning}; {detail}", errno_text(*.errno))]
-    Kernel {
-        /// What was being done: "load", "attach", "map".
-        stage: &'static str,
-        /// The errno the kernel returned, when known.
-        errno: Option<i32>,
-        /// What that errno means here.
-        meaning: &'static str,
-        /// aya's message (with the verifier's log on a load failure).
-        detail: String,
-    },
-}
-
-fn errno_text(errno: Option<i32>) -> String {
-    errno.map_or(String::new(), |e| {
-        format!(" ({})", io::Error::from_raw_os_error(e))
-    })
+    #[error(transparent)]
+    Kernel(plumb_os::bpf_error::Refusal),
 }
 
 impl DropError {
@@ -165,8 +149,8 @@ impl DropError {
     pub fn unavailable(&self) -> bool {
         match self {
             DropError::NotBuilt | DropError::NoReasons(_) => true,
-            DropError::Kernel { errno, .. } => matches!(
-                *errno,
+            DropError::Kernel(r) => matches!(
+                r.errno,
                 Some(
                     libc::EPERM
                         | libc::EACCES
@@ -180,44 +164,13 @@ impl DropError {
     }
 }
 
-#[cfg_attr(plumb_no_bpf, allow(dead_code))]
-fn meaning(errno: Option<i32>) -> &'static str {
-    match errno {
-        Some(libc::EPERM) => {
-            "not permitted: needs CAP_BPF and CAP_PERFMON (or root); kernel lockdown or a \
-             seccomp/LSM policy can also forbid bpf()"
-        }
-        Some(libc::EACCES) => "the verifier rejected the program (see its log)",
-        Some(libc::EINVAL) => "the kernel refused the program or attach type (tp_btf needs BTF)",
-        Some(libc::ENOENT) => "the tracepoint kfree_skb is not in the kernel's BTF",
-        Some(libc::ENOSYS) => "the kernel has no bpf() syscall (CONFIG_BPF_SYSCALL)",
-        Some(libc::ENOMEM) => "out of memory (or the memlock limit on kernels before 5.11)",
-        _ => "unexpected error",
-    }
-}
-
 #[cfg(not(plumb_no_bpf))]
 fn kernel_error(stage: &'static str, e: &(dyn std::error::Error + 'static)) -> DropError {
-    let mut errno = None;
-    let mut detail = e.to_string();
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(io) = err.downcast_ref::<io::Error>() {
-            errno = errno.or(io.raw_os_error());
-        }
-        let text = err.to_string();
-        if !detail.contains(&text) {
-            detail.push_str(": ");
-            detail.push_str(&text);
-        }
-        cur = err.source();
-    }
-    DropError::Kernel {
+    DropError::Kernel(plumb_os::bpf_error::Refusal::from_error(
         stage,
-        errno,
-        meaning: meaning(errno),
-        detail,
-    }
+        "kfree_skb",
+        e,
+    ))
 }
 
 /// Counters of the program since it was attached, summed over CPUs.
@@ -428,11 +381,11 @@ impl DropProbe {
             .map_err(|e| kernel_error("load", &e))?;
         let program: &mut aya::programs::BtfTracePoint = ebpf
             .program_mut("plumb_kfree_skb")
-            .ok_or_else(|| DropError::Kernel {
-                stage: "load",
-                errno: None,
-                meaning: "program plumb_kfree_skb missing from the object",
-                detail: String::new(),
+            .ok_or_else(|| {
+                DropError::Kernel(plumb_os::bpf_error::Refusal::missing(
+                    "load",
+                    "program plumb_kfree_skb",
+                ))
             })?
             .try_into()
             .map_err(|e| kernel_error("load", &e))?;
@@ -440,19 +393,15 @@ impl DropProbe {
             .load("kfree_skb", &btf)
             .map_err(|e| kernel_error("load", &e))?;
         program.attach().map_err(|e| kernel_error("attach", &e))?;
-        let missing = |what: &'static str| DropError::Kernel {
-            stage: "map",
-            errno: None,
-            meaning: what,
-            detail: String::new(),
-        };
+        let missing =
+            |what: &str| DropError::Kernel(plumb_os::bpf_error::Refusal::missing("map", what));
         let ring = ebpf
             .take_map("events")
-            .ok_or_else(|| missing("ring buffer `events` missing from the object"))?;
+            .ok_or_else(|| missing("ring buffer `events`"))?;
         let ring = aya::maps::RingBuf::try_from(ring).map_err(|e| kernel_error("map", &e))?;
         let counters = ebpf
             .take_map("counters")
-            .ok_or_else(|| missing("map `counters` missing from the object"))?;
+            .ok_or_else(|| missing("map `counters`"))?;
         let counters =
             aya::maps::PerCpuArray::try_from(counters).map_err(|e| kernel_error("map", &e))?;
         Ok(DropProbe {

@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 
 pub mod bpf;
+pub mod bpf_error;
 pub mod netlink;
 pub mod netns;
 pub mod nftables;

@@ -80,24 +80,8 @@ pub enum ProbeError {
     #[error("the eBPF writer probe's loader process: {0}")]
     Helper(String),
     /// The kernel refused to load or attach the program, or to create its map.
-    #[error("eBPF {stage} failed{}: {meaning}; {detail}", errno_text(*.errno))]
-    Kernel {
-        /// What was being done: "load", "attach", "map".
-        stage: &'static str,
-        /// The errno the kernel returned, when known.
-        errno: Option<i32>,
-        /// What that errno means here.
-        meaning: &'static str,
-        /// aya's message (with the verifier log on a load failure).
-        detail: String,
-    },
-}
-
-fn errno_text(errno: Option<i32>) -> String {
-    match errno {
-        Some(e) => format!(" ({})", io::Error::from_raw_os_error(e)),
-        None => String::new(),
-    }
+    #[error(transparent)]
+    Kernel(plumb_os::bpf_error::Refusal),
 }
 
 impl ProbeError {
@@ -107,67 +91,21 @@ impl ProbeError {
         match self {
             ProbeError::NotBuilt | ProbeError::NoBtf(_) | ProbeError::UnsupportedArch(_) => true,
             ProbeError::Helper(_) => false,
-            ProbeError::Kernel { errno, .. } => matches!(
-                *errno,
+            ProbeError::Kernel(r) => matches!(
+                r.errno,
                 Some(libc::EPERM | libc::EACCES | libc::ENOSYS | libc::EOPNOTSUPP)
             ),
         }
     }
 }
 
-#[cfg_attr(plumb_no_bpf, allow(dead_code))]
-/// What an errno from loading or attaching a tracing program means.
-fn meaning(errno: Option<i32>) -> &'static str {
-    match errno {
-        Some(libc::EPERM) => {
-            "not permitted: needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN / root); \
-             kernel lockdown or a seccomp/LSM policy can also forbid bpf()"
-        }
-        Some(libc::EACCES) => "the verifier rejected the program (see its log)",
-        Some(libc::EINVAL) => {
-            "the kernel refused the program or attach type (tp_btf needs Linux 5.5+ with BTF)"
-        }
-        Some(libc::ENOENT) => "the tracepoint sys_enter is not in the kernel's BTF",
-        Some(libc::ENOSYS) => "the kernel has no bpf() syscall (CONFIG_BPF_SYSCALL)",
-        Some(libc::E2BIG) => "the program or map is too big for this kernel",
-        Some(libc::ENOMEM) => "out of memory (or the memlock limit on kernels before 5.11)",
-        _ => "unexpected error",
-    }
-}
-
-#[cfg_attr(plumb_no_bpf, allow(dead_code))]
-/// The first `io::Error` in an error's source chain, as an errno.
-fn errno_of(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if let Some(io) = err.downcast_ref::<io::Error>() {
-            return io.raw_os_error();
-        }
-        cur = err.source();
-    }
-    None
-}
-
 #[cfg(not(plumb_no_bpf))]
 fn kernel_error(stage: &'static str, e: &(dyn std::error::Error + 'static)) -> ProbeError {
-    let errno = errno_of(e);
-    let mut detail = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        // Some of aya's messages already include their source's.
-        let text = s.to_string();
-        if !detail.contains(&text) {
-            detail.push_str(": ");
-            detail.push_str(&text);
-        }
-        src = s.source();
-    }
-    ProbeError::Kernel {
+    ProbeError::Kernel(plumb_os::bpf_error::Refusal::from_error(
         stage,
-        errno,
-        meaning: meaning(errno),
-        detail,
-    }
+        "sys_enter",
+        e,
+    ))
 }
 
 /// Inode of the network namespace `/run/netns/NAME` (or a path): what
@@ -266,11 +204,13 @@ impl WriterProbe {
         let mut ebpf = load(netns_inode)?;
         let program = program_of(&mut ebpf)?;
         let dup = |fd: BorrowedFd<'_>| {
-            fd.try_clone_to_owned().map_err(|e| ProbeError::Kernel {
-                stage: "load",
-                errno: e.raw_os_error(),
-                meaning: "could not duplicate a file descriptor",
-                detail: e.to_string(),
+            fd.try_clone_to_owned().map_err(|e| {
+                ProbeError::Kernel(plumb_os::bpf_error::Refusal {
+                    stage: "load",
+                    errno: e.raw_os_error(),
+                    meaning: "could not duplicate a file descriptor".into(),
+                    detail: e.to_string(),
+                })
             })
         };
         let prog = dup(program.fd().map_err(|e| kernel_error("load", &e))?.as_fd())?;
@@ -380,11 +320,11 @@ fn load(netns_inode: u64) -> Result<aya::Ebpf, ProbeError> {
 #[cfg(not(plumb_no_bpf))]
 fn program_of(ebpf: &mut aya::Ebpf) -> Result<&mut aya::programs::BtfTracePoint, ProbeError> {
     ebpf.program_mut("writer_sys_enter")
-        .ok_or_else(|| ProbeError::Kernel {
-            stage: "load",
-            errno: None,
-            meaning: "program writer_sys_enter missing from the object",
-            detail: String::new(),
+        .ok_or_else(|| {
+            ProbeError::Kernel(plumb_os::bpf_error::Refusal::missing(
+                "load",
+                "program writer_sys_enter",
+            ))
         })?
         .try_into()
         .map_err(|e| kernel_error("load", &e))
@@ -392,12 +332,10 @@ fn program_of(ebpf: &mut aya::Ebpf) -> Result<&mut aya::programs::BtfTracePoint,
 
 #[cfg(not(plumb_no_bpf))]
 fn no_ring() -> ProbeError {
-    ProbeError::Kernel {
-        stage: "map",
-        errno: None,
-        meaning: "ring buffer `events` missing from the object",
-        detail: String::new(),
-    }
+    ProbeError::Kernel(plumb_os::bpf_error::Refusal::missing(
+        "map",
+        "ring buffer `events`",
+    ))
 }
 
 /// `bpf(BPF_RAW_TRACEPOINT_OPEN)` for a tp_btf program (its tracepoint was fixed at
@@ -508,16 +446,13 @@ mod tests {
 
     #[test]
     fn errors_say_what_the_errno_means() {
-        let e = ProbeError::Kernel {
-            stage: "load",
-            errno: Some(libc::EPERM),
-            meaning: meaning(Some(libc::EPERM)),
-            detail: "x".into(),
-        };
+        let e = ProbeError::Kernel(plumb_os::bpf_error::Refusal::from_error(
+            "load",
+            "sys_enter",
+            &io::Error::from_raw_os_error(libc::EPERM),
+        ));
         assert!(e.unavailable());
         assert!(e.to_string().contains("CAP_BPF"), "{e}");
         assert!(ProbeError::NotBuilt.unavailable());
-        let io = io::Error::from_raw_os_error(libc::EACCES);
-        assert_eq!(errno_of(&io), Some(libc::EACCES));
     }
 }
