@@ -162,9 +162,8 @@ type PreparedQueue = std::iter::Peekable<std::vec::IntoIter<Prepared>>;
 struct Prepared {
     line: u32,
     spec_at: usize,
+    /// Knows whether the line ends with `-c PACKETS BYTES` (its counters then).
     cell: XtCell,
-    /// From a trailing `-c PACKETS BYTES`.
-    counters: Option<Counters>,
     diagnostics: Vec<Diagnostic>,
 }
 
@@ -210,12 +209,12 @@ fn prepare(line: &str, spec_at: usize, n: u32, bufs: &mut PrepareBufs) -> Prepar
     }
     // `iptables -v -S` appends "-c PACKETS BYTES"; restore payloads may too.
     let mut spec_end = line.len();
-    let mut counters = None;
+    let mut counted = false;
     if words.len() >= 3 && words[words.len() - 3].raw(line) == "-c" {
-        let p = words[words.len() - 2].raw(line).parse().ok();
-        let b = words[words.len() - 1].raw(line).parse().ok();
-        if let (Some(packets), Some(bytes)) = (p, b) {
-            counters = Some(Counters { packets, bytes });
+        let p = words[words.len() - 2].raw(line).parse::<u64>().ok();
+        let b = words[words.len() - 1].raw(line).parse::<u64>().ok();
+        if p.is_some() && b.is_some() {
+            counted = true;
             spec_end = words[words.len() - 3].start as usize;
             words.truncate(words.len() - 3);
         }
@@ -236,7 +235,11 @@ fn prepare(line: &str, spec_at: usize, n: u32, bufs: &mut PrepareBufs) -> Prepar
         &mut bufs.problems,
         &mut bufs.notes,
     );
-    let cell = XtCell::parsed(spec_at..spec_end, words, &bufs.scratch);
+    let mut cell = XtCell::parsed(spec_at..spec_end, words, &bufs.scratch);
+    if counted {
+        // Read again from the text when asked (`XtCell::counters`).
+        cell.counters_after();
+    }
     for p in bufs.problems.drain(..) {
         let col = column_of(line, p.offset);
         let text = line.get(p.offset..).unwrap_or("");
@@ -251,7 +254,6 @@ fn prepare(line: &str, spec_at: usize, n: u32, bufs: &mut PrepareBufs) -> Prepar
         line: n,
         spec_at,
         cell,
-        counters,
         diagnostics,
     }
 }
@@ -850,14 +852,18 @@ impl<'t> Reader<'_, 't> {
         let text = RuleText::span(&self.source, self.line_start..self.line_start + line.len());
         let st = self.current.as_mut().expect("checked by caller");
         let rules = &mut st.table.chains[chain_idx].rules;
+        let mut cell = prepared.cell;
+        // A trailing `-c` wins over `[packets:bytes]`; both are read again from the
+        // text when asked.
+        if counters.is_some() && !cell.has_counters_after() {
+            cell.counters_before();
+        }
         let rule = Rule {
             position: 0,
             location: loc,
-            // A trailing `-c` wins over `[packets:bytes]`.
-            counters: prepared.counters.or(counters),
             // Word spans index this exact text: keep it as read (no trimming).
             text,
-            body: RuleBody::Xt(prepared.cell),
+            body: RuleBody::Xt(cell),
         };
         if rules.capacity() == 0 {
             // Most chains hold 1-4 rules: grow from one, not from Vec's first 4, so that
@@ -1095,12 +1101,7 @@ fn column_of(line: &str, offset: usize) -> u32 {
 
 /// `[123:4567]` -> counters.
 pub fn parse_counters(s: &str) -> Option<Counters> {
-    let inner = s.strip_prefix('[')?.strip_suffix(']')?;
-    let (p, b) = inner.split_once(':')?;
-    Some(Counters {
-        packets: p.parse().ok()?,
-        bytes: b.parse().ok()?,
-    })
+    Counters::parse_bracketed(s)
 }
 
 #[cfg(test)]
@@ -1124,7 +1125,7 @@ mod tests {
         assert!(rs.diagnostics.is_empty(), "{:?}", rs.diagnostics);
         let r = only_rule(&rs);
         assert_eq!(
-            r.counters,
+            r.counters(),
             Some(Counters {
                 packets: 3,
                 bytes: 4
@@ -1144,7 +1145,7 @@ mod tests {
         let rs = parse("-A INPUT -s 10.0.0.0/8 -j DROP -c 5 10\n", &input);
         let r = only_rule(&rs);
         assert_eq!(
-            r.counters,
+            r.counters(),
             Some(Counters {
                 packets: 5,
                 bytes: 10

@@ -548,7 +548,6 @@ impl<'a> Reader<'a> {
         chain.rules.push(Rule {
             position: chain.rules.len() as u32 + 1,
             location,
-            counters,
             text: text.into(),
             body: RuleBody::Nft(Box::new(rule)),
         });
