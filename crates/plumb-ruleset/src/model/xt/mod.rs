@@ -396,7 +396,7 @@ pub struct XtBuf {
 /// The parser also records where the rule's target is ([`XtCell::target`]): the one
 /// thing whole-ruleset passes (chain references, dangling and stale chains) need from
 /// every rule, read without splitting the rule again.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct XtCell {
     /// Byte range of the words after `-A CHAIN` in the rule text (a trailing
     /// `-c PACKETS BYTES` excluded).
@@ -408,14 +408,36 @@ pub struct XtCell {
     more: OnceBox<XtMore>,
 }
 
+impl std::fmt::Debug for XtCell {
+    /// The contents, not `OnceBox`'s pointer: equal models print equal.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XtCell")
+            .field("spec_start", &self.spec_start)
+            .field("spec_end", &self.spec_end)
+            .field("target", &self.target)
+            .field("more", &self.more.get())
+            .finish()
+    }
+}
+
 /// The rarely needed part of an [`XtCell`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 struct XtMore {
     /// Counters read from somewhere other than the rule text (an nft listing's
     /// `counter packets N bytes M`), when not zero.
     counters: Option<Counters>,
     /// The rule's index, built and kept on first use of [`XtCell::get`].
     index: OnceBox<XtRule>,
+}
+
+impl std::fmt::Debug for XtMore {
+    /// The contents, not `OnceBox`'s pointer: equal models print equal.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XtMore")
+            .field("counters", &self.counters)
+            .field("index", &self.index.get())
+            .finish()
+    }
 }
 
 /// Where the target name is in the rule text, as the parser found it, and where the
