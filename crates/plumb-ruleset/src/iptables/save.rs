@@ -458,6 +458,20 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
     }
 }
 
+/// Chains with fewer rules than this grow one rule at a time (see [`Reader::rule`]).
+const SMALL_CHAIN: usize = 16;
+
+/// Gives back a chain's unused room for rules, with a new block of the exact size:
+/// `shrink_to_fit` leaves the block as it is under mimalloc when the rules fill at
+/// least half of it.
+fn shrink(rules: &mut Vec<Rule>) {
+    if rules.capacity() > rules.len() {
+        let mut exact = Vec::with_capacity(rules.len());
+        exact.append(rules);
+        *rules = exact;
+    }
+}
+
 /// Lines of the text, without a trailing `\r`.
 fn lines(text: &str) -> impl Iterator<Item = &str> {
     text.split('\n')
@@ -942,11 +956,16 @@ impl<'t> Reader<'_, 't> {
             text,
             body: RuleBody::Xt(cell),
         };
-        if rules.capacity() == 0 {
-            // Most chains hold 1-4 rules: grow from one, not from Vec's first 4, so that
-            // `close` has (almost) nothing to shrink and no 40k half-empty buffers are
-            // ever touched.
-            rules.reserve_exact(1);
+        if rules.len() == rules.capacity() {
+            // Most chains hold 1-6 rules: grow them one rule at a time, not to Vec's
+            // 4, 8, ..., so that no slack is made. Shrinking it later does not give it
+            // back under mimalloc, which keeps a block that shrinks to half its size or
+            // more: 60k kube-proxy chains held 6 MiB of slack that way.
+            rules.reserve_exact(if rules.len() < SMALL_CHAIN {
+                1
+            } else {
+                rules.len()
+            });
         }
         match insert_at {
             Some(p) if p >= 1 && p <= rules.len() + 1 => rules.insert(p - 1, rule),
@@ -970,7 +989,7 @@ impl<'t> Reader<'_, 't> {
             && generation == self.generation
             && let Some(c) = st.table.chains.get_mut(prev)
         {
-            c.rules.shrink_to_fit();
+            shrink(&mut c.rules);
         }
         let i = match st.get(chain) {
             Some(i) => i,
@@ -1036,9 +1055,9 @@ impl<'t> Reader<'_, 't> {
             for (i, r) in c.rules.iter_mut().enumerate() {
                 r.position = i as u32 + 1;
             }
-            // kube-proxy's endpoint chains hold 2 rules in a vector grown to 4: on a
-            // 10k-service dump the slack alone is half the input's size.
-            c.rules.shrink_to_fit();
+            // Chains that grew past SMALL_CHAIN rules (by doubling) and were not left
+            // for another chain before the table's end.
+            shrink(&mut c.rules);
         }
         st.table.chains.shrink_to_fit();
         // A dump (iptables-save) declares every built-in chain of the table; a restore
