@@ -137,7 +137,7 @@ fn without_counters(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 fn counters(rule: &Rule) -> Option<u64> {
-    rule.counters
+    rule.counters()
         .map(|c| c.packets)
         .or_else(|| match &rule.body {
             RuleBody::Nft(n) => n.counters().map(|c| c.packets),

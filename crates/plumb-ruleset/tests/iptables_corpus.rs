@@ -162,7 +162,7 @@ fn k3s_dump_with_counters_and_no_endpoint_rejects() {
             .chains
             .iter()
             .flat_map(|c| &c.rules)
-            .all(|r| r.counters.is_some())
+            .all(|r| r.counters().is_some())
     );
     assert_eq!(chains_with_prefix(&rs, "FLANNEL-"), 0);
     assert_round_trip(&p, &rs);

@@ -158,7 +158,13 @@ fn compare(list: &Table, save: &Table, counters: CounterCheck) -> usize {
                 Some(true) => Fragment::NotFragments,
             };
             assert_eq!(l.fragment, want, "{ctx}");
-            pairs_check(lr.counters, sr.counters, counters, l.counters_rounded, &ctx);
+            pairs_check(
+                lr.counters(),
+                sr.counters(),
+                counters,
+                l.counters_rounded,
+                &ctx,
+            );
             compared += 1;
         }
         for (l, s) in pairs {

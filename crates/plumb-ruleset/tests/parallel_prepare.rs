@@ -70,7 +70,7 @@ fn every_rule_carries_its_own_line_across_block_seams() {
                 _ => None,
             };
             assert_eq!(
-                rule.counters.map(|c| (c.packets, c.bytes)),
+                rule.counters().map(|c| (c.packets, c.bytes)),
                 expected_counters,
                 "line {}",
                 rule.location.line

@@ -341,7 +341,7 @@ fn observe(lab: &Lab, dataplane: Dataplane, proto: &str, dst: &str) -> Observed 
         for t in &parsed.ruleset.tables {
             for c in &t.chains {
                 for r in &c.rules {
-                    if r.counters.is_some_and(|k| k.packets > 0) {
+                    if r.counters().is_some_and(|k| k.packets > 0) {
                         hits.insert((t.name.to_string(), c.name.to_string(), r.position));
                     }
                 }

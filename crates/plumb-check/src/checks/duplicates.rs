@@ -124,7 +124,7 @@ fn inert_in_place(rule: &Rule) -> Option<bool> {
 }
 
 fn counted(rule: &Rule) -> bool {
-    rule.counters.is_some_and(|c| c.packets > 0)
+    rule.counters().is_some_and(|c| c.packets > 0)
 }
 
 /// Reports each chain holding provably dead copies of an earlier rule, with both lines.

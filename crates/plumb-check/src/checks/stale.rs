@@ -64,7 +64,7 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
         // owner -> chains
         let mut stale: BTreeMap<String, Vec<&plumb_ruleset::Chain>> = BTreeMap::new();
         for c in &table.chains {
-            if c.is_builtin() || referenced.contains(&*c.name) || by_design(c, ipvs) {
+            if c.is_builtin() || referenced.contains(&c.name) || by_design(c, ipvs) {
                 continue;
             }
             if !ipvs

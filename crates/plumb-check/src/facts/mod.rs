@@ -27,45 +27,134 @@ pub use plumb_ruleset::fasthash::FastMap;
 /// Every chain reference of one table, computed once and shared by the checks.
 pub struct TableRefs<'a> {
     /// Chains declared in the table.
-    pub declared: FastSet<&'a str>,
+    pub declared: ChainSet<'a>,
     /// Chains some rule or verdict-map element references.
-    pub referenced: FastSet<&'a str>,
+    pub referenced: ChainSet<'a>,
     /// (target chain, rule) for every rule that jumps or goes to a chain.
     pub rules: Vec<(&'a str, &'a Rule)>,
 }
 
+/// A set of chain names of one table. A chain the table declares is held by its index
+/// in the table (4 bytes: the name is the chain's own); any other name by reference.
+/// A set of the names took 16 bytes a chain: on a 10k-service node's 58k nat chains,
+/// the two sets of a table held 4.4 MiB through `plumb check`.
+pub struct ChainSet<'a> {
+    chains: &'a [Chain],
+    indexes: hashbrown::HashTable<u32>,
+    others: FastSet<&'a str>,
+}
+
+impl<'a> ChainSet<'a> {
+    fn hash(name: &str) -> u64 {
+        use std::hash::BuildHasher;
+        BuildHasherDefault::<FxHasher>::default().hash_one(name)
+    }
+
+    fn empty(chains: &'a [Chain], capacity: usize) -> ChainSet<'a> {
+        ChainSet {
+            chains,
+            indexes: hashbrown::HashTable::with_capacity(capacity),
+            others: FastSet::default(),
+        }
+    }
+
+    /// The chains of `chains`, by index.
+    fn of_chains(chains: &'a [Chain]) -> ChainSet<'a> {
+        let mut set = ChainSet::empty(chains, chains.len());
+        for i in 0..chains.len() {
+            set.insert_index(i);
+        }
+        set
+    }
+
+    /// The index of the first chain named `name`, if the table has one.
+    fn index_of(&self, name: &str) -> Option<usize> {
+        let chains = self.chains;
+        self.indexes
+            .find(Self::hash(name), |&j| &*chains[j as usize].name == name)
+            .map(|&j| j as usize)
+    }
+
+    fn insert_index(&mut self, i: usize) {
+        let chains = self.chains;
+        let name = &*chains[i].name;
+        let h = Self::hash(name);
+        if self
+            .indexes
+            .find(h, |&j| &*chains[j as usize].name == name)
+            .is_none()
+        {
+            // A table holds fewer than 2^32 chains (inputs are under 4 GiB).
+            self.indexes
+                .insert_unique(h, i as u32, |&j| Self::hash(&chains[j as usize].name));
+        }
+    }
+
+    /// Whether the set holds `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.index_of(name).is_some() || self.others.contains(name)
+    }
+
+    /// The number of names in the set.
+    pub fn len(&self) -> usize {
+        self.indexes.len() + self.others.len()
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 impl<'a> TableRefs<'a> {
     fn new(table: &'a Table) -> TableRefs<'a> {
-        let declared: FastSet<&str> = table.chains.iter().map(|c| &*c.name).collect();
-        let mut rules = Vec::new();
-        for c in &table.chains {
-            for r in &c.rules {
+        let declared = ChainSet::of_chains(&table.chains);
+        // Every (chain, rule) a rule transfers to, walked twice: counted first, the
+        // vector is made at its size (grown by doubling, it held up to twice that).
+        let references = || {
+            table.chains.iter().flat_map(|c| &c.rules).flat_map(|r| {
+                let mut out: [Option<&'a str>; 1] = [None];
+                let mut more = Vec::new();
                 match &r.body {
                     RuleBody::Xt(_) => {
                         // The target the parser recorded: no rule is indexed here.
-                        let Some(t) = r.xt_target() else { continue };
-                        let name = t.name;
-                        // A declared chain is a chain; otherwise a target with options or a
-                        // known extension is not (the rest are dangling jumps). The set is
-                        // asked last: most targets are plain chain names.
-                        let is_chain = t.goto
-                            || (!t.has_options && !TARGET_EXTENSIONS.contains(&name))
-                            || declared.contains(name);
-                        if is_chain {
-                            rules.push((name, r));
+                        if let Some(t) = r.xt_target() {
+                            let name = t.name;
+                            // A declared chain is a chain; otherwise a target with options
+                            // or a known extension is not (the rest are dangling jumps).
+                            // The set is asked last: most targets are plain chain names.
+                            let is_chain = t.goto
+                                || (!t.has_options && !TARGET_EXTENSIONS.contains(&name))
+                                || declared.contains(name);
+                            if is_chain {
+                                out[0] = Some(name);
+                            }
                         }
                     }
-                    _ => {
-                        for x in r.chain_references() {
-                            rules.push((x.chain, r));
-                        }
-                    }
+                    _ => more = r.chain_references().into_iter().map(|x| x.chain).collect(),
                 }
+                out.into_iter()
+                    .flatten()
+                    .chain(more)
+                    .map(move |name| (name, r))
+            })
+        };
+        let mut rules = Vec::with_capacity(references().count());
+        rules.extend(references());
+        let mut referenced = ChainSet::empty(&table.chains, 0);
+        let mut reference = |name: &'a str| match declared.index_of(name) {
+            Some(i) => referenced.insert_index(i),
+            None => {
+                referenced.others.insert(name);
             }
+        };
+        for (c, _) in &rules {
+            reference(c);
         }
-        let mut referenced: FastSet<&str> = rules.iter().map(|(c, _)| *c).collect();
         for s in &table.sets {
-            referenced.extend(s.verdict_targets().map(|x| x.chain));
+            for x in s.verdict_targets() {
+                reference(x.chain);
+            }
         }
         TableRefs {
             declared,

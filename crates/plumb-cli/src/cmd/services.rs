@@ -330,32 +330,26 @@ fn print_human(out: &mut impl Write, src: &Source, maps: &[ServiceMap]) -> std::
                 "approximate: read from an iptables listing, which loses columns (a port it does not print is shown as -)"
             )?;
         }
-        let rows: Vec<[String; 6]> = m
-            .services
-            .iter()
-            .map(|s| {
-                [
-                    s.display_name(),
-                    s.protocol.clone().unwrap_or_else(|| "?".into()),
-                    s.cluster_ip.map_or_else(|| "-".into(), |i| i.to_string()),
-                    s.port.map_or_else(|| "-".into(), |p| p.to_string()),
-                    if s.node_ports.is_empty() {
-                        "-".into()
-                    } else {
-                        s.node_ports
-                            .iter()
-                            .map(u16::to_string)
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    },
-                    endpoints_cell(
-                        s,
-                        &src.ruleset,
-                        m.mode == plumb_kubeproxy::recover::ProxyMode::Ipvs,
-                    ),
-                ]
-            })
-            .collect();
+        // The first five cells of a row, made twice (for the column widths, then for
+        // the row) rather than kept for every service: the rows of a 10k-service map
+        // held 5 MiB at the command's peak.
+        let cells = |s: &RecoveredService| -> [String; 5] {
+            [
+                s.display_name(),
+                s.protocol.clone().unwrap_or_else(|| "?".into()),
+                s.cluster_ip.map_or_else(|| "-".into(), |i| i.to_string()),
+                s.port.map_or_else(|| "-".into(), |p| p.to_string()),
+                if s.node_ports.is_empty() {
+                    "-".into()
+                } else {
+                    s.node_ports
+                        .iter()
+                        .map(u16::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                },
+            ]
+        };
         let header = [
             "SERVICE",
             "PROTO",
@@ -365,8 +359,8 @@ fn print_human(out: &mut impl Write, src: &Source, maps: &[ServiceMap]) -> std::
             "ENDPOINTS",
         ];
         let mut w = header.map(str::len);
-        for r in &rows {
-            for (i, c) in r.iter().enumerate().take(5) {
+        for s in &m.services {
+            for (i, c) in cells(s).iter().enumerate() {
                 w[i] = w[i].max(c.len());
             }
         }
@@ -385,7 +379,13 @@ fn print_human(out: &mut impl Write, src: &Source, maps: &[ServiceMap]) -> std::
             w3 = w[3],
             w4 = w[4]
         )?;
-        for (r, s) in rows.iter().zip(&m.services) {
+        for s in &m.services {
+            let r = cells(s);
+            let endpoints = endpoints_cell(
+                s,
+                &src.ruleset,
+                m.mode == plumb_kubeproxy::recover::ProxyMode::Ipvs,
+            );
             let x = extras(s);
             writeln!(
                 out,
@@ -395,7 +395,7 @@ fn print_human(out: &mut impl Write, src: &Source, maps: &[ServiceMap]) -> std::
                 r[2],
                 r[3],
                 r[4],
-                r[5],
+                endpoints,
                 if x.is_empty() {
                     String::new()
                 } else {

@@ -8,7 +8,6 @@
 //! big; the reader, which owns the table state, consumes it in line order.
 
 use crate::diagnostic::Diagnostic;
-use crate::fasthash::FastMap;
 use crate::model::xt::dialect::{Dialect, IptablesVersion, all_headers_ip6, header_version};
 use crate::model::xt::words::{SplitError, Word, split};
 use crate::model::xt::{IndexScratch, SpecProblem, XtCell, XtRule};
@@ -91,8 +90,8 @@ struct TableState<'t> {
     /// Left for another table of a headerless capture and taken up again (its chains
     /// may then be declared a second time by the capture).
     resumed: bool,
-    /// Chain name -> index in `table.chains`; names borrow the input text.
-    index: FastMap<&'t str, usize>,
+    /// Chain name -> index in `table.chains`.
+    index: ChainIndex<'t>,
     committed: bool,
     /// Chains referenced by `-A` before (or without) a declaration.
     undeclared: Vec<usize>,
@@ -103,20 +102,89 @@ impl<'t> TableState<'t> {
         TableState {
             table,
             resumed: false,
-            index: FastMap::default(),
+            index: ChainIndex::default(),
             committed: false,
             undeclared: Vec::new(),
         }
     }
 
     fn declare(&mut self, name: &'t str, chain: Chain) -> Result<usize, usize> {
-        if let Some(&i) = self.index.get(name) {
+        if let Some(i) = self.get(name) {
             return Err(i);
         }
         let i = self.table.chains.len();
-        self.index.insert(name, i);
+        self.index.insert(&self.table.chains, name, i);
         self.table.chains.push(chain);
         Ok(i)
+    }
+
+    /// The index of the chain named `name`.
+    fn get(&self, name: &str) -> Option<usize> {
+        self.index.get(&self.table.chains, name)
+    }
+
+    /// Removes the chain named `name` (`-X`), renumbering the chains after it.
+    fn remove(&mut self, name: &str) -> Option<usize> {
+        let i = self.index.remove(&self.table.chains, name)?;
+        self.table.chains.remove(i);
+        Some(i)
+    }
+}
+
+/// Chain name -> index in the table's chains, keeping only the index (4 bytes a
+/// chain): the names are the chains' own. A map keyed by the names took 24 bytes a
+/// chain and, on a 10k-service dump's 58k nat chains, 3 MiB at the parse's peak.
+#[derive(Default)]
+struct ChainIndex<'t> {
+    indexes: hashbrown::HashTable<u32>,
+    _names: std::marker::PhantomData<&'t str>,
+}
+
+impl ChainIndex<'_> {
+    fn hash(name: &str) -> u64 {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        BuildHasherDefault::<crate::fasthash::FxHasher>::default().hash_one(name)
+    }
+
+    fn get(&self, chains: &[Chain], name: &str) -> Option<usize> {
+        self.indexes
+            .find(Self::hash(name), |&i| {
+                chains.get(i as usize).is_some_and(|c| &*c.name == name)
+            })
+            .map(|&i| i as usize)
+    }
+
+    /// Records that the chain named `name` is about to be `chains[i]` (the chains
+    /// before it are in `chains`).
+    fn insert(&mut self, chains: &[Chain], name: &str, i: usize) {
+        // The reader refuses inputs of 4 GiB or more: chain indexes fit.
+        let i = u32::try_from(i).unwrap_or(u32::MAX);
+        self.indexes.insert_unique(Self::hash(name), i, |&j| {
+            Self::hash(chains.get(j as usize).map_or("", |c| &c.name))
+        });
+    }
+
+    /// Room for `n` chains without growing.
+    fn reserve(&mut self, chains: &[Chain], n: usize) {
+        self.indexes.reserve(n, |&j| {
+            Self::hash(chains.get(j as usize).map_or("", |c| &c.name))
+        });
+    }
+
+    fn remove(&mut self, chains: &[Chain], name: &str) -> Option<usize> {
+        let entry = self
+            .indexes
+            .find_entry(Self::hash(name), |&i| {
+                chains.get(i as usize).is_some_and(|c| &*c.name == name)
+            })
+            .ok()?;
+        let (i, _) = entry.remove();
+        for v in self.indexes.iter_mut() {
+            if *v > i {
+                *v -= 1;
+            }
+        }
+        Some(i as usize)
     }
 }
 
@@ -162,9 +230,8 @@ type PreparedQueue = std::iter::Peekable<std::vec::IntoIter<Prepared>>;
 struct Prepared {
     line: u32,
     spec_at: usize,
+    /// Knows whether the line ends with `-c PACKETS BYTES` (its counters then).
     cell: XtCell,
-    /// From a trailing `-c PACKETS BYTES`.
-    counters: Option<Counters>,
     diagnostics: Vec<Diagnostic>,
 }
 
@@ -210,12 +277,12 @@ fn prepare(line: &str, spec_at: usize, n: u32, bufs: &mut PrepareBufs) -> Prepar
     }
     // `iptables -v -S` appends "-c PACKETS BYTES"; restore payloads may too.
     let mut spec_end = line.len();
-    let mut counters = None;
+    let mut counted = false;
     if words.len() >= 3 && words[words.len() - 3].raw(line) == "-c" {
-        let p = words[words.len() - 2].raw(line).parse().ok();
-        let b = words[words.len() - 1].raw(line).parse().ok();
-        if let (Some(packets), Some(bytes)) = (p, b) {
-            counters = Some(Counters { packets, bytes });
+        let p = words[words.len() - 2].raw(line).parse::<u64>().ok();
+        let b = words[words.len() - 1].raw(line).parse::<u64>().ok();
+        if p.is_some() && b.is_some() {
+            counted = true;
             spec_end = words[words.len() - 3].start as usize;
             words.truncate(words.len() - 3);
         }
@@ -236,7 +303,11 @@ fn prepare(line: &str, spec_at: usize, n: u32, bufs: &mut PrepareBufs) -> Prepar
         &mut bufs.problems,
         &mut bufs.notes,
     );
-    let cell = XtCell::parsed(spec_at..spec_end, words, &bufs.scratch);
+    let mut cell = XtCell::parsed(spec_at..spec_end, words, &bufs.scratch);
+    if counted {
+        // Read again from the text when asked (`XtCell::counters`).
+        cell.counters_after();
+    }
     for p in bufs.problems.drain(..) {
         let col = column_of(line, p.offset);
         let text = line.get(p.offset..).unwrap_or("");
@@ -251,7 +322,6 @@ fn prepare(line: &str, spec_at: usize, n: u32, bufs: &mut PrepareBufs) -> Prepar
         line: n,
         spec_at,
         cell,
-        counters,
         diagnostics,
     }
 }
@@ -295,9 +365,10 @@ fn rule_spec(line: &str, after_arg: &str, insert: bool) -> (usize, Option<usize>
     }
 }
 
-/// Lines per block prepared ahead: bounds the prepared rules held at once (about 100
-/// bytes each; at most three blocks exist: one read, one queued, one being prepared).
-const BLOCK_LINES: u32 = 8 * 1024;
+/// Lines per block prepared ahead: bounds the prepared rules held at once (64 bytes
+/// each; at most three blocks exist: one read, one queued, one being prepared, so
+/// 0.4 MiB at the parse's peak).
+const BLOCK_LINES: u32 = 2 * 1024;
 /// Inputs smaller than this are read on one thread (a thread costs more than it saves).
 const MIN_BYTES_TO_PREPARE_AHEAD: usize = 1 << 20;
 
@@ -384,6 +455,20 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
     } else {
         read_lines(&mut r, &text, Vec::new);
         r.finish_lines()
+    }
+}
+
+/// Chains with fewer rules than this grow one rule at a time (see [`Reader::rule`]).
+const SMALL_CHAIN: usize = 16;
+
+/// Gives back a chain's unused room for rules, with a new block of the exact size:
+/// `shrink_to_fit` leaves the block as it is under mimalloc when the rules fill at
+/// least half of it.
+fn shrink(rules: &mut Vec<Rule>) {
+    if rules.capacity() > rules.len() {
+        let mut exact = Vec::with_capacity(rules.len());
+        exact.append(rules);
+        *rules = exact;
     }
 }
 
@@ -596,6 +681,20 @@ impl<'t> Reader<'_, 't> {
             ));
         }
         self.open_table(name, loc);
+        // Room for the chains the table declares, made at once: grown by doubling, the
+        // chains (56 bytes each) and their index would hold up to twice their size,
+        // and more while being copied, at the parse's peak (a 10k-service nat table
+        // declares 58k chains).
+        let rest = self.source.get(self.line_start..).unwrap_or("");
+        let end = rest.find("\nCOMMIT").unwrap_or(rest.len());
+        let declared = rest[..end]
+            .split('\n')
+            .filter(|l| l.starts_with(':'))
+            .count();
+        if let Some(st) = self.current.as_mut() {
+            st.table.chains.reserve_exact(declared);
+            st.index.reserve(&st.table.chains, declared);
+        }
     }
 
     fn table_or_error(&mut self, loc: Location, what: &str, text: &str) -> bool {
@@ -775,8 +874,8 @@ impl<'t> Reader<'_, 't> {
                     chain_type: None,
                     priority: None,
                 };
-                match st.index.get(arg) {
-                    Some(&i) => st.table.chains[i].base = Some(Box::new(base)),
+                match st.get(arg) {
+                    Some(i) => st.table.chains[i].base = Some(Box::new(base)),
                     None => {
                         let _ = st.declare(arg, Chain::new(arg, Some(base), loc));
                     }
@@ -788,13 +887,7 @@ impl<'t> Reader<'_, 't> {
                 }
                 self.restore_commands = true;
                 let st = self.current.as_mut().expect("checked");
-                if let Some(i) = st.index.remove(arg) {
-                    st.table.chains.remove(i);
-                    for v in st.index.values_mut() {
-                        if *v > i {
-                            *v -= 1;
-                        }
-                    }
+                if let Some(i) = st.remove(arg) {
                     st.undeclared.retain(|&u| u != i);
                     for u in st.undeclared.iter_mut() {
                         if *u > i {
@@ -850,20 +943,29 @@ impl<'t> Reader<'_, 't> {
         let text = RuleText::span(&self.source, self.line_start..self.line_start + line.len());
         let st = self.current.as_mut().expect("checked by caller");
         let rules = &mut st.table.chains[chain_idx].rules;
+        let mut cell = prepared.cell;
+        // A trailing `-c` wins over `[packets:bytes]`; both are read again from the
+        // text when asked.
+        if counters.is_some() && !cell.has_counters_after() {
+            cell.counters_before();
+        }
         let rule = Rule {
             position: 0,
             location: loc,
-            // A trailing `-c` wins over `[packets:bytes]`.
-            counters: prepared.counters.or(counters),
             // Word spans index this exact text: keep it as read (no trimming).
             text,
-            body: RuleBody::Xt(prepared.cell),
+            body: RuleBody::Xt(cell),
         };
-        if rules.capacity() == 0 {
-            // Most chains hold 1-4 rules: grow from one, not from Vec's first 4, so that
-            // `close` has (almost) nothing to shrink and no 40k half-empty buffers are
-            // ever touched.
-            rules.reserve_exact(1);
+        if rules.len() == rules.capacity() {
+            // Most chains hold 1-6 rules: grow them one rule at a time, not to Vec's
+            // 4, 8, ..., so that no slack is made. Shrinking it later does not give it
+            // back under mimalloc, which keeps a block that shrinks to half its size or
+            // more: 60k kube-proxy chains held 6 MiB of slack that way.
+            rules.reserve_exact(if rules.len() < SMALL_CHAIN {
+                1
+            } else {
+                rules.len()
+            });
         }
         match insert_at {
             Some(p) if p >= 1 && p <= rules.len() + 1 => rules.insert(p - 1, rule),
@@ -887,10 +989,10 @@ impl<'t> Reader<'_, 't> {
             && generation == self.generation
             && let Some(c) = st.table.chains.get_mut(prev)
         {
-            c.rules.shrink_to_fit();
+            shrink(&mut c.rules);
         }
-        let i = match st.index.get(chain) {
-            Some(&i) => i,
+        let i = match st.get(chain) {
+            Some(i) => i,
             None => {
                 let base = builtin_chains(&st.table.name)
                     .contains(&chain)
@@ -923,7 +1025,7 @@ impl<'t> Reader<'_, 't> {
             && (self.save_syntax
                 || builtin_chains(&st.table.name)
                     .iter()
-                    .any(|b| st.index.get(*b).is_none_or(|i| st.undeclared.contains(i))));
+                    .any(|b| st.get(b).is_none_or(|i| st.undeclared.contains(&i))));
         if fragment {
             self.fragments.push(st.table.name.to_string());
             st.undeclared.clear();
@@ -953,16 +1055,16 @@ impl<'t> Reader<'_, 't> {
             for (i, r) in c.rules.iter_mut().enumerate() {
                 r.position = i as u32 + 1;
             }
-            // kube-proxy's endpoint chains hold 2 rules in a vector grown to 4: on a
-            // 10k-service dump the slack alone is half the input's size.
-            c.rules.shrink_to_fit();
+            // Chains that grew past SMALL_CHAIN rules (by doubling) and were not left
+            // for another chain before the table's end.
+            shrink(&mut c.rules);
         }
         st.table.chains.shrink_to_fit();
         // A dump (iptables-save) declares every built-in chain of the table; a restore
         // payload written by kube-proxy declares only its own chains.
         let builtins = builtin_chains(&st.table.name);
         if !builtins.is_empty()
-            && !builtins.iter().all(|b| st.index.contains_key(*b))
+            && !builtins.iter().all(|b| st.get(b).is_some())
             && !self.headerless()
         {
             self.restore_commands = true;
@@ -989,7 +1091,7 @@ impl<'t> Reader<'_, 't> {
                     };
                     // Restored whole, the table's built-in chains exist even undeclared.
                     let exists =
-                        st.index.contains_key(to.chain) || (full && builtins.contains(&to.chain));
+                        st.get(to.chain).is_some() || (full && builtins.contains(&to.chain));
                     if !exists {
                         self.ruleset.diagnostics.push(Diagnostic::error(
                             r.location.line,
@@ -1095,12 +1197,7 @@ fn column_of(line: &str, offset: usize) -> u32 {
 
 /// `[123:4567]` -> counters.
 pub fn parse_counters(s: &str) -> Option<Counters> {
-    let inner = s.strip_prefix('[')?.strip_suffix(']')?;
-    let (p, b) = inner.split_once(':')?;
-    Some(Counters {
-        packets: p.parse().ok()?,
-        bytes: b.parse().ok()?,
-    })
+    Counters::parse_bracketed(s)
 }
 
 #[cfg(test)]
@@ -1124,7 +1221,7 @@ mod tests {
         assert!(rs.diagnostics.is_empty(), "{:?}", rs.diagnostics);
         let r = only_rule(&rs);
         assert_eq!(
-            r.counters,
+            r.counters(),
             Some(Counters {
                 packets: 3,
                 bytes: 4
@@ -1144,7 +1241,7 @@ mod tests {
         let rs = parse("-A INPUT -s 10.0.0.0/8 -j DROP -c 5 10\n", &input);
         let r = only_rule(&rs);
         assert_eq!(
-            r.counters,
+            r.counters(),
             Some(Counters {
                 packets: 5,
                 bytes: 10

@@ -313,6 +313,8 @@ pub struct ListedRule {
     pub comment: Option<String>,
     /// The counters carry a K/M/G/T suffix: rounded to the unit, so off by up to half of it.
     pub counters_rounded: bool,
+    /// The `pkts`/`bytes` columns; `None` when the listing has none (without `-v`).
+    pub counters: Option<super::Counters>,
 }
 
 impl ListedRule {

@@ -334,7 +334,7 @@ pub(crate) fn translate_table(table: &mut Table) -> Option<KeptRules> {
                 match translated.next() {
                     Some(mut r) => {
                         r.location = orule.location;
-                        r.counters = orule.counters;
+                        r.set_counters(orule.counters());
                         r
                     }
                     None => orule.clone(),
@@ -586,7 +586,7 @@ pub(crate) fn translate_streamed_table(
                 } => {
                     let mut r = translated.next().ok_or(())?;
                     r.location = location;
-                    r.counters = counters;
+                    r.set_counters(counters);
                     r
                 }
                 StreamedRule::Nft => {

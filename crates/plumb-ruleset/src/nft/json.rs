@@ -368,12 +368,10 @@ impl JsonReader<'_> {
             }
             text.push_str(&st.text);
         }
-        let counters = rule.counters();
         let c = &mut self.ruleset.tables[ti].chains[ci];
         c.rules.push(Rule {
             position: c.rules.len() as u32 + 1,
             location: loc,
-            counters,
             text: text.into(),
             body: RuleBody::Nft(Box::new(rule)),
         });
@@ -882,7 +880,7 @@ mod tests {
             "ip daddr == 10.0.0.0/8 counter packets 2 bytes 120 numgen random mod 2 vmap { 0 : goto a, 1 : jump b }"
         );
         assert_eq!(
-            r.counters,
+            r.counters(),
             Some(Counters {
                 packets: 2,
                 bytes: 120

@@ -769,7 +769,7 @@ fn block_of(facts: &CheckInput, index: &Index, o: &Outcome) -> Option<Block> {
                 r.position,
                 shown_rule(r)
             ),
-            r.counters.as_ref().map(|c| c.packets),
+            r.counters().as_ref().map(|c| c.packets),
         )
     };
     Some(Block {
@@ -793,7 +793,7 @@ fn shown_rule(r: &plumb_ruleset::Rule) -> String {
     if !matches!(r.body, plumb_ruleset::RuleBody::Approximate(_)) {
         return text.to_string();
     }
-    let skip = if r.counters.is_some() { 2 } else { 0 };
+    let skip = if r.counters().is_some() { 2 } else { 0 };
     text.split_whitespace()
         .skip(skip)
         .collect::<Vec<_>>()

@@ -128,7 +128,7 @@ pub fn save_text_report(ruleset: &Ruleset, options: PrintOptions) -> SaveReport 
                     match listed_rule_line(&table.name, &chain.name, listed, table.family) {
                         Ok(line) => {
                             if options.counters
-                                && let Some(c) = rule.counters
+                                && let Some(c) = rule.counters()
                             {
                                 if listed.counters_rounded {
                                     report.rounded_counters += 1;
@@ -157,7 +157,7 @@ pub fn save_text_report(ruleset: &Ruleset, options: PrintOptions) -> SaveReport 
                     continue;
                 }
                 if options.counters
-                    && let Some(c) = rule.counters
+                    && let Some(c) = rule.counters()
                 {
                     let _ = write!(out, "[{}:{}] ", c.packets, c.bytes);
                 }

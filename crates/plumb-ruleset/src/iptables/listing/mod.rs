@@ -455,9 +455,11 @@ impl Reader<'_> {
                 line: n,
                 column: col,
             },
-            counters: columns.counters,
             text: line.into(),
-            body: RuleBody::Approximate(Box::new(listed)),
+            body: RuleBody::Approximate(Box::new(ListedRule {
+                counters: columns.counters,
+                ..listed
+            })),
         });
         true
     }

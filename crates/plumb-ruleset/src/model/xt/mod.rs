@@ -43,9 +43,9 @@ pub const CONNTRACK_OPTIONS: &[&str] = &[
 ];
 pub mod words;
 
-use super::{ChainRef, TransferKind};
+use super::{ChainRef, Counters, TransferKind};
+use once_cell::race::OnceBox;
 use std::borrow::Cow;
-use std::sync::OnceLock;
 use words::{SplitError, Word, split};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -396,23 +396,78 @@ pub struct XtBuf {
 /// The parser also records where the rule's target is ([`XtCell::target`]): the one
 /// thing whole-ruleset passes (chain references, dangling and stale chains) need from
 /// every rule, read without splitting the rule again.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct XtCell {
     /// Byte range of the words after `-A CHAIN` in the rule text (a trailing
     /// `-c PACKETS BYTES` excluded).
     spec_start: u32,
     spec_end: u32,
     target: TargetSpan,
-    index: OnceLock<Box<XtRule>>,
+    /// What is not needed for most rules, allocated only when it is: the kept index,
+    /// and counters the text does not show. 8 bytes (a `OnceLock<Box<_>>` takes 16).
+    more: OnceBox<XtMore>,
 }
 
-/// Where the target name is in the rule text, as the parser found it (8 bytes per rule).
+impl std::fmt::Debug for XtCell {
+    /// The contents, not `OnceBox`'s pointer: equal models print equal.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XtCell")
+            .field("spec_start", &self.spec_start)
+            .field("spec_end", &self.spec_end)
+            .field("target", &self.target)
+            .field("more", &self.more.get())
+            .finish()
+    }
+}
+
+/// The rarely needed part of an [`XtCell`].
+#[derive(Clone, Default)]
+struct XtMore {
+    /// Counters read from somewhere other than the rule text (an nft listing's
+    /// `counter packets N bytes M`), when not zero.
+    counters: Option<Counters>,
+    /// The rule's index, built and kept on first use of [`XtCell::get`].
+    index: OnceBox<XtRule>,
+}
+
+impl std::fmt::Debug for XtMore {
+    /// The contents, not `OnceBox`'s pointer: equal models print equal.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XtMore")
+            .field("counters", &self.counters)
+            .field("index", &self.index.get())
+            .finish()
+    }
+}
+
+/// Where the target name is in the rule text, as the parser found it, and where the
+/// rule's counters are (8 bytes per rule).
 #[derive(Clone, Copy, Debug, Default)]
 struct TargetSpan {
     start: u32,
     len: u16,
     /// `TARGET_*` bits; without `TARGET_RECORDED` the target is found by indexing.
     flags: u8,
+    /// An enum rather than bits: its unused values let [`crate::RuleBody`] keep its
+    /// variant without a separate tag (the rule stays 56 bytes).
+    counters: CountersAt,
+}
+
+/// Where an xtables rule's counters are: read again from the rule text when asked
+/// ([`XtCell::counters`]) rather than kept beside every rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum CountersAt {
+    /// The rule has none.
+    #[default]
+    None,
+    /// `[packets:bytes]` before the rule (`iptables-save -c`).
+    Prefix,
+    /// `-c PACKETS BYTES` after the rule spec (`iptables -v -S`), from `spec_end` on.
+    Suffix,
+    /// Zero packets and bytes (an nft listing's `counter packets 0 bytes 0`).
+    Zero,
+    /// In [`XtMore::counters`].
+    Kept,
 }
 
 const TARGET_RECORDED: u8 = 1;
@@ -454,7 +509,7 @@ impl XtCell {
             spec_start: u32::try_from(spec.start).unwrap_or(u32::MAX),
             spec_end: u32::try_from(spec.end).unwrap_or(u32::MAX),
             target: TargetSpan::default(),
-            index: OnceLock::new(),
+            more: OnceBox::new(),
         }
     }
 
@@ -484,6 +539,7 @@ impl XtCell {
                     start: w.start,
                     len: w.len,
                     flags,
+                    counters: CountersAt::None,
                 }
             }
         };
@@ -522,7 +578,10 @@ impl XtCell {
     /// A cell holding an index built already.
     pub fn from_rule(rule: XtRule) -> XtCell {
         XtCell {
-            index: OnceLock::from(Box::new(rule)),
+            more: OnceBox::with_value(Box::new(XtMore {
+                counters: None,
+                index: OnceBox::with_value(Box::new(rule)),
+            })),
             ..XtCell::default()
         }
     }
@@ -530,12 +589,73 @@ impl XtCell {
     /// The rule's index, built and kept on first use; `text` must be the text the
     /// cell was made for.
     pub fn get(&self, text: &str) -> &XtRule {
-        self.index.get_or_init(|| Box::new(self.build(text)))
+        self.more
+            .get_or_init(|| Box::new(XtMore::default()))
+            .index
+            .get_or_init(|| Box::new(self.build(text)))
     }
 
     /// The index if something built it already.
     pub fn built(&self) -> Option<&XtRule> {
-        self.index.get().map(|b| &**b)
+        self.more.get().and_then(|m| m.index.get())
+    }
+
+    /// The rule's counters: read from `text` (the text the cell was made for) when the
+    /// reader found them there, else as recorded by [`XtCell::set_counters`].
+    pub fn counters(&self, text: &str) -> Option<Counters> {
+        match self.target.counters {
+            CountersAt::None => None,
+            CountersAt::Zero => Some(Counters::default()),
+            CountersAt::Kept => self.more.get().and_then(|m| m.counters),
+            CountersAt::Prefix => {
+                let t = text.trim_start();
+                Counters::parse_bracketed(&t[..=t.find(']')?])
+            }
+            CountersAt::Suffix => {
+                let mut w = text.get(self.spec_end as usize..)?.split_whitespace();
+                if w.next() != Some("-c") {
+                    return None;
+                }
+                let packets = w.next()?.parse().ok()?;
+                let bytes = w.next()?.parse().ok()?;
+                Some(Counters { packets, bytes })
+            }
+        }
+    }
+
+    /// Records that the rule text starts with `[packets:bytes]` (the reader checked
+    /// that they read as counters).
+    pub(crate) fn counters_before(&mut self) {
+        self.target.counters = CountersAt::Prefix;
+    }
+
+    /// Records that the rule text ends with `-c PACKETS BYTES` after `spec_end` (the
+    /// reader checked that they read as counters).
+    pub(crate) fn counters_after(&mut self) {
+        self.target.counters = CountersAt::Suffix;
+    }
+
+    /// Whether the counters are read from the text after the spec (`-c P B`).
+    pub(crate) fn has_counters_after(&self) -> bool {
+        self.target.counters == CountersAt::Suffix
+    }
+
+    /// Sets counters the rule text does not show (nft's `counter` statement of a
+    /// translated rule): zero costs nothing, others are kept in the cell's rare part.
+    pub fn set_counters(&mut self, counters: Option<Counters>) {
+        let kept = counters.filter(|c| *c != Counters::default());
+        // OnceBox has no `get_mut`: the rare part is replaced (a rebuilt cell keeps its
+        // index).
+        if kept.is_some() || self.more.get().is_some_and(|m| m.counters.is_some()) {
+            let mut more = self.more.get().cloned().unwrap_or_default();
+            more.counters = kept;
+            self.more = OnceBox::with_value(Box::new(more));
+        }
+        self.target.counters = match counters {
+            None => CountersAt::None,
+            Some(_) if kept.is_none() => CountersAt::Zero,
+            Some(_) => CountersAt::Kept,
+        };
     }
 
     /// Builds the index without keeping it: for one-off questions over a whole

@@ -545,10 +545,15 @@ impl<'a> Reader<'a> {
             return;
         }
         let chain = &mut self.ruleset.tables[ti].chains[ci];
+        if chain.rules.len() == chain.rules.capacity() {
+            // Small chains grow one rule at a time: no slack for mimalloc to keep (see
+            // the iptables reader's `SMALL_CHAIN`).
+            let n = chain.rules.len();
+            chain.rules.reserve_exact(if n < 16 { 1 } else { n });
+        }
         chain.rules.push(Rule {
             position: chain.rules.len() as u32 + 1,
             location,
-            counters,
             text: text.into(),
             body: RuleBody::Nft(Box::new(rule)),
         });

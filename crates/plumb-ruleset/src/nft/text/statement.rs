@@ -2338,7 +2338,7 @@ mod tests {
         assert_eq!(r.location.line, 3);
         assert_eq!(r.location.column, 3);
         assert_eq!(
-            r.counters,
+            r.counters(),
             Some(Counters {
                 packets: 3,
                 bytes: 180

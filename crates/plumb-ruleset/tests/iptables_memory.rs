@@ -1,0 +1,55 @@
+//! Heap of reading a kube-proxy `iptables-save` dump (2,000 services of 5 endpoints:
+//! most chains hold one to three rules), counted by a wrapping global allocator: what the model holds besides the input text, and what
+//! the read peaks at, per rule. Rules are spans of the input; what a rule can read
+//! again from its text (counters, its words' index) is not kept beside it.
+//! Its own binary: the counting allocator is process-wide.
+
+use plumb_kubeproxy::{GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions};
+use plumb_ruleset::format::{ParseOptions, parse_owned};
+use plumb_testkit::heap;
+
+#[global_allocator]
+static GLOBAL: heap::Counting = heap::Counting;
+
+/// The model holds at most 90 bytes a rule besides the input (rules, chains and their
+/// names: it held 124), and the read peaks at 100 bytes a rule besides it (it peaked at
+/// 186: 96-byte rules, a name-keyed chain index and chains grown by doubling).
+#[test]
+fn a_kube_proxy_dump_costs_under_90_bytes_a_rule_besides_its_text() {
+    let cluster = plumb_kubeproxy::generate(&GeneratorConfig {
+        services: 2000,
+        endpoints_per_service: 5,
+        ..Default::default()
+    })
+    .expect("valid generator config");
+    let text = KubeProxyRules::new(&cluster, &ProxierOptions::default())
+        .to_iptables_save(&IptablesSaveOptions::default());
+    drop(cluster);
+    let input = text.len();
+    // The input is counted in `before`: what follows is besides it.
+    let before = heap::reset_peak();
+    let parsed = parse_owned(text.into_bytes(), &ParseOptions::default()).unwrap();
+    let peak = heap::peak() - before;
+    let held = heap::live() - before;
+    let rs = &parsed.ruleset;
+    assert_eq!(rs.error_count(), 0, "{:?}", rs.diagnostics);
+    let rules = rs.rule_count();
+    assert!(rules > 30_000, "{rules} rules");
+    let per_rule = |bytes: usize| bytes as f64 / rules as f64;
+    eprintln!(
+        "input {input} bytes, {rules} rules, {} chains: holds {:.1} and peaks at {:.1} bytes a rule besides the input",
+        rs.chain_count(),
+        per_rule(held),
+        per_rule(peak)
+    );
+    assert!(
+        per_rule(held) <= 90.0,
+        "the model holds {:.1} bytes a rule",
+        per_rule(held)
+    );
+    assert!(
+        per_rule(peak) <= 100.0,
+        "the read peaks at {:.1} bytes a rule",
+        per_rule(peak)
+    );
+}
