@@ -80,11 +80,11 @@ fn compare(list: &Table, save: &Table, counters: CounterCheck) -> usize {
             lc.base.as_ref().and_then(|b| b.counters),
             sc.base.as_ref().and_then(|b| b.counters),
         )];
-        for (lr, sr) in lc.rules.iter().zip(&sc.rules) {
+        for ((lp, lr), (sp, sr)) in lc.positioned().zip(sc.positioned()) {
             let l = listed(lr);
             let x = sr.xt().unwrap();
-            let ctx = format!("{ctx} rule {}: {}", sr.position, lr.text);
-            assert_eq!(lr.position, sr.position);
+            let ctx = format!("{ctx} rule {sp}: {}", lr.text);
+            assert_eq!(lp, sp);
             assert_eq!(
                 l.target.as_deref(),
                 x.target().map(|t| t.name()),
@@ -277,8 +277,8 @@ fn line_numbers_listing_matches_iptables_save() {
         CounterCheck::Rounded,
     );
     for c in &rs.tables[0].chains {
-        for r in &c.rules {
-            assert_eq!(listed(r).line_number, Some(r.position));
+        for (position, r) in c.positioned() {
+            assert_eq!(listed(r).line_number, Some(position));
         }
     }
     let fwd = rs.tables[0].chain("FORWARD").unwrap();
@@ -618,8 +618,8 @@ fn check_invariants(text: &str, rs: &Ruleset) {
     }
     for t in &rs.tables {
         for c in &t.chains {
-            for (i, r) in c.rules.iter().enumerate() {
-                assert_eq!(r.position as usize, i + 1);
+            for (i, (position, r)) in c.positioned().enumerate() {
+                assert_eq!(position as usize, i + 1);
                 assert!(text.contains(&*r.text));
             }
         }

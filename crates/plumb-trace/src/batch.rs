@@ -418,7 +418,7 @@ fn deciding_rule_cached(
         StepKind::Matched => {
             let r = c.chain.rules.get(step.rule as usize)?;
             (
-                Some(r.position),
+                Some(plumb_ruleset::position_at(step.rule as usize)),
                 r.text.to_string(),
                 cache.owner(index, step.chain, step.rule)?,
             )
@@ -452,7 +452,11 @@ pub fn path_summary(index: &Index<'_>, o: &Outcome) -> Vec<String> {
         let c = index.chain(s.chain);
         match s.kind {
             StepKind::Matched => {
-                let n = c.chain.rules.get(s.rule as usize).map_or(0, |r| r.position);
+                let n = c
+                    .chain
+                    .rules
+                    .get(s.rule as usize)
+                    .map_or(0, |_| plumb_ruleset::position_at(s.rule as usize));
                 path.push(format!(
                     "{} {} {} #{n}",
                     s.hook.name(),

@@ -540,7 +540,7 @@ fn compile_chain(
             },
             RuleBody::Approximate(listed) => {
                 conds.clear();
-                let place = format!("{} rule {}", chain.name, rule.position);
+                let place = format!("{} rule {}", chain.name, plumb_ruleset::position_at(ri));
                 let action = crate::matches::listed::compile(listed, &place, &resolve, conds);
                 items.extend(conds.drain(..).map(Item::Cond));
                 items.push(Item::Act(action));

@@ -300,7 +300,7 @@ impl Step {
         let note = self.note.as_ref().map(|n| n.to_string());
         let (rule_no, text, matched, why) = match self.kind {
             StepKind::Matched => (
-                rule.map(|r| r.position),
+                rule.map(|_| plumb_ruleset::position_at(self.rule as usize)),
                 rule.map(|r| r.text.to_string()).unwrap_or_default(),
                 true,
                 note,
@@ -320,7 +320,7 @@ impl Step {
                     }
                 });
                 (
-                    rule.map(|r| r.position),
+                    rule.map(|_| plumb_ruleset::position_at(self.rule as usize)),
                     rule.map(|r| r.text.to_string()).unwrap_or_default(),
                     false,
                     why,

@@ -1905,7 +1905,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             .chain
             .rules
             .get(rule as usize)
-            .map(|r| r.position)
+            .map(|_| plumb_ruleset::position_at(rule as usize))
             .unwrap_or(0);
         format!("{what} {} {} rule {pos}", t.name, c.chain.name)
     }

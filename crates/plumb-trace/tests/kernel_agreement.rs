@@ -340,9 +340,9 @@ fn observe(lab: &Lab, dataplane: Dataplane, proto: &str, dst: &str) -> Observed 
         let mut hits = BTreeSet::new();
         for t in &parsed.ruleset.tables {
             for c in &t.chains {
-                for r in &c.rules {
+                for (position, r) in c.positioned() {
                     if r.counters().is_some_and(|k| k.packets > 0) {
-                        hits.insert((t.name.to_string(), c.name.to_string(), r.position));
+                        hits.insert((t.name.to_string(), c.name.to_string(), position));
                     }
                 }
             }
@@ -445,11 +445,11 @@ fn compare(
             .filter(|s| s.kind == StepKind::Matched)
             .filter_map(|s| {
                 let c = index.chain(s.chain);
-                let r = c.chain.rules.get(s.rule as usize)?;
+                c.chain.rules.get(s.rule as usize)?;
                 Some((
                     index.tables[c.table as usize].name.to_string(),
                     c.chain.name.to_string(),
-                    r.position,
+                    plumb_ruleset::position_at(s.rule as usize),
                 ))
             })
             .collect();

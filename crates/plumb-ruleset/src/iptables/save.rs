@@ -749,7 +749,8 @@ impl<'t> Reader<'_, 't> {
                 priority: None,
             }),
         };
-        self.declare_chain(name, Chain::new(name, base, loc), loc, line);
+        let chain = Chain::named(RuleText::within(&self.source, name), base, loc);
+        self.declare_chain(name, chain, loc, line);
     }
 
     fn declare_chain(&mut self, name: &'t str, chain: Chain, loc: Location, line: &str) {
@@ -858,7 +859,8 @@ impl<'t> Reader<'_, 't> {
                 if !self.headerless() {
                     self.restore_commands = true;
                 }
-                self.declare_chain(arg, Chain::new(arg, None, loc), loc, line);
+                let chain = Chain::named(RuleText::within(&self.source, arg), None, loc);
+                self.declare_chain(arg, chain, loc, line);
             }
             "-P" | "--policy" => {
                 if !self.table_or_error(loc, "policy", line) {
@@ -877,7 +879,8 @@ impl<'t> Reader<'_, 't> {
                 match st.get(arg) {
                     Some(i) => st.table.chains[i].base = Some(Box::new(base)),
                     None => {
-                        let _ = st.declare(arg, Chain::new(arg, Some(base), loc));
+                        let name = RuleText::within(&self.source, arg);
+                        let _ = st.declare(arg, Chain::named(name, Some(base), loc));
                     }
                 }
             }
@@ -950,7 +953,6 @@ impl<'t> Reader<'_, 't> {
             cell.counters_before();
         }
         let rule = Rule {
-            position: 0,
             location: loc,
             // Word spans index this exact text: keep it as read (no trimming).
             text,
@@ -1005,7 +1007,10 @@ impl<'t> Reader<'_, 't> {
                         priority: None,
                     });
                 let i = st
-                    .declare(chain, Chain::new(chain, base, loc))
+                    .declare(
+                        chain,
+                        Chain::named(RuleText::within(&self.source, chain), base, loc),
+                    )
                     .unwrap_or_else(|i| i);
                 st.undeclared.push(i);
                 let _ = (offset, line);
@@ -1052,9 +1057,6 @@ impl<'t> Reader<'_, 't> {
             ));
         }
         for c in &mut st.table.chains {
-            for (i, r) in c.rules.iter_mut().enumerate() {
-                r.position = i as u32 + 1;
-            }
             // Chains that grew past SMALL_CHAIN rules (by doubling) and were not left
             // for another chain before the table's end.
             shrink(&mut c.rules);
@@ -1208,6 +1210,42 @@ mod tests {
         let rules: Vec<&Rule> = rs.tables[0].chains.iter().flat_map(|c| &c.rules).collect();
         assert_eq!(rules.len(), 1, "{rs:?}");
         rules[0]
+    }
+
+    /// A rule's cell keeps its spans in 8 bytes (a spec starting before byte 256, a
+    /// rule under 64 KiB, a target name under 256 bytes); a longer spec is kept in the
+    /// cell's rare part and a target past 64 KiB found by indexing: they read the same.
+    #[test]
+    fn rules_too_long_for_the_packed_cell_read_the_same() {
+        let long_chain = "C".repeat(300);
+        let comment = "x".repeat(250);
+        let comments = format!("-m comment --comment {comment} ").repeat(280);
+        let text = format!(
+            "*filter\n:{long_chain} - [0:0]\n:TGT - [0:0]\n:LAST - [0:0]\n\
+             -A {long_chain} -p tcp -j TGT -c 5 6\n\
+             -A TGT {comments}-g LAST -c 7 8\n\
+             COMMIT\n"
+        );
+        let rs = parse(&text, &IptablesInput::default());
+        assert_eq!(rs.error_count(), 0, "{:?}", rs.diagnostics);
+        let t = &rs.tables[0];
+        // The spec starts past byte 255.
+        let first = &t.chain(&long_chain).unwrap().rules[0];
+        let target = first.xt_target().unwrap();
+        assert_eq!((target.name, target.goto), ("TGT", false));
+        let counters = |packets, bytes| Some(Counters { packets, bytes });
+        assert_eq!(first.counters(), counters(5, 6));
+        assert_eq!(first.xt().unwrap().target().unwrap().name(), "TGT");
+        // The spec ends, and the target starts, past 64 KiB.
+        let second = &t.chain("TGT").unwrap().rules[0];
+        assert!(second.text.len() > 70_000);
+        let target = second.xt_target().unwrap();
+        assert_eq!((target.name, target.goto), ("LAST", true));
+        assert_eq!(second.counters(), counters(7, 8));
+        assert_eq!(second.comments().len(), 280);
+        assert!(second.comments().iter().all(|c| *c == comment));
+        // Chain names are spans of the input, whatever their length.
+        assert_eq!(&*t.chains[0].name, long_chain);
     }
 
     /// The structure is built on first use from the rule's text span: it must see

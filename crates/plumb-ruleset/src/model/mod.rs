@@ -4,7 +4,7 @@
 //! ownership, diff, checks and trace are written once. Invariants:
 //! - nothing read is dropped: every rule keeps its original text and location,
 //!   and parts plumb does not understand stay available verbatim;
-//! - rules are kept in kernel order, `position` is 1-based within the chain;
+//! - rules are kept in kernel order; a rule's 1-based position is its index plus one;
 //! - a `Ruleset` never holds IO handles: it is built from text by the parsers.
 //!
 //! The model owns every type a rule body holds:
@@ -420,11 +420,15 @@ impl Table {
 /// A chain: built-in/base (attached to a hook, with a policy) or user-defined.
 #[derive(Clone, Debug, Serialize)]
 pub struct Chain {
-    /// Chain name as written (`KUBE-SERVICES`, `PREROUTING`, `nat-prerouting`).
-    pub name: Box<str>,
+    /// Chain name as written (`KUBE-SERVICES`, `PREROUTING`, `nat-prerouting`): a span
+    /// of the input it was read from when the reader has one (no allocation of its own:
+    /// a 10k-service dump declares 60k chains), else a text of its own.
+    pub name: RuleText,
     /// Boxed: most chains are user-defined, and a 10k-service dump has 40k of them.
     pub base: Option<Box<BaseChain>>,
-    /// The rules in kernel order (first match first).
+    /// The rules in kernel order (first match first); a rule's position is its index
+    /// plus one ([`Chain::positioned`], [`position_at`]).
+    #[serde(serialize_with = "serialize_rules")]
     pub rules: Vec<Rule>,
     /// Where the chain was declared (`:NAME` line, `chain NAME {`), or the first rule
     /// appended to it when the input never declares it.
@@ -434,12 +438,26 @@ pub struct Chain {
 impl Chain {
     /// A chain with no rules; `base` makes it a built-in/base chain.
     pub fn new(name: &str, base: Option<BaseChain>, location: Location) -> Chain {
+        Chain::named(name.into(), base, location)
+    }
+
+    /// [`Chain::new`] with a name read already (a span of the input: see
+    /// [`RuleText::within`]).
+    pub fn named(name: RuleText, base: Option<BaseChain>, location: Location) -> Chain {
         Chain {
-            name: name.into(),
+            name,
             base: base.map(Box::new),
             rules: Vec::new(),
             location,
         }
+    }
+
+    /// The rules with their 1-based positions.
+    pub fn positioned(&self) -> impl Iterator<Item = (u32, &Rule)> {
+        self.rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (position_at(i), r))
     }
 
     /// Whether the chain is attached to a hook (an iptables built-in chain or an nft base
@@ -472,13 +490,11 @@ pub struct BaseChain {
     pub priority: Option<Box<str>>,
 }
 
-/// One rule, in chain order. 56 bytes: a 10k-service dump holds 170k of them, and
-/// what a rule can read again from its text (counters, the index of its words) is not
-/// kept beside it.
+/// One rule, in chain order. 40 bytes: a 10k-service dump holds 170k of them, and
+/// what a rule can read again from its text (counters, the index of its words) or
+/// from its place (its position: [`Chain::positioned`]) is not kept beside it.
 #[derive(Clone, Debug)]
 pub struct Rule {
-    /// 1-based position within its chain.
-    pub position: u32,
     /// Where the rule was read (its line, column 1 for a dump line).
     pub location: Location,
     /// The rule exactly as read (one line of the dump).
@@ -488,18 +504,37 @@ pub struct Rule {
     pub body: RuleBody,
 }
 
-impl Serialize for Rule {
-    /// `position`, `location`, `counters` (`null` when none) and `text`, as the model
-    /// has always written a rule.
+/// A rule with its 1-based position in its chain, serialised as the model has always
+/// written a rule: `position`, `location`, `counters` (`null` when none) and `text`.
+struct PositionedRule<'a>(u32, &'a Rule);
+
+impl Serialize for PositionedRule<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
+        let PositionedRule(position, rule) = *self;
         let mut st = s.serialize_struct("Rule", 4)?;
-        st.serialize_field("position", &self.position)?;
-        st.serialize_field("location", &self.location)?;
-        st.serialize_field("counters", &self.counters())?;
-        st.serialize_field("text", &self.text)?;
+        st.serialize_field("position", &position)?;
+        st.serialize_field("location", &rule.location)?;
+        st.serialize_field("counters", &rule.counters())?;
+        st.serialize_field("text", &rule.text)?;
         st.end()
     }
+}
+
+/// A chain's rules, each serialised with its position ([`PositionedRule`]).
+fn serialize_rules<S: serde::Serializer>(rules: &[Rule], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(
+        rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| PositionedRule(position_at(i), r)),
+    )
+}
+
+/// The 1-based position of the rule at index `i` of its chain (saturating: a chain
+/// cannot hold `u32::MAX` rules read from a file the parsers accept).
+pub fn position_at(i: usize) -> u32 {
+    u32::try_from(i + 1).unwrap_or(u32::MAX)
 }
 
 /// Backend-specific structure of a rule.
@@ -605,9 +640,10 @@ impl Rule {
 /// copied cost 3,000 page faults and ~15 ms per command).
 pub type SourceText = Arc<String>;
 
-/// A rule's text: a line of the dump it was read from, shared with every other rule
-/// of that dump (one copy of the input instead of one string per rule), or a string
-/// of its own when the text was composed (nft JSON). Reads as a `&str`.
+/// A rule's text or a chain's name: a span of the dump it was read from, shared with
+/// every other rule and chain of that dump (one copy of the input instead of one
+/// string each), or a string of its own when the text was composed (nft JSON). Reads
+/// as a `&str`.
 #[derive(Clone)]
 pub struct RuleText {
     source: SourceText,
@@ -633,6 +669,18 @@ impl RuleText {
             source: Arc::clone(source),
             start,
             end,
+        }
+    }
+
+    /// `s` as a span of `source` when `s` is a slice of it (no allocation), else a text
+    /// of its own.
+    pub fn within(source: &SourceText, s: &str) -> RuleText {
+        let from = (s.as_ptr() as usize).checked_sub(source.as_ptr() as usize);
+        match from {
+            Some(from) if from + s.len() <= source.len() => {
+                RuleText::span(source, from..from + s.len())
+            }
+            _ => RuleText::from(s),
         }
     }
 
@@ -694,6 +742,18 @@ impl PartialEq<&str> for RuleText {
     }
 }
 
+impl PartialOrd for RuleText {
+    fn partial_cmp(&self, other: &RuleText) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for RuleText {
+    fn cmp(&self, other: &RuleText) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
 impl std::hash::Hash for RuleText {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.as_str().hash(state);
@@ -744,10 +804,11 @@ mod tests {
     /// model's memory budget (docs/benchmarks.md). Grow them only on purpose.
     #[test]
     fn rule_and_chain_stay_small() {
-        // 56: text span 16, xtables body 24 (spec, target, counters' place, the rare
-        // part), position and location 12. Counters are read from the text.
+        // 40: text span 16, body 16 (the xtables cell: spec, target, counters' place
+        // and the variant's tag in 8 bytes, the rare part behind 8), location 8.
+        // Counters are read from the text, the position from the rule's index.
         assert!(
-            std::mem::size_of::<Rule>() <= 56,
+            std::mem::size_of::<Rule>() <= 40,
             "{}",
             std::mem::size_of::<Rule>()
         );
@@ -770,6 +831,11 @@ mod tests {
         let reversed = RuleText::span(&src, 5..4);
         assert_eq!(reversed.as_str(), "");
         assert_eq!(RuleText::from("x y").to_string(), "x y");
+        // A slice of the source becomes a span of it; anything else a text of its own.
+        let within = RuleText::within(&src, &src[3..5]);
+        assert!(Arc::ptr_eq(&within.source, &src) && within == "cd");
+        let other = RuleText::within(&src, "cd");
+        assert!(!Arc::ptr_eq(&other.source, &src) && other == "cd");
     }
 }
 

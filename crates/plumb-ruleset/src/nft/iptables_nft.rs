@@ -348,10 +348,7 @@ pub(crate) fn translate_table(table: &mut Table) -> Option<KeptRules> {
                 ));
                 orule.clone()
             };
-            rules.push(Rule {
-                position: rules.len() as u32 + 1,
-                ..rule
-            });
+            rules.push(rule);
         }
         xc.rules = rules;
         keep_nft_view(&mut xc, oc);
@@ -600,10 +597,7 @@ pub(crate) fn translate_streamed_table(
                     r
                 }
             };
-            out.push(Rule {
-                position: out.len() as u32 + 1,
-                ..rule
-            });
+            out.push(rule);
         }
         xc.rules = out;
         keep_nft_view(&mut xc, oc);
@@ -1388,7 +1382,7 @@ mod tests {
         assert!(matches!(x.rules[1].body, RuleBody::Xt(_)));
         assert!(matches!(x.rules[2].body, RuleBody::Nft(_)));
         assert_eq!(
-            x.rules.iter().map(|r| r.position).collect::<Vec<_>>(),
+            x.positioned().map(|(p, _)| p).collect::<Vec<_>>(),
             [1, 2, 3]
         );
         // Only the counter-less rule is foreign: the vmap one has no counter either.

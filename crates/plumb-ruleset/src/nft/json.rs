@@ -370,7 +370,6 @@ impl JsonReader<'_> {
         }
         let c = &mut self.ruleset.tables[ti].chains[ci];
         c.rules.push(Rule {
-            position: c.rules.len() as u32 + 1,
             location: loc,
             text: text.into(),
             body: RuleBody::Nft(Box::new(rule)),

@@ -68,8 +68,10 @@ fn published<'a>(docker: &'a Chain, v6: bool) -> Vec<Published<'a>> {
 
 /// The position in FORWARD of the first rule jumping to a chain whose name starts with
 /// one of `prefixes`.
-fn first_jump<'a>(fwd: &'a Chain, prefixes: &[&str]) -> Option<&'a plumb_ruleset::Rule> {
-    fwd.rules.iter().find(|r| {
+/// The first rule of `fwd` that jumps to a chain named with one of `prefixes`, with
+/// its 1-based position.
+fn first_jump<'a>(fwd: &'a Chain, prefixes: &[&str]) -> Option<(u32, &'a plumb_ruleset::Rule)> {
+    fwd.positioned().find(|(_, r)| {
         r.chain_references()
             .iter()
             .any(|c| prefixes.iter().any(|p| c.chain.starts_with(p)))
@@ -110,7 +112,7 @@ fn judge(facts: &CheckInput, filter: &Table) -> Option<Finding> {
     let ufw_jump = first_jump(fwd, &["ufw-before-forward", "ufw6-before-forward"])?;
     let docker = filter.chain("DOCKER")?;
     let docker_jump = first_jump(fwd, &["DOCKER-FORWARD", "DOCKER"])?;
-    if docker_jump.position > ufw_jump.position {
+    if docker_jump.0 > ufw_jump.0 {
         return Some(Finding::ok(ID, "UFW's FORWARD chains come before Docker's"));
     }
     let ports = published(docker, filter.family == Family::Ip6);
@@ -138,7 +140,7 @@ fn judge(facts: &CheckInput, filter: &Table) -> Option<Finding> {
     );
     let mut bypassed: Vec<String> = Vec::new();
     let mut denied_on_host: Vec<String> = Vec::new();
-    let mut evidence: Vec<Evidence> = vec![facts.rule(filter, docker_jump)];
+    let mut evidence: Vec<Evidence> = vec![facts.rule(filter, docker_jump.1)];
     for p in &ports {
         let packet = Packet::new(p.addr, p.port, p.proto, Origin::External);
         let t = trace(&index, &packet, &node);
@@ -181,7 +183,7 @@ fn judge(facts: &CheckInput, filter: &Table) -> Option<Finding> {
             "no published container port is accepted before UFW's chains",
         ));
     }
-    evidence.push(facts.rule(filter, ufw_jump));
+    evidence.push(facts.rule(filter, ufw_jump.1));
     let denied = if denied_on_host.is_empty() {
         String::new()
     } else {
@@ -196,9 +198,9 @@ fn judge(facts: &CheckInput, filter: &Table) -> Option<Finding> {
             Severity::Medium,
             format!(
                 "published container ports bypass UFW: Docker's FORWARD chains (rule {}) accept {} before UFW's (rule {}){denied}",
-                docker_jump.position,
+                docker_jump.0,
                 bypassed.join(", "),
-                ufw_jump.position
+                ufw_jump.0
             ),
         )
         .with_evidence(evidence)

@@ -766,7 +766,7 @@ fn block_of(facts: &CheckInput, index: &Index, o: &Outcome) -> Option<Block> {
             format!(
                 "{} rule {} (`{}`)",
                 chain.chain.name,
-                r.position,
+                plumb_ruleset::position_at(last.rule as usize),
                 shown_rule(r)
             ),
             r.counters().as_ref().map(|c| c.packets),

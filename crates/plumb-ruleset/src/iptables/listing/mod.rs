@@ -450,7 +450,6 @@ impl Reader<'_> {
         let st = self.current.as_mut().expect("a chain implies a table");
         let rules = &mut st.table.chains[chain].rules;
         rules.push(Rule {
-            position: u32::try_from(rules.len() + 1).unwrap_or(u32::MAX),
             location: Location {
                 line: n,
                 column: col,

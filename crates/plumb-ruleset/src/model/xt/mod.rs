@@ -398,23 +398,38 @@ pub struct XtBuf {
 /// every rule, read without splitting the rule again.
 #[derive(Clone, Default)]
 pub struct XtCell {
-    /// Byte range of the words after `-A CHAIN` in the rule text (a trailing
-    /// `-c PACKETS BYTES` excluded).
-    spec_start: u32,
-    spec_end: u32,
-    target: TargetSpan,
     /// What is not needed for most rules, allocated only when it is: the kept index,
-    /// and counters the text does not show. 8 bytes (a `OnceLock<Box<_>>` takes 16).
+    /// counters not in the text, and the spec's span when it does not fit the bytes
+    /// below. 8 bytes (a `OnceLock<Box<_>>` takes 16).
     more: OnceBox<XtMore>,
+    /// End of the words after `-A CHAIN` in the rule text (a trailing `-c PACKETS
+    /// BYTES` excluded), unless `SPEC_WIDE`.
+    spec_end: u16,
+    /// Where the target name starts in the rule text, when `TARGET_RECORDED`.
+    target_start: u16,
+    /// Where the words after `-A CHAIN` start, unless `SPEC_WIDE`.
+    spec_start: u8,
+    /// The target name's length, when `TARGET_RECORDED`.
+    target_len: u8,
+    /// `TARGET_*` bits and `SPEC_WIDE`; without `TARGET_RECORDED` the target is found
+    /// by indexing.
+    flags: u8,
+    /// An enum rather than bits: its unused values let [`crate::RuleBody`] keep its
+    /// variant without a separate tag (the body stays 16 bytes, the rule 40).
+    counters: CountersAt,
 }
 
 impl std::fmt::Debug for XtCell {
     /// The contents, not `OnceBox`'s pointer: equal models print equal.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (spec_start, spec_end) = self.spec();
         f.debug_struct("XtCell")
-            .field("spec_start", &self.spec_start)
-            .field("spec_end", &self.spec_end)
-            .field("target", &self.target)
+            .field("spec_start", &spec_start)
+            .field("spec_end", &spec_end)
+            .field("target_start", &self.target_start)
+            .field("target_len", &self.target_len)
+            .field("flags", &self.flags)
+            .field("counters", &self.counters)
             .field("more", &self.more.get())
             .finish()
     }
@@ -426,6 +441,9 @@ struct XtMore {
     /// Counters read from somewhere other than the rule text (an nft listing's
     /// `counter packets N bytes M`), when not zero.
     counters: Option<Counters>,
+    /// The spec's span when it does not fit the cell's bytes (a rule of 64 KiB or
+    /// more, or a spec starting past byte 255).
+    wide_spec: Option<(u32, u32)>,
     /// The rule's index, built and kept on first use of [`XtCell::get`].
     index: OnceBox<XtRule>,
 }
@@ -435,22 +453,10 @@ impl std::fmt::Debug for XtMore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("XtMore")
             .field("counters", &self.counters)
+            .field("wide_spec", &self.wide_spec)
             .field("index", &self.index.get())
             .finish()
     }
-}
-
-/// Where the target name is in the rule text, as the parser found it, and where the
-/// rule's counters are (8 bytes per rule).
-#[derive(Clone, Copy, Debug, Default)]
-struct TargetSpan {
-    start: u32,
-    len: u16,
-    /// `TARGET_*` bits; without `TARGET_RECORDED` the target is found by indexing.
-    flags: u8,
-    /// An enum rather than bits: its unused values let [`crate::RuleBody`] keep its
-    /// variant without a separate tag (the rule stays 56 bytes).
-    counters: CountersAt,
 }
 
 /// Where an xtables rule's counters are: read again from the rule text when asked
@@ -474,6 +480,8 @@ const TARGET_RECORDED: u8 = 1;
 const TARGET_PRESENT: u8 = 2;
 const TARGET_GOTO: u8 = 4;
 const TARGET_HAS_OPTIONS: u8 = 8;
+/// The spec's span is in [`XtMore::wide_spec`].
+const SPEC_WIDE: u8 = 16;
 
 /// An xtables rule's target read without indexing the rule ([`crate::Rule::xt_target`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -505,11 +513,38 @@ impl<'t> XtTargetRef<'t> {
 impl XtCell {
     /// A cell for the words of `text[spec]` (split again when first used).
     pub fn new(spec: std::ops::Range<usize>) -> XtCell {
-        XtCell {
-            spec_start: u32::try_from(spec.start).unwrap_or(u32::MAX),
-            spec_end: u32::try_from(spec.end).unwrap_or(u32::MAX),
-            target: TargetSpan::default(),
-            more: OnceBox::new(),
+        match (u8::try_from(spec.start), u16::try_from(spec.end)) {
+            (Ok(spec_start), Ok(spec_end)) => XtCell {
+                spec_start,
+                spec_end,
+                ..XtCell::default()
+            },
+            // Rare (a rule of 64 KiB or more): the span is kept in the rare part.
+            _ => XtCell {
+                flags: SPEC_WIDE,
+                more: OnceBox::with_value(Box::new(XtMore {
+                    wide_spec: Some((
+                        u32::try_from(spec.start).unwrap_or(u32::MAX),
+                        u32::try_from(spec.end).unwrap_or(u32::MAX),
+                    )),
+                    ..XtMore::default()
+                })),
+                ..XtCell::default()
+            },
+        }
+    }
+
+    /// The spec's byte range in the rule text, as given to [`XtCell::new`].
+    fn spec(&self) -> (usize, usize) {
+        if self.flags & SPEC_WIDE != 0 {
+            let (s, e) = self
+                .more
+                .get()
+                .and_then(|m| m.wide_spec)
+                .unwrap_or_default();
+            (s as usize, e as usize)
+        } else {
+            (self.spec_start as usize, self.spec_end as usize)
         }
     }
 
@@ -521,45 +556,41 @@ impl XtCell {
         scratch: &IndexScratch,
     ) -> XtCell {
         let mut cell = XtCell::new(spec);
-        cell.target = match scratch.target_head {
-            None => TargetSpan {
-                flags: TARGET_RECORDED,
-                ..TargetSpan::default()
-            },
+        match scratch.target_head {
+            None => cell.flags |= TARGET_RECORDED,
             Some((name, goto)) => {
                 let w = words[name as usize];
-                let mut flags = TARGET_RECORDED | TARGET_PRESENT;
-                if goto {
-                    flags |= TARGET_GOTO;
-                }
-                if scratch.tagged.iter().any(|&(g, _)| g == TARGET_GROUP) {
-                    flags |= TARGET_HAS_OPTIONS;
-                }
-                TargetSpan {
-                    start: w.start,
-                    len: w.len,
-                    flags,
-                    counters: CountersAt::None,
+                // A target the cell's bytes cannot place is found by indexing instead.
+                if let (Ok(start), Ok(len)) = (u16::try_from(w.start), u8::try_from(w.len)) {
+                    cell.flags |= TARGET_RECORDED | TARGET_PRESENT;
+                    if goto {
+                        cell.flags |= TARGET_GOTO;
+                    }
+                    if scratch.tagged.iter().any(|&(g, _)| g == TARGET_GROUP) {
+                        cell.flags |= TARGET_HAS_OPTIONS;
+                    }
+                    cell.target_start = start;
+                    cell.target_len = len;
                 }
             }
-        };
+        }
         cell
     }
 
     /// The rule's target: recorded by the parser, else read from the index (built
     /// without keeping it). `text` must be the text the cell was made for.
     pub fn target<'t>(&self, text: &'t str) -> Option<XtTargetRef<'t>> {
-        let t = self.target;
-        if t.flags & TARGET_RECORDED != 0 {
-            if t.flags & TARGET_PRESENT == 0 {
+        let flags = self.flags;
+        if flags & TARGET_RECORDED != 0 {
+            if flags & TARGET_PRESENT == 0 {
                 return None;
             }
-            let start = t.start as usize;
+            let start = self.target_start as usize;
             return Some(XtTargetRef {
                 // A span the parser took from this text; `get` keeps a mismatch from panicking.
-                name: text.get(start..start + t.len as usize)?,
-                goto: t.flags & TARGET_GOTO != 0,
-                has_options: t.flags & TARGET_HAS_OPTIONS != 0,
+                name: text.get(start..start + self.target_len as usize)?,
+                goto: flags & TARGET_GOTO != 0,
+                has_options: flags & TARGET_HAS_OPTIONS != 0,
             });
         }
         let from_index = |rule: &XtRule| {
@@ -579,8 +610,8 @@ impl XtCell {
     pub fn from_rule(rule: XtRule) -> XtCell {
         XtCell {
             more: OnceBox::with_value(Box::new(XtMore {
-                counters: None,
                 index: OnceBox::with_value(Box::new(rule)),
+                ..XtMore::default()
             })),
             ..XtCell::default()
         }
@@ -603,7 +634,7 @@ impl XtCell {
     /// The rule's counters: read from `text` (the text the cell was made for) when the
     /// reader found them there, else as recorded by [`XtCell::set_counters`].
     pub fn counters(&self, text: &str) -> Option<Counters> {
-        match self.target.counters {
+        match self.counters {
             CountersAt::None => None,
             CountersAt::Zero => Some(Counters::default()),
             CountersAt::Kept => self.more.get().and_then(|m| m.counters),
@@ -612,7 +643,7 @@ impl XtCell {
                 Counters::parse_bracketed(&t[..=t.find(']')?])
             }
             CountersAt::Suffix => {
-                let mut w = text.get(self.spec_end as usize..)?.split_whitespace();
+                let mut w = text.get(self.spec().1..)?.split_whitespace();
                 if w.next() != Some("-c") {
                     return None;
                 }
@@ -626,18 +657,18 @@ impl XtCell {
     /// Records that the rule text starts with `[packets:bytes]` (the reader checked
     /// that they read as counters).
     pub(crate) fn counters_before(&mut self) {
-        self.target.counters = CountersAt::Prefix;
+        self.counters = CountersAt::Prefix;
     }
 
     /// Records that the rule text ends with `-c PACKETS BYTES` after `spec_end` (the
     /// reader checked that they read as counters).
     pub(crate) fn counters_after(&mut self) {
-        self.target.counters = CountersAt::Suffix;
+        self.counters = CountersAt::Suffix;
     }
 
     /// Whether the counters are read from the text after the spec (`-c P B`).
     pub(crate) fn has_counters_after(&self) -> bool {
-        self.target.counters == CountersAt::Suffix
+        self.counters == CountersAt::Suffix
     }
 
     /// Sets counters the rule text does not show (nft's `counter` statement of a
@@ -651,7 +682,7 @@ impl XtCell {
             more.counters = kept;
             self.more = OnceBox::with_value(Box::new(more));
         }
-        self.target.counters = match counters {
+        self.counters = match counters {
             None => CountersAt::None,
             Some(_) if kept.is_none() => CountersAt::Zero,
             Some(_) => CountersAt::Kept,
@@ -688,8 +719,9 @@ impl XtCell {
     /// The words of the rule's spec (empty when they cannot be split).
     fn split_into(&self, text: &str, words: &mut Vec<Word>) {
         words.clear();
-        let end = (self.spec_end as usize).min(text.len());
-        let start = (self.spec_start as usize).min(end);
+        let (start, end) = self.spec();
+        let end = end.min(text.len());
+        let start = start.min(end);
         if text.is_char_boundary(start)
             && text.is_char_boundary(end)
             && let Err(SplitError::WordTooLong { .. }) = split(&text[..end], start, words)

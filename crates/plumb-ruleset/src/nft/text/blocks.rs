@@ -552,7 +552,6 @@ impl<'a> Reader<'a> {
             chain.rules.reserve_exact(if n < 16 { 1 } else { n });
         }
         chain.rules.push(Rule {
-            position: chain.rules.len() as u32 + 1,
             location,
             text: text.into(),
             body: RuleBody::Nft(Box::new(rule)),

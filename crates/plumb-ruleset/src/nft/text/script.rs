@@ -6,7 +6,7 @@
 use super::lexer::{Tok, Token};
 use super::{FAMILIES, Reader};
 use crate::model::nft::{NftSet, SetKind, unquote};
-use crate::model::{Completeness, Family, Location, Rule, RuleBody};
+use crate::model::{Completeness, Family, Location, RuleBody};
 
 /// Whether `VERB OBJECT` is an nft script command that builds or changes a ruleset.
 pub(super) fn builds_ruleset(verb: &str, object: &str) -> bool {
@@ -22,13 +22,6 @@ pub(super) fn builds_ruleset(verb: &str, object: &str) -> bool {
                 "table" | "chain" | "set" | "map" | "rule" | "element"
             )
     )
-}
-
-/// Rules' 1-based positions after an insert or a removal.
-fn renumber(rules: &mut [Rule]) {
-    for (i, r) in rules.iter_mut().enumerate() {
-        r.position = i as u32 + 1;
-    }
 }
 
 /// A script command after its path was read: `VERB OBJECT [FAMILY] TABLE NAME`.
@@ -301,7 +294,6 @@ impl<'a> Reader<'a> {
         let rules = &mut self.ruleset.tables[ti].chains[ci].rules;
         if verb == "insert" && rules.len() > before {
             rules.rotate_right(1);
-            renumber(rules);
         }
         CommandEnd::Done
     }
@@ -324,7 +316,6 @@ impl<'a> Reader<'a> {
                     RuleBody::Nft(n) => n.handle != Some(h),
                     _ => true,
                 });
-                renumber(rules);
             }
             (None, _) => self.error(
                 &cmd.obj_tok,
@@ -497,10 +488,7 @@ insert rule ip kube-proxy service-A ip saddr != 10.42.0.0/16 jump mark-for-masqu
         let svc = t.chain("service-A").unwrap();
         // `insert` puts the rule first; positions follow.
         assert!(svc.rules[0].text.starts_with("ip saddr != 10.42.0.0/16"));
-        assert_eq!(
-            svc.rules.iter().map(|r| r.position).collect::<Vec<_>>(),
-            [1, 2]
-        );
+        assert_eq!(svc.positioned().map(|(p, _)| p).collect::<Vec<_>>(), [1, 2]);
         assert_eq!(svc.rules[0].location.line, 10);
         let map = t.sets.iter().find(|s| &*s.name == "service-ips").unwrap();
         assert!(map.is_verdict_map());
