@@ -27,7 +27,7 @@ mod rules;
 
 use line::{Endpoint, Ip, Line, Lost, Notice, Traffic, hostport, l4_of, rfc3339};
 use metrics::{Metrics, label};
-use queue::{Aggregator, BATCH, Counted, Observed, QUEUE_EVENTS, Queue, taken};
+use queue::{Aggregator, BATCH, Counted, Observed, Queue, taken};
 use rules::{RulesetRead, RulesetReader, Windows, cilium_root, not_attributed};
 
 use crate::Verdict;
@@ -1050,12 +1050,11 @@ fn spawn_drops(
         let everything = only.is_everything();
         let mut batch = Vec::with_capacity(BATCH);
         let mut agg = Aggregator::default();
-        // Aggregating while the main thread is behind (half the queue waiting), and
+        // Aggregating while the main thread is behind ([`Queue::behind`]), and
         // for a second after.
         let mut aggregate_until: Option<Instant> = None;
-        let behind = |queue: &Queue| queue.waiting.load(Ordering::Acquire) > QUEUE_EVENTS / 2;
         let mut drain = |probe: &mut DropProbe, last: bool| {
-            if behind(&queue) {
+            if queue.behind() {
                 aggregate_until = Some(Instant::now() + Duration::from_secs(1));
             }
             let mut aggregating = aggregate_until.is_some_and(|t| Instant::now() < t);
@@ -1073,7 +1072,7 @@ fn spawn_drops(
                     queue.send(Observed::Drops(full));
                     // One drain can hold most of the ring buffer: the queue is looked
                     // at after every batch, not only between drains.
-                    if behind(&queue) {
+                    if queue.behind() {
                         aggregating = true;
                         aggregate_until = Some(Instant::now() + Duration::from_secs(1));
                     }

@@ -101,10 +101,18 @@ impl Aggregator {
 #[derive(Clone)]
 pub(super) struct Queue {
     pub(super) tx: SyncSender<Observed>,
-    /// Events sent and not yet taken by the main thread.
-    pub(super) waiting: Arc<AtomicUsize>,
+    /// What was sent and not yet taken by the main thread.
+    pub(super) waiting: Arc<Waiting>,
     /// Events that did not fit.
     pub(super) lost: Arc<AtomicU64>,
+}
+
+/// Events and batches in the queue: either bound can be the one that fills it (many
+/// small batches fill the channel long before their events fill half the queue).
+#[derive(Default)]
+pub(super) struct Waiting {
+    pub(super) events: AtomicUsize,
+    pub(super) batches: AtomicUsize,
 }
 
 impl Queue {
@@ -112,7 +120,7 @@ impl Queue {
         let (tx, rx) = sync_channel(QUEUE);
         let q = Queue {
             tx,
-            waiting: Arc::new(AtomicUsize::new(0)),
+            waiting: Arc::new(Waiting::default()),
             lost: Arc::new(AtomicU64::new(0)),
         };
         (q, rx)
@@ -121,17 +129,31 @@ impl Queue {
     /// Hands `batch` over, or counts its events as lost.
     pub(super) fn send(&self, batch: Observed) {
         let n = batch.len();
-        let fits = self.waiting.fetch_add(n, Ordering::AcqRel) + n <= QUEUE_EVENTS;
+        let fits = self.waiting.events.fetch_add(n, Ordering::AcqRel) + n <= QUEUE_EVENTS;
+        if fits {
+            self.waiting.batches.fetch_add(1, Ordering::AcqRel);
+        }
         if !fits || self.tx.try_send(batch).is_err() {
-            self.waiting.fetch_sub(n, Ordering::AcqRel);
+            self.waiting.events.fetch_sub(n, Ordering::AcqRel);
+            if fits {
+                self.waiting.batches.fetch_sub(1, Ordering::AcqRel);
+            }
             self.lost.fetch_add(n as u64, Ordering::Relaxed);
         }
     }
+
+    /// The main thread is behind: half the queue is waiting, counted in events or in
+    /// batches.
+    pub(super) fn behind(&self) -> bool {
+        self.waiting.events.load(Ordering::Acquire) > QUEUE_EVENTS / 2
+            || self.waiting.batches.load(Ordering::Acquire) > QUEUE / 2
+    }
 }
 
-/// The main thread took `batch` out of the queue whose count is `waiting`.
-pub(super) fn taken(waiting: &AtomicUsize, batch: &Observed) {
-    waiting.fetch_sub(batch.len(), Ordering::AcqRel);
+/// The main thread took `batch` out of the queue whose counts are `waiting`.
+pub(super) fn taken(waiting: &Waiting, batch: &Observed) {
+    waiting.events.fetch_sub(batch.len(), Ordering::AcqRel);
+    waiting.batches.fetch_sub(1, Ordering::AcqRel);
 }
 
 #[cfg(test)]
@@ -195,7 +217,7 @@ mod tests {
             .recv_timeout(Duration::from_secs(20))
             .expect("the reader went on while nobody read the queue");
         let sent = (100 * BATCH + 5_000) as u64;
-        assert_eq!(q.waiting.load(Ordering::SeqCst), QUEUE_EVENTS);
+        assert_eq!(q.waiting.events.load(Ordering::SeqCst), QUEUE_EVENTS);
         assert_eq!(q.lost.load(Ordering::SeqCst), sent - QUEUE_EVENTS as u64);
         let mut queued = 0;
         while let Ok(b) = rx.try_recv() {
@@ -203,10 +225,30 @@ mod tests {
             taken(&q.waiting, &b);
         }
         assert_eq!(queued, QUEUE_EVENTS);
-        assert_eq!(q.waiting.load(Ordering::SeqCst), 0);
+        assert_eq!(q.waiting.events.load(Ordering::SeqCst), 0);
+        assert_eq!(q.waiting.batches.load(Ordering::SeqCst), 0);
         // Room again: a batch now goes through.
         q.send(drops(10));
         assert_eq!(rx.try_recv().map(|b| b.len()).ok(), Some(10));
         assert_eq!(q.lost.load(Ordering::SeqCst), sent - QUEUE_EVENTS as u64);
+    }
+
+    /// Small batches fill the channel's batch bound long before their events fill half
+    /// the queue: the reader must see the queue as behind (and aggregate) before a
+    /// single batch is lost, whatever the batches' size.
+    #[test]
+    fn many_small_batches_make_the_queue_behind_before_anything_is_lost() {
+        let (q, _rx) = Queue::new();
+        let mut sent = 0;
+        while !q.behind() {
+            q.send(drops(1));
+            sent += 1;
+            assert!(
+                sent <= QUEUE,
+                "{sent} single-event batches and the queue is not behind"
+            );
+        }
+        assert_eq!(q.lost.load(Ordering::SeqCst), 0);
+        assert_eq!(sent, QUEUE / 2 + 1);
     }
 }
