@@ -379,7 +379,6 @@ fn scrape(addr: &str) -> std::collections::BTreeMap<String, f64> {
 /// The load read by `plumb observe` itself, its output thrown away (`> /dev/null`);
 /// what it handled is read from its metrics.
 fn cli(ns: &plumb_os::netns::Netns, what: &str, secs: u64, plumb: &str) {
-    use std::io::{BufRead, BufReader};
     let drops = what == "cli-drops";
     if drops {
         drops_setup(ns);
@@ -387,31 +386,7 @@ fn cli(ns: &plumb_os::netns::Netns, what: &str, secs: u64, plumb: &str) {
         conntrack_setup(ns);
     }
     let cpu0 = children_cpu();
-    let mut child = std::process::Command::new(plumb)
-        .args(["observe", "--netns", ns.name(), "-o", "json"])
-        .args(["--metrics-addr", "127.0.0.1:0", "--duration"])
-        .arg((secs + 3).to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("plumb observe");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut addr = None;
-        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(a) = l.strip_prefix("plumb observe: metrics on http://") {
-                addr = a.strip_suffix("/metrics").map(str::to_string);
-            }
-            if l.contains("listening in") {
-                let _ = tx.send(addr.take());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("observe listening")
-        .expect("observe's metrics address");
+    let (mut child, addr) = spawn_observer(ns, secs, plumb);
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -733,13 +708,14 @@ mod inject {
     }
 }
 
-/// `cli-inject`: `plumb observe` reading records the injector writes into its ring
-/// buffer at `rate` per second (0: as fast as it can).
-fn cli_inject(ns: &plumb_os::netns::Netns, secs: u64, plumb: &str, rate: u64) {
+/// Starts `plumb observe -o json` in `ns` for `secs` + 3 s, its output thrown away, and
+/// waits until it listens; gives the child and its metrics address.
+fn spawn_observer(
+    ns: &plumb_os::netns::Netns,
+    secs: u64,
+    plumb: &str,
+) -> (std::process::Child, String) {
     use std::io::{BufRead, BufReader};
-    drops_setup(ns);
-    let before: Vec<u32> = inject::ring_buffers();
-    let cpu0 = children_cpu();
     let mut child = std::process::Command::new(plumb)
         .args(["observe", "--netns", ns.name(), "-o", "json"])
         .args(["--metrics-addr", "127.0.0.1:0", "--duration"])
@@ -765,6 +741,16 @@ fn cli_inject(ns: &plumb_os::netns::Netns, secs: u64, plumb: &str, rate: u64) {
         .recv_timeout(Duration::from_secs(20))
         .expect("observe listening")
         .expect("observe's metrics address");
+    (child, addr)
+}
+
+/// `cli-inject`: `plumb observe` reading records the injector writes into its ring
+/// buffer at `rate` per second (0: as fast as it can).
+fn cli_inject(ns: &plumb_os::netns::Netns, secs: u64, plumb: &str, rate: u64) {
+    drops_setup(ns);
+    let before: Vec<u32> = inject::ring_buffers();
+    let cpu0 = children_cpu();
+    let (mut child, addr) = spawn_observer(ns, secs, plumb);
     let ring = *inject::ring_buffers()
         .iter()
         .rfind(|id| !before.contains(id))
