@@ -6,10 +6,10 @@
 //!
 //! Threads: one reads conntrack, one drains the drop ring buffer; both hand events to
 //! the main thread in batches through one bounded queue (a full queue counts the
-//! batch's events as lost, never grows or blocks the reader; while it is half full,
-//! the drop reader gathers identical drops into one line with a count, said once). The
-//! filters that need no
-//! names (`--ip --port --protocol --reason`) run in the kernel program and again on the
+//! batch's events as lost, never grows or blocks the reader; while half of it waits,
+//! in events or in batches, the drop reader gathers identical drops into one line with
+//! a count, said once). The filters that need no names (`--ip --port --protocol
+//! --reason`) run in the kernel program and again on the
 //! reader thread, so drops not asked for cost nothing further. The main thread applies
 //! `--service`, names, attributes and prints, drops through a hand-written JSON writer
 //! over a reused buffer (`drop_line`), one write per batch. Attribution reads the
