@@ -195,27 +195,12 @@ struct DropEntry {
     uncounted: String,
 }
 
-/// `NFPROTO_*` of a family, as netlink names tables.
-fn nfproto(f: plumb_ruleset::Family) -> u8 {
-    use plumb_ruleset::Family;
-    match f {
-        Family::Inet => 1,
-        Family::Ip => 2,
-        Family::Arp => 3,
-        Family::Netdev => 5,
-        Family::Bridge => 7,
-        Family::Ip6 => 10,
-        // A family netlink does not know: no chain matches, the plan is refused.
-        _ => 0,
-    }
-}
-
 /// Every rule and DROP policy of `rs` that can drop.
 fn drop_entries(rs: &Ruleset) -> Vec<DropEntry> {
     let mut out = Vec::new();
     for t in &rs.tables {
         for c in &t.chains {
-            let id: ChainId = (nfproto(t.family), t.name.to_string(), c.name.to_string());
+            let id: ChainId = (t.family.nfproto(), t.name.to_string(), c.name.to_string());
             let mut seen: HashMap<std::borrow::Cow<'_, str>, usize> = HashMap::new();
             let rule_of = |text: String, packets: u64, who: Attribution| DropRule {
                 family: t.family.to_string(),
@@ -384,7 +369,7 @@ impl NetlinkPlan {
         };
         for t in &rs.tables {
             for ch in &t.chains {
-                let id: ChainId = (nfproto(t.family), t.name.to_string(), ch.name.to_string());
+                let id: ChainId = (t.family.nfproto(), t.name.to_string(), ch.name.to_string());
                 if !plan.chains.contains(&id) {
                     continue;
                 }

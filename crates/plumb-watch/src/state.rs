@@ -138,17 +138,9 @@ pub struct NftState {
     last_txn: u64,
 }
 
-/// `NFPROTO_*` code of a model family.
+/// `NFPROTO_*` code of a model family ([`Family::nfproto`]).
 pub fn family_code(f: Family) -> u8 {
-    match f {
-        Family::Inet => 1,
-        Family::Ip => 2,
-        Family::Arp => 3,
-        Family::Netdev => 5,
-        Family::Bridge => 7,
-        Family::Ip6 => 10,
-        _ => 0,
-    }
+    f.nfproto()
 }
 
 fn policy_code(p: &plumb_ruleset::Policy) -> Option<u32> {

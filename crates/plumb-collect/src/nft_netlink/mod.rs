@@ -107,17 +107,9 @@ struct BaseInfo {
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
 
-/// The family of an `nfgen_family` code.
+/// The family of an `nfgen_family` code ([`Family::from_nfproto`]).
 pub fn family_of(code: u8) -> Option<Family> {
-    Some(match code {
-        AF_INET => Family::Ip,
-        AF_INET6 => Family::Ip6,
-        1 => Family::Inet,
-        3 => Family::Arp,
-        7 => Family::Bridge,
-        5 => Family::Netdev,
-        _ => return None,
-    })
+    Family::from_nfproto(code)
 }
 
 /// Table names of the iptables-nft compatibility layer, in the order

@@ -51,6 +51,33 @@ pub enum Family {
 }
 
 impl Family {
+    /// The family's `NFPROTO_*` code, as nf_tables netlink names tables
+    /// (`nfgen_family`); `Inet` 1, `Ip` 2, `Arp` 3, `Netdev` 5, `Bridge` 7, `Ip6` 10.
+    pub fn nfproto(self) -> u8 {
+        match self {
+            Family::Inet => 1,
+            Family::Ip => 2,
+            Family::Arp => 3,
+            Family::Netdev => 5,
+            Family::Bridge => 7,
+            Family::Ip6 => 10,
+        }
+    }
+
+    /// The family of an `NFPROTO_*` code; `None` for a code no table family has.
+    pub fn from_nfproto(code: u8) -> Option<Family> {
+        [
+            Family::Inet,
+            Family::Ip,
+            Family::Arp,
+            Family::Netdev,
+            Family::Bridge,
+            Family::Ip6,
+        ]
+        .into_iter()
+        .find(|f| f.nfproto() == code)
+    }
+
     /// The family's name as nft and the model's JSON spell it (`ip`, `ip6`, `inet`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
