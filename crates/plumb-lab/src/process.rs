@@ -79,16 +79,7 @@ pub fn alive(pid: u32) -> bool {
     let mut status = 0;
     // SAFETY: WNOHANG waitpid on a specific pid; fails harmlessly if it is not our child.
     unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            // state is the field after the ")" that closes comm
-            let state = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.trim_start().chars().next());
-            state != Some('Z')
-        }
-        Err(_) => false,
-    }
+    plumb_os::process::running(pid)
 }
 
 /// SIGTERM, wait up to `grace`, then SIGKILL and wait up to one more second. Returns the

@@ -54,7 +54,7 @@ impl Accounting {
         let path = marker_path(marker_dir, netns, inode);
         if let Some(m) = Marker::load(&path)
             && m.pid != std::process::id()
-            && alive(m.pid)
+            && plumb_os::process::running(m.pid)
         {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -183,10 +183,6 @@ fn marker_path(dir: &Path, netns: Option<&str>, inode: u64) -> PathBuf {
     }
 }
 
-fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
-
 /// What [`restore_leftovers`] did with one marker.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Leftover {
@@ -214,7 +210,7 @@ pub fn restore_leftovers(marker_dir: &Path) -> Vec<Leftover> {
         let Some(m) = Marker::load(&path) else {
             continue;
         };
-        if alive(m.pid) {
+        if plumb_os::process::running(m.pid) {
             continue;
         }
         let problem = match namespace_inode(m.netns.as_deref()) {

@@ -6,7 +6,10 @@
 //!
 //! This writes to the namespace's ruleset (one table, removed when [`Tracer`] is
 //! dropped), so the caller allows it only where writing is the user's choice: the lab,
-//! or a namespace that is not the host's.
+//! or a namespace that is not the host's. The table's name carries the pid of the run
+//! that added it ([`table_name`]): runs side by side each trace with their own, and a
+//! run killed with SIGKILL (no destructor runs) leaves a table whose process is gone,
+//! which the next [`Tracer::start`] in that namespace deletes.
 //!
 //! [`parse_line`] and [`confirm`] are pure; [`Tracer`] runs `nft`.
 
@@ -18,8 +21,36 @@ use std::net::IpAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
-/// The table plumb adds (family inet: IPv4 and IPv6).
-pub const TABLE: &str = "plumb-observe-trace";
+/// The start of the name of the table plumb adds (family inet: IPv4 and IPv6); the
+/// pid of the process that added it follows ([`table_name`]).
+pub const TABLE_PREFIX: &str = "plumb-observe-trace-";
+
+/// The name of the trace table process `pid` adds.
+pub fn table_name(pid: u32) -> String {
+    format!("{TABLE_PREFIX}{pid}")
+}
+
+/// The process that added trace table `table`; `None` for any other table.
+fn owner_of(table: &str) -> Option<u32> {
+    let pid = table.strip_prefix(TABLE_PREFIX)?;
+    // Digits only: `u32::from_str` also takes a leading `+`.
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// The trace tables in `nft list tables inet` output whose process is no longer
+/// running (`running` says which are).
+fn leftovers(listing: &str, running: impl Fn(u32) -> bool) -> Vec<String> {
+    listing
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("table inet "))
+        .map(str::trim)
+        .filter(|t| owner_of(t).is_some_and(|pid| !running(pid)))
+        .map(str::to_string)
+        .collect()
+}
 
 /// Where `nft monitor trace` says a traced packet was dropped.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -141,12 +172,16 @@ pub fn confirm(answer: &RuleMatch, trace: &TraceDrop) -> Confirmation {
 /// The trace table and `nft monitor trace` in one namespace; removed on drop.
 pub struct Tracer {
     netns: String,
+    table: String,
+    /// Trace tables of killed runs that [`Tracer::start`] deleted.
+    pub removed_leftovers: Vec<String>,
     monitor: Child,
     /// Drops the monitor reported, in order (bounded: beyond, the oldest are lost).
     pub drops: Receiver<TraceDrop>,
 }
 
-fn nft(netns: &str, args: &[&str], stdin: Option<&str>) -> std::io::Result<()> {
+/// Runs `nft ARGS` in `netns`, `stdin` written to its input; its output when it succeeds.
+fn nft(netns: &str, args: &[&str], stdin: Option<&str>) -> std::io::Result<String> {
     use std::io::Write;
     let mut cmd = Command::new("nft");
     cmd.args(args)
@@ -155,7 +190,7 @@ fn nft(netns: &str, args: &[&str], stdin: Option<&str>) -> std::io::Result<()> {
         } else {
             Stdio::null()
         })
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     plumb_os::netns::command_in(&mut cmd, netns, false)?;
     let mut child = cmd.spawn()?;
@@ -164,7 +199,7 @@ fn nft(netns: &str, args: &[&str], stdin: Option<&str>) -> std::io::Result<()> {
     }
     let out = child.wait_with_output()?;
     if out.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(std::io::Error::other(format!(
             "nft {}: {}",
@@ -175,8 +210,10 @@ fn nft(netns: &str, args: &[&str], stdin: Option<&str>) -> std::io::Result<()> {
 }
 
 impl Tracer {
-    /// Starts `nft monitor trace` in `netns`, then adds the trace table.
+    /// Deletes the trace tables killed runs left in `netns`, starts `nft monitor trace`
+    /// there, then adds this process's trace table.
     pub fn start(netns: &str) -> std::io::Result<Tracer> {
+        let removed_leftovers = remove_leftovers(netns)?;
         let mut cmd = Command::new("nft");
         cmd.args(["monitor", "trace"])
             .stdin(Stdio::null())
@@ -196,22 +233,41 @@ impl Tracer {
                 }
             }
         });
-        let table = format!(
-            "table inet {TABLE} {{\n chain prerouting {{\n  type filter hook prerouting priority -350; policy accept;\n  meta nftrace set 1\n }}\n chain output {{\n  type filter hook output priority -350; policy accept;\n  meta nftrace set 1\n }}\n}}\n"
+        let table = table_name(std::process::id());
+        let script = format!(
+            "table inet {table} {{\n chain prerouting {{\n  type filter hook prerouting priority -350; policy accept;\n  meta nftrace set 1\n }}\n chain output {{\n  type filter hook output priority -350; policy accept;\n  meta nftrace set 1\n }}\n}}\n"
         );
         let tracer = Tracer {
             netns: netns.to_string(),
+            table,
+            removed_leftovers,
             monitor,
             drops: rx,
         };
-        nft(netns, &["-f", "-"], Some(&table))?;
+        nft(netns, &["-f", "-"], Some(&script))?;
         Ok(tracer)
     }
+
+    /// The name of this run's trace table.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+}
+
+/// Deletes the trace tables in `netns` whose process no longer runs (a run killed with
+/// SIGKILL); returns their names. Tables of running processes are left alone.
+pub fn remove_leftovers(netns: &str) -> std::io::Result<Vec<String>> {
+    let listing = nft(netns, &["list", "tables", "inet"], None)?;
+    let gone = leftovers(&listing, plumb_os::process::running);
+    for t in &gone {
+        nft(netns, &["delete", "table", "inet", t], None)?;
+    }
+    Ok(gone)
 }
 
 impl Drop for Tracer {
     fn drop(&mut self) {
-        let _ = nft(&self.netns, &["delete", "table", "inet", TABLE], None);
+        let _ = nft(&self.netns, &["delete", "table", "inet", &self.table], None);
         let _ = self.monitor.kill();
         let _ = self.monitor.wait();
     }
@@ -220,6 +276,14 @@ impl Drop for Tracer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_trace_tables_of_processes_gone_are_leftovers() {
+        let listing = "table inet filter\ntable inet plumb-observe-trace-100\ntable inet plumb-observe-trace-200\ntable inet plumb-observe-trace-+7\ntable inet plumb-observe-trace-\ntable inet plumb-observe-tracer-9\ntable inet plumb-observe-trace-12x\n";
+        let gone = leftovers(listing, |pid| pid == 200);
+        assert_eq!(gone, ["plumb-observe-trace-100"]);
+        assert_eq!(owner_of(&table_name(4242)), Some(4242));
+    }
 
     /// Lines `nft monitor trace` printed for an iptables-nft DROP in a user chain and
     /// a REJECT (nft 1.0.6).

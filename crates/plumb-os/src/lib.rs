@@ -10,7 +10,8 @@
 //!   generation) in a namespace, handed on as the kernel's messages;
 //! - [`bpf`]: pinned BPF maps opened read-only and dumped (Cilium's LB maps);
 //! - [`xtables`]: the legacy iptables tables of a namespace through getsockopt, only
-//!   those the namespace lists (asking for another would create it).
+//!   those the namespace lists (asking for another would create it);
+//! - [`process`]: whether a process recorded earlier still runs (leftovers of a killed run).
 //!
 //! Nothing here writes to the firewall: callers decide what they run, and plumb only
 //! runs dump commands.
@@ -22,5 +23,6 @@ pub mod bpf_error;
 pub mod netlink;
 pub mod netns;
 pub mod nftables;
+pub mod process;
 pub mod runner;
 pub mod xtables;

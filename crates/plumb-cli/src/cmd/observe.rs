@@ -750,7 +750,11 @@ pub fn run(f: &ObserveFlags) -> anyhow::Result<Verdict> {
         },
     };
     if f.confirm_with_trace {
-        st.tracer = Some(start_tracer(f.lab, netns)?);
+        let tracer = start_tracer(f.lab, netns)?;
+        for t in &tracer.removed_leftovers {
+            eprintln!("plumb observe: deleted trace table inet {t}, left by a run that was killed");
+        }
+        st.tracer = Some(tracer);
     }
     let mut reader = RulesetReader::new(netns, st.metrics.clone());
     st.baseline = st.apply_read(reader.read());
