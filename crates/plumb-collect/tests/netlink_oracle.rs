@@ -127,23 +127,7 @@ fn generated_kube_proxy_rulesets_equal_iptables_nft_save() {
         return;
     }
     let mut diffs = Vec::new();
-    for (label, config) in [
-        (
-            "generated 50x3",
-            plumb_kubeproxy::GeneratorConfig {
-                services: 50,
-                endpoints_per_service: 3,
-                ..Default::default()
-            },
-        ),
-        (
-            "generated 20x2 all features",
-            plumb_kubeproxy::GeneratorConfig::all_features(20, 2),
-        ),
-    ] {
-        let cluster = plumb_kubeproxy::generate(&config).expect("generator");
-        let rules = plumb_kubeproxy::KubeProxyRules::new(&cluster, &Default::default());
-        let text = rules.to_iptables_save(&Default::default());
+    for (label, text) in common::generated_kube_proxy_rulesets() {
         let ns = Netns::create("plumb-netlink-oracle").expect("netns");
         let (ok, _, err) = ns
             .exec("iptables-nft-restore", &[], Some(&text))

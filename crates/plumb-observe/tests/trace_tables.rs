@@ -27,13 +27,19 @@ fn a_killed_runs_trace_table_is_deleted_by_the_next_run_and_a_running_ones_kept(
     }
     let ns = plumb_os::netns::Netns::create("plumb-trace").expect("a private namespace");
     // A run killed with SIGKILL: its process is gone, its table stays.
-    let mut killed = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let mut killed = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
     let killed_pid = killed.id();
     add_trace_table(&ns, killed_pid);
     killed.kill().unwrap();
     killed.wait().unwrap();
     // A run still going, side by side.
-    let mut running = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let mut running = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
     add_trace_table(&ns, running.id());
 
     let tracer = Tracer::start(ns.name()).expect("the tracer starts");

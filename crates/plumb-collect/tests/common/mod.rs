@@ -1,7 +1,7 @@
 //! What the two live-reader oracles (`netlink_oracle.rs`, `legacy_oracle.rs`) share:
 //! which corpus rulesets they load, and loading each into a fresh private namespace
 //! with a restore tool (kube-proxy's partial-sync steps on top of the full sync before
-//! them), so each oracle is only its comparison.
+//! them), and the generated kube-proxy rulesets, so each oracle is only its comparison.
 
 use plumb_os::netns::Netns;
 use std::path::{Path, PathBuf};
@@ -109,4 +109,31 @@ pub fn report(
     }
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
     assert!(!loaded.is_empty() && tables > 0);
+}
+
+/// kube-proxy rulesets from the generator, as iptables-save text with a label: every
+/// feature (NodePorts, affinity with `recent`, Local policy, ...) is in one of them.
+pub fn generated_kube_proxy_rulesets() -> Vec<(&'static str, String)> {
+    let configs = [
+        (
+            "generated 50x3",
+            plumb_kubeproxy::GeneratorConfig {
+                services: 50,
+                endpoints_per_service: 3,
+                ..Default::default()
+            },
+        ),
+        (
+            "generated 20x2 all features",
+            plumb_kubeproxy::GeneratorConfig::all_features(20, 2),
+        ),
+    ];
+    configs
+        .into_iter()
+        .map(|(label, config)| {
+            let cluster = plumb_kubeproxy::generate(&config).expect("generator");
+            let rules = plumb_kubeproxy::KubeProxyRules::new(&cluster, &Default::default());
+            (label, rules.to_iptables_save(&Default::default()))
+        })
+        .collect()
 }
