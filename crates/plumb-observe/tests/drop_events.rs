@@ -4,35 +4,54 @@
 //! ordinary frees are not reported.
 
 use plumb_observe::drops::{DropFilter, DropProbe};
+use plumb_os::netns::Netns;
 use std::time::{Duration, Instant};
+
+/// A private namespace named from `prefix` with `lo` up, `route` (the `ip` arguments)
+/// added, and `rules` loaded with `restore` (`iptables-nft-restore` or the ip6 one).
+fn dropping_namespace(prefix: &str, route: &[&str], restore: &str, rules: &str) -> Netns {
+    let ns = Netns::create(prefix).expect("a private namespace");
+    for args in [&["link", "set", "lo", "up"][..], route] {
+        let (ok, _, err) = ns.exec("ip", args, None).unwrap();
+        assert!(ok, "ip {args:?}: {err}");
+    }
+    let (ok, _, err) = ns.exec(restore, &[], Some(rules)).unwrap();
+    assert!(ok, "{err}");
+    ns
+}
+
+/// The drop probe with `filter`; `None` (after saying why) where this kernel cannot
+/// load it.
+fn attach(filter: &DropFilter) -> Option<DropProbe> {
+    match DropProbe::attach(filter) {
+        Ok(p) => Some(p),
+        Err(e) if e.unavailable() => {
+            plumb_testkit::skip(&format!("no drop probe here: {e}"));
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
 
 #[test]
 fn an_iptables_drop_is_reported_with_reason_netfilter_drop() {
     if !plumb_testkit::privileged(&["ip", "iptables-nft-restore"]) {
         return;
     }
-    let ns = plumb_os::netns::Netns::create("plumb-observe-drop").expect("a private namespace");
-    let (ok, _, err) = ns.exec("ip", &["link", "set", "lo", "up"], None).unwrap();
-    assert!(ok, "{err}");
-    let (ok, _, err) = ns
-        .exec("ip", &["route", "add", "10.43.0.0/16", "dev", "lo"], None)
-        .unwrap();
-    assert!(ok, "{err}");
     let rules = "*filter\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -d 10.43.0.7/32 -p udp -m udp --dport 53 -j DROP\nCOMMIT\n";
-    let (ok, _, err) = ns.exec("iptables-nft-restore", &[], Some(rules)).unwrap();
-    assert!(ok, "{err}");
+    let ns = dropping_namespace(
+        "plumb-observe-drop",
+        &["route", "add", "10.43.0.0/16", "dev", "lo"],
+        "iptables-nft-restore",
+        rules,
+    );
     let inode = plumb_os::netns::inode_of(ns.name()).unwrap();
-    let mut probe = match DropProbe::attach(&DropFilter {
+    let Some(mut probe) = attach(&DropFilter {
         netns_inode: inode,
         all_reasons: false,
         ..Default::default()
-    }) {
-        Ok(p) => p,
-        Err(e) if e.unavailable() => {
-            plumb_testkit::skip(&format!("no drop probe here: {e}"));
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    }) else {
+        return;
     };
     let name = ns.name().to_string();
     let send = || {
@@ -76,32 +95,20 @@ fn ipv6_ports_are_found_after_extension_headers() {
         return;
     }
     use std::os::fd::AsRawFd;
-    let ns = plumb_os::netns::Netns::create("plumb-observe2-ext6").expect("a private namespace");
-    let (ok, _, err) = ns.exec("ip", &["link", "set", "lo", "up"], None).unwrap();
-    assert!(ok, "{err}");
-    let (ok, _, err) = ns
-        .exec(
-            "ip",
-            &["-6", "route", "add", "fd00::/64", "dev", "lo"],
-            None,
-        )
-        .unwrap();
-    assert!(ok, "{err}");
     let rules = "*filter\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -d fd00::7/128 -j DROP\nCOMMIT\n";
-    let (ok, _, err) = ns.exec("ip6tables-nft-restore", &[], Some(rules)).unwrap();
-    assert!(ok, "{err}");
+    let ns = dropping_namespace(
+        "plumb-observe2-ext6",
+        &["-6", "route", "add", "fd00::/64", "dev", "lo"],
+        "ip6tables-nft-restore",
+        rules,
+    );
     let inode = plumb_os::netns::inode_of(ns.name()).unwrap();
-    let mut probe = match DropProbe::attach(&DropFilter {
+    let Some(mut probe) = attach(&DropFilter {
         netns_inode: inode,
         all_reasons: false,
         ..Default::default()
-    }) {
-        Ok(p) => p,
-        Err(e) if e.unavailable() => {
-            plumb_testkit::skip(&format!("no drop probe here: {e}"));
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    }) else {
+        return;
     };
     let name = ns.name().to_string();
     let send = || {
@@ -157,18 +164,14 @@ fn drops_the_filters_leave_out_never_reach_user_space() {
     if !plumb_testkit::privileged(&["ip", "iptables-nft-restore"]) {
         return;
     }
-    let ns = plumb_os::netns::Netns::create(&format!("plumb-drops-filter-{}", std::process::id()))
-        .expect("a private namespace");
-    let (ok, _, err) = ns.exec("ip", &["link", "set", "lo", "up"], None).unwrap();
-    assert!(ok, "{err}");
-    let (ok, _, err) = ns
-        .exec("ip", &["route", "add", "10.43.0.0/16", "dev", "lo"], None)
-        .unwrap();
-    assert!(ok, "{err}");
     // Dropped on the way back in over lo: every send succeeds and makes one drop.
     let rules = "*raw\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -d 10.43.0.0/16 -j DROP\nCOMMIT\n";
-    let (ok, _, err) = ns.exec("iptables-nft-restore", &[], Some(rules)).unwrap();
-    assert!(ok, "{err}");
+    let ns = dropping_namespace(
+        &format!("plumb-drops-filter-{}", std::process::id()),
+        &["route", "add", "10.43.0.0/16", "dev", "lo"],
+        "iptables-nft-restore",
+        rules,
+    );
     let inode = plumb_os::netns::inode_of(ns.name()).unwrap();
     let (to_a, to_b) = (30u64, 50u64);
     for only in [
@@ -182,17 +185,12 @@ fn drops_the_filters_leave_out_never_reach_user_space() {
             ..DropMatch::default()
         },
     ] {
-        let mut probe = match DropProbe::attach(&DropFilter {
+        let Some(mut probe) = attach(&DropFilter {
             netns_inode: inode,
             all_reasons: false,
             only: only.clone(),
-        }) {
-            Ok(p) => p,
-            Err(e) if e.unavailable() => {
-                plumb_testkit::skip(&format!("no drop probe here: {e}"));
-                return;
-            }
-            Err(e) => panic!("{e}"),
+        }) else {
+            return;
         };
         plumb_os::netns::on_thread(Some(ns.name()), || {
             let s = std::net::UdpSocket::bind("127.0.0.1:0")?;
