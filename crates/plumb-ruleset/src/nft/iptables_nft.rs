@@ -439,17 +439,62 @@ pub(crate) enum StreamedRule {
     Nft,
 }
 
+/// How [`StreamedTable`] holds a [`StreamedRule`]: 24 bytes (the enum takes 48), as a
+/// 10k-service table has 170k of them.
+#[derive(Clone, Copy)]
+struct Slot {
+    line: u32,
+    column: u32,
+    /// [`NO_COUNTERS`], [`ZERO_COUNTERS`] or an index into [`StreamedTable::counters`].
+    counters: u32,
+    /// The transfer's span (`from..to`), when `kind` names one.
+    from: u32,
+    to: u32,
+    /// [`SLOT_NFT`], [`SLOT_XT`], [`SLOT_JUMP`] or [`SLOT_GOTO`].
+    kind: u8,
+}
+
+const SLOT_NFT: u8 = 0;
+const SLOT_XT: u8 = 1;
+const SLOT_JUMP: u8 = 2;
+const SLOT_GOTO: u8 = 3;
+const NO_COUNTERS: u32 = u32::MAX;
+const ZERO_COUNTERS: u32 = u32::MAX - 1;
+
+/// Slots in one block of [`StreamedTable::slots`]: blocks are allocated at their full
+/// size once, so the slots never sit in a vector grown by doubling (up to 2x).
+const SLOT_BLOCK: usize = 4096;
+
 /// The translation of a table that the nft text reader makes as it reads the table's
 /// rules (chains one after the other, each chain's rules in order).
-#[derive(Default)]
+///
+/// Each chunk of `-A` lines is read back with the iptables reader as soon as it is
+/// full ([`StreamedTable::check_chunk`]), while the nft text is still there to be read
+/// again: so every reason [`translate_streamed_table`] could refuse the table is known
+/// when the reading ends, and the nft text can be freed before the table's iptables
+/// model is built (see `crate::nft::text::parse_text_translated_owned`).
 pub(crate) struct StreamedTable {
+    /// The table's name and family (for reading chunks back).
+    name: String,
+    family: Family,
     /// The `-A CHAIN SPEC` lines of the translated rules, in chunks of about
     /// [`LINE_CHUNK`] bytes (a chunk is allocated once, and freed as soon as it is
     /// copied into the table's text).
     lines: Vec<String>,
-    /// Every rule of the table, chain after chain.
-    rules: Vec<StreamedRule>,
-    /// By chain index: where the chain's rules start in `rules`.
+    /// The last chunk's chain runs, not read back yet: (byte offset in the chunk of the
+    /// run's first line, length of the chain's name, lines).
+    runs: Vec<(u32, u32, u32)>,
+    /// The chain index of the last run.
+    run_chain: usize,
+    /// A chunk did not read back rule for rule: the table must be read again as nft.
+    pub(crate) failed: bool,
+    /// Every rule of the table, chain after chain, in blocks of [`SLOT_BLOCK`].
+    slots: Vec<Vec<Slot>>,
+    /// How many slots there are.
+    len: usize,
+    /// Counters other than zero, by [`Slot::counters`].
+    counters: Vec<crate::model::Counters>,
+    /// By chain index: where the chain's rules start among the slots.
     starts: Vec<u32>,
     /// How many rules were translated (their nft statements dropped).
     pub(crate) translated: usize,
@@ -459,20 +504,48 @@ pub(crate) struct StreamedTable {
 const LINE_CHUNK: usize = 1 << 20;
 
 impl StreamedTable {
+    /// The translation of table `family name`, before any rule.
+    pub(crate) fn new(family: Family, name: &str) -> StreamedTable {
+        StreamedTable {
+            name: name.to_string(),
+            family,
+            lines: Vec::new(),
+            runs: Vec::new(),
+            run_chain: 0,
+            failed: false,
+            slots: Vec::new(),
+            len: 0,
+            counters: Vec::new(),
+            starts: Vec::new(),
+            translated: 0,
+        }
+    }
+
     /// Adds a rule to chain `ci`, the chain being read (no rule of a later chain was
     /// added yet); a translated rule comes with its chain's name and its iptables rule.
     pub(crate) fn push(&mut self, ci: usize, rule: StreamedRule, line: Option<(&str, &str)>) {
         while self.starts.len() <= ci {
-            self.starts.push(self.rules.len() as u32);
+            self.starts.push(self.len as u32);
         }
-        self.rules.push(rule);
+        self.push_slot(rule);
         let Some((chain, spec)) = line else { return };
         let len = chain.len() + spec.len() + 5;
-        match self.lines.last_mut() {
+        match self.lines.last() {
             Some(last) if last.capacity() - last.len() >= len => {}
-            _ => self.lines.push(String::with_capacity(LINE_CHUNK.max(len))),
+            _ => {
+                self.check_chunk();
+                self.lines.push(String::with_capacity(LINE_CHUNK.max(len)));
+            }
         }
         if let Some(last) = self.lines.last_mut() {
+            let at = last.len() as u32;
+            match self.runs.last_mut() {
+                Some(run) if self.run_chain == ci => run.2 += 1,
+                _ => {
+                    self.runs.push((at, chain.len() as u32, 1));
+                    self.run_chain = ci;
+                }
+            }
             last.push_str("-A ");
             last.push_str(chain);
             last.push(' ');
@@ -482,16 +555,141 @@ impl StreamedTable {
         self.translated += 1;
     }
 
-    /// The rules of chain `ci`, in order.
-    pub(crate) fn chain_rules(&self, ci: usize) -> &[StreamedRule] {
-        let Some(&from) = self.starts.get(ci) else {
-            return &[];
+    fn push_slot(&mut self, rule: StreamedRule) {
+        let slot = match rule {
+            StreamedRule::Nft => Slot {
+                line: 0,
+                column: 0,
+                counters: NO_COUNTERS,
+                from: 0,
+                to: 0,
+                kind: SLOT_NFT,
+            },
+            StreamedRule::Xt {
+                location,
+                counters,
+                transfer,
+            } => {
+                let counters = match counters {
+                    None => NO_COUNTERS,
+                    Some(c) if c == crate::model::Counters::default() => ZERO_COUNTERS,
+                    Some(c) => {
+                        self.counters.push(c);
+                        (self.counters.len() - 1) as u32
+                    }
+                };
+                let (from, to, kind) = match transfer {
+                    None => (0, 0, SLOT_XT),
+                    Some((from, to, false)) => (from, to, SLOT_JUMP),
+                    Some((from, to, true)) => (from, to, SLOT_GOTO),
+                };
+                Slot {
+                    line: location.line,
+                    column: location.column,
+                    counters,
+                    from,
+                    to,
+                    kind,
+                }
+            }
         };
-        let to = self
-            .starts
-            .get(ci + 1)
-            .map_or(self.rules.len(), |&t| t as usize);
-        &self.rules[from as usize..to]
+        if self.len % SLOT_BLOCK == 0 {
+            self.slots.push(Vec::with_capacity(SLOT_BLOCK));
+        }
+        if let Some(block) = self.slots.last_mut() {
+            block.push(slot);
+        }
+        self.len += 1;
+    }
+
+    /// The rule in slot `i`.
+    fn slot(&self, i: usize) -> StreamedRule {
+        let s = self.slots[i / SLOT_BLOCK][i % SLOT_BLOCK];
+        if s.kind == SLOT_NFT {
+            return StreamedRule::Nft;
+        }
+        StreamedRule::Xt {
+            location: crate::model::Location {
+                line: s.line,
+                column: s.column,
+            },
+            counters: match s.counters {
+                NO_COUNTERS => None,
+                ZERO_COUNTERS => Some(crate::model::Counters::default()),
+                i => Some(self.counters[i as usize]),
+            },
+            transfer: match s.kind {
+                SLOT_JUMP => Some((s.from, s.to, false)),
+                SLOT_GOTO => Some((s.from, s.to, true)),
+                _ => None,
+            },
+        }
+    }
+
+    /// The slots of chain `ci`.
+    fn chain_range(&self, ci: usize) -> std::ops::Range<usize> {
+        let Some(&from) = self.starts.get(ci) else {
+            return 0..0;
+        };
+        let to = self.starts.get(ci + 1).map_or(self.len, |&t| t as usize);
+        from as usize..to
+    }
+
+    /// The rules of chain `ci`, in order.
+    pub(crate) fn chain_rules(&self, ci: usize) -> impl Iterator<Item = StreamedRule> + '_ {
+        self.chain_range(ci).map(|i| self.slot(i))
+    }
+
+    /// Whether chain `ci` has no rules yet.
+    pub(crate) fn chain_is_empty(&self, ci: usize) -> bool {
+        self.chain_range(ci).is_empty()
+    }
+
+    /// Reads the last chunk of `-A` lines back with the iptables reader, as
+    /// [`translate_streamed_table`] reads the whole table: `failed` when it refuses a
+    /// line or does not make one rule of each line in the chain the line names.
+    pub(crate) fn check_chunk(&mut self) {
+        let runs = std::mem::take(&mut self.runs);
+        let Some(chunk) = self.lines.last() else {
+            return;
+        };
+        if runs.is_empty() || self.failed {
+            return;
+        }
+        let builtins = crate::iptables::save::builtin_chains(&self.name);
+        let name = |run: &(u32, u32, u32)| &chunk[run.0 as usize + 3..(run.0 + 3 + run.1) as usize];
+        let mut text = String::with_capacity(chunk.len() + runs.len() * 48 + 64);
+        let _ = writeln!(text, "*{}", self.name);
+        for run in &runs {
+            let n = name(run);
+            let policy = if builtins.contains(&n) { "ACCEPT" } else { "-" };
+            let _ = writeln!(text, ":{n} {policy} [0:0]");
+        }
+        text.push_str(chunk);
+        text.push_str("COMMIT\n");
+        let rs = parse_shared(
+            Arc::new(text),
+            &IptablesInput {
+                family: self.family,
+                backend: Some(Backend::IptablesNft),
+                restore_payload: true,
+                ..IptablesInput::default()
+            },
+        );
+        let ok = rs.error_count() == 0
+            && rs.tables.len() == 1
+            && rs.tables.first().is_some_and(|t| {
+                let lines: usize = runs.iter().map(|r| r.2 as usize).sum();
+                let counts: std::collections::HashMap<&str, usize> =
+                    t.chains.iter().map(|c| (&*c.name, c.rules.len())).collect();
+                t.chains.iter().map(|c| c.rules.len()).sum::<usize>() == lines
+                    && runs
+                        .iter()
+                        .all(|r| counts.get(name(r)) == Some(&(r.2 as usize)))
+            });
+        if !ok {
+            self.failed = true;
+        }
     }
 }
 
@@ -502,21 +700,10 @@ impl StreamedTable {
 /// refuses, rule counts that do not agree): the caller reads the text again as nft.
 pub(crate) fn translate_streamed_table(
     table: &mut Table,
-    streamed: StreamedTable,
+    mut streamed: StreamedTable,
 ) -> Result<KeptRules, ()> {
-    let StreamedTable {
-        lines,
-        rules: slots,
-        starts,
-        ..
-    } = streamed;
-    let chain_rules = |ci: usize| -> &[StreamedRule] {
-        let Some(&from) = starts.get(ci) else {
-            return &[];
-        };
-        let to = starts.get(ci + 1).map_or(slots.len(), |&t| t as usize);
-        &slots[from as usize..to]
-    };
+    let lines = std::mem::take(&mut streamed.lines);
+    let chain_rules = |ci: usize| streamed.chain_rules(ci);
     let (header, _) = iptables_header(table);
     let size = lines.iter().map(String::len).sum::<usize>();
     let mut text = String::with_capacity(header.len() + size + "COMMIT\n".len());
@@ -548,7 +735,6 @@ pub(crate) fn translate_streamed_table(
         .collect();
     let counts_agree = table.chains.iter().enumerate().all(|(ci, c)| {
         let want = chain_rules(ci)
-            .iter()
             .filter(|r| matches!(r, StreamedRule::Xt { .. }))
             .count();
         xt_rules.get(&*c.name) == Some(&want)
@@ -574,10 +760,10 @@ pub(crate) fn translate_streamed_table(
         let oc = &old_chains[ci];
         let mut translated = std::mem::take(&mut xc.rules).into_iter();
         let kept = &mut kept_rules[ci];
-        let slots = chain_rules(ci);
+        let slots = streamed.chain_range(ci);
         let mut out = Vec::with_capacity(slots.len());
-        for slot in slots {
-            let rule = match *slot {
+        for slot in chain_rules(ci) {
+            let rule = match slot {
                 StreamedRule::Xt {
                     location, counters, ..
                 } => {

@@ -102,7 +102,7 @@ impl<'a> Reader<'a> {
                 st.tables.resize_with(ti + 1, || None);
             }
             st.tables[ti] = crate::nft::iptables_nft::could_be_iptables_nft(family, name)
-                .then(Default::default);
+                .then(|| crate::nft::iptables_nft::StreamedTable::new(family, name));
         }
         self.table_body(ti, kw);
     }

@@ -53,56 +53,140 @@ pub fn parse_text(text: &str) -> Ruleset {
 pub fn parse_text_translated(text: &str) -> Ruleset {
     match parse_text_streamed(text) {
         Some(rs) => rs,
-        None => {
-            let mut rs = parse_text(text);
-            crate::nft::iptables_nft::translate(&mut rs);
+        None => parse_whole_way(text),
+    }
+}
+
+/// [`parse_text_translated`], taking the text: it is freed as soon as the reading
+/// ends (when the caller holds no other handle on it), before the translated tables'
+/// iptables models are built, so that the nft text and the whole model are never in
+/// memory at once. Everything that could send the read back to the whole-way read is
+/// decided while the text is still here (see [`read_streamed`]).
+pub(crate) fn parse_text_translated_owned(text: std::sync::Arc<String>) -> Ruleset {
+    let Some(read) = read_streamed(&text) else {
+        return parse_whole_way(&text);
+    };
+    drop(text);
+    match read.translate() {
+        Ok(rs) => rs,
+        Err(mut rs) => {
+            // Not reached: every chunk of each table was read back as the whole table
+            // is (see `StreamedTable::check_chunk`). Said, not hidden.
+            rs.completeness = Completeness::Truncated;
+            rs.diagnostics.push(Diagnostic::error(
+                1,
+                1,
+                "the iptables-nft tables of this listing did not read back as iptables rules: their translated rules are missing (read the listing with nft -j instead)",
+                "",
+            ));
             rs
         }
     }
+}
+
+/// The whole-way read: every rule as nft statements, then translated.
+fn parse_whole_way(text: &str) -> Ruleset {
+    let mut rs = parse_text(text);
+    crate::nft::iptables_nft::translate(&mut rs);
+    rs
 }
 
 /// The streaming read of [`parse_text_translated`]; `None` when the text needs the
 /// whole-way read. Public for the tests that prove both reads give the same model.
 #[doc(hidden)]
 pub fn parse_text_streamed(text: &str) -> Option<Ruleset> {
-    let mut r = Reader::new(text, Some(Stream::default()));
+    read_streamed(text)?.translate().ok()
+}
+
+/// A streaming read whose text was read: the ruleset with the tables that can be
+/// iptables-nft's still as nft chains, and their translations.
+struct StreamedRead {
+    ruleset: Ruleset,
+    /// By table index, as [`Stream::tables`].
+    tables: Vec<Option<StreamedTable>>,
+}
+
+/// Reads `text` streaming; `None` when it needs the whole-way read. Once this returns
+/// `Some`, the text is not needed any more: what is left ([`StreamedRead::translate`])
+/// builds the iptables tables from the `-A` lines made while reading.
+fn read_streamed(text: &str) -> Option<StreamedRead> {
+    let mut r = Reader::new(
+        text,
+        Some(Stream {
+            abort: false,
+            tables: Vec::new(),
+        }),
+    );
     r.top();
     let (mut rs, stream) = r.finish();
     let stream = stream?;
     if stream.abort {
         return None;
     }
+    let mut tables = stream.tables;
+    for (ti, st) in tables.iter_mut().enumerate() {
+        let Some(st) = st else { continue };
+        // The last chunk of `-A` lines is read back too.
+        st.check_chunk();
+        // A table read as iptables-nft's that is not, or whose lines do not read back:
+        // its nft statements are gone.
+        let table = &rs.tables[ti];
+        if st.failed
+            || (st.translated > 0
+                && !(table.backend == crate::model::Backend::Nftables
+                    && crate::nft::iptables_nft::is_iptables_nft_table(table)))
+        {
+            return None;
+        }
+    }
+    let stream = Stream {
+        abort: false,
+        tables,
+    };
     undefined_set_references(&mut rs, Some((&stream, text)));
     rs.diagnostics.sort_by_key(|d| (d.line, d.column));
-    let mut tables = stream.tables;
-    let mut failed = false;
-    crate::nft::iptables_nft::translate_with(&mut rs, |ti, table| {
-        match tables.get_mut(ti).and_then(Option::take) {
-            Some(st) if st.translated > 0 => {
-                match crate::nft::iptables_nft::translate_streamed_table(table, st) {
-                    Ok(kept) => Some(kept),
-                    Err(()) => {
-                        failed = true;
-                        None
+    Some(StreamedRead {
+        ruleset: rs,
+        tables: stream.tables,
+    })
+}
+
+impl StreamedRead {
+    /// The ruleset with its iptables-nft tables translated; `Err` (the ruleset as far
+    /// as it got) when a table's `-A` lines did not read back.
+    fn translate(self) -> Result<Ruleset, Ruleset> {
+        let StreamedRead {
+            ruleset: mut rs,
+            mut tables,
+        } = self;
+        let mut failed = false;
+        crate::nft::iptables_nft::translate_with(&mut rs, |ti, table| {
+            match tables.get_mut(ti).and_then(Option::take) {
+                Some(st) if st.translated > 0 => {
+                    match crate::nft::iptables_nft::translate_streamed_table(table, st) {
+                        Ok(kept) => Some(kept),
+                        Err(()) => {
+                            failed = true;
+                            None
+                        }
                     }
                 }
+                _ => crate::nft::iptables_nft::translate_table(table),
             }
-            _ => crate::nft::iptables_nft::translate_table(table),
+        });
+        // A table read as iptables-nft's that is not: its nft statements are gone.
+        if failed
+            || tables
+                .iter()
+                .any(|t| t.as_ref().is_some_and(|t| t.translated > 0))
+        {
+            return Err(rs);
         }
-    });
-    // A table read as iptables-nft's that is not: its nft statements are gone.
-    if failed
-        || tables
-            .iter()
-            .any(|t| t.as_ref().is_some_and(|t| t.translated > 0))
-    {
-        return None;
+        Ok(rs)
     }
-    Some(rs)
 }
 
 /// What a streaming read ([`parse_text_streamed`]) keeps beside the ruleset.
-#[derive(Default)]
 struct Stream {
     /// The text holds something the streaming read does not follow.
     abort: bool,
@@ -222,9 +306,7 @@ impl<'a> Reader<'a> {
     /// Whether chain `ci` of table `ti` has no rules yet (translated ones included).
     fn chain_has_no_rules(&mut self, ti: usize, ci: usize) -> bool {
         self.ruleset.tables[ti].chains[ci].rules.is_empty()
-            && self
-                .stream_table(ti)
-                .is_none_or(|st| st.chain_rules(ci).is_empty())
+            && self.stream_table(ti).is_none_or(|st| st.chain_is_empty(ci))
     }
 
     /// The text of a token.
@@ -488,7 +570,7 @@ fn undefined_set_references(rs: &mut Ruleset, stream: Option<(&Stream, &str)>) {
             // name no set or ct object: such rules are not translated as read).
             let mut kept = c.rules.iter();
             for slot in st.chain_rules(ci) {
-                match *slot {
+                match slot {
                     StreamedRule::Nft => {
                         if let Some(r) = kept.next() {
                             rule_references(t, &chains, chain_listing, r, &mut found);
