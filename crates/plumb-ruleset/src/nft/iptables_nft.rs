@@ -477,13 +477,16 @@ pub(crate) struct StreamedTable {
     /// The table's name and family (for reading chunks back).
     name: String,
     family: Family,
-    /// The `-A CHAIN SPEC` lines of the translated rules, in chunks of about
-    /// [`LINE_CHUNK`] bytes (a chunk is allocated once, and freed as soon as it is
-    /// copied into the table's text).
+    /// The translated rules' iptables specs (`-A CHAIN SPEC` without `-A CHAIN `: the
+    /// chain is known from the slots, and its name would take 30 bytes a rule), one a
+    /// line, in chunks of about [`LINE_CHUNK`] bytes (a chunk is allocated once, and
+    /// freed as soon as it is copied into the table's text).
     lines: Vec<String>,
     /// The last chunk's chain runs, not read back yet: (byte offset in the chunk of the
-    /// run's first line, length of the chain's name, lines).
+    /// run's first line, end of the chain's name in `run_names`, lines).
     runs: Vec<(u32, u32, u32)>,
+    /// The names of the chains of `runs`, one after the other.
+    run_names: String,
     /// The chain index of the last run.
     run_chain: usize,
     /// A chunk did not read back rule for rule: the table must be read again as nft.
@@ -511,6 +514,7 @@ impl StreamedTable {
             family,
             lines: Vec::new(),
             runs: Vec::new(),
+            run_names: String::new(),
             run_chain: 0,
             failed: false,
             slots: Vec::new(),
@@ -529,7 +533,11 @@ impl StreamedTable {
         }
         self.push_slot(rule);
         let Some((chain, spec)) = line else { return };
-        let len = chain.len() + spec.len() + 5;
+        if spec.contains(['\n', '\r']) {
+            // Not one line: the iptables reader would not read it as one rule.
+            self.failed = true;
+        }
+        let len = spec.len() + 1;
         match self.lines.last() {
             Some(last) if last.capacity() - last.len() >= len => {}
             _ => {
@@ -542,13 +550,11 @@ impl StreamedTable {
             match self.runs.last_mut() {
                 Some(run) if self.run_chain == ci => run.2 += 1,
                 _ => {
-                    self.runs.push((at, chain.len() as u32, 1));
+                    self.run_names.push_str(chain);
+                    self.runs.push((at, self.run_names.len() as u32, 1));
                     self.run_chain = ci;
                 }
             }
-            last.push_str("-A ");
-            last.push_str(chain);
-            last.push(' ');
             last.push_str(spec);
             last.push('\n');
         }
@@ -650,6 +656,7 @@ impl StreamedTable {
     /// line or does not make one rule of each line in the chain the line names.
     pub(crate) fn check_chunk(&mut self) {
         let runs = std::mem::take(&mut self.runs);
+        let run_names = std::mem::take(&mut self.run_names);
         let Some(chunk) = self.lines.last() else {
             return;
         };
@@ -657,15 +664,34 @@ impl StreamedTable {
             return;
         }
         let builtins = crate::iptables::save::builtin_chains(&self.name);
-        let name = |run: &(u32, u32, u32)| &chunk[run.0 as usize + 3..(run.0 + 3 + run.1) as usize];
-        let mut text = String::with_capacity(chunk.len() + runs.len() * 48 + 64);
+        let name = |i: usize| {
+            let from = i.checked_sub(1).map_or(0, |p| runs[p].1 as usize);
+            &run_names[from..runs[i].1 as usize]
+        };
+        let prefixes = runs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (name(i).len() + 4) * r.2 as usize)
+            .sum::<usize>();
+        let mut text =
+            String::with_capacity(chunk.len() + prefixes + run_names.len() + runs.len() * 12 + 64);
         let _ = writeln!(text, "*{}", self.name);
-        for run in &runs {
-            let n = name(run);
+        for i in 0..runs.len() {
+            let n = name(i);
             let policy = if builtins.contains(&n) { "ACCEPT" } else { "-" };
             let _ = writeln!(text, ":{n} {policy} [0:0]");
         }
-        text.push_str(chunk);
+        let mut specs = chunk.split_terminator('\n');
+        for (i, run) in runs.iter().enumerate() {
+            let n = name(i);
+            for spec in specs.by_ref().take(run.2 as usize) {
+                text.push_str("-A ");
+                text.push_str(n);
+                text.push(' ');
+                text.push_str(spec);
+                text.push('\n');
+            }
+        }
         text.push_str("COMMIT\n");
         let rs = parse_shared(
             Arc::new(text),
@@ -685,7 +711,8 @@ impl StreamedTable {
                 t.chains.iter().map(|c| c.rules.len()).sum::<usize>() == lines
                     && runs
                         .iter()
-                        .all(|r| counts.get(name(r)) == Some(&(r.2 as usize)))
+                        .enumerate()
+                        .all(|(i, r)| counts.get(name(i)) == Some(&(r.2 as usize)))
             });
         if !ok {
             self.failed = true;
@@ -705,13 +732,44 @@ pub(crate) fn translate_streamed_table(
     let lines = std::mem::take(&mut streamed.lines);
     let chain_rules = |ci: usize| streamed.chain_rules(ci);
     let (header, _) = iptables_header(table);
-    let size = lines.iter().map(String::len).sum::<usize>();
+    // Each chain's specs, in order, become its `-A CHAIN SPEC` lines; a chunk of specs
+    // is freed as soon as it is copied.
+    let xt_counts: Vec<usize> = (0..table.chains.len())
+        .map(|ci| {
+            chain_rules(ci)
+                .filter(|r| matches!(r, StreamedRule::Xt { .. }))
+                .count()
+        })
+        .collect();
+    let size = lines.iter().map(String::len).sum::<usize>()
+        + table
+            .chains
+            .iter()
+            .zip(&xt_counts)
+            .map(|(c, n)| (c.name.len() + 4) * n)
+            .sum::<usize>();
     let mut text = String::with_capacity(header.len() + size + "COMMIT\n".len());
     text.push_str(&header);
     drop(header);
-    for chunk in lines {
-        text.push_str(&chunk);
+    let mut chunks = lines.into_iter();
+    let mut chunk = String::new();
+    let mut at = 0;
+    for (c, &n) in table.chains.iter().zip(&xt_counts) {
+        for _ in 0..n {
+            while at >= chunk.len() {
+                chunk = chunks.next().ok_or(())?;
+                at = 0;
+            }
+            let end = chunk[at..].find('\n').map_or(chunk.len(), |e| at + e);
+            text.push_str("-A ");
+            text.push_str(&c.name);
+            text.push(' ');
+            text.push_str(&chunk[at..end]);
+            text.push('\n');
+            at = end + 1;
+        }
     }
+    drop(chunk);
     text.push_str("COMMIT\n");
     let rs = parse_shared(
         Arc::new(text),
@@ -728,69 +786,145 @@ pub(crate) fn translate_streamed_table(
         return Err(());
     }
     let mut xt_table = rs.tables.into_iter().next().ok_or(())?;
-    let xt_rules: std::collections::HashMap<&str, usize> = xt_table
-        .chains
-        .iter()
-        .map(|c| (&*c.name, c.rules.len()))
-        .collect();
-    let counts_agree = table.chains.iter().enumerate().all(|(ci, c)| {
-        let want = chain_rules(ci)
-            .filter(|r| matches!(r, StreamedRule::Xt { .. }))
-            .count();
-        xt_rules.get(&*c.name) == Some(&want)
-    });
-    drop(xt_rules);
-    if !counts_agree {
+    // Which nft chain each iptables chain is; the rule counts must agree.
+    let origin = chain_origins(table, &xt_table.chains);
+    if origin.iter().flatten().count() != table.chains.len()
+        || !xt_table
+            .chains
+            .iter()
+            .zip(&origin)
+            .all(|(xc, o)| o.is_none_or(|ci| xt_counts.get(ci as usize) == Some(&xc.rules.len())))
+    {
         return Err(());
     }
+    drop(xt_counts);
+    // The iptables chains take the nft chains' locations, counters and kept nft rules
+    // in place: no second vector of chains, nor of rules where every rule was
+    // translated.
     let mut foreign = Vec::new();
     let mut old_chains = std::mem::take(&mut table.chains);
-    let mut kept_rules: Vec<std::vec::IntoIter<Rule>> = old_chains
-        .iter_mut()
-        .map(|c| std::mem::take(&mut c.rules).into_iter())
-        .collect();
-    let old_index = chain_positions(&old_chains);
-    let mut new_chains: Vec<Chain> = Vec::with_capacity(xt_table.chains.len());
-    for mut xc in std::mem::take(&mut xt_table.chains) {
-        let Some(&ci) = old_index.get(&*xc.name) else {
+    for (xc, o) in xt_table.chains.iter_mut().zip(&origin) {
+        let Some(ci) = o.map(|ci| ci as usize) else {
+            // A built-in chain the nft view does not have: located at the table.
             xc.location = table.location;
-            new_chains.push(xc);
             continue;
         };
-        let oc = &old_chains[ci];
-        let mut translated = std::mem::take(&mut xc.rules).into_iter();
-        let kept = &mut kept_rules[ci];
+        let oc = &mut old_chains[ci];
         let slots = streamed.chain_range(ci);
-        let mut out = Vec::with_capacity(slots.len());
-        for slot in chain_rules(ci) {
-            let rule = match slot {
-                StreamedRule::Xt {
+        if slots.len() == xc.rules.len() {
+            for (r, slot) in xc.rules.iter_mut().zip(chain_rules(ci)) {
+                let StreamedRule::Xt {
                     location, counters, ..
-                } => {
-                    let mut r = translated.next().ok_or(())?;
-                    r.location = location;
-                    r.set_counters(counters);
-                    r
-                }
-                StreamedRule::Nft => {
-                    let r = kept.next().ok_or(())?;
-                    foreign.push((
-                        r.location.line,
-                        r.location.column,
-                        oc.name.to_string(),
-                        is_foreign(&r),
-                    ));
-                    r
-                }
-            };
-            out.push(rule);
+                } = slot
+                else {
+                    return Err(());
+                };
+                r.location = location;
+                r.set_counters(counters);
+            }
+        } else {
+            let mut translated = std::mem::take(&mut xc.rules).into_iter();
+            let mut kept = std::mem::take(&mut oc.rules).into_iter();
+            let mut out = Vec::with_capacity(slots.len());
+            for slot in chain_rules(ci) {
+                let rule = match slot {
+                    StreamedRule::Xt {
+                        location, counters, ..
+                    } => {
+                        let mut r = translated.next().ok_or(())?;
+                        r.location = location;
+                        r.set_counters(counters);
+                        r
+                    }
+                    StreamedRule::Nft => {
+                        let r = kept.next().ok_or(())?;
+                        foreign.push((
+                            r.location.line,
+                            r.location.column,
+                            oc.name.to_string(),
+                            is_foreign(&r),
+                        ));
+                        r
+                    }
+                };
+                out.push(rule);
+            }
+            xc.rules = out;
         }
-        xc.rules = out;
-        keep_nft_view(&mut xc, oc);
-        new_chains.push(xc);
+        keep_nft_view(xc, oc);
     }
-    install_translated(table, new_chains, &old_index);
+    drop(old_chains);
+    // The nft view's order, missing built-ins first (as `install_translated` sorts).
+    let mut order: Vec<u32> = (0..xt_table.chains.len() as u32).collect();
+    order.sort_by_key(|&j| origin[j as usize].map_or(0, |p| p as u64 + 1));
+    permute(&mut xt_table.chains, &mut order);
+    table.chains = std::mem::take(&mut xt_table.chains);
+    table.backend = Backend::IptablesNft;
+    table.nft_view = true;
     Ok(foreign)
+}
+
+/// For each chain of `xt` (the iptables reading of `table`'s translation, its chains
+/// declared as [`iptables_header`] writes them), the index of the nft chain it is in
+/// `table`, or `None` for a built-in chain the nft view does not have.
+fn chain_origins(table: &Table, xt: &[Chain]) -> Vec<Option<u32>> {
+    let builtins = crate::iptables::save::builtin_chains(&table.name);
+    let mut origin = Vec::with_capacity(xt.len());
+    for b in builtins {
+        origin.push(
+            table
+                .chains
+                .iter()
+                .position(|c| &*c.name == *b)
+                .map(|p| p as u32),
+        );
+    }
+    for (ci, c) in table.chains.iter().enumerate() {
+        if !builtins.contains(&&*c.name) {
+            origin.push(Some(ci as u32));
+        }
+    }
+    // The iptables reader keeps the declarations' order: checked, not assumed.
+    let in_order = origin.len() == xt.len()
+        && xt
+            .iter()
+            .zip(&origin)
+            .enumerate()
+            .all(|(j, (x, o))| match o {
+                Some(ci) => table
+                    .chains
+                    .get(*ci as usize)
+                    .is_some_and(|c| c.name == x.name),
+                None => builtins.get(j) == Some(&&*x.name),
+            });
+    if in_order {
+        return origin;
+    }
+    let index = chain_positions(&table.chains);
+    xt.iter()
+        .map(|x| index.get(&*x.name).map(|&p| p as u32))
+        .collect()
+}
+
+/// Reorders `items` so that position `k` holds what was at `order[k]` (`order` is a
+/// permutation, used up), in place.
+fn permute<T>(items: &mut [T], order: &mut [u32]) {
+    const DONE: u32 = u32::MAX;
+    for i in 0..order.len() {
+        if order[i] == DONE {
+            continue;
+        }
+        let mut cur = i;
+        loop {
+            let next = order[cur] as usize;
+            order[cur] = DONE;
+            if next == i {
+                break;
+            }
+            items.swap(cur, next);
+            cur = next;
+        }
+    }
 }
 
 /// The table as iptables-save text, with the rules `plan` marks, and for each rule line

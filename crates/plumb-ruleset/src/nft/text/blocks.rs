@@ -230,7 +230,12 @@ impl<'a> Reader<'a> {
         let Some((kw, name)) = self.block_header("chain") else {
             return;
         };
-        if self.stream.is_some() && self.chain_index.contains_key(&(ti, name)) {
+        if self.stream.is_some()
+            && self
+                .chain_index
+                .get(&self.ruleset.tables, ti, name)
+                .is_some()
+        {
             // A chain block opened again: its rules would not be in reading order.
             self.stream_abort();
             return;
@@ -241,7 +246,7 @@ impl<'a> Reader<'a> {
 
     /// The chain `name` of table `ti`, created when new.
     pub(super) fn chain_of(&mut self, ti: usize, name: &'a str, loc: Location) -> usize {
-        if let Some(&ci) = self.chain_index.get(&(ti, name)) {
+        if let Some(ci) = self.chain_index.get(&self.ruleset.tables, ti, name) {
             return ci;
         }
         let table = &mut self.ruleset.tables[ti];
@@ -251,7 +256,7 @@ impl<'a> Reader<'a> {
         }
         table.chains.push(Chain::new(name, None, loc));
         let ci = table.chains.len() - 1;
-        self.chain_index.insert((ti, name), ci);
+        self.chain_index.insert(&self.ruleset.tables, ti, name, ci);
         ci
     }
 
