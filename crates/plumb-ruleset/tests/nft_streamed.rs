@@ -7,7 +7,10 @@
 mod common;
 
 use plumb_ruleset::format::{Format, detect};
-use plumb_ruleset::nft::{iptables_nft, parse_text, parse_text_streamed, parse_text_translated};
+use plumb_ruleset::nft::{
+    iptables_nft, parse_text, parse_text_streamed, parse_text_translated,
+    parse_text_translated_owned,
+};
 use plumb_ruleset::{Backend, Ruleset};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
@@ -33,6 +36,11 @@ fn whole_way(text: &str) -> Ruleset {
     let mut rs = parse_text(text);
     iptables_nft::translate(&mut rs);
     rs
+}
+
+/// The read that takes the text (what `format::parse_owned` uses).
+fn owned(text: &str) -> Ruleset {
+    parse_text_translated_owned(std::sync::Arc::new(text.to_string()))
 }
 
 /// Everything the model holds, rule bodies included.
@@ -75,6 +83,8 @@ fn translating_as_read_gives_the_whole_way_model_on_every_nft_text() {
             "{}",
             f.display()
         );
+        // Handed the text (chain names first spans of it, then of their own text).
+        assert_eq!(model(&owned(&text)), want, "{}", f.display());
     }
     eprintln!(
         "{} nft texts, {streamed} read streaming ({translated_tables} iptables-nft tables translated as read)",
@@ -207,6 +217,8 @@ proptest! {
         )
     ) {
         let m = mutate(IPTABLES_NFT, &edits);
-        prop_assert_eq!(model(&parse_text_translated(&m)), model(&whole_way(&m)));
+        let want = model(&whole_way(&m));
+        prop_assert_eq!(model(&parse_text_translated(&m)), want.clone());
+        prop_assert_eq!(model(&owned(&m)), want);
     }
 }

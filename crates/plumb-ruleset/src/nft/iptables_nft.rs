@@ -504,7 +504,7 @@ pub(crate) struct StreamedTable {
 }
 
 /// Bytes of `-A` lines held in one chunk of [`StreamedTable::lines`].
-const LINE_CHUNK: usize = 1 << 20;
+const LINE_CHUNK: usize = 1 << 18;
 
 impl StreamedTable {
     /// The translation of table `family name`, before any rule.

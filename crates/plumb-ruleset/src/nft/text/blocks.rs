@@ -5,7 +5,8 @@
 
 use super::lexer::{Tok, Token, column};
 use super::statement::StmtParser;
-use super::{FAMILIES, Reader, collapse, is_elision, value_of_words};
+use super::{FAMILIES, Reader, Stream, collapse, is_elision, value_of_words};
+use crate::model::RuleText;
 use crate::model::nft::{NftRule, NftSet, SetElement, SetKind, StatementKind, Verdict, unquote};
 use crate::model::{
     Backend, BaseChain, Chain, Family, Hook, Location, Policy, Rule, RuleBody, Table,
@@ -254,7 +255,27 @@ impl<'a> Reader<'a> {
             // Deleted earlier and added again: it exists.
             table.deleted_chains.retain(|d| &**d != name);
         }
-        table.chains.push(Chain::new(name, None, loc));
+        let chain_name = match self.stream.as_ref() {
+            // A chain of a table that can be iptables-nft's, in a streaming read of
+            // shared text: a span of it (see `read_streamed`).
+            Some(Stream {
+                source: Some(source),
+                tables,
+                ..
+            }) if tables.get(ti).is_some_and(Option::is_some) => {
+                let base = source.as_ptr() as usize;
+                let at = (name.as_ptr() as usize).wrapping_sub(base);
+                if source.get(at..at + name.len()) == Some(name) && (name.as_ptr() as usize) >= base
+                {
+                    RuleText::span(source, at..at + name.len())
+                } else {
+                    name.into()
+                }
+            }
+            _ => name.into(),
+        };
+        let table = &mut self.ruleset.tables[ti];
+        table.chains.push(Chain::named(chain_name, None, loc));
         let ci = table.chains.len() - 1;
         self.chain_index.insert(&self.ruleset.tables, ti, name, ci);
         ci

@@ -26,7 +26,7 @@ mod statement;
 
 use crate::diagnostic::Diagnostic;
 use crate::model::nft::{StatementKind, Value, Verdict, unquote};
-use crate::model::{Completeness, Location, RuleBody, Ruleset};
+use crate::model::{Completeness, Location, RuleBody, RuleText, Ruleset, SourceText};
 use crate::nft::iptables_nft::{StreamedRule, StreamedTable};
 use lexer::{Lexer, Tok, Token, column};
 use script::builds_ruleset;
@@ -62,8 +62,10 @@ pub fn parse_text_translated(text: &str) -> Ruleset {
 /// iptables models are built, so that the nft text and the whole model are never in
 /// memory at once. Everything that could send the read back to the whole-way read is
 /// decided while the text is still here (see [`read_streamed`]).
-pub(crate) fn parse_text_translated_owned(text: std::sync::Arc<String>) -> Ruleset {
-    let Some(read) = read_streamed(&text) else {
+/// Public for the tests that prove it gives the model [`parse_text_translated`] gives.
+#[doc(hidden)]
+pub fn parse_text_translated_owned(text: SourceText) -> Ruleset {
+    let Some(read) = read_streamed(&text, Some(&text)) else {
         return parse_whole_way(&text);
     };
     drop(text);
@@ -95,7 +97,23 @@ fn parse_whole_way(text: &str) -> Ruleset {
 /// whole-way read. Public for the tests that prove both reads give the same model.
 #[doc(hidden)]
 pub fn parse_text_streamed(text: &str) -> Option<Ruleset> {
-    read_streamed(text)?.translate().ok()
+    read_streamed(text, None)?.translate().ok()
+}
+
+/// Names the chains of `table` by spans of one text of all their names (they may be
+/// spans of the input: see [`read_streamed`]).
+fn own_chain_names(table: &mut crate::model::Table) {
+    let mut names = String::with_capacity(table.chains.iter().map(|c| c.name.len()).sum());
+    for c in &table.chains {
+        names.push_str(&c.name);
+    }
+    let names: SourceText = std::sync::Arc::new(names);
+    let mut at = 0;
+    for c in &mut table.chains {
+        let len = c.name.len();
+        c.name = RuleText::span(&names, at..at + len);
+        at += len;
+    }
 }
 
 /// A streaming read whose text was read: the ruleset with the tables that can be
@@ -109,12 +127,18 @@ struct StreamedRead {
 /// Reads `text` streaming; `None` when it needs the whole-way read. Once this returns
 /// `Some`, the text is not needed any more: what is left ([`StreamedRead::translate`])
 /// builds the iptables tables from the `-A` lines made while reading.
-fn read_streamed(text: &str) -> Option<StreamedRead> {
+///
+/// With `source` (`text` as shared text), the chains of tables that can be
+/// iptables-nft's are named by spans of it while reading (no allocation a chain: a
+/// 10k-service table has 58k), then by spans of one text of their names, made here,
+/// so that nothing holds `text` when this returns.
+fn read_streamed(text: &str, source: Option<&SourceText>) -> Option<StreamedRead> {
     let mut r = Reader::new(
         text,
         Some(Stream {
             abort: false,
             tables: Vec::new(),
+            source: source.cloned(),
         }),
     );
     r.top();
@@ -139,9 +163,15 @@ fn read_streamed(text: &str) -> Option<StreamedRead> {
             return None;
         }
     }
+    for (table, st) in rs.tables.iter_mut().zip(&tables) {
+        if st.is_some() {
+            own_chain_names(table);
+        }
+    }
     let stream = Stream {
         abort: false,
         tables,
+        source: None,
     };
     undefined_set_references(&mut rs, Some((&stream, text)));
     rs.diagnostics.sort_by_key(|d| (d.line, d.column));
@@ -193,6 +223,8 @@ struct Stream {
     /// By table index: the translation of a table that can be iptables-nft's (`None`
     /// for the others).
     tables: Vec<Option<StreamedTable>>,
+    /// The text read, shared: the chains of those tables are named by spans of it.
+    source: Option<SourceText>,
 }
 
 /// The state of one read: the tokens, where the reader is, and the ruleset built so far.
@@ -617,11 +649,7 @@ fn undefined_set_references(rs: &mut Ruleset, stream: Option<(&Stream, &str)>) {
         // Chain name -> is a base chain, once per table (`Table::chain` is a linear
         // search; an iptables-nft listing of a 10k-service node has 60k chains and
         // jumps).
-        let chains: std::collections::HashMap<&str, bool> = t
-            .chains
-            .iter()
-            .map(|c| (&*c.name, c.base.is_some()))
-            .collect();
+        let chains = ChainNames::new(&t.chains);
         let streamed = stream.and_then(|(s, text)| Some((s.tables.get(ti)?.as_ref()?, text)));
         for (ci, c) in t.chains.iter().enumerate() {
             let Some((st, text)) = streamed else {
@@ -646,10 +674,10 @@ fn undefined_set_references(rs: &mut Ruleset, stream: Option<(&Stream, &str)>) {
                         ..
                     } if !chain_listing => {
                         let to = &text[from as usize..to as usize];
-                        if !chains.contains_key(to) {
+                        if chains.base(to).is_none() {
                             found.push(jump_to_undefined(location, t, to));
                         }
-                        if chains.get(to) == Some(&true) {
+                        if chains.base(to) == Some(true) {
                             found.push(jump_to_base(location, t, to));
                         }
                     }
@@ -659,6 +687,48 @@ fn undefined_set_references(rs: &mut Ruleset, stream: Option<(&Stream, &str)>) {
         }
     }
     rs.diagnostics.extend(found);
+}
+
+/// A table's chains by name, in 4 bytes a chain (a map of `&str` keys took 24: 3 MiB
+/// on a 10k-service table, at the streaming read's peak).
+struct ChainNames<'t> {
+    chains: &'t [crate::model::Chain],
+    index: hashbrown::HashTable<u32>,
+}
+
+impl<'t> ChainNames<'t> {
+    fn hash(name: &str) -> u64 {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        BuildHasherDefault::<crate::fasthash::FxHasher>::default().hash_one(name)
+    }
+
+    fn new(chains: &'t [crate::model::Chain]) -> ChainNames<'t> {
+        let mut index = hashbrown::HashTable::with_capacity(chains.len());
+        let name = |i: u32| chains.get(i as usize).map_or("", |c| &*c.name);
+        for (i, c) in chains.iter().enumerate() {
+            let h = Self::hash(&c.name);
+            // Inputs are under 4 GiB: indexes fit.
+            let i = i as u32;
+            match index.find_mut(h, |&j| name(j) == &*c.name) {
+                // A name twice (a script's dead chain): the last one counts.
+                Some(j) => *j = i,
+                None => {
+                    index.insert_unique(h, i, |&j| Self::hash(name(j)));
+                }
+            }
+        }
+        ChainNames { chains, index }
+    }
+
+    /// Whether chain `name` is a base chain; `None` when the table has no such chain.
+    fn base(&self, name: &str) -> Option<bool> {
+        let i = self.index.find(Self::hash(name), |&j| {
+            self.chains
+                .get(j as usize)
+                .is_some_and(|c| &*c.name == name)
+        })?;
+        Some(self.chains[*i as usize].base.is_some())
+    }
 }
 
 /// A rule jumps or goes to a chain its table does not define.
@@ -694,7 +764,7 @@ fn jump_to_base(at: Location, t: &crate::model::Table, to: &str) -> Diagnostic {
 /// The diagnostics of [`undefined_set_references`] for one rule of table `t`.
 fn rule_references(
     t: &crate::model::Table,
-    chains: &std::collections::HashMap<&str, bool>,
+    chains: &ChainNames,
     chain_listing: bool,
     r: &crate::model::Rule,
     found: &mut Vec<Diagnostic>,
@@ -705,13 +775,13 @@ fn rule_references(
     {
         for s in &rule.statements {
             if let StatementKind::Verdict(Verdict::Jump(to) | Verdict::Goto(to)) = &s.kind
-                && !chains.contains_key(&**to)
+                && chains.base(to).is_none()
             {
                 found.push(jump_to_undefined(r.location, t, to));
             }
         }
         for c in rule.chain_references() {
-            if chains.get(c.chain) == Some(&true) {
+            if chains.base(c.chain) == Some(true) {
                 found.push(jump_to_base(r.location, t, c.chain));
             }
         }
