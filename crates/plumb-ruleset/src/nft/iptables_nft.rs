@@ -602,7 +602,7 @@ impl StreamedTable {
                 }
             }
         };
-        if self.len % SLOT_BLOCK == 0 {
+        if self.len.is_multiple_of(SLOT_BLOCK) {
             self.slots.push(Vec::with_capacity(SLOT_BLOCK));
         }
         if let Some(block) = self.slots.last_mut() {
@@ -1710,6 +1710,21 @@ mod tests {
         );
         // Only the counter-less rule is foreign: the vmap one has no counter either.
         assert_eq!(foreign_rules(&rs).count(), 2);
+    }
+
+    #[test]
+    fn permute_puts_each_item_where_the_order_says() {
+        for order in [
+            vec![0u32, 1, 2, 3, 4],
+            vec![4, 3, 2, 1, 0],
+            vec![1, 2, 3, 4, 0],
+            vec![2, 0, 1, 4, 3],
+        ] {
+            let mut items: Vec<char> = "abcde".chars().collect();
+            let want: Vec<char> = order.iter().map(|&i| items[i as usize]).collect();
+            permute(&mut items, &mut order.clone());
+            assert_eq!(items, want, "{order:?}");
+        }
     }
 
     #[test]
