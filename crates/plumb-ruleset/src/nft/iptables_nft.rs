@@ -724,10 +724,11 @@ impl StreamedTable {
 }
 
 /// [`translate_table`] for a table whose rules the nft text reader turned into
-/// `-A CHAIN ...` lines (`rule_lines`, chains in the table's order) as it read them,
-/// keeping `rules[chain]` for each chain. `Err` when the result would differ from
+/// iptables specs as it read them (`streamed`: the specs, chains in the table's order,
+/// and what each rule keeps of its nft form). `Err` when the result would differ from
 /// [`translate_table`] on the table as nft rules (an iptables rule the iptables reader
-/// refuses, rule counts that do not agree): the caller reads the text again as nft.
+/// refuses, rule counts that do not agree); [`StreamedTable::check_chunk`] has ruled
+/// both out while the nft text could still be read again.
 pub(crate) fn translate_streamed_table(
     table: &mut Table,
     mut streamed: StreamedTable,
