@@ -38,6 +38,29 @@ fn whole_way(text: &str) -> Ruleset {
     rs
 }
 
+/// A table named as iptables names its tables, that turns out to have a set after
+/// its first chain was read: its chains' names must not hold the text either.
+#[test]
+fn a_table_that_stops_being_streamed_holds_no_span_of_the_text() {
+    let text = "table ip filter {\n\tchain INPUT {\n\t\ttype filter hook input priority filter; policy accept;\n\t}\n\n\tchain X {\n\t}\n\n\tset s {\n\t\ttype ipv4_addr\n\t}\n}\n";
+    let shared = std::sync::Arc::new(text.to_string());
+    let rs = parse_text_translated_owned(std::sync::Arc::clone(&shared));
+    assert_eq!(rs.tables[0].chains.len(), 2);
+    assert_eq!(&*rs.tables[0].chains[1].name, "X");
+    assert_eq!(std::sync::Arc::strong_count(&shared), 1);
+    assert_eq!(model(&rs), model(&whole_way(text)));
+}
+
+/// A base chain policy iptables cannot spell: the table's iptables text does not read
+/// back, which the read that takes the text must know before it frees the text.
+#[test]
+fn a_policy_iptables_cannot_spell_is_known_before_the_text_is_freed() {
+    let text = "table ip filter {\n\tchain INPUT {\n\t\ttype filter hook input priority filter; policy \"drop now\";\n\t\tcounter packets 0 bytes 0 jump X\n\t}\n\n\tchain X {\n\t\tcounter packets 1 bytes 2 accept\n\t}\n}\n";
+    let want = model(&whole_way(text));
+    assert_eq!(model(&owned(text)), want);
+    assert_eq!(model(&parse_text_translated(text)), want);
+}
+
 /// The read that takes the text (what `format::parse_owned` uses).
 fn owned(text: &str) -> Ruleset {
     parse_text_translated_owned(std::sync::Arc::new(text.to_string()))
@@ -85,6 +108,11 @@ fn translating_as_read_gives_the_whole_way_model_on_every_nft_text() {
         );
         // Handed the text (chain names first spans of it, then of their own text).
         assert_eq!(model(&owned(&text)), want, "{}", f.display());
+        // ... and nothing read holds it afterwards: it is freed once read.
+        let shared = std::sync::Arc::new(text);
+        let rs = parse_text_translated_owned(std::sync::Arc::clone(&shared));
+        assert_eq!(std::sync::Arc::strong_count(&shared), 1, "{}", f.display());
+        drop(rs);
     }
     eprintln!(
         "{} nft texts, {streamed} read streaming ({translated_tables} iptables-nft tables translated as read)",

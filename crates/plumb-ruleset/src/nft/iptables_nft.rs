@@ -723,6 +723,57 @@ impl StreamedTable {
     }
 }
 
+/// Whether the iptables reader reads `table`'s chain declarations, as
+/// [`iptables_header`] writes them, without an error (a policy nft printed that
+/// iptables cannot spell, a name it refuses, makes one). With every chunk of the
+/// table's rules read back ([`StreamedTable::check_chunk`]), this is what the table's
+/// iptables text is. Read in slices of [`HEADER_SLICE`] declarations: a 10k-service
+/// table declares 58k chains, and this runs while the nft text is still held.
+pub(crate) fn header_reads_back(table: &Table) -> bool {
+    let read = |mut text: String| {
+        text.push_str("COMMIT\n");
+        parse_shared(
+            Arc::new(text),
+            &IptablesInput {
+                family: table.family,
+                backend: Some(Backend::IptablesNft),
+                restore_payload: true,
+                ..IptablesInput::default()
+            },
+        )
+        .error_count()
+            == 0
+    };
+    let builtins = crate::iptables::save::builtin_chains(&table.name);
+    let mut text = format!("*{}\n", table.name);
+    for b in builtins {
+        let policy = table
+            .chain(b)
+            .and_then(|c| c.policy())
+            .map_or("ACCEPT", |p| p.as_iptables());
+        let _ = writeln!(text, ":{b} {policy} [0:0]");
+    }
+    let mut declared = 0;
+    for c in table
+        .chains
+        .iter()
+        .filter(|c| !builtins.contains(&&*c.name))
+    {
+        let _ = writeln!(text, ":{} - [0:0]", c.name);
+        declared += 1;
+        if declared == HEADER_SLICE {
+            if !read(std::mem::replace(&mut text, format!("*{}\n", table.name))) {
+                return false;
+            }
+            declared = 0;
+        }
+    }
+    read(text)
+}
+
+/// Chain declarations read back at once by [`header_reads_back`].
+const HEADER_SLICE: usize = 4096;
+
 /// [`translate_table`] for a table whose rules the nft text reader turned into
 /// iptables specs as it read them (`streamed`: the specs, chains in the table's order,
 /// and what each rule keeps of its nft form). `Err` when the result would differ from

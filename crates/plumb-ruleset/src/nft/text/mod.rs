@@ -158,15 +158,16 @@ fn read_streamed(text: &str, source: Option<&SourceText>) -> Option<StreamedRead
         if st.failed
             || (st.translated > 0
                 && !(table.backend == crate::model::Backend::Nftables
-                    && crate::nft::iptables_nft::is_iptables_nft_table(table)))
+                    && crate::nft::iptables_nft::is_iptables_nft_table(table)
+                    && crate::nft::iptables_nft::header_reads_back(table)))
         {
             return None;
         }
     }
-    for (table, st) in rs.tables.iter_mut().zip(&tables) {
-        if st.is_some() {
-            own_chain_names(table);
-        }
+    // Every table: one that stopped being streamed (a set came) kept the spans its
+    // chains got before.
+    for table in &mut rs.tables {
+        own_chain_names(table);
     }
     let stream = Stream {
         abort: false,
