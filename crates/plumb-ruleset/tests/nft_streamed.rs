@@ -61,6 +61,19 @@ fn a_policy_iptables_cannot_spell_is_known_before_the_text_is_freed() {
     assert_eq!(model(&parse_text_translated(text)), want);
 }
 
+/// A jump to a chain whose name is 256 bytes or more (a streamed rule holds the
+/// target's length in a byte): read the whole way, the same model.
+#[test]
+fn a_jump_to_a_long_chain_name_reads_the_same() {
+    let long = "L".repeat(300);
+    let text = format!(
+        "table ip filter {{\n\tchain INPUT {{\n\t\ttype filter hook input priority filter; policy accept;\n\t\tcounter packets 0 bytes 0 jump {long}\n\t}}\n\n\tchain {long} {{\n\t\tcounter packets 1 bytes 2 accept\n\t}}\n}}\n"
+    );
+    let want = model(&whole_way(&text));
+    assert_eq!(model(&owned(&text)), want);
+    assert_eq!(model(&parse_text_translated(&text)), want);
+}
+
 /// The read that takes the text (what `format::parse_owned` uses).
 fn owned(text: &str) -> Ruleset {
     parse_text_translated_owned(std::sync::Arc::new(text.to_string()))
