@@ -540,7 +540,9 @@ fn parse_source(source: SourceText, options: &ParseOptions) -> Result<Parsed, In
             rs
         }
         // iptables-nft's tables become iptables tables as they are read.
-        Format::NftText => crate::nft::parse_text_translated(text),
+        // The text is handed over: it is freed before the translated tables'
+        // iptables models are built.
+        Format::NftText => crate::nft::parse_text_translated_owned(source),
         Format::NftJson => crate::nft::parse_json(text),
         Format::Ipvsadm => parse_ipvsadm(text),
         Format::Session => parse_session(text, options),

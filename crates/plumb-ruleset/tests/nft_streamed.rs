@@ -7,7 +7,10 @@
 mod common;
 
 use plumb_ruleset::format::{Format, detect};
-use plumb_ruleset::nft::{iptables_nft, parse_text, parse_text_streamed, parse_text_translated};
+use plumb_ruleset::nft::{
+    iptables_nft, parse_text, parse_text_streamed, parse_text_translated,
+    parse_text_translated_owned,
+};
 use plumb_ruleset::{Backend, Ruleset};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
@@ -33,6 +36,47 @@ fn whole_way(text: &str) -> Ruleset {
     let mut rs = parse_text(text);
     iptables_nft::translate(&mut rs);
     rs
+}
+
+/// A table named as iptables names its tables, that turns out to have a set after
+/// its first chain was read: its chains' names must not hold the text either.
+#[test]
+fn a_table_that_stops_being_streamed_holds_no_span_of_the_text() {
+    let text = "table ip filter {\n\tchain INPUT {\n\t\ttype filter hook input priority filter; policy accept;\n\t}\n\n\tchain X {\n\t}\n\n\tset s {\n\t\ttype ipv4_addr\n\t}\n}\n";
+    let shared = std::sync::Arc::new(text.to_string());
+    let rs = parse_text_translated_owned(std::sync::Arc::clone(&shared));
+    assert_eq!(rs.tables[0].chains.len(), 2);
+    assert_eq!(&*rs.tables[0].chains[1].name, "X");
+    assert_eq!(std::sync::Arc::strong_count(&shared), 1);
+    assert_eq!(model(&rs), model(&whole_way(text)));
+}
+
+/// A base chain policy iptables cannot spell: the table's iptables text does not read
+/// back, which the read that takes the text must know before it frees the text.
+#[test]
+fn a_policy_iptables_cannot_spell_is_known_before_the_text_is_freed() {
+    let text = "table ip filter {\n\tchain INPUT {\n\t\ttype filter hook input priority filter; policy \"drop now\";\n\t\tcounter packets 0 bytes 0 jump X\n\t}\n\n\tchain X {\n\t\tcounter packets 1 bytes 2 accept\n\t}\n}\n";
+    let want = model(&whole_way(text));
+    assert_eq!(model(&owned(text)), want);
+    assert_eq!(model(&parse_text_translated(text)), want);
+}
+
+/// A jump to a chain whose name is 256 bytes or more (a streamed rule holds the
+/// target's length in a byte): read the whole way, the same model.
+#[test]
+fn a_jump_to_a_long_chain_name_reads_the_same() {
+    let long = "L".repeat(300);
+    let text = format!(
+        "table ip filter {{\n\tchain INPUT {{\n\t\ttype filter hook input priority filter; policy accept;\n\t\tcounter packets 0 bytes 0 jump {long}\n\t}}\n\n\tchain {long} {{\n\t\tcounter packets 1 bytes 2 accept\n\t}}\n}}\n"
+    );
+    let want = model(&whole_way(&text));
+    assert_eq!(model(&owned(&text)), want);
+    assert_eq!(model(&parse_text_translated(&text)), want);
+}
+
+/// The read that takes the text (what `format::parse_owned` uses).
+fn owned(text: &str) -> Ruleset {
+    parse_text_translated_owned(std::sync::Arc::new(text.to_string()))
 }
 
 /// Everything the model holds, rule bodies included.
@@ -75,6 +119,13 @@ fn translating_as_read_gives_the_whole_way_model_on_every_nft_text() {
             "{}",
             f.display()
         );
+        // Handed the text (chain names first spans of it, then of their own text).
+        assert_eq!(model(&owned(&text)), want, "{}", f.display());
+        // ... and nothing read holds it afterwards: it is freed once read.
+        let shared = std::sync::Arc::new(text);
+        let rs = parse_text_translated_owned(std::sync::Arc::clone(&shared));
+        assert_eq!(std::sync::Arc::strong_count(&shared), 1, "{}", f.display());
+        drop(rs);
     }
     eprintln!(
         "{} nft texts, {streamed} read streaming ({translated_tables} iptables-nft tables translated as read)",
@@ -207,6 +258,8 @@ proptest! {
         )
     ) {
         let m = mutate(IPTABLES_NFT, &edits);
-        prop_assert_eq!(model(&parse_text_translated(&m)), model(&whole_way(&m)));
+        let want = model(&whole_way(&m));
+        prop_assert_eq!(model(&parse_text_translated(&m)), want.clone());
+        prop_assert_eq!(model(&owned(&m)), want);
     }
 }

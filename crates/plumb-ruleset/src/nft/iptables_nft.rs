@@ -439,92 +439,398 @@ pub(crate) enum StreamedRule {
     Nft,
 }
 
+/// How [`StreamedTable`] holds a [`StreamedRule`]: 20 bytes (the enum takes 48), as a
+/// 10k-service table has 170k of them.
+#[derive(Clone, Copy)]
+struct Slot {
+    line: u32,
+    column: u32,
+    /// [`NO_COUNTERS`], [`ZERO_COUNTERS`] or an index into [`StreamedTable::counters`].
+    counters: u32,
+    /// The transfer's span (`from..from + len`), when `kind` names one (nft chain
+    /// names are under 256 bytes; a longer one is not streamed).
+    from: u32,
+    len: u8,
+    /// [`SLOT_NFT`], [`SLOT_XT`], [`SLOT_JUMP`] or [`SLOT_GOTO`].
+    kind: u8,
+}
+
+const SLOT_NFT: u8 = 0;
+const SLOT_XT: u8 = 1;
+const SLOT_JUMP: u8 = 2;
+const SLOT_GOTO: u8 = 3;
+const NO_COUNTERS: u32 = u32::MAX;
+const ZERO_COUNTERS: u32 = u32::MAX - 1;
+
+/// Slots in one block of [`StreamedTable::slots`]: blocks are allocated at their full
+/// size once, so the slots never sit in a vector grown by doubling (up to 2x).
+const SLOT_BLOCK: usize = 4096;
+
 /// The translation of a table that the nft text reader makes as it reads the table's
 /// rules (chains one after the other, each chain's rules in order).
-#[derive(Default)]
+///
+/// Each chunk of `-A` lines is read back with the iptables reader as soon as it is
+/// full ([`StreamedTable::check_chunk`]), while the nft text is still there to be read
+/// again: so every reason [`translate_streamed_table`] could refuse the table is known
+/// when the reading ends, and the nft text can be freed before the table's iptables
+/// model is built (see `crate::nft::text::parse_text_translated_owned`).
 pub(crate) struct StreamedTable {
-    /// The `-A CHAIN SPEC` lines of the translated rules, in chunks of about
-    /// [`LINE_CHUNK`] bytes (a chunk is allocated once, and freed as soon as it is
-    /// copied into the table's text).
+    /// The table's name and family (for reading chunks back).
+    name: String,
+    family: Family,
+    /// The translated rules' iptables specs (`-A CHAIN SPEC` without `-A CHAIN `: the
+    /// chain is known from the slots, and its name would take 30 bytes a rule), one a
+    /// line, in chunks of about [`LINE_CHUNK`] bytes (a chunk is allocated once, and
+    /// freed as soon as it is copied into the table's text).
     lines: Vec<String>,
-    /// Every rule of the table, chain after chain.
-    rules: Vec<StreamedRule>,
-    /// By chain index: where the chain's rules start in `rules`.
+    /// The last chunk's chain runs, not read back yet: (byte offset in the chunk of the
+    /// run's first line, end of the chain's name in `run_names`, lines).
+    runs: Vec<(u32, u32, u32)>,
+    /// The names of the chains of `runs`, one after the other.
+    run_names: String,
+    /// The chain index of the last run.
+    run_chain: usize,
+    /// A chunk did not read back rule for rule: the table must be read again as nft.
+    pub(crate) failed: bool,
+    /// Every rule of the table, chain after chain, in blocks of [`SLOT_BLOCK`].
+    slots: Vec<Vec<Slot>>,
+    /// How many slots there are.
+    len: usize,
+    /// Counters other than zero, by [`Slot::counters`].
+    counters: Vec<crate::model::Counters>,
+    /// By chain index: where the chain's rules start among the slots.
     starts: Vec<u32>,
     /// How many rules were translated (their nft statements dropped).
     pub(crate) translated: usize,
 }
 
-/// Bytes of `-A` lines held in one chunk of [`StreamedTable::lines`].
+/// Bytes of `-A` lines held in one chunk of [`StreamedTable::lines`]. 1 MiB: mimalloc
+/// gives a block this big pages of its own, returned when it is freed; 256 KiB chunks
+/// shared pages that stayed resident when freed (peak RSS +3 MiB on a 10k-service
+/// listing, though the heap's peak was 1 MiB lower).
 const LINE_CHUNK: usize = 1 << 20;
 
 impl StreamedTable {
+    /// The translation of table `family name`, before any rule.
+    pub(crate) fn new(family: Family, name: &str) -> StreamedTable {
+        StreamedTable {
+            name: name.to_string(),
+            family,
+            lines: Vec::new(),
+            runs: Vec::new(),
+            run_names: String::new(),
+            run_chain: 0,
+            failed: false,
+            slots: Vec::new(),
+            len: 0,
+            counters: Vec::new(),
+            starts: Vec::new(),
+            translated: 0,
+        }
+    }
+
     /// Adds a rule to chain `ci`, the chain being read (no rule of a later chain was
     /// added yet); a translated rule comes with its chain's name and its iptables rule.
     pub(crate) fn push(&mut self, ci: usize, rule: StreamedRule, line: Option<(&str, &str)>) {
         while self.starts.len() <= ci {
-            self.starts.push(self.rules.len() as u32);
+            self.starts.push(self.len as u32);
         }
-        self.rules.push(rule);
+        self.push_slot(rule);
         let Some((chain, spec)) = line else { return };
-        let len = chain.len() + spec.len() + 5;
-        match self.lines.last_mut() {
+        if spec.contains(['\n', '\r']) {
+            // Not one line: the iptables reader would not read it as one rule.
+            self.failed = true;
+        }
+        let len = spec.len() + 1;
+        match self.lines.last() {
             Some(last) if last.capacity() - last.len() >= len => {}
-            _ => self.lines.push(String::with_capacity(LINE_CHUNK.max(len))),
+            _ => {
+                self.check_chunk();
+                self.lines.push(String::with_capacity(LINE_CHUNK.max(len)));
+            }
         }
         if let Some(last) = self.lines.last_mut() {
-            last.push_str("-A ");
-            last.push_str(chain);
-            last.push(' ');
+            let at = last.len() as u32;
+            match self.runs.last_mut() {
+                Some(run) if self.run_chain == ci => run.2 += 1,
+                _ => {
+                    self.run_names.push_str(chain);
+                    self.runs.push((at, self.run_names.len() as u32, 1));
+                    self.run_chain = ci;
+                }
+            }
             last.push_str(spec);
             last.push('\n');
         }
         self.translated += 1;
     }
 
-    /// The rules of chain `ci`, in order.
-    pub(crate) fn chain_rules(&self, ci: usize) -> &[StreamedRule] {
-        let Some(&from) = self.starts.get(ci) else {
-            return &[];
+    fn push_slot(&mut self, rule: StreamedRule) {
+        let slot = match rule {
+            StreamedRule::Nft => Slot {
+                line: 0,
+                column: 0,
+                counters: NO_COUNTERS,
+                from: 0,
+                len: 0,
+                kind: SLOT_NFT,
+            },
+            StreamedRule::Xt {
+                location,
+                counters,
+                transfer,
+            } => {
+                let counters = match counters {
+                    None => NO_COUNTERS,
+                    Some(c) if c == crate::model::Counters::default() => ZERO_COUNTERS,
+                    Some(c) => {
+                        self.counters.push(c);
+                        (self.counters.len() - 1) as u32
+                    }
+                };
+                let (from, to, kind) = match transfer {
+                    None => (0, 0, SLOT_XT),
+                    Some((from, to, false)) => (from, to, SLOT_JUMP),
+                    Some((from, to, true)) => (from, to, SLOT_GOTO),
+                };
+                let len = u8::try_from(to.saturating_sub(from)).unwrap_or_else(|_| {
+                    // Not held: the table is read the whole way.
+                    self.failed = true;
+                    0
+                });
+                Slot {
+                    line: location.line,
+                    column: location.column,
+                    counters,
+                    from,
+                    len,
+                    kind,
+                }
+            }
         };
-        let to = self
-            .starts
-            .get(ci + 1)
-            .map_or(self.rules.len(), |&t| t as usize);
-        &self.rules[from as usize..to]
+        if self.len.is_multiple_of(SLOT_BLOCK) {
+            self.slots.push(Vec::with_capacity(SLOT_BLOCK));
+        }
+        if let Some(block) = self.slots.last_mut() {
+            block.push(slot);
+        }
+        self.len += 1;
+    }
+
+    /// The rule in slot `i`.
+    fn slot(&self, i: usize) -> StreamedRule {
+        let s = self.slots[i / SLOT_BLOCK][i % SLOT_BLOCK];
+        if s.kind == SLOT_NFT {
+            return StreamedRule::Nft;
+        }
+        StreamedRule::Xt {
+            location: crate::model::Location {
+                line: s.line,
+                column: s.column,
+            },
+            counters: match s.counters {
+                NO_COUNTERS => None,
+                ZERO_COUNTERS => Some(crate::model::Counters::default()),
+                i => Some(self.counters[i as usize]),
+            },
+            transfer: match s.kind {
+                SLOT_JUMP => Some((s.from, s.from + u32::from(s.len), false)),
+                SLOT_GOTO => Some((s.from, s.from + u32::from(s.len), true)),
+                _ => None,
+            },
+        }
+    }
+
+    /// The slots of chain `ci`.
+    fn chain_range(&self, ci: usize) -> std::ops::Range<usize> {
+        let Some(&from) = self.starts.get(ci) else {
+            return 0..0;
+        };
+        let to = self.starts.get(ci + 1).map_or(self.len, |&t| t as usize);
+        from as usize..to
+    }
+
+    /// The rules of chain `ci`, in order.
+    pub(crate) fn chain_rules(&self, ci: usize) -> impl Iterator<Item = StreamedRule> + '_ {
+        self.chain_range(ci).map(|i| self.slot(i))
+    }
+
+    /// Whether chain `ci` has no rules yet.
+    pub(crate) fn chain_is_empty(&self, ci: usize) -> bool {
+        self.chain_range(ci).is_empty()
+    }
+
+    /// Reads the last chunk of `-A` lines back with the iptables reader, as
+    /// [`translate_streamed_table`] reads the whole table: `failed` when it refuses a
+    /// line or does not make one rule of each line in the chain the line names.
+    pub(crate) fn check_chunk(&mut self) {
+        let runs = std::mem::take(&mut self.runs);
+        let run_names = std::mem::take(&mut self.run_names);
+        let Some(chunk) = self.lines.last() else {
+            return;
+        };
+        if runs.is_empty() || self.failed {
+            return;
+        }
+        let builtins = crate::iptables::save::builtin_chains(&self.name);
+        let name = |i: usize| {
+            let from = i.checked_sub(1).map_or(0, |p| runs[p].1 as usize);
+            &run_names[from..runs[i].1 as usize]
+        };
+        let prefixes = runs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (name(i).len() + 4) * r.2 as usize)
+            .sum::<usize>();
+        let mut text =
+            String::with_capacity(chunk.len() + prefixes + run_names.len() + runs.len() * 12 + 64);
+        let _ = writeln!(text, "*{}", self.name);
+        for i in 0..runs.len() {
+            let n = name(i);
+            let policy = if builtins.contains(&n) { "ACCEPT" } else { "-" };
+            let _ = writeln!(text, ":{n} {policy} [0:0]");
+        }
+        let mut specs = chunk.split_terminator('\n');
+        for (i, run) in runs.iter().enumerate() {
+            let n = name(i);
+            for spec in specs.by_ref().take(run.2 as usize) {
+                text.push_str("-A ");
+                text.push_str(n);
+                text.push(' ');
+                text.push_str(spec);
+                text.push('\n');
+            }
+        }
+        text.push_str("COMMIT\n");
+        let rs = parse_shared(
+            Arc::new(text),
+            &IptablesInput {
+                family: self.family,
+                backend: Some(Backend::IptablesNft),
+                restore_payload: true,
+                ..IptablesInput::default()
+            },
+        );
+        let ok = rs.error_count() == 0
+            && rs.tables.len() == 1
+            && rs.tables.first().is_some_and(|t| {
+                let lines: usize = runs.iter().map(|r| r.2 as usize).sum();
+                let counts: std::collections::HashMap<&str, usize> =
+                    t.chains.iter().map(|c| (&*c.name, c.rules.len())).collect();
+                t.chains.iter().map(|c| c.rules.len()).sum::<usize>() == lines
+                    && runs
+                        .iter()
+                        .enumerate()
+                        .all(|(i, r)| counts.get(name(i)) == Some(&(r.2 as usize)))
+            });
+        if !ok {
+            self.failed = true;
+        }
     }
 }
 
+/// Whether the iptables reader reads `table`'s chain declarations, as
+/// [`iptables_header`] writes them, without an error (a policy nft printed that
+/// iptables cannot spell, a name it refuses, makes one). With every chunk of the
+/// table's rules read back ([`StreamedTable::check_chunk`]), this is what the table's
+/// iptables text is. Read in slices of [`HEADER_SLICE`] declarations: a 10k-service
+/// table declares 58k chains, and this runs while the nft text is still held.
+pub(crate) fn header_reads_back(table: &Table) -> bool {
+    let read = |mut text: String| {
+        text.push_str("COMMIT\n");
+        parse_shared(
+            Arc::new(text),
+            &IptablesInput {
+                family: table.family,
+                backend: Some(Backend::IptablesNft),
+                restore_payload: true,
+                ..IptablesInput::default()
+            },
+        )
+        .error_count()
+            == 0
+    };
+    let builtins = crate::iptables::save::builtin_chains(&table.name);
+    let mut text = format!("*{}\n", table.name);
+    for b in builtins {
+        let policy = table
+            .chain(b)
+            .and_then(|c| c.policy())
+            .map_or("ACCEPT", |p| p.as_iptables());
+        let _ = writeln!(text, ":{b} {policy} [0:0]");
+    }
+    let mut declared = 0;
+    for c in table
+        .chains
+        .iter()
+        .filter(|c| !builtins.contains(&&*c.name))
+    {
+        let _ = writeln!(text, ":{} - [0:0]", c.name);
+        declared += 1;
+        if declared == HEADER_SLICE {
+            if !read(std::mem::replace(&mut text, format!("*{}\n", table.name))) {
+                return false;
+            }
+            declared = 0;
+        }
+    }
+    read(text)
+}
+
+/// Chain declarations read back at once by [`header_reads_back`].
+const HEADER_SLICE: usize = 4096;
+
 /// [`translate_table`] for a table whose rules the nft text reader turned into
-/// `-A CHAIN ...` lines (`rule_lines`, chains in the table's order) as it read them,
-/// keeping `rules[chain]` for each chain. `Err` when the result would differ from
+/// iptables specs as it read them (`streamed`: the specs, chains in the table's order,
+/// and what each rule keeps of its nft form). `Err` when the result would differ from
 /// [`translate_table`] on the table as nft rules (an iptables rule the iptables reader
-/// refuses, rule counts that do not agree): the caller reads the text again as nft.
+/// refuses, rule counts that do not agree); [`StreamedTable::check_chunk`] has ruled
+/// both out while the nft text could still be read again.
 pub(crate) fn translate_streamed_table(
     table: &mut Table,
-    streamed: StreamedTable,
+    mut streamed: StreamedTable,
 ) -> Result<KeptRules, ()> {
-    let StreamedTable {
-        lines,
-        rules: slots,
-        starts,
-        ..
-    } = streamed;
-    let chain_rules = |ci: usize| -> &[StreamedRule] {
-        let Some(&from) = starts.get(ci) else {
-            return &[];
-        };
-        let to = starts.get(ci + 1).map_or(slots.len(), |&t| t as usize);
-        &slots[from as usize..to]
-    };
+    let lines = std::mem::take(&mut streamed.lines);
+    let chain_rules = |ci: usize| streamed.chain_rules(ci);
     let (header, _) = iptables_header(table);
-    let size = lines.iter().map(String::len).sum::<usize>();
+    // Each chain's specs, in order, become its `-A CHAIN SPEC` lines; a chunk of specs
+    // is freed as soon as it is copied.
+    let xt_counts: Vec<usize> = (0..table.chains.len())
+        .map(|ci| {
+            chain_rules(ci)
+                .filter(|r| matches!(r, StreamedRule::Xt { .. }))
+                .count()
+        })
+        .collect();
+    let size = lines.iter().map(String::len).sum::<usize>()
+        + table
+            .chains
+            .iter()
+            .zip(&xt_counts)
+            .map(|(c, n)| (c.name.len() + 4) * n)
+            .sum::<usize>();
     let mut text = String::with_capacity(header.len() + size + "COMMIT\n".len());
     text.push_str(&header);
     drop(header);
-    for chunk in lines {
-        text.push_str(&chunk);
+    let mut chunks = lines.into_iter();
+    let mut chunk = String::new();
+    let mut at = 0;
+    for (c, &n) in table.chains.iter().zip(&xt_counts) {
+        for _ in 0..n {
+            while at >= chunk.len() {
+                chunk = chunks.next().ok_or(())?;
+                at = 0;
+            }
+            let end = chunk[at..].find('\n').map_or(chunk.len(), |e| at + e);
+            text.push_str("-A ");
+            text.push_str(&c.name);
+            text.push(' ');
+            text.push_str(&chunk[at..end]);
+            text.push('\n');
+            at = end + 1;
+        }
     }
+    drop(chunk);
     text.push_str("COMMIT\n");
     let rs = parse_shared(
         Arc::new(text),
@@ -541,70 +847,145 @@ pub(crate) fn translate_streamed_table(
         return Err(());
     }
     let mut xt_table = rs.tables.into_iter().next().ok_or(())?;
-    let xt_rules: std::collections::HashMap<&str, usize> = xt_table
-        .chains
-        .iter()
-        .map(|c| (&*c.name, c.rules.len()))
-        .collect();
-    let counts_agree = table.chains.iter().enumerate().all(|(ci, c)| {
-        let want = chain_rules(ci)
+    // Which nft chain each iptables chain is; the rule counts must agree.
+    let origin = chain_origins(table, &xt_table.chains);
+    if origin.iter().flatten().count() != table.chains.len()
+        || !xt_table
+            .chains
             .iter()
-            .filter(|r| matches!(r, StreamedRule::Xt { .. }))
-            .count();
-        xt_rules.get(&*c.name) == Some(&want)
-    });
-    drop(xt_rules);
-    if !counts_agree {
+            .zip(&origin)
+            .all(|(xc, o)| o.is_none_or(|ci| xt_counts.get(ci as usize) == Some(&xc.rules.len())))
+    {
         return Err(());
     }
+    drop(xt_counts);
+    // The iptables chains take the nft chains' locations, counters and kept nft rules
+    // in place: no second vector of chains, nor of rules where every rule was
+    // translated.
     let mut foreign = Vec::new();
     let mut old_chains = std::mem::take(&mut table.chains);
-    let mut kept_rules: Vec<std::vec::IntoIter<Rule>> = old_chains
-        .iter_mut()
-        .map(|c| std::mem::take(&mut c.rules).into_iter())
-        .collect();
-    let old_index = chain_positions(&old_chains);
-    let mut new_chains: Vec<Chain> = Vec::with_capacity(xt_table.chains.len());
-    for mut xc in std::mem::take(&mut xt_table.chains) {
-        let Some(&ci) = old_index.get(&*xc.name) else {
+    for (xc, o) in xt_table.chains.iter_mut().zip(&origin) {
+        let Some(ci) = o.map(|ci| ci as usize) else {
+            // A built-in chain the nft view does not have: located at the table.
             xc.location = table.location;
-            new_chains.push(xc);
             continue;
         };
-        let oc = &old_chains[ci];
-        let mut translated = std::mem::take(&mut xc.rules).into_iter();
-        let kept = &mut kept_rules[ci];
-        let slots = chain_rules(ci);
-        let mut out = Vec::with_capacity(slots.len());
-        for slot in slots {
-            let rule = match *slot {
-                StreamedRule::Xt {
+        let oc = &mut old_chains[ci];
+        let slots = streamed.chain_range(ci);
+        if slots.len() == xc.rules.len() {
+            for (r, slot) in xc.rules.iter_mut().zip(chain_rules(ci)) {
+                let StreamedRule::Xt {
                     location, counters, ..
-                } => {
-                    let mut r = translated.next().ok_or(())?;
-                    r.location = location;
-                    r.set_counters(counters);
-                    r
-                }
-                StreamedRule::Nft => {
-                    let r = kept.next().ok_or(())?;
-                    foreign.push((
-                        r.location.line,
-                        r.location.column,
-                        oc.name.to_string(),
-                        is_foreign(&r),
-                    ));
-                    r
-                }
-            };
-            out.push(rule);
+                } = slot
+                else {
+                    return Err(());
+                };
+                r.location = location;
+                r.set_counters(counters);
+            }
+        } else {
+            let mut translated = std::mem::take(&mut xc.rules).into_iter();
+            let mut kept = std::mem::take(&mut oc.rules).into_iter();
+            let mut out = Vec::with_capacity(slots.len());
+            for slot in chain_rules(ci) {
+                let rule = match slot {
+                    StreamedRule::Xt {
+                        location, counters, ..
+                    } => {
+                        let mut r = translated.next().ok_or(())?;
+                        r.location = location;
+                        r.set_counters(counters);
+                        r
+                    }
+                    StreamedRule::Nft => {
+                        let r = kept.next().ok_or(())?;
+                        foreign.push((
+                            r.location.line,
+                            r.location.column,
+                            oc.name.to_string(),
+                            is_foreign(&r),
+                        ));
+                        r
+                    }
+                };
+                out.push(rule);
+            }
+            xc.rules = out;
         }
-        xc.rules = out;
-        keep_nft_view(&mut xc, oc);
-        new_chains.push(xc);
+        keep_nft_view(xc, oc);
     }
-    install_translated(table, new_chains, &old_index);
+    drop(old_chains);
+    // The nft view's order, missing built-ins first (as `install_translated` sorts).
+    let mut order: Vec<u32> = (0..xt_table.chains.len() as u32).collect();
+    order.sort_by_key(|&j| origin[j as usize].map_or(0, |p| p as u64 + 1));
+    permute(&mut xt_table.chains, &mut order);
+    table.chains = std::mem::take(&mut xt_table.chains);
+    table.backend = Backend::IptablesNft;
+    table.nft_view = true;
     Ok(foreign)
+}
+
+/// For each chain of `xt` (the iptables reading of `table`'s translation, its chains
+/// declared as [`iptables_header`] writes them), the index of the nft chain it is in
+/// `table`, or `None` for a built-in chain the nft view does not have.
+fn chain_origins(table: &Table, xt: &[Chain]) -> Vec<Option<u32>> {
+    let builtins = crate::iptables::save::builtin_chains(&table.name);
+    let mut origin = Vec::with_capacity(xt.len());
+    for b in builtins {
+        origin.push(
+            table
+                .chains
+                .iter()
+                .position(|c| &*c.name == *b)
+                .map(|p| p as u32),
+        );
+    }
+    for (ci, c) in table.chains.iter().enumerate() {
+        if !builtins.contains(&&*c.name) {
+            origin.push(Some(ci as u32));
+        }
+    }
+    // The iptables reader keeps the declarations' order: checked, not assumed.
+    let in_order = origin.len() == xt.len()
+        && xt
+            .iter()
+            .zip(&origin)
+            .enumerate()
+            .all(|(j, (x, o))| match o {
+                Some(ci) => table
+                    .chains
+                    .get(*ci as usize)
+                    .is_some_and(|c| c.name == x.name),
+                None => builtins.get(j) == Some(&&*x.name),
+            });
+    if in_order {
+        return origin;
+    }
+    let index = chain_positions(&table.chains);
+    xt.iter()
+        .map(|x| index.get(&*x.name).map(|&p| p as u32))
+        .collect()
+}
+
+/// Reorders `items` so that position `k` holds what was at `order[k]` (`order` is a
+/// permutation, used up), in place.
+fn permute<T>(items: &mut [T], order: &mut [u32]) {
+    const DONE: u32 = u32::MAX;
+    for i in 0..order.len() {
+        if order[i] == DONE {
+            continue;
+        }
+        let mut cur = i;
+        loop {
+            let next = order[cur] as usize;
+            order[cur] = DONE;
+            if next == i {
+                break;
+            }
+            items.swap(cur, next);
+            cur = next;
+        }
+    }
 }
 
 /// The table as iptables-save text, with the rules `plan` marks, and for each rule line
@@ -1387,6 +1768,26 @@ mod tests {
         );
         // Only the counter-less rule is foreign: the vmap one has no counter either.
         assert_eq!(foreign_rules(&rs).count(), 2);
+    }
+
+    #[test]
+    fn a_streamed_rule_takes_20_bytes() {
+        assert!(std::mem::size_of::<Slot>() <= 20);
+    }
+
+    #[test]
+    fn permute_puts_each_item_where_the_order_says() {
+        for order in [
+            vec![0u32, 1, 2, 3, 4],
+            vec![4, 3, 2, 1, 0],
+            vec![1, 2, 3, 4, 0],
+            vec![2, 0, 1, 4, 3],
+        ] {
+            let mut items: Vec<char> = "abcde".chars().collect();
+            let want: Vec<char> = order.iter().map(|&i| items[i as usize]).collect();
+            permute(&mut items, &mut order.clone());
+            assert_eq!(items, want, "{order:?}");
+        }
     }
 
     #[test]

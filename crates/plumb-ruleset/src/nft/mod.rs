@@ -11,7 +11,9 @@ mod json;
 pub(crate) mod text;
 
 pub use json::parse_json;
-pub use text::{parse_text, parse_text_streamed, parse_text_translated};
+pub use text::{
+    parse_text, parse_text_streamed, parse_text_translated, parse_text_translated_owned,
+};
 
 pub use crate::model::nft::{
     NatKind, NftRule, NftSet, Op, SetElement, SetKind, Statement, StatementKind, Value, Verdict,

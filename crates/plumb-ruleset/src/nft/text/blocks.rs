@@ -5,7 +5,8 @@
 
 use super::lexer::{Tok, Token, column};
 use super::statement::StmtParser;
-use super::{FAMILIES, Reader, collapse, is_elision, value_of_words};
+use super::{FAMILIES, Reader, Stream, collapse, is_elision, value_of_words};
+use crate::model::RuleText;
 use crate::model::nft::{NftRule, NftSet, SetElement, SetKind, StatementKind, Verdict, unquote};
 use crate::model::{
     Backend, BaseChain, Chain, Family, Hook, Location, Policy, Rule, RuleBody, Table,
@@ -102,7 +103,7 @@ impl<'a> Reader<'a> {
                 st.tables.resize_with(ti + 1, || None);
             }
             st.tables[ti] = crate::nft::iptables_nft::could_be_iptables_nft(family, name)
-                .then(Default::default);
+                .then(|| crate::nft::iptables_nft::StreamedTable::new(family, name));
         }
         self.table_body(ti, kw);
     }
@@ -230,7 +231,12 @@ impl<'a> Reader<'a> {
         let Some((kw, name)) = self.block_header("chain") else {
             return;
         };
-        if self.stream.is_some() && self.chain_index.contains_key(&(ti, name)) {
+        if self.stream.is_some()
+            && self
+                .chain_index
+                .get(&self.ruleset.tables, ti, name)
+                .is_some()
+        {
             // A chain block opened again: its rules would not be in reading order.
             self.stream_abort();
             return;
@@ -241,7 +247,7 @@ impl<'a> Reader<'a> {
 
     /// The chain `name` of table `ti`, created when new.
     pub(super) fn chain_of(&mut self, ti: usize, name: &'a str, loc: Location) -> usize {
-        if let Some(&ci) = self.chain_index.get(&(ti, name)) {
+        if let Some(ci) = self.chain_index.get(&self.ruleset.tables, ti, name) {
             return ci;
         }
         let table = &mut self.ruleset.tables[ti];
@@ -249,9 +255,29 @@ impl<'a> Reader<'a> {
             // Deleted earlier and added again: it exists.
             table.deleted_chains.retain(|d| &**d != name);
         }
-        table.chains.push(Chain::new(name, None, loc));
+        let chain_name = match self.stream.as_ref() {
+            // A chain of a table that can be iptables-nft's, in a streaming read of
+            // shared text: a span of it (see `read_streamed`).
+            Some(Stream {
+                source: Some(source),
+                tables,
+                ..
+            }) if tables.get(ti).is_some_and(Option::is_some) => {
+                let base = source.as_ptr() as usize;
+                let at = (name.as_ptr() as usize).wrapping_sub(base);
+                if source.get(at..at + name.len()) == Some(name) && (name.as_ptr() as usize) >= base
+                {
+                    RuleText::span(source, at..at + name.len())
+                } else {
+                    name.into()
+                }
+            }
+            _ => name.into(),
+        };
+        let table = &mut self.ruleset.tables[ti];
+        table.chains.push(Chain::named(chain_name, None, loc));
         let ci = table.chains.len() - 1;
-        self.chain_index.insert((ti, name), ci);
+        self.chain_index.insert(&self.ruleset.tables, ti, name, ci);
         ci
     }
 

@@ -26,11 +26,11 @@ mod statement;
 
 use crate::diagnostic::Diagnostic;
 use crate::model::nft::{StatementKind, Value, Verdict, unquote};
-use crate::model::{Completeness, Location, RuleBody, Ruleset};
+use crate::model::{Completeness, Location, RuleBody, RuleText, Ruleset, SourceText};
 use crate::nft::iptables_nft::{StreamedRule, StreamedTable};
 use lexer::{Lexer, Tok, Token, column};
 use script::builds_ruleset;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 /// Reads `nft list ruleset` (or `nft list table ...`) text.
 pub fn parse_text(text: &str) -> Ruleset {
@@ -53,62 +53,179 @@ pub fn parse_text(text: &str) -> Ruleset {
 pub fn parse_text_translated(text: &str) -> Ruleset {
     match parse_text_streamed(text) {
         Some(rs) => rs,
-        None => {
-            let mut rs = parse_text(text);
-            crate::nft::iptables_nft::translate(&mut rs);
+        None => parse_whole_way(text),
+    }
+}
+
+/// [`parse_text_translated`], taking the text: it is freed as soon as the reading
+/// ends (when the caller holds no other handle on it), before the translated tables'
+/// iptables models are built, so that the nft text and the whole model are never in
+/// memory at once. Everything that could send the read back to the whole-way read is
+/// decided while the text is still here (see [`read_streamed`]).
+/// Public for the tests that prove it gives the model [`parse_text_translated`] gives.
+#[doc(hidden)]
+pub fn parse_text_translated_owned(text: SourceText) -> Ruleset {
+    let Some(read) = read_streamed(&text, Some(&text)) else {
+        return parse_whole_way(&text);
+    };
+    drop(text);
+    match read.translate() {
+        Ok(rs) => rs,
+        Err(mut rs) => {
+            // Not reached: every chunk of each table was read back as the whole table
+            // is (see `StreamedTable::check_chunk`). Said, not hidden.
+            rs.completeness = Completeness::Truncated;
+            rs.diagnostics.push(Diagnostic::error(
+                1,
+                1,
+                "the iptables-nft tables of this listing did not read back as iptables rules: their translated rules are missing (read the listing with nft -j instead)",
+                "",
+            ));
             rs
         }
     }
+}
+
+/// The whole-way read: every rule as nft statements, then translated.
+fn parse_whole_way(text: &str) -> Ruleset {
+    let mut rs = parse_text(text);
+    crate::nft::iptables_nft::translate(&mut rs);
+    rs
 }
 
 /// The streaming read of [`parse_text_translated`]; `None` when the text needs the
 /// whole-way read. Public for the tests that prove both reads give the same model.
 #[doc(hidden)]
 pub fn parse_text_streamed(text: &str) -> Option<Ruleset> {
-    let mut r = Reader::new(text, Some(Stream::default()));
+    read_streamed(text, None)?.translate().ok()
+}
+
+/// Names the chains of `table` by spans of one text of all their names (they may be
+/// spans of the input: see [`read_streamed`]).
+fn own_chain_names(table: &mut crate::model::Table) {
+    let mut names = String::with_capacity(table.chains.iter().map(|c| c.name.len()).sum());
+    for c in &table.chains {
+        names.push_str(&c.name);
+    }
+    let names: SourceText = std::sync::Arc::new(names);
+    let mut at = 0;
+    for c in &mut table.chains {
+        let len = c.name.len();
+        c.name = RuleText::span(&names, at..at + len);
+        at += len;
+    }
+}
+
+/// A streaming read whose text was read: the ruleset with the tables that can be
+/// iptables-nft's still as nft chains, and their translations.
+struct StreamedRead {
+    ruleset: Ruleset,
+    /// By table index, as [`Stream::tables`].
+    tables: Vec<Option<StreamedTable>>,
+}
+
+/// Reads `text` streaming; `None` when it needs the whole-way read. Once this returns
+/// `Some`, the text is not needed any more: what is left ([`StreamedRead::translate`])
+/// builds the iptables tables from the `-A` lines made while reading.
+///
+/// With `source` (`text` as shared text), the chains of tables that can be
+/// iptables-nft's are named by spans of it while reading (no allocation a chain: a
+/// 10k-service table has 58k), then by spans of one text of their names, made here,
+/// so that nothing holds `text` when this returns.
+fn read_streamed(text: &str, source: Option<&SourceText>) -> Option<StreamedRead> {
+    let mut r = Reader::new(
+        text,
+        Some(Stream {
+            abort: false,
+            tables: Vec::new(),
+            source: source.cloned(),
+        }),
+    );
     r.top();
     let (mut rs, stream) = r.finish();
     let stream = stream?;
     if stream.abort {
         return None;
     }
+    let mut tables = stream.tables;
+    for (ti, st) in tables.iter_mut().enumerate() {
+        let Some(st) = st else { continue };
+        // The last chunk of `-A` lines is read back too.
+        st.check_chunk();
+        // A table read as iptables-nft's that is not, or whose lines do not read back:
+        // its nft statements are gone.
+        let table = &rs.tables[ti];
+        if st.failed
+            || (st.translated > 0
+                && !(table.backend == crate::model::Backend::Nftables
+                    && crate::nft::iptables_nft::is_iptables_nft_table(table)
+                    && crate::nft::iptables_nft::header_reads_back(table)))
+        {
+            return None;
+        }
+    }
+    // Every table: one that stopped being streamed (a set came) kept the spans its
+    // chains got before.
+    for table in &mut rs.tables {
+        own_chain_names(table);
+    }
+    let stream = Stream {
+        abort: false,
+        tables,
+        source: None,
+    };
     undefined_set_references(&mut rs, Some((&stream, text)));
     rs.diagnostics.sort_by_key(|d| (d.line, d.column));
-    let mut tables = stream.tables;
-    let mut failed = false;
-    crate::nft::iptables_nft::translate_with(&mut rs, |ti, table| {
-        match tables.get_mut(ti).and_then(Option::take) {
-            Some(st) if st.translated > 0 => {
-                match crate::nft::iptables_nft::translate_streamed_table(table, st) {
-                    Ok(kept) => Some(kept),
-                    Err(()) => {
-                        failed = true;
-                        None
+    Some(StreamedRead {
+        ruleset: rs,
+        tables: stream.tables,
+    })
+}
+
+impl StreamedRead {
+    /// The ruleset with its iptables-nft tables translated; `Err` (the ruleset as far
+    /// as it got) when a table's `-A` lines did not read back.
+    fn translate(self) -> Result<Ruleset, Ruleset> {
+        let StreamedRead {
+            ruleset: mut rs,
+            mut tables,
+        } = self;
+        let mut failed = false;
+        crate::nft::iptables_nft::translate_with(&mut rs, |ti, table| {
+            match tables.get_mut(ti).and_then(Option::take) {
+                Some(st) if st.translated > 0 => {
+                    match crate::nft::iptables_nft::translate_streamed_table(table, st) {
+                        Ok(kept) => Some(kept),
+                        Err(()) => {
+                            failed = true;
+                            None
+                        }
                     }
                 }
+                _ => crate::nft::iptables_nft::translate_table(table),
             }
-            _ => crate::nft::iptables_nft::translate_table(table),
+        });
+        // A table read as iptables-nft's that is not: its nft statements are gone.
+        if failed
+            || tables
+                .iter()
+                .any(|t| t.as_ref().is_some_and(|t| t.translated > 0))
+        {
+            return Err(rs);
         }
-    });
-    // A table read as iptables-nft's that is not: its nft statements are gone.
-    if failed
-        || tables
-            .iter()
-            .any(|t| t.as_ref().is_some_and(|t| t.translated > 0))
-    {
-        return None;
+        Ok(rs)
     }
-    Some(rs)
 }
 
 /// What a streaming read ([`parse_text_streamed`]) keeps beside the ruleset.
-#[derive(Default)]
 struct Stream {
     /// The text holds something the streaming read does not follow.
     abort: bool,
     /// By table index: the translation of a table that can be iptables-nft's (`None`
     /// for the others).
     tables: Vec<Option<StreamedTable>>,
+    /// The text read, shared: the chains of those tables are named by spans of it.
+    source: Option<SourceText>,
 }
 
 /// The state of one read: the tokens, where the reader is, and the ruleset built so far.
@@ -131,7 +248,7 @@ struct Reader<'a> {
     rule_buf: Vec<Token>,
     /// (table index, chain name) -> chain index: chains are looked up once each,
     /// and kube-proxy tables have tens of thousands of them.
-    chain_index: HashMap<(usize, &'a str), usize>,
+    chain_index: ChainIndex,
     /// The note that the input is an nft script was given.
     script_noted: bool,
     /// A script began with `flush ruleset`: what follows is the whole ruleset.
@@ -144,6 +261,70 @@ struct Reader<'a> {
     deleted_names: HashSet<(usize, &'a str)>,
     /// Set for a streaming read ([`parse_text_streamed`]).
     stream: Option<Stream>,
+}
+
+/// (table index, chain name) -> chain index, in 8 bytes a chain: the names are the
+/// chains' own (`Ruleset::tables[ti].chains[ci].name`), not copies or spans. A map of
+/// `(usize, &str)` keys held 32 bytes a chain, 4 MiB at the streaming read's peak on
+/// a 10k-service listing's 58k chains.
+#[derive(Default)]
+struct ChainIndex {
+    indexes: hashbrown::HashTable<(u32, u32)>,
+}
+
+impl ChainIndex {
+    fn hash(ti: u32, name: &str) -> u64 {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        BuildHasherDefault::<crate::fasthash::FxHasher>::default().hash_one((ti, name))
+    }
+
+    /// The name of chain `ci` of table `ti`.
+    fn name(tables: &[crate::model::Table], (ti, ci): (u32, u32)) -> &str {
+        tables
+            .get(ti as usize)
+            .and_then(|t| t.chains.get(ci as usize))
+            .map_or("", |c| &c.name)
+    }
+
+    fn get(&self, tables: &[crate::model::Table], ti: usize, name: &str) -> Option<usize> {
+        let ti = ti as u32;
+        self.indexes
+            .find(Self::hash(ti, name), |&k| {
+                k.0 == ti && Self::name(tables, k) == name
+            })
+            .map(|&(_, ci)| ci as usize)
+    }
+
+    /// Records that chain `ci` of table `ti`, there already, is named `name`.
+    fn insert(&mut self, tables: &[crate::model::Table], ti: usize, name: &str, ci: usize) {
+        // Inputs are under 4 GiB: indexes fit.
+        let key = (ti as u32, ci as u32);
+        self.indexes
+            .insert_unique(Self::hash(key.0, name), key, |&k| {
+                Self::hash(k.0, Self::name(tables, k))
+            });
+    }
+
+    fn remove(&mut self, tables: &[crate::model::Table], ti: usize, name: &str) -> Option<usize> {
+        let ti = ti as u32;
+        let entry = self
+            .indexes
+            .find_entry(Self::hash(ti, name), |&k| {
+                k.0 == ti && Self::name(tables, k) == name
+            })
+            .ok()?;
+        let ((_, ci), _) = entry.remove();
+        Some(ci as usize)
+    }
+
+    /// Forgets the chains of table `ti`.
+    fn forget_table(&mut self, ti: usize) {
+        self.indexes.retain(|k| k.0 != ti as u32);
+    }
+
+    fn clear(&mut self) {
+        self.indexes.clear();
+    }
 }
 
 /// Address families a table or command may name.
@@ -179,7 +360,7 @@ impl<'a> Reader<'a> {
             pos: 0,
             ruleset: Ruleset::default(),
             rule_buf: Vec::new(),
-            chain_index: HashMap::new(),
+            chain_index: ChainIndex::default(),
             script_noted: false,
             from_scratch: false,
             dead_tables: HashSet::new(),
@@ -222,9 +403,7 @@ impl<'a> Reader<'a> {
     /// Whether chain `ci` of table `ti` has no rules yet (translated ones included).
     fn chain_has_no_rules(&mut self, ti: usize, ci: usize) -> bool {
         self.ruleset.tables[ti].chains[ci].rules.is_empty()
-            && self
-                .stream_table(ti)
-                .is_none_or(|st| st.chain_rules(ci).is_empty())
+            && self.stream_table(ti).is_none_or(|st| st.chain_is_empty(ci))
     }
 
     /// The text of a token.
@@ -471,11 +650,7 @@ fn undefined_set_references(rs: &mut Ruleset, stream: Option<(&Stream, &str)>) {
         // Chain name -> is a base chain, once per table (`Table::chain` is a linear
         // search; an iptables-nft listing of a 10k-service node has 60k chains and
         // jumps).
-        let chains: std::collections::HashMap<&str, bool> = t
-            .chains
-            .iter()
-            .map(|c| (&*c.name, c.base.is_some()))
-            .collect();
+        let chains = ChainNames::new(&t.chains);
         let streamed = stream.and_then(|(s, text)| Some((s.tables.get(ti)?.as_ref()?, text)));
         for (ci, c) in t.chains.iter().enumerate() {
             let Some((st, text)) = streamed else {
@@ -488,7 +663,7 @@ fn undefined_set_references(rs: &mut Ruleset, stream: Option<(&Stream, &str)>) {
             // name no set or ct object: such rules are not translated as read).
             let mut kept = c.rules.iter();
             for slot in st.chain_rules(ci) {
-                match *slot {
+                match slot {
                     StreamedRule::Nft => {
                         if let Some(r) = kept.next() {
                             rule_references(t, &chains, chain_listing, r, &mut found);
@@ -500,10 +675,10 @@ fn undefined_set_references(rs: &mut Ruleset, stream: Option<(&Stream, &str)>) {
                         ..
                     } if !chain_listing => {
                         let to = &text[from as usize..to as usize];
-                        if !chains.contains_key(to) {
+                        if chains.base(to).is_none() {
                             found.push(jump_to_undefined(location, t, to));
                         }
-                        if chains.get(to) == Some(&true) {
+                        if chains.base(to) == Some(true) {
                             found.push(jump_to_base(location, t, to));
                         }
                     }
@@ -513,6 +688,48 @@ fn undefined_set_references(rs: &mut Ruleset, stream: Option<(&Stream, &str)>) {
         }
     }
     rs.diagnostics.extend(found);
+}
+
+/// A table's chains by name, in 4 bytes a chain (a map of `&str` keys took 24: 3 MiB
+/// on a 10k-service table, at the streaming read's peak).
+struct ChainNames<'t> {
+    chains: &'t [crate::model::Chain],
+    index: hashbrown::HashTable<u32>,
+}
+
+impl<'t> ChainNames<'t> {
+    fn hash(name: &str) -> u64 {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        BuildHasherDefault::<crate::fasthash::FxHasher>::default().hash_one(name)
+    }
+
+    fn new(chains: &'t [crate::model::Chain]) -> ChainNames<'t> {
+        let mut index = hashbrown::HashTable::with_capacity(chains.len());
+        let name = |i: u32| chains.get(i as usize).map_or("", |c| &*c.name);
+        for (i, c) in chains.iter().enumerate() {
+            let h = Self::hash(&c.name);
+            // Inputs are under 4 GiB: indexes fit.
+            let i = i as u32;
+            match index.find_mut(h, |&j| name(j) == &*c.name) {
+                // A name twice (a script's dead chain): the last one counts.
+                Some(j) => *j = i,
+                None => {
+                    index.insert_unique(h, i, |&j| Self::hash(name(j)));
+                }
+            }
+        }
+        ChainNames { chains, index }
+    }
+
+    /// Whether chain `name` is a base chain; `None` when the table has no such chain.
+    fn base(&self, name: &str) -> Option<bool> {
+        let i = self.index.find(Self::hash(name), |&j| {
+            self.chains
+                .get(j as usize)
+                .is_some_and(|c| &*c.name == name)
+        })?;
+        Some(self.chains[*i as usize].base.is_some())
+    }
 }
 
 /// A rule jumps or goes to a chain its table does not define.
@@ -548,7 +765,7 @@ fn jump_to_base(at: Location, t: &crate::model::Table, to: &str) -> Diagnostic {
 /// The diagnostics of [`undefined_set_references`] for one rule of table `t`.
 fn rule_references(
     t: &crate::model::Table,
-    chains: &std::collections::HashMap<&str, bool>,
+    chains: &ChainNames,
     chain_listing: bool,
     r: &crate::model::Rule,
     found: &mut Vec<Diagnostic>,
@@ -559,13 +776,13 @@ fn rule_references(
     {
         for s in &rule.statements {
             if let StatementKind::Verdict(Verdict::Jump(to) | Verdict::Goto(to)) = &s.kind
-                && !chains.contains_key(&**to)
+                && chains.base(to).is_none()
             {
                 found.push(jump_to_undefined(r.location, t, to));
             }
         }
         for c in rule.chain_references() {
-            if chains.get(c.chain) == Some(&true) {
+            if chains.base(c.chain) == Some(true) {
                 found.push(jump_to_base(r.location, t, c.chain));
             }
         }

@@ -187,7 +187,7 @@ impl<'a> Reader<'a> {
                 }
             }
             "flush" => {
-                if let Some(&ci) = self.chain_index.get(&(ti, cmd.name)) {
+                if let Some(ci) = self.chain_index.get(&self.ruleset.tables, ti, cmd.name) {
                     self.ruleset.tables[ti].chains[ci].rules.clear();
                 }
             }
@@ -309,7 +309,10 @@ impl<'a> Reader<'a> {
         if handle.is_some() {
             self.pos += 2;
         }
-        match (handle, self.chain_index.get(&(ti, cmd.name)).copied()) {
+        match (
+            handle,
+            self.chain_index.get(&self.ruleset.tables, ti, cmd.name),
+        ) {
             (Some(h), Some(ci)) => {
                 let rules = &mut self.ruleset.tables[ti].chains[ci].rules;
                 rules.retain(|r| match &r.body {
@@ -422,7 +425,7 @@ impl<'a> Reader<'a> {
     }
 
     fn delete_chain(&mut self, ti: usize, name: &'a str) {
-        if let Some(ci) = self.chain_index.remove(&(ti, name)) {
+        if let Some(ci) = self.chain_index.remove(&self.ruleset.tables, ti, name) {
             self.dead_chains.insert((ti, ci));
             if self.deleted_names.insert((ti, name)) {
                 self.ruleset.tables[ti].deleted_chains.push(name.into());
@@ -432,7 +435,7 @@ impl<'a> Reader<'a> {
 
     fn delete_table(&mut self, ti: usize) {
         self.dead_tables.insert(ti);
-        self.chain_index.retain(|(t, _), _| *t != ti);
+        self.chain_index.forget_table(ti);
     }
 
     /// Drops what the script deleted (after reading: indexes no longer matter).
