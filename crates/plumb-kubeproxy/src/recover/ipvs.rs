@@ -61,7 +61,7 @@ pub fn recover(ruleset: &Ruleset) -> Vec<ServiceMap<'_>> {
 }
 
 fn evidence(vs: &VirtualService) -> Evidence<'_> {
-    Evidence::at("ipvs", "", vs.location, &vs.text)
+    Evidence::ipvs(vs.location, &vs.text)
 }
 
 /// Real servers as (address, port), sorted: two virtual services with equal keys send
@@ -121,11 +121,11 @@ fn endpoints(vs: &VirtualService) -> (Vec<RecoveredEndpoint<'_>>, Vec<String>) {
                 ));
             }
             RecoveredEndpoint {
-                address: Some(socket(r.address, r.port)),
+                address: Some(socket(r.address, r.port).into()),
                 probability: probability(r),
                 local: None,
                 chain: None,
-                evidence: vec![Evidence::at("ipvs", "", r.location, &r.text)],
+                evidence: vec![Evidence::ipvs(r.location, &r.text)],
             }
         })
         .collect();
