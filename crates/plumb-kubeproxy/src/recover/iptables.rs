@@ -16,7 +16,7 @@
 //! chains, so rules without comments still land on the right service.
 
 use super::{
-    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, RecoveredEndpoint,
+    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes, RecoveredEndpoint,
     RecoveredService, ServiceMap, host_addr, push_unique, split_service_port_name,
 };
 use crate::chain_name::{
@@ -881,8 +881,7 @@ fn endpoint_cascade<'a>(
         };
         let effective = remaining * p;
         remaining *= 1.0 - p;
-        let mut evidence = Vec::with_capacity(2);
-        evidence.push(Evidence::rule(table, chain, rule));
+        let mut evidence = Quotes::one(Evidence::rule(table, chain, rule));
         let mut address = None;
         let sep = parse_chain_name(target)
             .and_then(|(prefix, hash)| nat_chains.get(&(prefix, hash16(hash)?)));
@@ -1071,9 +1070,6 @@ fn exact<T>(v: Vec<T>) -> Vec<T> {
 fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: &mut Builder<'a>) {
     let s = &mut b.s;
     s.endpoints = exact(std::mem::take(&mut s.endpoints));
-    for e in &mut s.endpoints {
-        e.evidence = exact(std::mem::take(&mut e.evidence));
-    }
     let mut notes = Vec::new();
     s.name_source = if s.name.is_some() {
         NameSource::Comment

@@ -15,7 +15,9 @@
 //! no fixed probability. Weight 0 is kube-proxy's graceful termination: no new
 //! connections.
 
-use super::{Evidence, NameSource, ProxyMode, RecoveredEndpoint, RecoveredService, ServiceMap};
+use super::{
+    Evidence, NameSource, ProxyMode, Quotes, RecoveredEndpoint, RecoveredService, ServiceMap,
+};
 use plumb_ruleset::model::ipvs::{IpSetListing, RealServer, VirtualAddress, VirtualService};
 use plumb_ruleset::{Backend, Family, Ruleset};
 use std::net::IpAddr;
@@ -125,7 +127,7 @@ fn endpoints(vs: &VirtualService) -> (Vec<RecoveredEndpoint<'_>>, Vec<String>) {
                 probability: probability(r),
                 local: None,
                 chain: None,
-                evidence: vec![Evidence::ipvs(r.location, &r.text)],
+                evidence: Quotes::one(Evidence::ipvs(r.location, &r.text)),
             }
         })
         .collect();

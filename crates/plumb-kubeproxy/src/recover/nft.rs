@@ -18,7 +18,7 @@
 //! without comments; the hash is re-computed and mismatches reported.
 
 use super::{
-    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, RecoveredEndpoint,
+    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes, RecoveredEndpoint,
     RecoveredService, ServiceMap, push_unique, split_host_port, split_service_port_name,
 };
 use crate::chain_name::{NftChainPrefix, nft_endpoint_chain_name, nft_service_port_base};
@@ -474,7 +474,7 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                                 probability: Some(p),
                                 local: local.then_some(true),
                                 chain: None,
-                                evidence: vec![ev],
+                                evidence: Quotes::one(ev),
                             }),
                         }
                     }
@@ -496,7 +496,7 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
         }
     }
     for (target, p, ev) in picks {
-        let mut evidence = vec![ev];
+        let mut evidence = Quotes::one(ev);
         let mut address = None;
         if let Some(ep) = rec.chains.get(target) {
             for r in &ep.rules {
