@@ -832,8 +832,18 @@ fn endpoint_cascade<'a>(
     bufs: &mut [XtBuf; 2],
 ) -> Vec<RecoveredEndpoint<'a>> {
     let [buf, sep_buf] = bufs;
-    // At most one endpoint per rule: no growth slack on the map's biggest vectors.
-    let mut out: Vec<RecoveredEndpoint<'a>> = Vec::with_capacity(chain.rules.len());
+    // One endpoint per rule that jumps to an endpoint chain (the parser recorded the
+    // targets: nothing is indexed to count them): the map's biggest vectors are made
+    // at their size, neither grown by doubling nor copied to fit.
+    let seps = chain
+        .rules
+        .iter()
+        .filter(|r| {
+            r.xt_target()
+                .is_none_or(|t| t.name.starts_with(ChainPrefix::Sep.as_str()))
+        })
+        .count();
+    let mut out: Vec<RecoveredEndpoint<'a>> = Vec::with_capacity(seps);
     let mut remaining = 1.0f64;
     let mut exact = true;
     for rule in &chain.rules {
