@@ -701,25 +701,18 @@ impl<'a> NatChains<'a> {
     }
 
     /// How many service ports the chains serve: distinct hashes over the SVC, SVL, EXT
-    /// and FW chains.
+    /// and FW chains (sorted and counted: no lookups).
     fn service_ports(&self) -> usize {
-        const ORDER: [ChainPrefix; 4] = [
-            ChainPrefix::Svc,
-            ChainPrefix::Svl,
-            ChainPrefix::Ext,
-            ChainPrefix::Fw,
-        ];
-        self.indexes
+        let mut hashes: Vec<Hash16> = self
+            .indexes
             .iter()
             .filter_map(|&j| Self::key(&self.chains[j as usize]))
-            .filter(|&(prefix, hash)| {
-                // Counted at the first of its hash's chains in ORDER.
-                let Some(at) = ORDER.iter().position(|&p| p == prefix) else {
-                    return false;
-                };
-                ORDER[..at].iter().all(|&p| self.get(&(p, hash)).is_none())
-            })
-            .count()
+            .filter(|&(prefix, _)| prefix != ChainPrefix::Sep)
+            .map(|(_, hash)| hash)
+            .collect();
+        hashes.sort_unstable();
+        hashes.dedup();
+        hashes.len()
     }
 
     fn get(&self, key: &(ChainPrefix, Hash16)) -> Option<&'a Chain> {

@@ -133,6 +133,20 @@ impl<'a> Evidence<'a> {
         Evidence(Quote::Named { chain })
     }
 
+    /// Table, chain, line and text, read from the model with one lookup of the rule
+    /// (writing 110k of them as JSON, four lookups each were 20% of `plumb services
+    /// --json`).
+    pub fn parts(&self) -> (&'a str, &'a str, u32, &'a str) {
+        match self.0 {
+            Quote::Rule { table, chain, rule } => {
+                let c = &table.chains[chain as usize];
+                let r = &c.rules[rule as usize];
+                (&table.name, &c.name, r.location.line, &r.text)
+            }
+            _ => (self.table(), self.chain(), self.line(), self.text()),
+        }
+    }
+
     /// Table name (`nat`, `filter`, `kube-proxy`, `ipvs`).
     pub fn table(&self) -> &'a str {
         match self.0 {
@@ -191,8 +205,7 @@ impl<'a> Evidence<'a> {
 
 impl PartialEq for Evidence<'_> {
     fn eq(&self, other: &Self) -> bool {
-        (self.table(), self.chain(), self.line(), self.text())
-            == (other.table(), other.chain(), other.line(), other.text())
+        self.parts() == other.parts()
     }
 }
 
@@ -200,11 +213,12 @@ impl Eq for Evidence<'_> {}
 
 impl std::fmt::Debug for Evidence<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (table, chain, line, text) = self.parts();
         f.debug_struct("Evidence")
-            .field("table", &self.table())
-            .field("chain", &self.chain())
-            .field("line", &self.line())
-            .field("text", &self.text())
+            .field("table", &table)
+            .field("chain", &chain)
+            .field("line", &line)
+            .field("text", &text)
             .finish()
     }
 }
@@ -212,11 +226,12 @@ impl std::fmt::Debug for Evidence<'_> {
 impl Serialize for Evidence<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
+        let (table, chain, line, text) = self.parts();
         let mut st = s.serialize_struct("Evidence", 4)?;
-        st.serialize_field("table", self.table())?;
-        st.serialize_field("chain", self.chain())?;
-        st.serialize_field("line", &self.line())?;
-        st.serialize_field("text", self.text())?;
+        st.serialize_field("table", table)?;
+        st.serialize_field("chain", chain)?;
+        st.serialize_field("line", &line)?;
+        st.serialize_field("text", text)?;
         st.end()
     }
 }
