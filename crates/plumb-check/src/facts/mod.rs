@@ -111,8 +111,7 @@ impl<'a> ChainSet<'a> {
 impl<'a> TableRefs<'a> {
     fn new(table: &'a Table) -> TableRefs<'a> {
         let declared = ChainSet::of_chains(&table.chains);
-        // Every (chain, rule) a rule transfers to. The kept ones are counted first, so
-        // the vector is made at its size (grown by doubling, it held up to twice that).
+        // Every (chain, rule) a rule transfers to, in one walk.
         let references = || {
             table.chains.iter().flat_map(|c| &c.rules).flat_map(|r| {
                 let mut out: [Option<&'a str>; 1] = [None];
@@ -150,23 +149,29 @@ impl<'a> TableRefs<'a> {
             .filter(|c| c.rules.is_empty())
             .map(|c| &*c.name)
             .collect();
-        let keep = |name: &str| {
-            !declared.contains(name)
-                || empty.contains(name)
-                || table.deleted_chains.iter().any(|d| &**d == name)
-        };
-        let mut rules = Vec::with_capacity(references().filter(|(c, _)| keep(c)).count());
-        rules.extend(references().filter(|(c, _)| keep(c)));
+        let mut rules = Vec::new();
         let mut referenced = ChainSet::empty(&table.chains, 0);
+        for (name, rule) in references() {
+            let keep = match declared.index_of(name) {
+                Some(i) => {
+                    referenced.insert_index(i);
+                    empty.contains(name) || table.deleted_chains.iter().any(|d| &**d == name)
+                }
+                None => {
+                    referenced.others.insert(name);
+                    true
+                }
+            };
+            if keep {
+                rules.push((name, rule));
+            }
+        }
         let mut reference = |name: &'a str| match declared.index_of(name) {
             Some(i) => referenced.insert_index(i),
             None => {
                 referenced.others.insert(name);
             }
         };
-        for (c, _) in references() {
-            reference(c);
-        }
         for s in &table.sets {
             for x in s.verdict_targets() {
                 reference(x.chain);
