@@ -203,7 +203,8 @@ fn kubernetes_dnat(
         .flat_map(|s| &s.endpoints)
         .map(|e| {
             e.address
-                .clone()
+                .as_deref()
+                .map(str::to_string)
                 .or_else(|| e.chain.map(str::to_string))
                 .unwrap_or_else(|| "an endpoint".into())
         })

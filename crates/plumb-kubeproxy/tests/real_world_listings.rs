@@ -29,7 +29,7 @@ fn rows(rs: &Ruleset) -> Vec<(String, String, Vec<String>)> {
             let mut eps: Vec<String> = s
                 .endpoints
                 .iter()
-                .filter_map(|e| e.address.clone())
+                .filter_map(|e| e.address.as_deref().map(str::to_string))
                 .collect();
             eps.sort();
             (
@@ -263,7 +263,7 @@ fn azure_ipvsadm_gives_the_four_virtual_services() {
         "{:?}",
         s.notes
     );
-    assert_eq!(s.evidence[0].line, 4);
+    assert_eq!(s.evidence[0].line(), 4);
 }
 
 /// The kind session (`ipt`/`ips`/`ipv` aliases): ClusterIPs are the virtual services in

@@ -121,7 +121,7 @@ fn assert_matches_model(svc: &ServicePort, got: &RecoveredService, large: bool) 
     let addrs: Vec<String> = got
         .endpoints
         .iter()
-        .map(|e| e.address.clone().unwrap_or_default())
+        .map(|e| e.address.as_deref().unwrap_or_default().to_string())
         .collect();
     let want: Vec<String> = expected.iter().map(|e| e.addr.to_string()).collect();
     assert_eq!(addrs, want, "{ctx}");
@@ -134,7 +134,7 @@ fn assert_matches_model(svc: &ServicePort, got: &RecoveredService, large: bool) 
         let model = svc
             .endpoints
             .iter()
-            .find(|m| Some(m.addr.to_string()) == e.address)
+            .find(|m| Some(m.addr.to_string().as_str()) == e.address.as_deref())
             .expect("endpoint in model");
         if uses_local {
             assert_eq!(e.local, Some(model.is_local), "{ctx}");

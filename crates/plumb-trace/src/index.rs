@@ -502,17 +502,16 @@ fn compile_chain(
     conds: &mut Vec<Cond>,
 ) -> ChainCode {
     let resolve = |n: &str| names.get(n);
-    let mut items = Vec::with_capacity(chain.rules.len() * 4);
-    let mut rules = Vec::with_capacity(chain.rules.len());
     let mut xt_buf = plumb_ruleset::iptables::XtBuf::default();
-    for (ri, rule) in chain.rules.iter().enumerate() {
-        let start = items.len() as u32;
+    let count_first = nft.is_none();
+    // The items of rule `ri` appended to `items`; false when the rule is not read.
+    let mut compile_rule = |ri: usize, rule: &plumb_ruleset::Rule, items: &mut Vec<Item>| -> bool {
         match &rule.body {
             RuleBody::Xt(_) => {
                 // Indexed into one reused buffer: a rule's kept index would cost an
                 // allocation per rule (10k in kube-proxy's KUBE-SERVICES) and stay.
                 let Some(view) = rule.xt_in(&mut xt_buf) else {
-                    continue;
+                    return false;
                 };
                 conds.clear();
                 crate::matches::xt::compile_into(&view, conds);
@@ -529,7 +528,7 @@ fn compile_chain(
                         sets: nft.sets,
                         cache: nft.cache,
                     };
-                    compiler.compile_into(n, &mut items);
+                    compiler.compile_into(n, items);
                 }
                 // The readers put nft rules in nft tables only, which are compiled
                 // in `build`; anything else is not guessed at.
@@ -546,6 +545,31 @@ fn compile_chain(
                 items.push(Item::Act(action));
             }
         }
+        true
+    };
+    // A long chain's items are counted first and compiled into a block of that size:
+    // grown by doubling, kube-proxy's 10k-rule KUBE-SERVICES held 2 MiB of unused
+    // items, and 8 MiB at once while the block was copied.
+    // Native nft chains (compiled in `build`, sharing the sets' cache) are compiled once.
+    let capacity = if count_first && chain.rules.len() >= EXACT_ITEMS_MIN_RULES {
+        let mut scratch = Vec::new();
+        let mut count = 0;
+        for (ri, rule) in chain.rules.iter().enumerate() {
+            scratch.clear();
+            compile_rule(ri, rule, &mut scratch);
+            count += scratch.len();
+        }
+        count
+    } else {
+        chain.rules.len() * 4
+    };
+    let mut items = Vec::with_capacity(capacity);
+    let mut rules = Vec::with_capacity(chain.rules.len());
+    for (ri, rule) in chain.rules.iter().enumerate() {
+        let start = items.len() as u32;
+        if !compile_rule(ri, rule, &mut items) {
+            continue;
+        }
         rules.push(CompiledRule {
             start,
             end: items.len() as u32,
@@ -560,6 +584,9 @@ fn compile_chain(
         dispatch,
     }
 }
+
+/// Chains with at least this many rules count their items before compiling them.
+const EXACT_ITEMS_MIN_RULES: usize = 64;
 
 /// What a rule's leading conditions (before its first action) require of every
 /// packet it matches: one destination, one protocol, one destination port.

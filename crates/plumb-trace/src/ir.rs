@@ -308,9 +308,9 @@ pub enum Action {
     /// `-g CHAIN`/`goto`: evaluate the chain; its end returns to this chain's caller.
     Goto(Jump),
     /// `DNAT --to-destination`, nft `dnat to`: rewrites the destination and ends the nat chain.
-    Dnat(NatSpec),
+    Dnat(Box<NatSpec>),
     /// `SNAT --to-source`, nft `snat to`: rewrites the source and ends the nat chain.
-    Snat(NatSpec),
+    Snat(Box<NatSpec>),
     /// `MASQUERADE` (with `--to-ports`): SNAT to the output interface's address.
     Masquerade(Option<PortRange>),
     /// `REDIRECT` (with `--to-ports`): DNAT to the host itself.

@@ -654,10 +654,10 @@ fn nat(kind: NatKind, args: &str, text: &str) -> Action {
     }
     match kind {
         NatKind::Dnat => spec
-            .map(Action::Dnat)
+            .map(|s| Action::Dnat(Box::new(s)))
             .unwrap_or_else(|| Action::Unknown(text.to_string())),
         NatKind::Snat => spec
-            .map(Action::Snat)
+            .map(|s| Action::Snat(Box::new(s)))
             .unwrap_or_else(|| Action::Unknown(text.to_string())),
         NatKind::Masquerade => Action::Masquerade(ports),
         NatKind::Redirect => Action::Redirect(ports),

@@ -106,11 +106,11 @@ pub fn compile_xt(t: &XtTargetView<'_>, resolve: &dyn Fn(&str) -> Option<u32>) -
             opt("--queue-num").unwrap_or(std::borrow::Cow::Borrowed("0"))
         )),
         "DNAT" => match opt("--to-destination").as_deref().and_then(NatSpec::parse) {
-            Some(spec) if t.options().count() <= 3 => Action::Dnat(spec),
+            Some(spec) if t.options().count() <= 3 => Action::Dnat(Box::new(spec)),
             _ => unknown(),
         },
         "SNAT" => match opt("--to-source").as_deref().and_then(NatSpec::parse) {
-            Some(spec) => Action::Snat(spec),
+            Some(spec) => Action::Snat(Box::new(spec)),
             None => unknown(),
         },
         "MASQUERADE" | "REDIRECT" => {

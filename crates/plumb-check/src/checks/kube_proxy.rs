@@ -453,8 +453,8 @@ fn hash_mismatches(facts: &CheckInput, out: &mut Vec<Finding>) {
             )
             .with_evidence(map.name_mismatches.iter().map(|m| Evidence {
                 source: source.clone(),
-                line: Some(m.evidence.line).filter(|&l| l > 0),
-                text: m.evidence.text.to_string(),
+                line: Some(m.evidence.line()).filter(|&l| l > 0),
+                text: m.evidence.text().to_string(),
             }))
             .explain("kube-proxy names each chain after a hash of the service port (and endpoint) it serves. A chain whose name does not match the service in its own comments was not written by this kube-proxy for that service: hand edits, a snapshot restored from another node or cluster, or a tool that renames chains. kube-proxy will not clean it up and may fail to update it.")
             .fix("Compare with a fresh dump after kube-proxy's next full sync; find the writer of the mismatching rules."),

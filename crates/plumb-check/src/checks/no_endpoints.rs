@@ -32,13 +32,15 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
             let ev = s
                 .evidence
                 .iter()
-                .find(|e| e.text.contains("has no endpoints") || e.chain.starts_with("no-endpoint"))
+                .find(|e| {
+                    e.text().contains("has no endpoints") || e.chain().starts_with("no-endpoint")
+                })
                 .or(s.evidence.first());
             if let Some(e) = ev {
                 evidence.push(Evidence {
                     source: source.clone(),
-                    line: Some(e.line).filter(|&l| l > 0),
-                    text: e.text.to_string(),
+                    line: Some(e.line()).filter(|&l| l > 0),
+                    text: e.text().to_string(),
                 });
             }
         }

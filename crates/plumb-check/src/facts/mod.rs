@@ -30,7 +30,9 @@ pub struct TableRefs<'a> {
     pub declared: ChainSet<'a>,
     /// Chains some rule or verdict-map element references.
     pub referenced: ChainSet<'a>,
-    /// (target chain, rule) for every rule that jumps or goes to a chain.
+    /// (target chain, rule) for every rule that jumps or goes to a chain the table does
+    /// not declare, deletes (`-X`) or declares empty: what `dangling-reference` and
+    /// `stale-chain` report. Jumps to other chains are in `referenced` only.
     pub rules: Vec<(&'a str, &'a Rule)>,
 }
 
@@ -109,8 +111,7 @@ impl<'a> ChainSet<'a> {
 impl<'a> TableRefs<'a> {
     fn new(table: &'a Table) -> TableRefs<'a> {
         let declared = ChainSet::of_chains(&table.chains);
-        // Every (chain, rule) a rule transfers to, walked twice: counted first, the
-        // vector is made at its size (grown by doubling, it held up to twice that).
+        // Every (chain, rule) a rule transfers to, in one walk.
         let references = || {
             table.chains.iter().flat_map(|c| &c.rules).flat_map(|r| {
                 let mut out: [Option<&'a str>; 1] = [None];
@@ -139,18 +140,38 @@ impl<'a> TableRefs<'a> {
                     .map(move |name| (name, r))
             })
         };
-        let mut rules = Vec::with_capacity(references().count());
-        rules.extend(references());
+        // Kept: the jumps `dangling-reference` and `stale-chain` report, to chains not
+        // declared, deleted by the input or empty. Jumps to declared chains with rules
+        // (70k on a 10k-service node, 1.6 MiB) are only counted in `referenced`.
+        let empty: FastSet<&str> = table
+            .chains
+            .iter()
+            .filter(|c| c.rules.is_empty())
+            .map(|c| &*c.name)
+            .collect();
+        let mut rules = Vec::new();
         let mut referenced = ChainSet::empty(&table.chains, 0);
+        for (name, rule) in references() {
+            let keep = match declared.index_of(name) {
+                Some(i) => {
+                    referenced.insert_index(i);
+                    empty.contains(name) || table.deleted_chains.iter().any(|d| &**d == name)
+                }
+                None => {
+                    referenced.others.insert(name);
+                    true
+                }
+            };
+            if keep {
+                rules.push((name, rule));
+            }
+        }
         let mut reference = |name: &'a str| match declared.index_of(name) {
             Some(i) => referenced.insert_index(i),
             None => {
                 referenced.others.insert(name);
             }
         };
-        for (c, _) in &rules {
-            reference(c);
-        }
         for s in &table.sets {
             for x in s.verdict_targets() {
                 reference(x.chain);

@@ -443,8 +443,8 @@ fn print_human(out: &mut impl Write, src: &Source, maps: &[ServiceMap]) -> std::
                         .unwrap_or_default(),
                     x.expected,
                     src.name,
-                    x.evidence.line,
-                    x.evidence.text
+                    x.evidence.line(),
+                    x.evidence.text()
                 )?;
             }
         }

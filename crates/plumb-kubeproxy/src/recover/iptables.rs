@@ -16,7 +16,7 @@
 //! chains, so rules without comments still land on the right service.
 
 use super::{
-    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, RecoveredEndpoint,
+    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes, RecoveredEndpoint,
     RecoveredService, ServiceMap, host_addr, push_unique, split_service_port_name,
 };
 use crate::chain_name::{
@@ -309,53 +309,51 @@ impl<'b, 'a: 'b> R<'b, 'a> {
         }
     }
 
-    fn dnat_to(&self) -> Option<String> {
+    fn dnat_to(&self) -> Option<Cow<'a, str>> {
         if self.target()? != "DNAT" {
             return None;
         }
         match &self.v {
-            Body::Xt(v) => Some(v.target()?.option("--to-destination")?.arg(0)?.into_owned()),
-            Body::Listed(l) => l.nat_to().first().cloned(),
+            Body::Xt(v) => v.target()?.option("--to-destination")?.arg(0),
+            Body::Listed(l) => l.nat_to().first().cloned().map(Cow::Owned),
         }
     }
 }
 
-#[derive(Default)]
+/// A service port being recovered: the service as read so far and what `finish`
+/// still needs. The service is filled in place so that the map is the builders' own
+/// block (no second copy of 10k services at the peak of `plumb services`).
 struct Builder<'a> {
     /// The hash shared by the service port's chains; `None` for a service known only
     /// from a filter rule's comment without a protocol.
     hash: Option<Hash16>,
-    name: Option<String>,
-    protocol: Option<String>,
-    cluster_ip: Option<IpAddr>,
-    port: Option<u16>,
-    node_ports: Vec<u16>,
-    external_ips: Vec<IpAddr>,
-    load_balancer_ips: Vec<IpAddr>,
-    source_ranges: Vec<String>,
-    health_check_node_port: Option<u16>,
-    internal_local: bool,
-    external_local: bool,
-    no_endpoints: Option<NoEndpoints>,
     ambiguous_external: bool,
     unlabelled_ips: bool,
-    chains: Vec<&'a str>,
-    evidence: Vec<Evidence<'a>>,
-    endpoints: Vec<RecoveredEndpoint<'a>>,
-    affinity: Option<u32>,
+    s: RecoveredService<'a>,
+}
+
+impl Default for Builder<'_> {
+    fn default() -> Self {
+        Builder {
+            hash: None,
+            ambiguous_external: false,
+            unlabelled_ips: false,
+            s: RecoveredService::empty(),
+        }
+    }
 }
 
 impl Builder<'_> {
     fn name(&mut self, n: &str) {
-        if self.name.is_none() {
-            self.name = Some(n.to_string());
+        if self.s.name.is_none() {
+            self.s.name = Some(n.to_string());
         }
     }
 
     /// Sets the protocol from `r` unless known (reading it allocates: ask only then).
     fn protocol_from(&mut self, r: &R<'_, '_>) {
-        if self.protocol.is_none() {
-            self.protocol = r.protocol();
+        if self.s.protocol.is_none() {
+            self.s.protocol = r.protocol();
         }
     }
 }
@@ -433,12 +431,23 @@ struct Recovery<'a> {
 }
 
 impl<'a> Recovery<'a> {
+    /// Adds a builder. The block grows by an eighth, not by doubling: the builders'
+    /// block becomes the map's (see `recover_group`), so its unused part would stay
+    /// for as long as the map (up to 2.7 MiB on a 10k-service node).
+    fn push(&mut self, b: Builder<'a>) {
+        if self.builders.len() == self.builders.capacity() {
+            self.builders
+                .reserve_exact(self.builders.capacity() / 8 + 16);
+        }
+        self.builders.push(b);
+    }
+
     /// The builder of the service port whose chains carry `hash`.
     fn builder(&mut self, hash: Hash16) -> usize {
         let next = self.builders.len();
         let i = *self.by_hash.entry(hash).or_insert(next);
         if i == next {
-            self.builders.push(Builder {
+            self.push(Builder {
                 hash: Some(hash),
                 ..Builder::default()
             });
@@ -455,7 +464,7 @@ impl<'a> Recovery<'a> {
         let next = self.builders.len();
         let i = *self.by_other_key.entry(key).or_insert(next);
         if i == next {
-            self.builders.push(Builder::default());
+            self.push(Builder::default());
         }
         i
     }
@@ -472,15 +481,28 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
         nat_chains: NatChains::default(),
     };
     let mut buf = XtBuf::default();
-    let nat_name = g.nat.map(|t| &*t.name).unwrap_or("nat");
-    let filter_name = g.filter.map(|t| &*t.name).unwrap_or("filter");
     if let Some(nat) = g.nat {
         rec.nat_chains = NatChains::new(&nat.chains);
+    }
+    // One builder per hash of the nat table's service chains, and at most one per rule
+    // of the filter chains read, in one block of that size: growing it while the
+    // endpoints are read would hold two copies at the peak of `plumb services`, and the
+    // block becomes the map's.
+    let filter_rules_read: usize = g.filter.map_or(0, |t| {
+        t.chains
+            .iter()
+            .filter(|c| FILTER_CHAINS.contains(&&*c.name))
+            .map(|c| c.rules.len())
+            .sum()
+    });
+    rec.builders
+        .reserve_exact(rec.nat_chains.service_ports() + filter_rules_read);
+    if let Some(nat) = g.nat {
         if let Some(c) = nat.chain("KUBE-SERVICES") {
-            nat_services(&mut rec, nat_name, c, &mut buf);
+            nat_services(&mut rec, nat, c, &mut buf);
         }
         if let Some(c) = nat.chain("KUBE-NODEPORTS") {
-            nat_nodeports(&mut rec, nat_name, c, &mut buf);
+            nat_nodeports(&mut rec, nat, c, &mut buf);
         }
         // Chains nothing in KUBE-SERVICES/NODEPORTS reached (stale, or reached only via EXT).
         for c in &nat.chains {
@@ -489,43 +511,43 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
                 && let Some(hash) = hash16(hash)
             {
                 let i = rec.builder(hash);
-                push_unique(&mut rec.builders[i].chains, &*c.name);
+                push_unique(&mut rec.builders[i].s.chains, &*c.name);
             }
         }
     }
     // Per-service chains: each service port reads only its own chains, so the ports are
     // split over the cores (most of the work on a 10k-service node).
-    let nat_chains = &rec.nat_chains;
-    map_chunks(&mut rec.builders, MIN_SERVICES_PER_WORKER, |chunk| {
-        // Two index buffers: the endpoint cascade reads a SEP rule while it holds an SVC rule.
-        let mut bufs = [XtBuf::default(), XtBuf::default()];
-        for b in chunk {
-            if let Some(hash) = b.hash {
-                service_chains(nat_chains, nat_name, hash, b, &mut bufs);
+    // Without a nat table no service port has chains to read.
+    if let Some(nat) = g.nat {
+        let nat_chains = &rec.nat_chains;
+        map_chunks(&mut rec.builders, MIN_SERVICES_PER_WORKER, |chunk| {
+            // Two index buffers: the endpoint cascade reads a SEP rule while it holds an
+            // SVC rule.
+            let mut bufs = [XtBuf::default(), XtBuf::default()];
+            for b in chunk {
+                if let Some(hash) = b.hash {
+                    service_chains(nat_chains, nat, hash, b, &mut bufs);
+                }
             }
-        }
-    });
+        });
+    }
     if let Some(filter) = g.filter {
-        filter_rules(&mut rec, filter_name, filter, &mut buf);
+        filter_rules(&mut rec, filter, &mut buf);
     }
     let parts = map_chunks(&mut rec.builders, MIN_SERVICES_PER_WORKER, |chunk| {
         let mut mismatches = Vec::new();
-        let services: Vec<RecoveredService> = chunk
-            .iter_mut()
-            .map(|b| finish(&mut mismatches, std::mem::take(b)))
-            .collect();
-        (services, mismatches)
+        for b in chunk {
+            finish(&mut mismatches, b);
+        }
+        mismatches
     });
-    // The builders (emptied into the services) and the chain indexes are done with:
-    // freed before the services are put together (peak memory of `plumb services`).
-    let count = rec.builders.len();
+    let name_mismatches = parts.into_iter().flatten().collect();
+    // The services are taken out of the builders' own block (`collect` reuses it), and
+    // the chain indexes are freed first: no second copy of the map at the peak of
+    // `plumb services`.
+    let builders = std::mem::take(&mut rec.builders);
     drop(rec);
-    let mut services = Vec::with_capacity(count);
-    let mut name_mismatches = Vec::new();
-    for (s, m) in parts {
-        services.extend(s);
-        name_mismatches.extend(m);
-    }
+    let mut services: Vec<RecoveredService> = builders.into_iter().map(|b| b.s).collect();
     services.sort_by(|a, b| {
         (a.name.is_none(), &a.name, a.chains.first()).cmp(&(
             b.name.is_none(),
@@ -553,7 +575,7 @@ fn service_target<'a>(r: &R<'_, 'a>) -> Option<(&'a str, ChainPrefix, Hash16)> {
     Some((target, prefix, hash16(hash)?))
 }
 
-fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, buf: &mut XtBuf) {
+fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a Table, chain: &'a Chain, buf: &mut XtBuf) {
     for rule in &chain.rules {
         let Some(r) = R::new(rule, buf) else { continue };
         let Some((target, prefix, hash)) = service_target(&r) else {
@@ -563,8 +585,8 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, bu
         let comment = r.comment();
         let said = comment.as_deref().and_then(read_comment);
         let b = &mut rec.builders[i];
-        push_unique(&mut b.chains, target);
-        b.evidence.push(Evidence::rule(table, &chain.name, rule));
+        push_unique(&mut b.s.chains, target);
+        b.s.evidence.push(Evidence::rule(table, chain, rule));
         b.protocol_from(&r);
         if let Some((n, _)) = said {
             b.name(n);
@@ -577,7 +599,7 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, bu
             // leads to the service chain is its ClusterIP; later ones are external or
             // load-balancer IPs, which only the comment tells apart.
             (None, ChainPrefix::Svc | ChainPrefix::Svl)
-                if b.cluster_ip.is_some() && ip.is_some() && b.cluster_ip != ip =>
+                if b.s.cluster_ip.is_some() && ip.is_some() && b.s.cluster_ip != ip =>
             {
                 b.unlabelled_ips = true;
                 Says::ExternalIp
@@ -591,31 +613,31 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, bu
         };
         match kind {
             Says::ClusterIp => {
-                if b.cluster_ip.is_none() {
-                    b.cluster_ip = ip;
-                    b.port = r.dport().or(b.port);
+                if b.s.cluster_ip.is_none() {
+                    b.s.cluster_ip = ip;
+                    b.s.port = r.dport().or(b.s.port);
                 }
                 if prefix == ChainPrefix::Svl {
-                    b.internal_local = true;
+                    b.s.internal_traffic_local = true;
                 }
             }
             Says::LoadBalancerIp => {
                 if let Some(ip) = ip {
-                    push_unique(&mut b.load_balancer_ips, ip);
+                    push_unique(&mut b.s.load_balancer_ips, ip);
                 }
-                b.port = b.port.or(r.dport());
+                b.s.port = b.s.port.or(r.dport());
             }
             _ => {
                 if let Some(ip) = ip {
-                    push_unique(&mut b.external_ips, ip);
+                    push_unique(&mut b.s.external_ips, ip);
                 }
-                b.port = b.port.or(r.dport());
+                b.s.port = b.s.port.or(r.dport());
             }
         }
     }
 }
 
-fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, buf: &mut XtBuf) {
+fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a Table, chain: &'a Chain, buf: &mut XtBuf) {
     for rule in &chain.rules {
         let Some(r) = R::new(rule, buf) else { continue };
         let Some((target, _, hash)) = service_target(&r) else {
@@ -623,16 +645,16 @@ fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a str, chain: &'a Chain, b
         };
         let i = rec.builder(hash);
         let b = &mut rec.builders[i];
-        push_unique(&mut b.chains, target);
+        push_unique(&mut b.s.chains, target);
         if let Some((n, _)) = r.comment().as_deref().and_then(read_comment) {
             b.name(n);
         }
         b.protocol_from(&r);
         if let Some(p) = r.dport() {
-            if !b.node_ports.contains(&p) {
-                b.evidence.push(Evidence::rule(table, &chain.name, rule));
+            if !b.s.node_ports.contains(&p) {
+                b.s.evidence.push(Evidence::rule(table, chain, rule));
             }
-            push_unique(&mut b.node_ports, p);
+            push_unique(&mut b.s.node_ports, p);
         }
     }
 }
@@ -678,6 +700,21 @@ impl<'a> NatChains<'a> {
         NatChains { chains, indexes }
     }
 
+    /// How many service ports the chains serve: distinct hashes over the SVC, SVL, EXT
+    /// and FW chains (sorted and counted: no lookups).
+    fn service_ports(&self) -> usize {
+        let mut hashes: Vec<Hash16> = self
+            .indexes
+            .iter()
+            .filter_map(|&j| Self::key(&self.chains[j as usize]))
+            .filter(|&(prefix, _)| prefix != ChainPrefix::Sep)
+            .map(|(_, hash)| hash)
+            .collect();
+        hashes.sort_unstable();
+        hashes.dedup();
+        hashes.len()
+    }
+
     fn get(&self, key: &(ChainPrefix, Hash16)) -> Option<&'a Chain> {
         let chains = self.chains;
         self.indexes
@@ -691,7 +728,7 @@ impl<'a> NatChains<'a> {
 /// Reads the SVC, SVL, EXT and FW chains of one service port into its builder.
 fn service_chains<'a>(
     nat_chains: &NatChains<'a>,
-    table: &'a str,
+    table: &'a Table,
     hash: Hash16,
     b: &mut Builder<'a>,
     bufs: &mut [XtBuf; 2],
@@ -706,7 +743,17 @@ fn service_chains<'a>(
     let mut eps: Vec<RecoveredEndpoint<'a>> = Vec::new();
     for (c, local) in [(svc, false), (svl, true)] {
         let Some(c) = c else { continue };
-        let cascade = endpoint_cascade(nat_chains, table, c, b, bufs);
+        let mut cascade = endpoint_cascade(nat_chains, table, c, b, bufs);
+        if eps.is_empty() {
+            // The cascade holds each endpoint chain once: it is the list itself.
+            if local {
+                for e in &mut cascade {
+                    e.local = Some(true);
+                }
+            }
+            eps = cascade;
+            continue;
+        }
         for e in cascade {
             match eps.iter_mut().find(|x| x.chain == e.chain) {
                 Some(x) => {
@@ -739,7 +786,7 @@ fn service_chains<'a>(
                     && r.generic("-s").is_some_and(|(neg, _)| !neg)
                     && !r.has_match("addrtype"));
             if pod_shortcut || to == Some(ChainPrefix::Svl) {
-                b.external_local = true;
+                b.s.external_traffic_local = true;
             }
         }
     }
@@ -755,56 +802,67 @@ fn service_chains<'a>(
                 continue;
             };
             // kube-proxy adds `-s LB_IP` rules ("allow from node") after the ranges.
-            if host_addr(&src).is_some_and(|ip| b.load_balancer_ips.contains(&ip)) {
+            if host_addr(&src).is_some_and(|ip| b.s.load_balancer_ips.contains(&ip)) {
                 continue;
             }
             let range = match src.split_once('/') {
                 Some(_) => src.into_owned(),
                 None => format!("{src}/32"),
             };
-            push_unique(&mut b.source_ranges, range);
-            b.evidence.push(Evidence::rule(table, &c.name, rule));
+            push_unique(&mut b.s.load_balancer_source_ranges, range);
+            b.s.evidence.push(Evidence::rule(table, c, rule));
         }
     }
-    b.endpoints = eps;
+    b.s.endpoints = eps;
 }
 
 /// The endpoints a `KUBE-SVC-*`/`KUBE-SVL-*` chain picks from, with their probabilities.
 fn endpoint_cascade<'a>(
     nat_chains: &NatChains<'a>,
-    table: &'a str,
+    table: &'a Table,
     chain: &'a Chain,
     b: &mut Builder<'a>,
     bufs: &mut [XtBuf; 2],
 ) -> Vec<RecoveredEndpoint<'a>> {
     let [buf, sep_buf] = bufs;
-    let mut out: Vec<RecoveredEndpoint<'a>> = Vec::new();
+    // One endpoint per rule that jumps to an endpoint chain (the parser recorded the
+    // targets: nothing is indexed to count them): the map's biggest vectors are made
+    // at their size, neither grown by doubling nor copied to fit.
+    let seps = chain
+        .rules
+        .iter()
+        .filter(|r| {
+            r.xt_target()
+                .is_none_or(|t| t.name.starts_with(ChainPrefix::Sep.as_str()))
+        })
+        .count();
+    let mut out: Vec<RecoveredEndpoint<'a>> = Vec::with_capacity(seps);
     let mut remaining = 1.0f64;
     let mut exact = true;
     for rule in &chain.rules {
         // The masquerade-mark rule only fills in what KUBE-SERVICES did not say (name,
         // protocol, ClusterIP): skip it unindexed when all of that is known already.
         if rule.xt_target().is_some_and(|t| t.name == "KUBE-MARK-MASQ")
-            && b.name.is_some()
-            && b.protocol.is_some()
-            && b.cluster_ip.is_some()
+            && b.s.name.is_some()
+            && b.s.protocol.is_some()
+            && b.s.cluster_ip.is_some()
         {
             continue;
         }
         let Some(r) = R::new(rule, buf) else { continue };
         let Some(target) = r.target() else { continue };
         if target == "KUBE-MARK-MASQ" {
-            if b.name.is_none()
+            if b.s.name.is_none()
                 && let Some((n, _)) = r.comment().as_deref().and_then(read_comment)
             {
                 b.name(n);
             }
-            if b.protocol.is_none() {
-                b.protocol = r.protocol();
+            if b.s.protocol.is_none() {
+                b.s.protocol = r.protocol();
             }
-            if b.cluster_ip.is_none() {
-                b.cluster_ip = r.dst_host();
-                b.port = b.port.or(r.dport());
+            if b.s.cluster_ip.is_none() {
+                b.s.cluster_ip = r.dst_host();
+                b.s.port = b.s.port.or(r.dport());
             }
             continue;
         }
@@ -813,7 +871,7 @@ fn endpoint_cascade<'a>(
         }
         if let Some(s) = r.recent_check_seconds() {
             // ClientIP affinity: returning clients go straight to their endpoint.
-            b.affinity = Some(s);
+            b.s.session_affinity_seconds = Some(s);
             continue;
         }
         let p = match r.probability() {
@@ -826,8 +884,7 @@ fn endpoint_cascade<'a>(
         };
         let effective = remaining * p;
         remaining *= 1.0 - p;
-        let mut evidence = Vec::with_capacity(2);
-        evidence.push(Evidence::rule(table, &chain.name, rule));
+        let mut evidence = Quotes::one(Evidence::rule(table, chain, rule));
         let mut address = None;
         let sep = parse_chain_name(target)
             .and_then(|(prefix, hash)| nat_chains.get(&(prefix, hash16(hash)?)));
@@ -843,11 +900,11 @@ fn endpoint_cascade<'a>(
                 };
                 if let Some(to) = x.dnat_to() {
                     address = Some(to);
-                    evidence.push(Evidence::rule(table, &sep.name, sr));
-                    if b.protocol.is_none() {
-                        b.protocol = x.protocol();
+                    evidence.push(Evidence::rule(table, sep, sr));
+                    if b.s.protocol.is_none() {
+                        b.s.protocol = x.protocol();
                     }
-                    if b.name.is_none()
+                    if b.s.name.is_none()
                         && let Some((n, _)) = x.comment().as_deref().and_then(read_comment)
                     {
                         b.name(n);
@@ -855,11 +912,11 @@ fn endpoint_cascade<'a>(
                 }
             }
         }
-        if address.is_none() || b.name.is_none() {
+        if address.is_none() || b.s.name.is_none() {
             let comment = r.comment();
             if let Some((n, Says::Endpoint(addr))) = comment.as_deref().and_then(read_comment) {
                 b.name(n);
-                address.get_or_insert_with(|| addr.to_string());
+                address.get_or_insert_with(|| Cow::Owned(addr.to_string()));
             }
         }
         if out.iter().any(|e| e.chain == Some(target)) {
@@ -881,20 +938,25 @@ fn endpoint_cascade<'a>(
     out
 }
 
-fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table, buf: &mut XtBuf) {
+/// The filter chains whose rules name service ports.
+const FILTER_CHAINS: [&str; 4] = [
+    "KUBE-SERVICES",
+    "KUBE-EXTERNAL-SERVICES",
+    "KUBE-NODEPORTS",
+    "KUBE-PROXY-FIREWALL",
+];
+
+fn filter_rules<'a>(rec: &mut Recovery<'a>, filter: &'a Table, buf: &mut XtBuf) {
     for chain in &filter.chains {
         let which = &*chain.name;
-        if !matches!(
-            which,
-            "KUBE-SERVICES" | "KUBE-EXTERNAL-SERVICES" | "KUBE-NODEPORTS" | "KUBE-PROXY-FIREWALL"
-        ) {
+        if !FILTER_CHAINS.contains(&which) {
             continue;
         }
         for rule in &chain.rules {
             let Some(r) = R::new(rule, buf) else { continue };
             let comment = r.comment();
             if comment.is_none() && filter.nft_view && which == "KUBE-SERVICES" {
-                no_endpoints_unnamed(rec, table, rule, &r);
+                no_endpoints_unnamed(rec, filter, chain, rule, &r);
                 continue;
             }
             let Some((name, says)) = comment.as_deref().and_then(read_comment) else {
@@ -915,47 +977,47 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table, b
             };
             let b = &mut rec.builders[i];
             b.name(name);
-            if says != Says::HealthCheck && b.protocol.is_none() {
-                b.protocol = proto;
+            if says != Says::HealthCheck && b.s.protocol.is_none() {
+                b.s.protocol = proto;
             }
-            b.evidence.push(Evidence::rule(table, which, rule));
+            b.s.evidence.push(Evidence::rule(filter, chain, rule));
             match (which, says) {
                 ("KUBE-SERVICES", Says::NoEndpoints | Says::NoLocalEndpoints) => {
-                    b.cluster_ip = b.cluster_ip.or(r.dst_host());
-                    b.port = b.port.or(r.dport());
+                    b.s.cluster_ip = b.s.cluster_ip.or(r.dst_host());
+                    b.s.port = b.s.port.or(r.dport());
                     if says == Says::NoEndpoints {
-                        b.no_endpoints = Some(NoEndpoints::Reject);
+                        b.s.no_endpoints = Some(NoEndpoints::Reject);
                     } else {
-                        b.internal_local = true;
-                        b.no_endpoints.get_or_insert(NoEndpoints::DropNoLocal);
+                        b.s.internal_traffic_local = true;
+                        b.s.no_endpoints.get_or_insert(NoEndpoints::DropNoLocal);
                     }
                 }
                 ("KUBE-EXTERNAL-SERVICES", Says::NoEndpoints | Says::NoLocalEndpoints) => {
                     if says == Says::NoEndpoints {
-                        b.no_endpoints = Some(NoEndpoints::Reject);
+                        b.s.no_endpoints = Some(NoEndpoints::Reject);
                     } else {
-                        b.external_local = true;
-                        b.no_endpoints.get_or_insert(NoEndpoints::DropNoLocal);
+                        b.s.external_traffic_local = true;
+                        b.s.no_endpoints.get_or_insert(NoEndpoints::DropNoLocal);
                     }
                     if r.dst_type_local() {
                         if let Some(p) = r.dport() {
-                            push_unique(&mut b.node_ports, p);
+                            push_unique(&mut b.s.node_ports, p);
                         }
                     } else if let Some(ip) = r.dst_host() {
-                        b.port = b.port.or(r.dport());
-                        if !b.load_balancer_ips.contains(&ip) && !b.external_ips.contains(&ip) {
-                            b.external_ips.push(ip);
+                        b.s.port = b.s.port.or(r.dport());
+                        if !b.s.load_balancer_ips.contains(&ip) && !b.s.external_ips.contains(&ip) {
+                            b.s.external_ips.push(ip);
                             b.ambiguous_external = true;
                         }
                     }
                 }
                 ("KUBE-NODEPORTS", Says::HealthCheck) => {
-                    b.health_check_node_port = r.dport();
+                    b.s.health_check_node_port = r.dport();
                 }
                 ("KUBE-PROXY-FIREWALL", _) => {
                     if let Some(ip) = r.dst_host() {
-                        b.external_ips.retain(|x| *x != ip);
-                        push_unique(&mut b.load_balancer_ips, ip);
+                        b.s.external_ips.retain(|x| *x != ip);
+                        push_unique(&mut b.s.load_balancer_ips, ip);
                     }
                 }
                 _ => {}
@@ -967,7 +1029,13 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, table: &'a str, filter: &'a Table, b
 /// A filter `KUBE-SERVICES` rule `-d IP -p PROTO --dport N -j REJECT` read from an nft
 /// listing, which does not show kube-proxy's `has no endpoints` comment: the service
 /// port without endpoints it rejects for, unnamed.
-fn no_endpoints_unnamed<'a>(rec: &mut Recovery<'a>, table: &'a str, rule: &'a Rule, r: &R<'_, 'a>) {
+fn no_endpoints_unnamed<'a>(
+    rec: &mut Recovery<'a>,
+    table: &'a Table,
+    chain: &'a Chain,
+    rule: &'a Rule,
+    r: &R<'_, 'a>,
+) {
     let (Some("REJECT"), Some(ip), Some(proto), Some(port)) =
         (r.target(), r.dst_host(), r.protocol(), r.dport())
     else {
@@ -977,15 +1045,14 @@ fn no_endpoints_unnamed<'a>(rec: &mut Recovery<'a>, table: &'a str, rule: &'a Ru
     let next = rec.builders.len();
     let i = *rec.by_other_key.entry(key).or_insert(next);
     if i == next {
-        rec.builders.push(Builder::default());
+        rec.push(Builder::default());
     }
     let b = &mut rec.builders[i];
-    b.protocol.get_or_insert(proto);
-    b.cluster_ip = b.cluster_ip.or(Some(ip));
-    b.port = b.port.or(Some(port));
-    b.no_endpoints = Some(NoEndpoints::Reject);
-    b.evidence
-        .push(Evidence::rule(table, "KUBE-SERVICES", rule));
+    b.s.protocol.get_or_insert(proto);
+    b.s.cluster_ip = b.s.cluster_ip.or(Some(ip));
+    b.s.port = b.s.port.or(Some(port));
+    b.s.no_endpoints = Some(NoEndpoints::Reject);
+    b.s.evidence.push(Evidence::rule(table, chain, rule));
 }
 
 /// `v` in a block of its exact size. Vectors grown by pushing hold up to twice their
@@ -1001,18 +1068,13 @@ fn exact<T>(v: Vec<T>) -> Vec<T> {
     e
 }
 
-fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: Builder<'a>) -> RecoveredService<'a> {
-    let endpoints = exact(
-        b.endpoints
-            .into_iter()
-            .map(|e| RecoveredEndpoint {
-                evidence: exact(e.evidence),
-                ..e
-            })
-            .collect(),
-    );
+/// Completes `b.s`: exact-size vectors, the notes, the name source, and the chain-name
+/// checks (each mismatch is pushed to `mismatches`).
+fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: &mut Builder<'a>) {
+    let s = &mut b.s;
+    s.endpoints = exact(std::mem::take(&mut s.endpoints));
     let mut notes = Vec::new();
-    let name_source = if b.name.is_some() {
+    s.name_source = if s.name.is_some() {
         NameSource::Comment
     } else {
         notes.push(
@@ -1033,11 +1095,11 @@ fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: Builder<'a>) -> Recover
                 .to_string(),
         );
     }
-    let first_evidence = b.evidence.first().copied();
-    if let (Some(name), Some(proto)) = (&b.name, &b.protocol) {
+    let first_evidence = s.evidence.first().copied();
+    if let (Some(name), Some(proto)) = (&s.name, &s.protocol) {
         // Each chain name is verified once: one hash per service port, one per endpoint.
         let hash = port_proto_hash_bytes(name, proto);
-        for &c in &b.chains {
+        for &c in &s.chains {
             if let Some((prefix, h)) = parse_chain_name(c)
                 && h.as_bytes() != hash
             {
@@ -1047,16 +1109,11 @@ fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: Builder<'a>) -> Recover
                     service: format!("{name} ({proto})"),
                     endpoint: None,
                     expected: format!("{}{hash}", prefix.as_str()),
-                    evidence: first_evidence.unwrap_or(Evidence {
-                        table: "",
-                        chain: c,
-                        line: 0,
-                        text: "",
-                    }),
+                    evidence: first_evidence.unwrap_or(Evidence::named(c)),
                 });
             }
         }
-        for e in &endpoints {
+        for e in &s.endpoints {
             // An address redacted by whoever posted the capture (`<master-node-ip>:6443`)
             // is not the one kube-proxy hashed: the name cannot be checked.
             if let (Some(chain), Some(addr)) = (e.chain, &e.address)
@@ -1066,39 +1123,26 @@ fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: Builder<'a>) -> Recover
                 mismatches.push(NameMismatch {
                     chain,
                     service: format!("{name} ({proto})"),
-                    endpoint: Some(addr.clone()),
+                    endpoint: Some(addr.to_string()),
                     expected: endpoint_chain_name(name, proto, addr),
                     evidence: e.evidence[0],
                 });
             }
         }
     }
-    if endpoints.iter().any(|e| e.address.is_none()) {
+    if s.endpoints.iter().any(|e| e.address.is_none()) {
         notes.push(
             "some endpoint chains are not in the input (partial payload?): their addresses are unknown"
                 .to_string(),
         );
     }
-    RecoveredService {
-        name: b.name,
-        name_source,
-        protocol: b.protocol,
-        cluster_ip: b.cluster_ip,
-        port: b.port,
-        node_ports: exact(b.node_ports),
-        external_ips: exact(b.external_ips),
-        load_balancer_ips: exact(b.load_balancer_ips),
-        load_balancer_source_ranges: exact(b.source_ranges),
-        health_check_node_port: b.health_check_node_port,
-        session_affinity_seconds: b.affinity,
-        internal_traffic_local: b.internal_local,
-        external_traffic_local: b.external_local,
-        endpoints,
-        no_endpoints: b.no_endpoints,
-        chains: exact(b.chains),
-        evidence: exact(b.evidence),
-        notes,
-    }
+    s.notes = notes;
+    s.node_ports = exact(std::mem::take(&mut s.node_ports));
+    s.external_ips = exact(std::mem::take(&mut s.external_ips));
+    s.load_balancer_ips = exact(std::mem::take(&mut s.load_balancer_ips));
+    s.load_balancer_source_ranges = exact(std::mem::take(&mut s.load_balancer_source_ranges));
+    s.chains = exact(std::mem::take(&mut s.chains));
+    s.evidence = exact(std::mem::take(&mut s.evidence));
 }
 
 #[cfg(test)]

@@ -15,7 +15,9 @@
 //! no fixed probability. Weight 0 is kube-proxy's graceful termination: no new
 //! connections.
 
-use super::{Evidence, NameSource, ProxyMode, RecoveredEndpoint, RecoveredService, ServiceMap};
+use super::{
+    Evidence, NameSource, ProxyMode, Quotes, RecoveredEndpoint, RecoveredService, ServiceMap,
+};
 use plumb_ruleset::model::ipvs::{IpSetListing, RealServer, VirtualAddress, VirtualService};
 use plumb_ruleset::{Backend, Family, Ruleset};
 use std::net::IpAddr;
@@ -61,7 +63,7 @@ pub fn recover(ruleset: &Ruleset) -> Vec<ServiceMap<'_>> {
 }
 
 fn evidence(vs: &VirtualService) -> Evidence<'_> {
-    Evidence::at("ipvs", "", vs.location, &vs.text)
+    Evidence::ipvs(vs.location, &vs.text)
 }
 
 /// Real servers as (address, port), sorted: two virtual services with equal keys send
@@ -121,11 +123,11 @@ fn endpoints(vs: &VirtualService) -> (Vec<RecoveredEndpoint<'_>>, Vec<String>) {
                 ));
             }
             RecoveredEndpoint {
-                address: Some(socket(r.address, r.port)),
+                address: Some(socket(r.address, r.port).into()),
                 probability: probability(r),
                 local: None,
                 chain: None,
-                evidence: vec![Evidence::at("ipvs", "", r.location, &r.text)],
+                evidence: Quotes::one(Evidence::ipvs(r.location, &r.text)),
             }
         })
         .collect();

@@ -18,12 +18,13 @@
 //! without comments; the hash is re-computed and mismatches reported.
 
 use super::{
-    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, RecoveredEndpoint,
+    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes, RecoveredEndpoint,
     RecoveredService, ServiceMap, push_unique, split_host_port, split_service_port_name,
 };
 use crate::chain_name::{NftChainPrefix, nft_endpoint_chain_name, nft_service_port_base};
 use plumb_ruleset::nft::{NatKind, NftSet, StatementKind, Value, Verdict, VerdictMapRef};
 use plumb_ruleset::{Backend, Chain, Family, RuleBody, Ruleset, Table};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
@@ -171,7 +172,7 @@ fn recover_table(table: &Table) -> ServiceMap<'_> {
             let Some(c) = e.verdict.as_ref().and_then(verdict_chain) else {
                 continue;
             };
-            let ev = element_evidence(table, m, &e.key_text);
+            let ev = Evidence::element(table, m, e);
             let Some(i) = rec.builder_for_chain(c, ev) else {
                 continue;
             };
@@ -188,7 +189,7 @@ fn recover_table(table: &Table) -> ServiceMap<'_> {
             let Some(c) = e.verdict.as_ref().and_then(verdict_chain) else {
                 continue;
             };
-            let ev = element_evidence(table, m, &e.key_text);
+            let ev = Evidence::element(table, m, e);
             let Some(i) = rec.builder_for_chain(c, ev) else {
                 continue;
             };
@@ -262,14 +263,10 @@ fn verdict_chain(v: &Verdict) -> Option<&str> {
     }
 }
 
-fn element_evidence<'a>(table: &'a Table, set: &'a NftSet, key: &'a str) -> Evidence<'a> {
-    Evidence::at(&table.name, &set.name, set.location, key)
-}
-
 fn chain_evidence<'a>(table: &'a Table, c: &'a Chain) -> Evidence<'a> {
     match c.rules.first() {
-        Some(r) => Evidence::rule(&table.name, &c.name, r),
-        None => Evidence::at(&table.name, &c.name, c.location, &c.name),
+        Some(r) => Evidence::rule(table, c, r),
+        None => Evidence::declaration(table, c),
     }
 }
 
@@ -294,7 +291,7 @@ fn service_ips<'a>(rec: &mut Recovery<'a>, m: &'a NftSet, cluster_ips: Option<&[
         let Some(c) = e.verdict.as_ref().and_then(verdict_chain) else {
             continue;
         };
-        let ev = element_evidence(rec.table, m, &e.key_text);
+        let ev = Evidence::element(rec.table, m, e);
         let Some((prefix, _)) = split_chain(c) else {
             continue;
         };
@@ -354,7 +351,7 @@ fn no_endpoint_elements<'a>(
         let spn = service_name(ns, name, port_name);
         let key = format!("{spn}|{proto}");
         let i = rec.builder(key);
-        let ev = element_evidence(rec.table, m, &e.key_text);
+        let ev = Evidence::element(rec.table, m, e);
         let b = &mut rec.builders[i];
         if b.name.is_none() {
             b.name = Some(spn);
@@ -397,7 +394,7 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
     let mut picks: Vec<(&'a str, f64, Evidence<'a>)> = Vec::new();
     for r in &c.rules {
         let RuleBody::Nft(n) = &r.body else { continue };
-        let ev = Evidence::rule(&table.name, &c.name, r);
+        let ev = Evidence::rule(table, c, r);
         for s in &n.statements {
             match &s.kind {
                 StatementKind::Match { left, right, .. }
@@ -463,7 +460,7 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                         match b
                             .endpoints
                             .iter_mut()
-                            .find(|e| e.chain.is_none() && e.address.as_deref() == Some(&address))
+                            .find(|e| e.chain.is_none() && e.address.as_deref() == Some(&*address))
                         {
                             Some(e) => {
                                 if local {
@@ -473,11 +470,11 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                                 }
                             }
                             None => b.endpoints.push(RecoveredEndpoint {
-                                address: Some(address),
+                                address: Some(Cow::Owned(address)),
                                 probability: Some(p),
                                 local: local.then_some(true),
                                 chain: None,
-                                evidence: vec![ev],
+                                evidence: Quotes::one(ev),
                             }),
                         }
                     }
@@ -499,7 +496,7 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
         }
     }
     for (target, p, ev) in picks {
-        let mut evidence = vec![ev];
+        let mut evidence = Quotes::one(ev);
         let mut address = None;
         if let Some(ep) = rec.chains.get(target) {
             for r in &ep.rules {
@@ -510,8 +507,8 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                             .split_whitespace()
                             .find(|w| split_host_port(w).is_some())
                     {
-                        address = Some(a.to_string());
-                        evidence.push(Evidence::rule(&table.name, &ep.name, r));
+                        address = Some(Cow::Borrowed(a));
+                        evidence.push(Evidence::rule(table, ep, r));
                     }
                 }
             }
@@ -519,7 +516,7 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
         if address.is_none() {
             // The endpoint chain is not in the input (a truncated listing): its name
             // carries the address (`endpoint-HASH-ns/name/proto/port__IP/PORT`).
-            address = endpoint_address_from_name(target);
+            address = endpoint_address_from_name(target).map(Cow::Owned);
         }
         let b = &mut rec.builders[i];
         match b.endpoints.iter_mut().find(|e| e.chain == Some(target)) {
@@ -647,7 +644,7 @@ fn firewall_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize) {
                     };
                     push_unique(&mut b.source_ranges, range);
                 }
-                b.evidence.push(Evidence::rule(&rec.table.name, &c.name, r));
+                b.evidence.push(Evidence::rule(rec.table, c, r));
             }
         }
     }
@@ -725,7 +722,7 @@ fn finish<'a>(rec: &mut Recovery<'a>, b: Builder<'a>) -> RecoveredService<'a> {
                     rec.mismatches.push(NameMismatch {
                         chain,
                         service: format!("{name} ({proto})"),
-                        endpoint: Some(addr.clone()),
+                        endpoint: Some(addr.to_string()),
                         expected,
                         evidence: e.evidence[0],
                     });

@@ -333,8 +333,8 @@ fn action(rule: &ListedRule, resolve: &dyn Fn(&str) -> Option<u32>) -> Action {
         "LOG" | "NFLOG" | "ULOG" | "TRACE" => Action::Log(target.to_string()),
         "DNAT" | "SNAT" => match details {
             Some(ListedTarget::Nat { to, .. }) if to.len() == 1 => match NatSpec::parse(&to[0]) {
-                Some(spec) if target == "DNAT" => Action::Dnat(spec),
-                Some(spec) => Action::Snat(spec),
+                Some(spec) if target == "DNAT" => Action::Dnat(Box::new(spec)),
+                Some(spec) => Action::Snat(Box::new(spec)),
                 None => Action::Unknown(format!("{target} to:{}", to[0])),
             },
             _ => Action::Unknown(format!("{target} {}", rule.extra)),
