@@ -273,17 +273,7 @@ pub(crate) fn translate_table(table: &mut Table) -> Option<KeptRules> {
     let mut parsed = None;
     for _ in 0..3 {
         let (text, line_of) = iptables_text(table, &plan);
-        let rs = parse_shared(
-            Arc::new(text),
-            &IptablesInput {
-                family: table.family,
-                backend: Some(Backend::IptablesNft),
-                // Read as a payload: whether jump targets exist is the listing's
-                // business (a chain listing is partial), not the translation's.
-                restore_payload: true,
-                ..IptablesInput::default()
-            },
-        );
+        let rs = read_translated(text, table.family);
         let bad: Vec<(usize, usize)> = rs
             .errors()
             .filter_map(|d| line_of.get(&d.line).copied())
@@ -702,15 +692,7 @@ impl StreamedTable {
             }
         }
         text.push_str("COMMIT\n");
-        let rs = parse_shared(
-            Arc::new(text),
-            &IptablesInput {
-                family: self.family,
-                backend: Some(Backend::IptablesNft),
-                restore_payload: true,
-                ..IptablesInput::default()
-            },
-        );
+        let rs = read_translated(text, self.family);
         let ok = rs.error_count() == 0
             && rs.tables.len() == 1
             && rs.tables.first().is_some_and(|t| {
@@ -729,6 +711,21 @@ impl StreamedTable {
     }
 }
 
+/// Reads iptables text made from an iptables-nft table back with the iptables reader,
+/// as a restore payload: whether jump targets exist is the listing's business (a chain
+/// listing is partial), not the translation's.
+fn read_translated(text: String, family: Family) -> Ruleset {
+    parse_shared(
+        Arc::new(text),
+        &IptablesInput {
+            family,
+            backend: Some(Backend::IptablesNft),
+            restore_payload: true,
+            ..IptablesInput::default()
+        },
+    )
+}
+
 /// Whether the iptables reader reads `table`'s chain declarations, as
 /// [`iptables_header`] writes them, without an error (a policy nft printed that
 /// iptables cannot spell, a name it refuses, makes one). With every chunk of the
@@ -738,17 +735,7 @@ impl StreamedTable {
 pub(crate) fn header_reads_back(table: &Table) -> bool {
     let read = |mut text: String| {
         text.push_str("COMMIT\n");
-        parse_shared(
-            Arc::new(text),
-            &IptablesInput {
-                family: table.family,
-                backend: Some(Backend::IptablesNft),
-                restore_payload: true,
-                ..IptablesInput::default()
-            },
-        )
-        .error_count()
-            == 0
+        read_translated(text, table.family).error_count() == 0
     };
     let builtins = crate::iptables::save::builtin_chains(&table.name);
     let mut text = format!("*{}\n", table.name);
@@ -832,15 +819,7 @@ pub(crate) fn translate_streamed_table(
     }
     drop(chunk);
     text.push_str("COMMIT\n");
-    let rs = parse_shared(
-        Arc::new(text),
-        &IptablesInput {
-            family: table.family,
-            backend: Some(Backend::IptablesNft),
-            restore_payload: true,
-            ..IptablesInput::default()
-        },
-    );
+    let rs = read_translated(text, table.family);
     // `translate_table` would take the refused rules back as nft rules: their
     // statements were not kept.
     if rs.error_count() != 0 {
