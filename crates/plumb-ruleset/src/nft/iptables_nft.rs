@@ -382,28 +382,34 @@ fn install_translated(
     table.nft_view = true;
 }
 
+/// The table's chain declarations as iptables-save writes them: name and policy (`-`
+/// for a user-defined chain), the built-in chains first. iptables-nft lists every
+/// built-in chain, also those it has not created in the kernel yet (policy ACCEPT, no
+/// rules): so does the translation.
+fn declarations(table: &Table) -> impl Iterator<Item = (&str, &str)> {
+    let builtins = crate::iptables::save::builtin_chains(&table.name);
+    let builtin = builtins.iter().map(|&b| {
+        let policy = table
+            .chain(b)
+            .and_then(|c| c.policy())
+            .map_or("ACCEPT", |p| p.as_iptables());
+        (b, policy)
+    });
+    let user = table
+        .chains
+        .iter()
+        .filter(move |c| !builtins.contains(&&*c.name))
+        .map(|c| (&*c.name, "-"));
+    builtin.chain(user)
+}
+
 /// The start of the table as iptables-save text, through its chain declarations, and
 /// how many lines that is.
 fn iptables_header(table: &Table) -> (String, u32) {
     let mut text = format!("*{}\n", table.name);
     let mut line = 1u32;
-    let builtins = crate::iptables::save::builtin_chains(&table.name);
-    // iptables-nft lists every built-in chain, also those it has not created in the
-    // kernel yet (policy ACCEPT, no rules): so does the translation.
-    for b in builtins {
-        let policy = table
-            .chain(b)
-            .and_then(|c| c.policy())
-            .map_or("ACCEPT", |p| p.as_iptables());
-        let _ = writeln!(text, ":{b} {policy} [0:0]");
-        line += 1;
-    }
-    for c in table
-        .chains
-        .iter()
-        .filter(|c| !builtins.contains(&&*c.name))
-    {
-        let _ = writeln!(text, ":{} - [0:0]", c.name);
+    for (name, policy) in declarations(table) {
+        let _ = writeln!(text, ":{name} {policy} [0:0]");
         line += 1;
     }
     (text, line)
@@ -737,29 +743,18 @@ pub(crate) fn header_reads_back(table: &Table) -> bool {
         text.push_str("COMMIT\n");
         read_translated(text, table.family).error_count() == 0
     };
-    let builtins = crate::iptables::save::builtin_chains(&table.name);
+    let builtins = crate::iptables::save::builtin_chains(&table.name).len();
     let mut text = format!("*{}\n", table.name);
-    for b in builtins {
-        let policy = table
-            .chain(b)
-            .and_then(|c| c.policy())
-            .map_or("ACCEPT", |p| p.as_iptables());
-        let _ = writeln!(text, ":{b} {policy} [0:0]");
-    }
-    let mut declared = 0;
-    for c in table
-        .chains
-        .iter()
-        .filter(|c| !builtins.contains(&&*c.name))
-    {
-        let _ = writeln!(text, ":{} - [0:0]", c.name);
-        declared += 1;
-        if declared == HEADER_SLICE {
-            if !read(std::mem::replace(&mut text, format!("*{}\n", table.name))) {
-                return false;
-            }
-            declared = 0;
+    for (i, (name, policy)) in declarations(table).enumerate() {
+        // The first slice also holds the built-in chains.
+        let user = i.saturating_sub(builtins);
+        if user > 0
+            && user.is_multiple_of(HEADER_SLICE)
+            && !read(std::mem::replace(&mut text, format!("*{}\n", table.name)))
+        {
+            return false;
         }
+        let _ = writeln!(text, ":{name} {policy} [0:0]");
     }
     read(text)
 }
