@@ -15,9 +15,7 @@
 //! no fixed probability. Weight 0 is kube-proxy's graceful termination: no new
 //! connections.
 
-use super::{
-    Evidence, NameSource, ProxyMode, Quotes, RecoveredEndpoint, RecoveredService, ServiceMap,
-};
+use super::{Evidence, ProxyMode, Quotes, RecoveredEndpoint, RecoveredService, ServiceMap};
 use plumb_ruleset::model::ipvs::{IpSetListing, RealServer, VirtualAddress, VirtualService};
 use plumb_ruleset::{Backend, Family, Ruleset};
 use std::net::IpAddr;
@@ -147,24 +145,12 @@ fn service<'a>(vs: &'a VirtualService, protocol: &str) -> RecoveredService<'a> {
         notes.push("no real servers: IPVS has no endpoint to send connections to".into());
     }
     RecoveredService {
-        name: None,
-        name_source: NameSource::Unnamed,
         protocol: Some(protocol.to_string()),
-        cluster_ip: None,
-        port: None,
-        node_ports: Vec::new(),
-        external_ips: Vec::new(),
-        load_balancer_ips: Vec::new(),
-        load_balancer_source_ranges: Vec::new(),
-        health_check_node_port: None,
         session_affinity_seconds: vs.persistent_seconds,
-        internal_traffic_local: false,
-        external_traffic_local: false,
         endpoints,
-        no_endpoints: None,
-        chains: Vec::new(),
         evidence: vec![evidence(vs)],
         notes,
+        ..RecoveredService::empty()
     }
 }
 
