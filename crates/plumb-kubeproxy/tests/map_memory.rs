@@ -4,7 +4,6 @@
 //! Its own binary: the counting allocator is process-wide.
 
 use plumb_kubeproxy::recover::{Evidence, recover};
-use plumb_kubeproxy::{GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions};
 use plumb_ruleset::format::{ParseOptions, parse_owned};
 use plumb_testkit::heap;
 
@@ -30,15 +29,7 @@ fn evidence_is_a_place_in_the_model() {
 #[test]
 fn a_service_map_costs_under_1000_bytes_a_service_port() {
     let services = 2000;
-    let cluster = plumb_kubeproxy::generate(&GeneratorConfig {
-        services,
-        endpoints_per_service: 5,
-        ..Default::default()
-    })
-    .expect("valid generator config");
-    let text = KubeProxyRules::new(&cluster, &ProxierOptions::default())
-        .to_iptables_save(&IptablesSaveOptions::default());
-    drop(cluster);
+    let text = plumb_kubeproxy::generated_save_text(services, 5).expect("valid generator config");
     let parsed = parse_owned(text.into_bytes(), &ParseOptions::default()).unwrap();
     let before = heap::reset_peak();
     let maps = recover(&parsed.ruleset);

@@ -4,7 +4,6 @@
 //! again from its text (counters, its words' index) is not kept beside it.
 //! Its own binary: the counting allocator is process-wide.
 
-use plumb_kubeproxy::{GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions};
 use plumb_ruleset::format::{ParseOptions, parse_owned};
 use plumb_testkit::heap;
 
@@ -16,15 +15,7 @@ static GLOBAL: heap::Counting = heap::Counting;
 /// own it held 84), and the read peaks at 74 bytes a rule besides it (it peaked at 94).
 #[test]
 fn a_kube_proxy_dump_costs_under_64_bytes_a_rule_besides_its_text() {
-    let cluster = plumb_kubeproxy::generate(&GeneratorConfig {
-        services: 2000,
-        endpoints_per_service: 5,
-        ..Default::default()
-    })
-    .expect("valid generator config");
-    let text = KubeProxyRules::new(&cluster, &ProxierOptions::default())
-        .to_iptables_save(&IptablesSaveOptions::default());
-    drop(cluster);
+    let text = plumb_kubeproxy::generated_save_text(2000, 5).expect("valid generator config");
     let input = text.len();
     // The input is counted in `before`: what follows is besides it.
     let before = heap::reset_peak();

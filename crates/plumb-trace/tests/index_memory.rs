@@ -3,7 +3,6 @@
 //! allocator, per rule. `plumb check`'s forward-drop-blocks-pods compiles it on every
 //! node that runs kube-proxy. Its own binary: the counting allocator is process-wide.
 
-use plumb_kubeproxy::{GeneratorConfig, IptablesSaveOptions, KubeProxyRules, ProxierOptions};
 use plumb_ruleset::format::{ParseOptions, parse_owned};
 use plumb_testkit::heap;
 use plumb_trace::Index;
@@ -30,15 +29,7 @@ fn an_item_is_56_bytes() {
 /// copied.
 #[test]
 fn kube_services_compiles_into_under_400_bytes_a_rule() {
-    let cluster = plumb_kubeproxy::generate(&GeneratorConfig {
-        services: 2000,
-        endpoints_per_service: 5,
-        ..Default::default()
-    })
-    .expect("valid generator config");
-    let text = KubeProxyRules::new(&cluster, &ProxierOptions::default())
-        .to_iptables_save(&IptablesSaveOptions::default());
-    drop(cluster);
+    let text = plumb_kubeproxy::generated_save_text(2000, 5).expect("valid generator config");
     let parsed = parse_owned(text.into_bytes(), &ParseOptions::default()).unwrap();
     let index = Index::build(&parsed.ruleset);
     let id = index

@@ -114,26 +114,18 @@ pub fn report(
 /// kube-proxy rulesets from the generator, as iptables-save text with a label: every
 /// feature (NodePorts, affinity with `recent`, Local policy, ...) is in one of them.
 pub fn generated_kube_proxy_rulesets() -> Vec<(&'static str, String)> {
-    let configs = [
+    let all_features =
+        plumb_kubeproxy::generate(&plumb_kubeproxy::GeneratorConfig::all_features(20, 2))
+            .expect("generator");
+    vec![
         (
             "generated 50x3",
-            plumb_kubeproxy::GeneratorConfig {
-                services: 50,
-                endpoints_per_service: 3,
-                ..Default::default()
-            },
+            plumb_kubeproxy::generated_save_text(50, 3).expect("generator"),
         ),
         (
             "generated 20x2 all features",
-            plumb_kubeproxy::GeneratorConfig::all_features(20, 2),
+            plumb_kubeproxy::KubeProxyRules::new(&all_features, &Default::default())
+                .to_iptables_save(&Default::default()),
         ),
-    ];
-    configs
-        .into_iter()
-        .map(|(label, config)| {
-            let cluster = plumb_kubeproxy::generate(&config).expect("generator");
-            let rules = plumb_kubeproxy::KubeProxyRules::new(&cluster, &Default::default());
-            (label, rules.to_iptables_save(&Default::default()))
-        })
-        .collect()
+    ]
 }
