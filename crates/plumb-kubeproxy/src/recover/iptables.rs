@@ -17,7 +17,8 @@
 
 use super::{
     Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes, RecoveredEndpoint,
-    RecoveredService, ServiceMap, host_addr, push_unique, split_service_port_name,
+    RecoveredService, ServiceMap, exact, host_addr, push_unique, sort_in_place_by,
+    split_service_port_name,
 };
 use crate::chain_name::{
     ChainPrefix, chain_matches_endpoint, endpoint_chain_name, parse_chain_name,
@@ -548,7 +549,7 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
     let builders = std::mem::take(&mut rec.builders);
     drop(rec);
     let mut services: Vec<RecoveredService> = builders.into_iter().map(|b| b.s).collect();
-    services.sort_by(|a, b| {
+    sort_in_place_by(&mut services, |a, b| {
         (a.name.is_none(), &a.name, a.chains.first()).cmp(&(
             b.name.is_none(),
             &b.name,
@@ -1053,19 +1054,6 @@ fn no_endpoints_unnamed<'a>(
     b.s.port = b.s.port.or(Some(port));
     b.s.no_endpoints = Some(NoEndpoints::Reject);
     b.s.evidence.push(Evidence::rule(table, chain, rule));
-}
-
-/// `v` in a block of its exact size. Vectors grown by pushing hold up to twice their
-/// items, and `shrink_to_fit` gives nothing back under mimalloc when they fill half
-/// the block or more: on a 10k-service map the slack of the services' endpoints,
-/// evidence and chains was 4 MiB.
-fn exact<T>(v: Vec<T>) -> Vec<T> {
-    if v.capacity() == v.len() {
-        return v;
-    }
-    let mut e = Vec::with_capacity(v.len());
-    e.extend(v);
-    e
 }
 
 /// Completes `b.s`: exact-size vectors, the notes, the name source, and the chain-name

@@ -19,7 +19,8 @@
 
 use super::{
     Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes, RecoveredEndpoint,
-    RecoveredService, ServiceMap, push_unique, split_host_port, split_service_port_name,
+    RecoveredService, ServiceMap, exact, push_unique, sort_in_place_by, split_host_port,
+    split_service_port_name,
 };
 use crate::chain_name::{NftChainPrefix, nft_endpoint_chain_name, nft_service_port_base};
 use plumb_ruleset::nft::{NatKind, NftSet, StatementKind, Value, Verdict, VerdictMapRef};
@@ -86,6 +87,10 @@ struct Builder<'a> {
     chains: Vec<&'a str>,
     endpoints: Vec<RecoveredEndpoint<'a>>,
     evidence: Vec<Evidence<'a>>,
+    /// Filled by [`finish`]. Also makes a builder at least as large as the service it
+    /// becomes, so that the services are collected into the builders' own block: a
+    /// second block of 10k services was 2.7 MiB on the peak of recovery.
+    notes: Vec<String>,
 }
 
 /// Recovers the service map of every nftables `kube-proxy` table.
@@ -242,17 +247,23 @@ fn recover_table(table: &Table) -> ServiceMap<'_> {
             _ => {}
         }
     }
-    let mut services: Vec<RecoveredService> = Vec::with_capacity(rec.builders.len());
-    for b in std::mem::take(&mut rec.builders) {
-        services.push(finish(&mut rec, b));
-    }
-    services.sort_by(|a, b| (&a.name, &a.protocol).cmp(&(&b.name, &b.protocol)));
+    // Collected in place: the services take the builders' block (see `Builder::notes`).
+    let mut services: Vec<RecoveredService> = std::mem::take(&mut rec.builders)
+        .into_iter()
+        .map(|b| finish(&mut rec, b))
+        .collect();
+    // The chain indexes are freed before the sort.
+    let name_mismatches = std::mem::take(&mut rec.mismatches);
+    drop(rec);
+    sort_in_place_by(&mut services, |a, b| {
+        (&a.name, &a.protocol).cmp(&(&b.name, &b.protocol))
+    });
     ServiceMap {
         mode: ProxyMode::Nftables,
         family: table.family,
         backend: table.backend,
         services,
-        name_mismatches: rec.mismatches,
+        name_mismatches,
     }
 }
 
@@ -495,6 +506,13 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
             }
         }
     }
+    // The endpoints' vector in a block of their number (pushing one by one grew it to 8
+    // places for 5 endpoints: 3.3 MiB of slack on a 10k-service map, all live at once
+    // while recovery builds the services).
+    let b = &mut rec.builders[i];
+    if b.endpoints.is_empty() {
+        b.endpoints.reserve_exact(picks.len());
+    }
     for (target, p, ev) in picks {
         let mut evidence = Quotes::one(ev);
         let mut address = None;
@@ -693,8 +711,8 @@ fn parse_nft_duration(t: &str) -> Option<u32> {
     u32::try_from(total).ok()
 }
 
-fn finish<'a>(rec: &mut Recovery<'a>, b: Builder<'a>) -> RecoveredService<'a> {
-    let mut notes = Vec::new();
+fn finish<'a>(rec: &mut Recovery<'a>, mut b: Builder<'a>) -> RecoveredService<'a> {
+    let mut notes = std::mem::take(&mut b.notes);
     if b.external_ambiguous {
         notes.push(
             "nftables mode sends external and load-balancer IPs to the same chain: listed as external IPs"
@@ -730,7 +748,7 @@ fn finish<'a>(rec: &mut Recovery<'a>, b: Builder<'a>) -> RecoveredService<'a> {
             }
         }
     }
-    let mut endpoints = b.endpoints;
+    let mut endpoints = exact(b.endpoints);
     if endpoints.iter().any(|e| e.local.is_some()) {
         for e in &mut endpoints {
             e.local.get_or_insert(false);
@@ -742,18 +760,18 @@ fn finish<'a>(rec: &mut Recovery<'a>, b: Builder<'a>) -> RecoveredService<'a> {
         protocol: b.protocol,
         cluster_ip: b.cluster_ip,
         port: b.port,
-        node_ports: b.node_ports,
-        external_ips: b.external_ips,
-        load_balancer_ips: b.load_balancer_ips,
-        load_balancer_source_ranges: b.source_ranges,
+        node_ports: exact(b.node_ports),
+        external_ips: exact(b.external_ips),
+        load_balancer_ips: exact(b.load_balancer_ips),
+        load_balancer_source_ranges: exact(b.source_ranges),
         health_check_node_port: None,
         session_affinity_seconds: b.affinity,
         internal_traffic_local: b.internal_local,
         external_traffic_local: b.external_local,
         endpoints,
         no_endpoints: b.no_endpoints,
-        chains: b.chains,
-        evidence: b.evidence,
+        chains: exact(b.chains),
+        evidence: exact(b.evidence),
         notes,
     }
 }
@@ -761,6 +779,39 @@ fn finish<'a>(rec: &mut Recovery<'a>, b: Builder<'a>) -> RecoveredService<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A builder is at least as large as the service it becomes (and as aligned), so
+    /// that `collect` turns the builders' block into the services' (it takes a new
+    /// block otherwise: 2.7 MiB more on a 10k-service map's peak).
+    #[test]
+    fn services_are_collected_into_the_builders_block() {
+        use std::mem::{align_of, size_of};
+        assert!(
+            size_of::<Builder>() >= size_of::<RecoveredService>(),
+            "Builder {} bytes, RecoveredService {}",
+            size_of::<Builder>(),
+            size_of::<RecoveredService>()
+        );
+        assert_eq!(align_of::<Builder>(), align_of::<RecoveredService>());
+        let builders: Vec<Builder> = (0..8).map(|_| Builder::default()).collect();
+        let block = builders.as_ptr() as usize;
+        let table = Table::new(
+            Family::Ip,
+            Backend::Nftables,
+            "kube-proxy",
+            plumb_ruleset::Location::default(),
+        );
+        let mut rec = Recovery {
+            table: &table,
+            builders: Vec::new(),
+            by_name: FastMap::default(),
+            chains: FastMap::default(),
+            mismatches: Vec::new(),
+        };
+        let services: Vec<RecoveredService> =
+            builders.into_iter().map(|b| finish(&mut rec, b)).collect();
+        assert_eq!(services.as_ptr() as usize, block, "a new block was taken");
+    }
 
     #[test]
     fn chain_names_split() {
