@@ -159,10 +159,20 @@ impl<'a> Recovery<'a> {
 }
 
 fn recover_table(table: &Table) -> ServiceMap<'_> {
+    // One builder a service port, each with its `service-` chain: reserved at once, as
+    // pushing grew the block by doubling (4.4 MiB for 10k ports, with the 2.2 MiB block
+    // it replaced live beside it).
+    let ports = table
+        .chains
+        .iter()
+        .filter(|c| split_chain(&c.name).is_some_and(|(p, _)| p == NftChainPrefix::Service))
+        .count();
+    let mut by_name = FastMap::default();
+    by_name.reserve(ports);
     let mut rec = Recovery {
         table,
-        builders: Vec::new(),
-        by_name: FastMap::default(),
+        builders: Vec::with_capacity(ports),
+        by_name,
         chains: table.chains.iter().map(|c| (&*c.name, c)).collect(),
         mismatches: Vec::new(),
     };
