@@ -1061,28 +1061,35 @@ fn no_endpoints_unnamed<'a>(
 fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: &mut Builder<'a>) {
     let s = &mut b.s;
     s.endpoints = exact(std::mem::take(&mut s.endpoints));
-    let mut notes = Vec::new();
+    const UNNAMED: &str =
+        "no kube-proxy comments: name unknown, service identified by its chains and rules";
+    const AMBIGUOUS: &str = "no endpoints: external and load-balancer IPs are rejected alike and cannot be told apart; listed as external IPs";
+    const UNLABELLED: &str =
+        "a KUBE-EXT capture rule has no comment: external or load-balancer IP, listed as external";
+    const PARTIAL: &str =
+        "some endpoint chains are not in the input (partial payload?): their addresses are unknown";
     s.name_source = if s.name.is_some() {
         NameSource::Comment
     } else {
-        notes.push(
-            "no kube-proxy comments: name unknown, service identified by its chains and rules"
-                .to_string(),
-        );
         NameSource::Unnamed
     };
-    if b.ambiguous_external {
-        notes.push(
-            "no endpoints: external and load-balancer IPs are rejected alike and cannot be told apart; listed as external IPs"
-                .to_string(),
-        );
-    }
-    if b.unlabelled_ips {
-        notes.push(
-            "a KUBE-EXT capture rule has no comment: external or load-balancer IP, listed as external"
-                .to_string(),
-        );
-    }
+    let partial = s.endpoints.iter().any(|e| e.address.is_none());
+    let notes = [
+        (s.name.is_none(), UNNAMED),
+        (b.ambiguous_external, AMBIGUOUS),
+        (b.unlabelled_ips, UNLABELLED),
+        (partial, PARTIAL),
+    ];
+    // Counted first: the vector is made at its size (see `RecoveredService::notes`).
+    let count = notes.iter().filter(|(on, _)| *on).count();
+    let mut kept = Vec::with_capacity(count);
+    kept.extend(
+        notes
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|&(_, text)| Cow::Borrowed(text)),
+    );
+    s.notes = kept;
     let first_evidence = s.evidence.first().copied();
     if let (Some(name), Some(proto)) = (&s.name, &s.protocol) {
         // Each chain name is verified once: one hash per service port, one per endpoint.
@@ -1118,13 +1125,6 @@ fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: &mut Builder<'a>) {
             }
         }
     }
-    if s.endpoints.iter().any(|e| e.address.is_none()) {
-        notes.push(
-            "some endpoint chains are not in the input (partial payload?): their addresses are unknown"
-                .to_string(),
-        );
-    }
-    s.notes = notes;
     s.node_ports = exact(std::mem::take(&mut s.node_ports));
     s.external_ips = exact(std::mem::take(&mut s.external_ips));
     s.load_balancer_ips = exact(std::mem::take(&mut s.load_balancer_ips));

@@ -18,6 +18,7 @@
 use super::{Evidence, ProxyMode, Quotes, RecoveredEndpoint, RecoveredService, ServiceMap};
 use plumb_ruleset::model::ipvs::{IpSetListing, RealServer, VirtualAddress, VirtualService};
 use plumb_ruleset::{Backend, Family, Ruleset};
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 /// The IPVS service maps of `ruleset` (one per family with virtual services).
@@ -87,7 +88,7 @@ fn backends(vs: &VirtualService) -> Backends {
     b
 }
 
-fn endpoints(vs: &VirtualService) -> (Vec<RecoveredEndpoint<'_>>, Vec<String>) {
+fn endpoints(vs: &VirtualService) -> (Vec<RecoveredEndpoint<'_>>, Vec<Cow<'static, str>>) {
     let mut notes = Vec::new();
     let weights_known = vs.real_servers.iter().all(|r| r.weight.is_some());
     let weight = |r: &RealServer| r.weight.unwrap_or(0);
@@ -105,9 +106,12 @@ fn endpoints(vs: &VirtualService) -> (Vec<RecoveredEndpoint<'_>>, Vec<String>) {
     };
     match vs.scheduler.as_deref() {
         Some("rr" | "wrr") => {}
-        Some(other) => notes.push(format!(
-            "scheduler {other}: which endpoint a connection gets depends on load or hashing, not a fixed share"
-        )),
+        Some(other) => notes.push(
+            format!(
+                "scheduler {other}: which endpoint a connection gets depends on load or hashing, not a fixed share"
+            )
+            .into(),
+        ),
         None => notes.push("the input does not show the scheduler: endpoint shares are unknown".into()),
     }
     let eps = vs
@@ -115,10 +119,13 @@ fn endpoints(vs: &VirtualService) -> (Vec<RecoveredEndpoint<'_>>, Vec<String>) {
         .iter()
         .map(|r| {
             if r.weight == Some(0) {
-                notes.push(format!(
-                    "endpoint {} has weight 0: it takes no new connections (terminating)",
-                    socket(r.address, r.port)
-                ));
+                notes.push(
+                    format!(
+                        "endpoint {} has weight 0: it takes no new connections (terminating)",
+                        socket(r.address, r.port)
+                    )
+                    .into(),
+                );
             }
             RecoveredEndpoint {
                 address: Some(socket(r.address, r.port).into()),
@@ -234,23 +241,29 @@ fn services<'a>(
             if !s.node_ports.contains(&port) {
                 s.node_ports.push(port);
             }
-            s.notes.push(format!(
-                "IPVS also serves {what}; joined to this service: the only ClusterIP with the same endpoints"
-            ));
+            s.notes.push(
+                format!(
+                    "IPVS also serves {what}; joined to this service: the only ClusterIP with the same endpoints"
+                )
+                .into(),
+            );
             s.evidence.extend(vss.iter().map(|vs| evidence(vs)));
             continue;
         }
         let mut s = service(vss[0], &protocol);
         s.node_ports.push(port);
         s.evidence.extend(vss[1..].iter().map(|vs| evidence(vs)));
-        s.notes.push(if owners.is_empty() {
-            format!("IPVS serves {what}; no ClusterIP has the same endpoints")
-        } else {
-            format!(
-                "IPVS serves {what}; {} ClusterIPs have the same endpoints, so which service it belongs to is not known",
-                owners.len()
-            )
-        });
+        s.notes.push(
+            if owners.is_empty() {
+                format!("IPVS serves {what}; no ClusterIP has the same endpoints")
+            } else {
+                format!(
+                    "IPVS serves {what}; {} ClusterIPs have the same endpoints, so which service it belongs to is not known",
+                    owners.len()
+                )
+            }
+            .into(),
+        );
         out.push(s);
     }
     out

@@ -90,7 +90,7 @@ struct Builder<'a> {
     /// Filled by [`finish`]. Also makes a builder at least as large as the service it
     /// becomes, so that the services are collected into the builders' own block: a
     /// second block of 10k services was 2.7 MiB on the peak of recovery.
-    notes: Vec<String>,
+    notes: Vec<Cow<'static, str>>,
 }
 
 /// Recovers the service map of every nftables `kube-proxy` table.
@@ -725,15 +725,20 @@ fn finish<'a>(rec: &mut Recovery<'a>, mut b: Builder<'a>) -> RecoveredService<'a
     let mut notes = std::mem::take(&mut b.notes);
     if b.external_ambiguous {
         notes.push(
-            "nftables mode sends external and load-balancer IPs to the same chain: listed as external IPs"
-                .to_string(),
+            Cow::Borrowed(
+                "nftables mode sends external and load-balancer IPs to the same chain: listed as external IPs",
+            ),
         );
     }
     if b.endpoints.iter().any(|e| e.address.is_none()) {
-        notes.push("some endpoint chains are missing: their addresses are unknown".to_string());
+        notes.push(Cow::Borrowed(
+            "some endpoint chains are missing: their addresses are unknown",
+        ));
     }
     if b.affinity == Some(0) {
-        notes.push("ClientIP affinity set found but its timeout could not be read".to_string());
+        notes.push(Cow::Borrowed(
+            "ClientIP affinity set found but its timeout could not be read",
+        ));
     }
     // Endpoint chain hashes.
     if let (Some(name), Some(proto)) = (&b.name, &b.protocol)
@@ -782,7 +787,7 @@ fn finish<'a>(rec: &mut Recovery<'a>, mut b: Builder<'a>) -> RecoveredService<'a
         no_endpoints: b.no_endpoints,
         chains: exact(b.chains),
         evidence: exact(b.evidence),
-        notes,
+        notes: exact(notes),
     }
 }
 
