@@ -28,7 +28,7 @@ fn services(rs: &Ruleset) -> Vec<String> {
                         format!(
                             "{}@{:.3}",
                             e.address.as_deref().unwrap_or("?"),
-                            e.probability.unwrap_or(0.0)
+                            e.probability().unwrap_or(0.0)
                         )
                     })
                     .collect();

@@ -232,7 +232,7 @@ fn ipvs_rows(rs: &Ruleset) -> Vec<String> {
             let eps: Vec<String> = s
                 .endpoints
                 .iter()
-                .map(|e| format!("{}={:?}", e.address.as_deref().unwrap(), e.probability))
+                .map(|e| format!("{}={:?}", e.address.as_deref().unwrap(), e.probability()))
                 .collect();
             format!("{} {at} {}", s.protocol.as_deref().unwrap(), eps.join(","))
         })
@@ -363,7 +363,7 @@ mod ipvs_robustness {
                     for m in recover(&p.ruleset) {
                         for s in &m.services {
                             for e in &s.endpoints {
-                                if let Some(p) = e.probability {
+                                if let Some(p) = e.probability() {
                                     prop_assert!((0.0..=1.0).contains(&p));
                                 }
                             }

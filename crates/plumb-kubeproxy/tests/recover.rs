@@ -126,9 +126,9 @@ fn assert_matches_model(svc: &ServicePort, got: &RecoveredService, large: bool) 
     let want: Vec<String> = expected.iter().map(|e| e.addr.to_string()).collect();
     assert_eq!(addrs, want, "{ctx}");
     let n = expected.len() as f64;
-    let total: f64 = got.endpoints.iter().filter_map(|e| e.probability).sum();
+    let total: f64 = got.endpoints.iter().filter_map(|e| e.probability()).sum();
     for e in &got.endpoints {
-        let p = e.probability.expect("probability");
+        let p = e.probability().expect("probability");
         assert!((p - 1.0 / n).abs() < 1e-6, "{ctx}: p={p} n={n}");
         // Local flags are only known when a local-policy chain exists.
         let model = svc
@@ -396,19 +396,19 @@ fn corpus_master_flannel_docker() {
         k.endpoints[0].address.as_deref(),
         Some("192.168.157.133:6443")
     );
-    assert_eq!(k.endpoints[0].probability, Some(1.0));
+    assert_eq!(k.endpoints[0].probability(), Some(1.0));
     for dns in ["dns", "dns-tcp", "metrics"] {
         let s = find(map, &format!("kube-system/kube-dns:{dns}"));
         assert_eq!(s.endpoints.len(), 2);
         for e in &s.endpoints {
-            assert!((e.probability.unwrap() - 0.5).abs() < 1e-9);
+            assert!((e.probability().unwrap() - 0.5).abs() < 1e-9);
         }
     }
     let f = find(map, "default/service1:fileserver");
     assert_eq!(f.endpoints.len(), 3);
     // 0.33333333349, then 0.5 of the rest, then the rest: about a third each.
     for e in &f.endpoints {
-        assert!((e.probability.unwrap() - 1.0 / 3.0).abs() < 1e-6, "{e:?}");
+        assert!((e.probability().unwrap() - 1.0 / 3.0).abs() < 1e-6, "{e:?}");
     }
     assert_eq!(f.protocol.as_deref(), Some("tcp"));
     assert_eq!(f.port, Some(8080));
@@ -528,7 +528,7 @@ fn corpus_nftables_transaction() {
     let probabilities: Vec<f64> = svc4
         .endpoints
         .iter()
-        .filter_map(|e| e.probability)
+        .filter_map(|e| e.probability())
         .collect();
     assert_eq!(probabilities, [0.5, 0.5]);
     let svc5 = find(map, "ns5/svc5:p80");
@@ -563,7 +563,7 @@ fn corpus_nftables_mode() {
     assert_eq!(np.cluster_ip, "10.43.195.72".parse().ok());
     assert_eq!(np.endpoints.len(), 9);
     for e in &np.endpoints {
-        assert!((e.probability.unwrap() - 1.0 / 9.0).abs() < 1e-9);
+        assert!((e.probability().unwrap() - 1.0 / 9.0).abs() < 1e-9);
         assert!(e.address.is_some(), "{e:?}");
     }
     let k = find(map, "default/kubernetes:https");

@@ -235,7 +235,7 @@ fn endpoints_cell(s: &RecoveredService, ruleset: &plumb_ruleset::Ruleset, ipvs: 
         }
         let addr = e.address.as_deref().or(e.chain).unwrap_or("?");
         let local = if e.local == Some(true) { " local" } else { "" };
-        let _ = match e.probability {
+        let _ = match e.probability() {
             Some(p) => write!(cell, "{addr} ({}{local})", percent(p)),
             None => write!(cell, "{addr} (?{local})"),
         };

@@ -16,9 +16,9 @@
 //! chains, so rules without comments still land on the right service.
 
 use super::{
-    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes, RecoveredEndpoint,
-    RecoveredService, ServiceMap, exact, host_addr, push_unique, sort_in_place_by,
-    split_service_port_name,
+    Evidence, MaybeF64, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes,
+    RecoveredEndpoint, RecoveredService, ServiceMap, exact, host_addr, push_unique,
+    sort_in_place_by, split_service_port_name,
 };
 use crate::chain_name::{
     ChainPrefix, chain_matches_endpoint, endpoint_chain_name, parse_chain_name,
@@ -925,7 +925,7 @@ fn endpoint_cascade<'a>(
         }
         out.push(RecoveredEndpoint {
             address,
-            probability: Some(effective),
+            prob: MaybeF64::new(Some(effective)),
             local: None,
             chain: Some(target),
             evidence,
@@ -933,7 +933,7 @@ fn endpoint_cascade<'a>(
     }
     if !exact {
         for e in &mut out {
-            e.probability = None;
+            e.set_probability(None);
         }
     }
     out

@@ -15,7 +15,9 @@
 //! no fixed probability. Weight 0 is kube-proxy's graceful termination: no new
 //! connections.
 
-use super::{Evidence, ProxyMode, Quotes, RecoveredEndpoint, RecoveredService, ServiceMap};
+use super::{
+    Evidence, MaybeF64, ProxyMode, Quotes, RecoveredEndpoint, RecoveredService, ServiceMap,
+};
 use plumb_ruleset::model::ipvs::{IpSetListing, RealServer, VirtualAddress, VirtualService};
 use plumb_ruleset::{Backend, Family, Ruleset};
 use std::borrow::Cow;
@@ -129,7 +131,7 @@ fn endpoints(vs: &VirtualService) -> (Vec<RecoveredEndpoint<'_>>, Vec<Cow<'stati
             }
             RecoveredEndpoint {
                 address: Some(socket(r.address, r.port).into()),
-                probability: probability(r),
+                prob: MaybeF64::new(probability(r)),
                 local: None,
                 chain: None,
                 evidence: Quotes::one(Evidence::ipvs(r.location, &r.text)),

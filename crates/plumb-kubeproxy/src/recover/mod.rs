@@ -396,9 +396,11 @@ pub struct RecoveredEndpoint<'a> {
     /// chain is not in the input (a partial payload) and no comment names it. Borrowed
     /// from the rule that DNATs to it where the rule spells it plainly.
     pub address: Option<Cow<'a, str>>,
-    /// Probability that a new connection picks this endpoint (the `statistic` cascade or
-    /// `numgen` map, folded into one number per endpoint). `None` when it cannot be read.
-    pub probability: Option<f64>,
+    /// Probability that a new connection picks this endpoint, read with
+    /// [`RecoveredEndpoint::probability`]: 8 bytes where `Option<f64>` takes 16 (a
+    /// 10k-service map holds 50k endpoints). Serialized as `probability`.
+    #[serde(rename = "probability")]
+    pub(crate) prob: MaybeF64,
     /// `Some(true)` when the endpoint appears in the service's local-policy chain
     /// (`KUBE-SVL-*` / `local-*`); `None` when the rules do not say.
     pub local: Option<bool>,
@@ -407,6 +409,62 @@ pub struct RecoveredEndpoint<'a> {
     /// The rules that show the endpoint: the rule that picks it (its `statistic` match or
     /// `numgen` map element) first, then the endpoint chain's DNAT rule when present.
     pub evidence: Quotes<'a>,
+}
+
+impl RecoveredEndpoint<'_> {
+    /// Probability that a new connection picks this endpoint (the `statistic` cascade or
+    /// `numgen` map, folded into one number per endpoint). `None` when it cannot be read.
+    pub fn probability(&self) -> Option<f64> {
+        self.prob.get()
+    }
+
+    /// Sets the probability (`None`: it cannot be read).
+    pub fn set_probability(&mut self, p: Option<f64>) {
+        self.prob = MaybeF64::new(p);
+    }
+}
+
+/// An `Option<f64>` in 8 bytes: `None` is one NaN bit pattern that arithmetic never
+/// produces (a signalling NaN with a payload), so every `Some` value, NaN included,
+/// reads back as given (a `Some` holding that very pattern reads back as the
+/// canonical NaN, which prints and serializes the same). Compares, prints and
+/// serializes as the `Option<f64>` it stands for.
+#[derive(Clone, Copy)]
+pub(crate) struct MaybeF64(f64);
+
+impl MaybeF64 {
+    /// The bits of `None`: exponent all ones, quiet bit clear, payload non-zero.
+    const NONE_BITS: u64 = 0x7ff4_0000_0000_0b5e;
+
+    pub(crate) fn new(v: Option<f64>) -> MaybeF64 {
+        match v {
+            None => MaybeF64(f64::from_bits(Self::NONE_BITS)),
+            Some(x) if x.to_bits() == Self::NONE_BITS => MaybeF64(f64::NAN),
+            Some(x) => MaybeF64(x),
+        }
+    }
+
+    pub(crate) fn get(self) -> Option<f64> {
+        (self.0.to_bits() != Self::NONE_BITS).then_some(self.0)
+    }
+}
+
+impl PartialEq for MaybeF64 {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl std::fmt::Debug for MaybeF64 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+impl Serialize for MaybeF64 {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.get().serialize(s)
+    }
 }
 
 /// One service port as kube-proxy programmed it.
@@ -608,6 +666,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Every `Option<f64>` reads back as given: `None`, NaN, infinities, signed zeros
+    /// and the bit pattern that stands for `None` itself (as a NaN).
+    #[test]
+    fn maybe_f64_round_trips() {
+        for v in [
+            None,
+            Some(0.0),
+            Some(-0.0),
+            Some(1.0),
+            Some(1.0 / 3.0),
+            Some(f64::NAN),
+            Some(f64::INFINITY),
+            Some(f64::NEG_INFINITY),
+        ] {
+            let got = MaybeF64::new(v).get();
+            assert_eq!(got.map(f64::to_bits), v.map(f64::to_bits), "{v:?}");
+        }
+        let none_pattern = f64::from_bits(MaybeF64::NONE_BITS);
+        assert!(
+            MaybeF64::new(Some(none_pattern))
+                .get()
+                .is_some_and(f64::is_nan)
+        );
+        assert_eq!(
+            serde_json::to_string(&MaybeF64::new(None)).unwrap(),
+            serde_json::to_string(&None::<f64>).unwrap()
+        );
+        assert_eq!(
+            serde_json::to_string(&MaybeF64::new(Some(0.25))).unwrap(),
+            "0.25"
+        );
     }
 
     #[test]

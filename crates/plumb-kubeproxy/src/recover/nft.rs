@@ -18,9 +18,9 @@
 //! without comments; the hash is re-computed and mismatches reported.
 
 use super::{
-    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes, RecoveredEndpoint,
-    RecoveredService, ServiceMap, exact, push_unique, sort_in_place_by, split_host_port,
-    split_service_port_name,
+    Evidence, MaybeF64, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes,
+    RecoveredEndpoint, RecoveredService, ServiceMap, exact, push_unique, sort_in_place_by,
+    split_host_port, split_service_port_name,
 };
 use crate::chain_name::{NftChainPrefix, nft_endpoint_chain_name, nft_service_port_base};
 use plumb_ruleset::nft::{NatKind, NftSet, StatementKind, Value, Verdict, VerdictMapRef};
@@ -487,12 +487,12 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                                 if local {
                                     e.local = Some(true);
                                 } else {
-                                    e.probability = Some(p);
+                                    e.set_probability(Some(p));
                                 }
                             }
                             None => b.endpoints.push(RecoveredEndpoint {
                                 address: Some(Cow::Owned(address)),
-                                probability: Some(p),
+                                prob: MaybeF64::new(Some(p)),
                                 local: local.then_some(true),
                                 chain: None,
                                 evidence: Quotes::one(ev),
@@ -552,12 +552,12 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                 if local {
                     e.local = Some(true);
                 } else {
-                    e.probability = Some(p);
+                    e.set_probability(Some(p));
                 }
             }
             None => b.endpoints.push(RecoveredEndpoint {
                 address,
-                probability: Some(p),
+                prob: MaybeF64::new(Some(p)),
                 local: local.then_some(true),
                 chain: Some(target),
                 evidence,
