@@ -1120,7 +1120,7 @@ fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: &mut Builder<'a>) {
                     service: format!("{name} ({proto})"),
                     endpoint: Some(addr.to_string()),
                     expected: endpoint_chain_name(name, proto, addr),
-                    evidence: e.evidence[0],
+                    evidence: e.evidence.first().unwrap_or(Evidence::named(chain)),
                 });
             }
         }

@@ -75,8 +75,6 @@ enum Quote<'a> {
     Ipvs { line: u32, text: &'a Box<str> },
     /// Only a chain's name (no table, line 0, no text).
     Named { chain: &'a str },
-    /// An unused place of [`Quotes`]; never read.
-    Absent,
 }
 
 /// `v` in a block of its exact size. Vectors grown by pushing hold up to twice their
@@ -202,7 +200,7 @@ impl<'a> Evidence<'a> {
             | Quote::Chain { table, .. }
             | Quote::Element { table, .. } => &table.name,
             Quote::Ipvs { .. } => "ipvs",
-            Quote::Named { .. } | Quote::Absent => "",
+            Quote::Named { .. } => "",
         }
     }
 
@@ -213,7 +211,7 @@ impl<'a> Evidence<'a> {
                 &table.chains[chain as usize].name
             }
             Quote::Element { table, set, .. } => &table.sets[set as usize].name,
-            Quote::Ipvs { .. } | Quote::Absent => "",
+            Quote::Ipvs { .. } => "",
             Quote::Named { chain } => chain,
         }
     }
@@ -229,7 +227,7 @@ impl<'a> Evidence<'a> {
             Quote::Chain { table, chain } => table.chains[chain as usize].location.line,
             Quote::Element { table, set, .. } => table.sets[set as usize].location.line,
             Quote::Ipvs { line, .. } => line,
-            Quote::Named { .. } | Quote::Absent => 0,
+            Quote::Named { .. } => 0,
         }
     }
 
@@ -246,7 +244,7 @@ impl<'a> Evidence<'a> {
                 element,
             } => &table.sets[set as usize].elements[element as usize].key_text,
             Quote::Ipvs { text, .. } => text,
-            Quote::Named { .. } | Quote::Absent => "",
+            Quote::Named { .. } => "",
         }
     }
 }
@@ -284,45 +282,132 @@ impl Serialize for Evidence<'_> {
     }
 }
 
-/// The rules that show an endpoint, read as a slice. Endpoints have one or two (the
-/// rule that picks the endpoint and its DNAT rule): those are held in place, more in a
-/// vector. A vector of two took 72 bytes an endpoint (its 24 and a 48-byte block);
-/// this takes 48, and no allocation.
+/// The rules that show an endpoint. Endpoints have one or two (the rule that picks
+/// the endpoint and its DNAT rule, or the map element that picks it and the endpoint
+/// chain's rule), both of one table: those are held in place as the table and two
+/// positions in it (32 bytes), others in a vector. Two [`Evidence`]s in place took 48
+/// bytes an endpoint, and a vector 72 (its 24 and a 48-byte block).
 #[derive(Clone)]
 pub struct Quotes<'a>(QuotesRepr<'a>);
 
 #[derive(Clone)]
 enum QuotesRepr<'a> {
-    /// Filled from the first place; an unused place holds [`Quote::Absent`].
-    Inline([Evidence<'a>; 2]),
+    /// Filled from the first place; an unused place is [`Place::Absent`].
+    Table {
+        table: &'a Table,
+        places: [Place; 2],
+    },
+    /// No rules (no allocation), or rules that are not all places of one table.
     Heap(Vec<Evidence<'a>>),
 }
 
-impl<'a> Quotes<'a> {
-    const ABSENT: Evidence<'static> = Evidence(Quote::Absent);
+/// A position in a table, as [`Quote`] holds it (without the table).
+#[derive(Clone, Copy)]
+enum Place {
+    Rule { chain: u32, rule: u32 },
+    Chain { chain: u32 },
+    Element { set: u32, element: u32 },
+    Absent,
+}
 
+impl Place {
+    /// The table and position `e` quotes, when it is a position in a table.
+    fn of<'a>(e: &Evidence<'a>) -> Option<(&'a Table, Place)> {
+        match e.0 {
+            Quote::Rule { table, chain, rule } => Some((table, Place::Rule { chain, rule })),
+            Quote::Chain { table, chain } => Some((table, Place::Chain { chain })),
+            Quote::Element {
+                table,
+                set,
+                element,
+            } => Some((table, Place::Element { set, element })),
+            Quote::Ipvs { .. } | Quote::Named { .. } => None,
+        }
+    }
+
+    /// The evidence this position of `table` stands for (`None` when unused).
+    fn evidence<'a>(self, table: &'a Table) -> Option<Evidence<'a>> {
+        Some(Evidence(match self {
+            Place::Rule { chain, rule } => Quote::Rule { table, chain, rule },
+            Place::Chain { chain } => Quote::Chain { table, chain },
+            Place::Element { set, element } => Quote::Element {
+                table,
+                set,
+                element,
+            },
+            Place::Absent => return None,
+        }))
+    }
+}
+
+impl<'a> Quotes<'a> {
     /// No rules.
     pub fn new() -> Quotes<'a> {
-        Quotes(QuotesRepr::Inline([Self::ABSENT, Self::ABSENT]))
+        Quotes(QuotesRepr::Heap(Vec::new()))
     }
 
     /// One rule.
     pub fn one(e: Evidence<'a>) -> Quotes<'a> {
-        Quotes(QuotesRepr::Inline([e, Self::ABSENT]))
+        match Place::of(&e) {
+            Some((table, place)) => Quotes(QuotesRepr::Table {
+                table,
+                places: [place, Place::Absent],
+            }),
+            None => Quotes(QuotesRepr::Heap(vec![e])),
+        }
     }
 
     /// Adds a rule after the others.
     pub fn push(&mut self, e: Evidence<'a>) {
         match &mut self.0 {
-            QuotesRepr::Inline(items) => {
-                if let Some(free) = items.iter_mut().find(|x| matches!(x.0, Quote::Absent)) {
-                    *free = e;
-                } else {
-                    self.0 = QuotesRepr::Heap(vec![items[0], items[1], e]);
+            QuotesRepr::Table { table, places } => {
+                if let (Some((t, place)), Place::Absent) = (Place::of(&e), places[1])
+                    && std::ptr::eq(t, *table)
+                {
+                    places[1] = place;
+                    return;
                 }
+                let mut v: Vec<Evidence<'a>> = Vec::with_capacity(3);
+                v.extend(self.iter());
+                v.push(e);
+                self.0 = QuotesRepr::Heap(v);
             }
+            QuotesRepr::Heap(v) if v.is_empty() => *self = Quotes::one(e),
             QuotesRepr::Heap(v) => v.push(e),
         }
+    }
+
+    /// How many rules.
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            QuotesRepr::Table { places, .. } => {
+                1 + usize::from(!matches!(places[1], Place::Absent))
+            }
+            QuotesRepr::Heap(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no rules.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `i`-th rule.
+    pub fn get(&self, i: usize) -> Option<Evidence<'a>> {
+        match &self.0 {
+            QuotesRepr::Table { table, places } => places.get(i)?.evidence(table),
+            QuotesRepr::Heap(v) => v.get(i).copied(),
+        }
+    }
+
+    /// The first rule (the one that picks the endpoint).
+    pub fn first(&self) -> Option<Evidence<'a>> {
+        self.get(0)
+    }
+
+    /// The rules in order.
+    pub fn iter(&self) -> impl Iterator<Item = Evidence<'a>> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
     }
 }
 
@@ -332,26 +417,9 @@ impl Default for Quotes<'_> {
     }
 }
 
-impl<'a> std::ops::Deref for Quotes<'a> {
-    type Target = [Evidence<'a>];
-
-    fn deref(&self) -> &[Evidence<'a>] {
-        match &self.0 {
-            QuotesRepr::Inline(items) => {
-                let n = items
-                    .iter()
-                    .take_while(|x| !matches!(x.0, Quote::Absent))
-                    .count();
-                &items[..n]
-            }
-            QuotesRepr::Heap(v) => v,
-        }
-    }
-}
-
 impl PartialEq for Quotes<'_> {
     fn eq(&self, other: &Self) -> bool {
-        **self == **other
+        self.iter().eq(other.iter())
     }
 }
 
@@ -666,6 +734,67 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Quotes keeps every rule in the order pushed: two places of one table in place,
+    /// anything else (a third rule, a second table, an IPVS line) in a vector.
+    #[test]
+    fn quotes_keep_rules_in_order() {
+        let loc = Location { line: 1, column: 1 };
+        let mut nat = Table::new(Family::Ip, Backend::IptablesLegacy, "nat", loc);
+        let mut filter = Table::new(Family::Ip, Backend::IptablesLegacy, "filter", loc);
+        for (i, name) in ["A", "B", "C"].iter().enumerate() {
+            let at = Location {
+                line: i as u32 + 2,
+                column: 1,
+            };
+            nat.chains.push(Chain::new(name, None, at));
+            filter.chains.push(Chain::new(name, None, at));
+        }
+        let n = |i: usize| Evidence::declaration(&nat, &nat.chains[i]);
+        let f = |i: usize| Evidence::declaration(&filter, &filter.chains[i]);
+        let parts = |q: &Quotes| -> Vec<(String, String)> {
+            q.iter()
+                .map(|e| (e.table().to_string(), e.chain().to_string()))
+                .collect()
+        };
+        let in_place = |q: &Quotes| matches!(q.0, QuotesRepr::Table { .. });
+
+        let mut q = Quotes::new();
+        assert!(q.is_empty() && q.first().is_none());
+        q.push(n(0));
+        q.push(n(2));
+        assert!(in_place(&q));
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.first(), Some(n(0)));
+        assert_eq!(q.get(1), Some(n(2)));
+        assert_eq!(q.get(2), None);
+        q.push(n(1));
+        assert!(!in_place(&q));
+        assert_eq!(
+            parts(&q),
+            [("nat", "A"), ("nat", "C"), ("nat", "B")].map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+
+        let mut q = Quotes::one(n(1));
+        q.push(f(0));
+        assert!(!in_place(&q));
+        assert_eq!(
+            parts(&q),
+            [("nat", "B"), ("filter", "A")].map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+
+        let text: Box<str> = "TCP  10.43.0.1:443 rr".into();
+        let mut q = Quotes::one(Evidence::ipvs(loc, &text));
+        q.push(n(0));
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.first().map(|e| e.text()), Some("TCP  10.43.0.1:443 rr"));
+        assert_eq!(q.get(1), Some(n(0)));
+        assert_eq!(Quotes::one(n(0)), {
+            let mut v = Quotes::new();
+            v.push(n(0));
+            v
+        });
     }
 
     /// Every `Option<f64>` reads back as given: `None`, NaN, infinities, signed zeros

@@ -757,7 +757,7 @@ fn finish<'a>(rec: &mut Recovery<'a>, mut b: Builder<'a>) -> RecoveredService<'a
                         service: format!("{name} ({proto})"),
                         endpoint: Some(addr.to_string()),
                         expected,
-                        evidence: e.evidence[0],
+                        evidence: e.evidence.first().unwrap_or(Evidence::named(chain)),
                     });
                 }
             }
