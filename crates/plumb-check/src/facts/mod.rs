@@ -206,17 +206,23 @@ pub struct CheckInput<'a> {
     pub origin: Origin,
     /// The user said the input is a restore payload (`--partial`).
     pub partial_flag: bool,
-    /// kube-proxy's service maps, recovered once.
+    /// kube-proxy's service maps, recovered once. [`crate::run`] releases them once the
+    /// checks that read them ran (the [`crate::checks::Check`]s marked
+    /// `reads_service_maps`); every other check must not read them.
     pub services: Vec<ServiceMap<'a>>,
     /// Chain references per table, parallel to `ruleset.tables`.
     pub refs: Vec<TableRefs<'a>>,
     /// The CNIs and the kube-proxy generation the ruleset shows.
     pub inventory: Inventory,
+    /// What the host-firewall check (`checks::shadow`) reads about the node, taken here
+    /// while the service maps are held (ClusterIPs and the few services it traces).
+    pub(crate) nodes: crate::checks::shadow::Nodes,
 }
 
 impl<'a> CheckInput<'a> {
     /// Prepares the facts once per run: recovers kube-proxy's service map, indexes chain
-    /// references per table, and infers the [`Inventory`].
+    /// references per table, infers the [`Inventory`] and what the host-firewall check
+    /// needs of the service map.
     /// `partial_flag` is the user's `--partial`.
     pub fn new(ruleset: &'a Ruleset, origin: Origin, partial_flag: bool) -> CheckInput<'a> {
         // Independent passes over the whole ruleset: one per core on big dumps.
@@ -231,8 +237,10 @@ impl<'a> CheckInput<'a> {
             services,
             refs,
             inventory: Inventory::default(),
+            nodes: Default::default(),
         };
         facts.inventory = inventory::infer(&facts);
+        facts.nodes = crate::checks::shadow::Nodes::infer(&facts);
         facts
     }
 
