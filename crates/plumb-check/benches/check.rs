@@ -14,7 +14,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("facts_and_all_checks_10k", |b| {
         b.iter(|| {
             let facts = CheckInput::new(&ruleset, Origin::File("dump".into()), false);
-            run(&facts)
+            run(facts)
         })
     });
     g.finish();

@@ -47,7 +47,7 @@ fn main() {
             record(c.ids[0].0, ms(t));
         }
         let t = Instant::now();
-        let _ = run(&facts);
+        let _ = run(facts);
         record("all checks", ms(t));
     }
     for (name, mut v) in phases {

@@ -44,7 +44,7 @@ fn main() {
         base = phase(c.ids[0].0, base);
         drop(findings);
     }
-    let findings = run(&facts);
+    let findings = run(facts);
     phase("all checks (run)", base);
     drop(findings);
 }

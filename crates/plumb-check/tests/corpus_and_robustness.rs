@@ -13,7 +13,7 @@ use proptest::prelude::*;
 
 fn check_text(text: &str, options: &ParseOptions, partial: bool) -> Vec<Finding> {
     let rs = parse_bytes(text.as_bytes(), options).expect("text").ruleset;
-    run(&CheckInput::new(&rs, Origin::File("f".into()), partial))
+    run(CheckInput::new(&rs, Origin::File("f".into()), partial))
 }
 
 fn corpus(rel: &str, options: &ParseOptions, partial: bool) -> Option<Vec<Finding>> {
@@ -159,7 +159,7 @@ proptest! {
         let mutated = lines.join("\n");
         for t in [mutated.as_str(), noise.as_str()] {
             if let Ok(p) = parse_bytes(t.as_bytes(), &ParseOptions::default()) {
-                let _ = run(&CheckInput::new(&p.ruleset, Origin::Live { netns: None }, partial));
+                let _ = run(CheckInput::new(&p.ruleset, Origin::Live { netns: None }, partial));
             }
         }
     }

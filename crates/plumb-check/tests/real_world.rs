@@ -37,9 +37,9 @@ fn check(rel: &str) -> Option<Checked> {
         .ruleset;
     let facts = CheckInput::new(&rs, Origin::File(rel.into()), false);
     Some(Checked {
-        findings: run(&facts),
         cnis: facts.inventory.cnis.iter().map(|c| c.owner).collect(),
         generation: facts.inventory.kube_proxy.clone(),
+        findings: run(facts),
     })
 }
 

@@ -28,7 +28,7 @@ fn only_jumps_to_undeclared_or_empty_chains_are_listed() {
     let input = CheckInput::new(&rs, Origin::File("dump".into()), false);
     let refs = input.refs_of(&rs.tables[0]);
     for name in ["FULL", "EMPTY", "MISSING"] {
-        assert!(refs.referenced.contains(name), "{name} is referenced");
+        assert!(refs.is_referenced(name), "{name} is referenced");
     }
     let listed: Vec<&str> = refs.rules.iter().map(|(t, _)| *t).collect();
     assert_eq!(listed, ["EMPTY", "MISSING"]);

@@ -106,7 +106,7 @@ pub fn diagnose(facts: &Facts) -> Report {
                 &values.kubernetes_clusterip,
                 facts.ruleset.source().unwrap_or("the ruleset"),
             );
-            (plumb_check::run(&check_facts), dnat)
+            (plumb_check::run(check_facts), dnat)
         }
         None => (
             vec![Finding::unknown(

@@ -37,6 +37,15 @@ fn kube_chains<'a>(
         .collect()
 }
 
+/// Whether the tables of `backend` hold a `KUBE-*` chain ([`kube_chains`] without
+/// collecting them: a 10k-service node has 58k).
+fn has_kube_chains(facts: &CheckInput, backend: Backend) -> bool {
+    facts
+        .ruleset
+        .tables_of(backend)
+        .any(|t| t.chains.iter().any(|c| c.name.starts_with("KUBE-")))
+}
+
 fn has_hint(facts: &CheckInput, backend: Backend) -> bool {
     facts
         .ruleset
@@ -86,7 +95,7 @@ pub fn live_backend(facts: &CheckInput) -> Option<LiveBackend> {
         return None;
     }
     let (l, n) = (Backend::IptablesLegacy, Backend::IptablesNft);
-    if kube_chains(facts, l).is_empty() || kube_chains(facts, n).is_empty() {
+    if !has_kube_chains(facts, l) || !has_kube_chains(facts, n) {
         return None;
     }
     let pick = |a: bool, b: bool| match (a, b) {
@@ -119,9 +128,11 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
         return Vec::new();
     }
     let mut out = Vec::new();
-    let legacy = kube_chains(facts, Backend::IptablesLegacy);
-    let nft = kube_chains(facts, Backend::IptablesNft);
-    if !legacy.is_empty() && !nft.is_empty() {
+    if has_kube_chains(facts, Backend::IptablesLegacy)
+        && has_kube_chains(facts, Backend::IptablesNft)
+    {
+        let legacy = kube_chains(facts, Backend::IptablesLegacy);
+        let nft = kube_chains(facts, Backend::IptablesNft);
         let (lh, nh) = (
             has_hint(facts, Backend::IptablesLegacy),
             has_hint(facts, Backend::IptablesNft),
@@ -205,13 +216,18 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
         .iter()
         .filter(|t| t.backend == Backend::Nftables && &*t.name == "kube-proxy")
         .collect::<Vec<_>>();
-    let ipt_svc: Vec<&str> = legacy
-        .iter()
-        .chain(&nft)
-        .filter(|(_, c)| parse_chain_name(&c.name).is_some())
-        .map(|(_, c)| &*c.name)
-        .collect();
-    if !nft_mode.is_empty() && !ipt_svc.is_empty() {
+    // The iptables-mode service chains, listed only beside an nftables-mode table.
+    let ipt_svc: Vec<&str> = if nft_mode.is_empty() {
+        Vec::new()
+    } else {
+        [Backend::IptablesLegacy, Backend::IptablesNft]
+            .into_iter()
+            .flat_map(|b| kube_chains(facts, b))
+            .filter(|(_, c)| parse_chain_name(&c.name).is_some())
+            .map(|(_, c)| &*c.name)
+            .collect()
+    };
+    if !ipt_svc.is_empty() {
         out.push(
             Finding::problem(
                 ID_MODE,
@@ -318,6 +334,36 @@ mod tests {
         let facts = CheckInput::new(&r, Origin::Live { netns: None }, false);
         assert_eq!(live_backend(&facts), None);
         assert!(check(&facts)[0].title.contains("cannot be told"));
+    }
+
+    /// kube-proxy's nftables-mode table beside iptables-mode service chains (of either
+    /// backend) is a mode mix naming the service chains; without the table it is not.
+    #[test]
+    fn an_nftables_mode_table_beside_iptables_service_chains_is_a_mode_mix() {
+        let mut r = rs(KUBE, Backend::IptablesLegacy);
+        r.merge(plumb_ruleset::nft::parse_text(
+            "table ip kube-proxy {\n\tchain services {\n\t}\n}\n",
+        ));
+        let f = check(&CheckInput::new(&r, Origin::Live { netns: None }, false));
+        let mix = f
+            .iter()
+            .find(|f| f.id == ID_MODE)
+            .unwrap_or_else(|| panic!("{f:#?}"));
+        assert!(mix.is_problem());
+        assert!(
+            mix.title.contains(
+                "1 iptables-mode service chains both present (KUBE-SVC-NPX46M4PTMTKRN6Y)"
+            ),
+            "{}",
+            mix.title
+        );
+        let alone = rs(KUBE, Backend::IptablesLegacy);
+        let f = check(&CheckInput::new(
+            &alone,
+            Origin::Live { netns: None },
+            false,
+        ));
+        assert!(f.iter().all(|f| f.id != ID_MODE), "{f:#?}");
     }
 
     #[test]

@@ -207,11 +207,11 @@ fn xt_group(facts: &CheckInput, group: (Backend, Family), out: &mut Vec<Finding>
             }
         }
         if !ipvs_mode(nat) {
-            let referenced = &facts.refs_of(nat).referenced;
+            let refs = facts.refs_of(nat);
             let orphans: Vec<&str> = svc_chains
                 .iter()
                 .copied()
-                .filter(|c| !referenced.contains(c))
+                .filter(|c| !refs.is_referenced(c))
                 .collect();
             if !orphans.is_empty() {
                 let names: Vec<String> = orphans

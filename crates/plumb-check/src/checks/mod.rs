@@ -26,6 +26,9 @@ pub struct Check {
     /// Runs the check over one ruleset's facts: one finding per id it answers for (`ok`,
     /// `unknown` or a problem), or several problems of one id when several places are wrong.
     pub check: fn(&CheckInput) -> Vec<Finding>,
+    /// It reads [`CheckInput::services`] (kube-proxy's service maps): [`crate::run`]
+    /// runs it before it releases them. A check without this flag must not read them.
+    pub reads_service_maps: bool,
 }
 
 /// Every check `plumb check` runs, in a fixed order.
@@ -37,6 +40,7 @@ pub const ALL: &[Check] = &[
         )],
         summary: "rules that jump or go to chains that do not exist",
         check: dangling::check,
+        reads_service_maps: false,
     },
     Check {
         ids: &[
@@ -59,6 +63,7 @@ pub const ALL: &[Check] = &[
         ],
         summary: "kube-proxy present but its top chains, hooks, canaries or chain names are broken",
         check: kube_proxy::check,
+        reads_service_maps: true,
     },
     Check {
         ids: &[(
@@ -67,6 +72,7 @@ pub const ALL: &[Check] = &[
         )],
         summary: "chains declared but never referenced",
         check: stale::check,
+        reads_service_maps: false,
     },
     Check {
         ids: &[
@@ -81,6 +87,7 @@ pub const ALL: &[Check] = &[
         ],
         summary: "iptables-legacy and iptables-nft (or nftables mode) both hold Kubernetes rules",
         check: backends::check,
+        reads_service_maps: false,
     },
     Check {
         ids: &[
@@ -99,6 +106,7 @@ pub const ALL: &[Check] = &[
         ],
         summary: "host firewall rules or policies that stop traffic a node needs (traced), and published Docker ports that bypass UFW",
         check: shadow::check,
+        reads_service_maps: false,
     },
     Check {
         ids: &[(
@@ -107,6 +115,7 @@ pub const ALL: &[Check] = &[
         )],
         summary: "DNAT/SNAT targets without a usable address (iptables version skew)",
         check: garbled_nat::check,
+        reads_service_maps: false,
     },
     Check {
         ids: &[(
@@ -115,6 +124,7 @@ pub const ALL: &[Check] = &[
         )],
         summary: "services kube-proxy rejects because they have no endpoints",
         check: no_endpoints::check,
+        reads_service_maps: true,
     },
     Check {
         ids: &[(
@@ -123,6 +133,7 @@ pub const ALL: &[Check] = &[
         )],
         summary: "identical rules repeated in one chain",
         check: duplicates::check,
+        reads_service_maps: false,
     },
     Check {
         ids: &[(
@@ -131,6 +142,7 @@ pub const ALL: &[Check] = &[
         )],
         summary: "native nft rules inside tables iptables-nft manages",
         check: nft_in_iptables::check,
+        reads_service_maps: false,
     },
     Check {
         ids: &[
@@ -142,6 +154,7 @@ pub const ALL: &[Check] = &[
         ],
         summary: "CNI chains missing although the CNI is evidently present, or two pod networks active at once",
         check: cni::check,
+        reads_service_maps: false,
     },
     Check {
         ids: &[(
@@ -150,6 +163,7 @@ pub const ALL: &[Check] = &[
         )],
         summary: "tables whose chains are all declared and all empty (flushed)",
         check: flushed::check,
+        reads_service_maps: false,
     },
 ];
 

@@ -56,7 +56,6 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
             continue; // table-flushed
         }
         let refs = facts.refs_of(table);
-        let referenced = &refs.referenced;
         // kube-proxy runs one mode for both families: an IPv6 nat table with no services
         // shows no ipset match of its own.
         let ipvs = proxy_ipvs;
@@ -64,7 +63,7 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
         // owner -> chains
         let mut stale: BTreeMap<String, Vec<&plumb_ruleset::Chain>> = BTreeMap::new();
         for c in &table.chains {
-            if c.is_builtin() || referenced.contains(&c.name) || by_design(c, ipvs) {
+            if c.is_builtin() || refs.is_referenced(&c.name) || by_design(c, ipvs) {
                 continue;
             }
             if !ipvs

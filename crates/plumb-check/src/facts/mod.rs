@@ -12,7 +12,6 @@ use plumb_findings::Evidence;
 use plumb_kubeproxy::recover::{ServiceMap, recover};
 use plumb_ruleset::fasthash::FxHasher;
 use plumb_ruleset::iptables::TARGET_EXTENSIONS;
-use plumb_ruleset::parallel::join;
 use plumb_ruleset::{Backend, Chain, Completeness, Family, Rule, RuleBody, Ruleset, Table};
 use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
@@ -28,22 +27,26 @@ pub use plumb_ruleset::fasthash::FastMap;
 pub struct TableRefs<'a> {
     /// Chains declared in the table.
     pub declared: ChainSet<'a>,
-    /// Chains some rule or verdict-map element references.
-    pub referenced: ChainSet<'a>,
+    /// Declared chains some rule or verdict-map element references: one bit per chain
+    /// of the table, by index (of the first chain of a name). A second [`ChainSet`] took
+    /// 0.3 to 0.6 MiB on a 10k-service node's 58k nat chains, held at the peak of
+    /// `plumb check`; [`TableRefs::is_referenced`] looks names up in `declared`.
+    referenced: Vec<u64>,
+    /// Names referenced that the table does not declare.
+    referenced_others: FastSet<&'a str>,
     /// (target chain, rule) for every rule that jumps or goes to a chain the table does
     /// not declare, deletes (`-X`) or declares empty: what `dangling-reference` and
     /// `stale-chain` report. Jumps to other chains are in `referenced` only.
     pub rules: Vec<(&'a str, &'a Rule)>,
 }
 
-/// A set of chain names of one table. A chain the table declares is held by its index
-/// in the table (4 bytes: the name is the chain's own); any other name by reference.
-/// A set of the names took 16 bytes a chain: on a 10k-service node's 58k nat chains,
-/// the two sets of a table held 4.4 MiB through `plumb check`.
+/// The chains a table declares, by name. A chain is held by its index in the table (4
+/// bytes: the name is the chain's own). A set of the names took 16 bytes a chain: on a
+/// 10k-service node's 58k nat chains, two such sets of a table held 4.4 MiB through
+/// `plumb check`.
 pub struct ChainSet<'a> {
     chains: &'a [Chain],
     indexes: hashbrown::HashTable<u32>,
-    others: FastSet<&'a str>,
 }
 
 impl<'a> ChainSet<'a> {
@@ -56,7 +59,6 @@ impl<'a> ChainSet<'a> {
         ChainSet {
             chains,
             indexes: hashbrown::HashTable::with_capacity(capacity),
-            others: FastSet::default(),
         }
     }
 
@@ -94,12 +96,12 @@ impl<'a> ChainSet<'a> {
 
     /// Whether the set holds `name`.
     pub fn contains(&self, name: &str) -> bool {
-        self.index_of(name).is_some() || self.others.contains(name)
+        self.index_of(name).is_some()
     }
 
     /// The number of names in the set.
     pub fn len(&self) -> usize {
-        self.indexes.len() + self.others.len()
+        self.indexes.len()
     }
 
     /// Whether the set is empty.
@@ -150,15 +152,17 @@ impl<'a> TableRefs<'a> {
             .map(|c| &*c.name)
             .collect();
         let mut rules = Vec::new();
-        let mut referenced = ChainSet::empty(&table.chains, 0);
+        let mut referenced = vec![0u64; table.chains.len().div_ceil(64)];
+        let mut referenced_others = FastSet::default();
+        let mut mark = |i: usize| referenced[i / 64] |= 1 << (i % 64);
         for (name, rule) in references() {
             let keep = match declared.index_of(name) {
                 Some(i) => {
-                    referenced.insert_index(i);
+                    mark(i);
                     empty.contains(name) || table.deleted_chains.iter().any(|d| &**d == name)
                 }
                 None => {
-                    referenced.others.insert(name);
+                    referenced_others.insert(name);
                     true
                 }
             };
@@ -166,21 +170,29 @@ impl<'a> TableRefs<'a> {
                 rules.push((name, rule));
             }
         }
-        let mut reference = |name: &'a str| match declared.index_of(name) {
-            Some(i) => referenced.insert_index(i),
-            None => {
-                referenced.others.insert(name);
-            }
-        };
         for s in &table.sets {
             for x in s.verdict_targets() {
-                reference(x.chain);
+                match declared.index_of(x.chain) {
+                    Some(i) => mark(i),
+                    None => {
+                        referenced_others.insert(x.chain);
+                    }
+                }
             }
         }
         TableRefs {
             declared,
             referenced,
+            referenced_others,
             rules,
+        }
+    }
+
+    /// Whether some rule or verdict-map element of the table references chain `name`.
+    pub fn is_referenced(&self, name: &str) -> bool {
+        match self.declared.index_of(name) {
+            Some(i) => self.referenced[i / 64] & (1 << (i % 64)) != 0,
+            None => self.referenced_others.contains(name),
         }
     }
 }
@@ -206,24 +218,29 @@ pub struct CheckInput<'a> {
     pub origin: Origin,
     /// The user said the input is a restore payload (`--partial`).
     pub partial_flag: bool,
-    /// kube-proxy's service maps, recovered once.
+    /// kube-proxy's service maps, recovered once. [`crate::run`] releases them once the
+    /// checks that read them ran (the [`crate::checks::Check`]s marked
+    /// `reads_service_maps`); every other check must not read them.
     pub services: Vec<ServiceMap<'a>>,
     /// Chain references per table, parallel to `ruleset.tables`.
     pub refs: Vec<TableRefs<'a>>,
     /// The CNIs and the kube-proxy generation the ruleset shows.
     pub inventory: Inventory,
+    /// What the host-firewall check (`checks::shadow`) reads about the node, taken here
+    /// while the service maps are held (ClusterIPs and the few services it traces).
+    pub(crate) nodes: crate::checks::shadow::Nodes,
 }
 
 impl<'a> CheckInput<'a> {
     /// Prepares the facts once per run: recovers kube-proxy's service map, indexes chain
-    /// references per table, and infers the [`Inventory`].
+    /// references per table, infers the [`Inventory`] and what the host-firewall check
+    /// needs of the service map.
     /// `partial_flag` is the user's `--partial`.
     pub fn new(ruleset: &'a Ruleset, origin: Origin, partial_flag: bool) -> CheckInput<'a> {
-        // Independent passes over the whole ruleset: one per core on big dumps.
-        let (services, refs) = join(
-            || recover(ruleset),
-            || ruleset.tables.iter().map(TableRefs::new).collect(),
-        );
+        // One after the other: the references' 1.3 MiB (10k-service node) built beside
+        // the map's recovery would add to its peak, the highest of `plumb check`.
+        let services = recover(ruleset);
+        let refs = ruleset.tables.iter().map(TableRefs::new).collect();
         let mut facts = CheckInput {
             ruleset,
             origin,
@@ -231,8 +248,10 @@ impl<'a> CheckInput<'a> {
             services,
             refs,
             inventory: Inventory::default(),
+            nodes: Default::default(),
         };
         facts.inventory = inventory::infer(&facts);
+        facts.nodes = crate::checks::shadow::Nodes::infer(&facts);
         facts
     }
 

@@ -24,7 +24,11 @@ pub fn run(
         None => Origin::File(src.name.clone()),
     };
     let facts = CheckInput::new(&src.ruleset, origin, partial);
-    let findings = plumb_check::run(&facts);
+    // What the output shows beside the findings: `run` takes the facts (it releases the
+    // service maps halfway).
+    let partial = facts.is_partial();
+    let inventory = facts.inventory.clone();
+    let findings = plumb_check::run(facts);
     let problems = findings.iter().filter(|f| f.is_problem()).count();
     // Parse errors are problems of the input: a damaged ruleset is never "clean".
     let parse_errors = src.ruleset.error_count();
@@ -49,7 +53,7 @@ pub fn run(
             source: &src.name,
             format: src.format,
             completeness: src.ruleset.completeness,
-            partial: facts.is_partial(),
+            partial,
             problems,
             parse_errors,
             parse_error_samples: src
@@ -58,7 +62,7 @@ pub fn run(
                 .take(super::input::ERRORS_SHOWN)
                 .collect(),
             hint: src.hint.as_deref(),
-            inventory: &facts.inventory,
+            inventory: &inventory,
             findings: &findings,
         })?;
     } else {
@@ -68,11 +72,11 @@ pub fn run(
             "plumb check: {} ({}{})\n",
             src.name,
             src.format,
-            if facts.is_partial() {
+            if partial {
                 ", partial: chains declared elsewhere are not judged"
-            } else if facts.is_truncated() {
+            } else if src.ruleset.completeness == plumb_ruleset::Completeness::Truncated {
                 ", TRUNCATED"
-            } else if facts.is_damaged() {
+            } else if src.ruleset.completeness == plumb_ruleset::Completeness::Damaged {
                 ", DAMAGED"
             } else {
                 ""
@@ -80,13 +84,13 @@ pub fn run(
         )?;
         write_read_problems(&mut out, &src.name, &src.ruleset, src.hint.as_deref())?;
         // What the ruleset shows about the node: the checks' answers depend on it.
-        if let Some(g) = &facts.inventory.kube_proxy {
+        if let Some(g) = &inventory.kube_proxy {
             writeln!(out, "seen: {}", g.describe())?;
         }
-        if !facts.inventory.cnis.is_empty() {
-            writeln!(out, "seen: CNI {}", facts.inventory.describe_cnis())?;
+        if !inventory.cnis.is_empty() {
+            writeln!(out, "seen: CNI {}", inventory.describe_cnis())?;
         }
-        if facts.inventory.kube_proxy.is_some() || !facts.inventory.cnis.is_empty() {
+        if inventory.kube_proxy.is_some() || !inventory.cnis.is_empty() {
             writeln!(out)?;
         }
         for t in src.tools.iter().filter(|t| t.status == "failed") {
@@ -105,7 +109,6 @@ pub fn run(
         out.flush()?;
     }
     super::leak_at_exit(findings);
-    super::leak_at_exit(facts);
     super::leak_at_exit(src);
     Ok(if problems > 0 || parse_errors > 0 {
         Verdict::Problems

@@ -165,9 +165,39 @@ struct Block {
     nft: Option<(String, String)>,
 }
 
+/// The node models of the address families the check judges (IPv4, then IPv6), read
+/// while [`CheckInput`] holds the service maps: [`CheckInput::new`] takes them, so
+/// the check itself never reads the maps and [`crate::run`] can release them before it
+/// builds its trace index (see there for why).
+#[derive(Debug, Default)]
+pub(crate) struct Nodes(Vec<NodeModel>);
+
+impl Nodes {
+    /// What `node::infer` reads for each family the check judges: a full input whose
+    /// family has a filter and rules of Kubernetes or a CNI. Nothing for other inputs.
+    pub(crate) fn infer(facts: &CheckInput) -> Nodes {
+        if !facts.is_full() {
+            return Nodes::default();
+        }
+        Nodes(
+            [Family::Ip, Family::Ip6]
+                .into_iter()
+                .filter(|&f| filters(facts, f) && kubernetes_present(facts, f))
+                .map(|f| node::infer(facts, f))
+                .collect(),
+        )
+    }
+
+    fn get(&self, family: Family) -> Option<&NodeModel> {
+        let v6 = family == Family::Ip6;
+        self.0.iter().find(|m| m.v6 == v6)
+    }
+}
+
 /// Traces each flow the node needs through the ruleset and judges its outcomes
 /// (blocked, maybe, open), plus the Docker/UFW ordering; partial, truncated or damaged
-/// inputs are not judged.
+/// inputs are not judged. Reads the node models [`CheckInput::new`] took, not the
+/// service maps.
 pub fn check(facts: &CheckInput) -> Vec<Finding> {
     let mut out = docker_ufw::check(facts);
     if !facts.is_full() {
@@ -179,16 +209,12 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
     let mut undecided: Vec<(Flow, String)> = Vec::new();
     let mut index: Option<Index> = None;
     for family in [Family::Ip, Family::Ip6] {
-        if !filters(facts, family) {
+        let Some(model) = facts.nodes.get(family) else {
             continue;
-        }
-        if !kubernetes_present(facts, family) {
-            continue;
-        }
+        };
         judged = true;
-        let model = node::infer(facts, family);
         let index = index.get_or_insert_with(|| Index::build(facts.ruleset));
-        for flow in flows(&model, index) {
+        for flow in flows(model, index) {
             match judge(facts, index, &flow) {
                 Fate::Open => {}
                 Fate::Blocked(b) => blocked.push((flow, b)),
@@ -932,7 +958,11 @@ pub fn inbound(facts: &CheckInput, proto: Proto, port: u16) -> Inbound {
     if !filters(facts, Family::Ip) {
         return Inbound::Open;
     }
-    let mut model = node::infer(facts, Family::Ip);
+    // The model the check's own pass took, when it judges IPv4; else read it now.
+    let mut model = match facts.nodes.get(Family::Ip) {
+        Some(m) => m.clone(),
+        None => node::infer(facts, Family::Ip),
+    };
     model.node_inbound = vec![node::NodePort {
         proto,
         port: Some(port),

@@ -33,7 +33,7 @@ pub struct NodePort {
 }
 
 /// What plumb read about the node from its ruleset (one address family).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct NodeModel {
     pub v6: bool,
     /// Pod networks with the rule text each was read from.
