@@ -505,8 +505,8 @@ pub fn read_rulesets(node: &dyn NodeSource) -> Collected {
     let nft = match node.command(&NodeCommand::NftListRuleset) {
         Err(e) => (None, unavailable("nft", e)),
         Ok(c) => {
-            let rs = plumb_ruleset::nft::parse_text(&c.text());
-            (Some(rs), outcome("nft", "ok", c.source, 0))
+            let source = c.source.clone();
+            (Some(read_nft_listing(c)), outcome("nft", "ok", source, 0))
         }
     };
     let mut ruleset = Ruleset::default();
@@ -520,19 +520,52 @@ pub fn read_rulesets(node: &dyn NodeSource) -> Collected {
     let (nft_rs, mut nft_outcome) = nft;
     if let Some(mut rs) = nft_rs {
         // iptables-nft tables also show up in `nft list ruleset` (as xt expressions);
-        // they were read above with iptables-save, which decodes them correctly.
-        rs.tables.retain(|t| {
-            !ruleset
+        // those read above with iptables-save, which prints them exactly, are left out.
+        let read_above = |t: &plumb_ruleset::Table| {
+            ruleset
                 .tables
                 .iter()
                 .any(|x| x.backend != Backend::Nftables && x.family == t.family && x.name == t.name)
-        });
+        };
+        drop_notes_of(&mut rs, read_above);
+        rs.tables.retain(|t| !read_above(t));
         nft_outcome.tables = rs.tables.len();
         ruleset.merge(rs);
     }
     tools.push(nft_outcome);
     ruleset.settle_completeness();
     Collected { ruleset, tools }
+}
+
+/// Reads an `nft list ruleset` capture as `plumb check` reads a listing: iptables-nft's
+/// tables become the iptables tables they are, translated rule by rule as the text is
+/// read, so that the listing's nft statements are never all in memory (a 10k-service
+/// node's listing read as nft rules took ~130 MiB), and the text is freed before the
+/// iptables models are built. Bytes that are not UTF-8 are read as U+FFFD.
+fn read_nft_listing(c: crate::node::Captured) -> Ruleset {
+    let text = String::from_utf8(c.bytes)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    plumb_ruleset::nft::parse_text_translated_owned(std::sync::Arc::new(text))
+}
+
+/// Removes the notes about the tables of `rs` that `left_out` picks (the lines from
+/// each such table's header to the next table's): read from another source, what the
+/// listing's reading says about them (such as "read as iptables rules") is not about
+/// what the user is shown. Errors stay, as they always did.
+fn drop_notes_of(rs: &mut Ruleset, left_out: impl Fn(&plumb_ruleset::Table) -> bool) {
+    let mut starts: Vec<(u32, bool)> = rs
+        .tables
+        .iter()
+        .map(|t| (t.location.line, left_out(t)))
+        .collect();
+    starts.sort_unstable();
+    let in_left_out = |line: u32| {
+        // The last table whose header is at or before `line`.
+        let i = starts.partition_point(|&(start, _)| start <= line);
+        i > 0 && starts[i - 1].1
+    };
+    rs.diagnostics
+        .retain(|d| d.severity != plumb_ruleset::Severity::Note || !in_left_out(d.line));
 }
 
 /// Reads all rulesets of this machine, or of network namespace `netns`, with the dump
@@ -811,6 +844,80 @@ mod tests {
             ),
             "{}",
             fallback.detail
+        );
+    }
+    /// iptables-nft's `filter` table as `nft list ruleset` prints it, beside a native table.
+    const LISTING: &str = "table ip filter {\n\tchain INPUT {\n\t\ttype filter hook input priority filter; policy accept;\n\t\tip saddr 10.0.0.0/8 counter packets 0 bytes 0 accept\n\t}\n}\ntable inet fw {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n\t\ttcp dport 22 accept\n\t}\n}\n";
+
+    #[test]
+    fn a_listing_without_a_save_dump_reads_iptables_nft_tables_as_plumb_check_does() {
+        let canned = Canned(HashMap::from([
+            ("/proc/net/ip_tables_names", ""),
+            ("nft", LISTING),
+        ]));
+        let c = collect_rulesets(&canned, None);
+        let expected = plumb_ruleset::format::parse_bytes(LISTING.as_bytes(), &Default::default())
+            .unwrap()
+            .ruleset;
+        let shape = |rs: &Ruleset| {
+            rs.tables
+                .iter()
+                .map(|t| {
+                    let rules: Vec<String> = t
+                        .chains
+                        .iter()
+                        .flat_map(|ch| ch.rules.iter().map(|r| r.text.to_string()))
+                        .collect();
+                    (t.family, t.backend, t.name.to_string(), rules)
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(shape(&c.ruleset), shape(&expected));
+        let filter = c
+            .ruleset
+            .tables
+            .iter()
+            .find(|t| &*t.name == "filter")
+            .unwrap();
+        assert_eq!(filter.backend, Backend::IptablesNft);
+        let input = filter.chain("INPUT").unwrap();
+        assert_eq!(&*input.rules[0].text, "-A INPUT -s 10.0.0.0/8 -j ACCEPT");
+        let fw = c.ruleset.tables.iter().find(|t| &*t.name == "fw").unwrap();
+        assert_eq!(fw.backend, Backend::Nftables);
+    }
+
+    #[test]
+    fn a_table_the_save_dump_printed_is_left_out_of_the_listing_with_its_notes() {
+        let canned = Canned(HashMap::from([
+            (
+                "iptables-nft-save",
+                "# Generated by iptables-nft-save\n*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -s 10.0.0.0/8 -j ACCEPT\nCOMMIT\n",
+            ),
+            ("/proc/net/ip_tables_names", ""),
+            ("nft", LISTING),
+        ]));
+        let c = collect_rulesets(&canned, None);
+        let names: Vec<(Backend, &str)> = c
+            .ruleset
+            .tables
+            .iter()
+            .map(|t| (t.backend, &*t.name))
+            .collect();
+        assert_eq!(
+            names,
+            [(Backend::IptablesNft, "filter"), (Backend::Nftables, "fw")]
+        );
+        let nft = c.tools.iter().find(|t| t.tool == "nft").unwrap();
+        assert_eq!(nft.tables, 1);
+        // The listing's reading notes that it read `ip filter` as iptables rules; that
+        // table is the save dump's here, so the note is not shown.
+        assert!(
+            c.ruleset
+                .diagnostics
+                .iter()
+                .all(|d| !d.message.contains("filter")),
+            "{:?}",
+            c.ruleset.diagnostics
         );
     }
 }

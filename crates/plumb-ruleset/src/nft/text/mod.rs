@@ -61,9 +61,8 @@ pub fn parse_text_translated(text: &str) -> Ruleset {
 /// ends (when the caller holds no other handle on it), before the translated tables'
 /// iptables models are built, so that the nft text and the whole model are never in
 /// memory at once. Everything that could send the read back to the whole-way read is
-/// decided while the text is still here (see [`read_streamed`]).
-/// Public for the tests that prove it gives the model [`parse_text_translated`] gives.
-#[doc(hidden)]
+/// decided while the text is still here (see [`read_streamed`]). Gives the model
+/// [`parse_text_translated`] gives (tests/nft_streamed.rs).
 pub fn parse_text_translated_owned(text: SourceText) -> Ruleset {
     let Some(read) = read_streamed(&text, Some(&text)) else {
         return parse_whole_way(&text);
