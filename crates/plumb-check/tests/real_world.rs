@@ -376,3 +376,22 @@ fn antrea_listing_is_recognised_by_comment_and_ipset() {
     assert_eq!(c.cnis, ["antrea"]);
     assert_eq!(c.problems(), Vec::<&str>::new(), "{:#?}", c.findings);
 }
+
+#[test]
+fn ipvs_mode_writes_no_proxy_canary() {
+    let Some(c) = check(
+        "nft/ack-cilium-1.18_kube-proxy-ipvs_iptables-nft_nft-list-ruleset_match-set-comments.nft",
+    ) else {
+        return;
+    };
+    let canary: Vec<&Finding> = c
+        .findings
+        .iter()
+        .filter(|f| f.id == "kube-proxy-canary-missing")
+        .collect();
+    assert!(!canary.is_empty(), "{:#?}", c.findings);
+    for f in canary {
+        assert_eq!(f.status, Status::Ok, "{f:#?}");
+        assert!(f.title.contains("IPVS mode"), "{}", f.title);
+    }
+}

@@ -314,6 +314,18 @@ fn canary_missing(
                 ID_CANARY,
                 format!("no canary chains, as expected: {described}; canaries exist from 1.17"),
             ));
+        } else if generation.is_some_and(|g| {
+            g.mode == crate::facts::inventory::ProxyMode::Ipvs
+                && g.writes_since(17)
+                && missing.contains(&"KUBE-PROXY-CANARY")
+        }) {
+            // The IPVS proxier never creates KUBE-PROXY-CANARY (the iptables proxier
+            // watches it); kubelet's canary is expected there, and present (else
+            // `expected` would hold it).
+            out.push(Finding::ok(
+                ID_CANARY,
+                format!("{} absent, as expected: kube-proxy in IPVS mode does not write KUBE-PROXY-CANARY; {described}", missing.join(", ")),
+            ));
         } else if missing == ["KUBE-IPTABLES-HINT"] {
             out.push(Finding::ok(
                 ID_CANARY,
