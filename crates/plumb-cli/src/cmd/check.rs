@@ -26,7 +26,8 @@ pub fn run(
     let facts = CheckInput::new(&src.ruleset, origin, partial);
     // What the output shows beside the findings: `run` takes the facts (it releases the
     // service maps halfway).
-    let partial = facts.is_partial();
+    let (partial, truncated, damaged) =
+        (facts.is_partial(), facts.is_truncated(), facts.is_damaged());
     let inventory = facts.inventory.clone();
     let findings = plumb_check::run(facts);
     let problems = findings.iter().filter(|f| f.is_problem()).count();
@@ -74,9 +75,9 @@ pub fn run(
             src.format,
             if partial {
                 ", partial: chains declared elsewhere are not judged"
-            } else if src.ruleset.completeness == plumb_ruleset::Completeness::Truncated {
+            } else if truncated {
                 ", TRUNCATED"
-            } else if src.ruleset.completeness == plumb_ruleset::Completeness::Damaged {
+            } else if damaged {
                 ", DAMAGED"
             } else {
                 ""
