@@ -172,16 +172,7 @@ pub(crate) fn owner_name(chain: &str) -> Option<&'static str> {
     chain_name_owner(chain)
 }
 
-/// True for chains of a CNI (Calico, Flannel, Cilium).
-pub(crate) fn is_cni_chain(chain: &str) -> bool {
-    !chain.starts_with("KUBE-")
-        && matches!(owner_name(chain), Some("calico" | "flannel" | "cilium"))
-}
-
-/// True for kube-proxy's own chains (not kubelet's KUBE-FIREWALL and canaries).
-pub(crate) fn is_kube_proxy_chain(chain: &str) -> bool {
-    owner_name(chain) == Some("kube-proxy")
-}
+pub(crate) use crate::facts::shapes::is_kube_proxy_chain;
 
 /// Rule text without an `iptables-save -c` counter prefix (`[12:345] `) or nft handle.
 pub(crate) fn rule_body_text(rule: &Rule) -> &str {

@@ -5,6 +5,7 @@
 //! right source name: a file, or the dump command a live table was read with.
 
 pub mod inventory;
+pub(crate) mod node;
 pub mod shapes;
 
 use inventory::Inventory;
@@ -226,9 +227,9 @@ pub struct CheckInput<'a> {
     pub refs: Vec<TableRefs<'a>>,
     /// The CNIs and the kube-proxy generation the ruleset shows.
     pub inventory: Inventory,
-    /// What the host-firewall check (`checks::shadow`) reads about the node, taken here
+    /// What the host-firewall check (`checks::shadow`) reads about the node ([`node`]), taken here
     /// while the service maps are held (ClusterIPs and the few services it traces).
-    pub(crate) nodes: crate::checks::shadow::Nodes,
+    pub(crate) nodes: node::Nodes,
 }
 
 impl<'a> CheckInput<'a> {
@@ -251,7 +252,7 @@ impl<'a> CheckInput<'a> {
             nodes: Default::default(),
         };
         facts.inventory = inventory::infer(&facts);
-        facts.nodes = crate::checks::shadow::Nodes::infer(&facts);
+        facts.nodes = node::Nodes::infer(&facts);
         facts
     }
 

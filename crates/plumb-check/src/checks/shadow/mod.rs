@@ -19,8 +19,9 @@
 //! in iptables or nftables mode; the trace runs every base chain of a hook in priority
 //! order, so an accept in one table does not hide a drop in another.
 //!
-//! How: `node::infer` reads what the ruleset shows about the node (pod networks,
-//! Services, the CNI and its encapsulation). Each flow the node needs becomes a packet
+//! How: `facts::node::infer` reads what the ruleset shows about the node (pod networks,
+//! Services, the CNI and its encapsulation), in `CheckInput::new` while the service
+//! maps are held. Each flow the node needs becomes a packet
 //! whose unknown parts (source address, interfaces) stay unknown: the trace branches
 //! on them. Then the outcomes are judged against what is known about the flow (a
 //! packet from another node does not arrive on `lo` or on a local pod bridge):
@@ -40,12 +41,12 @@
 //! left out.
 
 mod docker_ufw;
-mod node;
 
 use crate::facts::CheckInput;
-use node::NodeModel;
+use crate::facts::node::{self, NodeModel};
+use crate::facts::shapes::{filters, owned_table, policy_owned};
 use plumb_findings::{Evidence, Finding, Severity, Status};
-use plumb_ruleset::{Backend, Family, Hook, Table};
+use plumb_ruleset::{Backend, Family, Table};
 use plumb_trace::constraint::{AddrSet, Fact};
 use plumb_trace::ir::{Action, AddrMatch, Cond, HookId, IfacePattern, Item};
 use plumb_trace::{Index, Node, Origin, Outcome, Packet, Proto, StepKind, Verdict, trace};
@@ -165,35 +166,6 @@ struct Block {
     nft: Option<(String, String)>,
 }
 
-/// The node models of the address families the check judges (IPv4, then IPv6), read
-/// while [`CheckInput`] holds the service maps: [`CheckInput::new`] takes them, so
-/// the check itself never reads the maps and [`crate::run`] can release them before it
-/// builds its trace index (see there for why).
-#[derive(Debug, Default)]
-pub(crate) struct Nodes(Vec<NodeModel>);
-
-impl Nodes {
-    /// What `node::infer` reads for each family the check judges: a full input whose
-    /// family has a filter and rules of Kubernetes or a CNI. Nothing for other inputs.
-    pub(crate) fn infer(facts: &CheckInput) -> Nodes {
-        if !facts.is_full() {
-            return Nodes::default();
-        }
-        Nodes(
-            [Family::Ip, Family::Ip6]
-                .into_iter()
-                .filter(|&f| filters(facts, f) && kubernetes_present(facts, f))
-                .map(|f| node::infer(facts, f))
-                .collect(),
-        )
-    }
-
-    fn get(&self, family: Family) -> Option<&NodeModel> {
-        let v6 = family == Family::Ip6;
-        self.0.iter().find(|m| m.v6 == v6)
-    }
-}
-
 /// Traces each flow the node needs through the ruleset and judges its outcomes
 /// (blocked, maybe, open), plus the Docker/UFW ordering; partial, truncated or damaged
 /// inputs are not judged. Reads the node models [`CheckInput::new`] took, not the
@@ -230,77 +202,6 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
         out.push(finding(facts, id, &blocked, &maybe, &undecided));
     }
     out
-}
-
-/// The tables of `family` a packet of that family meets: its iptables tables and
-/// nft tables of the family or `inet`.
-fn tables_of<'a>(facts: &CheckInput<'a>, family: Family) -> impl Iterator<Item = &'a Table> {
-    facts.ruleset.tables.iter().filter(move |t| {
-        t.family == family || (t.backend == Backend::Nftables && t.family == Family::Inet)
-    })
-}
-
-/// The input has something that filters INPUT or FORWARD for `family`: the iptables
-/// filter table, or an nft base chain of type filter on those hooks (nftables.conf's
-/// `table inet filter`, firewalld's nft backend, kube-proxy's nftables mode).
-fn filters(facts: &CheckInput, family: Family) -> bool {
-    tables_of(facts, family).any(|t| {
-        if t.backend != Backend::Nftables {
-            return &*t.name == "filter";
-        }
-        t.chains.iter().any(|c| {
-            c.base.as_ref().is_some_and(|b| {
-                matches!(b.hook, Hook::Input | Hook::Forward)
-                    && b.chain_type.as_deref().is_none_or(|t| t == "filter")
-            })
-        })
-    })
-}
-
-/// Kubernetes components or a CNI wrote rules of this family.
-fn kubernetes_present(facts: &CheckInput, family: Family) -> bool {
-    tables_of(facts, family).any(|t| {
-        owned_table(t)
-            || t.chains.iter().any(|c| {
-                super::is_kube_proxy_chain(&c.name)
-                    || super::is_cni_chain(&c.name)
-                    || c.name.starts_with("KUBE-")
-                    || policy_owned(&c.name)
-            })
-    })
-}
-
-/// nft tables of Kubernetes components and CNIs (kube-proxy's nftables mode, Calico's
-/// and Cilium's nft tables): every rule in them is theirs.
-fn owned_table(t: &Table) -> bool {
-    t.backend == Backend::Nftables
-        && (&*t.name == "kube-proxy"
-            || ["cali", "cilium", "antrea", "kube-router"]
-                .iter()
-                .any(|p| t.name.starts_with(p)))
-}
-
-/// Chains of Kubernetes components and CNIs, whose DROP/REJECT rules are intended
-/// (network policy, Services without endpoints, invalid packets).
-fn policy_owned(chain: &str) -> bool {
-    [
-        "KUBE-",
-        "cali-",
-        "felix-",
-        "CILIUM",
-        "cilium",
-        "WEAVE",
-        "ANTREA",
-        "antrea",
-        "OVN-KUBE",
-        "FLANNEL",
-        "AWS-",
-        "CNI-",
-        "KUBE-ROUTER",
-        "OPENSHIFT-",
-    ]
-    .iter()
-    .any(|p| chain.starts_with(p))
 }
 
 fn placeholder_node(v6: bool) -> IpAddr {

@@ -2,7 +2,7 @@
 //! service and its endpoints, kube-dns, NodePorts, the CNI and its encapsulation. Each
 //! fact keeps the rule it was read from; nothing is guessed beyond what the rules show.
 
-use crate::facts::CheckInput;
+use crate::facts::{CheckInput, shapes};
 use plumb_ruleset::iptables::XtBuf;
 use plumb_ruleset::{Backend, Family, Hook, Rule, RuleBody, Table};
 use plumb_trace::Proto;
@@ -497,4 +497,33 @@ fn k3s_family_evidence(m: &NodeModel) -> Option<String> {
         .iter()
         .find(|(c, _)| *c == k3s_pods)
         .map(|(_, text)| format!("the pod network is 10.42.0.0/16 (k3s's and RKE2's): {text}"))
+}
+
+/// The node models of the address families the check judges (IPv4, then IPv6), read
+/// while [`CheckInput`] holds the service maps: [`CheckInput::new`] takes them, so
+/// the check itself never reads the maps and [`crate::run`] can release them before it
+/// builds its trace index (see there for why).
+#[derive(Debug, Default)]
+pub(crate) struct Nodes(Vec<NodeModel>);
+
+impl Nodes {
+    /// What [`infer`] reads for each family the check judges: a full input whose
+    /// family has a filter and rules of Kubernetes or a CNI. Nothing for other inputs.
+    pub(crate) fn infer(facts: &CheckInput) -> Nodes {
+        if !facts.is_full() {
+            return Nodes::default();
+        }
+        Nodes(
+            [Family::Ip, Family::Ip6]
+                .into_iter()
+                .filter(|&f| shapes::filters(facts, f) && shapes::kubernetes_present(facts, f))
+                .map(|f| infer(facts, f))
+                .collect(),
+        )
+    }
+
+    pub(crate) fn get(&self, family: Family) -> Option<&NodeModel> {
+        let v6 = family == Family::Ip6;
+        self.0.iter().find(|m| m.v6 == v6)
+    }
 }
