@@ -29,10 +29,10 @@ use plumb_findings::Finding;
 /// check runs. Among those is the host-firewall check, whose trace index is the largest
 /// thing a check builds; [`CheckInput::new`] already took what it needs of the maps.
 /// Held together, maps and index made the peak of `plumb check`: on a 10k-service node
-/// (15.4 MiB of nft text, a 26.3 MiB model) the maps hold 10.3 MiB and the index peaks
-/// at 5.9 MiB, and the heap peaked at 44.1 MiB in the checks. Apart, the checks peak at
-/// 37.9 MiB, 0.4 MiB over what the facts hold, and the peak of the command is the maps'
-/// recovery in [`CheckInput::new`] (39.7 MiB), the same as `plumb services`'.
+/// (15.4 MiB of nft text, a 26.3 MiB model) the maps hold 7.6 MiB and the index peaks
+/// at 5.9 MiB, 40.7 MiB of heap in the checks. Apart, the checks peak at 35.2 MiB, under
+/// the parse (37.5 MiB) and the maps' recovery in [`CheckInput::new`] (36.8 MiB, as in
+/// `plumb services`); `phase_memory` example.
 pub fn run(mut facts: CheckInput<'_>) -> Vec<Finding> {
     let (with_maps, without): (Vec<usize>, Vec<usize>) =
         (0..checks::ALL.len()).partition(|&i| checks::ALL[i].reads_service_maps);
