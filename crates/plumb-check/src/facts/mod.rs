@@ -155,30 +155,28 @@ impl<'a> TableRefs<'a> {
         let mut rules = Vec::new();
         let mut referenced = vec![0u64; table.chains.len().div_ceil(64)];
         let mut referenced_others = FastSet::default();
-        let mut mark = |i: usize| referenced[i / 64] |= 1 << (i % 64);
+        // Records a reference to `name`; whether the table declares it.
+        let mut reference = |name: &'a str| match declared.index_of(name) {
+            Some(i) => {
+                referenced[i / 64] |= 1 << (i % 64);
+                true
+            }
+            None => {
+                referenced_others.insert(name);
+                false
+            }
+        };
         for (name, rule) in references() {
-            let keep = match declared.index_of(name) {
-                Some(i) => {
-                    mark(i);
-                    empty.contains(name) || table.deleted_chains.iter().any(|d| &**d == name)
-                }
-                None => {
-                    referenced_others.insert(name);
-                    true
-                }
-            };
+            let keep = !reference(name)
+                || empty.contains(name)
+                || table.deleted_chains.iter().any(|d| &**d == name);
             if keep {
                 rules.push((name, rule));
             }
         }
         for s in &table.sets {
             for x in s.verdict_targets() {
-                match declared.index_of(x.chain) {
-                    Some(i) => mark(i),
-                    None => {
-                        referenced_others.insert(x.chain);
-                    }
-                }
+                reference(x.chain);
             }
         }
         TableRefs {
