@@ -25,25 +25,22 @@ pub const ID: &str = "iptables-backend-mix";
 /// Finding id: a native nftables `kube-proxy` table beside iptables-mode `KUBE-SVC-*` chains.
 pub const ID_MODE: &str = "kube-proxy-mode-mix";
 
+/// The `KUBE-*` chains of `backend`'s tables, with their table.
 fn kube_chains<'a>(
     facts: &CheckInput<'a>,
     backend: Backend,
-) -> Vec<(&'a Table, &'a plumb_ruleset::Chain)> {
+) -> impl Iterator<Item = (&'a Table, &'a plumb_ruleset::Chain)> {
     facts
         .ruleset
         .tables_of(backend)
         .flat_map(|t| t.chains.iter().map(move |c| (t, c)))
         .filter(|(_, c)| c.name.starts_with("KUBE-"))
-        .collect()
 }
 
-/// Whether the tables of `backend` hold a `KUBE-*` chain ([`kube_chains`] without
-/// collecting them: a 10k-service node has 58k).
+/// Whether the tables of `backend` hold a `KUBE-*` chain (without collecting them: a
+/// 10k-service node has 58k).
 fn has_kube_chains(facts: &CheckInput, backend: Backend) -> bool {
-    facts
-        .ruleset
-        .tables_of(backend)
-        .any(|t| t.chains.iter().any(|c| c.name.starts_with("KUBE-")))
+    kube_chains(facts, backend).next().is_some()
 }
 
 fn has_hint(facts: &CheckInput, backend: Backend) -> bool {
@@ -131,8 +128,8 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
     if has_kube_chains(facts, Backend::IptablesLegacy)
         && has_kube_chains(facts, Backend::IptablesNft)
     {
-        let legacy = kube_chains(facts, Backend::IptablesLegacy);
-        let nft = kube_chains(facts, Backend::IptablesNft);
+        let legacy: Vec<_> = kube_chains(facts, Backend::IptablesLegacy).collect();
+        let nft: Vec<_> = kube_chains(facts, Backend::IptablesNft).collect();
         let (lh, nh) = (
             has_hint(facts, Backend::IptablesLegacy),
             has_hint(facts, Backend::IptablesNft),
