@@ -504,10 +504,10 @@ pub fn read_rulesets(node: &dyn NodeSource) -> Collected {
     };
     let nft = match node.command(&NodeCommand::NftListRuleset) {
         Err(e) => (None, unavailable("nft", e)),
-        Ok(c) => {
-            let source = c.source.clone();
-            (Some(read_nft_listing(c)), outcome("nft", "ok", source, 0))
-        }
+        Ok(c) => (
+            Some(read_nft_listing(c.bytes)),
+            outcome("nft", "ok", c.source, 0),
+        ),
     };
     let mut ruleset = Ruleset::default();
     let mut tools: Vec<ToolOutcome> = netlink_failure.into_iter().collect();
@@ -542,8 +542,8 @@ pub fn read_rulesets(node: &dyn NodeSource) -> Collected {
 /// read, so that the listing's nft statements are never all in memory (a 10k-service
 /// node's listing read as nft rules took ~130 MiB), and the text is freed before the
 /// iptables models are built. Bytes that are not UTF-8 are read as U+FFFD.
-fn read_nft_listing(c: crate::node::Captured) -> Ruleset {
-    let text = String::from_utf8(c.bytes)
+fn read_nft_listing(bytes: Vec<u8>) -> Ruleset {
+    let text = String::from_utf8(bytes)
         .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
     plumb_ruleset::nft::parse_text_translated_owned(std::sync::Arc::new(text))
 }
