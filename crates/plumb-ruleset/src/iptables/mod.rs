@@ -7,6 +7,7 @@
 //! where callers have always found them. Readers depend on the model, never the reverse.
 
 pub mod canonical;
+mod chain_index;
 pub mod listing;
 pub mod save;
 pub mod tables;

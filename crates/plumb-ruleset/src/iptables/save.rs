@@ -7,6 +7,7 @@
 //! worked out ahead of the reader, for blocks of lines on all cores when the input is
 //! big; the reader, which owns the table state, consumes it in line order.
 
+use super::chain_index::ChainIndex;
 use crate::diagnostic::Diagnostic;
 use crate::model::xt::dialect::{Dialect, IptablesVersion, all_headers_ip6, header_version};
 use crate::model::xt::words::{SplitError, Word, split};
@@ -85,20 +86,20 @@ pub fn builtin_chains(table: &str) -> &'static [&'static str] {
     }
 }
 
-struct TableState<'t> {
+struct TableState {
     table: Table,
     /// Left for another table of a headerless capture and taken up again (its chains
     /// may then be declared a second time by the capture).
     resumed: bool,
     /// Chain name -> index in `table.chains`.
-    index: ChainIndex<'t>,
+    index: ChainIndex,
     committed: bool,
     /// Chains referenced by `-A` before (or without) a declaration.
     undeclared: Vec<usize>,
 }
 
-impl<'t> TableState<'t> {
-    fn new(table: Table) -> TableState<'t> {
+impl TableState {
+    fn new(table: Table) -> TableState {
         TableState {
             table,
             resumed: false,
@@ -108,7 +109,7 @@ impl<'t> TableState<'t> {
         }
     }
 
-    fn declare(&mut self, name: &'t str, chain: Chain) -> Result<usize, usize> {
+    fn declare(&mut self, name: &str, chain: Chain) -> Result<usize, usize> {
         if let Some(i) = self.get(name) {
             return Err(i);
         }
@@ -131,69 +132,12 @@ impl<'t> TableState<'t> {
     }
 }
 
-/// Chain name -> index in the table's chains, keeping only the index (4 bytes a
-/// chain): the names are the chains' own. A map keyed by the names took 24 bytes a
-/// chain and, on a 10k-service dump's 58k nat chains, 3 MiB at the parse's peak.
-#[derive(Default)]
-struct ChainIndex<'t> {
-    indexes: hashbrown::HashTable<u32>,
-    _names: std::marker::PhantomData<&'t str>,
-}
-
-impl ChainIndex<'_> {
-    fn hash(name: &str) -> u64 {
-        use std::hash::{BuildHasher, BuildHasherDefault};
-        BuildHasherDefault::<crate::fasthash::FxHasher>::default().hash_one(name)
-    }
-
-    fn get(&self, chains: &[Chain], name: &str) -> Option<usize> {
-        self.indexes
-            .find(Self::hash(name), |&i| {
-                chains.get(i as usize).is_some_and(|c| &*c.name == name)
-            })
-            .map(|&i| i as usize)
-    }
-
-    /// Records that the chain named `name` is about to be `chains[i]` (the chains
-    /// before it are in `chains`).
-    fn insert(&mut self, chains: &[Chain], name: &str, i: usize) {
-        // The reader refuses inputs of 4 GiB or more: chain indexes fit.
-        let i = u32::try_from(i).unwrap_or(u32::MAX);
-        self.indexes.insert_unique(Self::hash(name), i, |&j| {
-            Self::hash(chains.get(j as usize).map_or("", |c| &c.name))
-        });
-    }
-
-    /// Room for `n` chains without growing.
-    fn reserve(&mut self, chains: &[Chain], n: usize) {
-        self.indexes.reserve(n, |&j| {
-            Self::hash(chains.get(j as usize).map_or("", |c| &c.name))
-        });
-    }
-
-    fn remove(&mut self, chains: &[Chain], name: &str) -> Option<usize> {
-        let entry = self
-            .indexes
-            .find_entry(Self::hash(name), |&i| {
-                chains.get(i as usize).is_some_and(|c| &*c.name == name)
-            })
-            .ok()?;
-        let (i, _) = entry.remove();
-        for v in self.indexes.iter_mut() {
-            if *v > i {
-                *v -= 1;
-            }
-        }
-        Some(i as usize)
-    }
-}
-
-struct Reader<'o, 't> {
+struct Reader<'o> {
     input: &'o IptablesInput,
     family: Family,
     backend: Option<Backend>,
     ruleset: Ruleset,
-    current: Option<TableState<'t>>,
+    current: Option<TableState>,
     last_chain: Option<(usize, usize)>, // (table generation, chain index) cache
     generation: usize,
     restore_commands: bool,
@@ -211,7 +155,7 @@ struct Reader<'o, 't> {
     lines: u32,
     /// Tables of a headerless capture left for another table, taken up again when the
     /// capture comes back to them.
-    parked: Vec<TableState<'t>>,
+    parked: Vec<TableState>,
     /// The next entry of `input.sections` to enter.
     next_section: usize,
     /// The text declared a chain as `:NAME` (save syntax) without any `*table` line.
@@ -483,11 +427,7 @@ fn lines(text: &str) -> impl Iterator<Item = &str> {
 
 /// Reads every line; before each block of [`BLOCK_LINES`] lines, takes that block's
 /// prepared rules from `next_block`.
-fn read_lines<'t>(
-    r: &mut Reader<'_, 't>,
-    text: &'t str,
-    mut next_block: impl FnMut() -> Vec<Prepared>,
-) {
+fn read_lines(r: &mut Reader<'_>, text: &str, mut next_block: impl FnMut() -> Vec<Prepared>) {
     let mut offset = 0usize;
     for (i, raw_line) in text.split('\n').enumerate() {
         let n = i as u32 + 1;
@@ -502,12 +442,12 @@ fn read_lines<'t>(
     }
 }
 
-impl<'t> Reader<'_, 't> {
+impl Reader<'_> {
     fn diag(&mut self, d: Diagnostic) {
         self.ruleset.diagnostics.push(d);
     }
 
-    fn line(&mut self, line: &'t str, n: u32) {
+    fn line(&mut self, line: &str, n: u32) {
         let trimmed = line.trim_start();
         let indent = (line.len() - trimmed.len()) as u32;
         let trimmed = trimmed.trim_end();
@@ -713,7 +653,7 @@ impl<'t> Reader<'_, 't> {
         false
     }
 
-    fn chain_decl(&mut self, line: &'t str, loc: Location) {
+    fn chain_decl(&mut self, line: &str, loc: Location) {
         self.save_syntax = true;
         if !self.table_or_error(loc, "chain declaration", line) {
             return;
@@ -756,7 +696,7 @@ impl<'t> Reader<'_, 't> {
         self.declare_chain(name, chain, loc, line);
     }
 
-    fn declare_chain(&mut self, name: &'t str, chain: Chain, loc: Location, line: &str) {
+    fn declare_chain(&mut self, name: &str, chain: Chain, loc: Location, line: &str) {
         let st = self.current.as_mut().expect("checked by caller");
         match st.declare(name, chain) {
             Ok(_) => {}
@@ -798,7 +738,7 @@ impl<'t> Reader<'_, 't> {
     }
 
     /// `[packets:bytes] -A CHAIN ...` (iptables-save -c).
-    fn counted_rule(&mut self, line: &'t str, n: u32) {
+    fn counted_rule(&mut self, line: &str, n: u32) {
         let start = line.len() - line.trim_start().len();
         let Some(close) = line[start..].find(']') else {
             self.diag(Diagnostic::error(
@@ -823,7 +763,7 @@ impl<'t> Reader<'_, 't> {
         self.command(line, after, counters, n);
     }
 
-    fn command(&mut self, line: &'t str, at: usize, counters: Option<Counters>, n: u32) {
+    fn command(&mut self, line: &str, at: usize, counters: Option<Counters>, n: u32) {
         let col = at as u32 + 1;
         let loc = Location {
             line: n,
@@ -927,7 +867,7 @@ impl<'t> Reader<'_, 't> {
     fn rule(
         &mut self,
         line: &str,
-        chain: &'t str,
+        chain: &str,
         chain_offset: usize,
         spec_at: usize,
         counters: Option<Counters>,
@@ -978,7 +918,7 @@ impl<'t> Reader<'_, 't> {
         }
     }
 
-    fn chain_index(&mut self, chain: &'t str, offset: usize, loc: Location, line: &str) -> usize {
+    fn chain_index(&mut self, chain: &str, offset: usize, loc: Location, line: &str) -> usize {
         if let Some((generation, i)) = self.last_chain
             && generation == self.generation
             && let Some(st) = self.current.as_ref()
@@ -1024,7 +964,7 @@ impl<'t> Reader<'_, 't> {
         i
     }
 
-    fn close(&mut self, mut st: TableState<'t>) {
+    fn close(&mut self, mut st: TableState) {
         // A headerless capture that does not declare every built-in chain of its table
         // (-S prints a -P line for each; iptables-save a ':' line), or a save-syntax
         // capture without '*table' lines (`iptables-save | grep`), is a fragment: the
