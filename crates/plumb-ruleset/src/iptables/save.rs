@@ -166,8 +166,9 @@ struct Reader<'o> {
     legacy_warning: Option<Location>,
 }
 
-/// The prepared rules of one block, consumed in line order.
-type PreparedQueue = std::iter::Peekable<std::vec::IntoIter<Prepared>>;
+/// The prepared rules of one block, consumed in line order; its buffer goes back to
+/// the preparer when spent.
+type PreparedQueue = std::collections::VecDeque<Prepared>;
 
 /// What one rule line says on its own, without the table state: worked out on any
 /// thread, then taken by [`Reader::rule`].
@@ -310,12 +311,15 @@ fn rule_spec(line: &str, after_arg: &str, insert: bool) -> (usize, Option<usize>
 }
 
 /// Lines per block prepared ahead: bounds the prepared rules held at once (64 bytes
-/// each; at most three blocks exist: one read, one queued, one being prepared). Small
-/// blocks come from the allocator's small pages, which a freed block's space goes back
-/// to at once; blocks of 2,048 rules, each allocated on the preparer's thread and
-/// freed on the reader's, cost 0.5 MiB more at the peak of a 10k-service dump's read,
-/// for no gain in speed.
+/// each; a few blocks exist: one read, one queued, one being prepared, and spent ones
+/// on their way back to the preparer, which fills them again). Recycled, the blocks
+/// are allocated a few times in all rather than once per block on the preparer's
+/// thread and freed on the reader's: the allocator kept the space of those in flight
+/// resident, up to a page of 32 blocks (0.5 MiB), at the peak of a 10k-service dump's
+/// read.
 const BLOCK_LINES: u32 = 256;
+/// Spent blocks on their way back to the preparer; more are dropped.
+const SPENT_BLOCKS: usize = 2;
 /// Inputs smaller than this are read on one thread (a thread costs more than it saves).
 const MIN_BYTES_TO_PREPARE_AHEAD: usize = 1 << 20;
 
@@ -355,7 +359,7 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
         },
         source,
         line_start: 0,
-        prepared: Vec::new().into_iter().peekable(),
+        prepared: PreparedQueue::new(),
         lines: 0,
         parked: Vec::new(),
         next_section: 0,
@@ -372,13 +376,19 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
         // the one before: parsing takes about the longer of the two halves.
         std::thread::scope(|s| {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Prepared>>(1);
+            let (spent_tx, spent_rx) = std::sync::mpsc::sync_channel::<Vec<Prepared>>(SPENT_BLOCKS);
             let text = &*text;
             s.spawn(move || {
                 let mut bufs = PrepareBufs {
                     dialect,
                     ..PrepareBufs::default()
                 };
-                let fresh = || Vec::with_capacity(BLOCK_LINES as usize);
+                // A spent block back from the reader, else a new one.
+                let fresh = || {
+                    spent_rx
+                        .try_recv()
+                        .unwrap_or_else(|_| Vec::with_capacity(BLOCK_LINES as usize))
+                };
                 let mut block = fresh();
                 for (i, line) in lines(text).enumerate() {
                     let n = i as u32 + 1;
@@ -396,11 +406,15 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
             });
             // Should the preparer stop early, the reader prepares each rule itself (a
             // panic there is re-raised by the scope when it ends).
-            read_lines(&mut r, text, || rx.recv().unwrap_or_default());
+            read_lines(&mut r, text, |spent| {
+                // The preparer may be gone or have enough blocks: then it is dropped.
+                let _ = spent_tx.try_send(spent);
+                rx.recv().unwrap_or_default()
+            });
             r.finish_lines()
         })
     } else {
-        read_lines(&mut r, &text, Vec::new);
+        read_lines(&mut r, &text, |_| Vec::new());
         r.finish_lines()
     }
 }
@@ -426,13 +440,20 @@ fn lines(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// Reads every line; before each block of [`BLOCK_LINES`] lines, takes that block's
-/// prepared rules from `next_block`.
-fn read_lines(r: &mut Reader<'_>, text: &str, mut next_block: impl FnMut() -> Vec<Prepared>) {
+/// prepared rules from `next_block`, giving it the spent block (emptied) to reuse.
+fn read_lines(
+    r: &mut Reader<'_>,
+    text: &str,
+    mut next_block: impl FnMut(Vec<Prepared>) -> Vec<Prepared>,
+) {
     let mut offset = 0usize;
     for (i, raw_line) in text.split('\n').enumerate() {
         let n = i as u32 + 1;
         if (i as u32).is_multiple_of(BLOCK_LINES) {
-            r.prepared = next_block().into_iter().peekable();
+            // A drained queue's buffer is its block's, moved without copying.
+            let mut spent = Vec::from(std::mem::take(&mut r.prepared));
+            spent.clear();
+            r.prepared = PreparedQueue::from(next_block(spent));
         }
         r.line_start = offset;
         offset += raw_line.len() + 1;
@@ -875,11 +896,14 @@ impl Reader<'_> {
         loc: Location,
     ) {
         let n = loc.line;
-        while self.prepared.next_if(|p| p.line < n).is_some() {}
-        let prepared = match self
+        while self.prepared.front().is_some_and(|p| p.line < n) {
+            self.prepared.pop_front();
+        }
+        let ahead = self
             .prepared
-            .next_if(|p| p.line == n && p.spec_at == spec_at)
-        {
+            .front()
+            .is_some_and(|p| p.line == n && p.spec_at == spec_at);
+        let prepared = match ahead.then(|| self.prepared.pop_front()).flatten() {
             Some(p) => p,
             // Not prepared ahead (or read differently): prepare it here.
             None => prepare(line, spec_at, n, &mut self.bufs),
