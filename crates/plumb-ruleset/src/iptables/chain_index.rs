@@ -1,11 +1,10 @@
 //! The iptables reader's chain-by-name index: chain name -> index in the table's
-//! chains, in 4 bytes a slot and at most 8 slots for 7 chains (4.6 bytes a chain).
+//! chains, in 4-byte slots, 8 slots for every 7 chains (4.6 bytes a chain).
 //!
 //! The index is alive while the last rules of a table are read, which is when reading
 //! a dump peaks: its size adds to the peak. A general hash table (hashbrown) takes 5
-//! bytes a slot and a power of two of slots, up to 8 slots a chain's 7/2 for some
-//! counts: 0.63 MiB for the 58k nat chains of a 10k-service dump, where this takes
-//! 0.25 MiB.
+//! bytes a slot and a power of two of slots, up to 11.2 bytes a chain: 0.63 MiB for
+//! the 58k nat chains of a 10k-service dump, where this takes 0.25 MiB.
 //!
 //! How: open addressing with linear probing over a table of `u32` slots sized to the
 //! chains it holds (not a power of two). A slot holds the chain's index plus one (0 is
