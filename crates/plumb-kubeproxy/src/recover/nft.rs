@@ -245,10 +245,15 @@ fn recover_table(table: &Table) -> ServiceMap<'_> {
                 service_chain(&mut rec, c, i, prefix == NftChainPrefix::Local)
             }
             NftChainPrefix::External => {
-                let local =
-                    c.rules.iter().flat_map(|r| r.chain_references()).any(|r| {
+                // `goto local-…`; or, when no endpoint is local (no such rule), the
+                // `fib saddr type local` short-circuits proxier.go writes only under
+                // `externalTrafficPolicy: Local`.
+                let local = c.rules.iter().any(|r| {
+                    r.chain_references().iter().any(|r| {
                         split_chain(r.chain).is_some_and(|(p, _)| p == NftChainPrefix::Local)
-                    });
+                    }) || matches!(&r.body, RuleBody::Nft(n)
+                        if n.statements.iter().any(|s| s.text == "fib saddr type local"))
+                });
                 if local {
                     rec.builders[i].external_local = true;
                 }
@@ -400,6 +405,10 @@ fn no_endpoint_elements<'a>(
                 if is_cluster_ip {
                     b.cluster_ip = Some(ip);
                     b.port = Some(p);
+                    // proxier.go drops ClusterIP traffic (rather than rejecting it) only
+                    // when the service has endpoints but internalTrafficPolicy Local
+                    // leaves none on this node.
+                    b.internal_local |= !reject;
                 } else if !b.load_balancer_ips.contains(&ip) {
                     push_unique(&mut b.external_ips, ip);
                     b.external_ambiguous = true;
