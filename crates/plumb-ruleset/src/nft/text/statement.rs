@@ -845,6 +845,10 @@ impl<'a> StmtParser<'_, 'a> {
                 kind,
             });
         }
+        // A Vec grows to 4 statements at its first push; most rules have 1 to 3, and a
+        // ruleset keeps every rule's list (121k rules, 24 MiB of empty slots, on a
+        // 10k-service nftables-mode node).
+        out.shrink_to_fit();
         out
     }
 
