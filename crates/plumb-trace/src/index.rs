@@ -168,8 +168,10 @@ pub struct ChainCode {
     items: Vec<Item>,
     rules: Vec<CompiledRule>,
     /// The dispatch table; `None` for chains under [`DISPATCH_MIN_RULES`] rules or when
-    /// [`IndexOptions::dispatch`] is off.
-    pub dispatch: Option<Dispatch>,
+    /// [`IndexOptions::dispatch`] is off. Boxed: most chains have none, and a
+    /// `ChainCode` is allocated for every chain a trace enters (58k on a 10k-service
+    /// node with `trace --all-services`).
+    pub dispatch: Option<Box<Dispatch>>,
     /// The nft sets and maps the chain's rules look up (named sets of the table and
     /// anonymous ones), compiled with the chain; a [`crate::ir::SetRef`] is a position
     /// here. Kept per chain so that a chain compiles on first use like any other: one
@@ -437,7 +439,7 @@ impl<'r> Index<'r> {
 
     /// The chain's dispatch table, if it has one.
     pub fn dispatch(&self, chain: u32) -> Option<&Dispatch> {
-        self.code(chain).dispatch.as_ref()
+        self.code(chain).dispatch.as_deref()
     }
 
     /// The chain with this id (ids come from steps, jumps and base chains).
@@ -568,7 +570,7 @@ fn compile_chain(
         });
     }
     let dispatch = (options.dispatch && rules.len() >= DISPATCH_MIN_RULES)
-        .then(|| build_dispatch(&items, &rules));
+        .then(|| Box::new(build_dispatch(&items, &rules)));
     sets.shrink_to_fit();
     ChainCode {
         items,
