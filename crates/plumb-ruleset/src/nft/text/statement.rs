@@ -2332,6 +2332,25 @@ mod tests {
         }
     }
 
+    /// A rule keeps no empty statement slots: a listing holds every rule's list (a Vec
+    /// grows to 4 at its first push; kube-proxy's nftables-mode rules have 1-3).
+    #[test]
+    fn statement_lists_hold_no_slack() {
+        let rs = parse_text(
+            "table ip t {\n\tchain c {\n\t\tip saddr 10.0.0.1 jump d\n\t\tmeta l4proto tcp dnat to 10.0.0.1:80\n\t\treject\n\t}\n\tchain d {\n\t}\n}\n",
+        );
+        assert!(errors(&rs).is_empty(), "{:?}", errors(&rs));
+        let rules = &rs.tables[0].chains[0].rules;
+        assert_eq!(rules.len(), 3);
+        for r in rules {
+            let RuleBody::Nft(n) = &r.body else {
+                unreachable!()
+            };
+            assert!(!n.statements.is_empty());
+            assert_eq!(n.statements.capacity(), n.statements.len(), "{}", r.text);
+        }
+    }
+
     #[test]
     fn match_with_verdict_and_handle() {
         let rs = parse_text(
