@@ -628,3 +628,83 @@ fn batch_output_equals_one_flow_at_a_time_on_real_nodes() {
         batch_equals_one_flow_at_a_time(&dir, file.to_str().unwrap(), &save);
     }
 }
+
+/// kube-proxy's nftables mode serves NodePorts only on the addresses of its set
+/// `nodeport-ips` (the node IP): on a generated node (200 service ports, some NodePorts,
+/// Local policies, affinity, source ranges) exactly the service ports the model says
+/// cannot be reached are broken (or conditional). Regression: NodePorts were traced to a stand-in address
+/// outside that set, found no service, and every NodePort service was called broken.
+#[test]
+fn all_services_on_nftables_mode_breaks_only_the_services_without_endpoints() {
+    use plumb_kubeproxy::{GeneratorConfig, ProxierOptions, generate, nft_transaction};
+    let cluster = generate(&GeneratorConfig {
+        services: 200,
+        endpoints_per_service: 3,
+        nodeport_fraction: 0.3,
+        ..GeneratorConfig::all_features(200, 3)
+    })
+    .unwrap();
+    let dir = Scratch::new("batch-services-nft");
+    dir.write(
+        "rules.nft",
+        &nft_transaction(&cluster, &ProxierOptions::default()),
+    );
+    let rules = dir.path().join("rules.nft");
+    let (code, out, err) = plumb(
+        &[
+            "trace",
+            "--ruleset",
+            rules.to_str().unwrap(),
+            "--all-services",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(code, 1, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["node_address"], "192.168.122.10");
+    let mut broken: Vec<String> = v["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["status"] != "ok")
+        .map(|s| format!("{} {}", s["service"].as_str().unwrap(), s["status"]))
+        .collect();
+    broken.sort();
+    // Broken: no endpoints (REJECT), or internalTrafficPolicy Local and none on this
+    // node (the ClusterIP is dropped). Conditional: externalTrafficPolicy Local and none
+    // on this node: the NodePort drops what does not come from a pod or the node.
+    let mut want: Vec<String> = cluster
+        .services
+        .iter()
+        .filter_map(|s| {
+            let no_local = !s.endpoints.iter().any(|e| e.is_local);
+            let status = if s.endpoints.is_empty() || (s.internal_policy_local && no_local) {
+                "broken"
+            } else if s.external_policy_local() && s.node_port.is_some() && no_local {
+                "conditional"
+            } else {
+                return None;
+            };
+            Some(format!("{} \"{status}\"", s.name_string()))
+        })
+        .collect();
+    want.sort();
+    assert!(
+        want.iter().filter(|w| w.ends_with("\"broken\"")).count() >= 10,
+        "{want:?}"
+    );
+    assert!(
+        want.iter().any(|w| w.ends_with("\"conditional\"")),
+        "{want:?}"
+    );
+    assert!(
+        cluster
+            .services
+            .iter()
+            .filter(|s| !s.endpoints.is_empty() && s.node_port.is_some())
+            .count()
+            >= 20
+    );
+    assert_eq!(broken, want);
+}

@@ -44,6 +44,15 @@ pub fn kubernetes_signs(facts: &Facts) -> Vec<String> {
         })
     {
         signs.push(format!("Kubernetes/CNI chains in {} {}", t.backend, t.name));
+    } else if let Some(rs) = facts.ruleset.value()
+        && let Some(t) = rs.tables.iter().find(|t| {
+            // kube-proxy's nftables mode (`table ip|ip6 kube-proxy`) and Flannel's
+            // (`flannel-ipv4`, `flannel-ipv6`) name tables, not chains.
+            t.backend == plumb_ruleset::Backend::Nftables
+                && (&*t.name == "kube-proxy" || t.name.starts_with("flannel-ipv"))
+        })
+    {
+        signs.push(format!("nftables table {} {}", t.family.as_str(), t.name));
     }
     if let Some(p) = facts.processes.value().and_then(|ps| {
         ps.iter()

@@ -273,3 +273,42 @@ fn every_node_check_id_is_in_the_catalogue() {
     unique.dedup();
     assert_eq!(unique.len(), known.len(), "an id is listed twice");
 }
+
+/// kube-proxy's nftables mode leaves a table `ip kube-proxy` and no `KUBE-` chain: a
+/// namespace holding it is a node to diagnose. Regression: doctor answered "no sign of a
+/// Kubernetes node here" on a generated nftables-mode node and checked nothing.
+#[test]
+fn a_kube_proxy_nftables_table_is_a_sign_of_a_node() {
+    let cluster = plumb_kubeproxy::generate(&plumb_kubeproxy::GeneratorConfig {
+        services: 20,
+        ..Default::default()
+    })
+    .unwrap();
+    let text = plumb_kubeproxy::nft_transaction(&cluster, &Default::default());
+    let rs = plumb_ruleset::parse_bytes(text.as_bytes(), &Default::default())
+        .unwrap()
+        .ruleset;
+    let facts = Facts {
+        source: Some(plumb_facts::SourceInfo {
+            kind: plumb_facts::SourceKind::Namespace,
+            description: "network namespace n".into(),
+            notes: Vec::new(),
+        }),
+        ruleset: Fact::known(rs, "nf_tables netlink"),
+        ..Facts::default()
+    };
+    assert_eq!(
+        plumb_doctor::kubernetes_signs(&facts),
+        ["nftables table ip kube-proxy"]
+    );
+    let r = diagnose(&facts);
+    assert!(
+        r.findings
+            .iter()
+            .all(|f| f.id != plumb_doctor::ID_NOT_A_NODE),
+        "{:#?}",
+        r.findings
+    );
+    // The ruleset was checked: its services without endpoints are reported.
+    assert_eq!(finding(&r, "service-no-endpoints").status, Status::Problem);
+}

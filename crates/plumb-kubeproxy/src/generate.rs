@@ -185,6 +185,18 @@ impl PodAllocator {
     }
 }
 
+/// The address of the `i`th generated service in a documentation /24 (`net`), or past its
+/// 254 hosts in `198.<second>.0.0/16` (RFC 2544's benchmarking 198.18.0.0/15): two
+/// services never share an external or load-balancer IP, as two services cannot own the
+/// same IP and port (nftables mode keys its maps on them and refuses duplicates).
+fn unique_test_ip(net: Ipv4Addr, second: u8, i: u64) -> Ipv4Addr {
+    if i < 254 {
+        Ipv4Addr::from_bits(net.to_bits() + 1 + i as u32)
+    } else {
+        Ipv4Addr::from_bits(Ipv4Addr::new(198, second, 0, 0).to_bits() + (i as u32 & 0xffff))
+    }
+}
+
 fn sort_endpoints(endpoints: &mut [Endpoint]) {
     // kubernetes pkg/proxy/endpointslicecache.go sorts by Endpoint.String() ("ip:port").
     endpoints.sort_by_cached_key(Endpoint::endpoint_string);
@@ -346,9 +358,8 @@ pub fn generate(config: &GeneratorConfig) -> Result<Cluster, GenerateError> {
         }
         if load_balancer {
             // TEST-NET-3 for load balancer ingress IPs, TEST-NET-2 for source ranges.
-            svc.load_balancer_ips.push(Ipv4Addr::from_bits(
-                Ipv4Addr::new(203, 0, 113, 0).to_bits() + 1 + (i % 254) as u32,
-            ));
+            svc.load_balancer_ips
+                .push(unique_test_ip(Ipv4Addr::new(203, 0, 113, 0), 18, i));
             if rng.chance(config.source_ranges_fraction) {
                 svc.load_balancer_source_ranges
                     .push(Ipv4Cidr::new(Ipv4Addr::new(198, 51, 100, 0), 24));
@@ -360,9 +371,8 @@ pub fn generate(config: &GeneratorConfig) -> Result<Cluster, GenerateError> {
             }
         }
         if rng.chance(config.external_ip_fraction) {
-            svc.external_ips.push(Ipv4Addr::from_bits(
-                Ipv4Addr::new(192, 0, 2, 0).to_bits() + 1 + (i % 254) as u32,
-            ));
+            svc.external_ips
+                .push(unique_test_ip(Ipv4Addr::new(192, 0, 2, 0), 19, i));
         }
         if svc.externally_accessible() && rng.chance(config.local_policy_fraction) {
             svc.external_policy_local = true;

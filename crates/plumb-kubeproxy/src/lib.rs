@@ -10,6 +10,7 @@
 //! - [`rules`] and [`sync`]: the iptables rules kubelet and kube-proxy (1.28+) write for a
 //!   model, printed as kube-proxy's own `iptables-restore` payload and as `iptables-save`
 //!   prints them back from the kernel.
+//! - [`nft_sync`]: the `nft -f` transaction kube-proxy's nftables mode writes for a model.
 //!
 //! This crate does no IO. `tests/kernel_roundtrip.rs` proves the saved form against a real
 //! kernel inside a private network namespace.
@@ -29,6 +30,7 @@
 pub mod chain_name;
 pub mod generate;
 pub mod model;
+pub mod nft_sync;
 pub mod recover;
 pub mod rules;
 pub mod sync;
@@ -39,6 +41,7 @@ pub use chain_name::{
 };
 pub use generate::{GenerateError, GeneratorConfig, generate};
 pub use model::{Cluster, Endpoint, Ipv4Cidr, LocalNode, Protocol, ServicePort, ServicePortName};
+pub use nft_sync::nft_transaction;
 pub use sync::{
     IptablesSaveOptions, KubeProxyRules, ProxierOptions, TablePayload, is_top_level_chain,
 };

@@ -2,8 +2,8 @@
 //!
 //! Chain names are resolved to ids and base chains are ordered per hook by priority
 //! (iptables tables by their fixed priorities, nft chains by theirs). A chain's rules
-//! are compiled into [`Item`]s when a trace first enters it ([`Index::code`]; nft
-//! tables and `IndexOptions { lazy: false }` compile everything in `build`), and
+//! are compiled into [`Item`]s when a trace first enters it ([`Index::code`];
+//! `IndexOptions { lazy: false }` compiles everything in `build`), and
 //! large chains get a dispatch table: rules whose leading conditions pin the
 //! destination, protocol and destination port (kube-proxy's KUBE-SERVICES), only
 //! protocol and port (KUBE-NODEPORTS) or only the destination are found by key;
@@ -168,8 +168,17 @@ pub struct ChainCode {
     items: Vec<Item>,
     rules: Vec<CompiledRule>,
     /// The dispatch table; `None` for chains under [`DISPATCH_MIN_RULES`] rules or when
-    /// [`IndexOptions::dispatch`] is off.
-    pub dispatch: Option<Dispatch>,
+    /// [`IndexOptions::dispatch`] is off. Boxed: most chains have none, and a
+    /// `ChainCode` is allocated for every chain a trace enters (58k on a 10k-service
+    /// node with `trace --all-services`).
+    pub dispatch: Option<Box<Dispatch>>,
+    /// The nft sets and maps the chain's rules look up (named sets of the table and
+    /// anonymous ones), compiled with the chain; a [`crate::ir::SetRef`] is a position
+    /// here. Kept per chain so that a chain compiles on first use like any other: one
+    /// table-wide list would need every nft chain compiled up front (tens of MiB on a
+    /// 10k-service nftables-mode node, for the few chains a trace enters). A named set
+    /// that several traced chains use is compiled once per chain.
+    pub sets: Vec<CompiledSet>,
 }
 
 /// Chains with at least this many rules get a dispatch table.
@@ -180,10 +189,9 @@ pub const DISPATCH_MIN_RULES: usize = 16;
 pub struct IndexOptions {
     /// Build dispatch tables (off: a plain linear walk, for comparison).
     pub dispatch: bool,
-    /// Compile an iptables chain when a trace first enters it (on: a trace of a
-    /// 10k-service ruleset compiles a few hundred rules, not 110k); off: compile
-    /// every chain in `build`. Native nft tables are always compiled in `build`
-    /// (their sets are shared between chains).
+    /// Compile a chain when a trace first enters it (on: a trace of a 10k-service
+    /// ruleset compiles a few hundred rules, not 110k); off: compile every chain in
+    /// `build`.
     pub lazy: bool,
 }
 
@@ -206,8 +214,6 @@ pub struct Index<'r> {
     pub tables: Vec<&'r Table>,
     /// Every chain of those tables; a chain id is its position.
     pub chains: Vec<CompiledChain<'r>>,
-    /// The nft sets and maps of those tables, compiled.
-    pub sets: Vec<CompiledSet>,
     /// Chain names of each table (in `tables` order), to resolve jumps.
     names: Vec<ChainNames<'r>>,
     options: IndexOptions,
@@ -333,7 +339,6 @@ impl<'r> Index<'r> {
             ruleset,
             tables: Vec::new(),
             chains: Vec::new(),
-            sets: Vec::new(),
             names: Vec::new(),
             options,
             hooks: Default::default(),
@@ -350,23 +355,12 @@ impl<'r> Index<'r> {
             let first = index.chains.len() as u32;
             let names = ChainNames::new(&table.chains, first);
             let iptables = table.backend != Backend::Nftables;
-            let eager = !options.lazy || !iptables;
-            let mut set_cache = Default::default();
             let mut conds = Vec::new();
             for (ci, chain) in table.chains.iter().enumerate() {
                 let code = once_cell::race::OnceBox::new();
-                if eager {
-                    let sets = NftSets {
-                        sets: &mut index.sets,
-                        cache: &mut set_cache,
-                    };
+                if !options.lazy {
                     let _ = code.set(Box::new(compile_chain(
-                        table,
-                        chain,
-                        &names,
-                        Some(sets),
-                        options,
-                        &mut conds,
+                        table, chain, &names, options, &mut conds,
                     )));
                 }
                 let id = first + ci as u32;
@@ -410,17 +404,22 @@ impl<'r> Index<'r> {
         &self.hooks[v6 as usize][hook as usize]
     }
 
+    /// How many chains are compiled so far (all of them after a `lazy: false` build).
+    pub fn compiled_chains(&self) -> usize {
+        self.chains
+            .iter()
+            .filter(|c| c.code.get().is_some())
+            .count()
+    }
+
     /// A chain's compiled rules, compiled now if no trace entered it yet.
     pub fn code(&self, chain: u32) -> &ChainCode {
         let c = &self.chains[chain as usize];
         c.code.get_or_init(|| {
-            // Only chains of iptables tables are left for later; their rules are
-            // xtables rules, which use no nft sets (`None`).
             Box::new(compile_chain(
                 self.tables[c.table as usize],
                 c.chain,
                 &self.names[c.table as usize],
-                None,
                 self.options,
                 &mut Vec::new(),
             ))
@@ -440,7 +439,7 @@ impl<'r> Index<'r> {
 
     /// The chain's dispatch table, if it has one.
     pub fn dispatch(&self, chain: u32) -> Option<&Dispatch> {
-        self.code(chain).dispatch.as_ref()
+        self.code(chain).dispatch.as_deref()
     }
 
     /// The chain with this id (ids come from steps, jumps and base chains).
@@ -486,24 +485,22 @@ impl<'r> Index<'r> {
     }
 }
 
-/// Where nft rules put the sets they use.
-struct NftSets<'s> {
-    sets: &'s mut Vec<CompiledSet>,
-    cache: &'s mut std::collections::HashMap<(String, Vec<crate::ir::Field>), crate::ir::SetRef>,
-}
-
-/// Compiles one chain's rules and, if it is large, its dispatch table.
+/// Compiles one chain's rules (with the nft sets they use) and, if it is large, its
+/// dispatch table.
 fn compile_chain(
     table: &Table,
     chain: &Chain,
     names: &ChainNames<'_>,
-    mut nft: Option<NftSets<'_>>,
     options: IndexOptions,
     conds: &mut Vec<Cond>,
 ) -> ChainCode {
     let resolve = |n: &str| names.get(n);
     let mut xt_buf = plumb_ruleset::iptables::XtBuf::default();
-    let count_first = nft.is_none();
+    let mut sets = Vec::new();
+    let mut set_cache = std::collections::HashMap::new();
+    // Counting compiles each rule twice: not for nft rules, whose sets it would
+    // compile twice.
+    let count_first = table.backend != Backend::Nftables;
     // The items of rule `ri` appended to `items`; false when the rule is not read.
     let mut compile_rule = |ri: usize, rule: &plumb_ruleset::Rule, items: &mut Vec<Item>| -> bool {
         match &rule.body {
@@ -520,23 +517,20 @@ fn compile_chain(
                     items.push(Item::Act(crate::targets::compile_xt(&target, &resolve)));
                 }
             }
-            RuleBody::Nft(n) => match nft.as_mut() {
-                Some(nft) => {
-                    let mut compiler = Compiler {
-                        table_sets: &table.sets,
-                        resolve: &resolve,
-                        sets: nft.sets,
-                        cache: nft.cache,
-                    };
-                    compiler.compile_into(n, items);
-                }
-                // The readers put nft rules in nft tables only, which are compiled
-                // in `build`; anything else is not guessed at.
-                None => items.push(Item::Act(Action::Unknown(format!(
-                    "{} (an nft rule in an iptables table)",
-                    rule.text
-                )))),
-            },
+            // The readers put nft rules in nft tables only; anything else is not
+            // guessed at.
+            RuleBody::Nft(_) if table.backend != Backend::Nftables => items.push(Item::Act(
+                Action::Unknown(format!("{} (an nft rule in an iptables table)", rule.text)),
+            )),
+            RuleBody::Nft(n) => {
+                let mut compiler = Compiler {
+                    table_sets: &table.sets,
+                    resolve: &resolve,
+                    sets: &mut sets,
+                    cache: &mut set_cache,
+                };
+                compiler.compile_into(n, items);
+            }
             RuleBody::Approximate(listed) => {
                 conds.clear();
                 let place = format!("{} rule {}", chain.name, plumb_ruleset::position_at(ri));
@@ -550,7 +544,6 @@ fn compile_chain(
     // A long chain's items are counted first and compiled into a block of that size:
     // grown by doubling, kube-proxy's 10k-rule KUBE-SERVICES held 2 MiB of unused
     // items, and 8 MiB at once while the block was copied.
-    // Native nft chains (compiled in `build`, sharing the sets' cache) are compiled once.
     let capacity = if count_first && chain.rules.len() >= EXACT_ITEMS_MIN_RULES {
         let mut scratch = Vec::new();
         let mut count = 0;
@@ -577,11 +570,13 @@ fn compile_chain(
         });
     }
     let dispatch = (options.dispatch && rules.len() >= DISPATCH_MIN_RULES)
-        .then(|| build_dispatch(&items, &rules));
+        .then(|| Box::new(build_dispatch(&items, &rules)));
+    sets.shrink_to_fit();
     ChainCode {
         items,
         rules,
         dispatch,
+        sets,
     }
 }
 

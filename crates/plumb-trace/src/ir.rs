@@ -381,7 +381,7 @@ pub enum MapVerdict {
     Queue,
 }
 
-/// Index of a compiled set in [`crate::Index`].
+/// Index of a compiled set in the `sets` of its rule's chain ([`crate::index::ChainCode`]).
 pub type SetRef = u32;
 
 /// One value of a lookup key.

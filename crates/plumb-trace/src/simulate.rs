@@ -970,7 +970,8 @@ impl<'a, 'i> Sim<'a, 'i> {
         }
     }
 
-    fn view<'v>(&'v self, path: &'v Path<'a>) -> View<'v> {
+    /// The view of `path` for a rule of `chain` (whose compiled sets its lookups name).
+    fn view<'v>(&'v self, path: &'v Path<'a>, chain: u32) -> View<'v> {
         let (in_iface, out_iface) = self.ifaces(path);
         let ct = match path.ct_state {
             CtState::New => Some(
@@ -1003,7 +1004,7 @@ impl<'a, 'i> Sim<'a, 'i> {
             orig_dport: path.orig_dport,
             node: self.node,
             recent_added: &path.recent_added,
-            sets: &self.index.sets,
+            sets: &self.index.code(chain).sets,
         }
     }
 
@@ -1379,7 +1380,7 @@ impl<'a, 'i> Sim<'a, 'i> {
         let mut matched_before: u64 = 0;
         let assumed = !path.constraints.is_empty();
         {
-            let mut view = self.view(path);
+            let mut view = self.view(path, chain);
             self.pin(&mut view, path);
             for (i, item) in items.iter().enumerate() {
                 match item {
@@ -1440,7 +1441,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                 Item::Cond(c) => {
                     self.note(c);
                     let d = {
-                        let mut view = self.view(path);
+                        let mut view = self.view(path, chain);
                         self.pin(&mut view, path);
                         decide(&view, path, c, (chain, rule.rule, i as u16))
                     };
@@ -1637,7 +1638,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                 offset,
                 entries,
             } => self.numgen(path, *modulus, *offset, entries, queue),
-            Action::VerdictMap { fields, set } => self.verdict_map(path, fields, set),
+            Action::VerdictMap { fields, set } => self.verdict_map(path, fields, set, chain),
             Action::Unknown(text) => Flow::Final(
                 Verdict::Indeterminate,
                 format!("plumb does not model `{text}`"),
@@ -1820,13 +1821,13 @@ impl<'a, 'i> Sim<'a, 'i> {
     }
 
     /// A verdict map lookup (`ip daddr . th dport vmap @service-ips`).
-    fn verdict_map(&self, path: &mut Path<'a>, fields: &[Field], set: &SetRef) -> Flow {
+    fn verdict_map(&self, path: &mut Path<'a>, fields: &[Field], set: &SetRef, chain: u32) -> Flow {
         if fields.contains(&Field::Src)
             && let Some(s) = self.sources
         {
             s.borrow_mut().opaque = true;
         }
-        let mut view = self.view(path);
+        let mut view = self.view(path, chain);
         self.pin(&mut view, path);
         let mut key = Vec::with_capacity(fields.len());
         for f in fields {
@@ -1840,9 +1841,10 @@ impl<'a, 'i> Sim<'a, 'i> {
                 }
             }
         }
-        match crate::ir::lookup(&self.index.sets, set, &key) {
+        let sets = &self.index.code(chain).sets;
+        match crate::ir::lookup(sets, set, &key) {
             Some(Some(i)) => {
-                let s = &self.index.sets[*set as usize];
+                let s = &sets[*set as usize];
                 if let Some(c) = s.comments.get(i).cloned().flatten() {
                     self.annotate_last(path, format!("map @{}: {c}", s.name));
                 } else {
@@ -1856,7 +1858,7 @@ impl<'a, 'i> Sim<'a, 'i> {
                 }
             }
             Some(None) => {
-                let name = self.index.sets[*set as usize].name.clone();
+                let name = sets[*set as usize].name.clone();
                 self.annotate_last(path, format!("no entry in map @{name}"));
                 Flow::NextRule
             }

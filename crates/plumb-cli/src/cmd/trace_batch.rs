@@ -543,8 +543,9 @@ struct Summary {
 #[derive(Debug, Serialize)]
 struct AllServices<'a> {
     source: &'a str,
-    /// The address NodePorts were traced to (the first --local-addr, else a
-    /// documentation address standing for the node's).
+    /// The address NodePorts were traced to (the first --local-addr, else the first of
+    /// kube-proxy's nftables set `nodeport-ips`, else a documentation address standing
+    /// for the node's).
     node_address: IpAddr,
     summary: Summary,
     services: Vec<ServiceReach>,
@@ -552,9 +553,28 @@ struct AllServices<'a> {
     notes: Vec<String>,
 }
 
-/// Stands for the node's address when `--local-addr` gives none (TEST-NET-1, not
-/// loopback: kube-proxy treats NodePorts on 127.0.0.0/8 specially).
+/// Stands for the node's address when `--local-addr` gives none and the ruleset names
+/// none (TEST-NET-1, not loopback: kube-proxy treats NodePorts on 127.0.0.0/8 specially).
 const NODE_ADDRESS: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 10));
+
+/// The first address of kube-proxy's nftables-mode set `nodeport-ips`: with
+/// `--nodeport-addresses` (the default `primary` since 1.31) NodePorts are served on
+/// those addresses only (`ip daddr @nodeport-ips … vmap @service-nodeports`), so a
+/// NodePort traced to any other address would find no service and be called broken.
+/// IPv4 first (the address is used for the `ip` table's NodePorts).
+fn nodeport_address(ruleset: &plumb_ruleset::Ruleset) -> Option<IpAddr> {
+    let addrs = || {
+        ruleset
+            .tables
+            .iter()
+            .filter(|t| t.backend == plumb_ruleset::Backend::Nftables && &*t.name == "kube-proxy")
+            .flat_map(|t| t.sets.iter())
+            .filter(|s| &*s.name == "nodeport-ips")
+            .flat_map(|s| s.elements.iter())
+            .filter_map(|e| e.key_text.trim().parse::<IpAddr>().ok())
+    };
+    addrs().find(IpAddr::is_ipv4).or_else(|| addrs().next())
+}
 
 /// Classifies one probe's trace.
 fn probe(
@@ -675,11 +695,12 @@ pub fn run_all_services(args: &TraceArgs) -> anyhow::Result<Verdict> {
     let node_address = match node.local_addrs.first() {
         Some(c) => c.addr,
         None => {
+            let addr = nodeport_address(&ruleset).unwrap_or(NODE_ADDRESS);
             node.local_addrs.push(plumb_trace::addr::Cidr {
-                addr: NODE_ADDRESS,
-                len: 32,
+                addr,
+                len: if addr.is_ipv4() { 32 } else { 128 },
             });
-            NODE_ADDRESS
+            addr
         }
     };
     let mut summary = Summary::default();

@@ -30,6 +30,8 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
 type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<crate::sync::Fnv>>;
+/// The addresses of set `cluster-ips`.
+type ClusterIps = std::collections::HashSet<IpAddr, BuildHasherDefault<crate::sync::Fnv>>;
 use std::net::IpAddr;
 
 const PREFIXES: [NftChainPrefix; 5] = [
@@ -176,11 +178,16 @@ fn recover_table(table: &Table) -> ServiceMap<'_> {
         chains: table.chains.iter().map(|c| (&*c.name, c)).collect(),
         mismatches: Vec::new(),
     };
-    let cluster_ips: Option<Vec<&str>> = table
-        .set("cluster-ips")
-        .map(|s| s.elements.iter().map(|e| &*e.key_text).collect());
+    // Looked up for every element of service-ips: a set, not a list (a list scan per
+    // element was 10k x 10k address parses on a 10k-service node).
+    let cluster_ips: Option<ClusterIps> = table.set("cluster-ips").map(|s| {
+        s.elements
+            .iter()
+            .filter_map(|e| e.key_text.parse().ok())
+            .collect()
+    });
     if let Some(m) = table.set("service-ips") {
-        service_ips(&mut rec, m, cluster_ips.as_deref());
+        service_ips(&mut rec, m, cluster_ips.as_ref());
     }
     if let Some(m) = table.set("firewall-ips") {
         for e in &m.elements {
@@ -220,7 +227,7 @@ fn recover_table(table: &Table) -> ServiceMap<'_> {
         ("no-endpoint-nodeports", true),
     ] {
         if let Some(m) = table.set(map) {
-            no_endpoint_elements(&mut rec, m, nodeport, cluster_ips.as_deref());
+            no_endpoint_elements(&mut rec, m, nodeport, cluster_ips.as_ref());
         }
     }
     // Every service chain, also those no map element reaches.
@@ -245,10 +252,15 @@ fn recover_table(table: &Table) -> ServiceMap<'_> {
                 service_chain(&mut rec, c, i, prefix == NftChainPrefix::Local)
             }
             NftChainPrefix::External => {
-                let local =
-                    c.rules.iter().flat_map(|r| r.chain_references()).any(|r| {
+                // `goto local-…`; or, when no endpoint is local (no such rule), the
+                // `fib saddr type local` short-circuits proxier.go writes only under
+                // `externalTrafficPolicy: Local`.
+                let local = c.rules.iter().any(|r| {
+                    r.chain_references().iter().any(|r| {
                         split_chain(r.chain).is_some_and(|(p, _)| p == NftChainPrefix::Local)
-                    });
+                    }) || matches!(&r.body, RuleBody::Nft(n)
+                        if n.statements.iter().any(|s| s.text == "fib saddr type local"))
+                });
                 if local {
                     rec.builders[i].external_local = true;
                 }
@@ -307,7 +319,7 @@ fn proto_port(key: &str) -> Option<u16> {
     it.next()?.parse().ok()
 }
 
-fn service_ips<'a>(rec: &mut Recovery<'a>, m: &'a NftSet, cluster_ips: Option<&[&str]>) {
+fn service_ips<'a>(rec: &mut Recovery<'a>, m: &'a NftSet, cluster_ips: Option<&ClusterIps>) {
     for e in &m.elements {
         let Some(c) = e.verdict.as_ref().and_then(verdict_chain) else {
             continue;
@@ -324,7 +336,7 @@ fn service_ips<'a>(rec: &mut Recovery<'a>, m: &'a NftSet, cluster_ips: Option<&[
         };
         let b = &mut rec.builders[i];
         b.evidence.push(ev);
-        let is_cluster_ip = cluster_ips.is_none_or(|s| s.iter().any(|x| x.parse() == Ok(ip)));
+        let is_cluster_ip = cluster_ips.is_none_or(|s| s.contains(&ip));
         match prefix {
             NftChainPrefix::Service | NftChainPrefix::Local if is_cluster_ip => {
                 b.cluster_ip = Some(ip);
@@ -350,7 +362,7 @@ fn no_endpoint_elements<'a>(
     rec: &mut Recovery<'a>,
     m: &'a NftSet,
     nodeport: bool,
-    cluster_ips: Option<&[&str]>,
+    cluster_ips: Option<&ClusterIps>,
 ) {
     for e in &m.elements {
         let Some(comment) = e.comment.as_deref() else {
@@ -395,11 +407,14 @@ fn no_endpoint_elements<'a>(
         match (nodeport, ip, port) {
             (true, _, Some(p)) => push_unique(&mut b.node_ports, p),
             (false, Some(ip), Some(p)) => {
-                let is_cluster_ip =
-                    cluster_ips.is_none_or(|s| s.iter().any(|x| x.parse() == Ok(ip)));
+                let is_cluster_ip = cluster_ips.is_none_or(|s| s.contains(&ip));
                 if is_cluster_ip {
                     b.cluster_ip = Some(ip);
                     b.port = Some(p);
+                    // proxier.go drops ClusterIP traffic (rather than rejecting it) only
+                    // when the service has endpoints but internalTrafficPolicy Local
+                    // leaves none on this node.
+                    b.internal_local |= !reject;
                 } else if !b.load_balancer_ips.contains(&ip) {
                     push_unique(&mut b.external_ips, ip);
                     b.external_ambiguous = true;

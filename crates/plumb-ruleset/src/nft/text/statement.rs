@@ -845,6 +845,10 @@ impl<'a> StmtParser<'_, 'a> {
                 kind,
             });
         }
+        // A Vec grows to 4 statements at its first push; most rules have 1 to 3, and a
+        // ruleset keeps every rule's list (121k rules, 24 MiB of empty slots, on a
+        // 10k-service nftables-mode node).
+        out.shrink_to_fit();
         out
     }
 
@@ -2325,6 +2329,25 @@ mod tests {
         match &rs.tables[0].chains[0].rules[0].body {
             RuleBody::Nft(n) => (**n).clone(),
             _ => unreachable!(),
+        }
+    }
+
+    /// A rule keeps no empty statement slots: a listing holds every rule's list (a Vec
+    /// grows to 4 at its first push; kube-proxy's nftables-mode rules have 1-3).
+    #[test]
+    fn statement_lists_hold_no_slack() {
+        let rs = parse_text(
+            "table ip t {\n\tchain c {\n\t\tip saddr 10.0.0.1 jump d\n\t\tmeta l4proto tcp dnat to 10.0.0.1:80\n\t\treject\n\t}\n\tchain d {\n\t}\n}\n",
+        );
+        assert!(errors(&rs).is_empty(), "{:?}", errors(&rs));
+        let rules = &rs.tables[0].chains[0].rules;
+        assert_eq!(rules.len(), 3);
+        for r in rules {
+            let RuleBody::Nft(n) = &r.body else {
+                unreachable!()
+            };
+            assert!(!n.statements.is_empty());
+            assert_eq!(n.statements.capacity(), n.statements.len(), "{}", r.text);
         }
     }
 
