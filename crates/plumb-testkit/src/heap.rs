@@ -1,5 +1,5 @@
-//! A counting global allocator for memory tests and measuring examples: bytes live now
-//! and the peak since the last [`reset_peak`]. Process-wide, so a test using it gets its
+//! A counting global allocator for memory tests and measuring examples: bytes live now,
+//! the peak since the last [`reset_peak`], and all bytes ever allocated ([`allocated`]). Process-wide, so a test using it gets its
 //! own binary (one test file or example) and installs it with
 //! `#[global_allocator] static A: plumb_testkit::heap::Counting = plumb_testkit::heap::Counting;`.
 
@@ -11,6 +11,7 @@ pub struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+static TOTAL: AtomicUsize = AtomicUsize::new(0);
 
 // SAFETY: every call is forwarded unchanged to the system allocator; only counters are
 // updated beside it.
@@ -18,6 +19,7 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let live = LIVE.fetch_add(layout.size(), Relaxed) + layout.size();
         PEAK.fetch_max(live, Relaxed);
+        TOTAL.fetch_add(layout.size(), Relaxed);
         // SAFETY: forwarding the caller's layout to the system allocator unchanged.
         unsafe { System.alloc(layout) }
     }
@@ -43,4 +45,11 @@ pub fn reset_peak() -> usize {
     let now = live();
     PEAK.store(now, Relaxed);
     now
+}
+
+/// Bytes allocated since the process started, freed or not. A block grown or shrunk by
+/// `realloc` counts its new size (the default `realloc` allocates, copies and frees), so
+/// the difference over a piece of work bounds the bytes it copied that way.
+pub fn allocated() -> usize {
+    TOTAL.load(Relaxed)
 }

@@ -96,6 +96,45 @@ struct TableState {
     committed: bool,
     /// Chains referenced by `-A` before (or without) a declaration.
     undeclared: Vec<usize>,
+    /// By chain index: the reader has left the chain once and given back its room.
+    /// Such a chain is not shrunk again when left (only at the table's end): in an
+    /// input that alternates between chains, shrinking at every switch would copy a
+    /// long chain's rules at each of its lines, quadratic in the input.
+    left_once: ChainBits,
+}
+
+/// One bit a chain, by chain index (an eighth of a byte: a 10k-service dump has 58k
+/// chains, read at the peak of its read).
+#[derive(Default)]
+struct ChainBits(Vec<u64>);
+
+impl ChainBits {
+    /// Sets chain `i`'s bit; returns whether it was set already.
+    fn test_and_set(&mut self, i: usize) -> bool {
+        let (word, bit) = (i / 64, 1u64 << (i % 64));
+        if self.0.len() <= word {
+            self.0.resize(word + 1, 0);
+        }
+        let was = self.0[word] & bit != 0;
+        self.0[word] |= bit;
+        was
+    }
+
+    /// Drops chain `i`'s bit, moving the bits of the chains after it down by one (as
+    /// removing a chain renumbers the chains after it).
+    fn remove(&mut self, i: usize) {
+        let word = i / 64;
+        let Some(first) = self.0.get(word).copied() else {
+            return;
+        };
+        let below = (1u64 << (i % 64)) - 1;
+        self.0[word] = (first & below) | ((first >> 1) & !below);
+        for w in word + 1..self.0.len() {
+            let next = self.0[w];
+            self.0[w - 1] |= (next & 1) << 63;
+            self.0[w] = next >> 1;
+        }
+    }
 }
 
 impl TableState {
@@ -106,6 +145,7 @@ impl TableState {
             index: ChainIndex::default(),
             committed: false,
             undeclared: Vec::new(),
+            left_once: ChainBits::default(),
         }
     }
 
@@ -128,6 +168,7 @@ impl TableState {
     fn remove(&mut self, name: &str) -> Option<usize> {
         let i = self.index.remove(&self.table.chains, name)?;
         self.table.chains.remove(i);
+        self.left_once.remove(i);
         Some(i)
     }
 }
@@ -958,7 +999,9 @@ impl Reader<'_> {
             && generation == self.generation
             && let Some(c) = st.table.chains.get_mut(prev)
         {
-            shrink(&mut c.rules);
+            if !st.left_once.test_and_set(prev) {
+                shrink(&mut c.rules);
+            }
         }
         let i = match st.get(chain) {
             Some(i) => i,
@@ -1024,8 +1067,8 @@ impl Reader<'_> {
             ));
         }
         for c in &mut st.table.chains {
-            // Chains that grew past SMALL_CHAIN rules (by doubling) and were not left
-            // for another chain before the table's end.
+            // Chains that grew past SMALL_CHAIN rules (by doubling) after the reader
+            // last left them, or that it never left before the table's end.
             shrink(&mut c.rules);
         }
         st.table.chains.shrink_to_fit();
@@ -1172,6 +1215,25 @@ pub fn parse_counters(s: &str) -> Option<Counters> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chain_bits_follow_their_chains_through_removals() {
+        let mut bits = ChainBits::default();
+        let set = [0usize, 5, 63, 64, 65, 127, 128, 200];
+        for &i in &set {
+            assert!(!bits.test_and_set(i));
+        }
+        assert!(bits.test_and_set(63));
+        // Removing chain 5 renumbers every chain after it; removing an unset one too.
+        bits.remove(5);
+        bits.remove(100);
+        let model: Vec<usize> = [0usize, 62, 63, 64, 125, 126, 198].into_iter().collect();
+        for i in 0..260 {
+            assert_eq!(bits.test_and_set(i), model.contains(&i), "chain {i}");
+        }
+        // Past the last word: nothing to drop, nothing panics.
+        ChainBits::default().remove(1000);
+    }
 
     fn only_rule(rs: &Ruleset) -> &Rule {
         let rules: Vec<&Rule> = rs.tables[0].chains.iter().flat_map(|c| &c.rules).collect();
