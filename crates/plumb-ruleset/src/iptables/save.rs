@@ -998,10 +998,9 @@ impl Reader<'_> {
         if let Some((generation, prev)) = self.last_chain
             && generation == self.generation
             && let Some(c) = st.table.chains.get_mut(prev)
+            && !st.left_once.test_and_set(prev)
         {
-            if !st.left_once.test_and_set(prev) {
-                shrink(&mut c.rules);
-            }
+            shrink(&mut c.rules);
         }
         let i = match st.get(chain) {
             Some(i) => i,
