@@ -45,3 +45,29 @@ fn a_healthy_nftables_mode_node_has_only_its_services_without_endpoints_as_probl
         f.title
     );
 }
+
+/// The answers kube-proxy's checks give when they find nothing claim only what was
+/// judged: an nftables-mode node has no canary chains and no KUBE-SVC chains, and an
+/// ok answer saying "canary chains are present" there was false.
+#[test]
+fn ok_answers_on_an_nftables_mode_node_do_not_claim_iptables_chains() {
+    let cluster = generate(&GeneratorConfig::all_features(20, 2)).unwrap();
+    let text = nft_transaction(&cluster, &ProxierOptions::default());
+    let mut rs = parse_bytes(text.as_bytes(), &ParseOptions::default())
+        .unwrap()
+        .ruleset;
+    // A transaction (`add ...`) reads as partial; written into an empty namespace it is
+    // the whole ruleset, as a listing of that namespace would show it.
+    rs.completeness = plumb_ruleset::Completeness::Full;
+    let findings = plumb_check::run(CheckInput::new(&rs, Origin::File("g".into()), false));
+    let answer = |id: &str| {
+        let f = findings.iter().find(|f| f.id == id).expect(id);
+        assert_eq!(f.status, Status::Ok, "{f:#?}");
+        f.title.clone()
+    };
+    let canary = answer("kube-proxy-canary-missing");
+    assert!(!canary.contains("present"), "{canary}");
+    assert!(canary.contains("nftables mode"), "{canary}");
+    let unreachable = answer("kube-proxy-service-unreachable");
+    assert!(!unreachable.contains("is referenced"), "{unreachable}");
+}

@@ -65,6 +65,8 @@ fn hooked(table: &Table, builtin: &str, target: &str) -> Option<bool> {
 pub fn check(facts: &CheckInput) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut judged = false;
+    // Whether kube-proxy's iptables chains were judged; else only its nftables table was.
+    let mut judged_xt = false;
     let stale = super::backends::live_backend(facts).map(|l| l.stale);
     for group in facts.xt_groups() {
         if stale == Some(group.0) {
@@ -92,6 +94,7 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
             continue;
         }
         judged = true;
+        judged_xt = true;
         xt_group(facts, group, &mut out);
     }
     for table in &facts.ruleset.tables {
@@ -104,7 +107,7 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
     if judged {
         for id in [ID_MISSING, ID_UNREACHABLE, ID_CANARY] {
             if !out.iter().any(|f| f.id == id) {
-                out.push(Finding::ok(id, ok_title(id)));
+                out.push(Finding::ok(id, ok_title(id, judged_xt)));
             }
         }
     }
@@ -117,11 +120,20 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
     out
 }
 
-fn ok_title(id: &str) -> &'static str {
-    match id {
-        ID_MISSING => "kube-proxy's top chains and hooks are in place",
-        ID_UNREACHABLE => "every KUBE-SVC/KUBE-SVL chain is referenced",
-        _ => "kube-proxy and kubelet canary chains are present",
+/// The answer when nothing was found: what was judged, in kube-proxy's iptables chains
+/// (`iptables`) or only in its nftables table, which has no KUBE-SVC chains and no
+/// canaries (the nftables proxier keeps everything in the one table it owns).
+fn ok_title(id: &str, iptables: bool) -> &'static str {
+    match (id, iptables) {
+        (ID_MISSING, _) => "kube-proxy's top chains and hooks are in place",
+        (ID_UNREACHABLE, true) => "every KUBE-SVC/KUBE-SVL chain is referenced",
+        (ID_UNREACHABLE, false) => {
+            "no KUBE-SVC/KUBE-SVL chains to reach: kube-proxy in nftables mode reaches its service chains through its maps"
+        }
+        (_, true) => "kube-proxy and kubelet canary chains are present",
+        (_, false) => {
+            "no canary chains expected: kube-proxy in nftables mode keeps its rules in its own nftables table, not in iptables"
+        }
     }
 }
 
