@@ -459,7 +459,7 @@ fn hash_mismatches(facts: &CheckInput, out: &mut Vec<Finding>) {
         if map.name_mismatches.is_empty() {
             continue;
         }
-        let source = facts.source_of(map.backend, map.family);
+        let source = facts.source_of(map.backend, map.family, map.table_name());
         let names: Vec<String> = map
             .name_mismatches
             .iter()

@@ -23,7 +23,7 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
     let mut names: Vec<String> = Vec::new();
     let mut evidence = Vec::new();
     for map in &facts.services {
-        let source = facts.source_of(map.backend, map.family);
+        let source = facts.source_of(map.backend, map.family, map.table_name());
         for s in &map.services {
             if s.no_endpoints != Some(NoEndpoints::Reject) {
                 continue;

@@ -288,24 +288,26 @@ impl<'a> CheckInput<'a> {
 
     /// Name of the source a table was read from.
     pub fn source(&self, table: &Table) -> String {
-        self.source_of(table.backend, table.family)
+        self.source_of(table.backend, table.family, &table.name)
     }
 
-    /// Name of the source tables of this backend and family were read from.
-    pub fn source_of(&self, backend: Backend, family: Family) -> String {
+    /// Name of the source the table `name` of this backend and family was read from. On
+    /// a live node native nft tables are listed one `nft list table` each (line numbers
+    /// count in that listing); iptables tables come from the save tool of their backend.
+    pub fn source_of(&self, backend: Backend, family: Family, name: &str) -> String {
         match &self.origin {
             Origin::File(name) => name.clone(),
             Origin::Live { netns } => {
                 let tool = match (backend, family) {
-                    (Backend::Nftables, _) => "nft list ruleset",
-                    (Backend::IptablesLegacy, Family::Ip6) => "ip6tables-legacy-save",
-                    (Backend::IptablesLegacy, _) => "iptables-legacy-save",
-                    (_, Family::Ip6) => "ip6tables-nft-save",
-                    _ => "iptables-nft-save",
+                    (Backend::Nftables, _) => format!("nft list table {family} {name}"),
+                    (Backend::IptablesLegacy, Family::Ip6) => "ip6tables-legacy-save".into(),
+                    (Backend::IptablesLegacy, _) => "iptables-legacy-save".into(),
+                    (_, Family::Ip6) => "ip6tables-nft-save".into(),
+                    _ => "iptables-nft-save".into(),
                 };
                 match netns {
                     Some(n) => format!("ip netns exec {n} {tool}"),
-                    None => tool.to_string(),
+                    None => tool,
                 }
             }
         }
@@ -392,4 +394,36 @@ pub fn group_name(group: (Backend, Family)) -> String {
         other => other.as_str(),
     };
     format!("{} ({fam})", group.0.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plumb_ruleset::format::{ParseOptions, parse_bytes};
+
+    /// Evidence names the command that printed the line it quotes: on a live node a native
+    /// nft table is listed on its own (`nft list table`), so its line numbers count there,
+    /// not in `nft list ruleset`; a service map's evidence in nftables mode too.
+    #[test]
+    fn live_evidence_names_the_listing_each_table_was_read_from() {
+        let text = "table ip kube-proxy {\n\tchain services {\n\t\tip daddr 10.96.0.1 tcp dport 443 goto service-X\n\t}\n\tchain service-X {\n\t}\n}\n";
+        let nft = parse_bytes(text.as_bytes(), &ParseOptions::default())
+            .unwrap()
+            .ruleset;
+        let live = Origin::Live {
+            netns: Some("n1".into()),
+        };
+        let facts = CheckInput::new(&nft, live, false);
+        let table = &nft.tables[0];
+        assert_eq!(
+            facts.source(table),
+            "ip netns exec n1 nft list table ip kube-proxy"
+        );
+        assert_eq!(
+            facts.source_of(Backend::IptablesNft, Family::Ip6, "nat"),
+            "ip netns exec n1 ip6tables-nft-save"
+        );
+        let file = CheckInput::new(&nft, Origin::File("dump.nft".into()), false);
+        assert_eq!(file.source(table), "dump.nft");
+    }
 }

@@ -650,6 +650,17 @@ pub struct ServiceMap<'a> {
     pub name_mismatches: Vec<NameMismatch<'a>>,
 }
 
+impl ServiceMap<'_> {
+    /// The table holding the map's rules: [`nft::TABLE`] in nftables mode, `nat`
+    /// (KUBE-SERVICES and the service chains) otherwise.
+    pub fn table_name(&self) -> &'static str {
+        match self.mode {
+            ProxyMode::Nftables => nft::TABLE,
+            ProxyMode::Iptables | ProxyMode::Ipvs => "nat",
+        }
+    }
+}
+
 /// Recovers every kube-proxy service map in `ruleset`: one per (backend, family) holding
 /// iptables-mode chains, one per nftables `kube-proxy` table. Empty when kube-proxy left
 /// nothing (e.g. Cilium's kube-proxy replacement).

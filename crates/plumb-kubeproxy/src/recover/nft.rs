@@ -34,6 +34,9 @@ type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<crate::sync::Fnv>>;
 type ClusterIps = std::collections::HashSet<IpAddr, BuildHasherDefault<crate::sync::Fnv>>;
 use std::net::IpAddr;
 
+/// The table kube-proxy's nftables mode writes (one per family).
+pub const TABLE: &str = "kube-proxy";
+
 const PREFIXES: [NftChainPrefix; 5] = [
     NftChainPrefix::Service,
     NftChainPrefix::Local,
@@ -102,7 +105,7 @@ pub fn recover(ruleset: &Ruleset) -> Vec<ServiceMap<'_>> {
         .iter()
         .filter(|t| {
             t.backend == Backend::Nftables
-                && &*t.name == "kube-proxy"
+                && &*t.name == TABLE
                 && matches!(t.family, Family::Ip | Family::Ip6)
         })
         .map(recover_table)
