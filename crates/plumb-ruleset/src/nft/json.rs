@@ -353,7 +353,7 @@ impl JsonReader<'_> {
         }
         if let Some(c) = s(o, "comment") {
             statements.push(Statement {
-                text: format!("comment {}", quote(c)),
+                text: format!("comment {}", quote(c)).into(),
                 kind: StatementKind::Comment(c.to_string()),
             });
         }
@@ -379,7 +379,7 @@ impl JsonReader<'_> {
     fn statement(&mut self, e: &J, loc: Location) -> Statement {
         let Some((k, v)) = e.as_object().and_then(|o| o.iter().next()) else {
             return Statement {
-                text: compact(e),
+                text: compact(e).into(),
                 kind: StatementKind::Other(compact(e)),
             };
         };
@@ -404,7 +404,7 @@ impl JsonReader<'_> {
                     ),
                 };
                 return Statement {
-                    text,
+                    text: text.into(),
                     kind: StatementKind::Match { left, op, right },
                 };
             }
@@ -539,7 +539,10 @@ impl JsonReader<'_> {
             ),
             _ => compact(e),
         };
-        Statement { text, kind }
+        Statement {
+            text: text.into(),
+            kind,
+        }
     }
 
     fn set(&mut self, kind: &str, o: &Map<String, J>, loc: Location, raw: &str) {
