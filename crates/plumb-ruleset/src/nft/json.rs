@@ -357,21 +357,30 @@ impl JsonReader<'_> {
                 kind: StatementKind::Comment(c.to_string()),
             });
         }
-        let rule = NftRule {
+        let mut rule = NftRule {
             statements,
             handle: o.get("handle").and_then(J::as_u64),
         };
         let mut text = String::new();
+        let mut ranges = Vec::with_capacity(rule.statements.len());
         for st in &rule.statements {
             if !text.is_empty() {
                 text.push(' ');
             }
+            let start = text.len();
             text.push_str(&st.text);
+            ranges.push(start..text.len());
+        }
+        // The statements' texts become spans of the rule's: one text a rule, not one a
+        // statement.
+        let text: crate::model::SourceText = std::sync::Arc::new(text);
+        for (st, range) in rule.statements.iter_mut().zip(ranges) {
+            st.text = crate::model::RuleText::span(&text, range);
         }
         let c = &mut self.ruleset.tables[ti].chains[ci];
         c.rules.push(Rule {
             location: loc,
-            text: text.into(),
+            text: crate::model::RuleText::span(&text, 0..text.len()),
             body: RuleBody::Nft(Box::new(rule)),
         });
     }
