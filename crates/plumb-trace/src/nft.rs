@@ -265,17 +265,17 @@ impl Compiler<'_> {
                 StatementKind::Counter(_) | StatementKind::Comment(_) => {}
                 StatementKind::Log { .. } => items.push(Item::Act(Action::Log("log".into()))),
                 StatementKind::Other(kw) => match kw.as_str() {
-                    "limit" => items.push(Item::Cond(Cond::Limit(s.text.clone()))),
+                    "limit" => items.push(Item::Cond(Cond::Limit(s.text.to_string()))),
                     "notrack" => items.push(Item::Act(Action::NoTrack)),
                     // `update @affinity-X { ip saddr }` (kube-proxy's ClientIP affinity),
                     // `add @set { .. }`, `delete @set { .. }`: they change a dynamic set
                     // later packets look up, not this packet's path.
                     "update" | "add" | "delete" if s.text.contains('@') => {
-                        items.push(Item::Act(Action::NoEffect(s.text.clone())))
+                        items.push(Item::Act(Action::NoEffect(s.text.to_string())))
                     }
-                    _ => items.push(Item::Act(Action::Unknown(s.text.clone()))),
+                    _ => items.push(Item::Act(Action::Unknown(s.text.to_string()))),
                 },
-                _ => items.push(Item::Act(Action::Unknown(s.text.clone()))),
+                _ => items.push(Item::Act(Action::Unknown(s.text.to_string()))),
             }
         }
     }

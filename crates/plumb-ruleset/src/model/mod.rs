@@ -726,7 +726,8 @@ impl From<&str> for RuleText {
 
 impl From<String> for RuleText {
     fn from(s: String) -> RuleText {
-        RuleText::from(s.as_str())
+        let len = s.len();
+        RuleText::span(&Arc::new(s), 0..len)
     }
 }
 

@@ -353,25 +353,34 @@ impl JsonReader<'_> {
         }
         if let Some(c) = s(o, "comment") {
             statements.push(Statement {
-                text: format!("comment {}", quote(c)),
+                text: format!("comment {}", quote(c)).into(),
                 kind: StatementKind::Comment(c.to_string()),
             });
         }
-        let rule = NftRule {
+        let mut rule = NftRule {
             statements,
             handle: o.get("handle").and_then(J::as_u64),
         };
         let mut text = String::new();
+        let mut ranges = Vec::with_capacity(rule.statements.len());
         for st in &rule.statements {
             if !text.is_empty() {
                 text.push(' ');
             }
+            let start = text.len();
             text.push_str(&st.text);
+            ranges.push(start..text.len());
+        }
+        // The statements' texts become spans of the rule's: one text a rule, not one a
+        // statement.
+        let text: crate::model::SourceText = std::sync::Arc::new(text);
+        for (st, range) in rule.statements.iter_mut().zip(ranges) {
+            st.text = crate::model::RuleText::span(&text, range);
         }
         let c = &mut self.ruleset.tables[ti].chains[ci];
         c.rules.push(Rule {
             location: loc,
-            text: text.into(),
+            text: crate::model::RuleText::span(&text, 0..text.len()),
             body: RuleBody::Nft(Box::new(rule)),
         });
     }
@@ -379,7 +388,7 @@ impl JsonReader<'_> {
     fn statement(&mut self, e: &J, loc: Location) -> Statement {
         let Some((k, v)) = e.as_object().and_then(|o| o.iter().next()) else {
             return Statement {
-                text: compact(e),
+                text: compact(e).into(),
                 kind: StatementKind::Other(compact(e)),
             };
         };
@@ -404,7 +413,7 @@ impl JsonReader<'_> {
                     ),
                 };
                 return Statement {
-                    text,
+                    text: text.into(),
                     kind: StatementKind::Match { left, op, right },
                 };
             }
@@ -539,7 +548,10 @@ impl JsonReader<'_> {
             ),
             _ => compact(e),
         };
-        Statement { text, kind }
+        Statement {
+            text: text.into(),
+            kind,
+        }
     }
 
     fn set(&mut self, kind: &str, o: &Map<String, J>, loc: Location, raw: &str) {

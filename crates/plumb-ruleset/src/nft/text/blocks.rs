@@ -5,7 +5,7 @@
 
 use super::lexer::{Tok, Token, column};
 use super::statement::StmtParser;
-use super::{FAMILIES, Reader, Stream, collapse, is_elision, value_of_words};
+use super::{FAMILIES, Reader, collapse, is_elision, value_of_words};
 use crate::model::RuleText;
 use crate::model::nft::{NftRule, NftSet, SetElement, SetKind, StatementKind, Verdict, unquote};
 use crate::model::{
@@ -255,25 +255,8 @@ impl<'a> Reader<'a> {
             // Deleted earlier and added again: it exists.
             table.deleted_chains.retain(|d| &**d != name);
         }
-        let chain_name = match self.stream.as_ref() {
-            // A chain of a table that can be iptables-nft's, in a streaming read of
-            // shared text: a span of it (see `read_streamed`).
-            Some(Stream {
-                source: Some(source),
-                tables,
-                ..
-            }) if tables.get(ti).is_some_and(Option::is_some) => {
-                let base = source.as_ptr() as usize;
-                let at = (name.as_ptr() as usize).wrapping_sub(base);
-                if source.get(at..at + name.len()) == Some(name) && (name.as_ptr() as usize) >= base
-                {
-                    RuleText::span(source, at..at + name.len())
-                } else {
-                    name.into()
-                }
-            }
-            _ => name.into(),
-        };
+        // A span of the text: no allocation a chain (see `read_streamed`).
+        let chain_name = RuleText::within(self.source, name);
         let table = &mut self.ruleset.tables[ti];
         table.chains.push(Chain::named(chain_name, None, loc));
         let ci = table.chains.len() - 1;
@@ -549,7 +532,7 @@ impl<'a> Reader<'a> {
             );
         }
         let last = buf[buf.len() - 1];
-        let text = collapse(&self.text[first.start()..last.end()]);
+        let text = self.text_of(&self.text[first.start()..last.end()]);
         let inet = self.ruleset.tables[ti].family == Family::Inet;
         let mut sp = StmtParser {
             r: self,
@@ -579,7 +562,7 @@ impl<'a> Reader<'a> {
         }
         chain.rules.push(Rule {
             location,
-            text: text.into(),
+            text,
             body: RuleBody::Nft(Box::new(rule)),
         });
         self.rule_buf = buf;

@@ -33,8 +33,18 @@ use script::builds_ruleset;
 use std::collections::HashSet;
 
 /// Reads `nft list ruleset` (or `nft list table ...`) text.
+///
+/// The rules' and statements' texts are spans of one copy of `text` the ruleset holds
+/// (see [`parse_source`]).
 pub fn parse_text(text: &str) -> Ruleset {
-    let mut r = Reader::new(text, None);
+    parse_source(&std::sync::Arc::new(text.to_owned()))
+}
+
+/// [`parse_text`] of shared text: the chains' names and the rules' and statements'
+/// texts are spans of it (a copy only where the input spreads one over lines or
+/// blanks), so the ruleset holds `source` and not a string a statement.
+pub fn parse_source(source: &SourceText) -> Ruleset {
+    let mut r = Reader::new(source, None);
     r.top();
     let (mut rs, _) = r.finish();
     undefined_set_references(&mut rs, None);
@@ -51,20 +61,18 @@ pub fn parse_text(text: &str) -> Ruleset {
 /// something this does not follow (script commands, a chain or table block opened
 /// twice), the text is read again the whole way.
 pub fn parse_text_translated(text: &str) -> Ruleset {
-    match parse_text_streamed(text) {
-        Some(rs) => rs,
-        None => parse_whole_way(text),
-    }
+    parse_text_translated_owned(std::sync::Arc::new(text.to_owned()))
 }
 
-/// [`parse_text_translated`], taking the text: it is freed as soon as the reading
-/// ends (when the caller holds no other handle on it), before the translated tables'
-/// iptables models are built, so that the nft text and the whole model are never in
-/// memory at once. Everything that could send the read back to the whole-way read is
+/// [`parse_text_translated`], taking the text: unless the native nft rules' texts are
+/// spans of it (they are when they make up half of it or more, see [`read_streamed`]),
+/// it is freed as soon as the reading ends (when the caller holds no other handle on
+/// it), before the translated tables' iptables models are built, so that the nft text
+/// and the whole model are never in memory at once. Everything that could send the read back to the whole-way read is
 /// decided while the text is still here (see [`read_streamed`]). Gives the model
 /// [`parse_text_translated`] gives (tests/nft_streamed.rs).
 pub fn parse_text_translated_owned(text: SourceText) -> Ruleset {
-    let Some(read) = read_streamed(&text, Some(&text)) else {
+    let Some(read) = read_streamed(&text) else {
         return parse_whole_way(&text);
     };
     drop(text);
@@ -86,8 +94,8 @@ pub fn parse_text_translated_owned(text: SourceText) -> Ruleset {
 }
 
 /// The whole-way read: every rule as nft statements, then translated.
-fn parse_whole_way(text: &str) -> Ruleset {
-    let mut rs = parse_text(text);
+fn parse_whole_way(text: &SourceText) -> Ruleset {
+    let mut rs = parse_source(text);
     crate::nft::iptables_nft::translate(&mut rs);
     rs
 }
@@ -96,7 +104,9 @@ fn parse_whole_way(text: &str) -> Ruleset {
 /// whole-way read. Public for the tests that prove both reads give the same model.
 #[doc(hidden)]
 pub fn parse_text_streamed(text: &str) -> Option<Ruleset> {
-    read_streamed(text, None)?.translate().ok()
+    read_streamed(&std::sync::Arc::new(text.to_owned()))?
+        .translate()
+        .ok()
 }
 
 /// Names the chains of `table` by spans of one text of all their names (they may be
@@ -115,6 +125,69 @@ fn own_chain_names(table: &mut crate::model::Table) {
     }
 }
 
+/// For each native rule of `table`: its text, then those of its statements that are
+/// not slices of it, and for the others their offset in it.
+fn native_texts(table: &crate::model::Table, mut f: impl FnMut(&str, Option<usize>)) {
+    for r in table.chains.iter().flat_map(|c| &c.rules) {
+        let RuleBody::Nft(n) = &r.body else { continue };
+        f(&r.text, None);
+        for s in &n.statements {
+            f(&s.text, offset_in(&r.text, &s.text));
+        }
+    }
+}
+
+/// Where `part` starts in `whole` when it is a slice of it.
+fn offset_in(whole: &str, part: &str) -> Option<usize> {
+    let at = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    (at + part.len() <= whole.len()).then_some(at)
+}
+
+/// The bytes [`own_native_texts`] copies.
+fn native_text_len(table: &crate::model::Table) -> usize {
+    let mut len = 0;
+    native_texts(table, |s, within| {
+        if within.is_none() {
+            len += s.len();
+        }
+    });
+    len
+}
+
+/// Gives the native rules of `table` (and their statements) spans of one text of their
+/// own instead of spans of the input; a statement's text stays a span of its rule's.
+fn own_native_texts(table: &mut crate::model::Table) {
+    let mut texts = String::with_capacity(native_text_len(table));
+    native_texts(table, |s, within| {
+        if within.is_none() {
+            texts.push_str(s);
+        }
+    });
+    if texts.is_empty() {
+        return;
+    }
+    let texts: SourceText = std::sync::Arc::new(texts);
+    let mut at = 0;
+    for r in table.chains.iter_mut().flat_map(|c| &mut c.rules) {
+        let RuleBody::Nft(n) = &mut r.body else {
+            continue;
+        };
+        let rule_at = at;
+        at += r.text.len();
+        for s in &mut n.statements {
+            let range = match offset_in(&r.text, &s.text) {
+                Some(off) => rule_at + off..rule_at + off + s.text.len(),
+                None => {
+                    at += s.text.len();
+                    at - s.text.len()..at
+                }
+            };
+            s.text = RuleText::span(&texts, range);
+        }
+        r.text = RuleText::span(&texts, rule_at..rule_at + r.text.len());
+    }
+}
+
 /// A streaming read whose text was read: the ruleset with the tables that can be
 /// iptables-nft's still as nft chains, and their translations.
 struct StreamedRead {
@@ -127,17 +200,19 @@ struct StreamedRead {
 /// `Some`, the text is not needed any more: what is left ([`StreamedRead::translate`])
 /// builds the iptables tables from the `-A` lines made while reading.
 ///
-/// With `source` (`text` as shared text), the chains of tables that can be
-/// iptables-nft's are named by spans of it while reading (no allocation a chain: a
-/// 10k-service table has 58k), then by spans of one text of their names, made here,
-/// so that nothing holds `text` when this returns.
-fn read_streamed(text: &str, source: Option<&SourceText>) -> Option<StreamedRead> {
+/// Chains' names and native rules' texts are spans of `text` while reading (no
+/// allocation a chain or a statement: a 10k-service table has 58k chains and 300k
+/// statements). When those of the native rules are under half the text (the listing
+/// is mostly iptables-nft's, translated once the text is gone), they and the chains'
+/// names are copied into texts of their own here, so that nothing holds `text` when
+/// this returns; otherwise the ruleset keeps `text`, as the iptables model keeps an
+/// iptables-save dump, which is less than the copy.
+fn read_streamed(text: &SourceText) -> Option<StreamedRead> {
     let mut r = Reader::new(
         text,
         Some(Stream {
             abort: false,
             tables: Vec::new(),
-            source: source.cloned(),
         }),
     );
     r.top();
@@ -163,15 +238,18 @@ fn read_streamed(text: &str, source: Option<&SourceText>) -> Option<StreamedRead
             return None;
         }
     }
-    // Every table: one that stopped being streamed (a set came) kept the spans its
-    // chains got before.
-    for table in &mut rs.tables {
-        own_chain_names(table);
+    let native: usize = rs.tables.iter().map(native_text_len).sum();
+    if native <= text.len() / 2 {
+        // Every table: one that stopped being streamed (a set came) kept the spans its
+        // chains got before.
+        for table in &mut rs.tables {
+            own_chain_names(table);
+            own_native_texts(table);
+        }
     }
     let stream = Stream {
         abort: false,
         tables,
-        source: None,
     };
     undefined_set_references(&mut rs, Some((&stream, text)));
     rs.diagnostics.sort_by_key(|d| (d.line, d.column));
@@ -223,14 +301,14 @@ struct Stream {
     /// By table index: the translation of a table that can be iptables-nft's (`None`
     /// for the others).
     tables: Vec<Option<StreamedTable>>,
-    /// The text read, shared: the chains of those tables are named by spans of it.
-    source: Option<SourceText>,
 }
 
 /// The state of one read: the tokens, where the reader is, and the ruleset built so far.
 /// Its methods are spread over the submodules by what they read.
 struct Reader<'a> {
     text: &'a str,
+    /// `text`, shared: chains' names and rules' and statements' texts are spans of it.
+    source: &'a SourceText,
     /// Makes tokens as the reader needs them (see [`Reader::tok`]).
     lexer: Lexer,
     /// The tokenizer's diagnostics (unterminated strings).
@@ -347,11 +425,13 @@ fn is_elision(w: &str) -> bool {
 }
 
 impl<'a> Reader<'a> {
-    fn new(text: &'a str, stream: Option<Stream>) -> Reader<'a> {
+    fn new(source: &'a SourceText, stream: Option<Stream>) -> Reader<'a> {
+        let text = source.as_str();
         let mut lex_diags = Vec::new();
         let lexer = Lexer::new(text, &mut lex_diags);
         Reader {
             text,
+            source,
             lexer,
             lex_diags,
             toks: Vec::new(),
@@ -403,6 +483,15 @@ impl<'a> Reader<'a> {
     fn chain_has_no_rules(&mut self, ti: usize, ci: usize) -> bool {
         self.ruleset.tables[ti].chains[ci].rules.is_empty()
             && self.stream_table(ti).is_none_or(|st| st.chain_is_empty(ci))
+    }
+
+    /// `s`, a slice of the text, whitespace collapsed ([`collapse`]): a span of the
+    /// text when it has nothing to collapse.
+    fn text_of(&self, s: &str) -> RuleText {
+        match collapsed(s) {
+            std::borrow::Cow::Borrowed(s) => RuleText::within(self.source, s),
+            std::borrow::Cow::Owned(s) => RuleText::from(s),
+        }
     }
 
     /// The text of a token.
@@ -603,9 +692,14 @@ fn value_of_words(words: &[&str]) -> Value {
 /// Text with every whitespace run (including newlines) turned into one space.
 /// Borrow-free fast path when there is nothing to collapse.
 fn collapse(s: &str) -> String {
+    collapsed(s).into_owned()
+}
+
+/// [`collapse`], borrowing `s` (trimmed) when it has nothing to collapse.
+fn collapsed(s: &str) -> std::borrow::Cow<'_, str> {
     let s = s.trim();
     if !s.contains(['\n', '\t', '\r']) && !s.contains("  ") {
-        return s.to_string();
+        return std::borrow::Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len());
     let mut in_quote = false;
@@ -624,7 +718,7 @@ fn collapse(s: &str) -> String {
             prev_space = false;
         }
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 /// A rule that names a set or map (`@name`) or jumps to a chain its table does not

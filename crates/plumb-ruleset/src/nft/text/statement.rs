@@ -5,10 +5,10 @@
 
 use super::lexer::{Tok, Token};
 use super::{Reader, collapse, value_of_words};
-use crate::model::Counters;
 use crate::model::nft::{
     NatKind, Op, Statement, StatementKind, Value, Verdict, VerdictMapRef, unquote,
 };
+use crate::model::{Counters, RuleText};
 
 /// Protocol headers a selector may start with (`tcp dport`, `ip saddr`).
 const PROTOS: &[&str] = &[
@@ -750,6 +750,16 @@ impl<'a> StmtParser<'_, 'a> {
         collapse(&self.r.text[self.toks[from].start()..self.toks[to - 1].end()])
     }
 
+    /// [`Self::span_text`] as a span of the input when it has nothing to collapse.
+    fn span_rule_text(&self, from: usize, to: usize) -> RuleText {
+        if from >= to || from >= self.toks.len() {
+            return RuleText::from("");
+        }
+        let to = to.min(self.toks.len());
+        self.r
+            .text_of(&self.r.text[self.toks[from].start()..self.toks[to - 1].end()])
+    }
+
     /// Every statement of the rule, each with its text; always makes progress.
     pub(super) fn statements(&mut self) -> Vec<Statement> {
         let mut out = Vec::new();
@@ -841,7 +851,7 @@ impl<'a> StmtParser<'_, 'a> {
                 StatementKind::Verdict(ref v) if *v != Verdict::Continue
             ) || matches!(kind, StatementKind::Nat { .. });
             out.push(Statement {
-                text: self.span_text(start, self.i),
+                text: self.span_rule_text(start, self.i),
                 kind,
             });
         }

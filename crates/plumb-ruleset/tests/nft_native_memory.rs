@@ -1,0 +1,117 @@
+//! Heap of reading native nft text: a kube-proxy nftables-mode listing (a service
+//! chain and five endpoint chains a service), counted by a wrapping global allocator.
+//! Rules' and statements' texts and chains' names are spans of the input the ruleset
+//! holds, not strings of their own (a string a statement held 8x the input on a
+//! 10k-service listing).
+//! Its own binary: the counting allocator is process-wide.
+
+use plumb_ruleset::RuleBody;
+use plumb_ruleset::format::{ParseOptions, parse_owned};
+use plumb_testkit::heap;
+use std::fmt::Write;
+
+#[global_allocator]
+static GLOBAL: heap::Counting = heap::Counting;
+
+/// The counters are process-wide: one measuring test at a time.
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn measuring() -> std::sync::MutexGuard<'static, ()> {
+    MEASURING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A kube-proxy nftables-mode `nft list ruleset` of `services` services of 5 endpoints
+/// each, shaped as kube-proxy writes it (no sets: only chains and rules are measured).
+fn nftables_mode_listing(services: usize) -> String {
+    let mut t = String::from(
+        "table ip kube-proxy {\n\tchain mark-for-masquerade {\n\t\tmeta mark set meta mark | 0x00004000\n\t}\n\n\tchain services {\n",
+    );
+    for i in 0..services {
+        let _ = writeln!(
+            t,
+            "\t\tip daddr 10.43.{}.{} tcp dport 80 goto service-{i:08X}-ns/svc-{i}/tcp/http",
+            i / 250,
+            i % 250
+        );
+    }
+    t.push_str("\t}\n");
+    for i in 0..services {
+        let endpoint = |j: usize| {
+            let n = i * 5 + j;
+            format!("10.42.{}.{}", n / 250 % 250, n % 250)
+        };
+        let _ = write!(
+            t,
+            "\n\tchain service-{i:08X}-ns/svc-{i}/tcp/http {{\n\t\tip daddr 10.43.{}.{} tcp dport 80 ip saddr != 10.42.0.0/16 jump mark-for-masquerade\n\t\tnumgen random mod 5 vmap {{ ",
+            i / 250,
+            i % 250
+        );
+        for j in 0..5 {
+            let sep = if j == 4 { " }" } else { ", " };
+            let _ = write!(
+                t,
+                "{j} : goto endpoint-{i:08X}-ns/svc-{i}/tcp/http__{}/8080{sep}",
+                endpoint(j)
+            );
+        }
+        t.push_str("\n\t}\n");
+        for j in 0..5 {
+            let ip = endpoint(j);
+            let _ = write!(
+                t,
+                "\n\tchain endpoint-{i:08X}-ns/svc-{i}/tcp/http__{ip}/8080 {{\n\t\tip saddr {ip} jump mark-for-masquerade\n\t\tmeta l4proto tcp dnat to {ip}:8080\n\t}}\n"
+            );
+        }
+    }
+    t.push_str("}\n");
+    t
+}
+
+/// Besides the input, the read peaks under 240 bytes a statement (it peaked at 320:
+/// each rule's and statement's text a string of its own, each chain's name one), and
+/// the model, which keeps the input, holds under 210 bytes a statement besides it
+/// (234 when each text was a string of its own and the input was freed). What is left
+/// is the statements' parsed meaning (their selectors and values are strings of their
+/// own).
+#[test]
+fn a_native_nft_listing_keeps_its_texts_as_spans_of_the_input() {
+    let _one_at_a_time = measuring();
+    let text = nftables_mode_listing(2000);
+    let input = text.len();
+    // The input is counted in `before`: what follows is besides it.
+    let before = heap::reset_peak();
+    let parsed = parse_owned(text.into_bytes(), &ParseOptions::default()).unwrap();
+    let peak = heap::peak() - before;
+    let held = heap::live().saturating_sub(before);
+    let rs = &parsed.ruleset;
+    assert_eq!(rs.error_count(), 0, "{:?}", rs.diagnostics);
+    assert_eq!(rs.chain_count(), 2 + 2000 * 6);
+    let statements: usize = rs
+        .tables
+        .iter()
+        .flat_map(|t| &t.chains)
+        .flat_map(|c| &c.rules)
+        .map(|r| match &r.body {
+            RuleBody::Nft(n) => n.statements.len(),
+            _ => 0,
+        })
+        .sum();
+    assert!(statements > 40_000, "{statements} statements");
+    let per = |bytes: usize| bytes as f64 / statements as f64;
+    eprintln!(
+        "input {input} bytes, {} rules, {statements} statements: holds {:.1} and peaks at {:.1} bytes a statement besides the input",
+        rs.rule_count(),
+        per(held),
+        per(peak)
+    );
+    assert!(
+        per(held) < 210.0,
+        "the model holds {:.1} bytes a statement besides the input",
+        per(held)
+    );
+    assert!(
+        per(peak) < 240.0,
+        "the read peaks at {:.1} bytes a statement besides the input",
+        per(peak)
+    );
+}
