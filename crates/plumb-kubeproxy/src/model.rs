@@ -196,6 +196,23 @@ impl ServicePort {
     pub fn uses_local_endpoints(&self) -> bool {
         self.internal_policy_local || self.external_policy_local()
     }
+
+    /// `proxy.CategorizeEndpoints` with every endpoint ready and no topology hints: the
+    /// endpoints of cluster-policy traffic (all of them, when any traffic uses the
+    /// cluster policy) and of local-policy traffic (the local ones, when any uses it).
+    pub fn categorized_endpoints(&self) -> (Vec<&Endpoint>, Vec<&Endpoint>) {
+        let cluster = if self.uses_cluster_endpoints() {
+            self.endpoints.iter().collect()
+        } else {
+            Vec::new()
+        };
+        let local = if self.uses_local_endpoints() {
+            self.endpoints.iter().filter(|e| e.is_local).collect()
+        } else {
+            Vec::new()
+        };
+        (cluster, local)
+    }
 }
 
 /// The node being modelled and the cluster-wide settings kube-proxy reads.

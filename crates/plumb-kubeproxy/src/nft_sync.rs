@@ -58,17 +58,7 @@ impl<'s> Plan<'s> {
     fn new(svc: &'s ServicePort) -> Self {
         let uses_cluster = svc.uses_cluster_endpoints();
         let uses_local = svc.uses_local_endpoints();
-        // proxy.CategorizeEndpoints, every endpoint ready and no topology hints.
-        let cluster_eps: Vec<&Endpoint> = if uses_cluster {
-            svc.endpoints.iter().collect()
-        } else {
-            Vec::new()
-        };
-        let local_eps: Vec<&Endpoint> = if uses_local {
-            svc.endpoints.iter().filter(|e| e.is_local).collect()
-        } else {
-            Vec::new()
-        };
+        let (cluster_eps, local_eps) = svc.categorized_endpoints();
         let has_endpoints = !svc.endpoints.is_empty();
         let (ns, name, port) = (
             svc.name.namespace.as_str(),

@@ -684,16 +684,7 @@ impl<'s> ServicePlan<'s> {
         let name = svc.name_string();
         let uses_cluster = svc.uses_cluster_endpoints();
         let uses_local = svc.uses_local_endpoints();
-        let cluster_eps: Vec<&Endpoint> = if uses_cluster {
-            svc.endpoints.iter().collect()
-        } else {
-            Vec::new()
-        };
-        let local_eps: Vec<&Endpoint> = if uses_local {
-            svc.endpoints.iter().filter(|e| e.is_local).collect()
-        } else {
-            Vec::new()
-        };
+        let (cluster_eps, local_eps) = svc.categorized_endpoints();
         let has_endpoints = !svc.endpoints.is_empty();
 
         // SVC, SVL, EXT and FW share one hash (proxier.go portProtoHash): compute it once.
