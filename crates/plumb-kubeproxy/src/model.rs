@@ -197,21 +197,73 @@ impl ServicePort {
         self.internal_policy_local || self.external_policy_local()
     }
 
-    /// `proxy.CategorizeEndpoints` with every endpoint ready and no topology hints: the
-    /// endpoints of cluster-policy traffic (all of them, when any traffic uses the
-    /// cluster policy) and of local-policy traffic (the local ones, when any uses it).
-    pub fn categorized_endpoints(&self) -> (Vec<&Endpoint>, Vec<&Endpoint>) {
-        let cluster = if self.uses_cluster_endpoints() {
+    /// What both of kube-proxy's proxiers (iptables and nftables) decide for this
+    /// service port before writing its rules; see [`Routing`].
+    pub fn routing(&self) -> Routing<'_> {
+        let uses_cluster = self.uses_cluster_endpoints();
+        let uses_local = self.uses_local_endpoints();
+        // proxy.CategorizeEndpoints, every endpoint ready and no topology hints.
+        let cluster_eps: Vec<&Endpoint> = if uses_cluster {
             self.endpoints.iter().collect()
         } else {
             Vec::new()
         };
-        let local = if self.uses_local_endpoints() {
+        let local_eps: Vec<&Endpoint> = if uses_local {
             self.endpoints.iter().filter(|e| e.is_local).collect()
         } else {
             Vec::new()
         };
-        (cluster, local)
+        let has_endpoints = !self.endpoints.is_empty();
+        let has_local = !local_eps.is_empty();
+        Routing {
+            uses_cluster,
+            uses_cluster_chain: uses_cluster && !cluster_eps.is_empty(),
+            uses_local_chain: uses_local && has_local,
+            has_internal: has_endpoints && (!self.internal_policy_local || has_local),
+            has_external: has_endpoints && (!self.external_policy_local() || has_local),
+            uses_external_chain: has_endpoints && self.externally_accessible(),
+            has_endpoints,
+            cluster_eps,
+            local_eps,
+        }
+    }
+}
+
+/// A service port's routing as kube-proxy's `syncProxyRules` works it out, the same in
+/// its iptables and nftables proxiers ([`ServicePort::routing`]).
+#[derive(Debug, Clone)]
+pub struct Routing<'s> {
+    /// Some policy sends traffic to all endpoints (`UsesClusterEndpoints`).
+    pub uses_cluster: bool,
+    /// The endpoints of cluster-policy traffic: all of them, or none when no policy uses them.
+    pub cluster_eps: Vec<&'s Endpoint>,
+    /// The endpoints of local-policy traffic: those on this node, or none when no policy
+    /// uses them.
+    pub local_eps: Vec<&'s Endpoint>,
+    /// The service port has endpoints at all.
+    pub has_endpoints: bool,
+    /// The cluster-policy chain (`KUBE-SVC-`, `service-`) is written.
+    pub uses_cluster_chain: bool,
+    /// The local-policy chain (`KUBE-SVL-`, `local-`) is written.
+    pub uses_local_chain: bool,
+    /// Internal traffic has endpoints to go to, under its policy.
+    pub has_internal: bool,
+    /// External traffic has endpoints to go to, under its policy.
+    pub has_external: bool,
+    /// The external chain (`KUBE-EXT-`, `external-`) is written.
+    pub uses_external_chain: bool,
+}
+
+impl<'s> Routing<'s> {
+    /// The endpoints that get a chain: the cluster endpoints when used (all endpoints
+    /// are ready here, so they include the local ones), else the local ones
+    /// (`allLocallyReachableEndpoints`).
+    pub fn reachable(&self) -> &[&'s Endpoint] {
+        if self.uses_cluster {
+            &self.cluster_eps
+        } else {
+            &self.local_eps
+        }
     }
 }
 

@@ -29,7 +29,7 @@
 use std::fmt::Write as _;
 
 use crate::chain_name::{NftChainPrefix, nft_endpoint_chain_name, nft_service_chain_name};
-use crate::model::{Cluster, Endpoint, ServicePort};
+use crate::model::{Cluster, Endpoint, Routing, ServicePort};
 use crate::sync::ProxierOptions;
 
 const T: &str = "ip kube-proxy";
@@ -43,23 +43,13 @@ struct Plan<'s> {
     local_chain: String,
     external_chain: String,
     firewall_chain: String,
-    cluster_eps: Vec<&'s Endpoint>,
-    local_eps: Vec<&'s Endpoint>,
-    has_endpoints: bool,
-    uses_cluster_chain: bool,
-    uses_local_chain: bool,
-    has_internal: bool,
-    has_external: bool,
-    uses_external_chain: bool,
+    /// Endpoints and chains, as both proxiers decide them.
+    route: Routing<'s>,
     uses_firewall_chain: bool,
 }
 
 impl<'s> Plan<'s> {
     fn new(svc: &'s ServicePort) -> Self {
-        let uses_cluster = svc.uses_cluster_endpoints();
-        let uses_local = svc.uses_local_endpoints();
-        let (cluster_eps, local_eps) = svc.categorized_endpoints();
-        let has_endpoints = !svc.endpoints.is_empty();
         let (ns, name, port) = (
             svc.name.namespace.as_str(),
             svc.name.name.as_str(),
@@ -67,8 +57,6 @@ impl<'s> Plan<'s> {
         );
         let proto = svc.protocol.as_str();
         let chain = |p| nft_service_chain_name(p, ns, name, proto, port);
-        let has_internal = has_endpoints && (!svc.internal_policy_local || !local_eps.is_empty());
-        let has_external = has_endpoints && (!svc.external_policy_local() || !local_eps.is_empty());
         Plan {
             name: svc.name_string(),
             proto,
@@ -76,16 +64,10 @@ impl<'s> Plan<'s> {
             local_chain: chain(NftChainPrefix::Local),
             external_chain: chain(NftChainPrefix::External),
             firewall_chain: chain(NftChainPrefix::Firewall),
-            uses_cluster_chain: !cluster_eps.is_empty() && uses_cluster,
-            uses_local_chain: !local_eps.is_empty() && uses_local,
-            has_internal,
-            has_external,
-            uses_external_chain: has_endpoints && svc.externally_accessible(),
+            // Unlike the iptables proxier's, also without endpoints.
             uses_firewall_chain: !svc.load_balancer_ips.is_empty()
                 && !svc.load_balancer_source_ranges.is_empty(),
-            cluster_eps,
-            local_eps,
-            has_endpoints,
+            route: svc.routing(),
             svc,
         }
     }
@@ -100,16 +82,6 @@ impl<'s> Plan<'s> {
             &n.port,
             &ep.endpoint_string(),
         )
-    }
-
-    /// The endpoints with a chain: cluster endpoints when used (they include the local
-    /// ones), else the local ones (`allLocallyReachableEndpoints`).
-    fn reachable(&self) -> &[&'s Endpoint] {
-        if self.svc.uses_cluster_endpoints() {
-            &self.cluster_eps
-        } else {
-            &self.local_eps
-        }
     }
 
     fn internal_chain(&self) -> &str {
@@ -268,25 +240,25 @@ fn service(out: &mut String, p: &Plan<'_>, cluster: &Cluster, options: &ProxierO
     let node = &cluster.node;
     let (proto, port) = (p.proto, svc.port);
     let _ = writeln!(out, "# {}", p.name);
-    for ep in p.reachable() {
+    for ep in p.route.reachable() {
         let _ = writeln!(
             out,
             "add chain {T} {}",
             p.endpoint_name(NftChainPrefix::Endpoint, ep)
         );
     }
-    if p.uses_cluster_chain {
+    if p.route.uses_cluster_chain {
         let _ = writeln!(out, "add chain {T} {}", p.service_chain);
     }
-    if p.uses_local_chain {
+    if p.route.uses_local_chain {
         let _ = writeln!(out, "add chain {T} {}", p.local_chain);
     }
-    if p.uses_external_chain {
+    if p.route.uses_external_chain {
         let _ = writeln!(out, "add chain {T} {}", p.external_chain);
     }
     // Verdicts of the no-endpoint maps: reject without endpoints at all, drop when the
     // policy has no local ones.
-    let verdict = if p.has_endpoints {
+    let verdict = if p.route.has_endpoints {
         "drop"
     } else {
         "goto reject-chain"
@@ -299,7 +271,7 @@ fn service(out: &mut String, p: &Plan<'_>, cluster: &Cluster, options: &ProxierO
         );
     };
     let _ = writeln!(out, "add element {T} cluster-ips {{ {} }}", svc.cluster_ip);
-    if p.has_internal {
+    if p.route.has_internal {
         let _ = writeln!(
             out,
             "add element {T} service-ips {{ {} . {proto} . {port} : goto {} }}",
@@ -310,14 +282,14 @@ fn service(out: &mut String, p: &Plan<'_>, cluster: &Cluster, options: &ProxierO
         no_endpoints(out, svc.cluster_ip);
     }
     for &ip in &svc.external_ips {
-        if p.has_endpoints {
+        if p.route.has_endpoints {
             let _ = writeln!(
                 out,
                 "add element {T} service-ips {{ {ip} . {proto} . {port} : goto {} }}",
                 p.external_chain
             );
         }
-        if !p.has_external {
+        if !p.route.has_external {
             no_endpoints(out, ip);
         }
     }
@@ -343,7 +315,7 @@ fn service(out: &mut String, p: &Plan<'_>, cluster: &Cluster, options: &ProxierO
         );
     }
     for &ip in &svc.load_balancer_ips {
-        if p.has_endpoints {
+        if p.route.has_endpoints {
             let _ = writeln!(
                 out,
                 "add element {T} service-ips {{ {ip} . {proto} . {port} : goto {} }}",
@@ -358,20 +330,20 @@ fn service(out: &mut String, p: &Plan<'_>, cluster: &Cluster, options: &ProxierO
             );
         }
     }
-    if !p.has_external {
+    if !p.route.has_external {
         for &ip in &svc.load_balancer_ips {
             no_endpoints(out, ip);
         }
     }
     if let Some(node_port) = svc.node_port {
-        if p.has_endpoints {
+        if p.route.has_endpoints {
             let _ = writeln!(
                 out,
                 "add element {T} service-nodeports {{ {proto} . {node_port} : goto {} }}",
                 p.external_chain
             );
         }
-        if !p.has_external {
+        if !p.route.has_external {
             let _ = writeln!(
                 out,
                 "add element {T} no-endpoint-nodeports {{ {proto} . {node_port} comment \"{}\" : {verdict} }}",
@@ -379,7 +351,7 @@ fn service(out: &mut String, p: &Plan<'_>, cluster: &Cluster, options: &ProxierO
             );
         }
     }
-    if p.has_internal {
+    if p.route.has_internal {
         // The ClusterCIDR local-traffic detector: `ip saddr != CIDR` is "not from a pod".
         let detector = if options.masquerade_all {
             String::new()
@@ -393,7 +365,7 @@ fn service(out: &mut String, p: &Plan<'_>, cluster: &Cluster, options: &ProxierO
             svc.cluster_ip
         );
     }
-    if p.uses_external_chain {
+    if p.route.uses_external_chain {
         let ext = &p.external_chain;
         if !svc.external_policy_local() {
             let _ = writeln!(out, "add rule {T} {ext} jump mark-for-masquerade");
@@ -413,12 +385,12 @@ fn service(out: &mut String, p: &Plan<'_>, cluster: &Cluster, options: &ProxierO
                 p.service_chain
             );
         }
-        if p.has_external {
+        if p.route.has_external {
             let _ = writeln!(out, "add rule {T} {ext} goto {}", p.external_policy_chain());
         }
     }
     if let Some(affinity) = svc.session_affinity {
-        for ep in p.reachable() {
+        for ep in p.route.reachable() {
             let _ = writeln!(
                 out,
                 "add set {T} {} {{ type ipv4_addr ; flags dynamic,timeout ; timeout {}s ; }}",
@@ -427,13 +399,13 @@ fn service(out: &mut String, p: &Plan<'_>, cluster: &Cluster, options: &ProxierO
             );
         }
     }
-    if p.uses_cluster_chain {
-        endpoint_dispatch(out, p, &p.service_chain, &p.cluster_eps);
+    if p.route.uses_cluster_chain {
+        endpoint_dispatch(out, p, &p.service_chain, &p.route.cluster_eps);
     }
-    if p.uses_local_chain {
-        endpoint_dispatch(out, p, &p.local_chain, &p.local_eps);
+    if p.route.uses_local_chain {
+        endpoint_dispatch(out, p, &p.local_chain, &p.route.local_eps);
     }
-    for ep in p.reachable() {
+    for ep in p.route.reachable() {
         let chain = p.endpoint_name(NftChainPrefix::Endpoint, ep);
         let _ = writeln!(
             out,

@@ -24,7 +24,7 @@ use std::fmt::Write as _;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::chain_name::ChainPrefix;
-use crate::model::{Cluster, Endpoint, Ipv4Cidr, ServicePort};
+use crate::model::{Cluster, Endpoint, Ipv4Cidr, Routing, ServicePort};
 use crate::rules::{Addr, Match, Rule, Target};
 use std::net::Ipv4Addr;
 
@@ -331,7 +331,7 @@ impl SyncWriter<'_> {
     fn cluster_ip_rules(&mut self, p: &ServicePlan<'_>) {
         let svc = p.svc;
         let cluster_ip = Addr::Ip(svc.cluster_ip);
-        if p.has_internal {
+        if p.route.has_internal {
             self.nat_rules.push(
                 Rule::new(
                     KUBE_SERVICES,
@@ -360,7 +360,7 @@ impl SyncWriter<'_> {
     fn external_ip_rules(&mut self, p: &ServicePlan<'_>) {
         let svc = p.svc;
         for ip in &svc.external_ips {
-            if p.has_endpoints {
+            if p.route.has_endpoints {
                 self.nat_rules.push(
                     Rule::new(
                         KUBE_SERVICES,
@@ -373,7 +373,7 @@ impl SyncWriter<'_> {
                     .dst(false, Addr::Ip(*ip)),
                 );
             }
-            if !p.has_external {
+            if !p.route.has_external {
                 self.filter_rules.push(
                     Rule::new(
                         KUBE_EXTERNAL_SERVICES,
@@ -392,7 +392,7 @@ impl SyncWriter<'_> {
     fn load_balancer_rules(&mut self, p: &ServicePlan<'_>) {
         let svc = p.svc;
         for ip in &svc.load_balancer_ips {
-            if p.has_endpoints {
+            if p.route.has_endpoints {
                 self.nat_rules.push(
                     Rule::new(
                         KUBE_SERVICES,
@@ -419,7 +419,7 @@ impl SyncWriter<'_> {
                 );
             }
         }
-        if !p.has_external {
+        if !p.route.has_external {
             for ip in &svc.load_balancer_ips {
                 self.filter_rules.push(
                     Rule::new(
@@ -440,14 +440,14 @@ impl SyncWriter<'_> {
         let Some(node_port) = p.svc.node_port else {
             return;
         };
-        if p.has_endpoints {
+        if p.route.has_endpoints {
             self.nat_rules.push(Rule::new(
                 KUBE_NODEPORTS,
                 vec![comment(p.name.clone()), p.proto(Some(node_port))],
                 jump(&p.ext_chain),
             ));
         }
-        if !p.has_external {
+        if !p.route.has_external {
             self.filter_rules.push(Rule::new(
                 KUBE_EXTERNAL_SERVICES,
                 vec![
@@ -480,7 +480,7 @@ impl SyncWriter<'_> {
     /// Internal traffic masquerade: the internal chain marks ClusterIP traffic from
     /// outside the cluster CIDR (or all of it with `--masquerade-all`).
     fn internal_masquerade_rule(&mut self, p: &ServicePlan<'_>) {
-        if !p.has_internal {
+        if !p.route.has_internal {
             return;
         }
         let svc = p.svc;
@@ -504,7 +504,7 @@ impl SyncWriter<'_> {
     /// The external traffic chain `KUBE-EXT-`: masquerade (cluster policy) or route pod
     /// and local traffic to `KUBE-SVC-` (local policy), then the external policy's chain.
     fn external_chain(&mut self, p: &ServicePlan<'_>) {
-        if !p.uses_ext_chain {
+        if !p.route.uses_external_chain {
             return;
         }
         let (name, ext_chain) = (&p.name, p.ext_chain.as_str());
@@ -550,7 +550,7 @@ impl SyncWriter<'_> {
                 jump(&p.svc_chain),
             ));
         }
-        if p.has_external {
+        if p.route.has_external {
             self.nat_rules.push(Rule::new(
                 ext_chain,
                 vec![],
@@ -606,13 +606,25 @@ impl SyncWriter<'_> {
     /// `KUBE-SVC-` (cluster endpoints) and `KUBE-SVL-` (local endpoints), each with its
     /// endpoint selection rules, when a policy uses them and they have endpoints.
     fn service_chains(&mut self, p: &ServicePlan<'_>) {
-        if p.uses_cluster_chain {
+        if p.route.uses_cluster_chain {
             self.nat_chains.push(p.svc_chain.clone());
-            self.service_to_endpoint_rules(p.svc, &p.name, &p.svc_chain, &p.cluster_eps, &p.sep);
+            self.service_to_endpoint_rules(
+                p.svc,
+                &p.name,
+                &p.svc_chain,
+                &p.route.cluster_eps,
+                &p.sep,
+            );
         }
-        if p.uses_local_chain {
+        if p.route.uses_local_chain {
             self.nat_chains.push(p.svl_chain.clone());
-            self.service_to_endpoint_rules(p.svc, &p.name, &p.svl_chain, &p.local_eps, &p.sep);
+            self.service_to_endpoint_rules(
+                p.svc,
+                &p.name,
+                &p.svl_chain,
+                &p.route.local_eps,
+                &p.sep,
+            );
         }
     }
 
@@ -620,7 +632,7 @@ impl SyncWriter<'_> {
     /// DNAT (recording the client for session affinity).
     fn endpoint_chains(&mut self, p: &ServicePlan<'_>) {
         let svc = p.svc;
-        for ep in p.reachable() {
+        for ep in p.route.reachable() {
             let i = svc.endpoints.iter().position(|e| e == *ep).unwrap_or(0);
             let chain = &p.sep[i];
             self.nat_chains.push(chain.clone());
@@ -647,13 +659,8 @@ struct ServicePlan<'s> {
     svc: &'s ServicePort,
     /// `namespace/name:port`, the text of most comments.
     name: String,
-    /// Some policy sends traffic to all endpoints (`UsesClusterEndpoints`).
-    uses_cluster: bool,
-    /// The endpoints of `KUBE-SVC-`: all of them, or none when no policy uses them.
-    cluster_eps: Vec<&'s Endpoint>,
-    /// The endpoints of `KUBE-SVL-`: those on this node, or none when no policy uses them.
-    local_eps: Vec<&'s Endpoint>,
-    has_endpoints: bool,
+    /// Endpoints and chains, as both proxiers decide them.
+    route: Routing<'s>,
     /// `KUBE-SVC-`, `KUBE-SVL-`, `KUBE-EXT-` and `KUBE-FW-` of this service port.
     svc_chain: String,
     svl_chain: String,
@@ -661,15 +668,8 @@ struct ServicePlan<'s> {
     fw_chain: String,
     /// The `KUBE-SEP-` chain of each endpoint, in `svc.endpoints` order.
     sep: Vec<String>,
-    uses_cluster_chain: bool,
-    uses_local_chain: bool,
-    /// Internal traffic has endpoints to go to (under its policy).
-    has_internal: bool,
     /// `externalTrafficPolicy: Local` (on an externally accessible service).
     ext_local: bool,
-    /// External traffic has endpoints to go to (under its policy).
-    has_external: bool,
-    uses_ext_chain: bool,
     /// Load balancer with source ranges: `KUBE-FW-` and `KUBE-PROXY-FIREWALL` rules.
     uses_fw: bool,
     /// Comment and verdict of the filter rules for traffic without endpoints:
@@ -682,10 +682,8 @@ struct ServicePlan<'s> {
 impl<'s> ServicePlan<'s> {
     fn new(svc: &'s ServicePort) -> ServicePlan<'s> {
         let name = svc.name_string();
-        let uses_cluster = svc.uses_cluster_endpoints();
-        let uses_local = svc.uses_local_endpoints();
-        let (cluster_eps, local_eps) = svc.categorized_endpoints();
-        let has_endpoints = !svc.endpoints.is_empty();
+        let route = svc.routing();
+        let has_endpoints = route.has_endpoints;
 
         // SVC, SVL, EXT and FW share one hash (proxier.go portProtoHash): compute it once.
         let hash = crate::chain_name::port_proto_hash(&name, svc.protocol.as_str());
@@ -696,20 +694,7 @@ impl<'s> ServicePlan<'s> {
             .map(|e| svc.endpoint_chain(e))
             .collect();
 
-        let uses_cluster_chain = !cluster_eps.is_empty() && uses_cluster;
-        let uses_local_chain = !local_eps.is_empty() && uses_local;
-        let has_internal = if svc.internal_policy_local {
-            has_endpoints && !local_eps.is_empty()
-        } else {
-            has_endpoints
-        };
         let ext_local = svc.external_policy_local();
-        let has_external = if ext_local {
-            has_endpoints && !local_eps.is_empty()
-        } else {
-            has_endpoints
-        };
-        let uses_ext_chain = has_endpoints && svc.externally_accessible();
         let uses_fw = has_endpoints
             && !svc.load_balancer_ips.is_empty()
             && !svc.load_balancer_source_ranges.is_empty();
@@ -720,21 +705,13 @@ impl<'s> ServicePlan<'s> {
         };
         ServicePlan {
             svc,
-            uses_cluster,
-            cluster_eps,
-            local_eps,
-            has_endpoints,
+            route,
             svc_chain: named(ChainPrefix::Svc),
             svl_chain: named(ChainPrefix::Svl),
             ext_chain: named(ChainPrefix::Ext),
             fw_chain: named(ChainPrefix::Fw),
             sep,
-            uses_cluster_chain,
-            uses_local_chain,
-            has_internal,
             ext_local,
-            has_external,
-            uses_ext_chain,
             uses_fw,
             no_endpoints,
             name,
@@ -775,16 +752,6 @@ impl<'s> ServicePlan<'s> {
             &self.fw_chain
         } else {
             &self.ext_chain
-        }
-    }
-
-    /// The endpoints with a `KUBE-SEP-` chain. All endpoints here are ready, so the
-    /// union of cluster and local endpoints is the cluster list when it is used.
-    fn reachable(&self) -> &[&'s Endpoint] {
-        if self.uses_cluster {
-            &self.cluster_eps
-        } else {
-            &self.local_eps
         }
     }
 }
