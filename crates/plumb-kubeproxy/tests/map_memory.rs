@@ -10,9 +10,6 @@ use plumb_testkit::heap;
 #[global_allocator]
 static GLOBAL: heap::Counting = heap::Counting;
 
-/// The counts are process-wide: the tests that measure take turns.
-static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// A rule quoted as evidence is held as its place in the model (24 bytes), not as the
 /// table, chain and text it reads from there (56 bytes: a 10k-service map holds 110k).
 #[test]
@@ -33,7 +30,7 @@ fn evidence_is_a_place_in_the_model() {
 /// it peaked at 2,240).
 #[test]
 fn a_service_map_costs_under_860_bytes_a_service_port() {
-    let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = heap::measuring();
     let services = 2000;
     let text = plumb_kubeproxy::generated_save_text(services, 5).expect("valid generator config");
     let parsed = parse_owned(text.into_bytes(), &ParseOptions::default()).unwrap();
@@ -100,7 +97,7 @@ fn without_comments(text: &str) -> String {
 /// a vector grown by pushing cost 152 bytes more: 96 + 80 instead of 24).
 #[test]
 fn unnamed_services_notes_cost_no_text_of_their_own() {
-    let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = heap::measuring();
     let text = plumb_kubeproxy::generated_save_text(2000, 5).expect("valid generator config");
     let text = without_comments(&text);
     assert!(!text.contains("--comment"));

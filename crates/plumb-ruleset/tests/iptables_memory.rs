@@ -10,19 +10,12 @@ use plumb_testkit::heap;
 #[global_allocator]
 static GLOBAL: heap::Counting = heap::Counting;
 
-/// The counters are process-wide: one measuring test at a time.
-static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn measuring() -> std::sync::MutexGuard<'static, ()> {
-    MEASURING.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The model holds at most 64 bytes a rule besides the input (40-byte rules, 56-byte
 /// chains whose names are spans of the input: with 56-byte rules and names of their
 /// own it held 84), and the read peaks at 74 bytes a rule besides it (it peaked at 94).
 #[test]
 fn a_kube_proxy_dump_costs_under_64_bytes_a_rule_besides_its_text() {
-    let _one_at_a_time = measuring();
+    let _one_at_a_time = heap::measuring();
     let text = plumb_kubeproxy::generated_save_text(2000, 5).expect("valid generator config");
     let input = text.len();
     // The input is counted in `before`: what follows is besides it.
@@ -61,7 +54,7 @@ fn a_kube_proxy_dump_costs_under_64_bytes_a_rule_besides_its_text() {
 /// slots are ever touched.
 #[test]
 fn a_10k_service_dump_peaks_under_10_5_bytes_a_chain_above_the_model() {
-    let _one_at_a_time = measuring();
+    let _one_at_a_time = heap::measuring();
     let text = plumb_kubeproxy::generated_save_text(10_000, 5).expect("valid generator config");
     let before = heap::reset_peak();
     let parsed = parse_owned(text.into_bytes(), &ParseOptions::default()).unwrap();
@@ -88,7 +81,7 @@ fn a_10k_service_dump_peaks_under_10_5_bytes_a_chain_above_the_model() {
 /// rules at each of its lines, quadratic in the input (4,000 lines allocated 480 MB).
 #[test]
 fn rules_alternating_between_two_chains_are_not_copied_at_every_switch() {
-    let _one_at_a_time = measuring();
+    let _one_at_a_time = heap::measuring();
     let mut text = String::from("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n");
     for i in 0..2000 {
         text.push_str(&format!(

@@ -13,13 +13,6 @@ use std::fmt::Write;
 #[global_allocator]
 static GLOBAL: heap::Counting = heap::Counting;
 
-/// The counters are process-wide: one measuring test at a time.
-static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn measuring() -> std::sync::MutexGuard<'static, ()> {
-    MEASURING.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// A kube-proxy nftables-mode `nft list ruleset` of `services` services of 5 endpoints
 /// each, shaped as kube-proxy writes it (no sets: only chains and rules are measured).
 fn nftables_mode_listing(services: usize) -> String {
@@ -75,7 +68,7 @@ fn nftables_mode_listing(services: usize) -> String {
 /// own).
 #[test]
 fn a_native_nft_listing_keeps_its_texts_as_spans_of_the_input() {
-    let _one_at_a_time = measuring();
+    let _one_at_a_time = heap::measuring();
     let text = nftables_mode_listing(2000);
     let input = text.len();
     // The input is counted in `before`: what follows is besides it.

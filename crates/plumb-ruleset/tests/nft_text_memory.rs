@@ -14,9 +14,6 @@ use std::fmt::Write;
 #[global_allocator]
 static GLOBAL: heap::Counting = heap::Counting;
 
-/// The counts are process-wide: one measurement at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// A kube-proxy nat table of `services` services with 5 endpoints each, as
 /// `nft list ruleset` prints iptables-nft's rules.
 fn kube_proxy_nft_listing(services: usize) -> String {
@@ -73,7 +70,7 @@ fn kube_proxy_nft_listing(services: usize) -> String {
 /// The read peaks at under 5x the input besides the input (it took 14x), the model translated.
 #[test]
 fn reading_an_iptables_nft_listing_peaks_under_5x_the_input() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = heap::measuring();
     let text = kube_proxy_nft_listing(2000);
     let input = text.len();
     let before = heap::reset_peak();
@@ -97,7 +94,7 @@ fn reading_an_iptables_nft_listing_peaks_under_5x_the_input() {
 /// peaked at 4.7x).
 #[test]
 fn reading_an_owned_iptables_nft_listing_frees_it_before_the_model_is_built() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = heap::measuring();
     let text = kube_proxy_nft_listing(2000);
     let input = text.len();
     let before = heap::reset_peak() - input;

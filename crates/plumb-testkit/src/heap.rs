@@ -30,6 +30,14 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A turn to measure: the counters are process-wide, so the tests of one binary that
+/// read them take turns (a test that panicked while measuring does not block the rest).
+pub fn measuring() -> std::sync::MutexGuard<'static, ()> {
+    MEASURING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Bytes allocated and not yet freed.
 pub fn live() -> usize {
     LIVE.load(Relaxed)
