@@ -211,7 +211,7 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
         .ruleset
         .tables
         .iter()
-        .filter(|t| t.backend == Backend::Nftables && &*t.name == "kube-proxy")
+        .filter(|t| plumb_kubeproxy::recover::nft::is_kube_proxy_table(t))
         .collect::<Vec<_>>();
     // The iptables-mode service chains, listed only beside an nftables-mode table.
     let ipt_svc: Vec<&str> = if nft_mode.is_empty() {

@@ -98,7 +98,7 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
         xt_group(facts, group, &mut out);
     }
     for table in &facts.ruleset.tables {
-        if table.backend == Backend::Nftables && &*table.name == "kube-proxy" && facts.is_full() {
+        if plumb_kubeproxy::recover::nft::is_kube_proxy_table(table) && facts.is_full() {
             judged = true;
             nft_table(facts, table, &mut out);
         }

@@ -657,7 +657,7 @@ fn generation(facts: &CheckInput) -> Option<ProxyGeneration> {
         .ruleset
         .tables
         .iter()
-        .any(|t| t.backend == Backend::Nftables && &*t.name == "kube-proxy")
+        .any(plumb_kubeproxy::recover::nft::is_kube_proxy_table)
     {
         mode = Some(ProxyMode::Nftables);
         kube = true;

@@ -178,7 +178,7 @@ pub fn infer(facts: &CheckInput<'_>, family: Family) -> NodeModel {
             }
             // kube-proxy's nftables mode: `ip daddr X tcp dport N ip saddr != POD_CIDR
             // jump mark-for-masquerade` opens each service chain (its --cluster-cidr).
-            let nft_kube_proxy = t.backend == Backend::Nftables && &*t.name == "kube-proxy";
+            let nft_kube_proxy = plumb_kubeproxy::recover::nft::is_kube_proxy_table(t);
             if nft_kube_proxy && m.node_addrs.is_empty() {
                 m.node_addrs = t
                     .sets

@@ -567,7 +567,7 @@ fn nodeport_address(ruleset: &plumb_ruleset::Ruleset) -> Option<IpAddr> {
         ruleset
             .tables
             .iter()
-            .filter(|t| t.backend == plumb_ruleset::Backend::Nftables && &*t.name == "kube-proxy")
+            .filter(|t| plumb_kubeproxy::recover::nft::is_kube_proxy_table(t))
             .flat_map(|t| t.sets.iter())
             .filter(|s| &*s.name == "nodeport-ips")
             .flat_map(|s| s.elements.iter())

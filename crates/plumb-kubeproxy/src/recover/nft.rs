@@ -37,6 +37,12 @@ use std::net::IpAddr;
 /// The table kube-proxy's nftables mode writes (one per family).
 pub const TABLE: &str = "kube-proxy";
 
+/// Whether `table` is kube-proxy's nftables-mode table (native nftables, named
+/// [`TABLE`]), in whichever family.
+pub fn is_kube_proxy_table(table: &Table) -> bool {
+    table.backend == Backend::Nftables && &*table.name == TABLE
+}
+
 const PREFIXES: [NftChainPrefix; 5] = [
     NftChainPrefix::Service,
     NftChainPrefix::Local,
@@ -103,11 +109,7 @@ pub fn recover(ruleset: &Ruleset) -> Vec<ServiceMap<'_>> {
     ruleset
         .tables
         .iter()
-        .filter(|t| {
-            t.backend == Backend::Nftables
-                && &*t.name == TABLE
-                && matches!(t.family, Family::Ip | Family::Ip6)
-        })
+        .filter(|t| is_kube_proxy_table(t) && matches!(t.family, Family::Ip | Family::Ip6))
         .map(recover_table)
         .collect()
 }
