@@ -467,7 +467,23 @@ fn read_with_netlink(node: &dyn NodeSource, read: &mut crate::nft_netlink::Read)
         tools.push(o);
     }
     ruleset.settle_completeness();
+    if unread_table(&tools) {
+        // The netlink dump listed every table; one of them is not in the model, so
+        // what is absent from it proves nothing (checks judge no absence then).
+        ruleset.completeness = plumb_ruleset::Completeness::Damaged;
+    }
     Collected { ruleset, tools }
+}
+
+/// Whether a read of a live node through netlink left a table out: a read that did not
+/// work though what it reads exists (the dump listed the table; /proc lists the legacy
+/// tables, else the legacy read is `skipped`, which does not count). A failed getsockopt
+/// read does not count either: the save tool then reads the same tables, and its
+/// outcome is the one judged.
+fn unread_table(tools: &[ToolOutcome]) -> bool {
+    tools
+        .iter()
+        .any(|t| t.status != "ok" && t.status != "skipped" && !t.tool.ends_with(" getsockopt"))
 }
 
 /// Reads every ruleset of a node: live (nf_tables over netlink when the node reads it
@@ -760,8 +776,40 @@ mod tests {
             .find(|t| t.tool == "nft list table inet fw")
             .unwrap();
         assert_eq!(native.status, "missing");
+        // A table the dump listed is not in the model: absence in it proves nothing.
+        assert_eq!(c.ruleset.completeness, plumb_ruleset::Completeness::Damaged);
         // `nft list ruleset` is not run when netlink answered.
         assert!(!c.tools.iter().any(|t| t.tool == "nft"));
+    }
+
+    #[test]
+    fn a_failed_getsockopt_read_that_the_save_tool_made_good_leaves_the_ruleset_full() {
+        use crate::nft_netlink::{DecodedTable, Read, TableRead};
+        let mut canned = canned_legacy();
+        canned.0.insert("iptables-nft-save", "");
+        let node = KernelReads {
+            live: LiveNode::new(canned, Some("plumb-test".into()), "/"),
+            legacy: Some(Err("iptables-legacy getsockopt: interrupted".into())),
+            netlink: Some(Ok(Read {
+                source: "nf_tables netlink".into(),
+                generation: 9,
+                tables: vec![DecodedTable {
+                    family: Some(Family::Ip),
+                    name: "mangle".into(),
+                    read: TableRead::Save("*mangle\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n".into()),
+                }],
+            })),
+        };
+        let c = read_rulesets(&node);
+        let names: Vec<&str> = c.ruleset.tables.iter().map(|t| &*t.name).collect();
+        assert_eq!(names, ["mangle", "nat", "filter"], "{:?}", c.tools);
+        // (Partial, not Full: the canned nat table lacks built-in chains, a fragment.)
+        assert_ne!(
+            c.ruleset.completeness,
+            plumb_ruleset::Completeness::Damaged,
+            "{:?}",
+            c.tools
+        );
     }
 
     fn canned_legacy() -> Canned {

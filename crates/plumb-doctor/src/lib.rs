@@ -27,6 +27,41 @@ pub const ID_NOT_A_NODE: &str = "not-a-kubernetes-node";
 /// Id of the finding that says no ruleset could be read, so the rules were not checked.
 pub const ID_RULESET_UNREADABLE: &str = "ruleset-unreadable";
 
+/// Id of the finding that says a ruleset read did not work (a table the node has could
+/// not be read: `nft list table` timed out, a save tool failed), so what it holds was
+/// not checked.
+pub const ID_RULESET_READ_FAILED: &str = "ruleset-read-failed";
+
+/// Whether a native nft table of this name is a Kubernetes component's: kube-proxy's
+/// nftables mode (`table ip|ip6 kube-proxy`) and Flannel's (`flannel-ipv4`,
+/// `flannel-ipv6`) name tables, not chains.
+fn is_kubernetes_nft_table(name: &str) -> bool {
+    name == "kube-proxy" || name.starts_with("flannel-ipv")
+}
+
+/// The reads of the node's rulesets that did not work (`failed`, or `missing` for a
+/// table the node was seen to have); `skipped` reads had nothing to read.
+fn failed_reads(facts: &Facts) -> impl Iterator<Item = &plumb_facts::RulesetRead> {
+    facts
+        .ruleset_reads
+        .iter()
+        .filter(|r| {
+            r.outcome.starts_with("failed")
+                || (r.outcome.starts_with("missing") && r.source.starts_with("nft list table "))
+        })
+        // The netlink read and the getsockopt read fall back to the save tools, whose
+        // outcomes are the ones judged.
+        .filter(|r| {
+            !r.source.ends_with(" getsockopt") && !r.source.starts_with("nf_tables netlink")
+        })
+}
+
+/// `FAMILY NAME` of the native table a failed read was for (plumb names the read
+/// `nft list table FAMILY NAME`).
+fn unread_nft_table(r: &plumb_facts::RulesetRead) -> Option<(&str, &str)> {
+    r.source.strip_prefix("nft list table ")?.split_once(' ')
+}
+
 /// Signs that `facts` describe a Kubernetes node; empty when there is none.
 pub fn kubernetes_signs(facts: &Facts) -> Vec<String> {
     let mut signs = Vec::new();
@@ -48,11 +83,19 @@ pub fn kubernetes_signs(facts: &Facts) -> Vec<String> {
         && let Some(t) = rs.tables.iter().find(|t| {
             // kube-proxy's nftables mode (`table ip|ip6 kube-proxy`) and Flannel's
             // (`flannel-ipv4`, `flannel-ipv6`) name tables, not chains.
-            t.backend == plumb_ruleset::Backend::Nftables
-                && (&*t.name == "kube-proxy" || t.name.starts_with("flannel-ipv"))
+            t.backend == plumb_ruleset::Backend::Nftables && is_kubernetes_nft_table(&t.name)
         })
     {
         signs.push(format!("nftables table {} {}", t.family.as_str(), t.name));
+    } else if let Some((family, name)) = failed_reads(facts)
+        .filter_map(unread_nft_table)
+        .find(|(_, name)| is_kubernetes_nft_table(name))
+    {
+        // Listed by the netlink dump, its rules not read (a timeout on a big table):
+        // still a node, whose diagnosis says what could not be read.
+        signs.push(format!(
+            "nftables table {family} {name} (its rules could not be read)"
+        ));
     }
     if let Some(p) = facts.processes.value().and_then(|ps| {
         ps.iter()
@@ -126,6 +169,8 @@ pub fn diagnose(facts: &Facts) -> Report {
             KubernetesDnat::NotJudged("no ruleset could be read".into()),
         ),
     };
+    let mut ruleset_findings = ruleset_findings;
+    ruleset_findings.extend(read_failures(facts));
     let mut ctx = Ctx {
         facts,
         ruleset_findings,
@@ -157,6 +202,51 @@ pub fn diagnose(facts: &Facts) -> Report {
         timeline: ctx.timeline,
         findings,
     }
+}
+
+/// One finding per ruleset read that did not work while others did (when none did,
+/// [`ID_RULESET_UNREADABLE`] says so): the tables it was for are not in the model, so
+/// nothing in them was checked and their absence proves nothing. The ruleset is then
+/// marked damaged by the reader, and the checks judge no absence.
+fn read_failures(facts: &Facts) -> Vec<Finding> {
+    if facts.ruleset.value().is_none() {
+        return Vec::new();
+    }
+    failed_reads(facts)
+        .map(|r| {
+            let kubernetes = unread_nft_table(r).is_some_and(|(_, n)| is_kubernetes_nft_table(n));
+            let severity = if kubernetes {
+                plumb_findings::Severity::High
+            } else {
+                plumb_findings::Severity::Medium
+            };
+            let what = if kubernetes {
+                "kube-proxy's or the CNI's rules in it were not checked"
+            } else {
+                "the rules it holds were not checked"
+            };
+            Finding::unknown(
+                ID_RULESET_READ_FAILED,
+                severity,
+                format!("could not read {}: {what}", r.source),
+            )
+            .with_evidence([plumb_findings::Evidence {
+                source: r.source.clone(),
+                line: None,
+                text: r.outcome.clone(),
+            }])
+            .explain(
+                "A table the node has was not read, so plumb cannot say what it holds; findings \
+                 that rest on a rule being absent are not made while part of the ruleset is \
+                 missing.",
+            )
+            .fix(format!(
+                "read it again when the node is less busy, or save it yourself (`{}` > \
+                 FILE) and run `plumb check FILE`",
+                r.source
+            ))
+        })
+        .collect()
 }
 
 /// plumb-check's findings about kube-proxy's own rules (its hooks, canary, chain hashes,

@@ -312,3 +312,66 @@ fn a_kube_proxy_nftables_table_is_a_sign_of_a_node() {
     // The ruleset was checked: its services without endpoints are reported.
     assert_eq!(finding(&r, "service-no-endpoints").status, Status::Problem);
 }
+
+/// A node whose kube-proxy table could not be read (`nft list table` timed out on a
+/// 10k-service node) is still a node, and doctor says what it could not read instead of
+/// "no sign of a Kubernetes node here"; with part of the ruleset missing it claims no
+/// problem. Regression: doctor answered "nothing to diagnose" with no word of the timeout.
+#[test]
+fn an_unread_kube_proxy_table_is_reported_and_still_a_sign_of_a_node() {
+    let ruleset = plumb_ruleset::Ruleset {
+        completeness: plumb_ruleset::Completeness::Damaged,
+        ..Default::default()
+    };
+    let read = |source: &str, outcome: &str| plumb_facts::RulesetRead {
+        source: source.into(),
+        outcome: outcome.into(),
+    };
+    let facts = Facts {
+        source: Some(plumb_facts::SourceInfo {
+            kind: plumb_facts::SourceKind::Namespace,
+            description: "network namespace n".into(),
+            notes: Vec::new(),
+        }),
+        ruleset: Fact::known(ruleset, "nf_tables netlink (netns n) (generation 2)"),
+        ruleset_reads: vec![
+            read("nf_tables netlink (netns n) (generation 2)", "ok"),
+            read(
+                "iptables-legacy-save",
+                "skipped: /proc/net/ip_tables_names lists no tables",
+            ),
+            read(
+                "nft list table ip kube-proxy",
+                "failed: nft: did not finish within 30s",
+            ),
+        ],
+        ..Facts::default()
+    };
+    assert_eq!(
+        plumb_doctor::kubernetes_signs(&facts),
+        ["nftables table ip kube-proxy (its rules could not be read)"]
+    );
+    let r = diagnose(&facts);
+    let unread = finding(&r, plumb_doctor::ID_RULESET_READ_FAILED);
+    assert_eq!(unread.status, Status::Unknown);
+    assert_eq!(unread.severity, plumb_findings::Severity::High);
+    assert!(
+        unread.title.contains("nft list table ip kube-proxy"),
+        "{}",
+        unread.title
+    );
+    assert_eq!(
+        unread.evidence[0].text,
+        "failed: nft: did not finish within 30s"
+    );
+    // Only that read failed: the skipped legacy read is not a failure.
+    assert_eq!(
+        r.findings
+            .iter()
+            .filter(|f| f.id == plumb_doctor::ID_RULESET_READ_FAILED)
+            .count(),
+        1
+    );
+    let problems: Vec<_> = r.findings.iter().filter(|f| f.is_problem()).collect();
+    assert!(problems.is_empty(), "{problems:#?}");
+}

@@ -49,6 +49,10 @@ pub fn run(
             /// The CNIs and the kube-proxy generation the ruleset shows, with evidence.
             inventory: &'a plumb_check::inventory::Inventory,
             findings: &'a [Finding],
+            /// How each read of a live node went (a table that could not be read, with
+            /// why: `completeness` is then `damaged`); absent for a file.
+            #[serde(skip_serializing_if = "<[_]>::is_empty")]
+            tools: &'a [plumb_collect::ToolOutcome],
         }
         output::json(&Out {
             source: &src.name,
@@ -65,6 +69,7 @@ pub fn run(
             hint: src.hint.as_deref(),
             inventory: &inventory,
             findings: &findings,
+            tools: &src.tools,
         })?;
     } else {
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -94,9 +99,7 @@ pub fn run(
         if inventory.kube_proxy.is_some() || !inventory.cnis.is_empty() {
             writeln!(out)?;
         }
-        for t in src.tools.iter().filter(|t| t.status == "failed") {
-            writeln!(out, "warning: {} failed: {}", t.tool, t.detail)?;
-        }
+        super::input::write_failed_reads(&mut out, &src.tools)?;
         out.write_all(plumb_findings::render::finding_list(&findings, style).as_bytes())?;
         let count = plumb_findings::render::problem_count(&findings);
         match parse_errors {

@@ -158,6 +158,22 @@ pub fn write_read_problems(
     writeln!(out)
 }
 
+/// Writes one warning line per read of a live node that did not work (a table the node
+/// has that is not in the model: `nft list table` timed out, a save tool failed);
+/// `skipped` reads had nothing to read. Nothing for a file.
+pub fn write_failed_reads(
+    out: &mut impl std::io::Write,
+    tools: &[plumb_collect::ToolOutcome],
+) -> std::io::Result<()> {
+    for t in tools
+        .iter()
+        .filter(|t| t.status != "ok" && t.status != "skipped")
+    {
+        writeln!(out, "warning: {} {}: {}", t.tool, t.status, t.detail)?;
+    }
+    Ok(())
+}
+
 /// Reads at most `limit + 1` bytes (one more than allowed, so that the caller can tell
 /// "too large" from "exactly the limit"), so that a stream (stdin, /dev/zero) costs at
 /// most the limit in memory.

@@ -70,7 +70,10 @@ pub fn run(
     }
     let mismatches: usize = maps.iter().map(|m| m.name_mismatches.len()).sum();
     let parse_errors = src.ruleset.error_count();
-    let verdict = if mismatches > 0 || parse_errors > 0 {
+    // A table of a live node that could not be read (`Damaged`) is a problem of what
+    // could be seen, like a line of a file that could not be read.
+    let damaged = src.ruleset.completeness == plumb_ruleset::Completeness::Damaged;
+    let verdict = if mismatches > 0 || parse_errors > 0 || damaged {
         Verdict::Problems
     } else {
         Verdict::Clean
@@ -90,6 +93,10 @@ pub fn run(
             /// Frontends Cilium's load balancer holds beside a running kube-proxy.
             #[serde(skip_serializing_if = "Option::is_none")]
             cilium_frontends: Option<usize>,
+            /// How each read of a live node went (a table that could not be read, with
+            /// why: `completeness` is then `damaged`); absent for a file.
+            #[serde(skip_serializing_if = "<[_]>::is_empty")]
+            tools: &'a [plumb_collect::ToolOutcome],
         }
         output::json(&Out {
             source: &src.name,
@@ -99,6 +106,7 @@ pub fn run(
             approximate: src.ruleset.approximate,
             maps: &maps,
             cilium_frontends: cilium_beside,
+            tools: &src.tools,
         })?;
     } else {
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -288,6 +296,15 @@ fn extras(s: &RecoveredService) -> String {
 
 fn print_human(out: &mut impl Write, src: &Source, maps: &[ServiceMap]) -> std::io::Result<()> {
     super::input::write_read_problems(out, &src.name, &src.ruleset, src.hint.as_deref())?;
+    super::input::write_failed_reads(out, &src.tools)?;
+    if maps.is_empty() && src.ruleset.completeness == plumb_ruleset::Completeness::Damaged {
+        writeln!(
+            out,
+            "{}: no kube-proxy rules in what could be read; part of the ruleset could not be read (above), so kube-proxy's may be there",
+            src.name
+        )?;
+        return Ok(());
+    }
     if maps.is_empty() {
         writeln!(
             out,

@@ -124,6 +124,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "what was read is not a Kubernetes node",
     ),
     (
+        crate::ID_RULESET_READ_FAILED,
+        "a table the node has could not be read (a timeout, a failed save tool), so what it holds was not checked",
+    ),
+    (
         crate::ID_RULESET_UNREADABLE,
         "no ruleset could be read, so kube-proxy's and the CNI's rules were not checked",
     ),
