@@ -212,12 +212,18 @@ fn native_tables(
 ) -> Result<(), String> {
     let mut text = Vec::new();
     let mut sources = Vec::new();
-    for t in read
-        .tables
-        .iter()
-        .filter(|t| t.read == crate::nft_netlink::TableRead::Native)
-    {
+    use crate::nft_netlink::TableRead;
+    for t in &read.tables {
         let family = t.family.map_or("unknown", |f| f.as_str());
+        if let TableRead::Listing(listing) = &t.read {
+            // Decoded over netlink: the text `nft list table` prints for it.
+            text.extend_from_slice(listing.as_bytes());
+            sources.push(format!("table {family} {} decoded over netlink", t.name));
+            continue;
+        }
+        if !matches!(t.read, TableRead::Native(_)) {
+            continue;
+        }
         match node.nft_list_table(family, &t.name) {
             Ok(c) => {
                 text.extend_from_slice(&c.bytes);

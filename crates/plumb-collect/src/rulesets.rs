@@ -433,12 +433,28 @@ fn read_with_netlink(node: &dyn NodeSource, read: &mut crate::nft_netlink::Read)
             .iter()
             .any(|(f, n)| t.family == Some(*f) && *n == t.name);
         match &t.read {
-            TableRead::Native => Some((t, None)),
+            TableRead::Native(why) => Some((t, Some(why.clone()))),
             TableRead::Foreign(why) => Some((t, Some(why.clone()))),
             _ if not_printed => Some((t, Some("iptables-nft-save did not print it".into()))),
             _ => None,
         }
     });
+    // Native tables decoded over netlink: nft's listing text, read as nft's is.
+    for t in &read.tables {
+        if let TableRead::Listing(text) = &t.read {
+            let family = t.family.map_or("unknown", |f| f.as_str());
+            let rs = plumb_ruleset::nft::parse_text(text);
+            let n = rs.tables.len();
+            let detail = format!(
+                "{} (generation {}): table {family} {} decoded as `nft list table` prints it",
+                read.source, read.generation, t.name
+            );
+            results.push((
+                Some(rs),
+                outcome(&format!("{family} {} netlink", t.name), "ok", detail, n),
+            ));
+        }
+    }
     for (t, why) in with_nft {
         let family = t.family.map_or("unknown", |f| f.as_str());
         let tool = format!("nft list table {family} {}", t.name);
@@ -731,7 +747,7 @@ mod tests {
                     DecodedTable {
                         family: Some(Family::Inet),
                         name: "fw".into(),
-                        read: TableRead::Native,
+                        read: TableRead::Native("a flowtable".into()),
                     },
                 ],
             })),

@@ -90,7 +90,7 @@ fn compare_in(
                 TableRead::Foreign(reason) => {
                     diffs.push(format!("{label}: {} called foreign: {reason}", t.name))
                 }
-                TableRead::Native => {}
+                TableRead::Native(_) | TableRead::Listing(_) => {}
             }
         }
     }
