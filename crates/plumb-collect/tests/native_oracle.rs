@@ -270,3 +270,74 @@ fn an_existing_namespace_equals_nft_list_table() {
     eprintln!("{ns}: {equal} tables equal; fallbacks: {fallbacks:?}");
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 }
+
+/// The small kube-proxy-shaped table the decoder's unit tests read from captured
+/// bytes (`src/nft_netlink/native/fixtures/`): a concatenated verdict map, a
+/// `meta l4proto tcp` dependency, prefixes, an anonymous interval set, a `numgen`
+/// map, affinity, `dnat`, mark arithmetic.
+const FIXTURE_TABLE: &str = r#"table ip kube-proxy {
+	comment "rules for kube-proxy"
+	set aff {
+		type ipv4_addr
+		size 65535
+		flags dynamic,timeout
+		timeout 3h
+	}
+	map service-ips {
+		type ipv4_addr . inet_proto . inet_service : verdict
+		elements = { 10.43.8.0 . tcp . 5432 comment "a/b:p" : goto svc, 198.18.3.4 . udp . 53 : drop }
+	}
+	chain svc {
+		ip daddr 10.43.0.1 tcp dport 443 ip saddr != 10.42.0.0/16 jump mark-for-masquerade
+		ip saddr @aff goto ep
+		numgen random mod 2 vmap { 0 : goto ep, 1 : goto ep }
+	}
+	chain ep {
+		update @aff { ip saddr }
+		meta l4proto tcp dnat to 10.42.0.5:8080
+	}
+	chain mark-for-masquerade {
+		meta mark set meta mark | 0x00004000
+	}
+	chain pre {
+		type nat hook prerouting priority dstnat - 10; policy accept;
+		ct state new ip daddr . meta l4proto . th dport vmap @service-ips
+		meta mark & 0x00004000 == 0x00000000 ip saddr != { 192.168.122.0/24, 203.0.113.3 } drop comment "fw"
+		fib saddr type local ip saddr 10.0.0.0/9 jump mark-for-masquerade
+	}
+}
+"#;
+
+/// Manual (ignored): captures the dump of [`FIXTURE_TABLE`] as framed netlink
+/// messages, and nft's listing of it, into `PLUMB_NATIVE_FIXTURES` (a directory).
+#[test]
+#[ignore]
+fn write_fixtures() {
+    let Ok(dir) = std::env::var("PLUMB_NATIVE_FIXTURES") else {
+        eprintln!("PLUMB_NATIVE_FIXTURES not set");
+        return;
+    };
+    let ns = Netns::create("plumb-native-oracle").expect("netns");
+    let (ok, _, err) = ns
+        .exec("nft", &["-f", "-"], Some(FIXTURE_TABLE))
+        .expect("nft");
+    assert!(ok, "{err}");
+    let opts = plumb_os::nftables::DumpOptions {
+        sets: true,
+        elements: true,
+        deadline: None,
+    };
+    let mut bytes = Vec::new();
+    plumb_os::nftables::dump_ruleset(Some(ns.name()), &opts, &mut |m| match m {
+        Some(m) => bytes.extend(plumb_os::netlink::build::message(
+            m.kind, m.flags, m.payload,
+        )),
+        None => bytes.clear(),
+    })
+    .expect("dump");
+    let (_, listing, _) = ns
+        .exec("nft", &["list", "table", "ip", "kube-proxy"], None)
+        .expect("nft");
+    std::fs::write(format!("{dir}/kube-proxy.bin"), bytes).expect("write");
+    std::fs::write(format!("{dir}/kube-proxy.nft"), listing).expect("write");
+}

@@ -261,7 +261,7 @@ pub(super) fn table_text(t: &super::TableAcc) -> Result<String, String> {
 }
 
 #[cfg(test)]
-mod tests {
+mod priority_tests {
     use super::*;
 
     #[test]
@@ -276,3 +276,6 @@ mod tests {
         assert_eq!(priority_text(2, -160), "mangle - 10");
     }
 }
+
+#[cfg(test)]
+mod tests;
