@@ -341,3 +341,77 @@ fn write_fixtures() {
     std::fs::write(format!("{dir}/kube-proxy.bin"), bytes).expect("write");
     std::fs::write(format!("{dir}/kube-proxy.nft"), listing).expect("write");
 }
+
+/// Through the live reader: kube-proxy's nftables-mode table is read from the netlink
+/// dump, not with nft (the tool outcome says so), and a native table with what the
+/// decoder does not print (a named counter object) is read with `nft list table`,
+/// the outcome saying why.
+#[test]
+fn the_live_reader_decodes_kube_proxy_and_falls_back_with_a_reason() {
+    if !plumb_testkit::privileged(&["nft"]) {
+        return;
+    }
+    let ns = Netns::create("plumb-native-oracle").expect("netns");
+    let other = "table inet other {\n\tcounter hits {\n\t}\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n\t\ttcp dport 22 counter name \"hits\" accept\n\t}\n}\n";
+    for text in [FIXTURE_TABLE, other] {
+        let (ok, _, err) = ns.exec("nft", &["-f", "-"], Some(text)).expect("nft");
+        assert!(ok, "{err}");
+    }
+    let runner = plumb_os::runner::SystemRunner;
+    let live = plumb_collect::collect_live_rulesets(&runner, Some(ns.name()));
+    let kube = live
+        .tools
+        .iter()
+        .find(|t| t.tool == "ip kube-proxy netlink")
+        .unwrap_or_else(|| panic!("{:?}", live.tools));
+    assert_eq!(kube.status, "ok");
+    assert!(kube.detail.contains("decoded"), "{}", kube.detail);
+    assert!(
+        !live
+            .tools
+            .iter()
+            .any(|t| t.tool == "nft list table ip kube-proxy"),
+        "{:?}",
+        live.tools
+    );
+    let fallback = live
+        .tools
+        .iter()
+        .find(|t| t.tool == "nft list table inet other")
+        .unwrap_or_else(|| panic!("{:?}", live.tools));
+    assert_eq!(fallback.status, "ok");
+    assert!(
+        fallback
+            .detail
+            .contains("read with nft: stateful objects not decoded"),
+        "{}",
+        fallback.detail
+    );
+    // Both tables are in the model, the decoded one as nft's listing reads.
+    let names: Vec<&str> = live.ruleset.tables.iter().map(|t| &*t.name).collect();
+    assert!(
+        names.contains(&"kube-proxy") && names.contains(&"other"),
+        "{names:?}"
+    );
+    let (_, want, _) = ns
+        .exec("nft", &["list", "table", "ip", "kube-proxy"], None)
+        .expect("nft");
+    let expected = plumb_ruleset::nft::parse_text(&want);
+    let kp = live
+        .ruleset
+        .tables
+        .iter()
+        .find(|t| &*t.name == "kube-proxy")
+        .expect("kube-proxy");
+    let rules = |t: &plumb_ruleset::Table| -> Vec<String> {
+        t.chains
+            .iter()
+            .flat_map(|c| c.rules.iter().map(|r| r.text.to_string()))
+            .collect()
+    };
+    assert_eq!(rules(kp), rules(&expected.tables[0]));
+    assert_eq!(
+        plumb_kubeproxy::recover::recover(&live.ruleset).len(),
+        plumb_kubeproxy::recover::recover(&expected).len()
+    );
+}
