@@ -1138,9 +1138,16 @@ pub fn read(
         elements: true,
         deadline,
     };
-    // Each worker locks only its own decoder: never contended.
+    // Each worker locks its own decoder, except for set elements: those go to the
+    // decoder that has the sets (worker 0's), whichever worker dumped them (the
+    // kernel's time finding each set dwarfs the lock's).
     let generation = plumb_os::nftables::dump_ruleset_split(netns, &opts, workers, &|w, m| {
-        let Some(d) = decoders.get(w) else { return };
+        let element = m
+            .as_ref()
+            .is_some_and(|m| m.kind == (SUBSYS_NFTABLES << 8) | msg::NEWSETELEM);
+        let Some(d) = decoders.get(if element { 0 } else { w }) else {
+            return;
+        };
         let mut d = d.lock().unwrap_or_else(|p| p.into_inner());
         match m {
             Some(m) => d.push(&m),
