@@ -3,8 +3,10 @@
 //!
 //! A live node that reads nf_tables over netlink ([`crate::nft_netlink`]) gets its
 //! iptables-nft tables translated from the kernel's messages, the save tool only for a
-//! table the translation cannot give exactly, and each native table from `nft list
-//! table`; every such choice is in the tool outcomes, with why.
+//! table the translation cannot give exactly, and each native table decoded into the
+//! text `nft list table` prints for it, `nft list table` itself only for a native
+//! table the decoder cannot give exactly; every such choice is in the tool outcomes,
+//! with why.
 //!
 //! A live node that reads its legacy tables through getsockopt ([`crate::xt_legacy`])
 //! gets them translated from the kernel's entries, the save tool only for a table the
@@ -404,8 +406,8 @@ fn netlink_family(
 }
 
 /// Reads a live node through its netlink read: iptables-nft tables translated (the
-/// save tool for what could not be), native tables with `nft list table` each, legacy
-/// tables with their save tools as always.
+/// save tool for what could not be), native tables decoded (`nft list table` for what
+/// could not be), legacy tables through getsockopt or their save tools.
 fn read_with_netlink(node: &dyn NodeSource, read: &mut crate::nft_netlink::Read) -> Collected {
     let (mut results, not_saved): (Vec<ToolRead>, Vec<(Family, String)>) =
         std::thread::scope(|s| {
