@@ -202,8 +202,9 @@ impl Stage {
     }
 }
 
-/// The native nf_tables tables of a netlink read, each listed with `nft list table`,
-/// as the bundle's `nft list ruleset` entry (the listings one after the other).
+/// The native nf_tables tables of a netlink read as the bundle's `nft list ruleset`
+/// entry, one after the other: each as decoded over netlink (the text `nft list
+/// table` prints), or listed with `nft list table` where the decoder fell back.
 fn native_tables(
     node: &dyn NodeSource,
     read: &crate::nft_netlink::Read,
