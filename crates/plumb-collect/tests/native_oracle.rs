@@ -228,6 +228,17 @@ fn corpus_nft_listings_decode_exactly_or_fall_back() {
     files.sort();
     assert!(!files.is_empty(), "no corpus");
     let (mut diffs, mut loaded) = (Vec::new(), 0);
+    // Common basics beside the corpus (a host firewall's kind of rules): decoded
+    // exactly or fallen back, never another text.
+    let basics = "table inet basics {\n\tchain input {\n\t\ttype filter hook input priority filter; policy drop;\n\t\tct state established,related accept\n\t\tct state invalid drop\n\t\tiifname \"lo\" accept\n\t\ttcp dport 22 counter accept\n\t\tudp dport 53 accept\n\t\ttcp dport { 80, 443 } accept\n\t\tip saddr 192.0.2.0/24 log prefix \"x \" drop\n\t\tlimit rate 10/second accept\n\t}\n}\ntable ip basics4 {\n\tchain forward {\n\t\ttype filter hook forward priority filter + 5; policy accept;\n\t\tct state established,related accept\n\t\toifname \"eth0\" ip daddr 10.0.0.0/8 drop\n\t\tip daddr 10.1.2.3 tcp dport 8080 counter packets 0 bytes 0 accept\n\t}\n}\n";
+    match load_and_compare("basics", basics) {
+        Ok((equal, fallbacks, d)) => {
+            eprintln!("basics: {equal} tables equal; fallbacks: {fallbacks:?}");
+            assert!(equal >= 1, "basics: {fallbacks:?} {d:?}");
+            diffs.extend(d);
+        }
+        Err(e) => panic!("{e}"),
+    }
     for f in &files {
         let label = f
             .file_name()
