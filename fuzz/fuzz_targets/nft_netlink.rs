@@ -1,6 +1,7 @@
 //! Fuzz target: the live reader's nf_tables netlink decoder (messages as the kernel's
 //! dumps give them) must never panic; whatever it translates must read back through
-//! the iptables-save reader without panicking either.
+//! the iptables-save reader (iptables-nft tables) or the nft reader (native tables,
+//! decoded into `nft list table`'s text) without panicking either.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -10,9 +11,15 @@ fuzz_target!(|data: &[u8]| {
     let mut d = Decoder::new();
     d.push_bytes(data);
     for t in d.finish() {
-        if let TableRead::Save(text) = t.read {
-            let input = plumb_ruleset::iptables::save::IptablesInput::default();
-            let _ = plumb_ruleset::iptables::save::parse(&text, &input);
+        match t.read {
+            TableRead::Save(text) => {
+                let input = plumb_ruleset::iptables::save::IptablesInput::default();
+                let _ = plumb_ruleset::iptables::save::parse(&text, &input);
+            }
+            TableRead::Listing(text) => {
+                let _ = plumb_ruleset::nft::parse_text(&text);
+            }
+            _ => {}
         }
     }
 });

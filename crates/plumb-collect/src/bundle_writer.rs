@@ -202,8 +202,9 @@ impl Stage {
     }
 }
 
-/// The native nf_tables tables of a netlink read, each listed with `nft list table`,
-/// as the bundle's `nft list ruleset` entry (the listings one after the other).
+/// The native nf_tables tables of a netlink read as the bundle's `nft list ruleset`
+/// entry, one after the other: each as decoded over netlink (the text `nft list
+/// table` prints), or listed with `nft list table` where the decoder fell back.
 fn native_tables(
     node: &dyn NodeSource,
     read: &crate::nft_netlink::Read,
@@ -212,12 +213,18 @@ fn native_tables(
 ) -> Result<(), String> {
     let mut text = Vec::new();
     let mut sources = Vec::new();
-    for t in read
-        .tables
-        .iter()
-        .filter(|t| t.read == crate::nft_netlink::TableRead::Native)
-    {
+    use crate::nft_netlink::TableRead;
+    for t in &read.tables {
         let family = t.family.map_or("unknown", |f| f.as_str());
+        if let TableRead::Listing(listing) = &t.read {
+            // Decoded over netlink: the text `nft list table` prints for it.
+            text.extend_from_slice(listing.as_bytes());
+            sources.push(format!("table {family} {} decoded over netlink", t.name));
+            continue;
+        }
+        if !matches!(t.read, TableRead::Native(_)) {
+            continue;
+        }
         match node.nft_list_table(family, &t.name) {
             Ok(c) => {
                 text.extend_from_slice(&c.bytes);

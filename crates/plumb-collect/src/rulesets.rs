@@ -3,8 +3,10 @@
 //!
 //! A live node that reads nf_tables over netlink ([`crate::nft_netlink`]) gets its
 //! iptables-nft tables translated from the kernel's messages, the save tool only for a
-//! table the translation cannot give exactly, and each native table from `nft list
-//! table`; every such choice is in the tool outcomes, with why.
+//! table the translation cannot give exactly, and each native table decoded into the
+//! text `nft list table` prints for it, `nft list table` itself only for a native
+//! table the decoder cannot give exactly; every such choice is in the tool outcomes,
+//! with why.
 //!
 //! A live node that reads its legacy tables through getsockopt ([`crate::xt_legacy`])
 //! gets them translated from the kernel's entries, the save tool only for a table the
@@ -404,8 +406,8 @@ fn netlink_family(
 }
 
 /// Reads a live node through its netlink read: iptables-nft tables translated (the
-/// save tool for what could not be), native tables with `nft list table` each, legacy
-/// tables with their save tools as always.
+/// save tool for what could not be), native tables decoded (`nft list table` for what
+/// could not be), legacy tables through getsockopt or their save tools.
 fn read_with_netlink(node: &dyn NodeSource, read: &mut crate::nft_netlink::Read) -> Collected {
     let (mut results, not_saved): (Vec<ToolRead>, Vec<(Family, String)>) =
         std::thread::scope(|s| {
@@ -433,12 +435,28 @@ fn read_with_netlink(node: &dyn NodeSource, read: &mut crate::nft_netlink::Read)
             .iter()
             .any(|(f, n)| t.family == Some(*f) && *n == t.name);
         match &t.read {
-            TableRead::Native => Some((t, None)),
+            TableRead::Native(why) => Some((t, Some(why.clone()))),
             TableRead::Foreign(why) => Some((t, Some(why.clone()))),
             _ if not_printed => Some((t, Some("iptables-nft-save did not print it".into()))),
             _ => None,
         }
     });
+    // Native tables decoded over netlink: nft's listing text, read as nft's is.
+    for t in &read.tables {
+        if let TableRead::Listing(text) = &t.read {
+            let family = t.family.map_or("unknown", |f| f.as_str());
+            let rs = plumb_ruleset::nft::parse_text(text);
+            let n = rs.tables.len();
+            let detail = format!(
+                "{} (generation {}): table {family} {} decoded as `nft list table` prints it",
+                read.source, read.generation, t.name
+            );
+            results.push((
+                Some(rs),
+                outcome(&format!("{family} {} netlink", t.name), "ok", detail, n),
+            ));
+        }
+    }
     for (t, why) in with_nft {
         let family = t.family.map_or("unknown", |f| f.as_str());
         let tool = format!("nft list table {family} {}", t.name);
@@ -747,7 +765,7 @@ mod tests {
                     DecodedTable {
                         family: Some(Family::Inet),
                         name: "fw".into(),
-                        read: TableRead::Native,
+                        read: TableRead::Native("a flowtable".into()),
                     },
                 ],
             })),

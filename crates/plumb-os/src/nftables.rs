@@ -324,44 +324,71 @@ impl Requester {
 
     /// With `opts.sets` (or `elements`): sets, their elements, objects, flowtables.
     pub fn sets(&mut self, opts: &DumpOptions, on: &mut dyn FnMut(Message<'_>)) -> io::Result<()> {
-        let all = libc::AF_UNSPEC as u8;
         if opts.sets || opts.elements {
-            let mut sets: Vec<(u8, String, String)> = Vec::new();
-            self.request(msg::GETSET, true, all, &[], &mut |m| {
-                if let Some((family, attrs)) = split(&m)
-                    && let (Some(t), Some(s)) = (
-                        attr_str(attrs, NFTA_SET_TABLE),
-                        attr_str(attrs, NFTA_SET_NAME),
-                    )
-                {
-                    sets.push((family, t, s));
-                }
-                on(m);
-            })?;
+            let sets = self.set_list(on)?;
             if opts.elements {
-                for (family, table, set) in &sets {
-                    let filter = [
-                        netlink::build::str_attr(NFTA_SET_ELEM_LIST_TABLE, table),
-                        netlink::build::str_attr(NFTA_SET_ELEM_LIST_SET, set),
-                    ]
-                    .concat();
-                    match self.request(msg::GETSETELEM, true, *family, &[filter], on) {
-                        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-                        r => r?,
-                    }
-                }
+                let all: Vec<&SetId> = sets.iter().collect();
+                self.elements_of(&all, on)?;
             }
-            for kind in [msg::GETOBJ, msg::GETFLOWTABLE] {
-                match self.request(kind, true, all, &[], on) {
-                    // Kernels without objects or flowtables: nothing to read.
-                    Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {}
-                    r => r?,
-                }
+            self.objects(on)?;
+        }
+        Ok(())
+    }
+
+    /// Every set; gives each as (family, table, name).
+    pub fn set_list(&mut self, on: &mut dyn FnMut(Message<'_>)) -> io::Result<Vec<SetId>> {
+        let all = libc::AF_UNSPEC as u8;
+        let mut sets: Vec<SetId> = Vec::new();
+        self.request(msg::GETSET, true, all, &[], &mut |m| {
+            if let Some((family, attrs)) = split(&m)
+                && let (Some(t), Some(s)) = (
+                    attr_str(attrs, NFTA_SET_TABLE),
+                    attr_str(attrs, NFTA_SET_NAME),
+                )
+            {
+                sets.push((family, t, s));
+            }
+            on(m);
+        })?;
+        Ok(sets)
+    }
+
+    /// The elements of each set, one dump per set (a set gone meanwhile: none).
+    pub fn elements_of(
+        &mut self,
+        sets: &[&SetId],
+        on: &mut dyn FnMut(Message<'_>),
+    ) -> io::Result<()> {
+        for (family, table, set) in sets {
+            let filter = [
+                netlink::build::str_attr(NFTA_SET_ELEM_LIST_TABLE, table),
+                netlink::build::str_attr(NFTA_SET_ELEM_LIST_SET, set),
+            ]
+            .concat();
+            match self.request(msg::GETSETELEM, true, *family, &[filter], on) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                r => r?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Stateful objects and flowtables.
+    pub fn objects(&mut self, on: &mut dyn FnMut(Message<'_>)) -> io::Result<()> {
+        let all = libc::AF_UNSPEC as u8;
+        for kind in [msg::GETOBJ, msg::GETFLOWTABLE] {
+            match self.request(kind, true, all, &[], on) {
+                // Kernels without objects or flowtables: nothing to read.
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {}
+                r => r?,
             }
         }
         Ok(())
     }
 }
+
+/// A set: (family, table, name).
+pub type SetId = (u8, String, String);
 
 /// Packets and bytes of a `counter` expression or of a chain's policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -547,8 +574,9 @@ pub fn generation(netns: Option<&str>, deadline: Option<Instant>) -> io::Result<
 /// Like [`dump_ruleset`] with the rule dumps shared by `workers` threads, each with
 /// its own socket and a contiguous share of the chains (so each chain's rules come in
 /// order from one worker). `on(worker, message)` is called from that worker's thread;
-/// tables and chains (and restarts, as `None`) go to every worker; sets, elements,
-/// objects and flowtables to worker 0. Read-only.
+/// tables and chains (and restarts, as `None`) go to every worker; sets, objects and
+/// flowtables to worker 0; set elements to the worker that dumped them (the sets are
+/// shared among the workers too). Read-only.
 pub fn dump_ruleset_split(
     netns: Option<&str>,
     opts: &DumpOptions,
@@ -588,7 +616,38 @@ pub fn dump_ruleset_split(
                 });
                 mine.and(theirs)
             })?;
-            main.sets(opts, &mut |m| on(0, Some(m)))
+            if !(opts.sets || opts.elements) {
+                return Ok(());
+            }
+            let sets = main.set_list(&mut |m| on(0, Some(m)))?;
+            if opts.elements {
+                // One dump per set, and the kernel finds each set by walking the
+                // table's list of sets: with 10k anonymous maps that walk is most of
+                // the time, shared here by the workers (sets dealt in turn, so each
+                // gets early and late ones alike).
+                let n = others.len() + 1;
+                let shares: Vec<Vec<&SetId>> = (0..n)
+                    .map(|w| sets.iter().skip(w).step_by(n).collect())
+                    .collect();
+                std::thread::scope(|s| {
+                    let handles: Vec<_> = others
+                        .iter_mut()
+                        .zip(shares.iter().skip(1))
+                        .enumerate()
+                        .map(|(i, (r, part))| {
+                            s.spawn(move || r.elements_of(part, &mut |m| on(i + 1, Some(m))))
+                        })
+                        .collect();
+                    let first = shares.first().map_or(&[][..], Vec::as_slice);
+                    let mine = main.elements_of(first, &mut |m| on(0, Some(m)));
+                    let theirs = handles.into_iter().try_for_each(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err(io::Error::other("dump thread panicked")))
+                    });
+                    mine.and(theirs)
+                })?;
+            }
+            main.objects(&mut |m| on(0, Some(m)))
         })();
         match attempt_result {
             Ok(()) if main.generation()? == before => return Ok(before),

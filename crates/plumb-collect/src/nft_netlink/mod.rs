@@ -14,9 +14,13 @@
 //! flag not decoded exactly — makes that *table* [`TableRead::Fallback`] with the
 //! reason, and the caller reads it with the save tool: a rule is never guessed.
 //!
-//! Native nf_tables tables (kube-proxy's nftables mode, firewalld, ...) are
-//! [`TableRead::Native`]: the caller reads each with `nft list table`.
+//! Native nf_tables tables (kube-proxy's nftables mode, flannel, firewalld, ...) are
+//! decoded by `native` into the text `nft list table` prints for them
+//! ([`TableRead::Listing`]), read by plumb-ruleset's nft reader; a native table with
+//! anything not decoded exactly is [`TableRead::Native`] with the reason, and the
+//! caller reads it with `nft list table`.
 
+pub(crate) mod native;
 pub(crate) mod xt;
 
 use plumb_os::netlink::{self, Attr, Message};
@@ -34,8 +38,12 @@ pub enum TableRead {
     /// An iptables-nft table with something not decoded exactly: read it with the save
     /// tool; the reason names what.
     Fallback(String),
-    /// A native nf_tables table: read it with `nft list table`.
-    Native,
+    /// A native nf_tables table, decoded: the text `nft list table FAMILY NAME`
+    /// prints for it.
+    Listing(String),
+    /// A native nf_tables table with something not decoded exactly: read it with
+    /// `nft list table`; the reason names what.
+    Native(String),
     /// A table with an iptables name holding what iptables-nft never writes (sets, a
     /// native expression such as `lookup`): read it with `nft list table`, because
     /// `iptables-nft-save` prints such rules without the parts it does not know
@@ -83,6 +91,8 @@ struct TableAcc {
     fallback: Option<String>,
     /// What in it iptables-nft never writes (the first found).
     foreign: Option<String>,
+    /// A native table's comment, sets and reasons not to decode it.
+    native: native::NativeTable,
 }
 
 #[derive(Debug, Default)]
@@ -93,6 +103,8 @@ struct ChainAcc {
     /// The chain's rule lines, `-A CHAIN ...\n` each (one buffer: a 10k-service
     /// ruleset has 170k rules).
     rules: String,
+    /// A native table's chain: its type, comment and raw rules.
+    native: Option<native::NativeChain>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -187,9 +199,24 @@ impl Decoder {
             if t.fallback.is_none() {
                 t.fallback = o.fallback;
             }
-            for c in o.chains.into_iter().filter(|c| !c.rules.is_empty()) {
+            if t.native.unsupported.is_none() {
+                t.native.unsupported = o.native.unsupported;
+            }
+            let has_rules = |c: &ChainAcc| {
+                !c.rules.is_empty() || c.native.as_ref().is_some_and(|n| !n.rules.is_empty())
+            };
+            for c in o.chains.into_iter().filter(has_rules) {
                 match t.chain_index.get(&c.name) {
-                    Some(&i) => t.chains[i].rules.push_str(&c.rules),
+                    Some(&i) => {
+                        let mine = &mut t.chains[i];
+                        mine.rules.push_str(&c.rules);
+                        if let (Some(m), Some(theirs)) = (mine.native.as_mut(), c.native) {
+                            m.rules.extend(theirs.rules);
+                            if m.unsupported.is_none() {
+                                m.unsupported = theirs.unsupported;
+                            }
+                        }
+                    }
                     None => {
                         t.fallback.get_or_insert_with(|| {
                             format!("rules of chain {} not in the chain dump", c.name)
@@ -212,6 +239,7 @@ impl Decoder {
                     chain_index: HashMap::new(),
                     fallback: None,
                     foreign: None,
+                    native: native::NativeTable::default(),
                 });
                 self.index.insert(key, self.tables.len() - 1);
                 self.tables.len() - 1
@@ -236,7 +264,10 @@ impl Decoder {
             msg::NEWTABLE => {
                 let a = by_kind::<2>(body);
                 if let Some(name) = a[1].map(|x| x.string()) {
-                    self.table_mut(family, &name);
+                    let t = self.table_mut(family, &name);
+                    if !is_xt_table(family, &name) {
+                        t.native.push_table(body);
+                    }
                 }
             }
             msg::NEWCHAIN => self.push_chain(family, body),
@@ -246,8 +277,25 @@ impl Decoder {
                 let a = by_kind::<2>(body);
                 if let Some(table) = a[1].map(|x| x.string()) {
                     let t = self.table_mut(family, &table);
-                    t.foreign
-                        .get_or_insert_with(|| "it holds sets, objects or flowtables".into());
+                    if is_xt_table(family, &table) {
+                        t.foreign
+                            .get_or_insert_with(|| "it holds sets, objects or flowtables".into());
+                    } else {
+                        match m.kind & 0xff {
+                            msg::NEWSET => t.native.push_set(body),
+                            msg::NEWSETELEM => t.native.push_elements(body),
+                            msg::NEWOBJ => {
+                                t.native
+                                    .unsupported
+                                    .get_or_insert_with(|| "stateful objects not decoded".into());
+                            }
+                            _ => {
+                                t.native
+                                    .unsupported
+                                    .get_or_insert_with(|| "flowtables not decoded".into());
+                            }
+                        }
+                    }
                 }
             }
             _ => {}
@@ -257,10 +305,12 @@ impl Decoder {
     fn push_chain(&mut self, family: u8, body: &[u8]) {
         // NFTA_CHAIN_TABLE 1, NAME 3, HOOK 4 {HOOK_NUM 1, PRIORITY 2}, POLICY 5,
         // TYPE 7, COUNTERS 8 {BYTES 1, PACKETS 2}.
-        let a = by_kind::<9>(body);
+        let a = by_kind::<13>(body);
         let (Some(table), Some(name)) = (a[1].map(|x| x.string()), a[3].map(|x| x.string())) else {
             return;
         };
+        let native_chain =
+            (!is_xt_table(family, &table)).then(|| native::NativeChain::from_attrs(&a));
         let t = self.table_mut(family, &table);
         let base = a[4].map(|hook| {
             let h = by_kind::<3>(hook.value);
@@ -308,13 +358,19 @@ impl Decoder {
             }
         }
         match t.chain_index.get(&name) {
-            Some(&i) => t.chains[i].base = base,
+            Some(&i) => {
+                t.chains[i].base = base;
+                if t.chains[i].native.is_none() {
+                    t.chains[i].native = native_chain;
+                }
+            }
             None => {
                 t.chain_index.insert(name.clone(), t.chains.len());
                 t.chains.push(ChainAcc {
                     name,
                     base,
                     rules: String::new(),
+                    native: native_chain,
                 });
             }
         }
@@ -329,7 +385,24 @@ impl Decoder {
             return;
         };
         let t = self.table_mut(family, &table);
-        if !is_xt_table(family, &t.name) || t.foreign.is_some() {
+        if !is_xt_table(family, &t.name) {
+            // Decoded when the whole dump (with the sets) is read.
+            let raw = body.to_vec().into_boxed_slice();
+            match t
+                .chain_index
+                .get(&chain)
+                .and_then(|&i| t.chains[i].native.as_mut())
+            {
+                Some(c) => c.rules.push(raw),
+                None => {
+                    t.native.unsupported.get_or_insert_with(|| {
+                        format!("a rule of chain {chain} came before the chain")
+                    });
+                }
+            }
+            return;
+        }
+        if t.foreign.is_some() {
             return;
         }
         if let Some(name) = a[4].and_then(foreign_expression) {
@@ -376,7 +449,10 @@ impl Decoder {
             .map(|t| {
                 let family = family_of(t.family);
                 let read = if !is_xt_table(t.family, &t.name) {
-                    TableRead::Native
+                    match native::table_text(&t) {
+                        Ok(text) => TableRead::Listing(text),
+                        Err(why) => TableRead::Native(why),
+                    }
                 } else if let Some(reason) = t.foreign {
                     TableRead::Foreign(reason)
                 } else if let Some(reason) = t.fallback {
@@ -1059,12 +1135,19 @@ pub fn read(
         .collect();
     let opts = plumb_os::nftables::DumpOptions {
         sets: true,
-        elements: false,
+        elements: true,
         deadline,
     };
-    // Each worker locks only its own decoder: never contended.
+    // Each worker locks its own decoder, except for set elements: those go to the
+    // decoder that has the sets (worker 0's), whichever worker dumped them (the
+    // kernel's time finding each set dwarfs the lock's).
     let generation = plumb_os::nftables::dump_ruleset_split(netns, &opts, workers, &|w, m| {
-        let Some(d) = decoders.get(w) else { return };
+        let element = m
+            .as_ref()
+            .is_some_and(|m| m.kind == (SUBSYS_NFTABLES << 8) | msg::NEWSETELEM);
+        let Some(d) = decoders.get(if element { 0 } else { w }) else {
+            return;
+        };
         let mut d = d.lock().unwrap_or_else(|p| p.into_inner());
         match m {
             Some(m) => d.push(&m),

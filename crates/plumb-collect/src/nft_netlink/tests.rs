@@ -185,9 +185,12 @@ fn a_comment_match_is_quoted_as_iptables_save_quotes_it() {
 }
 
 #[test]
-fn native_tables_are_left_to_nft() {
+fn an_empty_native_table_is_listed_as_nft_lists_it() {
     let bytes = nfmsg(msg::NEWTABLE, 1, &[str_attr(1, "kube-proxy")]);
-    assert_eq!(read(&bytes)[0].read, TableRead::Native);
+    assert_eq!(
+        read(&bytes)[0].read,
+        TableRead::Listing("table inet kube-proxy {\n}\n".into())
+    );
 }
 
 #[test]

@@ -1,0 +1,358 @@
+//! How a value of an nft datatype prints in `nft list` (nft 1.0.6, numeric ports and
+//! no name lookups but for protocols), and how nft orders a set's elements: the
+//! datatypes kube-proxy's nftables mode uses, and `None` for any other (the table then
+//! falls back to `nft list table`).
+
+use std::cmp::Ordering;
+use std::fmt::Write as _;
+
+/// A datatype by nft's number (`enum datatypes` in nftables' `datatype.h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Datatype {
+    /// 1: `verdict` (map data only).
+    Verdict,
+    /// 4: `integer`, host byte order (a `numgen` result).
+    Integer,
+    /// 7: `ipv4_addr`.
+    Ipv4Addr,
+    /// 8: `ipv6_addr`.
+    Ipv6Addr,
+    /// 12: `inet_proto`.
+    InetProto,
+    /// 13: `inet_service` (a port), network byte order.
+    InetService,
+    /// 19: `mark`, host byte order.
+    Mark,
+    /// 26: `ct_state`, a bitmask in host byte order.
+    CtState,
+    /// 38: `fib_addrtype`, host byte order.
+    FibAddrType,
+    /// 41: `ifname`.
+    Ifname,
+}
+
+/// Bits of one component in a concatenation's type number (`TYPE_BITS`).
+const TYPE_BITS: u32 = 6;
+
+impl Datatype {
+    /// The datatype of nft number `n`.
+    pub fn from_number(n: u32) -> Option<Datatype> {
+        Some(match n {
+            1 => Datatype::Verdict,
+            4 => Datatype::Integer,
+            7 => Datatype::Ipv4Addr,
+            8 => Datatype::Ipv6Addr,
+            12 => Datatype::InetProto,
+            13 => Datatype::InetService,
+            19 => Datatype::Mark,
+            26 => Datatype::CtState,
+            38 => Datatype::FibAddrType,
+            41 => Datatype::Ifname,
+            _ => return None,
+        })
+    }
+
+    /// The name `type` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Datatype::Verdict => "verdict",
+            Datatype::Integer => "integer",
+            Datatype::Ipv4Addr => "ipv4_addr",
+            Datatype::Ipv6Addr => "ipv6_addr",
+            Datatype::InetProto => "inet_proto",
+            Datatype::InetService => "inet_service",
+            Datatype::Mark => "mark",
+            Datatype::CtState => "ct_state",
+            Datatype::FibAddrType => "fib_addrtype",
+            Datatype::Ifname => "ifname",
+        }
+    }
+
+    /// Bytes of a value (`None`: as long as the set key says, for `integer`).
+    pub fn len(self) -> Option<usize> {
+        match self {
+            Datatype::Verdict | Datatype::Integer => None,
+            Datatype::Ipv4Addr | Datatype::Mark | Datatype::CtState | Datatype::FibAddrType => {
+                Some(4)
+            }
+            Datatype::Ipv6Addr | Datatype::Ifname => Some(16),
+            Datatype::InetProto => Some(1),
+            Datatype::InetService => Some(2),
+        }
+    }
+
+    /// Whether values are in network byte order (compared so when nft sorts them).
+    fn big_endian(self) -> bool {
+        matches!(
+            self,
+            Datatype::Ipv4Addr | Datatype::Ipv6Addr | Datatype::InetService | Datatype::Ifname
+        )
+    }
+
+    /// How many elements of a named set of this key type `elements = { }` prints on
+    /// a line (nft's `calculate_delim`); 1 for any other type.
+    pub fn per_line(self) -> usize {
+        match self {
+            Datatype::Integer | Datatype::InetProto | Datatype::InetService | Datatype::Mark => 5,
+            Datatype::Ipv4Addr | Datatype::CtState => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// The components of a (concatenated) key type number, first component first.
+pub fn components(mut n: u32) -> Option<Vec<Datatype>> {
+    let mut out = Vec::new();
+    while n != 0 {
+        out.push(Datatype::from_number(n & ((1 << TYPE_BITS) - 1))?);
+        n >>= TYPE_BITS;
+        if out.len() > 8 {
+            return None;
+        }
+    }
+    out.reverse();
+    (!out.is_empty()).then_some(out)
+}
+
+/// The text of value `v` of type `t`, or `None` when it is not decoded exactly.
+pub fn value_text(t: Datatype, v: &[u8]) -> Option<String> {
+    match t {
+        Datatype::Ipv4Addr => {
+            let [a, b, c, d] = v else { return None };
+            Some(format!("{a}.{b}.{c}.{d}"))
+        }
+        Datatype::Ipv6Addr => ipv6_text(v),
+        Datatype::InetProto => {
+            let [p] = v else { return None };
+            Some(proto_name(*p).map_or_else(|| p.to_string(), str::to_string))
+        }
+        Datatype::InetService => {
+            let [a, b] = v else { return None };
+            Some(u16::from_be_bytes([*a, *b]).to_string())
+        }
+        Datatype::Mark => Some(format!("0x{:08x}", u32_ne(v)?)),
+        Datatype::Integer => match v.len() {
+            4 => Some(u32_ne(v)?.to_string()),
+            1 => Some(v[0].to_string()),
+            _ => None,
+        },
+        Datatype::CtState => ct_state_text(u32_ne(v)?),
+        Datatype::FibAddrType => {
+            let names = [
+                "unspec",
+                "unicast",
+                "local",
+                "broadcast",
+                "anycast",
+                "multicast",
+                "blackhole",
+                "unreachable",
+                "prohibit",
+            ];
+            names
+                .get(usize::try_from(u32_ne(v)?).ok()?)
+                .map(|s| s.to_string())
+        }
+        Datatype::Ifname => {
+            let end = v.iter().position(|&b| b == 0)?;
+            if v.get(end..)?.iter().any(|&b| b != 0) {
+                return None;
+            }
+            let name = std::str::from_utf8(v.get(..end)?).ok()?;
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
+                return None;
+            }
+            Some(format!("\"{name}\""))
+        }
+        Datatype::Verdict => None,
+    }
+}
+
+/// Protocol names nft prints (from the protocols database; only those whose name is
+/// the same on every distribution).
+fn proto_name(p: u8) -> Option<&'static str> {
+    Some(match p {
+        1 => "icmp",
+        6 => "tcp",
+        17 => "udp",
+        _ => return None,
+    })
+}
+
+/// `ct state` flags in bit order, comma-separated.
+fn ct_state_text(v: u32) -> Option<String> {
+    const NAMES: [(u32, &str); 5] = [
+        (1, "invalid"),
+        (2, "established"),
+        (4, "related"),
+        (8, "new"),
+        (64, "untracked"),
+    ];
+    if v == 0 || v & !NAMES.iter().fold(0, |a, (b, _)| a | b) != 0 {
+        return None;
+    }
+    let names: Vec<&str> = NAMES
+        .iter()
+        .filter(|(b, _)| v & b != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    Some(names.join(","))
+}
+
+/// An IPv6 address as glibc's `inet_ntop` prints it (the longest run of two or more
+/// zero groups as `::`, the first on a tie); `None` for the forms where glibc prints
+/// an embedded IPv4 address (`::a.b.c.d`, `::ffff:a.b.c.d`).
+fn ipv6_text(v: &[u8]) -> Option<String> {
+    let b: [u8; 16] = v.try_into().ok()?;
+    let groups: Vec<u16> = b
+        .chunks(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]))
+        .collect();
+    if groups[..5].iter().all(|&g| g == 0)
+        && (groups[5] == 0xffff || (groups[5] == 0 && (groups[6] != 0)))
+    {
+        return None;
+    }
+    let (mut best, mut best_len) = (usize::MAX, 0);
+    let mut i = 0;
+    while i < 8 {
+        if groups[i] == 0 {
+            let start = i;
+            while i < 8 && groups[i] == 0 {
+                i += 1;
+            }
+            if i - start > best_len && i - start >= 2 {
+                best = start;
+                best_len = i - start;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    let mut s = String::new();
+    let mut i = 0;
+    while i < 8 {
+        if i == best {
+            s.push_str("::");
+            i += best_len;
+            continue;
+        }
+        if !s.is_empty() && !s.ends_with(':') {
+            s.push(':');
+        }
+        let _ = write!(s, "{:x}", groups[i]);
+        i += 1;
+    }
+    Some(s)
+}
+
+fn u32_ne(v: &[u8]) -> Option<u32> {
+    Some(u32::from_ne_bytes(v.try_into().ok()?))
+}
+
+/// The order nft prints a set's elements in: keys compared as numbers, a single
+/// type's in its byte order, a concatenation's whole padded key in host byte order
+/// (nft sorts the raw key before splitting it). Keys of different lengths (never in
+/// one set) compare by length.
+pub fn key_order(types: &[Datatype], a: &[u8], b: &[u8]) -> Ordering {
+    let big = matches!(types, [t] if t.big_endian());
+    a.len().cmp(&b.len()).then_with(|| {
+        if big {
+            a.cmp(b)
+        } else {
+            a.iter().rev().cmp(b.iter().rev())
+        }
+    })
+}
+
+/// An address prefix's text (`10.0.0.0/8`) when `lo..=hi` is one, else a range
+/// (`a-b`), or the single value.
+pub fn interval_text(t: Datatype, lo: &[u8], hi: &[u8]) -> Option<String> {
+    if lo == hi {
+        return value_text(t, lo);
+    }
+    if lo.len() != hi.len() {
+        return None;
+    }
+    if matches!(t, Datatype::Ipv4Addr | Datatype::Ipv6Addr)
+        && let Some(len) = prefix_len(lo, hi)
+    {
+        return Some(format!("{}/{len}", value_text(t, lo)?));
+    }
+    if !t.big_endian() {
+        return None;
+    }
+    Some(format!("{}-{}", value_text(t, lo)?, value_text(t, hi)?))
+}
+
+/// `Some(n)` when `lo..=hi` is the prefix `lo/n`.
+fn prefix_len(lo: &[u8], hi: &[u8]) -> Option<usize> {
+    let bits = lo.len() * 8;
+    // The number of trailing bits where lo is 0 and hi is 1, all the way down.
+    let mut host = 0;
+    for i in (0..bits).rev() {
+        let (byte, bit) = (i / 8, 7 - (i % 8));
+        let (l, h) = ((lo[byte] >> bit) & 1, (hi[byte] >> bit) & 1);
+        if l == 0 && h == 1 {
+            host += 1;
+        } else {
+            break;
+        }
+    }
+    let net = bits - host;
+    let same = (0..net).all(|i| {
+        let (byte, bit) = (i / 8, 7 - (i % 8));
+        (lo[byte] >> bit) & 1 == (hi[byte] >> bit) & 1
+    });
+    same.then_some(net)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concatenated_keys_sort_as_nft_does() {
+        // 10.43.8.0 . tcp . 5432 before 198.18.3.4 . tcp . 5432 (host order of the
+        // whole key: the address's last byte weighs more than its first).
+        let key = |a: [u8; 4]| [&a[..], &[6, 0, 0, 0], &[0x15, 0x38, 0, 0]].concat();
+        let t = [
+            Datatype::Ipv4Addr,
+            Datatype::InetProto,
+            Datatype::InetService,
+        ];
+        assert_eq!(
+            key_order(&t, &key([10, 43, 8, 0]), &key([198, 18, 3, 4])),
+            Ordering::Less
+        );
+        assert_eq!(
+            key_order(&[Datatype::Ipv4Addr], &[10, 43, 8, 0], &[9, 18, 3, 4]),
+            Ordering::Greater
+        );
+    }
+
+    #[test]
+    fn prefixes_ranges_and_types_print_as_nft_does() {
+        let t = Datatype::Ipv4Addr;
+        assert_eq!(
+            interval_text(t, &[10, 0, 0, 0], &[10, 255, 255, 255]).unwrap(),
+            "10.0.0.0/8"
+        );
+        assert_eq!(
+            interval_text(t, &[192, 168, 1, 1], &[192, 168, 1, 9]).unwrap(),
+            "192.168.1.1-192.168.1.9"
+        );
+        assert_eq!(components((7 << 12) | (12 << 6) | 13).unwrap().len(), 3);
+        assert_eq!(
+            value_text(Datatype::Mark, &0x4000u32.to_ne_bytes()).unwrap(),
+            "0x00004000"
+        );
+        assert_eq!(
+            value_text(Datatype::CtState, &10u32.to_ne_bytes()).unwrap(),
+            "established,new"
+        );
+        let v6 = [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        assert_eq!(value_text(Datatype::Ipv6Addr, &v6).unwrap(), "2001:db8::1");
+        assert_eq!(value_text(Datatype::InetProto, &[6]).unwrap(), "tcp");
+    }
+}

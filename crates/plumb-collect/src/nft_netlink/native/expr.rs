@@ -1,0 +1,577 @@
+//! A native rule's expressions back into the statement text `nft list` prints for it,
+//! as nft's delinearization does for the forms decoded here: loads (payload, meta, ct,
+//! numgen, fib) into registers, compares (with masks, prefixes), set and verdict-map
+//! lookups (named or anonymous, concatenations of registers), the `meta l4proto`
+//! dependency before a transport header field (`tcp dport`), `meta mark set`,
+//! `update @set`, `dnat to`, `masquerade`, `reject`, counters, verdicts and the
+//! rule's comment. Anything else is an error naming it: the table falls back to
+//! `nft list table`.
+
+use super::datatype::{self, Datatype};
+use super::set::SetAcc;
+use super::{AF_INET, AF_INET6, by_kind, udata_comment};
+use crate::nft_netlink::{be32, data_value, exprs};
+use plumb_os::netlink::Attr;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+/// What a register holds: an expression's text and type (its padded size is the
+/// number of 4-byte registers it takes).
+#[derive(Clone, Debug)]
+struct Loaded {
+    text: String,
+    t: Datatype,
+    len: usize,
+    /// A payload field of the transport header (`th dport`): named after the
+    /// protocol when a `meta l4proto` match just before it says which.
+    transport: Option<&'static str>,
+    /// Address prefix loaded (a shorter payload load of an address).
+    prefix: Option<usize>,
+    /// `& mask ^ xor` applied.
+    masked: Option<(Vec<u8>, Vec<u8>)>,
+    /// A constant an `immediate` put there (a NAT address or port).
+    constant: Option<Vec<u8>>,
+}
+
+/// The byte offset of register `r` in the register file (NFT_REG_1..4 are 16 bytes,
+/// NFT_REG32_00..15 four).
+fn reg_offset(r: u32) -> Option<usize> {
+    match r {
+        1..=4 => Some((r as usize - 1) * 16),
+        8..=23 => Some((r as usize - 8) * 4),
+        _ => None,
+    }
+}
+
+/// A verdict (`NFTA_DATA_VERDICT` nested in an `nft_data`) as nft prints it.
+pub fn verdict_text(data: Attr<'_>) -> Option<String> {
+    let v = data.nested().find(|x| x.kind == 2)?;
+    let a = by_kind::<3>(v.value);
+    let code = be32(a[1])? as i32;
+    let chain = a[2].map(|x| x.string());
+    Some(match (code, chain) {
+        (1, None) => "accept".into(),
+        (0, None) => "drop".into(),
+        (-1, None) => "continue".into(),
+        (-5, None) => "return".into(),
+        (-3, Some(c)) => format!("jump {c}"),
+        (-4, Some(c)) => format!("goto {c}"),
+        _ => return None,
+    })
+}
+
+/// The statement text of one rule (`NFTA_RULE_EXPRESSIONS` and `USERDATA`), without
+/// indentation. `set` finds a set of the table by name.
+pub fn rule_text<'s>(
+    family: u8,
+    expressions: Option<Attr<'_>>,
+    userdata: Option<Attr<'_>>,
+    set: &dyn Fn(&str) -> Option<&'s SetAcc>,
+) -> Result<String, String> {
+    let mut regs: HashMap<usize, Loaded> = HashMap::new();
+    // Statements printed so far; the index of a `meta l4proto tcp|udp` match that a
+    // following transport field would absorb.
+    let mut out: Vec<String> = Vec::new();
+    let mut l4proto: Option<(usize, &'static str)> = None;
+    let list = expressions.map(exprs).unwrap_or_default();
+    let mut verdict_done = false;
+    for e in &list {
+        if verdict_done {
+            return Err(format!("expression {} after the verdict", e.name));
+        }
+        match e.name {
+            "payload" => {
+                // DREG 1, BASE 2, OFFSET 3, LEN 4, SREG 5 (a write).
+                let a = by_kind::<9>(e.data);
+                if a[5].is_some() {
+                    return Err("payload write".into());
+                }
+                let dreg = reg_of(a[1])?;
+                let (base, offset, len) = (
+                    be32(a[2]).ok_or("payload without base")?,
+                    be32(a[3]).ok_or("payload without offset")?,
+                    be32(a[4]).ok_or("payload without length")? as usize,
+                );
+                regs.insert(dreg, payload_field(family, base, offset, len)?);
+            }
+            "meta" => {
+                // DREG 1, KEY 2, SREG 3.
+                let a = by_kind::<4>(e.data);
+                let key = be32(a[2]).ok_or("meta without key")?;
+                if let Some(sreg) = a[3] {
+                    // `meta mark set meta mark OP X`.
+                    let src = regs
+                        .get(&reg_offset(sreg.be_u32().unwrap_or(0)).ok_or("meta register")?)
+                        .ok_or("meta set from an empty register")?;
+                    if key != 3 {
+                        return Err(format!("meta set of key {key}"));
+                    }
+                    out.push(format!("meta mark set {}", value_expr(src)?));
+                    continue;
+                }
+                let dreg = reg_of(a[1])?;
+                let (text, t, len) = match key {
+                    3 => ("meta mark", Datatype::Mark, 4),
+                    6 => ("iifname", Datatype::Ifname, 16),
+                    7 => ("oifname", Datatype::Ifname, 16),
+                    16 => ("meta l4proto", Datatype::InetProto, 1),
+                    k => return Err(format!("meta key {k}")),
+                };
+                regs.insert(dreg, loaded(text, t, len));
+            }
+            "ct" => {
+                // DREG 1, KEY 2, DIRECTION 3, SREG 4.
+                let a = by_kind::<5>(e.data);
+                if a[3].is_some() || a[4].is_some() {
+                    return Err("ct with a direction or a write".into());
+                }
+                let key = be32(a[2]).ok_or("ct without key")?;
+                if key != 0 {
+                    return Err(format!("ct key {key}"));
+                }
+                regs.insert(reg_of(a[1])?, loaded("ct state", Datatype::CtState, 4));
+            }
+            "numgen" => {
+                // DREG 1, MODULUS 2, TYPE 3, OFFSET 4.
+                let a = by_kind::<5>(e.data);
+                let modulus = be32(a[2]).ok_or("numgen without modulus")?;
+                if be32(a[3]) != Some(1) || be32(a[4]).unwrap_or(0) != 0 {
+                    return Err("numgen other than random without offset".into());
+                }
+                let text = format!("numgen random mod {modulus}");
+                regs.insert(reg_of(a[1])?, loaded(&text, Datatype::Integer, 4));
+            }
+            "fib" => {
+                // DREG 1, RESULT 2, FLAGS 3.
+                let a = by_kind::<4>(e.data);
+                let what = match be32(a[3]) {
+                    Some(1) => "saddr",
+                    Some(2) => "daddr",
+                    _ => return Err("fib flags not decoded".into()),
+                };
+                if be32(a[2]) != Some(3) {
+                    return Err("fib result other than type".into());
+                }
+                let text = format!("fib {what} type");
+                regs.insert(reg_of(a[1])?, loaded(&text, Datatype::FibAddrType, 4));
+            }
+            "bitwise" => {
+                // SREG 1, DREG 2, LEN 3, MASK 4, XOR 5, OP 6, DATA 7.
+                let a = by_kind::<8>(e.data);
+                if be32(a[6]).unwrap_or(0) != 0 {
+                    return Err("bitwise shift".into());
+                }
+                let mask = data_value(a[4]).ok_or("bitwise without mask")?;
+                let xor = data_value(a[5]).ok_or("bitwise without xor")?;
+                let mut src = regs
+                    .get(&reg_of(a[1])?)
+                    .cloned()
+                    .ok_or("bitwise of an empty register")?;
+                if src.masked.is_some()
+                    || src.prefix.is_some()
+                    || src.constant.is_some()
+                    || mask.len() != src.len
+                {
+                    return Err("bitwise not decoded".into());
+                }
+                src.masked = Some((mask.to_vec(), xor.to_vec()));
+                regs.insert(reg_of(a[2])?, src);
+            }
+            "cmp" => {
+                // SREG 1, OP 2, DATA 3.
+                let a = by_kind::<4>(e.data);
+                let src = regs
+                    .get(&reg_of(a[1])?)
+                    .cloned()
+                    .ok_or("cmp of an empty register")?;
+                if src.constant.is_some() {
+                    return Err("compare of a constant".into());
+                }
+                let op = be32(a[2]).ok_or("cmp without op")?;
+                let value = data_value(a[3]).ok_or("cmp without data")?;
+                let text = compare(&src, op, value)?;
+                // `meta l4proto tcp` before a transport field is that field's
+                // dependency: nft prints `tcp dport 80` instead of both.
+                let proto = match (&*src.text, op, value) {
+                    ("meta l4proto", 0, [6]) if src.masked.is_none() => Some("tcp"),
+                    ("meta l4proto", 0, [17]) if src.masked.is_none() => Some("udp"),
+                    _ => None,
+                };
+                if let Some(t) = src.transport {
+                    let Some((i, p)) = l4proto.take().filter(|(i, _)| *i + 1 == out.len()) else {
+                        return Err(format!("{} without its protocol", src.text));
+                    };
+                    out.remove(i);
+                    out.push(format!("{p}{}", text.strip_prefix(t).unwrap_or(&text)));
+                } else {
+                    out.push(text);
+                    l4proto = proto.map(|p| (out.len() - 1, p));
+                }
+            }
+            "lookup" => {
+                // SET 1, SREG 2, DREG 3, SET_ID 4, FLAGS 5.
+                let a = by_kind::<6>(e.data);
+                let name = a[1].map(|x| x.string()).ok_or("lookup without set")?;
+                let s = set(&name).ok_or_else(|| format!("lookup of unknown set {name}"))?;
+                let start = reg_of(a[2])?;
+                let lhs = concat_text(&regs, start, s.key_len as usize)?;
+                if s.key_types()? != concat_types(&regs, start, s.key_len as usize) {
+                    return Err(format!("set {name}: key type not the expression's"));
+                }
+                let invert = match be32(a[5]).unwrap_or(0) {
+                    0 => false,
+                    1 => true,
+                    f => return Err(format!("lookup flags {f}")),
+                };
+                let target = if s.anonymous() {
+                    let items = s.element_texts()?;
+                    format!("{{ {} }}", items.join(", "))
+                } else {
+                    format!("@{}", s.name)
+                };
+                let text = match (a[3].map(|x| x.be_u32()), s.is_map()) {
+                    (None, false) => {
+                        format!("{lhs} {}{target}", if invert { "!= " } else { "" })
+                    }
+                    (Some(Some(0)), true) if !invert => {
+                        verdict_done = true;
+                        format!("{lhs} vmap {target}")
+                    }
+                    _ => return Err("lookup into a data map".into()),
+                };
+                out.push(text);
+            }
+            "dynset" => {
+                // SET_NAME 1, SET_ID 2, OP 3, SREG_KEY 4, SREG_DATA 5, TIMEOUT 6,
+                // EXPR 7, PAD 8, FLAGS 9, EXPRESSIONS 10.
+                let a = by_kind::<11>(e.data);
+                // The kernel dumps the timeout always: 0 when the rule gives none.
+                let timeout = a[6].and_then(|x| x.be_u64()).unwrap_or(0);
+                if a[5].is_some() || timeout != 0 || a[7].is_some() || a[10].is_some() {
+                    return Err("dynset with data, timeout or expressions".into());
+                }
+                if be32(a[9]).unwrap_or(0) != 0 {
+                    return Err("dynset flags".into());
+                }
+                let op = match be32(a[3]) {
+                    Some(0) => "add",
+                    Some(1) => "update",
+                    _ => return Err("dynset op".into()),
+                };
+                let name = a[1].map(|x| x.string()).ok_or("dynset without set")?;
+                let s = set(&name).ok_or_else(|| format!("dynset of unknown set {name}"))?;
+                let key = concat_text(&regs, reg_of(a[4])?, s.key_len as usize)?;
+                out.push(format!("{op} @{name} {{ {key} }}"));
+            }
+            "immediate" => {
+                // DREG 1, DATA 2.
+                let a = by_kind::<3>(e.data);
+                let dreg = be32(a[1]).ok_or("immediate without register")?;
+                let data = a[2].ok_or("immediate without data")?;
+                if dreg == 0 {
+                    out.push(verdict_text(data).ok_or("verdict not decoded")?);
+                    verdict_done = true;
+                } else {
+                    let v = data_value(Some(data)).ok_or("immediate without value")?;
+                    let mut l = loaded("", Datatype::Integer, v.len());
+                    l.constant = Some(v.to_vec());
+                    regs.insert(reg_of(a[1])?, l);
+                }
+            }
+            "counter" => {
+                // BYTES 1, PACKETS 2.
+                let a = by_kind::<3>(e.data);
+                let bytes = a[1].and_then(|x| x.be_u64()).unwrap_or(0);
+                let packets = a[2].and_then(|x| x.be_u64()).unwrap_or(0);
+                out.push(format!("counter packets {packets} bytes {bytes}"));
+            }
+            "nat" => {
+                out.push(nat_text(family, e.data, &regs)?);
+                verdict_done = true;
+            }
+            "masq" => {
+                // FLAGS 1, REG_PROTO_MIN 2, REG_PROTO_MAX 3.
+                let a = by_kind::<4>(e.data);
+                if a[2].is_some() || a[3].is_some() {
+                    return Err("masquerade to ports".into());
+                }
+                out.push(match be32(a[1]).unwrap_or(0) {
+                    0 => "masquerade".into(),
+                    0x10 => "masquerade fully-random".into(),
+                    f => return Err(format!("masquerade flags 0x{f:x}")),
+                });
+                verdict_done = true;
+            }
+            "reject" => {
+                // TYPE 1, ICMP_CODE 2: the default (port unreachable) only.
+                let a = by_kind::<3>(e.data);
+                let code = a[2].and_then(|x| x.value.first().copied());
+                let default = matches!(
+                    (family, be32(a[1]), code),
+                    (AF_INET, Some(0), Some(3)) | (AF_INET6, Some(0), Some(4))
+                );
+                if !default {
+                    return Err("reject with a type not decoded".into());
+                }
+                out.push("reject".into());
+                verdict_done = true;
+            }
+            other => return Err(format!("expression {other}")),
+        }
+    }
+    let mut s = out.join(" ");
+    if let Some(u) = userdata {
+        for (kind, value) in super::set::udata(u.value) {
+            match (kind, udata_comment(value)) {
+                (0, Some(c)) => {
+                    let _ = write!(s, " comment \"{c}\"");
+                }
+                _ => return Err("rule user data not decoded".into()),
+            }
+        }
+    }
+    if s.is_empty() {
+        return Err("an empty rule".into());
+    }
+    Ok(s)
+}
+
+fn reg_of(a: Option<Attr<'_>>) -> Result<usize, String> {
+    let r = be32(a).ok_or("expression without register")?;
+    reg_offset(r).ok_or_else(|| format!("register {r}"))
+}
+
+fn loaded(text: &str, t: Datatype, len: usize) -> Loaded {
+    Loaded {
+        text: text.to_string(),
+        t,
+        len,
+        transport: None,
+        prefix: None,
+        masked: None,
+        constant: None,
+    }
+}
+
+/// A payload load's field (`ip saddr`, `th dport`, a prefix of an address).
+fn payload_field(family: u8, base: u32, offset: u32, len: usize) -> Result<Loaded, String> {
+    // Base 1: network header; 2: transport header.
+    let addr = |text: &str, t: Datatype, full: usize| {
+        let mut l = loaded(text, t, full);
+        if len < full {
+            l.prefix = Some(len * 8);
+        }
+        l
+    };
+    Ok(match (family, base, offset, len) {
+        (AF_INET, 1, 12, 1..=4) => addr("ip saddr", Datatype::Ipv4Addr, 4),
+        (AF_INET, 1, 16, 1..=4) => addr("ip daddr", Datatype::Ipv4Addr, 4),
+        (AF_INET6, 1, 8, 1..=16) => addr("ip6 saddr", Datatype::Ipv6Addr, 16),
+        (AF_INET6, 1, 24, 1..=16) => addr("ip6 daddr", Datatype::Ipv6Addr, 16),
+        (_, 2, 0 | 2, 2) => {
+            let mut l = loaded(
+                if offset == 0 { "th sport" } else { "th dport" },
+                Datatype::InetService,
+                2,
+            );
+            l.transport = Some("th");
+            l
+        }
+        _ => return Err(format!("payload base {base} offset {offset} length {len}")),
+    })
+}
+
+/// A relational statement: `LHS VALUE`, `LHS != VALUE`, `LHS & M == V`, a prefix,
+/// a `ct state` flag test.
+fn compare(src: &Loaded, op: u32, value: &[u8]) -> Result<String, String> {
+    let op_text = match op {
+        0 => "",
+        1 => "!= ",
+        _ => return Err(format!("cmp op {op}")),
+    };
+    if let Some(bits) = src.prefix {
+        let full = src.len;
+        let mut v = value.to_vec();
+        v.resize(full, 0);
+        let addr = datatype::value_text(src.t, &v).ok_or("address not decoded")?;
+        return Ok(format!("{} {op_text}{addr}/{bits}", src.text));
+    }
+    match &src.masked {
+        None => {
+            let v = datatype::value_text(src.t, value)
+                .ok_or_else(|| format!("value of {} not decoded", src.text))?;
+            Ok(format!("{} {op_text}{v}", src.text))
+        }
+        Some((mask, xor)) => {
+            if xor.iter().any(|&b| b != 0) {
+                return Err("compare of a value with xor".into());
+            }
+            // An address prefix that is not on a byte boundary.
+            if matches!(src.t, Datatype::Ipv4Addr | Datatype::Ipv6Addr) {
+                let bits = prefix_bits(mask).ok_or("address mask not a prefix")?;
+                let addr = datatype::value_text(src.t, value).ok_or("address not decoded")?;
+                return Ok(format!("{} {op_text}{addr}/{bits}", src.text));
+            }
+            // `ct state new`: a flag test (`& flags != 0`).
+            if src.t == Datatype::CtState {
+                if op != 1 || value.iter().any(|&b| b != 0) {
+                    return Err("ct state test not decoded".into());
+                }
+                let flags = datatype::value_text(Datatype::CtState, mask)
+                    .ok_or("ct state flags not decoded")?;
+                return Ok(format!("ct state {flags}"));
+            }
+            if src.t != Datatype::Mark {
+                return Err(format!("masked compare of {}", src.text));
+            }
+            let m = datatype::value_text(src.t, mask).ok_or("mask not decoded")?;
+            let v = datatype::value_text(src.t, value).ok_or("value not decoded")?;
+            let op = if op == 0 { "==" } else { "!=" };
+            Ok(format!("{} & {m} {op} {v}", src.text))
+        }
+    }
+}
+
+/// `n` when `mask` is `n` one bits then zeros.
+fn prefix_bits(mask: &[u8]) -> Option<usize> {
+    let mut seen_zero = false;
+    let mut n = 0;
+    for b in mask {
+        for i in (0..8).rev() {
+            if b >> i & 1 == 1 {
+                if seen_zero {
+                    return None;
+                }
+                n += 1;
+            } else {
+                seen_zero = true;
+            }
+        }
+    }
+    Some(n)
+}
+
+/// The value of a `meta mark set` (`meta mark | 0x4000`, `meta mark ^ 0x4000`).
+fn value_expr(src: &Loaded) -> Result<String, String> {
+    let Some((mask, xor)) = &src.masked else {
+        return Err("meta set of an unmasked value".into());
+    };
+    if src.t != Datatype::Mark || src.text != "meta mark" {
+        return Err("meta set of a value not decoded".into());
+    }
+    let m = u32::from_ne_bytes(mask.as_slice().try_into().map_err(|_| "mask length")?);
+    let x = u32::from_ne_bytes(xor.as_slice().try_into().map_err(|_| "xor length")?);
+    if m == u32::MAX {
+        Ok(format!("meta mark ^ 0x{x:08x}"))
+    } else if m == !x {
+        Ok(format!("meta mark | 0x{x:08x}"))
+    } else if x == 0 {
+        Ok(format!("meta mark & 0x{m:08x}"))
+    } else {
+        Err("meta mark set not decoded".into())
+    }
+}
+
+/// The (concatenated) expression in the registers from byte offset `start` that make
+/// a key of `key_len` bytes: each component takes whole 4-byte registers.
+fn concat_text(
+    regs: &HashMap<usize, Loaded>,
+    start: usize,
+    key_len: usize,
+) -> Result<String, String> {
+    let mut parts = Vec::new();
+    let mut at = start;
+    while at < start + key_len {
+        let l = regs.get(&at).ok_or("lookup key from an empty register")?;
+        if l.masked.is_some() || l.prefix.is_some() || l.constant.is_some() {
+            return Err("lookup key of a masked value or a constant".into());
+        }
+        parts.push(l.text.clone());
+        at += if key_len == l.len {
+            l.len
+        } else {
+            l.len.div_ceil(4) * 4
+        };
+    }
+    if at != start + key_len || parts.is_empty() {
+        return Err("lookup key length not decoded".into());
+    }
+    // A transport field alone needs its dependency; in a concatenation nft prints
+    // `th dport`.
+    if parts.len() == 1 && regs.get(&start).is_some_and(|l| l.transport.is_some()) {
+        return Err("lookup of a transport field alone".into());
+    }
+    Ok(parts.join(" . "))
+}
+
+/// The types of the registers [`concat_text`] reads.
+fn concat_types(regs: &HashMap<usize, Loaded>, start: usize, key_len: usize) -> Vec<Datatype> {
+    let mut out = Vec::new();
+    let mut at = start;
+    while let Some(l) = regs.get(&at).filter(|_| at < start + key_len) {
+        out.push(l.t);
+        at += if key_len == l.len {
+            l.len
+        } else {
+            l.len.div_ceil(4) * 4
+        };
+    }
+    out
+}
+
+/// `dnat to ADDR[:PORT]` / `snat to ...` from the registers the immediates filled.
+fn nat_text(family: u8, data: &[u8], regs: &HashMap<usize, Loaded>) -> Result<String, String> {
+    // TYPE 1, FAMILY 2, REG_ADDR_MIN 3, REG_ADDR_MAX 4, REG_PROTO_MIN 5,
+    // REG_PROTO_MAX 6, FLAGS 7.
+    let a = by_kind::<8>(data);
+    let kind = match be32(a[1]) {
+        Some(0) => "snat",
+        Some(1) => "dnat",
+        _ => return Err("nat type".into()),
+    };
+    if be32(a[2]).map(|f| f as u8) != Some(family) {
+        return Err("nat of another family".into());
+    }
+    // MAP_IPS 1 and PROTO_SPECIFIED 2 follow from the registers.
+    if be32(a[7]).unwrap_or(0) & !3 != 0 {
+        return Err("nat flags not decoded".into());
+    }
+    let value = |r: Option<Attr<'_>>| -> Result<Option<Vec<u8>>, String> {
+        let Some(r) = r else { return Ok(None) };
+        let l = regs
+            .get(&reg_of(Some(r))?)
+            .ok_or("nat from an empty register")?;
+        l.constant
+            .clone()
+            .map(Some)
+            .ok_or_else(|| "nat from a register not filled by an immediate".into())
+    };
+    let addr = value(a[3])?.ok_or("nat without address")?;
+    // The kernel dumps the maximum registers as the minimum ones when not given.
+    if a[4].is_some_and(|r| be32(Some(r)) != be32(a[3]))
+        || a[6].is_some_and(|r| be32(Some(r)) != be32(a[5]))
+    {
+        return Err("nat to a range".into());
+    }
+    let t = if family == AF_INET6 {
+        Datatype::Ipv6Addr
+    } else {
+        Datatype::Ipv4Addr
+    };
+    let addr_text = datatype::value_text(t, addr.get(..t.len().unwrap_or(4)).ok_or("nat address")?)
+        .ok_or("nat address not decoded")?;
+    let mut s = format!("{kind} to ");
+    match value(a[5])? {
+        None => s.push_str(&addr_text),
+        Some(p) => {
+            let port =
+                u16::from_be_bytes([*p.first().ok_or("nat port")?, *p.get(1).ok_or("nat port")?]);
+            if family == AF_INET6 {
+                let _ = write!(s, "[{addr_text}]:{port}");
+            } else {
+                let _ = write!(s, "{addr_text}:{port}");
+            }
+        }
+    }
+    Ok(s)
+}

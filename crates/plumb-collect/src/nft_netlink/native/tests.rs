@@ -1,0 +1,188 @@
+//! The native decoder on a dump captured from the kernel (`fixtures/kube-proxy.bin`,
+//! with nft 1.0.6's listing of it in `fixtures/kube-proxy.nft`, written by
+//! `tests/native_oracle.rs`'s `write_fixtures`), and on built messages for what falls
+//! back.
+
+use crate::nft_netlink::{Decoder, TableRead};
+use plumb_os::netlink::build::*;
+use plumb_os::nftables::{SUBSYS_NFTABLES, msg};
+
+const DUMP: &[u8] = include_bytes!("fixtures/kube-proxy.bin");
+const LISTING: &str = include_str!("fixtures/kube-proxy.nft");
+
+fn read(bytes: &[u8]) -> TableRead {
+    let mut d = Decoder::new();
+    d.push_bytes(bytes);
+    let mut tables = d.finish();
+    assert_eq!(tables.len(), 1);
+    tables.remove(0).read
+}
+
+fn listing(bytes: &[u8]) -> String {
+    match read(bytes) {
+        TableRead::Listing(text) => text,
+        other => panic!("not decoded: {other:?}"),
+    }
+}
+
+#[test]
+fn the_captured_dump_is_nfts_listing_byte_for_byte() {
+    assert_eq!(listing(DUMP), LISTING);
+}
+
+#[test]
+fn concatenations_dependencies_prefixes_and_byte_order_decode_as_nft_prints_them() {
+    let text = listing(DUMP);
+    for line in [
+        // Three registers (1, 9, 10) packed into one 12-byte key.
+        "ct state new ip daddr . meta l4proto . th dport vmap @service-ips",
+        // `meta l4proto tcp` is `tcp dport`'s dependency: not printed; a 2-byte
+        // load of the source address is a /16.
+        "ip daddr 10.43.0.1 tcp dport 443 ip saddr != 10.42.0.0/16 jump mark-for-masquerade",
+        // A prefix not on a byte boundary is a mask.
+        "fib saddr type local ip saddr 10.0.0.0/9 jump mark-for-masquerade",
+        // Mark values in host byte order; an interval set's boundaries paired.
+        "meta mark & 0x00004000 == 0x00000000 ip saddr != { 192.168.122.0/24, 203.0.113.3 } drop comment \"fw\"",
+        "meta l4proto tcp dnat to 10.42.0.5:8080",
+        "numgen random mod 2 vmap { 0 : goto ep, 1 : goto ep }",
+        // Concatenated keys sort in host byte order of the whole key.
+        "elements = { 198.18.3.4 . udp . 53 : drop,",
+    ] {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
+}
+
+#[test]
+fn the_dump_split_between_decoders_merges_into_the_same_listing() {
+    // Every message to decoder 0, rules of chain `pre` to decoder 1 instead (as the
+    // split dump gives each worker its chains).
+    let (mut a, mut b) = (Decoder::new(), Decoder::new());
+    for m in plumb_os::netlink::messages(DUMP) {
+        let is_rule = m.kind & 0xff == msg::NEWRULE;
+        let of_pre = m.payload.windows(4).any(|w| w == b"pre\0");
+        if is_rule && of_pre {
+            b.push(&m);
+        } else {
+            a.push(&m);
+            if !is_rule && m.kind & 0xff <= msg::NEWCHAIN {
+                b.push(&m);
+            }
+        }
+    }
+    a.merge(b);
+    let tables = a.finish();
+    assert_eq!(tables[0].read, TableRead::Listing(LISTING.into()));
+}
+
+fn nfmsg(kind: u16, attrs: &[Vec<u8>]) -> Vec<u8> {
+    let mut payload = vec![2, 0, 0, 0];
+    payload.extend(attrs.concat());
+    message((SUBSYS_NFTABLES << 8) | kind, 0, &payload)
+}
+
+fn expr(name: &str, attrs: &[Vec<u8>]) -> Vec<u8> {
+    nested(1, &[str_attr(1, name), nested(2, attrs)])
+}
+
+fn be(v: u32) -> Vec<u8> {
+    v.to_be_bytes().to_vec()
+}
+
+/// A native table `t` with chain `c` holding one rule of `exprs`.
+fn one_rule(exprs: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = nfmsg(msg::NEWTABLE, &[str_attr(1, "t")]);
+    out.extend(nfmsg(msg::NEWCHAIN, &[str_attr(1, "t"), str_attr(3, "c")]));
+    out.extend(nfmsg(
+        msg::NEWRULE,
+        &[str_attr(1, "t"), str_attr(2, "c"), nested(4, exprs)],
+    ));
+    out
+}
+
+fn accept() -> Vec<u8> {
+    expr(
+        "immediate",
+        &[attr(1, &be(0)), nested(2, &[nested(2, &[attr(1, &be(1))])])],
+    )
+}
+
+#[test]
+fn a_rule_decodes_and_what_is_not_decoded_falls_back_with_the_reason() {
+    let dport = expr(
+        "payload",
+        &[
+            attr(1, &be(1)),
+            attr(2, &be(2)),
+            attr(3, &be(2)),
+            attr(4, &be(2)),
+        ],
+    );
+    let cmp_443 = expr(
+        "cmp",
+        &[
+            attr(1, &be(1)),
+            attr(2, &be(0)),
+            nested(3, &[attr(1, &443u16.to_be_bytes())]),
+        ],
+    );
+    let l4proto = expr("meta", &[attr(1, &be(1)), attr(2, &be(16))]);
+    let is_tcp = expr(
+        "cmp",
+        &[
+            attr(1, &be(1)),
+            attr(2, &be(0)),
+            nested(3, &[attr(1, &[6])]),
+        ],
+    );
+    let ok = one_rule(&[l4proto, is_tcp, dport.clone(), cmp_443.clone(), accept()]);
+    assert_eq!(
+        listing(&ok),
+        "table ip t {\n\tchain c {\n\t\ttcp dport 443 accept\n\t}\n}\n"
+    );
+    // A transport field without the protocol that says which: not guessed.
+    let TableRead::Native(why) = read(&one_rule(&[dport, cmp_443, accept()])) else {
+        panic!("decoded without its dependency");
+    };
+    assert!(why.contains("th dport without its protocol"), "{why}");
+    // An expression not decoded.
+    let TableRead::Native(why) = read(&one_rule(&[expr("quota", &[]), accept()])) else {
+        panic!("quota decoded");
+    };
+    assert!(why.contains("chain c: expression quota"), "{why}");
+}
+
+#[test]
+fn objects_and_flowtables_make_the_table_fall_back() {
+    let mut bytes = one_rule(&[accept()]);
+    bytes.extend(nfmsg(
+        msg::NEWFLOWTABLE,
+        &[str_attr(1, "t"), str_attr(2, "f")],
+    ));
+    assert_eq!(
+        read(&bytes),
+        TableRead::Native("flowtables not decoded".into())
+    );
+}
+
+proptest::proptest! {
+    /// Any byte of the captured dump changed, any cut: an answer, never a panic.
+    #[test]
+    fn mutated_native_dumps_never_panic(
+        edits in proptest::collection::vec((0usize..5000, proptest::num::u8::ANY), 0..8),
+        cut in 0usize..5000,
+    ) {
+        let mut bytes = DUMP.to_vec();
+        for (at, b) in edits {
+            let n = bytes.len();
+            bytes[at % n] = b;
+        }
+        bytes.truncate(cut.max(1));
+        let mut d = Decoder::new();
+        d.push_bytes(&bytes);
+        for t in d.finish() {
+            if let TableRead::Listing(text) = t.read {
+                let _ = plumb_ruleset::nft::parse_text(&text);
+            }
+        }
+    }
+}
