@@ -85,7 +85,7 @@ fn a_native_nft_listing_keeps_its_texts_as_spans_of_the_input() {
         .flat_map(|t| &t.chains)
         .flat_map(|c| &c.rules)
         .map(|r| match &r.body {
-            RuleBody::Nft(n) => n.statements.len(),
+            RuleBody::Nft(n) => n.statements(&r.text).len(),
             _ => 0,
         })
         .sum();
