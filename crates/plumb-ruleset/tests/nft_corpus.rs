@@ -300,7 +300,7 @@ fn kube_proxy_truncated_by_author() {
         .chains
         .iter()
         .flat_map(|c| &c.rules)
-        .filter(|r| nft(r).handle.is_some())
+        .filter(|r| nft(r).handle().is_some())
         .count();
     assert!(with_handles > 0);
 }
@@ -464,7 +464,7 @@ fn own_fixture_text_handles_and_json_agree() {
             .chains
             .iter()
             .flat_map(|c| &c.rules)
-            .filter(|r| nft(r).handle.is_some())
+            .filter(|r| nft(r).handle().is_some())
             .count()
     };
     assert_eq!(handles(&plain), 0);
@@ -523,7 +523,7 @@ fn statements_read_again_from_a_rule_text_are_those_read_in_context() {
                     n.verdict_map_names(&r.text),
                     r.comments(),
                     r.counters(),
-                    n.handle
+                    n.handle()
                 )
             };
             if ra.text.as_str() != rb.text.as_str() || shown(ra, na) != shown(rb, nb) {

@@ -570,7 +570,7 @@ pub enum RuleBody {
     /// An xtables rule: generic options, matches, target (indexed on first use).
     Xt(XtCell),
     /// A native nftables rule: a statement sequence.
-    Nft(Box<NftRule>),
+    Nft(NftRule),
     /// Read from a lossy listing (`-nvL`); only the text and what was recognised.
     Approximate(Box<ListedRule>),
 }
@@ -859,6 +859,8 @@ mod tests {
             "{}",
             std::mem::size_of::<Chain>()
         );
+        // An nft rule is a body of its own, not a box (see `NftRule`).
+        assert_eq!(std::mem::size_of::<NftRule>(), 8);
     }
 
     #[test]

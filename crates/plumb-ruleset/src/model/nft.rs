@@ -19,39 +19,37 @@ use serde::Serialize;
 /// hands out a list the caller drops). A 10k-service kube-proxy listing has 300k
 /// statements, 23 MiB held, more than the listing itself. A rule read from JSON, or
 /// whose text the reader composed (spread over lines in the input), holds them.
-#[derive(Clone, Debug, Default)]
+///
+/// 8 bytes, and no allocation for a rule read from text without a handle (most rules:
+/// `nft list ruleset` prints no handles); a box held 32 bytes for each of a
+/// 10k-service listing's 125k rules.
+#[derive(Clone, Debug)]
 pub struct NftRule {
-    statements: Statements,
-    /// The kernel's rule handle; `None` when the dump was listed without `-a` (text) or
-    /// carried no `handle` (JSON).
-    pub handle: Option<u64>,
+    /// `None`: the statements are in the rule's text, and there is no handle.
+    parts: Option<Box<NftRuleParts>>,
 }
 
-/// Reads the statements of a rule from its text: given by the reader that read the
-/// rule first, so the model depends on no reader.
-pub type ReadStatements = fn(&str) -> Vec<Statement>;
-
-/// Where a rule's statements are.
-#[derive(Clone)]
-enum Statements {
-    /// In the rule.
-    Held(Box<[Statement]>),
-    /// In the rule's text, read by this function when asked.
-    InText(ReadStatements),
+/// What an [`NftRule`] holds when it holds anything.
+#[derive(Clone, Debug)]
+struct NftRuleParts {
+    /// `None`: the statements are in the rule's text.
+    statements: Option<Box<[Statement]>>,
+    handle: Option<u64>,
 }
 
-impl Default for Statements {
-    fn default() -> Statements {
-        Statements::Held(Box::default())
-    }
-}
+/// Reads the statements of a rule from its text (a rule of any family: the family
+/// changes only what the reader reports, not the statements).
+pub(crate) type ReadStatements = fn(&str) -> Vec<Statement>;
 
-impl std::fmt::Debug for Statements {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Statements::Held(s) => f.debug_tuple("Held").field(s).finish(),
-            Statements::InText(_) => f.write_str("InText"),
-        }
+/// The reader of the rules that do not hold their statements, set by the nft text
+/// reader when it makes the first ([`NftRule::in_text`]): the model depends on no
+/// reader, and a rule has no room for a function pointer of its own.
+static READ_STATEMENTS: std::sync::OnceLock<ReadStatements> = std::sync::OnceLock::new();
+
+impl Default for NftRule {
+    /// A rule without statements.
+    fn default() -> NftRule {
+        NftRule::holding(Vec::new(), None)
     }
 }
 
@@ -60,34 +58,49 @@ impl NftRule {
     /// composed).
     pub fn holding(statements: Vec<Statement>, handle: Option<u64>) -> NftRule {
         NftRule {
-            statements: Statements::Held(statements.into_boxed_slice()),
-            handle,
+            parts: Some(Box::new(NftRuleParts {
+                statements: Some(statements.into_boxed_slice()),
+                handle,
+            })),
         }
     }
 
     /// A rule whose statements `read` reads from the rule's text when asked. The reader
     /// that makes it promises that `read(text)` gives the statements it read, and that
     /// every chain, map and comment they name is a slice of the text (see
-    /// [`NftRule::chain_references`]).
-    pub fn in_text(read: ReadStatements, handle: Option<u64>) -> NftRule {
+    /// [`NftRule::chain_references`]). `read` is the same function for every rule.
+    pub(crate) fn in_text(read: ReadStatements, handle: Option<u64>) -> NftRule {
+        READ_STATEMENTS.get_or_init(|| read);
         NftRule {
-            statements: Statements::InText(read),
-            handle,
+            parts: handle.map(|handle| {
+                Box::new(NftRuleParts {
+                    statements: None,
+                    handle: Some(handle),
+                })
+            }),
         }
+    }
+
+    /// The kernel's rule handle; `None` when the dump was listed without `-a` (text) or
+    /// carried no `handle` (JSON).
+    pub fn handle(&self) -> Option<u64> {
+        self.parts.as_ref().and_then(|p| p.handle)
     }
 
     /// Whether the rule holds its statements (false: they are read from its text).
     pub fn holds_statements(&self) -> bool {
-        matches!(self.statements, Statements::Held(_))
+        self.held().is_some()
+    }
+
+    /// The statements the rule holds.
+    fn held(&self) -> Option<&[Statement]> {
+        self.parts.as_ref()?.statements.as_deref()
     }
 
     /// The statements the rule holds, to give their texts another home (`None` when
     /// they are read from the rule's text).
     pub(crate) fn held_statements_mut(&mut self) -> Option<&mut [Statement]> {
-        match &mut self.statements {
-            Statements::Held(s) => Some(s),
-            Statements::InText(_) => None,
-        }
+        self.parts.as_mut()?.statements.as_deref_mut()
     }
 
     /// The rule's statements in evaluation order (evaluation stops at the first match
@@ -95,9 +108,14 @@ impl NftRule {
     /// a rule read from nft text reads its statements from it, and the list is the
     /// caller's (dropped after use, not kept in the rule).
     pub fn statements(&self, text: &str) -> std::borrow::Cow<'_, [Statement]> {
-        match &self.statements {
-            Statements::Held(s) => std::borrow::Cow::Borrowed(s),
-            Statements::InText(read) => std::borrow::Cow::Owned(read(text)),
+        match self.held() {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            // Set before any rule without statements was made.
+            None => std::borrow::Cow::Owned(
+                READ_STATEMENTS
+                    .get()
+                    .map_or_else(Vec::new, |read| read(text)),
+            ),
         }
     }
 
@@ -172,16 +190,16 @@ impl NftRule {
         pick: for<'s> fn(&'s Statement, &mut Vec<(T, &'s str)>),
     ) -> Vec<(T, &'a str)> {
         let mut out = Vec::new();
-        match &self.statements {
-            Statements::Held(held) => {
-                for s in held.iter() {
+        match self.held() {
+            Some(held) => {
+                for s in held {
                     pick(s, &mut out);
                 }
             }
-            Statements::InText(read) => {
-                let statements = read(text);
+            None => {
+                let statements = self.statements(text);
                 let mut found = Vec::new();
-                for s in &statements {
+                for s in statements.iter() {
                     pick(s, &mut found);
                 }
                 out.extend(found.into_iter().filter_map(|(t, part)| {

@@ -379,7 +379,7 @@ impl JsonReader<'_> {
         c.rules.push(Rule {
             location: loc,
             text: crate::model::RuleText::span(&text, 0..text.len()),
-            body: RuleBody::Nft(Box::new(rule)),
+            body: RuleBody::Nft(rule),
         });
     }
 

@@ -17,6 +17,6 @@ pub use text::{
 };
 
 pub use crate::model::nft::{
-    NatKind, NftRule, NftSet, Op, ReadStatements, SetElement, SetKind, Statement, StatementKind,
-    Value, Verdict, VerdictMapRef, table_chain_references,
+    NatKind, NftRule, NftSet, Op, SetElement, SetKind, Statement, StatementKind, Value, Verdict,
+    VerdictMapRef, table_chain_references,
 };

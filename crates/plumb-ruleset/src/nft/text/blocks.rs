@@ -6,7 +6,7 @@
 use super::lexer::{Tok, Token, column};
 use super::statement::StmtParser;
 use super::{
-    FAMILIES, Reader, collapse, collapsed, is_elision, names_within, statements_reader,
+    FAMILIES, Reader, collapse, collapsed, is_elision, names_within, statements_of_rule,
     value_of_words,
 };
 use crate::model::RuleText;
@@ -567,7 +567,7 @@ impl<'a> Reader<'a> {
             return;
         }
         let rule = if one_line && !self.hold_statements && names_within(&statements, &text) {
-            NftRule::in_text(statements_reader(inet), handle)
+            NftRule::in_text(statements_of_rule, handle)
         } else {
             NftRule::holding(statements, handle)
         };
@@ -581,7 +581,7 @@ impl<'a> Reader<'a> {
         chain.rules.push(Rule {
             location,
             text,
-            body: RuleBody::Nft(Box::new(rule)),
+            body: RuleBody::Nft(rule),
         });
         self.rule_buf = buf;
     }

@@ -67,30 +67,11 @@ pub fn parse_text_holding(text: &str) -> Ruleset {
     rs
 }
 
-/// The statements of a rule of an `inet` table, read again from its text.
-fn statements_of_inet_rule(text: &str) -> Vec<Statement> {
-    statements_of(text, true)
-}
-
-/// The statements of a rule of a table of another family, read again from its text.
+/// A rule's statements read again from its text (one line, single blanks: the rule's
+/// text as [`Reader::rule`] keeps it). Their texts are spans of a copy of `text`;
+/// diagnostics were given when the rule was first read and are not given again (so the
+/// rule's family, which changes only a diagnostic, is not needed).
 fn statements_of_rule(text: &str) -> Vec<Statement> {
-    statements_of(text, false)
-}
-
-/// What reads the statements of a rule of an `inet` table (`inet`) or another again.
-fn statements_reader(inet: bool) -> crate::model::nft::ReadStatements {
-    if inet {
-        statements_of_inet_rule
-    } else {
-        statements_of_rule
-    }
-}
-
-/// A rule's statements read from its text (one line, single blanks: the rule's text
-/// as [`Reader::rule`] keeps it), as that read them in a table of family `inet` or
-/// another. Their texts are spans of a copy of `text`; diagnostics were given when the
-/// rule was first read and are not given again.
-fn statements_of(text: &str, inet: bool) -> Vec<Statement> {
     let source: SourceText = std::sync::Arc::new(text.to_owned());
     let mut r = Reader::new(&source, None);
     let mut toks = Vec::new();
@@ -109,7 +90,7 @@ fn statements_of(text: &str, inet: bool) -> Vec<Statement> {
         toks: &toks,
         i: 0,
         depth: 0,
-        inet,
+        inet: false,
         network_known: false,
     }
     .statements()
@@ -613,6 +594,12 @@ impl<'a> Reader<'a> {
         if read >= 1 << 14 {
             self.toks.drain(..read);
             self.base = self.pos;
+            // The tokens of a table's element lists (all read before its first rule:
+            // 4 MiB on a 10k-service listing) are not kept in the vector's capacity
+            // until the end of the read.
+            if self.toks.capacity() > 1 << 16 {
+                self.toks.shrink_to(1 << 15);
+            }
         }
     }
 

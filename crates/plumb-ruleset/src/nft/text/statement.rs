@@ -2386,7 +2386,7 @@ mod tests {
         let RuleBody::Nft(rule) = &r.body else {
             unreachable!()
         };
-        assert_eq!(rule.handle, Some(7));
+        assert_eq!(rule.handle(), Some(7));
         let n = rule.statements(&r.text);
         assert_eq!(n.len(), 4);
         assert_eq!(
