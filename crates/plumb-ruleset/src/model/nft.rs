@@ -6,7 +6,9 @@
 //! evaluate packets (matches with their operator and value, NAT, marks). Anything plumb
 //! does not model stays as [`StatementKind::Other`] with its text: nothing read is
 //! dropped. Both nft readers (`crate::nft::text`, `crate::nft::json`) build these types;
-//! this module depends on nothing but the rest of the model.
+//! this module depends on nothing but the rest of the model. A rule read from nft text
+//! does not hold its statements: they are read again from its text when asked
+//! ([`NftRule::statements`]), by the function the text reader registers.
 
 use super::{ChainRef, Counters, Location, RuleBody, RuleText, Table, TransferKind};
 use serde::Serialize;
