@@ -126,7 +126,7 @@ impl NftRule {
     /// [`NftSet::verdict_targets`] (see [`table_chain_references`]). `text` is the
     /// rule's text (`Rule::text`).
     pub fn chain_references<'a>(&'a self, text: &'a str) -> Vec<ChainRef<'a>> {
-        self.named(text, |s, out| match &s.kind {
+        self.named(text, &["jump", "goto"], |s, out| match &s.kind {
             StatementKind::Verdict(v) => out.extend(v.chain_ref().map(|r| (r.kind, r.chain))),
             StatementKind::VerdictMap {
                 map: VerdictMapRef::Inline(entries),
@@ -146,7 +146,7 @@ impl NftRule {
     /// Named maps this rule looks verdicts up in (`vmap @service-ips`). `text` is the
     /// rule's text (`Rule::text`).
     pub fn verdict_map_names<'a>(&'a self, text: &'a str) -> Vec<&'a str> {
-        self.named(text, |s, out| {
+        self.named(text, &["vmap"], |s, out| {
             if let StatementKind::VerdictMap {
                 map: VerdictMapRef::Named(n),
                 ..
@@ -163,7 +163,7 @@ impl NftRule {
     /// The rule's `comment "..."` texts, unquoted. `text` is the rule's text
     /// (`Rule::text`).
     pub fn comments<'a>(&'a self, text: &'a str) -> Vec<&'a str> {
-        self.named(text, |s, out| {
+        self.named(text, &["comment"], |s, out| {
             if let StatementKind::Comment(c) = &s.kind {
                 out.push(((), c.as_str()));
             }
@@ -176,6 +176,11 @@ impl NftRule {
     /// The `counter packets N bytes M` of the rule, if any. `text` is the rule's text
     /// (`Rule::text`).
     pub fn counters(&self, text: &str) -> Option<Counters> {
+        // A `counter` statement is spelt so: a rule read from text without the word has
+        // none, and is not read again for it.
+        if !self.holds_statements() && !text.contains("counter") {
+            return None;
+        }
         self.statements(text).iter().find_map(|s| match &s.kind {
             StatementKind::Counter(c) => *c,
             _ => None,
@@ -185,10 +190,13 @@ impl NftRule {
     /// The names `pick` finds in the statements, as strings that live as long as the
     /// rule: the statements' own when the rule holds them, else the same characters in
     /// `text` (the reader reads statements from the text only when every name they
-    /// hold is there: see [`NftRule::in_text`]).
+    /// hold is there: see [`NftRule::in_text`]). `keywords`: a statement `pick` finds
+    /// a name in spells one of them, so a rule read from text that spells none is not
+    /// read again (most rules, for some of the questions).
     fn named<'a, T>(
         &'a self,
         text: &'a str,
+        keywords: &[&str],
         pick: for<'s> fn(&'s Statement, &mut Vec<(T, &'s str)>),
     ) -> Vec<(T, &'a str)> {
         let mut out = Vec::new();
@@ -198,6 +206,7 @@ impl NftRule {
                     pick(s, &mut out);
                 }
             }
+            None if !keywords.iter().any(|k| text.contains(k)) => {}
             None => {
                 let statements = self.statements(text);
                 let mut found = Vec::new();
