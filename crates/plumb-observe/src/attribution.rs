@@ -79,7 +79,7 @@ fn drops(rule: &Rule) -> bool {
             .xt()
             .and_then(|x| x.target().map(|t| matches!(t.name(), "DROP" | "REJECT")))
             .unwrap_or(false),
-        RuleBody::Nft(n) => n.statements.iter().any(|s| {
+        RuleBody::Nft(n) => n.statements(&rule.text).iter().any(|s| {
             matches!(
                 &s.kind,
                 plumb_ruleset::nft::StatementKind::Verdict(
@@ -140,7 +140,7 @@ fn counters(rule: &Rule) -> Option<u64> {
     rule.counters()
         .map(|c| c.packets)
         .or_else(|| match &rule.body {
-            RuleBody::Nft(n) => n.counters().map(|c| c.packets),
+            RuleBody::Nft(n) => n.counters(&rule.text).map(|c| c.packets),
             _ => None,
         })
 }

@@ -63,6 +63,11 @@ fn nft(rule: &plumb_ruleset::Rule) -> &NftRule {
     }
 }
 
+/// The statements of an nft rule (read from its text when it does not hold them).
+fn statements(rule: &plumb_ruleset::Rule) -> Vec<plumb_ruleset::nft::Statement> {
+    rule.nft_statements().expect("an nft rule").into_owned()
+}
+
 fn check_all(ext: &str, parse: fn(&str) -> Ruleset) {
     let Some(c) = corpus() else { return };
     let mut files = Vec::new();
@@ -248,7 +253,7 @@ fn kube_proxy_k3s_table() {
     let found = svc
         .rules
         .iter()
-        .flat_map(|r| &nft(r).statements)
+        .flat_map(statements)
         .find_map(|s| match &s.kind {
             StatementKind::VerdictMap {
                 key,
@@ -262,7 +267,7 @@ fn kube_proxy_k3s_table() {
     let names: Vec<_> = services
         .rules
         .iter()
-        .flat_map(|r| nft(r).verdict_map_names())
+        .flat_map(|r| nft(r).verdict_map_names(&r.text))
         .collect();
     assert_eq!(names, ["service-ips", "service-nodeports"]);
 }
@@ -295,7 +300,7 @@ fn kube_proxy_truncated_by_author() {
         .chains
         .iter()
         .flat_map(|c| &c.rules)
-        .filter(|r| nft(r).handle.is_some())
+        .filter(|r| nft(r).handle().is_some())
         .count();
     assert!(with_handles > 0);
 }
@@ -374,8 +379,7 @@ fn upstream_text_and_json_agree_on_statements() {
                 for (ra, rb) in ca.rules.iter().zip(&cb.rules) {
                     rules += 1;
                     let kinds = |r: &plumb_ruleset::Rule| {
-                        nft(r)
-                            .statements
+                        statements(r)
                             .iter()
                             .map(|s| kind_name(&s.kind))
                             .filter(|k| *k != "comment")
@@ -422,13 +426,7 @@ fn own_fixture_text_handles_and_json_agree() {
         let kinds: Vec<Vec<&str>> = input
             .rules
             .iter()
-            .map(|r| {
-                nft(r)
-                    .statements
-                    .iter()
-                    .map(|s| kind_name(&s.kind))
-                    .collect()
-            })
+            .map(|r| statements(r).iter().map(|s| kind_name(&s.kind)).collect())
             .collect();
         assert_eq!(kinds[1], ["match", "counter", "verdict", "comment"]);
         assert_eq!(kinds[4], ["match", "mangle"]);
@@ -466,10 +464,84 @@ fn own_fixture_text_handles_and_json_agree() {
             .chains
             .iter()
             .flat_map(|c| &c.rules)
-            .filter(|r| nft(r).handle.is_some())
+            .filter(|r| nft(r).handle().is_some())
             .count()
     };
     assert_eq!(handles(&plain), 0);
     assert_eq!(handles(&with_handles), 12);
     assert_eq!(handles(&json), 12);
+}
+
+/// A rule read from nft text reads its statements again from its text when asked
+/// (it does not hold them): on every `.nft` file of the corpus and of our fixtures,
+/// each rule's statements (kinds and texts), chain references, map names, comments
+/// and counters are those of the read that keeps every rule's statements as read in
+/// context.
+#[test]
+fn statements_read_again_from_a_rule_text_are_those_read_in_context() {
+    let mut files = Vec::new();
+    if let Some(c) = corpus() {
+        files_with_ext(&c, "nft", &mut files);
+    }
+    files_with_ext(&data(""), "nft", &mut files);
+    files.sort();
+    let (mut lazy, mut held) = (0, 0);
+    let mut mismatches = Vec::new();
+    for f in &files {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        let a = parse_text(&text);
+        let b = plumb_ruleset::nft::parse_text_holding(&text);
+        assert_eq!(a.rule_count(), b.rule_count(), "{}", f.display());
+        let rules = |rs: &Ruleset| {
+            rs.tables
+                .iter()
+                .flat_map(|t| &t.chains)
+                .flat_map(|c| &c.rules)
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        for (ra, rb) in rules(&a).iter().zip(&rules(&b)) {
+            let (RuleBody::Nft(na), RuleBody::Nft(nb)) = (&ra.body, &rb.body) else {
+                continue;
+            };
+            assert!(nb.holds_statements());
+            if na.holds_statements() {
+                held += 1;
+            } else {
+                lazy += 1;
+            }
+            let shown = |r: &plumb_ruleset::Rule, n: &NftRule| {
+                let st: Vec<(String, String)> = statements(r)
+                    .iter()
+                    .map(|s| (s.text.to_string(), format!("{:?}", s.kind)))
+                    .collect();
+                format!(
+                    "{st:?} {:?} {:?} {:?} {:?} {:?}",
+                    r.chain_references(),
+                    n.verdict_map_names(&r.text),
+                    r.comments(),
+                    r.counters(),
+                    n.handle()
+                )
+            };
+            if ra.text.as_str() != rb.text.as_str() || shown(ra, na) != shown(rb, nb) {
+                mismatches.push(format!(
+                    "{}: {}\n  again   {}\n  context {}",
+                    f.display(),
+                    ra.text,
+                    shown(ra, na),
+                    shown(rb, nb)
+                ));
+            }
+        }
+    }
+    eprintln!(
+        "{} files: {lazy} rules read again from their text, {held} holding their statements, {} mismatches",
+        files.len(),
+        mismatches.len()
+    );
+    assert!(lazy > 1000, "{lazy} rules read from their text");
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
 }

@@ -70,6 +70,36 @@ proptest! {
         }
     }
 
+    /// A rule's statements read again from its text (a rule read from text does not
+    /// hold them) are those read in context, on damaged dumps too.
+    #[test]
+    fn statements_read_again_are_those_read_in_context_on_mutated_dumps(
+        edits in proptest::collection::vec((any::<usize>(), any::<u8>(), nftish_char()), 1..12)
+    ) {
+        let m = mutate(REAL, &edits);
+        let shown = |rs: &plumb_ruleset::Ruleset| -> Vec<String> {
+            rs.tables
+                .iter()
+                .flat_map(|t| &t.chains)
+                .flat_map(|c| &c.rules)
+                .map(|r| {
+                    format!(
+                        "{} {:?} {:?} {:?} {:?}",
+                        r.text,
+                        r.nft_statements(),
+                        r.chain_references(),
+                        r.comments(),
+                        r.counters()
+                    )
+                })
+                .collect()
+        };
+        prop_assert_eq!(
+            shown(&parse_text(&m)),
+            shown(&plumb_ruleset::nft::parse_text_holding(&m))
+        );
+    }
+
     #[test]
     fn json_reader_never_panics_on_mutated_dump(
         edits in proptest::collection::vec((any::<usize>(), any::<u8>(), nftish_char()), 1..12)

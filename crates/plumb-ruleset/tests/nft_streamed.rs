@@ -92,7 +92,8 @@ table ip filter {
         &*rs.tables[0].chains[0].rules[0].text,
         "ip daddr 10.0.0.1 tcp dport 80 accept"
     );
-    assert_eq!(&*n.statements[2].text, "accept");
+    let statements = n.statements(&rs.tables[0].chains[0].rules[0].text);
+    assert_eq!(&*statements[2].text, "accept");
     let native = &text[..text.find("table ip filter").unwrap()];
     let shared = std::sync::Arc::new(native.to_string());
     let rs = parse_text_translated_owned(std::sync::Arc::clone(&shared));

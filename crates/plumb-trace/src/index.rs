@@ -529,7 +529,8 @@ fn compile_chain(
                     sets: &mut sets,
                     cache: &mut set_cache,
                 };
-                compiler.compile_into(n, items);
+                // Read from the rule's text (not kept in the rule) and dropped here.
+                compiler.compile_into(&n.statements(rule.text.as_str()), items);
             }
             RuleBody::Approximate(listed) => {
                 conds.clear();

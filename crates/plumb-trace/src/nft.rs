@@ -11,7 +11,7 @@ use crate::ir::{Action, Jump, MapVerdict, MarkOp, NatSpec};
 use crate::ir::{AddrMatch, Cond, Field, IfacePattern, ct_bits};
 use crate::ir::{Atom, CompiledSet, Pattern, SetRef};
 use crate::packet::AddrType;
-use plumb_ruleset::nft::{NatKind, NftRule, NftSet, Op, StatementKind, Value, Verdict};
+use plumb_ruleset::nft::{NatKind, NftSet, Op, Statement, StatementKind, Value, Verdict};
 use std::collections::HashMap;
 
 /// The field a selector reads, and the protocol it implies (`tcp dport` -> 6).
@@ -221,17 +221,18 @@ impl Compiler<'_> {
         Some(r)
     }
 
-    /// Compiles one rule into its conditions and actions, in statement order.
-    pub fn compile(&mut self, rule: &NftRule) -> Items {
+    /// Compiles one rule's statements ([`plumb_ruleset::nft::NftRule::statements`]) into its conditions and
+    /// actions, in statement order.
+    pub fn compile(&mut self, statements: &[Statement]) -> Items {
         let mut items = Vec::new();
-        self.compile_into(rule, &mut items);
+        self.compile_into(statements, &mut items);
         items
     }
 
-    /// Appends the rule's items to `items`.
-    pub fn compile_into(&mut self, rule: &NftRule, items: &mut Items) {
+    /// Appends the items of a rule's statements ([`plumb_ruleset::nft::NftRule::statements`]) to `items`.
+    pub fn compile_into(&mut self, statements: &[Statement], items: &mut Items) {
         use crate::ir::Item;
-        for s in &rule.statements {
+        for s in statements {
             match &s.kind {
                 StatementKind::Match { left, op, right } => {
                     for c in self.compile_match(left, *op, right, &s.text) {

@@ -79,7 +79,7 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
                             Some(o) => o.arg(0).is_none_or(|a| !usable_nat_address(&a)),
                         }
                     }),
-                    RuleBody::Nft(n) => n.statements.iter().any(|s| match &s.kind {
+                    RuleBody::Nft(n) => n.statements(&r.text).iter().any(|s| match &s.kind {
                         StatementKind::Nat {
                             kind: NatKind::Dnat | NatKind::Snat,
                             args,

@@ -264,7 +264,7 @@ fn recover_table(table: &Table) -> ServiceMap<'_> {
                     r.chain_references().iter().any(|r| {
                         split_chain(r.chain).is_some_and(|(p, _)| p == NftChainPrefix::Local)
                     }) || matches!(&r.body, RuleBody::Nft(n)
-                        if n.statements.iter().any(|s| s.text == "fib saddr type local"))
+                        if n.statements(&r.text).iter().any(|s| s.text == "fib saddr type local"))
                 });
                 if local {
                     rec.builders[i].external_local = true;
@@ -436,7 +436,10 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
     for r in &c.rules {
         let RuleBody::Nft(n) = &r.body else { continue };
         let ev = Evidence::rule(table, c, r);
-        for s in &n.statements {
+        // Read from the rule's text and dropped after it: what is kept is a slice of
+        // the rule's text.
+        let statements = n.statements(&r.text);
+        for s in statements.iter() {
             match &s.kind {
                 StatementKind::Match { left, right, .. }
                     if left == "ip saddr" || left == "ip6 saddr" =>
@@ -480,7 +483,8 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                         .filter(|&m| m > 0)
                         .unwrap_or(entries.len().max(1) as u32);
                     for (_, v) in entries {
-                        let Some(target) = verdict_chain(v) else {
+                        let Some(target) = verdict_chain(v).and_then(|t| spelt_in(&r.text, t))
+                        else {
                             continue;
                         };
                         match picks.iter_mut().find(|p| p.0 == target) {
@@ -522,10 +526,10 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                 }
                 StatementKind::Verdict(v) => {
                     // A single endpoint may be a plain `goto endpoint-…` (no numgen).
-                    if let Some(target) = verdict_chain(v)
+                    if let Some(target) = verdict_chain(v).and_then(|t| spelt_in(&r.text, t))
                         && split_chain(target).is_some_and(|(p, _)| p == NftChainPrefix::Endpoint)
                         && picks.is_empty()
-                        && !n.statements.iter().any(|s| {
+                        && !statements.iter().any(|s| {
                             matches!(&s.kind, StatementKind::Match { right: Value::Named(set), .. } if set.starts_with("affinity-"))
                         })
                     {
@@ -549,13 +553,16 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
         if let Some(ep) = rec.chains.get(target) {
             for r in &ep.rules {
                 let RuleBody::Nft(n) = &r.body else { continue };
-                for s in &n.statements {
+                for s in n.statements(&r.text).iter() {
                     if let StatementKind::Nat { args, .. } = &s.kind
                         && let Some(a) = args
                             .split_whitespace()
                             .find(|w| split_host_port(w).is_some())
                     {
-                        address = Some(Cow::Borrowed(a));
+                        address = Some(
+                            spelt_in(&r.text, a)
+                                .map_or_else(|| Cow::Owned(a.to_string()), Cow::Borrowed),
+                        );
                         evidence.push(Evidence::rule(table, ep, r));
                     }
                 }
@@ -584,6 +591,14 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
             }),
         }
     }
+}
+
+/// `part`, a string of a statement of a rule whose text is `text`, as the same
+/// characters of `text`: they live as long as the rule, the statements read from its
+/// text do not (see [`plumb_ruleset::nft::NftRule::statements`]).
+fn spelt_in<'a>(text: &'a str, part: &str) -> Option<&'a str> {
+    let at = text.find(part)?;
+    text.get(at..at + part.len())
 }
 
 /// The endpoints a `dnat` statement of a service chain picks, with their probability:
@@ -670,7 +685,7 @@ fn endpoint_address_from_name(chain: &str) -> Option<String> {
 fn firewall_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize) {
     for r in &c.rules {
         let RuleBody::Nft(n) = &r.body else { continue };
-        for s in &n.statements {
+        for s in n.statements(&r.text).iter() {
             if let StatementKind::Match { left, right, .. } = &s.kind
                 && (left == "ip saddr" || left == "ip6 saddr")
             {

@@ -570,7 +570,7 @@ pub enum RuleBody {
     /// An xtables rule: generic options, matches, target (indexed on first use).
     Xt(XtCell),
     /// A native nftables rule: a statement sequence.
-    Nft(Box<NftRule>),
+    Nft(NftRule),
     /// Read from a lossy listing (`-nvL`); only the text and what was recognised.
     Approximate(Box<ListedRule>),
 }
@@ -582,7 +582,7 @@ impl Rule {
     pub fn counters(&self) -> Option<Counters> {
         match &self.body {
             RuleBody::Xt(x) => x.counters(&self.text),
-            RuleBody::Nft(n) => n.counters(),
+            RuleBody::Nft(n) => n.counters(self.text.as_str()),
             RuleBody::Approximate(l) => l.counters,
         }
     }
@@ -636,8 +636,18 @@ impl Rule {
                 .and_then(|t| t.chain_reference())
                 .into_iter()
                 .collect(),
-            RuleBody::Nft(n) => n.chain_references(),
+            RuleBody::Nft(n) => n.chain_references(self.text.as_str()),
             RuleBody::Approximate(l) => l.chain_reference().into_iter().collect(),
+        }
+    }
+
+    /// The statements of a native nft rule (`None` for other rules): read from the
+    /// rule's text when the rule does not hold them (see [`NftRule`]), for the caller
+    /// to drop.
+    pub fn nft_statements(&self) -> Option<std::borrow::Cow<'_, [nft::Statement]>> {
+        match &self.body {
+            RuleBody::Nft(n) => Some(n.statements(self.text.as_str())),
+            _ => None,
         }
     }
 
@@ -656,7 +666,11 @@ impl Rule {
                         .collect()
                 }
             },
-            RuleBody::Nft(n) => n.comments().map(Cow::Borrowed).collect(),
+            RuleBody::Nft(n) => n
+                .comments(self.text.as_str())
+                .into_iter()
+                .map(Cow::Borrowed)
+                .collect(),
             RuleBody::Approximate(l) => l.comments().map(Cow::Borrowed).collect(),
         }
     }
@@ -845,6 +859,8 @@ mod tests {
             "{}",
             std::mem::size_of::<Chain>()
         );
+        // An nft rule is a body of its own, not a box (see `NftRule`).
+        assert_eq!(std::mem::size_of::<NftRule>(), 8);
     }
 
     #[test]

@@ -6,67 +6,220 @@
 //! evaluate packets (matches with their operator and value, NAT, marks). Anything plumb
 //! does not model stays as [`StatementKind::Other`] with its text: nothing read is
 //! dropped. Both nft readers (`crate::nft::text`, `crate::nft::json`) build these types;
-//! this module depends on nothing but the rest of the model.
+//! this module depends on nothing but the rest of the model. A rule read from nft text
+//! does not hold its statements: they are read again from its text when asked
+//! ([`NftRule::statements`]), by the function the text reader registers.
 
 use super::{ChainRef, Counters, Location, RuleBody, RuleText, Table, TransferKind};
 use serde::Serialize;
 
 /// A native nft rule: statements in order, plus the kernel handle when the dump
 /// carried one (`nft -a` comments `# handle N`, or JSON `handle`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// A rule read from nft text does not hold its statements: they are read again from
+/// the rule's text (`Rule::text`) each time they are asked for ([`NftRule::statements`]
+/// hands out a list the caller drops). A 10k-service kube-proxy listing has 300k
+/// statements, 23 MiB held, more than the listing itself. A rule read from JSON, or
+/// whose text the reader composed (spread over lines in the input), holds them.
+///
+/// 8 bytes, and no allocation for a rule read from text without a handle (most rules:
+/// `nft list ruleset` prints no handles); a box held 32 bytes for each of a
+/// 10k-service listing's 125k rules.
+#[derive(Clone, Debug)]
 pub struct NftRule {
-    /// The rule's statements in evaluation order; evaluation stops at the first match
-    /// that fails or at a terminal verdict.
-    pub statements: Vec<Statement>,
-    /// The kernel's rule handle; `None` when the dump was listed without `-a` (text) or
-    /// carried no `handle` (JSON).
-    pub handle: Option<u64>,
+    /// `None`: the statements are in the rule's text, and there is no handle.
+    parts: Option<Box<NftRuleParts>>,
+}
+
+/// What an [`NftRule`] holds when it holds anything.
+#[derive(Clone, Debug)]
+struct NftRuleParts {
+    /// `None`: the statements are in the rule's text.
+    statements: Option<Box<[Statement]>>,
+    handle: Option<u64>,
+}
+
+/// Reads the statements of a rule from its text (a rule of any family: the family
+/// changes only what the reader reports, not the statements).
+pub(crate) type ReadStatements = fn(&str) -> Vec<Statement>;
+
+/// The reader of the rules that do not hold their statements, set by the nft text
+/// reader when it makes the first ([`NftRule::in_text`]): the model depends on no
+/// reader, and a rule has no room for a function pointer of its own.
+static READ_STATEMENTS: std::sync::OnceLock<ReadStatements> = std::sync::OnceLock::new();
+
+impl Default for NftRule {
+    /// A rule without statements.
+    fn default() -> NftRule {
+        NftRule::holding(Vec::new(), None)
+    }
 }
 
 impl NftRule {
+    /// A rule holding its statements (read from JSON, or from text the reader
+    /// composed).
+    pub fn holding(statements: Vec<Statement>, handle: Option<u64>) -> NftRule {
+        NftRule {
+            parts: Some(Box::new(NftRuleParts {
+                statements: Some(statements.into_boxed_slice()),
+                handle,
+            })),
+        }
+    }
+
+    /// A rule whose statements `read` reads from the rule's text when asked. The reader
+    /// that makes it promises that `read(text)` gives the statements it read, and that
+    /// every chain, map and comment they name is a slice of the text (see
+    /// [`NftRule::chain_references`]). `read` is the same function for every rule.
+    pub(crate) fn in_text(read: ReadStatements, handle: Option<u64>) -> NftRule {
+        READ_STATEMENTS.get_or_init(|| read);
+        NftRule {
+            parts: handle.map(|handle| {
+                Box::new(NftRuleParts {
+                    statements: None,
+                    handle: Some(handle),
+                })
+            }),
+        }
+    }
+
+    /// The kernel's rule handle; `None` when the dump was listed without `-a` (text) or
+    /// carried no `handle` (JSON).
+    pub fn handle(&self) -> Option<u64> {
+        self.parts.as_ref().and_then(|p| p.handle)
+    }
+
+    /// Whether the rule holds its statements (false: they are read from its text).
+    pub fn holds_statements(&self) -> bool {
+        self.held().is_some()
+    }
+
+    /// The statements the rule holds.
+    fn held(&self) -> Option<&[Statement]> {
+        self.parts.as_ref()?.statements.as_deref()
+    }
+
+    /// The statements the rule holds, to give their texts another home (`None` when
+    /// they are read from the rule's text).
+    pub(crate) fn held_statements_mut(&mut self) -> Option<&mut [Statement]> {
+        self.parts.as_mut()?.statements.as_deref_mut()
+    }
+
+    /// The rule's statements in evaluation order (evaluation stops at the first match
+    /// that fails or at a terminal verdict). `text` is the rule's text (`Rule::text`):
+    /// a rule read from nft text reads its statements from it, and the list is the
+    /// caller's (dropped after use, not kept in the rule).
+    pub fn statements(&self, text: &str) -> std::borrow::Cow<'_, [Statement]> {
+        match self.held() {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            // Set before any rule without statements was made.
+            None => std::borrow::Cow::Owned(
+                READ_STATEMENTS
+                    .get()
+                    .map_or_else(Vec::new, |read| read(text)),
+            ),
+        }
+    }
+
     /// Every chain this rule can transfer control to: `jump`/`goto` verdicts and the
     /// `jump`/`goto` entries of inline verdict maps. Named maps are resolved through
-    /// [`NftSet::verdict_targets`] (see [`table_chain_references`]).
-    pub fn chain_references(&self) -> Vec<ChainRef<'_>> {
-        let mut out = Vec::new();
-        for s in &self.statements {
-            match &s.kind {
-                StatementKind::Verdict(v) => out.extend(v.chain_ref()),
-                StatementKind::VerdictMap {
-                    map: VerdictMapRef::Inline(entries),
-                    ..
-                } => out.extend(entries.iter().filter_map(|(_, v)| v.chain_ref())),
-                _ => {}
-            }
-        }
-        out
+    /// [`NftSet::verdict_targets`] (see [`table_chain_references`]). `text` is the
+    /// rule's text (`Rule::text`).
+    pub fn chain_references<'a>(&'a self, text: &'a str) -> Vec<ChainRef<'a>> {
+        self.named(text, &["jump", "goto"], |s, out| match &s.kind {
+            StatementKind::Verdict(v) => out.extend(v.chain_ref().map(|r| (r.kind, r.chain))),
+            StatementKind::VerdictMap {
+                map: VerdictMapRef::Inline(entries),
+                ..
+            } => out.extend(
+                entries
+                    .iter()
+                    .filter_map(|(_, v)| v.chain_ref().map(|r| (r.kind, r.chain))),
+            ),
+            _ => {}
+        })
+        .into_iter()
+        .map(|(kind, chain)| ChainRef { kind, chain })
+        .collect()
     }
 
-    /// Named maps this rule looks verdicts up in (`vmap @service-ips`).
-    pub fn verdict_map_names(&self) -> impl Iterator<Item = &str> {
-        self.statements.iter().filter_map(|s| match &s.kind {
-            StatementKind::VerdictMap {
+    /// Named maps this rule looks verdicts up in (`vmap @service-ips`). `text` is the
+    /// rule's text (`Rule::text`).
+    pub fn verdict_map_names<'a>(&'a self, text: &'a str) -> Vec<&'a str> {
+        self.named(text, &["vmap"], |s, out| {
+            if let StatementKind::VerdictMap {
                 map: VerdictMapRef::Named(n),
                 ..
-            } => Some(n.as_str()),
-            _ => None,
+            } = &s.kind
+            {
+                out.push(((), n.as_str()));
+            }
         })
+        .into_iter()
+        .map(|(_, n)| n)
+        .collect()
     }
 
-    /// The rule's `comment "..."` texts, unquoted.
-    pub fn comments(&self) -> impl Iterator<Item = &str> {
-        self.statements.iter().filter_map(|s| match &s.kind {
-            StatementKind::Comment(c) => Some(c.as_str()),
-            _ => None,
+    /// The rule's `comment "..."` texts, unquoted. `text` is the rule's text
+    /// (`Rule::text`).
+    pub fn comments<'a>(&'a self, text: &'a str) -> Vec<&'a str> {
+        self.named(text, &["comment"], |s, out| {
+            if let StatementKind::Comment(c) = &s.kind {
+                out.push(((), c.as_str()));
+            }
         })
+        .into_iter()
+        .map(|(_, c)| c)
+        .collect()
     }
 
-    /// The `counter packets N bytes M` of the rule, if any.
-    pub fn counters(&self) -> Option<Counters> {
-        self.statements.iter().find_map(|s| match &s.kind {
+    /// The `counter packets N bytes M` of the rule, if any. `text` is the rule's text
+    /// (`Rule::text`).
+    pub fn counters(&self, text: &str) -> Option<Counters> {
+        // A `counter` statement is spelt so: a rule read from text without the word has
+        // none, and is not read again for it.
+        if !self.holds_statements() && !text.contains("counter") {
+            return None;
+        }
+        self.statements(text).iter().find_map(|s| match &s.kind {
             StatementKind::Counter(c) => *c,
             _ => None,
         })
+    }
+
+    /// The names `pick` finds in the statements, as strings that live as long as the
+    /// rule: the statements' own when the rule holds them, else the same characters in
+    /// `text` (the reader reads statements from the text only when every name they
+    /// hold is there: see [`NftRule::in_text`]). `keywords`: a statement `pick` finds
+    /// a name in spells one of them, so a rule read from text that spells none is not
+    /// read again (most rules, for some of the questions).
+    fn named<'a, T>(
+        &'a self,
+        text: &'a str,
+        keywords: &[&str],
+        pick: for<'s> fn(&'s Statement, &mut Vec<(T, &'s str)>),
+    ) -> Vec<(T, &'a str)> {
+        let mut out = Vec::new();
+        match self.held() {
+            Some(held) => {
+                for s in held {
+                    pick(s, &mut out);
+                }
+            }
+            None if !keywords.iter().any(|k| text.contains(k)) => {}
+            None => {
+                let statements = self.statements(text);
+                let mut found = Vec::new();
+                for s in statements.iter() {
+                    pick(s, &mut found);
+                }
+                out.extend(found.into_iter().filter_map(|(t, part)| {
+                    let at = text.find(part)?;
+                    text.get(at..at + part.len()).map(|p| (t, p))
+                }));
+            }
+        }
+        out
     }
 }
 
@@ -395,7 +548,7 @@ pub fn table_chain_references(table: &Table) -> Vec<ChainRef<'_>> {
     for c in &table.chains {
         for r in &c.rules {
             if let RuleBody::Nft(n) = &r.body {
-                out.extend(n.chain_references());
+                out.extend(n.chain_references(r.text.as_str()));
             }
         }
     }

@@ -47,7 +47,7 @@
 
 use crate::diagnostic::Diagnostic;
 use crate::iptables::save::{IptablesInput, parse_shared};
-use crate::model::nft::{NatKind, NftRule, StatementKind, Verdict};
+use crate::model::nft::{NatKind, Statement, StatementKind, Verdict};
 use crate::model::{Backend, Chain, Family, Hook, Rule, RuleBody, Ruleset, Table};
 use std::fmt::Write;
 use std::sync::Arc;
@@ -158,7 +158,7 @@ pub fn foreign_rules(ruleset: &Ruleset) -> impl Iterator<Item = (&Table, &Chain,
 fn is_foreign(rule: &Rule) -> bool {
     match &rule.body {
         RuleBody::Nft(n) => !n
-            .statements
+            .statements(rule.text.as_str())
             .iter()
             .any(|s| matches!(s.kind, StatementKind::Counter(_))),
         _ => false,
@@ -265,7 +265,7 @@ pub(crate) fn translate_table(table: &mut Table) -> Option<KeptRules> {
             c.rules
                 .iter()
                 .map(
-                    |r| matches!(&r.body, RuleBody::Nft(n) if rule_spec(n, table.family).is_some()),
+                    |r| matches!(&r.body, RuleBody::Nft(n) if rule_spec(&n.statements(r.text.as_str()), table.family).is_some()),
                 )
                 .collect()
         })
@@ -976,7 +976,7 @@ fn iptables_text(
                 continue;
             }
             if let RuleBody::Nft(n) = &r.body
-                && let Some(spec) = rule_spec(n, table.family)
+                && let Some(spec) = rule_spec(&n.statements(r.text.as_str()), table.family)
             {
                 let _ = writeln!(text, "-A {} {spec}", c.name);
                 line += 1;
@@ -990,10 +990,10 @@ fn iptables_text(
 
 /// The iptables rule (the words after `-A CHAIN`) that iptables-nft lists for an nft
 /// rule, or `None` when iptables-nft did not write it.
-pub fn rule_spec(rule: &NftRule, family: Family) -> Option<String> {
+pub fn rule_spec(statements: &[Statement], family: Family) -> Option<String> {
     let mut s = Spec::default();
     let mut counter = false;
-    for st in &rule.statements {
+    for st in statements {
         let words = words(&st.text);
         let w: Vec<&str> = words.iter().map(String::as_str).collect();
         if s.target.is_some() {

@@ -357,13 +357,9 @@ impl JsonReader<'_> {
                 kind: StatementKind::Comment(c.to_string()),
             });
         }
-        let mut rule = NftRule {
-            statements,
-            handle: o.get("handle").and_then(J::as_u64),
-        };
         let mut text = String::new();
-        let mut ranges = Vec::with_capacity(rule.statements.len());
-        for st in &rule.statements {
+        let mut ranges = Vec::with_capacity(statements.len());
+        for st in &statements {
             if !text.is_empty() {
                 text.push(' ');
             }
@@ -374,14 +370,16 @@ impl JsonReader<'_> {
         // The statements' texts become spans of the rule's: one text a rule, not one a
         // statement.
         let text: crate::model::SourceText = std::sync::Arc::new(text);
-        for (st, range) in rule.statements.iter_mut().zip(ranges) {
+        for (st, range) in statements.iter_mut().zip(ranges) {
             st.text = crate::model::RuleText::span(&text, range);
         }
+        // JSON has no statement text to read again: the rule holds its statements.
+        let rule = NftRule::holding(statements, o.get("handle").and_then(J::as_u64));
         let c = &mut self.ruleset.tables[ti].chains[ci];
         c.rules.push(Rule {
             location: loc,
             text: crate::model::RuleText::span(&text, 0..text.len()),
-            body: RuleBody::Nft(Box::new(rule)),
+            body: RuleBody::Nft(rule),
         });
     }
 

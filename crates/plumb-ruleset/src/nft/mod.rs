@@ -12,7 +12,8 @@ pub(crate) mod text;
 
 pub use json::parse_json;
 pub use text::{
-    parse_text, parse_text_streamed, parse_text_translated, parse_text_translated_owned,
+    parse_text, parse_text_holding, parse_text_streamed, parse_text_translated,
+    parse_text_translated_owned,
 };
 
 pub use crate::model::nft::{

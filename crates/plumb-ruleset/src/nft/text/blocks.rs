@@ -5,9 +5,14 @@
 
 use super::lexer::{Tok, Token, column};
 use super::statement::StmtParser;
-use super::{FAMILIES, Reader, collapse, is_elision, value_of_words};
+use super::{
+    FAMILIES, Reader, collapse, collapsed, is_elision, names_within, statements_of_rule,
+    value_of_words,
+};
 use crate::model::RuleText;
-use crate::model::nft::{NftRule, NftSet, SetElement, SetKind, StatementKind, Verdict, unquote};
+use crate::model::nft::{
+    NftRule, NftSet, SetElement, SetKind, Statement, StatementKind, Verdict, unquote,
+};
 use crate::model::{
     Backend, BaseChain, Chain, Family, Hook, Location, Policy, Rule, RuleBody, Table,
 };
@@ -532,7 +537,13 @@ impl<'a> Reader<'a> {
             );
         }
         let last = buf[buf.len() - 1];
-        let text = self.text_of(&self.text[first.start()..last.end()]);
+        let span = &self.text[first.start()..last.end()];
+        // A rule on one line with single blanks: its text is a span of the input, and
+        // its statements are read again from it when asked (see `NftRule`).
+        let (text, one_line) = match collapsed(span) {
+            std::borrow::Cow::Borrowed(s) => (RuleText::within(self.source, s), true),
+            std::borrow::Cow::Owned(s) => (RuleText::from(s), false),
+        };
         let inet = self.ruleset.tables[ti].family == Family::Inet;
         let mut sp = StmtParser {
             r: self,
@@ -543,16 +554,23 @@ impl<'a> Reader<'a> {
             network_known: false,
         };
         let statements = sp.statements();
-        let rule = NftRule { statements, handle };
-        let counters = rule.counters();
+        let counters = statements.iter().find_map(|s| match &s.kind {
+            StatementKind::Counter(c) => *c,
+            _ => None,
+        });
         let location = Location {
             line: first.line,
             column: column(self.text, first.line_start(self.text), first.start()),
         };
-        if self.translate_as_read(ti, ci, &rule, &text, &buf, location, counters) {
+        if self.translate_as_read(ti, ci, &statements, &text, &buf, location, counters) {
             self.rule_buf = buf;
             return;
         }
+        let rule = if one_line && !self.hold_statements && names_within(&statements, &text) {
+            NftRule::in_text(statements_of_rule, handle)
+        } else {
+            NftRule::holding(statements, handle)
+        };
         let chain = &mut self.ruleset.tables[ti].chains[ci];
         if chain.rules.len() == chain.rules.capacity() {
             // Small chains grow one rule at a time: no slack for mimalloc to keep (see
@@ -563,7 +581,7 @@ impl<'a> Reader<'a> {
         chain.rules.push(Rule {
             location,
             text,
-            body: RuleBody::Nft(Box::new(rule)),
+            body: RuleBody::Nft(rule),
         });
         self.rule_buf = buf;
     }
@@ -576,7 +594,7 @@ impl<'a> Reader<'a> {
         &mut self,
         ti: usize,
         ci: usize,
-        rule: &NftRule,
+        statements: &[Statement],
         text: &str,
         toks: &[Token],
         location: Location,
@@ -586,7 +604,7 @@ impl<'a> Reader<'a> {
         if self.stream_table(ti).is_none() {
             return false;
         }
-        let spec = crate::nft::iptables_nft::rule_spec(rule, family);
+        let spec = crate::nft::iptables_nft::rule_spec(statements, family);
         let slot = match spec {
             None => StreamedRule::Nft,
             Some(_)
@@ -598,7 +616,7 @@ impl<'a> Reader<'a> {
                 return false;
             }
             Some(_) => {
-                let mut transfers = rule.statements.iter().filter_map(|s| match &s.kind {
+                let mut transfers = statements.iter().filter_map(|s| match &s.kind {
                     StatementKind::Verdict(Verdict::Jump(c)) => Some((c.as_str(), false)),
                     StatementKind::Verdict(Verdict::Goto(c)) => Some((c.as_str(), true)),
                     _ => None,

@@ -25,7 +25,7 @@ mod script;
 mod statement;
 
 use crate::diagnostic::Diagnostic;
-use crate::model::nft::{StatementKind, Value, Verdict, unquote};
+use crate::model::nft::{Statement, StatementKind, Value, Verdict, VerdictMapRef, unquote};
 use crate::model::{Completeness, Location, RuleBody, RuleText, Ruleset, SourceText};
 use crate::nft::iptables_nft::{StreamedRule, StreamedTable};
 use lexer::{Lexer, Tok, Token, column};
@@ -50,6 +50,68 @@ pub fn parse_source(source: &SourceText) -> Ruleset {
     undefined_set_references(&mut rs, None);
     rs.diagnostics.sort_by_key(|d| (d.line, d.column));
     rs
+}
+
+/// [`parse_text`] with every native rule holding its statements, as read in context:
+/// for the tests that prove a rule's statements read again from its text
+/// ([`crate::model::nft::NftRule::statements`]) are the same.
+#[doc(hidden)]
+pub fn parse_text_holding(text: &str) -> Ruleset {
+    let source = std::sync::Arc::new(text.to_owned());
+    let mut r = Reader::new(&source, None);
+    r.hold_statements = true;
+    r.top();
+    let (mut rs, _) = r.finish();
+    undefined_set_references(&mut rs, None);
+    rs.diagnostics.sort_by_key(|d| (d.line, d.column));
+    rs
+}
+
+/// A rule's statements read again from its text (one line, single blanks: the rule's
+/// text as [`Reader::rule`] keeps it). Their texts are spans of a copy of `text`;
+/// diagnostics were given when the rule was first read and are not given again (so the
+/// rule's family, which changes only a diagnostic, is not needed).
+fn statements_of_rule(text: &str) -> Vec<Statement> {
+    let source: SourceText = std::sync::Arc::new(text.to_owned());
+    let mut r = Reader::new(&source, None);
+    let mut toks = Vec::new();
+    let mut i = 0;
+    while let Some(t) = r.tok(i) {
+        if !matches!(t.kind, Tok::Comment | Tok::Newline) {
+            toks.push(t);
+        }
+        i += 1;
+    }
+    if toks.is_empty() {
+        return Vec::new();
+    }
+    statement::StmtParser {
+        r: &mut r,
+        toks: &toks,
+        i: 0,
+        depth: 0,
+        inet: false,
+        network_known: false,
+    }
+    .statements()
+}
+
+/// Whether every chain, map and comment the statements name is spelt in `text` (the
+/// model finds them there when it reads the statements again: see
+/// [`crate::model::nft::NftRule::in_text`]).
+fn names_within(statements: &[Statement], text: &str) -> bool {
+    let within = |name: &str| text.contains(name);
+    statements.iter().all(|s| match &s.kind {
+        StatementKind::Verdict(v) => v.chain_ref().is_none_or(|r| within(r.chain)),
+        StatementKind::VerdictMap { map, .. } => match map {
+            VerdictMapRef::Named(n) => within(n),
+            VerdictMapRef::Inline(entries) => entries
+                .iter()
+                .all(|(_, v)| v.chain_ref().is_none_or(|r| within(r.chain))),
+        },
+        StatementKind::Comment(c) => within(c),
+        _ => true,
+    })
 }
 
 /// Reads nft text like [`parse_text`] and turns iptables-nft's tables into the
@@ -131,8 +193,10 @@ fn native_texts(table: &crate::model::Table, mut f: impl FnMut(&str, Option<usiz
     for r in table.chains.iter().flat_map(|c| &c.rules) {
         let RuleBody::Nft(n) = &r.body else { continue };
         f(&r.text, None);
-        for s in &n.statements {
-            f(&s.text, offset_in(&r.text, &s.text));
+        if n.holds_statements() {
+            for s in n.statements(&r.text).iter() {
+                f(&s.text, offset_in(&r.text, &s.text));
+            }
         }
     }
 }
@@ -174,7 +238,7 @@ fn own_native_texts(table: &mut crate::model::Table) {
         };
         let rule_at = at;
         at += r.text.len();
-        for s in &mut n.statements {
+        for s in n.held_statements_mut().into_iter().flatten() {
             let range = match offset_in(&r.text, &s.text) {
                 Some(off) => rule_at + off..rule_at + off + s.text.len(),
                 None => {
@@ -338,6 +402,9 @@ struct Reader<'a> {
     deleted_names: HashSet<(usize, &'a str)>,
     /// Set for a streaming read ([`parse_text_streamed`]).
     stream: Option<Stream>,
+    /// Every rule holds its statements, none is read again from its text (for the
+    /// tests that prove both give the same statements: [`parse_text_holding`]).
+    hold_statements: bool,
 }
 
 /// (table index, chain name) -> chain index, in 8 bytes a chain: the names are the
@@ -446,6 +513,7 @@ impl<'a> Reader<'a> {
             dead_chains: HashSet::new(),
             deleted_names: HashSet::new(),
             stream,
+            hold_statements: false,
         }
     }
 
@@ -526,6 +594,12 @@ impl<'a> Reader<'a> {
         if read >= 1 << 14 {
             self.toks.drain(..read);
             self.base = self.pos;
+            // The tokens of a table's element lists (all read before its first rule:
+            // 4 MiB on a 10k-service listing) are not kept in the vector's capacity
+            // until the end of the read.
+            if self.toks.capacity() > 1 << 16 {
+                self.toks.shrink_to(1 << 15);
+            }
         }
     }
 
@@ -867,14 +941,25 @@ fn rule_references(
     if let RuleBody::Nft(rule) = &r.body
         && !chain_listing
     {
-        for s in &rule.statements {
+        // One read of the statements (a rule read from text reads them again).
+        let statements = rule.statements(&r.text);
+        for s in statements.iter() {
             if let StatementKind::Verdict(Verdict::Jump(to) | Verdict::Goto(to)) = &s.kind
                 && chains.base(to).is_none()
             {
                 found.push(jump_to_undefined(r.location, t, to));
             }
         }
-        for c in rule.chain_references() {
+        // What `NftRule::chain_references` gives, from the statements read.
+        let references = statements.iter().flat_map(|s| match &s.kind {
+            StatementKind::Verdict(v) => v.chain_ref().into_iter().collect(),
+            StatementKind::VerdictMap {
+                map: VerdictMapRef::Inline(entries),
+                ..
+            } => entries.iter().filter_map(|(_, v)| v.chain_ref()).collect(),
+            _ => Vec::new(),
+        });
+        for c in references {
             if chains.base(c.chain) == Some(true) {
                 found.push(jump_to_base(r.location, t, c.chain));
             }

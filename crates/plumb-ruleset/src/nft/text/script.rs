@@ -316,7 +316,7 @@ impl<'a> Reader<'a> {
             (Some(h), Some(ci)) => {
                 let rules = &mut self.ruleset.tables[ti].chains[ci].rules;
                 rules.retain(|r| match &r.body {
-                    RuleBody::Nft(n) => n.handle != Some(h),
+                    RuleBody::Nft(n) => n.handle() != Some(h),
                     _ => true,
                 });
             }
