@@ -276,19 +276,30 @@ impl Requester {
     ) -> io::Result<Vec<(u8, String, String)>> {
         let all = libc::AF_UNSPEC as u8;
         self.request(msg::GETTABLE, true, all, &[], on)?;
-        let mut chains: Vec<(u8, String, String)> = Vec::new();
-        self.request(msg::GETCHAIN, true, all, &[], &mut |m| {
+        self.named_dump(msg::GETCHAIN, NFTA_CHAIN_TABLE, NFTA_CHAIN_NAME, on)
+    }
+
+    /// One dump of `kind` for every family, each message handed to `on`; gives each
+    /// object it names as (family, table, name), read from its `table_attr` and
+    /// `name_attr` attributes.
+    fn named_dump(
+        &mut self,
+        kind: u16,
+        table_attr: u16,
+        name_attr: u16,
+        on: &mut dyn FnMut(Message<'_>),
+    ) -> io::Result<Vec<(u8, String, String)>> {
+        let mut names = Vec::new();
+        self.request(kind, true, libc::AF_UNSPEC as u8, &[], &mut |m| {
             if let Some((family, attrs)) = split(&m)
-                && let (Some(t), Some(c)) = (
-                    attr_str(attrs, NFTA_CHAIN_TABLE),
-                    attr_str(attrs, NFTA_CHAIN_NAME),
-                )
+                && let (Some(t), Some(n)) =
+                    (attr_str(attrs, table_attr), attr_str(attrs, name_attr))
             {
-                chains.push((family, t, c));
+                names.push((family, t, n));
             }
             on(m);
         })?;
-        Ok(chains)
+        Ok(names)
     }
 
     /// The rules of each chain, one dump per chain, in order.
@@ -337,20 +348,7 @@ impl Requester {
 
     /// Every set; gives each as (family, table, name).
     pub fn set_list(&mut self, on: &mut dyn FnMut(Message<'_>)) -> io::Result<Vec<SetId>> {
-        let all = libc::AF_UNSPEC as u8;
-        let mut sets: Vec<SetId> = Vec::new();
-        self.request(msg::GETSET, true, all, &[], &mut |m| {
-            if let Some((family, attrs)) = split(&m)
-                && let (Some(t), Some(s)) = (
-                    attr_str(attrs, NFTA_SET_TABLE),
-                    attr_str(attrs, NFTA_SET_NAME),
-                )
-            {
-                sets.push((family, t, s));
-            }
-            on(m);
-        })?;
-        Ok(sets)
+        self.named_dump(msg::GETSET, NFTA_SET_TABLE, NFTA_SET_NAME, on)
     }
 
     /// The elements of each set, one dump per set (a set gone meanwhile: none).
