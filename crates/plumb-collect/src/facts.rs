@@ -185,6 +185,7 @@ pub fn gather(node: &dyn NodeSource, options: &GatherOptions) -> Facts {
                 } else {
                     format!("{}: {}", t.status, t.detail)
                 },
+                left_out: t.left_out,
             })
             .collect();
         // After the dumps, not beside them: the probes need kube-proxy's rules (is this a

@@ -77,6 +77,7 @@ mod tests {
             status: status.into(),
             detail: detail.into(),
             tables: 0,
+            left_out: status == "failed",
         };
         let tools = [
             tool(

@@ -35,6 +35,30 @@ pub struct ToolOutcome {
     pub detail: String,
     /// Tables the dump held (0 unless `ok`).
     pub tables: usize,
+    /// The read left tables of the node out of the model: it did not work though what
+    /// it reads is there, and no other read took its place (the ruleset is then
+    /// `damaged`, and doctor reports it). A failed read is one; a `missing` tool only
+    /// where the node was seen to have its tables (the netlink dump listed them, /proc
+    /// lists the legacy ones); a getsockopt or netlink read that failed is not, since
+    /// the tools then read the same tables and their outcomes are the ones judged.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub left_out: bool,
+}
+
+impl ToolOutcome {
+    /// This outcome, for a read whose tables the node is known to have: a read that
+    /// did not work left them out, whether it failed or its tool is missing.
+    fn of_known_tables(mut self) -> ToolOutcome {
+        self.left_out = self.status != "ok" && self.status != "skipped";
+        self
+    }
+
+    /// This outcome, for a read another one replaces when it does not work (the save
+    /// tools after a getsockopt or netlink read): it leaves nothing out itself.
+    fn replaced_by_tools(mut self) -> ToolOutcome {
+        self.left_out = false;
+        self
+    }
 }
 
 /// Everything read, merged, and how each tool went.
@@ -85,6 +109,7 @@ fn outcome(tool: &str, status: &str, detail: impl Into<String>, tables: usize) -
         status: status.into(),
         detail: detail.into(),
         tables,
+        left_out: status == "failed",
     }
 }
 
@@ -118,6 +143,8 @@ fn run_dump(node: &dyn NodeSource, d: &Dump) -> (Option<Ruleset>, ToolOutcome) {
         }
     }
     match node.command(&command) {
+        // Past the gate, /proc listed the tables this tool would have printed.
+        Err(e) if d.gate.is_some() => (None, unavailable(&tool, e).of_known_tables()),
         Err(e) => (None, unavailable(&tool, e)),
         Ok(c) => {
             let input = IptablesInput {
@@ -148,7 +175,7 @@ fn legacy_dump(node: &dyn NodeSource, d: &Dump) -> Vec<ToolRead> {
     let read = match node.xt_legacy(d.family) {
         None => return vec![run_dump(node, d)],
         Some(Err(why)) => {
-            let failed = outcome(&reader, "failed", why, 0);
+            let failed = outcome(&reader, "failed", why, 0).replaced_by_tools();
             return vec![(None, failed), run_dump(node, d)];
         }
         Some(Ok(read)) => read,
@@ -188,7 +215,7 @@ fn legacy_dump(node: &dyn NodeSource, d: &Dump) -> Vec<ToolRead> {
                         "table {} {name} not read: {why}, and {e}",
                         d.family.as_str()
                     );
-                    outcomes.push(unavailable(&tool, detail));
+                    outcomes.push(unavailable(&tool, detail).of_known_tables());
                 }
                 Vec::new()
             }
@@ -344,10 +371,13 @@ fn netlink_family(
             }
             Err(e) => {
                 for (name, why) in &fallbacks {
-                    outcomes.push(unavailable(
-                        &tool,
-                        format!("table {} {name} not read: {why}, and {e}", family.as_str()),
-                    ));
+                    outcomes.push(
+                        unavailable(
+                            &tool,
+                            format!("table {} {name} not read: {why}, and {e}", family.as_str()),
+                        )
+                        .of_known_tables(),
+                    );
                 }
                 Vec::new()
             }
@@ -461,7 +491,8 @@ fn read_with_netlink(node: &dyn NodeSource, read: &mut crate::nft_netlink::Read)
         let family = t.family.map_or("unknown", |f| f.as_str());
         let tool = format!("nft list table {family} {}", t.name);
         results.push(match node.nft_list_table(family, &t.name) {
-            Err(e) => (None, unavailable(&tool, e)),
+            // The netlink dump listed the table.
+            Err(e) => (None, unavailable(&tool, e).of_known_tables()),
             Ok(c) => {
                 let rs = plumb_ruleset::nft::parse_text(&c.text());
                 let n = rs.tables.len();
@@ -486,22 +517,17 @@ fn read_with_netlink(node: &dyn NodeSource, read: &mut crate::nft_netlink::Read)
     }
     ruleset.settle_completeness();
     if unread_table(&tools) {
-        // The netlink dump listed every table; one of them is not in the model, so
-        // what is absent from it proves nothing (checks judge no absence then).
+        // A table the node has is not in the model, so what is absent from it proves
+        // nothing (checks judge no absence then).
         ruleset.completeness = plumb_ruleset::Completeness::Damaged;
     }
     Collected { ruleset, tools }
 }
 
-/// Whether a read of a live node through netlink left a table out: a read that did not
-/// work though what it reads exists (the dump listed the table; /proc lists the legacy
-/// tables, else the legacy read is `skipped`, which does not count). A failed getsockopt
-/// read does not count either: the save tool then reads the same tables, and its
-/// outcome is the one judged.
+/// Whether a read left tables of the node out of the model ([`ToolOutcome::left_out`]):
+/// then what is absent from the model proves nothing, and the ruleset is `damaged`.
 fn unread_table(tools: &[ToolOutcome]) -> bool {
-    tools
-        .iter()
-        .any(|t| t.status != "ok" && t.status != "skipped" && !t.tool.ends_with(" getsockopt"))
+    tools.iter().any(|t| t.left_out)
 }
 
 /// Reads every ruleset of a node: live (nf_tables over netlink when the node reads it
@@ -511,7 +537,7 @@ fn unread_table(tools: &[ToolOutcome]) -> bool {
 pub fn read_rulesets(node: &dyn NodeSource) -> Collected {
     let netlink_failure = match node.nft_netlink() {
         Some(Ok(mut read)) => return read_with_netlink(node, &mut read),
-        Some(Err(why)) => Some(outcome("nf_tables netlink", "failed", why, 0)),
+        Some(Err(why)) => Some(outcome("nf_tables netlink", "failed", why, 0).replaced_by_tools()),
         None => None,
     };
     let mut results: Vec<(Option<Ruleset>, ToolOutcome)> = if node.dumps_by_backend() {
@@ -568,6 +594,9 @@ pub fn read_rulesets(node: &dyn NodeSource) -> Collected {
     }
     tools.push(nft_outcome);
     ruleset.settle_completeness();
+    if unread_table(&tools) {
+        ruleset.completeness = plumb_ruleset::Completeness::Damaged;
+    }
     Collected { ruleset, tools }
 }
 
@@ -635,6 +664,12 @@ mod tests {
         ) -> Result<CommandOutput, RunError> {
             let key = if program == "cat" { args[0] } else { program };
             match self.0.get(key) {
+                // A canned failure: the tool runs and exits 1 with this message.
+                Some(out) if out.starts_with("exit 1: ") => Ok(CommandOutput {
+                    status: Some(1),
+                    stdout: Vec::new(),
+                    stderr: out["exit 1: ".len()..].to_string(),
+                }),
                 Some(out) => Ok(CommandOutput {
                     status: Some(0),
                     stdout: out.as_bytes().to_vec(),
@@ -669,6 +704,40 @@ mod tests {
         // ip_tables_names is empty: the legacy dump must not run at all.
         assert_eq!(status("iptables-legacy-save"), "skipped");
         assert_eq!(status("nft"), "missing");
+        // Missing tools whose tables nothing showed leave nothing out that is known.
+        assert!(c.tools.iter().all(|t| !t.left_out), "{:?}", c.tools);
+        assert_ne!(c.ruleset.completeness, plumb_ruleset::Completeness::Damaged);
+    }
+
+    /// A read that did not work though the node has its tables leaves them out: a save
+    /// tool that failed, a legacy save tool missing while /proc lists legacy tables. The
+    /// ruleset is then damaged (nothing judged absent), whichever path read it.
+    #[test]
+    fn a_read_that_left_tables_out_makes_the_ruleset_damaged() {
+        let canned = Canned(HashMap::from([
+            (
+                "iptables-nft-save",
+                "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n",
+            ),
+            (
+                "ip6tables-nft-save",
+                "exit 1: ip6tables-nft-save: Could not fetch rule set generation id",
+            ),
+            ("/proc/net/ip_tables_names", "nat\n"),
+            ("nft", "table ip t {\n}\n"),
+        ]));
+        // In a namespace, /proc/net is read with the runner (canned here).
+        let c = collect_rulesets(&canned, Some("n"));
+        let read = |t: &str| c.tools.iter().find(|o| o.tool == t).unwrap();
+        assert_eq!(read("ip6tables-nft-save").status, "failed");
+        assert!(read("ip6tables-nft-save").left_out);
+        // /proc lists a legacy table, and no tool could print it.
+        assert_eq!(read("iptables-legacy-save").status, "missing");
+        assert!(read("iptables-legacy-save").left_out);
+        assert!(!read("iptables-nft-save").left_out);
+        assert_eq!(c.ruleset.completeness, plumb_ruleset::Completeness::Damaged);
+        // The ok reads are still in the model.
+        assert_eq!(c.ruleset.tables.len(), 2, "{:?}", c.ruleset.tables);
     }
 
     /// A live node (canned commands) whose kernel reads (nf_tables over netlink, legacy
@@ -738,6 +807,9 @@ mod tests {
         assert_eq!(failed.status, "failed");
         assert!(failed.detail.contains("within 20 s"), "{}", failed.detail);
         assert_eq!(c.ruleset.tables.len(), 3, "{:?}", c.tools);
+        // The tools read the same tables: the failed netlink read leaves nothing out.
+        assert!(!failed.left_out);
+        assert_ne!(c.ruleset.completeness, plumb_ruleset::Completeness::Damaged);
     }
 
     #[test]

@@ -39,21 +39,11 @@ fn is_kubernetes_nft_table(name: &str) -> bool {
     name == "kube-proxy" || name.starts_with("flannel-ipv")
 }
 
-/// The reads of the node's rulesets that did not work (`failed`, or `missing` for a
-/// table the node was seen to have); `skipped` reads had nothing to read.
+/// The reads of the node's rulesets that left tables it has out of the model (the
+/// reader decides: a failed read, a missing tool for tables the node was seen to have;
+/// not a read the tools replaced, nor a `skipped` one, which had nothing to read).
 fn failed_reads(facts: &Facts) -> impl Iterator<Item = &plumb_facts::RulesetRead> {
-    facts
-        .ruleset_reads
-        .iter()
-        .filter(|r| {
-            r.outcome.starts_with("failed")
-                || (r.outcome.starts_with("missing") && r.source.starts_with("nft list table "))
-        })
-        // The netlink read and the getsockopt read fall back to the save tools, whose
-        // outcomes are the ones judged.
-        .filter(|r| {
-            !r.source.ends_with(" getsockopt") && !r.source.starts_with("nf_tables netlink")
-        })
+    facts.ruleset_reads.iter().filter(|r| r.left_out)
 }
 
 /// `FAMILY NAME` of the native table a failed read was for (plumb names the read

@@ -326,6 +326,7 @@ fn an_unread_kube_proxy_table_is_reported_and_still_a_sign_of_a_node() {
     let read = |source: &str, outcome: &str| plumb_facts::RulesetRead {
         source: source.into(),
         outcome: outcome.into(),
+        left_out: outcome.starts_with("failed"),
     };
     let facts = Facts {
         source: Some(plumb_facts::SourceInfo {
@@ -374,4 +375,50 @@ fn an_unread_kube_proxy_table_is_reported_and_still_a_sign_of_a_node() {
     );
     let problems: Vec<_> = r.findings.iter().filter(|f| f.is_problem()).collect();
     assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// doctor reports exactly the reads the reader says left tables out: a legacy save
+/// tool missing while /proc lists legacy tables is one (the ruleset is damaged for it);
+/// a failed getsockopt read the save tool made good is not, whatever its words say.
+#[test]
+fn reads_that_left_tables_out_are_reported_and_replaced_reads_are_not() {
+    let ruleset = plumb_ruleset::Ruleset {
+        completeness: plumb_ruleset::Completeness::Damaged,
+        ..Default::default()
+    };
+    let read = |source: &str, outcome: &str, left_out: bool| plumb_facts::RulesetRead {
+        source: source.into(),
+        outcome: outcome.into(),
+        left_out,
+    };
+    let facts = Facts {
+        ruleset: Fact::known(ruleset, "nf_tables netlink (generation 2)"),
+        ruleset_reads: vec![
+            read("nf_tables netlink (generation 2)", "ok", false),
+            read(
+                "iptables-legacy getsockopt",
+                "failed: table nat: entries changed while reading",
+                false,
+            ),
+            read(
+                "iptables-legacy-save",
+                "missing: iptables-legacy-save: not installed",
+                true,
+            ),
+        ],
+        ..Facts::default()
+    };
+    let r = diagnose(&facts);
+    let unread: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.id == plumb_doctor::ID_RULESET_READ_FAILED)
+        .collect();
+    assert_eq!(unread.len(), 1, "{unread:#?}");
+    assert!(
+        unread[0].title.contains("iptables-legacy-save"),
+        "{}",
+        unread[0].title
+    );
+    assert_eq!(unread[0].severity, plumb_findings::Severity::Medium);
 }

@@ -55,6 +55,10 @@ pub struct RulesetRead {
     pub source: String,
     /// `ok`, `missing`, `failed: ...`, `not in bundle`.
     pub outcome: String,
+    /// The read left tables the node has out of the ruleset: it did not work, and no
+    /// other read took its place (plumb-collect's `ToolOutcome::left_out`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub left_out: bool,
 }
 
 /// An HTTP GET made by a probe (kube-proxy health, API server readyz).
