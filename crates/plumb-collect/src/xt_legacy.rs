@@ -499,7 +499,8 @@ fn ip_part(out: &mut String, h: &[u8], l: &Layout) -> Result<bool, String> {
         if invert {
             out.push_str(" !");
         }
-        let _ = write!(out, " -{letter} {}", xt::addr_mask(l.af, addr, mask)?);
+        let _ = write!(out, " -{letter} ");
+        xt::push_addr_mask(out, l.af, addr, mask)?;
     }
     for (letter, at, bit) in [('i', ifs, 0x01), ('o', ifs + 16, 0x02)] {
         let name = cstr(h, at, 16).ok_or("interface name without its end")?;

@@ -163,6 +163,14 @@ fn attr_str(attrs: &[u8], kind: u16) -> Option<String> {
         .map(|a| a.string())
 }
 
+/// Whether the first attribute of type `kind` in `attrs` is the string `want` (no
+/// allocation: this runs for each of a big dump's rules).
+fn attr_is(attrs: &[u8], kind: u16, want: &str) -> bool {
+    netlink::attrs(attrs)
+        .find(|a| a.kind == kind)
+        .is_some_and(|a| a.is_text(want))
+}
+
 /// A netfilter socket for GET requests (reads only), with its receive buffer.
 pub struct Requester {
     socket: netlink_sys::Socket,
@@ -317,8 +325,8 @@ impl Requester {
             let mut of_chain = |m: Message<'_>| {
                 let ours = split(&m).is_some_and(|(f, attrs)| {
                     f == *family
-                        && attr_str(attrs, NFTA_RULE_TABLE).as_deref() == Some(table.as_str())
-                        && attr_str(attrs, NFTA_RULE_CHAIN).as_deref() == Some(chain.as_str())
+                        && attr_is(attrs, NFTA_RULE_TABLE, table)
+                        && attr_is(attrs, NFTA_RULE_CHAIN, chain)
                 });
                 if ours {
                     on(m);

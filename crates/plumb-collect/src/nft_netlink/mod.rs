@@ -26,7 +26,7 @@ pub(crate) mod xt;
 use plumb_os::netlink::{self, Attr, Message};
 use plumb_os::nftables::{SUBSYS_NFTABLES, msg};
 use plumb_ruleset::Family;
-use std::collections::HashMap;
+use plumb_ruleset::fasthash::FastMap;
 use std::fmt::Write as _;
 
 /// How one table was read.
@@ -77,8 +77,8 @@ pub struct Read {
 /// Accumulates one dump's messages; [`Decoder::finish`] gives the tables.
 #[derive(Debug, Default)]
 pub struct Decoder {
+    /// A handful of tables: found by a scan, with no key to allocate per message.
     tables: Vec<TableAcc>,
-    index: HashMap<(u8, String), usize>,
 }
 
 #[derive(Debug)]
@@ -86,7 +86,7 @@ struct TableAcc {
     family: u8,
     name: String,
     chains: Vec<ChainAcc>,
-    chain_index: HashMap<String, usize>,
+    chain_index: FastMap<String, usize>,
     /// Why the table cannot be translated (the first reason found).
     fallback: Option<String>,
     /// What in it iptables-nft never writes (the first found).
@@ -230,20 +230,22 @@ impl Decoder {
     }
 
     fn table_mut(&mut self, family: u8, name: &str) -> &mut TableAcc {
-        let key = (family, name.to_string());
-        let i = match self.index.get(&key) {
-            Some(&i) => i,
+        let i = match self
+            .tables
+            .iter()
+            .position(|t| t.family == family && t.name == name)
+        {
+            Some(i) => i,
             None => {
                 self.tables.push(TableAcc {
                     family,
                     name: name.to_string(),
                     chains: Vec::new(),
-                    chain_index: HashMap::new(),
+                    chain_index: FastMap::default(),
                     fallback: None,
                     foreign: None,
                     native: native::NativeTable::default(),
                 });
-                self.index.insert(key, self.tables.len() - 1);
                 self.tables.len() - 1
             }
         };
@@ -265,7 +267,7 @@ impl Decoder {
         match m.kind & 0xff {
             msg::NEWTABLE => {
                 let a = by_kind::<2>(body);
-                if let Some(name) = a[1].map(|x| x.string()) {
+                if let Some(name) = a[1].map(|x| x.text()) {
                     let t = self.table_mut(family, &name);
                     if !is_xt_table(family, &name) {
                         t.native.push_table(body);
@@ -277,7 +279,7 @@ impl Decoder {
             // Sets, objects and flowtables are never part of an iptables-nft table.
             msg::NEWSET | msg::NEWSETELEM | msg::NEWOBJ | msg::NEWFLOWTABLE => {
                 let a = by_kind::<2>(body);
-                if let Some(table) = a[1].map(|x| x.string()) {
+                if let Some(table) = a[1].map(|x| x.text()) {
                     let t = self.table_mut(family, &table);
                     if is_xt_table(family, &table) {
                         t.foreign
@@ -308,7 +310,7 @@ impl Decoder {
         // NFTA_CHAIN_TABLE 1, NAME 3, HOOK 4 {HOOK_NUM 1, PRIORITY 2}, POLICY 5,
         // TYPE 7, COUNTERS 8 {BYTES 1, PACKETS 2}.
         let a = by_kind::<13>(body);
-        let (Some(table), Some(name)) = (a[1].map(|x| x.string()), a[3].map(|x| x.string())) else {
+        let (Some(table), Some(name)) = (a[1].map(|x| x.text()), a[3].map(|x| x.string())) else {
             return;
         };
         let native_chain =
@@ -336,7 +338,7 @@ impl Decoder {
                 let standard = builtin_chains(&t.name)
                     .iter()
                     .any(|&(n, hook, prio)| n == name && hook == b.hook && prio == b.priority);
-                let filter_type = a[7].map(|x| x.string());
+                let filter_type = a[7].map(|x| x.text());
                 let wanted_type = if t.name == "nat" {
                     "nat"
                 } else if t.name == "mangle" && name == "OUTPUT" {
@@ -382,8 +384,7 @@ impl Decoder {
         // NFTA_RULE_TABLE 1, CHAIN 2, HANDLE 3, EXPRESSIONS 4, COMPAT 5, POSITION 6,
         // USERDATA 7.
         let a = by_kind::<8>(body);
-        let (Some(table), Some(chain)) = (a[1].map(|x| x.string()), a[2].map(|x| x.string()))
-        else {
+        let (Some(table), Some(chain)) = (a[1].map(|x| x.text()), a[2].map(|x| x.text())) else {
             return;
         };
         let t = self.table_mut(family, &table);
@@ -392,7 +393,7 @@ impl Decoder {
             let raw = body.to_vec().into_boxed_slice();
             match t
                 .chain_index
-                .get(&chain)
+                .get(&*chain)
                 .and_then(|&i| t.chains[i].native.as_mut())
             {
                 Some(c) => c.rules.push(raw),
@@ -416,20 +417,27 @@ impl Decoder {
         if t.fallback.is_some() {
             return;
         }
-        let Some(&ci) = t.chain_index.get(&chain) else {
+        let Some(&ci) = t.chain_index.get(&*chain) else {
             t.fallback = Some(format!("a rule of chain {chain} came before the chain"));
             return;
         };
-        let line = rule_line(family, a[4], a[5], a[7]);
-        match line {
-            Ok(l) => {
-                let c = &mut t.chains[ci];
-                c.rules.push_str("-A ");
-                c.rules.push_str(&c.name);
-                c.rules.push_str(&l);
-                c.rules.push('\n');
+        // Written straight into the chain's buffer (no line of its own), taken back
+        // when the rule is not decoded.
+        let c = &mut t.chains[ci];
+        if c.rules.capacity() == 0 {
+            // Room for a kube-proxy service or endpoint chain's few rules at once,
+            // instead of growing through 8, 16, 32, ... bytes.
+            c.rules.reserve(256);
+        }
+        let start = c.rules.len();
+        c.rules.push_str("-A ");
+        c.rules.push_str(&c.name);
+        match rule_line(family, a[4], a[5], a[7], &mut c.rules) {
+            Ok(()) => c.rules.push('\n'),
+            Err(reason) => {
+                c.rules.truncate(start);
+                t.fallback = Some(format!("chain {chain}: {reason}"));
             }
-            Err(reason) => t.fallback = Some(format!("chain {chain}: {reason}")),
         }
     }
 
@@ -535,8 +543,7 @@ const IPTABLES_NFT_EXPRESSIONS: &[&str] = &[
 
 /// The first expression of a rule iptables-nft never writes.
 fn foreign_expression(list: Attr<'_>) -> Option<&str> {
-    exprs(list)
-        .into_iter()
+    expr_iter(list)
         .map(|e| e.name)
         .find(|n| !IPTABLES_NFT_EXPRESSIONS.contains(n))
 }
@@ -556,7 +563,12 @@ struct Expr<'a> {
 }
 
 fn exprs(list: Attr<'_>) -> Vec<Expr<'_>> {
-    list.nested()
+    expr_iter(list).collect()
+}
+
+/// The expressions of a rule's `NFTA_RULE_EXPRESSIONS` list, in order.
+fn expr_iter(list: Attr<'_>) -> impl Iterator<Item = Expr<'_>> {
+    netlink::attrs(list.value)
         .filter(|e| e.kind == 1) // NFTA_LIST_ELEM
         .map(|e| {
             let a = by_kind::<3>(e.value);
@@ -565,7 +577,6 @@ fn exprs(list: Attr<'_>) -> Vec<Expr<'_>> {
                 data: a[2].map(|x| x.value).unwrap_or(&[]),
             }
         })
-        .collect()
 }
 
 /// `NFTA_DATA_VALUE` of a nested `nft_data`.
@@ -605,12 +616,15 @@ struct PortMatch {
     flags: Option<(u8, u8, bool)>,
 }
 
+/// Writes a rule's words as `iptables-nft-save` prints them after `-A CHAIN` into
+/// `out`, or says why the rule is not decoded (part of the words may then be written).
 fn rule_line(
     family: u8,
     expressions: Option<Attr<'_>>,
     compat: Option<Attr<'_>>,
     userdata: Option<Attr<'_>>,
-) -> Result<String, String> {
+    out: &mut String,
+) -> Result<(), String> {
     if let Some(u) = userdata
         && !u.value.is_empty()
     {
@@ -624,7 +638,7 @@ fn rule_line(
         family,
         ..RuleWords::default()
     };
-    let mut regs: HashMap<u32, Reg> = HashMap::new();
+    let mut regs: FastMap<u32, Reg> = FastMap::default();
     let list = match expressions {
         Some(l) => exprs(l),
         None => Vec::new(),
@@ -736,7 +750,7 @@ fn rule_line(
                     .ok_or("immediate without verdict")?;
                 let va = by_kind::<3>(v.value);
                 let code = be32(va[1]).ok_or("verdict without code")? as i32;
-                let chain = va[2].map(|x| x.string());
+                let chain = va[2].map(|x| x.text());
                 w.target = Some(match (code, chain) {
                     (1, None) => " -j ACCEPT".into(),
                     (0, None) => " -j DROP".into(),
@@ -786,7 +800,7 @@ fn rule_line(
             "match" | "target" => {
                 // NAME 1, REV 2, INFO 3.
                 let a = by_kind::<4>(e.data);
-                let name = a[1].map(|x| x.string()).ok_or("xt without name")?;
+                let name = a[1].map(|x| x.text()).ok_or("xt without name")?;
                 let rev = be32(a[2]).ok_or("xt without revision")?;
                 let info = a[3].map(|x| x.value).unwrap_or(&[]);
                 let ctx = xt::Ctx { family };
@@ -809,7 +823,7 @@ fn rule_line(
         }
         i += 1;
     }
-    w.line()
+    w.write_line(out)
 }
 
 /// The source and destination ports' loads.
@@ -1075,14 +1089,16 @@ impl RuleWords {
         self.matches[index] = s;
     }
 
-    fn line(self) -> Result<String, String> {
-        let mut s = String::new();
+    /// Writes the rule's words after `-A CHAIN` into `s` (on an error, part of them may
+    /// be written: the caller takes them back).
+    fn write_line(self, s: &mut String) -> Result<(), String> {
         for (flag, a) in [('s', &self.src), ('d', &self.dst)] {
             if let Some((invert, addr, mask)) = a {
                 if *invert {
                     s.push_str(" !");
                 }
-                let _ = write!(s, " -{flag} {}", xt::addr_mask(self.family, addr, mask)?);
+                let _ = write!(s, " -{flag} ");
+                xt::push_addr_mask(s, self.family, addr, mask)?;
             }
         }
         for (flag, i) in [('i', &self.iif), ('o', &self.oif)] {
@@ -1114,7 +1130,7 @@ impl RuleWords {
         if let Some(t) = &self.target {
             s.push_str(t);
         }
-        Ok(s)
+        Ok(())
     }
 }
 
