@@ -91,6 +91,9 @@ const NFTA_COUNTER_PACKETS: u16 = 2;
 /// `NFTA_CHAIN_COUNTERS`: a base chain's policy counters (iptables-nft's `[p:b]`).
 const NFTA_CHAIN_COUNTERS: u16 = 8;
 
+/// Chains handed to a rule-dumping worker at a time while the chain dump goes on.
+const CHAIN_BATCH: usize = 64;
+
 /// Size of one receive: the kernel fills dump answers up to this.
 const RECEIVE_SLOT: usize = 64 * 1024;
 
@@ -578,8 +581,9 @@ pub fn generation(netns: Option<&str>, deadline: Option<Instant>) -> io::Result<
 }
 
 /// Like [`dump_ruleset`] with the rule dumps shared by `workers` threads, each with
-/// its own socket and a contiguous share of the chains (so each chain's rules come in
-/// order from one worker). `on(worker, message)` is called from that worker's thread;
+/// its own socket, taking the chains in batches as the chain dump gives them (each
+/// chain's rules come in order from one worker; the rules dumped while the chains
+/// still come). `on(worker, message)` is called from that worker's thread;
 /// tables and chains (and restarts, as `None`) go to every worker; sets, objects and
 /// flowtables to worker 0; set elements to the worker that dumped them (the sets are
 /// shared among the workers too). Read-only.
@@ -598,24 +602,71 @@ pub fn dump_ruleset_split(
         let mut main = Requester::open(netns, opts.deadline)?;
         let before = main.generation()?;
         let attempt_result = (|| -> io::Result<()> {
-            let chains =
-                main.tables_and_chains(&mut |m| (0..workers).for_each(|w| on(w, Some(m))))?;
-            let share = chains.len().div_ceil(workers).max(1);
-            let mut others: Vec<Requester> = (1..workers.min(chains.len().max(1)))
+            let mut others: Vec<Requester> = (1..workers)
                 .map(|_| Requester::open(netns, opts.deadline))
                 .collect::<io::Result<_>>()?;
+            main.request(msg::GETTABLE, true, libc::AF_UNSPEC as u8, &[], &mut |m| {
+                (0..workers).for_each(|w| on(w, Some(m)))
+            })?;
+            // The chain dump walks the kernel's chain list from its start for each
+            // batch it sends (60k chains: a few hundred ms on one core), so the rules
+            // of the chains it gave are dumped meanwhile: chains go out in batches to
+            // whichever worker is free, each chain's message handed to every worker
+            // before its rules can be asked for. Each chain is dumped by one worker,
+            // so its rules come in order.
+            let (tx, rx) = std::sync::mpsc::channel::<Vec<ChainId>>();
+            let rx = std::sync::Mutex::new(rx);
+            let next_batch = || {
+                rx.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .recv()
+                    .ok()
+            };
             std::thread::scope(|s| {
-                let mut parts = chains.chunks(share);
-                let first = parts.next().unwrap_or(&[]);
                 let handles: Vec<_> = others
                     .iter_mut()
-                    .zip(parts)
                     .enumerate()
-                    .map(|(i, (r, part))| {
-                        s.spawn(move || r.rules_of(part, &mut |m| on(i + 1, Some(m))))
+                    .map(|(i, r)| {
+                        s.spawn(move || -> io::Result<()> {
+                            while let Some(batch) = next_batch() {
+                                r.rules_of(&batch, &mut |m| on(i + 1, Some(m)))?;
+                            }
+                            Ok(())
+                        })
                     })
                     .collect();
-                let mine = main.rules_of(first, &mut |m| on(0, Some(m)));
+                let mut batch = Vec::with_capacity(CHAIN_BATCH);
+                let chains =
+                    main.request(msg::GETCHAIN, true, libc::AF_UNSPEC as u8, &[], &mut |m| {
+                        (0..workers).for_each(|w| on(w, Some(m)));
+                        if let Some((family, attrs)) = split(&m)
+                            && let (Some(t), Some(n)) = (
+                                attr_str(attrs, NFTA_CHAIN_TABLE),
+                                attr_str(attrs, NFTA_CHAIN_NAME),
+                            )
+                        {
+                            batch.push((family, t, n));
+                            if batch.len() == CHAIN_BATCH {
+                                // The workers outlive the dump: a send cannot fail.
+                                let _ = tx.send(std::mem::replace(
+                                    &mut batch,
+                                    Vec::with_capacity(CHAIN_BATCH),
+                                ));
+                            }
+                        }
+                    });
+                if !batch.is_empty() {
+                    let _ = tx.send(batch);
+                }
+                // The queue ends here, whether the chain dump worked or not: the
+                // workers stop when it is empty.
+                drop(tx);
+                let mine = chains.and_then(|()| {
+                    while let Some(batch) = next_batch() {
+                        main.rules_of(&batch, &mut |m| on(0, Some(m)))?;
+                    }
+                    Ok(())
+                });
                 let theirs = handles.into_iter().try_for_each(|h| {
                     h.join()
                         .unwrap_or_else(|_| Err(io::Error::other("dump thread panicked")))
