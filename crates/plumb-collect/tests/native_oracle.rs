@@ -2,8 +2,13 @@
 //! 12's nft 1.0.6): kube-proxy's nftables-mode rulesets (the corpus's, the
 //! generator's with every feature) and the corpus's other nft listings are loaded into
 //! a private network namespace with `nft -f`; every native table the netlink reader
-//! decodes must be, byte for byte, what `nft list table FAMILY NAME` prints for it (no
-//! normalisation), and the kube-proxy service maps recovered from both texts equal.
+//! decodes must be, byte for byte, what `nft list table FAMILY NAME` prints for it, and
+//! the kube-proxy service maps recovered from both texts equal. One normalisation
+//! only: an element's `expires DURATION` is the time it has left, which runs on
+//! between the netlink read and nft's; each such value is parsed from both texts,
+//! nft's must be at most the netlink one and at least it minus the time between the
+//! two reads (and 20 ms of clock granularity), and the two texts must then be equal
+//! with every `expires` value replaced by the same mark ([`expires_normalised`]).
 //! A table it does not decode must say why (and is then read with nft), never print
 //! a different text. Privileged: root and nft; namespaces are private and deleted on
 //! drop.
@@ -17,10 +22,69 @@ fn corpus() -> PathBuf {
     plumb_testkit::corpus_dir().expect("the corpus (PLUMB_CORPUS or /work/shared/corpus)")
 }
 
+/// A duration as nft prints it (`1d2h3m4s5ms`) in milliseconds.
+fn parse_duration(text: &str) -> Option<u64> {
+    let (mut total, mut rest) = (0u64, text);
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit())?;
+        let n: u64 = rest[..digits].parse().ok()?;
+        let after = &rest[digits..];
+        let (unit, len) = [
+            ("ms", 1),
+            ("d", 86_400_000),
+            ("h", 3_600_000),
+            ("m", 60_000),
+            ("s", 1000),
+        ]
+        .iter()
+        .find(|(u, _)| after.starts_with(u))
+        .map(|(u, ms)| (*ms, u.len()))?;
+        total += n * unit;
+        rest = &after[len..];
+    }
+    (!text.is_empty()).then_some(total)
+}
+
+/// `text` with every `expires DURATION` value replaced by `expires ~`, and the values.
+fn expires_values(text: &str) -> Option<(String, Vec<u64>)> {
+    let (mut out, mut values, mut rest) = (String::new(), Vec::new(), text);
+    while let Some(at) = rest.find(" expires ") {
+        let start = at + " expires ".len();
+        out.push_str(&rest[..start]);
+        let value = &rest[start..];
+        let end = value.find([',', ' ', '\n', '}']).unwrap_or(value.len());
+        values.push(parse_duration(&value[..end])?);
+        out.push('~');
+        rest = &value[end..];
+    }
+    out.push_str(rest);
+    Some((out, values))
+}
+
+/// Whether the netlink text `ours` equals nft's `want` but for `expires` values within
+/// the time between the reads (`elapsed_ms`); the number of such values.
+fn expires_normalised(ours: &str, want: &str, elapsed_ms: u64) -> Option<usize> {
+    let (a, ours) = expires_values(ours)?;
+    let (b, want) = expires_values(want)?;
+    // nft reads after the netlink reader: its values are the same or smaller.
+    let within = ours.len() == want.len()
+        && ours
+            .iter()
+            .zip(&want)
+            .all(|(o, w)| *w <= o + 20 && o.saturating_sub(*w) <= elapsed_ms + 20);
+    (a == b && within).then_some(ours.len())
+}
+
 /// (decoded and equal, fallback reasons, differences) for the ruleset in `ns`.
 fn compare(ns: &str, label: &str) -> (usize, Vec<String>, Vec<String>) {
+    compare_counting_expires(ns, label).0
+}
+
+/// [`compare`], and how many `expires` values were compared within tolerance.
+fn compare_counting_expires(ns: &str, label: &str) -> ((usize, Vec<String>, Vec<String>), usize) {
+    let started = std::time::Instant::now();
     let (_, tables) = nft_netlink::read(Some(ns), None).expect("netlink read");
-    let (mut equal, mut fallbacks, mut diffs) = (0, Vec::new(), Vec::new());
+    let (mut equal, mut fallbacks, mut diffs, mut expires) = (0, Vec::new(), Vec::new(), 0);
     for t in &tables {
         let family = t.family.map_or("unknown", |f| f.as_str());
         match &t.read {
@@ -29,9 +93,21 @@ fn compare(ns: &str, label: &str) -> (usize, Vec<String>, Vec<String>) {
                     .args(["netns", "exec", ns, "nft", "list", "table", family, &t.name])
                     .output()
                     .expect("nft list table");
-                assert!(out.status.success(), "{label}: nft list table failed");
+                assert!(
+                    out.status.success(),
+                    "{label}: nft list table {family} {} failed: {}",
+                    t.name,
+                    String::from_utf8_lossy(&out.stderr)
+                );
                 let want = String::from_utf8_lossy(&out.stdout);
-                if *text == want {
+                let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                let within = if *text == want {
+                    Some(0)
+                } else {
+                    expires_normalised(text, &want, elapsed)
+                };
+                if let Some(n) = within {
+                    expires += n;
                     equal += 1;
                     let (a, b) = (
                         plumb_ruleset::nft::parse_text(text),
@@ -69,7 +145,7 @@ fn compare(ns: &str, label: &str) -> (usize, Vec<String>, Vec<String>) {
             _ => {}
         }
     }
-    (equal, fallbacks, diffs)
+    ((equal, fallbacks, diffs), expires)
 }
 
 /// Loads `text` with `nft -f -` into a fresh namespace and compares; `Err` with nft's
@@ -209,6 +285,101 @@ fn kube_proxy_nftables_tables_equal_nft_list_table() {
         assert_eq!(equal, tables, "{label}: {diffs:?}");
     }
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
+/// Set declarations with every flag combination nft 1.0.6 prints (`constant` without
+/// its size, `timeout` alone said by the default timeout, `interval,timeout`, ...),
+/// elements with their own timeouts in plain and interval sets.
+const SET_DECLARATIONS: &str = r#"table inet declarations {
+	set c1 { type ipv4_addr; flags constant; elements = { 1.2.3.4 } }
+	set c2 { type ipv4_addr; flags constant,interval; elements = { 1.2.3.0/24 } }
+	set c3 { type ipv4_addr; flags interval,timeout; elements = { 1.2.3.0/24 timeout 1h, 10.1.0.0/16 } }
+	set c4 { type inet_service; flags dynamic; size 100; }
+	set c5 { type ipv4_addr; flags constant; size 100; elements = { 1.2.3.4 } }
+	set c6 { type ipv4_addr; timeout 1m; }
+	set c7 { type ipv4_addr; flags interval; timeout 10m; elements = { 1.2.3.0/24 timeout 1h expires 30m, 5.0.0.0/8 } }
+	set c8 { type ipv4_addr; flags dynamic; elements = { 100.90.149.44, 100.90.226.194 } }
+	set c9 { type inet_service; flags timeout; elements = { 22 timeout 61001ms, 80 timeout 2d3h4m5s6ms expires 1d, 443 } }
+}
+"#;
+
+/// kube-proxy's session affinity with live entries: the generator's table (ClientIP
+/// affinity services: `flags dynamic,timeout`, `timeout 10800s`) with entries added as
+/// `nft add element` gives them (the set's timeout, or their own, with an
+/// expiration), and a table whose `update @affinity-… { ip saddr }` rules the kernel
+/// fills from a packet sent in the namespace, as traffic fills kube-proxy's. Compared
+/// with `nft list table`, `expires` values within the time between the reads.
+#[test]
+fn affinity_sets_with_live_entries_equal_nft_list_table() {
+    if !plumb_testkit::privileged(&["nft", "ip"]) {
+        return;
+    }
+    let config = plumb_kubeproxy::GeneratorConfig::all_features(40, 3);
+    let cluster = plumb_kubeproxy::generate(&config).expect("generator");
+    let generated = plumb_kubeproxy::nft_transaction(&cluster, &Default::default());
+    let affinity: Vec<&str> = generated
+        .lines()
+        .filter_map(|l| l.strip_prefix("add set ip kube-proxy affinity-"))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    assert!(affinity.len() >= 2, "no affinity sets generated");
+    let ns = Netns::create("plumb-native-oracle").expect("netns");
+    let load = |text: &str| {
+        let (ok, _, err) = ns.exec("nft", &["-f", "-"], Some(text)).expect("nft");
+        assert!(ok, "nft refused: {err}\n{text}");
+    };
+    load(&generated);
+    for (i, name) in affinity.iter().take(4).enumerate() {
+        load(&format!(
+            "add element ip kube-proxy affinity-{name} {{ 10.42.{i}.1, 10.42.{i}.2 timeout 1h expires 30m, 10.42.{i}.3 timeout 3h, 10.42.{i}.4 timeout 1d2h3m4s5ms expires 1d1s, 10.42.{i}.5 expires 1h }}\n"
+        ));
+    }
+    let traffic = "table ip traffic {\n\tset affinity-A { type ipv4_addr; flags dynamic,timeout; timeout 3h; }\n\tset affinity-B { type ipv4_addr; flags dynamic,timeout; timeout 3h; }\n\tchain out {\n\t\ttype filter hook output priority filter; policy accept;\n\t\tupdate @affinity-A { ip saddr }\n\t\tupdate @affinity-B { ip saddr timeout 1h }\n\t}\n}\n";
+    load(traffic);
+    load(SET_DECLARATIONS);
+    let (ok, _, err) = ns
+        .exec("ip", &["link", "set", "lo", "up"], None)
+        .expect("ip");
+    assert!(ok, "{err}");
+    plumb_os::netns::on_thread(Some(ns.name()), || {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
+        socket.send_to(b"affinity", "127.0.0.1:9").map(|_| ())
+    })
+    .expect("a packet in the namespace");
+    let (_, listed, _) = ns
+        .exec("nft", &["list", "table", "ip", "traffic"], None)
+        .expect("nft");
+    assert!(
+        listed.contains("elements = { 127.0.0.1 expires ")
+            && listed.contains("elements = { 127.0.0.1 timeout 1h expires "),
+        "the packet filled no affinity set:\n{listed}"
+    );
+    let ((equal, fallbacks, diffs), expires) = compare_counting_expires(ns.name(), "affinity");
+    eprintln!("affinity: {equal} tables equal, {expires} expires values; fallbacks: {fallbacks:?}");
+    assert!(fallbacks.is_empty(), "{fallbacks:?}");
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    assert_eq!(equal, 3);
+    // 4 sets x 5 entries, 2 from traffic, 5 in the declarations (an element of a set
+    // without a default timeout and none of its own never expires).
+    assert_eq!(expires, 4 * 5 + 2 + 5);
+}
+
+#[test]
+fn expires_values_are_compared_within_the_time_between_the_reads() {
+    assert_eq!(parse_duration("1d2h3m4s5ms"), Some(93_784_005));
+    assert_eq!(parse_duration("59m59s976ms"), Some(3_599_976));
+    assert_eq!(parse_duration(""), None);
+    let ours = "elements = { 10.0.0.1 expires 59m59s976ms, 10.0.0.2 timeout 1h expires 1s }";
+    let nft = "elements = { 10.0.0.1 expires 59m58s968ms, 10.0.0.2 timeout 1h expires 8ms }";
+    assert_eq!(expires_normalised(ours, nft, 1010), Some(2));
+    // More time passed than the reads took, a later read with more time left, or
+    // anything else different: not equal.
+    assert_eq!(expires_normalised(ours, nft, 0), None);
+    assert_eq!(expires_normalised(nft, ours, 100), None);
+    assert_eq!(
+        expires_normalised(ours, &nft.replace("timeout 1h", "timeout 2h"), 100),
+        None
+    );
 }
 
 /// The corpus's kube-proxy listings and other nft listings (firewalld, flannel,

@@ -245,10 +245,15 @@ pub fn rule_text<'s>(
                 // SET_NAME 1, SET_ID 2, OP 3, SREG_KEY 4, SREG_DATA 5, TIMEOUT 6,
                 // EXPR 7, PAD 8, FLAGS 9, EXPRESSIONS 10.
                 let a = by_kind::<11>(e.data);
-                // The kernel dumps the timeout always: 0 when the rule gives none.
-                let timeout = a[6].and_then(|x| x.be_u64()).unwrap_or(0);
-                if a[5].is_some() || timeout != 0 || a[7].is_some() || a[10].is_some() {
-                    return Err("dynset with data, timeout or expressions".into());
+                // The kernel dumps the timeout always: 0 when the rule gives none
+                // (the element then takes the set's), printed by nft 1.0.6 only when
+                // not 0 (`update @s { ip saddr timeout 1h }`).
+                let timeout = match a[6] {
+                    None => 0,
+                    Some(t) => t.be_u64().ok_or("dynset timeout not decoded")?,
+                };
+                if a[5].is_some() || a[7].is_some() || a[10].is_some() {
+                    return Err("dynset with data or expressions".into());
                 }
                 if be32(a[9]).unwrap_or(0) != 0 {
                     return Err("dynset flags".into());
@@ -260,7 +265,10 @@ pub fn rule_text<'s>(
                 };
                 let name = a[1].map(|x| x.string()).ok_or("dynset without set")?;
                 let s = set(&name).ok_or_else(|| format!("dynset of unknown set {name}"))?;
-                let key = concat_text(&regs, reg_of(a[4])?, s.key_len as usize)?;
+                let mut key = concat_text(&regs, reg_of(a[4])?, s.key_len as usize)?;
+                if let Some(t) = super::set::duration_text(timeout) {
+                    let _ = write!(key, " timeout {t}");
+                }
                 out.push(format!("{op} @{name} {{ {key} }}"));
             }
             "immediate" => {

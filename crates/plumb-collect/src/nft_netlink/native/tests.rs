@@ -186,3 +186,23 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn times_print_as_nft_1_0_6_time_print_writes_them() {
+    use super::set::duration_text;
+    // Zero prints nothing in nft 1.0.6 (later versions `0s`): never printed, `None`.
+    assert_eq!(duration_text(0), None);
+    assert_eq!(duration_text(1).as_deref(), Some("1ms"));
+    assert_eq!(duration_text(999).as_deref(), Some("999ms"));
+    assert_eq!(duration_text(1000).as_deref(), Some("1s"));
+    assert_eq!(duration_text(1500).as_deref(), Some("1s500ms"));
+    assert_eq!(duration_text(10_800_000).as_deref(), Some("3h"));
+    assert_eq!(duration_text(10_798_500).as_deref(), Some("2h59m58s500ms"));
+    // Days, and units that are zero between others left out.
+    assert_eq!(duration_text(86_400_001).as_deref(), Some("1d1ms"));
+    assert_eq!(duration_text(183_845_006).as_deref(), Some("2d3h4m5s6ms"));
+    assert_eq!(
+        duration_text(u64::MAX).as_deref(),
+        Some("213503982334d14h25m51s615ms")
+    );
+}
