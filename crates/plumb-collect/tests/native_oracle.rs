@@ -287,6 +287,88 @@ fn kube_proxy_nftables_tables_equal_nft_list_table() {
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 }
 
+/// What host firewalls (firewalld, Calico's nft mode, netbird, hand-written node
+/// firewalls) write beside kube-proxy, written here: the inet family and its
+/// `meta nfproto` dependencies, anonymous port, address and `ct state` sets, ranges
+/// and comparisons, `ip protocol`, `log`, `limit`, `notrack`, `ct mark set`,
+/// `meta mark set`.
+const HOST_FIREWALL: &str = r#"table inet host {
+	set allowed { type ipv4_addr; flags interval; elements = { 10.0.0.0/8, 192.168.1.10 } }
+	chain input {
+		type filter hook input priority filter; policy drop;
+		ct state established,related accept
+		ct state { established, related } accept
+		ct state invalid drop
+		iifname "lo" accept
+		meta nfproto ipv4 accept
+		meta nfproto ipv6 counter accept
+		meta nfproto ipv4 tcp dport 22 accept
+		ip protocol icmp accept
+		ip6 nexthdr ipv6-icmp accept
+		meta l4proto { tcp, udp } accept
+		tcp dport 22 accept
+		tcp dport { 80, 443 } accept
+		udp dport { 53, 123, 5353 } counter accept
+		tcp dport 1000-2000 accept
+		tcp dport != 3000-3999 drop
+		udp sport > 1024 accept
+		udp sport < 1024 drop
+		tcp dport 22 tcp sport 1024-65535 accept
+		tcp dport { 6000-6010, 7000 } accept
+		ip saddr 10.0.0.0/8 accept
+		ip saddr { 10.0.0.0/8, 192.168.0.0/16 } accept
+		ip daddr { 10.0.0.1, 10.0.0.2 } accept
+		ip saddr @allowed accept
+		ip saddr != @allowed drop
+		ip6 saddr fd00::/8 accept
+		ip6 daddr { fd00::1, fd00::2 } accept
+		ip saddr 10.0.0.1 ip daddr 10.0.0.2 accept
+		ip saddr 10.0.0.1 tcp dport 22 accept
+		ip saddr 192.0.2.0/24 log prefix "x " drop
+		log prefix "input drop: " level info
+		log
+		log level debug
+		limit rate 10/second accept
+		limit rate over 3/minute burst 10 packets drop
+		limit rate 1/hour
+		limit rate 2/day burst 1 packets
+	}
+	chain raw {
+		type filter hook prerouting priority raw; policy accept;
+		udp dport 51820 notrack
+		iifname "wt0" ct state new ct mark set 0x0001bd10
+		iifname "wt0" ip saddr @allowed fib daddr type local meta mark set 0x0001bd20
+	}
+}
+table ip host4 {
+	chain forward {
+		type filter hook forward priority filter; policy accept;
+		ip protocol tcp accept
+		ip protocol { tcp, udp } accept
+		ip protocol != udp drop
+		tcp dport { 22, 80 } ip saddr 10.0.0.0/8 accept
+		ip daddr 10.1.2.3 udp dport 53 counter packets 0 bytes 0 accept
+	}
+	chain postrouting {
+		type nat hook postrouting priority srcnat - 1; policy accept;
+		meta mark 0x0001bd21 oifname != "lo" counter packets 0 bytes 0 masquerade
+	}
+}
+"#;
+
+/// [`HOST_FIREWALL`] decodes to exactly nft's listing.
+#[test]
+fn host_firewall_statements_equal_nft_list_table() {
+    if !plumb_testkit::privileged(&["nft"]) {
+        return;
+    }
+    let (equal, fallbacks, diffs) =
+        load_and_compare("host firewall", HOST_FIREWALL).unwrap_or_else(|e| panic!("{e}"));
+    assert!(fallbacks.is_empty(), "{fallbacks:?}");
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    assert_eq!(equal, 2);
+}
+
 /// Set declarations with every flag combination nft 1.0.6 prints (`constant` without
 /// its size, `timeout` alone said by the default timeout, `interval,timeout`, ...),
 /// elements with their own timeouts in plain and interval sets.
@@ -382,34 +464,74 @@ fn expires_values_are_compared_within_the_time_between_the_reads() {
     );
 }
 
-/// The corpus's kube-proxy listings and other nft listings (firewalld, flannel,
-/// iptables-nft tables as nft lists them, ...): each native table is decoded to nft's
-/// text or falls back with a reason, never a different text.
+/// The top-level `table FAMILY NAME { ... }` blocks of a listing (a block ends at the
+/// first `}` line at the block's own indentation), each with a newline.
+fn table_blocks(text: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<(String, usize)> = None;
+    for line in text.lines() {
+        let indent = line.len() - line.trim_start().len();
+        match &mut current {
+            None if line.trim_start().starts_with("table ") && line.trim_end().ends_with('{') => {
+                current = Some((format!("{line}\n"), indent));
+            }
+            None => {}
+            Some((block, at)) => {
+                block.push_str(line);
+                block.push('\n');
+                if line.trim() == "}" && indent == *at {
+                    blocks.push(std::mem::take(block));
+                    current = None;
+                }
+            }
+        }
+    }
+    blocks
+}
+
+/// The corpus's nft listings and scripts: kube-proxy's nftables-mode listings, real
+/// nodes' `nft list ruleset` (firewalld, flannel, netbird, iptables-nft tables as nft
+/// lists them, ...), flannel's nftables mode, and nftables' own example files. Each
+/// file is loaded whole; a file nft does not take back whole (iptables-nft's xt
+/// expressions, a listing cut short) is loaded table by table, the tables nft takes.
+/// Each native table is decoded to nft's text or falls back with a reason, never a
+/// different text. Prints how many tables decode and why the others fall back.
 #[test]
 fn corpus_nft_listings_decode_exactly_or_fall_back() {
     if !plumb_testkit::privileged(&["nft"]) {
         return;
     }
     let mut files = Vec::new();
-    for dir in ["kube-proxy-nftables/real-nodes", "real-world/nft"] {
+    for dir in [
+        "kube-proxy-nftables/real-nodes",
+        "real-world/nft",
+        "other-cni/flannel",
+        "nftables-upstream/files/nftables",
+        "nftables-upstream/files/examples",
+    ] {
         if let Ok(rd) = std::fs::read_dir(corpus().join(dir)) {
-            files.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_file()));
+            files.extend(rd.flatten().map(|e| e.path()).filter(|p| {
+                p.is_file() && p.extension().is_some_and(|e| e == "nft" || e == "txt")
+            }));
         }
     }
     files.sort();
     assert!(!files.is_empty(), "no corpus");
-    let (mut diffs, mut loaded) = (Vec::new(), 0);
-    // Common basics beside the corpus (a host firewall's kind of rules): decoded
-    // exactly or fallen back, never another text.
+    let mut diffs = Vec::new();
+    let (mut loaded, mut equal, mut fallbacks) = (0, 0, Vec::new());
+    let mut tally = |label: &str, (e, f, d): (usize, Vec<String>, Vec<String>)| {
+        eprintln!("{label}: {e} tables equal; fallbacks: {f:?}");
+        equal += e;
+        loaded += e + f.len() + d.len();
+        fallbacks.extend(f);
+        diffs.extend(d);
+    };
+    // Common basics beside the corpus (a host firewall's kind of rules).
     let basics = "table inet basics {\n\tchain input {\n\t\ttype filter hook input priority filter; policy drop;\n\t\tct state established,related accept\n\t\tct state invalid drop\n\t\tiifname \"lo\" accept\n\t\ttcp dport 22 counter accept\n\t\tudp dport 53 accept\n\t\ttcp dport { 80, 443 } accept\n\t\tip saddr 192.0.2.0/24 log prefix \"x \" drop\n\t\tlimit rate 10/second accept\n\t}\n}\ntable ip basics4 {\n\tchain forward {\n\t\ttype filter hook forward priority filter + 5; policy accept;\n\t\tct state established,related accept\n\t\toifname \"eth0\" ip daddr 10.0.0.0/8 drop\n\t\tip daddr 10.1.2.3 tcp dport 8080 counter packets 0 bytes 0 accept\n\t}\n}\n";
-    match load_and_compare("basics", basics) {
-        Ok((equal, fallbacks, d)) => {
-            eprintln!("basics: {equal} tables equal; fallbacks: {fallbacks:?}");
-            assert!(equal >= 1, "basics: {fallbacks:?} {d:?}");
-            diffs.extend(d);
-        }
-        Err(e) => panic!("{e}"),
-    }
+    let result = load_and_compare("basics", basics).unwrap_or_else(|e| panic!("{e}"));
+    assert!(result.0 >= 1, "basics: {result:?}");
+    tally("basics", result);
+    let (mut files_loaded, mut refused) = (0, Vec::new());
     for f in &files {
         let label = f
             .file_name()
@@ -424,17 +546,47 @@ fn corpus_nft_listings_decode_exactly_or_fall_back() {
             .map(|l| format!("{l}\n"))
             .collect();
         match load_and_compare(&label, &text) {
-            Ok((equal, fallbacks, d)) => {
-                loaded += 1;
-                eprintln!("{label}: {equal} tables equal; fallbacks: {fallbacks:?}");
-                diffs.extend(d);
+            Ok(result) => {
+                files_loaded += 1;
+                tally(&label, result);
             }
-            // Listings nft does not take back (iptables-nft's xt expressions as nft
-            // prints them, a chain listed alone): nothing to compare.
-            Err(e) => eprintln!("not loaded: {}", e.lines().next().unwrap_or("")),
+            Err(whole) => {
+                let mut any = false;
+                for (i, block) in table_blocks(&text).iter().enumerate() {
+                    match load_and_compare(&format!("{label} table {i}"), block) {
+                        Ok(result) => {
+                            any = true;
+                            tally(&format!("{label} table {i}"), result);
+                        }
+                        Err(e) => refused.push(e.lines().next().unwrap_or("").to_string()),
+                    }
+                }
+                if any {
+                    files_loaded += 1;
+                } else {
+                    refused.push(whole.lines().next().unwrap_or("").to_string());
+                }
+            }
         }
     }
-    assert!(loaded >= 2, "too few corpus listings loaded");
+    let mut reasons: Vec<String> = fallbacks
+        .iter()
+        .map(|f| {
+            f.split_once(": ")
+                .map_or(f.as_str(), |(_, r)| r)
+                .to_string()
+        })
+        .collect();
+    reasons.sort();
+    eprintln!(
+        "corpus: {} files, {files_loaded} loaded; {loaded} native tables, {equal} decoded equal, {} fell back, {} differ",
+        files.len(),
+        fallbacks.len(),
+        diffs.len()
+    );
+    eprintln!("fallback reasons: {reasons:#?}");
+    eprintln!("not loaded by nft: {refused:#?}");
+    assert!(files_loaded >= 2, "too few corpus listings loaded");
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 }
 

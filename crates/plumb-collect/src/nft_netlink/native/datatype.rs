@@ -11,6 +11,8 @@ use std::fmt::Write as _;
 pub enum Datatype {
     /// 1: `verdict` (map data only).
     Verdict,
+    /// 2: `nf_proto` (`meta nfproto`), one byte.
+    NfProto,
     /// 4: `integer`, host byte order (a `numgen` result).
     Integer,
     /// 7: `ipv4_addr`.
@@ -39,6 +41,7 @@ impl Datatype {
     pub fn from_number(n: u32) -> Option<Datatype> {
         Some(match n {
             1 => Datatype::Verdict,
+            2 => Datatype::NfProto,
             4 => Datatype::Integer,
             7 => Datatype::Ipv4Addr,
             8 => Datatype::Ipv6Addr,
@@ -56,6 +59,7 @@ impl Datatype {
     pub fn name(self) -> &'static str {
         match self {
             Datatype::Verdict => "verdict",
+            Datatype::NfProto => "nf_proto",
             Datatype::Integer => "integer",
             Datatype::Ipv4Addr => "ipv4_addr",
             Datatype::Ipv6Addr => "ipv6_addr",
@@ -76,13 +80,13 @@ impl Datatype {
                 Some(4)
             }
             Datatype::Ipv6Addr | Datatype::Ifname => Some(16),
-            Datatype::InetProto => Some(1),
+            Datatype::InetProto | Datatype::NfProto => Some(1),
             Datatype::InetService => Some(2),
         }
     }
 
     /// Whether values are in network byte order (compared so when nft sorts them).
-    fn big_endian(self) -> bool {
+    pub fn big_endian(self) -> bool {
         matches!(
             self,
             Datatype::Ipv4Addr | Datatype::Ipv6Addr | Datatype::InetService | Datatype::Ifname
@@ -93,7 +97,11 @@ impl Datatype {
     /// a line (nft's `calculate_delim`); 1 for any other type.
     pub fn per_line(self) -> usize {
         match self {
-            Datatype::Integer | Datatype::InetProto | Datatype::InetService | Datatype::Mark => 5,
+            Datatype::Integer
+            | Datatype::NfProto
+            | Datatype::InetProto
+            | Datatype::InetService
+            | Datatype::Mark => 5,
             Datatype::Ipv4Addr | Datatype::CtState => 2,
             _ => 1,
         }
@@ -124,7 +132,7 @@ pub fn value_text(t: Datatype, v: &[u8]) -> Option<String> {
         Datatype::Ipv6Addr => ipv6_text(v),
         Datatype::InetProto => {
             let [p] = v else { return None };
-            Some(proto_name(*p).map_or_else(|| p.to_string(), str::to_string))
+            proto_name(*p).map(str::to_string)
         }
         Datatype::InetService => {
             let [a, b] = v else { return None };
@@ -164,17 +172,26 @@ pub fn value_text(t: Datatype, v: &[u8]) -> Option<String> {
             }
             Some(format!("\"{name}\""))
         }
+        Datatype::NfProto => match v {
+            [2] => Some("ipv4".into()),
+            [10] => Some("ipv6".into()),
+            _ => None,
+        },
         Datatype::Verdict => None,
     }
 }
 
-/// Protocol names nft prints (from the protocols database; only those whose name is
-/// the same on every distribution).
+/// Protocol names nft prints: `getprotobynumber`'s name on the reading host, so only
+/// those whose name is the same in every distribution's protocols database. nft
+/// prints any other protocol by a name or a number that depends on the host's
+/// `/etc/protocols`: not decoded.
 fn proto_name(p: u8) -> Option<&'static str> {
     Some(match p {
         1 => "icmp",
         6 => "tcp",
         17 => "udp",
+        58 => "ipv6-icmp",
+        132 => "sctp",
         _ => return None,
     })
 }

@@ -1,15 +1,17 @@
 //! A native rule's expressions back into the statement text `nft list` prints for it,
 //! as nft's delinearization does for the forms decoded here: loads (payload, meta, ct,
-//! numgen, fib) into registers, compares (with masks, prefixes), set and verdict-map
-//! lookups (named or anonymous, concatenations of registers), the `meta l4proto`
-//! dependency before a transport header field (`tcp dport`), `meta mark set`,
-//! `update @set`, `dnat to`, `masquerade`, `reject`, counters, verdicts and the
-//! rule's comment. Anything else is an error naming it: the table falls back to
-//! `nft list table`.
+//! numgen, fib) into registers, compares (with masks, prefixes, `<`/`>` and ranges),
+//! set and verdict-map lookups (named or anonymous, concatenations of registers),
+//! protocol dependencies (a `meta l4proto tcp` just before a transport header field,
+//! printed as `tcp dport`; in an `inet` table a `meta nfproto ipv4` just before a
+//! network header field, printed as `ip saddr`), `meta mark set`, `ct mark set`,
+//! `update @set`, `dnat to`, `masquerade`, `reject`, `log`, `limit`, `notrack`,
+//! counters, verdicts and the rule's comment. Anything else is an error naming it: the
+//! table falls back to `nft list table`.
 
 use super::datatype::{self, Datatype};
 use super::set::SetAcc;
-use super::{AF_INET, AF_INET6, by_kind, udata_comment};
+use super::{AF_INET, AF_INET_ANY, AF_INET6, by_kind, udata_comment};
 use crate::nft_netlink::{be32, data_value, exprs};
 use plumb_os::netlink::Attr;
 use std::collections::HashMap;
@@ -22,9 +24,12 @@ struct Loaded {
     text: String,
     t: Datatype,
     len: usize,
-    /// A payload field of the transport header (`th dport`): named after the
-    /// protocol when a `meta l4proto` match just before it says which.
+    /// A payload field of the transport header whose protocol no dependency said
+    /// (`th dport`): printed only in a concatenation.
     transport: Option<&'static str>,
+    /// A header field that took the protocol match before it as its dependency (the
+    /// match is not printed): not decoded in a concatenation.
+    dependent: bool,
     /// Address prefix loaded (a shorter payload load of an address).
     prefix: Option<usize>,
     /// `& mask ^ xor` applied.
@@ -69,13 +74,13 @@ pub fn rule_text<'s>(
     set: &dyn Fn(&str) -> Option<&'s SetAcc>,
 ) -> Result<String, String> {
     let mut regs: HashMap<usize, Loaded> = HashMap::new();
-    // Statements printed so far; the index of a `meta l4proto tcp|udp` match that a
-    // following transport field would absorb.
-    let mut out: Vec<String> = Vec::new();
-    let mut l4proto: Option<(usize, &'static str)> = None;
+    // Statements printed so far, and the protocol matches and contexts header fields
+    // depend on.
+    let mut out = Statements::default();
     let list = expressions.map(exprs).unwrap_or_default();
     let mut verdict_done = false;
-    for e in &list {
+    let mut iter = list.iter().peekable();
+    while let Some(e) = iter.next() {
         if verdict_done {
             return Err(format!("expression {} after the verdict", e.name));
         }
@@ -92,7 +97,7 @@ pub fn rule_text<'s>(
                     be32(a[3]).ok_or("payload without offset")?,
                     be32(a[4]).ok_or("payload without length")? as usize,
                 );
-                regs.insert(dreg, payload_field(family, base, offset, len)?);
+                regs.insert(dreg, payload_field(family, base, offset, len, &mut out)?);
             }
             "meta" => {
                 // DREG 1, KEY 2, SREG 3.
@@ -106,7 +111,11 @@ pub fn rule_text<'s>(
                     if key != 3 {
                         return Err(format!("meta set of key {key}"));
                     }
-                    out.push(format!("meta mark set {}", value_expr(src)?));
+                    let value = match &src.constant {
+                        Some(c) => mark_constant(c)?,
+                        None => value_expr(src)?,
+                    };
+                    out.push(format!("meta mark set {value}"));
                     continue;
                 }
                 let dreg = reg_of(a[1])?;
@@ -114,6 +123,7 @@ pub fn rule_text<'s>(
                     3 => ("meta mark", Datatype::Mark, 4),
                     6 => ("iifname", Datatype::Ifname, 16),
                     7 => ("oifname", Datatype::Ifname, 16),
+                    15 => ("meta nfproto", Datatype::NfProto, 1),
                     16 => ("meta l4proto", Datatype::InetProto, 1),
                     k => return Err(format!("meta key {k}")),
                 };
@@ -122,10 +132,25 @@ pub fn rule_text<'s>(
             "ct" => {
                 // DREG 1, KEY 2, DIRECTION 3, SREG 4.
                 let a = by_kind::<5>(e.data);
-                if a[3].is_some() || a[4].is_some() {
-                    return Err("ct with a direction or a write".into());
-                }
                 let key = be32(a[2]).ok_or("ct without key")?;
+                if a[3].is_some() {
+                    return Err("ct with a direction".into());
+                }
+                if let Some(sreg) = a[4] {
+                    // `ct mark set 0x...` from an immediate.
+                    let src = regs
+                        .get(&reg_of(Some(sreg))?)
+                        .ok_or("ct set from an empty register")?;
+                    let c = src
+                        .constant
+                        .as_ref()
+                        .ok_or("ct set of a value not decoded")?;
+                    if key != 3 {
+                        return Err(format!("ct set of key {key}"));
+                    }
+                    out.push(format!("ct mark set {}", mark_constant(c)?));
+                    continue;
+                }
                 if key != 0 {
                     return Err(format!("ct key {key}"));
                 }
@@ -180,33 +205,60 @@ pub fn rule_text<'s>(
             "cmp" => {
                 // SREG 1, OP 2, DATA 3.
                 let a = by_kind::<4>(e.data);
-                let src = regs
-                    .get(&reg_of(a[1])?)
-                    .cloned()
-                    .ok_or("cmp of an empty register")?;
+                let sreg = reg_of(a[1])?;
+                let src = regs.get(&sreg).cloned().ok_or("cmp of an empty register")?;
                 if src.constant.is_some() {
                     return Err("compare of a constant".into());
                 }
                 let op = be32(a[2]).ok_or("cmp without op")?;
                 let value = data_value(a[3]).ok_or("cmp without data")?;
-                let text = compare(&src, op, value)?;
-                // `meta l4proto tcp` before a transport field is that field's
-                // dependency: nft prints `tcp dport 80` instead of both.
-                let proto = match (&*src.text, op, value) {
-                    ("meta l4proto", 0, [6]) if src.masked.is_none() => Some("tcp"),
-                    ("meta l4proto", 0, [17]) if src.masked.is_none() => Some("udp"),
+                // `>= lo` then `<= hi` of the same register: the range `lo-hi`.
+                let upper = iter.peek().filter(|n| n.name == "cmp").and_then(|n| {
+                    let b = by_kind::<4>(n.data);
+                    (op == 5 && be32(b[2]) == Some(3) && reg_of(b[1]).ok() == Some(sreg))
+                        .then(|| data_value(b[3]))
+                        .flatten()
+                });
+                let text = match upper {
+                    Some(hi) => {
+                        iter.next();
+                        range_text(&src, false, value, hi)?
+                    }
+                    None => compare(&src, op, value)?,
+                };
+                out.push(text);
+                // `meta l4proto tcp` before a transport field and, in an inet table,
+                // `meta nfproto ipv4` before a network field are those fields'
+                // dependencies: nft prints `tcp dport 80`, `ip saddr 10.0.0.1`.
+                let dependency = match (&*src.text, op, value) {
+                    _ if src.masked.is_some() => None,
+                    ("meta l4proto", 0, [6]) => Some(Dependency::Transport("tcp")),
+                    ("meta l4proto", 0, [17]) => Some(Dependency::Transport("udp")),
+                    ("meta nfproto", 0, [2]) if family == AF_INET_ANY => {
+                        Some(Dependency::Network(AF_INET))
+                    }
+                    ("meta nfproto", 0, [10]) if family == AF_INET_ANY => {
+                        Some(Dependency::Network(AF_INET6))
+                    }
                     _ => None,
                 };
-                if let Some(t) = src.transport {
-                    let Some((i, p)) = l4proto.take().filter(|(i, _)| *i + 1 == out.len()) else {
-                        return Err(format!("{} without its protocol", src.text));
-                    };
-                    out.remove(i);
-                    out.push(format!("{p}{}", text.strip_prefix(t).unwrap_or(&text)));
-                } else {
-                    out.push(text);
-                    l4proto = proto.map(|p| (out.len() - 1, p));
-                }
+                out.pending = dependency.map(|d| (out.printed.len() - 1, d));
+            }
+            "range" => {
+                // SREG 1, OP 2, FROM_DATA 3, TO_DATA 4.
+                let a = by_kind::<5>(e.data);
+                let src = regs
+                    .get(&reg_of(a[1])?)
+                    .cloned()
+                    .ok_or("range of an empty register")?;
+                let invert = match be32(a[2]) {
+                    Some(0) => false,
+                    Some(1) => true,
+                    _ => return Err("range op".into()),
+                };
+                let lo = data_value(a[3]).ok_or("range without start")?;
+                let hi = data_value(a[4]).ok_or("range without end")?;
+                out.push(range_text(&src, invert, lo, hi)?);
             }
             "lookup" => {
                 // SET 1, SREG 2, DREG 3, SET_ID 4, FLAGS 5.
@@ -324,10 +376,13 @@ pub fn rule_text<'s>(
                 out.push("reject".into());
                 verdict_done = true;
             }
+            "log" => out.push(log_text(e.data)?),
+            "limit" => out.push(limit_text(e.data)?),
+            "notrack" => out.push("notrack".into()),
             other => return Err(format!("expression {other}")),
         }
     }
-    let mut s = out.join(" ");
+    let mut s = out.printed.join(" ");
     if let Some(u) = userdata {
         for (kind, value) in super::set::udata(u.value) {
             match (kind, udata_comment(value)) {
@@ -355,14 +410,64 @@ fn loaded(text: &str, t: Datatype, len: usize) -> Loaded {
         t,
         len,
         transport: None,
+        dependent: false,
         prefix: None,
         masked: None,
         constant: None,
     }
 }
 
-/// A payload load's field (`ip saddr`, `th dport`, a prefix of an address).
-fn payload_field(family: u8, base: u32, offset: u32, len: usize) -> Result<Loaded, String> {
+/// The protocol match a header field loaded next may take as its dependency.
+#[derive(Clone, Copy, Debug)]
+enum Dependency {
+    /// `meta l4proto tcp|udp`: the protocol's name.
+    Transport(&'static str),
+    /// `meta nfproto ipv4|ipv6` in an inet table: the family.
+    Network(u8),
+}
+
+/// The statements of a rule printed so far, and the protocol match (and its index)
+/// a header field loaded right after it takes as its dependency; the protocols
+/// dependencies set for the rest of the rule.
+#[derive(Default)]
+struct Statements {
+    printed: Vec<String>,
+    pending: Option<(usize, Dependency)>,
+    transport: Option<&'static str>,
+    network: Option<u8>,
+}
+
+impl Statements {
+    fn push(&mut self, s: String) {
+        self.printed.push(s);
+        self.pending = None;
+    }
+
+    /// The dependency of a header field loaded now: the protocol match printed last,
+    /// taken out of the statements.
+    fn take_dependency(&mut self) -> Option<Dependency> {
+        let (i, d) = self.pending.take()?;
+        if i + 1 != self.printed.len() {
+            return None;
+        }
+        self.printed.pop();
+        match d {
+            Dependency::Transport(p) => self.transport = Some(p),
+            Dependency::Network(f) => self.network = Some(f),
+        }
+        Some(d)
+    }
+}
+
+/// A payload load's field (`ip saddr`, `tcp dport`, `th dport`, a prefix of an
+/// address), taking the protocol match just before it as its dependency.
+fn payload_field(
+    family: u8,
+    base: u32,
+    offset: u32,
+    len: usize,
+    out: &mut Statements,
+) -> Result<Loaded, String> {
     // Base 1: network header; 2: transport header.
     let addr = |text: &str, t: Datatype, full: usize| {
         let mut l = loaded(text, t, full);
@@ -371,30 +476,66 @@ fn payload_field(family: u8, base: u32, offset: u32, len: usize) -> Result<Loade
         }
         l
     };
-    Ok(match (family, base, offset, len) {
+    let peek = out.pending.filter(|(i, _)| *i + 1 == out.printed.len());
+    let (network, dependent) = match (family, base, peek) {
+        (AF_INET_ANY, 1, Some((_, Dependency::Network(f)))) => {
+            out.take_dependency();
+            (f, true)
+        }
+        (AF_INET_ANY, 1, _) => (
+            out.network
+                .ok_or("a network header field without its family")?,
+            false,
+        ),
+        _ => (family, false),
+    };
+    let mut field = match (network, base, offset, len) {
+        (AF_INET, 1, 9, 1) => loaded("ip protocol", Datatype::InetProto, 1),
         (AF_INET, 1, 12, 1..=4) => addr("ip saddr", Datatype::Ipv4Addr, 4),
         (AF_INET, 1, 16, 1..=4) => addr("ip daddr", Datatype::Ipv4Addr, 4),
+        (AF_INET6, 1, 6, 1) => loaded("ip6 nexthdr", Datatype::InetProto, 1),
         (AF_INET6, 1, 8, 1..=16) => addr("ip6 saddr", Datatype::Ipv6Addr, 16),
         (AF_INET6, 1, 24, 1..=16) => addr("ip6 daddr", Datatype::Ipv6Addr, 16),
         (_, 2, 0 | 2, 2) => {
+            let port = if offset == 0 { "sport" } else { "dport" };
+            let (proto, dependent) = match peek {
+                Some((_, Dependency::Transport(p))) => {
+                    out.take_dependency();
+                    (Some(p), true)
+                }
+                _ => (out.transport, false),
+            };
             let mut l = loaded(
-                if offset == 0 { "th sport" } else { "th dport" },
+                &format!("{} {port}", proto.unwrap_or("th")),
                 Datatype::InetService,
                 2,
             );
-            l.transport = Some("th");
+            l.transport = proto.is_none().then_some("th");
+            l.dependent = dependent;
             l
         }
         _ => return Err(format!("payload base {base} offset {offset} length {len}")),
-    })
+    };
+    field.dependent |= dependent;
+    Ok(field)
 }
 
 /// A relational statement: `LHS VALUE`, `LHS != VALUE`, `LHS & M == V`, a prefix,
 /// a `ct state` flag test.
 fn compare(src: &Loaded, op: u32, value: &[u8]) -> Result<String, String> {
+    if src.transport.is_some() {
+        return Err(format!("{} without its protocol", src.text));
+    }
     let op_text = match op {
         0 => "",
         1 => "!= ",
+        // `<`, `<=`, `>`, `>=` of a value in network byte order.
+        2..=5 if src.masked.is_none() && src.prefix.is_none() && src.t.big_endian() => {
+            let v = datatype::value_text(src.t, value)
+                .ok_or_else(|| format!("value of {} not decoded", src.text))?;
+            let sign = ["<", "<=", ">", ">="][op as usize - 2];
+            return Ok(format!("{} {sign} {v}", src.text));
+        }
         _ => return Err(format!("cmp op {op}")),
     };
     if let Some(bits) = src.prefix {
@@ -505,9 +646,19 @@ fn concat_text(
         return Err("lookup key length not decoded".into());
     }
     // A transport field alone needs its dependency; in a concatenation nft prints
-    // `th dport`.
-    if parts.len() == 1 && regs.get(&start).is_some_and(|l| l.transport.is_some()) {
-        return Err("lookup of a transport field alone".into());
+    // `th dport`. A field that took its dependency in a concatenation: not decoded.
+    let first = regs.get(&start);
+    if parts.len() == 1 && first.is_some_and(|l| l.transport.is_some()) {
+        return Err("lookup of a transport field without its protocol".into());
+    }
+    if parts.len() > 1 {
+        let mut at = start;
+        while let Some(l) = regs.get(&at).filter(|_| at < start + key_len) {
+            if l.dependent {
+                return Err("a concatenation with a protocol dependency".into());
+            }
+            at += l.len.div_ceil(4) * 4;
+        }
     }
     Ok(parts.join(" . "))
 }
@@ -579,6 +730,98 @@ fn nat_text(family: u8, data: &[u8], regs: &HashMap<usize, Loaded>) -> Result<St
             } else {
                 let _ = write!(s, "{addr_text}:{port}");
             }
+        }
+    }
+    Ok(s)
+}
+
+/// A 4-byte mark constant an immediate loaded, as nft prints a mark (`0x0001bd20`).
+fn mark_constant(c: &[u8]) -> Result<String, String> {
+    datatype::value_text(Datatype::Mark, c).ok_or_else(|| "a mark constant not decoded".into())
+}
+
+/// `FIELD lo-hi` / `FIELD != lo-hi` of a value in network byte order.
+fn range_text(src: &Loaded, invert: bool, lo: &[u8], hi: &[u8]) -> Result<String, String> {
+    if src.transport.is_some() {
+        return Err(format!("{} without its protocol", src.text));
+    }
+    if src.masked.is_some() || src.prefix.is_some() || !src.t.big_endian() {
+        return Err(format!("a range of {} not decoded", src.text));
+    }
+    let text = |v: &[u8]| {
+        datatype::value_text(src.t, v).ok_or_else(|| format!("value of {} not decoded", src.text))
+    };
+    let (lo, hi) = (text(lo)?, text(hi)?);
+    Ok(format!(
+        "{} {}{lo}-{hi}",
+        src.text,
+        if invert { "!= " } else { "" }
+    ))
+}
+
+/// `log [prefix "..."] [level L]` (nft 1.0.6's `log_stmt_print`): a prefix of
+/// printable characters without a quote, any level (`warn`, the default, not
+/// printed); a group, snaplen, queue threshold or flags are not decoded.
+fn log_text(data: &[u8]) -> Result<String, String> {
+    // GROUP 1, PREFIX 2, SNAPLEN 3, QTHRESHOLD 4, LEVEL 5, FLAGS 6.
+    let a = by_kind::<7>(data);
+    if a[1].is_some() || a[3].is_some() || a[4].is_some() || be32(a[6]).unwrap_or(0) != 0 {
+        return Err("log with a group, snaplen, threshold or flags".into());
+    }
+    let mut s = String::from("log");
+    if let Some(p) = a[2] {
+        let (last, text) = p.value.split_last().ok_or("log prefix not decoded")?;
+        let text = std::str::from_utf8(text).map_err(|_| "log prefix not decoded")?;
+        if *last != 0
+            || !text.chars().all(|c| c == ' ' || c.is_ascii_graphic())
+            || text.contains(['"', '\\'])
+        {
+            return Err("log prefix not decoded".into());
+        }
+        let _ = write!(s, " prefix \"{text}\"");
+    }
+    let levels = [
+        "emerg", "alert", "crit", "err", "warn", "notice", "info", "debug", "audit",
+    ];
+    match a[5].map(|x| x.be_u32()) {
+        None | Some(Some(4)) => {}
+        Some(Some(l)) => {
+            let name = levels.get(l as usize).ok_or("log level not decoded")?;
+            let _ = write!(s, " level {name}");
+        }
+        Some(None) => return Err("log level not decoded".into()),
+    }
+    Ok(s)
+}
+
+/// `limit rate [over] N/UNIT [burst B packets]` of packets (nft 1.0.6's
+/// `limit_stmt_print`; the burst of 5, nft's default, and 0 not printed); a limit of
+/// bytes is not decoded.
+fn limit_text(data: &[u8]) -> Result<String, String> {
+    // RATE 1, UNIT 2, BURST 3, TYPE 4, FLAGS 5.
+    let a = by_kind::<6>(data);
+    if be32(a[4]).unwrap_or(0) != 0 {
+        return Err("a limit of bytes".into());
+    }
+    let rate = a[1].and_then(|x| x.be_u64()).ok_or("limit without rate")?;
+    let unit = match a[2].and_then(|x| x.be_u64()) {
+        Some(1) => "second",
+        Some(60) => "minute",
+        Some(3600) => "hour",
+        Some(86_400) => "day",
+        Some(604_800) => "week",
+        _ => return Err("limit unit not decoded".into()),
+    };
+    let over = match be32(a[5]).unwrap_or(0) {
+        0 => "",
+        1 => "over ",
+        _ => return Err("limit flags not decoded".into()),
+    };
+    let mut s = format!("limit rate {over}{rate}/{unit}");
+    match be32(a[3]).unwrap_or(0) {
+        0 | 5 => {}
+        b => {
+            let _ = write!(s, " burst {b} packets");
         }
     }
     Ok(s)
