@@ -291,7 +291,8 @@ fn kube_proxy_nftables_tables_equal_nft_list_table() {
 /// firewalls) write beside kube-proxy, written here: the inet family and its
 /// `meta nfproto` dependencies, anonymous port, address and `ct state` sets, ranges
 /// and comparisons, `ip protocol`, `log`, `limit`, `notrack`, `ct mark set`,
-/// `meta mark set`.
+/// `meta mark set`, `ct status`, `tcp flags`, rejects with their codes, NAT in an
+/// inet table (`dnat ip to`), netbird's TCP MSS clamp.
 const HOST_FIREWALL: &str = r#"table inet host {
 	set allowed { type ipv4_addr; flags interval; elements = { 10.0.0.0/8, 192.168.1.10 } }
 	chain input {
@@ -333,6 +334,47 @@ const HOST_FIREWALL: &str = r#"table inet host {
 		limit rate 1/hour
 		limit rate 2/day burst 1 packets
 	}
+	chain rejects {
+		reject with icmpx admin-prohibited
+		reject
+		reject with icmpx host-unreachable
+		reject with icmpx no-route
+		tcp dport 22 reject with tcp reset
+		meta nfproto ipv4 reject with icmp host-unreachable
+		meta nfproto ipv4 reject with icmp admin-prohibited
+		meta nfproto ipv6 reject with icmpv6 admin-prohibited
+		meta nfproto ipv6 reject with icmpv6 no-route
+	}
+	chain conntrack {
+		ct status dnat accept
+		ct status snat,dnat accept
+		ct status assured,confirmed accept
+		ct status expected accept
+		ct status seen-reply accept
+		ct status dying drop
+		log level audit
+		log level emerg
+		log level alert
+		log level crit
+		log level err
+		log level notice
+		tcp flags syn accept
+		tcp flags syn / syn,ack accept
+		tcp flags & (fin|syn|rst|ack) == syn accept
+		tcp flags fin,rst drop
+		tcp dport 22 tcp flags syn accept
+	}
+	chain nat-pre {
+		type nat hook prerouting priority dstnat; policy accept;
+		meta nfproto ipv4 tcp dport 80 dnat ip to 10.0.0.1:8080
+		meta nfproto ipv6 udp dport 53 dnat ip6 to [fd00::1]:53
+		meta nfproto ipv4 tcp dport 81 dnat ip to 10.0.0.1
+	}
+	chain nat-post {
+		type nat hook postrouting priority srcnat; policy accept;
+		meta nfproto ipv4 oifname != "lo" masquerade
+		ip saddr 10.0.0.0/8 oifname "eth0" snat ip to 192.0.2.1
+	}
 	chain raw {
 		type filter hook prerouting priority raw; policy accept;
 		udp dport 51820 notrack
@@ -353,6 +395,29 @@ table ip host4 {
 		type nat hook postrouting priority srcnat - 1; policy accept;
 		meta mark 0x0001bd21 oifname != "lo" counter packets 0 bytes 0 masquerade
 	}
+	chain input {
+		type filter hook input priority filter; policy accept;
+		reject with icmp host-unreachable
+		reject with icmp admin-prohibited
+		reject with icmp host-prohibited
+		reject with icmp net-unreachable
+		reject with icmp prot-unreachable
+		reject with icmp net-prohibited
+		tcp dport 22 reject with tcp reset
+		meta l4proto tcp reject with tcp reset
+	}
+	chain mss {
+		type filter hook forward priority mangle; policy accept;
+		oifname "wt0" tcp flags syn counter packets 0 bytes 0 tcp option maxseg size > 1240 tcp option maxseg size set 1240
+	}
+}
+table ip6 host6 {
+	chain input {
+		type filter hook input priority filter; policy accept;
+		reject with icmpv6 admin-prohibited
+		reject with icmpv6 addr-unreachable
+		reject
+	}
 }
 "#;
 
@@ -366,7 +431,7 @@ fn host_firewall_statements_equal_nft_list_table() {
         load_and_compare("host firewall", HOST_FIREWALL).unwrap_or_else(|e| panic!("{e}"));
     assert!(fallbacks.is_empty(), "{fallbacks:?}");
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
-    assert_eq!(equal, 2);
+    assert_eq!(equal, 3);
 }
 
 /// Set declarations with every flag combination nft 1.0.6 prints (`constant` without

@@ -25,8 +25,12 @@ pub enum Datatype {
     InetService,
     /// 19: `mark`, host byte order.
     Mark,
+    /// 15: `tcp_flag`, a bitmask of one byte.
+    TcpFlag,
     /// 26: `ct_state`, a bitmask in host byte order.
     CtState,
+    /// 28: `ct_status`, a bitmask in host byte order.
+    CtStatus,
     /// 38: `fib_addrtype`, host byte order.
     FibAddrType,
     /// 41: `ifname`.
@@ -48,7 +52,9 @@ impl Datatype {
             12 => Datatype::InetProto,
             13 => Datatype::InetService,
             19 => Datatype::Mark,
+            15 => Datatype::TcpFlag,
             26 => Datatype::CtState,
+            28 => Datatype::CtStatus,
             38 => Datatype::FibAddrType,
             41 => Datatype::Ifname,
             _ => return None,
@@ -66,7 +72,9 @@ impl Datatype {
             Datatype::InetProto => "inet_proto",
             Datatype::InetService => "inet_service",
             Datatype::Mark => "mark",
+            Datatype::TcpFlag => "tcp_flag",
             Datatype::CtState => "ct_state",
+            Datatype::CtStatus => "ct_status",
             Datatype::FibAddrType => "fib_addrtype",
             Datatype::Ifname => "ifname",
         }
@@ -76,11 +84,13 @@ impl Datatype {
     pub fn len(self) -> Option<usize> {
         match self {
             Datatype::Verdict | Datatype::Integer => None,
-            Datatype::Ipv4Addr | Datatype::Mark | Datatype::CtState | Datatype::FibAddrType => {
-                Some(4)
-            }
+            Datatype::Ipv4Addr
+            | Datatype::Mark
+            | Datatype::CtState
+            | Datatype::CtStatus
+            | Datatype::FibAddrType => Some(4),
             Datatype::Ipv6Addr | Datatype::Ifname => Some(16),
-            Datatype::InetProto | Datatype::NfProto => Some(1),
+            Datatype::InetProto | Datatype::NfProto | Datatype::TcpFlag => Some(1),
             Datatype::InetService => Some(2),
         }
     }
@@ -145,6 +155,34 @@ pub fn value_text(t: Datatype, v: &[u8]) -> Option<String> {
             _ => None,
         },
         Datatype::CtState => ct_state_text(u32_ne(v)?),
+        Datatype::CtStatus => flags_text(
+            u32_ne(v)?,
+            &[
+                (1, "expected"),
+                (2, "seen-reply"),
+                (4, "assured"),
+                (8, "confirmed"),
+                (16, "snat"),
+                (32, "dnat"),
+                (512, "dying"),
+            ],
+        ),
+        Datatype::TcpFlag => {
+            let [f] = v else { return None };
+            flags_text(
+                u32::from(*f),
+                &[
+                    (1, "fin"),
+                    (2, "syn"),
+                    (4, "rst"),
+                    (8, "psh"),
+                    (16, "ack"),
+                    (32, "urg"),
+                    (64, "ecn"),
+                    (128, "cwr"),
+                ],
+            )
+        }
         Datatype::FibAddrType => {
             let names = [
                 "unspec",
@@ -198,22 +236,30 @@ fn proto_name(p: u8) -> Option<&'static str> {
 
 /// `ct state` flags in bit order, comma-separated.
 fn ct_state_text(v: u32) -> Option<String> {
-    const NAMES: [(u32, &str); 5] = [
-        (1, "invalid"),
-        (2, "established"),
-        (4, "related"),
-        (8, "new"),
-        (64, "untracked"),
-    ];
-    if v == 0 || v & !NAMES.iter().fold(0, |a, (b, _)| a | b) != 0 {
+    flags_text(
+        v,
+        &[
+            (1, "invalid"),
+            (2, "established"),
+            (4, "related"),
+            (8, "new"),
+            (64, "untracked"),
+        ],
+    )
+}
+
+/// A bitmask's flags by name in bit order, comma-separated; `None` for 0 or a bit
+/// without a name.
+fn flags_text(v: u32, names: &[(u32, &str)]) -> Option<String> {
+    if v == 0 || v & !names.iter().fold(0, |a, (b, _)| a | b) != 0 {
         return None;
     }
-    let names: Vec<&str> = NAMES
+    let set: Vec<&str> = names
         .iter()
         .filter(|(b, _)| v & b != 0)
         .map(|(_, n)| *n)
         .collect();
-    Some(names.join(","))
+    Some(set.join(","))
 }
 
 /// An IPv6 address as glibc's `inet_ntop` prints it (the longest run of two or more

@@ -151,10 +151,12 @@ pub fn rule_text<'s>(
                     out.push(format!("ct mark set {}", mark_constant(c)?));
                     continue;
                 }
-                if key != 0 {
-                    return Err(format!("ct key {key}"));
-                }
-                regs.insert(reg_of(a[1])?, loaded("ct state", Datatype::CtState, 4));
+                let (text, t) = match key {
+                    0 => ("ct state", Datatype::CtState),
+                    2 => ("ct status", Datatype::CtStatus),
+                    k => return Err(format!("ct key {k}")),
+                };
+                regs.insert(reg_of(a[1])?, loaded(text, t, 4));
             }
             "numgen" => {
                 // DREG 1, MODULUS 2, TYPE 3, OFFSET 4.
@@ -346,6 +348,13 @@ pub fn rule_text<'s>(
                 out.push(format!("counter packets {packets} bytes {bytes}"));
             }
             "nat" => {
+                // In an inet table `dnat ip to`: a `meta nfproto` just before it may
+                // be its dependency, not decoded.
+                if family == AF_INET_ANY
+                    && out.pending.is_some_and(|(i, _)| i + 1 == out.printed.len())
+                {
+                    return Err("nat just after its protocol".into());
+                }
                 out.push(nat_text(family, e.data, &regs)?);
                 verdict_done = true;
             }
@@ -363,22 +372,47 @@ pub fn rule_text<'s>(
                 verdict_done = true;
             }
             "reject" => {
-                // TYPE 1, ICMP_CODE 2: the default (port unreachable) only.
-                let a = by_kind::<3>(e.data);
-                let code = a[2].and_then(|x| x.value.first().copied());
-                let default = matches!(
-                    (family, be32(a[1]), code),
-                    (AF_INET, Some(0), Some(3)) | (AF_INET6, Some(0), Some(4))
-                );
-                if !default {
-                    return Err("reject with a type not decoded".into());
-                }
-                out.push("reject".into());
+                let text = reject_text(family, e.data, &mut out)?;
+                out.push(text);
                 verdict_done = true;
             }
             "log" => out.push(log_text(e.data)?),
             "limit" => out.push(limit_text(e.data)?),
             "notrack" => out.push("notrack".into()),
+            "exthdr" => {
+                // DREG 1, TYPE 2, OFFSET 3, LEN 4, FLAGS 5, OP 6, SREG 7: only the TCP
+                // MSS option's value (`tcp option maxseg size`), in a rule whose
+                // protocol a tcp field before it set.
+                let a = by_kind::<8>(e.data);
+                let mss = a[2].map(|x| x.value) == Some(&[2][..])
+                    && be32(a[3]) == Some(2)
+                    && be32(a[4]) == Some(2)
+                    && be32(a[5]).unwrap_or(0) == 0
+                    && be32(a[6]) == Some(1);
+                if !mss || out.transport != Some("tcp") {
+                    return Err("exthdr other than the tcp mss after a tcp field".into());
+                }
+                let text = "tcp option maxseg size";
+                match a[7] {
+                    None => {
+                        regs.insert(reg_of(a[1])?, loaded(text, Datatype::InetService, 2));
+                    }
+                    Some(sreg) => {
+                        let src = regs
+                            .get(&reg_of(Some(sreg))?)
+                            .ok_or("exthdr write of an empty register")?;
+                        let c = src
+                            .constant
+                            .as_deref()
+                            .ok_or("exthdr write of a value not decoded")?;
+                        let [hi, lo] = c
+                            .get(..2)
+                            .and_then(|v| <[u8; 2]>::try_from(v).ok())
+                            .ok_or("exthdr write length")?;
+                        out.push(format!("{text} set {}", u16::from_be_bytes([hi, lo])));
+                    }
+                }
+            }
             other => return Err(format!("expression {other}")),
         }
     }
@@ -496,6 +530,24 @@ fn payload_field(
         (AF_INET6, 1, 6, 1) => loaded("ip6 nexthdr", Datatype::InetProto, 1),
         (AF_INET6, 1, 8, 1..=16) => addr("ip6 saddr", Datatype::Ipv6Addr, 16),
         (AF_INET6, 1, 24, 1..=16) => addr("ip6 daddr", Datatype::Ipv6Addr, 16),
+        (_, 2, 13, 1) => {
+            let (proto, dependent) = match peek {
+                Some((_, Dependency::Transport(p))) => {
+                    out.take_dependency();
+                    (p, true)
+                }
+                _ => (
+                    out.transport.ok_or("tcp flags without its protocol")?,
+                    false,
+                ),
+            };
+            if proto != "tcp" {
+                return Err("tcp flags of another protocol".into());
+            }
+            let mut l = loaded("tcp flags", Datatype::TcpFlag, 1);
+            l.dependent = dependent;
+            l
+        }
         (_, 2, 0 | 2, 2) => {
             let port = if offset == 0 { "sport" } else { "dport" };
             let (proto, dependent) = match peek {
@@ -561,14 +613,25 @@ fn compare(src: &Loaded, op: u32, value: &[u8]) -> Result<String, String> {
                 let addr = datatype::value_text(src.t, value).ok_or("address not decoded")?;
                 return Ok(format!("{} {op_text}{addr}/{bits}", src.text));
             }
-            // `ct state new`: a flag test (`& flags != 0`).
-            if src.t == Datatype::CtState {
-                if op != 1 || value.iter().any(|&b| b != 0) {
-                    return Err("ct state test not decoded".into());
-                }
-                let flags = datatype::value_text(Datatype::CtState, mask)
-                    .ok_or("ct state flags not decoded")?;
-                return Ok(format!("ct state {flags}"));
+            // `ct state new`, `ct status dnat`, `tcp flags syn`: a flag test
+            // (`& flags != 0`); `tcp flags syn / syn,ack`: `& mask == flags`.
+            if matches!(
+                src.t,
+                Datatype::CtState | Datatype::CtStatus | Datatype::TcpFlag
+            ) {
+                let names = |v: &[u8]| {
+                    datatype::value_text(src.t, v)
+                        .ok_or_else(|| format!("{} flags not decoded", src.text))
+                };
+                return match op {
+                    1 if value.iter().all(|&b| b == 0) => {
+                        Ok(format!("{} {}", src.text, names(mask)?))
+                    }
+                    0 if src.t == Datatype::TcpFlag && value.iter().any(|&b| b != 0) => {
+                        Ok(format!("{} {} / {}", src.text, names(value)?, names(mask)?))
+                    }
+                    _ => Err(format!("{} test not decoded", src.text)),
+                };
             }
             if src.t != Datatype::Mark {
                 return Err(format!("masked compare of {}", src.text));
@@ -688,9 +751,12 @@ fn nat_text(family: u8, data: &[u8], regs: &HashMap<usize, Loaded>) -> Result<St
         Some(1) => "dnat",
         _ => return Err("nat type".into()),
     };
-    if be32(a[2]).map(|f| f as u8) != Some(family) {
-        return Err("nat of another family".into());
-    }
+    // In an inet table the statement names its family (`dnat ip to`).
+    let (family, named) = match (family, be32(a[2]).map(|f| f as u8)) {
+        (AF_INET_ANY, Some(f @ (AF_INET | AF_INET6))) => (f, true),
+        (t, Some(f)) if t == f => (f, false),
+        _ => return Err("nat of another family".into()),
+    };
     // MAP_IPS 1 and PROTO_SPECIFIED 2 follow from the registers.
     if be32(a[7]).unwrap_or(0) & !3 != 0 {
         return Err("nat flags not decoded".into());
@@ -719,7 +785,11 @@ fn nat_text(family: u8, data: &[u8], regs: &HashMap<usize, Loaded>) -> Result<St
     };
     let addr_text = datatype::value_text(t, addr.get(..t.len().unwrap_or(4)).ok_or("nat address")?)
         .ok_or("nat address not decoded")?;
-    let mut s = format!("{kind} to ");
+    let mut s = match (named, family) {
+        (false, _) => format!("{kind} to "),
+        (true, AF_INET6) => format!("{kind} ip6 to "),
+        (true, _) => format!("{kind} ip to "),
+    };
     match value(a[5])? {
         None => s.push_str(&addr_text),
         Some(p) => {
@@ -825,4 +895,93 @@ fn limit_text(data: &[u8]) -> Result<String, String> {
         }
     }
     Ok(s)
+}
+
+/// `reject [with icmp|icmpv6|icmpx|tcp CODE]` as nft 1.0.6's `reject_stmt_print`
+/// writes it: the protocol's port-unreachable is the default, not printed; a
+/// `with icmp` reject of an inet table takes the `meta nfproto` just before it, and
+/// a `with tcp reset` the `meta l4proto tcp` just before it (or a tcp field's), as
+/// their dependencies (not printed).
+fn reject_text(family: u8, data: &[u8], out: &mut Statements) -> Result<String, String> {
+    // TYPE 1, ICMP_CODE 2.
+    let a = by_kind::<3>(data);
+    let code = a[2].and_then(|x| x.value.first().copied());
+    let name = |names: &[(u8, &'static str)]| {
+        code.and_then(|c| names.iter().find(|(n, _)| *n == c).map(|(_, s)| *s))
+            .ok_or_else(|| "reject code not decoded".to_string())
+    };
+    const ICMP: &[(u8, &str)] = &[
+        (0, "net-unreachable"),
+        (1, "host-unreachable"),
+        (2, "prot-unreachable"),
+        (3, "port-unreachable"),
+        (9, "net-prohibited"),
+        (10, "host-prohibited"),
+        (13, "admin-prohibited"),
+    ];
+    const ICMPV6: &[(u8, &str)] = &[
+        (0, "no-route"),
+        (1, "admin-prohibited"),
+        (3, "addr-unreachable"),
+        (4, "port-unreachable"),
+    ];
+    const ICMPX: &[(u8, &str)] = &[
+        (0, "no-route"),
+        (1, "port-unreachable"),
+        (2, "host-unreachable"),
+        (3, "admin-prohibited"),
+    ];
+    let pending = out.pending.filter(|(i, _)| *i + 1 == out.printed.len());
+    match be32(a[1]) {
+        // ICMPX_UNREACH.
+        Some(2) => {
+            if pending.is_some() {
+                return Err("reject with icmpx just after a protocol match".into());
+            }
+            Ok(match name(ICMPX)? {
+                "port-unreachable" => "reject".into(),
+                n => format!("reject with icmpx {n}"),
+            })
+        }
+        // TCP_RST.
+        Some(1) => {
+            match pending {
+                Some((_, Dependency::Transport("tcp"))) => {
+                    out.take_dependency();
+                }
+                _ if out.transport == Some("tcp") => {}
+                _ => return Err("reject with tcp reset without its protocol".into()),
+            }
+            Ok("reject with tcp reset".into())
+        }
+        // ICMP_UNREACH: the family's ICMP.
+        Some(0) => {
+            let network = match (family, pending) {
+                (AF_INET_ANY, Some((_, Dependency::Network(f)))) => {
+                    out.take_dependency();
+                    if matches!((f, code), (AF_INET, Some(3)) | (AF_INET6, Some(4))) {
+                        return Err("reject with port-unreachable in an inet table".into());
+                    }
+                    f
+                }
+                (AF_INET_ANY, _) => return Err("reject with icmp without its family".into()),
+                (f, _) => f,
+            };
+            if pending.is_some() && family != AF_INET_ANY {
+                return Err("reject just after a protocol match".into());
+            }
+            match network {
+                AF_INET => Ok(match name(ICMP)? {
+                    "port-unreachable" => "reject".into(),
+                    n => format!("reject with icmp {n}"),
+                }),
+                AF_INET6 => Ok(match name(ICMPV6)? {
+                    "port-unreachable" => "reject".into(),
+                    n => format!("reject with icmpv6 {n}"),
+                }),
+                _ => Err("reject in a family not decoded".into()),
+            }
+        }
+        _ => Err("reject type not decoded".into()),
+    }
 }
