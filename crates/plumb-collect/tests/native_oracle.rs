@@ -292,7 +292,9 @@ fn kube_proxy_nftables_tables_equal_nft_list_table() {
 /// `meta nfproto` dependencies, anonymous port, address and `ct state` sets, ranges
 /// and comparisons, `ip protocol`, `log`, `limit`, `notrack`, `ct mark set`,
 /// `meta mark set`, `ct status`, `tcp flags`, rejects with their codes, NAT in an
-/// inet table (`dnat ip to`), netbird's TCP MSS clamp.
+/// inet table (`dnat ip to`), netbird's TCP MSS clamp, what container networks
+/// (netavark, docker) write: `th dport` of no protocol, `meta pkttype`, interface
+/// name sets, maps and wildcards, ICMP types.
 const HOST_FIREWALL: &str = r#"table inet host {
 	set allowed { type ipv4_addr; flags interval; elements = { 10.0.0.0/8, 192.168.1.10 } }
 	chain input {
@@ -364,6 +366,24 @@ const HOST_FIREWALL: &str = r#"table inet host {
 		tcp flags fin,rst drop
 		tcp dport 22 tcp flags syn accept
 	}
+	set ifaces { type ifname; elements = { "lo", "eth0", "cni0", "flannel.1" } }
+	chain containers {
+		meta l4proto { tcp, udp } th dport 53 accept
+		th dport 53 accept
+		meta l4proto tcp th dport 54 accept
+		th sport { 67, 68 } accept
+		meta pkttype host accept
+		meta pkttype { broadcast, multicast, other } drop
+		iifname vmap { "lo" : accept, "eth0" : jump conntrack, "cni0" : drop }
+		iifname { "lo", "eth0", "cni0", "veth1234" } accept
+		iifname @ifaces accept
+		iifname "cali*" accept
+		oifname != "veth*" drop
+		icmp type echo-request accept
+		icmpv6 type { nd-router-advert, nd-neighbor-solicit, echo-request, mld-listener-query } accept
+		icmpv6 type { destination-unreachable, packet-too-big, time-exceeded, parameter-problem, echo-reply, mld-listener-report, nd-router-solicit, nd-neighbor-advert, nd-redirect, mld2-listener-report } accept
+		meta l4proto { icmp, ipv6-icmp } accept
+	}
 	chain nat-pre {
 		type nat hook prerouting priority dstnat; policy accept;
 		meta nfproto ipv4 tcp dport 80 dnat ip to 10.0.0.1:8080
@@ -406,6 +426,13 @@ table ip host4 {
 		tcp dport 22 reject with tcp reset
 		meta l4proto tcp reject with tcp reset
 	}
+	chain icmps {
+		icmp type echo-request accept
+		icmp type { echo-reply, destination-unreachable, source-quench, redirect, echo-request, router-advertisement, router-solicitation, time-exceeded, parameter-problem, timestamp-request, timestamp-reply, info-request, info-reply, address-mask-request, address-mask-reply } accept
+		ip protocol tcp th dport 22 accept
+		ip protocol udp udp dport 53 accept
+		meta l4proto udp th dport 53 accept
+	}
 	chain mss {
 		type filter hook forward priority mangle; policy accept;
 		oifname "wt0" tcp flags syn counter packets 0 bytes 0 tcp option maxseg size > 1240 tcp option maxseg size set 1240
@@ -417,6 +444,8 @@ table ip6 host6 {
 		reject with icmpv6 admin-prohibited
 		reject with icmpv6 addr-unreachable
 		reject
+		icmpv6 type echo-request accept
+		ip6 nexthdr tcp th dport 22 accept
 	}
 }
 "#;

@@ -25,12 +25,18 @@ pub enum Datatype {
     InetService,
     /// 19: `mark`, host byte order.
     Mark,
+    /// 14: `icmp_type`, one byte.
+    IcmpType,
     /// 15: `tcp_flag`, a bitmask of one byte.
     TcpFlag,
     /// 26: `ct_state`, a bitmask in host byte order.
     CtState,
     /// 28: `ct_status`, a bitmask in host byte order.
     CtStatus,
+    /// 29: `icmpv6_type`, one byte.
+    Icmp6Type,
+    /// 31: `pkt_type` (`meta pkttype`), one byte.
+    PktType,
     /// 38: `fib_addrtype`, host byte order.
     FibAddrType,
     /// 41: `ifname`.
@@ -52,9 +58,12 @@ impl Datatype {
             12 => Datatype::InetProto,
             13 => Datatype::InetService,
             19 => Datatype::Mark,
+            14 => Datatype::IcmpType,
             15 => Datatype::TcpFlag,
             26 => Datatype::CtState,
             28 => Datatype::CtStatus,
+            29 => Datatype::Icmp6Type,
+            31 => Datatype::PktType,
             38 => Datatype::FibAddrType,
             41 => Datatype::Ifname,
             _ => return None,
@@ -73,6 +82,9 @@ impl Datatype {
             Datatype::InetService => "inet_service",
             Datatype::Mark => "mark",
             Datatype::TcpFlag => "tcp_flag",
+            Datatype::IcmpType => "icmp_type",
+            Datatype::Icmp6Type => "icmpv6_type",
+            Datatype::PktType => "pkt_type",
             Datatype::CtState => "ct_state",
             Datatype::CtStatus => "ct_status",
             Datatype::FibAddrType => "fib_addrtype",
@@ -90,30 +102,44 @@ impl Datatype {
             | Datatype::CtStatus
             | Datatype::FibAddrType => Some(4),
             Datatype::Ipv6Addr | Datatype::Ifname => Some(16),
-            Datatype::InetProto | Datatype::NfProto | Datatype::TcpFlag => Some(1),
+            Datatype::InetProto
+            | Datatype::NfProto
+            | Datatype::TcpFlag
+            | Datatype::IcmpType
+            | Datatype::Icmp6Type
+            | Datatype::PktType => Some(1),
             Datatype::InetService => Some(2),
         }
     }
 
     /// Whether values are in network byte order (compared so when nft sorts them).
+    ///
+    /// `ifname` is a string nft keeps in host byte order: its sets sort so (`"lo"`
+    /// before `"eth0"`), and it has no ranges.
     pub fn big_endian(self) -> bool {
         matches!(
             self,
-            Datatype::Ipv4Addr | Datatype::Ipv6Addr | Datatype::InetService | Datatype::Ifname
+            Datatype::Ipv4Addr | Datatype::Ipv6Addr | Datatype::InetService
         )
     }
 
     /// How many elements of a named set of this key type `elements = { }` prints on
-    /// a line (nft's `calculate_delim`); 1 for any other type.
-    pub fn per_line(self) -> usize {
+    /// a line (nft's `calculate_delim`); `None` for the types whose named sets are
+    /// not checked against nft 1.0.6 (not decoded).
+    pub fn per_line(self) -> Option<usize> {
         match self {
             Datatype::Integer
             | Datatype::NfProto
             | Datatype::InetProto
             | Datatype::InetService
-            | Datatype::Mark => 5,
-            Datatype::Ipv4Addr | Datatype::CtState => 2,
-            _ => 1,
+            | Datatype::Mark => Some(5),
+            Datatype::Ipv4Addr | Datatype::CtState => Some(2),
+            Datatype::TcpFlag
+            | Datatype::CtStatus
+            | Datatype::IcmpType
+            | Datatype::Icmp6Type
+            | Datatype::PktType => None,
+            _ => Some(1),
         }
     }
 }
@@ -210,6 +236,60 @@ pub fn value_text(t: Datatype, v: &[u8]) -> Option<String> {
             }
             Some(format!("\"{name}\""))
         }
+        Datatype::IcmpType => {
+            let [t] = v else { return None };
+            let names: &[(u8, &str)] = &[
+                (0, "echo-reply"),
+                (3, "destination-unreachable"),
+                (4, "source-quench"),
+                (5, "redirect"),
+                (8, "echo-request"),
+                (9, "router-advertisement"),
+                (10, "router-solicitation"),
+                (11, "time-exceeded"),
+                (12, "parameter-problem"),
+                (13, "timestamp-request"),
+                (14, "timestamp-reply"),
+                (15, "info-request"),
+                (16, "info-reply"),
+                (17, "address-mask-request"),
+                (18, "address-mask-reply"),
+            ];
+            names
+                .iter()
+                .find(|(n, _)| n == t)
+                .map(|(_, s)| s.to_string())
+        }
+        Datatype::Icmp6Type => {
+            let [t] = v else { return None };
+            let names: &[(u8, &str)] = &[
+                (1, "destination-unreachable"),
+                (2, "packet-too-big"),
+                (3, "time-exceeded"),
+                (4, "parameter-problem"),
+                (128, "echo-request"),
+                (129, "echo-reply"),
+                (130, "mld-listener-query"),
+                (131, "mld-listener-report"),
+                (133, "nd-router-solicit"),
+                (134, "nd-router-advert"),
+                (135, "nd-neighbor-solicit"),
+                (136, "nd-neighbor-advert"),
+                (137, "nd-redirect"),
+                (143, "mld2-listener-report"),
+            ];
+            names
+                .iter()
+                .find(|(n, _)| n == t)
+                .map(|(_, s)| s.to_string())
+        }
+        Datatype::PktType => match v {
+            [0] => Some("host".into()),
+            [1] => Some("broadcast".into()),
+            [2] => Some("multicast".into()),
+            [3] => Some("other".into()),
+            _ => None,
+        },
         Datatype::NfProto => match v {
             [2] => Some("ipv4".into()),
             [10] => Some("ipv6".into()),

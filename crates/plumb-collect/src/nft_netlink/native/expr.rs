@@ -124,6 +124,7 @@ pub fn rule_text<'s>(
                     6 => ("iifname", Datatype::Ifname, 16),
                     7 => ("oifname", Datatype::Ifname, 16),
                     15 => ("meta nfproto", Datatype::NfProto, 1),
+                    19 => ("meta pkttype", Datatype::PktType, 1),
                     16 => ("meta l4proto", Datatype::InetProto, 1),
                     k => return Err(format!("meta key {k}")),
                 };
@@ -232,10 +233,17 @@ pub fn rule_text<'s>(
                 // `meta l4proto tcp` before a transport field and, in an inet table,
                 // `meta nfproto ipv4` before a network field are those fields'
                 // dependencies: nft prints `tcp dport 80`, `ip saddr 10.0.0.1`.
+                let protocol_match =
+                    matches!(&*src.text, "meta l4proto" | "ip protocol" | "ip6 nexthdr");
+                if protocol_match && op == 0 {
+                    out.protocol_fixed = true;
+                }
                 let dependency = match (&*src.text, op, value) {
                     _ if src.masked.is_some() => None,
-                    ("meta l4proto", 0, [6]) => Some(Dependency::Transport("tcp")),
-                    ("meta l4proto", 0, [17]) => Some(Dependency::Transport("udp")),
+                    (_, 0, [6]) if protocol_match => Some(Dependency::Transport("tcp")),
+                    (_, 0, [17]) if protocol_match => Some(Dependency::Transport("udp")),
+                    ("meta l4proto", 0, [1]) => Some(Dependency::Transport("icmp")),
+                    ("meta l4proto", 0, [58]) => Some(Dependency::Transport("icmpv6")),
                     ("meta nfproto", 0, [2]) if family == AF_INET_ANY => {
                         Some(Dependency::Network(AF_INET))
                     }
@@ -469,6 +477,9 @@ struct Statements {
     pending: Option<(usize, Dependency)>,
     transport: Option<&'static str>,
     network: Option<u8>,
+    /// A protocol matched (`meta l4proto`, `ip protocol`, `ip6 nexthdr` equal to one
+    /// value) and printed.
+    protocol_fixed: bool,
 }
 
 impl Statements {
@@ -530,46 +541,75 @@ fn payload_field(
         (AF_INET6, 1, 6, 1) => loaded("ip6 nexthdr", Datatype::InetProto, 1),
         (AF_INET6, 1, 8, 1..=16) => addr("ip6 saddr", Datatype::Ipv6Addr, 16),
         (AF_INET6, 1, 24, 1..=16) => addr("ip6 daddr", Datatype::Ipv6Addr, 16),
-        (_, 2, 13, 1) => {
-            let (proto, dependent) = match peek {
-                Some((_, Dependency::Transport(p))) => {
-                    out.take_dependency();
-                    (p, true)
-                }
-                _ => (
-                    out.transport.ok_or("tcp flags without its protocol")?,
-                    false,
-                ),
-            };
-            if proto != "tcp" {
-                return Err("tcp flags of another protocol".into());
-            }
-            let mut l = loaded("tcp flags", Datatype::TcpFlag, 1);
-            l.dependent = dependent;
-            l
-        }
-        (_, 2, 0 | 2, 2) => {
-            let port = if offset == 0 { "sport" } else { "dport" };
-            let (proto, dependent) = match peek {
-                Some((_, Dependency::Transport(p))) => {
-                    out.take_dependency();
-                    (Some(p), true)
-                }
-                _ => (out.transport, false),
-            };
-            let mut l = loaded(
-                &format!("{} {port}", proto.unwrap_or("th")),
-                Datatype::InetService,
-                2,
-            );
-            l.transport = proto.is_none().then_some("th");
-            l.dependent = dependent;
-            l
-        }
+        (_, 2, _, _) => transport_field(family, offset, len, peek, out)?,
         _ => return Err(format!("payload base {base} offset {offset} length {len}")),
     };
     field.dependent |= dependent;
     Ok(field)
+}
+
+/// A transport header field (`tcp dport`, `udp sport`, `tcp flags`, `icmp type`,
+/// `icmpv6 type`, `th dport`): its protocol from the `meta l4proto` (or, in an ip
+/// table, `ip protocol`) match just before it, taken out of the statements, or from
+/// such a match an earlier field of the rule took. In an inet table an ICMP field's
+/// `meta l4proto` also takes the `meta nfproto` before it.
+fn transport_field(
+    family: u8,
+    offset: u32,
+    len: usize,
+    peek: Option<(usize, Dependency)>,
+    out: &mut Statements,
+) -> Result<Loaded, String> {
+    let (proto, dependent) = match peek {
+        Some((_, Dependency::Transport(p))) => (Some(p), true),
+        _ => (out.transport, false),
+    };
+    let (text, t): (String, Datatype) = match (offset, len, proto) {
+        (0 | 2, 2, Some(p @ ("tcp" | "udp"))) => (
+            format!("{p} {}", if offset == 0 { "sport" } else { "dport" }),
+            Datatype::InetService,
+        ),
+        // A port of no protocol a match fixed: `th dport`.
+        (0 | 2, 2, None) => (
+            format!("th {}", if offset == 0 { "sport" } else { "dport" }),
+            Datatype::InetService,
+        ),
+        (13, 1, Some("tcp")) => ("tcp flags".into(), Datatype::TcpFlag),
+        (0, 1, Some("icmp")) => ("icmp type".into(), Datatype::IcmpType),
+        (0, 1, Some("icmpv6")) => ("icmpv6 type".into(), Datatype::Icmp6Type),
+        _ => {
+            return Err(format!(
+                "transport header offset {offset} length {len} of {}",
+                proto.unwrap_or("no protocol")
+            ));
+        }
+    };
+    if dependent {
+        if family == AF_INET_ANY && matches!(proto, Some("icmp" | "icmpv6")) {
+            // `meta nfproto ipv4 meta l4proto icmp`: both dependencies.
+            let want = if proto == Some("icmp") {
+                "meta nfproto ipv4"
+            } else {
+                "meta nfproto ipv6"
+            };
+            let n = out.printed.len();
+            if n < 2 || out.printed[n - 2] != want {
+                return Err(format!("{text} without its family"));
+            }
+            out.take_dependency();
+            out.printed.pop();
+        } else {
+            out.take_dependency();
+        }
+    }
+    let mut l = loaded(&text, t, len);
+    l.dependent = dependent;
+    // A port no match fixed the protocol of, after a match that fixed one nft
+    // names it by (`ip protocol tcp` not just before it): not decoded alone.
+    if proto.is_none() && out.protocol_fixed {
+        l.transport = Some("th");
+    }
+    Ok(l)
 }
 
 /// A relational statement: `LHS VALUE`, `LHS != VALUE`, `LHS & M == V`, a prefix,
@@ -598,6 +638,14 @@ fn compare(src: &Loaded, op: u32, value: &[u8]) -> Result<String, String> {
         return Ok(format!("{} {op_text}{addr}/{bits}", src.text));
     }
     match &src.masked {
+        // `iifname "eth*"`: a compare of the name's first bytes.
+        None if src.t == Datatype::Ifname && value.len() < 16 && !value.contains(&0) => {
+            let name = std::str::from_utf8(value).map_err(|_| "interface name not decoded")?;
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
+                return Err("interface name not decoded".into());
+            }
+            Ok(format!("{} {op_text}\"{name}*\"", src.text))
+        }
         None => {
             let v = datatype::value_text(src.t, value)
                 .ok_or_else(|| format!("value of {} not decoded", src.text))?;

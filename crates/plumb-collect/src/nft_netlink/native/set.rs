@@ -367,7 +367,13 @@ impl SetAcc {
             let per_line = if types.len() > 1 {
                 1
             } else {
-                types[0].per_line()
+                types[0].per_line().ok_or_else(|| {
+                    format!(
+                        "set {}: elements of {} not decoded",
+                        self.name,
+                        types[0].name()
+                    )
+                })?
             };
             s.push_str("\t\telements = { ");
             for (i, e) in elements.iter().enumerate() {

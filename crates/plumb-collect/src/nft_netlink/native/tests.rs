@@ -134,13 +134,27 @@ fn a_rule_decodes_and_what_is_not_decoded_falls_back_with_the_reason() {
             nested(3, &[attr(1, &[6])]),
         ],
     );
-    let ok = one_rule(&[l4proto, is_tcp, dport.clone(), cmp_443.clone(), accept()]);
+    let ok = one_rule(&[
+        l4proto.clone(),
+        is_tcp.clone(),
+        dport.clone(),
+        cmp_443.clone(),
+        accept(),
+    ]);
     assert_eq!(
         listing(&ok),
         "table ip t {\n\tchain c {\n\t\ttcp dport 443 accept\n\t}\n}\n"
     );
-    // A transport field without the protocol that says which: not guessed.
-    let TableRead::Native(why) = read(&one_rule(&[dport, cmp_443, accept()])) else {
+    // A transport field no protocol match fixed: `th dport`.
+    assert_eq!(
+        listing(&one_rule(&[dport.clone(), cmp_443.clone(), accept()])),
+        "table ip t {\n\tchain c {\n\t\tth dport 443 accept\n\t}\n}\n"
+    );
+    // After a protocol match that is not its dependency (a statement between): nft
+    // may name it by that protocol; not guessed.
+    let counter = expr("counter", &[]);
+    let rule = one_rule(&[l4proto, is_tcp, counter, dport, cmp_443, accept()]);
+    let TableRead::Native(why) = read(&rule) else {
         panic!("decoded without its dependency");
     };
     assert!(why.contains("th dport without its protocol"), "{why}");
