@@ -736,8 +736,10 @@ const FIXTURE_TABLE: &str = r#"table ip kube-proxy {
 }
 "#;
 
-/// Manual (ignored): captures the dump of [`FIXTURE_TABLE`] as framed netlink
-/// messages, and nft's listing of it, into `PLUMB_NATIVE_FIXTURES` (a directory).
+/// Manual (ignored): captures the dumps of [`FIXTURE_TABLE`] and [`HOST_FIREWALL`] as
+/// framed netlink messages, and nft's listings of them (`nft list table ip
+/// kube-proxy`, `nft list ruleset`), into `PLUMB_NATIVE_FIXTURES` (a directory):
+/// `kube-proxy.{bin,nft}`, `host-firewall.{bin,nft}`.
 #[test]
 #[ignore]
 fn write_fixtures() {
@@ -745,29 +747,34 @@ fn write_fixtures() {
         eprintln!("PLUMB_NATIVE_FIXTURES not set");
         return;
     };
-    let ns = Netns::create("plumb-native-oracle").expect("netns");
-    let (ok, _, err) = ns
-        .exec("nft", &["-f", "-"], Some(FIXTURE_TABLE))
-        .expect("nft");
-    assert!(ok, "{err}");
-    let opts = plumb_os::nftables::DumpOptions {
-        sets: true,
-        elements: true,
-        deadline: None,
-    };
-    let mut bytes = Vec::new();
-    plumb_os::nftables::dump_ruleset(Some(ns.name()), &opts, &mut |m| match m {
-        Some(m) => bytes.extend(plumb_os::netlink::build::message(
-            m.kind, m.flags, m.payload,
-        )),
-        None => bytes.clear(),
-    })
-    .expect("dump");
-    let (_, listing, _) = ns
-        .exec("nft", &["list", "table", "ip", "kube-proxy"], None)
-        .expect("nft");
-    std::fs::write(format!("{dir}/kube-proxy.bin"), bytes).expect("write");
-    std::fs::write(format!("{dir}/kube-proxy.nft"), listing).expect("write");
+    for (name, text, list) in [
+        (
+            "kube-proxy",
+            FIXTURE_TABLE,
+            &["list", "table", "ip", "kube-proxy"][..],
+        ),
+        ("host-firewall", HOST_FIREWALL, &["list", "ruleset"][..]),
+    ] {
+        let ns = Netns::create("plumb-native-oracle").expect("netns");
+        let (ok, _, err) = ns.exec("nft", &["-f", "-"], Some(text)).expect("nft");
+        assert!(ok, "{err}");
+        let opts = plumb_os::nftables::DumpOptions {
+            sets: true,
+            elements: true,
+            deadline: None,
+        };
+        let mut bytes = Vec::new();
+        plumb_os::nftables::dump_ruleset(Some(ns.name()), &opts, &mut |m| match m {
+            Some(m) => bytes.extend(plumb_os::netlink::build::message(
+                m.kind, m.flags, m.payload,
+            )),
+            None => bytes.clear(),
+        })
+        .expect("dump");
+        let (_, listing, _) = ns.exec("nft", list, None).expect("nft");
+        std::fs::write(format!("{dir}/{name}.bin"), bytes).expect("write");
+        std::fs::write(format!("{dir}/{name}.nft"), listing).expect("write");
+    }
 }
 
 /// Through the live reader: kube-proxy's nftables-mode table is read from the netlink
