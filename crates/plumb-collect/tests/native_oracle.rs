@@ -294,7 +294,9 @@ fn kube_proxy_nftables_tables_equal_nft_list_table() {
 /// `meta mark set`, `ct status`, `tcp flags`, rejects with their codes, NAT in an
 /// inet table (`dnat ip to`), netbird's TCP MSS clamp, what container networks
 /// (netavark, docker) write: `th dport` of no protocol, `meta pkttype`, interface
-/// name sets, maps and wildcards, ICMP types.
+/// name sets, maps and wildcards, ICMP types; firewalld's reverse-path filter
+/// (`fib saddr . mark . iif oif missing`), `ct state vmap`, mark save and restore,
+/// `ip daddr . tcp dport` keys.
 const HOST_FIREWALL: &str = r#"table inet host {
 	set allowed { type ipv4_addr; flags interval; elements = { 10.0.0.0/8, 192.168.1.10 } }
 	chain input {
@@ -397,6 +399,8 @@ const HOST_FIREWALL: &str = r#"table inet host {
 	}
 	chain raw {
 		type filter hook prerouting priority raw; policy accept;
+		meta nfproto ipv6 fib saddr . mark . iif oif missing drop
+		meta mark set ct mark
 		udp dport 51820 notrack
 		iifname "wt0" ct state new ct mark set 0x0001bd10
 		iifname "wt0" ip saddr @allowed fib daddr type local meta mark set 0x0001bd20
@@ -425,6 +429,19 @@ table ip host4 {
 		reject with icmp net-prohibited
 		tcp dport 22 reject with tcp reset
 		meta l4proto tcp reject with tcp reset
+	}
+	set svc { type ipv4_addr . inet_service; elements = { 10.0.0.1 . 80, 10.0.0.2 . 443 } }
+	chain marks {
+		ip daddr . tcp dport @svc accept
+		ip daddr . udp dport { 10.0.0.1 . 53, 10.0.0.3 . 123 } accept
+		meta mark set ct mark
+		ct mark set meta mark
+		ct mark 0x00000010 accept
+		ct state vmap { established : accept, related : accept, invalid : drop }
+		fib saddr . iif oif missing drop
+		fib saddr . mark . iif oif missing drop
+		fib daddr . iif type local accept
+		fib daddr oif exists accept
 	}
 	chain icmps {
 		icmp type echo-request accept

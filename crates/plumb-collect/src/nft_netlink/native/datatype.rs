@@ -39,6 +39,8 @@ pub enum Datatype {
     PktType,
     /// 38: `fib_addrtype`, host byte order.
     FibAddrType,
+    /// 39: `boolean` (`fib ... oif exists`), host byte order.
+    Boolean,
     /// 41: `ifname`.
     Ifname,
 }
@@ -65,6 +67,7 @@ impl Datatype {
             29 => Datatype::Icmp6Type,
             31 => Datatype::PktType,
             38 => Datatype::FibAddrType,
+            39 => Datatype::Boolean,
             41 => Datatype::Ifname,
             _ => return None,
         })
@@ -88,6 +91,7 @@ impl Datatype {
             Datatype::CtState => "ct_state",
             Datatype::CtStatus => "ct_status",
             Datatype::FibAddrType => "fib_addrtype",
+            Datatype::Boolean => "boolean",
             Datatype::Ifname => "ifname",
         }
     }
@@ -100,7 +104,8 @@ impl Datatype {
             | Datatype::Mark
             | Datatype::CtState
             | Datatype::CtStatus
-            | Datatype::FibAddrType => Some(4),
+            | Datatype::FibAddrType
+            | Datatype::Boolean => Some(4),
             Datatype::Ipv6Addr | Datatype::Ifname => Some(16),
             Datatype::InetProto
             | Datatype::NfProto
@@ -138,7 +143,8 @@ impl Datatype {
             | Datatype::CtStatus
             | Datatype::IcmpType
             | Datatype::Icmp6Type
-            | Datatype::PktType => None,
+            | Datatype::PktType
+            | Datatype::Boolean => None,
             _ => Some(1),
         }
     }
@@ -283,6 +289,11 @@ pub fn value_text(t: Datatype, v: &[u8]) -> Option<String> {
                 .find(|(n, _)| n == t)
                 .map(|(_, s)| s.to_string())
         }
+        Datatype::Boolean => match u32_ne(v)? {
+            0 => Some("missing".into()),
+            1 => Some("exists".into()),
+            _ => None,
+        },
         Datatype::PktType => match v {
             [0] => Some("host".into()),
             [1] => Some("broadcast".into()),

@@ -27,8 +27,8 @@ struct Loaded {
     /// A payload field of the transport header whose protocol no dependency said
     /// (`th dport`): printed only in a concatenation.
     transport: Option<&'static str>,
-    /// A header field that took the protocol match before it as its dependency (the
-    /// match is not printed): not decoded in a concatenation.
+    /// A header field of an inet table that took the protocol match before it as its
+    /// dependency (the match is not printed): not decoded in a concatenation.
     dependent: bool,
     /// Address prefix loaded (a shorter payload load of an address).
     prefix: Option<usize>,
@@ -113,6 +113,7 @@ pub fn rule_text<'s>(
                     }
                     let value = match &src.constant {
                         Some(c) => mark_constant(c)?,
+                        None if src.masked.is_none() => plain_mark(src)?,
                         None => value_expr(src)?,
                     };
                     out.push(format!("meta mark set {value}"));
@@ -138,23 +139,24 @@ pub fn rule_text<'s>(
                     return Err("ct with a direction".into());
                 }
                 if let Some(sreg) = a[4] {
-                    // `ct mark set 0x...` from an immediate.
+                    // `ct mark set 0x...` from an immediate, `ct mark set meta mark`.
                     let src = regs
                         .get(&reg_of(Some(sreg))?)
                         .ok_or("ct set from an empty register")?;
-                    let c = src
-                        .constant
-                        .as_ref()
-                        .ok_or("ct set of a value not decoded")?;
                     if key != 3 {
                         return Err(format!("ct set of key {key}"));
                     }
-                    out.push(format!("ct mark set {}", mark_constant(c)?));
+                    let value = match &src.constant {
+                        Some(c) => mark_constant(c)?,
+                        None => plain_mark(src)?,
+                    };
+                    out.push(format!("ct mark set {value}"));
                     continue;
                 }
                 let (text, t) = match key {
                     0 => ("ct state", Datatype::CtState),
                     2 => ("ct status", Datatype::CtStatus),
+                    3 => ("ct mark", Datatype::Mark),
                     k => return Err(format!("ct key {k}")),
                 };
                 regs.insert(reg_of(a[1])?, loaded(text, t, 4));
@@ -171,17 +173,34 @@ pub fn rule_text<'s>(
             }
             "fib" => {
                 // DREG 1, RESULT 2, FLAGS 3.
+                // Flags SADDR 1, DADDR 2, MARK 4, IIF 8, OIF 16, PRESENT 32; results
+                // OIF 1, OIFNAME 2, ADDRTYPE 3: `fib saddr . iif oif missing`,
+                // `fib daddr type local`.
                 let a = by_kind::<4>(e.data);
-                let what = match be32(a[3]) {
-                    Some(1) => "saddr",
-                    Some(2) => "daddr",
-                    _ => return Err("fib flags not decoded".into()),
-                };
-                if be32(a[2]) != Some(3) {
-                    return Err("fib result other than type".into());
+                let flags = be32(a[3]).ok_or("fib without flags")?;
+                let inputs: Vec<&str> = [
+                    (1, "saddr"),
+                    (2, "daddr"),
+                    (4, "mark"),
+                    (8, "iif"),
+                    (16, "oif"),
+                ]
+                .iter()
+                .filter(|(bit, _)| flags & bit != 0)
+                .map(|(_, name)| *name)
+                .collect();
+                if flags & !63 != 0 || flags & 3 == 0 || flags & 3 == 3 {
+                    return Err("fib flags not decoded".into());
                 }
-                let text = format!("fib {what} type");
-                regs.insert(reg_of(a[1])?, loaded(&text, Datatype::FibAddrType, 4));
+                let present = flags & 32 != 0;
+                let (result, t) = match (be32(a[2]), present) {
+                    (Some(3), false) => ("type", Datatype::FibAddrType),
+                    (Some(1), true) => ("oif", Datatype::Boolean),
+                    (Some(2), true) => ("oifname", Datatype::Boolean),
+                    _ => return Err("fib result not decoded".into()),
+                };
+                let text = format!("fib {} {result}", inputs.join(" . "));
+                regs.insert(reg_of(a[1])?, loaded(&text, t, 4));
             }
             "bitwise" => {
                 // SREG 1, DREG 2, LEN 3, MASK 4, XOR 5, OP 6, DATA 7.
@@ -603,7 +622,7 @@ fn transport_field(
         }
     }
     let mut l = loaded(&text, t, len);
-    l.dependent = dependent;
+    l.dependent = dependent && family == AF_INET_ANY;
     // A port no match fixed the protocol of, after a match that fixed one nft
     // names it by (`ip protocol tcp` not just before it): not decoded alone.
     if proto.is_none() && out.protocol_fixed {
@@ -762,6 +781,8 @@ fn concat_text(
     if parts.len() == 1 && first.is_some_and(|l| l.transport.is_some()) {
         return Err("lookup of a transport field without its protocol".into());
     }
+    // `ip daddr . tcp dport`: the port took its `meta l4proto tcp`, as nft prints it
+    // in an ip or ip6 table; in an inet table not checked against nft.
     if parts.len() > 1 {
         let mut at = start;
         while let Some(l) = regs.get(&at).filter(|_| at < start + key_len) {
@@ -1031,5 +1052,13 @@ fn reject_text(family: u8, data: &[u8], out: &mut Statements) -> Result<String, 
             }
         }
         _ => Err("reject type not decoded".into()),
+    }
+}
+
+/// `ct mark` / `meta mark` loaded as it is, as the value a mark is set to.
+fn plain_mark(src: &Loaded) -> Result<String, String> {
+    match (&*src.text, &src.masked, src.prefix) {
+        ("ct mark" | "meta mark", None, None) => Ok(src.text.clone()),
+        _ => Err("mark set of a value not decoded".into()),
     }
 }
