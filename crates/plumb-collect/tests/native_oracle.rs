@@ -318,6 +318,10 @@ const HOST_FIREWALL: &str = r#"table inet host {
 		tcp dport != 3000-3999 drop
 		udp sport > 1024 accept
 		udp sport < 1024 drop
+		udp sport >= 2000 accept
+		udp sport <= 20 drop
+		ip saddr 10.0.0.1-10.0.0.5 accept
+		ip daddr != 10.0.1.1-10.0.1.9 drop
 		tcp dport 22 tcp sport 1024-65535 accept
 		tcp dport { 6000-6010, 7000 } accept
 		ip saddr 10.0.0.0/8 accept

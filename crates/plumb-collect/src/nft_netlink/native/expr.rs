@@ -173,30 +173,24 @@ pub fn rule_text<'s>(
             }
             "fib" => {
                 // DREG 1, RESULT 2, FLAGS 3.
-                // Flags SADDR 1, DADDR 2, MARK 4, IIF 8, OIF 16, PRESENT 32; results
+                // Flags SADDR 1, DADDR 2, MARK 4, IIF 8, PRESENT 32; results
                 // OIF 1, OIFNAME 2, ADDRTYPE 3: `fib saddr . iif oif missing`,
                 // `fib daddr type local`.
                 let a = by_kind::<4>(e.data);
                 let flags = be32(a[3]).ok_or("fib without flags")?;
-                let inputs: Vec<&str> = [
-                    (1, "saddr"),
-                    (2, "daddr"),
-                    (4, "mark"),
-                    (8, "iif"),
-                    (16, "oif"),
-                ]
-                .iter()
-                .filter(|(bit, _)| flags & bit != 0)
-                .map(|(_, name)| *name)
-                .collect();
-                if flags & !63 != 0 || flags & 3 == 0 || flags & 3 == 3 {
+                let inputs: Vec<&str> = [(1, "saddr"), (2, "daddr"), (4, "mark"), (8, "iif")]
+                    .iter()
+                    .filter(|(bit, _)| flags & bit != 0)
+                    .map(|(_, name)| *name)
+                    .collect();
+                // OIF as an input is not checked against nft.
+                if flags & !(1 | 2 | 4 | 8 | 32) != 0 || flags & 3 == 0 || flags & 3 == 3 {
                     return Err("fib flags not decoded".into());
                 }
                 let present = flags & 32 != 0;
                 let (result, t) = match (be32(a[2]), present) {
                     (Some(3), false) => ("type", Datatype::FibAddrType),
                     (Some(1), true) => ("oif", Datatype::Boolean),
-                    (Some(2), true) => ("oifname", Datatype::Boolean),
                     _ => return Err("fib result not decoded".into()),
                 };
                 let text = format!("fib {} {result}", inputs.join(" . "));
@@ -948,7 +942,6 @@ fn limit_text(data: &[u8]) -> Result<String, String> {
         Some(60) => "minute",
         Some(3600) => "hour",
         Some(86_400) => "day",
-        Some(604_800) => "week",
         _ => return Err("limit unit not decoded".into()),
     };
     let over = match be32(a[5]).unwrap_or(0) {
