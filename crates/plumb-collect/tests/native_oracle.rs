@@ -486,7 +486,7 @@ fn host_firewall_statements_equal_nft_list_table() {
 
 /// Set declarations with every flag combination nft 1.0.6 prints (`constant` without
 /// its size, `timeout` alone said by the default timeout, `interval,timeout`, ...),
-/// elements with their own timeouts in plain and interval sets.
+/// `auto-merge`, elements with their own timeouts in plain and interval sets.
 const SET_DECLARATIONS: &str = r#"table inet declarations {
 	set c1 { type ipv4_addr; flags constant; elements = { 1.2.3.4 } }
 	set c2 { type ipv4_addr; flags constant,interval; elements = { 1.2.3.0/24 } }
@@ -497,6 +497,8 @@ const SET_DECLARATIONS: &str = r#"table inet declarations {
 	set c7 { type ipv4_addr; flags interval; timeout 10m; elements = { 1.2.3.0/24 timeout 1h expires 30m, 5.0.0.0/8 } }
 	set c8 { type ipv4_addr; flags dynamic; elements = { 100.90.149.44, 100.90.226.194 } }
 	set c9 { type inet_service; flags timeout; elements = { 22 timeout 61001ms, 80 timeout 2d3h4m5s6ms expires 1d, 443 } }
+	set c10 { type ipv4_addr; flags interval; auto-merge; elements = { 10.0.0.0/16, 10.1.0.0/16, 192.168.0.1 } }
+	set c11 { type ipv4_addr; flags interval,timeout; auto-merge; timeout 1h; comment "merged"; }
 }
 "#;
 

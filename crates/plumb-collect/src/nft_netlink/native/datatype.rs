@@ -1,7 +1,9 @@
 //! How a value of an nft datatype prints in `nft list` (nft 1.0.6, numeric ports and
 //! no name lookups but for protocols), and how nft orders a set's elements: the
-//! datatypes kube-proxy's nftables mode uses, and `None` for any other (the table then
-//! falls back to `nft list table`).
+//! datatypes kube-proxy's nftables mode and host firewalls (firewalld, netavark,
+//! flannel, netbird, hand-written) use, each value checked against nft's listing by
+//! `tests/native_oracle.rs`, and `None` for any other (the table then falls back to
+//! `nft list table`).
 
 use std::cmp::Ordering;
 use std::fmt::Write as _;

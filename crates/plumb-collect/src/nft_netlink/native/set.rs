@@ -32,6 +32,8 @@ pub struct SetAcc {
     pub size: Option<u32>,
     pub timeout_ms: Option<u64>,
     pub comment: Option<String>,
+    /// `auto-merge` of a named interval set (user data).
+    pub auto_merge: bool,
     /// Why the set is not decoded (the first reason found).
     pub unsupported: Option<String>,
     /// (key, data, flags, comment) of each element.
@@ -114,8 +116,14 @@ impl SetAcc {
                     // (expression 13) of no components: the key prints by its types.
                     // Any other `typeof` prints as `typeof`, not decoded here.
                     3 if value == [0, 4, 13, 0, 0, 0, 1, 0] && s.key_type >> 6 != 0 => {}
-                    // Auto-merge of an anonymous set's intervals: not printed.
+                    // Auto-merge of an anonymous set's intervals: not printed; of a
+                    // named one, the `auto-merge` line (a u32 in host byte order).
                     2 if s.flags & ANONYMOUS != 0 => {}
+                    2 => match <[u8; 4]>::try_from(value).map(u32::from_ne_bytes) {
+                        Ok(0) => {}
+                        Ok(1) => s.auto_merge = true,
+                        _ => why("set auto-merge not decoded"),
+                    },
                     // Data not an interval.
                     6 if value == [0, 0, 0, 0] => {}
                     7 => match udata_comment(value) {
@@ -356,6 +364,9 @@ impl SetAcc {
             ),
         };
         s.push_str(&flags_line(self.flags, timeout.is_some()));
+        if self.auto_merge {
+            s.push_str("\t\tauto-merge\n");
+        }
         if let Some(t) = timeout {
             let _ = writeln!(s, "\t\ttimeout {t}");
         }
