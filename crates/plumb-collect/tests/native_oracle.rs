@@ -296,7 +296,7 @@ fn kube_proxy_nftables_tables_equal_nft_list_table() {
 /// (netavark, docker) write: `th dport` of no protocol, `meta pkttype`, interface
 /// name sets, maps and wildcards, ICMP types; firewalld's reverse-path filter
 /// (`fib saddr . mark . iif oif missing`), `ct state vmap`, mark save and restore,
-/// `ip daddr . tcp dport` keys.
+/// `ip daddr . tcp dport` keys, `redirect`, masquerade flags, NFLOG groups.
 const HOST_FIREWALL: &str = r#"table inet host {
 	set allowed { type ipv4_addr; flags interval; elements = { 10.0.0.0/8, 192.168.1.10 } }
 	chain input {
@@ -314,6 +314,7 @@ const HOST_FIREWALL: &str = r#"table inet host {
 		tcp dport 22 accept
 		tcp dport { 80, 443 } accept
 		udp dport { 53, 123, 5353 } counter accept
+		ip6 daddr fe80::/64 udp dport 546 accept
 		tcp dport 1000-2000 accept
 		tcp dport != 3000-3999 drop
 		udp sport > 1024 accept
@@ -422,6 +423,22 @@ table ip host4 {
 	chain postrouting {
 		type nat hook postrouting priority srcnat - 1; policy accept;
 		meta mark 0x0001bd21 oifname != "lo" counter packets 0 bytes 0 masquerade
+		oifname "eth1" masquerade random
+		oifname "eth2" masquerade persistent
+		oifname "eth3" masquerade random,persistent
+	}
+	chain prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		tcp dport 80 redirect to :8080
+		udp dport 53 redirect to :5353
+		tcp dport 81 redirect to :8080-8090
+		meta l4proto tcp redirect to :8081
+		iifname "lo" redirect
+	}
+	chain logs {
+		log group 2
+		log prefix "a" group 5 snaplen 100 queue-threshold 3
+		log prefix "nflog: " group 0
 	}
 	chain input {
 		type filter hook input priority filter; policy accept;

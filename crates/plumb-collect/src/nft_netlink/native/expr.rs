@@ -385,11 +385,43 @@ pub fn rule_text<'s>(
                 if a[2].is_some() || a[3].is_some() {
                     return Err("masquerade to ports".into());
                 }
+                // NF_NAT_RANGE_PROTO_RANDOM 4, PERSISTENT 8, PROTO_RANDOM_FULLY 16.
                 out.push(match be32(a[1]).unwrap_or(0) {
                     0 => "masquerade".into(),
+                    0x4 => "masquerade random".into(),
+                    0x8 => "masquerade persistent".into(),
+                    0xc => "masquerade random,persistent".into(),
                     0x10 => "masquerade fully-random".into(),
                     f => return Err(format!("masquerade flags 0x{f:x}")),
                 });
+                verdict_done = true;
+            }
+            "redir" => {
+                // REG_PROTO_MIN 1, REG_PROTO_MAX 2, FLAGS 3 (PROTO_SPECIFIED 2).
+                let a = by_kind::<4>(e.data);
+                let port = |r: Option<Attr<'_>>| -> Result<u16, String> {
+                    let l = regs
+                        .get(&reg_of(r)?)
+                        .ok_or("redirect from an empty register")?;
+                    match l.constant.as_deref() {
+                        Some([hi, lo, ..]) => Ok(u16::from_be_bytes([*hi, *lo])),
+                        _ => Err("redirect from a register not filled by an immediate".into()),
+                    }
+                };
+                let text = match (a[1], be32(a[3]).unwrap_or(0)) {
+                    (None, 0) if a[2].is_none() => "redirect".to_string(),
+                    (Some(min), 2) => {
+                        let lo = port(Some(min))?;
+                        match a[2] {
+                            Some(max) if be32(Some(max)) != be32(Some(min)) => {
+                                format!("redirect to :{lo}-{}", port(Some(max))?)
+                            }
+                            _ => format!("redirect to :{lo}"),
+                        }
+                    }
+                    _ => return Err("redirect flags not decoded".into()),
+                };
+                out.push(text);
                 verdict_done = true;
             }
             "reject" => {
@@ -892,15 +924,23 @@ fn range_text(src: &Loaded, invert: bool, lo: &[u8], hi: &[u8]) -> Result<String
     ))
 }
 
-/// `log [prefix "..."] [level L]` (nft 1.0.6's `log_stmt_print`): a prefix of
-/// printable characters without a quote, any level (`warn`, the default, not
-/// printed); a group, snaplen, queue threshold or flags are not decoded.
+/// `log [prefix "..."] [group G] [snaplen S] [queue-threshold Q] [level L]` (nft
+/// 1.0.6's `log_stmt_print`; zero snaplen and threshold, and the default level
+/// `warn`, not printed): a prefix of printable characters without a quote; flags are
+/// not decoded.
 fn log_text(data: &[u8]) -> Result<String, String> {
-    // GROUP 1, PREFIX 2, SNAPLEN 3, QTHRESHOLD 4, LEVEL 5, FLAGS 6.
+    // GROUP 1 (u16), PREFIX 2, SNAPLEN 3 (u32), QTHRESHOLD 4 (u16), LEVEL 5, FLAGS 6.
     let a = by_kind::<7>(data);
-    if a[1].is_some() || a[3].is_some() || a[4].is_some() || be32(a[6]).unwrap_or(0) != 0 {
-        return Err("log with a group, snaplen, threshold or flags".into());
+    if be32(a[6]).unwrap_or(0) != 0 {
+        return Err("log flags".into());
     }
+    let be16 = |x: Option<Attr<'_>>| -> Result<Option<u16>, String> {
+        match x.map(|x| x.value) {
+            None => Ok(None),
+            Some(&[hi, lo]) => Ok(Some(u16::from_be_bytes([hi, lo]))),
+            Some(_) => Err("log attribute not decoded".into()),
+        }
+    };
     let mut s = String::from("log");
     if let Some(p) = a[2] {
         let (last, text) = p.value.split_last().ok_or("log prefix not decoded")?;
@@ -913,16 +953,29 @@ fn log_text(data: &[u8]) -> Result<String, String> {
         }
         let _ = write!(s, " prefix \"{text}\"");
     }
+    if let Some(g) = be16(a[1])? {
+        let _ = write!(s, " group {g}");
+    }
+    match a[3].map(|x| x.be_u32()) {
+        None | Some(Some(0)) => {}
+        Some(Some(n)) => {
+            let _ = write!(s, " snaplen {n}");
+        }
+        Some(None) => return Err("log snaplen not decoded".into()),
+    }
+    if let Some(q) = be16(a[4])?.filter(|q| *q != 0) {
+        let _ = write!(s, " queue-threshold {q}");
+    }
     let levels = [
         "emerg", "alert", "crit", "err", "warn", "notice", "info", "debug", "audit",
     ];
     match a[5].map(|x| x.be_u32()) {
         None | Some(Some(4)) => {}
-        Some(Some(l)) => {
+        Some(Some(l)) if a[1].is_none() => {
             let name = levels.get(l as usize).ok_or("log level not decoded")?;
             let _ = write!(s, " level {name}");
         }
-        Some(None) => return Err("log level not decoded".into()),
+        _ => return Err("log level not decoded".into()),
     }
     Ok(s)
 }
