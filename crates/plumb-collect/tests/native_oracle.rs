@@ -724,6 +724,171 @@ fn corpus_nft_listings_decode_exactly_or_fall_back() {
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 }
 
+/// (decoded and equal, fallback reasons, differences) for every table in `ns`, each
+/// compared with its block of one `nft list ruleset` (tables printed one after
+/// another, each as `nft list table` prints it): for namespaces of many tables.
+fn compare_ruleset(ns: &str, label: &str) -> (usize, Vec<String>, Vec<String>) {
+    let (_, tables) = nft_netlink::read(Some(ns), None).expect("netlink read");
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "list", "ruleset"])
+        .output()
+        .expect("nft list ruleset");
+    assert!(out.status.success(), "{label}: nft list ruleset failed");
+    let listing = String::from_utf8_lossy(&out.stdout);
+    let mut blocks: std::collections::HashMap<String, String> = Default::default();
+    let mut current: Option<String> = None;
+    for line in listing.lines() {
+        if let Some(head) = line.strip_prefix("table ") {
+            let key = head.trim_end_matches(" {").to_string();
+            current = Some(key.clone());
+            blocks.insert(key, String::new());
+        }
+        if let Some(b) = current.as_ref().and_then(|k| blocks.get_mut(k)) {
+            b.push_str(line);
+            b.push('\n');
+        }
+    }
+    let (mut equal, mut fallbacks, mut diffs) = (0, Vec::new(), Vec::new());
+    for t in &tables {
+        let family = t.family.map_or("unknown", |f| f.as_str());
+        let want = blocks
+            .get(&format!("{family} {}", t.name))
+            .map_or("", String::as_str);
+        match &t.read {
+            TableRead::Listing(text) if text == want => equal += 1,
+            TableRead::Listing(text) => diffs.push(format!(
+                "{label}: table {family} {} differs:\n  nft:\n{want}  netlink:\n{text}",
+                t.name
+            )),
+            TableRead::Native(why) => {
+                assert!(!why.is_empty(), "{label}: a fallback without a reason");
+                fallbacks.push(format!("{family} {}: {why}", t.name));
+            }
+            _ => {}
+        }
+    }
+    (equal, fallbacks, diffs)
+}
+
+/// Loads the scripts nft takes (each on its own, found by halving the batches nft
+/// refuses: `nft -f` is all or nothing); how many.
+fn load_what_nft_takes(ns: &Netns, scripts: &[String]) -> usize {
+    if scripts.is_empty() {
+        return 0;
+    }
+    if ns
+        .exec("nft", &["-f", "-"], Some(&scripts.concat()))
+        .expect("nft")
+        .0
+    {
+        return scripts.len();
+    }
+    if scripts.len() == 1 {
+        return 0;
+    }
+    let (a, b) = scripts.split_at(scripts.len() / 2);
+    load_what_nft_takes(ns, a) + load_what_nft_takes(ns, b)
+}
+
+/// One table per rule of nftables' own rule tests (`tests/py/*/*.t` in the corpus:
+/// every rule marked `ok` that names no set or variable), in each family of ip, ip6
+/// and inet its file lists, on the file's first chain of that family: each native
+/// table decodes to exactly nft's text or falls back with a reason. nft's test rules
+/// reach well beyond what nodes run (every expression and option nft has): the
+/// point is that nothing decodes to a different text. Prints how many decode and the
+/// most common reasons for the others.
+#[test]
+fn nftables_rule_tests_decode_exactly_or_fall_back() {
+    if !plumb_testkit::privileged(&["nft", "ip"]) {
+        return;
+    }
+    let root = corpus().join("nftables-upstream/tests/py");
+    let mut files = Vec::new();
+    for dir in std::fs::read_dir(&root).expect("nft rule tests").flatten() {
+        if let Ok(rd) = std::fs::read_dir(dir.path()) {
+            files.extend(
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|e| e == "t")),
+            );
+        }
+    }
+    files.sort();
+    let (mut offered, mut loaded, mut n) = (0, 0, 0);
+    let (mut equal, mut fallbacks, mut diffs) = (0, Vec::new(), Vec::new());
+    for f in &files {
+        // A namespace per file: nft reads the whole ruleset before each change.
+        let ns = Netns::create("plumb-native-oracle").expect("netns");
+        let text = std::fs::read_to_string(f).expect("rule test");
+        let mut chains = std::collections::HashMap::new();
+        let mut tables = Vec::new();
+        let mut rules = Vec::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix(':') {
+                if let Some((name, spec)) = rest.split_once(';') {
+                    chains.insert(name.to_string(), spec.to_string());
+                }
+            } else if let Some(rest) = line.strip_prefix('*') {
+                let parts: Vec<&str> = rest.split(';').collect();
+                if let [family, _, chain_list] = parts[..] {
+                    let first = chain_list.split(',').next().unwrap_or("").to_string();
+                    tables.push((family.to_string(), first));
+                }
+            } else if let Some((rule, verdict)) = line.split_once(';')
+                && verdict.starts_with("ok")
+                && !line.starts_with(['-', '!', '#', ' '])
+                && !rule.contains(['@', '$'])
+            {
+                rules.push(rule.to_string());
+            }
+        }
+        for (family, chain) in &tables {
+            let Some(spec) = chains.get(chain) else {
+                continue;
+            };
+            if !["ip", "ip6", "inet"].contains(&family.as_str()) || spec.contains("device") {
+                continue;
+            }
+            let scripts: Vec<String> = rules
+                .iter()
+                .map(|rule| {
+                    n += 1;
+                    format!(
+                        "table {family} r{n} {{\n\tchain {chain} {{\n\t\t{spec};\n\t}}\n}}\nadd rule {family} r{n} {chain} {rule}\n"
+                    )
+                })
+                .collect();
+            offered += scripts.len();
+            loaded += load_what_nft_takes(&ns, &scripts);
+        }
+        let label = f.file_name().unwrap_or_default().to_string_lossy();
+        let (e, fb, d) = compare_ruleset(ns.name(), &label);
+        equal += e;
+        fallbacks.extend(fb);
+        diffs.extend(d);
+    }
+    let mut reasons: std::collections::BTreeMap<String, usize> = Default::default();
+    for f in &fallbacks {
+        let why = f.split_once(": ").map_or(f.as_str(), |(_, r)| r);
+        let why = why.split_once(": ").map_or(why, |(_, r)| r);
+        *reasons.entry(why.to_string()).or_default() += 1;
+    }
+    let mut reasons: Vec<(usize, String)> = reasons.into_iter().map(|(r, c)| (c, r)).collect();
+    reasons.sort_by(|a, b| b.cmp(a));
+    eprintln!(
+        "nft rule tests: {} files, {offered} rule tables offered, {loaded} loaded by nft; {equal} decoded equal, {} fell back, {} differ",
+        files.len(),
+        fallbacks.len(),
+        diffs.len()
+    );
+    eprintln!(
+        "most common reasons: {:#?}",
+        &reasons[..reasons.len().min(25)]
+    );
+    assert!(loaded > 100, "too few rules loaded");
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
 /// Manual (ignored): the oracle on a namespace that already holds a ruleset, e.g. the
 /// 10k-service nftables-mode benchmark namespace:
 /// `PLUMB_NETLINK_NETNS=NAME cargo test -p plumb-collect --test native_oracle -- --ignored`.

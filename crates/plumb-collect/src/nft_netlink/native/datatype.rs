@@ -130,6 +130,14 @@ impl Datatype {
         )
     }
 
+    /// Whether values are flags nft prints by name (`syn`, `established,related`).
+    pub fn bitmask(self) -> bool {
+        matches!(
+            self,
+            Datatype::TcpFlag | Datatype::CtState | Datatype::CtStatus
+        )
+    }
+
     /// How many elements of a named set of this key type `elements = { }` prints on
     /// a line (nft's `calculate_delim`); `None` for the types whose named sets are
     /// not checked against nft 1.0.6 (not decoded).
@@ -239,7 +247,12 @@ pub fn value_text(t: Datatype, v: &[u8]) -> Option<String> {
                 return None;
             }
             let name = std::str::from_utf8(v.get(..end)?).ok()?;
-            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
+            // nft escapes a literal `*` (`"dummy\*"`): not decoded.
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'*' | b'\\'))
+            {
                 return None;
             }
             Some(format!("\"{name}\""))

@@ -251,10 +251,18 @@ pub fn rule_text<'s>(
                 if protocol_match && op == 0 {
                     out.protocol_fixed = true;
                 }
+                // `ip protocol tcp` is a port's dependency in an ip table (nft prints
+                // `tcp dport 22`), not in an inet one (`ip protocol tcp tcp dport 22`).
+                let l4_match = match &*src.text {
+                    "meta l4proto" => true,
+                    "ip protocol" => family == AF_INET,
+                    "ip6 nexthdr" => family == AF_INET6,
+                    _ => false,
+                };
                 let dependency = match (&*src.text, op, value) {
                     _ if src.masked.is_some() => None,
-                    (_, 0, [6]) if protocol_match => Some(Dependency::Transport("tcp")),
-                    (_, 0, [17]) if protocol_match => Some(Dependency::Transport("udp")),
+                    (_, 0, [6]) if l4_match => Some(Dependency::Transport("tcp")),
+                    (_, 0, [17]) if l4_match => Some(Dependency::Transport("udp")),
                     ("meta l4proto", 0, [1]) => Some(Dependency::Transport("icmp")),
                     ("meta l4proto", 0, [58]) => Some(Dependency::Transport("icmpv6")),
                     ("meta nfproto", 0, [2]) if family == AF_INET_ANY => {
@@ -686,11 +694,17 @@ fn compare(src: &Loaded, op: u32, value: &[u8]) -> Result<String, String> {
         // `iifname "eth*"`: a compare of the name's first bytes.
         None if src.t == Datatype::Ifname && value.len() < 16 && !value.contains(&0) => {
             let name = std::str::from_utf8(value).map_err(|_| "interface name not decoded")?;
-            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'*' | b'\\'))
+            {
                 return Err("interface name not decoded".into());
             }
             Ok(format!("{} {op_text}\"{name}*\"", src.text))
         }
+        // `tcp flags == syn`: an exact compare of a bitmask, not decoded.
+        None if src.t.bitmask() => Err(format!("an exact compare of {}", src.text)),
         None => {
             let v = datatype::value_text(src.t, value)
                 .ok_or_else(|| format!("value of {} not decoded", src.text))?;
@@ -716,11 +730,15 @@ fn compare(src: &Loaded, op: u32, value: &[u8]) -> Result<String, String> {
                     datatype::value_text(src.t, v)
                         .ok_or_else(|| format!("{} flags not decoded", src.text))
                 };
+                // `& syn == syn` and `& 0xff == 0xff` print otherwise: not decoded.
                 return match op {
                     1 if value.iter().all(|&b| b == 0) => {
                         Ok(format!("{} {}", src.text, names(mask)?))
                     }
-                    0 if src.t == Datatype::TcpFlag && value.iter().any(|&b| b != 0) => {
+                    0 if src.t == Datatype::TcpFlag
+                        && value.iter().any(|&b| b != 0)
+                        && value != mask.as_slice() =>
+                    {
                         Ok(format!("{} {} / {}", src.text, names(value)?, names(mask)?))
                     }
                     _ => Err(format!("{} test not decoded", src.text)),
@@ -728,6 +746,12 @@ fn compare(src: &Loaded, op: u32, value: &[u8]) -> Result<String, String> {
             }
             if src.t != Datatype::Mark {
                 return Err(format!("masked compare of {}", src.text));
+            }
+            // A mask of leading ones nft prints as a prefix (`meta mark
+            // 0xffffff00/24`): not decoded.
+            let bits = u32::from_ne_bytes(mask.as_slice().try_into().map_err(|_| "mask length")?);
+            if bits.leading_ones() + bits.trailing_zeros() == 32 {
+                return Err("a mark prefix not decoded".into());
             }
             let m = datatype::value_text(src.t, mask).ok_or("mask not decoded")?;
             let v = datatype::value_text(src.t, value).ok_or("value not decoded")?;

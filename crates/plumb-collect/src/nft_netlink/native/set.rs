@@ -257,9 +257,14 @@ impl SetAcc {
                 let (v, r) = rest
                     .split_at_checked(len)
                     .ok_or_else(|| format!("set {}: key shorter than its type", self.name))?;
-                parts.push(datatype::value_text(*t, v).ok_or_else(|| {
+                let text = datatype::value_text(*t, v).ok_or_else(|| {
                     format!("set {}: value of {} not decoded", self.name, t.name())
-                })?);
+                })?;
+                // An element of several flags prints as `syn | ack`: not decoded.
+                if t.bitmask() && text.contains(',') {
+                    return Err(format!("set {}: an element of several flags", self.name));
+                }
+                parts.push(text);
                 let pad = if types.len() > 1 {
                     len.div_ceil(4) * 4 - len
                 } else {
