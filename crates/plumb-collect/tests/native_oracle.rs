@@ -1,7 +1,9 @@
 //! The native-table decoder against its oracle, the local `nft list table` (Debian
 //! 12's nft 1.0.6): kube-proxy's nftables-mode rulesets (the corpus's, the
-//! generator's with every feature) and the corpus's other nft listings are loaded into
-//! a private network namespace with `nft -f`; every native table the netlink reader
+//! generator's with every feature, its affinity sets with live entries), host
+//! firewall tables written here, the corpus's other nft listings and one table per
+//! rule of nftables' own rule tests are loaded into private network namespaces with
+//! `nft -f`; every native table the netlink reader
 //! decodes must be, byte for byte, what `nft list table FAMILY NAME` prints for it, and
 //! the kube-proxy service maps recovered from both texts equal. One normalisation
 //! only: an element's `expires DURATION` is the time it has left, which runs on
