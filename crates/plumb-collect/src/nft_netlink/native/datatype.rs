@@ -1,7 +1,9 @@
 //! How a value of an nft datatype prints in `nft list` (nft 1.0.6, numeric ports and
 //! no name lookups but for protocols), and how nft orders a set's elements: the
-//! datatypes kube-proxy's nftables mode uses, and `None` for any other (the table then
-//! falls back to `nft list table`).
+//! datatypes kube-proxy's nftables mode and host firewalls (firewalld, netavark,
+//! flannel, netbird, hand-written) use, each value checked against nft's listing by
+//! `tests/native_oracle.rs`, and `None` for any other (the table then falls back to
+//! `nft list table`).
 
 use std::cmp::Ordering;
 use std::fmt::Write as _;
@@ -11,6 +13,8 @@ use std::fmt::Write as _;
 pub enum Datatype {
     /// 1: `verdict` (map data only).
     Verdict,
+    /// 2: `nf_proto` (`meta nfproto`), one byte.
+    NfProto,
     /// 4: `integer`, host byte order (a `numgen` result).
     Integer,
     /// 7: `ipv4_addr`.
@@ -23,10 +27,22 @@ pub enum Datatype {
     InetService,
     /// 19: `mark`, host byte order.
     Mark,
+    /// 14: `icmp_type`, one byte.
+    IcmpType,
+    /// 15: `tcp_flag`, a bitmask of one byte.
+    TcpFlag,
     /// 26: `ct_state`, a bitmask in host byte order.
     CtState,
+    /// 28: `ct_status`, a bitmask in host byte order.
+    CtStatus,
+    /// 29: `icmpv6_type`, one byte.
+    Icmp6Type,
+    /// 31: `pkt_type` (`meta pkttype`), one byte.
+    PktType,
     /// 38: `fib_addrtype`, host byte order.
     FibAddrType,
+    /// 39: `boolean` (`fib ... oif exists`), host byte order.
+    Boolean,
     /// 41: `ifname`.
     Ifname,
 }
@@ -39,14 +55,21 @@ impl Datatype {
     pub fn from_number(n: u32) -> Option<Datatype> {
         Some(match n {
             1 => Datatype::Verdict,
+            2 => Datatype::NfProto,
             4 => Datatype::Integer,
             7 => Datatype::Ipv4Addr,
             8 => Datatype::Ipv6Addr,
             12 => Datatype::InetProto,
             13 => Datatype::InetService,
             19 => Datatype::Mark,
+            14 => Datatype::IcmpType,
+            15 => Datatype::TcpFlag,
             26 => Datatype::CtState,
+            28 => Datatype::CtStatus,
+            29 => Datatype::Icmp6Type,
+            31 => Datatype::PktType,
             38 => Datatype::FibAddrType,
+            39 => Datatype::Boolean,
             41 => Datatype::Ifname,
             _ => return None,
         })
@@ -56,14 +79,21 @@ impl Datatype {
     pub fn name(self) -> &'static str {
         match self {
             Datatype::Verdict => "verdict",
+            Datatype::NfProto => "nf_proto",
             Datatype::Integer => "integer",
             Datatype::Ipv4Addr => "ipv4_addr",
             Datatype::Ipv6Addr => "ipv6_addr",
             Datatype::InetProto => "inet_proto",
             Datatype::InetService => "inet_service",
             Datatype::Mark => "mark",
+            Datatype::TcpFlag => "tcp_flag",
+            Datatype::IcmpType => "icmp_type",
+            Datatype::Icmp6Type => "icmpv6_type",
+            Datatype::PktType => "pkt_type",
             Datatype::CtState => "ct_state",
+            Datatype::CtStatus => "ct_status",
             Datatype::FibAddrType => "fib_addrtype",
+            Datatype::Boolean => "boolean",
             Datatype::Ifname => "ifname",
         }
     }
@@ -72,30 +102,60 @@ impl Datatype {
     pub fn len(self) -> Option<usize> {
         match self {
             Datatype::Verdict | Datatype::Integer => None,
-            Datatype::Ipv4Addr | Datatype::Mark | Datatype::CtState | Datatype::FibAddrType => {
-                Some(4)
-            }
+            Datatype::Ipv4Addr
+            | Datatype::Mark
+            | Datatype::CtState
+            | Datatype::CtStatus
+            | Datatype::FibAddrType
+            | Datatype::Boolean => Some(4),
             Datatype::Ipv6Addr | Datatype::Ifname => Some(16),
-            Datatype::InetProto => Some(1),
+            Datatype::InetProto
+            | Datatype::NfProto
+            | Datatype::TcpFlag
+            | Datatype::IcmpType
+            | Datatype::Icmp6Type
+            | Datatype::PktType => Some(1),
             Datatype::InetService => Some(2),
         }
     }
 
     /// Whether values are in network byte order (compared so when nft sorts them).
-    fn big_endian(self) -> bool {
+    ///
+    /// `ifname` is a string nft keeps in host byte order: its sets sort so (`"lo"`
+    /// before `"eth0"`), and it has no ranges.
+    pub fn big_endian(self) -> bool {
         matches!(
             self,
-            Datatype::Ipv4Addr | Datatype::Ipv6Addr | Datatype::InetService | Datatype::Ifname
+            Datatype::Ipv4Addr | Datatype::Ipv6Addr | Datatype::InetService
+        )
+    }
+
+    /// Whether values are flags nft prints by name (`syn`, `established,related`).
+    pub fn bitmask(self) -> bool {
+        matches!(
+            self,
+            Datatype::TcpFlag | Datatype::CtState | Datatype::CtStatus
         )
     }
 
     /// How many elements of a named set of this key type `elements = { }` prints on
-    /// a line (nft's `calculate_delim`); 1 for any other type.
-    pub fn per_line(self) -> usize {
+    /// a line (nft's `calculate_delim`); `None` for the types whose named sets are
+    /// not checked against nft 1.0.6 (not decoded).
+    pub fn per_line(self) -> Option<usize> {
         match self {
-            Datatype::Integer | Datatype::InetProto | Datatype::InetService | Datatype::Mark => 5,
-            Datatype::Ipv4Addr | Datatype::CtState => 2,
-            _ => 1,
+            Datatype::Integer
+            | Datatype::NfProto
+            | Datatype::InetProto
+            | Datatype::InetService
+            | Datatype::Mark => Some(5),
+            Datatype::Ipv4Addr | Datatype::CtState => Some(2),
+            Datatype::TcpFlag
+            | Datatype::CtStatus
+            | Datatype::IcmpType
+            | Datatype::Icmp6Type
+            | Datatype::PktType
+            | Datatype::Boolean => None,
+            _ => Some(1),
         }
     }
 }
@@ -124,7 +184,7 @@ pub fn value_text(t: Datatype, v: &[u8]) -> Option<String> {
         Datatype::Ipv6Addr => ipv6_text(v),
         Datatype::InetProto => {
             let [p] = v else { return None };
-            Some(proto_name(*p).map_or_else(|| p.to_string(), str::to_string))
+            proto_name(*p).map(str::to_string)
         }
         Datatype::InetService => {
             let [a, b] = v else { return None };
@@ -137,6 +197,34 @@ pub fn value_text(t: Datatype, v: &[u8]) -> Option<String> {
             _ => None,
         },
         Datatype::CtState => ct_state_text(u32_ne(v)?),
+        Datatype::CtStatus => flags_text(
+            u32_ne(v)?,
+            &[
+                (1, "expected"),
+                (2, "seen-reply"),
+                (4, "assured"),
+                (8, "confirmed"),
+                (16, "snat"),
+                (32, "dnat"),
+                (512, "dying"),
+            ],
+        ),
+        Datatype::TcpFlag => {
+            let [f] = v else { return None };
+            flags_text(
+                u32::from(*f),
+                &[
+                    (1, "fin"),
+                    (2, "syn"),
+                    (4, "rst"),
+                    (8, "psh"),
+                    (16, "ack"),
+                    (32, "urg"),
+                    (64, "ecn"),
+                    (128, "cwr"),
+                ],
+            )
+        }
         Datatype::FibAddrType => {
             let names = [
                 "unspec",
@@ -159,44 +247,125 @@ pub fn value_text(t: Datatype, v: &[u8]) -> Option<String> {
                 return None;
             }
             let name = std::str::from_utf8(v.get(..end)?).ok()?;
-            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
+            // nft escapes a literal `*` (`"dummy\*"`): not decoded.
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'*' | b'\\'))
+            {
                 return None;
             }
             Some(format!("\"{name}\""))
         }
+        Datatype::IcmpType => {
+            let [t] = v else { return None };
+            let names: &[(u8, &str)] = &[
+                (0, "echo-reply"),
+                (3, "destination-unreachable"),
+                (4, "source-quench"),
+                (5, "redirect"),
+                (8, "echo-request"),
+                (9, "router-advertisement"),
+                (10, "router-solicitation"),
+                (11, "time-exceeded"),
+                (12, "parameter-problem"),
+                (13, "timestamp-request"),
+                (14, "timestamp-reply"),
+                (15, "info-request"),
+                (16, "info-reply"),
+                (17, "address-mask-request"),
+                (18, "address-mask-reply"),
+            ];
+            names
+                .iter()
+                .find(|(n, _)| n == t)
+                .map(|(_, s)| s.to_string())
+        }
+        Datatype::Icmp6Type => {
+            let [t] = v else { return None };
+            let names: &[(u8, &str)] = &[
+                (1, "destination-unreachable"),
+                (2, "packet-too-big"),
+                (3, "time-exceeded"),
+                (4, "parameter-problem"),
+                (128, "echo-request"),
+                (129, "echo-reply"),
+                (130, "mld-listener-query"),
+                (131, "mld-listener-report"),
+                (133, "nd-router-solicit"),
+                (134, "nd-router-advert"),
+                (135, "nd-neighbor-solicit"),
+                (136, "nd-neighbor-advert"),
+                (137, "nd-redirect"),
+                (143, "mld2-listener-report"),
+            ];
+            names
+                .iter()
+                .find(|(n, _)| n == t)
+                .map(|(_, s)| s.to_string())
+        }
+        Datatype::Boolean => match u32_ne(v)? {
+            0 => Some("missing".into()),
+            1 => Some("exists".into()),
+            _ => None,
+        },
+        Datatype::PktType => match v {
+            [0] => Some("host".into()),
+            [1] => Some("broadcast".into()),
+            [2] => Some("multicast".into()),
+            [3] => Some("other".into()),
+            _ => None,
+        },
+        Datatype::NfProto => match v {
+            [2] => Some("ipv4".into()),
+            [10] => Some("ipv6".into()),
+            _ => None,
+        },
         Datatype::Verdict => None,
     }
 }
 
-/// Protocol names nft prints (from the protocols database; only those whose name is
-/// the same on every distribution).
+/// Protocol names nft prints: `getprotobynumber`'s name on the reading host, so only
+/// those whose name is the same in every distribution's protocols database. nft
+/// prints any other protocol by a name or a number that depends on the host's
+/// `/etc/protocols`: not decoded.
 fn proto_name(p: u8) -> Option<&'static str> {
     Some(match p {
         1 => "icmp",
         6 => "tcp",
         17 => "udp",
+        58 => "ipv6-icmp",
+        132 => "sctp",
         _ => return None,
     })
 }
 
 /// `ct state` flags in bit order, comma-separated.
 fn ct_state_text(v: u32) -> Option<String> {
-    const NAMES: [(u32, &str); 5] = [
-        (1, "invalid"),
-        (2, "established"),
-        (4, "related"),
-        (8, "new"),
-        (64, "untracked"),
-    ];
-    if v == 0 || v & !NAMES.iter().fold(0, |a, (b, _)| a | b) != 0 {
+    flags_text(
+        v,
+        &[
+            (1, "invalid"),
+            (2, "established"),
+            (4, "related"),
+            (8, "new"),
+            (64, "untracked"),
+        ],
+    )
+}
+
+/// A bitmask's flags by name in bit order, comma-separated; `None` for 0 or a bit
+/// without a name.
+fn flags_text(v: u32, names: &[(u32, &str)]) -> Option<String> {
+    if v == 0 || v & !names.iter().fold(0, |a, (b, _)| a | b) != 0 {
         return None;
     }
-    let names: Vec<&str> = NAMES
+    let set: Vec<&str> = names
         .iter()
         .filter(|(b, _)| v & b != 0)
         .map(|(_, n)| *n)
         .collect();
-    Some(names.join(","))
+    Some(set.join(","))
 }
 
 /// An IPv6 address as glibc's `inet_ntop` prints it (the longest run of two or more

@@ -3,8 +3,10 @@
 //! nft's line wrapping), and the elements of an anonymous one inline in a rule
 //! (`{ 0 : goto a, 1 : goto b }`, `{ 10.0.0.0/8, 1.2.3.4 }`). Elements are printed in
 //! nft's order ([`datatype::key_order`]); interval sets' boundaries are paired into
-//! prefixes and ranges. A set with anything else (typeof, objects, expressions,
-//! element timeouts) is not decoded.
+//! prefixes and ranges. Elements of sets with timeouts print their own `timeout`
+//! (when the kernel keeps one other than the set's) and `expires` (the time left when
+//! the dump was read), as nft 1.0.6 prints them ([`duration_text`]). A set with anything
+//! else (typeof, objects, expressions) is not decoded.
 
 use super::datatype::{self, Datatype};
 use super::{by_kind, udata_comment};
@@ -30,6 +32,8 @@ pub struct SetAcc {
     pub size: Option<u32>,
     pub timeout_ms: Option<u64>,
     pub comment: Option<String>,
+    /// `auto-merge` of a named interval set (user data).
+    pub auto_merge: bool,
     /// Why the set is not decoded (the first reason found).
     pub unsupported: Option<String>,
     /// (key, data, flags, comment) of each element.
@@ -43,6 +47,28 @@ pub struct Element {
     data: Option<String>,
     end: bool,
     comment: Option<String>,
+    /// `NFTA_SET_ELEM_TIMEOUT` in ms: the kernel dumps it only for an element whose
+    /// timeout is not the set's.
+    timeout_ms: Option<u64>,
+    /// `NFTA_SET_ELEM_EXPIRATION` in ms: the time left when the dump was read.
+    expires_ms: Option<u64>,
+}
+
+impl Element {
+    /// What nft 1.0.6's `set_elem_expr_print` writes after the key: ` timeout T`
+    /// and ` expires E` when not zero, then the comment.
+    fn suffix(&self) -> String {
+        let mut s = String::new();
+        for (word, ms) in [("timeout", self.timeout_ms), ("expires", self.expires_ms)] {
+            if let Some(text) = ms.and_then(duration_text) {
+                let _ = write!(s, " {word} {text}");
+            }
+        }
+        if let Some(c) = &self.comment {
+            let _ = write!(s, " comment \"{c}\"");
+        }
+        s
+    }
 }
 
 impl SetAcc {
@@ -90,8 +116,14 @@ impl SetAcc {
                     // (expression 13) of no components: the key prints by its types.
                     // Any other `typeof` prints as `typeof`, not decoded here.
                     3 if value == [0, 4, 13, 0, 0, 0, 1, 0] && s.key_type >> 6 != 0 => {}
-                    // Auto-merge of an anonymous set's intervals: not printed.
+                    // Auto-merge of an anonymous set's intervals: not printed; of a
+                    // named one, the `auto-merge` line (a u32 in host byte order).
                     2 if s.flags & ANONYMOUS != 0 => {}
+                    2 => match <[u8; 4]>::try_from(value).map(u32::from_ne_bytes) {
+                        Ok(0) => {}
+                        Ok(1) => s.auto_merge = true,
+                        _ => why("set auto-merge not decoded"),
+                    },
                     // Data not an interval.
                     6 if value == [0, 0, 0, 0] => {}
                     7 => match udata_comment(value) {
@@ -120,9 +152,17 @@ impl SetAcc {
             // KEY 1, DATA 2, FLAGS 3, TIMEOUT 4, EXPIRATION 5, USERDATA 6, EXPR 7,
             // OBJREF 8, KEY_END 9, EXPRESSIONS 10.
             let a = by_kind::<11>(e.value);
-            if a[4].is_some() || a[5].is_some() || a[7].is_some() || a[8].is_some() {
+            if a[7].is_some() || a[8].is_some() || a[10].is_some() {
                 self.unsupported
-                    .get_or_insert_with(|| "elements with timeouts, expressions or objects".into());
+                    .get_or_insert_with(|| "elements with expressions or objects".into());
+                continue;
+            }
+            let (timeout_ms, expires_ms) =
+                (a[4].and_then(|x| x.be_u64()), a[5].and_then(|x| x.be_u64()));
+            if (a[4].is_some() && timeout_ms.is_none()) || (a[5].is_some() && expires_ms.is_none())
+            {
+                self.unsupported
+                    .get_or_insert_with(|| "an element timeout not decoded".into());
                 continue;
             }
             if a[9].is_some() {
@@ -168,6 +208,8 @@ impl SetAcc {
                 data,
                 end: flags & 1 != 0,
                 comment,
+                timeout_ms,
+                expires_ms,
             });
         }
     }
@@ -215,9 +257,14 @@ impl SetAcc {
                 let (v, r) = rest
                     .split_at_checked(len)
                     .ok_or_else(|| format!("set {}: key shorter than its type", self.name))?;
-                parts.push(datatype::value_text(*t, v).ok_or_else(|| {
+                let text = datatype::value_text(*t, v).ok_or_else(|| {
                     format!("set {}: value of {} not decoded", self.name, t.name())
-                })?);
+                })?;
+                // An element of several flags prints as `syn | ack`: not decoded.
+                if t.bitmask() && text.contains(',') {
+                    return Err(format!("set {}: an element of several flags", self.name));
+                }
+                parts.push(text);
                 let pad = if types.len() > 1 {
                     len.div_ceil(4) * 4 - len
                 } else {
@@ -227,15 +274,13 @@ impl SetAcc {
             }
             Ok(parts.join(" . "))
         };
-        let with_data = |text: String, e: &Element| -> String {
+        let with_data = |text: String, e: &Element| -> Result<String, String> {
             let mut s = text;
-            if let Some(c) = &e.comment {
-                let _ = write!(s, " comment \"{c}\"");
-            }
+            s.push_str(&e.suffix());
             if let Some(d) = &e.data {
                 let _ = write!(s, " : {d}");
             }
-            s
+            Ok(s)
         };
         if self.flags & INTERVAL == 0 {
             let mut out = Vec::with_capacity(elements.len());
@@ -243,7 +288,7 @@ impl SetAcc {
                 if e.end {
                     return Err(format!("set {}: an interval end in a plain set", self.name));
                 }
-                out.push(with_data(key_text(&e.key)?, e));
+                out.push(with_data(key_text(&e.key)?, e)?);
             }
             return Ok(out);
         }
@@ -268,6 +313,9 @@ impl SetAcc {
         }
         while i < elements.len() {
             let start = elements[i];
+            // nft prints an interval with its start's timeout, expiration and comment
+            // (`interval_map_decompose` copies them from the start); comments on
+            // intervals are not checked against nft here.
             if start.end || start.comment.is_some() {
                 return Err(format!(
                     "set {}: interval boundaries not decoded",
@@ -288,10 +336,10 @@ impl SetAcc {
                     vec![0xff; start.key.len()]
                 }
             };
-            out.push(
-                datatype::interval_text(*t, &start.key, &hi)
-                    .ok_or_else(|| format!("set {}: interval not decoded", self.name))?,
-            );
+            let mut text = datatype::interval_text(*t, &start.key, &hi)
+                .ok_or_else(|| format!("set {}: interval not decoded", self.name))?;
+            text.push_str(&start.suffix());
+            out.push(text);
         }
         Ok(out)
     }
@@ -309,18 +357,23 @@ impl SetAcc {
             s.push_str(" : verdict");
         }
         s.push('\n');
-        if let Some(size) = self.size {
+        // nft 1.0.6 prints no size for a constant set.
+        if let Some(size) = self.size.filter(|_| self.flags & CONSTANT == 0) {
             let _ = writeln!(s, "\t\tsize {size}");
         }
-        let flags = self.flags & !(MAP);
-        match flags {
-            0 => {}
-            INTERVAL => s.push_str("\t\tflags interval\n"),
-            f if f == EVAL | TIMEOUT => s.push_str("\t\tflags dynamic,timeout\n"),
-            f => return Err(format!("set {}: flags 0x{f:x} not decoded", self.name)),
+        let timeout = match self.timeout_ms {
+            None => None,
+            Some(ms) => Some(
+                duration_text(ms)
+                    .ok_or_else(|| format!("set {}: a timeout of 0 not decoded", self.name))?,
+            ),
+        };
+        s.push_str(&flags_line(self.flags, timeout.is_some()));
+        if self.auto_merge {
+            s.push_str("\t\tauto-merge\n");
         }
-        if let Some(ms) = self.timeout_ms {
-            let _ = writeln!(s, "\t\ttimeout {}", duration_text(ms));
+        if let Some(t) = timeout {
+            let _ = writeln!(s, "\t\ttimeout {t}");
         }
         if let Some(c) = &self.comment {
             let _ = writeln!(s, "\t\tcomment \"{c}\"");
@@ -330,7 +383,13 @@ impl SetAcc {
             let per_line = if types.len() > 1 {
                 1
             } else {
-                types[0].per_line()
+                types[0].per_line().ok_or_else(|| {
+                    format!(
+                        "set {}: elements of {} not decoded",
+                        self.name,
+                        types[0].name()
+                    )
+                })?
             };
             s.push_str("\t\telements = { ");
             for (i, e) in elements.iter().enumerate() {
@@ -374,8 +433,32 @@ fn decrement(key: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-/// A time in milliseconds as nft prints it (`3h`, `1d2h3m4s`, `500ms`).
-pub fn duration_text(ms: u64) -> String {
+/// The `flags ...` line of a set declaration as nft 1.0.6 prints it: `constant`,
+/// `dynamic`, `interval`, `timeout` in that order, and no line when the only flag is
+/// `timeout` and the set has a default timeout (the `timeout` line says it).
+fn flags_line(flags: u32, has_timeout: bool) -> String {
+    let shown = if has_timeout { flags & !TIMEOUT } else { flags };
+    if shown & (CONSTANT | EVAL | INTERVAL | TIMEOUT) == 0 {
+        return String::new();
+    }
+    let names: Vec<&str> = [
+        (CONSTANT, "constant"),
+        (EVAL, "dynamic"),
+        (INTERVAL, "interval"),
+        (TIMEOUT, "timeout"),
+    ]
+    .iter()
+    .filter(|(bit, _)| flags & bit != 0)
+    .map(|(_, name)| *name)
+    .collect();
+    format!("\t\tflags {}\n", names.join(","))
+}
+
+/// A time in milliseconds as nft 1.0.6's `time_print` writes it: days, hours,
+/// minutes, seconds and milliseconds, each only when not zero (`3h`,
+/// `2h59m58s500ms`, `1d1ms`). nft 1.0.6 prints nothing for 0 (later versions `0s`)
+/// and never prints a zero timeout: `None`.
+pub fn duration_text(ms: u64) -> Option<String> {
     let (d, rest) = (ms / 86_400_000, ms % 86_400_000);
     let (h, rest) = (rest / 3_600_000, rest % 3_600_000);
     let (m, rest) = (rest / 60_000, rest % 60_000);
@@ -386,10 +469,7 @@ pub fn duration_text(ms: u64) -> String {
             let _ = write!(s, "{v}{unit}");
         }
     }
-    if s.is_empty() {
-        s.push_str("0s");
-    }
-    s
+    (!s.is_empty()).then_some(s)
 }
 
 /// libnftnl user data: (type, value) pairs of `u8 type, u8 len, value`.

@@ -1,7 +1,7 @@
-//! The native decoder on a dump captured from the kernel (`fixtures/kube-proxy.bin`,
-//! with nft 1.0.6's listing of it in `fixtures/kube-proxy.nft`, written by
-//! `tests/native_oracle.rs`'s `write_fixtures`), and on built messages for what falls
-//! back.
+//! The native decoder on dumps captured from the kernel (`fixtures/kube-proxy.bin`
+//! and `fixtures/host-firewall.bin`, with nft 1.0.6's listings of them in the `.nft`
+//! files beside, written by `tests/native_oracle.rs`'s `write_fixtures`), and on
+//! built messages for set elements' times and for what falls back.
 
 use crate::nft_netlink::{Decoder, TableRead};
 use plumb_os::netlink::build::*;
@@ -9,6 +9,10 @@ use plumb_os::nftables::{SUBSYS_NFTABLES, msg};
 
 const DUMP: &[u8] = include_bytes!("fixtures/kube-proxy.bin");
 const LISTING: &str = include_str!("fixtures/kube-proxy.nft");
+/// The oracle's host firewall tables (`HOST_FIREWALL`: inet, ip and ip6 tables with
+/// dependencies, anonymous sets, rejects, log, limit, ...) and `nft list ruleset`.
+const HOST_DUMP: &[u8] = include_bytes!("fixtures/host-firewall.bin");
+const HOST_LISTING: &str = include_str!("fixtures/host-firewall.nft");
 
 fn read(bytes: &[u8]) -> TableRead {
     let mut d = Decoder::new();
@@ -28,6 +32,41 @@ fn listing(bytes: &[u8]) -> String {
 #[test]
 fn the_captured_dump_is_nfts_listing_byte_for_byte() {
     assert_eq!(listing(DUMP), LISTING);
+}
+
+#[test]
+fn the_captured_host_firewall_dump_is_nfts_listing_byte_for_byte() {
+    let mut d = Decoder::new();
+    d.push_bytes(HOST_DUMP);
+    let tables = d.finish();
+    assert_eq!(tables.len(), 3);
+    let mut text = String::new();
+    for t in tables {
+        match t.read {
+            TableRead::Listing(l) => text.push_str(&l),
+            other => panic!("table {} not decoded: {other:?}", t.name),
+        }
+    }
+    assert_eq!(text, HOST_LISTING);
+    for line in [
+        // `meta nfproto ipv4` is `ip saddr`'s dependency in an inet table; after
+        // `meta l4proto { tcp, udp }` a port is `th dport`.
+        "\t\tip saddr 10.0.0.1 tcp dport 22 accept\n",
+        "\t\tmeta l4proto { tcp, udp } th dport 53 accept\n",
+        // Anonymous sets of ports, ct states; ranges; interface names in host order.
+        "\t\ttcp dport { 6000-6010, 7000 } accept\n",
+        "\t\tct state { established, related } accept\n",
+        "\t\ttcp dport != 3000-3999 drop\n",
+        "\t\tiifname { \"lo\", \"eth0\", \"cni0\", \"veth1234\" } accept\n",
+        // Statements and their defaults.
+        "\t\tlimit rate over 3/minute burst 10 packets drop\n",
+        "\t\tlog prefix \"input drop: \" level info\n",
+        "\t\tmeta nfproto ipv4 tcp dport 80 dnat ip to 10.0.0.1:8080\n",
+        "\t\treject with icmpx admin-prohibited\n",
+        "\t\ttcp flags syn / syn,ack accept\n",
+    ] {
+        assert!(text.contains(line), "{line}");
+    }
 }
 
 #[test]
@@ -134,13 +173,27 @@ fn a_rule_decodes_and_what_is_not_decoded_falls_back_with_the_reason() {
             nested(3, &[attr(1, &[6])]),
         ],
     );
-    let ok = one_rule(&[l4proto, is_tcp, dport.clone(), cmp_443.clone(), accept()]);
+    let ok = one_rule(&[
+        l4proto.clone(),
+        is_tcp.clone(),
+        dport.clone(),
+        cmp_443.clone(),
+        accept(),
+    ]);
     assert_eq!(
         listing(&ok),
         "table ip t {\n\tchain c {\n\t\ttcp dport 443 accept\n\t}\n}\n"
     );
-    // A transport field without the protocol that says which: not guessed.
-    let TableRead::Native(why) = read(&one_rule(&[dport, cmp_443, accept()])) else {
+    // A transport field no protocol match fixed: `th dport`.
+    assert_eq!(
+        listing(&one_rule(&[dport.clone(), cmp_443.clone(), accept()])),
+        "table ip t {\n\tchain c {\n\t\tth dport 443 accept\n\t}\n}\n"
+    );
+    // After a protocol match that is not its dependency (a statement between): nft
+    // may name it by that protocol; not guessed.
+    let counter = expr("counter", &[]);
+    let rule = one_rule(&[l4proto, is_tcp, counter, dport, cmp_443, accept()]);
+    let TableRead::Native(why) = read(&rule) else {
         panic!("decoded without its dependency");
     };
     assert!(why.contains("th dport without its protocol"), "{why}");
@@ -165,13 +218,14 @@ fn objects_and_flowtables_make_the_table_fall_back() {
 }
 
 proptest::proptest! {
-    /// Any byte of the captured dump changed, any cut: an answer, never a panic.
+    /// Any byte of a captured dump changed, any cut: an answer, never a panic.
     #[test]
     fn mutated_native_dumps_never_panic(
-        edits in proptest::collection::vec((0usize..5000, proptest::num::u8::ANY), 0..8),
-        cut in 0usize..5000,
+        host in proptest::bool::ANY,
+        edits in proptest::collection::vec((0usize..40000, proptest::num::u8::ANY), 0..8),
+        cut in 0usize..40000,
     ) {
-        let mut bytes = DUMP.to_vec();
+        let mut bytes = if host { HOST_DUMP.to_vec() } else { DUMP.to_vec() };
         for (at, b) in edits {
             let n = bytes.len();
             bytes[at % n] = b;
@@ -185,4 +239,95 @@ proptest::proptest! {
             }
         }
     }
+}
+
+#[test]
+fn times_print_as_nft_1_0_6_time_print_writes_them() {
+    use super::set::duration_text;
+    // Zero prints nothing in nft 1.0.6 (later versions `0s`): never printed, `None`.
+    assert_eq!(duration_text(0), None);
+    assert_eq!(duration_text(1).as_deref(), Some("1ms"));
+    assert_eq!(duration_text(999).as_deref(), Some("999ms"));
+    assert_eq!(duration_text(1000).as_deref(), Some("1s"));
+    assert_eq!(duration_text(1500).as_deref(), Some("1s500ms"));
+    assert_eq!(duration_text(10_800_000).as_deref(), Some("3h"));
+    assert_eq!(duration_text(10_798_500).as_deref(), Some("2h59m58s500ms"));
+    // Days, and units that are zero between others left out.
+    assert_eq!(duration_text(86_400_001).as_deref(), Some("1d1ms"));
+    assert_eq!(duration_text(183_845_006).as_deref(), Some("2d3h4m5s6ms"));
+    assert_eq!(
+        duration_text(u64::MAX).as_deref(),
+        Some("213503982334d14h25m51s615ms")
+    );
+}
+
+/// A named set `s` of `ipv4_addr` with `flags`, an optional default timeout, and
+/// elements of (address, timeout, expiration) in dump order.
+fn set_with_elements(
+    flags: u32,
+    timeout_ms: Option<u64>,
+    elements: &[([u8; 4], Option<u64>, Option<u64>)],
+) -> Vec<u8> {
+    let mut out = nfmsg(msg::NEWTABLE, &[str_attr(1, "t")]);
+    let mut set = vec![
+        str_attr(1, "t"),
+        str_attr(2, "s"),
+        attr(3, &be(flags)),
+        attr(4, &be(7)),
+        attr(5, &be(4)),
+    ];
+    if let Some(t) = timeout_ms {
+        set.push(attr(11, &t.to_be_bytes()));
+    }
+    out.extend(nfmsg(msg::NEWSET, &set));
+    let list: Vec<Vec<u8>> = elements
+        .iter()
+        .map(|(key, timeout, expires)| {
+            let mut e = vec![nested(1, &[attr(1, key)])];
+            if let Some(t) = timeout {
+                e.push(attr(4, &t.to_be_bytes()));
+            }
+            if let Some(x) = expires {
+                e.push(attr(5, &x.to_be_bytes()));
+            }
+            nested(1, &e)
+        })
+        .collect();
+    out.extend(nfmsg(
+        msg::NEWSETELEM,
+        &[str_attr(1, "t"), str_attr(2, "s"), nested(3, &list)],
+    ));
+    out
+}
+
+#[test]
+fn elements_print_their_own_timeouts_and_expirations_as_nft_1_0_6_does() {
+    // kube-proxy's affinity set (dynamic, timeout; 3h) as traffic fills it: the kernel
+    // dumps an element's timeout only when it is not the set's; a zero expiration or
+    // timeout prints nothing.
+    let bytes = set_with_elements(
+        0x20 | 0x10,
+        Some(10_800_000),
+        &[
+            ([10, 0, 0, 3], None, Some(10_798_500)),
+            ([10, 0, 0, 1], Some(3_600_000), Some(3_599_976)),
+            ([10, 0, 0, 2], Some(93_784_005), Some(0)),
+            ([127, 0, 0, 1], Some(0), Some(1)),
+        ],
+    );
+    assert_eq!(
+        listing(&bytes),
+        "table ip t {\n\tset s {\n\t\ttype ipv4_addr\n\t\tflags dynamic,timeout\n\t\ttimeout 3h\n\t\telements = { 10.0.0.1 timeout 1h expires 59m59s976ms, 10.0.0.2 timeout 1d2h3m4s5ms,\n\t\t\t     10.0.0.3 expires 2h59m58s500ms, 127.0.0.1 expires 1ms }\n\t}\n}\n"
+    );
+    // `flags timeout` alone with a default timeout: said by the timeout line only.
+    let bytes = set_with_elements(0x10, Some(60_000), &[]);
+    assert_eq!(
+        listing(&bytes),
+        "table ip t {\n\tset s {\n\t\ttype ipv4_addr\n\t\ttimeout 1m\n\t}\n}\n"
+    );
+    // A default timeout of 0 (never dumped by the kernel): not guessed.
+    let TableRead::Native(why) = read(&set_with_elements(0x10, Some(0), &[])) else {
+        panic!("a zero timeout decoded");
+    };
+    assert!(why.contains("a timeout of 0 not decoded"), "{why}");
 }
