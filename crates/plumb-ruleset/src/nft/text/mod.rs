@@ -772,7 +772,13 @@ fn collapse(s: &str) -> String {
 /// [`collapse`], borrowing `s` (trimmed) when it has nothing to collapse.
 fn collapsed(s: &str) -> std::borrow::Cow<'_, str> {
     let s = s.trim();
-    if !s.contains(['\n', '\t', '\r']) && !s.contains("  ") {
+    // One pass over the bytes (two `contains` cost a substring searcher's set-up each:
+    // this runs for every statement read).
+    let b = s.as_bytes();
+    let blank_to_collapse = b.iter().enumerate().any(|(i, &c)| {
+        matches!(c, b'\n' | b'\t' | b'\r') || (c == b' ' && b.get(i + 1) == Some(&b' '))
+    });
+    if !blank_to_collapse {
         return std::borrow::Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len());
@@ -938,8 +944,27 @@ fn rule_references(
     found: &mut Vec<Diagnostic>,
 ) {
     // A jump or goto to a chain the table does not define is refused the same way.
+    // The chains of a rule of a common shape are known without reading its
+    // statements again (all verdicts'); and only a rule that spells `jump` or `goto`
+    // transfers to a chain (a verdict or an inline verdict map's entry): the others
+    // are not read again either.
     if let RuleBody::Nft(rule) = &r.body
         && !chain_listing
+        && let Some(known) = rule.known_verdict_transfers(&r.text)
+    {
+        for c in &known {
+            if chains.base(c.chain).is_none() {
+                found.push(jump_to_undefined(r.location, t, c.chain));
+            }
+        }
+        for c in &known {
+            if chains.base(c.chain) == Some(true) {
+                found.push(jump_to_base(r.location, t, c.chain));
+            }
+        }
+    } else if let RuleBody::Nft(rule) = &r.body
+        && !chain_listing
+        && rule.may_hold(&r.text, &["jump", "goto"])
     {
         // One read of the statements (a rule read from text reads them again).
         let statements = rule.statements(&r.text);
