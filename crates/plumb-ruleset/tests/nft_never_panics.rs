@@ -84,8 +84,9 @@ fn rule_piece() -> impl Strategy<Value = String> {
         Just("jump".to_string()),
         chain_name().prop_map(|c| format!("jump {c}")),
         chain_name().prop_map(|c| format!("goto {c}")),
-        (chain_name(), chain_name())
-            .prop_map(|(a, b)| format!("numgen random mod 2 vmap {{ 0 : goto {a}, 1 : jump {b} }}")),
+        (chain_name(), chain_name()).prop_map(|(a, b)| format!(
+            "numgen random mod 2 vmap {{ 0 : goto {a}, 1 : jump {b} }}"
+        )),
         chain_name().prop_map(|c| format!("comment \"{c} jump dnat to 1.2.3.4\"")),
     ]
 }

@@ -70,36 +70,91 @@ impl TextFacts {
     /// two bits at `NAT_KIND_SHIFT`.
     const TAIL_NAT: u8 = 1 << 4;
     const NAT_KIND_SHIFT: u8 = 5;
-    /// Every value the bits can take (the shared parts of rules without a handle).
-    const VALUES: usize = 1 << 7;
+    /// The rule's chain references are those of the inline verdict map its text ends
+    /// with (`numgen random mod 2 vmap { 0 : goto a, 1 : goto b }`), in order: see
+    /// [`vmap_transfers`].
+    const INLINE_VMAP: u8 = 1 << 7;
 
     /// The facts of `statements`, read from `text` (the rule's text): each bit set only
     /// when the answer it gives from the text equals the one the statements give.
     pub fn of(statements: &[Statement], text: &str) -> TextFacts {
         let mut bits = 0;
-        let transfers: Vec<ChainRef<'_>> = statements.iter().flat_map(transfers_of).collect();
-        match transfers.as_slice() {
-            [] => bits |= Self::NO_TRANSFER,
-            [only] => {
-                // The one transfer is a verdict's, not a verdict map entry's.
-                let verdict = statements.iter().any(
-                    |s| matches!(&s.kind, StatementKind::Verdict(v) if v.chain_ref().is_some()),
-                );
+        // The chain references (counted, the first kept) and whether the first is a
+        // verdict's; the NAT statements (counted, the first kept) and whether the
+        // last statement is NAT. No allocation: this runs for every rule read.
+        let (mut transfers, mut first_transfer, mut verdict) = (0usize, None, false);
+        let mut verdict_transfers = 0usize;
+        let (mut nats, mut first_nat) = (0usize, None);
+        for s in statements {
+            match &s.kind {
+                StatementKind::Verdict(v) => {
+                    if let Some(r) = v.chain_ref() {
+                        verdict_transfers += 1;
+                        if transfers == 0 {
+                            first_transfer = Some(r);
+                            verdict = true;
+                        }
+                        transfers += 1;
+                    }
+                }
+                StatementKind::VerdictMap {
+                    map: VerdictMapRef::Inline(entries),
+                    ..
+                } => {
+                    for r in entries.iter().filter_map(|(_, v)| v.chain_ref()) {
+                        if transfers == 0 {
+                            first_transfer = Some(r);
+                        }
+                        transfers += 1;
+                    }
+                }
+                StatementKind::Nat { kind, args } => {
+                    if nats == 0 {
+                        first_nat = Some((*kind, args.as_str()));
+                    }
+                    nats += 1;
+                }
+                _ => {}
+            }
+        }
+        match (transfers, first_transfer) {
+            (0, _) => bits |= Self::NO_TRANSFER,
+            (1, Some(only)) if verdict => {
                 let goto = only.kind == TransferKind::Goto;
-                if verdict && tail_transfer(text, goto) == Some(only.chain) {
+                if tail_transfer(text, goto) == Some(only.chain) {
                     bits |= Self::TAIL_TRANSFER | if goto { Self::TAIL_GOTO } else { 0 };
                 }
             }
             _ => {}
         }
-        let nats: Vec<(NatKind, &str)> = statements.iter().filter_map(nat_of).collect();
-        match nats.as_slice() {
-            [] => bits |= Self::NO_NAT,
-            [(kind, args)]
-                if statements.last().and_then(nat_of) == Some((*kind, args))
-                    && tail_nat(text, *kind) == Some(args) =>
+        // An inline verdict map's entries, when the text says them all (checked
+        // against the statements: one list allocated, for these rules only).
+        if transfers > 1 || (transfers == 1 && !verdict) {
+            let all_in_vmap = verdict_transfers == 0
+                && vmap_transfers(text).is_some_and(|scanned| {
+                    let read: Vec<ChainRef<'_>> = statements
+                        .iter()
+                        .flat_map(|s| match &s.kind {
+                            StatementKind::VerdictMap {
+                                map: VerdictMapRef::Inline(entries),
+                                ..
+                            } => entries.iter().filter_map(|(_, v)| v.chain_ref()).collect(),
+                            _ => Vec::new(),
+                        })
+                        .collect();
+                    scanned == read
+                });
+            if all_in_vmap {
+                bits |= Self::INLINE_VMAP;
+            }
+        }
+        match (nats, first_nat) {
+            (0, _) => bits |= Self::NO_NAT,
+            (1, Some((kind, args)))
+                if statements.last().and_then(nat_of) == Some((kind, args))
+                    && tail_nat(text, kind) == Some(args) =>
             {
-                bits |= Self::TAIL_NAT | (nat_kind_bits(*kind) << Self::NAT_KIND_SHIFT);
+                bits |= Self::TAIL_NAT | (nat_kind_bits(kind) << Self::NAT_KIND_SHIFT);
             }
             _ => {}
         }
@@ -108,7 +163,7 @@ impl TextFacts {
 
     /// Whether the rule's chain references are known.
     pub fn knows_transfers(self) -> bool {
-        self.has(Self::NO_TRANSFER | Self::TAIL_TRANSFER)
+        self.has(Self::NO_TRANSFER | Self::TAIL_TRANSFER | Self::INLINE_VMAP)
     }
 
     /// Whether the rule's NAT statements are known.
@@ -124,6 +179,9 @@ impl TextFacts {
     fn transfers(self, text: &str) -> Option<Vec<ChainRef<'_>>> {
         if self.has(Self::NO_TRANSFER) {
             return Some(Vec::new());
+        }
+        if self.has(Self::INLINE_VMAP) {
+            return vmap_transfers(text);
         }
         if !self.has(Self::TAIL_TRANSFER) {
             return None;
@@ -161,6 +219,36 @@ fn tail_transfer(text: &str, goto: bool) -> Option<&str> {
     (word_before == verdict && !last.is_empty()).then_some(last)
 }
 
+/// The chain references of the inline verdict map a rule's text ends with
+/// (`KEY vmap { K : goto C, K : jump D, K : accept }`), in order, read from the text:
+/// `None` when the text does not end with one, or an entry's verdict is not one word
+/// or a `jump`/`goto` and one word.
+fn vmap_transfers(text: &str) -> Option<Vec<ChainRef<'_>>> {
+    const OPEN: &str = "vmap { ";
+    let body = text.strip_suffix(" }")?;
+    let at = body.rfind(OPEN)?;
+    let body = body.get(at + OPEN.len()..)?;
+    let mut out = Vec::new();
+    for entry in body.split(", ") {
+        let (_, verdict) = entry.rsplit_once(" : ")?;
+        match verdict.split_once(' ') {
+            None => {}
+            Some((word, chain)) => {
+                let kind = match word {
+                    "jump" => TransferKind::Jump,
+                    "goto" => TransferKind::Goto,
+                    _ => return None,
+                };
+                if chain.is_empty() || chain.contains(' ') {
+                    return None;
+                }
+                out.push(ChainRef { kind, chain });
+            }
+        }
+    }
+    Some(out)
+}
+
 /// The arguments of a rule's text's last NAT statement of `kind`: the text after the
 /// keyword's last occurrence (empty when the text ends with it).
 fn tail_nat(text: &str, kind: NatKind) -> Option<&str> {
@@ -171,18 +259,6 @@ fn tail_nat(text: &str, kind: NatKind) -> Option<&str> {
         return Some(rest);
     }
     rest.strip_prefix(' ')
-}
-
-/// The chain references of one statement (what [`NftRule::chain_references`] gives).
-fn transfers_of(s: &Statement) -> Vec<ChainRef<'_>> {
-    match &s.kind {
-        StatementKind::Verdict(v) => v.chain_ref().into_iter().collect(),
-        StatementKind::VerdictMap {
-            map: VerdictMapRef::Inline(entries),
-            ..
-        } => entries.iter().filter_map(|(_, v)| v.chain_ref()).collect(),
-        _ => Vec::new(),
-    }
 }
 
 /// A NAT statement's kind and arguments.
@@ -227,13 +303,12 @@ fn shared_parts(facts: TextFacts) -> Option<std::sync::Arc<NftRuleParts>> {
         std::sync::OnceLock::new();
     SHARED
         .get_or_init(|| {
-            (0..TextFacts::VALUES)
+            (0..=u8::MAX)
                 .map(|bits| {
                     std::sync::Arc::new(NftRuleParts {
                         statements: None,
                         handle: None,
-                        // VALUES is 1 << 7: every value fits.
-                        facts: TextFacts(bits as u8),
+                        facts: TextFacts(bits),
                     })
                 })
                 .collect()
@@ -291,10 +366,12 @@ impl NftRule {
     }
 
     /// The rule's chain references when they are known without reading its statements
-    /// again (a rule read from text, of a common shape); all of them are verdicts'
-    /// (`jump`/`goto`), none a verdict map entry's.
-    pub(crate) fn known_verdict_transfers<'a>(&self, text: &'a str) -> Option<Vec<ChainRef<'a>>> {
-        self.facts().transfers(text)
+    /// again (a rule read from text, of a common shape), and whether all of them are
+    /// verdicts' (`jump`/`goto`; otherwise all are an inline verdict map's entries').
+    pub(crate) fn known_transfers<'a>(&self, text: &'a str) -> Option<(Vec<ChainRef<'a>>, bool)> {
+        let facts = self.facts();
+        let verdicts = !facts.has(TextFacts::INLINE_VMAP);
+        Some((facts.transfers(text)?, verdicts))
     }
 
     /// What is known of the statements without reading them again (for the tests

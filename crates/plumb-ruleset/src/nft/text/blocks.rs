@@ -566,12 +566,15 @@ impl<'a> Reader<'a> {
             self.rule_buf = buf;
             return;
         }
-        // A rule that ends in a comma holds its statements: the tokenizer reads a comma
-        // by what follows it (`dead::/64,;` is one word, `dead::/64,` at the end of a
-        // text a word and a list comma), so its text alone does not read the same.
+        // A rule holds its statements when its text alone would not read the same:
+        // when it ends in a comma (the tokenizer reads a comma by what follows it:
+        // `dead::/64,;` is one word, `dead::/64,` at the end of a text a word and a
+        // list comma), or when its words end in a blank only Unicode calls one (a
+        // vertical tab: the text is trimmed of it, the word holds it).
         let rule = if one_line
             && !self.hold_statements
             && !text.ends_with(',')
+            && text.len() == span.len()
             && names_within(&statements, &text)
         {
             let facts = TextFacts::of(&statements, &text);

@@ -950,11 +950,14 @@ fn rule_references(
     // are not read again either.
     if let RuleBody::Nft(rule) = &r.body
         && !chain_listing
-        && let Some(known) = rule.known_verdict_transfers(&r.text)
+        && let Some((known, verdicts)) = rule.known_transfers(&r.text)
     {
-        for c in &known {
-            if chains.base(c.chain).is_none() {
-                found.push(jump_to_undefined(r.location, t, c.chain));
+        // As below: the verdicts' chains first, then every reference's.
+        if verdicts {
+            for c in &known {
+                if chains.base(c.chain).is_none() {
+                    found.push(jump_to_undefined(r.location, t, c.chain));
+                }
             }
         }
         for c in &known {
@@ -1034,10 +1037,17 @@ fn rule_references(
 /// expectation, timeout). Unquoted names and named maps (`map @m`) are not followed.
 fn ct_object_references(text: &str) -> Vec<(&'static str, &str)> {
     let mut out = Vec::new();
-    for kind in ["helper", "expectation", "timeout"] {
-        let needle = format!("ct {kind} set ");
+    // Every needle spells `ct `: most rules are looked at once.
+    if !text.contains("ct ") {
+        return out;
+    }
+    for (kind, needle) in [
+        ("helper", "ct helper set "),
+        ("expectation", "ct expectation set "),
+        ("timeout", "ct timeout set "),
+    ] {
         let mut rest = text;
-        while let Some(at) = rest.find(&needle) {
+        while let Some(at) = rest.find(needle) {
             let after = rest[at + needle.len()..].trim_start();
             rest = after;
             if let Some(q) = after.strip_prefix('"') {
