@@ -127,23 +127,22 @@ impl TextFacts {
             }
             _ => {}
         }
-        // An inline verdict map's entries, when the text says them all (checked
-        // against the statements: one list allocated, for these rules only).
+        // An inline verdict map's entries, when the text says them all (compared with
+        // the statements' one by one, nothing allocated).
         if transfers > 1 || (transfers == 1 && !verdict) {
+            let mut read = statements
+                .iter()
+                .flat_map(|s| match &s.kind {
+                    StatementKind::VerdictMap {
+                        map: VerdictMapRef::Inline(entries),
+                        ..
+                    } => entries.as_slice(),
+                    _ => &[],
+                })
+                .filter_map(|(_, v)| v.chain_ref());
             let all_in_vmap = verdict_transfers == 0
-                && vmap_transfers(text).is_some_and(|scanned| {
-                    let read: Vec<ChainRef<'_>> = statements
-                        .iter()
-                        .flat_map(|s| match &s.kind {
-                            StatementKind::VerdictMap {
-                                map: VerdictMapRef::Inline(entries),
-                                ..
-                            } => entries.iter().filter_map(|(_, v)| v.chain_ref()).collect(),
-                            _ => Vec::new(),
-                        })
-                        .collect();
-                    scanned == read
-                });
+                && scan_vmap_transfers(text, |scanned| read.next() == Some(scanned))
+                && read.next().is_none();
             if all_in_vmap {
                 bits |= Self::INLINE_VMAP;
             }
@@ -224,29 +223,40 @@ fn tail_transfer(text: &str, goto: bool) -> Option<&str> {
 /// `None` when the text does not end with one, or an entry's verdict is not one word
 /// or a `jump`/`goto` and one word.
 fn vmap_transfers(text: &str) -> Option<Vec<ChainRef<'_>>> {
-    const OPEN: &str = "vmap { ";
-    let body = text.strip_suffix(" }")?;
-    let at = body.rfind(OPEN)?;
-    let body = body.get(at + OPEN.len()..)?;
     let mut out = Vec::new();
+    scan_vmap_transfers(text, |r| {
+        out.push(r);
+        true
+    })
+    .then_some(out)
+}
+
+/// [`vmap_transfers`], each reference handed to `each` as it is read: false when the
+/// text has no such map, or as soon as `each` says false.
+fn scan_vmap_transfers<'t>(text: &'t str, mut each: impl FnMut(ChainRef<'t>) -> bool) -> bool {
+    const OPEN: &str = "vmap { ";
+    let Some(body) = text.strip_suffix(" }") else {
+        return false;
+    };
+    let Some(body) = body.rfind(OPEN).and_then(|at| body.get(at + OPEN.len()..)) else {
+        return false;
+    };
     for entry in body.split(", ") {
-        let (_, verdict) = entry.rsplit_once(" : ")?;
-        match verdict.split_once(' ') {
-            None => {}
-            Some((word, chain)) => {
-                let kind = match word {
-                    "jump" => TransferKind::Jump,
-                    "goto" => TransferKind::Goto,
-                    _ => return None,
-                };
-                if chain.is_empty() || chain.contains(' ') {
-                    return None;
-                }
-                out.push(ChainRef { kind, chain });
+        let Some((_, verdict)) = entry.rsplit_once(" : ") else {
+            return false;
+        };
+        if let Some((word, chain)) = verdict.split_once(' ') {
+            let kind = match word {
+                "jump" => TransferKind::Jump,
+                "goto" => TransferKind::Goto,
+                _ => return false,
+            };
+            if chain.is_empty() || chain.contains(' ') || !each(ChainRef { kind, chain }) {
+                return false;
             }
         }
     }
-    Some(out)
+    true
 }
 
 /// The arguments of a rule's text's last NAT statement of `kind`: the text after the
