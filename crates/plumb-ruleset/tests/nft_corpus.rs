@@ -486,6 +486,9 @@ fn statements_read_again_from_a_rule_text_are_those_read_in_context() {
     files_with_ext(&data(""), "nft", &mut files);
     files.sort();
     let (mut lazy, mut held) = (0, 0);
+    // Rules whose chain references and NAT statements are answered from what was
+    // found when they were read (`TextFacts`), without reading them again.
+    let (mut known_transfers, mut known_nats) = (0, 0);
     let mut mismatches = Vec::new();
     for f in &files {
         let Ok(text) = std::fs::read_to_string(f) else {
@@ -494,6 +497,14 @@ fn statements_read_again_from_a_rule_text_are_those_read_in_context() {
         let a = parse_text(&text);
         let b = plumb_ruleset::nft::parse_text_holding(&text);
         assert_eq!(a.rule_count(), b.rule_count(), "{}", f.display());
+        // The reader's own checks (jumps to undefined or base chains) answered from
+        // those facts say what they say from the statements.
+        assert_eq!(
+            format!("{:?}", a.diagnostics),
+            format!("{:?}", b.diagnostics),
+            "{}",
+            f.display()
+        );
         let rules = |rs: &Ruleset| {
             rs.tables
                 .iter()
@@ -512,14 +523,18 @@ fn statements_read_again_from_a_rule_text_are_those_read_in_context() {
             } else {
                 lazy += 1;
             }
+            let facts = na.text_facts();
+            known_transfers += usize::from(facts.knows_transfers());
+            known_nats += usize::from(facts.knows_nats());
             let shown = |r: &plumb_ruleset::Rule, n: &NftRule| {
                 let st: Vec<(String, String)> = statements(r)
                     .iter()
                     .map(|s| (s.text.to_string(), format!("{:?}", s.kind)))
                     .collect();
                 format!(
-                    "{st:?} {:?} {:?} {:?} {:?} {:?}",
+                    "{st:?} {:?} {:?} {:?} {:?} {:?} {:?}",
                     r.chain_references(),
+                    n.nat_statements(&r.text),
                     n.verdict_map_names(&r.text),
                     r.comments(),
                     r.counters(),
@@ -538,10 +553,14 @@ fn statements_read_again_from_a_rule_text_are_those_read_in_context() {
         }
     }
     eprintln!(
-        "{} files: {lazy} rules read again from their text, {held} holding their statements, {} mismatches",
+        "{} files: {lazy} rules read again from their text ({known_transfers} with their chain references known, {known_nats} their NAT), {held} holding their statements, {} mismatches",
         files.len(),
         mismatches.len()
     );
     assert!(lazy > 1000, "{lazy} rules read from their text");
+    assert!(
+        known_transfers > lazy / 2 && known_nats > lazy / 2,
+        "{known_transfers} and {known_nats} of {lazy}"
+    );
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
 }

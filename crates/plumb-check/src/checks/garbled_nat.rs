@@ -11,7 +11,7 @@ use crate::facts::CheckInput;
 use plumb_findings::{Finding, Severity};
 use plumb_ruleset::RuleBody;
 use plumb_ruleset::iptables::XtBuf;
-use plumb_ruleset::nft::{NatKind, StatementKind};
+use plumb_ruleset::nft::NatKind;
 use std::net::IpAddr;
 
 /// Finding id: a DNAT/SNAT target (or nft `dnat`/`snat` statement) without a usable
@@ -79,30 +79,29 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
                             Some(o) => o.arg(0).is_none_or(|a| !usable_nat_address(&a)),
                         }
                     }),
-                    RuleBody::Nft(n) => n.statements(&r.text).iter().any(|s| match &s.kind {
-                        StatementKind::Nat {
-                            kind: NatKind::Dnat | NatKind::Snat,
-                            args,
-                        } => {
-                            let words: Vec<&str> = args.split_whitespace().collect();
-                            // `to ADDR` / `ip to ADDR` / `to ip saddr map { ... }`: only flag a
-                            // literal address that is missing or unusable.
-                            match words.iter().position(|w| *w == "to") {
-                                Some(i) => match words.get(i + 1) {
-                                    None => true,
-                                    Some(w)
-                                        if w.starts_with(|ch: char| {
-                                            ch.is_ascii_digit() || ch == '['
-                                        }) =>
-                                    {
-                                        !usable_nat_address(w)
-                                    }
-                                    Some(_) => false,
-                                },
-                                None => false,
-                            }
+                    // Its NAT statements only (most rules of a listing are not read
+                    // again for them).
+                    RuleBody::Nft(n) => n.nat_statements(&r.text).iter().any(|(kind, args)| {
+                        if !matches!(kind, NatKind::Dnat | NatKind::Snat) {
+                            return false;
                         }
-                        _ => false,
+                        let words: Vec<&str> = args.split_whitespace().collect();
+                        // `to ADDR` / `ip to ADDR` / `to ip saddr map { ... }`: only flag a
+                        // literal address that is missing or unusable.
+                        match words.iter().position(|w| *w == "to") {
+                            Some(i) => match words.get(i + 1) {
+                                None => true,
+                                Some(w)
+                                    if w.starts_with(|ch: char| {
+                                        ch.is_ascii_digit() || ch == '['
+                                    }) =>
+                                {
+                                    !usable_nat_address(w)
+                                }
+                                Some(_) => false,
+                            },
+                            None => false,
+                        }
                     }),
                     RuleBody::Approximate(_) => false,
                 };

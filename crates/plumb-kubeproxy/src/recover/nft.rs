@@ -553,11 +553,11 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
         if let Some(ep) = rec.chains.get(target) {
             for r in &ep.rules {
                 let RuleBody::Nft(n) = &r.body else { continue };
-                for s in n.statements(&r.text).iter() {
-                    if let StatementKind::Nat { args, .. } = &s.kind
-                        && let Some(a) = args
-                            .split_whitespace()
-                            .find(|w| split_host_port(w).is_some())
+                // Only its NAT statements (most rules are not read again for them).
+                for (_, args) in n.nat_statements(&r.text) {
+                    if let Some(a) = args
+                        .split_whitespace()
+                        .find(|w| split_host_port(w).is_some())
                     {
                         address = Some(
                             spelt_in(&r.text, a)

@@ -12,6 +12,7 @@
 
 use super::{ChainRef, Counters, Location, RuleBody, RuleText, Table, TransferKind};
 use serde::Serialize;
+use std::borrow::Cow;
 
 /// A native nft rule: statements in order, plus the kernel handle when the dump
 /// carried one (`nft -a` comments `# handle N`, or JSON `handle`).
@@ -22,13 +23,19 @@ use serde::Serialize;
 /// statements, 23 MiB held, more than the listing itself. A rule read from JSON, or
 /// whose text the reader composed (spread over lines in the input), holds them.
 ///
+/// What the passes over every rule ask most (its chain references, its NAT) is
+/// answered without reading the statements again for the common shapes: the rule keeps
+/// a few bits found from its statements when it was read ([`TextFacts`]).
+///
 /// 8 bytes, and no allocation for a rule read from text without a handle (most rules:
-/// `nft list ruleset` prints no handles); a box held 32 bytes for each of a
-/// 10k-service listing's 125k rules.
+/// `nft list ruleset` prints no handles): such rules share one [`NftRuleParts`] per
+/// value of their bits. A box held 32 bytes for each of a 10k-service listing's 125k
+/// rules.
 #[derive(Clone, Debug)]
 pub struct NftRule {
-    /// `None`: the statements are in the rule's text, and there is no handle.
-    parts: Option<Box<NftRuleParts>>,
+    /// `None`: the statements are in the rule's text, nothing is known of them
+    /// without reading them, and there is no handle.
+    parts: Option<std::sync::Arc<NftRuleParts>>,
 }
 
 /// What an [`NftRule`] holds when it holds anything.
@@ -37,6 +44,287 @@ struct NftRuleParts {
     /// `None`: the statements are in the rule's text.
     statements: Option<Box<[Statement]>>,
     handle: Option<u64>,
+    /// What is known of the statements in the text (nothing for a rule holding them).
+    facts: TextFacts,
+}
+
+/// What is known of the statements of a rule read from text without reading them
+/// again, found from the statements when the rule was read ([`TextFacts::of`]): bits,
+/// each set only when it is exactly true of the statements.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TextFacts(u8);
+
+impl TextFacts {
+    /// The rule transfers to no chain (no `jump`/`goto` verdict, no inline verdict map
+    /// entry that does).
+    const NO_TRANSFER: u8 = 1;
+    /// The rule's one chain reference is a `jump`/`goto` verdict whose chain is the
+    /// text's last word (`... jump mark-for-masquerade`).
+    const TAIL_TRANSFER: u8 = 1 << 1;
+    /// With `TAIL_TRANSFER`: the verdict is a `goto`.
+    const TAIL_GOTO: u8 = 1 << 2;
+    /// The rule has no NAT statement.
+    const NO_NAT: u8 = 1 << 3;
+    /// The rule's one NAT statement is its last one, and its arguments are the text
+    /// after the keyword's last occurrence (`... dnat to 10.0.0.1:80`); the kind in the
+    /// two bits at `NAT_KIND_SHIFT`.
+    const TAIL_NAT: u8 = 1 << 4;
+    const NAT_KIND_SHIFT: u8 = 5;
+    /// The rule's chain references are those of the inline verdict map its text ends
+    /// with (`numgen random mod 2 vmap { 0 : goto a, 1 : goto b }`), in order: see
+    /// [`vmap_transfers`].
+    const INLINE_VMAP: u8 = 1 << 7;
+
+    /// The facts of `statements`, read from `text` (the rule's text): each bit set only
+    /// when the answer it gives from the text equals the one the statements give.
+    pub fn of(statements: &[Statement], text: &str) -> TextFacts {
+        let mut bits = 0;
+        // The chain references (counted, the first kept) and whether the first is a
+        // verdict's; the NAT statements (counted, the first kept) and whether the
+        // last statement is NAT. No allocation: this runs for every rule read.
+        let (mut transfers, mut first_transfer, mut verdict) = (0usize, None, false);
+        let mut verdict_transfers = 0usize;
+        let (mut nats, mut first_nat) = (0usize, None);
+        for s in statements {
+            match &s.kind {
+                StatementKind::Verdict(v) => {
+                    if let Some(r) = v.chain_ref() {
+                        verdict_transfers += 1;
+                        if transfers == 0 {
+                            first_transfer = Some(r);
+                            verdict = true;
+                        }
+                        transfers += 1;
+                    }
+                }
+                StatementKind::VerdictMap {
+                    map: VerdictMapRef::Inline(entries),
+                    ..
+                } => {
+                    for r in entries.iter().filter_map(|(_, v)| v.chain_ref()) {
+                        if transfers == 0 {
+                            first_transfer = Some(r);
+                        }
+                        transfers += 1;
+                    }
+                }
+                StatementKind::Nat { kind, args } => {
+                    if nats == 0 {
+                        first_nat = Some((*kind, args.as_str()));
+                    }
+                    nats += 1;
+                }
+                _ => {}
+            }
+        }
+        match (transfers, first_transfer) {
+            (0, _) => bits |= Self::NO_TRANSFER,
+            (1, Some(only)) if verdict => {
+                let goto = only.kind == TransferKind::Goto;
+                if tail_transfer(text, goto) == Some(only.chain) {
+                    bits |= Self::TAIL_TRANSFER | if goto { Self::TAIL_GOTO } else { 0 };
+                }
+            }
+            _ => {}
+        }
+        // An inline verdict map's entries, when the text says them all (compared with
+        // the statements' one by one, nothing allocated).
+        if transfers > 1 || (transfers == 1 && !verdict) {
+            let mut read = statements
+                .iter()
+                .flat_map(|s| match &s.kind {
+                    StatementKind::VerdictMap {
+                        map: VerdictMapRef::Inline(entries),
+                        ..
+                    } => entries.as_slice(),
+                    _ => &[],
+                })
+                .filter_map(|(_, v)| v.chain_ref());
+            let all_in_vmap = verdict_transfers == 0
+                && scan_vmap_transfers(text, |scanned| read.next() == Some(scanned))
+                && read.next().is_none();
+            if all_in_vmap {
+                bits |= Self::INLINE_VMAP;
+            }
+        }
+        match (nats, first_nat) {
+            (0, _) => bits |= Self::NO_NAT,
+            (1, Some((kind, args)))
+                if statements.last().and_then(nat_of) == Some((kind, args))
+                    && tail_nat(text, kind) == Some(args) =>
+            {
+                bits |= Self::TAIL_NAT | (nat_kind_bits(kind) << Self::NAT_KIND_SHIFT);
+            }
+            _ => {}
+        }
+        TextFacts(bits)
+    }
+
+    /// Whether the rule's chain references are known.
+    pub fn knows_transfers(self) -> bool {
+        self.has(Self::NO_TRANSFER | Self::TAIL_TRANSFER | Self::INLINE_VMAP)
+    }
+
+    /// Whether the rule's NAT statements are known.
+    pub fn knows_nats(self) -> bool {
+        self.has(Self::NO_NAT | Self::TAIL_NAT)
+    }
+
+    fn has(self, bit: u8) -> bool {
+        self.0 & bit != 0
+    }
+
+    /// The rule's chain references from its text, when the bits say them.
+    fn transfers(self, text: &str) -> Option<Vec<ChainRef<'_>>> {
+        if self.has(Self::NO_TRANSFER) {
+            return Some(Vec::new());
+        }
+        if self.has(Self::INLINE_VMAP) {
+            return vmap_transfers(text);
+        }
+        if !self.has(Self::TAIL_TRANSFER) {
+            return None;
+        }
+        let goto = self.has(Self::TAIL_GOTO);
+        let chain = tail_transfer(text, goto)?;
+        let kind = if goto {
+            TransferKind::Goto
+        } else {
+            TransferKind::Jump
+        };
+        Some(vec![ChainRef { kind, chain }])
+    }
+
+    /// The rule's NAT statements (kind and arguments) from its text, when the bits say
+    /// them.
+    fn nats(self, text: &str) -> Option<Vec<(NatKind, &str)>> {
+        if self.has(Self::NO_NAT) {
+            return Some(Vec::new());
+        }
+        if !self.has(Self::TAIL_NAT) {
+            return None;
+        }
+        let kind = nat_kind_of_bits(self.0 >> Self::NAT_KIND_SHIFT);
+        Some(vec![(kind, tail_nat(text, kind)?)])
+    }
+}
+
+/// The chain a rule's text ends in after `jump ` (or `goto ` when `goto`): its last
+/// word when the word before is the verdict's.
+fn tail_transfer(text: &str, goto: bool) -> Option<&str> {
+    let (before, last) = text.rsplit_once(' ')?;
+    let verdict = if goto { "goto" } else { "jump" };
+    let word_before = before.rsplit(' ').next()?;
+    (word_before == verdict && !last.is_empty()).then_some(last)
+}
+
+/// The chain references of the inline verdict map a rule's text ends with
+/// (`KEY vmap { K : goto C, K : jump D, K : accept }`), in order, read from the text:
+/// `None` when the text does not end with one, or an entry's verdict is not one word
+/// or a `jump`/`goto` and one word.
+fn vmap_transfers(text: &str) -> Option<Vec<ChainRef<'_>>> {
+    let mut out = Vec::new();
+    scan_vmap_transfers(text, |r| {
+        out.push(r);
+        true
+    })
+    .then_some(out)
+}
+
+/// [`vmap_transfers`], each reference handed to `each` as it is read: false when the
+/// text has no such map, or as soon as `each` says false.
+fn scan_vmap_transfers<'t>(text: &'t str, mut each: impl FnMut(ChainRef<'t>) -> bool) -> bool {
+    const OPEN: &str = "vmap { ";
+    let Some(body) = text.strip_suffix(" }") else {
+        return false;
+    };
+    let Some(body) = body.rfind(OPEN).and_then(|at| body.get(at + OPEN.len()..)) else {
+        return false;
+    };
+    for entry in body.split(", ") {
+        let Some((_, verdict)) = entry.rsplit_once(" : ") else {
+            return false;
+        };
+        if let Some((word, chain)) = verdict.split_once(' ') {
+            let kind = match word {
+                "jump" => TransferKind::Jump,
+                "goto" => TransferKind::Goto,
+                _ => return false,
+            };
+            if chain.is_empty() || chain.contains(' ') || !each(ChainRef { kind, chain }) {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// The arguments of a rule's text's last NAT statement of `kind`: the text after the
+/// keyword's last occurrence (empty when the text ends with it).
+fn tail_nat(text: &str, kind: NatKind) -> Option<&str> {
+    let keyword = nat_keyword(kind);
+    let at = text.rfind(keyword)?;
+    let rest = text.get(at + keyword.len()..)?;
+    if rest.is_empty() {
+        return Some(rest);
+    }
+    rest.strip_prefix(' ')
+}
+
+/// A NAT statement's kind and arguments.
+fn nat_of(s: &Statement) -> Option<(NatKind, &str)> {
+    match &s.kind {
+        StatementKind::Nat { kind, args } => Some((*kind, args.as_str())),
+        _ => None,
+    }
+}
+
+fn nat_keyword(kind: NatKind) -> &'static str {
+    match kind {
+        NatKind::Dnat => "dnat",
+        NatKind::Snat => "snat",
+        NatKind::Masquerade => "masquerade",
+        NatKind::Redirect => "redirect",
+    }
+}
+
+fn nat_kind_bits(kind: NatKind) -> u8 {
+    match kind {
+        NatKind::Dnat => 0,
+        NatKind::Snat => 1,
+        NatKind::Masquerade => 2,
+        NatKind::Redirect => 3,
+    }
+}
+
+fn nat_kind_of_bits(bits: u8) -> NatKind {
+    match bits & 3 {
+        0 => NatKind::Dnat,
+        1 => NatKind::Snat,
+        2 => NatKind::Masquerade,
+        _ => NatKind::Redirect,
+    }
+}
+
+/// The parts shared by the rules read from text without a handle, one per value of
+/// their [`TextFacts`].
+fn shared_parts(facts: TextFacts) -> Option<std::sync::Arc<NftRuleParts>> {
+    static SHARED: std::sync::OnceLock<Vec<std::sync::Arc<NftRuleParts>>> =
+        std::sync::OnceLock::new();
+    SHARED
+        .get_or_init(|| {
+            (0..=u8::MAX)
+                .map(|bits| {
+                    std::sync::Arc::new(NftRuleParts {
+                        statements: None,
+                        handle: None,
+                        facts: TextFacts(bits),
+                    })
+                })
+                .collect()
+        })
+        .get(usize::from(facts.0))
+        .cloned()
 }
 
 /// Reads the statements of a rule from its text (a rule of any family: the family
@@ -60,9 +348,10 @@ impl NftRule {
     /// composed).
     pub fn holding(statements: Vec<Statement>, handle: Option<u64>) -> NftRule {
         NftRule {
-            parts: Some(Box::new(NftRuleParts {
+            parts: Some(std::sync::Arc::new(NftRuleParts {
                 statements: Some(statements.into_boxed_slice()),
                 handle,
+                facts: TextFacts::default(),
             })),
         }
     }
@@ -71,16 +360,43 @@ impl NftRule {
     /// that makes it promises that `read(text)` gives the statements it read, and that
     /// every chain, map and comment they name is a slice of the text (see
     /// [`NftRule::chain_references`]). `read` is the same function for every rule.
-    pub(crate) fn in_text(read: ReadStatements, handle: Option<u64>) -> NftRule {
+    /// `facts`: [`TextFacts::of`] the statements read.
+    pub(crate) fn in_text(read: ReadStatements, handle: Option<u64>, facts: TextFacts) -> NftRule {
         READ_STATEMENTS.get_or_init(|| read);
         NftRule {
-            parts: handle.map(|handle| {
-                Box::new(NftRuleParts {
+            parts: match handle {
+                None => shared_parts(facts),
+                Some(handle) => Some(std::sync::Arc::new(NftRuleParts {
                     statements: None,
                     handle: Some(handle),
-                })
-            }),
+                    facts,
+                })),
+            },
         }
+    }
+
+    /// The rule's chain references when they are known without reading its statements
+    /// again (a rule read from text, of a common shape), and whether all of them are
+    /// verdicts' (`jump`/`goto`; otherwise all are an inline verdict map's entries').
+    pub(crate) fn known_transfers<'a>(&self, text: &'a str) -> Option<(Vec<ChainRef<'a>>, bool)> {
+        let facts = self.facts();
+        let verdicts = !facts.has(TextFacts::INLINE_VMAP);
+        Some((facts.transfers(text)?, verdicts))
+    }
+
+    /// What is known of the statements without reading them again (for the tests
+    /// that prove it is what the statements say, and that it is there).
+    #[doc(hidden)]
+    pub fn text_facts(&self) -> TextFacts {
+        self.facts()
+    }
+
+    /// What is known of the statements without reading them (nothing when the rule
+    /// holds them).
+    fn facts(&self) -> TextFacts {
+        self.parts
+            .as_ref()
+            .map_or(TextFacts::default(), |p| p.facts)
     }
 
     /// The kernel's rule handle; `None` when the dump was listed without `-a` (text) or
@@ -102,7 +418,10 @@ impl NftRule {
     /// The statements the rule holds, to give their texts another home (`None` when
     /// they are read from the rule's text).
     pub(crate) fn held_statements_mut(&mut self) -> Option<&mut [Statement]> {
-        self.parts.as_mut()?.statements.as_deref_mut()
+        let parts = self.parts.as_mut()?;
+        // Shared parts hold no statements: only a rule holding some is made unique.
+        parts.statements.as_ref()?;
+        std::sync::Arc::make_mut(parts).statements.as_deref_mut()
     }
 
     /// The rule's statements in evaluation order (evaluation stops at the first match
@@ -126,6 +445,9 @@ impl NftRule {
     /// [`NftSet::verdict_targets`] (see [`table_chain_references`]). `text` is the
     /// rule's text (`Rule::text`).
     pub fn chain_references<'a>(&'a self, text: &'a str) -> Vec<ChainRef<'a>> {
+        if let Some(known) = self.facts().transfers(text) {
+            return known;
+        }
         self.named(text, &["jump", "goto"], |s, out| match &s.kind {
             StatementKind::Verdict(v) => out.extend(v.chain_ref().map(|r| (r.kind, r.chain))),
             StatementKind::VerdictMap {
@@ -141,6 +463,35 @@ impl NftRule {
         .into_iter()
         .map(|(kind, chain)| ChainRef { kind, chain })
         .collect()
+    }
+
+    /// The rule's NAT statements (`dnat`, `snat`, `masquerade`, `redirect`), each
+    /// with the text after its keyword (`to 10.0.0.1:80`; empty for a bare
+    /// `masquerade`), in order. `text` is the rule's text (`Rule::text`); for most
+    /// rules read from text the answer is read from it without reading the statements
+    /// again.
+    pub fn nat_statements<'a>(&'a self, text: &'a str) -> Vec<(NatKind, Cow<'a, str>)> {
+        if let Some(known) = self.facts().nats(text) {
+            return known
+                .into_iter()
+                .map(|(kind, args)| (kind, Cow::Borrowed(args)))
+                .collect();
+        }
+        if !self.may_hold(text, &["dnat", "snat", "masquerade", "redirect"]) {
+            return Vec::new();
+        }
+        match self.statements(text) {
+            Cow::Borrowed(held) => held
+                .iter()
+                .filter_map(nat_of)
+                .map(|(kind, args)| (kind, Cow::Borrowed(args)))
+                .collect(),
+            Cow::Owned(read) => read
+                .iter()
+                .filter_map(nat_of)
+                .map(|(kind, args)| (kind, Cow::Owned(args.to_string())))
+                .collect(),
+        }
     }
 
     /// Named maps this rule looks verdicts up in (`vmap @service-ips`). `text` is the
@@ -187,6 +538,19 @@ impl NftRule {
         })
     }
 
+    /// Whether the rule may hold a statement spelt with one of `keywords` (`dnat`,
+    /// `jump`, `drop`): always for a rule that holds its statements; for one read from
+    /// text, whether the text spells one of them where a word can start. A pass that
+    /// looks for such statements skips the rules for which this is false without
+    /// reading their statements again (most rules, for most passes). Every keyword of a
+    /// statement is a word of the text (the reader reads statements from the text's
+    /// words), and a word never starts right after a `-` (the tokenizer splits words at
+    /// blanks, braces, `;`, list commas, quotes, `@`, parentheses, operators and after
+    /// numbers): `jump mark-for-masquerade` spells no `masquerade` statement.
+    pub fn may_hold(&self, text: &str, keywords: &[&str]) -> bool {
+        self.holds_statements() || keywords.iter().any(|k| spells_word(text, k))
+    }
+
     /// The names `pick` finds in the statements, as strings that live as long as the
     /// rule: the statements' own when the rule holds them, else the same characters in
     /// `text` (the reader reads statements from the text only when every name they
@@ -206,7 +570,7 @@ impl NftRule {
                     pick(s, &mut out);
                 }
             }
-            None if !keywords.iter().any(|k| text.contains(k)) => {}
+            None if !self.may_hold(text, keywords) => {}
             None => {
                 let statements = self.statements(text);
                 let mut found = Vec::new();
@@ -221,6 +585,16 @@ impl NftRule {
         }
         out
     }
+}
+
+/// Whether `word` occurs in `text` other than right after a `-` (where the nft
+/// tokenizer never starts a word: see [`NftRule::may_hold`]).
+fn spells_word(text: &str, word: &str) -> bool {
+    text.match_indices(word).any(|(at, _)| {
+        at.checked_sub(1)
+            .and_then(|before| text.as_bytes().get(before))
+            != Some(&b'-')
+    })
 }
 
 /// One statement of a rule: its text as read (or rendered from JSON) and its meaning.

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::model::RuleText;
 use crate::model::nft::{
-    NftRule, NftSet, SetElement, SetKind, Statement, StatementKind, Verdict, unquote,
+    NftRule, NftSet, SetElement, SetKind, Statement, StatementKind, TextFacts, Verdict, unquote,
 };
 use crate::model::{
     Backend, BaseChain, Chain, Family, Hook, Location, Policy, Rule, RuleBody, Table,
@@ -566,8 +566,19 @@ impl<'a> Reader<'a> {
             self.rule_buf = buf;
             return;
         }
-        let rule = if one_line && !self.hold_statements && names_within(&statements, &text) {
-            NftRule::in_text(statements_of_rule, handle)
+        // A rule holds its statements when its text alone would not read the same:
+        // when it ends in a comma (the tokenizer reads a comma by what follows it:
+        // `dead::/64,;` is one word, `dead::/64,` at the end of a text a word and a
+        // list comma), or when its words end in a blank only Unicode calls one (a
+        // vertical tab: the text is trimmed of it, the word holds it).
+        let rule = if one_line
+            && !self.hold_statements
+            && !text.ends_with(',')
+            && text.len() == span.len()
+            && names_within(&statements, &text)
+        {
+            let facts = TextFacts::of(&statements, &text);
+            NftRule::in_text(statements_of_rule, handle, facts)
         } else {
             NftRule::holding(statements, handle)
         };

@@ -772,7 +772,13 @@ fn collapse(s: &str) -> String {
 /// [`collapse`], borrowing `s` (trimmed) when it has nothing to collapse.
 fn collapsed(s: &str) -> std::borrow::Cow<'_, str> {
     let s = s.trim();
-    if !s.contains(['\n', '\t', '\r']) && !s.contains("  ") {
+    // One pass over the bytes (two `contains` cost a substring searcher's set-up each:
+    // this runs for every statement read).
+    let b = s.as_bytes();
+    let blank_to_collapse = b.iter().enumerate().any(|(i, &c)| {
+        matches!(c, b'\n' | b'\t' | b'\r') || (c == b' ' && b.get(i + 1) == Some(&b' '))
+    });
+    if !blank_to_collapse {
         return std::borrow::Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len());
@@ -938,8 +944,30 @@ fn rule_references(
     found: &mut Vec<Diagnostic>,
 ) {
     // A jump or goto to a chain the table does not define is refused the same way.
+    // The chains of a rule of a common shape are known without reading its
+    // statements again (all verdicts'); and only a rule that spells `jump` or `goto`
+    // transfers to a chain (a verdict or an inline verdict map's entry): the others
+    // are not read again either.
     if let RuleBody::Nft(rule) = &r.body
         && !chain_listing
+        && let Some((known, verdicts)) = rule.known_transfers(&r.text)
+    {
+        // As below: the verdicts' chains first, then every reference's.
+        if verdicts {
+            for c in &known {
+                if chains.base(c.chain).is_none() {
+                    found.push(jump_to_undefined(r.location, t, c.chain));
+                }
+            }
+        }
+        for c in &known {
+            if chains.base(c.chain) == Some(true) {
+                found.push(jump_to_base(r.location, t, c.chain));
+            }
+        }
+    } else if let RuleBody::Nft(rule) = &r.body
+        && !chain_listing
+        && rule.may_hold(&r.text, &["jump", "goto"])
     {
         // One read of the statements (a rule read from text reads them again).
         let statements = rule.statements(&r.text);
@@ -1009,10 +1037,17 @@ fn rule_references(
 /// expectation, timeout). Unquoted names and named maps (`map @m`) are not followed.
 fn ct_object_references(text: &str) -> Vec<(&'static str, &str)> {
     let mut out = Vec::new();
-    for kind in ["helper", "expectation", "timeout"] {
-        let needle = format!("ct {kind} set ");
+    // Every needle spells `ct `: most rules are looked at once.
+    if !text.contains("ct ") {
+        return out;
+    }
+    for (kind, needle) in [
+        ("helper", "ct helper set "),
+        ("expectation", "ct expectation set "),
+        ("timeout", "ct timeout set "),
+    ] {
         let mut rest = text;
-        while let Some(at) = rest.find(&needle) {
+        while let Some(at) = rest.find(needle) {
             let after = rest[at + needle.len()..].trim_start();
             rest = after;
             if let Some(q) = after.strip_prefix('"') {
