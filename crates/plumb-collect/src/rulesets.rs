@@ -515,19 +515,18 @@ fn read_with_netlink(node: &dyn NodeSource, read: &mut crate::nft_netlink::Read)
         }
         tools.push(o);
     }
+    collected(ruleset, tools)
+}
+
+/// What every read of a node gives: the merged ruleset, its completeness settled, and
+/// `damaged` when a read left tables of the node out of it ([`ToolOutcome::left_out`]):
+/// then what is absent from the model proves nothing (checks judge no absence).
+fn collected(mut ruleset: Ruleset, tools: Vec<ToolOutcome>) -> Collected {
     ruleset.settle_completeness();
-    if unread_table(&tools) {
-        // A table the node has is not in the model, so what is absent from it proves
-        // nothing (checks judge no absence then).
+    if tools.iter().any(|t| t.left_out) {
         ruleset.completeness = plumb_ruleset::Completeness::Damaged;
     }
     Collected { ruleset, tools }
-}
-
-/// Whether a read left tables of the node out of the model ([`ToolOutcome::left_out`]):
-/// then what is absent from the model proves nothing, and the ruleset is `damaged`.
-fn unread_table(tools: &[ToolOutcome]) -> bool {
-    tools.iter().any(|t| t.left_out)
 }
 
 /// Reads every ruleset of a node: live (nf_tables over netlink when the node reads it
@@ -593,11 +592,7 @@ pub fn read_rulesets(node: &dyn NodeSource) -> Collected {
         ruleset.merge(rs);
     }
     tools.push(nft_outcome);
-    ruleset.settle_completeness();
-    if unread_table(&tools) {
-        ruleset.completeness = plumb_ruleset::Completeness::Damaged;
-    }
-    Collected { ruleset, tools }
+    collected(ruleset, tools)
 }
 
 /// Reads an `nft list ruleset` capture as `plumb check` reads a listing: iptables-nft's

@@ -301,16 +301,29 @@ impl Requester {
         on: &mut dyn FnMut(Message<'_>),
     ) -> io::Result<Vec<(u8, String, String)>> {
         let mut names = Vec::new();
+        self.named_dump_each(kind, table_attr, name_attr, on, &mut |n| names.push(n))?;
+        Ok(names)
+    }
+
+    /// [`Requester::named_dump`], each name handed to `named` as it comes, right after
+    /// its message went to `on`.
+    fn named_dump_each(
+        &mut self,
+        kind: u16,
+        table_attr: u16,
+        name_attr: u16,
+        on: &mut dyn FnMut(Message<'_>),
+        named: &mut dyn FnMut((u8, String, String)),
+    ) -> io::Result<()> {
         self.request(kind, true, libc::AF_UNSPEC as u8, &[], &mut |m| {
+            on(m);
             if let Some((family, attrs)) = split(&m)
                 && let (Some(t), Some(n)) =
                     (attr_str(attrs, table_attr), attr_str(attrs, name_attr))
             {
-                names.push((family, t, n));
+                named((family, t, n));
             }
-            on(m);
-        })?;
-        Ok(names)
+        })
     }
 
     /// The rules of each chain, one dump per chain, in order.
@@ -616,57 +629,48 @@ pub fn dump_ruleset_split(
             // so its rules come in order.
             let (tx, rx) = std::sync::mpsc::channel::<Vec<ChainId>>();
             let rx = std::sync::Mutex::new(rx);
-            let next_batch = || {
-                rx.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .recv()
-                    .ok()
+            // Dumps the rules of the queued chains until the queue ends.
+            let dump_queued = |r: &mut Requester, w: usize| -> io::Result<()> {
+                loop {
+                    let next = rx
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .recv();
+                    let Ok(batch) = next else { return Ok(()) };
+                    r.rules_of(&batch, &mut |m| on(w, Some(m)))?;
+                }
             };
             std::thread::scope(|s| {
                 let handles: Vec<_> = others
                     .iter_mut()
                     .enumerate()
-                    .map(|(i, r)| {
-                        s.spawn(move || -> io::Result<()> {
-                            while let Some(batch) = next_batch() {
-                                r.rules_of(&batch, &mut |m| on(i + 1, Some(m)))?;
-                            }
-                            Ok(())
-                        })
-                    })
+                    .map(|(i, r)| s.spawn(move || dump_queued(r, i + 1)))
                     .collect();
                 let mut batch = Vec::with_capacity(CHAIN_BATCH);
-                let chains =
-                    main.request(msg::GETCHAIN, true, libc::AF_UNSPEC as u8, &[], &mut |m| {
-                        (0..workers).for_each(|w| on(w, Some(m)));
-                        if let Some((family, attrs)) = split(&m)
-                            && let (Some(t), Some(n)) = (
-                                attr_str(attrs, NFTA_CHAIN_TABLE),
-                                attr_str(attrs, NFTA_CHAIN_NAME),
-                            )
-                        {
-                            batch.push((family, t, n));
-                            if batch.len() == CHAIN_BATCH {
-                                // The workers outlive the dump: a send cannot fail.
-                                let _ = tx.send(std::mem::replace(
-                                    &mut batch,
-                                    Vec::with_capacity(CHAIN_BATCH),
-                                ));
-                            }
+                // Each chain's message reaches every worker before the chain is queued.
+                let chains = main.named_dump_each(
+                    msg::GETCHAIN,
+                    NFTA_CHAIN_TABLE,
+                    NFTA_CHAIN_NAME,
+                    &mut |m| (0..workers).for_each(|w| on(w, Some(m))),
+                    &mut |chain| {
+                        batch.push(chain);
+                        if batch.len() == CHAIN_BATCH {
+                            // The workers outlive the dump: a send cannot fail.
+                            let _ = tx.send(std::mem::replace(
+                                &mut batch,
+                                Vec::with_capacity(CHAIN_BATCH),
+                            ));
                         }
-                    });
+                    },
+                );
                 if !batch.is_empty() {
                     let _ = tx.send(batch);
                 }
                 // The queue ends here, whether the chain dump worked or not: the
                 // workers stop when it is empty.
                 drop(tx);
-                let mine = chains.and_then(|()| {
-                    while let Some(batch) = next_batch() {
-                        main.rules_of(&batch, &mut |m| on(0, Some(m)))?;
-                    }
-                    Ok(())
-                });
+                let mine = chains.and_then(|()| dump_queued(&mut main, 0));
                 let theirs = handles.into_iter().try_for_each(|h| {
                     h.join()
                         .unwrap_or_else(|_| Err(io::Error::other("dump thread panicked")))

@@ -527,9 +527,7 @@ impl NftRule {
     /// The `counter packets N bytes M` of the rule, if any. `text` is the rule's text
     /// (`Rule::text`).
     pub fn counters(&self, text: &str) -> Option<Counters> {
-        // A `counter` statement is spelt so: a rule read from text without the word has
-        // none, and is not read again for it.
-        if !self.holds_statements() && !text.contains("counter") {
+        if !self.may_hold(text, &["counter"]) {
             return None;
         }
         self.statements(text).iter().find_map(|s| match &s.kind {
