@@ -775,21 +775,60 @@ fn compare_ruleset(ns: &str, label: &str) -> (usize, Vec<String>, Vec<String>) {
 /// Loads the scripts nft takes (each on its own, found by halving the batches nft
 /// refuses: `nft -f` is all or nothing); how many.
 fn load_what_nft_takes(ns: &Netns, scripts: &[String]) -> usize {
-    if scripts.is_empty() {
-        return 0;
+    // nft applies a file all or nothing, and names the line of every command it refused
+    // (`/dev/stdin:LINE:COL: Error: ...`): those scripts are dropped and the rest tried
+    // again, a few calls per file. When nft names no line of a script (or only lines
+    // already dropped), the scripts are halved instead.
+    let mut left: Vec<&String> = scripts.iter().collect();
+    while !left.is_empty() {
+        let text: String = left.iter().map(|s| s.as_str()).collect();
+        let (ok, _, err) = ns.exec("nft", &["-f", "-"], Some(&text)).expect("nft");
+        if ok {
+            return left.len();
+        }
+        let refused = refused_scripts(&left, &err);
+        if refused.is_empty() {
+            return bisect_what_nft_takes(ns, &left);
+        }
+        let mut i = 0;
+        left.retain(|_| {
+            i += 1;
+            !refused.contains(&(i - 1))
+        });
     }
-    if ns
-        .exec("nft", &["-f", "-"], Some(&scripts.concat()))
-        .expect("nft")
-        .0
-    {
+    0
+}
+
+/// The indexes of the scripts in `scripts` (concatenated in order) that nft's errors
+/// name by line.
+fn refused_scripts(scripts: &[&String], err: &str) -> std::collections::BTreeSet<usize> {
+    let mut first_lines = Vec::with_capacity(scripts.len());
+    let mut line = 1;
+    for s in scripts {
+        first_lines.push(line);
+        line += s.matches('\n').count();
+    }
+    err.lines()
+        .filter_map(|l| l.strip_prefix("/dev/stdin:"))
+        .filter_map(|l| l.split(':').next()?.parse::<usize>().ok())
+        .filter_map(|l| {
+            first_lines
+                .partition_point(|&first| first <= l)
+                .checked_sub(1)
+        })
+        .collect()
+}
+
+fn bisect_what_nft_takes(ns: &Netns, scripts: &[&String]) -> usize {
+    let text: String = scripts.iter().map(|s| s.as_str()).collect();
+    if ns.exec("nft", &["-f", "-"], Some(&text)).expect("nft").0 {
         return scripts.len();
     }
     if scripts.len() == 1 {
         return 0;
     }
     let (a, b) = scripts.split_at(scripts.len() / 2);
-    load_what_nft_takes(ns, a) + load_what_nft_takes(ns, b)
+    bisect_what_nft_takes(ns, a) + bisect_what_nft_takes(ns, b)
 }
 
 /// One table per rule of nftables' own rule tests (`tests/py/*/*.t` in the corpus:
@@ -818,9 +857,14 @@ fn nftables_rule_tests_decode_exactly_or_fall_back() {
     files.sort();
     let (mut offered, mut loaded, mut n) = (0, 0, 0);
     let (mut equal, mut fallbacks, mut diffs) = (0, Vec::new(), Vec::new());
+    // One namespace, emptied before each file: nft reads the whole ruleset before each
+    // change, so it is kept to one file's tables.
+    let ns = Netns::create("plumb-native-oracle").expect("netns");
     for f in &files {
-        // A namespace per file: nft reads the whole ruleset before each change.
-        let ns = Netns::create("plumb-native-oracle").expect("netns");
+        assert!(
+            ns.exec("nft", &["flush", "ruleset"], None).expect("nft").0,
+            "nft flush ruleset"
+        );
         let text = std::fs::read_to_string(f).expect("rule test");
         let mut chains = std::collections::HashMap::new();
         let mut tables = Vec::new();
