@@ -13,6 +13,15 @@
 //!   those the namespace lists (asking for another would create it);
 //! - [`process`]: whether a process recorded earlier still runs (leftovers of a killed run).
 //!
+//! The rules each module keeps: plumb's own threads never change namespace (a
+//! namespace is entered on a short-lived thread, [`netns::on_thread`], or in a child
+//! before exec); every command has a deadline and its pipes are drained on threads;
+//! the netlink framing never trusts a length field; [`nftables`] sends GET requests
+//! only (its rule dump runs on up to 4 sockets on threads that take chains in batches
+//! while the chain dump still runs, since the kernel restarts that dump's walk at each
+//! batch); [`bpf`] issues only OBJ_GET, GET_INFO, GET_NEXT_KEY and LOOKUP; [`xtables`]
+//! asks only for the tables /proc lists, with bounded sizes.
+//!
 //! Nothing here writes to the firewall: callers decide what they run, and plumb only
 //! runs dump commands.
 

@@ -5,7 +5,7 @@
 //!
 //! Read-only: only `NFT_MSG_GET*` requests are sent (never a batch, never NEW/DEL).
 //!
-//! Rule counters ([`Requester::counters`], [`decode_rule_counter`]): the packets and
+//! Rule counters ([`read_counters`], [`decode_rule_counter`]): the packets and
 //! bytes of each rule's `counter` expression and of each base chain's policy, read
 //! chain by chain for the chains asked for, so a caller that knows which chains can
 //! drop reads only those.
