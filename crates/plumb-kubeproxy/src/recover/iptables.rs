@@ -17,8 +17,8 @@
 
 use super::{
     Evidence, MaybeF64, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes,
-    RecoveredEndpoint, RecoveredService, ServiceMap, exact, host_addr, push_unique,
-    sort_in_place_by, split_service_port_name,
+    RecoveredEndpoint, RecoveredService, ServiceMap, exact, host_addr, push_tight, push_unique,
+    push_unique_tight, sort_in_place_by, split_service_port_name,
 };
 use crate::chain_name::{
     ChainPrefix, chain_matches_endpoint, endpoint_chain_name, parse_chain_name,
@@ -516,7 +516,7 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
                 && let Some(hash) = hash16(hash)
             {
                 let i = rec.builder(hash);
-                push_unique(&mut rec.builders[i].s.chains, &*c.name);
+                push_unique_tight(&mut rec.builders[i].s.chains, &*c.name);
             }
         }
     }
@@ -590,8 +590,8 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a Table, chain: &'a Chain, 
         let comment = r.comment();
         let said = comment.as_deref().and_then(read_comment);
         let b = &mut rec.builders[i];
-        push_unique(&mut b.s.chains, target);
-        b.s.evidence.push(Evidence::rule(table, chain, rule));
+        push_unique_tight(&mut b.s.chains, target);
+        push_tight(&mut b.s.evidence, Evidence::rule(table, chain, rule));
         b.protocol_from(&r);
         if let Some((n, _)) = said {
             b.name(n);
@@ -650,14 +650,14 @@ fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a Table, chain: &'a Chain,
         };
         let i = rec.builder(hash);
         let b = &mut rec.builders[i];
-        push_unique(&mut b.s.chains, target);
+        push_unique_tight(&mut b.s.chains, target);
         if let Some((n, _)) = r.comment().as_deref().and_then(read_comment) {
             b.name(n);
         }
         b.protocol_from(&r);
         if let Some(p) = r.dport() {
             if !b.s.node_ports.contains(&p) {
-                b.s.evidence.push(Evidence::rule(table, chain, rule));
+                push_tight(&mut b.s.evidence, Evidence::rule(table, chain, rule));
             }
             push_unique(&mut b.s.node_ports, p);
         }
@@ -815,7 +815,7 @@ fn service_chains<'a>(
                 None => format!("{src}/32"),
             };
             push_unique(&mut b.s.load_balancer_source_ranges, range);
-            b.s.evidence.push(Evidence::rule(table, c, rule));
+            push_tight(&mut b.s.evidence, Evidence::rule(table, c, rule));
         }
     }
     b.s.endpoints = eps;
@@ -985,7 +985,7 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, filter: &'a Table, buf: &mut XtBuf) 
             if says != Says::HealthCheck && b.s.protocol.is_none() {
                 b.s.protocol = proto;
             }
-            b.s.evidence.push(Evidence::rule(filter, chain, rule));
+            push_tight(&mut b.s.evidence, Evidence::rule(filter, chain, rule));
             match (which, says) {
                 ("KUBE-SERVICES", Says::NoEndpoints | Says::NoLocalEndpoints) => {
                     b.s.cluster_ip = b.s.cluster_ip.or(r.dst_host());
@@ -1057,7 +1057,7 @@ fn no_endpoints_unnamed<'a>(
     b.s.cluster_ip = b.s.cluster_ip.or(Some(ip));
     b.s.port = b.s.port.or(Some(port));
     b.s.no_endpoints = Some(NoEndpoints::Reject);
-    b.s.evidence.push(Evidence::rule(table, chain, rule));
+    push_tight(&mut b.s.evidence, Evidence::rule(table, chain, rule));
 }
 
 /// Completes `b.s`: exact-size vectors, the notes, the name source, and the chain-name

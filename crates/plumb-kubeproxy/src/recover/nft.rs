@@ -19,8 +19,8 @@
 
 use super::{
     Evidence, MaybeF64, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes,
-    RecoveredEndpoint, RecoveredService, ServiceMap, exact, push_unique, sort_in_place_by,
-    split_host_port, split_service_port_name,
+    RecoveredEndpoint, RecoveredService, ServiceMap, exact, push_tight, push_unique,
+    sort_in_place_by, split_host_port, split_service_port_name,
 };
 use crate::chain_name::{NftChainPrefix, nft_endpoint_chain_name, nft_service_port_base};
 use plumb_ruleset::nft::{NatKind, NftSet, StatementKind, Value, Verdict, VerdictMapRef};
@@ -118,8 +118,47 @@ struct Recovery<'a> {
     table: &'a Table,
     builders: Vec<Builder<'a>>,
     by_name: FastMap<String, usize>,
-    chains: FastMap<&'a str, &'a Chain>,
+    chains: ChainIndex<'a>,
     mismatches: Vec<NameMismatch<'a>>,
+}
+
+/// The table's chains by name, held as each chain's index (4 bytes; the key is read
+/// again from the chain): a map of names to chains took 24 bytes a bucket, 3.1 MiB
+/// on a 10k-service listing's 58k chains at the peak of `plumb services`.
+struct ChainIndex<'a> {
+    chains: &'a [Chain],
+    indexes: hashbrown::HashTable<u32>,
+}
+
+impl<'a> ChainIndex<'a> {
+    fn hash(name: &str) -> u64 {
+        use std::hash::BuildHasher;
+        BuildHasherDefault::<crate::sync::Fnv>::default().hash_one(name)
+    }
+
+    /// Every chain of `chains`; of two with one name, the later.
+    fn new(chains: &'a [Chain]) -> ChainIndex<'a> {
+        let mut indexes = hashbrown::HashTable::with_capacity(chains.len());
+        for (i, c) in chains.iter().enumerate() {
+            // Chains are fewer than 2^32 (the parser refuses inputs of 4 GiB).
+            let i = i as u32;
+            let h = Self::hash(&c.name);
+            match indexes.find_mut(h, |&j: &u32| *chains[j as usize].name == *c.name) {
+                Some(j) => *j = i,
+                None => {
+                    indexes.insert_unique(h, i, |&j: &u32| Self::hash(&chains[j as usize].name));
+                }
+            }
+        }
+        ChainIndex { chains, indexes }
+    }
+
+    fn get(&self, name: &str) -> Option<&'a Chain> {
+        let chains = self.chains;
+        self.indexes
+            .find(Self::hash(name), |&j| &*chains[j as usize].name == name)
+            .map(|&j| &chains[j as usize])
+    }
 }
 
 impl<'a> Recovery<'a> {
@@ -147,7 +186,7 @@ impl<'a> Recovery<'a> {
             b.protocol = Some(proto.to_string());
         }
         if prefix != NftChainPrefix::Endpoint && !b.chains.contains(&chain) {
-            b.chains.push(chain);
+            push_tight(&mut b.chains, chain);
             if !base.ends_with("...") {
                 let expected = nft_service_port_base(ns, name, proto, port);
                 if expected != base {
@@ -166,21 +205,29 @@ impl<'a> Recovery<'a> {
 }
 
 fn recover_table(table: &Table) -> ServiceMap<'_> {
-    // One builder a service port, each with its `service-` chain: reserved at once, as
-    // pushing grew the block by doubling (4.4 MiB for 10k ports, with the 2.2 MiB block
-    // it replaced live beside it).
+    // One builder a service port: one with its `service-` chain, or a service without
+    // endpoints (it has no `service-` chain) named by the elements of the no-endpoint
+    // maps. Reserved at once, as pushing grew the block by doubling, and the block
+    // becomes the map's: reserving only for the `service-` chains, the 5% of 10k
+    // services without endpoints doubled it to 5.1 MiB, 2.5 MiB of it unused for as
+    // long as the map.
     let ports = table
         .chains
         .iter()
         .filter(|c| split_chain(&c.name).is_some_and(|(p, _)| p == NftChainPrefix::Service))
-        .count();
+        .count()
+        + ["no-endpoint-services", "no-endpoint-nodeports"]
+            .iter()
+            .filter_map(|m| table.set(m))
+            .map(|m| m.elements.iter().filter(|e| e.comment.is_some()).count())
+            .sum::<usize>();
     let mut by_name = FastMap::default();
     by_name.reserve(ports);
     let mut rec = Recovery {
         table,
         builders: Vec::with_capacity(ports),
         by_name,
-        chains: table.chains.iter().map(|c| (&*c.name, c)).collect(),
+        chains: ChainIndex::new(&table.chains),
         mismatches: Vec::new(),
     };
     // Looked up for every element of service-ips: a set, not a list (a list scan per
@@ -223,7 +270,7 @@ fn recover_table(table: &Table) -> ServiceMap<'_> {
             if let Some(p) = proto_port(&e.key_text) {
                 let b = &mut rec.builders[i];
                 push_unique(&mut b.node_ports, p);
-                b.evidence.push(ev);
+                push_tight(&mut b.evidence, ev);
             }
         }
     }
@@ -235,23 +282,32 @@ fn recover_table(table: &Table) -> ServiceMap<'_> {
             no_endpoint_elements(&mut rec, m, nodeport, cluster_ips.as_ref());
         }
     }
-    // Every service chain, also those no map element reaches.
+    // Every service chain, also those no map element reaches, with its builder.
+    let mut service_chains: Vec<(&Chain, NftChainPrefix, u32)> = Vec::new();
     for c in &table.chains {
         if let Some((p, _)) = split_chain(&c.name)
             && p != NftChainPrefix::Endpoint
         {
             let ev = chain_evidence(table, c);
+            if let Some(i) = rec.builder_for_chain(&c.name, ev) {
+                // Fewer than 2^32 builders: at most one a chain or element.
+                service_chains.push((c, p, i as u32));
+            }
+        }
+    }
+    // An endpoint chain whose service has no chain nor element still has a builder.
+    for c in &table.chains {
+        if let Some((NftChainPrefix::Endpoint, _)) = split_chain(&c.name) {
+            let ev = chain_evidence(table, c);
             rec.builder_for_chain(&c.name, ev);
         }
     }
-    for c in &table.chains {
-        let Some((prefix, _)) = split_chain(&c.name) else {
-            continue;
-        };
-        let ev = chain_evidence(table, c);
-        let Some(i) = rec.builder_for_chain(&c.name, ev) else {
-            continue;
-        };
+    // Every builder is made: the names' index and the ClusterIPs go before the
+    // endpoints are read (0.8 MiB on a 10k-service listing).
+    rec.by_name = FastMap::default();
+    drop(cluster_ips);
+    for (c, prefix, i) in service_chains {
+        let i = i as usize;
         match prefix {
             NftChainPrefix::Service | NftChainPrefix::Local => {
                 service_chain(&mut rec, c, i, prefix == NftChainPrefix::Local)
@@ -282,6 +338,12 @@ fn recover_table(table: &Table) -> ServiceMap<'_> {
     // The chain indexes are freed before the sort.
     let name_mismatches = std::mem::take(&mut rec.mismatches);
     drop(rec);
+    // Services without endpoints that have NodePorts were counted twice above: a block
+    // with much room to spare is copied into one of its size, now that the indexes are
+    // freed.
+    if services.capacity() - services.len() > services.len() / 8 {
+        services = exact(services);
+    }
     sort_in_place_by(&mut services, |a, b| {
         (&a.name, &a.protocol).cmp(&(&b.name, &b.protocol))
     });
@@ -340,7 +402,7 @@ fn service_ips<'a>(rec: &mut Recovery<'a>, m: &'a NftSet, cluster_ips: Option<&C
             continue;
         };
         let b = &mut rec.builders[i];
-        b.evidence.push(ev);
+        push_tight(&mut b.evidence, ev);
         let is_cluster_ip = cluster_ips.is_none_or(|s| s.contains(&ip));
         match prefix {
             NftChainPrefix::Service | NftChainPrefix::Local if is_cluster_ip => {
@@ -398,7 +460,7 @@ fn no_endpoint_elements<'a>(
         if b.protocol.is_none() {
             b.protocol = Some(proto.to_string());
         }
-        b.evidence.push(ev);
+        push_tight(&mut b.evidence, ev);
         let reject = match &e.verdict {
             Some(Verdict::Drop) => false,
             Some(v) => verdict_chain(v).is_none_or(|c| c.contains("reject")),
@@ -707,7 +769,7 @@ fn firewall_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize) {
                     };
                     push_unique(&mut b.source_ranges, range);
                 }
-                b.evidence.push(Evidence::rule(rec.table, c, r));
+                push_tight(&mut b.evidence, Evidence::rule(rec.table, c, r));
             }
         }
     }
@@ -855,7 +917,7 @@ mod tests {
             table: &table,
             builders: Vec::new(),
             by_name: FastMap::default(),
-            chains: FastMap::default(),
+            chains: ChainIndex::new(&[]),
             mismatches: Vec::new(),
         };
         let services: Vec<RecoveredService> =
