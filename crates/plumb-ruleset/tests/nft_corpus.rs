@@ -454,7 +454,7 @@ fn own_fixture_text_handles_and_json_agree() {
             .unwrap()
             .elements
             .iter()
-            .map(|e| e.key.clone())
+            .map(|e| e.key().into_owned())
             .collect::<Vec<_>>()
     };
     assert_eq!(keys(&plain), keys(&json));

@@ -171,8 +171,8 @@ fn translating_as_read_gives_the_whole_way_model_on_every_nft_text() {
         );
         // Handed the text (chain names first spans of it, then of their own text).
         assert_eq!(model(&owned(&text)), want, "{}", f.display());
-        // ... and, unless native nft rules keep their texts as spans of it, nothing
-        // read holds it afterwards: it is freed once read.
+        // ... and, unless native nft rules or set elements keep their texts as spans
+        // of it, nothing read holds it afterwards: it is freed once read.
         let shared = std::sync::Arc::new(text);
         let rs = parse_text_translated_owned(std::sync::Arc::clone(&shared));
         let native = rs
@@ -180,7 +180,12 @@ fn translating_as_read_gives_the_whole_way_model_on_every_nft_text() {
             .iter()
             .flat_map(|t| &t.chains)
             .flat_map(|c| &c.rules)
-            .any(|r| matches!(r.body, plumb_ruleset::RuleBody::Nft(_)));
+            .any(|r| matches!(r.body, plumb_ruleset::RuleBody::Nft(_)))
+            || rs
+                .tables
+                .iter()
+                .flat_map(|t| &t.sets)
+                .any(|s| !s.elements.is_empty());
         if !native {
             assert_eq!(std::sync::Arc::strong_count(&shared), 1, "{}", f.display());
         }

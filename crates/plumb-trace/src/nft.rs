@@ -174,7 +174,12 @@ impl CompiledSet {
         };
         for e in &set.elements {
             let v = e.verdict.as_ref().map(|v| map_verdict(v, resolve));
-            c.add(fields, &e.key, v, e.comment.as_deref().map(str::to_string));
+            c.add(
+                fields,
+                &e.key(),
+                v,
+                e.comment.as_deref().map(str::to_string),
+            );
         }
         c
     }

@@ -748,6 +748,33 @@ impl Value {
     }
 }
 
+impl Value {
+    /// The value of a key's or a match's words: one word is an [`Value::atom`], words
+    /// joined by `.` a [`Value::Concat`], anything else an [`Value::Expr`] of the words.
+    pub fn of_words(words: &[&str]) -> Value {
+        match words {
+            [] => Value::Single(String::new()),
+            [w] => Value::atom(w),
+            _ => {
+                if words.len() % 2 == 1 && words.iter().skip(1).step_by(2).all(|w| *w == ".") {
+                    Value::Concat(words.iter().step_by(2).map(|w| Value::atom(w)).collect())
+                } else {
+                    Value::Expr(words.join(" "))
+                }
+            }
+        }
+    }
+
+    /// [`Value::of_words`] of `text` split at single spaces (a set element's key text).
+    pub fn of_text(text: &str) -> Value {
+        if text.is_empty() {
+            return Value::of_words(&[]);
+        }
+        let words: Vec<&str> = text.split(' ').collect();
+        Value::of_words(&words)
+    }
+}
+
 /// `a-b` split at the dash that separates the two ends (IPv6 ends have no dashes).
 fn split_range(word: &str) -> Option<(&str, &str)> {
     let (a, b) = word.split_once('-')?;
@@ -771,24 +798,35 @@ pub enum Verdict {
     /// `queue` with its arguments (possibly empty).
     Queue(String),
     /// `jump CHAIN`: evaluate the chain, then come back to the next rule unless it ends
-    /// in a verdict.
-    Jump(String),
+    /// in a verdict. The name is a span of the text read when the reader has one (a
+    /// 10k-service listing's verdict maps name 20k chains).
+    Jump(RuleText),
     /// `goto CHAIN`: evaluate the chain and do not come back; its `return` goes to the
     /// caller's caller.
-    Goto(String),
+    Goto(RuleText),
 }
 
 impl Verdict {
     /// Parses a verdict word (and target) from text; `None` when it is not one.
     pub fn parse(words: &[&str]) -> Option<Verdict> {
+        Verdict::parse_in(words, None)
+    }
+
+    /// [`Verdict::parse`], the chain's name a span of `source` when the words are
+    /// slices of it (no allocation).
+    pub(crate) fn parse_in(words: &[&str], source: Option<&super::SourceText>) -> Option<Verdict> {
+        let name = |target: &str| match source {
+            Some(source) => RuleText::within(source, unquote(target)),
+            None => RuleText::from(unquote(target)),
+        };
         Some(match words {
             ["accept"] => Verdict::Accept,
             ["drop"] => Verdict::Drop,
             ["return"] => Verdict::Return,
             ["continue"] => Verdict::Continue,
             ["reject"] => Verdict::Reject(None),
-            ["jump", target] => Verdict::Jump(unquote(target).to_string()),
-            ["goto", target] => Verdict::Goto(unquote(target).to_string()),
+            ["jump", target] => Verdict::Jump(name(target)),
+            ["goto", target] => Verdict::Goto(name(target)),
             _ => return None,
         })
     }
@@ -899,18 +937,139 @@ impl NftSet {
 }
 
 /// One element of a set or map.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+///
+/// Its texts are spans of the input when the reader has one (no allocation of their
+/// own: a 10k-service listing has 22k elements), and its key is read again from its
+/// text when asked ([`SetElement::key`]) unless the reader found a key its text does
+/// not say word for word: an element held 365 bytes, its key 190 of them.
+#[derive(Clone, Debug, Eq)]
 pub struct SetElement {
     /// Key text as written (`10.43.0.10 . tcp . 53`), without element options.
-    pub key_text: Box<str>,
-    /// The key parsed: a single value, a range, a prefix or a concatenation.
-    pub key: Value,
+    pub key_text: RuleText,
     /// Map value text (`goto service-...`, `10.0.0.1`), `None` for sets.
-    pub value: Option<Box<str>>,
+    pub value: Option<RuleText>,
     /// The value parsed as a verdict, for verdict maps.
     pub verdict: Option<Verdict>,
     /// Element comment (`comment "ns/svc:port"`), unquoted.
-    pub comment: Option<Box<str>>,
+    pub comment: Option<RuleText>,
+    /// The key parsed, when it is not [`Value::of_words`] of the key text's words.
+    held_key: Option<Box<Value>>,
+}
+
+impl SetElement {
+    /// An element whose key is `key`: kept only when reading `key_text` again would
+    /// not give it ([`SetElement::key`]).
+    pub fn new(
+        key_text: RuleText,
+        key: Value,
+        value: Option<RuleText>,
+        verdict: Option<Verdict>,
+        comment: Option<RuleText>,
+    ) -> SetElement {
+        let held_key = (Value::of_text(&key_text) != key).then(|| Box::new(key));
+        SetElement {
+            key_text,
+            value,
+            verdict,
+            comment,
+            held_key,
+        }
+    }
+
+    /// An element whose key is [`Value::of_words`] of the words of `key_text` split at
+    /// single spaces (the caller knows): nothing parsed, nothing kept.
+    pub(crate) fn with_key_of_text(
+        key_text: RuleText,
+        value: Option<RuleText>,
+        verdict: Option<Verdict>,
+        comment: Option<RuleText>,
+    ) -> SetElement {
+        SetElement {
+            key_text,
+            value,
+            verdict,
+            comment,
+            held_key: None,
+        }
+    }
+
+    /// The key parsed: a single value, a range, a prefix or a concatenation. Read from
+    /// the key text unless the element holds it.
+    pub fn key(&self) -> Cow<'_, Value> {
+        match &self.held_key {
+            Some(k) => Cow::Borrowed(k),
+            None => Cow::Owned(Value::of_text(&self.key_text)),
+        }
+    }
+
+    /// Its texts (key, value, comment), for the reader to move them into a text of
+    /// their own.
+    pub(crate) fn texts_mut(&mut self) -> impl Iterator<Item = &mut RuleText> {
+        std::iter::once(&mut self.key_text)
+            .chain(self.value.as_mut())
+            .chain(self.comment.as_mut())
+    }
+}
+
+impl PartialEq for SetElement {
+    fn eq(&self, other: &SetElement) -> bool {
+        self.key_text == other.key_text
+            && self.value == other.value
+            && self.verdict == other.verdict
+            && self.comment == other.comment
+            && (self.held_key == other.held_key || self.key() == other.key())
+    }
+}
+
+impl Serialize for SetElement {
+    /// As the fields were written when the element held its key: `key_text`, `key`,
+    /// `value`, `verdict`, `comment`.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("SetElement", 5)?;
+        st.serialize_field("key_text", &self.key_text)?;
+        st.serialize_field("key", &*self.key())?;
+        st.serialize_field("value", &self.value)?;
+        st.serialize_field("verdict", &self.verdict)?;
+        st.serialize_field("comment", &self.comment)?;
+        st.end()
+    }
+}
+
+/// The bytes of the elements' texts in `sets` (what [`own_element_texts`] copies).
+pub(crate) fn element_text_len(sets: &[NftSet]) -> usize {
+    sets.iter()
+        .flat_map(|s| &s.elements)
+        .map(|e| {
+            e.key_text.len()
+                + e.value.as_ref().map_or(0, |v| v.len())
+                + e.comment.as_ref().map_or(0, |c| c.len())
+        })
+        .sum()
+}
+
+/// Gives the elements of `sets` spans of one text of their own instead of spans of
+/// the input (or texts of one element each), so that the input can go.
+pub(crate) fn own_element_texts(sets: &mut [NftSet]) {
+    let len = element_text_len(sets);
+    if len == 0 {
+        return;
+    }
+    let mut all = String::with_capacity(len);
+    for e in sets.iter_mut().flat_map(|s| &mut s.elements) {
+        for t in e.texts_mut() {
+            all.push_str(t);
+        }
+    }
+    let all: super::SourceText = std::sync::Arc::new(all);
+    let mut at = 0;
+    for e in sets.iter_mut().flat_map(|s| &mut s.elements) {
+        for t in e.texts_mut() {
+            let n = t.len();
+            *t = RuleText::span(&all, at..at + n);
+            at += n;
+        }
+    }
 }
 
 /// Every chain reference in an nft table: rules' jumps/gotos and inline vmap

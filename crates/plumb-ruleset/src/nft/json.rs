@@ -612,17 +612,19 @@ impl JsonReader<'_> {
                     &compact(v),
                 );
             }
-            set.elements.push(SetElement {
-                key_text: render(key).into(),
-                key: value(key),
-                value: val.map(|v| match verdict_of(v) {
+            set.elements.push(SetElement::new(
+                render(key).into(),
+                value(key),
+                val.map(|v| match verdict_of(v) {
                     Some(vd) => verdict_text(&vd).into(),
                     None => render(v).into(),
                 }),
                 verdict,
                 comment,
-            });
+            ));
         }
+        // One text for the elements' texts rather than one each.
+        crate::model::nft::own_element_texts(std::slice::from_mut(&mut set));
         self.ruleset.tables[ti].sets.push(set);
     }
 }

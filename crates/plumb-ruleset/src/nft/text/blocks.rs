@@ -894,18 +894,17 @@ impl<'a> Reader<'a> {
         if let Some(c) = words[opt..key_end].iter().position(|w| *w == "comment")
             && let Some(text) = words.get(opt + c + 1)
         {
-            comment = Some(unquote(text).into());
+            comment = Some(RuleText::within(self.source, unquote(text)));
         }
         let key_text = if opt > 0 {
-            collapse(&self.text[toks[0].start()..toks[opt - 1].end()])
+            self.text_of(&self.text[toks[0].start()..toks[opt - 1].end()])
         } else {
-            String::new()
+            RuleText::from("")
         };
-        let key = value_of_words(&words[..opt]);
         let (value, verdict) = match colon {
             Some(c) if c + 1 < words.len() => {
-                let vt = collapse(&self.text[toks[c + 1].start()..toks[toks.len() - 1].end()]);
-                let verdict = Verdict::parse(&words[c + 1..]);
+                let vt = self.text_of(&self.text[toks[c + 1].start()..toks[toks.len() - 1].end()]);
+                let verdict = Verdict::parse_in(&words[c + 1..], Some(self.source));
                 if set.is_verdict_map() && verdict.is_none() {
                     self.error(
                         &toks[c + 1],
@@ -913,7 +912,7 @@ impl<'a> Reader<'a> {
                         &vt,
                     );
                 }
-                (Some(vt.into()), verdict)
+                (Some(vt), verdict)
             }
             Some(_) => {
                 self.error(&toks[0], "expected a value after ':'", &key_text);
@@ -930,12 +929,18 @@ impl<'a> Reader<'a> {
                 (None, None)
             }
         };
-        set.elements.push(SetElement {
-            key_text: key_text.into(),
-            key,
-            value,
-            verdict,
-            comment,
+        // The key is read again from its text when asked, when the text's words are
+        // the key's tokens (no quoted blank, nothing written without a blank between).
+        let key_words = &words[..opt];
+        let said = if key_text.is_empty() {
+            key_words.is_empty()
+        } else {
+            key_text.split(' ').eq(key_words.iter().copied())
+        };
+        set.elements.push(if said {
+            SetElement::with_key_of_text(key_text, value, verdict, comment)
+        } else {
+            SetElement::new(key_text, value_of_words(key_words), value, verdict, comment)
         });
     }
 }

@@ -266,9 +266,9 @@ struct StreamedRead {
 ///
 /// Chains' names and native rules' texts are spans of `text` while reading (no
 /// allocation a chain or a statement: a 10k-service table has 58k chains and 300k
-/// statements). When those of the native rules are under half the text (the listing
-/// is mostly iptables-nft's, translated once the text is gone), they and the chains'
-/// names are copied into texts of their own here, so that nothing holds `text` when
+/// statements). When those of the native rules and of the sets' elements are under
+/// half the text (the listing is mostly iptables-nft's, translated once the text is
+/// gone), they and the chains' names are copied into texts of their own here, so that nothing holds `text` when
 /// this returns; otherwise the ruleset keeps `text`, as the iptables model keeps an
 /// iptables-save dump, which is less than the copy.
 fn read_streamed(text: &SourceText) -> Option<StreamedRead> {
@@ -302,13 +302,18 @@ fn read_streamed(text: &SourceText) -> Option<StreamedRead> {
             return None;
         }
     }
-    let native: usize = rs.tables.iter().map(native_text_len).sum();
+    let native: usize = rs
+        .tables
+        .iter()
+        .map(|t| native_text_len(t) + crate::model::nft::element_text_len(&t.sets))
+        .sum();
     if native <= text.len() / 2 {
         // Every table: one that stopped being streamed (a set came) kept the spans its
         // chains got before.
         for table in &mut rs.tables {
             own_chain_names(table);
             own_native_texts(table);
+            crate::model::nft::own_element_texts(&mut table.sets);
         }
     }
     let stream = Stream {
@@ -750,17 +755,7 @@ impl<'a> Reader<'a> {
 /// A value from words already split on commas: a concatenation when they are
 /// joined by `.`, otherwise one atom (or an expression if several words).
 fn value_of_words(words: &[&str]) -> Value {
-    match words {
-        [] => Value::Single(String::new()),
-        [w] => Value::atom(w),
-        _ => {
-            if words.len() % 2 == 1 && words.iter().skip(1).step_by(2).all(|w| *w == ".") {
-                Value::Concat(words.iter().step_by(2).map(|w| Value::atom(w)).collect())
-            } else {
-                Value::Expr(words.join(" "))
-            }
-        }
-    }
+    Value::of_words(words)
 }
 
 /// Text with every whitespace run (including newlines) turned into one space.

@@ -952,7 +952,7 @@ impl<'a> StmtParser<'_, 'a> {
             }
             Some(n) if n.kind == Tok::Word => {
                 self.i += 1;
-                let target = unquote(self.r.s(n)).to_string();
+                let target = RuleText::within(self.r.source, unquote(self.r.s(n)));
                 StatementKind::Verdict(if w == "jump" {
                     Verdict::Jump(target)
                 } else {
