@@ -29,7 +29,7 @@ fn rows(rs: &Ruleset) -> Vec<(String, String, Vec<String>)> {
             let mut eps: Vec<String> = s
                 .endpoints
                 .iter()
-                .filter_map(|e| e.address.as_deref().map(str::to_string))
+                .filter_map(|e| e.address().map(str::to_string))
                 .collect();
             eps.sort();
             (
@@ -184,10 +184,7 @@ fn aks_column_t_session_gives_nginx_with_node_port_and_the_renamed_chains() {
     assert_eq!(nginx.port, Some(80));
     assert_eq!(nginx.node_ports, vec![30450]);
     assert_eq!(nginx.endpoints.len(), 1);
-    assert_eq!(
-        nginx.endpoints[0].address.as_deref(),
-        Some("10.244.0.11:80")
-    );
+    assert_eq!(nginx.endpoints[0].address(), Some("10.244.0.11:80"));
     // The repost renamed the Service in the comments: both of its chains are flagged.
     let flagged: Vec<&str> = maps
         .iter()
@@ -232,7 +229,7 @@ fn ipvs_rows(rs: &Ruleset) -> Vec<String> {
             let eps: Vec<String> = s
                 .endpoints
                 .iter()
-                .map(|e| format!("{}={:?}", e.address.as_deref().unwrap(), e.probability()))
+                .map(|e| format!("{}={:?}", e.address().unwrap(), e.probability()))
                 .collect();
             format!("{} {at} {}", s.protocol.as_deref().unwrap(), eps.join(","))
         })

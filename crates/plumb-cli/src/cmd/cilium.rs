@@ -842,7 +842,7 @@ fn kube_proxy_services(ruleset: &plumb_ruleset::Ruleset) -> Vec<KubeProxyService
             endpoints: s
                 .endpoints
                 .iter()
-                .filter_map(|e| e.address.as_deref().map(str::to_string))
+                .filter_map(|e| e.address().map(str::to_string))
                 .collect(),
         })
         .collect()

@@ -16,9 +16,9 @@
 //! chains, so rules without comments still land on the right service.
 
 use super::{
-    Evidence, MaybeF64, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes,
-    RecoveredEndpoint, RecoveredService, ServiceMap, exact, host_addr, push_tight, push_unique,
-    push_unique_tight, sort_in_place_by, split_service_port_name,
+    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes, RecoveredEndpoint,
+    RecoveredService, ServiceMap, exact, host_addr, push_tight, push_unique, push_unique_tight,
+    sort_in_place_by, split_service_port_name,
 };
 use crate::chain_name::{
     ChainPrefix, chain_matches_endpoint, endpoint_chain_name, parse_chain_name,
@@ -760,7 +760,7 @@ fn service_chains<'a>(
             continue;
         }
         for e in cascade {
-            match eps.iter_mut().find(|x| x.chain == e.chain) {
+            match eps.iter_mut().find(|x| x.chain() == e.chain()) {
                 Some(x) => {
                     if local {
                         x.local = Some(true);
@@ -924,16 +924,16 @@ fn endpoint_cascade<'a>(
                 address.get_or_insert_with(|| Cow::Owned(addr.to_string()));
             }
         }
-        if out.iter().any(|e| e.chain == Some(target)) {
+        if out.iter().any(|e| e.chain() == Some(target)) {
             continue;
         }
-        out.push(RecoveredEndpoint {
+        out.push(RecoveredEndpoint::new(
             address,
-            prob: MaybeF64::new(Some(effective)),
-            local: None,
-            chain: Some(target),
+            Some(effective),
+            None,
+            Some(target),
             evidence,
-        });
+        ));
     }
     if !exact {
         for e in &mut out {
@@ -1077,7 +1077,7 @@ fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: &mut Builder<'a>) {
     } else {
         NameSource::Unnamed
     };
-    let partial = s.endpoints.iter().any(|e| e.address.is_none());
+    let partial = s.endpoints.iter().any(|e| e.address().is_none());
     let notes = [
         (s.name.is_none(), UNNAMED),
         (b.ambiguous_external, AMBIGUOUS),
@@ -1115,7 +1115,7 @@ fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: &mut Builder<'a>) {
         for e in &s.endpoints {
             // An address redacted by whoever posted the capture (`<master-node-ip>:6443`)
             // is not the one kube-proxy hashed: the name cannot be checked.
-            if let (Some(chain), Some(addr)) = (e.chain, &e.address)
+            if let (Some(chain), Some(addr)) = (e.chain(), e.address())
                 && super::split_host_port(addr).is_some()
                 && !chain_matches_endpoint(chain, name, proto, addr)
             {
@@ -1124,7 +1124,7 @@ fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: &mut Builder<'a>) {
                     service: format!("{name} ({proto})"),
                     endpoint: Some(addr.to_string()),
                     expected: endpoint_chain_name(name, proto, addr),
-                    evidence: e.evidence.first().unwrap_or(Evidence::named(chain)),
+                    evidence: e.evidence().first().unwrap_or(Evidence::named(chain)),
                 });
             }
         }

@@ -506,28 +506,101 @@ pub enum NoEndpoints {
 }
 
 /// One endpoint of a service port.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+///
+/// 64 bytes (a 10k-service map holds 47.5k; 80 before, in blocks of 448 bytes for a
+/// service's 5 endpoints where 320 now do): the address is held as a slice of the
+/// rule that DNATs to it, the endpoint chain is read from the second rule quoted (the
+/// endpoint chain's DNAT rule) rather than held, and what neither covers (an address
+/// spelt differently from the rule, a chain not quoted) is boxed apart ([`Rare`]).
+/// JSON writes `address`, `probability`, `local`, `chain` and `evidence`.
+#[derive(Clone)]
 pub struct RecoveredEndpoint<'a> {
-    /// `ip:port` kube-proxy DNATs to (`[ip6]:port` for IPv6); `None` when the endpoint
-    /// chain is not in the input (a partial payload) and no comment names it. Borrowed
-    /// from the rule that DNATs to it where the rule spells it plainly.
-    pub address: Option<Cow<'a, str>>,
+    /// The address as spelt in the rule that DNATs to it.
+    addr: Option<&'a str>,
     /// Probability that a new connection picks this endpoint, read with
-    /// [`RecoveredEndpoint::probability`]: 8 bytes where `Option<f64>` takes 16 (a
-    /// 10k-service map holds 50k endpoints). Serialized as `probability`.
-    #[serde(rename = "probability")]
+    /// [`RecoveredEndpoint::probability`]: 8 bytes where `Option<f64>` takes 16.
     pub(crate) prob: MaybeF64,
+    /// The rules that show the endpoint: the rule that picks it (its `statistic` match or
+    /// `numgen` map element) first, then the endpoint chain's DNAT rule when present.
+    quotes: Quotes<'a>,
+    /// An owned address, or a chain other than the second quoted rule's.
+    rare: Option<Box<Rare<'a>>>,
     /// `Some(true)` when the endpoint appears in the service's local-policy chain
     /// (`KUBE-SVL-*` / `local-*`); `None` when the rules do not say.
     pub local: Option<bool>,
-    /// The endpoint chain (`KUBE-SEP-*`, `endpoint-*`).
-    pub chain: Option<&'a str>,
-    /// The rules that show the endpoint: the rule that picks it (its `statistic` match or
-    /// `numgen` map element) first, then the endpoint chain's DNAT rule when present.
-    pub evidence: Quotes<'a>,
 }
 
-impl RecoveredEndpoint<'_> {
+/// What an endpoint holds apart (see [`RecoveredEndpoint`]).
+#[derive(Clone)]
+struct Rare<'a> {
+    /// The address, when it is not a slice of a rule.
+    address: Option<Box<str>>,
+    /// The endpoint chain, when it is not the chain of the second quoted rule.
+    chain: Option<&'a str>,
+}
+
+impl<'a> RecoveredEndpoint<'a> {
+    /// An endpoint at `address` (`ip:port`, `[ip6]:port`; `None` when the endpoint chain
+    /// is not in the input and no comment names it) through `chain` (`KUBE-SEP-*`,
+    /// `endpoint-*`), picked with `probability`, shown by `evidence`.
+    pub(crate) fn new(
+        address: Option<Cow<'a, str>>,
+        probability: Option<f64>,
+        local: Option<bool>,
+        chain: Option<&'a str>,
+        evidence: Quotes<'a>,
+    ) -> RecoveredEndpoint<'a> {
+        let mut e = RecoveredEndpoint {
+            addr: None,
+            prob: MaybeF64::new(probability),
+            quotes: evidence,
+            rare: None,
+            local,
+        };
+        let owned = match address {
+            Some(Cow::Borrowed(a)) => {
+                e.addr = Some(a);
+                None
+            }
+            Some(Cow::Owned(a)) => Some(a.into_boxed_str()),
+            None => None,
+        };
+        let quoted = e.quoted_chain();
+        if owned.is_some() || chain != quoted {
+            e.rare = Some(Box::new(Rare {
+                address: owned,
+                chain,
+            }));
+        }
+        e
+    }
+
+    /// The chain of the second quoted rule (the endpoint chain's DNAT rule).
+    fn quoted_chain(&self) -> Option<&'a str> {
+        self.quotes.get(1).map(|q| q.chain())
+    }
+
+    /// `ip:port` kube-proxy DNATs to (`[ip6]:port` for IPv6); `None` when the endpoint
+    /// chain is not in the input (a partial payload) and no comment names it.
+    pub fn address(&self) -> Option<&str> {
+        self.addr
+            .or_else(|| self.rare.as_ref().and_then(|r| r.address.as_deref()))
+    }
+
+    /// The endpoint chain (`KUBE-SEP-*`, `endpoint-*`).
+    pub fn chain(&self) -> Option<&'a str> {
+        match &self.rare {
+            Some(r) => r.chain,
+            None => self.quoted_chain(),
+        }
+    }
+
+    /// The rules that show the endpoint: the rule that picks it (its `statistic` match
+    /// or `numgen` map element) first, then the endpoint chain's DNAT rule when present.
+    pub fn evidence(&self) -> &Quotes<'a> {
+        &self.quotes
+    }
+
     /// Probability that a new connection picks this endpoint (the `statistic` cascade or
     /// `numgen` map, folded into one number per endpoint). `None` when it cannot be read.
     pub fn probability(&self) -> Option<f64> {
@@ -537,6 +610,41 @@ impl RecoveredEndpoint<'_> {
     /// Sets the probability (`None`: it cannot be read).
     pub fn set_probability(&mut self, p: Option<f64>) {
         self.prob = MaybeF64::new(p);
+    }
+}
+
+impl PartialEq for RecoveredEndpoint<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.address() == other.address()
+            && self.prob == other.prob
+            && self.local == other.local
+            && self.chain() == other.chain()
+            && self.quotes == other.quotes
+    }
+}
+
+impl std::fmt::Debug for RecoveredEndpoint<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecoveredEndpoint")
+            .field("address", &self.address())
+            .field("probability", &self.prob)
+            .field("local", &self.local)
+            .field("chain", &self.chain())
+            .field("evidence", &self.quotes)
+            .finish()
+    }
+}
+
+impl Serialize for RecoveredEndpoint<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("RecoveredEndpoint", 5)?;
+        st.serialize_field("address", &self.address())?;
+        st.serialize_field("probability", &self.prob)?;
+        st.serialize_field("local", &self.local)?;
+        st.serialize_field("chain", &self.chain())?;
+        st.serialize_field("evidence", &self.quotes)?;
+        st.end()
     }
 }
 

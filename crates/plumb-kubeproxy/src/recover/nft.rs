@@ -18,9 +18,9 @@
 //! without comments; the hash is re-computed and mismatches reported.
 
 use super::{
-    Evidence, MaybeF64, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes,
-    RecoveredEndpoint, RecoveredService, ServiceMap, exact, push_tight, push_unique,
-    sort_in_place_by, split_host_port, split_service_port_name,
+    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes, RecoveredEndpoint,
+    RecoveredService, ServiceMap, exact, push_tight, push_unique, sort_in_place_by,
+    split_host_port, split_service_port_name,
 };
 use crate::chain_name::{NftChainPrefix, nft_endpoint_chain_name, nft_service_port_base};
 use plumb_ruleset::nft::{NatKind, NftSet, StatementKind, Value, Verdict, VerdictMapRef};
@@ -567,7 +567,7 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                         match b
                             .endpoints
                             .iter_mut()
-                            .find(|e| e.chain.is_none() && e.address.as_deref() == Some(&*address))
+                            .find(|e| e.chain().is_none() && e.address() == Some(&*address))
                         {
                             Some(e) => {
                                 if local {
@@ -576,13 +576,13 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                                     e.set_probability(Some(p));
                                 }
                             }
-                            None => b.endpoints.push(RecoveredEndpoint {
-                                address: Some(Cow::Owned(address)),
-                                prob: MaybeF64::new(Some(p)),
-                                local: local.then_some(true),
-                                chain: None,
-                                evidence: Quotes::one(ev),
-                            }),
+                            None => b.endpoints.push(RecoveredEndpoint::new(
+                                Some(Cow::Owned(address)),
+                                Some(p),
+                                local.then_some(true),
+                                None,
+                                Quotes::one(ev),
+                            )),
                         }
                     }
                 }
@@ -636,7 +636,7 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
             address = endpoint_address_from_name(target).map(Cow::Owned);
         }
         let b = &mut rec.builders[i];
-        match b.endpoints.iter_mut().find(|e| e.chain == Some(target)) {
+        match b.endpoints.iter_mut().find(|e| e.chain() == Some(target)) {
             Some(e) => {
                 if local {
                     e.local = Some(true);
@@ -644,13 +644,13 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                     e.set_probability(Some(p));
                 }
             }
-            None => b.endpoints.push(RecoveredEndpoint {
+            None => b.endpoints.push(RecoveredEndpoint::new(
                 address,
-                prob: MaybeF64::new(Some(p)),
-                local: local.then_some(true),
-                chain: Some(target),
+                Some(p),
+                local.then_some(true),
+                Some(target),
                 evidence,
-            }),
+            )),
         }
     }
 }
@@ -827,7 +827,7 @@ fn finish<'a>(rec: &mut Recovery<'a>, mut b: Builder<'a>) -> RecoveredService<'a
             ),
         );
     }
-    if b.endpoints.iter().any(|e| e.address.is_none()) {
+    if b.endpoints.iter().any(|e| e.address().is_none()) {
         notes.push(Cow::Borrowed(
             "some endpoint chains are missing: their addresses are unknown",
         ));
@@ -842,7 +842,7 @@ fn finish<'a>(rec: &mut Recovery<'a>, mut b: Builder<'a>) -> RecoveredService<'a
         && let Some((ns, svc, port)) = split_service_port_name(name)
     {
         for e in &b.endpoints {
-            if let (Some(chain), Some(addr)) = (e.chain, &e.address) {
+            if let (Some(chain), Some(addr)) = (e.chain(), e.address()) {
                 if chain.ends_with("...") {
                     continue;
                 }
@@ -854,7 +854,7 @@ fn finish<'a>(rec: &mut Recovery<'a>, mut b: Builder<'a>) -> RecoveredService<'a
                         service: format!("{name} ({proto})"),
                         endpoint: Some(addr.to_string()),
                         expected,
-                        evidence: e.evidence.first().unwrap_or(Evidence::named(chain)),
+                        evidence: e.evidence().first().unwrap_or(Evidence::named(chain)),
                     });
                 }
             }
