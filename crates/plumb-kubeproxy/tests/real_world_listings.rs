@@ -116,7 +116,7 @@ fn antrea_listing_with_html_tags_gives_named_services_with_endpoints() {
         .flat_map(|m| m.services)
         .find(|s| s.name.as_deref() == Some("kube-system/antrea-octant:"))
         .unwrap();
-    assert_eq!(octant.node_ports, vec![31067]);
+    assert_eq!(*octant.node_ports, [31067]);
 }
 
 #[test]
@@ -182,7 +182,7 @@ fn aks_column_t_session_gives_nginx_with_node_port_and_the_renamed_chains() {
         .unwrap();
     assert_eq!(nginx.cluster_ip.unwrap().to_string(), "10.0.237.3");
     assert_eq!(nginx.port, Some(80));
-    assert_eq!(nginx.node_ports, vec![30450]);
+    assert_eq!(*nginx.node_ports, [30450]);
     assert_eq!(nginx.endpoints.len(), 1);
     assert_eq!(nginx.endpoints[0].address(), Some("10.244.0.11:80"));
     // The repost renamed the Service in the comments: both of its chains are flagged.

@@ -838,7 +838,7 @@ fn kube_proxy_services(ruleset: &plumb_ruleset::Ruleset) -> Vec<KubeProxyService
             cluster_ip: s.cluster_ip,
             port: s.port,
             protocol: s.protocol.clone(),
-            node_ports: s.node_ports.clone(),
+            node_ports: s.node_ports.to_vec(),
             endpoints: s
                 .endpoints
                 .iter()

@@ -154,9 +154,9 @@ fn service<'a>(vs: &'a VirtualService, protocol: &str) -> RecoveredService<'a> {
     RecoveredService {
         protocol: Some(protocol.to_string()),
         session_affinity_seconds: vs.persistent_seconds,
-        endpoints,
-        evidence: vec![evidence(vs)],
-        notes,
+        endpoints: endpoints.into(),
+        evidence: vec![evidence(vs)].into(),
+        notes: notes.into(),
         ..RecoveredService::empty()
     }
 }
