@@ -202,7 +202,7 @@ fn verify_before_matches_every_kube_proxy_service_against_cilium_s_frontends() {
             listing += &format!(
                 "{front} ({})   {}/TCP ({}) ({})\n",
                 slot + 1,
-                e.address.as_deref().unwrap(),
+                e.address().unwrap(),
                 i + 1,
                 slot + 1
             );

@@ -479,7 +479,7 @@ fn verify_bundle_before_matches_kube_proxy_s_services_against_the_sysdump() {
                 format!(
                     "{front} ({})   {}/TCP ({}) ({})\n",
                     slot + 1,
-                    e.address.as_deref().unwrap(),
+                    e.address().unwrap(),
                     i + 1,
                     slot + 1
                 ),

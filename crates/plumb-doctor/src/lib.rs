@@ -291,10 +291,9 @@ fn kubernetes_dnat(
         .filter(|s| s.cluster_ip == Some(ip) && s.port.is_none_or(|p| p == KUBERNETES_SERVICE_PORT))
         .flat_map(|s| &s.endpoints)
         .map(|e| {
-            e.address
-                .as_deref()
+            e.address()
                 .map(str::to_string)
-                .or_else(|| e.chain.map(str::to_string))
+                .or_else(|| e.chain().map(str::to_string))
                 .unwrap_or_else(|| "an endpoint".into())
         })
         .collect();

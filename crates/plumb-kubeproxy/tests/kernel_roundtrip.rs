@@ -199,7 +199,7 @@ fn service_facts(rs: &plumb_ruleset::Ruleset) -> Vec<String> {
             let eps: Vec<String> = s
                 .endpoints
                 .iter()
-                .map(|e| format!("{:?} {:?} {:?}", e.address, e.probability(), e.local))
+                .map(|e| format!("{:?} {:?} {:?}", e.address(), e.probability(), e.local))
                 .collect();
             // Set elements come back from the kernel in its own order.
             let sorted = |v: &[std::net::IpAddr]| {

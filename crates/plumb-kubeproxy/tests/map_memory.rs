@@ -4,7 +4,7 @@
 //! service port, besides the parsed model. Its own binary: the counting allocator is
 //! process-wide.
 
-use plumb_kubeproxy::recover::{Evidence, Quotes, RecoveredEndpoint, recover};
+use plumb_kubeproxy::recover::{Evidence, Quotes, RecoveredEndpoint, RecoveredService, recover};
 use plumb_ruleset::format::{ParseOptions, parse_owned};
 use plumb_testkit::heap;
 
@@ -22,16 +22,17 @@ fn evidence_is_a_place_in_the_model() {
     );
 }
 
-/// The map holds at most 780 bytes a service port of about 5 endpoints (756:
+/// The map holds at most 630 bytes a service port of about 5 endpoints (612:
 /// positions for evidence, an endpoint's rules in place as one table and two 8-byte
-/// positions, its probability in 8 bytes, addresses borrowed from the DNAT rules, the
-/// services in one block of their size; with 12-byte positions it held 794, with
-/// 112-byte endpoints 930, with copies of the evidence and addresses 1,410), and
-/// recovery peaks at 1,085 (1,063; 1,101 with 12-byte positions and the services'
+/// positions, its probability in 8 bytes, its address a slice of the DNAT rule and its
+/// chain read from that rule's place, the services in one block of their size and
+/// their lists in boxed slices; with vectors it held 680, with 80-byte endpoints 756, with 12-byte positions 794, with 112-byte endpoints
+/// 930, with copies of the evidence and addresses 1,410), and recovery peaks at 870
+/// (851; 988 with vectors, 1,063 with 80-byte endpoints, 1,101 with 12-byte positions and the services'
 /// rules and chains in blocks grown by doubling; 1,260 with 112-byte endpoints; with a
 /// second copy of the services and blocks grown by doubling it peaked at 2,240).
 #[test]
-fn a_service_map_costs_under_780_bytes_a_service_port() {
+fn a_service_map_costs_under_630_bytes_a_service_port() {
     let _turn = heap::measuring();
     let services = 2000;
     let text = plumb_kubeproxy::generated_save_text(services, 5).expect("valid generator config");
@@ -51,12 +52,12 @@ fn a_service_map_costs_under_780_bytes_a_service_port() {
         per_port(peak)
     );
     assert!(
-        per_port(held) <= 780.0,
+        per_port(held) <= 630.0,
         "the map holds {:.0} bytes a service port",
         per_port(held)
     );
     assert!(
-        per_port(peak) <= 1085.0,
+        per_port(peak) <= 870.0,
         "recovery peaks at {:.0} bytes a service port",
         per_port(peak)
     );
@@ -64,22 +65,68 @@ fn a_service_map_costs_under_780_bytes_a_service_port() {
 
 /// An endpoint's one or two rules of one table are held in place as the table and two
 /// positions of 8 bytes (24 bytes), not as two whole `Evidence`s (48) nor in a
-/// vector's block of their own (24 and 48); with the probability in 8 bytes, an
-/// endpoint takes 80 bytes (it took 112, then 88 with positions of 12 bytes: a
-/// 10k-service map holds 47.5k endpoints).
+/// vector's block of their own (24 and 48); with the probability in 8 bytes, the
+/// address a slice of its rule and the endpoint chain read from the second rule, an
+/// endpoint takes 64 bytes (it took 112, then 88 with positions of 12 bytes, then 80
+/// with the address as a `Cow` and the chain held: a 10k-service map holds 47.5k
+/// endpoints, a service's 5 in a block of 320 bytes rather than 448).
 #[test]
 fn an_endpoints_rules_are_held_in_place() {
     let quotes = std::mem::size_of::<Quotes>();
     assert!(quotes <= 24, "Quotes is {quotes} bytes");
     let endpoint = std::mem::size_of::<RecoveredEndpoint>();
-    assert!(endpoint <= 80, "RecoveredEndpoint is {endpoint} bytes");
+    assert!(endpoint <= 64, "RecoveredEndpoint is {endpoint} bytes");
+}
+
+/// A service's eight lists (endpoints, rules, chains, addresses, notes) are boxed
+/// slices of 16 bytes, not vectors of 24: a service takes at most 216 bytes (it took
+/// 280; a 10k-service map holds 10k in one block).
+#[test]
+fn a_services_lists_are_boxed_slices() {
+    let service = std::mem::size_of::<RecoveredService>();
+    assert!(service <= 216, "RecoveredService is {service} bytes");
+}
+
+/// The endpoint chain read from the quoted rules is the one the rules name, and an
+/// endpoint whose chain is not in the input keeps the name its service's rule gives.
+#[test]
+fn an_endpoints_chain_is_read_from_its_rules() {
+    let text = plumb_kubeproxy::generated_save_text(20, 3).expect("valid generator config");
+    // The same rules without the endpoint chains (a capture cut short).
+    let cut: String = text
+        .lines()
+        .filter(|l| !l.starts_with("-A KUBE-SEP-") && !l.starts_with(":KUBE-SEP-"))
+        .flat_map(|l| [l, "\n"])
+        .collect();
+    for (text, quoted) in [(text, 2), (cut, 1)] {
+        let parsed = parse_owned(text.into_bytes(), &ParseOptions::default()).unwrap();
+        let maps = recover(&parsed.ruleset);
+        let mut seen = 0;
+        for s in &maps[0].services {
+            for e in &s.endpoints {
+                let chain = e.chain().expect("an endpoint chain");
+                assert!(chain.starts_with("KUBE-SEP-"), "{chain}");
+                assert_eq!(e.evidence().len(), quoted, "{e:?}");
+                let first = e.evidence().first().expect("the rule that picks it");
+                assert!(first.text().contains(chain), "{chain} in {}", first.text());
+                if let Some(dnat) = e.evidence().get(1) {
+                    assert_eq!(dnat.chain(), chain);
+                    assert!(dnat.text().contains(e.address().expect("an address")));
+                }
+                seen += 1;
+            }
+        }
+        assert!(seen >= 40, "{seen} endpoints");
+    }
 }
 
 /// nftables mode: the services are in one block of about their number, services
 /// without endpoints (they have no `service-` chain) counted in; reserving for the
 /// `service-` chains alone, 5% of them doubled the block, half of it unused for as long
-/// as the map. The map holds at most 780 bytes a service port (737; 1,018 with the
-/// doubled block and 12-byte positions), and recovery peaks at 860 (815; 1,479 with
+/// as the map. The map holds at most 610 bytes a service port (595; 661 with the
+/// services' lists in vectors, 737 with 80-byte endpoints, 1,018 with the doubled
+/// block and 12-byte positions), and recovery peaks at 690 (669; 739 with vectors,
+/// 815 with 80-byte endpoints, 1,479 with
 /// also the chains by name in a map of references, and the names' index and the
 /// services' rules and chains in blocks grown by doubling live beside the endpoints).
 #[test]
@@ -118,12 +165,12 @@ fn an_nft_service_map_is_in_blocks_of_its_size() {
         per_port(peak)
     );
     assert!(
-        per_port(held) <= 780.0,
+        per_port(held) <= 610.0,
         "the map holds {:.0} bytes a service port",
         per_port(held)
     );
     assert!(
-        per_port(peak) <= 860.0,
+        per_port(peak) <= 690.0,
         "recovery peaks at {:.0} bytes a service port",
         per_port(peak)
     );

@@ -120,7 +120,7 @@ fn recovered(rs: &Ruleset) -> Vec<String> {
                     let flag = e.local.map(|l| format!(" local={l}")).unwrap_or_default();
                     format!(
                         "{}@{:.4}{flag}",
-                        e.address.as_deref().unwrap_or("?"),
+                        e.address().unwrap_or("?"),
                         e.probability().unwrap_or(-1.0)
                     )
                 })

@@ -27,7 +27,7 @@ fn services(rs: &Ruleset) -> Vec<String> {
                     .map(|e| {
                         format!(
                             "{}@{:.3}",
-                            e.address.as_deref().unwrap_or("?"),
+                            e.address().unwrap_or("?"),
                             e.probability().unwrap_or(0.0)
                         )
                     })
@@ -171,7 +171,7 @@ fn endpoint_addresses_come_from_chain_names_when_the_chains_are_cut_off() {
     let mut addrs: Vec<&str> = svc
         .endpoints
         .iter()
-        .map(|e| e.address.as_deref().unwrap_or("?"))
+        .map(|e| e.address().unwrap_or("?"))
         .collect();
     addrs.sort();
     assert_eq!(

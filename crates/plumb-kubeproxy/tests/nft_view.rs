@@ -38,7 +38,7 @@ fn services(rs: &Ruleset) -> Vec<String> {
                 let mut eps: Vec<String> = s
                     .endpoints
                     .iter()
-                    .map(|e| format!("{:?}@{:.3}", e.address, e.probability().unwrap_or(0.0)))
+                    .map(|e| format!("{:?}@{:.3}", e.address(), e.probability().unwrap_or(0.0)))
                     .collect();
                 eps.sort();
                 // External and load-balancer IPs together: without kube-proxy's

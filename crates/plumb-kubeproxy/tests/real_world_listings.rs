@@ -29,7 +29,7 @@ fn rows(rs: &Ruleset) -> Vec<(String, String, Vec<String>)> {
             let mut eps: Vec<String> = s
                 .endpoints
                 .iter()
-                .filter_map(|e| e.address.as_deref().map(str::to_string))
+                .filter_map(|e| e.address().map(str::to_string))
                 .collect();
             eps.sort();
             (
@@ -116,7 +116,7 @@ fn antrea_listing_with_html_tags_gives_named_services_with_endpoints() {
         .flat_map(|m| m.services)
         .find(|s| s.name.as_deref() == Some("kube-system/antrea-octant:"))
         .unwrap();
-    assert_eq!(octant.node_ports, vec![31067]);
+    assert_eq!(*octant.node_ports, [31067]);
 }
 
 #[test]
@@ -182,12 +182,9 @@ fn aks_column_t_session_gives_nginx_with_node_port_and_the_renamed_chains() {
         .unwrap();
     assert_eq!(nginx.cluster_ip.unwrap().to_string(), "10.0.237.3");
     assert_eq!(nginx.port, Some(80));
-    assert_eq!(nginx.node_ports, vec![30450]);
+    assert_eq!(*nginx.node_ports, [30450]);
     assert_eq!(nginx.endpoints.len(), 1);
-    assert_eq!(
-        nginx.endpoints[0].address.as_deref(),
-        Some("10.244.0.11:80")
-    );
+    assert_eq!(nginx.endpoints[0].address(), Some("10.244.0.11:80"));
     // The repost renamed the Service in the comments: both of its chains are flagged.
     let flagged: Vec<&str> = maps
         .iter()
@@ -232,7 +229,7 @@ fn ipvs_rows(rs: &Ruleset) -> Vec<String> {
             let eps: Vec<String> = s
                 .endpoints
                 .iter()
-                .map(|e| format!("{}={:?}", e.address.as_deref().unwrap(), e.probability()))
+                .map(|e| format!("{}={:?}", e.address().unwrap(), e.probability()))
                 .collect();
             format!("{} {at} {}", s.protocol.as_deref().unwrap(), eps.join(","))
         })

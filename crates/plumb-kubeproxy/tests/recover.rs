@@ -121,7 +121,7 @@ fn assert_matches_model(svc: &ServicePort, got: &RecoveredService, large: bool) 
     let addrs: Vec<String> = got
         .endpoints
         .iter()
-        .map(|e| e.address.as_deref().unwrap_or_default().to_string())
+        .map(|e| e.address().unwrap_or_default().to_string())
         .collect();
     let want: Vec<String> = expected.iter().map(|e| e.addr.to_string()).collect();
     assert_eq!(addrs, want, "{ctx}");
@@ -134,14 +134,14 @@ fn assert_matches_model(svc: &ServicePort, got: &RecoveredService, large: bool) 
         let model = svc
             .endpoints
             .iter()
-            .find(|m| Some(m.addr.to_string().as_str()) == e.address.as_deref())
+            .find(|m| Some(m.addr.to_string().as_str()) == e.address())
             .expect("endpoint in model");
         if uses_local {
             assert_eq!(e.local, Some(model.is_local), "{ctx}");
         } else {
             assert_eq!(e.local, None, "{ctx}");
         }
-        assert!(!e.evidence.is_empty());
+        assert!(!e.evidence().is_empty());
     }
     if !got.endpoints.is_empty() {
         assert!((total - 1.0).abs() < 1e-6, "{ctx}: total {total}");
@@ -248,10 +248,7 @@ fn without_comments_services_are_found_by_structure_and_say_so() {
     assert_eq!(k.name_source, NameSource::Unnamed);
     assert_eq!(k.cluster_ip, "10.43.0.1".parse().ok());
     assert_eq!(k.port, Some(443));
-    assert_eq!(
-        k.endpoints[0].address.as_deref(),
-        Some("192.168.122.10:6443")
-    );
+    assert_eq!(k.endpoints[0].address(), Some("192.168.122.10:6443"));
     assert!(k.notes.iter().any(|n| n.contains("no kube-proxy comments")));
     assert!(k.display_name().contains("KUBE-SVC-NPX46M4PTMTKRN6Y"));
 }
@@ -392,10 +389,7 @@ fn corpus_master_flannel_docker() {
     );
     let k = find(map, "default/kubernetes:https");
     assert_eq!(k.cluster_ip, "10.96.0.1".parse().ok());
-    assert_eq!(
-        k.endpoints[0].address.as_deref(),
-        Some("192.168.157.133:6443")
-    );
+    assert_eq!(k.endpoints[0].address(), Some("192.168.157.133:6443"));
     assert_eq!(k.endpoints[0].probability(), Some(1.0));
     for dns in ["dns", "dns-tcp", "metrics"] {
         let s = find(map, &format!("kube-system/kube-dns:{dns}"));
@@ -444,7 +438,7 @@ fn corpus_k3s_dns_without_endpoints() {
     }
     let k = find(map, "default/kubernetes:https");
     assert_eq!(k.cluster_ip, "10.43.0.1".parse().ok());
-    assert_eq!(k.endpoints[0].address.as_deref(), Some("10.0.20.5:6443"));
+    assert_eq!(k.endpoints[0].address(), Some("10.0.20.5:6443"));
     assert_eq!(k.no_endpoints, None);
 }
 
@@ -521,7 +515,7 @@ fn corpus_nftables_transaction() {
     assert_eq!(map.services.len(), 6, "{:#?}", map.services);
     let svc1 = find(map, "ns1/svc1:p80");
     assert_eq!(svc1.cluster_ip, "172.30.0.41".parse().ok());
-    assert_eq!(svc1.endpoints[0].address.as_deref(), Some("10.180.0.1:80"));
+    assert_eq!(svc1.endpoints[0].address(), Some("10.180.0.1:80"));
     let svc2 = find(map, "ns2/svc2:p80");
     assert_eq!(svc2.node_ports, [3001]);
     let svc4 = find(map, "ns4/svc4:p80");
@@ -564,10 +558,10 @@ fn corpus_nftables_mode() {
     assert_eq!(np.endpoints.len(), 9);
     for e in &np.endpoints {
         assert!((e.probability().unwrap() - 1.0 / 9.0).abs() < 1e-9);
-        assert!(e.address.is_some(), "{e:?}");
+        assert!(e.address().is_some(), "{e:?}");
     }
     let k = find(map, "default/kubernetes:https");
-    assert_eq!(k.endpoints[0].address.as_deref(), Some("10.34.4.142:6443"));
+    assert_eq!(k.endpoints[0].address(), Some("10.34.4.142:6443"));
     assert_eq!(k.name_source, NameSource::ChainName);
     for n in [
         "riset/otelcol-opentelemetry-collector:otlp",

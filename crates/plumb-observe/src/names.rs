@@ -112,11 +112,7 @@ impl ServiceNames {
                     }
                 }
                 for e in &s.endpoints {
-                    if let Some(a) = e
-                        .address
-                        .as_deref()
-                        .and_then(|a| a.parse::<SocketAddr>().ok())
-                    {
+                    if let Some(a) = e.address().and_then(|a| a.parse::<SocketAddr>().ok()) {
                         n.namespaces
                             .entry(a.ip())
                             .and_modify(|ns| {

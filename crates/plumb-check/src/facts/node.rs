@@ -276,7 +276,7 @@ pub fn infer(facts: &CheckInput<'_>, family: Family) -> NodeModel {
             let endpoints: Vec<(IpAddr, u16)> = s
                 .endpoints
                 .iter()
-                .filter_map(|e| parse_endpoint(e.address.as_deref()?))
+                .filter_map(|e| parse_endpoint(e.address()?))
                 .collect();
             let service = ServicePort {
                 name: name.to_string(),

@@ -838,11 +838,11 @@ fn kube_proxy_services(ruleset: &plumb_ruleset::Ruleset) -> Vec<KubeProxyService
             cluster_ip: s.cluster_ip,
             port: s.port,
             protocol: s.protocol.clone(),
-            node_ports: s.node_ports.clone(),
+            node_ports: s.node_ports.to_vec(),
             endpoints: s
                 .endpoints
                 .iter()
-                .filter_map(|e| e.address.as_deref().map(str::to_string))
+                .filter_map(|e| e.address().map(str::to_string))
                 .collect(),
         })
         .collect()

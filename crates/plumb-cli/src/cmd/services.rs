@@ -241,7 +241,7 @@ fn endpoints_cell(s: &RecoveredService, ruleset: &plumb_ruleset::Ruleset, ipvs: 
         if i > 0 {
             cell.push_str(", ");
         }
-        let addr = e.address.as_deref().or(e.chain).unwrap_or("?");
+        let addr = e.address().or(e.chain()).unwrap_or("?");
         let local = if e.local == Some(true) { " local" } else { "" };
         let _ = match e.probability() {
             Some(p) => write!(cell, "{addr} ({}{local})", percent(p)),

@@ -789,7 +789,7 @@ pub fn run_all_services(args: &TraceArgs) -> anyhow::Result<Verdict> {
                 protocol: svc.protocol.clone(),
                 cluster_ip: svc.cluster_ip,
                 port: svc.port,
-                node_ports: svc.node_ports.clone(),
+                node_ports: svc.node_ports.to_vec(),
                 endpoints: svc.endpoints.len(),
                 status,
                 reasons,

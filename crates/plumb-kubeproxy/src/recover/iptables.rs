@@ -16,9 +16,8 @@
 //! chains, so rules without comments still land on the right service.
 
 use super::{
-    Evidence, MaybeF64, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes,
-    RecoveredEndpoint, RecoveredService, ServiceMap, exact, host_addr, push_tight, push_unique,
-    push_unique_tight, sort_in_place_by, split_service_port_name,
+    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes, RecoveredEndpoint,
+    RecoveredService, ServiceMap, host_addr, sort_in_place_by, split_service_port_name,
 };
 use crate::chain_name::{
     ChainPrefix, chain_matches_endpoint, endpoint_chain_name, parse_chain_name,
@@ -516,7 +515,7 @@ fn recover_group(g: Group<'_>) -> ServiceMap<'_> {
                 && let Some(hash) = hash16(hash)
             {
                 let i = rec.builder(hash);
-                push_unique_tight(&mut rec.builders[i].s.chains, &*c.name);
+                rec.builders[i].s.chains.push_unique(&*c.name);
             }
         }
     }
@@ -590,8 +589,8 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a Table, chain: &'a Chain, 
         let comment = r.comment();
         let said = comment.as_deref().and_then(read_comment);
         let b = &mut rec.builders[i];
-        push_unique_tight(&mut b.s.chains, target);
-        push_tight(&mut b.s.evidence, Evidence::rule(table, chain, rule));
+        b.s.chains.push_unique(target);
+        b.s.evidence.push(Evidence::rule(table, chain, rule));
         b.protocol_from(&r);
         if let Some((n, _)) = said {
             b.name(n);
@@ -628,13 +627,13 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a Table, chain: &'a Chain, 
             }
             Says::LoadBalancerIp => {
                 if let Some(ip) = ip {
-                    push_unique(&mut b.s.load_balancer_ips, ip);
+                    b.s.load_balancer_ips.push_unique(ip);
                 }
                 b.s.port = b.s.port.or(r.dport());
             }
             _ => {
                 if let Some(ip) = ip {
-                    push_unique(&mut b.s.external_ips, ip);
+                    b.s.external_ips.push_unique(ip);
                 }
                 b.s.port = b.s.port.or(r.dport());
             }
@@ -650,16 +649,16 @@ fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a Table, chain: &'a Chain,
         };
         let i = rec.builder(hash);
         let b = &mut rec.builders[i];
-        push_unique_tight(&mut b.s.chains, target);
+        b.s.chains.push_unique(target);
         if let Some((n, _)) = r.comment().as_deref().and_then(read_comment) {
             b.name(n);
         }
         b.protocol_from(&r);
         if let Some(p) = r.dport() {
             if !b.s.node_ports.contains(&p) {
-                push_tight(&mut b.s.evidence, Evidence::rule(table, chain, rule));
+                b.s.evidence.push(Evidence::rule(table, chain, rule));
             }
-            push_unique(&mut b.s.node_ports, p);
+            b.s.node_ports.push_unique(p);
         }
     }
 }
@@ -760,7 +759,7 @@ fn service_chains<'a>(
             continue;
         }
         for e in cascade {
-            match eps.iter_mut().find(|x| x.chain == e.chain) {
+            match eps.iter_mut().find(|x| x.chain() == e.chain()) {
                 Some(x) => {
                     if local {
                         x.local = Some(true);
@@ -814,11 +813,11 @@ fn service_chains<'a>(
                 Some(_) => src.into_owned(),
                 None => format!("{src}/32"),
             };
-            push_unique(&mut b.s.load_balancer_source_ranges, range);
-            push_tight(&mut b.s.evidence, Evidence::rule(table, c, rule));
+            b.s.load_balancer_source_ranges.push_unique(range);
+            b.s.evidence.push(Evidence::rule(table, c, rule));
         }
     }
-    b.s.endpoints = eps;
+    b.s.endpoints = eps.into();
 }
 
 /// The endpoints a `KUBE-SVC-*`/`KUBE-SVL-*` chain picks from, with their probabilities.
@@ -924,16 +923,16 @@ fn endpoint_cascade<'a>(
                 address.get_or_insert_with(|| Cow::Owned(addr.to_string()));
             }
         }
-        if out.iter().any(|e| e.chain == Some(target)) {
+        if out.iter().any(|e| e.chain() == Some(target)) {
             continue;
         }
-        out.push(RecoveredEndpoint {
+        out.push(RecoveredEndpoint::new(
             address,
-            prob: MaybeF64::new(Some(effective)),
-            local: None,
-            chain: Some(target),
+            Some(effective),
+            None,
+            Some(target),
             evidence,
-        });
+        ));
     }
     if !exact {
         for e in &mut out {
@@ -985,7 +984,7 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, filter: &'a Table, buf: &mut XtBuf) 
             if says != Says::HealthCheck && b.s.protocol.is_none() {
                 b.s.protocol = proto;
             }
-            push_tight(&mut b.s.evidence, Evidence::rule(filter, chain, rule));
+            b.s.evidence.push(Evidence::rule(filter, chain, rule));
             match (which, says) {
                 ("KUBE-SERVICES", Says::NoEndpoints | Says::NoLocalEndpoints) => {
                     b.s.cluster_ip = b.s.cluster_ip.or(r.dst_host());
@@ -1006,7 +1005,7 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, filter: &'a Table, buf: &mut XtBuf) 
                     }
                     if r.dst_type_local() {
                         if let Some(p) = r.dport() {
-                            push_unique(&mut b.s.node_ports, p);
+                            b.s.node_ports.push_unique(p);
                         }
                     } else if let Some(ip) = r.dst_host() {
                         b.s.port = b.s.port.or(r.dport());
@@ -1022,7 +1021,7 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, filter: &'a Table, buf: &mut XtBuf) 
                 ("KUBE-PROXY-FIREWALL", _) => {
                     if let Some(ip) = r.dst_host() {
                         b.s.external_ips.retain(|x| *x != ip);
-                        push_unique(&mut b.s.load_balancer_ips, ip);
+                        b.s.load_balancer_ips.push_unique(ip);
                     }
                 }
                 _ => {}
@@ -1057,14 +1056,13 @@ fn no_endpoints_unnamed<'a>(
     b.s.cluster_ip = b.s.cluster_ip.or(Some(ip));
     b.s.port = b.s.port.or(Some(port));
     b.s.no_endpoints = Some(NoEndpoints::Reject);
-    push_tight(&mut b.s.evidence, Evidence::rule(table, chain, rule));
+    b.s.evidence.push(Evidence::rule(table, chain, rule));
 }
 
 /// Completes `b.s`: exact-size vectors, the notes, the name source, and the chain-name
 /// checks (each mismatch is pushed to `mismatches`).
 fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: &mut Builder<'a>) {
     let s = &mut b.s;
-    s.endpoints = exact(std::mem::take(&mut s.endpoints));
     const UNNAMED: &str =
         "no kube-proxy comments: name unknown, service identified by its chains and rules";
     const AMBIGUOUS: &str = "no endpoints: external and load-balancer IPs are rejected alike and cannot be told apart; listed as external IPs";
@@ -1077,7 +1075,7 @@ fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: &mut Builder<'a>) {
     } else {
         NameSource::Unnamed
     };
-    let partial = s.endpoints.iter().any(|e| e.address.is_none());
+    let partial = s.endpoints.iter().any(|e| e.address().is_none());
     let notes = [
         (s.name.is_none(), UNNAMED),
         (b.ambiguous_external, AMBIGUOUS),
@@ -1093,7 +1091,7 @@ fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: &mut Builder<'a>) {
             .filter(|(on, _)| *on)
             .map(|&(_, text)| Cow::Borrowed(text)),
     );
-    s.notes = kept;
+    s.notes = kept.into();
     let first_evidence = s.evidence.first().copied();
     if let (Some(name), Some(proto)) = (&s.name, &s.protocol) {
         // Each chain name is verified once: one hash per service port, one per endpoint.
@@ -1115,7 +1113,7 @@ fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: &mut Builder<'a>) {
         for e in &s.endpoints {
             // An address redacted by whoever posted the capture (`<master-node-ip>:6443`)
             // is not the one kube-proxy hashed: the name cannot be checked.
-            if let (Some(chain), Some(addr)) = (e.chain, &e.address)
+            if let (Some(chain), Some(addr)) = (e.chain(), e.address())
                 && super::split_host_port(addr).is_some()
                 && !chain_matches_endpoint(chain, name, proto, addr)
             {
@@ -1124,17 +1122,11 @@ fn finish<'a>(mismatches: &mut Vec<NameMismatch<'a>>, b: &mut Builder<'a>) {
                     service: format!("{name} ({proto})"),
                     endpoint: Some(addr.to_string()),
                     expected: endpoint_chain_name(name, proto, addr),
-                    evidence: e.evidence.first().unwrap_or(Evidence::named(chain)),
+                    evidence: e.evidence().first().unwrap_or(Evidence::named(chain)),
                 });
             }
         }
     }
-    s.node_ports = exact(std::mem::take(&mut s.node_ports));
-    s.external_ips = exact(std::mem::take(&mut s.external_ips));
-    s.load_balancer_ips = exact(std::mem::take(&mut s.load_balancer_ips));
-    s.load_balancer_source_ranges = exact(std::mem::take(&mut s.load_balancer_source_ranges));
-    s.chains = exact(std::mem::take(&mut s.chains));
-    s.evidence = exact(std::mem::take(&mut s.evidence));
 }
 
 #[cfg(test)]

@@ -15,9 +15,7 @@
 //! no fixed probability. Weight 0 is kube-proxy's graceful termination: no new
 //! connections.
 
-use super::{
-    Evidence, MaybeF64, ProxyMode, Quotes, RecoveredEndpoint, RecoveredService, ServiceMap,
-};
+use super::{Evidence, ProxyMode, Quotes, RecoveredEndpoint, RecoveredService, ServiceMap};
 use plumb_ruleset::model::ipvs::{IpSetListing, RealServer, VirtualAddress, VirtualService};
 use plumb_ruleset::{Backend, Family, Ruleset};
 use std::borrow::Cow;
@@ -129,13 +127,13 @@ fn endpoints(vs: &VirtualService) -> (Vec<RecoveredEndpoint<'_>>, Vec<Cow<'stati
                     .into(),
                 );
             }
-            RecoveredEndpoint {
-                address: Some(socket(r.address, r.port).into()),
-                prob: MaybeF64::new(probability(r)),
-                local: None,
-                chain: None,
-                evidence: Quotes::one(Evidence::ipvs(r.location, &r.text)),
-            }
+            RecoveredEndpoint::new(
+                Some(socket(r.address, r.port).into()),
+                probability(r),
+                None,
+                None,
+                Quotes::one(Evidence::ipvs(r.location, &r.text)),
+            )
         })
         .collect();
     (eps, notes)
@@ -156,9 +154,9 @@ fn service<'a>(vs: &'a VirtualService, protocol: &str) -> RecoveredService<'a> {
     RecoveredService {
         protocol: Some(protocol.to_string()),
         session_affinity_seconds: vs.persistent_seconds,
-        endpoints,
-        evidence: vec![evidence(vs)],
-        notes,
+        endpoints: endpoints.into(),
+        evidence: vec![evidence(vs)].into(),
+        notes: notes.into(),
         ..RecoveredService::empty()
     }
 }

@@ -90,15 +90,128 @@ pub(crate) fn exact<T>(v: Vec<T>) -> Vec<T> {
     e
 }
 
-/// Pushes `x`, growing a full block by one place: a service's few rules and chains
-/// pushed into blocks grown by doubling held 4 places for 1 or 2 (1 MiB of 10k
-/// services' evidence and chains at the peak of recovery, before `exact`). Growing a
-/// small block by one is a reallocation in place most of the time.
-pub(crate) fn push_tight<T>(v: &mut Vec<T>, x: T) {
-    if v.len() == v.capacity() {
-        v.reserve_exact(1);
+/// A service's list (its endpoints, rules, chains, addresses, notes) in a block of its
+/// exact size, held as a boxed slice: 16 bytes where a vector takes 24 (a service
+/// holds eight, a 10k-service map 10k services). Reads as a slice; [`Slim::push`]
+/// grows the block by one place: a service's few rules and chains pushed into blocks
+/// grown by doubling held 4 places for 1 or 2 (1 MiB of 10k services' evidence and
+/// chains at the peak of recovery), and growing a small block by one is a
+/// reallocation in place most of the time. Serializes as the sequence.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Slim<T>(Box<[T]>);
+
+impl<T> Slim<T> {
+    /// No items (no allocation).
+    pub fn new() -> Slim<T> {
+        Slim(Box::default())
     }
-    v.push(x);
+
+    /// Adds `x` after the others, the block grown by one place.
+    pub fn push(&mut self, x: T) {
+        let mut v = std::mem::take(&mut self.0).into_vec();
+        v.reserve_exact(1);
+        v.push(x);
+        self.0 = v.into_boxed_slice();
+    }
+
+    /// Adds `x` after the others unless it is one of them.
+    pub fn push_unique(&mut self, x: T)
+    where
+        T: PartialEq,
+    {
+        if !self.0.contains(&x) {
+            self.push(x);
+        }
+    }
+
+    /// Keeps the items `keep` says yes to.
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        if self.0.iter().all(&mut keep) {
+            return;
+        }
+        let mut v = std::mem::take(&mut self.0).into_vec();
+        v.retain(keep);
+        *self = Slim::from(v);
+    }
+
+    /// The items as a vector (no copy).
+    pub fn into_vec(self) -> Vec<T> {
+        self.0.into_vec()
+    }
+}
+
+impl<T> Default for Slim<T> {
+    fn default() -> Self {
+        Slim::new()
+    }
+}
+
+impl<T> Extend<T> for Slim<T> {
+    fn extend<I: IntoIterator<Item = T>>(&mut self, items: I) {
+        let mut v = std::mem::take(&mut self.0).into_vec();
+        v.extend(items);
+        *self = Slim::from(v);
+    }
+}
+
+impl<T> From<Vec<T>> for Slim<T> {
+    /// `v` in a block of its size (copied when it has room to spare: see [`exact`]).
+    fn from(v: Vec<T>) -> Slim<T> {
+        Slim(exact(v).into_boxed_slice())
+    }
+}
+
+impl<T> std::ops::Deref for Slim<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.0
+    }
+}
+
+impl<T> std::ops::DerefMut for Slim<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.0
+    }
+}
+
+impl<'s, T> IntoIterator for &'s Slim<T> {
+    type Item = &'s T;
+    type IntoIter = std::slice::Iter<'s, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl<'s, T> IntoIterator for &'s mut Slim<T> {
+    type Item = &'s mut T;
+    type IntoIter = std::slice::IterMut<'s, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter_mut()
+    }
+}
+
+impl<T: PartialEq<U>, U> PartialEq<Vec<U>> for Slim<T> {
+    fn eq(&self, other: &Vec<U>) -> bool {
+        self.0[..] == other[..]
+    }
+}
+
+impl<T: PartialEq<U>, U, const N: usize> PartialEq<[U; N]> for Slim<T> {
+    fn eq(&self, other: &[U; N]) -> bool {
+        self.0[..] == other[..]
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Slim<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<T: Serialize> Serialize for Slim<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
 }
 
 /// Sorts `v` stably by `cmp` without a scratch copy of its items: the standard stable
@@ -506,28 +619,101 @@ pub enum NoEndpoints {
 }
 
 /// One endpoint of a service port.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+///
+/// 64 bytes (a 10k-service map holds 47.5k; 80 before, in blocks of 448 bytes for a
+/// service's 5 endpoints where 320 now do): the address is held as a slice of the
+/// rule that DNATs to it, the endpoint chain is read from the second rule quoted (the
+/// endpoint chain's DNAT rule) rather than held, and what neither covers (an address
+/// spelt differently from the rule, a chain not quoted) is boxed apart ([`Rare`]).
+/// JSON writes `address`, `probability`, `local`, `chain` and `evidence`.
+#[derive(Clone)]
 pub struct RecoveredEndpoint<'a> {
-    /// `ip:port` kube-proxy DNATs to (`[ip6]:port` for IPv6); `None` when the endpoint
-    /// chain is not in the input (a partial payload) and no comment names it. Borrowed
-    /// from the rule that DNATs to it where the rule spells it plainly.
-    pub address: Option<Cow<'a, str>>,
+    /// The address as spelt in the rule that DNATs to it.
+    addr: Option<&'a str>,
     /// Probability that a new connection picks this endpoint, read with
-    /// [`RecoveredEndpoint::probability`]: 8 bytes where `Option<f64>` takes 16 (a
-    /// 10k-service map holds 50k endpoints). Serialized as `probability`.
-    #[serde(rename = "probability")]
+    /// [`RecoveredEndpoint::probability`]: 8 bytes where `Option<f64>` takes 16.
     pub(crate) prob: MaybeF64,
+    /// The rules that show the endpoint: the rule that picks it (its `statistic` match or
+    /// `numgen` map element) first, then the endpoint chain's DNAT rule when present.
+    quotes: Quotes<'a>,
+    /// An owned address, or a chain other than the second quoted rule's.
+    rare: Option<Box<Rare<'a>>>,
     /// `Some(true)` when the endpoint appears in the service's local-policy chain
     /// (`KUBE-SVL-*` / `local-*`); `None` when the rules do not say.
     pub local: Option<bool>,
-    /// The endpoint chain (`KUBE-SEP-*`, `endpoint-*`).
-    pub chain: Option<&'a str>,
-    /// The rules that show the endpoint: the rule that picks it (its `statistic` match or
-    /// `numgen` map element) first, then the endpoint chain's DNAT rule when present.
-    pub evidence: Quotes<'a>,
 }
 
-impl RecoveredEndpoint<'_> {
+/// What an endpoint holds apart (see [`RecoveredEndpoint`]).
+#[derive(Clone)]
+struct Rare<'a> {
+    /// The address, when it is not a slice of a rule.
+    address: Option<Box<str>>,
+    /// The endpoint chain, when it is not the chain of the second quoted rule.
+    chain: Option<&'a str>,
+}
+
+impl<'a> RecoveredEndpoint<'a> {
+    /// An endpoint at `address` (`ip:port`, `[ip6]:port`; `None` when the endpoint chain
+    /// is not in the input and no comment names it) through `chain` (`KUBE-SEP-*`,
+    /// `endpoint-*`), picked with `probability`, shown by `evidence`.
+    pub(crate) fn new(
+        address: Option<Cow<'a, str>>,
+        probability: Option<f64>,
+        local: Option<bool>,
+        chain: Option<&'a str>,
+        evidence: Quotes<'a>,
+    ) -> RecoveredEndpoint<'a> {
+        let mut e = RecoveredEndpoint {
+            addr: None,
+            prob: MaybeF64::new(probability),
+            quotes: evidence,
+            rare: None,
+            local,
+        };
+        let owned = match address {
+            Some(Cow::Borrowed(a)) => {
+                e.addr = Some(a);
+                None
+            }
+            Some(Cow::Owned(a)) => Some(a.into_boxed_str()),
+            None => None,
+        };
+        let quoted = e.quoted_chain();
+        if owned.is_some() || chain != quoted {
+            e.rare = Some(Box::new(Rare {
+                address: owned,
+                chain,
+            }));
+        }
+        e
+    }
+
+    /// The chain of the second quoted rule (the endpoint chain's DNAT rule).
+    fn quoted_chain(&self) -> Option<&'a str> {
+        self.quotes.get(1).map(|q| q.chain())
+    }
+
+    /// `ip:port` kube-proxy DNATs to (`[ip6]:port` for IPv6); `None` when the endpoint
+    /// chain is not in the input (a partial payload) and no comment names it.
+    pub fn address(&self) -> Option<&str> {
+        self.addr
+            .or_else(|| self.rare.as_ref().and_then(|r| r.address.as_deref()))
+    }
+
+    /// The endpoint chain (`KUBE-SEP-*`, `endpoint-*`).
+    pub fn chain(&self) -> Option<&'a str> {
+        match &self.rare {
+            Some(r) => r.chain,
+            None => self.quoted_chain(),
+        }
+    }
+
+    /// The rules that show the endpoint: the rule that picks it (its `statistic` match
+    /// or `numgen` map element) first, then the endpoint chain's DNAT rule when present.
+    pub fn evidence(&self) -> &Quotes<'a> {
+        &self.quotes
+    }
+
     /// Probability that a new connection picks this endpoint (the `statistic` cascade or
     /// `numgen` map, folded into one number per endpoint). `None` when it cannot be read.
     pub fn probability(&self) -> Option<f64> {
@@ -537,6 +723,41 @@ impl RecoveredEndpoint<'_> {
     /// Sets the probability (`None`: it cannot be read).
     pub fn set_probability(&mut self, p: Option<f64>) {
         self.prob = MaybeF64::new(p);
+    }
+}
+
+impl PartialEq for RecoveredEndpoint<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.address() == other.address()
+            && self.prob == other.prob
+            && self.local == other.local
+            && self.chain() == other.chain()
+            && self.quotes == other.quotes
+    }
+}
+
+impl std::fmt::Debug for RecoveredEndpoint<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecoveredEndpoint")
+            .field("address", &self.address())
+            .field("probability", &self.prob)
+            .field("local", &self.local)
+            .field("chain", &self.chain())
+            .field("evidence", &self.quotes)
+            .finish()
+    }
+}
+
+impl Serialize for RecoveredEndpoint<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("RecoveredEndpoint", 5)?;
+        st.serialize_field("address", &self.address())?;
+        st.serialize_field("probability", &self.prob)?;
+        st.serialize_field("local", &self.local)?;
+        st.serialize_field("chain", &self.chain())?;
+        st.serialize_field("evidence", &self.quotes)?;
+        st.end()
     }
 }
 
@@ -599,14 +820,14 @@ pub struct RecoveredService<'a> {
     pub port: Option<u16>,
     /// The ports of the NodePort capture rules (`KUBE-NODEPORTS`, `service-nodeports`);
     /// empty when the service has none.
-    pub node_ports: Vec<u16>,
+    pub node_ports: Slim<u16>,
     /// `spec.externalIPs`. In nftables mode, and in iptables mode for a service with no
     /// endpoints, load-balancer IPs look the same and are listed here (see `notes`).
-    pub external_ips: Vec<IpAddr>,
+    pub external_ips: Slim<IpAddr>,
     /// `status.loadBalancer.ingress` IPs (`KUBE-FW-*` / `firewall-*` rules and their captures).
-    pub load_balancer_ips: Vec<IpAddr>,
+    pub load_balancer_ips: Slim<IpAddr>,
     /// `loadBalancerSourceRanges` (from `KUBE-FW-*` / `firewall-*`).
-    pub load_balancer_source_ranges: Vec<String>,
+    pub load_balancer_source_ranges: Slim<String>,
     /// `healthCheckNodePort` of an `externalTrafficPolicy: Local` load balancer (the
     /// `KUBE-NODEPORTS` rule commented as its health check); `None` when absent.
     pub health_check_node_port: Option<u16>,
@@ -618,18 +839,18 @@ pub struct RecoveredService<'a> {
     pub external_traffic_local: bool,
     /// The endpoints, in rule order (the order the `statistic` cascade or `numgen` map
     /// tries them); empty when the service has none.
-    pub endpoints: Vec<RecoveredEndpoint<'a>>,
+    pub endpoints: Slim<RecoveredEndpoint<'a>>,
     /// Set when kube-proxy rejects or drops traffic for lack of endpoints.
     pub no_endpoints: Option<NoEndpoints>,
     /// kube-proxy chains of this service (SVC, SVL, EXT, FW / service-, local-, ...).
-    pub chains: Vec<&'a str>,
+    pub chains: Slim<&'a str>,
     /// The rules that define the service (capture rules, filter rejects, NodePorts).
-    pub evidence: Vec<Evidence<'a>>,
+    pub evidence: Slim<Evidence<'a>>,
     /// What could not be recovered exactly, in words. Fixed texts are borrowed (most
-    /// services of a map without comments carry the same one), and the vector is made
+    /// services of a map without comments carry the same one), and the list is made
     /// at its size: a note cost a 96-byte vector block and an 80-byte string per
     /// service, 1.7 MiB at the peak of `plumb services` on 10k services.
-    pub notes: Vec<Cow<'static, str>>,
+    pub notes: Slim<Cow<'static, str>>,
 }
 
 impl RecoveredService<'_> {
@@ -641,19 +862,19 @@ impl RecoveredService<'_> {
             protocol: None,
             cluster_ip: None,
             port: None,
-            node_ports: Vec::new(),
-            external_ips: Vec::new(),
-            load_balancer_ips: Vec::new(),
-            load_balancer_source_ranges: Vec::new(),
+            node_ports: Slim::new(),
+            external_ips: Slim::new(),
+            load_balancer_ips: Slim::new(),
+            load_balancer_source_ranges: Slim::new(),
             health_check_node_port: None,
             session_affinity_seconds: None,
             internal_traffic_local: false,
             external_traffic_local: false,
-            endpoints: Vec::new(),
+            endpoints: Slim::new(),
             no_endpoints: None,
-            chains: Vec::new(),
-            evidence: Vec::new(),
-            notes: Vec::new(),
+            chains: Slim::new(),
+            evidence: Slim::new(),
+            notes: Slim::new(),
         }
     }
 
@@ -752,19 +973,6 @@ pub(crate) fn split_host_port(s: &str) -> Option<(IpAddr, u16)> {
     let (ip, port) = s.rsplit_once(':')?;
     let ip = ip.trim_start_matches('[').trim_end_matches(']');
     Some((ip.parse().ok()?, port.parse().ok()?))
-}
-
-pub(crate) fn push_unique<T: PartialEq>(v: &mut Vec<T>, x: T) {
-    if !v.contains(&x) {
-        v.push(x);
-    }
-}
-
-/// [`push_unique`], growing a full block by one place ([`push_tight`]).
-pub(crate) fn push_unique_tight<T: PartialEq>(v: &mut Vec<T>, x: T) {
-    if !v.contains(&x) {
-        push_tight(v, x);
-    }
 }
 
 #[cfg(test)]

@@ -18,9 +18,9 @@
 //! without comments; the hash is re-computed and mismatches reported.
 
 use super::{
-    Evidence, MaybeF64, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes,
-    RecoveredEndpoint, RecoveredService, ServiceMap, exact, push_tight, push_unique,
-    sort_in_place_by, split_host_port, split_service_port_name,
+    Evidence, NameMismatch, NameSource, NoEndpoints, ProxyMode, Quotes, RecoveredEndpoint,
+    RecoveredService, ServiceMap, Slim, exact, sort_in_place_by, split_host_port,
+    split_service_port_name,
 };
 use crate::chain_name::{NftChainPrefix, nft_endpoint_chain_name, nft_service_port_base};
 use plumb_ruleset::nft::{NatKind, NftSet, StatementKind, Value, Verdict, VerdictMapRef};
@@ -86,22 +86,22 @@ struct Builder<'a> {
     protocol: Option<String>,
     cluster_ip: Option<IpAddr>,
     port: Option<u16>,
-    node_ports: Vec<u16>,
-    external_ips: Vec<IpAddr>,
-    load_balancer_ips: Vec<IpAddr>,
-    source_ranges: Vec<String>,
+    node_ports: Slim<u16>,
+    external_ips: Slim<IpAddr>,
+    load_balancer_ips: Slim<IpAddr>,
+    source_ranges: Slim<String>,
     affinity: Option<u32>,
     internal_local: bool,
     external_local: bool,
     no_endpoints: Option<NoEndpoints>,
     external_ambiguous: bool,
-    chains: Vec<&'a str>,
-    endpoints: Vec<RecoveredEndpoint<'a>>,
-    evidence: Vec<Evidence<'a>>,
+    chains: Slim<&'a str>,
+    endpoints: Slim<RecoveredEndpoint<'a>>,
+    evidence: Slim<Evidence<'a>>,
     /// Filled by [`finish`]. Also makes a builder at least as large as the service it
     /// becomes, so that the services are collected into the builders' own block: a
     /// second block of 10k services was 2.7 MiB on the peak of recovery.
-    notes: Vec<Cow<'static, str>>,
+    notes: Slim<Cow<'static, str>>,
 }
 
 /// Recovers the service map of every nftables `kube-proxy` table.
@@ -186,7 +186,7 @@ impl<'a> Recovery<'a> {
             b.protocol = Some(proto.to_string());
         }
         if prefix != NftChainPrefix::Endpoint && !b.chains.contains(&chain) {
-            push_tight(&mut b.chains, chain);
+            b.chains.push(chain);
             if !base.ends_with("...") {
                 let expected = nft_service_port_base(ns, name, proto, port);
                 if expected != base {
@@ -253,7 +253,7 @@ fn recover_table(table: &Table) -> ServiceMap<'_> {
             if let Some((ip, _, port)) = ip_proto_port(&e.key_text) {
                 let b = &mut rec.builders[i];
                 b.external_ips.retain(|x| *x != ip);
-                push_unique(&mut b.load_balancer_ips, ip);
+                b.load_balancer_ips.push_unique(ip);
                 b.port = b.port.or(Some(port));
             }
         }
@@ -269,8 +269,8 @@ fn recover_table(table: &Table) -> ServiceMap<'_> {
             };
             if let Some(p) = proto_port(&e.key_text) {
                 let b = &mut rec.builders[i];
-                push_unique(&mut b.node_ports, p);
-                push_tight(&mut b.evidence, ev);
+                b.node_ports.push_unique(p);
+                b.evidence.push(ev);
             }
         }
     }
@@ -402,7 +402,7 @@ fn service_ips<'a>(rec: &mut Recovery<'a>, m: &'a NftSet, cluster_ips: Option<&C
             continue;
         };
         let b = &mut rec.builders[i];
-        push_tight(&mut b.evidence, ev);
+        b.evidence.push(ev);
         let is_cluster_ip = cluster_ips.is_none_or(|s| s.contains(&ip));
         match prefix {
             NftChainPrefix::Service | NftChainPrefix::Local if is_cluster_ip => {
@@ -411,12 +411,12 @@ fn service_ips<'a>(rec: &mut Recovery<'a>, m: &'a NftSet, cluster_ips: Option<&C
                 b.internal_local |= prefix == NftChainPrefix::Local;
             }
             NftChainPrefix::Firewall => {
-                push_unique(&mut b.load_balancer_ips, ip);
+                b.load_balancer_ips.push_unique(ip);
                 b.port = b.port.or(Some(port));
             }
             _ => {
                 if !b.load_balancer_ips.contains(&ip) {
-                    push_unique(&mut b.external_ips, ip);
+                    b.external_ips.push_unique(ip);
                     b.external_ambiguous = true;
                 }
                 b.port = b.port.or(Some(port));
@@ -460,7 +460,7 @@ fn no_endpoint_elements<'a>(
         if b.protocol.is_none() {
             b.protocol = Some(proto.to_string());
         }
-        push_tight(&mut b.evidence, ev);
+        b.evidence.push(ev);
         let reject = match &e.verdict {
             Some(Verdict::Drop) => false,
             Some(v) => verdict_chain(v).is_none_or(|c| c.contains("reject")),
@@ -472,7 +472,7 @@ fn no_endpoint_elements<'a>(
             NoEndpoints::DropNoLocal
         });
         match (nodeport, ip, port) {
-            (true, _, Some(p)) => push_unique(&mut b.node_ports, p),
+            (true, _, Some(p)) => b.node_ports.push_unique(p),
             (false, Some(ip), Some(p)) => {
                 let is_cluster_ip = cluster_ips.is_none_or(|s| s.contains(&ip));
                 if is_cluster_ip {
@@ -483,7 +483,7 @@ fn no_endpoint_elements<'a>(
                     // leaves none on this node.
                     b.internal_local |= !reject;
                 } else if !b.load_balancer_ips.contains(&ip) {
-                    push_unique(&mut b.external_ips, ip);
+                    b.external_ips.push_unique(ip);
                     b.external_ambiguous = true;
                 }
             }
@@ -567,7 +567,7 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                         match b
                             .endpoints
                             .iter_mut()
-                            .find(|e| e.chain.is_none() && e.address.as_deref() == Some(&*address))
+                            .find(|e| e.chain().is_none() && e.address() == Some(&*address))
                         {
                             Some(e) => {
                                 if local {
@@ -576,13 +576,13 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                                     e.set_probability(Some(p));
                                 }
                             }
-                            None => b.endpoints.push(RecoveredEndpoint {
-                                address: Some(Cow::Owned(address)),
-                                prob: MaybeF64::new(Some(p)),
-                                local: local.then_some(true),
-                                chain: None,
-                                evidence: Quotes::one(ev),
-                            }),
+                            None => b.endpoints.push(RecoveredEndpoint::new(
+                                Some(Cow::Owned(address)),
+                                Some(p),
+                                local.then_some(true),
+                                None,
+                                Quotes::one(ev),
+                            )),
                         }
                     }
                 }
@@ -606,8 +606,9 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
     // places for 5 endpoints: 3.3 MiB of slack on a 10k-service map, all live at once
     // while recovery builds the services).
     let b = &mut rec.builders[i];
-    if b.endpoints.is_empty() {
-        b.endpoints.reserve_exact(picks.len());
+    let mut endpoints = std::mem::take(&mut b.endpoints).into_vec();
+    if endpoints.is_empty() {
+        endpoints.reserve_exact(picks.len());
     }
     for (target, p, ev) in picks {
         let mut evidence = Quotes::one(ev);
@@ -635,8 +636,7 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
             // carries the address (`endpoint-HASH-ns/name/proto/port__IP/PORT`).
             address = endpoint_address_from_name(target).map(Cow::Owned);
         }
-        let b = &mut rec.builders[i];
-        match b.endpoints.iter_mut().find(|e| e.chain == Some(target)) {
+        match endpoints.iter_mut().find(|e| e.chain() == Some(target)) {
             Some(e) => {
                 if local {
                     e.local = Some(true);
@@ -644,15 +644,16 @@ fn service_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize, local: bool
                     e.set_probability(Some(p));
                 }
             }
-            None => b.endpoints.push(RecoveredEndpoint {
+            None => endpoints.push(RecoveredEndpoint::new(
                 address,
-                prob: MaybeF64::new(Some(p)),
-                local: local.then_some(true),
-                chain: Some(target),
+                Some(p),
+                local.then_some(true),
+                Some(target),
                 evidence,
-            }),
+            )),
         }
     }
+    rec.builders[i].endpoints = endpoints.into();
 }
 
 /// `part`, a string of a statement of a rule whose text is `text`, as the same
@@ -767,9 +768,9 @@ fn firewall_chain<'a>(rec: &mut Recovery<'a>, c: &'a Chain, i: usize) {
                         }
                         _ => continue,
                     };
-                    push_unique(&mut b.source_ranges, range);
+                    b.source_ranges.push_unique(range);
                 }
-                push_tight(&mut b.evidence, Evidence::rule(rec.table, c, r));
+                b.evidence.push(Evidence::rule(rec.table, c, r));
             }
         }
     }
@@ -819,7 +820,7 @@ fn parse_nft_duration(t: &str) -> Option<u32> {
 }
 
 fn finish<'a>(rec: &mut Recovery<'a>, mut b: Builder<'a>) -> RecoveredService<'a> {
-    let mut notes = std::mem::take(&mut b.notes);
+    let mut notes = std::mem::take(&mut b.notes).into_vec();
     if b.external_ambiguous {
         notes.push(
             Cow::Borrowed(
@@ -827,7 +828,7 @@ fn finish<'a>(rec: &mut Recovery<'a>, mut b: Builder<'a>) -> RecoveredService<'a
             ),
         );
     }
-    if b.endpoints.iter().any(|e| e.address.is_none()) {
+    if b.endpoints.iter().any(|e| e.address().is_none()) {
         notes.push(Cow::Borrowed(
             "some endpoint chains are missing: their addresses are unknown",
         ));
@@ -842,7 +843,7 @@ fn finish<'a>(rec: &mut Recovery<'a>, mut b: Builder<'a>) -> RecoveredService<'a
         && let Some((ns, svc, port)) = split_service_port_name(name)
     {
         for e in &b.endpoints {
-            if let (Some(chain), Some(addr)) = (e.chain, &e.address) {
+            if let (Some(chain), Some(addr)) = (e.chain(), e.address()) {
                 if chain.ends_with("...") {
                     continue;
                 }
@@ -854,13 +855,13 @@ fn finish<'a>(rec: &mut Recovery<'a>, mut b: Builder<'a>) -> RecoveredService<'a
                         service: format!("{name} ({proto})"),
                         endpoint: Some(addr.to_string()),
                         expected,
-                        evidence: e.evidence.first().unwrap_or(Evidence::named(chain)),
+                        evidence: e.evidence().first().unwrap_or(Evidence::named(chain)),
                     });
                 }
             }
         }
     }
-    let mut endpoints = exact(b.endpoints);
+    let mut endpoints = b.endpoints;
     if endpoints.iter().any(|e| e.local.is_some()) {
         for e in &mut endpoints {
             e.local.get_or_insert(false);
@@ -872,19 +873,19 @@ fn finish<'a>(rec: &mut Recovery<'a>, mut b: Builder<'a>) -> RecoveredService<'a
         protocol: b.protocol,
         cluster_ip: b.cluster_ip,
         port: b.port,
-        node_ports: exact(b.node_ports),
-        external_ips: exact(b.external_ips),
-        load_balancer_ips: exact(b.load_balancer_ips),
-        load_balancer_source_ranges: exact(b.source_ranges),
+        node_ports: b.node_ports,
+        external_ips: b.external_ips,
+        load_balancer_ips: b.load_balancer_ips,
+        load_balancer_source_ranges: b.source_ranges,
         health_check_node_port: None,
         session_affinity_seconds: b.affinity,
         internal_traffic_local: b.internal_local,
         external_traffic_local: b.external_local,
         endpoints,
         no_endpoints: b.no_endpoints,
-        chains: exact(b.chains),
-        evidence: exact(b.evidence),
-        notes: exact(notes),
+        chains: b.chains,
+        evidence: b.evidence,
+        notes: notes.into(),
     }
 }
 
