@@ -45,22 +45,8 @@ fn a_service_map_costs_under_630_bytes_a_service_port() {
     let ports = maps[0].services.len();
     assert!(ports >= services, "{ports} service ports");
     let endpoints: usize = maps[0].services.iter().map(|s| s.endpoints.len()).sum();
-    let per_port = |bytes: usize| bytes as f64 / ports as f64;
-    eprintln!(
-        "{ports} service ports, {endpoints} endpoints: the map holds {:.0} and recovery peaks at {:.0} bytes a service port",
-        per_port(held),
-        per_port(peak)
-    );
-    assert!(
-        per_port(held) <= 630.0,
-        "the map holds {:.0} bytes a service port",
-        per_port(held)
-    );
-    assert!(
-        per_port(peak) <= 870.0,
-        "recovery peaks at {:.0} bytes a service port",
-        per_port(peak)
-    );
+    eprintln!("{ports} service ports, {endpoints} endpoints");
+    assert_bytes_a_port("iptables mode", ports, held, peak, 630.0, 870.0);
 }
 
 /// An endpoint's one or two rules of one table are held in place as the table and two
@@ -158,22 +144,7 @@ fn an_nft_service_map_is_in_blocks_of_its_size() {
         "{ports} services in a block of {}",
         services.capacity()
     );
-    let per_port = |bytes: usize| bytes as f64 / ports as f64;
-    eprintln!(
-        "nftables mode, {ports} service ports: the map holds {:.0} and recovery peaks at {:.0} bytes a service port",
-        per_port(held),
-        per_port(peak)
-    );
-    assert!(
-        per_port(held) <= 610.0,
-        "the map holds {:.0} bytes a service port",
-        per_port(held)
-    );
-    assert!(
-        per_port(peak) <= 690.0,
-        "recovery peaks at {:.0} bytes a service port",
-        per_port(peak)
-    );
+    assert_bytes_a_port("nftables mode", ports, held, peak, 610.0, 690.0);
 }
 
 /// `text` without its `-m comment --comment ...` matches, as an nft listing of the
@@ -229,5 +200,29 @@ fn unnamed_services_notes_cost_no_text_of_their_own() {
     assert!(
         per_port <= 820.0,
         "the map holds {per_port:.0} bytes a service port"
+    );
+}
+
+/// What a map holds (`held`) and what its recovery peaked at (`peak`), in bytes a
+/// service port, printed and held to their bounds.
+fn assert_bytes_a_port(
+    mode: &str,
+    ports: usize,
+    held: usize,
+    peak: usize,
+    max_held: f64,
+    max_peak: f64,
+) {
+    let (held, peak) = (held as f64 / ports as f64, peak as f64 / ports as f64);
+    eprintln!(
+        "{mode}, {ports} service ports: the map holds {held:.0} and recovery peaks at {peak:.0} bytes a service port"
+    );
+    assert!(
+        held <= max_held,
+        "{mode}: the map holds {held:.0} bytes a service port"
+    );
+    assert!(
+        peak <= max_peak,
+        "{mode}: recovery peaks at {peak:.0} bytes a service port"
     );
 }
