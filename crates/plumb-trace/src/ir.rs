@@ -8,7 +8,6 @@
 
 use crate::addr::{AddrRange, Cidr, PortRange};
 use crate::packet::AddrType;
-use std::collections::HashMap;
 use std::net::IpAddr;
 
 /// An address match: prefix or range.
@@ -425,20 +424,34 @@ impl Pattern {
 pub struct CompiledSet {
     /// The set's name without `@`, or `{...}` for an anonymous set.
     pub name: String,
-    pub(crate) exact: HashMap<Vec<Atom>, usize>,
+    pub(crate) exact: crate::set_keys::ExactKeys,
     pub(crate) patterns: Vec<(Vec<Pattern>, usize)>,
-    /// Verdicts of a verdict map, per element.
-    pub verdicts: Vec<Option<MapVerdict>>,
-    /// Element comments (kube-proxy writes service names there).
-    pub comments: Vec<Option<String>>,
+    /// Verdicts of a verdict map by element, up to the last element that has one
+    /// (empty for a set).
+    pub(crate) verdicts: Vec<Option<MapVerdict>>,
+    /// Element comments (kube-proxy writes service names there) by element, up to the
+    /// last element that has one: spans of the ruleset's text, not copies.
+    pub(crate) comments: Vec<Option<plumb_ruleset::RuleText>>,
     /// Some element could not be read: a miss is not conclusive.
     pub(crate) partial: bool,
+}
+
+impl CompiledSet {
+    /// The verdict of element `i` of a verdict map.
+    pub fn verdict(&self, i: usize) -> Option<&MapVerdict> {
+        self.verdicts.get(i)?.as_ref()
+    }
+
+    /// The comment of element `i`.
+    pub fn comment(&self, i: usize) -> Option<&str> {
+        self.comments.get(i)?.as_deref()
+    }
 }
 
 /// `Some(Some(element))` hit, `Some(None)` miss, `None` cannot tell.
 pub fn lookup(sets: &[CompiledSet], set: &SetRef, key: &[Atom]) -> Option<Option<usize>> {
     let s = sets.get(*set as usize)?;
-    if let Some(&i) = s.exact.get(key) {
+    if let Some(i) = s.exact.get(key) {
         return Some(Some(i));
     }
     for (p, i) in &s.patterns {

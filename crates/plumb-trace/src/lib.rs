@@ -35,6 +35,7 @@ pub mod matches;
 pub mod nft;
 pub mod outcome;
 pub mod packet;
+mod set_keys;
 pub mod simulate;
 pub mod targets;
 

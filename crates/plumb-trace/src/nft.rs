@@ -11,6 +11,8 @@ use crate::ir::{Action, Jump, MapVerdict, MarkOp, NatSpec};
 use crate::ir::{AddrMatch, Cond, Field, IfacePattern, ct_bits};
 use crate::ir::{Atom, CompiledSet, Pattern, SetRef};
 use crate::packet::AddrType;
+use crate::set_keys::ExactKeys;
+use plumb_ruleset::RuleText;
 use plumb_ruleset::nft::{NatKind, NftSet, Op, Statement, StatementKind, Value, Verdict};
 use std::collections::HashMap;
 
@@ -122,21 +124,32 @@ fn map_verdict(v: &Verdict, resolve: &dyn Fn(&str) -> Option<u32>) -> MapVerdict
     }
 }
 
+/// Sets `list[i]` to `value` when it is something, filling the places before it with
+/// `None`: a list that no element fills stays empty.
+fn put_at<T>(list: &mut Vec<Option<T>>, i: usize, value: Option<T>) {
+    if let Some(v) = value {
+        if list.len() <= i {
+            list.resize_with(i + 1, || None);
+        }
+        list[i] = Some(v);
+    }
+}
+
 impl CompiledSet {
     fn add(
         &mut self,
         fields: &[Field],
         key: &Value,
+        idx: usize,
         verdict: Option<MapVerdict>,
-        comment: Option<String>,
+        comment: Option<RuleText>,
     ) {
         let parts: Vec<&Value> = match key {
             Value::Concat(v) => v.iter().collect(),
             v => vec![v],
         };
-        let idx = self.verdicts.len();
-        self.verdicts.push(verdict);
-        self.comments.push(comment);
+        put_at(&mut self.verdicts, idx, verdict);
+        put_at(&mut self.comments, idx, comment);
         if parts.len() != fields.len() {
             self.partial = true;
             return;
@@ -148,14 +161,14 @@ impl CompiledSet {
             .collect();
         match pats {
             Some(p) if p.iter().all(|p| matches!(p, Pattern::Exact(_))) => {
-                let atoms = p
+                let atoms: Vec<Atom> = p
                     .into_iter()
                     .map(|p| match p {
                         Pattern::Exact(a) => a,
                         _ => unreachable!("all exact"),
                     })
                     .collect();
-                self.exact.entry(atoms).or_insert(idx);
+                self.exact.insert(&atoms, idx);
             }
             Some(p) => self.patterns.push((p, idx)),
             None => self.partial = true,
@@ -170,16 +183,12 @@ impl CompiledSet {
     ) -> CompiledSet {
         let mut c = CompiledSet {
             name: set.name.to_string(),
+            exact: ExactKeys::with_capacity(set.elements.len()),
             ..Default::default()
         };
-        for e in &set.elements {
+        for (i, e) in set.elements.iter().enumerate() {
             let v = e.verdict.as_ref().map(|v| map_verdict(v, resolve));
-            c.add(
-                fields,
-                &e.key(),
-                v,
-                e.comment.as_deref().map(str::to_string),
-            );
+            c.add(fields, &e.key(), i, v, e.comment.clone());
         }
         c
     }
@@ -190,8 +199,8 @@ impl CompiledSet {
             name: "{...}".into(),
             ..Default::default()
         };
-        for v in values {
-            c.add(fields, v, None, None);
+        for (i, v) in values.iter().enumerate() {
+            c.add(fields, v, i, None, None);
         }
         c
     }
@@ -336,13 +345,13 @@ impl Compiler<'_> {
                     name: "{...}".into(),
                     ..Default::default()
                 };
-                for (k, v) in entries {
+                for (i, (k, v)) in entries.iter().enumerate() {
                     let value = if fields.len() > 1 {
                         Value::Concat(k.split(" . ").map(Value::atom).collect())
                     } else {
                         Value::atom(k)
                     };
-                    c.add(&fields, &value, Some(map_verdict(v, self.resolve)), None);
+                    c.add(&fields, &value, i, Some(map_verdict(v, self.resolve)), None);
                 }
                 self.sets.push(c);
                 Some((self.sets.len() - 1) as SetRef)

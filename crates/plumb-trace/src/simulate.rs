@@ -1845,12 +1845,12 @@ impl<'a, 'i> Sim<'a, 'i> {
         match crate::ir::lookup(sets, set, &key) {
             Some(Some(i)) => {
                 let s = &sets[*set as usize];
-                if let Some(c) = s.comments.get(i).cloned().flatten() {
+                if let Some(c) = s.comment(i) {
                     self.annotate_last(path, format!("map @{}: {c}", s.name));
                 } else {
                     self.annotate_last(path, format!("map @{} has an entry", s.name));
                 }
-                match s.verdicts.get(i).cloned().flatten() {
+                match s.verdict(i).cloned() {
                     Some(v) => self.apply_map_verdict(path, &v),
                     None => {
                         Flow::Final(Verdict::Indeterminate, "map entry without a verdict".into())

@@ -1,7 +1,9 @@
 //! Heap of compiling kube-proxy's nat `KUBE-SERVICES` (one rule a service port of a
 //! 2,000-service `iptables-save` dump) for tracing, counted by a wrapping global
 //! allocator, per rule. `plumb check`'s forward-drop-blocks-pods compiles it on every
-//! node that runs kube-proxy. Its own binary: the counting allocator is process-wide.
+//! node that runs kube-proxy; and of compiling kube-proxy's nftables-mode `services`
+//! chain with its `@service-ips` map, which the same check compiles on nftables-mode
+//! nodes. Its own binary: the counting allocator is process-wide.
 
 use plumb_ruleset::format::{ParseOptions, parse_owned};
 use plumb_testkit::heap;
@@ -29,6 +31,7 @@ fn an_item_is_56_bytes() {
 /// copied.
 #[test]
 fn kube_services_compiles_into_under_400_bytes_a_rule() {
+    let _turn = heap::measuring();
     let text = plumb_kubeproxy::generated_save_text(2000, 5).expect("valid generator config");
     let parsed = parse_owned(text.into_bytes(), &ParseOptions::default()).unwrap();
     let index = Index::build(&parsed.ruleset);
@@ -61,5 +64,68 @@ fn kube_services_compiles_into_under_400_bytes_a_rule() {
         per_rule(peak) <= 400.0,
         "peaks at {:.0} bytes a rule",
         per_rule(peak)
+    );
+}
+
+/// kube-proxy's nftables-mode `services` chain is one verdict-map lookup in
+/// `@service-ips` (`address . protocol . port : goto service-...`, one element a
+/// service port with endpoints): compiled for tracing, the map holds at most 100 bytes
+/// an element and peaks at 100 (76 and 79: the key encoded in 9 bytes, 12 of
+/// bookkeeping, the verdict and the comment a span of the ruleset). As a hash map of
+/// atom vectors with copied comments it held 324 and peaked at 328.
+#[test]
+fn service_ips_compiles_into_under_100_bytes_an_element() {
+    let _turn = heap::measuring();
+    let cluster = plumb_kubeproxy::generate(&plumb_kubeproxy::GeneratorConfig {
+        services: 2000,
+        endpoints_per_service: 5,
+        ..plumb_kubeproxy::GeneratorConfig::default()
+    })
+    .expect("valid generator config");
+    let text =
+        plumb_kubeproxy::nft_transaction(&cluster, &plumb_kubeproxy::ProxierOptions::default());
+    let parsed = parse_owned(text.into_bytes(), &ParseOptions::default()).unwrap();
+    let table = parsed
+        .ruleset
+        .tables
+        .iter()
+        .find(|t| &*t.name == "kube-proxy")
+        .expect("the kube-proxy table");
+    let elements = table
+        .sets
+        .iter()
+        .find(|s| &*s.name == "service-ips")
+        .expect("@service-ips")
+        .elements
+        .len();
+    assert!(elements >= 1800, "{elements} elements");
+    let index = Index::build(&parsed.ruleset);
+    let id = index
+        .chains
+        .iter()
+        .position(|c| {
+            &*c.chain.name == "services" && &*index.tables[c.table as usize].name == "kube-proxy"
+        })
+        .expect("the services chain") as u32;
+    let before = heap::reset_peak();
+    let compiled = index.rules(id).len();
+    let peak = heap::peak() - before;
+    let held = heap::live() - before;
+    assert!(compiled >= 1, "{compiled} rules");
+    let per_element = |bytes: usize| bytes as f64 / elements as f64;
+    eprintln!(
+        "services, @service-ips of {elements} elements: holds {:.0} and peaks at {:.0} bytes an element",
+        per_element(held),
+        per_element(peak)
+    );
+    assert!(
+        per_element(held) <= 100.0,
+        "holds {:.0} bytes an element",
+        per_element(held)
+    );
+    assert!(
+        per_element(peak) <= 100.0,
+        "peaks at {:.0} bytes an element",
+        per_element(peak)
     );
 }

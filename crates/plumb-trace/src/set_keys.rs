@@ -1,0 +1,207 @@
+//! The exact keys of a compiled nft set ([`crate::ir::CompiledSet`]): every key encoded
+//! into one byte buffer and found through a hash table of key numbers.
+//!
+//! Why not a `HashMap<Vec<Atom>, usize>`: a kube-proxy `service-ips` element
+//! (`address . protocol . port`) cost ~130 bytes that way (a 96-byte vector of three
+//! 32-byte atoms, its table slot and the table's growth), ~10k of them on a
+//! 10k-service node, and `plumb check` compiles that map and `cluster-ips` for its
+//! forward-drop trace at its memory peak. Encoded, the same key is 9 bytes plus 12 of
+//! bookkeeping.
+//!
+//! The encoding is injective: each atom starts with a tag that fixes how long it is
+//! (an IPv4 or IPv6 address, a LEB128 number, a length-prefixed name), so two atom
+//! sequences are equal exactly when their encodings are.
+
+use crate::ir::Atom;
+use std::hash::{BuildHasher, BuildHasherDefault};
+use std::net::IpAddr;
+
+const TAG_V4: u8 = 4;
+const TAG_V6: u8 = 6;
+const TAG_NUM: u8 = b'n';
+const TAG_NAME: u8 = b's';
+
+/// Appends the encoding of `atoms` to `out`.
+fn encode(atoms: &[Atom], out: &mut Vec<u8>) {
+    for atom in atoms {
+        match atom {
+            Atom::Addr(IpAddr::V4(a)) => {
+                out.push(TAG_V4);
+                out.extend_from_slice(&a.octets());
+            }
+            Atom::Addr(IpAddr::V6(a)) => {
+                out.push(TAG_V6);
+                out.extend_from_slice(&a.octets());
+            }
+            Atom::Num(n) => {
+                out.push(TAG_NUM);
+                let mut n = *n;
+                loop {
+                    let low = (n & 0x7f) as u8;
+                    n >>= 7;
+                    if n == 0 {
+                        out.push(low);
+                        break;
+                    }
+                    out.push(low | 0x80);
+                }
+            }
+            Atom::Name(s) => {
+                out.push(TAG_NAME);
+                out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }
+        }
+    }
+}
+
+/// Key `k` of a buffer of keys (see [`ExactKeys`]).
+fn key_in<'a>(bytes: &'a [u8], ends: &[u32], k: u32) -> &'a [u8] {
+    let k = k as usize;
+    let start = if k == 0 { 0 } else { ends[k - 1] as usize };
+    &bytes[start..ends[k] as usize]
+}
+
+fn hash(bytes: &[u8]) -> u64 {
+    BuildHasherDefault::<plumb_ruleset::fasthash::FxHasher>::default().hash_one(bytes)
+}
+
+/// Exact keys to the element each one belongs to (the first element of a key wins).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ExactKeys {
+    /// Every key's encoding, key after key.
+    bytes: Vec<u8>,
+    /// Where key `k` ends in `bytes`; it starts where key `k - 1` ends (or at 0).
+    ends: Vec<u32>,
+    /// The element of key `k`.
+    elements: Vec<u32>,
+    /// Key numbers, by the hash of their encoding.
+    table: hashbrown::HashTable<u32>,
+}
+
+impl ExactKeys {
+    /// Room for `keys` keys, so that a set of known size is built without regrowing.
+    pub(crate) fn with_capacity(keys: usize) -> ExactKeys {
+        ExactKeys {
+            bytes: Vec::with_capacity(keys * 8),
+            ends: Vec::with_capacity(keys),
+            elements: Vec::with_capacity(keys),
+            table: hashbrown::HashTable::with_capacity(keys),
+        }
+    }
+
+    /// Adds `atoms` as a key of `element`, unless an earlier element has that key.
+    pub(crate) fn insert(&mut self, atoms: &[Atom], element: usize) {
+        let start = self.bytes.len();
+        encode(atoms, &mut self.bytes);
+        // Past 4 GiB of keys (not a set a node holds) a key is dropped rather than
+        // stored wrongly: lookups miss it.
+        let numbers = (
+            u32::try_from(self.bytes.len()),
+            u32::try_from(element),
+            u32::try_from(self.ends.len()),
+        );
+        let h = hash(&self.bytes[start..]);
+        let new = &self.bytes[start..];
+        let seen = self
+            .table
+            .find(h, |&k| key_in(&self.bytes, &self.ends, k) == new)
+            .is_some();
+        let (Ok(end), Ok(element), Ok(k), false) = (numbers.0, numbers.1, numbers.2, seen) else {
+            self.bytes.truncate(start);
+            return;
+        };
+        self.ends.push(end);
+        self.elements.push(element);
+        self.table
+            .insert_unique(h, k, |&k| hash(key_in(&self.bytes, &self.ends, k)));
+    }
+
+    /// The element whose key is `atoms`, if any.
+    pub(crate) fn get(&self, atoms: &[Atom]) -> Option<usize> {
+        if self.ends.is_empty() {
+            return None;
+        }
+        let mut wanted = Vec::with_capacity(atoms.len() * 17);
+        encode(atoms, &mut wanted);
+        let k = self.table.find(hash(&wanted), |&k| {
+            key_in(&self.bytes, &self.ends, k) == wanted
+        })?;
+        Some(self.elements[*k as usize] as usize)
+    }
+
+    /// How many keys there are.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> Atom {
+        Atom::Addr(s.parse().unwrap())
+    }
+
+    #[test]
+    fn keys_are_found_and_the_first_element_of_a_key_wins() {
+        let mut keys = ExactKeys::default();
+        let a = [addr("10.43.0.10"), Atom::Num(6), Atom::Num(53)];
+        let b = [addr("10.43.0.10"), Atom::Num(17), Atom::Num(53)];
+        keys.insert(&a, 0);
+        keys.insert(&b, 1);
+        keys.insert(&a, 2);
+        assert_eq!(keys.len(), 2);
+        assert_eq!(keys.get(&a), Some(0));
+        assert_eq!(keys.get(&b), Some(1));
+        assert_eq!(keys.get(&[addr("10.43.0.10"), Atom::Num(6)]), None);
+        assert_eq!(ExactKeys::default().get(&a), None);
+    }
+
+    #[test]
+    fn encodings_of_different_keys_differ() {
+        // Sequences that a careless encoding would confuse: a number's bytes against
+        // an address's, names that run into each other, v4 against v4-mapped v6.
+        let keys: Vec<Vec<Atom>> = vec![
+            vec![Atom::Num(0x0a2b_000a)],
+            vec![addr("10.43.0.10")],
+            vec![addr("::ffff:10.43.0.10")],
+            vec![Atom::Name("ab".into()), Atom::Name("c".into())],
+            vec![Atom::Name("a".into()), Atom::Name("bc".into())],
+            vec![Atom::Num(127)],
+            vec![Atom::Num(128)],
+            vec![Atom::Num(u64::MAX)],
+            vec![Atom::Num(1), Atom::Num(2)],
+            vec![Atom::Num(0x0102)],
+            vec![],
+        ];
+        let mut set = ExactKeys::default();
+        for (i, k) in keys.iter().enumerate() {
+            set.insert(k, i);
+        }
+        assert_eq!(set.len(), keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(set.get(k), Some(i), "{k:?}");
+        }
+    }
+
+    #[test]
+    fn many_keys_grow_the_table_and_stay_found() {
+        let mut set = ExactKeys::with_capacity(4);
+        let key = |i: u32| {
+            [
+                Atom::Addr(IpAddr::from(i.to_be_bytes())),
+                Atom::Num(i as u64),
+            ]
+        };
+        for i in 0..5000u32 {
+            set.insert(&key(i), i as usize);
+        }
+        for i in (0..5000u32).step_by(7) {
+            assert_eq!(set.get(&key(i)), Some(i as usize));
+        }
+        assert_eq!(set.get(&key(5000)), None);
+    }
+}
