@@ -62,8 +62,16 @@ fn key_in<'a>(bytes: &'a [u8], ends: &[u32], k: u32) -> &'a [u8] {
     &bytes[start..ends[k] as usize]
 }
 
+/// FxHash of the encoding, then mixed (splitmix64's finalizer): FxHash's low bits
+/// depend only on the low bits of what it hashed last, and the table picks buckets
+/// by the low bits. Unmixed, the keys of a kube-proxy map (`10.43.x.y . tcp . port`,
+/// the address's varying bytes in the middle of the first word) crowded into a few
+/// buckets and a lookup compared dozens of keys.
 fn hash(bytes: &[u8]) -> u64 {
-    BuildHasherDefault::<plumb_ruleset::fasthash::FxHasher>::default().hash_one(bytes)
+    let h = BuildHasherDefault::<plumb_ruleset::fasthash::FxHasher>::default().hash_one(bytes);
+    let h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
 }
 
 /// Exact keys to the element each one belongs to (the first element of a key wins).
