@@ -58,3 +58,14 @@ pub fn generated_save_text(services: usize, endpoints: usize) -> Result<String, 
     Ok(KubeProxyRules::new(&cluster, &ProxierOptions::default())
         .to_iptables_save(&IptablesSaveOptions::default()))
 }
+
+/// [`generated_save_text`]'s cluster as kube-proxy's nftables-mode transaction
+/// ([`nft_transaction`]).
+pub fn generated_nft_text(services: usize, endpoints: usize) -> Result<String, GenerateError> {
+    let cluster = generate(&GeneratorConfig {
+        services,
+        endpoints_per_service: endpoints,
+        ..GeneratorConfig::default()
+    })?;
+    Ok(nft_transaction(&cluster, &ProxierOptions::default()))
+}

@@ -118,14 +118,7 @@ fn an_endpoints_chain_is_read_from_its_rules() {
 #[test]
 fn an_nft_service_map_is_in_blocks_of_its_size() {
     let _turn = heap::measuring();
-    let cluster = plumb_kubeproxy::generate(&plumb_kubeproxy::GeneratorConfig {
-        services: 2000,
-        endpoints_per_service: 5,
-        ..plumb_kubeproxy::GeneratorConfig::default()
-    })
-    .expect("valid generator config");
-    let text =
-        plumb_kubeproxy::nft_transaction(&cluster, &plumb_kubeproxy::ProxierOptions::default());
+    let text = plumb_kubeproxy::generated_nft_text(2000, 5).expect("valid generator config");
     let parsed = parse_owned(text.into_bytes(), &ParseOptions::default()).unwrap();
     let before = heap::reset_peak();
     let maps = recover(&parsed.ruleset);

@@ -76,14 +76,7 @@ fn kube_services_compiles_into_under_400_bytes_a_rule() {
 #[test]
 fn service_ips_compiles_into_under_100_bytes_an_element() {
     let _turn = heap::measuring();
-    let cluster = plumb_kubeproxy::generate(&plumb_kubeproxy::GeneratorConfig {
-        services: 2000,
-        endpoints_per_service: 5,
-        ..plumb_kubeproxy::GeneratorConfig::default()
-    })
-    .expect("valid generator config");
-    let text =
-        plumb_kubeproxy::nft_transaction(&cluster, &plumb_kubeproxy::ProxierOptions::default());
+    let text = plumb_kubeproxy::generated_nft_text(2000, 5).expect("valid generator config");
     let parsed = parse_owned(text.into_bytes(), &ParseOptions::default()).unwrap();
     let table = parsed
         .ruleset
