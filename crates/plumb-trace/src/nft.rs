@@ -168,7 +168,9 @@ impl CompiledSet {
                         _ => unreachable!("all exact"),
                     })
                     .collect();
-                self.exact.insert(&atoms, idx);
+                if !self.exact.insert(&atoms, idx) {
+                    self.partial = true;
+                }
             }
             Some(p) => self.patterns.push((p, idx)),
             None => self.partial = true,

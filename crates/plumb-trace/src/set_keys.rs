@@ -5,8 +5,8 @@
 //! (`address . protocol . port`) cost ~130 bytes that way (a 96-byte vector of three
 //! 32-byte atoms, its table slot and the table's growth), ~10k of them on a
 //! 10k-service node, and `plumb check` compiles that map and `cluster-ips` for its
-//! forward-drop trace at its memory peak. Encoded, the same key is 9 bytes plus 12 of
-//! bookkeeping.
+//! forward-drop trace at its memory peak. Encoded, the same key is 10 bytes plus about
+//! 14 of bookkeeping (its end, its element, its table slot).
 //!
 //! The encoding is injective: each atom starts with a tag that fixes how long it is
 //! (an IPv4 or IPv6 address, a LEB128 number, a length-prefixed name), so two atom
@@ -99,11 +99,12 @@ impl ExactKeys {
     }
 
     /// Adds `atoms` as a key of `element`, unless an earlier element has that key.
-    pub(crate) fn insert(&mut self, atoms: &[Atom], element: usize) {
+    /// False when the key could not be held (past 4 GiB of keys, not a set a node
+    /// holds): the set must then answer a miss as "cannot tell".
+    #[must_use]
+    pub(crate) fn insert(&mut self, atoms: &[Atom], element: usize) -> bool {
         let start = self.bytes.len();
         encode(atoms, &mut self.bytes);
-        // Past 4 GiB of keys (not a set a node holds) a key is dropped rather than
-        // stored wrongly: lookups miss it.
         let numbers = (
             u32::try_from(self.bytes.len()),
             u32::try_from(element),
@@ -115,14 +116,19 @@ impl ExactKeys {
             .table
             .find(h, |&k| key_in(&self.bytes, &self.ends, k) == new)
             .is_some();
-        let (Ok(end), Ok(element), Ok(k), false) = (numbers.0, numbers.1, numbers.2, seen) else {
+        let (Ok(end), Ok(element), Ok(k)) = numbers else {
             self.bytes.truncate(start);
-            return;
+            return false;
         };
+        if seen {
+            self.bytes.truncate(start);
+            return true;
+        }
         self.ends.push(end);
         self.elements.push(element);
         self.table
             .insert_unique(h, k, |&k| hash(key_in(&self.bytes, &self.ends, k)));
+        true
     }
 
     /// The element whose key is `atoms`, if any.
@@ -158,9 +164,9 @@ mod tests {
         let mut keys = ExactKeys::default();
         let a = [addr("10.43.0.10"), Atom::Num(6), Atom::Num(53)];
         let b = [addr("10.43.0.10"), Atom::Num(17), Atom::Num(53)];
-        keys.insert(&a, 0);
-        keys.insert(&b, 1);
-        keys.insert(&a, 2);
+        assert!(keys.insert(&a, 0));
+        assert!(keys.insert(&b, 1));
+        assert!(keys.insert(&a, 2));
         assert_eq!(keys.len(), 2);
         assert_eq!(keys.get(&a), Some(0));
         assert_eq!(keys.get(&b), Some(1));
@@ -187,7 +193,7 @@ mod tests {
         ];
         let mut set = ExactKeys::default();
         for (i, k) in keys.iter().enumerate() {
-            set.insert(k, i);
+            assert!(set.insert(k, i));
         }
         assert_eq!(set.len(), keys.len());
         for (i, k) in keys.iter().enumerate() {
@@ -205,7 +211,7 @@ mod tests {
             ]
         };
         for i in 0..5000u32 {
-            set.insert(&key(i), i as usize);
+            assert!(set.insert(&key(i), i as usize));
         }
         for i in (0..5000u32).step_by(7) {
             assert_eq!(set.get(&key(i)), Some(i as usize));
