@@ -394,6 +394,48 @@ pub enum Atom {
     Name(String),
 }
 
+const TAG_V4: u8 = 4;
+const TAG_V6: u8 = 6;
+const TAG_NUM: u8 = b'n';
+const TAG_NAME: u8 = b's';
+
+/// Appends the encoding of `atoms` to `out`, as a set's exact keys are held
+/// ([`crate::set_keys`]). Injective: each atom starts with a tag that fixes how long it
+/// is (an IPv4 or IPv6 address, a LEB128 number, a length-prefixed name), so two atom
+/// sequences are equal exactly when their encodings are.
+pub(crate) fn encode_key(atoms: &[Atom], out: &mut Vec<u8>) {
+    for atom in atoms {
+        match atom {
+            Atom::Addr(IpAddr::V4(a)) => {
+                out.push(TAG_V4);
+                out.extend_from_slice(&a.octets());
+            }
+            Atom::Addr(IpAddr::V6(a)) => {
+                out.push(TAG_V6);
+                out.extend_from_slice(&a.octets());
+            }
+            Atom::Num(n) => {
+                out.push(TAG_NUM);
+                let mut n = *n;
+                loop {
+                    let low = (n & 0x7f) as u8;
+                    n >>= 7;
+                    if n == 0 {
+                        out.push(low);
+                        break;
+                    }
+                    out.push(low | 0x80);
+                }
+            }
+            Atom::Name(s) => {
+                out.push(TAG_NAME);
+                out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }
+        }
+    }
+}
+
 /// One element of a set, as a lookup compares it: an exact key part or a range.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Pattern {
@@ -451,7 +493,7 @@ impl CompiledSet {
 /// `Some(Some(element))` hit, `Some(None)` miss, `None` cannot tell.
 pub fn lookup(sets: &[CompiledSet], set: &SetRef, key: &[Atom]) -> Option<Option<usize>> {
     let s = sets.get(*set as usize)?;
-    if let Some(i) = s.exact.get(key) {
+    if let Some(i) = s.exact.get(|out| encode_key(key, out)) {
         return Some(Some(i));
     }
     for (p, i) in &s.patterns {

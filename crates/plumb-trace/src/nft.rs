@@ -168,7 +168,10 @@ impl CompiledSet {
                         _ => unreachable!("all exact"),
                     })
                     .collect();
-                if !self.exact.insert(&atoms, idx) {
+                if !self
+                    .exact
+                    .insert(|out| crate::ir::encode_key(&atoms, out), idx)
+                {
                     self.partial = true;
                 }
             }

@@ -1,5 +1,6 @@
 //! The exact keys of a compiled nft set ([`crate::ir::CompiledSet`]): every key encoded
-//! into one byte buffer and found through a hash table of key numbers.
+//! (by [`crate::ir::encode_key`]) into one byte buffer and found through a hash table
+//! of key numbers. Keys are bytes here; this module knows nothing of atoms.
 //!
 //! Why not a `HashMap<Vec<Atom>, usize>`: a kube-proxy `service-ips` element
 //! (`address . protocol . port`) cost ~130 bytes that way (a 96-byte vector of three
@@ -7,53 +8,8 @@
 //! 10k-service node, and `plumb check` compiles that map and `cluster-ips` for its
 //! forward-drop trace at its memory peak. Encoded, the same key is 10 bytes plus about
 //! 14 of bookkeeping (its end, its element, its table slot).
-//!
-//! The encoding is injective: each atom starts with a tag that fixes how long it is
-//! (an IPv4 or IPv6 address, a LEB128 number, a length-prefixed name), so two atom
-//! sequences are equal exactly when their encodings are.
 
-use crate::ir::Atom;
 use std::hash::{BuildHasher, BuildHasherDefault};
-use std::net::IpAddr;
-
-const TAG_V4: u8 = 4;
-const TAG_V6: u8 = 6;
-const TAG_NUM: u8 = b'n';
-const TAG_NAME: u8 = b's';
-
-/// Appends the encoding of `atoms` to `out`.
-fn encode(atoms: &[Atom], out: &mut Vec<u8>) {
-    for atom in atoms {
-        match atom {
-            Atom::Addr(IpAddr::V4(a)) => {
-                out.push(TAG_V4);
-                out.extend_from_slice(&a.octets());
-            }
-            Atom::Addr(IpAddr::V6(a)) => {
-                out.push(TAG_V6);
-                out.extend_from_slice(&a.octets());
-            }
-            Atom::Num(n) => {
-                out.push(TAG_NUM);
-                let mut n = *n;
-                loop {
-                    let low = (n & 0x7f) as u8;
-                    n >>= 7;
-                    if n == 0 {
-                        out.push(low);
-                        break;
-                    }
-                    out.push(low | 0x80);
-                }
-            }
-            Atom::Name(s) => {
-                out.push(TAG_NAME);
-                out.extend_from_slice(&(s.len() as u64).to_le_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
-        }
-    }
-}
 
 /// Key `k` of a buffer of keys (see [`ExactKeys`]).
 fn key_in<'a>(bytes: &'a [u8], ends: &[u32], k: u32) -> &'a [u8] {
@@ -98,13 +54,13 @@ impl ExactKeys {
         }
     }
 
-    /// Adds `atoms` as a key of `element`, unless an earlier element has that key.
-    /// False when the key could not be held (past 4 GiB of keys, not a set a node
-    /// holds): the set must then answer a miss as "cannot tell".
+    /// Adds the key that `encode` writes as a key of `element`, unless an earlier
+    /// element has that key. False when the key could not be held (past 4 GiB of keys,
+    /// not a set a node holds): the set must then answer a miss as "cannot tell".
     #[must_use]
-    pub(crate) fn insert(&mut self, atoms: &[Atom], element: usize) -> bool {
+    pub(crate) fn insert(&mut self, encode: impl FnOnce(&mut Vec<u8>), element: usize) -> bool {
         let start = self.bytes.len();
-        encode(atoms, &mut self.bytes);
+        encode(&mut self.bytes);
         let numbers = (
             u32::try_from(self.bytes.len()),
             u32::try_from(element),
@@ -131,13 +87,13 @@ impl ExactKeys {
         true
     }
 
-    /// The element whose key is `atoms`, if any.
-    pub(crate) fn get(&self, atoms: &[Atom]) -> Option<usize> {
+    /// The element whose key is the one `encode` writes, if any.
+    pub(crate) fn get(&self, encode: impl FnOnce(&mut Vec<u8>)) -> Option<usize> {
         if self.ends.is_empty() {
             return None;
         }
-        let mut wanted = Vec::with_capacity(atoms.len() * 17);
-        encode(atoms, &mut wanted);
+        let mut wanted = Vec::with_capacity(32);
+        encode(&mut wanted);
         let k = self.table.find(hash(&wanted), |&k| {
             key_in(&self.bytes, &self.ends, k) == wanted
         })?;
@@ -154,6 +110,22 @@ impl ExactKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ir::{Atom, encode_key};
+    use std::net::IpAddr;
+
+    trait Keys {
+        fn put(&mut self, atoms: &[Atom], element: usize) -> bool;
+        fn find(&self, atoms: &[Atom]) -> Option<usize>;
+    }
+
+    impl Keys for ExactKeys {
+        fn put(&mut self, atoms: &[Atom], element: usize) -> bool {
+            self.insert(|out| encode_key(atoms, out), element)
+        }
+        fn find(&self, atoms: &[Atom]) -> Option<usize> {
+            self.get(|out| encode_key(atoms, out))
+        }
+    }
 
     fn addr(s: &str) -> Atom {
         Atom::Addr(s.parse().unwrap())
@@ -164,14 +136,14 @@ mod tests {
         let mut keys = ExactKeys::default();
         let a = [addr("10.43.0.10"), Atom::Num(6), Atom::Num(53)];
         let b = [addr("10.43.0.10"), Atom::Num(17), Atom::Num(53)];
-        assert!(keys.insert(&a, 0));
-        assert!(keys.insert(&b, 1));
-        assert!(keys.insert(&a, 2));
+        assert!(keys.put(&a, 0));
+        assert!(keys.put(&b, 1));
+        assert!(keys.put(&a, 2));
         assert_eq!(keys.len(), 2);
-        assert_eq!(keys.get(&a), Some(0));
-        assert_eq!(keys.get(&b), Some(1));
-        assert_eq!(keys.get(&[addr("10.43.0.10"), Atom::Num(6)]), None);
-        assert_eq!(ExactKeys::default().get(&a), None);
+        assert_eq!(keys.find(&a), Some(0));
+        assert_eq!(keys.find(&b), Some(1));
+        assert_eq!(keys.find(&[addr("10.43.0.10"), Atom::Num(6)]), None);
+        assert_eq!(ExactKeys::default().find(&a), None);
     }
 
     #[test]
@@ -193,11 +165,11 @@ mod tests {
         ];
         let mut set = ExactKeys::default();
         for (i, k) in keys.iter().enumerate() {
-            assert!(set.insert(k, i));
+            assert!(set.put(k, i));
         }
         assert_eq!(set.len(), keys.len());
         for (i, k) in keys.iter().enumerate() {
-            assert_eq!(set.get(k), Some(i), "{k:?}");
+            assert_eq!(set.find(k), Some(i), "{k:?}");
         }
     }
 
@@ -211,11 +183,11 @@ mod tests {
             ]
         };
         for i in 0..5000u32 {
-            assert!(set.insert(&key(i), i as usize));
+            assert!(set.put(&key(i), i as usize));
         }
         for i in (0..5000u32).step_by(7) {
-            assert_eq!(set.get(&key(i)), Some(i as usize));
+            assert_eq!(set.find(&key(i)), Some(i as usize));
         }
-        assert_eq!(set.get(&key(5000)), None);
+        assert_eq!(set.find(&key(5000)), None);
     }
 }
