@@ -50,11 +50,7 @@ pub use sync::{
 /// `endpoints` endpoints each, default generator and proxier options. The one input
 /// definition the benchmarks, the `generate` example and the watch churn driver share.
 pub fn generated_save_text(services: usize, endpoints: usize) -> Result<String, GenerateError> {
-    let cluster = generate(&GeneratorConfig {
-        services,
-        endpoints_per_service: endpoints,
-        ..GeneratorConfig::default()
-    })?;
+    let cluster = generated_cluster(services, endpoints)?;
     Ok(KubeProxyRules::new(&cluster, &ProxierOptions::default())
         .to_iptables_save(&IptablesSaveOptions::default()))
 }
@@ -62,10 +58,15 @@ pub fn generated_save_text(services: usize, endpoints: usize) -> Result<String, 
 /// [`generated_save_text`]'s cluster as kube-proxy's nftables-mode transaction
 /// ([`nft_transaction`]).
 pub fn generated_nft_text(services: usize, endpoints: usize) -> Result<String, GenerateError> {
-    let cluster = generate(&GeneratorConfig {
+    let cluster = generated_cluster(services, endpoints)?;
+    Ok(nft_transaction(&cluster, &ProxierOptions::default()))
+}
+
+/// The cluster both generated texts describe: default generator options.
+fn generated_cluster(services: usize, endpoints: usize) -> Result<Cluster, GenerateError> {
+    generate(&GeneratorConfig {
         services,
         endpoints_per_service: endpoints,
         ..GeneratorConfig::default()
-    })?;
-    Ok(nft_transaction(&cluster, &ProxierOptions::default()))
+    })
 }

@@ -405,33 +405,38 @@ const TAG_NAME: u8 = b's';
 /// sequences are equal exactly when their encodings are.
 pub(crate) fn encode_key(atoms: &[Atom], out: &mut Vec<u8>) {
     for atom in atoms {
-        match atom {
-            Atom::Addr(IpAddr::V4(a)) => {
-                out.push(TAG_V4);
-                out.extend_from_slice(&a.octets());
-            }
-            Atom::Addr(IpAddr::V6(a)) => {
-                out.push(TAG_V6);
-                out.extend_from_slice(&a.octets());
-            }
-            Atom::Num(n) => {
-                out.push(TAG_NUM);
-                let mut n = *n;
-                loop {
-                    let low = (n & 0x7f) as u8;
-                    n >>= 7;
-                    if n == 0 {
-                        out.push(low);
-                        break;
-                    }
-                    out.push(low | 0x80);
+        encode_atom(atom, out);
+    }
+}
+
+/// Appends the encoding of one atom of a key (see [`encode_key`]).
+pub(crate) fn encode_atom(atom: &Atom, out: &mut Vec<u8>) {
+    match atom {
+        Atom::Addr(IpAddr::V4(a)) => {
+            out.push(TAG_V4);
+            out.extend_from_slice(&a.octets());
+        }
+        Atom::Addr(IpAddr::V6(a)) => {
+            out.push(TAG_V6);
+            out.extend_from_slice(&a.octets());
+        }
+        Atom::Num(n) => {
+            out.push(TAG_NUM);
+            let mut n = *n;
+            loop {
+                let low = (n & 0x7f) as u8;
+                n >>= 7;
+                if n == 0 {
+                    out.push(low);
+                    break;
                 }
+                out.push(low | 0x80);
             }
-            Atom::Name(s) => {
-                out.push(TAG_NAME);
-                out.extend_from_slice(&(s.len() as u64).to_le_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
+        }
+        Atom::Name(s) => {
+            out.push(TAG_NAME);
+            out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
         }
     }
 }

@@ -161,17 +161,14 @@ impl CompiledSet {
             .collect();
         match pats {
             Some(p) if p.iter().all(|p| matches!(p, Pattern::Exact(_))) => {
-                let atoms: Vec<Atom> = p
-                    .into_iter()
-                    .map(|p| match p {
-                        Pattern::Exact(a) => a,
-                        _ => unreachable!("all exact"),
-                    })
-                    .collect();
-                if !self
-                    .exact
-                    .insert(|out| crate::ir::encode_key(&atoms, out), idx)
-                {
+                let encode = |out: &mut Vec<u8>| {
+                    for part in &p {
+                        if let Pattern::Exact(a) = part {
+                            crate::ir::encode_atom(a, out);
+                        }
+                    }
+                };
+                if !self.exact.insert(encode, idx) {
                     self.partial = true;
                 }
             }

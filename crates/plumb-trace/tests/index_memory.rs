@@ -35,36 +35,12 @@ fn kube_services_compiles_into_under_400_bytes_a_rule() {
     let text = plumb_kubeproxy::generated_save_text(2000, 5).expect("valid generator config");
     let parsed = parse_owned(text.into_bytes(), &ParseOptions::default()).unwrap();
     let index = Index::build(&parsed.ruleset);
-    let id = index
-        .chains
-        .iter()
-        .position(|c| {
-            &*c.chain.name == "KUBE-SERVICES" && &*index.tables[c.table as usize].name == "nat"
-        })
-        .expect("nat KUBE-SERVICES") as u32;
+    let id = chain_id(&index, "nat", "KUBE-SERVICES");
     let rules = index.chain(id).chain.rules.len();
     assert!(rules >= 1900, "{rules} rules");
-    let before = heap::reset_peak();
-    let compiled = index.rules(id).len();
-    let peak = heap::peak() - before;
-    let held = heap::live() - before;
+    let (compiled, held, peak) = compile_measured(&index, id);
     assert_eq!(compiled, rules);
-    let per_rule = |bytes: usize| bytes as f64 / rules as f64;
-    eprintln!(
-        "KUBE-SERVICES, {rules} rules: holds {:.0} and peaks at {:.0} bytes a rule compiled",
-        per_rule(held),
-        per_rule(peak)
-    );
-    assert!(
-        per_rule(held) <= 400.0,
-        "holds {:.0} bytes a rule",
-        per_rule(held)
-    );
-    assert!(
-        per_rule(peak) <= 400.0,
-        "peaks at {:.0} bytes a rule",
-        per_rule(peak)
-    );
+    assert_bytes_each("KUBE-SERVICES", "a rule", rules, held, peak, 400.0);
 }
 
 /// kube-proxy's nftables-mode `services` chain is one verdict-map lookup in
@@ -93,32 +69,43 @@ fn service_ips_compiles_into_under_100_bytes_an_element() {
         .len();
     assert!(elements >= 1800, "{elements} elements");
     let index = Index::build(&parsed.ruleset);
-    let id = index
+    let id = chain_id(&index, "kube-proxy", "services");
+    let (compiled, held, peak) = compile_measured(&index, id);
+    assert!(compiled >= 1, "{compiled} rules");
+    assert_bytes_each(
+        "services, @service-ips",
+        "an element",
+        elements,
+        held,
+        peak,
+        100.0,
+    );
+}
+
+/// The index id of chain `chain` of table `table`.
+fn chain_id(index: &Index<'_>, table: &str, chain: &str) -> u32 {
+    index
         .chains
         .iter()
-        .position(|c| {
-            &*c.chain.name == "services" && &*index.tables[c.table as usize].name == "kube-proxy"
-        })
-        .expect("the services chain") as u32;
+        .position(|c| &*c.chain.name == chain && &*index.tables[c.table as usize].name == table)
+        .unwrap_or_else(|| panic!("chain {chain} of table {table}")) as u32
+}
+
+/// Compiles chain `id` (rules and sets): how many rules, and the bytes it then holds
+/// and peaked at.
+fn compile_measured(index: &Index<'_>, id: u32) -> (usize, usize, usize) {
     let before = heap::reset_peak();
     let compiled = index.rules(id).len();
     let peak = heap::peak() - before;
     let held = heap::live() - before;
-    assert!(compiled >= 1, "{compiled} rules");
-    let per_element = |bytes: usize| bytes as f64 / elements as f64;
-    eprintln!(
-        "services, @service-ips of {elements} elements: holds {:.0} and peaks at {:.0} bytes an element",
-        per_element(held),
-        per_element(peak)
-    );
-    assert!(
-        per_element(held) <= 100.0,
-        "holds {:.0} bytes an element",
-        per_element(held)
-    );
-    assert!(
-        per_element(peak) <= 100.0,
-        "peaks at {:.0} bytes an element",
-        per_element(peak)
-    );
+    (compiled, held, peak)
+}
+
+/// What a compiled chain holds and peaked at, in bytes for each of `count` things
+/// (`each`: "a rule", "an element"), printed and both held to `max`.
+fn assert_bytes_each(what: &str, each: &str, count: usize, held: usize, peak: usize, max: f64) {
+    let (held, peak) = (held as f64 / count as f64, peak as f64 / count as f64);
+    eprintln!("{what}, {count}: holds {held:.0} and peaks at {peak:.0} bytes {each}");
+    assert!(held <= max, "{what}: holds {held:.0} bytes {each}");
+    assert!(peak <= max, "{what}: peaks at {peak:.0} bytes {each}");
 }
