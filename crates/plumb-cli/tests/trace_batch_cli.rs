@@ -708,3 +708,47 @@ fn all_services_on_nftables_mode_breaks_only_the_services_without_endpoints() {
     );
     assert_eq!(broken, want);
 }
+
+/// A dump without the filter table cannot say whether any service is reachable: the
+/// command says which table is missing and writes no service, in text and JSON (the
+/// report is written while the services are traced, so this is decided first).
+#[test]
+fn all_services_without_the_filter_table_writes_nothing_and_says_why() {
+    let dir = Scratch::new("batch-services-nofilter");
+    let full = generated_save_text(5, 2).unwrap();
+    let mut kept = String::new();
+    let mut in_filter = false;
+    for line in full.lines() {
+        if line.starts_with('*') {
+            in_filter = line == "*filter";
+        }
+        if !in_filter {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+        if line == "COMMIT" {
+            in_filter = false;
+        }
+    }
+    assert!(kept.contains("*nat") && !kept.contains("*filter"));
+    dir.write("nat-only", &kept);
+    let rules = dir.path().join("nat-only");
+    for json in [false, true] {
+        let mut args = vec![
+            "trace",
+            "--ruleset",
+            rules.to_str().unwrap(),
+            "--all-services",
+        ];
+        if json {
+            args.push("--json");
+        }
+        let (code, out, err) = plumb(&args, None);
+        assert_eq!(code, 2, "{err}");
+        assert!(out.is_empty(), "nothing written: {out}");
+        assert!(
+            err.contains("lacks the table a trace needs: ip filter"),
+            "{err}"
+        );
+    }
+}

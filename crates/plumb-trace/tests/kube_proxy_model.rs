@@ -83,6 +83,58 @@ fn nft_chains_compile_on_first_use() {
     assert_eq!(whole.compiled_chains(), whole.chains.len());
 }
 
+/// A released chain's compiled rules are freed, and the next trace that enters it
+/// compiles it again and reaches the same answer (`plumb trace --all-services` releases
+/// each service's own chains once it is traced). Both dataplanes.
+#[test]
+fn released_chains_compile_again_with_the_same_answer() {
+    let config = GeneratorConfig::all_features(40, 3);
+    for (cluster, rs) in [ruleset(&config), nft_ruleset(&config)] {
+        let mut index = Index::build(&rs);
+        let node = node(&cluster, RecentAssumption::Fresh);
+        let svc = cluster
+            .services
+            .iter()
+            .find(|s| s.endpoints.len() > 1 && s.protocol == plumb_kubeproxy::Protocol::Tcp)
+            .expect("a TCP service with endpoints");
+        let p = Packet::new(
+            IpAddr::V4(svc.cluster_ip),
+            svc.port,
+            Proto::Tcp,
+            Origin::Host,
+        );
+        let before = format!("{:?}", trace(&index, &p, &node).outcomes);
+        let compiled = index.compiled_chains();
+        // The service's own chains: kube-proxy's SVC chain in iptables mode, the
+        // `service-` chain in nftables mode.
+        let own: Vec<u32> = [
+            svc.chain(plumb_kubeproxy::ChainPrefix::Svc),
+            format!(
+                "service-{}",
+                plumb_kubeproxy::chain_name::nft_service_port_base(
+                    &svc.name.namespace,
+                    &svc.name.name,
+                    svc.protocol.as_str(),
+                    &svc.name.port,
+                )
+            ),
+        ]
+        .iter()
+        .flat_map(|name| index.chains_named(name).collect::<Vec<_>>())
+        .collect();
+        assert_eq!(own.len(), 1, "one own chain found by name");
+        index.release(own[0]);
+        assert_eq!(index.compiled_chains(), compiled - 1);
+        let after = format!("{:?}", trace(&index, &p, &node).outcomes);
+        assert_eq!(after, before);
+        assert_eq!(index.compiled_chains(), compiled, "compiled again");
+        // Releasing a chain that is not compiled, or an id past the last, changes nothing.
+        index.release(own[0]);
+        index.release(u32::MAX);
+        assert_eq!(index.compiled_chains(), compiled - 1);
+    }
+}
+
 fn every_cluster_ip_reaches_its_endpoints_in(
     cluster: &plumb_kubeproxy::Cluster,
     rs: &plumb_ruleset::Ruleset,

@@ -14,6 +14,7 @@ mod ruleset;
 mod services;
 mod trace;
 mod trace_batch;
+mod trace_services;
 mod watch;
 
 use crate::Verdict;

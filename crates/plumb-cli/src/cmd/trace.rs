@@ -197,7 +197,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Verdict> {
         return super::trace_batch::run_flows(args, flows);
     }
     if args.all_services {
-        return super::trace_batch::run_all_services(args);
+        return super::trace_services::run_all_services(args);
     }
     let (packet, node) = packet_and_node(args)?;
     let (source, ruleset) = ruleset(args)?;

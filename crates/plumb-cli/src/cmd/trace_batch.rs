@@ -1,5 +1,5 @@
-//! `plumb trace --flows FILE` and `plumb trace --all-services`: many traces through
-//! one reading and one index of the ruleset.
+//! `plumb trace --flows FILE`: many traces through one reading and one index of the
+//! ruleset (`--all-services` is in `trace_services`).
 //!
 //! `--flows` reads a CSV of flows (format: `plumb_trace::batch`) as a stream and
 //! prints one line per flow as it goes: text, or one JSON object per line
@@ -8,28 +8,17 @@
 //! cannot read: the other flows still get their answer, and the exit status is 2
 //! at the end so a script cannot take the output for the whole answer. A bad
 //! header stops at once (every later line would be misread).
-//!
-//! `--all-services` traces every ClusterIP and NodePort of kube-proxy's service map
-//! (`plumb_kubeproxy::recover`) from a pod and from the host and says, per service,
-//! whether it is reachable and if not why: no endpoints, dropped or rejected by a
-//! rule (named, with its owner), or accepted without DNAT (nothing answers).
 
 use super::trace::{missing_tables_message, node, ruleset, template};
 use crate::Verdict;
 use crate::flags::TraceArgs;
-use crate::output;
 use anyhow::{Context, bail};
-use plumb_kubeproxy::recover::{NoEndpoints, ProxyMode, RecoveredService, recover};
 use plumb_ruleset::diagnostic::excerpt;
 use plumb_trace::batch::{
-    DecidingRule, FlowColumns, FlowFields, FlowReport, ReportCache, deciding_rule,
-    flow_report_cached, is_skipped,
+    DecidingRule, FlowColumns, FlowFields, FlowReport, ReportCache, flow_report_cached, is_skipped,
 };
 use plumb_trace::classes::{FlowKey, TraceMemo};
-use plumb_trace::{
-    Index, Origin, Packet, Proto, SourceTests, Trace, TraceOptions, trace_noting_sources,
-    trace_with,
-};
+use plumb_trace::{Index, Origin, Packet, SourceTests, TraceOptions, trace_noting_sources};
 use serde::Serialize;
 use std::io::{BufRead, Write};
 use std::net::IpAddr;
@@ -38,7 +27,7 @@ use std::path::Path;
 /// Longest flow line read; a longer one is reported and skipped.
 const MAX_LINE: usize = 64 * 1024;
 
-fn options(args: &TraceArgs) -> TraceOptions {
+pub(super) fn options(args: &TraceArgs) -> TraceOptions {
     TraceOptions {
         max_paths: usize::try_from(args.max_paths).unwrap_or(usize::MAX),
         ..TraceOptions::default()
@@ -432,11 +421,11 @@ fn flow_label(f: &FlowFields) -> String {
     format!("{} {src} -> {dst} from {from}", f.proto)
 }
 
-fn socket(ip: IpAddr, port: u16) -> String {
+pub(super) fn socket(ip: IpAddr, port: u16) -> String {
     std::net::SocketAddr::new(ip, port).to_string()
 }
 
-fn rule_label(d: &DecidingRule) -> String {
+pub(super) fn rule_label(d: &DecidingRule) -> String {
     match d.rule {
         Some(n) => format!(
             "{} {} {} #{n} ({})",
@@ -475,441 +464,10 @@ fn write_flow_text_tail(out: &mut impl Write, r: &FlowReport) -> std::io::Result
     writeln!(out)
 }
 
-/// What happened to the probes of one address of a service.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Reach {
-    /// Every outcome is accepted and DNATed to an endpoint.
-    Ok,
-    /// Outcomes fail only under conditions on facts plumb was not told (an
-    /// interface, a source address): not counted as broken, since a real packet may
-    /// never meet them; the reason names the conditions.
-    Conditional,
-    /// plumb cannot tell (a trace ended INDETERMINATE or was handed to userspace).
-    Unknown,
-    /// Some outcomes fail whatever the unknown facts (for some endpoints, say).
-    Partly,
-    /// Every outcome fails.
-    Broken,
-}
-
-/// One traced address of a service.
-#[derive(Debug, Serialize)]
-struct Probe {
-    /// `cluster-ip` or `node-port`.
-    kind: &'static str,
-    from: Origin,
-    dst: String,
-    status: Reach,
-    /// The verdict of every outcome when they agree, else MIXED.
-    verdict: &'static str,
-    dnat: Vec<String>,
-    /// Why it fails (absent when it does not).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<String>,
-    /// The rule that took the first failing outcome's verdict.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    decided_by: Option<DecidingRule>,
-}
-
-#[derive(Debug, Serialize)]
-struct ServiceReach {
-    service: String,
-    protocol: Option<String>,
-    cluster_ip: Option<IpAddr>,
-    port: Option<u16>,
-    node_ports: Vec<u16>,
-    /// Endpoints kube-proxy programmed for it.
-    endpoints: usize,
-    status: Reach,
-    /// The distinct reasons of its failing probes.
-    reasons: Vec<String>,
-    probes: Vec<Probe>,
-}
-
-#[derive(Debug, Default, Serialize)]
-struct Summary {
-    services: usize,
-    ok: usize,
-    broken: usize,
-    partly: usize,
-    unknown: usize,
-    /// Services that fail only under conditions on facts plumb was not told.
-    conditional: usize,
-    /// Services plumb did not trace (no ClusterIP or port recovered, IPVS mode).
-    not_traced: usize,
-}
-
-#[derive(Debug, Serialize)]
-struct AllServices<'a> {
-    source: &'a str,
-    /// The address NodePorts were traced to (the first --local-addr, else the first of
-    /// kube-proxy's nftables set `nodeport-ips`, else a documentation address standing
-    /// for the node's).
-    node_address: IpAddr,
-    summary: Summary,
-    services: Vec<ServiceReach>,
-    /// Why some services were not traced.
-    notes: Vec<String>,
-}
-
-/// Stands for the node's address when `--local-addr` gives none and the ruleset names
-/// none (TEST-NET-1, not loopback: kube-proxy treats NodePorts on 127.0.0.0/8 specially).
-const NODE_ADDRESS: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 10));
-
-/// The first address of kube-proxy's nftables-mode set `nodeport-ips`: with
-/// `--nodeport-addresses` (the default `primary` since 1.31) NodePorts are served on
-/// those addresses only (`ip daddr @nodeport-ips … vmap @service-nodeports`), so a
-/// NodePort traced to any other address would find no service and be called broken.
-/// IPv4 first (the address is used for the `ip` table's NodePorts).
-fn nodeport_address(ruleset: &plumb_ruleset::Ruleset) -> Option<IpAddr> {
-    let addrs = || {
-        ruleset
-            .tables
-            .iter()
-            .filter(|t| plumb_kubeproxy::recover::nft::is_kube_proxy_table(t))
-            .flat_map(|t| t.sets.iter())
-            .filter(|s| &*s.name == "nodeport-ips")
-            .flat_map(|s| s.elements.iter())
-            .filter_map(|e| e.key_text.trim().parse::<IpAddr>().ok())
-    };
-    addrs().find(IpAddr::is_ipv4).or_else(|| addrs().next())
-}
-
-/// Classifies one probe's trace.
-fn probe(
-    index: &Index<'_>,
-    kind: &'static str,
-    packet: &Packet,
-    t: &Trace,
-    svc: &RecoveredService<'_>,
-) -> Probe {
-    let mut dnat: Vec<String> = Vec::new();
-    let mut failing = Vec::new();
-    let mut unknown = None;
-    for o in &t.outcomes {
-        if let Some(d) = &o.dnat
-            && !dnat.contains(d)
-        {
-            dnat.push(d.clone());
-        }
-        match o.verdict {
-            plumb_trace::Verdict::Accept if o.dnat.is_some() => {}
-            plumb_trace::Verdict::Indeterminate | plumb_trace::Verdict::Queue => {
-                unknown.get_or_insert(o);
-            }
-            _ => failing.push(o),
-        }
-    }
-    let unconditional = failing.iter().any(|o| o.conditions.is_empty());
-    let status = if failing.len() == t.outcomes.len() && !failing.is_empty() {
-        Reach::Broken
-    } else if unconditional {
-        Reach::Partly
-    } else if unknown.is_some() {
-        Reach::Unknown
-    } else if !failing.is_empty() {
-        Reach::Conditional
-    } else {
-        Reach::Ok
-    };
-    let dst = match packet.dport {
-        Some(p) => socket(packet.dst, p),
-        None => packet.dst.to_string(),
-    };
-    // The failing outcome to explain: one that fails whatever the unknown facts, if any.
-    let first_failing = failing
-        .iter()
-        .find(|o| o.conditions.is_empty())
-        .or(failing.first());
-    let (reason, decided_by) = match first_failing.or(unknown.as_ref()) {
-        None => (None, None),
-        Some(o) => {
-            let d = deciding_rule(index, o);
-            let by = d.as_ref().map(rule_label).unwrap_or_default();
-            let text = d.as_ref().map(|d| d.text.as_str()).unwrap_or_default();
-            let reason = match o.verdict {
-                plumb_trace::Verdict::Accept => format!(
-                    "accepted without DNAT: nothing answers at {dst} (the service's chains lead to no endpoint)"
-                ),
-                plumb_trace::Verdict::Drop | plumb_trace::Verdict::Reject
-                    if svc.endpoints.is_empty()
-                        && d.as_ref().is_some_and(|d| d.owner == "kube-proxy") =>
-                {
-                    let how = match svc.no_endpoints {
-                        Some(NoEndpoints::DropNoLocal) => "no local endpoints",
-                        _ => "no endpoints",
-                    };
-                    format!("{how}: kube-proxy {} it ({by}: {text})", verb(o.verdict))
-                }
-                plumb_trace::Verdict::Drop | plumb_trace::Verdict::Reject => {
-                    format!("{} by {by}: {text}", participle(o.verdict))
-                }
-                _ => format!("undetermined: {}", o.why),
-            };
-            let reason = match (status, o.conditions.is_empty()) {
-                (Reach::Partly | Reach::Conditional, false) => {
-                    format!("{reason} (when {})", o.conditions.join("; "))
-                }
-                _ => reason,
-            };
-            (Some(reason), d)
-        }
-    };
-    Probe {
-        kind,
-        from: packet.origin,
-        dst,
-        status,
-        verdict: plumb_trace::batch::common_verdict(t),
-        dnat,
-        reason,
-        decided_by,
-    }
-}
-
-fn verb(v: plumb_trace::Verdict) -> &'static str {
-    if v == plumb_trace::Verdict::Drop {
-        "drops"
-    } else {
-        "rejects"
-    }
-}
-
-fn participle(v: plumb_trace::Verdict) -> &'static str {
-    if v == plumb_trace::Verdict::Drop {
-        "dropped"
-    } else {
-        "rejected"
-    }
-}
-
-/// `plumb trace --all-services`.
-pub fn run_all_services(args: &TraceArgs) -> anyhow::Result<Verdict> {
-    let template = template(args)?;
-    let mut node = node(args)?;
-    let (source, ruleset) = ruleset(args)?;
-    let maps = recover(&ruleset);
-    let index = Index::build(&ruleset);
-    let options = options(args);
-    let node_address = match node.local_addrs.first() {
-        Some(c) => c.addr,
-        None => {
-            let addr = nodeport_address(&ruleset).unwrap_or(NODE_ADDRESS);
-            node.local_addrs.push(plumb_trace::addr::Cidr {
-                addr,
-                len: if addr.is_ipv4() { 32 } else { 128 },
-            });
-            addr
-        }
-    };
-    let mut summary = Summary::default();
-    let mut services = Vec::new();
-    let mut notes = Vec::new();
-    for map in &maps {
-        if map.mode == ProxyMode::Ipvs {
-            summary.services += map.services.len();
-            summary.not_traced += map.services.len();
-            notes.push(format!(
-                "{} IPVS virtual services not traced: IPVS forwards outside netfilter's rules",
-                map.services.len()
-            ));
-            continue;
-        }
-        for svc in &map.services {
-            summary.services += 1;
-            let proto = svc
-                .protocol
-                .as_deref()
-                .and_then(|p| Proto::parse(&p.to_ascii_lowercase()));
-            let (Some(proto), Some(port)) = (proto, svc.port) else {
-                summary.not_traced += 1;
-                notes.push(format!(
-                    "{}: not traced (no protocol or port recovered)",
-                    svc.display_name()
-                ));
-                continue;
-            };
-            let mut targets: Vec<(&'static str, IpAddr, u16)> = Vec::new();
-            if let Some(ip) = svc.cluster_ip {
-                targets.push(("cluster-ip", ip, port));
-            }
-            if node_address.is_ipv4() == (map.family == plumb_ruleset::Family::Ip) {
-                for &np in &svc.node_ports {
-                    targets.push(("node-port", node_address, np));
-                }
-            }
-            if targets.is_empty() {
-                summary.not_traced += 1;
-                notes.push(format!(
-                    "{}: not traced (no ClusterIP or NodePort recovered)",
-                    svc.display_name()
-                ));
-                continue;
-            }
-            let mut probes = Vec::new();
-            for (kind, dst, dport) in targets {
-                let lacking = index.missing_tables(dst.is_ipv6());
-                if !lacking.is_empty() {
-                    bail!("{}", missing_tables_message(&source, &lacking));
-                }
-                for origin in [Origin::Pod, Origin::Host] {
-                    let mut p = template.clone();
-                    p.dst = dst;
-                    p.dport = Some(dport);
-                    p.proto = proto;
-                    p.origin = origin;
-                    if p.src.is_some_and(|s| s.is_ipv4() != dst.is_ipv4()) {
-                        p.src = None;
-                        p.sport = None;
-                    }
-                    let t = trace_with(&index, &p, &node, &options);
-                    probes.push(probe(&index, kind, &p, &t, svc));
-                }
-            }
-            let status = probes.iter().map(|p| p.status).max().unwrap_or(Reach::Ok);
-            match status {
-                Reach::Ok => summary.ok += 1,
-                Reach::Broken => summary.broken += 1,
-                Reach::Partly => summary.partly += 1,
-                Reach::Unknown => summary.unknown += 1,
-                Reach::Conditional => summary.conditional += 1,
-            }
-            let mut reasons: Vec<String> = Vec::new();
-            for p in &probes {
-                if let Some(r) = &p.reason {
-                    let r = format!("{} {} from {}: {r}", p.kind, p.dst, origin_name(p.from));
-                    if !reasons.contains(&r) {
-                        reasons.push(r);
-                    }
-                }
-            }
-            services.push(ServiceReach {
-                service: svc.display_name(),
-                protocol: svc.protocol.clone(),
-                cluster_ip: svc.cluster_ip,
-                port: svc.port,
-                node_ports: svc.node_ports.to_vec(),
-                endpoints: svc.endpoints.len(),
-                status,
-                reasons,
-                probes,
-            });
-        }
-    }
-    let report = AllServices {
-        source: &source,
-        node_address,
-        summary,
-        services,
-        notes,
-    };
-    let s = &report.summary;
-    let verdict = if s.broken + s.partly > 0 {
-        Verdict::Problems
-    } else {
-        Verdict::Clean
-    };
-    if args.output.json() {
-        output::json(&report)?;
-    } else {
-        let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
-        write_services_text(&mut out, &report, args.verbose)?;
-        out.flush()?;
-    }
-    super::leak_at_exit(report);
-    super::leak_at_exit(index);
-    super::leak_at_exit(maps);
-    super::leak_at_exit(ruleset);
-    Ok(verdict)
-}
-
-fn origin_name(o: Origin) -> &'static str {
-    match o {
-        Origin::Host => "the host",
-        Origin::Pod => "a pod",
-        Origin::External => "outside",
-    }
-}
-
-/// The services that are not reachable (all of them with `verbose`), then the summary.
-fn write_services_text(
-    out: &mut impl Write,
-    r: &AllServices<'_>,
-    verbose: bool,
-) -> std::io::Result<()> {
-    for s in &r.services {
-        if matches!(s.status, Reach::Ok | Reach::Conditional) && !verbose {
-            continue;
-        }
-        let status = match s.status {
-            Reach::Ok => "ok",
-            Reach::Conditional => "CONDITIONAL",
-            Reach::Unknown => "UNKNOWN",
-            Reach::Partly => "PARTLY BROKEN",
-            Reach::Broken => "BROKEN",
-        };
-        let addr = match (s.cluster_ip, s.port) {
-            (Some(ip), Some(p)) => socket(ip, p),
-            _ => "-".into(),
-        };
-        write!(
-            out,
-            "{status:<13} {} {} {addr}",
-            s.service,
-            s.protocol.as_deref().unwrap_or("?")
-        )?;
-        if !s.node_ports.is_empty() {
-            let ports: Vec<String> = s.node_ports.iter().map(u16::to_string).collect();
-            write!(out, " nodePort {}", ports.join(","))?;
-        }
-        writeln!(out, ", {} endpoints", s.endpoints)?;
-        for reason in &s.reasons {
-            writeln!(out, "    {reason}")?;
-        }
-    }
-    for n in &r.notes {
-        writeln!(out, "note: {n}")?;
-    }
-    let s = &r.summary;
-    let traced = s.services - s.not_traced;
-    write!(
-        out,
-        "{} of {} services broken ({} broken, {} partly broken",
-        s.broken + s.partly,
-        traced,
-        s.broken,
-        s.partly
-    )?;
-    if s.unknown > 0 {
-        write!(out, ", {} undetermined", s.unknown)?;
-    }
-    if s.not_traced > 0 {
-        write!(out, ", {} not traced", s.not_traced)?;
-    }
-    if s.conditional > 0 && !verbose {
-        write!(
-            out,
-            ", {} failing only under conditions plumb was not told: --verbose lists them",
-            s.conditional
-        )?;
-    } else if s.conditional > 0 {
-        write!(
-            out,
-            ", {} failing only under conditions plumb was not told",
-            s.conditional
-        )?;
-    }
-    writeln!(
-        out,
-        "); traced from a pod and from the host, NodePorts at {}",
-        r.node_address
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use plumb_trace::{Proto, trace_with};
 
     /// A line put together from its head and its memoised tail is, byte for byte,
     /// the `FlowReport` serialised whole (JSON) and the text line of the whole
