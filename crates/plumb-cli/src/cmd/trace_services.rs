@@ -32,7 +32,7 @@ use std::net::IpAddr;
 /// What happened to the probes of one address of a service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Reach {
+enum Reach {
     /// Every outcome is accepted and DNATed to an endpoint.
     Ok,
     /// Outcomes fail only under conditions on facts plumb was not told (an
