@@ -225,7 +225,6 @@ struct KeptTail {
 #[derive(Default)]
 struct TailText {
     blocks: Vec<Vec<u8>>,
-    bytes: usize,
 }
 
 /// See [`TailText`].
@@ -245,7 +244,6 @@ impl TailText {
         let b = &mut self.blocks[block];
         let start = b.len();
         b.extend_from_slice(&tail.bytes);
-        self.bytes += len;
         KeptTail {
             block: block as u32,
             start: start as u32,
@@ -259,9 +257,13 @@ impl TailText {
         &self.blocks[t.block as usize][start..start + t.len as usize]
     }
 
+    /// The bytes kept.
+    fn bytes(&self) -> usize {
+        self.blocks.iter().map(Vec::len).sum()
+    }
+
     fn clear(&mut self) {
         self.blocks.clear();
-        self.bytes = 0;
     }
 }
 
@@ -383,7 +385,7 @@ impl Batch<'_, '_> {
             cut += part?;
             out.write_all(buf)?;
         }
-        if memo.text.bytes > MEMO_MAX_BYTES {
+        if memo.text.bytes() > MEMO_MAX_BYTES {
             memo.tails.clear();
             memo.text.clear();
         }
@@ -553,11 +555,11 @@ mod tests {
             [0, 0, 1, 2, 3]
         );
         assert_eq!(
-            text.bytes,
+            text.bytes(),
             tails.iter().map(|t| t.bytes.len()).sum::<usize>()
         );
         text.clear();
-        assert_eq!((text.bytes, text.blocks.len()), (0, 0));
+        assert_eq!((text.bytes(), text.blocks.len()), (0, 0));
     }
 
     /// A line put together from its head and its memoised tail is, byte for byte,

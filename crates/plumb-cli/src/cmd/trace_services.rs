@@ -319,6 +319,9 @@ impl<'r> Tracer<'r> {
                     if !lacking.is_empty() {
                         return Some(lacking);
                     }
+                    if asked == [true; 2] {
+                        return None;
+                    }
                 }
             }
         }
