@@ -89,8 +89,12 @@ struct TableAcc {
     chain_index: FastMap<String, usize>,
     /// Why the table cannot be translated (the first reason found).
     fallback: Option<String>,
-    /// What in it iptables-nft never writes (the first found).
+    /// A rule expression iptables-nft never writes (the first found).
     foreign: Option<String>,
+    /// The table holds sets, objects or flowtables, which iptables-nft never writes.
+    /// Said only when no rule names an expression of its own: the dump's workers meet
+    /// the sets and the rules in no fixed order, and the rule says more.
+    holds_objects: bool,
     /// A native table's comment, sets and reasons not to decode it.
     native: native::NativeTable,
 }
@@ -198,6 +202,7 @@ impl Decoder {
             if t.foreign.is_none() {
                 t.foreign = o.foreign;
             }
+            t.holds_objects |= o.holds_objects;
             if t.fallback.is_none() {
                 t.fallback = o.fallback;
             }
@@ -244,6 +249,7 @@ impl Decoder {
                     chain_index: FastMap::default(),
                     fallback: None,
                     foreign: None,
+                    holds_objects: false,
                     native: native::NativeTable::default(),
                 });
                 self.tables.len() - 1
@@ -282,8 +288,7 @@ impl Decoder {
                 if let Some(table) = a[1].map(|x| x.text()) {
                     let t = self.table_mut(family, &table);
                     if is_xt_table(family, &table) {
-                        t.foreign
-                            .get_or_insert_with(|| "it holds sets, objects or flowtables".into());
+                        t.holds_objects = true;
                     } else {
                         match m.kind & 0xff {
                             msg::NEWSET => t.native.push_set(body),
@@ -414,7 +419,7 @@ impl Decoder {
             ));
             return;
         }
-        if t.fallback.is_some() {
+        if t.holds_objects || t.fallback.is_some() {
             return;
         }
         let Some(&ci) = t.chain_index.get(&*chain) else {
@@ -456,14 +461,18 @@ impl Decoder {
         tables.sort_by_key(rank);
         tables
             .into_iter()
-            .map(|t| {
+            .map(|mut t| {
                 let family = family_of(t.family);
+                let foreign = t.foreign.take().or_else(|| {
+                    t.holds_objects
+                        .then(|| "it holds sets, objects or flowtables".to_string())
+                });
                 let read = if !is_xt_table(t.family, &t.name) {
                     match native::table_text(&t) {
                         Ok(text) => TableRead::Listing(text),
                         Err(why) => TableRead::Native(why),
                     }
-                } else if let Some(reason) = t.foreign {
+                } else if let Some(reason) = foreign {
                     TableRead::Foreign(reason)
                 } else if let Some(reason) = t.fallback {
                     TableRead::Fallback(reason)

@@ -130,6 +130,40 @@ fn native_expressions_become_iptables_save_words() {
     );
 }
 
+/// A table with a set and a rule that looks it up reads as nft's with the rule's
+/// expression named, whether the set or the rule is met first, in one decoder or in
+/// workers merged in either order (the split dump's workers meet them in no fixed
+/// order); a set alone gives the general reason.
+#[test]
+fn a_rule_names_why_a_table_is_foreign_whatever_the_order() {
+    let set = nfmsg(
+        msg::NEWSET,
+        2,
+        &[str_attr(1, "filter"), str_attr(2, "__set0")],
+    );
+    let rules = dump(&[vec![expr("lookup", &[]), jump("KUBE-X")]]);
+    let named = TableRead::Foreign(
+        "chain INPUT: expression lookup, which iptables-nft does not write".into(),
+    );
+    for (first, second) in [(&set, &rules), (&rules, &set)] {
+        let mut both = first.clone();
+        both.extend_from_slice(second);
+        assert_eq!(read(&both)[0].read, named);
+        let mut d = Decoder::new();
+        d.push_bytes(first);
+        let mut other = Decoder::new();
+        other.push_bytes(second);
+        d.merge(other);
+        assert_eq!(d.finish()[0].read, named);
+    }
+    let mut alone = dump(&[]);
+    alone.extend(set);
+    assert_eq!(
+        read(&alone)[0].read,
+        TableRead::Foreign("it holds sets, objects or flowtables".into())
+    );
+}
+
 #[test]
 fn what_is_not_decoded_makes_the_table_fall_back_with_the_reason() {
     let rule = vec![expr("lookup", &[]), jump("KUBE-X")];
