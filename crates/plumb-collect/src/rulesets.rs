@@ -603,7 +603,7 @@ pub fn read_rulesets(node: &dyn NodeSource) -> Collected {
 fn read_nft_listing(bytes: Vec<u8>) -> Ruleset {
     let text = String::from_utf8(bytes)
         .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-    plumb_ruleset::nft::parse_text_translated_owned(std::sync::Arc::new(text))
+    plumb_ruleset::nft::parse_text_translated_owned(plumb_ruleset::Source::read(text))
 }
 
 /// Removes the notes about the tables of `rs` that `left_out` picks (the lines from

@@ -6,7 +6,7 @@
 
 use crate::diagnostic::InputError;
 use crate::iptables::save::IptablesInput;
-use crate::model::{Backend, Completeness, Family, Ruleset, SourceText};
+use crate::model::{Backend, Completeness, Family, Ruleset, Source, SourceText};
 use serde::Serialize;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -344,7 +344,7 @@ fn parse_session(text: &str, options: &ParseOptions) -> Ruleset {
             table: table.or_else(|| options.table.clone()),
             ..options.clone()
         };
-        let Ok(part) = parse_source(Arc::new(sec.text.to_string()), &opts) else {
+        let Ok(part) = parse_source(Source::read(sec.text.to_string()), &opts) else {
             continue;
         };
         let mut part = part.ruleset;
@@ -389,8 +389,9 @@ fn shift_lines(rs: &mut Ruleset, by: u32) {
         t.location.line = t.location.line.saturating_add(by);
         for c in &mut t.chains {
             c.location.line = c.location.line.saturating_add(by);
-            for r in &mut c.rules {
-                r.location.line = r.location.line.saturating_add(by);
+            // A rule's location is found in its text's source: the sources move.
+            for r in &c.rules {
+                r.text.source().set_lines_before(by);
             }
         }
     }
@@ -490,7 +491,7 @@ fn parse_headerless(
 
 /// Reads `bytes` in the given or detected format.
 pub fn parse_bytes(bytes: &[u8], options: &ParseOptions) -> Result<Parsed, InputError> {
-    let source = Arc::new(as_text(bytes, options.max_size)?.to_string());
+    let source = Source::read(as_text(bytes, options.max_size)?.to_string());
     parse_source(source, options)
 }
 
@@ -501,7 +502,7 @@ pub fn parse_owned(bytes: Vec<u8>, options: &ParseOptions) -> Result<Parsed, Inp
     let text = String::from_utf8(bytes).map_err(|e| InputError::NotUtf8 {
         offset: e.utf8_error().valid_up_to(),
     })?;
-    parse_source(Arc::new(text), options)
+    parse_source(Source::read(text), options)
 }
 
 fn parse_source(source: SourceText, options: &ParseOptions) -> Result<Parsed, InputError> {
@@ -596,6 +597,37 @@ mod tests {
             detect("\n \n"),
             Err(InputError::UnknownFormat { .. })
         ));
+    }
+
+    /// A session's sections are read on their own: their rules are located on the
+    /// session's lines, not the section's.
+    #[test]
+    fn session_rules_are_located_on_the_session_lines() {
+        let log = "root@node:~# iptables -t nat -S KUBE-SERVICES\n\
+                   -N KUBE-SERVICES\n\
+                   -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -j KUBE-SVC-NPX46M4PTMTKRN6Y\n\
+                   root@node:~# iptables -t filter -nvL INPUT\n\
+                   Chain INPUT (policy ACCEPT 10 packets, 600 bytes)\n\
+                   \x20pkts bytes target prot opt in out source destination\n\
+                   \x20   5   300 ACCEPT all  --  lo  *   0.0.0.0/0 0.0.0.0/0\n";
+        let rs = parse_bytes(log.as_bytes(), &ParseOptions::default())
+            .unwrap()
+            .ruleset;
+        let located: Vec<(&str, u32, u32)> = rs
+            .tables
+            .iter()
+            .flat_map(|t| &t.chains)
+            .flat_map(|c| &c.rules)
+            .map(|r| {
+                let at = r.location();
+                (r.text.as_str(), at.line, at.column)
+            })
+            .collect();
+        assert_eq!(located.len(), 2, "{located:?}");
+        assert_eq!((located[0].1, located[0].2), (3, 1), "{located:?}");
+        assert!(located[0].0.starts_with("-A KUBE-SERVICES"));
+        assert_eq!(located[1].1, 7, "{located:?}");
+        assert!(located[1].0.contains("ACCEPT"));
     }
 
     #[test]

@@ -39,8 +39,9 @@ pub mod nft;
 
 pub use diagnostic::{Diagnostic, InputError, Severity};
 pub use model::{
-    Backend, BaseChain, Chain, ChainRef, Completeness, Counters, Family, Hook, Location, Policy,
-    Rule, RuleBody, RuleText, Ruleset, SourceText, Table, TransferKind, position_at,
+    Backend, BaseChain, Chain, ChainRef, Completeness, Counters, Family, Hook, Location, Placed,
+    Policy, Rule, RuleBody, RuleText, Ruleset, Source, SourceText, Table, TransferKind,
+    position_at,
 };
 pub mod format;
 pub mod owner;

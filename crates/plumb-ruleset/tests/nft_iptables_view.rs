@@ -73,7 +73,7 @@ fn ack_match_set_prints_are_set_matches_and_random_fully_reads() {
         post.rules.last().unwrap().text.as_str(),
         "-A KUBE-POSTROUTING -j MASQUERADE --random-fully"
     );
-    assert_eq!(post.rules.last().unwrap().location.line, 92);
+    assert_eq!(post.rules.last().unwrap().location().line, 92);
     // Cilium's socket match printed by the extension, then native mark matches.
     let pre = rs
         .table(Family::Ip, "mangle")
@@ -159,7 +159,7 @@ fn microshift_hand_written_drop_is_a_foreign_rule_in_a_partial_listing() {
     assert_eq!(foreign.len(), 1);
     let (t, c, r) = foreign[0];
     assert_eq!(
-        (&*t.name, &*c.name, r.location.line),
+        (&*t.name, &*c.name, r.location().line),
         ("nat", "PREROUTING", 4)
     );
     let pre = rs

@@ -43,7 +43,7 @@ fn whole_way(text: &str) -> Ruleset {
 #[test]
 fn a_table_that_stops_being_streamed_holds_no_span_of_the_text() {
     let text = "table ip filter {\n\tchain INPUT {\n\t\ttype filter hook input priority filter; policy accept;\n\t}\n\n\tchain X {\n\t}\n\n\tset s {\n\t\ttype ipv4_addr\n\t}\n}\n";
-    let shared = std::sync::Arc::new(text.to_string());
+    let shared = plumb_ruleset::Source::read(text.to_string());
     let rs = parse_text_translated_owned(std::sync::Arc::clone(&shared));
     assert_eq!(rs.tables[0].chains.len(), 2);
     assert_eq!(&*rs.tables[0].chains[1].name, "X");
@@ -81,7 +81,7 @@ table ip filter {
 ",
     );
     let want = model(&whole_way(&text));
-    let shared = std::sync::Arc::new(text.clone());
+    let shared = plumb_ruleset::Source::read(text.clone());
     let rs = parse_text_translated_owned(std::sync::Arc::clone(&shared));
     assert_eq!(std::sync::Arc::strong_count(&shared), 1);
     assert_eq!(model(&rs), want);
@@ -95,7 +95,7 @@ table ip filter {
     let statements = n.statements(&rs.tables[0].chains[0].rules[0].text);
     assert_eq!(&*statements[2].text, "accept");
     let native = &text[..text.find("table ip filter").unwrap()];
-    let shared = std::sync::Arc::new(native.to_string());
+    let shared = plumb_ruleset::Source::read(native.to_string());
     let rs = parse_text_translated_owned(std::sync::Arc::clone(&shared));
     assert_eq!(model(&rs), model(&whole_way(native)));
     assert!(std::sync::Arc::strong_count(&shared) > 1);
@@ -126,7 +126,7 @@ fn a_jump_to_a_long_chain_name_reads_the_same() {
 
 /// The read that takes the text (what `format::parse_owned` uses).
 fn owned(text: &str) -> Ruleset {
-    parse_text_translated_owned(std::sync::Arc::new(text.to_string()))
+    parse_text_translated_owned(plumb_ruleset::Source::read(text.to_string()))
 }
 
 /// Everything the model holds, rule bodies included.
@@ -173,7 +173,7 @@ fn translating_as_read_gives_the_whole_way_model_on_every_nft_text() {
         assert_eq!(model(&owned(&text)), want, "{}", f.display());
         // ... and, unless native nft rules or set elements keep their texts as spans
         // of it, nothing read holds it afterwards: it is freed once read.
-        let shared = std::sync::Arc::new(text);
+        let shared = plumb_ruleset::Source::read(text);
         let rs = parse_text_translated_owned(std::sync::Arc::clone(&shared));
         let native = rs
             .tables

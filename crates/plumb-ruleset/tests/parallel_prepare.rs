@@ -51,7 +51,7 @@ fn every_rule_carries_its_own_line_across_block_seams() {
     for chain in &filter.chains {
         for rule in &chain.rules {
             rules += 1;
-            let line = lines[rule.location.line as usize - 1];
+            let line = lines[rule.location().line as usize - 1];
             assert_eq!(&*rule.text, line, "rule text is its line");
             let i: usize = match line.rsplit_once(" -j T") {
                 Some((_, rest)) => rest.split(' ').next().unwrap().parse().unwrap(),
@@ -63,7 +63,12 @@ fn every_rule_carries_its_own_line_across_block_seams() {
                 }
             };
             let target = rule.xt_target().expect("target recorded");
-            assert_eq!(target.name, format!("T{i}"), "line {}", rule.location.line);
+            assert_eq!(
+                target.name,
+                format!("T{i}"),
+                "line {}",
+                rule.location().line
+            );
             let expected_counters = match i % 7 {
                 0 => Some((i as u64, i as u64 * 2)),
                 1 => Some((i as u64, i as u64 * 3)),
@@ -73,7 +78,7 @@ fn every_rule_carries_its_own_line_across_block_seams() {
                 rule.counters().map(|c| (c.packets, c.bytes)),
                 expected_counters,
                 "line {}",
-                rule.location.line
+                rule.location().line
             );
         }
     }

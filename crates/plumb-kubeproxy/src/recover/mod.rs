@@ -311,7 +311,7 @@ impl<'a> Evidence<'a> {
             Quote::Rule { table, chain, rule } => {
                 let c = &table.chains[chain as usize];
                 let r = &c.rules[rule as usize];
-                (&table.name, &c.name, r.location.line, &r.text)
+                (&table.name, &c.name, r.location().line, &r.text)
             }
             _ => (self.table(), self.chain(), self.line(), self.text()),
         }
@@ -345,7 +345,7 @@ impl<'a> Evidence<'a> {
         match self.0 {
             Quote::Rule { table, chain, rule } => {
                 table.chains[chain as usize].rules[rule as usize]
-                    .location
+                    .location()
                     .line
             }
             Quote::Chain { table, chain } => table.chains[chain as usize].location.line,

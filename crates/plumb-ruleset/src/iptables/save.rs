@@ -14,7 +14,7 @@ use crate::model::xt::words::{SplitError, Word, split};
 use crate::model::xt::{IndexScratch, SpecProblem, XtCell, XtRule};
 use crate::model::{
     Backend, BaseChain, Chain, Completeness, Counters, Family, Hook, Location, Policy, Rule,
-    RuleBody, RuleText, Ruleset, SourceText, Table,
+    RuleBody, RuleText, Ruleset, Source, SourceText, Table,
 };
 use crate::parallel::cores;
 use std::sync::Arc;
@@ -366,7 +366,7 @@ const MIN_BYTES_TO_PREPARE_AHEAD: usize = 1 << 20;
 
 /// Reads iptables text (save, restore or `-S` format).
 pub fn parse(text: &str, input: &IptablesInput) -> Ruleset {
-    parse_shared(Arc::new(text.to_string()), input)
+    parse_shared(Source::read(text.to_string()), input)
 }
 
 /// Like [`parse`], for a text the caller already holds shared: the rules' texts point
@@ -960,8 +960,8 @@ impl Reader<'_> {
         if counters.is_some() && !cell.has_counters_after() {
             cell.counters_before();
         }
+        // The rule's location is read again from where its text starts (`loc`).
         let rule = Rule {
-            location: loc,
             // Word spans index this exact text: keep it as read (no trimming).
             text,
             body: RuleBody::Xt(cell),
@@ -1105,8 +1105,8 @@ impl Reader<'_> {
                         st.get(to.chain).is_some() || (full && builtins.contains(&to.chain));
                     if !exists {
                         self.ruleset.diagnostics.push(Diagnostic::error(
-                            r.location.line,
-                            r.location.column,
+                            r.location().line,
+                            r.location().column,
                             format!(
                                 "rule jumps to chain '{}' which this table never declares (iptables-restore would fail: Couldn't load target)",
                                 to.chain

@@ -21,14 +21,15 @@
 pub mod ipvs;
 pub mod listed;
 pub mod nft;
+mod source;
 pub mod xt;
 
 use crate::diagnostic::{Diagnostic, Severity};
 use listed::ListedRule;
 use nft::{NftRule, NftSet};
 use serde::Serialize;
+pub use source::{Placed, RuleText, Source, SourceText};
 use std::fmt;
-use std::sync::Arc;
 use xt::{XtBuf, XtCell, XtTargetRef, XtView, XtViewOf};
 
 /// Address family of a table (`ip`/`ip6` for iptables; all nft families).
@@ -517,18 +518,40 @@ pub struct BaseChain {
     pub priority: Option<Box<str>>,
 }
 
-/// One rule, in chain order. 40 bytes: a 10k-service dump holds 170k of them, and
-/// what a rule can read again from its text (counters, the index of its words) or
-/// from its place (its position: [`Chain::positioned`]) is not kept beside it.
-#[derive(Clone, Debug)]
+/// One rule, in chain order. 32 bytes: a 10k-service dump holds 170k of them, and
+/// what a rule can read again from its text (counters, the index of its words, where
+/// it was read: [`Rule::location`]) or from its place (its position:
+/// [`Chain::positioned`]) is not kept beside it.
+#[derive(Clone)]
 pub struct Rule {
-    /// Where the rule was read (its line, column 1 for a dump line).
-    pub location: Location,
     /// The rule exactly as read (one line of the dump).
     pub text: RuleText,
     /// What was understood of the rule, by backend; not serialised (the JSON carries
     /// `text`). Also holds the rule's counters ([`Rule::counters`]).
     pub body: RuleBody,
+}
+
+/// Where the command word (`-A`, `-I`) of an iptables-save line starts: after its
+/// indent and a `[packets:bytes]` prefix, as the reader finds it.
+fn xt_command_at(line: &str) -> usize {
+    let words = line.trim_start();
+    if words.starts_with('[')
+        && let Some(close) = words.find(']')
+    {
+        return line.len() - words[close + 1..].trim_start().len();
+    }
+    line.len() - words.len()
+}
+
+impl fmt::Debug for Rule {
+    /// As a derived `Debug` would with the location kept beside the rule.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rule")
+            .field("location", &self.location())
+            .field("text", &self.text)
+            .field("body", &self.body)
+            .finish()
+    }
 }
 
 /// A rule with its 1-based position in its chain, serialised as the model has always
@@ -541,7 +564,7 @@ impl Serialize for PositionedRule<'_> {
         let PositionedRule(position, rule) = *self;
         let mut st = s.serialize_struct("Rule", 4)?;
         st.serialize_field("position", &position)?;
-        st.serialize_field("location", &rule.location)?;
+        st.serialize_field("location", &rule.location())?;
         st.serialize_field("counters", &rule.counters())?;
         st.serialize_field("text", &rule.text)?;
         st.end()
@@ -576,6 +599,16 @@ pub enum RuleBody {
 }
 
 impl Rule {
+    /// Where the rule was read: its line, and the column of its first word (`-A` after
+    /// an iptables-save `[packets:bytes]`, an nft rule's first statement, a listing's row). Found from
+    /// where its text starts in its source ([`RuleText::location`]), not kept.
+    pub fn location(&self) -> Location {
+        match &self.body {
+            RuleBody::Xt(_) => self.text.location_of(xt_command_at(&self.text)),
+            RuleBody::Nft(_) | RuleBody::Approximate(_) => self.text.location(),
+        }
+    }
+
     /// The rule's counters (`[p:b]` or `-c p b` in iptables-save, the `pkts`/`bytes`
     /// columns of a listing, nft's `counter` statement); `None` when the input shows
     /// none. Read from the rule's text or body when asked, not kept beside the rule.
@@ -676,150 +709,6 @@ impl Rule {
     }
 }
 
-/// A whole input text, shared by the rules read from it. An `Arc<String>` rather than
-/// an `Arc<str>`: the file's bytes become the shared text without a copy (a 12 MB dump
-/// copied cost 3,000 page faults and ~15 ms per command).
-pub type SourceText = Arc<String>;
-
-/// A rule's text or a chain's name: a span of the dump it was read from, shared with
-/// every other rule and chain of that dump (one copy of the input instead of one
-/// string each), or a string of its own when the text was composed (nft JSON). Reads
-/// as a `&str`.
-#[derive(Clone)]
-pub struct RuleText {
-    source: SourceText,
-    start: u32,
-    end: u32,
-}
-
-impl RuleText {
-    /// `source[range]`. Ranges past `u32::MAX` are refused by the parsers' size limit;
-    /// an out-of-range span reads as empty rather than panicking.
-    pub fn span(source: &SourceText, range: std::ops::Range<usize>) -> RuleText {
-        let fits = range.end <= source.len()
-            && range.start <= range.end
-            && u32::try_from(range.end).is_ok()
-            && source.is_char_boundary(range.start)
-            && source.is_char_boundary(range.end);
-        let (start, end) = if fits {
-            (range.start as u32, range.end as u32)
-        } else {
-            (0, 0)
-        };
-        RuleText {
-            source: Arc::clone(source),
-            start,
-            end,
-        }
-    }
-
-    /// `s` as a span of `source` when `s` is a slice of it (no allocation), else a text
-    /// of its own.
-    pub fn within(source: &SourceText, s: &str) -> RuleText {
-        let from = (s.as_ptr() as usize).checked_sub(source.as_ptr() as usize);
-        match from {
-            Some(from) if from + s.len() <= source.len() => {
-                RuleText::span(source, from..from + s.len())
-            }
-            _ => RuleText::from(s),
-        }
-    }
-
-    /// The text this span covers.
-    pub fn as_str(&self) -> &str {
-        &self.source[self.start as usize..self.end as usize]
-    }
-}
-
-impl From<&str> for RuleText {
-    fn from(s: &str) -> RuleText {
-        let source: SourceText = Arc::new(s.to_string());
-        RuleText::span(&source, 0..s.len())
-    }
-}
-
-impl From<String> for RuleText {
-    fn from(s: String) -> RuleText {
-        let len = s.len();
-        RuleText::span(&Arc::new(s), 0..len)
-    }
-}
-
-impl std::ops::Deref for RuleText {
-    type Target = str;
-    fn deref(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl AsRef<str> for RuleText {
-    fn as_ref(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl std::borrow::Borrow<str> for RuleText {
-    fn borrow(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl PartialEq for RuleText {
-    fn eq(&self, other: &RuleText) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Eq for RuleText {}
-
-impl PartialEq<str> for RuleText {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl PartialEq<&str> for RuleText {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
-impl PartialOrd for RuleText {
-    fn partial_cmp(&self, other: &RuleText) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for RuleText {
-    fn cmp(&self, other: &RuleText) -> std::cmp::Ordering {
-        self.as_str().cmp(other.as_str())
-    }
-}
-
-impl std::hash::Hash for RuleText {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.as_str().hash(state);
-    }
-}
-
-impl fmt::Debug for RuleText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-impl fmt::Display for RuleText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Serialize for RuleText {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
 /// How a rule reaches another chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -846,11 +735,11 @@ mod tests {
     /// model's memory budget (docs/benchmarks.md). Grow them only on purpose.
     #[test]
     fn rule_and_chain_stay_small() {
-        // 40: text span 16, body 16 (the xtables cell: spec, target, counters' place
-        // and the variant's tag in 8 bytes, the rare part behind 8), location 8.
-        // Counters are read from the text, the position from the rule's index.
+        // 32: text span 16, body 16 (the xtables cell: spec, target, counters' place
+        // and the variant's tag in 8 bytes, the rare part behind 8). Counters and
+        // location are read from the text, the position from the rule's index.
         assert!(
-            std::mem::size_of::<Rule>() <= 40,
+            std::mem::size_of::<Rule>() <= 32,
             "{}",
             std::mem::size_of::<Rule>()
         );
@@ -861,25 +750,6 @@ mod tests {
         );
         // An nft rule is a body of its own, not a box (see `NftRule`).
         assert_eq!(std::mem::size_of::<NftRule>(), 8);
-    }
-
-    #[test]
-    fn rule_text_reads_its_span_and_refuses_bad_ones() {
-        let src: SourceText = Arc::new("ab\ncd é".to_string());
-        assert_eq!(RuleText::span(&src, 3..5).as_str(), "cd");
-        assert_eq!(RuleText::span(&src, 0..2), "ab");
-        // Inside the two-byte 'é', past the end, reversed: empty, never a panic.
-        assert_eq!(RuleText::span(&src, 0..src.len() - 1).as_str(), "");
-        assert_eq!(RuleText::span(&src, 3..99).as_str(), "");
-        #[allow(clippy::reversed_empty_ranges)]
-        let reversed = RuleText::span(&src, 5..4);
-        assert_eq!(reversed.as_str(), "");
-        assert_eq!(RuleText::from("x y").to_string(), "x y");
-        // A slice of the source becomes a span of it; anything else a text of its own.
-        let within = RuleText::within(&src, &src[3..5]);
-        assert!(Arc::ptr_eq(&within.source, &src) && within == "cd");
-        let other = RuleText::within(&src, "cd");
-        assert!(!Arc::ptr_eq(&other.source, &src) && other == "cd");
     }
 }
 

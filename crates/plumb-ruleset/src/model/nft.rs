@@ -1061,7 +1061,7 @@ pub(crate) fn own_element_texts(sets: &mut [NftSet]) {
             all.push_str(t);
         }
     }
-    let all: super::SourceText = std::sync::Arc::new(all);
+    let all = super::Source::written(all, super::Placed::Nowhere);
     let mut at = 0;
     for e in sets.iter_mut().flat_map(|s| &mut s.elements) {
         for t in e.texts_mut() {

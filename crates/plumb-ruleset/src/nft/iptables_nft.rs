@@ -48,9 +48,10 @@
 use crate::diagnostic::Diagnostic;
 use crate::iptables::save::{IptablesInput, parse_shared};
 use crate::model::nft::{NatKind, Statement, StatementKind, Verdict};
-use crate::model::{Backend, Chain, Family, Hook, Rule, RuleBody, Ruleset, Table};
+use crate::model::{
+    Backend, Chain, Family, Hook, Location, Placed, Rule, RuleBody, Ruleset, Source, Table,
+};
 use std::fmt::Write;
-use std::sync::Arc;
 
 /// The option an extension gets when the nft view shows only its name: its real
 /// options are unknown. No iptables extension has an option of this name.
@@ -272,8 +273,8 @@ pub(crate) fn translate_table(table: &mut Table) -> Option<KeptRules> {
         .collect();
     let mut parsed = None;
     for _ in 0..3 {
-        let (text, line_of) = iptables_text(table, &plan);
-        let rs = read_translated(text, table.family);
+        let (text, placed, line_of) = iptables_text(table, &plan);
+        let rs = read_translated(text, placed, table.family);
         let bad: Vec<(usize, usize)> = rs
             .errors()
             .filter_map(|d| line_of.get(&d.line).copied())
@@ -322,8 +323,8 @@ pub(crate) fn translate_table(table: &mut Table) -> Option<KeptRules> {
         for (ri, orule) in oc.rules.iter().enumerate() {
             let rule = if plan[ci][ri] {
                 match translated.next() {
+                    // Located by the translation's placement (see `iptables_text`).
                     Some(mut r) => {
-                        r.location = orule.location;
                         r.set_counters(orule.counters());
                         r
                     }
@@ -331,8 +332,8 @@ pub(crate) fn translate_table(table: &mut Table) -> Option<KeptRules> {
                 }
             } else {
                 foreign.push((
-                    orule.location.line,
-                    orule.location.column,
+                    orule.location().line,
+                    orule.location().column,
                     oc.name.to_string(),
                     is_foreign(orule),
                 ));
@@ -698,7 +699,7 @@ impl StreamedTable {
             }
         }
         text.push_str("COMMIT\n");
-        let rs = read_translated(text, self.family);
+        let rs = read_translated(text, Placed::Nowhere, self.family);
         let ok = rs.error_count() == 0
             && rs.tables.len() == 1
             && rs.tables.first().is_some_and(|t| {
@@ -720,9 +721,9 @@ impl StreamedTable {
 /// Reads iptables text made from an iptables-nft table back with the iptables reader,
 /// as a restore payload: whether jump targets exist is the listing's business (a chain
 /// listing is partial), not the translation's.
-fn read_translated(text: String, family: Family) -> Ruleset {
+fn read_translated(text: String, placed: Placed, family: Family) -> Ruleset {
     parse_shared(
-        Arc::new(text),
+        Source::written(text, placed),
         &IptablesInput {
             family,
             backend: Some(Backend::IptablesNft),
@@ -741,7 +742,7 @@ fn read_translated(text: String, family: Family) -> Ruleset {
 pub(crate) fn header_reads_back(table: &Table) -> bool {
     let read = |mut text: String| {
         text.push_str("COMMIT\n");
-        read_translated(text, table.family).error_count() == 0
+        read_translated(text, Placed::Nowhere, table.family).error_count() == 0
     };
     let builtins = crate::iptables::save::builtin_chains(&table.name).len();
     let mut text = format!("*{}\n", table.name);
@@ -774,7 +775,7 @@ pub(crate) fn translate_streamed_table(
 ) -> Result<KeptRules, ()> {
     let lines = std::mem::take(&mut streamed.lines);
     let chain_rules = |ci: usize| streamed.chain_rules(ci);
-    let (header, _) = iptables_header(table);
+    let (header, header_lines) = iptables_header(table);
     // Each chain's specs, in order, become its `-A CHAIN SPEC` lines; a chunk of specs
     // is freed as soon as it is copied.
     let xt_counts: Vec<usize> = (0..table.chains.len())
@@ -794,10 +795,17 @@ pub(crate) fn translate_streamed_table(
     let mut text = String::with_capacity(header.len() + size + "COMMIT\n".len());
     text.push_str(&header);
     drop(header);
+    // The rule lines follow the header, one a rule, each read where its slot says.
+    let first = header_lines + 1;
+    let mut placed: Vec<Location> = Vec::with_capacity(xt_counts.iter().sum());
     let mut chunks = lines.into_iter();
     let mut chunk = String::new();
     let mut at = 0;
-    for (c, &n) in table.chains.iter().zip(&xt_counts) {
+    for (ci, (c, &n)) in table.chains.iter().zip(&xt_counts).enumerate() {
+        placed.extend(chain_rules(ci).filter_map(|r| match r {
+            StreamedRule::Xt { location, .. } => Some(location),
+            StreamedRule::Nft => None,
+        }));
         for _ in 0..n {
             while at >= chunk.len() {
                 chunk = chunks.next().ok_or(())?;
@@ -814,7 +822,11 @@ pub(crate) fn translate_streamed_table(
     }
     drop(chunk);
     text.push_str("COMMIT\n");
-    let rs = read_translated(text, table.family);
+    let placed = Placed::Lines {
+        first,
+        at: placed.into_boxed_slice(),
+    };
+    let rs = read_translated(text, placed, table.family);
     // `translate_table` would take the refused rules back as nft rules: their
     // statements were not kept.
     if rs.error_count() != 0 {
@@ -848,13 +860,10 @@ pub(crate) fn translate_streamed_table(
         let slots = streamed.chain_range(ci);
         if slots.len() == xc.rules.len() {
             for (r, slot) in xc.rules.iter_mut().zip(chain_rules(ci)) {
-                let StreamedRule::Xt {
-                    location, counters, ..
-                } = slot
-                else {
+                // Located by the translation's placement (see above).
+                let StreamedRule::Xt { counters, .. } = slot else {
                     return Err(());
                 };
-                r.location = location;
                 r.set_counters(counters);
             }
         } else {
@@ -863,19 +872,16 @@ pub(crate) fn translate_streamed_table(
             let mut out = Vec::with_capacity(slots.len());
             for slot in chain_rules(ci) {
                 let rule = match slot {
-                    StreamedRule::Xt {
-                        location, counters, ..
-                    } => {
+                    StreamedRule::Xt { counters, .. } => {
                         let mut r = translated.next().ok_or(())?;
-                        r.location = location;
                         r.set_counters(counters);
                         r
                     }
                     StreamedRule::Nft => {
                         let r = kept.next().ok_or(())?;
                         foreign.push((
-                            r.location.line,
-                            r.location.column,
+                            r.location().line,
+                            r.location().column,
                             oc.name.to_string(),
                             is_foreign(&r),
                         ));
@@ -967,8 +973,14 @@ fn permute<T>(items: &mut [T], order: &mut [u32]) {
 fn iptables_text(
     table: &Table,
     plan: &[Vec<bool>],
-) -> (String, std::collections::HashMap<u32, (usize, usize)>) {
+) -> (
+    String,
+    Placed,
+    std::collections::HashMap<u32, (usize, usize)>,
+) {
     let (mut text, mut line) = iptables_header(table);
+    let first = line + 1;
+    let mut at = Vec::new();
     let mut line_of = std::collections::HashMap::new();
     for (ci, c) in table.chains.iter().enumerate() {
         for (ri, r) in c.rules.iter().enumerate() {
@@ -981,11 +993,13 @@ fn iptables_text(
                 let _ = writeln!(text, "-A {} {spec}", c.name);
                 line += 1;
                 line_of.insert(line, (ci, ri));
+                at.push(r.location());
             }
         }
     }
     text.push_str("COMMIT\n");
-    (text, line_of)
+    let at = at.into_boxed_slice();
+    (text, Placed::Lines { first, at }, line_of)
 }
 
 /// The iptables rule (the words after `-A CHAIN`) that iptables-nft lists for an nft

@@ -369,7 +369,8 @@ impl JsonReader<'_> {
         }
         // The statements' texts become spans of the rule's: one text a rule, not one a
         // statement.
-        let text: crate::model::SourceText = std::sync::Arc::new(text);
+        let text =
+            crate::model::Source::written(text, crate::model::Placed::Spans(Box::new([(0, loc)])));
         for (st, range) in statements.iter_mut().zip(ranges) {
             st.text = crate::model::RuleText::span(&text, range);
         }
@@ -377,7 +378,6 @@ impl JsonReader<'_> {
         let rule = NftRule::holding(statements, o.get("handle").and_then(J::as_u64));
         let c = &mut self.ruleset.tables[ti].chains[ci];
         c.rules.push(Rule {
-            location: loc,
             text: crate::model::RuleText::span(&text, 0..text.len()),
             body: RuleBody::Nft(rule),
         });
@@ -885,7 +885,7 @@ mod tests {
         let c = t.chain("nat-prerouting").unwrap();
         assert_eq!(c.base.as_ref().unwrap().priority.as_deref(), Some("-100"));
         let r = &c.rules[0];
-        assert_eq!(r.location.line, 5);
+        assert_eq!(r.location().line, 5);
         assert_eq!(
             &*r.text,
             "ip daddr == 10.0.0.0/8 counter packets 2 bytes 120 numgen random mod 2 vmap { 0 : goto a, 1 : jump b }"

@@ -40,7 +40,7 @@ pub use crate::model::listed::{
 };
 use crate::model::{
     Backend, BaseChain, Chain, Completeness, Counters, Family, Hook, Location, Policy, Rule,
-    RuleBody, Ruleset, Table,
+    RuleBody, RuleText, Ruleset, Table,
 };
 use columns::{
     GUESSES, Layout, column_of, header_layout, parse_chain_header, parse_columns, parse_count,
@@ -449,12 +449,12 @@ impl Reader<'_> {
         }
         let st = self.current.as_mut().expect("a chain implies a table");
         let rules = &mut st.table.chains[chain].rules;
+        let location = Location {
+            line: n,
+            column: col,
+        };
         rules.push(Rule {
-            location: Location {
-                line: n,
-                column: col,
-            },
-            text: line.into(),
+            text: RuleText::written_at(line.to_owned(), location),
             body: RuleBody::Approximate(Box::new(ListedRule {
                 counters: columns.counters,
                 ..listed

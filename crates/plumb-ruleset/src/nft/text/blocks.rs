@@ -540,9 +540,14 @@ impl<'a> Reader<'a> {
         let span = &self.text[first.start()..last.end()];
         // A rule on one line with single blanks: its text is a span of the input, and
         // its statements are read again from it when asked (see `NftRule`).
+        let location = Location {
+            line: first.line,
+            column: column(self.text, first.line_start(self.text), first.start()),
+        };
+        // A rule's location is where its text starts, or kept with a text of its own.
         let (text, one_line) = match collapsed(span) {
             std::borrow::Cow::Borrowed(s) => (RuleText::within(self.source, s), true),
-            std::borrow::Cow::Owned(s) => (RuleText::from(s), false),
+            std::borrow::Cow::Owned(s) => (RuleText::written_at(s, location), false),
         };
         let inet = self.ruleset.tables[ti].family == Family::Inet;
         let mut sp = StmtParser {
@@ -558,10 +563,6 @@ impl<'a> Reader<'a> {
             StatementKind::Counter(c) => *c,
             _ => None,
         });
-        let location = Location {
-            line: first.line,
-            column: column(self.text, first.line_start(self.text), first.start()),
-        };
         if self.translate_as_read(ti, ci, &statements, &text, &buf, location, counters) {
             self.rule_buf = buf;
             return;
@@ -590,7 +591,6 @@ impl<'a> Reader<'a> {
             chain.rules.reserve_exact(if n < 16 { 1 } else { n });
         }
         chain.rules.push(Rule {
-            location,
             text,
             body: RuleBody::Nft(rule),
         });

@@ -26,7 +26,9 @@ mod statement;
 
 use crate::diagnostic::Diagnostic;
 use crate::model::nft::{Statement, StatementKind, Value, Verdict, VerdictMapRef, unquote};
-use crate::model::{Completeness, Location, RuleBody, RuleText, Ruleset, SourceText};
+use crate::model::{
+    Completeness, Location, Placed, RuleBody, RuleText, Ruleset, Source, SourceText,
+};
 use crate::nft::iptables_nft::{StreamedRule, StreamedTable};
 use lexer::{Lexer, Tok, Token, column};
 use script::builds_ruleset;
@@ -37,7 +39,7 @@ use std::collections::HashSet;
 /// The rules' and statements' texts are spans of one copy of `text` the ruleset holds
 /// (see [`parse_source`]).
 pub fn parse_text(text: &str) -> Ruleset {
-    parse_source(&std::sync::Arc::new(text.to_owned()))
+    parse_source(&Source::read(text.to_owned()))
 }
 
 /// [`parse_text`] of shared text: the chains' names and the rules' and statements'
@@ -57,7 +59,7 @@ pub fn parse_source(source: &SourceText) -> Ruleset {
 /// ([`crate::model::nft::NftRule::statements`]) are the same.
 #[doc(hidden)]
 pub fn parse_text_holding(text: &str) -> Ruleset {
-    let source = std::sync::Arc::new(text.to_owned());
+    let source = Source::read(text.to_owned());
     let mut r = Reader::new(&source, None);
     r.hold_statements = true;
     r.top();
@@ -72,7 +74,7 @@ pub fn parse_text_holding(text: &str) -> Ruleset {
 /// diagnostics were given when the rule was first read and are not given again (so the
 /// rule's family, which changes only a diagnostic, is not needed).
 fn statements_of_rule(text: &str) -> Vec<Statement> {
-    let source: SourceText = std::sync::Arc::new(text.to_owned());
+    let source = Source::read(text.to_owned());
     let mut r = Reader::new(&source, None);
     let mut toks = Vec::new();
     let mut i = 0;
@@ -123,7 +125,7 @@ fn names_within(statements: &[Statement], text: &str) -> bool {
 /// something this does not follow (script commands, a chain or table block opened
 /// twice), the text is read again the whole way.
 pub fn parse_text_translated(text: &str) -> Ruleset {
-    parse_text_translated_owned(std::sync::Arc::new(text.to_owned()))
+    parse_text_translated_owned(Source::read(text.to_owned()))
 }
 
 /// [`parse_text_translated`], taking the text: unless the native nft rules' texts are
@@ -166,7 +168,7 @@ fn parse_whole_way(text: &SourceText) -> Ruleset {
 /// whole-way read. Public for the tests that prove both reads give the same model.
 #[doc(hidden)]
 pub fn parse_text_streamed(text: &str) -> Option<Ruleset> {
-    read_streamed(&std::sync::Arc::new(text.to_owned()))?
+    read_streamed(&Source::read(text.to_owned()))?
         .translate()
         .ok()
 }
@@ -178,7 +180,7 @@ fn own_chain_names(table: &mut crate::model::Table) {
     for c in &table.chains {
         names.push_str(&c.name);
     }
-    let names: SourceText = std::sync::Arc::new(names);
+    let names = Source::written(names, Placed::Nowhere);
     let mut at = 0;
     for c in &mut table.chains {
         let len = c.name.len();
@@ -191,12 +193,17 @@ fn own_chain_names(table: &mut crate::model::Table) {
 /// not slices of it, and for the others their offset in it.
 fn native_texts(table: &crate::model::Table, mut f: impl FnMut(&str, Option<usize>)) {
     for r in table.chains.iter().flat_map(|c| &c.rules) {
-        let RuleBody::Nft(n) = &r.body else { continue };
-        f(&r.text, None);
-        if n.holds_statements() {
-            for s in n.statements(&r.text).iter() {
-                f(&s.text, offset_in(&r.text, &s.text));
-            }
+        native_texts_of(r, &mut f);
+    }
+}
+
+/// [`native_texts`] of one rule (nothing for a rule that is not native).
+fn native_texts_of(r: &crate::model::Rule, mut f: impl FnMut(&str, Option<usize>)) {
+    let RuleBody::Nft(n) = &r.body else { return };
+    f(&r.text, None);
+    if n.holds_statements() {
+        for s in n.statements(&r.text).iter() {
+            f(&s.text, offset_in(&r.text, &s.text));
         }
     }
 }
@@ -222,15 +229,22 @@ fn native_text_len(table: &crate::model::Table) -> usize {
 /// own instead of spans of the input; a statement's text stays a span of its rule's.
 fn own_native_texts(table: &mut crate::model::Table) {
     let mut texts = String::with_capacity(native_text_len(table));
-    native_texts(table, |s, within| {
-        if within.is_none() {
-            texts.push_str(s);
+    // Where each rule was read goes with its text.
+    let mut placed = Vec::new();
+    for r in table.chains.iter().flat_map(|c| &c.rules) {
+        if matches!(r.body, RuleBody::Nft(_)) {
+            placed.push((texts.len() as u32, r.location()));
         }
-    });
+        native_texts_of(r, |s, within| {
+            if within.is_none() {
+                texts.push_str(s);
+            }
+        });
+    }
     if texts.is_empty() {
         return;
     }
-    let texts: SourceText = std::sync::Arc::new(texts);
+    let texts = Source::written(texts, Placed::Spans(placed.into_boxed_slice()));
     let mut at = 0;
     for r in table.chains.iter_mut().flat_map(|c| &mut c.rules) {
         let RuleBody::Nft(n) = &mut r.body else {
@@ -951,13 +965,13 @@ fn rule_references(
         if verdicts {
             for c in &known {
                 if chains.base(c.chain).is_none() {
-                    found.push(jump_to_undefined(r.location, t, c.chain));
+                    found.push(jump_to_undefined(r.location(), t, c.chain));
                 }
             }
         }
         for c in &known {
             if chains.base(c.chain) == Some(true) {
-                found.push(jump_to_base(r.location, t, c.chain));
+                found.push(jump_to_base(r.location(), t, c.chain));
             }
         }
     } else if let RuleBody::Nft(rule) = &r.body
@@ -970,7 +984,7 @@ fn rule_references(
             if let StatementKind::Verdict(Verdict::Jump(to) | Verdict::Goto(to)) = &s.kind
                 && chains.base(to).is_none()
             {
-                found.push(jump_to_undefined(r.location, t, to));
+                found.push(jump_to_undefined(r.location(), t, to));
             }
         }
         // What `NftRule::chain_references` gives, from the statements read.
@@ -984,7 +998,7 @@ fn rule_references(
         });
         for c in references {
             if chains.base(c.chain) == Some(true) {
-                found.push(jump_to_base(r.location, t, c.chain));
+                found.push(jump_to_base(r.location(), t, c.chain));
             }
         }
     }
@@ -1000,8 +1014,8 @@ fn rule_references(
         });
         if !defined {
             found.push(Diagnostic::error(
-                r.location.line,
-                r.location.column,
+                r.location().line,
+                r.location().column,
                 format!(
                     "rule sets ct {kind} '{name}' that table {} {} does not define (nft: No such file or directory)",
                     t.family.as_str(),
@@ -1014,8 +1028,8 @@ fn rule_references(
     for name in set_references(r.text.as_str()) {
         if t.set(name).is_none() && !chain_listing {
             found.push(Diagnostic::error(
-                r.location.line,
-                r.location.column,
+                r.location().line,
+                r.location().column,
                 format!(
                     "rule refers to set or map '@{name}' that table {} {} does not define (nft: No such file or directory)",
                     t.family.as_str(),

@@ -492,7 +492,7 @@ insert rule ip kube-proxy service-A ip saddr != 10.42.0.0/16 jump mark-for-masqu
         // `insert` puts the rule first; positions follow.
         assert!(svc.rules[0].text.starts_with("ip saddr != 10.42.0.0/16"));
         assert_eq!(svc.positioned().map(|(p, _)| p).collect::<Vec<_>>(), [1, 2]);
-        assert_eq!(svc.rules[0].location.line, 10);
+        assert_eq!(svc.rules[0].location().line, 10);
         let map = t.sets.iter().find(|s| &*s.name == "service-ips").unwrap();
         assert!(map.is_verdict_map());
         assert_eq!(map.elements.len(), 1);

@@ -2374,8 +2374,8 @@ mod tests {
         );
         assert!(errors(&rs).is_empty(), "{:?}", errors(&rs));
         let r = &rs.tables[0].chains[0].rules[0];
-        assert_eq!(r.location.line, 3);
-        assert_eq!(r.location.column, 3);
+        assert_eq!(r.location().line, 3);
+        assert_eq!(r.location().column, 3);
         assert_eq!(
             r.counters(),
             Some(Counters {
