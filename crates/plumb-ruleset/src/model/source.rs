@@ -114,6 +114,10 @@ impl Source {
                 .unwrap_or_default(),
             Placed::Nowhere => Location::default(),
         };
+        if found.line == 0 {
+            // No location stays none, in a section too.
+            return found;
+        }
         Location {
             line: found
                 .line
@@ -465,5 +469,9 @@ mod tests {
         // Set, not added: a source shared by many rules is set once per rule.
         src.set_lines_before(1000);
         assert_eq!(r.location().line, 1051);
+        // A text with no location has none after the lines before it either.
+        let nowhere = RuleText::from("x");
+        nowhere.source().set_lines_before(1000);
+        assert_eq!(nowhere.location(), Location::default());
     }
 }
