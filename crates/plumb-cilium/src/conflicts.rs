@@ -306,7 +306,7 @@ pub fn hostport_users(ruleset: Option<&Ruleset>) -> Finding {
                 if text.contains("DNAT") {
                     evidence.push(Evidence {
                         source: format!("{} {}", t.backend, t.name),
-                        line: Some(r.location().line).filter(|l| *l > 0),
+                        line: Some(r.line()).filter(|l| *l > 0),
                         text: text.to_string(),
                     });
                 }

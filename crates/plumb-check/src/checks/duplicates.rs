@@ -32,7 +32,7 @@ const SMALL_CHAIN: usize = 8;
 /// True when every column of the rule is known, so equal texts mean equal rules.
 fn columns_known(rule: &Rule, error_lines: &FastSet<u32>) -> bool {
     let text = rule.text.trim_end();
-    if text.ends_with('\\') || error_lines.contains(&(rule.location().line + 1)) {
+    if text.ends_with('\\') || error_lines.contains(&(rule.line() + 1)) {
         return false;
     }
     match &rule.body {

@@ -317,7 +317,7 @@ impl<'a> CheckInput<'a> {
     pub fn rule(&self, table: &Table, rule: &Rule) -> Evidence {
         Evidence {
             source: self.source(table),
-            line: Some(rule.location().line).filter(|&l| l > 0),
+            line: Some(rule.line()).filter(|&l| l > 0),
             text: rule.text.to_string(),
         }
     }

@@ -311,7 +311,7 @@ impl<'a> Evidence<'a> {
             Quote::Rule { table, chain, rule } => {
                 let c = &table.chains[chain as usize];
                 let r = &c.rules[rule as usize];
-                (&table.name, &c.name, r.location().line, &r.text)
+                (&table.name, &c.name, r.line(), &r.text)
             }
             _ => (self.table(), self.chain(), self.line(), self.text()),
         }
@@ -344,9 +344,7 @@ impl<'a> Evidence<'a> {
     pub fn line(&self) -> u32 {
         match self.0 {
             Quote::Rule { table, chain, rule } => {
-                table.chains[chain as usize].rules[rule as usize]
-                    .location()
-                    .line
+                table.chains[chain as usize].rules[rule as usize].line()
             }
             Quote::Chain { table, chain } => table.chains[chain as usize].location.line,
             Quote::Element { table, set, .. } => table.sets[set as usize].location.line,

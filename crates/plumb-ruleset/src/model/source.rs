@@ -6,7 +6,7 @@
 //!
 //! A rule does not keep its location: it is found from where its text starts in its
 //! source ([`RuleText::location`]). For the input that is counted, from a table of
-//! every 16th line's start made on the first location asked; a text plumb wrote
+//! every 8th line's start made on the first location asked; a text plumb wrote
 //! carries where each of its rules was read ([`Placed`]). A 10k-service dump holds
 //! 170k rules, and their locations kept beside them were 1.3 MiB, 7 % of the model.
 
@@ -22,8 +22,8 @@ use std::sync::{Arc, OnceLock};
 pub type SourceText = Arc<Source>;
 
 /// Lines between two entries of a source's line table: a location is counted from
-/// the nearest entry, over at most this many lines (~1.7 KB of a kube-proxy dump).
-const LINE_STRIDE: usize = 16;
+/// the nearest entry, over at most this many lines (~850 bytes of a kube-proxy dump).
+const LINE_STRIDE: usize = 8;
 
 /// Texts shorter than this are counted from their start, without a line table.
 const SHORT_TEXT: usize = 4096;
@@ -99,15 +99,30 @@ impl Source {
 
     /// Where the byte `offset` bytes into the span starting at `start` was read.
     fn location(&self, start: usize, offset: usize) -> Location {
+        self.place(start, Some(offset))
+    }
+
+    /// The line of [`Source::location`], without counting its column.
+    fn line(&self, start: usize) -> u32 {
+        self.place(start, None).line
+    }
+
+    /// Where the span starting at `start` was read; the column of its byte `offset`
+    /// when asked (0 when not).
+    fn place(&self, start: usize, column_of: Option<usize>) -> Location {
         let found = match &self.placed {
-            Placed::Read => self.position(start.saturating_add(offset)),
-            Placed::Lines { first, at } => {
-                let line = self.line_and_start(start).0 as u32 + 1;
-                line.checked_sub(*first)
-                    .and_then(|i| at.get(i as usize))
-                    .copied()
-                    .unwrap_or_default()
-            }
+            Placed::Read => match column_of {
+                Some(offset) => self.position(start.saturating_add(offset)),
+                None => Location {
+                    line: line_number(self.lines_ending_before(start)),
+                    column: 0,
+                },
+            },
+            Placed::Lines { first, at } => line_number(self.lines_ending_before(start))
+                .checked_sub(*first)
+                .and_then(|i| at.get(i as usize))
+                .copied()
+                .unwrap_or_default(),
             Placed::Spans(at) => at
                 .binary_search_by_key(&(start as u32), |&(s, _)| s)
                 .map(|i| at[i].1)
@@ -129,7 +144,10 @@ impl Source {
     /// The 1-based line and column (in characters) of byte `at` of the text.
     fn position(&self, at: usize) -> Location {
         let at = floor_char_boundary(&self.text, at);
-        let (line, line_start) = self.line_and_start(at);
+        let line_start = self.text.as_bytes()[..at]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |p| p + 1);
         let before = &self.text[line_start..at];
         let column = if before.is_ascii() {
             before.len()
@@ -137,13 +155,14 @@ impl Source {
             before.chars().count()
         };
         Location {
-            line: u32::try_from(line + 1).unwrap_or(u32::MAX),
+            line: line_number(self.lines_ending_before(at)),
             column: u32::try_from(column + 1).unwrap_or(u32::MAX),
         }
     }
 
-    /// How many lines end before byte `at`, and where `at`'s line starts.
-    fn line_and_start(&self, at: usize) -> (usize, usize) {
+    /// How many lines end before byte `at`: counted from the line table's nearest
+    /// entry, over at most [`LINE_STRIDE`] lines.
+    fn lines_ending_before(&self, at: usize) -> usize {
         let bytes = self.text.as_bytes();
         let at = at.min(bytes.len());
         let (lines, from) = if bytes.len() < SHORT_TEXT {
@@ -154,14 +173,27 @@ impl Source {
             let k = table.partition_point(|&s| s as usize <= at).max(1) - 1;
             (k * LINE_STRIDE, table[k] as usize)
         };
-        let seg = &bytes[from..at];
-        let newlines = seg.iter().filter(|&&b| b == b'\n').count();
-        let start = seg
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map_or(from, |p| from + p + 1);
-        (lines + newlines, start)
+        lines + newlines(&bytes[from..at])
     }
+}
+
+/// The newlines in `bytes`, counted in byte-wide lanes (a count into `usize` lanes
+/// takes two bytes a step, and this runs for every rule quoted as evidence).
+fn newlines(bytes: &[u8]) -> usize {
+    bytes
+        .chunks(255)
+        .map(|chunk| {
+            let in_chunk = chunk
+                .iter()
+                .fold(0u8, |n, &b| n.wrapping_add(u8::from(b == b'\n')));
+            usize::from(in_chunk)
+        })
+        .sum()
+}
+
+/// The 1-based number of the line after `lines` lines.
+fn line_number(lines: usize) -> u32 {
+    u32::try_from(lines + 1).unwrap_or(u32::MAX)
 }
 
 /// The start of line 0, [`LINE_STRIDE`], 2 x [`LINE_STRIDE`], ... of `text`.
@@ -265,6 +297,11 @@ impl RuleText {
     /// `offset` is.
     pub fn location_of(&self, offset: usize) -> Location {
         self.source.location(self.start as usize, offset)
+    }
+
+    /// The line of [`RuleText::location`], without counting its column.
+    pub fn line(&self) -> u32 {
+        self.source.line(self.start as usize)
     }
 
     /// The text this span is part of.
@@ -400,7 +437,7 @@ mod tests {
     #[test]
     fn a_read_span_is_located_where_it_starts() {
         let (src, starts) = indented_lines(3000);
-        for i in [0, 1, 15, 16, 17, 31, 32, 1234, 2999] {
+        for i in [0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 1234, 2999] {
             let word = RuleText::span(&src, starts[i]..starts[i] + format!("r{i}").len());
             assert_eq!(word.as_str(), format!("r{i}"));
             let want = Location {
@@ -408,6 +445,7 @@ mod tests {
                 column: (i % 7) as u32 + 1,
             };
             assert_eq!(word.location(), want, "line {i}");
+            assert_eq!(word.line(), want.line, "line {i}");
             // An offset into the span moves along the line.
             assert_eq!(word.location_of(1).column, want.column + 1);
         }
@@ -457,6 +495,18 @@ mod tests {
             at(3, 4)
         );
         assert_eq!(RuleText::from("x").location(), Location::default());
+    }
+
+    #[test]
+    fn newlines_are_counted_across_chunks() {
+        for len in [0, 1, 254, 255, 256, 600, 2000] {
+            let bytes: Vec<u8> = (0..len)
+                .map(|i| if i % 3 == 0 { b'\n' } else { b'x' })
+                .collect();
+            let want = bytes.iter().filter(|&&b| b == b'\n').count();
+            assert_eq!(newlines(&bytes), want, "{len} bytes");
+        }
+        assert_eq!(newlines(&[b'\n'; 600]), 600);
     }
 
     #[test]

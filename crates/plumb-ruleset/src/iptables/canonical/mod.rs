@@ -143,12 +143,12 @@ pub fn save_text_report(ruleset: &Ruleset, options: PrintOptions) -> SaveReport 
                             let _ = write!(
                                 out,
                                 "# not translated (line {}): {reason}: {row}",
-                                rule.location().line
+                                rule.line()
                             );
                             report.refused.push(RefusedRule {
                                 table: table.name.to_string(),
                                 chain: chain.name.to_string(),
-                                line: rule.location().line,
+                                line: rule.line(),
                                 reason,
                             });
                         }
