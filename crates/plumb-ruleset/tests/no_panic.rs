@@ -33,6 +33,18 @@ fn all_formats() -> [Format; 6] {
     ]
 }
 
+/// Every rule's location, found from its text, is a line of the input (or none:
+/// line 0), and its line alone is the same.
+fn rules_are_located_in_the_input(bytes: &[u8], rs: &plumb_ruleset::Ruleset) {
+    let lines = bytes.split(|&b| b == b'\n').count() as u32;
+    for r in rs.tables.iter().flat_map(|t| &t.chains).flat_map(|c| &c.rules) {
+        let at = r.location();
+        assert!(at.line <= lines, "line {} of {lines}: {:?}", at.line, r.text);
+        assert!(at.line == 0 || at.column >= 1, "{at:?}: {:?}", r.text);
+        assert_eq!(r.line(), at.line, "{:?}", r.text);
+    }
+}
+
 fn exercise(bytes: &[u8]) {
     for format in all_formats() {
         let opts = ParseOptions {
@@ -40,6 +52,7 @@ fn exercise(bytes: &[u8]) {
             ..Default::default()
         };
         if let Ok(p) = parse_bytes(bytes, &opts) {
+            rules_are_located_in_the_input(bytes, &p.ruleset);
             let once = save_text(&p.ruleset, PrintOptions { counters: true });
             // Printing is a fixed point for input read without errors (malformed
             // input is kept verbatim and diagnosed, not normalised).
@@ -57,7 +70,9 @@ fn exercise(bytes: &[u8]) {
             }
         }
     }
-    let _ = parse_bytes(bytes, &ParseOptions::default());
+    if let Ok(p) = parse_bytes(bytes, &ParseOptions::default()) {
+        rules_are_located_in_the_input(bytes, &p.ruleset);
+    }
 }
 
 proptest! {
