@@ -37,9 +37,19 @@ fn all_formats() -> [Format; 6] {
 /// line 0), and its line alone is the same.
 fn rules_are_located_in_the_input(bytes: &[u8], rs: &plumb_ruleset::Ruleset) {
     let lines = bytes.split(|&b| b == b'\n').count() as u32;
-    for r in rs.tables.iter().flat_map(|t| &t.chains).flat_map(|c| &c.rules) {
+    for r in rs
+        .tables
+        .iter()
+        .flat_map(|t| &t.chains)
+        .flat_map(|c| &c.rules)
+    {
         let at = r.location();
-        assert!(at.line <= lines, "line {} of {lines}: {:?}", at.line, r.text);
+        assert!(
+            at.line <= lines,
+            "line {} of {lines}: {:?}",
+            at.line,
+            r.text
+        );
         assert!(at.line == 0 || at.column >= 1, "{at:?}: {:?}", r.text);
         assert_eq!(r.line(), at.line, "{:?}", r.text);
     }

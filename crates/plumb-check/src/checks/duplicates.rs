@@ -32,7 +32,9 @@ const SMALL_CHAIN: usize = 8;
 /// True when every column of the rule is known, so equal texts mean equal rules.
 fn columns_known(rule: &Rule, error_lines: &FastSet<u32>) -> bool {
     let text = rule.text.trim_end();
-    if text.ends_with('\\') || error_lines.contains(&(rule.line() + 1)) {
+    // The rule's line is found only when some line could not be read.
+    if text.ends_with('\\') || (!error_lines.is_empty() && error_lines.contains(&(rule.line() + 1)))
+    {
         return false;
     }
     match &rule.body {
