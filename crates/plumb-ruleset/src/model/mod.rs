@@ -2,7 +2,8 @@
 //!
 //! One model serves iptables-legacy, iptables-nft and native nftables so that
 //! ownership, diff, checks and trace are written once. Invariants:
-//! - nothing read is dropped: every rule keeps its original text and location,
+//! - nothing read is dropped: every rule keeps its original text (and through it its
+//!   location: [`Rule::location`]),
 //!   and parts plumb does not understand stay available verbatim;
 //! - rules are kept in kernel order; a rule's 1-based position is its index plus one;
 //! - a `Ruleset` never holds IO handles: it is built from text by the parsers.
