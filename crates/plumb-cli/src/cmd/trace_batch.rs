@@ -92,6 +92,8 @@ pub fn run_flows(args: &TraceArgs, flows: &Path) -> anyhow::Result<Verdict> {
     };
     let (source, ruleset) = ruleset(args)?;
     let index = Index::build(&ruleset);
+    // The read is done; the rounds of traces that follow reuse what they free.
+    crate::alloc::keep_freed_memory();
     let missing = [index.missing_tables(false), index.missing_tables(true)];
     let options = options(args);
     let json = args.output.json();
