@@ -224,8 +224,11 @@ impl std::ops::Deref for Source {
 }
 
 impl fmt::Debug for Source {
+    /// Its size, not its text: a source is often a whole 20 MB dump.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.text.as_str(), f)
+        f.debug_struct("Source")
+            .field("bytes", &self.text.len())
+            .finish_non_exhaustive()
     }
 }
 
