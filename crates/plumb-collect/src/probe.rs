@@ -101,7 +101,7 @@ fn parse_response(raw: &[u8]) -> Option<(u16, String)> {
     } else {
         body.to_string()
     };
-    body.truncate(floor_char_boundary(&body, MAX_BODY));
+    body.truncate(body.floor_char_boundary(MAX_BODY));
     Some((status, body))
 }
 
@@ -112,21 +112,13 @@ fn dechunk(mut s: &str) -> String {
             break;
         };
         if n == 0 || rest.len() < n {
-            out.push_str(&rest[..floor_char_boundary(rest, n.min(rest.len()))]);
+            out.push_str(&rest[..rest.floor_char_boundary(n.min(rest.len()))]);
             break;
         }
-        out.push_str(&rest[..floor_char_boundary(rest, n)]);
+        out.push_str(&rest[..rest.floor_char_boundary(n)]);
         s = rest[n..].trim_start_matches("\r\n");
     }
     out
-}
-
-fn floor_char_boundary(s: &str, mut i: usize) -> usize {
-    i = i.min(s.len());
-    while !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
 }
 
 fn tls_config() -> Arc<rustls::ClientConfig> {

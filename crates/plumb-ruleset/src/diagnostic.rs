@@ -71,10 +71,7 @@ pub fn excerpt(text: &str) -> String {
     if text.len() <= EXCERPT_MAX {
         return text.to_string();
     }
-    let mut end = EXCERPT_MAX;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(EXCERPT_MAX);
     format!("{}…", &text[..end])
 }
 

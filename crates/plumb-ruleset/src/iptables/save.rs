@@ -1104,9 +1104,10 @@ impl Reader<'_> {
                     let exists =
                         st.get(to.chain).is_some() || (full && builtins.contains(&to.chain));
                     if !exists {
+                        let at = r.location();
                         self.ruleset.diagnostics.push(Diagnostic::error(
-                            r.location().line,
-                            r.location().column,
+                            at.line,
+                            at.column,
                             format!(
                                 "rule jumps to chain '{}' which this table never declares (iptables-restore would fail: Couldn't load target)",
                                 to.chain

@@ -143,7 +143,7 @@ impl Source {
 
     /// The 1-based line and column (in characters) of byte `at` of the text.
     fn position(&self, at: usize) -> Location {
-        let at = floor_char_boundary(&self.text, at);
+        let at = self.text.floor_char_boundary(at);
         let line_start = self.text.as_bytes()[..at]
             .iter()
             .rposition(|&b| b == b'\n')
@@ -205,15 +205,6 @@ fn line_table(text: &str) -> Box<[u32]> {
         }
     }
     table.into_boxed_slice()
-}
-
-/// The largest char boundary of `s` at or before `at`.
-fn floor_char_boundary(s: &str, at: usize) -> usize {
-    let mut at = at.min(s.len());
-    while !s.is_char_boundary(at) {
-        at -= 1;
-    }
-    at
 }
 
 impl std::ops::Deref for Source {

@@ -331,12 +331,8 @@ pub(crate) fn translate_table(table: &mut Table) -> Option<KeptRules> {
                     None => orule.clone(),
                 }
             } else {
-                foreign.push((
-                    orule.location().line,
-                    orule.location().column,
-                    oc.name.to_string(),
-                    is_foreign(orule),
-                ));
+                let at = orule.location();
+                foreign.push((at.line, at.column, oc.name.to_string(), is_foreign(orule)));
                 orule.clone()
             };
             rules.push(rule);
@@ -879,12 +875,8 @@ pub(crate) fn translate_streamed_table(
                     }
                     StreamedRule::Nft => {
                         let r = kept.next().ok_or(())?;
-                        foreign.push((
-                            r.location().line,
-                            r.location().column,
-                            oc.name.to_string(),
-                            is_foreign(&r),
-                        ));
+                        let at = r.location();
+                        foreign.push((at.line, at.column, oc.name.to_string(), is_foreign(&r)));
                         r
                     }
                 };

@@ -75,10 +75,7 @@ pub(super) fn words(line: &str) -> Vec<Word<'_>> {
 
 /// 1-based column of a byte offset, in characters.
 pub(super) fn column_of(line: &str, offset: usize) -> u32 {
-    let mut o = offset.min(line.len());
-    while !line.is_char_boundary(o) {
-        o -= 1;
-    }
+    let o = line.floor_char_boundary(offset);
     u32::try_from(line[..o].chars().count())
         .unwrap_or(u32::MAX - 1)
         .saturating_add(1)

@@ -144,10 +144,7 @@ impl Lexer {
                 "",
             ));
         }
-        let mut n = text.len().min(MAX_TEXT);
-        while !text.is_char_boundary(n) {
-            n -= 1;
-        }
+        let n = text.floor_char_boundary(MAX_TEXT);
         Lexer {
             i: 0,
             n,

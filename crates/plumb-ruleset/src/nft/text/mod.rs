@@ -1013,9 +1013,10 @@ fn rule_references(
                 .is_some_and(|n| unquote(n) == name)
         });
         if !defined {
+            let at = r.location();
             found.push(Diagnostic::error(
-                r.location().line,
-                r.location().column,
+                at.line,
+                at.column,
                 format!(
                     "rule sets ct {kind} '{name}' that table {} {} does not define (nft: No such file or directory)",
                     t.family.as_str(),
@@ -1027,9 +1028,10 @@ fn rule_references(
     }
     for name in set_references(r.text.as_str()) {
         if t.set(name).is_none() && !chain_listing {
+            let at = r.location();
             found.push(Diagnostic::error(
-                r.location().line,
-                r.location().column,
+                at.line,
+                at.column,
                 format!(
                     "rule refers to set or map '@{name}' that table {} {} does not define (nft: No such file or directory)",
                     t.family.as_str(),
