@@ -536,7 +536,8 @@ fn parse_source(source: SourceText, options: &ParseOptions) -> Result<Parsed, In
             crate::iptables::save::parse_shared(Arc::clone(&source), &ip_input(true, None))
         }
         Format::IptablesListing => {
-            let mut rs = crate::iptables::listing::parse(text, family, options.table.as_deref());
+            let mut rs =
+                crate::iptables::listing::parse_shared(&source, family, options.table.as_deref());
             rs.approximate = true;
             rs
         }

@@ -798,3 +798,54 @@ fn printed_listing_counters_only_when_exact() {
     let rules = r.text.lines().filter(|l| l.contains("-A ")).count();
     assert_eq!(with_prefix + r.rounded_counters, rules);
 }
+
+/// Read from a shared input (what `parse_bytes` and the CLI do), a row is a span of its
+/// line rather than a copy; it reads and is located as the copy was: its text the whole
+/// line, its location the line and the column of its first word (most rows are
+/// indented).
+#[test]
+fn rows_of_a_shared_listing_are_spans_located_as_copies_were() {
+    let (mut rows, mut indented) = (0, 0);
+    for name in [
+        "extras.all.nvL",
+        "extras6.all.nvL",
+        "kube-node.filter.nvL-num",
+        "kube-node.filter.vnxL",
+        "kube-node.mangle.nvL",
+        "kube-node.nat.nvL",
+    ] {
+        let text = data(name);
+        let family = if name.contains('6') {
+            Family::Ip6
+        } else {
+            Family::Ip
+        };
+        let copied = listing::parse(&text, family, None);
+        let source = plumb_ruleset::Source::read(text.clone());
+        let shared = listing::parse_shared(&source, family, None);
+        assert_eq!(copied.diagnostics, shared.diagnostics, "{name}");
+        let all = |rs: &Ruleset| -> Vec<plumb_ruleset::Rule> {
+            rs.tables
+                .iter()
+                .flat_map(|t| &t.chains)
+                .flat_map(|c| c.rules.clone())
+                .collect()
+        };
+        let (copied, shared) = (all(&copied), all(&shared));
+        assert_eq!(copied.len(), shared.len(), "{name}");
+        for (c, s) in copied.iter().zip(&shared) {
+            assert_eq!(&*c.text, &*s.text, "{name}");
+            assert_eq!(c.location(), s.location(), "{name}: {}", &*s.text);
+            indented += usize::from(c.location().column > 1);
+            assert!(
+                std::sync::Arc::ptr_eq(s.text.source(), &source),
+                "{name}: a span of the input"
+            );
+            rows += 1;
+        }
+    }
+    assert!(
+        rows > 100 && indented > 100,
+        "{rows} rows, {indented} indented"
+    );
+}

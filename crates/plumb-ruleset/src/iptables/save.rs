@@ -463,14 +463,14 @@ pub fn parse_shared(source: SourceText, input: &IptablesInput) -> Ruleset {
 /// Chains with fewer rules than this grow one rule at a time (see [`Reader::rule`]).
 const SMALL_CHAIN: usize = 16;
 
-/// Gives back a chain's unused room for rules, with a new block of the exact size:
-/// `shrink_to_fit` leaves the block as it is under mimalloc when the rules fill at
-/// least half of it.
-fn shrink(rules: &mut Vec<Rule>) {
-    if rules.capacity() > rules.len() {
-        let mut exact = Vec::with_capacity(rules.len());
-        exact.append(rules);
-        *rules = exact;
+/// Gives back a vector's unused room (a chain's rules, a listed rule's matches), with a
+/// new block of the exact size: `shrink_to_fit` leaves the block as it is under
+/// mimalloc when the items fill at least half of it.
+pub(crate) fn shrink<T>(v: &mut Vec<T>) {
+    if v.capacity() > v.len() {
+        let mut exact = Vec::with_capacity(v.len());
+        exact.append(v);
+        *v = exact;
     }
 }
 

@@ -606,7 +606,12 @@ impl Rule {
     pub fn location(&self) -> Location {
         match &self.body {
             RuleBody::Xt(_) => self.text.location_of(xt_command_at(&self.text)),
-            RuleBody::Nft(_) | RuleBody::Approximate(_) => self.text.location(),
+            // A listing's row is its whole line: it is located at its first word.
+            RuleBody::Approximate(_) => {
+                let indent = self.text.len() - self.text.trim_start().len();
+                self.text.location_of(indent)
+            }
+            RuleBody::Nft(_) => self.text.location(),
         }
     }
 
