@@ -278,8 +278,13 @@ fn read_bundle_dumps(node: &dyn NodeSource, family: Family) -> Vec<(Option<Rules
                 out.push(match node.command(&listing) {
                     Err(e) => (None, unavailable(&name, e)),
                     Ok(c) => {
-                        let mut rs =
-                            plumb_ruleset::iptables::listing::parse(&c.text(), family, Some(table));
+                        // Rows are spans of one shared copy of the listing.
+                        let text = plumb_ruleset::Source::read(c.text().into_owned());
+                        let mut rs = plumb_ruleset::iptables::listing::parse_shared(
+                            &text,
+                            family,
+                            Some(table),
+                        );
                         rs.approximate = true;
                         let n = rs.tables.len();
                         (Some(rs), outcome(&name, "ok", c.source, n))
