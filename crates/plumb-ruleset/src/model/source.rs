@@ -258,13 +258,14 @@ impl RuleText {
     /// `s` as a span of `source` when `s` is a slice of it (no allocation), else a text
     /// of its own.
     pub fn within(source: &SourceText, s: &str) -> RuleText {
-        let from = (s.as_ptr() as usize).checked_sub(source.as_ptr() as usize);
-        match from {
-            Some(from) if from + s.len() <= source.len() => {
-                RuleText::span(source, from..from + s.len())
-            }
-            _ => RuleText::from(s),
-        }
+        RuleText::slice_of(source, s).unwrap_or_else(|| RuleText::from(s))
+    }
+
+    /// `s` as a span of `source` when `s` is a slice of it; `None` when it is not (a
+    /// caller that must give the text a location of its own then makes one).
+    pub fn slice_of(source: &SourceText, s: &str) -> Option<RuleText> {
+        let from = (s.as_ptr() as usize).checked_sub(source.as_ptr() as usize)?;
+        (from + s.len() <= source.len()).then(|| RuleText::span(source, from..from + s.len()))
     }
 
     /// A text of its own that was read at `location` (a rule plumb composed or joined

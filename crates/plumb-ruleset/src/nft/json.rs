@@ -74,6 +74,19 @@ struct RuleBlock {
     names: Vec<(usize, usize, Range<usize>)>,
 }
 
+impl RuleBlock {
+    /// Starts the next text (a rule's, a chain's name) on a line of its own, read at
+    /// `loc`; returns where it starts.
+    fn begin(&mut self, loc: Location) -> usize {
+        if !self.text.is_empty() {
+            self.text.push('\n');
+        }
+        let start = self.text.len();
+        self.at.push((start as u32, loc));
+        start
+    }
+}
+
 /// A rule whose text is in the [`RuleBlock`] being gathered.
 struct UnplacedRule {
     table: usize,
@@ -365,11 +378,7 @@ impl JsonReader<'_> {
             .push(Chain::named(self.unplaced.clone(), None, loc));
         // The name becomes a span of the block too.
         let block = &mut self.block;
-        if !block.text.is_empty() {
-            block.text.push('\n');
-        }
-        let start = block.text.len();
-        block.at.push((start as u32, loc));
+        let start = block.begin(loc);
         block.text.push_str(name);
         block.names.push((ti, i, start..block.text.len()));
         self.chains.insert((ti, name.to_string()), i);
@@ -434,11 +443,7 @@ impl JsonReader<'_> {
         // The rule's text is its statements' texts, one after the other; each becomes a
         // span of the block (one text for many rules, not one a statement).
         let block = &mut self.block;
-        if !block.text.is_empty() {
-            block.text.push('\n');
-        }
-        let start = block.text.len();
-        block.at.push((start as u32, loc));
+        let start = block.begin(loc);
         let mut spans = Vec::with_capacity(statements.len());
         for st in &mut statements {
             if block.text.len() > start {

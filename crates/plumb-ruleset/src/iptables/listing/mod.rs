@@ -173,12 +173,6 @@ struct Reader<'a> {
     fragments: Vec<String>,
 }
 
-/// `line` as a span of `source` when it is a slice of it.
-fn line_of(source: &SourceText, line: &str) -> Option<RuleText> {
-    let from = (line.as_ptr() as usize).checked_sub(source.as_ptr() as usize)?;
-    (from + line.len() <= source.len()).then(|| RuleText::span(source, from..from + line.len()))
-}
-
 /// A line without the debris of how it was posted: a leading markdown `**`/`__`
 /// (`**Chain X ...`) and HTML emphasis tags (`<b>`, `</b>`, `<strong>`, `<em>`, `<i>`)
 /// that a page kept inside `<pre>`. Borrowed when there is none.
@@ -481,7 +475,7 @@ impl Reader<'_> {
             line: n,
             column: col,
         };
-        let text = match self.source.and_then(|s| line_of(s, line)) {
+        let text = match self.source.and_then(|s| RuleText::slice_of(s, line)) {
             Some(text) => text,
             // Markup removed from the line, or no shared input: a text of its own.
             None => RuleText::written_at(line.to_owned(), location),
