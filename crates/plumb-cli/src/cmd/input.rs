@@ -32,6 +32,14 @@ pub fn load(path: &Path, flags: &InputFlags) -> anyhow::Result<Loaded> {
             "reading {name}: input is more than {limit} bytes (raise the limit with --max-input-size)"
         );
     }
+    let options = parse_options(path, flags)?;
+    let parsed = parse_owned(bytes, &options).with_context(|| format!("reading {name}"))?;
+    finish_load(name, parsed, path, &options, stdin)
+}
+
+/// How to read `path`: the user's `--format`, `--family` and `--table`, else what the
+/// file's name says.
+pub fn parse_options(path: &Path, flags: &InputFlags) -> anyhow::Result<ParseOptions> {
     let format = flags
         .format
         .as_deref()
@@ -53,17 +61,27 @@ pub fn load(path: &Path, flags: &InputFlags) -> anyhow::Result<Loaded> {
         .table
         .clone()
         .or_else(|| table_from_file_name(&file_name).map(str::to_string));
-    let options = ParseOptions {
+    Ok(ParseOptions {
         format,
         family,
         table,
         backend: None,
         max_size: flags.max_input_size,
-    };
-    let parsed = parse_owned(bytes, &options).with_context(|| format!("reading {name}"))?;
+    })
+}
+
+/// `parsed`, read from `path` as `name`, with a better format to suggest when it has
+/// errors; an error when it could not be read as a ruleset at all.
+pub fn finish_load(
+    name: String,
+    parsed: Parsed,
+    path: &Path,
+    options: &ParseOptions,
+    stdin: bool,
+) -> anyhow::Result<Loaded> {
     let hint = if parsed.ruleset.error_count() > 0 && !stdin {
         // Only on the error path: the file is read again to try the other formats.
-        better_format(path, &options, &parsed)
+        better_format(path, options, &parsed)
     } else {
         None
     };
@@ -241,8 +259,18 @@ pub struct Source {
 
 /// Reads `--ruleset FILE`, or the live rulesets of `--netns NAME` / this machine.
 pub fn load_source(source: &SourceFlags, input: &InputFlags) -> anyhow::Result<Source> {
+    load_source_with(source, input, load)
+}
+
+/// [`load_source`], a file read with `load_file` (whole: [`load`]; in pieces:
+/// [`super::pieces::load_in_pieces`]).
+pub fn load_source_with(
+    source: &SourceFlags,
+    input: &InputFlags,
+    load_file: fn(&Path, &InputFlags) -> anyhow::Result<Loaded>,
+) -> anyhow::Result<Source> {
     if let Some(path) = source.ruleset_file() {
-        let loaded = load(path, input)?;
+        let loaded = load_file(path, input)?;
         return Ok(Source {
             name: loaded.name,
             format: loaded.parsed.format.name(),

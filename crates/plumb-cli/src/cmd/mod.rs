@@ -9,6 +9,7 @@ pub(crate) mod explain;
 mod input;
 mod lab;
 mod observe;
+mod pieces;
 mod policy;
 mod ruleset;
 mod services;

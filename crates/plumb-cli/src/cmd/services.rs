@@ -4,7 +4,7 @@
 //! kube-proxy's rules, when some are left, counted as stale leftovers; where a kube-proxy
 //! process still runs there, its map, with Cilium's frontends counted beside it.
 
-use super::input::{Source, load_source};
+use super::input::{Source, load_source_with};
 use crate::Verdict;
 use crate::flags::{InputFlags, SourceFlags};
 use crate::output;
@@ -32,7 +32,9 @@ pub fn run(
     } else {
         source
     };
-    let src = load_source(source, input)?;
+    // Recovery reads rule texts without keeping them: a dump is read in pieces, its
+    // rule texts packed (half the memory of the text).
+    let src = load_source_with(source, input, super::pieces::load_in_pieces)?;
     let maps = recover(&src.ruleset);
     // On a live node Cilium may serve the Services: it keeps them in pinned BPF maps
     // (global, not per namespace). Its socket load balancer translates a ClusterIP at

@@ -116,7 +116,9 @@ fn read_comment(c: &str) -> Option<(&str, Says<'_>)> {
 
 /// Small accessors over a rule, indexed in an [`XtBuf`]: recovery reads every
 /// kube-proxy rule once, so it neither allocates an index per rule nor makes the rules
-/// keep one (strings read borrow the rule text, `'a`, not the buffer, `'b`). A rule read
+/// keep one (strings read borrow the rule text, `'a`, not the buffer, `'b`). The text
+/// is the one the caller read (`rule.text.read()`), which keeps nothing of a packed
+/// text; what recovery keeps of it is made to last with `RuleText::lasting`. A rule read
 /// from an `iptables -L` listing answers the same questions from its columns and the
 /// option text plumb recognised (`tcp dpt:53`, `to:10.244.0.11:80`, `statistic mode
 /// random probability 0.5`, `/* comment */`).
@@ -158,10 +160,10 @@ fn listed_port(p: &str) -> Option<u16> {
 }
 
 impl<'b, 'a: 'b> R<'b, 'a> {
-    fn new(rule: &'a Rule, buf: &'b mut XtBuf) -> Option<R<'b, 'a>> {
+    fn new(rule: &'a Rule, text: &'a str, buf: &'b mut XtBuf) -> Option<R<'b, 'a>> {
         let v = match &rule.body {
             RuleBody::Approximate(l) => Body::Listed(l),
-            _ => Body::Xt(rule.xt_in(buf)?),
+            _ => Body::Xt(rule.xt_of(text, buf)?),
         };
         Some(R { rule, v })
     }
@@ -460,7 +462,7 @@ impl<'a> Recovery<'a> {
     }
 
     /// The builder for a rule that names its service only in a comment (filter rules).
-    fn builder_for_name(&mut self, name: &str, protocol: Option<&str>, r: &R<'_, 'a>) -> usize {
+    fn builder_for_name(&mut self, name: &str, protocol: Option<&str>, r: &R<'_, '_>) -> usize {
         if let Some(p) = protocol {
             return self.builder(port_proto_hash_bytes(name, p));
         }
@@ -579,17 +581,51 @@ fn service_target<'a>(r: &R<'_, 'a>) -> Option<(&'a str, ChainPrefix, Hash16)> {
     Some((target, prefix, hash16(hash)?))
 }
 
+/// The jump target of `rule` (read from `text`, the rule's text as read) as a string
+/// that lasts as long as the ruleset: a part of the rule's text, or a listed rule's
+/// target column.
+fn lasting_target<'a>(rule: &'a Rule, text: &str, target: &str) -> Option<&'a str> {
+    rule.text
+        .lasting(text, target)
+        .or_else(|| match &rule.body {
+            RuleBody::Approximate(l) => l.target.as_deref().filter(|t| *t == target),
+            _ => None,
+        })
+}
+
+/// [`lasting_target`], else the name of the chain it names, found by `prefix` and
+/// `hash`.
+fn lasting_service_target<'a>(
+    rule: &'a Rule,
+    text: &str,
+    target: &str,
+    nat_chains: &NatChains<'a>,
+    prefix: ChainPrefix,
+    hash: Hash16,
+) -> Option<&'a str> {
+    lasting_target(rule, text, target).or_else(|| {
+        let c = nat_chains.get(&(prefix, hash))?;
+        (*c.name == *target).then_some(&*c.name)
+    })
+}
+
 fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a Table, chain: &'a Chain, buf: &mut XtBuf) {
     for rule in &chain.rules {
-        let Some(r) = R::new(rule, buf) else { continue };
+        let text = rule.text.read();
+        let Some(r) = R::new(rule, &text, buf) else {
+            continue;
+        };
         let Some((target, prefix, hash)) = service_target(&r) else {
             continue;
         };
+        let target = lasting_service_target(rule, &text, target, &rec.nat_chains, prefix, hash);
         let i = rec.builder(hash);
         let comment = r.comment();
         let said = comment.as_deref().and_then(read_comment);
         let b = &mut rec.builders[i];
-        b.s.chains.push_unique(target);
+        if let Some(target) = target {
+            b.s.chains.push_unique(target);
+        }
         b.s.evidence.push(Evidence::rule(table, chain, rule));
         b.protocol_from(&r);
         if let Some((n, _)) = said {
@@ -643,13 +679,19 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a Table, chain: &'a Chain, 
 
 fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a Table, chain: &'a Chain, buf: &mut XtBuf) {
     for rule in &chain.rules {
-        let Some(r) = R::new(rule, buf) else { continue };
-        let Some((target, _, hash)) = service_target(&r) else {
+        let text = rule.text.read();
+        let Some(r) = R::new(rule, &text, buf) else {
             continue;
         };
+        let Some((target, prefix, hash)) = service_target(&r) else {
+            continue;
+        };
+        let target = lasting_service_target(rule, &text, target, &rec.nat_chains, prefix, hash);
         let i = rec.builder(hash);
         let b = &mut rec.builders[i];
-        b.s.chains.push_unique(target);
+        if let Some(target) = target {
+            b.s.chains.push_unique(target);
+        }
         if let Some((n, _)) = r.comment().as_deref().and_then(read_comment) {
             b.name(n);
         }
@@ -779,7 +821,8 @@ fn service_chains<'a>(
     }
     if let Some(c) = ext {
         for rule in &c.rules {
-            let Some(r) = R::new(rule, &mut bufs[0]) else {
+            let text = rule.text.read();
+            let Some(r) = R::new(rule, &text, &mut bufs[0]) else {
                 continue;
             };
             let comment = r.comment();
@@ -796,7 +839,8 @@ fn service_chains<'a>(
     }
     if let Some(c) = fw {
         for rule in &c.rules {
-            let Some(r) = R::new(rule, &mut bufs[0]) else {
+            let text = rule.text.read();
+            let Some(r) = R::new(rule, &text, &mut bufs[0]) else {
                 continue;
             };
             if r.target().and_then(parse_chain_name).map(|(p, _)| p) != Some(ChainPrefix::Ext) {
@@ -846,6 +890,7 @@ fn endpoint_cascade<'a>(
     for rule in &chain.rules {
         // The masquerade-mark rule only fills in what KUBE-SERVICES did not say (name,
         // protocol, ClusterIP): skip it unindexed when all of that is known already.
+        // The recorded target is a word: a packed text is not read back for it.
         if rule.xt_target().is_some_and(|t| t.name == "KUBE-MARK-MASQ")
             && b.s.name.is_some()
             && b.s.protocol.is_some()
@@ -853,7 +898,10 @@ fn endpoint_cascade<'a>(
         {
             continue;
         }
-        let Some(r) = R::new(rule, buf) else { continue };
+        let text = rule.text.read();
+        let Some(r) = R::new(rule, &text, buf) else {
+            continue;
+        };
         let Some(target) = r.target() else { continue };
         if target == "KUBE-MARK-MASQ" {
             if b.s.name.is_none()
@@ -896,14 +944,21 @@ fn endpoint_cascade<'a>(
             for sr in &sep.rules {
                 // Only the DNAT rule says anything here (the other one marks for
                 // masquerade): skip the rest without indexing them.
-                if !sr.text.contains("DNAT") {
+                let sr_text = sr.text.read();
+                if !sr_text.contains("DNAT") {
                     continue;
                 }
-                let Some(x) = R::new(sr, sep_buf) else {
+                let Some(x) = R::new(sr, &sr_text, sep_buf) else {
                     continue;
                 };
                 if let Some(to) = x.dnat_to() {
-                    address = Some(to);
+                    address = Some(match to {
+                        Cow::Borrowed(a) => sr
+                            .text
+                            .lasting(&sr_text, a)
+                            .map_or_else(|| Cow::Owned(a.to_string()), Cow::Borrowed),
+                        Cow::Owned(a) => Cow::Owned(a),
+                    });
                     evidence.push(Evidence::rule(table, sep, sr));
                     if b.s.protocol.is_none() {
                         b.s.protocol = x.protocol();
@@ -926,11 +981,17 @@ fn endpoint_cascade<'a>(
         if out.iter().any(|e| e.chain() == Some(target)) {
             continue;
         }
+        // The endpoint chain's name as the chain has it when it is in the input (the
+        // same text as the jump's target), else the target as the rule has it.
+        let chain = sep
+            .map(|c| &*c.name)
+            .filter(|name| *name == target)
+            .or_else(|| lasting_target(rule, &text, target));
         out.push(RecoveredEndpoint::new(
             address,
             Some(effective),
             None,
-            Some(target),
+            chain,
             evidence,
         ));
     }
@@ -957,7 +1018,10 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, filter: &'a Table, buf: &mut XtBuf) 
             continue;
         }
         for rule in &chain.rules {
-            let Some(r) = R::new(rule, buf) else { continue };
+            let text = rule.text.read();
+            let Some(r) = R::new(rule, &text, buf) else {
+                continue;
+            };
             let comment = r.comment();
             if comment.is_none() && filter.nft_view && which == "KUBE-SERVICES" {
                 no_endpoints_unnamed(rec, filter, chain, rule, &r);
@@ -1038,7 +1102,7 @@ fn no_endpoints_unnamed<'a>(
     table: &'a Table,
     chain: &'a Chain,
     rule: &'a Rule,
-    r: &R<'_, 'a>,
+    r: &R<'_, '_>,
 ) {
     let (Some("REJECT"), Some(ip), Some(proto), Some(port)) =
         (r.target(), r.dst_host(), r.protocol(), r.dport())

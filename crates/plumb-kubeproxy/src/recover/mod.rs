@@ -305,13 +305,13 @@ impl<'a> Evidence<'a> {
 
     /// Table, chain, line and text, read from the model with one lookup of the rule
     /// (writing 110k of them as JSON, four lookups each were 20% of `plumb services
-    /// --json`).
-    pub fn parts(&self) -> (&'a str, &'a str, u32, &'a str) {
+    /// --json`). A packed rule's text is read back for the caller, not kept.
+    pub fn parts(&self) -> (&'a str, &'a str, u32, Cow<'a, str>) {
         match self.0 {
             Quote::Rule { table, chain, rule } => {
                 let c = &table.chains[chain as usize];
                 let r = &c.rules[rule as usize];
-                (&table.name, &c.name, r.line(), &r.text)
+                (&table.name, &c.name, r.line(), r.text.read())
             }
             _ => (self.table(), self.chain(), self.line(), self.text()),
         }
@@ -353,11 +353,13 @@ impl<'a> Evidence<'a> {
         }
     }
 
-    /// The rule as read.
-    pub fn text(&self) -> &'a str {
-        match self.0 {
+    /// The rule as read (a packed rule's text read back for the caller, not kept).
+    pub fn text(&self) -> Cow<'a, str> {
+        let text: &'a str = match self.0 {
             Quote::Rule { table, chain, rule } => {
-                &table.chains[chain as usize].rules[rule as usize].text
+                return table.chains[chain as usize].rules[rule as usize]
+                    .text
+                    .read();
             }
             Quote::Chain { table, chain } => &table.chains[chain as usize].name,
             Quote::Element {
@@ -367,7 +369,8 @@ impl<'a> Evidence<'a> {
             } => &table.sets[set as usize].elements[element as usize].key_text,
             Quote::Ipvs { text, .. } => text,
             Quote::Named { .. } => "",
-        }
+        };
+        Cow::Borrowed(text)
     }
 }
 
@@ -399,7 +402,7 @@ impl Serialize for Evidence<'_> {
         st.serialize_field("table", table)?;
         st.serialize_field("chain", chain)?;
         st.serialize_field("line", &line)?;
-        st.serialize_field("text", text)?;
+        st.serialize_field("text", &text)?;
         st.end()
     }
 }
@@ -1060,7 +1063,10 @@ mod tests {
         let mut q = Quotes::one(Evidence::ipvs(loc, &text));
         q.push(n(0));
         assert_eq!(q.len(), 2);
-        assert_eq!(q.first().map(|e| e.text()), Some("TCP  10.43.0.1:443 rr"));
+        assert_eq!(
+            q.first().map(|e| e.text()).as_deref(),
+            Some("TCP  10.43.0.1:443 rr")
+        );
         assert_eq!(q.get(1), Some(n(0)));
         assert_eq!(Quotes::one(n(0)), {
             let mut v = Quotes::new();

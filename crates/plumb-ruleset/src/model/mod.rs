@@ -13,15 +13,18 @@
 //!   target) and the views over it, built on demand with [`xt::words`], the splitter
 //!   `iptables-restore` uses;
 //! - [`nft`]: a native nft rule's statements, and sets and maps;
-//! - [`listed`]: a rule read from a lossy `iptables -nvL` listing.
+//! - [`listed`]: a rule read from a lossy `iptables -nvL` listing;
+//! - [`packed`]: rule lines packed word by word ([`Ruleset::pack_texts`]).
 //!
 //! Dependencies point one way: the readers (`crate::iptables`, `crate::nft`,
 //! `crate::format`), the printer and the analyses use the model; the model uses only
-//! [`crate::diagnostic`] (tests/layering.rs checks this).
+//! the leaves, [`crate::diagnostic`] and [`crate::fasthash`] (tests/layering.rs checks
+//! this).
 
 pub mod ipvs;
 pub mod listed;
 pub mod nft;
+pub mod packed;
 mod source;
 pub mod xt;
 
@@ -31,6 +34,7 @@ use nft::{NftRule, NftSet};
 use serde::Serialize;
 pub use source::{Placed, RuleText, Source, SourceText};
 use std::fmt;
+use std::sync::Arc;
 use xt::{XtBuf, XtCell, XtTargetRef, XtView, XtViewOf};
 
 /// Address family of a table (`ip`/`ip6` for iptables; all nft families).
@@ -376,6 +380,26 @@ impl Ruleset {
         errors > 0 && (self.tables.is_empty() || errors > self.rule_count() + self.chain_count())
     }
 
+    /// Packs the texts of the xtables rules read from an input word by word, into one
+    /// source shared by the ruleset ([`packed`]), with the chains' names among its
+    /// words: about 2x less memory than the input's lines on a kube-proxy dump, and
+    /// the input is no longer held when nothing else points into it. A rule reads and
+    /// is located as before. Rules of other kinds, and texts that do not start their
+    /// line (their column could not be found again), stay as they are. Returns how
+    /// many were packed.
+    ///
+    /// Nothing reads rules packed yet but tests: the passes that read every rule must
+    /// first read texts with [`RuleText::read`], not as `&str`s, which keep their
+    /// stride read back (ARCHITECTURE.md, "The ruleset model").
+    pub fn pack_texts(&mut self) -> usize {
+        let mut chains: Vec<&mut Chain> = self
+            .tables
+            .iter_mut()
+            .flat_map(|t| t.chains.iter_mut())
+            .collect();
+        pack_chains(&mut chains, None, &mut Packer::default())
+    }
+
     /// Adds the tables and diagnostics of another ruleset (e.g. ip and ip6 dumps).
     pub fn merge(&mut self, other: Ruleset) {
         self.tables.extend(other.tables);
@@ -582,6 +606,82 @@ fn serialize_rules<S: serde::Serializer>(rules: &[Rule], s: S) -> Result<S::Ok, 
     )
 }
 
+/// Packs the xtables rule texts of `chains` read from an input (only from `only`, when
+/// given), and the names of the chains read from it, into one packed source (see
+/// [`Ruleset::pack_texts`]); returns how many rules were packed.
+pub(crate) fn pack_chains(
+    chains: &mut [&mut Chain],
+    only: Option<&SourceText>,
+    packer: &mut Packer,
+) -> usize {
+    let from = |t: &RuleText| {
+        t.source().is_read() && only.is_none_or(|o| std::sync::Arc::ptr_eq(t.source(), o))
+    };
+    let b = &mut packer.builder;
+    // What is packed, by chain and rule index: as many as the rules read from `only`,
+    // not one place per rule of the ruleset.
+    let mut rules: Vec<(usize, usize, u32)> = Vec::new();
+    let mut names: Vec<(usize, (usize, std::ops::Range<usize>))> = Vec::new();
+    // The line of the last rule packed, where it starts and in which source: the next
+    // rule's line is counted on from there (rules come in line order, mostly), not from
+    // the source's line table.
+    let mut last: Option<(*const Source, usize, u32)> = None;
+    for (c, chain) in chains.iter().enumerate() {
+        if from(&chain.name)
+            && let Ok(name) = b.word_span(&chain.name.read())
+        {
+            names.push((c, name));
+        }
+        for (r, rule) in chain.rules.iter().enumerate() {
+            // Only a text that starts its line: its column is counted from its start.
+            if !matches!(rule.body, RuleBody::Xt(_)) || !from(&rule.text) {
+                continue;
+            }
+            let Some(start) = rule.text.starts_line() else {
+                continue;
+            };
+            let source = &**rule.text.source() as *const Source;
+            let line = match last {
+                Some((s, at, line)) if s == source && at <= start => {
+                    let between = &rule.text.source().as_bytes()[at..start];
+                    let lines = between.iter().filter(|&&b| b == b'\n').count();
+                    line.saturating_add(u32::try_from(lines).unwrap_or(u32::MAX))
+                }
+                _ => rule.text.line(),
+            };
+            last = Some((source, start, line));
+            if line > 0
+                && let Ok(at) = b.push(&rule.text.read(), line)
+            {
+                rules.push((c, r, at));
+            }
+        }
+    }
+    if rules.is_empty() && names.is_empty() {
+        return 0;
+    }
+    let source = Source::packed(b.finish_piece());
+    packer.sources.push(Arc::clone(&source));
+    for (c, (piece, name)) in names {
+        chains[c].name = RuleText::span(&packer.sources[piece], name);
+    }
+    for &(c, r, at) in &rules {
+        chains[c].rules[r].text = RuleText::packed(&source, at);
+    }
+    rules.len()
+}
+
+/// Packs the texts of a ruleset, at once or one piece of it at a time: the words are
+/// numbered once for all the pieces, and each piece's packed text is a source of its
+/// own holding the words it added.
+#[derive(Default)]
+pub(crate) struct Packer {
+    builder: packed::PackedBuilder,
+    /// The packed text of each piece so far, in order (a chain's name is a span of the
+    /// words of the one that added it).
+    sources: Vec<SourceText>,
+}
+
 /// The 1-based position of the rule at index `i` of its chain (saturating: a chain
 /// cannot hold `u32::MAX` rules read from a file the parsers accept).
 pub fn position_at(i: usize) -> u32 {
@@ -605,7 +705,7 @@ impl Rule {
     /// where its text starts in its source ([`RuleText::location`]), not kept.
     pub fn location(&self) -> Location {
         match &self.body {
-            RuleBody::Xt(_) => self.text.location_of(xt_command_at(&self.text)),
+            RuleBody::Xt(_) => self.text.location_of(xt_command_at(&self.text.read())),
             // A listing's row is its whole line: it is located at its first word.
             RuleBody::Approximate(_) => {
                 let indent = self.text.len() - self.text.trim_start().len();
@@ -626,7 +726,7 @@ impl Rule {
     /// none. Read from the rule's text or body when asked, not kept beside the rule.
     pub fn counters(&self) -> Option<Counters> {
         match &self.body {
-            RuleBody::Xt(x) => x.counters(&self.text),
+            RuleBody::Xt(x) => x.counters(&self.text.read()),
             RuleBody::Nft(n) => n.counters(self.text.as_str()),
             RuleBody::Approximate(l) => l.counters,
         }
@@ -656,8 +756,19 @@ impl Rule {
     /// `buf` (no allocation once `buf` has grown) unless the rule holds an index
     /// already. For passes over every rule of a ruleset; see [`XtBuf`].
     pub fn xt_in<'b, 't: 'b>(&'t self, buf: &'b mut XtBuf) -> Option<XtViewOf<'b, 't>> {
+        self.xt_of(&self.text, buf)
+    }
+
+    /// [`Rule::xt_in`] over the rule's text as the caller read it (`rule.text.read()`,
+    /// which keeps nothing of a packed text: see [`Ruleset::pack_texts`]). `text` must be
+    /// this rule's text; the view's strings borrow it.
+    pub fn xt_of<'b, 't: 'b>(
+        &'b self,
+        text: &'t str,
+        buf: &'b mut XtBuf,
+    ) -> Option<XtViewOf<'b, 't>> {
         match &self.body {
-            RuleBody::Xt(x) => Some(x.build_in(&self.text, buf).view_of(&self.text)),
+            RuleBody::Xt(x) => Some(x.build_in(text, buf).view_of(text)),
             _ => None,
         }
     }
@@ -666,8 +777,29 @@ impl Rule {
     /// no indexing, no allocation. `None` for rules without a target and for nft and
     /// listing rules (see [`Rule::chain_references`] for those).
     pub fn xt_target(&self) -> Option<XtTargetRef<'_>> {
+        // A recorded target is a word of the text: a packed text gives it without
+        // being read back.
+        // (A target that is not a whole word, quoted say, is read from the text.)
+        if let RuleBody::Xt(x) = &self.body
+            && let Some(recorded) = x.recorded_target()
+        {
+            let (range, goto, has_options) = recorded?;
+            if let Some(name) = self.text.word(range) {
+                return Some(XtTargetRef {
+                    name,
+                    goto,
+                    has_options,
+                });
+            }
+        }
+        self.xt_target_of(&self.text)
+    }
+
+    /// [`Rule::xt_target`] over the rule's text as the caller read it (see
+    /// [`Rule::xt_of`]).
+    pub fn xt_target_of<'t>(&self, text: &'t str) -> Option<XtTargetRef<'t>> {
         match &self.body {
-            RuleBody::Xt(x) => x.target(&self.text),
+            RuleBody::Xt(x) => x.target(text),
             _ => None,
         }
     }

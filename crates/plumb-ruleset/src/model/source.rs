@@ -11,7 +11,9 @@
 //! 170k rules, and their locations kept beside them were 1.3 MiB, 7 % of the model.
 
 use super::Location;
+use super::packed::{PackedLines, Stride};
 use serde::Serialize;
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -20,6 +22,9 @@ use std::sync::{Arc, OnceLock};
 /// `String`: the file's bytes become the shared text without a copy (a 12 MB dump
 /// copied cost 3,000 page faults and ~15 ms per command).
 pub type SourceText = Arc<Source>;
+
+/// A rule text's `end` when its `start` is the offset of a packed line's record.
+const PACKED: u32 = u32::MAX;
 
 /// Lines between two entries of a source's line table: a location is counted from
 /// the nearest entry, over at most this many lines (~850 bytes of a kube-proxy dump).
@@ -31,6 +36,9 @@ const SHORT_TEXT: usize = 4096;
 /// A text rules were read from or written into, and where its bytes were read.
 pub struct Source {
     text: String,
+    /// Rule lines packed word by word ([`Source::packed`]); `text` is empty then, and
+    /// the packed words stand in for it (a chain's name is a span of them).
+    packed: Option<Box<PackedStore>>,
     placed: Placed,
     /// Lines before the text in the file it is part of (a section of a session log
     /// read on its own): added to every line found here. Set once, when reading ends.
@@ -78,15 +86,47 @@ impl Source {
         };
         Arc::new(Source {
             text,
+            packed: None,
             placed,
             lines_before: AtomicU32::new(0),
             line_table: OnceLock::new(),
         })
     }
 
-    /// The whole text.
+    /// Rule lines packed word by word, each read where its record starts
+    /// ([`RuleText::packed`]), located on the line it was packed with.
+    pub fn packed(lines: PackedLines) -> SourceText {
+        let strides = (0..lines.strides()).map(|_| OnceLock::new()).collect();
+        Arc::new(Source {
+            text: String::new(),
+            packed: Some(Box::new(PackedStore { lines, strides })),
+            placed: Placed::Nowhere,
+            lines_before: AtomicU32::new(0),
+            line_table: OnceLock::new(),
+        })
+    }
+
+    /// The whole text (a packed source's words).
     pub fn as_str(&self) -> &str {
-        &self.text
+        match &self.packed {
+            Some(p) => p.lines.words(),
+            None => &self.text,
+        }
+    }
+
+    /// Whether the text is what was read (not a text plumb wrote, not packed): a span
+    /// of it is located by where it starts.
+    pub fn is_read(&self) -> bool {
+        matches!(self.placed, Placed::Read) && self.packed.is_none()
+    }
+
+    /// Strides of packed rule lines read back for a `&str` of one of them
+    /// ([`RuleText::as_str`]): 0 for a source that is not packed. The passes over every
+    /// rule read texts with [`RuleText::read`] and leave none.
+    pub fn strides_read_back(&self) -> usize {
+        self.packed.as_ref().map_or(0, |p| {
+            p.strides.iter().filter(|s| s.get().is_some()).count()
+        })
     }
 
     /// Says that the text starts after `lines` lines of the file it is part of: every
@@ -129,8 +169,12 @@ impl Source {
                 .unwrap_or_default(),
             Placed::Nowhere => Location::default(),
         };
+        self.shifted(found)
+    }
+
+    /// `found` moved down by the lines before the text; no location stays none.
+    fn shifted(&self, found: Location) -> Location {
         if found.line == 0 {
-            // No location stays none, in a section too.
             return found;
         }
         Location {
@@ -210,7 +254,41 @@ fn line_table(text: &str) -> Box<[u32]> {
 impl std::ops::Deref for Source {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.text
+        self.as_str()
+    }
+}
+
+/// A packed source's lines, and the strides of them read back as `&str`s.
+struct PackedStore {
+    lines: PackedLines,
+    strides: Box<[OnceLock<Stride>]>,
+}
+
+impl PackedStore {
+    /// The line packed at `at` as a `&str`: its stride read back and kept.
+    fn line_text(&self, at: u32) -> Option<&str> {
+        let k = self.lines.stride_of(at)?;
+        let stride = self.strides.get(k)?;
+        let stride = match stride.get() {
+            Some(s) => s,
+            None => {
+                let read = self.lines.read_stride(k)?;
+                stride.get_or_init(|| read)
+            }
+        };
+        stride.line_text(at)
+    }
+
+    /// The line packed at `at`, borrowed when its stride was read back already.
+    fn read(&self, at: u32) -> Cow<'_, str> {
+        let kept = self
+            .lines
+            .stride_of(at)
+            .and_then(|k| self.strides.get(k)?.get()?.line_text(at));
+        match kept {
+            Some(s) => Cow::Borrowed(s),
+            None => Cow::Owned(self.lines.text(at).unwrap_or_default()),
+        }
     }
 }
 
@@ -218,15 +296,17 @@ impl fmt::Debug for Source {
     /// Its size, not its text: a source is often a whole 20 MB dump.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Source")
-            .field("bytes", &self.text.len())
+            .field("bytes", &self.as_str().len())
+            .field("packed_lines", &self.packed.as_ref().map(|p| p.lines.len()))
             .finish_non_exhaustive()
     }
 }
 
 /// A rule's text or a chain's name: a span of the dump it was read from, shared with
 /// every other rule and chain of that dump (one copy of the input instead of one
-/// string each), or a string of its own when the text was composed (nft JSON). Reads
-/// as a `&str`.
+/// string each), a string of its own when the text was composed (nft JSON), or a line
+/// packed word by word ([`RuleText::packed`]). Read it with [`RuleText::read`]; it also
+/// derefs to a `&str`, which for a packed line reads back and keeps its whole stride.
 #[derive(Clone)]
 pub struct RuleText {
     source: SourceText,
@@ -240,7 +320,7 @@ impl RuleText {
     pub fn span(source: &SourceText, range: std::ops::Range<usize>) -> RuleText {
         let fits = range.end <= source.len()
             && range.start <= range.end
-            && u32::try_from(range.end).is_ok()
+            && u32::try_from(range.end).is_ok_and(|end| end != PACKED)
             && source.is_char_boundary(range.start)
             && source.is_char_boundary(range.end);
         let (start, end) = if fits {
@@ -276,9 +356,91 @@ impl RuleText {
         RuleText::span(&Source::written(text, at), 0..len)
     }
 
-    /// The text this span covers.
+    /// The line packed at record offset `at` of a packed `source`
+    /// ([`Source::packed`]).
+    pub fn packed(source: &SourceText, at: u32) -> RuleText {
+        RuleText {
+            source: Arc::clone(source),
+            start: at,
+            end: PACKED,
+        }
+    }
+
+    fn packed_store(&self) -> Option<&PackedStore> {
+        if self.end == PACKED {
+            self.source.packed.as_deref()
+        } else {
+            None
+        }
+    }
+
+    /// The text this span covers. A packed line's stride is read back and kept for
+    /// as long as the source: passes over many rules use [`RuleText::read`].
     pub fn as_str(&self) -> &str {
-        &self.source.text[self.start as usize..self.end as usize]
+        match self.packed_store() {
+            Some(p) => p.line_text(self.start).unwrap_or_default(),
+            None => self
+                .source
+                .as_str()
+                .get(self.start as usize..self.end as usize)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The text, read back into a string of its own when it is a packed line (nothing
+    /// kept), else borrowed.
+    pub fn read(&self) -> Cow<'_, str> {
+        match self.packed_store() {
+            Some(p) => p.read(self.start),
+            None => Cow::Borrowed(self.as_str()),
+        }
+    }
+
+    /// `part`, a slice of `read` (this text as [`RuleText::read`] gave it), as a string
+    /// that lasts as long as the text's source: a span of a text that is not packed,
+    /// a word of a packed line (its words are kept whole). `None` when `part` is not a
+    /// slice of `read`, or not one whole word of a packed line. A pass that keeps
+    /// parts of rules (a jump's target, an address) keeps them without keeping the
+    /// texts read back.
+    pub fn lasting<'s>(&'s self, read: &str, part: &str) -> Option<&'s str> {
+        let from = (part.as_ptr() as usize).checked_sub(read.as_ptr() as usize)?;
+        let range = from..from.checked_add(part.len()).filter(|&e| e <= read.len())?;
+        match self.packed_store() {
+            Some(p) => p.lines.whole_word(self.start, range),
+            None => self.as_str().get(range),
+        }
+    }
+
+    /// The bytes `range` of the text when they are a whole word of it (of any text
+    /// that is not packed: any span), without reading a packed line back.
+    pub fn word(&self, range: std::ops::Range<usize>) -> Option<&str> {
+        match self.packed_store() {
+            Some(p) => p.lines.whole_word(self.start, range),
+            None => self.as_str().get(range),
+        }
+    }
+
+    /// Where the text starts in its source, and whether that is a line's start: a
+    /// packed text is located by the line it was packed with, and its columns counted
+    /// from its start.
+    pub(crate) fn starts_line(&self) -> Option<usize> {
+        let start = self.start as usize;
+        let before = self.source.as_str().as_bytes().get(..start)?;
+        (self.packed_store().is_none() && before.last().is_none_or(|&b| b == b'\n'))
+            .then_some(start)
+    }
+
+    /// The text's length in bytes (a packed line's without reading it back).
+    pub fn len(&self) -> usize {
+        match self.packed_store() {
+            Some(p) => p.lines.text_len(self.start),
+            None => (self.end - self.start) as usize,
+        }
+    }
+
+    /// Whether the text is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Where the text was read: where it starts in the input, or for a text plumb
@@ -291,12 +453,37 @@ impl RuleText {
     /// for a text plumb wrote, where the rule it was written for was read, whatever
     /// `offset` is.
     pub fn location_of(&self, offset: usize) -> Location {
-        self.source.location(self.start as usize, offset)
+        let Some(p) = self.packed_store() else {
+            return self.source.location(self.start as usize, offset);
+        };
+        // A packed line starts its line (`Ruleset::pack_texts` packs no other).
+        let text = self.read();
+        let before = &text[..text.floor_char_boundary(offset)];
+        let column = if before.is_ascii() {
+            before.len()
+        } else {
+            before.chars().count()
+        };
+        self.source.shifted(Location {
+            line: p.lines.line(self.start).unwrap_or(0),
+            column: u32::try_from(column + 1).unwrap_or(u32::MAX),
+        })
     }
 
     /// The line of [`RuleText::location`], without counting its column.
     pub fn line(&self) -> u32 {
-        self.source.line(self.start as usize)
+        match self.packed_store() {
+            Some(p) => {
+                let line = p.lines.line(self.start).unwrap_or(0);
+                self.source.shifted(Location { line, column: 0 }).line
+            }
+            None => self.source.line(self.start as usize),
+        }
+    }
+
+    /// Whether the text is a packed line (see [`RuleText::packed`]).
+    pub fn is_packed(&self) -> bool {
+        self.packed_store().is_some()
     }
 
     /// The text this span is part of.
@@ -339,7 +526,7 @@ impl std::borrow::Borrow<str> for RuleText {
 
 impl PartialEq for RuleText {
     fn eq(&self, other: &RuleText) -> bool {
-        self.as_str() == other.as_str()
+        self.read() == other.read()
     }
 }
 
@@ -347,13 +534,13 @@ impl Eq for RuleText {}
 
 impl PartialEq<str> for RuleText {
     fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
+        self.read() == other
     }
 }
 
 impl PartialEq<&str> for RuleText {
     fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
+        self.read() == *other
     }
 }
 
@@ -365,31 +552,31 @@ impl PartialOrd for RuleText {
 
 impl Ord for RuleText {
     fn cmp(&self, other: &RuleText) -> std::cmp::Ordering {
-        self.as_str().cmp(other.as_str())
+        self.read().cmp(&other.read())
     }
 }
 
 impl std::hash::Hash for RuleText {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.as_str().hash(state);
+        self.read().hash(state);
     }
 }
 
 impl fmt::Debug for RuleText {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
+        fmt::Debug::fmt(&self.read(), f)
     }
 }
 
 impl fmt::Display for RuleText {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(&self.read())
     }
 }
 
 impl Serialize for RuleText {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
+        s.serialize_str(&self.read())
     }
 }
 
@@ -502,6 +689,58 @@ mod tests {
             assert_eq!(newlines(&bytes), want, "{len} bytes");
         }
         assert_eq!(newlines(&[b'\n'; 600]), 600);
+    }
+
+    #[test]
+    fn a_packed_line_reads_and_is_located_as_the_line_it_was() {
+        use crate::model::packed::PackedBuilder;
+        let lines: Vec<String> = (0..40)
+            .map(|i| format!("-A KUBE-SVC-{i} -m comment --comment \"ns/svc-{i} \u{e9}\" -j X"))
+            .collect();
+        let mut b = PackedBuilder::new();
+        let at: Vec<u32> = (0..40)
+            .map(|i| b.push(&lines[i], 3 * i as u32 + 2).unwrap())
+            .collect();
+        let src = Source::packed(b.finish());
+        let texts: Vec<RuleText> = at.iter().map(|&a| RuleText::packed(&src, a)).collect();
+        for (i, t) in texts.iter().enumerate() {
+            assert!(t.is_packed());
+            assert_eq!(t.read(), lines[i].as_str());
+            assert_eq!((t.len(), t.is_empty()), (lines[i].len(), false));
+            assert_eq!(t.line(), 3 * i as u32 + 2);
+            assert_eq!(
+                t.location(),
+                Location {
+                    line: 3 * i as u32 + 2,
+                    column: 1
+                }
+            );
+            // Columns count characters: 'é' is two bytes.
+            let after = lines[i].find(" -j").unwrap();
+            assert_eq!(t.location_of(after).column as usize, after);
+            assert_eq!(*t, RuleText::from(lines[i].as_str()));
+            assert_eq!(t.to_string(), lines[i]);
+        }
+        // Reading keeps nothing; a `&str` keeps its stride (16 lines) read back.
+        assert_eq!(src.strides_read_back(), 0);
+        assert_eq!(texts[17].as_str(), lines[17]);
+        assert_eq!(src.strides_read_back(), 1);
+        assert_eq!(texts[31].as_str(), lines[31]);
+        assert_eq!(texts[20].read(), lines[20].as_str());
+        assert_eq!(src.strides_read_back(), 1);
+        // Lines before the source move packed lines down too.
+        src.set_lines_before(100);
+        assert_eq!(texts[0].location().line, 102);
+        assert_eq!(texts[0].line(), 102);
+        // A span of the words (a chain's name) is a span as any other; an offset that
+        // is no record's start reads as empty.
+        let words = RuleText::span(&src, 0..2);
+        assert_eq!((words.as_str(), words.is_packed()), ("-A", false));
+        let inside = RuleText::packed(&src, at[3] + 1);
+        assert_eq!(
+            (inside.read(), inside.as_str(), inside.len()),
+            ("".into(), "", 0)
+        );
     }
 
     #[test]

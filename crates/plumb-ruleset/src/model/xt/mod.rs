@@ -577,6 +577,24 @@ impl XtCell {
         cell
     }
 
+    /// The target the parser recorded, when it did: where its name is in the text
+    /// (`None`: the rule has no target), `-g`, and whether it has options.
+    pub(crate) fn recorded_target(&self) -> Option<Option<(std::ops::Range<usize>, bool, bool)>> {
+        let flags = self.flags;
+        if flags & TARGET_RECORDED == 0 {
+            return None;
+        }
+        if flags & TARGET_PRESENT == 0 {
+            return Some(None);
+        }
+        let start = self.target_start as usize;
+        Some(Some((
+            start..start + self.target_len as usize,
+            flags & TARGET_GOTO != 0,
+            flags & TARGET_HAS_OPTIONS != 0,
+        )))
+    }
+
     /// The rule's target: recorded by the parser, else read from the index (built
     /// without keeping it). `text` must be the text the cell was made for.
     pub fn target<'t>(&self, text: &'t str) -> Option<XtTargetRef<'t>> {
