@@ -65,19 +65,25 @@ fn main() {
         parse_owned(bytes, &ParseOptions::default()).expect("parse")
     };
     let base = phase("parse (input freed or shared)", base);
-    let mut packed_source = None;
-    if pack || in_pieces {
-        if pack {
-            parsed.ruleset.pack_texts();
+    if pack {
+        parsed.ruleset.pack_texts();
+    }
+    // Every packed source (one per piece read), to count the strides read back.
+    let mut packed_sources: Vec<plumb_ruleset::SourceText> = Vec::new();
+    for r in parsed
+        .ruleset
+        .tables
+        .iter()
+        .flat_map(|t| &t.chains)
+        .flat_map(|c| &c.rules)
+        .filter(|r| r.text.is_packed())
+    {
+        if !packed_sources
+            .last()
+            .is_some_and(|s| std::sync::Arc::ptr_eq(s, r.text.source()))
+        {
+            packed_sources.push(r.text.source().clone());
         }
-        packed_source = parsed
-            .ruleset
-            .tables
-            .iter()
-            .flat_map(|t| &t.chains)
-            .flat_map(|c| &c.rules)
-            .find(|r| r.text.is_packed())
-            .map(|r| r.text.source().clone());
     }
     let base = if pack {
         phase("pack texts (input dropped)", base)
@@ -85,12 +91,9 @@ fn main() {
         base
     };
     let strides = || {
-        if let Some(s) = &packed_source {
-            println!(
-                "{:<40} {} strides of packed lines read back",
-                "",
-                s.strides_read_back()
-            );
+        if !packed_sources.is_empty() {
+            let n: usize = packed_sources.iter().map(|s| s.strides_read_back()).sum();
+            println!("{:<40} {n} strides of packed lines read back", "");
         }
     };
     let maps = recover(&parsed.ruleset);
@@ -104,6 +107,7 @@ fn main() {
     for c in checks::ALL {
         let findings = (c.check)(&facts);
         base = phase(c.ids[0].0, base);
+        strides();
         drop(findings);
     }
     let findings = run(facts);

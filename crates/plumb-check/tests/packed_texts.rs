@@ -2,7 +2,7 @@
 //! the ruleset it was packed from: on every iptables-save dump of the corpus, the
 //! model's JSON (texts, locations, counters), its canonical print, the recovered
 //! service maps and `plumb check`'s findings are the same, byte for byte. Service
-//! recovery reads the packed texts without keeping them read back.
+//! recovery and the checks read the packed texts without keeping them read back.
 
 mod common;
 
@@ -93,6 +93,13 @@ fn packed_rulesets_read_as_the_rulesets_they_were_packed_from() {
             source.strides_read_back(),
             0,
             "{path}: recovery kept packed texts read back"
+        );
+        // And so do the checks (what `plumb check` runs on a dump read in pieces).
+        run(CheckInput::new(&packed, Origin::File("dump".into()), false));
+        assert_eq!(
+            source.strides_read_back(),
+            0,
+            "{path}: the checks kept packed texts read back"
         );
         let names = ["model JSON", "canonical print", "service maps", "findings"];
         for ((want, got), view) in views(&parsed.ruleset).iter().zip(views(&packed)).zip(names) {

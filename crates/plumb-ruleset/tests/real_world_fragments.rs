@@ -198,7 +198,7 @@ fn html_emphasis_in_a_listing_is_stripped() {
     assert_eq!(&*t.name, "nat");
     assert_eq!(t.chains.len(), 31);
     assert!(t.chain("KUBE-SVC-EKL7ZEFK3VFJKKGJ").is_some());
-    assert!(!t.chains.iter().any(|c| c.name.contains('<')));
+    assert!(!t.chains.iter().any(|c| c.name.contains("<")));
 }
 
 /// A session of `iptables -t nat -L CHAIN -n | column -t` commands: one partial nat

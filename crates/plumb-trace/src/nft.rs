@@ -287,7 +287,7 @@ impl Compiler<'_> {
                     // `update @affinity-X { ip saddr }` (kube-proxy's ClientIP affinity),
                     // `add @set { .. }`, `delete @set { .. }`: they change a dynamic set
                     // later packets look up, not this packet's path.
-                    "update" | "add" | "delete" if s.text.contains('@') => {
+                    "update" | "add" | "delete" if s.text.contains("@") => {
                         items.push(Item::Act(Action::NoEffect(s.text.to_string())))
                     }
                     _ => items.push(Item::Act(Action::Unknown(s.text.to_string()))),

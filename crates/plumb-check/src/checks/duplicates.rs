@@ -29,9 +29,10 @@ pub const ID: &str = "duplicate-rule";
 /// Chains up to this many rules are checked by comparing rules pairwise.
 const SMALL_CHAIN: usize = 8;
 
-/// True when every column of the rule is known, so equal texts mean equal rules.
-fn columns_known(rule: &Rule, error_lines: &FastSet<u32>) -> bool {
-    let text = rule.text.trim_end();
+/// True when every column of the rule (whose text is `text`) is known, so equal texts
+/// mean equal rules.
+fn columns_known(rule: &Rule, text: &str, error_lines: &FastSet<u32>) -> bool {
+    let text = text.trim_end();
     // The rule's line is found only when some line could not be read.
     if text.ends_with('\\') || (!error_lines.is_empty() && error_lines.contains(&(rule.line() + 1)))
     {
@@ -104,7 +105,7 @@ fn inert_in_place(rule: &Rule) -> Option<bool> {
             Some(_) => Some(false),
         },
         RuleBody::Nft(_) => {
-            let t: &str = &rule.text;
+            let t = rule.text.read();
             Some(
                 ![
                     "jump",
@@ -125,6 +126,12 @@ fn inert_in_place(rule: &Rule) -> Option<bool> {
     }
 }
 
+/// The hash `seen` keys a rule text on.
+fn hash_of(text: &str) -> u64 {
+    use std::hash::BuildHasher;
+    std::hash::BuildHasherDefault::<plumb_ruleset::fasthash::FxHasher>::default().hash_one(text)
+}
+
 fn counted(rule: &Rule) -> bool {
     rule.counters().is_some_and(|c| c.packets > 0)
 }
@@ -142,30 +149,42 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
         }
         let mut evidence = Vec::new();
         let mut chains: Vec<&str> = Vec::new();
-        // key -> index of the last copy seen
-        let mut seen: FastMap<&str, usize> = FastMap::default();
-        let mut small: Vec<(&str, usize)> = Vec::new();
+        // The hash of a rule's text (counters and handle left out) -> the index of the
+        // last rule seen with it. Hashes, not the texts: a packed text is read back
+        // into `buf` one rule at a time and not kept. Equal hashes are confirmed on the
+        // texts.
+        let mut seen: FastMap<u64, usize> = FastMap::default();
+        let mut small: Vec<(u64, usize)> = Vec::new();
+        let mut buf = String::new();
         for c in &table.chains {
             // Most chains hold a few rules (kube-proxy's: one to four): comparing them
-            // with each other is cheaper than hashing every rule's text.
+            // with each other is cheaper than a map.
             let few = c.rules.len() <= SMALL_CHAIN;
             seen.clear();
             small.clear();
             for (i, r) in c.rules.iter().enumerate() {
-                let key = rule_body_text(r);
+                let text = r.text.read_in(&mut buf);
+                let key = rule_body_text(text);
                 if key.is_empty() {
                     continue;
                 }
+                let hash = hash_of(key);
                 let earlier = if few {
-                    let e = small.iter().rev().find(|(k, _)| *k == key).map(|(_, j)| *j);
-                    small.push((key, i));
+                    let e = small
+                        .iter()
+                        .rev()
+                        .find(|(k, _)| *k == hash)
+                        .map(|(_, j)| *j);
+                    small.push((hash, i));
                     e
                 } else {
-                    seen.insert(key, i)
+                    seen.insert(hash, i)
                 };
                 let Some(j) = earlier else { continue };
-                let dead = columns_known(r, &error_lines)
-                    && columns_known(&c.rules[j], &error_lines)
+                let first = c.rules[j].text.read();
+                let dead = rule_body_text(&first) == key
+                    && columns_known(r, text, &error_lines)
+                    && columns_known(&c.rules[j], &first, &error_lines)
                     && !counted(r)
                     && c.rules[j + 1..i].iter().all(|b| inert(b, table));
                 if dead {

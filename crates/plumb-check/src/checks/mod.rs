@@ -14,7 +14,6 @@ pub mod stale;
 
 use crate::facts::CheckInput;
 use plumb_findings::Finding;
-use plumb_ruleset::Rule;
 use plumb_ruleset::owner::chain_name_owner;
 
 /// A check: its finding ids and the function that runs it.
@@ -174,9 +173,10 @@ pub(crate) fn owner_name(chain: &str) -> Option<&'static str> {
 
 pub(crate) use crate::facts::shapes::is_kube_proxy_chain;
 
-/// Rule text without an `iptables-save -c` counter prefix (`[12:345] `) or nft handle.
-pub(crate) fn rule_body_text(rule: &Rule) -> &str {
-    let t = rule.text.trim();
+/// A rule's text (as [`plumb_ruleset::RuleText::read`] gives it) without an
+/// `iptables-save -c` counter prefix (`[12:345] `) or nft handle.
+pub(crate) fn rule_body_text(text: &str) -> &str {
+    let t = text.trim();
     let t = match t.strip_prefix('[').and_then(|r| r.split_once("] ")) {
         Some((_, rest)) => rest,
         None => t,

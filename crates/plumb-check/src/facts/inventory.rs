@@ -353,11 +353,16 @@ pub(crate) struct Columns<'a> {
     pub comments: Vec<Cow<'a, str>>,
 }
 
-pub(crate) fn columns(rule: &Rule) -> Columns<'_> {
+/// The columns of `rule`, whose text is `text` (as [`plumb_ruleset::RuleText::read`]
+/// gave it: a packed text is not kept read back).
+pub(crate) fn columns<'t>(rule: &'t Rule, text: &'t str) -> Columns<'t> {
     let mut c = Columns::default();
     match &rule.body {
         RuleBody::Xt(_) => {
-            let Some(v) = rule.xt() else { return c };
+            let mut buf = plumb_ruleset::iptables::XtBuf::default();
+            let Some(v) = rule.xt_of(text, &mut buf) else {
+                return c;
+            };
             c.target = v.target().map(|t| Cow::Borrowed(t.name()));
             for o in v.generic() {
                 let Some(arg) = o.arg(0) else { continue };
@@ -390,7 +395,7 @@ pub(crate) fn columns(rule: &Rule) -> Columns<'_> {
         RuleBody::Approximate(l) => listed_columns(l, &mut c),
         RuleBody::Nft(_) => {
             // nft text: interface names only (`iifname "cni0"`), plus comments.
-            let t: &str = &rule.text;
+            let t = text;
             for key in ["iifname ", "oifname ", "iif ", "oif "] {
                 let mut rest = t;
                 while let Some(i) = rest.find(key) {
@@ -469,7 +474,8 @@ fn address_matches<'a>(
 /// `intended`, e.g. AKS's DROP of pod traffic to the Azure wireserver): the owner and
 /// why. A check that would call such a rule a problem reports it as intended.
 pub fn intended(chain: &str, rule: &Rule) -> Option<(&'static str, &'static str)> {
-    let c = columns(rule);
+    let text = rule.text.read();
+    let c = columns(rule, &text);
     shapes(chain, &c).into_iter().find(|(o, why)| {
         owner::entry(o).is_some_and(|e| e.rules.iter().any(|s| s.intended && s.why == *why))
     })
@@ -607,7 +613,8 @@ fn scan_rule(
             }
         }
     }
-    let c = columns(rule);
+    let text = rule.text.read();
+    let c = columns(rule, &text);
     let mut owners: Vec<(&'static str, String)> = Vec::new();
     for i in &c.interfaces {
         if let Some((o, p)) = owner::owner_of_interface(i) {

@@ -149,7 +149,8 @@ pub fn infer(facts: &CheckInput<'_>, family: Family) -> NodeModel {
             m.pod_cidrs.push((c, text.to_string()));
         }
     };
-    let mut texts: Vec<&str> = Vec::new();
+    // The rules whose texts may name the CNI's devices.
+    let mut scanned: Vec<&Rule> = Vec::new();
     for t in &tables {
         let mut svc_chains = 0usize;
         for c in &t.chains {
@@ -172,7 +173,7 @@ pub fn infer(facts: &CheckInput<'_>, family: Family) -> NodeModel {
                     if let Some((true, s)) = addr_of(r, &mut buf, false)
                         && let Some(cidr) = network(&s, v6)
                     {
-                        add_pod(&mut m, cidr, r.text.trim());
+                        add_pod(&mut m, cidr, r.text.read().trim());
                     }
                 }
             }
@@ -194,7 +195,7 @@ pub fn infer(facts: &CheckInput<'_>, family: Family) -> NodeModel {
                 if svc_chains <= 32 {
                     for r in c.rules.iter().take(2) {
                         if let Some(cidr) = nft_masq_exempt(&r.text, v6) {
-                            add_pod(&mut m, cidr, r.text.trim());
+                            add_pod(&mut m, cidr, r.text.read().trim());
                         }
                     }
                 }
@@ -218,7 +219,7 @@ pub fn infer(facts: &CheckInput<'_>, family: Family) -> NodeModel {
             }
             for r in &c.rules {
                 if scan {
-                    texts.push(r.text.trim());
+                    scanned.push(r);
                 }
                 if !flannel && !postrouting {
                     continue;
@@ -232,7 +233,7 @@ pub fn infer(facts: &CheckInput<'_>, family: Family) -> NodeModel {
                     && let Some(cidr) = network(s, v6)
                     && cidr.len <= if v6 { 64 } else { 16 }
                 {
-                    add_pod(&mut m, cidr, r.text.trim());
+                    add_pod(&mut m, cidr, r.text.read().trim());
                 }
                 if postrouting
                     && target_of(r).as_deref() == Some("MASQUERADE")
@@ -241,7 +242,7 @@ pub fn infer(facts: &CheckInput<'_>, family: Family) -> NodeModel {
                     && *s == d
                     && let Some(cidr) = network(s, v6)
                 {
-                    add_pod(&mut m, cidr, r.text.trim());
+                    add_pod(&mut m, cidr, r.text.read().trim());
                 }
             }
         }
@@ -306,7 +307,7 @@ pub fn infer(facts: &CheckInput<'_>, family: Family) -> NodeModel {
     // Sorted and deduplicated once: a Service has a ClusterIP per port.
     m.cluster_ips.sort_unstable();
     m.cluster_ips.dedup();
-    m.node_inbound = node_inbound(&m, &texts);
+    m.node_inbound = node_inbound(&m, &scanned);
     m
 }
 
@@ -331,9 +332,15 @@ fn parse_endpoint(s: &str) -> Option<(IpAddr, u16)> {
     Some((a.parse().ok()?, p.parse().ok()?))
 }
 
-/// The ports other nodes reach this one on, from the CNI and interface evidence.
-fn node_inbound(m: &NodeModel, texts: &[&str]) -> Vec<NodePort> {
-    let seen = |needle: &str| texts.iter().find(|t| t.contains(needle)).copied();
+/// The ports other nodes reach this one on, from the CNI and interface evidence (the
+/// first of `rules` whose text names a device).
+fn node_inbound(m: &NodeModel, rules: &[&Rule]) -> Vec<NodePort> {
+    let seen = |needle: &str| {
+        rules.iter().find_map(|r| {
+            let text = r.text.read();
+            text.contains(needle).then(|| text.trim().to_string())
+        })
+    };
     let has = |cni: &str| m.cnis.contains(&cni);
     let mut out = vec![NodePort {
         proto: Proto::Tcp,

@@ -1,6 +1,6 @@
 //! `plumb check`: integrity findings over a ruleset (file, netns or this machine).
 
-use super::input::{load_source, write_read_problems};
+use super::input::{load_source_with, write_read_problems};
 use crate::Verdict;
 use crate::flags::{InputFlags, SourceFlags};
 use crate::output;
@@ -16,7 +16,9 @@ pub fn run(
     json: bool,
     style: plumb_findings::Style,
 ) -> anyhow::Result<Verdict> {
-    let src = load_source(source, input)?;
+    // A file is read in pieces, its rule texts packed: every check reads them without
+    // keeping them (plumb-check's tests/packed_texts.rs).
+    let src = load_source_with(source, input, super::pieces::load_in_pieces)?;
     let origin = match &src.live {
         Some(netns) => Origin::Live {
             netns: netns.clone(),

@@ -610,15 +610,17 @@ fn lasting_service_target<'a>(
 }
 
 fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a Table, chain: &'a Chain, buf: &mut XtBuf) {
+    // One buffer for the texts read back (packed texts: see `RuleText::read_in`).
+    let mut read = String::new();
     for rule in &chain.rules {
-        let text = rule.text.read();
-        let Some(r) = R::new(rule, &text, buf) else {
+        let text = rule.text.read_in(&mut read);
+        let Some(r) = R::new(rule, text, buf) else {
             continue;
         };
         let Some((target, prefix, hash)) = service_target(&r) else {
             continue;
         };
-        let target = lasting_service_target(rule, &text, target, &rec.nat_chains, prefix, hash);
+        let target = lasting_service_target(rule, text, target, &rec.nat_chains, prefix, hash);
         let i = rec.builder(hash);
         let comment = r.comment();
         let said = comment.as_deref().and_then(read_comment);
@@ -678,15 +680,17 @@ fn nat_services<'a>(rec: &mut Recovery<'a>, table: &'a Table, chain: &'a Chain, 
 }
 
 fn nat_nodeports<'a>(rec: &mut Recovery<'a>, table: &'a Table, chain: &'a Chain, buf: &mut XtBuf) {
+    // One buffer for the texts read back (packed texts: see `RuleText::read_in`).
+    let mut read = String::new();
     for rule in &chain.rules {
-        let text = rule.text.read();
-        let Some(r) = R::new(rule, &text, buf) else {
+        let text = rule.text.read_in(&mut read);
+        let Some(r) = R::new(rule, text, buf) else {
             continue;
         };
         let Some((target, prefix, hash)) = service_target(&r) else {
             continue;
         };
-        let target = lasting_service_target(rule, &text, target, &rec.nat_chains, prefix, hash);
+        let target = lasting_service_target(rule, text, target, &rec.nat_chains, prefix, hash);
         let i = rec.builder(hash);
         let b = &mut rec.builders[i];
         if let Some(target) = target {
@@ -820,9 +824,11 @@ fn service_chains<'a>(
         }
     }
     if let Some(c) = ext {
+        // One buffer for the texts read back (packed texts: see `RuleText::read_in`).
+        let mut read = String::new();
         for rule in &c.rules {
-            let text = rule.text.read();
-            let Some(r) = R::new(rule, &text, &mut bufs[0]) else {
+            let text = rule.text.read_in(&mut read);
+            let Some(r) = R::new(rule, text, &mut bufs[0]) else {
                 continue;
             };
             let comment = r.comment();
@@ -838,9 +844,11 @@ fn service_chains<'a>(
         }
     }
     if let Some(c) = fw {
+        // One buffer for the texts read back (packed texts: see `RuleText::read_in`).
+        let mut read = String::new();
         for rule in &c.rules {
-            let text = rule.text.read();
-            let Some(r) = R::new(rule, &text, &mut bufs[0]) else {
+            let text = rule.text.read_in(&mut read);
+            let Some(r) = R::new(rule, text, &mut bufs[0]) else {
                 continue;
             };
             if r.target().and_then(parse_chain_name).map(|(p, _)| p) != Some(ChainPrefix::Ext) {
@@ -887,6 +895,8 @@ fn endpoint_cascade<'a>(
     let mut out: Vec<RecoveredEndpoint<'a>> = Vec::with_capacity(seps);
     let mut remaining = 1.0f64;
     let mut exact = true;
+    // Buffers for the texts read back (packed texts: see `RuleText::read_in`).
+    let (mut read, mut sep_read) = (String::new(), String::new());
     for rule in &chain.rules {
         // The masquerade-mark rule only fills in what KUBE-SERVICES did not say (name,
         // protocol, ClusterIP): skip it unindexed when all of that is known already.
@@ -898,8 +908,8 @@ fn endpoint_cascade<'a>(
         {
             continue;
         }
-        let text = rule.text.read();
-        let Some(r) = R::new(rule, &text, buf) else {
+        let text = rule.text.read_in(&mut read);
+        let Some(r) = R::new(rule, text, buf) else {
             continue;
         };
         let Some(target) = r.target() else { continue };
@@ -944,18 +954,23 @@ fn endpoint_cascade<'a>(
             for sr in &sep.rules {
                 // Only the DNAT rule says anything here (the other one marks for
                 // masquerade): skip the rest without indexing them.
-                let sr_text = sr.text.read();
-                if !sr_text.contains("DNAT") {
+                // (The recorded target: a packed text is read back only for the DNAT.)
+                let dnat = match &sr.body {
+                    RuleBody::Xt(_) => sr.xt_target().is_some_and(|t| t.name == "DNAT"),
+                    _ => sr.text.contains("DNAT"),
+                };
+                if !dnat {
                     continue;
                 }
-                let Some(x) = R::new(sr, &sr_text, sep_buf) else {
+                let sr_text = sr.text.read_in(&mut sep_read);
+                let Some(x) = R::new(sr, sr_text, sep_buf) else {
                     continue;
                 };
                 if let Some(to) = x.dnat_to() {
                     address = Some(match to {
                         Cow::Borrowed(a) => sr
                             .text
-                            .lasting(&sr_text, a)
+                            .lasting(sr_text, a)
                             .map_or_else(|| Cow::Owned(a.to_string()), Cow::Borrowed),
                         Cow::Owned(a) => Cow::Owned(a),
                     });
@@ -986,7 +1001,7 @@ fn endpoint_cascade<'a>(
         let chain = sep
             .map(|c| &*c.name)
             .filter(|name| *name == target)
-            .or_else(|| lasting_target(rule, &text, target));
+            .or_else(|| lasting_target(rule, text, target));
         out.push(RecoveredEndpoint::new(
             address,
             Some(effective),
@@ -1017,9 +1032,11 @@ fn filter_rules<'a>(rec: &mut Recovery<'a>, filter: &'a Table, buf: &mut XtBuf) 
         if !FILTER_CHAINS.contains(&which) {
             continue;
         }
+        // One buffer for the texts read back (packed texts: see `RuleText::read_in`).
+        let mut read = String::new();
         for rule in &chain.rules {
-            let text = rule.text.read();
-            let Some(r) = R::new(rule, &text, buf) else {
+            let text = rule.text.read_in(&mut read);
+            let Some(r) = R::new(rule, text, buf) else {
                 continue;
             };
             let comment = r.comment();

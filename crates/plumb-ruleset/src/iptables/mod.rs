@@ -14,7 +14,7 @@ pub mod tables;
 
 pub use crate::model::xt::words;
 pub use crate::model::xt::{
-    ADDR_TYPES, IndexScratch, SpecProblem, TARGET_EXTENSIONS, XtBuf, XtCell, XtMatchView,
-    XtMatchViewOf, XtOptionView, XtOptionViewOf, XtRule, XtTargetRef, XtTargetView, XtTargetViewOf,
-    XtView, XtViewOf,
+    ADDR_TYPES, IndexScratch, SpecProblem, TARGET_EXTENSIONS, XtBuf, XtCell, XtIndexBuf,
+    XtMatchView, XtMatchViewOf, XtOptionView, XtOptionViewOf, XtRule, XtTargetRef, XtTargetView,
+    XtTargetViewOf, XtView, XtViewOf,
 };

@@ -1178,9 +1178,8 @@ impl Reader<'_> {
         {
             for c in &st.table.chains {
                 for r in &c.rules {
-                    // Read, not borrowed: a packed text is not kept read back.
-                    let text = r.text.read();
-                    let Some(to) = r.xt_target_of(&text).and_then(|t| t.chain_reference()) else {
+                    // The recorded target: a packed text is not read back for it.
+                    let Some(to) = r.xt_target().and_then(|t| t.chain_reference()) else {
                         continue;
                     };
                     // Restored whole, the table's built-in chains exist even undeclared.

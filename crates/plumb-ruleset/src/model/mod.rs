@@ -754,9 +754,17 @@ impl Rule {
 
     /// The xtables structure like [`Rule::xt`], but without keeping it: built into
     /// `buf` (no allocation once `buf` has grown) unless the rule holds an index
-    /// already. For passes over every rule of a ruleset; see [`XtBuf`].
-    pub fn xt_in<'b, 't: 'b>(&'t self, buf: &'b mut XtBuf) -> Option<XtViewOf<'b, 't>> {
-        self.xt_of(&self.text, buf)
+    /// already, over the rule's text read into `buf` when it is packed (nothing kept:
+    /// see [`Ruleset::pack_texts`]). For passes over every rule of a ruleset; see
+    /// [`XtBuf`]. A pass that keeps strings of the view past the next rule uses
+    /// [`Rule::xt_of`].
+    pub fn xt_in<'b>(&'b self, buf: &'b mut XtBuf) -> Option<XtViewOf<'b, 'b>> {
+        let RuleBody::Xt(x) = &self.body else {
+            return None;
+        };
+        let XtBuf { text, index } = buf;
+        let text = self.text.read_in(text);
+        Some(x.build_in(text, index).view_of(text))
     }
 
     /// [`Rule::xt_in`] over the rule's text as the caller read it (`rule.text.read()`,
@@ -768,7 +776,7 @@ impl Rule {
         buf: &'b mut XtBuf,
     ) -> Option<XtViewOf<'b, 't>> {
         match &self.body {
-            RuleBody::Xt(x) => Some(x.build_in(text, buf).view_of(text)),
+            RuleBody::Xt(x) => Some(x.build_in(text, &mut buf.index).view_of(text)),
             _ => None,
         }
     }
@@ -789,6 +797,18 @@ impl Rule {
                     name,
                     goto,
                     has_options,
+                });
+            }
+        }
+        // A packed text read back: the name lasts when it is a whole word; only a
+        // name that is not (quoted, say) keeps the text read back.
+        if let std::borrow::Cow::Owned(read) = self.text.read() {
+            let t = self.xt_target_of(&read)?;
+            if let Some(name) = self.text.lasting(&read, t.name) {
+                return Some(XtTargetRef {
+                    name,
+                    goto: t.goto,
+                    has_options: t.has_options,
                 });
             }
         }
@@ -833,16 +853,26 @@ impl Rule {
     pub fn comments(&self) -> Vec<std::borrow::Cow<'_, str>> {
         use std::borrow::Cow;
         match &self.body {
-            RuleBody::Xt(cell) => match cell.built() {
-                Some(x) => x.view(&self.text).comments().collect(),
-                None => {
-                    let x = cell.build(&self.text);
-                    x.view(&self.text)
+            RuleBody::Xt(cell) => {
+                // Read, not borrowed as a `&str`: a packed text is not kept read back.
+                let text = self.text.read();
+                let built;
+                let x = match cell.built() {
+                    Some(x) => x,
+                    None => {
+                        built = cell.build(&text);
+                        &built
+                    }
+                };
+                match text {
+                    Cow::Borrowed(t) => x.view_of(t).comments().collect(),
+                    Cow::Owned(t) => x
+                        .view_of(&t)
                         .comments()
                         .map(|c| Cow::Owned(c.into_owned()))
-                        .collect()
+                        .collect(),
                 }
-            },
+            }
             RuleBody::Nft(n) => n
                 .comments(self.text.as_str())
                 .into_iter()

@@ -290,6 +290,21 @@ impl PackedStore {
             None => Cow::Owned(self.lines.text(at).unwrap_or_default()),
         }
     }
+
+    /// The line packed at `at`, borrowed when its stride was read back already, else
+    /// read into `buf` (cleared first).
+    fn read_in<'a>(&'a self, at: u32, buf: &'a mut String) -> &'a str {
+        let kept = self
+            .lines
+            .stride_of(at)
+            .and_then(|k| self.strides.get(k)?.get()?.line_text(at));
+        if let Some(s) = kept {
+            return s;
+        }
+        buf.clear();
+        self.lines.read_into(at, buf);
+        buf
+    }
 }
 
 impl fmt::Debug for Source {
@@ -394,6 +409,21 @@ impl RuleText {
             Some(p) => p.read(self.start),
             None => Cow::Borrowed(self.as_str()),
         }
+    }
+
+    /// The text like [`RuleText::read`], read back into `buf` (cleared first) when it
+    /// is a packed line: a pass over many rules reads every one with one buffer.
+    pub fn read_in<'a>(&'a self, buf: &'a mut String) -> &'a str {
+        match self.packed_store() {
+            Some(p) => p.read_in(self.start, buf),
+            None => self.as_str(),
+        }
+    }
+
+    /// Whether the text contains `needle`: `str::contains` (which it shadows), without
+    /// keeping a packed line read back.
+    pub fn contains(&self, needle: &str) -> bool {
+        self.read().contains(needle)
     }
 
     /// `part`, a slice of `read` (this text as [`RuleText::read`] gave it), as a string
@@ -727,7 +757,16 @@ mod tests {
         assert_eq!(src.strides_read_back(), 1);
         assert_eq!(texts[31].as_str(), lines[31]);
         assert_eq!(texts[20].read(), lines[20].as_str());
+        // Read into a buffer (replacing what it held), searched: nothing kept either.
+        let mut buf = String::from("left over");
+        assert_eq!(texts[36].read_in(&mut buf), lines[36]);
+        assert_eq!(texts[37].read_in(&mut buf), lines[37]);
+        assert!(texts[38].contains(" -j ") && !texts[38].contains("absent"));
         assert_eq!(src.strides_read_back(), 1);
+        // A stride read back already is borrowed from, not read into the buffer.
+        buf.clear();
+        assert_eq!(texts[18].read_in(&mut buf), lines[18]);
+        assert!(buf.is_empty());
         // Lines before the source move packed lines down too.
         src.set_lines_before(100);
         assert_eq!(texts[0].location().line, 102);

@@ -80,6 +80,7 @@ pub fn is_iptables_nft_table(table: &Table) -> bool {
         !c.name.is_empty()
             && !c
                 .name
+                .as_str()
                 .contains(|ch: char| ch.is_whitespace() || ch == '"' || ch == '\'')
             && !c.name.starts_with('-')
             && names.insert(&*c.name)

@@ -716,7 +716,8 @@ fn block_of(facts: &CheckInput, index: &Index, o: &Outcome) -> Option<Block> {
 /// A rule as a title shows it: a listing row without its `pkts bytes` columns (the
 /// title gives the packet count in words) and with its column padding collapsed.
 fn shown_rule(r: &plumb_ruleset::Rule) -> String {
-    let text = super::rule_body_text(r);
+    let read = r.text.read();
+    let text = super::rule_body_text(&read);
     if !matches!(r.body, plumb_ruleset::RuleBody::Approximate(_)) {
         return text.to_string();
     }

@@ -380,6 +380,14 @@ impl XtRule {
 /// ```
 #[derive(Debug, Default)]
 pub struct XtBuf {
+    /// A packed rule text read back ([`crate::RuleText::read_in`]).
+    pub(crate) text: String,
+    pub(crate) index: XtIndexBuf,
+}
+
+/// The storage [`XtCell::build_in`] builds an index in.
+#[derive(Debug, Default)]
+pub struct XtIndexBuf {
     rule: XtRule,
     scratch: IndexScratch,
     problems: Vec<SpecProblem>,
@@ -717,11 +725,11 @@ impl XtCell {
 
     /// The index in `buf`: the kept one if something built it already, else built into
     /// `buf`'s storage (replacing what it held). Allocates only while `buf` grows.
-    pub fn build_in<'b>(&'b self, text: &str, buf: &'b mut XtBuf) -> &'b XtRule {
+    pub fn build_in<'b>(&'b self, text: &str, buf: &'b mut XtIndexBuf) -> &'b XtRule {
         if let Some(kept) = self.built() {
             return kept;
         }
-        let XtBuf {
+        let XtIndexBuf {
             rule,
             scratch,
             problems,
