@@ -6,7 +6,6 @@
 //! empty firewall.
 
 use plumb_testkit::Scratch;
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -19,22 +18,7 @@ fn plumb(args: &[&str]) -> Output {
 }
 
 fn plumb_stdin(args: &[&str], input: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_plumb"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running plumb");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let input = input.to_vec();
-    // plumb may stop reading at its limit: a failed write here is expected then.
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(&input);
-    });
-    let out = child.wait_with_output().expect("waiting for plumb");
-    writer.join().expect("stdin writer");
-    out
+    plumb_testkit::run_with_stdin(env!("CARGO_BIN_EXE_plumb"), args, input)
 }
 
 fn text(b: &[u8]) -> String {

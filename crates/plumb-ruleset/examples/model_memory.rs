@@ -16,14 +16,7 @@ fn mib(n: usize) -> f64 {
 }
 
 fn main() {
-    let Some(path) = std::env::args().nth(1) else {
-        eprintln!("usage: model_memory DUMP");
-        std::process::exit(2);
-    };
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
-        eprintln!("{path}: {e}");
-        std::process::exit(2);
-    });
+    let (_, bytes) = plumb_testkit::example_input("model_memory DUMP");
     let input = bytes.len();
     heap::reset_peak();
     let parsed = plumb_ruleset::format::parse_owned(bytes, &Default::default());

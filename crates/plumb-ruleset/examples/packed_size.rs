@@ -17,14 +17,7 @@ fn mib(n: usize) -> f64 {
 }
 
 fn main() {
-    let Some(path) = std::env::args().nth(1) else {
-        eprintln!("usage: packed_size DUMP");
-        std::process::exit(2);
-    };
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
-        eprintln!("{path}: {e}");
-        std::process::exit(2);
-    });
+    let (path, bytes) = plumb_testkit::example_input("packed_size DUMP");
     let parsed =
         plumb_ruleset::format::parse_owned(bytes, &Default::default()).unwrap_or_else(|e| {
             eprintln!("{path}: {e}");

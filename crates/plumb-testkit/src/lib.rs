@@ -112,6 +112,47 @@ pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
+/// Runs `program` with `args`, `input` written to its stdin from another thread (the
+/// program may stop reading early: a failed write is expected then), and waits for
+/// its output.
+pub fn run_with_stdin(program: &str, args: &[&str], input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running {program}: {e}"));
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("waiting for {program}: {e}"));
+    writer.join().expect("stdin writer");
+    out
+}
+
+/// The file named by an example's first argument, read whole; exits 2 with `usage`
+/// when there is none, or with the error when it cannot be read.
+pub fn example_input(usage: &str) -> (String, Vec<u8>) {
+    let Some(path) = std::env::args().nth(1) else {
+        eprintln!("usage: {usage}");
+        std::process::exit(2);
+    };
+    match std::fs::read(&path) {
+        Ok(bytes) => (path, bytes),
+        Err(e) => {
+            eprintln!("{path}: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
 /// A scratch directory removed with its contents on drop.
 pub struct Scratch(PathBuf);
 

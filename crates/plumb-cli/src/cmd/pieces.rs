@@ -1,8 +1,8 @@
 //! Reading an iptables-save file in pieces, with its rule texts packed as they are read
 //! (`plumb_ruleset::format::parse_pieces`): the file is never held whole, and the
 //! rules take about half its size. For the commands whose passes read rule texts
-//! without keeping them (`plumb services`); the others read the file whole
-//! ([`super::input::load`]), as does any input this cannot read: stdin or any file
+//! without keeping them (`plumb services`, `plumb check`); the others read the file
+//! whole ([`super::input::load`]), as does any input this cannot read: stdin or any file
 //! that is not a regular one (a pipe cannot be read twice), a file over the size
 //! limit, one with a NUL byte or bad UTF-8 (the whole read reports those), one that
 //! is not an iptables-save dump with a `*table` line.

@@ -1,24 +1,15 @@
-//! `plumb services` reads a dump file in pieces, its rule texts packed as they are
-//! read; from stdin, or a pipe named as a file, it reads the dump whole. Both print the
-//! same map, in text and JSON, for a dump of several pieces, and a file the piece
-//! reader refuses (a NUL byte, a bad byte) gets the error the whole read gives.
+//! `plumb services` and `plumb check` read a dump file in pieces, its rule texts
+//! packed as they are read; from stdin, or a pipe named as a file, they read the dump
+//! whole. Both print the same map and the same findings, in text and JSON, for a dump
+//! of several pieces, and a file the piece reader refuses (a NUL byte, a bad byte) gets
+//! the error the whole read gives.
 
 use plumb_kubeproxy::generated_save_text;
 use plumb_testkit::Scratch;
-use std::io::Write;
-use std::process::{Command, Stdio};
 
 /// `plumb ARGS` with `stdin` piped in: exit code, stdout, stderr.
 fn plumb(args: &[&str], stdin: &[u8]) -> (i32, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_plumb"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run plumb");
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    let out = child.wait_with_output().expect("plumb output");
+    let out = plumb_testkit::run_with_stdin(env!("CARGO_BIN_EXE_plumb"), args, stdin);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -39,8 +30,13 @@ fn a_dump_read_in_pieces_gives_the_map_of_the_dump_read_whole() {
     dir.write("dump.save", &dump);
     let file = dir.path().join("dump.save");
     let file = file.to_str().unwrap();
-    for json in [true, false] {
-        let mut args = vec!["services"];
+    for (command, json) in [
+        ("services", true),
+        ("services", false),
+        ("check", true),
+        ("check", false),
+    ] {
+        let mut args = vec![command];
         if json {
             args.push("--json");
         }
@@ -51,9 +47,14 @@ fn a_dump_read_in_pieces_gives_the_map_of_the_dump_read_whole() {
         assert_eq!(
             from_file.replace(file, "<stdin>"),
             from_stdin,
-            "json: {json}"
+            "{command}, json: {json}"
         );
-        assert!(from_file.contains("ns-0/svc-1"), "{from_file:.300}");
+        let says = if command == "services" {
+            "ns-0/svc-1"
+        } else {
+            "kube-proxy"
+        };
+        assert!(from_file.contains(says), "{from_file:.300}");
     }
 }
 
