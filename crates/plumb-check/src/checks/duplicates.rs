@@ -19,7 +19,7 @@
 
 use super::rule_body_text;
 use crate::facts::CheckInput;
-use crate::facts::{FastMap, FastSet};
+use crate::facts::{FastMap, FastSet, fx_hash};
 use plumb_findings::{Finding, Severity};
 use plumb_ruleset::{Rule, RuleBody, Table};
 
@@ -126,12 +126,6 @@ fn inert_in_place(rule: &Rule) -> Option<bool> {
     }
 }
 
-/// The hash `seen` keys a rule text on.
-fn hash_of(text: &str) -> u64 {
-    use std::hash::BuildHasher;
-    std::hash::BuildHasherDefault::<plumb_ruleset::fasthash::FxHasher>::default().hash_one(text)
-}
-
 fn counted(rule: &Rule) -> bool {
     rule.counters().is_some_and(|c| c.packets > 0)
 }
@@ -168,7 +162,7 @@ pub fn check(facts: &CheckInput) -> Vec<Finding> {
                 if key.is_empty() {
                     continue;
                 }
-                let hash = hash_of(key);
+                let hash = fx_hash(key);
                 let earlier = if few {
                     let e = small
                         .iter()

@@ -50,10 +50,15 @@ pub struct ChainSet<'a> {
     indexes: hashbrown::HashTable<u32>,
 }
 
+/// The FxHash of `s`, as [`FastSet`] and [`FastMap`] hash it.
+pub(crate) fn fx_hash(s: &str) -> u64 {
+    use std::hash::BuildHasher;
+    BuildHasherDefault::<FxHasher>::default().hash_one(s)
+}
+
 impl<'a> ChainSet<'a> {
     fn hash(name: &str) -> u64 {
-        use std::hash::BuildHasher;
-        BuildHasherDefault::<FxHasher>::default().hash_one(name)
+        fx_hash(name)
     }
 
     fn empty(chains: &'a [Chain], capacity: usize) -> ChainSet<'a> {
