@@ -332,14 +332,41 @@ fn parse_endpoint(s: &str) -> Option<(IpAddr, u16)> {
     Some((a.parse().ok()?, p.parse().ok()?))
 }
 
+/// The devices whose names in the rules tell which ports other nodes reach this one on
+/// (see [`node_inbound`]).
+const DEVICES: [&str; 10] = [
+    "flannel-wg",
+    "flannel.1",
+    "cilium_vxlan",
+    "wireguard.cali",
+    "cilium_geneve",
+    "genev_sys_6081",
+    "antrea-tun0",
+    "vxlan.calico",
+    "tunl0",
+    "kube-bridge",
+];
+
 /// The ports other nodes reach this one on, from the CNI and interface evidence (the
 /// first of `rules` whose text names a device).
 fn node_inbound(m: &NodeModel, rules: &[&Rule]) -> Vec<NodePort> {
-    let seen = |needle: &str| {
-        rules.iter().find_map(|r| {
-            let text = r.text.read();
-            text.contains(needle).then(|| text.trim().to_string())
-        })
+    // The first text naming each device, every text read once.
+    let mut named: [Option<String>; DEVICES.len()] = std::array::from_fn(|_| None);
+    for r in rules {
+        if named.iter().all(Option::is_some) {
+            break;
+        }
+        let text = r.text.read();
+        for (device, first) in DEVICES.iter().zip(&mut named) {
+            if first.is_none() && text.contains(device) {
+                *first = Some(text.trim().to_string());
+            }
+        }
+    }
+    let seen = |device: &str| {
+        let i = DEVICES.iter().position(|d| *d == device);
+        debug_assert!(i.is_some(), "{device} is not in DEVICES");
+        named[i?].clone()
     };
     let has = |cni: &str| m.cnis.contains(&cni);
     let mut out = vec![NodePort {

@@ -279,13 +279,15 @@ impl PackedStore {
         stride.line_text(at)
     }
 
+    /// The line packed at `at` when its stride was read back already.
+    fn kept(&self, at: u32) -> Option<&str> {
+        let k = self.lines.stride_of(at)?;
+        self.strides.get(k)?.get()?.line_text(at)
+    }
+
     /// The line packed at `at`, borrowed when its stride was read back already.
     fn read(&self, at: u32) -> Cow<'_, str> {
-        let kept = self
-            .lines
-            .stride_of(at)
-            .and_then(|k| self.strides.get(k)?.get()?.line_text(at));
-        match kept {
+        match self.kept(at) {
             Some(s) => Cow::Borrowed(s),
             None => Cow::Owned(self.lines.text(at).unwrap_or_default()),
         }
@@ -294,11 +296,7 @@ impl PackedStore {
     /// The line packed at `at`, borrowed when its stride was read back already, else
     /// read into `buf` (cleared first).
     fn read_in<'a>(&'a self, at: u32, buf: &'a mut String) -> &'a str {
-        let kept = self
-            .lines
-            .stride_of(at)
-            .and_then(|k| self.strides.get(k)?.get()?.line_text(at));
-        if let Some(s) = kept {
+        if let Some(s) = self.kept(at) {
             return s;
         }
         buf.clear();
@@ -435,10 +433,7 @@ impl RuleText {
     pub fn lasting<'s>(&'s self, read: &str, part: &str) -> Option<&'s str> {
         let from = (part.as_ptr() as usize).checked_sub(read.as_ptr() as usize)?;
         let range = from..from.checked_add(part.len()).filter(|&e| e <= read.len())?;
-        match self.packed_store() {
-            Some(p) => p.lines.whole_word(self.start, range),
-            None => self.as_str().get(range),
-        }
+        self.word(range)
     }
 
     /// The bytes `range` of the text when they are a whole word of it (of any text
