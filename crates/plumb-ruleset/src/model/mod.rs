@@ -25,6 +25,7 @@ pub mod ipvs;
 pub mod listed;
 pub mod nft;
 pub mod packed;
+pub(crate) mod packer;
 mod source;
 pub mod xt;
 
@@ -34,7 +35,6 @@ use nft::{NftRule, NftSet};
 use serde::Serialize;
 pub use source::{Placed, RuleText, Source, SourceText};
 use std::fmt;
-use std::sync::Arc;
 use xt::{XtBuf, XtCell, XtTargetRef, XtView, XtViewOf};
 
 /// Address family of a table (`ip`/`ip6` for iptables; all nft families).
@@ -397,7 +397,7 @@ impl Ruleset {
             .iter_mut()
             .flat_map(|t| t.chains.iter_mut())
             .collect();
-        pack_chains(&mut chains, None, &mut Packer::default())
+        packer::pack_chains(&mut chains, None, &mut packer::Packer::default())
     }
 
     /// Adds the tables and diagnostics of another ruleset (e.g. ip and ip6 dumps).
@@ -604,82 +604,6 @@ fn serialize_rules<S: serde::Serializer>(rules: &[Rule], s: S) -> Result<S::Ok, 
             .enumerate()
             .map(|(i, r)| PositionedRule(position_at(i), r)),
     )
-}
-
-/// Packs the xtables rule texts of `chains` read from an input (only from `only`, when
-/// given), and the names of the chains read from it, into one packed source (see
-/// [`Ruleset::pack_texts`]); returns how many rules were packed.
-pub(crate) fn pack_chains(
-    chains: &mut [&mut Chain],
-    only: Option<&SourceText>,
-    packer: &mut Packer,
-) -> usize {
-    let from = |t: &RuleText| {
-        t.source().is_read() && only.is_none_or(|o| std::sync::Arc::ptr_eq(t.source(), o))
-    };
-    let b = &mut packer.builder;
-    // What is packed, by chain and rule index: as many as the rules read from `only`,
-    // not one place per rule of the ruleset.
-    let mut rules: Vec<(usize, usize, u32)> = Vec::new();
-    let mut names: Vec<(usize, (usize, std::ops::Range<usize>))> = Vec::new();
-    // The line of the last rule packed, where it starts and in which source: the next
-    // rule's line is counted on from there (rules come in line order, mostly), not from
-    // the source's line table.
-    let mut last: Option<(*const Source, usize, u32)> = None;
-    for (c, chain) in chains.iter().enumerate() {
-        if from(&chain.name)
-            && let Ok(name) = b.word_span(&chain.name.read())
-        {
-            names.push((c, name));
-        }
-        for (r, rule) in chain.rules.iter().enumerate() {
-            // Only a text that starts its line: its column is counted from its start.
-            if !matches!(rule.body, RuleBody::Xt(_)) || !from(&rule.text) {
-                continue;
-            }
-            let Some(start) = rule.text.starts_line() else {
-                continue;
-            };
-            let source = &**rule.text.source() as *const Source;
-            let line = match last {
-                Some((s, at, line)) if s == source && at <= start => {
-                    let between = &rule.text.source().as_bytes()[at..start];
-                    let lines = between.iter().filter(|&&b| b == b'\n').count();
-                    line.saturating_add(u32::try_from(lines).unwrap_or(u32::MAX))
-                }
-                _ => rule.text.line(),
-            };
-            last = Some((source, start, line));
-            if line > 0
-                && let Ok(at) = b.push(&rule.text.read(), line)
-            {
-                rules.push((c, r, at));
-            }
-        }
-    }
-    if rules.is_empty() && names.is_empty() {
-        return 0;
-    }
-    let source = Source::packed(b.finish_piece());
-    packer.sources.push(Arc::clone(&source));
-    for (c, (piece, name)) in names {
-        chains[c].name = RuleText::span(&packer.sources[piece], name);
-    }
-    for &(c, r, at) in &rules {
-        chains[c].rules[r].text = RuleText::packed(&source, at);
-    }
-    rules.len()
-}
-
-/// Packs the texts of a ruleset, at once or one piece of it at a time: the words are
-/// numbered once for all the pieces, and each piece's packed text is a source of its
-/// own holding the words it added.
-#[derive(Default)]
-pub(crate) struct Packer {
-    builder: packed::PackedBuilder,
-    /// The packed text of each piece so far, in order (a chain's name is a span of the
-    /// words of the one that added it).
-    sources: Vec<SourceText>,
 }
 
 /// The 1-based position of the rule at index `i` of its chain (saturating: a chain

@@ -38,9 +38,23 @@ struct Segment {
 impl Segment {
     #[inline]
     fn word(&self, id: u32) -> Option<&str> {
-        let i = usize::try_from(id.checked_sub(self.first)?).ok()?;
-        let (from, to) = (*self.at.get(i)?, *self.at.get(i + 1)?);
+        let (from, to) = self.bounds(id)?;
         self.words.get(from as usize..to as usize)
+    }
+
+    /// The length of word `id`, from its bounds alone: `str::get` in
+    /// [`Segment::word`] reads the word's first byte (a char boundary check), a cache
+    /// miss that reading a line's length or finding its nth byte need not pay.
+    #[inline]
+    fn len_of(&self, id: u32) -> Option<usize> {
+        let (from, to) = self.bounds(id)?;
+        to.checked_sub(from).map(|n| n as usize)
+    }
+
+    #[inline]
+    fn bounds(&self, id: u32) -> Option<(u32, u32)> {
+        let i = usize::try_from(id.checked_sub(self.first)?).ok()?;
+        Some((*self.at.get(i)?, *self.at.get(i + 1)?))
     }
 }
 
@@ -49,14 +63,19 @@ impl Segment {
 /// own chain names and addresses): those are found without a search.
 #[inline]
 fn word_in(segments: &[Arc<Segment>], id: u32) -> Option<&str> {
-    let k = match segments {
+    segments[segment_of(segments, id)?].word(id)
+}
+
+/// The index of the segment among `segments` holding word `id`.
+#[inline]
+fn segment_of(segments: &[Arc<Segment>], id: u32) -> Option<usize> {
+    Some(match segments {
         [] => return None,
         [_] => 0,
         [_, second, ..] if id < second.first => 0,
         [.., last] if id >= last.first => segments.len() - 1,
         _ => segments.partition_point(|s| s.first <= id).checked_sub(1)?,
-    };
-    segments[k].word(id)
+    })
 }
 
 /// Lines packed word by word (see the module documentation).
@@ -349,6 +368,12 @@ impl PackedLines {
     /// The words of the line packed at `at`, in order; `None` when `at` is not where a
     /// record starts. What reads a line (whole, its length, one word) walks these.
     fn words_of(&self, at: u32) -> Option<impl Iterator<Item = &str>> {
+        Some(self.ids_of(at)?.map_while(|id| self.word(id)))
+    }
+
+    /// The numbers of the words of the line packed at `at`, in order; `None` when `at`
+    /// is not where a record starts.
+    fn ids_of(&self, at: u32) -> Option<impl Iterator<Item = u64>> {
         if !self.is_record(at) {
             return None;
         }
@@ -356,9 +381,15 @@ impl PackedLines {
         let mut i = rec.words.start;
         Some(std::iter::from_fn(move || {
             (i < rec.words.end)
-                .then(|| get_varint(&self.records, &mut i).and_then(|id| self.word(id)))
+                .then(|| get_varint(&self.records, &mut i))
                 .flatten()
         }))
+    }
+
+    /// The length of word `id`, without reading its text.
+    fn word_len(&self, id: u64) -> Option<usize> {
+        let id = u32::try_from(id).ok()?;
+        self.segments[segment_of(&self.segments, id)?].len_of(id)
     }
 
     /// The line packed at `at`, as a string of its own.
@@ -447,10 +478,12 @@ impl PackedLines {
     /// The length in bytes of the line packed at `at` (0 when `at` is no record's
     /// start), without reading it back.
     pub fn text_len(&self, at: u32) -> usize {
-        let Some(words) = self.words_of(at) else {
+        let Some(ids) = self.ids_of(at) else {
             return 0;
         };
-        let (len, count) = words.fold((0usize, 0usize), |(len, n), w| (len + w.len(), n + 1));
+        let (len, count) = ids
+            .map_while(|id| self.word_len(id))
+            .fold((0usize, 0usize), |(len, n), w| (len + w, n + 1));
         len + count.saturating_sub(1)
     }
 
@@ -458,11 +491,11 @@ impl PackedLines {
     /// as these lines), when they are one whole word of it.
     pub fn whole_word(&self, at: u32, range: std::ops::Range<usize>) -> Option<&str> {
         let mut offset = 0usize;
-        for word in self.words_of(at)? {
+        for id in self.ids_of(at)? {
             if offset == range.start {
-                return (word.len() == range.len()).then_some(word);
+                return self.word(id).filter(|w| w.len() == range.len());
             }
-            offset += word.len() + 1;
+            offset += self.word_len(id)? + 1;
             if offset > range.start {
                 return None;
             }

@@ -143,7 +143,7 @@ impl Source {
     }
 
     /// The line of [`Source::location`], without counting its column.
-    fn line(&self, start: usize) -> u32 {
+    pub(crate) fn line(&self, start: usize) -> u32 {
         self.place(start, None).line
     }
 
@@ -453,6 +453,12 @@ impl RuleText {
         let before = self.source.as_str().as_bytes().get(..start)?;
         (self.packed_store().is_none() && before.last().is_none_or(|&b| b == b'\n'))
             .then_some(start)
+    }
+
+    /// Where the text is in its source: its start and end, or for a packed line, its
+    /// record's offset and a mark no span has.
+    pub(crate) fn span_bounds(&self) -> (u32, u32) {
+        (self.start, self.end)
     }
 
     /// The text's length in bytes (a packed line's without reading it back).
