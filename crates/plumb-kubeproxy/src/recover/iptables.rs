@@ -883,25 +883,27 @@ fn endpoint_cascade<'a>(
     let [buf, sep_buf] = bufs;
     // One endpoint per rule that jumps to an endpoint chain (the parser recorded the
     // targets: nothing is indexed to count them): the map's biggest vectors are made
-    // at their size, neither grown by doubling nor copied to fit.
-    let seps = chain
+    // at their size, neither grown by doubling nor copied to fit. The targets are
+    // found once (a packed text's target is a word found by walking its line).
+    let targets: Vec<Option<&str>> = chain
         .rules
         .iter()
-        .filter(|r| {
-            r.xt_target()
-                .is_none_or(|t| t.name.starts_with(ChainPrefix::Sep.as_str()))
-        })
+        .map(|r| r.xt_target().map(|t| t.name))
+        .collect();
+    let seps = targets
+        .iter()
+        .filter(|t| t.is_none_or(|t| t.starts_with(ChainPrefix::Sep.as_str())))
         .count();
     let mut out: Vec<RecoveredEndpoint<'a>> = Vec::with_capacity(seps);
     let mut remaining = 1.0f64;
     let mut exact = true;
     // Buffers for the texts read back (packed texts: see `RuleText::read_in`).
     let (mut read, mut sep_read) = (String::new(), String::new());
-    for rule in &chain.rules {
+    for (rule, target) in chain.rules.iter().zip(targets) {
         // The masquerade-mark rule only fills in what KUBE-SERVICES did not say (name,
         // protocol, ClusterIP): skip it unindexed when all of that is known already.
         // The recorded target is a word: a packed text is not read back for it.
-        if rule.xt_target().is_some_and(|t| t.name == "KUBE-MARK-MASQ")
+        if target == Some("KUBE-MARK-MASQ")
             && b.s.name.is_some()
             && b.s.protocol.is_some()
             && b.s.cluster_ip.is_some()

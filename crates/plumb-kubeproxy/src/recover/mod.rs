@@ -310,8 +310,8 @@ impl<'a> Evidence<'a> {
         match self.0 {
             Quote::Rule { table, chain, rule } => {
                 let c = &table.chains[chain as usize];
-                let r = &c.rules[rule as usize];
-                (&table.name, &c.name, r.line(), r.text.read())
+                let (text, line) = c.rules[rule as usize].text.read_with_line();
+                (&table.name, &c.name, line, text)
             }
             _ => (self.table(), self.chain(), self.line(), self.text()),
         }

@@ -377,19 +377,38 @@ impl PackedLines {
         if !self.is_record(at) {
             return None;
         }
-        let rec = self.record(at as usize)?;
+        Some(self.ids_in(self.record(at as usize)?))
+    }
+
+    /// The numbers of the words of `rec`, in order.
+    fn ids_in(&self, rec: Record) -> impl Iterator<Item = u64> {
         let mut i = rec.words.start;
-        Some(std::iter::from_fn(move || {
+        std::iter::from_fn(move || {
             (i < rec.words.end)
                 .then(|| get_varint(&self.records, &mut i))
                 .flatten()
-        }))
+        })
     }
 
     /// The length of word `id`, without reading its text.
     fn word_len(&self, id: u64) -> Option<usize> {
         let id = u32::try_from(id).ok()?;
         self.segments[segment_of(&self.segments, id)?].len_of(id)
+    }
+
+    /// Appends the line packed at `at` to `out` and gives the line number it was read
+    /// on ([`PackedLines::line`]): one walk from the nearest mark finds both. `None`
+    /// (and `out` unchanged) when `at` is not where a record starts.
+    pub fn read_line_into(&self, at: u32, out: &mut String) -> Option<u32> {
+        let line = self.line(at)?;
+        let rec = self.record(at as usize)?;
+        for (i, word) in self.ids_in(rec).map_while(|id| self.word(id)).enumerate() {
+            if i > 0 {
+                out.push(' ');
+            }
+            out.push_str(word);
+        }
+        Some(line)
     }
 
     /// The line packed at `at`, as a string of its own.
@@ -563,6 +582,9 @@ mod tests {
         for (&(text, line), &at) in lines.iter().zip(&at) {
             assert_eq!(p.text(at).as_deref(), Some(text));
             assert_eq!(p.line(at), Some(line), "{text:?}");
+            let mut read = String::from(">");
+            assert_eq!(p.read_line_into(at, &mut read), Some(line), "{text:?}");
+            assert_eq!(read, format!(">{text}"));
         }
         // A repeated line is packed again, not shared: its own line number.
         assert_ne!(at[0], at[5]);
@@ -582,6 +604,8 @@ mod tests {
             if !starts.contains(&offset) {
                 assert_eq!(p.line(offset), None, "offset {offset}");
                 assert!(!p.read_into(offset, &mut out));
+                assert_eq!(p.read_line_into(offset, &mut out), None);
+                assert_eq!(p.text_len(offset), 0);
             }
         }
         assert_eq!(out, "kept");

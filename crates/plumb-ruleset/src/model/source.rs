@@ -293,6 +293,16 @@ impl PackedStore {
         }
     }
 
+    /// [`PackedStore::read`] and the line the text was read on, found with one walk.
+    fn read_with_line(&self, at: u32) -> (Cow<'_, str>, u32) {
+        if let Some(s) = self.kept(at) {
+            return (Cow::Borrowed(s), self.lines.line(at).unwrap_or(0));
+        }
+        let mut text = String::with_capacity(192);
+        let line = self.lines.read_line_into(at, &mut text).unwrap_or(0);
+        (Cow::Owned(text), line)
+    }
+
     /// The line packed at `at`, borrowed when its stride was read back already, else
     /// read into `buf` (cleared first).
     fn read_in<'a>(&'a self, at: u32, buf: &'a mut String) -> &'a str {
@@ -509,6 +519,18 @@ impl RuleText {
                 self.source.shifted(Location { line, column: 0 }).line
             }
             None => self.source.line(self.start as usize),
+        }
+    }
+
+    /// [`RuleText::read`] and [`RuleText::line`] at once: a packed line is found once
+    /// for both.
+    pub fn read_with_line(&self) -> (Cow<'_, str>, u32) {
+        match self.packed_store() {
+            Some(p) => {
+                let (text, line) = p.read_with_line(self.start);
+                (text, self.source.shifted(Location { line, column: 0 }).line)
+            }
+            None => (Cow::Borrowed(self.as_str()), self.line()),
         }
     }
 
