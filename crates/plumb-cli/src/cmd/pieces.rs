@@ -20,7 +20,8 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
-/// A piece is at least this long (then cut at the next line's end).
+/// A piece's lines are at least this long, its last newline not counted (then cut at
+/// the next line's end): the parser reads a text this long on two threads.
 const PIECE_BYTES: usize = 1 << 20;
 
 /// Reads `path` in pieces when it can (see the module documentation), else whole.
@@ -89,7 +90,7 @@ pub fn load_in_pieces(path: &Path, flags: &InputFlags) -> anyhow::Result<Loaded>
     finish_load(path.display().to_string(), parsed, path, &options, false)
 }
 
-/// The pieces of a file, each at least [`PIECE_BYTES`] long and ending at a line's end
+/// The pieces of a file, each over [`PIECE_BYTES`] long and ending at a line's end
 /// (the last as the file ends), checked as a whole input is: no NUL byte, UTF-8, the
 /// whole within `limit` bytes. Stops at the first piece that is not, saying why in
 /// `failed`.
@@ -129,8 +130,8 @@ impl Iterator for Pieces<'_> {
         }
         let mut buf = std::mem::take(&mut self.carry);
         buf.reserve_exact((PIECE_BYTES + (64 << 10)).saturating_sub(buf.len()));
-        // The first line end at or after PIECE_BYTES - 1 ends the piece.
-        let mut from = PIECE_BYTES - 1;
+        // The first line end at or after PIECE_BYTES ends the piece.
+        let mut from = PIECE_BYTES;
         loop {
             if buf.len() > from {
                 if let Some(i) = buf[from..].iter().position(|&b| b == b'\n') {

@@ -461,8 +461,8 @@ fn parse_pieces_packing(
 /// Reads `first` and the `rest` of the pieces of a dump into `r`, one after another,
 /// handing each piece's source to `read` once it is read. A piece is read without its
 /// final newline, which ends its last line; the dump's final newline starts an empty
-/// last line, as when the dump is read whole. The next piece is read from the file only
-/// then: a piece's text is held while it is read and packed, not longer.
+/// last line, as when the dump is read whole. `rest` is asked for a piece only once
+/// `read` has had the one before: no piece is read ahead of its turn.
 fn read_pieces(
     r: &mut Reader<'_>,
     first: String,

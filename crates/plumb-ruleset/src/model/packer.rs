@@ -8,8 +8,8 @@
 //!
 //! A text is put back where it was gathered: its chain and rule index, when the rule
 //! there is still the one gathered (same source, same start); else it is looked for
-//! in every chain (the reader moved it: an inserted rule, a table taken up again).
-//! One not found is left as it was read.
+//! in every chain (the reader moved it: a rule inserted before it, a chain deleted
+//! before its own). One not found (its chain deleted) is left as it was read.
 
 use super::packed::PackedBuilder;
 use super::{Chain, RuleBody, RuleText, Source, SourceText};
@@ -41,6 +41,19 @@ struct Item {
     source: u32,
     start: u32,
     end: u32,
+}
+
+impl Item {
+    fn of(text: &RuleText, chain: u32, rule: u32, source: u32) -> Item {
+        let (start, end) = text.span_bounds();
+        Item {
+            chain,
+            rule,
+            source,
+            start,
+            end,
+        }
+    }
 }
 
 /// [`Item::rule`] of a chain's name.
@@ -108,14 +121,7 @@ pub(crate) fn gather(chains: &[&mut Chain], only: Option<&SourceText>) -> PackJo
     for (c, chain) in chains.iter().enumerate() {
         let Ok(c) = u32::try_from(c) else { break };
         if let Some(source) = source_of(&mut job, &chain.name) {
-            let (start, end) = chain.name.span_bounds();
-            job.items.push(Item {
-                chain: c,
-                rule: NAME,
-                source,
-                start,
-                end,
-            });
+            job.items.push(Item::of(&chain.name, c, NAME, source));
         }
         for (r, rule) in chain.rules.iter().enumerate() {
             let Some(source) = source_of(&mut job, &rule.text) else {
@@ -126,14 +132,7 @@ pub(crate) fn gather(chains: &[&mut Chain], only: Option<&SourceText>) -> PackJo
             else {
                 continue;
             };
-            let (start, end) = rule.text.span_bounds();
-            job.items.push(Item {
-                chain: c,
-                rule: r,
-                source,
-                start,
-                end,
-            });
+            job.items.push(Item::of(&rule.text, c, r, source));
         }
     }
     job
